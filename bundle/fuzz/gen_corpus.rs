@@ -1,0 +1,74 @@
+//! Writes small valid bundles into `corpus/read_bundle/` as fuzzing seeds:
+//! `cargo +nightly run --bin gen_corpus` (from `bundle/fuzz/`).
+
+use tether_bundle::*;
+
+fn writer(sections: usize) -> BundleWriter {
+    let mut w = BundleWriter::new(IdentityDesc {
+        name: "seed".into(),
+        family: "detect".into(),
+        model_version: "1".into(),
+        tool_version: "gen_corpus".into(),
+        created_unix_s: 1,
+    });
+    let t = w
+        .add_target(TargetDesc {
+            name: "orin".into(),
+            arch: CpuArch::Aarch64,
+            sm: Some((8, 7)),
+            engine: EngineKind::TensorRt,
+            tensorrt_version: 100300,
+            hardware_compat: 0,
+            flags: TARGET_FLAG_LEAN,
+        })
+        .unwrap();
+    let kinds = [
+        SectionKind::TensorRtPlan,
+        SectionKind::Labels,
+        SectionKind::Blob,
+    ];
+    for i in 0..sections {
+        let kind = kinds[i % kinds.len()];
+        let s = w
+            .add_section(
+                kind,
+                &format!("s{i}"),
+                (i == 0).then_some(t),
+                vec![i as u8 + 1; 16],
+            )
+            .unwrap();
+        if kind.is_engine() {
+            for (name, mode) in [("in", IoMode::Input), ("out", IoMode::Output)] {
+                w.add_tensor(
+                    s,
+                    TensorDesc {
+                        name: name.into(),
+                        mode,
+                        dtype: DType::F16,
+                        layout: Layout::Nhwc,
+                        dims: vec![DYNAMIC_DIM, 4, 4, 3],
+                    },
+                )
+                .unwrap();
+            }
+        }
+    }
+    w
+}
+
+fn main() {
+    let dir = std::path::Path::new("corpus/read_bundle");
+    std::fs::create_dir_all(dir).unwrap();
+    let mut seeds = vec![
+        ("empty.bundle", writer(0).to_bytes().unwrap()),
+        ("one.bundle", writer(1).to_bytes().unwrap()),
+        ("three.bundle", writer(3).to_bytes().unwrap()),
+    ];
+    let mut w = writer(1);
+    w.emulate_newer_minor(2, 8, 0x5a);
+    seeds.push(("newer-minor.bundle", w.to_bytes().unwrap()));
+    for (name, bytes) in seeds {
+        println!("{name}: {} bytes", bytes.len());
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+}

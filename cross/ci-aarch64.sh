@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Build tether for aarch64-unknown-linux-gnu (Jetson / DRIVE) on an x86_64
+# machine with no NVIDIA software, and prove the result under user-mode QEMU:
+#
+#   1. install the cross toolchain (apt: gcc-aarch64-linux-gnu,
+#      libc6-dev-arm64-cross, qemu-user; rustup target aarch64)
+#   2. build the whole workspace for aarch64 in release (timed)
+#   3. check the binaries: AArch64 ELF, no NVIDIA library linked, highest
+#      glibc symbol version, stripped sizes
+#   4. run the non-GPU test suite under qemu-aarch64 (the runner set in
+#      .cargo/config.toml)
+#   5. run one real model end to end on the CPU engine under qemu: build a
+#      bundle from .assets/320n.onnx, run it on .assets/astronaut.png, check
+#      the JSON (and compare with a native run when one is available)
+#
+# Usage: cross/ci-aarch64.sh            (from anywhere in the repository)
+#
+# Environment:
+#   TETHER_CI_SKIP_INSTALL=1   do not apt-get / rustup (tools already there)
+#   TETHER_CI_SKIP_TESTS=1     build and check only
+#   TETHER_CI_SKIP_E2E=1       skip the end-to-end model run
+#   TETHER_CI_CARGO_FLAGS      extra cargo flags (default: --locked)
+#   TETHER_NATIVE_BIN          a native tether to compare the E2E output with
+#                              (default: $CARGO_TARGET_DIR/release/tether if it exists)
+#   CARGO_TARGET_DIR           as usual (default: <repo>/target)
+#   TETHER_CI_OUT              where logs, bundle, JSON and summary go
+#                              (default: $CARGO_TARGET_DIR/cross-ci)
+#
+# Exit status: 0 when every step passed; the summary is written to
+# $TETHER_CI_OUT/summary.md either way (as far as it got).
+set -euo pipefail
+
+TARGET=aarch64-unknown-linux-gnu
+SYSROOT=/usr/aarch64-linux-gnu
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
+cd "$REPO_ROOT"
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+case "$CARGO_TARGET_DIR" in /*) ;; *) CARGO_TARGET_DIR="$REPO_ROOT/$CARGO_TARGET_DIR" ;; esac
+BIN_DIR="$CARGO_TARGET_DIR/$TARGET/release"
+OUT="${TETHER_CI_OUT:-$CARGO_TARGET_DIR/cross-ci}"
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.md"
+read -r -a CARGO_FLAGS <<< "${TETHER_CI_CARGO_FLAGS---locked}"
+QEMU=(qemu-aarch64 -L "$SYSROOT")
+
+step() { printf '\n==== %s ====\n' "$*"; }
+die() { echo "ci-aarch64: error: $*" >&2; exit 1; }
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+: > "$SUMMARY"
+note "# aarch64 cross build and emulated test run"
+note ""
+note "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+note "- build host: $(uname -m), $(nproc) CPU(s), $(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-?}")"
+
+# ---------------------------------------------------------------- 1. tools
+step "1. toolchain"
+if [[ "${TETHER_CI_SKIP_INSTALL:-0}" != 1 ]]; then
+  need_apt=()
+  command -v aarch64-linux-gnu-gcc >/dev/null || need_apt+=(gcc-aarch64-linux-gnu)
+  [[ -e "$SYSROOT/lib/ld-linux-aarch64.so.1" ]] || need_apt+=(libc6-dev-arm64-cross)
+  command -v qemu-aarch64 >/dev/null || need_apt+=(qemu-user)
+  if ((${#need_apt[@]})); then
+    SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
+    "${SUDO[@]}" apt-get update
+    DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y --no-install-recommends \
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+  fi
+  rustup target add "$TARGET"
+fi
+command -v aarch64-linux-gnu-gcc >/dev/null || die "aarch64-linux-gnu-gcc missing (apt-get install gcc-aarch64-linux-gnu)"
+command -v qemu-aarch64 >/dev/null || die "qemu-aarch64 missing (apt-get install qemu-user)"
+note "- rustc: $(rustc -V)"
+note "- cross gcc: $(aarch64-linux-gnu-gcc --version | head -1)"
+note "- qemu: $(qemu-aarch64 --version | head -1)"
+
+# ---------------------------------------------------------------- 2. build
+step "2. cargo build --release --workspace --target $TARGET"
+start=$(date +%s.%N)
+cargo build "${CARGO_FLAGS[@]}" --release --workspace --target "$TARGET" 2>&1 | tee "$OUT/build.log"
+end=$(date +%s.%N)
+build_s=$(python3 -c "print(f'{$end - $start:.1f}')" 2>/dev/null || echo "$(( ${end%.*} - ${start%.*} ))")
+note ""
+note "## Build"
+note ""
+note "- command: \`cargo build ${CARGO_FLAGS[*]} --release --workspace --target $TARGET\`"
+note "- wall time: ${build_s} s (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
+
+# ---------------------------------------------------------------- 3. check
+step "3. binaries"
+note ""
+note "## Binaries (release, $TARGET)"
+note ""
+note "| binary | size | stripped | highest glibc symbol | NEEDED |"
+note "|---|---|---|---|---|"
+found=0
+for name in tether detect-loop; do
+  bin="$BIN_DIR/$name"
+  if [[ ! -f "$bin" ]]; then
+    note "| $name | (not built) | | | |"
+    continue
+  fi
+  found=1
+  readelf -h "$bin" | grep -q 'Machine:.*AArch64' || die "$bin is not an AArch64 ELF"
+  needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+  if grep -Eq 'libcuda|libnvinfer|libcudart|libnvrtc|libcublas' <<< "$needed"; then
+    die "$name links an NVIDIA library at build time: $needed"
+  fi
+  glibc=$(aarch64-linux-gnu-objdump -T "$bin" | grep -o 'GLIBC_[0-9.]*' | sort -V -u | tail -1)
+  aarch64-linux-gnu-strip -o "$OUT/$name.stripped" "$bin"
+  size=$(stat -c %s "$bin"); ssize=$(stat -c %s "$OUT/$name.stripped")
+  note "| \`$name\` | $size B ($(numfmt --to=iec-i --suffix=B "$size")) | $ssize B ($(numfmt --to=iec-i --suffix=B "$ssize")) | $glibc | ${needed% } |"
+done
+((found)) || die "no binary found in $BIN_DIR"
+
+# ---------------------------------------------------------------- 4. tests
+if [[ "${TETHER_CI_SKIP_TESTS:-0}" != 1 ]]; then
+  step "4. cargo test --release --workspace --target $TARGET (under qemu-aarch64)"
+  # The fake CUDA driver of tether-targets' probe tests must be built for
+  # the target, not the host.
+  export TETHER_TEST_CC=aarch64-linux-gnu-gcc
+  start=$(date +%s)
+  set +e
+  cargo test "${CARGO_FLAGS[@]}" --release --workspace --target "$TARGET" 2>&1 | tee "$OUT/test.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  test_s=$(( $(date +%s) - start ))
+  passed=$(grep -Eo 'test result: ok\. [0-9]+ passed' "$OUT/test.log" | awk '{s+=$4} END {print s+0}')
+  failed=$(grep -Eo '[0-9]+ failed' "$OUT/test.log" | awk '{s+=$1} END {print s+0}')
+  ignored=$(grep -Eo '[0-9]+ ignored' "$OUT/test.log" | awk '{s+=$1} END {print s+0}')
+  note ""
+  note "## Tests under qemu-aarch64"
+  note ""
+  note "- command: \`TETHER_TEST_CC=aarch64-linux-gnu-gcc cargo test ${CARGO_FLAGS[*]} --release --workspace --target $TARGET\`"
+  note "- result: exit $rc; $passed passed, $failed failed, $ignored ignored; ${test_s} s"
+  [[ $rc -eq 0 ]] || die "tests failed under emulation (see $OUT/test.log)"
+fi
+
+# ---------------------------------------------------------------- 5. e2e
+if [[ "${TETHER_CI_SKIP_E2E:-0}" != 1 ]]; then
+  step "5. end to end on the CPU engine under qemu-aarch64"
+  ASSETS="${TETHER_ASSETS:-$REPO_ROOT/.assets}"
+  if [[ ! -f "$ASSETS/320n.onnx" || ! -f "$ASSETS/astronaut.png" ]]; then
+    "$REPO_ROOT/tests/fetch-assets"
+  fi
+  TETHER="$BIN_DIR/tether"
+  [[ -x "$TETHER" ]] || die "$TETHER not built"
+  bundle="$OUT/320n-aarch64.bundle"
+  rm -f "$bundle"
+  start=$(date +%s.%N)
+  "${QEMU[@]}" "$TETHER" build --family detect --onnx "$ASSETS/320n.onnx" -o "$bundle" --input-size 320 \
+    2>&1 | tee "$OUT/e2e-build.log"
+  mid=$(date +%s.%N)
+  "${QEMU[@]}" "$TETHER" run "$bundle" "$ASSETS/astronaut.png" --json > "$OUT/e2e-run.json" 2> "$OUT/e2e-run.log"
+  end=$(date +%s.%N)
+  python3 -m json.tool "$OUT/e2e-run.json" > /dev/null || die "tether run --json did not print JSON"
+  note ""
+  note "## End to end (CPU engine, emulated)"
+  note ""
+  note "- \`qemu-aarch64 -L $SYSROOT tether build --family detect --onnx .assets/320n.onnx -o 320n-aarch64.bundle --input-size 320\`: $(python3 -c "print(f'{$mid - $start:.1f}')") s"
+  note "- \`qemu-aarch64 -L $SYSROOT tether run 320n-aarch64.bundle .assets/astronaut.png --json\`: $(python3 -c "print(f'{$end - $mid:.1f}')") s, output in \`$OUT/e2e-run.json\` ($(stat -c %s "$OUT/e2e-run.json") B)"
+  if "${QEMU[@]}" "$TETHER" --help 2>/dev/null | grep -qw doctor; then
+    "${QEMU[@]}" "$TETHER" doctor > "$OUT/doctor.txt" 2>&1 || true
+    note "- \`tether doctor\` under qemu: see \`$OUT/doctor.txt\`"
+  fi
+
+  NATIVE="${TETHER_NATIVE_BIN:-$CARGO_TARGET_DIR/release/tether}"
+  if [[ -x "$NATIVE" ]]; then
+    "$NATIVE" run "$bundle" "$ASSETS/astronaut.png" --json > "$OUT/e2e-run-native.json" 2>/dev/null
+    if python3 "$SCRIPT_DIR/compare-json.py" "$OUT/e2e-run.json" "$OUT/e2e-run-native.json" > "$OUT/e2e-compare.txt"; then
+      note "- same bundle, native x86_64 run: outputs agree ($(tail -1 "$OUT/e2e-compare.txt"))"
+    else
+      cat "$OUT/e2e-compare.txt"
+      die "aarch64 and native outputs differ (see $OUT/e2e-compare.txt)"
+    fi
+  else
+    note "- no native tether at $NATIVE: cross-architecture comparison skipped"
+  fi
+fi
+
+step "done"
+note ""
+note "All steps passed."
+echo "summary: $SUMMARY"

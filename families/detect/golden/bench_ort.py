@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""onnxruntime CPU latency of one model + input, single thread.
+
+Same session options as reference.py (intra_op_num_threads=1,
+inter_op_num_threads=1, sequential execution). The input is prepared once with
+reference.py's letterbox preprocessing, which is NOT timed: only
+`session.run` is. 10 warm-up runs, then --runs timed runs (default 50);
+prints p50 / p99 / mean in ms and the host CPU model.
+
+    python bench_ort.py --model M.onnx --image I.png --input-size H W [--runs 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference  # noqa: E402
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key.strip() in ("model name", "Model", "Processor", "cpu model"):
+                    return val.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--image", required=True)
+    ap.add_argument("--input-size", nargs=2, type=int, required=True, metavar=("H", "W"))
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=10)
+    args = ap.parse_args(argv)
+
+    img = reference.load_rgb(args.image)
+    x, _ = reference.preprocess(img, *args.input_size)
+    sess = reference.make_session(args.model)
+    feeds = {sess.get_inputs()[0].name: x}
+    out_names = [o.name for o in sess.get_outputs()]
+
+    for _ in range(args.warmup):
+        sess.run(out_names, feeds)
+    times = []
+    for _ in range(args.runs):
+        t0 = time.perf_counter()
+        sess.run(out_names, feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    t = np.array(times)
+    print(f"model {os.path.basename(args.model)}  input {list(x.shape)}  "
+          f"onnxruntime {ort.__version__}  threads 1  warmup {args.warmup}  runs {args.runs}")
+    print(f"cpu   {cpu_model()}")
+    print(f"p50 {np.percentile(t, 50):.2f} ms  p99 {np.percentile(t, 99):.2f} ms  "
+          f"mean {t.mean():.2f} ms  min {t.min():.2f} ms  max {t.max():.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+//! The build recipe: a YOLOv8 ONNX file and its metadata -> a `detect` bundle.
+//!
+//! Checks that the network has one image input `[B, 3, H, W]` (f32) and a
+//! YOLOv8 head output `[B, 4 + C, N]`, reads the class names from the
+//! Ultralytics metadata key `names`, fixes the input size (the model's own
+//! when static, else the requested one), prepares the network once with the
+//! CPU engine to learn `N` and prove it runs, and lays out the bundle:
+//!
+//! | section | kind | content |
+//! |---|---|---|
+//! | `detect/model.onnx` | `Onnx` (target `portable`) | the ONNX file, byte for byte |
+//! | `detect/labels` | `Labels` | class names, one per line |
+//! | `detect/config` | `FamilyConfig` | [`crate::config::DetectConfigRecord`] |
+//! | `detect/reference.json` | `Reference` | optional golden detections |
+
+use tether_bundle::{
+    BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc,
+};
+use tether_runtime::cpu::{OnnxInfo, TractCpuEngine, inspect_onnx};
+use tether_runtime::Engine;
+
+use crate::config::{CONFIG_SECTION, LABELS_SECTION, ONNX_SECTION, REFERENCE_SECTION};
+use crate::labels::{encode_labels, parse_ultralytics_names};
+use crate::{DetectConfig, DetectError, FAMILY};
+
+/// Input side used for a model with a dynamic input size when none is given:
+/// Ultralytics' default `imgsz` (ultralytics/cfg/default.yaml).
+pub const DEFAULT_DYNAMIC_SIDE: u32 = 640;
+/// YOLOv8's largest stride; input sides must be multiples of it.
+pub const STRIDE: u32 = 32;
+
+/// What to build.
+#[derive(Clone, Debug, Default)]
+pub struct BuildOptions {
+    /// Bundle name (default: the caller's choice, usually the file stem).
+    pub name: String,
+    /// Model version string recorded in the identity (default: the ONNX
+    /// metadata `version`/`date` when present).
+    pub model_version: Option<String>,
+    /// Network input `(width, height)` for a dynamic-size model; must match
+    /// the model for a static one.
+    pub input_size: Option<(u32, u32)>,
+    /// Score threshold (default 0.25).
+    pub score_threshold: Option<f32>,
+    /// NMS IoU threshold (default 0.7).
+    pub iou_threshold: Option<f32>,
+    /// Maximum detections (default 300).
+    pub max_detections: Option<u32>,
+    /// Golden detections (JSON) to embed as reference evidence.
+    pub reference: Option<Vec<u8>>,
+    /// Creation time, seconds since the Unix epoch.
+    pub created_unix_s: u64,
+}
+
+/// What the recipe decided, for the build log.
+#[derive(Clone, Debug)]
+pub struct BuildReport {
+    /// The configuration written.
+    pub config: DetectConfig,
+    /// Class names written.
+    pub labels: Vec<String>,
+    /// The ONNX file's declared I/O and metadata.
+    pub onnx: OnnxInfo,
+    /// Whether the input size came from the model (static) or the options.
+    pub input_is_dynamic: bool,
+}
+
+fn dim(d: i64) -> Option<u32> {
+    u32::try_from(d).ok().filter(|&v| v > 0)
+}
+
+/// Build a `detect` bundle writer from ONNX bytes.
+///
+/// `progress` receives a short message before each long step.
+///
+/// # Errors
+/// [`DetectError::Network`] for a network that is not a YOLOv8 detector or
+/// fails to prepare; [`DetectError::Labels`] for missing or malformed class
+/// names; [`DetectError::Config`] for out-of-range options;
+/// [`DetectError::Bundle`] from the writer.
+pub fn build(
+    onnx: &[u8],
+    options: &BuildOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(BundleWriter, BuildReport), DetectError> {
+    progress("reading the ONNX graph");
+    let info = inspect_onnx(onnx).map_err(|e| DetectError::Network(e.to_string()))?;
+    let [input] = info.inputs.as_slice() else {
+        return Err(DetectError::Network(format!(
+            "expected one image input, found {}",
+            info.inputs.len()
+        )));
+    };
+    if input.dims.len() != 4 || input.dims[1] != 3 || input.dtype != tether_bundle::DType::F32 {
+        return Err(DetectError::Network(format!(
+            "input `{}` is {} {:?}; expected f32 [batch, 3, height, width]",
+            input.name, input.dtype, input.dims
+        )));
+    }
+    let Some(output) = info.outputs.first() else {
+        return Err(DetectError::Network("the model has no output".into()));
+    };
+    let names_text = info.metadata("names").ok_or_else(|| {
+        DetectError::Labels("the ONNX metadata has no `names` entry (Ultralytics export)".into())
+    })?;
+    let labels = parse_ultralytics_names(names_text)?;
+    let num_classes = u32::try_from(labels.len())
+        .map_err(|_| DetectError::Labels(format!("{} classes", labels.len())))?;
+    if output.dims.len() != 3 || dim(output.dims[1]).is_some_and(|c| c != 4 + num_classes) {
+        return Err(DetectError::Network(format!(
+            "output `{}` is {:?}; expected [batch, 4 + {num_classes}, anchors] for {num_classes} classes",
+            output.name, output.dims
+        )));
+    }
+    let declared = (dim(input.dims[3]), dim(input.dims[2]));
+    let input_is_dynamic = declared.0.is_none() || declared.1.is_none();
+    let (w, h) = match (declared, options.input_size) {
+        ((Some(w), Some(h)), None) => (w, h),
+        ((Some(w), Some(h)), Some(req)) if req == (w, h) => (w, h),
+        ((Some(w), Some(h)), Some((rw, rh))) => {
+            return Err(DetectError::Config {
+                field: "input_size",
+                value: format!("{rw}x{rh}, but the model's input is fixed at {w}x{h}"),
+            });
+        }
+        (_, Some(req)) => req,
+        (_, None) => {
+            log::warn!(
+                "input `{}` has a dynamic size; using {DEFAULT_DYNAMIC_SIDE}x{DEFAULT_DYNAMIC_SIDE} (pass an input size to choose)",
+                input.name
+            );
+            (DEFAULT_DYNAMIC_SIDE, DEFAULT_DYNAMIC_SIDE)
+        }
+    };
+    if w % STRIDE != 0 || h % STRIDE != 0 || w == 0 || h == 0 {
+        return Err(DetectError::Config {
+            field: "input_size",
+            value: format!("{w}x{h} (each side must be a positive multiple of {STRIDE})"),
+        });
+    }
+    progress("preparing the network on the CPU engine");
+    let engine = TractCpuEngine::load(onnx, &[vec![1, 3, h as usize, w as usize]])
+        .map_err(|e| DetectError::Network(e.to_string()))?;
+    let out = &engine.outputs()[0];
+    let num_anchors = match out.shape.as_slice() {
+        [1, c, n] if *c == 4 + num_classes as usize => u32::try_from(*n).ok(),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        DetectError::Network(format!(
+            "at input {w}x{h} the output is {:?}; expected [1, {}, anchors]",
+            out.shape,
+            4 + num_classes
+        ))
+    })?;
+    drop(engine);
+
+    let mut config = DetectConfig::ultralytics(w, h, num_classes, num_anchors);
+    if let Some(v) = options.score_threshold {
+        config.score_threshold = v;
+    }
+    if let Some(v) = options.iou_threshold {
+        config.iou_threshold = v;
+    }
+    if let Some(v) = options.max_detections {
+        config.max_detections = v;
+    }
+    config.validate()?;
+
+    let model_version = options
+        .model_version
+        .clone()
+        .or_else(|| {
+            let v = info.metadata("version");
+            let d = info.metadata("date");
+            match (v, d) {
+                (Some(v), Some(d)) => Some(format!("ultralytics {v}, exported {d}")),
+                (Some(v), None) => Some(format!("ultralytics {v}")),
+                (None, Some(d)) => Some(format!("exported {d}")),
+                (None, None) => None,
+            }
+        })
+        .unwrap_or_else(|| "unspecified".into());
+    progress("writing the bundle");
+    let mut writer = BundleWriter::new(IdentityDesc {
+        name: options.name.clone(),
+        family: FAMILY.into(),
+        model_version,
+        tool_version: concat!("tether-detect ", env!("CARGO_PKG_VERSION")).into(),
+        created_unix_s: options.created_unix_s,
+    });
+    let target = writer.add_target(TargetDesc {
+        name: "portable".into(),
+        arch: CpuArch::Any,
+        sm: None,
+        engine: EngineKind::TractCpu,
+        tensorrt_version: 0,
+        hardware_compat: 0,
+        flags: 0,
+    })?;
+    let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
+    for t in info.inputs.iter().chain(info.outputs.iter()) {
+        writer.add_tensor(model, t.clone())?;
+    }
+    writer.add_section(SectionKind::Labels, LABELS_SECTION, None, encode_labels(&labels)?)?;
+    writer.add_section(
+        SectionKind::FamilyConfig,
+        CONFIG_SECTION,
+        None,
+        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
+    )?;
+    if let Some(r) = &options.reference {
+        writer.add_section(SectionKind::Reference, REFERENCE_SECTION, None, r.clone())?;
+    }
+    Ok((
+        writer,
+        BuildReport {
+            config,
+            labels,
+            onnx: info,
+            input_is_dynamic,
+        },
+    ))
+}

@@ -1,0 +1,146 @@
+//! Errors of the CUDA device layer.
+//!
+//! Two levels, as the style guide asks: [`DriverError`] is a small `Copy` value (the call that
+//! failed and the `CUresult` it returned) and is the only error the per-frame hot path can
+//! produce, so reporting a failure never reaches the allocator; [`CudaError`] is the load-time
+//! error that names what was looked for and where.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use cudarc::driver::sys;
+
+/// A driver API call that returned something other than `CUDA_SUCCESS`.
+///
+/// `Copy` and allocation-free: safe to build and return on the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverError {
+    /// The driver entry point, e.g. `"cuGraphLaunch"`.
+    pub call: &'static str,
+    /// The driver's `CUresult`.
+    pub code: sys::CUresult,
+}
+
+impl DriverError {
+    /// The driver's symbolic name for [`Self::code`] (`CUDA_ERROR_INVALID_CONTEXT`, ...).
+    pub fn name(&self) -> &'static str {
+        error_name(self.code)
+    }
+
+    /// The numeric `CUresult` value.
+    pub fn raw(&self) -> u32 {
+        self.code as u32
+    }
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {} ({})", self.call, self.name(), self.raw())
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+/// The symbolic name of a `CUresult`, read from the driver (`cuGetErrorName`). Never allocates.
+pub fn error_name(code: sys::CUresult) -> &'static str {
+    // SAFETY: only called after the driver library was loaded (a DriverError exists only
+    // once a driver call was made). `cuGetErrorName` writes a pointer to a static,
+    // NUL-terminated string owned by the driver, valid for the life of the process.
+    unsafe {
+        let mut ptr: *const std::ffi::c_char = std::ptr::null();
+        let res = sys::cuGetErrorName(code, &mut ptr);
+        if res != sys::CUresult::CUDA_SUCCESS || ptr.is_null() {
+            return "CUDA_ERROR_UNKNOWN_CODE";
+        }
+        std::ffi::CStr::from_ptr(ptr).to_str().unwrap_or("CUDA_ERROR_UNKNOWN_CODE")
+    }
+}
+
+/// Turn a `CUresult` into `Result<(), DriverError>`.
+#[inline]
+pub(crate) fn check(call: &'static str, res: sys::CUresult) -> Result<(), DriverError> {
+    if res == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(DriverError { call, code: res })
+    }
+}
+
+/// One place the loader looked for `libcuda`, and why it was not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriedPath {
+    /// A file path or a bare soname (searched by the dynamic loader).
+    pub path: PathBuf,
+    /// The `dlopen` error, or why a library that opened was rejected.
+    pub reason: String,
+}
+
+/// Load-time errors of the device layer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CudaError {
+    /// No usable `libcuda` (the NVIDIA driver's user-space library) was found.
+    #[error("the CUDA driver library (libcuda) was not found; tried {}:\n{}", .tried.len(), format_tried(.tried))]
+    LibraryNotFound {
+        /// Every path and soname tried, in order, with the loader's reason.
+        tried: Vec<TriedPath>,
+    },
+    /// `libcuda` loaded, but the library that the bindings resolved is not the one probed.
+    #[error("libcuda was loaded from {probed} but the driver bindings resolved another copy ({detail})")]
+    LibraryMismatch {
+        /// The library this crate opened.
+        probed: PathBuf,
+        /// What differed.
+        detail: String,
+    },
+    /// The driver library loaded but has no CUDA-capable device (`cuInit`/`cuDeviceGetCount`).
+    #[error("no CUDA device: {0}")]
+    NoDevice(DriverError),
+    /// The requested ordinal is out of range.
+    #[error("CUDA device {ordinal} requested, but the driver reports {count} device(s)")]
+    BadOrdinal {
+        /// Requested ordinal.
+        ordinal: usize,
+        /// Devices present.
+        count: usize,
+    },
+    /// A driver call failed.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// None of the embedded kernel images loads on this device/driver.
+    #[error("no kernel image for {device} (sm_{sm}, driver CUDA {driver_major}.{driver_minor}); tried: {tried}")]
+    NoKernelImage {
+        /// Device name.
+        device: String,
+        /// Compute capability as `87`, `90`, ...
+        sm: u32,
+        /// Driver CUDA major version.
+        driver_major: u32,
+        /// Driver CUDA minor version.
+        driver_minor: u32,
+        /// Each image tried and the driver's answer.
+        tried: String,
+    },
+    /// A kernel named by the caller is missing from the loaded module.
+    #[error("kernel `{name}` not found in module {image}: {source}")]
+    MissingKernel {
+        /// Kernel (function) name.
+        name: String,
+        /// Which image was loaded.
+        image: String,
+        /// The driver error.
+        source: DriverError,
+    },
+    /// An arena plan did not fit `usize` or a buffer was asked for with an impossible size.
+    #[error("memory plan: {0}")]
+    Plan(String),
+    /// A stream capture failed; the reason says which stage was not capture-safe.
+    #[error("CUDA graph capture failed: {0}")]
+    Capture(String),
+    /// A device feature the caller asked for is missing (e.g. mapped host memory).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+fn format_tried(tried: &[TriedPath]) -> String {
+    tried.iter().map(|t| format!("  {}: {}", t.path.display(), t.reason)).collect::<Vec<_>>().join("\n")
+}

@@ -1,0 +1,371 @@
+//! Streams, events, and the host synchronisation policy.
+
+use std::ffi::c_void;
+
+use cudarc::driver::sys;
+
+use super::device::Context;
+use super::error::{DriverError, check};
+use super::graph::Graph;
+use super::memory::DevicePtr;
+use super::module::Function;
+
+/// How the host waits for the GPU.
+///
+/// The trade-off is latency against a CPU core: spinning answers within a microsecond of the
+/// GPU finishing but burns the core; blocking frees it but pays a wake-up (tens of
+/// microseconds, more on Tegra after idle periods); yielding is in between. The policy is
+/// applied twice: as the primary context's scheduling flag (`CU_CTX_SCHED_*`, see
+/// [`Context::new`]) and, independently of whoever set that flag, by how
+/// [`Stream::synchronize`] waits on its completion event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// Busy-poll the completion event (`cuEventQuery` in a loop). Lowest latency. Default.
+    #[default]
+    Spin,
+    /// Poll and `std::thread::yield_now()` between polls.
+    Yield,
+    /// Sleep in the driver until the event fires (`CU_EVENT_BLOCKING_SYNC` +
+    /// `cuEventSynchronize`). Frees the CPU; wake-up latency.
+    Blocking,
+}
+
+impl SyncPolicy {
+    pub(crate) fn ctx_flags(self) -> u32 {
+        match self {
+            SyncPolicy::Spin => sys::CUctx_flags::CU_CTX_SCHED_SPIN as u32,
+            SyncPolicy::Yield => sys::CUctx_flags::CU_CTX_SCHED_YIELD as u32,
+            SyncPolicy::Blocking => sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32,
+        }
+    }
+    fn event_flags(self) -> u32 {
+        let base = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        match self {
+            SyncPolicy::Blocking => base | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32,
+            _ => base,
+        }
+    }
+}
+
+/// A CUDA event.
+pub struct Event {
+    raw: sys::CUevent,
+    ctx: Context,
+}
+
+// SAFETY: event handles may be used from any thread with the context bound (every method
+// binds first).
+unsafe impl Send for Event {}
+
+impl Event {
+    /// Create an event. `timing` enables [`Event::elapsed_ms`]; `blocking` makes
+    /// `synchronize` sleep instead of spin.
+    ///
+    /// # Errors
+    /// A driver error.
+    pub fn new(ctx: &Context, timing: bool, blocking: bool) -> Result<Self, DriverError> {
+        ctx.bind()?;
+        let mut flags = 0u32;
+        if !timing {
+            flags |= sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        }
+        if blocking {
+            flags |= sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+        }
+        Self::with_flags(ctx, flags)
+    }
+
+    fn with_flags(ctx: &Context, flags: u32) -> Result<Self, DriverError> {
+        ctx.bind()?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: context current; writes one handle, destroyed in Drop.
+        unsafe { check("cuEventCreate", sys::cuEventCreate(&mut raw, flags)) }?;
+        Ok(Event { raw, ctx: ctx.clone() })
+    }
+
+    /// Record on `stream`.
+    ///
+    /// # Errors
+    /// A driver error.
+    #[inline]
+    pub fn record(&self, stream: &Stream) -> Result<(), DriverError> {
+        // SAFETY: both handles valid; same context.
+        unsafe { check("cuEventRecord", sys::cuEventRecord(self.raw, stream.raw)) }
+    }
+
+    /// True once the work before the last record has completed.
+    ///
+    /// # Errors
+    /// A driver error other than "not ready".
+    #[inline]
+    pub fn query(&self) -> Result<bool, DriverError> {
+        // SAFETY: valid handle.
+        let res = unsafe { sys::cuEventQuery(self.raw) };
+        match res {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(DriverError { call: "cuEventQuery", code: e }),
+        }
+    }
+
+    /// Block in the driver until the event completes.
+    ///
+    /// # Errors
+    /// A driver error.
+    #[inline]
+    pub fn synchronize(&self) -> Result<(), DriverError> {
+        // SAFETY: valid handle.
+        unsafe { check("cuEventSynchronize", sys::cuEventSynchronize(self.raw)) }
+    }
+
+    /// Milliseconds between two timing events (`cuEventElapsedTime`).
+    ///
+    /// # Errors
+    /// A driver error (e.g. events created without timing).
+    pub fn elapsed_ms(start: &Event, end: &Event) -> Result<f32, DriverError> {
+        type F = unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult;
+        // 13.x headers name it cuEventElapsedTime_v2 (added in 12.8); older drivers only
+        // export the unversioned symbol, which 13.x drivers keep for compatibility.
+        static F_PTR: std::sync::OnceLock<Option<F>> = std::sync::OnceLock::new();
+        let f = *F_PTR.get_or_init(|| {
+            let drv = super::loader::driver().ok()?;
+            // SAFETY: both symbols have this signature.
+            unsafe { drv.symbol::<F>(b"cuEventElapsedTime_v2\0").or_else(|| drv.symbol::<F>(b"cuEventElapsedTime\0")) }
+        });
+        let f = f.ok_or(DriverError { call: "cuEventElapsedTime", code: sys::CUresult::CUDA_ERROR_NOT_FOUND })?;
+        let mut ms = 0f32;
+        // SAFETY: both valid timing events, completed by the caller.
+        unsafe { check("cuEventElapsedTime", f(&mut ms, start.raw, end.raw)) }?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind();
+        // SAFETY: created in with_flags, destroyed once.
+        unsafe { sys::cuEventDestroy_v2(self.raw) };
+    }
+}
+
+/// A non-blocking CUDA stream with a host synchronisation policy.
+///
+/// All enqueue methods are allocation-free and bind the context only where documented
+/// ([`Stream::bind`] once per frame is enough on the hot path).
+pub struct Stream {
+    raw: sys::CUstream,
+    done: Event,
+    policy: SyncPolicy,
+    ctx: Context,
+}
+
+// SAFETY: stream handles may be used from any thread with the context bound.
+unsafe impl Send for Stream {}
+
+impl Stream {
+    /// Create a stream that does not synchronise with the legacy default stream
+    /// (`CU_STREAM_NON_BLOCKING`), as graph capture requires.
+    ///
+    /// # Errors
+    /// A driver error.
+    pub fn new(ctx: &Context, policy: SyncPolicy) -> Result<Self, DriverError> {
+        ctx.bind()?;
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: context current; destroyed in Drop.
+        unsafe {
+            check(
+                "cuStreamCreate",
+                sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32),
+            )
+        }?;
+        let done = Event::with_flags(ctx, policy.event_flags())?;
+        Ok(Stream { raw, done, policy, ctx: ctx.clone() })
+    }
+
+    /// The raw handle (for engines that enqueue through their own library).
+    pub fn raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The synchronisation policy.
+    pub fn policy(&self) -> SyncPolicy {
+        self.policy
+    }
+
+    /// Make the stream's context current on this thread (see [`Context::bind`]).
+    ///
+    /// # Errors
+    /// A driver error.
+    #[inline]
+    pub fn bind(&self) -> Result<(), DriverError> {
+        self.ctx.bind()
+    }
+
+    /// Wait until all work enqueued so far has completed, the way the policy says.
+    ///
+    /// # Errors
+    /// A driver error, including asynchronous errors of earlier kernels.
+    #[inline]
+    pub fn synchronize(&self) -> Result<(), DriverError> {
+        self.done.record(self)?;
+        match self.policy {
+            SyncPolicy::Spin => {
+                while !self.done.query()? {
+                    std::hint::spin_loop();
+                }
+                Ok(())
+            }
+            SyncPolicy::Yield => {
+                while !self.done.query()? {
+                    std::thread::yield_now();
+                }
+                Ok(())
+            }
+            SyncPolicy::Blocking => self.done.synchronize(),
+        }
+    }
+
+    /// Asynchronous host-to-device copy of `bytes` bytes.
+    ///
+    /// # Safety
+    /// `src` must be valid for `bytes` bytes until the copy completes (pinned memory for a
+    /// truly asynchronous copy), and `dst` a device allocation of at least `bytes` bytes.
+    #[inline]
+    pub unsafe fn memcpy_htod(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            check(
+                "cuMemcpyHtoDAsync",
+                sys::cuMemcpyHtoDAsync_v2(dst.0, src as *const c_void, bytes, self.raw),
+            )
+        }
+    }
+
+    /// Asynchronous device-to-host copy.
+    ///
+    /// # Safety
+    /// `dst` valid for writes of `bytes` bytes until the copy completes; `src` a device
+    /// allocation of at least `bytes` bytes.
+    #[inline]
+    pub unsafe fn memcpy_dtoh(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            check(
+                "cuMemcpyDtoHAsync",
+                sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src.0, bytes, self.raw),
+            )
+        }
+    }
+
+    /// Asynchronous device-to-device copy.
+    ///
+    /// # Safety
+    /// Both ranges are device allocations of at least `bytes` bytes.
+    #[inline]
+    pub unsafe fn memcpy_dtod(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            check("cuMemcpyDtoDAsync", sys::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, self.raw))
+        }
+    }
+
+    /// Fill `count` 32-bit words at `dst` with `value` (capturable as a memset node).
+    ///
+    /// # Safety
+    /// `dst` is a 4-byte aligned device allocation of at least `4 * count` bytes.
+    #[inline]
+    pub unsafe fn memset_u32(
+        &self,
+        dst: DevicePtr,
+        value: u32,
+        count: usize,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract.
+        unsafe { check("cuMemsetD32Async", sys::cuMemsetD32Async(dst.0, value, count, self.raw)) }
+    }
+
+    /// Launch a kernel.
+    ///
+    /// # Safety
+    /// `args` holds one pointer per kernel parameter, each pointing at a value of exactly the
+    /// parameter's type, valid for the duration of this call; device pointers among them must
+    /// stay valid until the kernel completes (and for every replay, when captured).
+    #[inline]
+    pub unsafe fn launch(
+        &self,
+        f: Function,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        args: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract; f belongs to a module loaded in this context.
+        unsafe {
+            check(
+                "cuLaunchKernel",
+                sys::cuLaunchKernel(
+                    f.raw(),
+                    grid.0,
+                    grid.1,
+                    grid.2,
+                    block.0,
+                    block.1,
+                    block.2,
+                    shared_bytes,
+                    self.raw,
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ),
+            )
+        }
+    }
+
+    /// Launch an instantiated graph on this stream. No allocation.
+    ///
+    /// # Errors
+    /// A driver error.
+    #[inline]
+    pub fn launch_graph(&self, graph: &Graph) -> Result<(), DriverError> {
+        // SAFETY: exec is a live instantiated graph of this context.
+        unsafe { check("cuGraphLaunch", sys::cuGraphLaunch(graph.raw_exec(), self.raw)) }
+    }
+
+    /// True while this stream is being captured.
+    ///
+    /// # Errors
+    /// A driver error.
+    pub fn is_capturing(&self) -> Result<bool, DriverError> {
+        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: writes one enum.
+        unsafe { check("cuStreamIsCapturing", sys::cuStreamIsCapturing(self.raw, &mut st)) }?;
+        Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind();
+        // SAFETY: created in new; pending work completes before the driver frees it.
+        unsafe { sys::cuStreamDestroy_v2(self.raw) };
+    }
+}

@@ -1,0 +1,98 @@
+//! Pure logic of the CUDA device layer: runs everywhere, CI included (no GPU, no CUDA).
+#![cfg(feature = "cuda")]
+
+use tether_runtime::cuda::{ArenaPlan, CudaError, DEFAULT_ALIGN, KernelImage, image_order, loader};
+
+#[test]
+fn arena_offsets_are_aligned_disjoint_and_in_order() {
+    let mut plan = ArenaPlan::new();
+    let sizes = [1usize, 0, 4096, 13, 257, 1 << 20, 3];
+    let ids: Vec<_> = sizes.iter().map(|&b| plan.add("r", b).unwrap()).collect();
+    let mut end = 0;
+    for (id, &b) in ids.iter().zip(&sizes) {
+        let r = plan.region(*id);
+        assert_eq!(r.bytes, b);
+        assert_eq!(r.offset % DEFAULT_ALIGN, 0, "{r:?}");
+        assert!(r.offset >= end, "{r:?} overlaps the previous region ending at {end}");
+        end = r.offset + r.bytes;
+    }
+    assert!(plan.total_bytes() >= end);
+    assert_eq!(plan.total_bytes() % DEFAULT_ALIGN, 0);
+    assert!(plan.total_bytes() - end < DEFAULT_ALIGN);
+}
+
+#[test]
+fn arena_explicit_alignment_and_errors() {
+    let mut plan = ArenaPlan::new();
+    plan.add_aligned("a", 10, 16).unwrap();
+    let b = plan.add_aligned("b", 10, 4096).unwrap();
+    assert_eq!(plan.region(b).offset, 4096);
+    assert!(matches!(plan.add_aligned("c", 1, 24), Err(CudaError::Plan(_))));
+    let mut big = ArenaPlan::new();
+    big.add("x", usize::MAX - 8).unwrap();
+    let e = big.add("y", 1024).unwrap_err();
+    assert!(e.to_string().contains("overflow"), "{e}");
+    assert!(plan.describe().contains("\n"));
+}
+
+#[test]
+fn the_detection_session_plan_is_what_the_load_log_says() {
+    // The regions of families/detect gpu.rs for 320n.onnx (C = 18, N = 2100) at 1920x1080.
+    let mut plan = ArenaPlan::new();
+    let (c, n, cap) = (18usize, 2100usize, 4096usize);
+    for b in [1920 * 1080 * 3, 3 * 320 * 320 * 4, (4 + c) * n * 4, n * 16, n * 4, n * 4, cap * 8, 16, cap * 16, cap * 4, cap * 4, cap * cap / 8, 7216] {
+        plan.add("r", b).unwrap();
+    }
+    // 6.2 MB frame + 1.2 MB tensor + 0.18 MB output + 2 MB mask + small scratch
+    assert!(plan.total_bytes() > 9_000_000 && plan.total_bytes() < 10_000_000, "{}", plan.total_bytes());
+}
+
+const fn img(name: &'static str, cuda_major: u32, sm: Option<u32>) -> KernelImage {
+    KernelImage { name, cuda_major, sm, bytes: &[] }
+}
+
+#[test]
+fn kernel_image_choice_follows_driver_major_then_sm() {
+    let images = [
+        img("cu13.fatbin", 13, None),
+        img("cu12.sm_87", 12, Some(87)),
+        img("cu12.sm_90", 12, Some(90)),
+    ];
+    let names = |v: Vec<usize>| v.into_iter().map(|i| images[i].name).collect::<Vec<_>>();
+    // H200 host: driver 13, sm_90 -> the 13 fatbin, then the 12.9 cubin for sm_90.
+    assert_eq!(names(image_order(&images, 90, 13)), ["cu13.fatbin", "cu12.sm_90"]);
+    // JetPack 6 Orin: driver 12, sm_87 -> never the CUDA 13 image.
+    assert_eq!(names(image_order(&images, 87, 12)), ["cu12.sm_87"]);
+    // Thor on JetPack 7: driver 13, sm_110 -> only the fatbin holds sm_110.
+    assert_eq!(names(image_order(&images, 110, 13)), ["cu13.fatbin"]);
+    // A CUDA 11 driver: nothing loads (the error then lists each image as skipped).
+    assert!(image_order(&images, 87, 11).is_empty());
+}
+
+#[test]
+fn loader_searches_the_jetson_locations() {
+    let c = loader::candidates();
+    let s: Vec<String> = c.iter().map(|p| p.display().to_string()).collect();
+    for want in [
+        "libcuda.so.1",
+        "/usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1",
+        "/usr/local/cuda/targets/aarch64-linux/lib/libcuda.so.1",
+        "/opt/nvidia/l4t-gpu-libs/openrm/libcuda.so.1",
+    ] {
+        assert!(s.iter().any(|p| p == want), "{want} not among {s:?}");
+    }
+}
+
+#[test]
+fn no_driver_is_a_typed_error_listing_every_path() {
+    match loader::driver() {
+        Ok(d) => eprintln!("driver present ({}), CUDA {}.{}: nothing to check here", d.path.display(), d.major(), d.minor()),
+        Err(CudaError::LibraryNotFound { tried }) => {
+            assert_eq!(tried.len(), loader::candidates().len());
+            let msg = CudaError::LibraryNotFound { tried }.to_string();
+            assert!(msg.contains("/opt/nvidia/l4t-gpu-libs/openrm/libcuda.so.1"), "{msg}");
+            eprintln!("no CUDA here, as expected on CI:\n{msg}");
+        }
+        Err(e) => eprintln!("driver found but unusable: {e}"),
+    }
+}
