@@ -487,3 +487,47 @@ fn writer_caps_section_count() {
     assert_eq!(b.section("s4095").unwrap().index, 4095);
     b.verify_all().unwrap();
 }
+
+/// The hexdump in FORMAT.md section 11 is exactly what the writer produces
+/// for that input, and decodes as the text there says.
+#[test]
+fn format_md_example_matches_writer() {
+    let doc = include_str!("../FORMAT.md");
+    let example = doc.split("## 11. Example").nth(1).unwrap();
+    let mut expected = Vec::new();
+    for line in example.lines().filter(|l| l.get(8..9) == Some(":")) {
+        let hex_part = line[10..].split("  ").next().unwrap();
+        let hex: String = hex_part.chars().filter(|c| !c.is_whitespace()).collect();
+        for i in (0..hex.len()).step_by(2) {
+            expected.push(u8::from_str_radix(&hex[i..i + 2], 16).unwrap());
+        }
+    }
+    assert_eq!(expected.len(), 273);
+
+    let mut w = BundleWriter::new(IdentityDesc {
+        name: "seed".into(),
+        family: "detect".into(),
+        model_version: "1".into(),
+        tool_version: "gen_corpus".into(),
+        created_unix_s: 1,
+    });
+    w.add_target(TargetDesc {
+        name: "orin".into(),
+        arch: CpuArch::Aarch64,
+        sm: Some((8, 7)),
+        engine: EngineKind::TensorRt,
+        tensorrt_version: 100300,
+        hardware_compat: 0,
+        flags: TARGET_FLAG_LEAN,
+    })
+    .unwrap();
+    assert_eq!(w.to_bytes().unwrap(), expected);
+
+    let b = Bundle::from_vec(expected, Verify::Eager).unwrap();
+    let h = header(b.as_bytes());
+    assert_eq!(h.header_crc32.get(), 0x3e2d7bd9);
+    assert_eq!(h.manifest_crc32.get(), 0x7dc2b4b4);
+    assert_eq!(h.file_crc32.get(), 0x7dc2b4b4);
+    assert_eq!(crc32fast::hash(b"123456789"), 0xCBF43926);
+    b.verify_all().unwrap();
+}

@@ -1,0 +1,189 @@
+//! The `tether` command line as scripts use it: the documented forms, the JSON
+//! outputs, and the exit codes (0 ok, 1 error, 2 usage, 3 corrupt bundle).
+//!
+//! Uses the real models from `tests/fetch-assets`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+fn tether(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("spawn tether")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn asset(name: &str) -> String {
+    let dir = std::env::var_os("TETHER_ASSETS")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".assets"), PathBuf::from);
+    let p = dir.join(name);
+    assert!(p.is_file(), "missing test asset {}: run `tests/fetch-assets` first", p.display());
+    p.to_string_lossy().into_owned()
+}
+
+fn scratch() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("tether-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        d
+    })
+}
+
+/// The nudenet 320n model built at 320x320, once per test process.
+fn nudenet_bundle() -> String {
+    static B: OnceLock<String> = OnceLock::new();
+    B.get_or_init(|| {
+        let out = scratch().join("nudenet.bundle");
+        let o = tether(&[
+            "build", "--family", "detect", "--onnx", &asset("320n.onnx"), "-o",
+            out.to_str().unwrap(), "--input-size", "320",
+        ]);
+        assert!(o.status.success(), "build failed: {}", stderr(&o));
+        assert!(stdout(&o).contains("18 classes, input 320x320"), "{}", stdout(&o));
+        out.to_string_lossy().into_owned()
+    })
+    .clone()
+}
+
+fn json(o: &Output) -> Value {
+    assert!(o.status.success(), "exit {:?}: {}", o.status.code(), stderr(o));
+    serde_json::from_slice(&o.stdout).expect("JSON on stdout")
+}
+
+#[test]
+fn inspect_json_describes_the_manifest() {
+    let b = nudenet_bundle();
+    let v = json(&tether(&["inspect", &b, "--json"]));
+    assert_eq!(v["identity"]["family"], "detect");
+    assert_eq!(v["identity"]["name"], "320n");
+    assert_eq!(v["format_version"], "1.0");
+    assert_eq!(v["identity"]["content_digest_sha256"].as_str().unwrap().len(), 64);
+    let sections = v["sections"].as_array().unwrap();
+    let names: Vec<&str> = sections.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["detect/model.onnx", "detect/labels", "detect/config"]);
+    for s in sections {
+        assert_eq!(s["offset"].as_u64().unwrap() % 4096, 0, "section {} not page-aligned", s["name"]);
+    }
+    // The ONNX input is declared [batch, 3, h, w] with dynamic dims marked -1.
+    let t = &sections[0]["tensors"][0];
+    assert_eq!(t["name"], "images");
+    assert_eq!(t["dtype"], "f32");
+    assert_eq!(t["dims"], serde_json::json!([-1, 3, -1, -1]));
+    assert_eq!(v["targets"][0]["engine"], "TractCpu");
+
+    let text = tether(&["inspect", &b]);
+    assert!(text.status.success());
+    assert!(stdout(&text).contains("family     detect"), "{}", stdout(&text));
+}
+
+#[test]
+fn run_json_and_annotation() {
+    let b = nudenet_bundle();
+    let png = scratch().join("astronaut.annotated.png");
+    let v = json(&tether(&[
+        "run", &b, &asset("astronaut.png"), "--json", "--annotate", png.to_str().unwrap(),
+    ]));
+    let r = &v["results"][0];
+    assert_eq!(r["image_size"], serde_json::json!([512, 512]));
+    let dets = r["detections"].as_array().unwrap();
+    assert!(!dets.is_empty());
+    assert_eq!(dets[0]["class_name"], "FACE_FEMALE");
+    let img = image::open(&png).expect("annotated PNG");
+    assert_eq!((img.width(), img.height()), (512, 512));
+
+    // Several inputs: one JSON document, annotations into a directory.
+    let dir = scratch().join("annotated");
+    let v = json(&tether(&[
+        "run", &b, &asset("astronaut.png"), &asset("page.png"), "--json", "--annotate",
+        dir.to_str().unwrap(),
+    ]));
+    assert_eq!(v["results"].as_array().unwrap().len(), 2);
+    assert!(dir.join("astronaut.annotated.png").is_file());
+    assert!(dir.join("page.annotated.png").is_file());
+}
+
+#[test]
+fn verify_passes_then_catches_a_flipped_byte_and_truncation() {
+    let b = nudenet_bundle();
+    let o = tether(&["verify", &b]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("ok: "));
+
+    let mut bytes = std::fs::read(&b).unwrap();
+    let v = json(&tether(&["inspect", &b, "--json"]));
+    let onnx = &v["sections"][0];
+    let at = onnx["offset"].as_u64().unwrap() + onnx["length"].as_u64().unwrap() / 2;
+    bytes[at as usize] ^= 0x40;
+    let bad = scratch().join("flipped.bundle");
+    std::fs::write(&bad, &bytes).unwrap();
+    let o = tether(&["verify", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let msg = stderr(&o);
+    assert!(msg.contains("detect/model.onnx") && msg.contains("CRC"), "{msg}");
+
+    let cut = scratch().join("truncated.bundle");
+    std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
+    let o = tether(&["verify", cut.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    // Running a truncated bundle is an ordinary error with a hint, never a panic.
+    let o = tether(&["run", cut.to_str().unwrap(), &asset("astronaut.png")]);
+    assert_eq!(o.status.code(), Some(1));
+    let msg = stderr(&o);
+    assert!(msg.starts_with("error: ") && msg.contains("\nhint: "), "{msg}");
+    assert!(!msg.contains("panicked"), "{msg}");
+}
+
+#[test]
+fn bad_inputs_are_one_line_errors() {
+    let b = nudenet_bundle();
+    // Missing bundle: exit 1 (not a verdict on content), names the path.
+    let o = tether(&["verify", "/nonexistent/x.bundle"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/nonexistent/x.bundle"), "{}", stderr(&o));
+    // Not an image.
+    let o = tether(&["run", &b, &b]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("hint: inputs must be readable PNG or JPEG"), "{}", stderr(&o));
+    // A fixed-size model asked for another size: names both values.
+    let out = scratch().join("never.bundle");
+    let o = tether(&[
+        "build", "--family", "detect", "--onnx", &asset("yolov8n-doclaynet.onnx"), "-o",
+        out.to_str().unwrap(), "--input-size", "640",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("640x640, but the model's input is fixed at 1024x1024"), "{}", stderr(&o));
+    assert!(!out.exists(), "no bundle may be written on failure");
+    // Not an ONNX file.
+    let o = tether(&["build", "--family", "detect", "--onnx", &asset("page.png"), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("ONNX"), "{}", stderr(&o));
+    // Usage errors are exit 2 (clap).
+    assert_eq!(tether(&["run"]).status.code(), Some(2));
+    assert_eq!(tether(&["build", "--family", "segment"]).status.code(), Some(2));
+}
+
+#[test]
+fn bench_reports_percentiles() {
+    let b = nudenet_bundle();
+    let v = json(&tether(&["bench", &b, &asset("astronaut.png"), "--runs", "3", "--warmup", "1", "--json"]));
+    assert_eq!(v["runs"], 3);
+    let stages = v["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 4);
+    for s in stages {
+        let (p50, p99) = (s["p50_ms"].as_f64().unwrap(), s["p99_ms"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p99 >= p50, "{s}");
+    }
+}
