@@ -57,7 +57,8 @@ header_version() {
 
 find_crate() {
   local ver="$1"
-  find "$cargo_home/registry/cache" -maxdepth 2 -name "trtx-sys-$ver.crate" 2>/dev/null | head -n 1
+  [[ -d "$cargo_home/registry/cache" ]] || return 0
+  find "$cargo_home/registry/cache" -maxdepth 2 -name "trtx-sys-$ver.crate" 2>/dev/null | head -n 1 || true
 }
 
 fetch_crate() {

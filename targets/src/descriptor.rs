@@ -240,7 +240,7 @@ pub static JETSON_AGX_ORIN: TargetDescriptor = TargetDescriptor {
         "JetPack 6 puts the L4T user-space driver (libcuda.so.1) in /usr/lib/aarch64-linux-gnu/nvidia (TARGET_USERSPACE_LIB_DIR_PATH in /etc/nv_tegra_release); JetPack 5 used .../tegra.",
         "JetPack 7.2 (L4T 39.2) brings Orin onto the Ubuntu 24.04 / CUDA 13 stack but keeps the nvgpu driver; CUDA libraries then follow the SBSA layout (targets/sbsa-linux).",
         "JetPack's CUDA may lack runtime PTX compilation: kernels must carry SASS for sm_87.",
-        "DLA: TensorRT 10.7 was the last 10.x with DLA on JetPack 6; TensorRT 11.4.1 supports DLA on AGX Orin with JetPack 7.2.2 or later.",
+        "DLA: usable through JetPack 6's TensorRT 10.3; TensorRT 10.7 was the last 10.x release with DLA (so not JetPack 7.2's 10.16); TensorRT 11.4.1 supports DLA on AGX Orin with JetPack 7.2.2 or later.",
         "Shared DRAM: deserializing an engine and the CPU pipeline draw from the same memory as the GPU.",
     ],
     sources: &[
@@ -438,6 +438,42 @@ pub static LIBCUDA_SEARCH_DIRS: &[&str] = &[
     "/usr/lib",
 ];
 
+/// The union, in descriptor order and without duplicates, of one directory
+/// list over every descriptor of architecture `arch` (all descriptors for
+/// [`CpuArch::Any`]). Allocation-free.
+fn dirs_for(
+    arch: CpuArch,
+    list: fn(&'static TargetDescriptor) -> &'static [&'static str],
+) -> impl Iterator<Item = &'static str> {
+    let all = move || {
+        TARGETS
+            .iter()
+            .copied()
+            .filter(move |t| arch == CpuArch::Any || t.arch == arch)
+            .flat_map(move |t| list(t).iter().copied())
+    };
+    all()
+        .enumerate()
+        .filter(move |&(i, d)| !all().take(i).any(|e| e == d))
+        .map(|(_, d)| d)
+}
+
+/// Directories to search for TensorRT (`libnvinfer.so.<major>`,
+/// `libnvinfer_lean.so.<major>`) on a host of architecture `arch`: every
+/// descriptor's [`TargetDescriptor::tensorrt_lib_dirs`], deduplicated, most
+/// specific first. Data for `tether_runtime::tensorrt`; search the matched
+/// descriptor's list first when the device is known
+/// ([`ProbeReport::tensorrt_search_dirs`](crate::ProbeReport::tensorrt_search_dirs)).
+pub fn tensorrt_lib_dirs(arch: CpuArch) -> impl Iterator<Item = &'static str> {
+    dirs_for(arch, |t| t.tensorrt_lib_dirs)
+}
+
+/// Directories holding the CUDA toolkit libraries (`libnvrtc`, `libcudart`,
+/// `libcublas`) on a host of architecture `arch`, deduplicated.
+pub fn cuda_lib_dirs(arch: CpuArch) -> impl Iterator<Item = &'static str> {
+    dirs_for(arch, |t| t.cuda_lib_dirs)
+}
+
 /// The descriptor with this [`TargetDescriptor::id`].
 pub fn by_id(id: &str) -> Option<&'static TargetDescriptor> {
     TARGETS.iter().copied().find(|t| t.id == id)
@@ -502,6 +538,24 @@ mod tests {
             }
         }
         assert!(by_id("nope").is_none());
+    }
+
+    #[test]
+    fn dir_unions() {
+        let a: Vec<_> = tensorrt_lib_dirs(CpuArch::Aarch64).collect();
+        assert_eq!(a, ["/usr/lib/aarch64-linux-gnu"]);
+        let x: Vec<_> = tensorrt_lib_dirs(CpuArch::X86_64).collect();
+        assert_eq!(x[0], "/usr/lib/x86_64-linux-gnu");
+        let c: Vec<_> = cuda_lib_dirs(CpuArch::Aarch64).collect();
+        assert_eq!(
+            c,
+            [
+                "/usr/local/cuda/targets/aarch64-linux/lib",
+                "/usr/local/cuda/targets/sbsa-linux/lib",
+                "/usr/local/cuda/lib64"
+            ]
+        );
+        assert!(cuda_lib_dirs(CpuArch::Any).count() >= 4);
     }
 
     #[test]

@@ -11,13 +11,12 @@
 use core::fmt;
 
 use crate::sources::{self, Source};
-use crate::version::{CudaVersion, TrtVersion};
+use crate::version::{CudaVersion, TrtVersion, serialize_as_display};
 
 /// A Jetson Linux (L4T) version `R<major>.<minor>.<patch>`, as
 /// `/etc/nv_tegra_release` states it: `# R36 (release), REVISION: 4.3` is
-/// 36.4.3.
+/// 36.4.3. Serializes (feature `serde`) as the string `"R36.4.3"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct L4tVersion {
     /// Release (`R36`).
     pub major: u16,
@@ -37,6 +36,8 @@ impl L4tVersion {
         }
     }
 }
+
+serialize_as_display!(L4tVersion);
 
 impl fmt::Display for L4tVersion {
     /// `R36.4.3`.

@@ -8,7 +8,7 @@
 //!   with their CUDA and TensorRT, and the directories their CUDA and
 //!   TensorRT libraries live in. `&'static` tables, no allocation.
 //! * [`jetpack`]: the Jetson Linux (L4T) to JetPack table.
-//! * [`probe`]: run-time detection with no NVIDIA tool and no SDK: the CUDA
+//! * [`probe`](mod@probe): run-time detection with no NVIDIA tool and no SDK: the CUDA
 //!   driver by `dlopen` (every path tried is reported), GPUs, L4T/JetPack,
 //!   board model, nvpmodel power mode, CPU and OS. Works, and explains
 //!   itself, on machines with none of these.
@@ -30,7 +30,8 @@ pub mod sources;
 mod version;
 
 pub use descriptor::{
-    MemoryModel, Platform, SoftwareRelease, TARGETS, TargetDescriptor, TrtSpec, by_id, identify,
+    MemoryModel, Platform, SoftwareRelease, TARGETS, TargetDescriptor, TrtSpec, by_id,
+    cuda_lib_dirs, identify, tensorrt_lib_dirs,
 };
 pub use jetpack::{JetPackMatch, JetPackRelease, L4tVersion, jetpack_for};
 pub use probe::{ProbeOptions, ProbeReport, Root, probe, probe_with};

@@ -14,8 +14,9 @@ use core::fmt;
 /// <https://developer.nvidia.com/cuda-gpus>.
 ///
 /// Ordering is numeric (`8.7 < 9.0 < 10.0 < 11.0 < 12.0`).
+///
+/// Serializes (feature `serde`) as the string `"8.7"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Sm {
     /// Major revision: the core architecture (8 = Ampere/Ada, 9 = Hopper,
     /// 10/11/12 = Blackwell variants).
@@ -62,8 +63,9 @@ impl fmt::Display for Sm {
 /// same number `getInferLibVersion()` returns and `createInferRuntime`
 /// passes (`NV_TENSORRT_VERSION` in `NvInferVersion.h`): 100300 is 10.3.0,
 /// 110400 is 11.4.0. The build number is not part of it.
+///
+/// Serializes (feature `serde`) as the string `"10.3.0"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct TrtVersion(pub u32);
 
 impl TrtVersion {
@@ -99,8 +101,9 @@ impl fmt::Display for TrtVersion {
 /// A CUDA driver API version as `cuDriverGetVersion` reports it:
 /// `MAJOR * 1000 + MINOR * 10` (12060 is CUDA 12.6, 13000 is 13.0;
 /// `CUDA_VERSION` in `cuda.h`).
+///
+/// Serializes (feature `serde`) as the string `"12.6"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CudaVersion(pub u32);
 
 impl CudaVersion {
@@ -178,6 +181,21 @@ impl fmt::Display for CpuArch {
         f.write_str(self.as_str())
     }
 }
+
+/// `Serialize` through `Display`, for the small version-like types.
+macro_rules! serialize_as_display {
+    ($($t:ty),*) => {$(
+        #[cfg(feature = "serde")]
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    )*};
+}
+pub(crate) use serialize_as_display;
+
+serialize_as_display!(Sm, TrtVersion, CudaVersion);
 
 #[cfg(test)]
 mod tests {

@@ -387,12 +387,14 @@ fn this_machine() {
 fn report_serializes_to_json() {
     let r = probe::probe_with(&fake_opts(&fixture("jetpack6-agx-orin")));
     let v = serde_json::to_value(&r).unwrap();
-    assert_eq!(v["l4t"]["release"]["version"]["major"], 36);
+    assert_eq!(v["l4t"]["release"]["version"], "R36.4.3");
+    assert_eq!(v["l4t"]["jetpack"]["Exact"]["tensorrt"], "10.3.0");
+    assert_eq!(v["l4t"]["jetpack"]["Exact"]["cuda"], "12.6");
     assert_eq!(v["l4t"]["jetpack"]["Exact"]["jetpack"], "6.2");
     assert_eq!(v["power_mode"]["name"], "MAXN");
     assert!(v["cuda"]["attempts"].as_array().unwrap().len() > 3);
     assert_eq!(v["host"]["arch"], "Aarch64");
-    let d = serde_json::to_value(&tether_targets::descriptor::JETSON_AGX_ORIN).unwrap();
+    let d = serde_json::to_value(tether_targets::descriptor::JETSON_AGX_ORIN).unwrap();
     assert_eq!(d["dla_cores"], 2);
     let refusal = select_engine(&[], &r.device_facts(None)).unwrap_err();
     let j = serde_json::to_value(refusal).unwrap();

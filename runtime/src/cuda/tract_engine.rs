@@ -42,6 +42,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 use tract_gpu::tensor::{DeviceTensor, LazyHostStorage};
 use tract_onnx::prelude::*;
+use tract_onnx::tract_core::internal::format_err;
 
 use crate::engine::{CaptureSafety, Engine, EngineKind, IoMode, Placement, RunError, StreamHandle, TensorSpec};
 use tether_bundle::DType;

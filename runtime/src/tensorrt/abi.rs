@@ -350,14 +350,34 @@ impl AbiTable {
         let c = &self.context;
         [
             named("VRuntime", "getPImpl", r.get_pimpl),
-            named("VRuntime", "deserializeCudaEngine", r.deserialize_cuda_engine),
+            named(
+                "VRuntime",
+                "deserializeCudaEngine",
+                r.deserialize_cuda_engine,
+            ),
             named("VRuntime", "setErrorRecorder", r.set_error_recorder),
-            named("VRuntime", "setEngineHostCodeAllowed", r.set_engine_host_code_allowed),
-            named("VRuntime", "getEngineHostCodeAllowed", r.get_engine_host_code_allowed),
+            named(
+                "VRuntime",
+                "setEngineHostCodeAllowed",
+                r.set_engine_host_code_allowed,
+            ),
+            named(
+                "VRuntime",
+                "getEngineHostCodeAllowed",
+                r.get_engine_host_code_allowed,
+            ),
             named("VCudaEngine", "getPImpl", e.get_pimpl),
-            named("VCudaEngine", "createExecutionContext", e.create_execution_context),
+            named(
+                "VCudaEngine",
+                "createExecutionContext",
+                e.create_execution_context,
+            ),
             named("VCudaEngine", "getName", e.get_name),
-            named("VCudaEngine", "getNbOptimizationProfiles", e.get_nb_optimization_profiles),
+            named(
+                "VCudaEngine",
+                "getNbOptimizationProfiles",
+                e.get_nb_optimization_profiles,
+            ),
             named("VCudaEngine", "getTensorShape", e.get_tensor_shape),
             named("VCudaEngine", "getTensorDataType", e.get_tensor_data_type),
             named("VCudaEngine", "getTensorLocation", e.get_tensor_location),
@@ -365,21 +385,45 @@ impl AbiTable {
             named("VCudaEngine", "getTensorIOMode", e.get_tensor_io_mode),
             named("VCudaEngine", "getNbIOTensors", e.get_nb_io_tensors),
             named("VCudaEngine", "getIOTensorName", e.get_io_tensor_name),
-            named("VCudaEngine", "getHardwareCompatibilityLevel", e.get_hardware_compatibility_level),
-            named("VCudaEngine", "getStreamableWeightsSize", e.get_streamable_weights_size),
-            named("VCudaEngine", "getDeviceMemorySizeV2", e.get_device_memory_size_v2),
+            named(
+                "VCudaEngine",
+                "getHardwareCompatibilityLevel",
+                e.get_hardware_compatibility_level,
+            ),
+            named(
+                "VCudaEngine",
+                "getStreamableWeightsSize",
+                e.get_streamable_weights_size,
+            ),
+            named(
+                "VCudaEngine",
+                "getDeviceMemorySizeV2",
+                e.get_device_memory_size_v2,
+            ),
             named("VExecutionContext", "getPImpl", c.get_pimpl),
-            named("VExecutionContext", "allInputDimensionsSpecified", c.all_input_dimensions_specified),
+            named(
+                "VExecutionContext",
+                "allInputDimensionsSpecified",
+                c.all_input_dimensions_specified,
+            ),
             named("VExecutionContext", "setInputShape", c.set_input_shape),
             named("VExecutionContext", "getTensorShape", c.get_tensor_shape),
-            named("VExecutionContext", "setTensorAddress", c.set_tensor_address),
+            named(
+                "VExecutionContext",
+                "setTensorAddress",
+                c.set_tensor_address,
+            ),
             named("VExecutionContext", "enqueueV3", c.enqueue_v3),
             named(
                 "VExecutionContext",
                 "updateDeviceMemorySizeForShapes",
                 c.update_device_memory_size_for_shapes,
             ),
-            named("VExecutionContext", "setDeviceMemoryV2", c.set_device_memory_v2),
+            named(
+                "VExecutionContext",
+                "setDeviceMemoryV2",
+                c.set_device_memory_v2,
+            ),
         ]
     }
 
@@ -478,9 +522,18 @@ pub static ENUM_VALUES: &[EnumValue] = &[
     ev("TensorIOMode.kOUTPUT", TensorIoMode::Output as i32),
     ev("TensorLocation.kDEVICE", TensorLocation::Device as i32),
     ev("TensorLocation.kHOST", TensorLocation::Host as i32),
-    ev("ExecutionContextAllocationStrategy.kUSER_MANAGED", ALLOCATION_USER_MANAGED),
-    ev("HardwareCompatibilityLevel.kNONE", HardwareCompatibility::None as i32),
-    ev("HardwareCompatibilityLevel.kAMPERE_PLUS", HardwareCompatibility::AmperePlus as i32),
+    ev(
+        "ExecutionContextAllocationStrategy.kUSER_MANAGED",
+        ALLOCATION_USER_MANAGED,
+    ),
+    ev(
+        "HardwareCompatibilityLevel.kNONE",
+        HardwareCompatibility::None as i32,
+    ),
+    ev(
+        "HardwareCompatibilityLevel.kAMPERE_PLUS",
+        HardwareCompatibility::AmperePlus as i32,
+    ),
     ev_since(
         "HardwareCompatibilityLevel.kSAME_COMPUTE_CAPABILITY",
         HardwareCompatibility::SameComputeCapability as i32,

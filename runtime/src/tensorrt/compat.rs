@@ -58,9 +58,14 @@ use super::abi::HardwareCompatibility;
 /// (`BuilderFlag::kVERSION_COMPATIBLE`). Same value as the bundle's
 /// `TARGET_FLAG_VERSION_COMPATIBLE`.
 pub const TARGET_FLAG_VERSION_COMPATIBLE: u32 = 1;
-/// Target-record flag: the plan was built with `--excludeLeanRuntime`
-/// (`BuilderFlag::kEXCLUDE_LEAN_RUNTIME`): it needs a lean runtime of its own
-/// version at run time. Same value as the bundle's `TARGET_FLAG_LEAN`.
+/// Target-record flag: the plan is meant for the lean runtime. tether's
+/// plan builder sets it for plans built with `--excludeLeanRuntime`
+/// (`BuilderFlag::kEXCLUDE_LEAN_RUNTIME`): such a plan carries no lean
+/// runtime, so the gate requires the loaded library to be of the plan's own
+/// version. Same value as the bundle's `TARGET_FLAG_LEAN` ("the plan needs
+/// only the lean TensorRT runtime"); it requires
+/// [`TARGET_FLAG_VERSION_COMPATIBLE`], since the lean runtime deserializes
+/// version-compatible plans only.
 pub const TARGET_FLAG_LEAN: u32 = 2;
 
 /// A TensorRT version, `MAJOR.MINOR.PATCH`.
@@ -148,6 +153,24 @@ impl PlanTarget {
         self.flags & TARGET_FLAG_LEAN != 0
     }
 }
+
+impl From<&tether_bundle::Target<'_>> for PlanTarget {
+    /// The TensorRT fields of a bundle's target record (meaningful when its
+    /// `engine` is `EngineKind::TensorRt`).
+    fn from(t: &tether_bundle::Target<'_>) -> Self {
+        Self {
+            tensorrt_version: t.tensorrt_version,
+            sm: t.sm,
+            hardware_compat: t.hardware_compat,
+            flags: t.flags,
+        }
+    }
+}
+
+// The flag encodings are the bundle format's.
+const _: () =
+    assert!(TARGET_FLAG_VERSION_COMPATIBLE == tether_bundle::TARGET_FLAG_VERSION_COMPATIBLE);
+const _: () = assert!(TARGET_FLAG_LEAN == tether_bundle::TARGET_FLAG_LEAN);
 
 /// Which TensorRT runtime library was loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -282,7 +305,9 @@ pub enum CompatError {
         level: HardwareCompatibility,
     },
     /// An Ampere+ plan on a pre-Ampere device.
-    #[error("plan is hardware-compatible with Ampere and later GPUs (sm_80+), but the device is {device}")]
+    #[error(
+        "plan is hardware-compatible with Ampere and later GPUs (sm_80+), but the device is {device}"
+    )]
     DeviceBelowAmpere {
         /// The device's SM.
         device: Sm,
@@ -463,7 +488,11 @@ impl PlanHeader {
             return None;
         }
         Some(Self {
-            version: TrtVersion::new(u32::from(head[24]), u32::from(head[25]), u32::from(head[26])),
+            version: TrtVersion::new(
+                u32::from(head[24]),
+                u32::from(head[25]),
+                u32::from(head[26]),
+            ),
             build: head[27],
         })
     }
@@ -517,7 +546,13 @@ mod tests {
     }
 
     /// (name, plan record, loaded library, device SM, expected outcome)
-    type Case = (&'static str, PlanTarget, LoadedLibrary, (u8, u8), &'static str);
+    type Case = (
+        &'static str,
+        PlanTarget,
+        LoadedLibrary,
+        (u8, u8),
+        &'static str,
+    );
 
     #[test]
     fn gate_table() {
@@ -569,16 +604,14 @@ mod tests {
 
     #[test]
     fn verdict_reports_host_code_and_direction() {
-        let v = check_plan_compatibility(
-            &plan(110000, Some((9, 0)), 0, V),
-            &full(11, 4, 0),
-            (9, 0),
-        )
-        .unwrap();
+        let v =
+            check_plan_compatibility(&plan(110000, Some((9, 0)), 0, V), &full(11, 4, 0), (9, 0))
+                .unwrap();
         assert!(v.host_code_required);
         assert!(v.runs_forward);
-        let v = check_plan_compatibility(&plan(110400, Some((9, 0)), 0, 0), &full(11, 4, 0), (9, 0))
-            .unwrap();
+        let v =
+            check_plan_compatibility(&plan(110400, Some((9, 0)), 0, 0), &full(11, 4, 0), (9, 0))
+                .unwrap();
         assert!(!v.host_code_required);
         assert!(!v.runs_forward);
         let v = check_plan_compatibility(
@@ -592,17 +625,20 @@ mod tests {
 
     #[test]
     fn messages_name_both_sides() {
-        let e = check_plan_compatibility(&plan(100300, Some((8, 7)), 0, 0), &full(10, 10, 0), (8, 7))
-            .unwrap_err()
-            .to_string();
+        let e =
+            check_plan_compatibility(&plan(100300, Some((8, 7)), 0, 0), &full(10, 10, 0), (8, 7))
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("10.3.0") && e.contains("10.10.0"), "{e}");
-        let e = check_plan_compatibility(&plan(110400, Some((8, 0)), 0, 0), &full(11, 4, 0), (9, 0))
-            .unwrap_err()
-            .to_string();
+        let e =
+            check_plan_compatibility(&plan(110400, Some((8, 0)), 0, 0), &full(11, 4, 0), (9, 0))
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("sm_80") && e.contains("sm_90"), "{e}");
-        let e = check_plan_compatibility(&plan(110400, Some((9, 0)), 0, 0), &lean(11, 4, 0), (9, 0))
-            .unwrap_err()
-            .to_string();
+        let e =
+            check_plan_compatibility(&plan(110400, Some((9, 0)), 0, 0), &lean(11, 4, 0), (9, 0))
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("11.4.0") && e.contains("lean"), "{e}");
     }
 

@@ -59,7 +59,7 @@ pub fn logger_message_counts() -> [u64; 5] {
 
 static COUNTS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 
-const TEXT_CAP: usize = 256;
+const TEXT_CAP: usize = 1024;
 const RING_LEN: usize = 16;
 
 #[derive(Clone, Copy)]
@@ -82,7 +82,7 @@ struct Ring {
     lines: [Line; RING_LEN],
 }
 
-/// Recent warning-or-worse logger messages (the latest 16, each cut at 255 bytes).
+/// Recent warning-or-worse logger messages (the latest 16, each cut at 1023 bytes).
 static RING: Mutex<Ring> = Mutex::new(Ring {
     next_seq: 1,
     lines: [EMPTY_LINE; RING_LEN],
@@ -150,7 +150,11 @@ pub(super) fn errors_since(mark: LogMark) -> Vec<String> {
 /// Capacity of one error recorder (errors beyond it set the overflow flag
 /// and are only logged).
 pub const RECORDER_CAPACITY: usize = 16;
-const DESC_CAP: usize = super::abi::ERROR_DESC_MAX_LEN + 1;
+/// Bytes kept per description (with the NUL). TensorRT documents
+/// `kMAX_DESC_LENGTH` = 127, but TensorRT 11.4 was seen passing longer
+/// descriptions (its "magicTag" serialization message is about 380 bytes),
+/// so up to 1023 bytes are kept.
+const DESC_CAP: usize = 1024;
 
 /// One error TensorRT reported to an error recorder.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -243,7 +243,11 @@ impl Runtime {
     /// [`TrtError::Deserialize`] with TensorRT's own messages (a corrupt,
     /// foreign-version or foreign-GPU plan), [`TrtError::AbiMismatch`],
     /// [`TrtError::UnknownValue`] for an I/O tensor property tether does not know.
-    pub fn deserialize_unchecked(&self, plan: &[u8], allow_host_code: bool) -> Result<Engine, TrtError> {
+    pub fn deserialize_unchecked(
+        &self,
+        plan: &[u8],
+        allow_host_code: bool,
+    ) -> Result<Engine, TrtError> {
         let inner = &self.inner;
         let version = inner.lib.version();
         let _guard = inner.lock();
@@ -348,7 +352,8 @@ impl EngineInner {
                 v => return Err(unknown("I/O mode", i64::from(v))),
             };
             let dt = handle.tensor_data_type(&cname);
-            let data_type = DataType::from_raw(dt).ok_or_else(|| unknown("data type", i64::from(dt)))?;
+            let data_type =
+                DataType::from_raw(dt).ok_or_else(|| unknown("data type", i64::from(dt)))?;
             let location = match handle.tensor_location(&cname) {
                 0 => TensorLocation::Device,
                 1 => TensorLocation::Host,
@@ -364,11 +369,13 @@ impl EngineInner {
             });
         }
         let hw = handle.hardware_compatibility_level();
-        let hardware_compatibility = HardwareCompatibility::from_raw(i64::from(hw))
-            .ok_or_else(|| TrtError::UnknownValue {
-                what: "hardware compatibility level",
-                name: name.clone(),
-                value: i64::from(hw),
+        let hardware_compatibility =
+            HardwareCompatibility::from_raw(i64::from(hw)).ok_or_else(|| {
+                TrtError::UnknownValue {
+                    what: "hardware compatibility level",
+                    name: name.clone(),
+                    value: i64::from(hw),
+                }
             })?;
         Ok(Self {
             device_memory_size: handle.device_memory_size_v2().max(0) as u64,
@@ -458,7 +465,10 @@ impl Engine {
     /// [`TrtError::NotAnInput`], [`TrtError::TooManyDimensions`],
     /// [`TrtError::InputShape`] (with TensorRT's message, e.g. a shape outside
     /// the profile), [`TrtError::ShapesIncomplete`], [`TrtError::AbiMismatch`].
-    pub fn create_execution_context(&self, input_shapes: &[(&str, &[i64])]) -> Result<UnboundContext, TrtError> {
+    pub fn create_execution_context(
+        &self,
+        input_shapes: &[(&str, &[i64])],
+    ) -> Result<UnboundContext, TrtError> {
         let inner = &self.inner;
         let rt = &inner.runtime;
         let version = rt.lib.version();
@@ -604,7 +614,10 @@ impl CaptureBlockers {
     /// The blockers present.
     pub fn iter(&self) -> impl Iterator<Item = CaptureBlocker> + use<> {
         [
-            (self.data_dependent_output_shape, CaptureBlocker::DataDependentOutputShape),
+            (
+                self.data_dependent_output_shape,
+                CaptureBlocker::DataDependentOutputShape,
+            ),
             (self.weight_streaming, CaptureBlocker::WeightStreaming),
             (self.host_io_tensor, CaptureBlocker::HostIoTensor),
         ]

@@ -101,9 +101,14 @@ impl Library {
         };
         // SAFETY: as above.
         let build = version_fn(b"getInferLibBuildVersion\0").map_or(0, |f| unsafe { f() });
-        let version = TrtVersion::new(major.max(0) as u32, minor.max(0) as u32, patch.max(0) as u32);
-        let abi = abi::table_for_major(version.major)
-            .ok_or_else(|| format!("TensorRT {version}: tether has interface tables for 10.x and 11.x only"))?;
+        let version = TrtVersion::new(
+            major.max(0) as u32,
+            minor.max(0) as u32,
+            patch.max(0) as u32,
+        );
+        let abi = abi::table_for_major(version.major).ok_or_else(|| {
+            format!("TensorRT {version}: tether has interface tables for 10.x and 11.x only")
+        })?;
         if version.minor < abi.min_minor {
             return Err(format!(
                 "TensorRT {version}: tether needs {}.{} or later (getDeviceMemorySizeV2 / setDeviceMemoryV2)",
@@ -113,12 +118,14 @@ impl Library {
         // SAFETY: `createInferRuntime_INTERNAL` is declared
         // `extern "C" void* createInferRuntime_INTERNAL(void* logger, int32_t version) noexcept`
         // in NvInferRuntime.h of every 10.x/11.x release.
-        let create_runtime = unsafe { lib.get::<CreateRuntimeFn>(b"createInferRuntime_INTERNAL\0") }
-            .map(|s| *s)
-            .map_err(|e| format!("TensorRT {version}: {e}"))?;
+        let create_runtime =
+            unsafe { lib.get::<CreateRuntimeFn>(b"createInferRuntime_INTERNAL\0") }
+                .map(|s| *s)
+                .map_err(|e| format!("TensorRT {version}: {e}"))?;
         // The standard runtime exports the builder; the lean runtime does not.
         // SAFETY: only the symbol's presence is checked; it is never called.
-        let has_builder = unsafe { lib.get::<*const c_void>(b"createInferBuilder_INTERNAL\0") }.is_ok();
+        let has_builder =
+            unsafe { lib.get::<*const c_void>(b"createInferBuilder_INTERNAL\0") }.is_ok();
         let flavor = if has_builder {
             LibraryFlavor::Full
         } else {
@@ -147,10 +154,7 @@ impl Library {
         // version argument is the library's own, so its header check passes.
         let public = unsafe { (self.create_runtime)(logger, self.version.encoded() as i32) };
         let obj = Object::adopt(public, self.abi.runtime.get_pimpl)?;
-        Ok(RuntimeHandle {
-            obj,
-            abi: self.abi,
-        })
+        Ok(RuntimeHandle { obj, abi: self.abi })
     }
 }
 
@@ -185,7 +189,12 @@ impl Object {
         // SAFETY: `public` is a TensorRT public object (non-null, above the
         // first page): two words, the second (`PUBLIC_IMPL_OFFSET`, proved by
         // trt_abi.rs) is `mImpl`.
-        let imp = unsafe { *(public.cast::<u8>().add(PUBLIC_IMPL_OFFSET).cast::<*mut c_void>()) };
+        let imp = unsafe {
+            *(public
+                .cast::<u8>()
+                .add(PUBLIC_IMPL_OFFSET)
+                .cast::<*mut c_void>())
+        };
         let Some(imp_nn) = NonNull::new(imp) else {
             destroy_public(public_nn);
             return Err(CreateFailure::PImplMismatch {
@@ -310,7 +319,11 @@ impl RuntimeHandle {
     pub(super) fn set_engine_host_code_allowed(&self, allowed: bool) {
         // SAFETY: live runtime; slot proved; `void(bool)`.
         unsafe {
-            call1::<bool, ()>(self.obj.imp, self.abi.runtime.set_engine_host_code_allowed, allowed)
+            call1::<bool, ()>(
+                self.obj.imp,
+                self.abi.runtime.set_engine_host_code_allowed,
+                allowed,
+            )
         }
     }
 
@@ -338,10 +351,7 @@ impl RuntimeHandle {
             return Err(CreateFailure::NotAnObject(0));
         }
         let obj = Object::adopt(public, self.abi.engine.get_pimpl)?;
-        Ok(EngineHandle {
-            obj,
-            abi: self.abi,
-        })
+        Ok(EngineHandle { obj, abi: self.abi })
     }
 }
 
@@ -444,7 +454,9 @@ impl EngineHandle {
     }
 
     /// `createExecutionContext(kUSER_MANAGED)`, then the self-check.
-    pub(super) fn create_execution_context_user_managed(&self) -> Result<ContextHandle, CreateFailure> {
+    pub(super) fn create_execution_context_user_managed(
+        &self,
+    ) -> Result<ContextHandle, CreateFailure> {
         // SAFETY: live engine; slot proved;
         // `IExecutionContext*(ExecutionContextAllocationStrategy)`.
         let public: *mut c_void = unsafe {
@@ -458,10 +470,7 @@ impl EngineHandle {
             return Err(CreateFailure::NotAnObject(0));
         }
         let obj = Object::adopt(public, self.abi.context.get_pimpl)?;
-        Ok(ContextHandle {
-            obj,
-            abi: self.abi,
-        })
+        Ok(ContextHandle { obj, abi: self.abi })
     }
 }
 
@@ -639,7 +648,11 @@ static LOGGER_11: StaticObject = StaticObject {
 };
 
 fn logger_object(abi: &AbiTable) -> *mut c_void {
-    let obj: &'static StaticObject = if abi.major == 10 { &LOGGER_10 } else { &LOGGER_11 };
+    let obj: &'static StaticObject = if abi.major == 10 {
+        &LOGGER_10
+    } else {
+        &LOGGER_11
+    };
     obj as *const StaticObject as *mut c_void
 }
 
@@ -849,9 +862,15 @@ mod tests {
                     std::mem::transmute(*vt.add(l.get_interface_info));
                 assert!(!report(this, 3, c"bad argument".as_ptr()));
                 assert_eq!(count(this), 1);
-                assert_eq!(CStr::from_ptr(desc(this, 0)).to_str().unwrap(), "bad argument");
+                assert_eq!(
+                    CStr::from_ptr(desc(this, 0)).to_str().unwrap(),
+                    "bad argument"
+                );
                 assert_eq!(inc(this), 1);
-                assert_eq!(CStr::from_ptr(info(this).kind).to_str().unwrap(), "IErrorRecorder");
+                assert_eq!(
+                    CStr::from_ptr(info(this).kind).to_str().unwrap(),
+                    "IErrorRecorder"
+                );
             }
             assert_eq!(rec.errors()[0].code, 3);
             assert_eq!(rec.ref_count(), 1);

@@ -132,9 +132,12 @@ mod tests {
 
     #[test]
     fn env_folder_expands_to_sonames() {
-        let c = candidate_paths(None, Some("/opt/trt".into()), LibraryPreference::LeanOnly, |p| {
-            p == Path::new("/opt/trt")
-        });
+        let c = candidate_paths(
+            None,
+            Some("/opt/trt".into()),
+            LibraryPreference::LeanOnly,
+            |p| p == Path::new("/opt/trt"),
+        );
         assert_eq!(
             c,
             vec![
@@ -146,10 +149,16 @@ mod tests {
 
     #[test]
     fn default_search_covers_loader_and_standard_dirs() {
-        let c = candidate_paths(None, Some("".into()), LibraryPreference::default(), |_| true);
+        let c = candidate_paths(None, Some("".into()), LibraryPreference::default(), |_| {
+            true
+        });
         assert_eq!(c[0], PathBuf::from("libnvinfer.so.11"));
-        assert!(c.contains(&PathBuf::from("/usr/lib/aarch64-linux-gnu/libnvinfer.so.10")));
-        assert!(c.contains(&PathBuf::from("/usr/lib/x86_64-linux-gnu/libnvinfer_lean.so.11")));
+        assert!(c.contains(&PathBuf::from(
+            "/usr/lib/aarch64-linux-gnu/libnvinfer.so.10"
+        )));
+        assert!(c.contains(&PathBuf::from(
+            "/usr/lib/x86_64-linux-gnu/libnvinfer_lean.so.11"
+        )));
         assert_eq!(c.len(), 4 * (1 + STANDARD_DIRS.len()));
     }
 }

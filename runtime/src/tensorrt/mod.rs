@@ -79,6 +79,8 @@ pub use engine::{
     CaptureBlocker, CaptureBlockers, DeserializeOptions, DeviceMemory, Engine, ExecutionContext,
     IoTensor, Runtime, TensorBinding, TensorRt, UnboundContext,
 };
-pub use error::{CaptureError, EnqueueError, LoadError, TriedPath, TriedPaths, TrtError, TrtMessages};
+pub use error::{
+    CaptureError, EnqueueError, LoadError, TriedPath, TriedPaths, TrtError, TrtMessages,
+};
 pub use library::{ENV_LIBRARY, LibraryPreference, LoadOptions};
 pub use trtexec::{BuiltPlan, ProfileShape, TrtexecError, TrtexecOptions, build_plan_with_trtexec};

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::abi::HardwareCompatibility;
-use super::compat::{PlanHeader, PlanTarget, TARGET_FLAG_LEAN, TARGET_FLAG_VERSION_COMPATIBLE, TrtVersion};
+use super::compat::{
+    PlanHeader, PlanTarget, TARGET_FLAG_LEAN, TARGET_FLAG_VERSION_COMPATIBLE, TrtVersion,
+};
 
 /// Environment variable naming the `trtexec` executable.
 pub const ENV_TRTEXEC: &str = "TETHER_TRTEXEC";
@@ -145,7 +147,9 @@ pub enum TrtexecError {
         tail: String,
     },
     /// Its output names no TensorRT version.
-    #[error("trtexec output names no TensorRT version (looked for \"TensorRT version: X.Y.Z\" and \"[TensorRT vNNNNNN]\"):\n{tail}")]
+    #[error(
+        "trtexec output names no TensorRT version (looked for \"TensorRT version: X.Y.Z\" and \"[TensorRT vNNNNNN]\"):\n{tail}"
+    )]
     NoVersion {
         /// The last lines of its output.
         tail: String,
@@ -254,11 +258,12 @@ pub fn build_plan_with_trtexec(options: &TrtexecOptions) -> Result<BuiltPlan, Tr
             tail: tail(&log_text),
         });
     }
-    let version = parse_version(&log_text)
-        .or(help_version)
-        .ok_or_else(|| TrtexecError::NoVersion {
-            tail: tail(&log_text),
-        })?;
+    let version =
+        parse_version(&log_text)
+            .or(help_version)
+            .ok_or_else(|| TrtexecError::NoVersion {
+                tail: tail(&log_text),
+            })?;
     let plan_bytes = std::fs::metadata(&options.output)
         .map(|m| m.len())
         .unwrap_or(0);
@@ -420,7 +425,10 @@ mod tests {
             parse_compute_capability("[I] Compute Capability: 8.7\n[I] SMs: 16"),
             Some((8, 7))
         );
-        assert_eq!(parse_compute_capability("[I] Compute Capability: 10.1"), Some((10, 1)));
+        assert_eq!(
+            parse_compute_capability("[I] Compute Capability: 10.1"),
+            Some((10, 1))
+        );
         assert_eq!(parse_compute_capability("none"), None);
     }
 }
