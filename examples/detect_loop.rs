@@ -32,7 +32,13 @@ fn usage() -> ! {
 
 fn parse_args() -> Args {
     let mut it = std::env::args().skip(1);
-    let mut a = Args { bundle: String::new(), hz: 30.0, frames: None, raw: None, size: (640, 480) };
+    let mut a = Args {
+        bundle: String::new(),
+        hz: 30.0,
+        frames: None,
+        raw: None,
+        size: (640, 480),
+    };
     while let Some(arg) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| usage());
         match arg.as_str() {
@@ -42,7 +48,10 @@ fn parse_args() -> Args {
             "--size" => {
                 let v = value();
                 let (w, h) = v.split_once('x').unwrap_or_else(|| usage());
-                a.size = (w.parse().unwrap_or_else(|_| usage()), h.parse().unwrap_or_else(|_| usage()));
+                a.size = (
+                    w.parse().unwrap_or_else(|_| usage()),
+                    h.parse().unwrap_or_else(|_| usage()),
+                );
             }
             s if s.starts_with('-') => usage(),
             s => a.bundle = s.to_string(),
@@ -60,13 +69,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let frame = match &args.raw {
         Some(p) => std::fs::read(p)?,
         // A gradient test pattern.
-        None => (0..w * h * 3).map(|i| ((i / 3 % w + i / 3 / w) % 256) as u8).collect(),
+        None => (0..w * h * 3)
+            .map(|i| ((i / 3 % w + i / 3 / w) % 256) as u8)
+            .collect(),
     };
     let image = ImageView::new(&frame, w, h, PixelFormat::Rgb8)?;
 
     let t = Instant::now();
     let mut detector = Detector::load(&args.bundle)?;
-    println!("loaded {} in {:.1} ms", args.bundle, t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "loaded {} in {:.1} ms",
+        args.bundle,
+        t.elapsed().as_secs_f64() * 1e3
+    );
 
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);

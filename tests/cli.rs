@@ -26,10 +26,16 @@ fn stderr(o: &Output) -> String {
 }
 
 fn asset(name: &str) -> String {
-    let dir = std::env::var_os("TETHER_ASSETS")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".assets"), PathBuf::from);
+    let dir = std::env::var_os("TETHER_ASSETS").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".assets"),
+        PathBuf::from,
+    );
     let p = dir.join(name);
-    assert!(p.is_file(), "missing test asset {}: run `tests/fetch-assets` first", p.display());
+    assert!(
+        p.is_file(),
+        "missing test asset {}: run `tests/fetch-assets` first",
+        p.display()
+    );
     p.to_string_lossy().into_owned()
 }
 
@@ -48,18 +54,34 @@ fn nudenet_bundle() -> String {
     B.get_or_init(|| {
         let out = scratch().join("nudenet.bundle");
         let o = tether(&[
-            "build", "--family", "detect", "--onnx", &asset("320n.onnx"), "-o",
-            out.to_str().unwrap(), "--input-size", "320",
+            "build",
+            "--family",
+            "detect",
+            "--onnx",
+            &asset("320n.onnx"),
+            "-o",
+            out.to_str().unwrap(),
+            "--input-size",
+            "320",
         ]);
         assert!(o.status.success(), "build failed: {}", stderr(&o));
-        assert!(stdout(&o).contains("18 classes, input 320x320"), "{}", stdout(&o));
+        assert!(
+            stdout(&o).contains("18 classes, input 320x320"),
+            "{}",
+            stdout(&o)
+        );
         out.to_string_lossy().into_owned()
     })
     .clone()
 }
 
 fn json(o: &Output) -> Value {
-    assert!(o.status.success(), "exit {:?}: {}", o.status.code(), stderr(o));
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status.code(),
+        stderr(o)
+    );
     serde_json::from_slice(&o.stdout).expect("JSON on stdout")
 }
 
@@ -70,12 +92,29 @@ fn inspect_json_describes_the_manifest() {
     assert_eq!(v["identity"]["family"], "detect");
     assert_eq!(v["identity"]["name"], "320n");
     assert_eq!(v["format_version"], "1.0");
-    assert_eq!(v["identity"]["content_digest_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(
+        v["identity"]["content_digest_sha256"]
+            .as_str()
+            .unwrap()
+            .len(),
+        64
+    );
     let sections = v["sections"].as_array().unwrap();
-    let names: Vec<&str> = sections.iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["detect/model.onnx", "detect/labels", "detect/config"]);
+    let names: Vec<&str> = sections
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["detect/model.onnx", "detect/labels", "detect/config"]
+    );
     for s in sections {
-        assert_eq!(s["offset"].as_u64().unwrap() % 4096, 0, "section {} not page-aligned", s["name"]);
+        assert_eq!(
+            s["offset"].as_u64().unwrap() % 4096,
+            0,
+            "section {} not page-aligned",
+            s["name"]
+        );
     }
     // The ONNX input is declared [batch, 3, h, w] with dynamic dims marked -1.
     let t = &sections[0]["tensors"][0];
@@ -86,7 +125,11 @@ fn inspect_json_describes_the_manifest() {
 
     let text = tether(&["inspect", &b]);
     assert!(text.status.success());
-    assert!(stdout(&text).contains("family     detect"), "{}", stdout(&text));
+    assert!(
+        stdout(&text).contains("family     detect"),
+        "{}",
+        stdout(&text)
+    );
 }
 
 #[test]
@@ -94,7 +137,12 @@ fn run_json_and_annotation() {
     let b = nudenet_bundle();
     let png = scratch().join("astronaut.annotated.png");
     let v = json(&tether(&[
-        "run", &b, &asset("astronaut.png"), "--json", "--annotate", png.to_str().unwrap(),
+        "run",
+        &b,
+        &asset("astronaut.png"),
+        "--json",
+        "--annotate",
+        png.to_str().unwrap(),
     ]));
     let r = &v["results"][0];
     assert_eq!(r["image_size"], serde_json::json!([512, 512]));
@@ -107,7 +155,12 @@ fn run_json_and_annotation() {
     // Several inputs: one JSON document, annotations into a directory.
     let dir = scratch().join("annotated");
     let v = json(&tether(&[
-        "run", &b, &asset("astronaut.png"), &asset("page.png"), "--json", "--annotate",
+        "run",
+        &b,
+        &asset("astronaut.png"),
+        &asset("page.png"),
+        "--json",
+        "--annotate",
         dir.to_str().unwrap(),
     ]));
     assert_eq!(v["results"].as_array().unwrap().len(), 2);
@@ -132,7 +185,10 @@ fn verify_passes_then_catches_a_flipped_byte_and_truncation() {
     let o = tether(&["verify", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let msg = stderr(&o);
-    assert!(msg.contains("detect/model.onnx") && msg.contains("CRC"), "{msg}");
+    assert!(
+        msg.contains("detect/model.onnx") && msg.contains("CRC"),
+        "{msg}"
+    );
 
     let cut = scratch().join("truncated.bundle");
     std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
@@ -142,7 +198,10 @@ fn verify_passes_then_catches_a_flipped_byte_and_truncation() {
     let o = tether(&["run", cut.to_str().unwrap(), &asset("astronaut.png")]);
     assert_eq!(o.status.code(), Some(1));
     let msg = stderr(&o);
-    assert!(msg.starts_with("error: ") && msg.contains("\nhint: "), "{msg}");
+    assert!(
+        msg.starts_with("error: ") && msg.contains("\nhint: "),
+        "{msg}"
+    );
     assert!(!msg.contains("panicked"), "{msg}");
 }
 
@@ -152,33 +211,72 @@ fn bad_inputs_are_one_line_errors() {
     // Missing bundle: exit 1 (not a verdict on content), names the path.
     let o = tether(&["verify", "/nonexistent/x.bundle"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("/nonexistent/x.bundle"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("/nonexistent/x.bundle"),
+        "{}",
+        stderr(&o)
+    );
     // Not an image.
     let o = tether(&["run", &b, &b]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("hint: inputs must be readable PNG or JPEG"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("hint: inputs must be readable PNG or JPEG"),
+        "{}",
+        stderr(&o)
+    );
     // A fixed-size model asked for another size: names both values.
     let out = scratch().join("never.bundle");
     let o = tether(&[
-        "build", "--family", "detect", "--onnx", &asset("yolov8n-doclaynet.onnx"), "-o",
-        out.to_str().unwrap(), "--input-size", "640",
+        "build",
+        "--family",
+        "detect",
+        "--onnx",
+        &asset("yolov8n-doclaynet.onnx"),
+        "-o",
+        out.to_str().unwrap(),
+        "--input-size",
+        "640",
     ]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("640x640, but the model's input is fixed at 1024x1024"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("640x640, but the model's input is fixed at 1024x1024"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!out.exists(), "no bundle may be written on failure");
     // Not an ONNX file.
-    let o = tether(&["build", "--family", "detect", "--onnx", &asset("page.png"), "-o", out.to_str().unwrap()]);
+    let o = tether(&[
+        "build",
+        "--family",
+        "detect",
+        "--onnx",
+        &asset("page.png"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("ONNX"), "{}", stderr(&o));
     // Usage errors are exit 2 (clap).
     assert_eq!(tether(&["run"]).status.code(), Some(2));
-    assert_eq!(tether(&["build", "--family", "segment"]).status.code(), Some(2));
+    assert_eq!(
+        tether(&["build", "--family", "segment"]).status.code(),
+        Some(2)
+    );
 }
 
 #[test]
 fn bench_reports_percentiles() {
     let b = nudenet_bundle();
-    let v = json(&tether(&["bench", &b, &asset("astronaut.png"), "--runs", "3", "--warmup", "1", "--json"]));
+    let v = json(&tether(&[
+        "bench",
+        &b,
+        &asset("astronaut.png"),
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--json",
+    ]));
     assert_eq!(v["runs"], 3);
     let stages = v["stages"].as_array().unwrap();
     assert_eq!(stages.len(), 4);

@@ -54,7 +54,9 @@ pub enum CpuError {
         dtype: String,
     },
     /// An output shape is still symbolic after fixing every input shape.
-    #[error("output `{name}` has a data-dependent shape {shape}; the CPU engine needs static output shapes")]
+    #[error(
+        "output `{name}` has a data-dependent shape {shape}; the CPU engine needs static output shapes"
+    )]
     DynamicOutput {
         /// Output name.
         name: String,
@@ -111,7 +113,8 @@ fn onnx_dtype(code: i32) -> DType {
 fn value_info_desc(v: &pb::ValueInfoProto, mode: IoMode) -> TensorDesc {
     let mut dtype = DType::Unknown(0);
     let mut dims = Vec::new();
-    if let Some(pb::type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref())
+    if let Some(pb::type_proto::Value::TensorType(t)) =
+        v.r#type.as_ref().and_then(|t| t.value.as_ref())
     {
         dtype = onnx_dtype(t.elem_type);
         if let Some(shape) = &t.shape {
@@ -320,8 +323,16 @@ impl TractCpuEngine {
         }
         log::debug!(
             "tract CPU engine ready: inputs [{}], outputs [{}]",
-            inputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "),
-            outputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+            inputs
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            outputs
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         Ok(Self {
             state,

@@ -49,7 +49,9 @@ impl TensorSpec {
     /// Number of elements (product of the shape; 1 for a scalar), or `None`
     /// when the product overflows `usize`.
     pub fn element_count(&self) -> Option<usize> {
-        self.shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        self.shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
     }
 
     /// Size of the tensor in bytes, or `None` for a dtype of unknown size or

@@ -36,6 +36,9 @@ mod tests {
             f32_ref(&bytes[..7]),
             Err(RunError::BadHostBuffer { len: 7 })
         );
-        assert_eq!(f32_ref(&bytes[1..5]), Err(RunError::BadHostBuffer { len: 4 }));
+        assert_eq!(
+            f32_ref(&bytes[1..5]),
+            Err(RunError::BadHostBuffer { len: 4 })
+        );
     }
 }

@@ -13,9 +13,24 @@ use tether_runtime::cuda::{
 
 // The detection family's images also hold `add_one_u32(unsigned* p, int n)`, a test kernel.
 static IMAGES: &[KernelImage] = &[
-    KernelImage { name: "detect.cu13.fatbin", cuda_major: 13, sm: None, bytes: include_bytes!("../../families/detect/kernels/bin/detect.cu13.fatbin") },
-    KernelImage { name: "detect.cu12.sm_87.cubin", cuda_major: 12, sm: Some(87), bytes: include_bytes!("../../families/detect/kernels/bin/detect.cu12.sm_87.cubin") },
-    KernelImage { name: "detect.cu12.sm_90.cubin", cuda_major: 12, sm: Some(90), bytes: include_bytes!("../../families/detect/kernels/bin/detect.cu12.sm_90.cubin") },
+    KernelImage {
+        name: "detect.cu13.fatbin",
+        cuda_major: 13,
+        sm: None,
+        bytes: include_bytes!("../../families/detect/kernels/bin/detect.cu13.fatbin"),
+    },
+    KernelImage {
+        name: "detect.cu12.sm_87.cubin",
+        cuda_major: 12,
+        sm: Some(87),
+        bytes: include_bytes!("../../families/detect/kernels/bin/detect.cu12.sm_87.cubin"),
+    },
+    KernelImage {
+        name: "detect.cu12.sm_90.cubin",
+        cuda_major: 12,
+        sm: Some(90),
+        bytes: include_bytes!("../../families/detect/kernels/bin/detect.cu12.sm_90.cubin"),
+    },
 ];
 
 macro_rules! gpu_or_skip {
@@ -30,16 +45,31 @@ macro_rules! gpu_or_skip {
 fn add_one(s: &Stream, m: &Module, p: DevicePtr, n: i32) {
     let f = m.function("add_one_u32").unwrap();
     let (mut ptr, mut n_) = (p.0, n);
-    let mut args = [&mut ptr as *mut u64 as *mut c_void, &mut n_ as *mut i32 as *mut c_void];
+    let mut args = [
+        &mut ptr as *mut u64 as *mut c_void,
+        &mut n_ as *mut i32 as *mut c_void,
+    ];
     // SAFETY: args match add_one_u32(unsigned*, int); p holds n u32.
-    unsafe { s.launch(f, ((n as u32).div_ceil(128), 1, 1), (128, 1, 1), 0, &mut args) }.unwrap();
+    unsafe {
+        s.launch(
+            f,
+            ((n as u32).div_ceil(128), 1, 1),
+            (128, 1, 1),
+            0,
+            &mut args,
+        )
+    }
+    .unwrap();
 }
 
 fn alloc(ctx: &Context, bytes: usize) -> DevicePtr {
     ctx.bind().unwrap();
     let mut d = 0u64;
     // SAFETY: context current.
-    assert_eq!(unsafe { sys::cuMemAlloc_v2(&mut d, bytes) }, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        unsafe { sys::cuMemAlloc_v2(&mut d, bytes) },
+        sys::CUresult::CUDA_SUCCESS
+    );
     DevicePtr(d)
 }
 
@@ -61,7 +91,10 @@ fn properties_are_read() {
     assert!(p.driver_major() >= 12);
     let (free, total) = ctx.mem_info().unwrap();
     assert!(free <= total && total > 0);
-    assert!(matches!(tether_runtime::cuda::properties(1 << 20), Err(CudaError::BadOrdinal { .. })));
+    assert!(matches!(
+        tether_runtime::cuda::properties(1 << 20),
+        Err(CudaError::BadOrdinal { .. })
+    ));
 }
 
 #[test]
@@ -74,10 +107,17 @@ fn primary_context_works_from_any_thread() {
         let mut d = 0u64;
         // SAFETY: plain driver call; it is expected to fail on a thread without a context.
         let res = unsafe { sys::cuMemAlloc_v2(&mut d, 256) };
-        assert_eq!(res, sys::CUresult::CUDA_ERROR_INVALID_CONTEXT, "a fresh thread has no current context");
+        assert_eq!(
+            res,
+            sys::CUresult::CUDA_ERROR_INVALID_CONTEXT,
+            "a fresh thread has no current context"
+        );
         c2.bind().unwrap();
         // SAFETY: now current.
-        assert_eq!(unsafe { sys::cuMemAlloc_v2(&mut d, 256) }, sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            unsafe { sys::cuMemAlloc_v2(&mut d, 256) },
+            sys::CUresult::CUDA_SUCCESS
+        );
         // SAFETY: allocated above.
         unsafe { sys::cuMemFree_v2(d) };
         // Objects of the layer bind for themselves.
@@ -93,7 +133,15 @@ fn every_sync_policy_waits_for_the_work() {
     gpu_or_skip!();
     for policy in [SyncPolicy::Spin, SyncPolicy::Yield, SyncPolicy::Blocking] {
         let ctx = Context::new(0, policy).unwrap();
-        let m = Module::load(&ctx, ModuleSource { images: IMAGES, source: None, allow_nvrtc: false }).unwrap();
+        let m = Module::load(
+            &ctx,
+            ModuleSource {
+                images: IMAGES,
+                source: None,
+                allow_nvrtc: false,
+            },
+        )
+        .unwrap();
         let s = Stream::new(&ctx, policy).unwrap();
         let n = 1 << 20;
         let p = alloc(&ctx, n * 4);
@@ -113,7 +161,15 @@ fn every_sync_policy_waits_for_the_work() {
 fn graph_capture_replays_and_rejects_uncapturable_work() {
     gpu_or_skip!();
     let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
-    let m = Module::load(&ctx, ModuleSource { images: IMAGES, source: None, allow_nvrtc: false }).unwrap();
+    let m = Module::load(
+        &ctx,
+        ModuleSource {
+            images: IMAGES,
+            source: None,
+            allow_nvrtc: false,
+        },
+    )
+    .unwrap();
     let s = Stream::new(&ctx, SyncPolicy::Spin).unwrap();
     let n = 4096;
     let p = alloc(&ctx, n * 4);
@@ -139,7 +195,11 @@ fn graph_capture_replays_and_rejects_uncapturable_work() {
     let e = Graph::capture(&s, |s| {
         // SAFETY: valid stream; synchronising a capturing stream is refused by the driver.
         let res = unsafe { sys::cuStreamSynchronize(s.raw()) };
-        if res == sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(format!("cuStreamSynchronize: {res:?}")) }
+        if res == sys::CUresult::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(format!("cuStreamSynchronize: {res:?}"))
+        }
     })
     .err()
     .expect("capture must fail");
@@ -153,7 +213,15 @@ fn graph_capture_replays_and_rejects_uncapturable_work() {
 fn mapped_pinned_memory_is_read_and_written_in_place() {
     gpu_or_skip!();
     let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
-    let m = Module::load(&ctx, ModuleSource { images: IMAGES, source: None, allow_nvrtc: false }).unwrap();
+    let m = Module::load(
+        &ctx,
+        ModuleSource {
+            images: IMAGES,
+            source: None,
+            allow_nvrtc: false,
+        },
+    )
+    .unwrap();
     let s = Stream::new(&ctx, SyncPolicy::Spin).unwrap();
     let n = 1000;
     let mut buf = PinnedBuffer::new(&ctx, n * 4, true).unwrap();
@@ -168,5 +236,9 @@ fn mapped_pinned_memory_is_read_and_written_in_place() {
     }
     let plain = PinnedBuffer::new(&ctx, 64, false).unwrap();
     assert!(plain.device_ptr().is_none());
-    println!("mapped pinned buffer: device alias {:#x}, integrated={}", dev.0, ctx.properties().integrated);
+    println!(
+        "mapped pinned buffer: device alias {:#x}, integrated={}",
+        dev.0,
+        ctx.properties().integrated
+    );
 }

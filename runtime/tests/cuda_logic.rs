@@ -13,7 +13,10 @@ fn arena_offsets_are_aligned_disjoint_and_in_order() {
         let r = plan.region(*id);
         assert_eq!(r.bytes, b);
         assert_eq!(r.offset % DEFAULT_ALIGN, 0, "{r:?}");
-        assert!(r.offset >= end, "{r:?} overlaps the previous region ending at {end}");
+        assert!(
+            r.offset >= end,
+            "{r:?} overlaps the previous region ending at {end}"
+        );
         end = r.offset + r.bytes;
     }
     assert!(plan.total_bytes() >= end);
@@ -27,7 +30,10 @@ fn arena_explicit_alignment_and_errors() {
     plan.add_aligned("a", 10, 16).unwrap();
     let b = plan.add_aligned("b", 10, 4096).unwrap();
     assert_eq!(plan.region(b).offset, 4096);
-    assert!(matches!(plan.add_aligned("c", 1, 24), Err(CudaError::Plan(_))));
+    assert!(matches!(
+        plan.add_aligned("c", 1, 24),
+        Err(CudaError::Plan(_))
+    ));
     let mut big = ArenaPlan::new();
     big.add("x", usize::MAX - 8).unwrap();
     let e = big.add("y", 1024).unwrap_err();
@@ -40,15 +46,38 @@ fn the_detection_session_plan_is_what_the_load_log_says() {
     // The regions of families/detect gpu.rs for 320n.onnx (C = 18, N = 2100) at 1920x1080.
     let mut plan = ArenaPlan::new();
     let (c, n, cap) = (18usize, 2100usize, 4096usize);
-    for b in [1920 * 1080 * 3, 3 * 320 * 320 * 4, (4 + c) * n * 4, n * 16, n * 4, n * 4, cap * 8, 16, cap * 16, cap * 4, cap * 4, cap * cap / 8, 7216] {
+    for b in [
+        1920 * 1080 * 3,
+        3 * 320 * 320 * 4,
+        (4 + c) * n * 4,
+        n * 16,
+        n * 4,
+        n * 4,
+        cap * 8,
+        16,
+        cap * 16,
+        cap * 4,
+        cap * 4,
+        cap * cap / 8,
+        7216,
+    ] {
         plan.add("r", b).unwrap();
     }
     // 6.2 MB frame + 1.2 MB tensor + 0.18 MB output + 2 MB mask + small scratch
-    assert!(plan.total_bytes() > 9_000_000 && plan.total_bytes() < 10_000_000, "{}", plan.total_bytes());
+    assert!(
+        plan.total_bytes() > 9_000_000 && plan.total_bytes() < 10_000_000,
+        "{}",
+        plan.total_bytes()
+    );
 }
 
 const fn img(name: &'static str, cuda_major: u32, sm: Option<u32>) -> KernelImage {
-    KernelImage { name, cuda_major, sm, bytes: &[] }
+    KernelImage {
+        name,
+        cuda_major,
+        sm,
+        bytes: &[],
+    }
 }
 
 #[test]
@@ -60,7 +89,10 @@ fn kernel_image_choice_follows_driver_major_then_sm() {
     ];
     let names = |v: Vec<usize>| v.into_iter().map(|i| images[i].name).collect::<Vec<_>>();
     // H200 host: driver 13, sm_90 -> the 13 fatbin, then the 12.9 cubin for sm_90.
-    assert_eq!(names(image_order(&images, 90, 13)), ["cu13.fatbin", "cu12.sm_90"]);
+    assert_eq!(
+        names(image_order(&images, 90, 13)),
+        ["cu13.fatbin", "cu12.sm_90"]
+    );
     // JetPack 6 Orin: driver 12, sm_87 -> never the CUDA 13 image.
     assert_eq!(names(image_order(&images, 87, 12)), ["cu12.sm_87"]);
     // Thor on JetPack 7: driver 13, sm_110 -> only the fatbin holds sm_110.
@@ -86,11 +118,19 @@ fn loader_searches_the_jetson_locations() {
 #[test]
 fn no_driver_is_a_typed_error_listing_every_path() {
     match loader::driver() {
-        Ok(d) => eprintln!("driver present ({}), CUDA {}.{}: nothing to check here", d.path.display(), d.major(), d.minor()),
+        Ok(d) => eprintln!(
+            "driver present ({}), CUDA {}.{}: nothing to check here",
+            d.path.display(),
+            d.major(),
+            d.minor()
+        ),
         Err(CudaError::LibraryNotFound { tried }) => {
             assert_eq!(tried.len(), loader::candidates().len());
             let msg = CudaError::LibraryNotFound { tried }.to_string();
-            assert!(msg.contains("/opt/nvidia/l4t-gpu-libs/openrm/libcuda.so.1"), "{msg}");
+            assert!(
+                msg.contains("/opt/nvidia/l4t-gpu-libs/openrm/libcuda.so.1"),
+                "{msg}"
+            );
             eprintln!("no CUDA here, as expected on CI:\n{msg}");
         }
         Err(e) => eprintln!("driver found but unusable: {e}"),

@@ -21,11 +21,15 @@ impl DrawTarget for Canvas<'_> {
     type Color = Rgb888;
     type Error = std::convert::Infallible;
 
-    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(&mut self, pixels: I) -> Result<(), Self::Error> {
+    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(
+        &mut self,
+        pixels: I,
+    ) -> Result<(), Self::Error> {
         let (w, h) = (self.0.width() as i32, self.0.height() as i32);
         for Pixel(p, c) in pixels {
             if (0..w).contains(&p.x) && (0..h).contains(&p.y) {
-                self.0.put_pixel(p.x as u32, p.y as u32, image::Rgb([c.r(), c.g(), c.b()]));
+                self.0
+                    .put_pixel(p.x as u32, p.y as u32, image::Rgb([c.r(), c.g(), c.b()]));
             }
         }
         Ok(())
@@ -36,7 +40,8 @@ impl DrawTarget for Canvas<'_> {
 /// ultralytics/utils/plotting.py `Colors`).
 fn colour(class_id: u16) -> Rgb888 {
     const PALETTE: [u32; 10] = [
-        0xFF3838, 0xFF9D97, 0xFF701F, 0xFFB21D, 0xCFD231, 0x48F90A, 0x92CC17, 0x3DDB86, 0x1A9334, 0x00D4BB,
+        0xFF3838, 0xFF9D97, 0xFF701F, 0xFFB21D, 0xCFD231, 0x48F90A, 0x92CC17, 0x3DDB86, 0x1A9334,
+        0x00D4BB,
     ];
     let c = PALETTE[usize::from(class_id) % PALETTE.len()];
     Rgb888::new((c >> 16) as u8, (c >> 8) as u8, c as u8)
@@ -46,23 +51,40 @@ fn colour(class_id: u16) -> Rgb888 {
 /// Images smaller than 400 px on the long side are upscaled 2x first so the
 /// labels stay legible.
 pub fn draw(image: &RgbImage, dets: &[Detection], labels: &[String]) -> RgbImage {
-    let k = if image.width().max(image.height()) < 400 { 2 } else { 1 };
+    let k = if image.width().max(image.height()) < 400 {
+        2
+    } else {
+        1
+    };
     let mut out = if k == 1 {
         image.clone()
     } else {
-        image::imageops::resize(image, image.width() * k, image.height() * k, image::imageops::FilterType::Nearest)
+        image::imageops::resize(
+            image,
+            image.width() * k,
+            image.height() * k,
+            image::imageops::FilterType::Nearest,
+        )
     };
     let kf = k as f32;
     let mut canvas = Canvas(&mut out);
     for d in dets {
         let c = colour(d.class_id);
-        let (x1, y1) = ((d.bbox.x1 * kf).round() as i32, (d.bbox.y1 * kf).round() as i32);
-        let (x2, y2) = ((d.bbox.x2 * kf).round() as i32, (d.bbox.y2 * kf).round() as i32);
+        let (x1, y1) = (
+            (d.bbox.x1 * kf).round() as i32,
+            (d.bbox.y1 * kf).round() as i32,
+        );
+        let (x2, y2) = (
+            (d.bbox.x2 * kf).round() as i32,
+            (d.bbox.y2 * kf).round() as i32,
+        );
         let size = Size::new((x2 - x1).max(1) as u32, (y2 - y1).max(1) as u32);
         let _ = Rectangle::new(Point::new(x1, y1), size)
             .into_styled(PrimitiveStyle::with_stroke(c, 2))
             .draw(&mut canvas);
-        let name = labels.get(usize::from(d.class_id)).map_or("?", String::as_str);
+        let name = labels
+            .get(usize::from(d.class_id))
+            .map_or("?", String::as_str);
         let text = format!("{name} {:.2}", d.score);
         let tw = 6 * text.len() as u32 + 4;
         let ty = if y1 >= 12 { y1 - 12 } else { y1 };
@@ -91,10 +113,19 @@ mod tests {
         let d = Detection {
             class_id: 0,
             score: 0.9,
-            bbox: BoundingBox { x1: 100.0, y1: 100.0, x2: 200.0, y2: 200.0 },
+            bbox: BoundingBox {
+                x1: 100.0,
+                y1: 100.0,
+                x2: 200.0,
+                y2: 200.0,
+            },
         };
         let out = draw(&img, &[d], &["person".into()]);
         assert_eq!(out.get_pixel(150, 100).0, [0xFF, 0x38, 0x38]);
-        assert_eq!(out.get_pixel(150, 150).0, [0, 0, 0], "box interior untouched");
+        assert_eq!(
+            out.get_pixel(150, 150).0,
+            [0, 0, 0],
+            "box interior untouched"
+        );
     }
 }

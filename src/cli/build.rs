@@ -101,10 +101,14 @@ pub fn run(a: &BuildArgs) -> Result<ExitCode> {
         created_unix_s: created_unix_s(),
     };
     let bar = ProgressBar::new_spinner();
-    bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("static template"));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("static template"),
+    );
     bar.enable_steady_tick(Duration::from_millis(120));
     let built = match a.family {
-        Family::Detect => recipe::build(&onnx, &options, &mut |msg| bar.set_message(msg.to_string())),
+        Family::Detect => {
+            recipe::build(&onnx, &options, &mut |msg| bar.set_message(msg.to_string()))
+        }
     };
     bar.finish_and_clear();
     let (writer, report) = built.with_context(|| format!("building from {}", a.onnx.display()))?;
@@ -123,7 +127,11 @@ pub fn run(a: &BuildArgs) -> Result<ExitCode> {
         c.num_classes,
         c.input_width,
         c.input_height,
-        if report.input_is_dynamic { " (chosen for a dynamic-size model)" } else { "" },
+        if report.input_is_dynamic {
+            " (chosen for a dynamic-size model)"
+        } else {
+            ""
+        },
         c.num_anchors,
         c.score_threshold,
         c.iou_threshold,

@@ -103,19 +103,26 @@ fn print_text(b: &Bundle) {
     println!("bundle     {}", id.name);
     println!("family     {}", id.family);
     println!("model      {}", id.model_version);
-    println!("built by   {} (unix time {})", id.tool_version, id.created_unix_s);
+    println!(
+        "built by   {} (unix time {})",
+        id.tool_version, id.created_unix_s
+    );
     println!("format     {major}.{minor}, {} bytes", b.file_len());
     println!("digest     sha256:{}", hex(&id.content_digest));
     println!("targets");
     for t in b.targets() {
-        let sm = t.sm.map_or("any".to_string(), |(a, b)| format!("sm_{a}{b}"));
+        let sm =
+            t.sm.map_or("any".to_string(), |(a, b)| format!("sm_{a}{b}"));
         let trt = if t.tensorrt_version == 0 {
             String::new()
         } else {
             let v = t.tensorrt_version;
             format!(", TensorRT {}.{}.{}", v / 10000, v / 100 % 100, v % 100)
         };
-        println!("  [{}] {:<12} {:?} on {:?}, {sm}{trt}", t.index, t.name, t.engine, t.arch);
+        println!(
+            "  [{}] {:<12} {:?} on {:?}, {sm}{trt}",
+            t.index, t.name, t.engine, t.arch
+        );
     }
     println!("sections");
     for s in b.sections() {
@@ -133,7 +140,13 @@ fn print_text(b: &Bundle) {
             let dims: Vec<String> = t
                 .dims
                 .iter()
-                .map(|d| if d < 0 { "?".to_string() } else { d.to_string() })
+                .map(|d| {
+                    if d < 0 {
+                        "?".to_string()
+                    } else {
+                        d.to_string()
+                    }
+                })
                 .collect();
             println!(
                 "        {:?} {} {}[{}] {:?}",

@@ -33,7 +33,9 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
         if let Some(d) = cause.downcast_ref::<DetectError>() {
             return Some(match d {
                 DetectError::Bundle(b) => bundle_hint(b),
-                DetectError::WrongFamily { .. } => "this command runs `detect` bundles; check `tether inspect`",
+                DetectError::WrongFamily { .. } => {
+                    "this command runs `detect` bundles; check `tether inspect`"
+                }
                 DetectError::Labels(_) | DetectError::Network(_) => {
                     "the ONNX file must be an Ultralytics YOLOv8 detection export (input [B,3,H,W], output [B,4+C,N], metadata `names`)"
                 }

@@ -64,7 +64,9 @@ impl Rgb {
             .with_context(|| format!("reading {}", path.display()))?
             .decode()
             .with_context(|| format!("decoding {}", path.display()))?;
-        Ok(Self { image: img.to_rgb8() })
+        Ok(Self {
+            image: img.to_rgb8(),
+        })
     }
 
     /// Borrow as an [`ImageView`].
@@ -95,7 +97,10 @@ fn annotate_path(arg: &Path, input: &Path, many: bool) -> Result<PathBuf> {
         return Ok(arg.to_path_buf());
     }
     std::fs::create_dir_all(arg).with_context(|| format!("creating {}", arg.display()))?;
-    let stem = input.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
+    let stem = input
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("image");
     Ok(arg.join(format!("{stem}.annotated.png")))
 }
 
@@ -156,7 +161,8 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         if let Some(out) = &a.annotate {
             let path = annotate_path(out, input, many)?;
             let img = super::annotate::draw(&rgb.image, &dets, labels);
-            img.save(&path).with_context(|| format!("writing {}", path.display()))?;
+            img.save(&path)
+                .with_context(|| format!("writing {}", path.display()))?;
             if !a.json {
                 println!("  annotated image: {}", path.display());
             }
@@ -210,9 +216,19 @@ pub fn bench(a: &BenchArgs) -> Result<ExitCode> {
         post.push(s.postprocess);
     }
     let mut rows = Vec::new();
-    for (name, v) in [("total", &mut total), ("preprocess", &mut pre), ("inference", &mut infer), ("postprocess", &mut post)] {
+    for (name, v) in [
+        ("total", &mut total),
+        ("preprocess", &mut pre),
+        ("inference", &mut infer),
+        ("postprocess", &mut post),
+    ] {
         v.sort();
-        rows.push((name, pct(v, 50.0), pct(v, 99.0), v.iter().sum::<Duration>().as_secs_f64() * 1e3 / v.len() as f64));
+        rows.push((
+            name,
+            pct(v, 50.0),
+            pct(v, 99.0),
+            v.iter().sum::<Duration>().as_secs_f64() * 1e3 / v.len() as f64,
+        ));
     }
     let engine = format!("{:?}", det.module().engine_kind());
     if a.json {
@@ -239,7 +255,10 @@ pub fn bench(a: &BenchArgs) -> Result<ExitCode> {
             a.runs,
             a.warmup
         );
-        println!("  {:<12} {:>9} {:>9} {:>9}", "stage", "p50 ms", "p99 ms", "mean ms");
+        println!(
+            "  {:<12} {:>9} {:>9} {:>9}",
+            "stage", "p50 ms", "p99 ms", "mean ms"
+        );
         for (n, p50, p99, mean) in rows {
             println!("  {n:<12} {p50:>9.2} {p99:>9.2} {mean:>9.2}");
         }

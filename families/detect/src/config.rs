@@ -89,7 +89,12 @@ impl DetectConfig {
     /// Ultralytics defaults for a network of the given geometry: score 0.25,
     /// IoU 0.7, 300 detections, `/255` normalisation, padding 114
     /// (ultralytics/utils/ops.py `non_max_suppression`, data/augment.py `LetterBox`).
-    pub fn ultralytics(input_width: u32, input_height: u32, num_classes: u32, num_anchors: u32) -> Self {
+    pub fn ultralytics(
+        input_width: u32,
+        input_height: u32,
+        num_classes: u32,
+        num_anchors: u32,
+    ) -> Self {
         Self {
             input_width,
             input_height,
@@ -146,14 +151,15 @@ impl DetectConfig {
     /// [`DetectError::Config`] for a short record, another version or layout,
     /// or an out-of-range field.
     pub fn from_section(bytes: &[u8]) -> Result<Self, DetectError> {
-        let (r, _) = DetectConfigRecord::ref_from_prefix(bytes).map_err(|_| DetectError::Config {
-            field: "record",
-            value: format!(
-                "{} bytes, need {}",
-                bytes.len(),
-                size_of::<DetectConfigRecord>()
-            ),
-        })?;
+        let (r, _) =
+            DetectConfigRecord::ref_from_prefix(bytes).map_err(|_| DetectError::Config {
+                field: "record",
+                value: format!(
+                    "{} bytes, need {}",
+                    bytes.len(),
+                    size_of::<DetectConfigRecord>()
+                ),
+            })?;
         if r.version.get() != CONFIG_VERSION {
             return Err(DetectError::Config {
                 field: "version",
@@ -224,7 +230,10 @@ mod tests {
         let mut bad = c;
         bad.iou_threshold = 1.5;
         let e = DetectConfig::from_section(bad.to_record().as_bytes()).unwrap_err();
-        assert!(e.to_string().contains("iou_threshold") && e.to_string().contains("1.5"), "{e}");
+        assert!(
+            e.to_string().contains("iou_threshold") && e.to_string().contains("1.5"),
+            "{e}"
+        );
         let mut bad = c;
         bad.max_detections = 100_000;
         assert!(DetectConfig::from_section(bad.to_record().as_bytes()).is_err());

@@ -216,8 +216,18 @@ mod tests {
 
     #[test]
     fn iou_of_known_boxes() {
-        let a = BoundingBox { x1: 0.0, y1: 0.0, x2: 10.0, y2: 10.0 };
-        let b = BoundingBox { x1: 5.0, y1: 0.0, x2: 15.0, y2: 10.0 };
+        let a = BoundingBox {
+            x1: 0.0,
+            y1: 0.0,
+            x2: 10.0,
+            y2: 10.0,
+        };
+        let b = BoundingBox {
+            x1: 5.0,
+            y1: 0.0,
+            x2: 15.0,
+            y2: 10.0,
+        };
         assert!((a.iou(&b) - 50.0 / 150.0).abs() < 1e-6);
         let empty = BoundingBox::default();
         assert_eq!(empty.iou(&empty), 0.0);
@@ -238,10 +248,24 @@ mod tests {
         let mut p = Postprocessor::new(2, 5);
         let mut dets = Detections::new();
         let stats = p.run(&out, &identity(), 0.25, 0.7, 300, &mut dets).unwrap();
-        assert_eq!(stats, PostStats { candidates: 4, kept: 3 });
+        assert_eq!(
+            stats,
+            PostStats {
+                candidates: 4,
+                kept: 3
+            }
+        );
         let got: Vec<(u16, f32)> = dets.iter().map(|d| (d.class_id, d.score)).collect();
         assert_eq!(got, vec![(0, 0.9), (1, 0.85), (0, 0.3)]);
-        assert_eq!(dets[0].bbox, BoundingBox { x1: 40.0, y1: 40.0, x2: 60.0, y2: 60.0 });
+        assert_eq!(
+            dets[0].bbox,
+            BoundingBox {
+                x1: 40.0,
+                y1: 40.0,
+                x2: 60.0,
+                y2: 60.0
+            }
+        );
     }
 
     #[test]
@@ -265,11 +289,25 @@ mod tests {
     fn boxes_map_back_through_the_letterbox_and_clamp() {
         // 200x100 source into 100x100: r = 0.5, top = 25.
         let lb = Letterbox::new(200, 100, 100, 100);
-        let out = output(&[(50.0, 50.0, 20.0, 10.0, &[0.9]), (2.0, 26.0, 8.0, 4.0, &[0.8])], 1);
+        let out = output(
+            &[
+                (50.0, 50.0, 20.0, 10.0, &[0.9]),
+                (2.0, 26.0, 8.0, 4.0, &[0.8]),
+            ],
+            1,
+        );
         let mut p = Postprocessor::new(1, 2);
         let mut dets = Detections::new();
         p.run(&out, &lb, 0.25, 0.7, 300, &mut dets).unwrap();
-        assert_eq!(dets[0].bbox, BoundingBox { x1: 80.0, y1: 40.0, x2: 120.0, y2: 60.0 });
+        assert_eq!(
+            dets[0].bbox,
+            BoundingBox {
+                x1: 80.0,
+                y1: 40.0,
+                x2: 120.0,
+                y2: 60.0
+            }
+        );
         // x1 = -2 -> clamped to 0; y1 = 24 -> (24-25)/0.5 = -2 -> 0.
         assert_eq!(dets[1].bbox.x1, 0.0);
         assert_eq!(dets[1].bbox.y1, 0.0);
@@ -282,7 +320,15 @@ mod tests {
         let mut dets = Detections::new();
         let s = p.run(&out, &identity(), 0.25, 0.7, 300, &mut dets).unwrap();
         assert_eq!(s.candidates, 0);
-        let e = p.run(&out[..4], &identity(), 0.25, 0.7, 300, &mut dets).unwrap_err();
-        assert!(matches!(e, DetectError::OutputShape { expected: 5, actual: 4 }));
+        let e = p
+            .run(&out[..4], &identity(), 0.25, 0.7, 300, &mut dets)
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            DetectError::OutputShape {
+                expected: 5,
+                actual: 4
+            }
+        ));
     }
 }

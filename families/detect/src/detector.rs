@@ -81,7 +81,11 @@ impl Detector {
     /// [`DetectError::Labels`], [`DetectError::Module`] (no usable engine),
     /// [`DetectError::Network`] (I/O that does not match the configuration).
     pub fn open(path: impl AsRef<Path>, options: &DetectorOptions) -> Result<Self, DetectError> {
-        let verify = if options.verify_eagerly { Verify::Eager } else { Verify::Lazy };
+        let verify = if options.verify_eagerly {
+            Verify::Eager
+        } else {
+            Verify::Lazy
+        };
         let bundle = Arc::new(Bundle::open(path, verify)?);
         Self::from_bundle(bundle, options)
     }
@@ -90,7 +94,10 @@ impl Detector {
     ///
     /// # Errors
     /// As [`Detector::open`].
-    pub fn from_bundle(bundle: Arc<Bundle>, options: &DetectorOptions) -> Result<Self, DetectError> {
+    pub fn from_bundle(
+        bundle: Arc<Bundle>,
+        options: &DetectorOptions,
+    ) -> Result<Self, DetectError> {
         let id = bundle.identity();
         if id.family != FAMILY {
             return Err(DetectError::WrongFamily {
@@ -132,7 +139,11 @@ impl Detector {
             )));
         }
         let out = &module.outputs()[0];
-        let want = [1, 4 + config.num_classes as usize, config.num_anchors as usize];
+        let want = [
+            1,
+            4 + config.num_classes as usize,
+            config.num_anchors as usize,
+        ];
         if out.shape != want {
             return Err(DetectError::Network(format!(
                 "output `{}` has shape {:?}, the configuration says {:?}",

@@ -114,7 +114,13 @@ pub struct GpuOptions {
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { ordinal: 0, sync: SyncPolicy::Spin, mapped: MappedIo::Auto, graphs: true, allow_nvrtc: false }
+        GpuOptions {
+            ordinal: 0,
+            sync: SyncPolicy::Spin,
+            mapped: MappedIo::Auto,
+            graphs: true,
+            allow_nvrtc: false,
+        }
     }
 }
 
@@ -134,7 +140,12 @@ pub struct FrameSpec {
 impl FrameSpec {
     /// A tightly packed frame.
     pub fn packed(width: u32, height: u32, format: PixelFormat) -> Self {
-        FrameSpec { width, height, format, stride: width as usize * format.channels() }
+        FrameSpec {
+            width,
+            height,
+            format,
+            stride: width as usize * format.channels(),
+        }
     }
     /// Bytes of one frame (`stride * height`).
     pub fn bytes(&self) -> usize {
@@ -399,7 +410,10 @@ impl GpuDetector {
         let (iw, ih) = (config.input_width as usize, config.input_height as usize);
         let (c, n) = (config.num_classes as usize, config.num_anchors as usize);
         if engine.placement() != Placement::Device {
-            return Err(setup(format!("engine {:?} is host-placed; the GPU path needs a device engine", engine.kind())));
+            return Err(setup(format!(
+                "engine {:?} is host-placed; the GPU path needs a device engine",
+                engine.kind()
+            )));
         }
         let want_in = [1, 3, ih, iw];
         let want_out = [1, 4 + c, n];
@@ -415,7 +429,10 @@ impl GpuDetector {
                 )));
             }
         }
-        if frame.width == 0 || frame.height == 0 || frame.stride < frame.width as usize * frame.format.channels() {
+        if frame.width == 0
+            || frame.height == 0
+            || frame.stride < frame.width as usize * frame.format.channels()
+        {
             return Err(setup(format!("bad frame geometry {frame:?}")));
         }
         if n > u32::MAX as usize || n == 0 {
@@ -425,7 +442,11 @@ impl GpuDetector {
         // --- kernels
         let module = Module::load(
             &ctx,
-            ModuleSource { images: KERNEL_IMAGES, source: Some(KERNEL_SOURCE), allow_nvrtc: options.allow_nvrtc },
+            ModuleSource {
+                images: KERNEL_IMAGES,
+                source: Some(KERNEL_SOURCE),
+                allow_nvrtc: options.allow_nvrtc,
+            },
         )?;
         let kernels = Kernels {
             letterbox: module.function("letterbox_bilinear_nchw")?,
@@ -443,7 +464,10 @@ impl GpuDetector {
         };
         let mut plan = ArenaPlan::new();
         let regions = Regions {
-            frame: plan.add("frame u8 [H, stride]", if mapped { 0 } else { frame.bytes() })?,
+            frame: plan.add(
+                "frame u8 [H, stride]",
+                if mapped { 0 } else { frame.bytes() },
+            )?,
             tensor: plan.add("input f32 [1, 3, H, W]", 3 * ih * iw * 4)?,
             raw: plan.add("output f32 [1, 4 + C, N]", (4 + c) * n * 4)?,
             box_by_anchor: plan.add("post: box by anchor f32x4 [N]", n * 16)?,
@@ -451,10 +475,22 @@ impl GpuDetector {
             score_by_anchor: plan.add("post: score by anchor f32 [N]", n * 4)?,
             keys: plan.add("post: sort keys u64 [MAX_CANDIDATES]", MAX_CANDIDATES * 8)?,
             state: plan.add("post: counters", 16)?,
-            sorted_box: plan.add("post: sorted boxes f32x4 [MAX_CANDIDATES]", MAX_CANDIDATES * 16)?,
-            sorted_cls: plan.add("post: sorted classes u32 [MAX_CANDIDATES]", MAX_CANDIDATES * 4)?,
-            sorted_score: plan.add("post: sorted scores f32 [MAX_CANDIDATES]", MAX_CANDIDATES * 4)?,
-            mask: plan.add("post: IoU mask u64 [MAX_CANDIDATES, MAX_CANDIDATES/64]", MAX_CANDIDATES * MAX_CANDIDATES / 8)?,
+            sorted_box: plan.add(
+                "post: sorted boxes f32x4 [MAX_CANDIDATES]",
+                MAX_CANDIDATES * 16,
+            )?,
+            sorted_cls: plan.add(
+                "post: sorted classes u32 [MAX_CANDIDATES]",
+                MAX_CANDIDATES * 4,
+            )?,
+            sorted_score: plan.add(
+                "post: sorted scores f32 [MAX_CANDIDATES]",
+                MAX_CANDIDATES * 4,
+            )?,
+            mask: plan.add(
+                "post: IoU mask u64 [MAX_CANDIDATES, MAX_CANDIDATES/64]",
+                MAX_CANDIDATES * MAX_CANDIDATES / 8,
+            )?,
             out: plan.add("result DetectOutput", if mapped { 0 } else { OUTPUT_BYTES })?,
         };
         log::debug!("{}", plan.describe());
@@ -462,7 +498,11 @@ impl GpuDetector {
         let frame_staging = PinnedBuffer::new(&ctx, frame.bytes(), mapped)?;
         let out_staging = PinnedBuffer::new(&ctx, OUTPUT_BYTES, mapped)?;
         let ptrs = Ptrs {
-            frame: if mapped { frame_staging.device_ptr().unwrap_or_default() } else { arena.ptr(regions.frame) },
+            frame: if mapped {
+                frame_staging.device_ptr().unwrap_or_default()
+            } else {
+                arena.ptr(regions.frame)
+            },
             tensor: arena.ptr(regions.tensor),
             raw: arena.ptr(regions.raw),
             box_by_anchor: arena.ptr(regions.box_by_anchor),
@@ -474,7 +514,11 @@ impl GpuDetector {
             sorted_cls: arena.ptr(regions.sorted_cls),
             sorted_score: arena.ptr(regions.sorted_score),
             mask: arena.ptr(regions.mask),
-            out: if mapped { out_staging.device_ptr().unwrap_or_default() } else { arena.ptr(regions.out) },
+            out: if mapped {
+                out_staging.device_ptr().unwrap_or_default()
+            } else {
+                arena.ptr(regions.out)
+            },
         };
 
         // --- engine binding
@@ -486,7 +530,12 @@ impl GpuDetector {
         }
 
         // --- per-geometry parameters (the letterbox of lead's CPU path, exactly)
-        let lb = Letterbox::new(frame.width, frame.height, config.input_width, config.input_height);
+        let lb = Letterbox::new(
+            frame.width,
+            frame.height,
+            config.input_width,
+            config.input_height,
+        );
         let pre = PreParams {
             src_w: frame.width as i32,
             src_h: frame.height as i32,
@@ -556,14 +605,22 @@ impl GpuDetector {
         det.budget = MemoryBudget {
             device_arena: det.arena.plan().total_bytes(),
             pinned: det.frame_staging.len() + det.out_staging.len(),
-            mapped: if mapped { det.frame_staging.len() + det.out_staging.len() } else { 0 },
+            mapped: if mapped {
+                det.frame_staging.len() + det.out_staging.len()
+            } else {
+                0
+            },
             device_used_by_load: free_before as isize - free_after as isize,
         };
         log::info!(
             "GPU detector on {} (sm_{}, {}): kernels {}, engine {:?}, {:?} ({}); memory: device arena {} B, pinned {} B, mapped {} B, device in use after load +{} B (arena + module + engine)",
             props.name,
             props.sm(),
-            if props.integrated { "integrated" } else { "discrete" },
+            if props.integrated {
+                "integrated"
+            } else {
+                "discrete"
+            },
             det.module.image,
             det.engine.kind(),
             det.mode,
@@ -585,7 +642,8 @@ impl GpuDetector {
         for y in 0..f.height as usize {
             for x in 0..f.width as usize {
                 for k in 0..ch {
-                    buf[y * f.stride + x * ch + k] = ((x * 7 + y * 3 + k * 85) ^ (x / 16 * 31)) as u8;
+                    buf[y * f.stride + x * ch + k] =
+                        ((x * 7 + y * 3 + k * 85) ^ (x / 16 * 31)) as u8;
                 }
             }
         }
@@ -602,13 +660,20 @@ impl GpuDetector {
     }
 
     fn enqueue_engine(&mut self) -> Result<(), RunError> {
-        self.engine.run(StreamHandle(self.stream.raw() as *mut c_void))
+        self.engine
+            .run(StreamHandle(self.stream.raw() as *mut c_void))
     }
 
     fn enqueue_upload(&self) -> Result<(), DriverError> {
         if !self.mapped {
             // SAFETY: staging is pinned and frame.bytes() long; the region is as large.
-            unsafe { self.stream.memcpy_htod(self.ptrs.frame, self.frame_staging.as_ptr(), self.frame.bytes()) }?;
+            unsafe {
+                self.stream.memcpy_htod(
+                    self.ptrs.frame,
+                    self.frame_staging.as_ptr(),
+                    self.frame.bytes(),
+                )
+            }?;
         }
         Ok(())
     }
@@ -663,7 +728,12 @@ impl GpuDetector {
             let _ = self.detections.push(Detection {
                 class_id: d.class_id as u16,
                 score: d.score,
-                bbox: BoundingBox { x1: d.x1, y1: d.y1, x2: d.x2, y2: d.y2 },
+                bbox: BoundingBox {
+                    x1: d.x1,
+                    y1: d.y1,
+                    x2: d.x2,
+                    y2: d.y2,
+                },
             });
         }
         if self.overflow {
@@ -689,8 +759,10 @@ impl GpuDetector {
         self.stream.bind()?;
         // SAFETY: destination vectors are exactly the region sizes; synchronised right after.
         unsafe {
-            self.stream.memcpy_dtoh(tensor.as_mut_ptr(), self.ptrs.tensor, tensor_bytes)?;
-            self.stream.memcpy_dtoh(raw.as_mut_ptr() as *mut u8, self.ptrs.raw, raw_bytes)?;
+            self.stream
+                .memcpy_dtoh(tensor.as_mut_ptr(), self.ptrs.tensor, tensor_bytes)?;
+            self.stream
+                .memcpy_dtoh(raw.as_mut_ptr() as *mut u8, self.ptrs.raw, raw_bytes)?;
         }
         self.stream.synchronize()?;
         let o = self.output();
@@ -710,7 +782,10 @@ impl GpuDetector {
         self.out_staging.as_mut_slice().fill(0xff);
         if !self.mapped {
             // SAFETY: region OUTPUT_BYTES long, aligned.
-            unsafe { self.stream.memset_u32(self.ptrs.out, 0xffff_ffff, OUTPUT_BYTES / 4) }?;
+            unsafe {
+                self.stream
+                    .memset_u32(self.ptrs.out, 0xffff_ffff, OUTPUT_BYTES / 4)
+            }?;
             self.stream.synchronize()?;
         }
         Ok(())
@@ -729,7 +804,13 @@ impl GpuDetector {
                     enqueue_post(&this.stream, &this.kernels, &this.ptrs, &this.post)?;
                     Ok(())
                 });
-                g.map(|g| (Graphs::Whole(g), ExecMode::WholeGraph, "pre + engine + post in one graph".to_string()))
+                g.map(|g| {
+                    (
+                        Graphs::Whole(g),
+                        ExecMode::WholeGraph,
+                        "pre + engine + post in one graph".to_string(),
+                    )
+                })
             }
             CaptureSafety::Unsafe(why) => {
                 let pre = Graph::capture(&self.stream, |s| {
@@ -742,7 +823,10 @@ impl GpuDetector {
                     (Ok(pre), Ok(post)) => Ok((
                         Graphs::Split { pre, post },
                         ExecMode::SplitGraphs,
-                        format!("engine {:?} runs eagerly between the pre and post graphs: {why}", self.engine.kind()),
+                        format!(
+                            "engine {:?} runs eagerly between the pre and post graphs: {why}",
+                            self.engine.kind()
+                        ),
                     )),
                     (Err(e), _) | (_, Err(e)) => Err(e),
                 }
@@ -764,7 +848,9 @@ impl GpuDetector {
         let replay = self.snapshot()?;
         match compare(&eager, &replay) {
             Ok(()) => {
-                self.capture_note = format!("{note}; replay matches eager (tensor exact, output/detections within {GRAPH_TOLERANCE})");
+                self.capture_note = format!(
+                    "{note}; replay matches eager (tensor exact, output/detections within {GRAPH_TOLERANCE})"
+                );
             }
             Err(why) => {
                 self.graphs = Graphs::None;
@@ -789,7 +875,10 @@ impl GpuDetector {
     pub fn detect(&mut self, frame: &[u8]) -> Result<&Detections, GpuError> {
         let n = self.frame.bytes();
         if frame.len() != n {
-            return Err(GpuError::FrameSize { expected: n, actual: frame.len() });
+            return Err(GpuError::FrameSize {
+                expected: n,
+                actual: frame.len(),
+            });
         }
         self.frame_staging.as_mut_slice().copy_from_slice(frame);
         self.execute()?;
@@ -889,11 +978,17 @@ impl GpuDetector {
             (4 + self.post.num_classes as usize) * self.post.num_anchors as usize
         };
         if dst.len() != want {
-            return Err(setup(format!("buffer of {} values, expected {want}", dst.len())));
+            return Err(setup(format!(
+                "buffer of {} values, expected {want}",
+                dst.len()
+            )));
         }
         self.stream.bind()?;
         // SAFETY: dst holds exactly the region's bytes; synchronised before return.
-        unsafe { self.stream.memcpy_dtoh(dst.as_mut_ptr() as *mut u8, src, want * 4) }?;
+        unsafe {
+            self.stream
+                .memcpy_dtoh(dst.as_mut_ptr() as *mut u8, src, want * 4)
+        }?;
         self.stream.synchronize()?;
         Ok(())
     }
@@ -907,9 +1002,14 @@ impl GpuDetector {
     pub fn bench_stage(&mut self, stage: BenchStage, iters: usize) -> Result<f64, GpuError> {
         use tether_runtime::cuda::Event;
         self.stream.bind()?;
-        let (a, b) = (Event::new(&self.ctx, true, false)?, Event::new(&self.ctx, true, false)?);
+        let (a, b) = (
+            Event::new(&self.ctx, true, false)?,
+            Event::new(&self.ctx, true, false)?,
+        );
         let pre_graph = match stage {
-            BenchStage::PreGraph => Some(Graph::capture(&self.stream, |s| enqueue_pre(s, &self.kernels, &self.ptrs, &self.pre))?),
+            BenchStage::PreGraph => Some(Graph::capture(&self.stream, |s| {
+                enqueue_pre(s, &self.kernels, &self.ptrs, &self.pre)
+            })?),
             _ => None,
         };
         self.stream.synchronize()?;
@@ -920,7 +1020,9 @@ impl GpuDetector {
                     self.enqueue_upload()?;
                 }
                 BenchStage::Pre => self.enqueue_pre()?,
-                BenchStage::PreGraph => self.stream.launch_graph(pre_graph.as_ref().expect("captured"))?,
+                BenchStage::PreGraph => self
+                    .stream
+                    .launch_graph(pre_graph.as_ref().expect("captured"))?,
                 BenchStage::Engine => self.enqueue_engine()?,
                 BenchStage::Post => self.enqueue_post()?,
                 BenchStage::Download => self.enqueue_download()?,
@@ -940,12 +1042,19 @@ impl GpuDetector {
     /// # Errors
     /// A driver or engine error.
     #[doc(hidden)]
-    pub fn bench_wall(&mut self, what: BenchWall, iters: usize, out_us: &mut Vec<f64>) -> Result<(), GpuError> {
+    pub fn bench_wall(
+        &mut self,
+        what: BenchWall,
+        iters: usize,
+        out_us: &mut Vec<f64>,
+    ) -> Result<(), GpuError> {
         out_us.clear();
         out_us.reserve(iters);
         self.stream.bind()?;
         let pre_graph = match what {
-            BenchWall::PreGraph => Some(Graph::capture(&self.stream, |s| enqueue_pre(s, &self.kernels, &self.ptrs, &self.pre))?),
+            BenchWall::PreGraph => Some(Graph::capture(&self.stream, |s| {
+                enqueue_pre(s, &self.kernels, &self.ptrs, &self.pre)
+            })?),
             _ => None,
         };
         for _ in 0..iters {
@@ -970,7 +1079,8 @@ impl GpuDetector {
                     self.stream.synchronize()?;
                 }
                 BenchWall::PreGraph => {
-                    self.stream.launch_graph(pre_graph.as_ref().expect("captured"))?;
+                    self.stream
+                        .launch_graph(pre_graph.as_ref().expect("captured"))?;
                     self.stream.synchronize()?;
                 }
             }
@@ -987,11 +1097,17 @@ impl GpuDetector {
     pub fn postprocess_only(&mut self, output: &[f32]) -> Result<&Detections, GpuError> {
         let want = (4 + self.post.num_classes as usize) * self.post.num_anchors as usize;
         if output.len() != want {
-            return Err(setup(format!("output of {} values, expected {want}", output.len())));
+            return Err(setup(format!(
+                "output of {} values, expected {want}",
+                output.len()
+            )));
         }
         self.stream.bind()?;
         // SAFETY: output holds the region's bytes and outlives the synchronise below.
-        unsafe { self.stream.memcpy_htod(self.ptrs.raw, output.as_ptr() as *const u8, want * 4) }?;
+        unsafe {
+            self.stream
+                .memcpy_htod(self.ptrs.raw, output.as_ptr() as *const u8, want * 4)
+        }?;
         match &self.graphs {
             Graphs::Split { post, .. } => self.stream.launch_graph(post)?,
             _ => self.enqueue_post()?,
@@ -1011,21 +1127,36 @@ fn enqueue_pre(s: &Stream, k: &Kernels, p: &Ptrs, pre: &PreParams) -> Result<(),
         &mut tensor as *mut u64 as *mut c_void,
         &mut params as *mut PreParams as *mut c_void,
     ];
-    let grid = ((pre.in_w as u32).div_ceil(32), (pre.in_h as u32).div_ceil(8), 1);
+    let grid = (
+        (pre.in_w as u32).div_ceil(32),
+        (pre.in_h as u32).div_ceil(8),
+        1,
+    );
     // SAFETY: args match letterbox_bilinear_nchw(const u8*, float*, PreParams); the frame
     // and tensor regions are sized for this geometry and outlive every launch and replay.
     unsafe { s.launch(k.letterbox, grid, (32, 8, 1), 0, &mut args) }
 }
 
 /// Enqueue the post-processing: counter memset, decode, sort, IoU mask, greedy reduce.
-fn enqueue_post(stream: &Stream, k: &Kernels, p: &Ptrs, s: &PostScalars) -> Result<(), DriverError> {
+fn enqueue_post(
+    stream: &Stream,
+    k: &Kernels,
+    p: &Ptrs,
+    s: &PostScalars,
+) -> Result<(), DriverError> {
     let (p, s) = (*p, *s);
     // SAFETY: state region is 16 bytes, 4-byte aligned.
     unsafe { stream.memset_u32(p.state, 0, 4) }?;
     {
-        let (mut raw, mut nc, mut na, mut thr) = (p.raw.0, s.num_classes, s.num_anchors, s.score_thr);
-        let (mut bx, mut cl, mut sc, mut keys, mut st) =
-            (p.box_by_anchor.0, p.cls_by_anchor.0, p.score_by_anchor.0, p.keys.0, p.state.0);
+        let (mut raw, mut nc, mut na, mut thr) =
+            (p.raw.0, s.num_classes, s.num_anchors, s.score_thr);
+        let (mut bx, mut cl, mut sc, mut keys, mut st) = (
+            p.box_by_anchor.0,
+            p.cls_by_anchor.0,
+            p.score_by_anchor.0,
+            p.keys.0,
+            p.state.0,
+        );
         let mut args: [*mut c_void; 9] = [
             &mut raw as *mut u64 as *mut c_void,
             &mut nc as *mut i32 as *mut c_void,
@@ -1042,8 +1173,13 @@ fn enqueue_post(stream: &Stream, k: &Kernels, p: &Ptrs, s: &PostScalars) -> Resu
         unsafe { stream.launch(k.decode, grid, (256, 1, 1), 0, &mut args) }?;
     }
     {
-        let (mut keys, mut bx, mut cl, mut sc, mut st) =
-            (p.keys.0, p.box_by_anchor.0, p.cls_by_anchor.0, p.score_by_anchor.0, p.state.0);
+        let (mut keys, mut bx, mut cl, mut sc, mut st) = (
+            p.keys.0,
+            p.box_by_anchor.0,
+            p.cls_by_anchor.0,
+            p.score_by_anchor.0,
+            p.state.0,
+        );
         let (mut sb, mut scl, mut ss) = (p.sorted_box.0, p.sorted_cls.0, p.sorted_score.0);
         let mut args: [*mut c_void; 8] = [
             &mut keys as *mut u64 as *mut c_void,
@@ -1059,8 +1195,13 @@ fn enqueue_post(stream: &Stream, k: &Kernels, p: &Ptrs, s: &PostScalars) -> Resu
         unsafe { stream.launch(k.sort, (1, 1, 1), (1024, 1, 1), 0, &mut args) }?;
     }
     {
-        let (mut sb, mut scl, mut st, mut thr, mut mask) =
-            (p.sorted_box.0, p.sorted_cls.0, p.state.0, s.iou_thr, p.mask.0);
+        let (mut sb, mut scl, mut st, mut thr, mut mask) = (
+            p.sorted_box.0,
+            p.sorted_cls.0,
+            p.state.0,
+            s.iou_thr,
+            p.mask.0,
+        );
         let mut args: [*mut c_void; 5] = [
             &mut sb as *mut u64 as *mut c_void,
             &mut scl as *mut u64 as *mut c_void,
@@ -1073,8 +1214,13 @@ fn enqueue_post(stream: &Stream, k: &Kernels, p: &Ptrs, s: &PostScalars) -> Resu
         unsafe { stream.launch(k.mask, (words, words, 1), (64, 1, 1), 0, &mut args) }?;
     }
     {
-        let (mut sb, mut scl, mut ss, mut st, mut mask) =
-            (p.sorted_box.0, p.sorted_cls.0, p.sorted_score.0, p.state.0, p.mask.0);
+        let (mut sb, mut scl, mut ss, mut st, mut mask) = (
+            p.sorted_box.0,
+            p.sorted_cls.0,
+            p.sorted_score.0,
+            p.state.0,
+            p.mask.0,
+        );
         let (mut md, mut r, mut l, mut t, mut w, mut h, mut out) =
             (s.max_det, s.ratio, s.left, s.top, s.src_w, s.src_h, p.out.0);
         let mut args: [*mut c_void; 12] = [
@@ -1102,9 +1248,18 @@ type Snapshot = (Vec<u8>, Vec<f32>, Vec<GpuDetection>, (u32, u32, u32));
 fn compare(a: &Snapshot, b: &Snapshot) -> Result<(), String> {
     if a.0 != b.0 {
         let first = a.0.iter().zip(&b.0).position(|(x, y)| x != y).unwrap_or(0);
-        return Err(format!("preprocessed tensor differs (first at byte {first})"));
+        return Err(format!(
+            "preprocessed tensor differs (first at byte {first})"
+        ));
     }
-    let max_raw = a.1.iter().zip(&b.1).map(|(x, y)| (x - y).abs()).fold(0f32, |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) });
+    let max_raw =
+        a.1.iter()
+            .zip(&b.1)
+            .map(|(x, y)| (x - y).abs())
+            .fold(
+                0f32,
+                |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+            );
     if max_raw > GRAPH_TOLERANCE {
         return Err(format!("network output differs by {max_raw}"));
     }
@@ -1112,10 +1267,19 @@ fn compare(a: &Snapshot, b: &Snapshot) -> Result<(), String> {
         return Err(format!("result not written (magic {:#x})", b.3.2));
     }
     if a.3.0 != b.3.0 || a.3.1 != b.3.1 {
-        return Err(format!("{} vs {} detections, {} vs {} candidates", a.3.0, b.3.0, a.3.1, b.3.1));
+        return Err(format!(
+            "{} vs {} detections, {} vs {} candidates",
+            a.3.0, b.3.0, a.3.1, b.3.1
+        ));
     }
     for (i, (x, y)) in a.2.iter().zip(&b.2).enumerate() {
-        let d = [x.x1 - y.x1, x.y1 - y.y1, x.x2 - y.x2, x.y2 - y.y2, x.score - y.score];
+        let d = [
+            x.x1 - y.x1,
+            x.y1 - y.y1,
+            x.x2 - y.x2,
+            x.y2 - y.y2,
+            x.score - y.score,
+        ];
         if x.class_id != y.class_id || d.iter().any(|v| v.is_nan() || v.abs() > GRAPH_TOLERANCE) {
             return Err(format!("detection {i}: {x:?} vs {y:?}"));
         }

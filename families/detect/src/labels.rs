@@ -11,7 +11,10 @@ use crate::DetectError;
 /// # Errors
 /// [`DetectError::Labels`] naming the byte position and what was expected.
 pub fn parse_ultralytics_names(text: &str) -> Result<Vec<String>, DetectError> {
-    let mut p = Parser { s: text.as_bytes(), pos: 0 };
+    let mut p = Parser {
+        s: text.as_bytes(),
+        pos: 0,
+    };
     let mut pairs: Vec<(usize, String)> = Vec::new();
     p.ws();
     p.expect(b'{')?;
@@ -59,7 +62,11 @@ impl Parser<'_> {
         Err(DetectError::Labels(format!("{what} at byte {}", self.pos)))
     }
     fn ws(&mut self) {
-        while self.s.get(self.pos).is_some_and(|b| b.is_ascii_whitespace()) {
+        while self
+            .s
+            .get(self.pos)
+            .is_some_and(|b| b.is_ascii_whitespace())
+        {
             self.pos += 1;
         }
     }
@@ -72,7 +79,11 @@ impl Parser<'_> {
         }
     }
     fn expect(&mut self, b: u8) -> Result<(), DetectError> {
-        if self.eat(b) { Ok(()) } else { self.err(&format!("expected `{}`", b as char)) }
+        if self.eat(b) {
+            Ok(())
+        } else {
+            self.err(&format!("expected `{}`", b as char))
+        }
     }
     fn int(&mut self) -> Result<usize, DetectError> {
         let start = self.pos;
@@ -127,7 +138,9 @@ pub fn encode_labels(names: &[String]) -> Result<Vec<u8>, DetectError> {
     let mut out = Vec::new();
     for n in names {
         if n.contains(['\n', '\r']) {
-            return Err(DetectError::Labels(format!("class name {n:?} contains a line break")));
+            return Err(DetectError::Labels(format!(
+                "class name {n:?} contains a line break"
+            )));
         }
         out.extend_from_slice(n.as_bytes());
         out.push(b'\n');
@@ -151,7 +164,8 @@ mod tests {
 
     #[test]
     fn parses_ultralytics_dicts() {
-        let v = parse_ultralytics_names("{0: 'Caption', 2: \"Foot'note\", 1: 'List-item'}").unwrap();
+        let v =
+            parse_ultralytics_names("{0: 'Caption', 2: \"Foot'note\", 1: 'List-item'}").unwrap();
         assert_eq!(v, vec!["Caption", "List-item", "Foot'note"]);
         let v = parse_ultralytics_names("{0: 'a\\'b',}").unwrap();
         assert_eq!(v, vec!["a'b"]);
@@ -159,7 +173,16 @@ mod tests {
 
     #[test]
     fn rejects_malformed_dicts() {
-        for bad in ["", "{", "{0 'a'}", "{0: a}", "{1: 'a'}", "{0: 'a', 0: 'b'}", "{}", "{0: 'a"] {
+        for bad in [
+            "",
+            "{",
+            "{0 'a'}",
+            "{0: a}",
+            "{1: 'a'}",
+            "{0: 'a', 0: 'b'}",
+            "{}",
+            "{0: 'a",
+        ] {
             assert!(parse_ultralytics_names(bad).is_err(), "{bad:?} accepted");
         }
         let e = parse_ultralytics_names("{0: 'a', 2: 'b'}").unwrap_err();
@@ -169,7 +192,10 @@ mod tests {
     #[test]
     fn labels_round_trip() {
         let names = vec!["person".to_string(), "face".to_string()];
-        assert_eq!(decode_labels(&encode_labels(&names).unwrap()).unwrap(), names);
+        assert_eq!(
+            decode_labels(&encode_labels(&names).unwrap()).unwrap(),
+            names
+        );
         assert!(encode_labels(&["a\nb".to_string()]).is_err());
         assert!(decode_labels(&[0xff]).is_err());
     }

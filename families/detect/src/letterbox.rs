@@ -69,7 +69,12 @@ impl<'a> ImageView<'a> {
     /// # Errors
     /// [`DetectError::Image`] when a side is 0 or above [`MAX_IMAGE_SIDE`], or
     /// `data` is shorter than `width * height * channels` bytes.
-    pub fn new(data: &'a [u8], width: u32, height: u32, format: PixelFormat) -> Result<Self, DetectError> {
+    pub fn new(
+        data: &'a [u8],
+        width: u32,
+        height: u32,
+        format: PixelFormat,
+    ) -> Result<Self, DetectError> {
         let stride = (width as usize).saturating_mul(format.channels());
         Self::with_stride(data, width, height, stride, format)
     }
@@ -85,13 +90,21 @@ impl<'a> ImageView<'a> {
         stride: usize,
         format: PixelFormat,
     ) -> Result<Self, DetectError> {
-        let err = |reason: String| Err(DetectError::Image { width, height, reason });
+        let err = |reason: String| {
+            Err(DetectError::Image {
+                width,
+                height,
+                reason,
+            })
+        };
         if width == 0 || height == 0 || width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE {
             return err(format!("each side must be 1..={MAX_IMAGE_SIDE} pixels"));
         }
         let row = width as usize * format.channels();
         if stride < row {
-            return err(format!("stride {stride} is smaller than a row ({row} bytes)"));
+            return err(format!(
+                "stride {stride} is smaller than a row ({row} bytes)"
+            ));
         }
         // Sides are at most 2^15, so this cannot overflow on 64-bit or 32-bit targets
         // for realistic strides; checked anyway.
@@ -99,7 +112,13 @@ impl<'a> ImageView<'a> {
             .checked_mul(height as usize - 1)
             .and_then(|v| v.checked_add(row));
         match need {
-            Some(n) if data.len() >= n => Ok(Self { data, width, height, stride, format }),
+            Some(n) if data.len() >= n => Ok(Self {
+                data,
+                width,
+                height,
+                stride,
+                format,
+            }),
             Some(n) => err(format!("{format:?} needs {n} bytes, got {}", data.len())),
             None => err("size overflows".into()),
         }
@@ -202,7 +221,11 @@ fn taps(out: &mut Vec<Tap>, src_len: u32, dst_len: u32) {
         let s = ((d as f32 + 0.5) * scale - 0.5).max(0.0);
         let i0 = (s.floor() as u32).min(last);
         let i1 = (i0 + 1).min(last);
-        out.push(Tap { i0, i1, frac: s - i0 as f32 });
+        out.push(Tap {
+            i0,
+            i1,
+            frac: s - i0 as f32,
+        });
     }
 }
 
@@ -249,7 +272,12 @@ impl Preprocessor {
                 actual: dst.len(),
             });
         }
-        let lb = Letterbox::new(image.width, image.height, self.input_width, self.input_height);
+        let lb = Letterbox::new(
+            image.width,
+            image.height,
+            self.input_width,
+            self.input_height,
+        );
         taps(&mut self.xs, image.width, lb.new_width);
         taps(&mut self.ys, image.height, lb.new_height);
         let offs = image.format.rgb_offsets();
@@ -297,7 +325,10 @@ mod tests {
         assert_eq!((lb.left, lb.top), (0, 257));
         // Square image: no padding.
         let lb = Letterbox::new(512, 512, 320, 320);
-        assert_eq!((lb.new_width, lb.new_height, lb.left, lb.top), (320, 320, 0, 0));
+        assert_eq!(
+            (lb.new_width, lb.new_height, lb.left, lb.top),
+            (320, 320, 0, 0)
+        );
         // Tall 1x1000 sliver keeps at least one column.
         let lb = Letterbox::new(1, 1000, 640, 640);
         assert_eq!((lb.new_width, lb.new_height, lb.left), (1, 640, 319));
@@ -313,7 +344,10 @@ mod tests {
         let lb = p.run(&view, [0.0; 3], [1.0; 3], 114, &mut dst).unwrap();
         assert_eq!((lb.top, lb.left, lb.new_width, lb.new_height), (1, 0, 2, 1));
         // R plane: pad row, pixel row, two pad rows.
-        assert_eq!(&dst[0..8], &[114.0, 114.0, 10.0, 40.0, 114.0, 114.0, 114.0, 114.0]);
+        assert_eq!(
+            &dst[0..8],
+            &[114.0, 114.0, 10.0, 40.0, 114.0, 114.0, 114.0, 114.0]
+        );
         assert_eq!(&dst[8 + 2..8 + 4], &[20.0, 50.0]);
         assert_eq!(&dst[16 + 2..16 + 4], &[30.0, 60.0]);
     }
@@ -349,7 +383,15 @@ mod tests {
         assert!(ImageView::with_stride(&[0u8; 12], 2, 2, 5, PixelFormat::Rgb8).is_err());
         let view = ImageView::new(&[0u8; 3], 1, 1, PixelFormat::Rgb8).unwrap();
         let mut p = Preprocessor::new(4, 4);
-        let e = p.run(&view, [0.0; 3], [1.0; 3], 0, &mut [0.0; 47]).unwrap_err();
-        assert!(matches!(e, DetectError::InputBuffer { expected: 48, actual: 47 }));
+        let e = p
+            .run(&view, [0.0; 3], [1.0; 3], 0, &mut [0.0; 47])
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            DetectError::InputBuffer {
+                expected: 48,
+                actual: 47
+            }
+        ));
     }
 }

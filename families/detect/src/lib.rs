@@ -12,9 +12,9 @@
 
 pub mod config;
 pub mod decode;
+mod detector;
 #[cfg(feature = "cuda")]
 pub mod gpu;
-mod detector;
 pub mod labels;
 pub mod letterbox;
 #[cfg(feature = "cpu")]

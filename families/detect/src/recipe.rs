@@ -13,11 +13,9 @@
 //! | `detect/config` | `FamilyConfig` | [`crate::config::DetectConfigRecord`] |
 //! | `detect/reference.json` | `Reference` | optional golden detections |
 
-use tether_bundle::{
-    BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc,
-};
-use tether_runtime::cpu::{OnnxInfo, TractCpuEngine, inspect_onnx};
+use tether_bundle::{BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc};
 use tether_runtime::Engine;
+use tether_runtime::cpu::{OnnxInfo, TractCpuEngine, inspect_onnx};
 
 use crate::config::{CONFIG_SECTION, LABELS_SECTION, ONNX_SECTION, REFERENCE_SECTION};
 use crate::labels::{encode_labels, parse_ultralytics_names};
@@ -202,7 +200,12 @@ pub fn build(
     for t in info.inputs.iter().chain(info.outputs.iter()) {
         writer.add_tensor(model, t.clone())?;
     }
-    writer.add_section(SectionKind::Labels, LABELS_SECTION, None, encode_labels(&labels)?)?;
+    writer.add_section(
+        SectionKind::Labels,
+        LABELS_SECTION,
+        None,
+        encode_labels(&labels)?,
+    )?;
     writer.add_section(
         SectionKind::FamilyConfig,
         CONFIG_SECTION,

@@ -23,7 +23,8 @@ fn repo_root() -> PathBuf {
 }
 
 fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS").map_or_else(|| repo_root().join(".assets"), PathBuf::from);
+    let dir = std::env::var_os("TETHER_ASSETS")
+        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
     let p = dir.join(name);
     assert!(
         p.is_file(),
@@ -34,7 +35,9 @@ fn asset(name: &str) -> PathBuf {
 }
 
 fn golden(name: &str) -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(name);
     serde_json::from_slice(&std::fs::read(&p).expect("golden file")).expect("golden JSON")
 }
 
@@ -71,15 +74,30 @@ fn check(golden_name: &str) {
         &mut |_| {},
     )
     .expect("build");
-    let names: Vec<&str> = g["class_names"].as_array().expect("names").iter().map(|v| v.as_str().expect("name")).collect();
+    let names: Vec<&str> = g["class_names"]
+        .as_array()
+        .expect("names")
+        .iter()
+        .map(|v| v.as_str().expect("name"))
+        .collect();
     assert_eq!(report.labels, names, "class names from the ONNX metadata");
-    let path = std::env::temp_dir().join(format!("tether-golden-{}-{golden_name}.bundle", std::process::id()));
+    let path = std::env::temp_dir().join(format!(
+        "tether-golden-{}-{golden_name}.bundle",
+        std::process::id()
+    ));
     writer.write(&path).expect("write bundle");
 
     let mut det = Detector::load(&path).expect("load bundle");
     let img = image::open(&image_path).expect("decode image").to_rgb8();
-    assert_eq!([img.height(), img.width()], [g["image_size"][0].as_u64().unwrap() as u32, g["image_size"][1].as_u64().unwrap() as u32]);
-    let view = ImageView::new(img.as_raw(), img.width(), img.height(), PixelFormat::Rgb8).expect("view");
+    assert_eq!(
+        [img.height(), img.width()],
+        [
+            g["image_size"][0].as_u64().unwrap() as u32,
+            g["image_size"][1].as_u64().unwrap() as u32
+        ]
+    );
+    let view =
+        ImageView::new(img.as_raw(), img.width(), img.height(), PixelFormat::Rgb8).expect("view");
     let dets = det.detect(&view).expect("detect").clone();
 
     // Letterbox geometry.
@@ -96,13 +114,24 @@ fn check(golden_name: &str) {
     let input_name = g["input_name"].as_str().expect("input name");
     let input = module.input_f32_mut(input_name).expect("input").to_vec();
     for s in g["input_sample"].as_array().expect("input_sample") {
-        let (c, y, x) = (s["c"].as_u64().unwrap() as usize, s["y"].as_u64().unwrap() as usize, s["x"].as_u64().unwrap() as usize);
+        let (c, y, x) = (
+            s["c"].as_u64().unwrap() as usize,
+            s["y"].as_u64().unwrap() as usize,
+            s["x"].as_u64().unwrap() as usize,
+        );
         let ours = input[c * w * h + y * w + x];
-        assert!((ours - f(&s["value"])).abs() <= 1e-5, "input[{c},{y},{x}] = {ours}, reference {}", s["value"]);
+        assert!(
+            (ours - f(&s["value"])).abs() <= 1e-5,
+            "input[{c},{y},{x}] = {ours}, reference {}",
+            s["value"]
+        );
     }
     let sum: f64 = input.iter().map(|&v| f64::from(v)).sum();
     let want = g["input_checksum"].as_f64().unwrap();
-    assert!((sum - want).abs() <= 1e-6 * want.abs().max(1.0), "input sum {sum}, reference {want}");
+    assert!(
+        (sum - want).abs() <= 1e-6 * want.abs().max(1.0),
+        "input sum {sum}, reference {want}"
+    );
 
     // Raw network output at fixed anchors.
     let output_name = g["output_name"].as_str().expect("output name");
@@ -111,13 +140,19 @@ fn check(golden_name: &str) {
     let rows = g["raw_output_shape"][1].as_u64().unwrap() as usize;
     assert_eq!(out.len(), rows * n);
     let mut worst = 0f32;
-    for s in g["raw_output_sample"].as_array().expect("raw_output_sample") {
+    for s in g["raw_output_sample"]
+        .as_array()
+        .expect("raw_output_sample")
+    {
         let a = s["anchor"].as_u64().unwrap() as usize;
         for (r, v) in s["values"].as_array().unwrap().iter().enumerate() {
             let (ours, theirs) = (out[r * n + a], f(v));
             let err = (ours - theirs).abs();
             worst = worst.max(err / theirs.abs().max(1e-3));
-            assert!(err <= 1e-3 * theirs.abs() + 1e-4, "output[{r}, {a}] = {ours}, reference {theirs}");
+            assert!(
+                err <= 1e-3 * theirs.abs() + 1e-4,
+                "output[{r}, {a}] = {ours}, reference {theirs}"
+            );
         }
     }
     eprintln!("{golden_name}: worst relative raw-output difference {worst:.2e}");
@@ -125,16 +160,36 @@ fn check(golden_name: &str) {
     // Detections.
     let want = g["detections"].as_array().expect("detections");
     assert_eq!(dets.len(), want.len(), "detection count: ours {dets:?}");
-    assert!(!want.is_empty(), "a golden with no detections proves nothing");
+    assert!(
+        !want.is_empty(),
+        "a golden with no detections proves nothing"
+    );
     for (ours, theirs) in dets.iter().zip(want) {
         let tb = [0, 1, 2, 3].map(|i| f(&theirs["box"][i]));
         let ob = [ours.bbox.x1, ours.bbox.y1, ours.bbox.x2, ours.bbox.y2];
-        assert_eq!(u64::from(ours.class_id), theirs["class_id"].as_u64().unwrap(), "class");
+        assert_eq!(
+            u64::from(ours.class_id),
+            theirs["class_id"].as_u64().unwrap(),
+            "class"
+        );
         assert_eq!(det.class_name(ours.class_id), theirs["class_name"].as_str());
-        assert!((ours.score - f(&theirs["score"])).abs() <= 1e-3, "score {} vs {}", ours.score, theirs["score"]);
+        assert!(
+            (ours.score - f(&theirs["score"])).abs() <= 1e-3,
+            "score {} vs {}",
+            ours.score,
+            theirs["score"]
+        );
         let overlap = iou(ob, tb);
-        assert!(overlap >= 0.9, "IoU {overlap} between ours {ob:?} and reference {tb:?}");
-        eprintln!("  {:<16} score {:.4} (ref {:.4})  IoU {overlap:.5}", theirs["class_name"].as_str().unwrap(), ours.score, f(&theirs["score"]));
+        assert!(
+            overlap >= 0.9,
+            "IoU {overlap} between ours {ob:?} and reference {tb:?}"
+        );
+        eprintln!(
+            "  {:<16} score {:.4} (ref {:.4})  IoU {overlap:.5}",
+            theirs["class_name"].as_str().unwrap(),
+            ours.score,
+            f(&theirs["score"])
+        );
     }
     let _ = std::fs::remove_file(&path);
 }

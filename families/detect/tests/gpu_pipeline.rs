@@ -26,8 +26,12 @@ use std::path::PathBuf;
 use tether_detect::gpu::{
     BenchStage, BenchWall, ExecMode, FrameSpec, GpuDetector, GpuOptions, MAX_CANDIDATES, MappedIo,
 };
-use tether_detect::{DetectConfig, Detections, ImageView, PixelFormat, Postprocessor, Preprocessor};
-use tether_runtime::cuda::{ArenaPlan, Context, DeviceArena, Event, Stream, SyncPolicy, skip_reason};
+use tether_detect::{
+    DetectConfig, Detections, ImageView, PixelFormat, Postprocessor, Preprocessor,
+};
+use tether_runtime::cuda::{
+    ArenaPlan, Context, DeviceArena, Event, Stream, SyncPolicy, skip_reason,
+};
 use tether_runtime::engine::{DType, IoMode};
 use tether_runtime::{Engine, TensorSpec};
 
@@ -114,7 +118,8 @@ fn repo_root() -> PathBuf {
 }
 
 fn asset(name: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("TETHER_ASSETS").map_or_else(|| repo_root().join(".assets"), PathBuf::from);
+    let dir = std::env::var_os("TETHER_ASSETS")
+        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
     let p = dir.join(name);
     if p.is_file() { Some(p) } else { None }
 }
@@ -141,7 +146,12 @@ fn replay_engine(ctx: &Context, cfg: &DetectConfig, raw: &[f32]) -> (Box<dyn Eng
     unsafe { s.memcpy_htod(arena.ptr(id), raw.as_ptr() as *const u8, raw.len() * 4) }.unwrap();
     s.synchronize().unwrap();
     let (w, h) = (cfg.input_width as usize, cfg.input_height as usize);
-    let input = TensorSpec { name: "images".into(), mode: IoMode::Input, dtype: DType::F32, shape: vec![1, 3, h, w] };
+    let input = TensorSpec {
+        name: "images".into(),
+        mode: IoMode::Input,
+        dtype: DType::F32,
+        shape: vec![1, 3, h, w],
+    };
     let output = TensorSpec {
         name: "output0".into(),
         mode: IoMode::Output,
@@ -154,7 +164,14 @@ fn replay_engine(ctx: &Context, cfg: &DetectConfig, raw: &[f32]) -> (Box<dyn Eng
 
 /// A YOLOv8-like raw output with clusters of overlapping boxes, repeated scores (ties) and
 /// many classes, in network pixels.
-fn synthetic_output(rng: &mut Rng, c: usize, n: usize, in_w: f32, in_h: f32, density: f32) -> Vec<f32> {
+fn synthetic_output(
+    rng: &mut Rng,
+    c: usize,
+    n: usize,
+    in_w: f32,
+    in_h: f32,
+    density: f32,
+) -> Vec<f32> {
     let mut v = vec![0f32; (4 + c) * n];
     let centres: Vec<(f32, f32)> = (0..24).map(|_| (rng.f() * in_w, rng.f() * in_h)).collect();
     for a in 0..n {
@@ -179,16 +196,36 @@ fn cpu_post(cfg: &DetectConfig, lb: &tether_detect::Letterbox, raw: &[f32]) -> (
     let mut post = Postprocessor::new(cfg.num_classes as usize, cfg.num_anchors as usize);
     let mut out = Detections::new();
     let st = post
-        .run(raw, lb, cfg.score_threshold, cfg.iou_threshold, cfg.max_detections as usize, &mut out)
+        .run(
+            raw,
+            lb,
+            cfg.score_threshold,
+            cfg.iou_threshold,
+            cfg.max_detections as usize,
+            &mut out,
+        )
         .unwrap();
     (out, st.candidates)
 }
 
 fn assert_same(gpu: &Detections, cpu: &Detections, what: &str) {
-    assert_eq!(gpu.len(), cpu.len(), "{what}: {} GPU vs {} CPU detections", gpu.len(), cpu.len());
+    assert_eq!(
+        gpu.len(),
+        cpu.len(),
+        "{what}: {} GPU vs {} CPU detections",
+        gpu.len(),
+        cpu.len()
+    );
     for (i, (g, c)) in gpu.iter().zip(cpu.iter()).enumerate() {
-        assert_eq!(g.class_id, c.class_id, "{what}: detection {i}: {g:?} vs {c:?}");
-        assert_eq!(g.score.to_bits(), c.score.to_bits(), "{what}: detection {i}: {g:?} vs {c:?}");
+        assert_eq!(
+            g.class_id, c.class_id,
+            "{what}: detection {i}: {g:?} vs {c:?}"
+        );
+        assert_eq!(
+            g.score.to_bits(),
+            c.score.to_bits(),
+            "{what}: detection {i}: {g:?} vs {c:?}"
+        );
         assert_eq!(g.bbox, c.bbox, "{what}: detection {i}: {g:?} vs {c:?}");
     }
 }
@@ -226,7 +263,12 @@ fn preprocessing_equals_the_cpu_bit_for_bit() {
         let cfg = DetectConfig::ultralytics(iw, ih, 3, 64);
         let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
         let (engine, _keep) = replay_engine(&ctx, &cfg, &vec![0f32; 7 * 64]);
-        let spec = FrameSpec { width: w, height: h, format: fmt, stride: w as usize * fmt.channels() + pad };
+        let spec = FrameSpec {
+            width: w,
+            height: h,
+            format: fmt,
+            stride: w as usize * fmt.channels() + pad,
+        };
         let mut gpu = GpuDetector::new(&cfg, engine, spec, &GpuOptions::default()).unwrap();
         let mut cpu = Preprocessor::new(iw, ih);
         let mut want = vec![0f32; 3 * (iw * ih) as usize];
@@ -234,13 +276,25 @@ fn preprocessing_equals_the_cpu_bit_for_bit() {
         for _ in 0..3 {
             let frame = random_frame(&mut rng, &spec);
             let view = ImageView::with_stride(&frame, w, h, spec.stride, fmt).unwrap();
-            cpu.run(&view, cfg.mean, cfg.std, cfg.pad_value, &mut want).unwrap();
+            cpu.run(&view, cfg.mean, cfg.std, cfg.pad_value, &mut want)
+                .unwrap();
             gpu.detect(&frame).unwrap();
             gpu.read_input_tensor(&mut got).unwrap();
-            let diff = want.iter().zip(&got).position(|(a, b)| a.to_bits() != b.to_bits());
-            assert!(diff.is_none(), "{w}x{h} {fmt:?} -> {iw}x{ih}: first difference at {diff:?}: cpu {} gpu {}", want[diff.unwrap()], got[diff.unwrap()]);
+            let diff = want
+                .iter()
+                .zip(&got)
+                .position(|(a, b)| a.to_bits() != b.to_bits());
+            assert!(
+                diff.is_none(),
+                "{w}x{h} {fmt:?} -> {iw}x{ih}: first difference at {diff:?}: cpu {} gpu {}",
+                want[diff.unwrap()],
+                got[diff.unwrap()]
+            );
         }
-        println!("pre {w}x{h} {fmt:?} stride+{pad} -> {iw}x{ih}: bit-exact ({:?})", gpu.exec_mode().0);
+        println!(
+            "pre {w}x{h} {fmt:?} stride+{pad} -> {iw}x{ih}: bit-exact ({:?})",
+            gpu.exec_mode().0
+        );
     }
 }
 
@@ -249,7 +303,13 @@ fn postprocessing_equals_the_cpu_exactly() {
     gpu_or_skip!();
     let mut rng = Rng(12345);
     // (classes, anchors, candidate density, iou threshold, max_det)
-    let cases = [(18, 2100, 0.3, 0.7, 300), (11, 21504, 0.1, 0.7, 300), (80, 8400, 0.05, 0.45, 100), (1, 500, 0.9, 0.5, 300), (3, 4000, 1.0, 0.7, 300)];
+    let cases = [
+        (18, 2100, 0.3, 0.7, 300),
+        (11, 21504, 0.1, 0.7, 300),
+        (80, 8400, 0.05, 0.45, 100),
+        (1, 500, 0.9, 0.5, 300),
+        (3, 4000, 1.0, 0.7, 300),
+    ];
     for (c, n, density, iou, max_det) in cases {
         let mut cfg = DetectConfig::ultralytics(640, 640, c, n);
         cfg.iou_threshold = iou;
@@ -260,14 +320,24 @@ fn postprocessing_equals_the_cpu_exactly() {
         let mut gpu = GpuDetector::new(&cfg, engine, spec, &GpuOptions::default()).unwrap();
         let lb = gpu.letterbox();
         for round in 0..4 {
-            let raw = synthetic_output(&mut rng, c as usize, n as usize, 640.0, 640.0, density as f32);
+            let raw = synthetic_output(
+                &mut rng,
+                c as usize,
+                n as usize,
+                640.0,
+                640.0,
+                density as f32,
+            );
             let (want, cands) = cpu_post(&cfg, &lb, &raw);
             let got = gpu.postprocess_only(&raw).unwrap().clone();
             assert_eq!(gpu.candidates() as usize, cands);
             assert!(!gpu.overflowed());
             assert_same(&got, &want, &format!("C={c} N={n} round {round}"));
             if round == 0 {
-                println!("post C={c} N={n}: {cands} candidates -> {} detections, identical to the CPU", got.len());
+                println!(
+                    "post C={c} N={n}: {cands} candidates -> {} detections, identical to the CPU",
+                    got.len()
+                );
             }
         }
     }
@@ -280,13 +350,26 @@ fn candidate_overflow_is_flagged() {
     let cfg = DetectConfig::ultralytics(640, 640, c, n);
     let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
     let (engine, _keep) = replay_engine(&ctx, &cfg, &vec![0f32; (4 + c as usize) * n as usize]);
-    let mut gpu = GpuDetector::new(&cfg, engine, FrameSpec::packed(640, 640, PixelFormat::Rgb8), &GpuOptions::default()).unwrap();
+    let mut gpu = GpuDetector::new(
+        &cfg,
+        engine,
+        FrameSpec::packed(640, 640, PixelFormat::Rgb8),
+        &GpuOptions::default(),
+    )
+    .unwrap();
     let mut rng = Rng(7);
     let raw = synthetic_output(&mut rng, c as usize, n as usize, 640.0, 640.0, 1.0);
     let got = gpu.postprocess_only(&raw).unwrap().len();
-    assert!(gpu.overflowed(), "{} candidates, capacity {MAX_CANDIDATES}", gpu.candidates());
+    assert!(
+        gpu.overflowed(),
+        "{} candidates, capacity {MAX_CANDIDATES}",
+        gpu.candidates()
+    );
     assert_eq!(gpu.candidates(), n);
-    println!("overflow: {} candidates > {MAX_CANDIDATES}: flagged, {got} detections returned", gpu.candidates());
+    println!(
+        "overflow: {} candidates > {MAX_CANDIDATES}: flagged, {got} detections returned",
+        gpu.candidates()
+    );
 }
 
 #[test]
@@ -304,10 +387,19 @@ fn copy_and_mapped_staging_agree_under_every_sync_policy() {
             for graphs in [true, false] {
                 let ctx = Context::new(0, sync).unwrap();
                 let (engine, _keep) = replay_engine(&ctx, &cfg, &raw);
-                let opts = GpuOptions { sync, mapped, graphs, ..GpuOptions::default() };
+                let opts = GpuOptions {
+                    sync,
+                    mapped,
+                    graphs,
+                    ..GpuOptions::default()
+                };
                 let mut gpu = GpuDetector::new(&cfg, engine, spec, &opts).unwrap();
                 assert_eq!(gpu.is_mapped(), mapped == MappedIo::Always);
-                let want_mode = if graphs { ExecMode::WholeGraph } else { ExecMode::Eager };
+                let want_mode = if graphs {
+                    ExecMode::WholeGraph
+                } else {
+                    ExecMode::Eager
+                };
                 assert_eq!(gpu.exec_mode().0, want_mode, "{}", gpu.exec_mode().1);
                 let d = gpu.detect(&frame).unwrap().clone();
                 let mut t = vec![0f32; 3 * 320 * 320];
@@ -319,9 +411,16 @@ fn copy_and_mapped_staging_agree_under_every_sync_policy() {
     let (name0, d0, t0) = &results[0];
     for (name, d, t) in &results[1..] {
         assert_same(d, d0, &format!("{name} vs {name0}"));
-        assert!(t.iter().zip(t0).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: tensor differs");
+        assert!(
+            t.iter().zip(t0).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}: tensor differs"
+        );
     }
-    println!("{} configurations (copy/mapped x spin/yield/blocking x graph/eager) agree: {} detections", results.len(), d0.len());
+    println!(
+        "{} configurations (copy/mapped x spin/yield/blocking x graph/eager) agree: {} detections",
+        results.len(),
+        d0.len()
+    );
 }
 
 // ------------------------------------------------------------------ the real model
@@ -342,17 +441,20 @@ mod real_model {
     #[test]
     fn tract_cuda_pipeline_matches_the_cpu_path() {
         gpu_or_skip!();
-        let (Some(model), Some((frame, w, h))) = (asset("320n.onnx"), load_rgb("astronaut.png")) else {
+        let (Some(model), Some((frame, w, h))) = (asset("320n.onnx"), load_rgb("astronaut.png"))
+        else {
             eprintln!("SKIPPED (assets missing): run tests/fetch-assets");
             return;
         };
         let (iw, ih) = (320u32, 320u32);
-        let engine = TractCudaEngine::load_onnx(&model, ih as usize, iw as usize).expect("tract-cuda");
+        let engine =
+            TractCudaEngine::load_onnx(&model, ih as usize, iw as usize).expect("tract-cuda");
         let out_shape = engine.outputs()[0].shape.clone();
         let (c, n) = ((out_shape[1] - 4) as u32, out_shape[2] as u32);
         let cfg = DetectConfig::ultralytics(iw, ih, c, n);
         let spec = FrameSpec::packed(w, h, PixelFormat::Rgb8);
-        let mut gpu = GpuDetector::new(&cfg, Box::new(engine), spec, &GpuOptions::default()).unwrap();
+        let mut gpu =
+            GpuDetector::new(&cfg, Box::new(engine), spec, &GpuOptions::default()).unwrap();
         let (mode, note) = gpu.exec_mode();
         println!("tract-cuda session: {mode:?}: {note}");
         assert_eq!(mode, ExecMode::SplitGraphs);
@@ -364,20 +466,38 @@ mod real_model {
         let view = ImageView::new(&frame, w, h, PixelFormat::Rgb8).unwrap();
         let mut pre = Preprocessor::new(iw, ih);
         let input = tether_runtime::host::f32_mut(cpu.input_host_mut(0).unwrap()).unwrap();
-        let lb = pre.run(&view, cfg.mean, cfg.std, cfg.pad_value, input).unwrap();
+        let lb = pre
+            .run(&view, cfg.mean, cfg.std, cfg.pad_value, input)
+            .unwrap();
         let mut gpu_in = vec![0f32; input.len()];
         gpu.read_input_tensor(&mut gpu_in).unwrap();
-        assert!(gpu_in.iter().zip(input.iter()).all(|(a, b)| a.to_bits() == b.to_bits()), "network input differs");
+        assert!(
+            gpu_in
+                .iter()
+                .zip(input.iter())
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "network input differs"
+        );
         cpu.run(tether_runtime::StreamHandle::HOST).unwrap();
-        let cpu_raw = tether_runtime::host::f32_ref(cpu.output_host(0).unwrap()).unwrap().to_vec();
+        let cpu_raw = tether_runtime::host::f32_ref(cpu.output_host(0).unwrap())
+            .unwrap()
+            .to_vec();
         let (want, _) = cpu_post(&cfg, &lb, &cpu_raw);
 
         // The GPU post-processing on the GPU engine's own output equals the CPU decoder on it.
         let mut gpu_raw = vec![0f32; cpu_raw.len()];
         gpu.read_network_output(&mut gpu_raw).unwrap();
         let (cpu_on_gpu_raw, _) = cpu_post(&cfg, &lb, &gpu_raw);
-        assert_same(&got, &cpu_on_gpu_raw, "GPU post vs CPU post on the tract-cuda output");
-        let max_raw = gpu_raw.iter().zip(&cpu_raw).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert_same(
+            &got,
+            &cpu_on_gpu_raw,
+            "GPU post vs CPU post on the tract-cuda output",
+        );
+        let max_raw = gpu_raw
+            .iter()
+            .zip(&cpu_raw)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
 
         // Engines differ by float rounding only: same detections, scores within 1e-4.
         assert_eq!(got.len(), want.len(), "GPU {got:?}\nCPU {want:?}");
@@ -386,7 +506,12 @@ mod real_model {
         for (g, c) in got.iter().zip(want.iter()) {
             assert_eq!(g.class_id, c.class_id);
             max_score = max_score.max((g.score - c.score).abs());
-            for (a, b) in [(g.bbox.x1, c.bbox.x1), (g.bbox.y1, c.bbox.y1), (g.bbox.x2, c.bbox.x2), (g.bbox.y2, c.bbox.y2)] {
+            for (a, b) in [
+                (g.bbox.x1, c.bbox.x1),
+                (g.bbox.y1, c.bbox.y1),
+                (g.bbox.x2, c.bbox.x2),
+                (g.bbox.y2, c.bbox.y2),
+            ] {
                 max_box = max_box.max((a - b).abs());
             }
         }
@@ -395,7 +520,10 @@ mod real_model {
             got.len()
         );
         for d in got.iter() {
-            println!("  class {:2} score {:.4} box [{:.1}, {:.1}, {:.1}, {:.1}]", d.class_id, d.score, d.bbox.x1, d.bbox.y1, d.bbox.x2, d.bbox.y2);
+            println!(
+                "  class {:2} score {:.4} box [{:.1}, {:.1}, {:.1}, {:.1}]",
+                d.class_id, d.score, d.bbox.x1, d.bbox.y1, d.bbox.x2, d.bbox.y2
+            );
         }
         assert!(max_score <= 1e-4, "score difference {max_score}");
         // Boxes: the engines' float rounding (tract-cuda vs tract CPU, ~1e-4 relative on the raw
@@ -403,7 +531,10 @@ mod real_model {
         assert!(max_box <= 0.5, "box difference {max_box} px");
         evidence(
             "gpu-real-model.txt",
-            &format!("320n.onnx astronaut.png: {} detections; GPU post == CPU post on the same raw output (exact); vs CPU engine: max score diff {max_score:.3e}, max box diff {max_box:.3e} px, max raw diff {max_raw:.3e}\n{got:#?}\n", got.len()),
+            &format!(
+                "320n.onnx astronaut.png: {} detections; GPU post == CPU post on the same raw output (exact); vs CPU engine: max score diff {max_score:.3e}, max box diff {max_box:.3e} px, max raw diff {max_raw:.3e}\n{got:#?}\n",
+                got.len()
+            ),
         );
     }
 
@@ -412,14 +543,21 @@ mod real_model {
     #[test]
     fn tract_cuda_allocations_per_frame_are_reported() {
         gpu_or_skip!();
-        let (Some(model), Some((frame, w, h))) = (asset("320n.onnx"), load_rgb("astronaut.png")) else {
+        let (Some(model), Some((frame, w, h))) = (asset("320n.onnx"), load_rgb("astronaut.png"))
+        else {
             eprintln!("SKIPPED (assets missing)");
             return;
         };
         let engine = TractCudaEngine::load_onnx(&model, 320, 320).expect("tract-cuda");
         let s = engine.outputs()[0].shape.clone();
         let cfg = DetectConfig::ultralytics(320, 320, (s[1] - 4) as u32, s[2] as u32);
-        let mut gpu = GpuDetector::new(&cfg, Box::new(engine), FrameSpec::packed(w, h, PixelFormat::Rgb8), &GpuOptions::default()).unwrap();
+        let mut gpu = GpuDetector::new(
+            &cfg,
+            Box::new(engine),
+            FrameSpec::packed(w, h, PixelFormat::Rgb8),
+            &GpuOptions::default(),
+        )
+        .unwrap();
         for _ in 0..20 {
             gpu.detect(&frame).unwrap();
         }
@@ -429,8 +567,17 @@ mod real_model {
                 gpu.detect(&frame).unwrap();
             }
         });
-        println!("tract-cuda in the loop: {:.1} heap allocations per frame (pre/post graphs: 0; all inside tract)", allocs as f64 / frames as f64);
-        evidence("gpu-tract-allocs.txt", &format!("{:.1} heap allocations per frame over {frames} frames\n", allocs as f64 / frames as f64));
+        println!(
+            "tract-cuda in the loop: {:.1} heap allocations per frame (pre/post graphs: 0; all inside tract)",
+            allocs as f64 / frames as f64
+        );
+        evidence(
+            "gpu-tract-allocs.txt",
+            &format!(
+                "{:.1} heap allocations per frame over {frames} frames\n",
+                allocs as f64 / frames as f64
+            ),
+        );
     }
 }
 
@@ -445,9 +592,17 @@ fn hot_path(mapped: MappedIo, frames: usize) {
     let frames_data: Vec<Vec<u8>> = (0..4).map(|_| random_frame(&mut rng, &spec)).collect();
     let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
     let (engine, _keep) = replay_engine(&ctx, &cfg, &raw);
-    let opts = GpuOptions { mapped, ..GpuOptions::default() };
+    let opts = GpuOptions {
+        mapped,
+        ..GpuOptions::default()
+    };
     let mut gpu = GpuDetector::new(&cfg, engine, spec, &opts).unwrap();
-    assert_eq!(gpu.exec_mode().0, ExecMode::WholeGraph, "{}", gpu.exec_mode().1);
+    assert_eq!(
+        gpu.exec_mode().0,
+        ExecMode::WholeGraph,
+        "{}",
+        gpu.exec_mode().1
+    );
     let expected = gpu.detect(&frames_data[0]).unwrap().clone();
     for f in &frames_data {
         gpu.detect(f).unwrap(); // warm-up beyond load
@@ -458,7 +613,10 @@ fn hot_path(mapped: MappedIo, frames: usize) {
     let (sum, allocs) = count_allocs(|| {
         let mut sum = 0usize;
         for i in 0..frames {
-            sum += gpu.detect(&frames_data[i % frames_data.len()]).unwrap().len();
+            sum += gpu
+                .detect(&frames_data[i % frames_data.len()])
+                .unwrap()
+                .len();
         }
         sum
     });
@@ -479,13 +637,22 @@ fn hot_path(mapped: MappedIo, frames: usize) {
         b.device_used_by_load,
     );
     println!("{line}");
-    evidence(&format!("gpu-hot-path-{mapped:?}.txt").to_lowercase(), &(line.clone() + "\n"));
+    evidence(
+        &format!("gpu-hot-path-{mapped:?}.txt").to_lowercase(),
+        &(line.clone() + "\n"),
+    );
     assert_eq!(allocs, 0, "heap allocations on the hot path");
-    assert_eq!(free_before, free_after, "device memory changed over the loop");
+    assert_eq!(
+        free_before, free_after,
+        "device memory changed over the loop"
+    );
 }
 
 fn frames_from_env(default: usize) -> usize {
-    std::env::var("TETHER_HOT_FRAMES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var("TETHER_HOT_FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 #[test]
@@ -510,7 +677,10 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 
 fn row(name: &str, v: &mut [f64]) -> String {
     let (p50, p99, p999) = (pct(v, 0.5), pct(v, 0.99), pct(v, 0.999));
-    format!("| {name} | {} | {p50:.1} | {p99:.1} | {p999:.1} |\n", v.len())
+    format!(
+        "| {name} | {} | {p50:.1} | {p99:.1} | {p999:.1} |\n",
+        v.len()
+    )
 }
 
 /// A plain device-to-device copy and a pinned host-to-device copy, for the bandwidth ceilings.
@@ -520,7 +690,10 @@ fn copy_bandwidth(ctx: &Context) -> (f64, f64) {
     let (a, b) = (plan.add("a", bytes).unwrap(), plan.add("b", bytes).unwrap());
     let arena = DeviceArena::new(ctx, plan).unwrap();
     let s = Stream::new(ctx, SyncPolicy::Spin).unwrap();
-    let (e0, e1) = (Event::new(ctx, true, false).unwrap(), Event::new(ctx, true, false).unwrap());
+    let (e0, e1) = (
+        Event::new(ctx, true, false).unwrap(),
+        Event::new(ctx, true, false).unwrap(),
+    );
     // SAFETY: both regions hold `bytes` bytes.
     unsafe { s.memcpy_dtod(arena.ptr(b), arena.ptr(a), bytes) }.unwrap();
     e0.record(&s).unwrap();
@@ -530,7 +703,8 @@ fn copy_bandwidth(ctx: &Context) -> (f64, f64) {
     }
     e1.record(&s).unwrap();
     e1.synchronize().unwrap();
-    let dtod = 2.0 * bytes as f64 * 10.0 / (Event::elapsed_ms(&e0, &e1).unwrap() as f64 * 1e-3) / 1e9;
+    let dtod =
+        2.0 * bytes as f64 * 10.0 / (Event::elapsed_ms(&e0, &e1).unwrap() as f64 * 1e-3) / 1e9;
     let host = tether_runtime::cuda::PinnedBuffer::new(ctx, 64 << 20, false).unwrap();
     e0.record(&s).unwrap();
     for _ in 0..10 {
@@ -539,7 +713,8 @@ fn copy_bandwidth(ctx: &Context) -> (f64, f64) {
     }
     e1.record(&s).unwrap();
     e1.synchronize().unwrap();
-    let htod = (64u64 << 20) as f64 * 10.0 / (Event::elapsed_ms(&e0, &e1).unwrap() as f64 * 1e-3) / 1e9;
+    let htod =
+        (64u64 << 20) as f64 * 10.0 / (Event::elapsed_ms(&e0, &e1).unwrap() as f64 * 1e-3) / 1e9;
     (dtod, htod)
 }
 
@@ -562,25 +737,44 @@ fn bench_pre_post_graph_vs_eager() {
     for mapped in [MappedIo::Never, MappedIo::Always] {
         for graphs in [false, true] {
             let (engine, _keep) = replay_engine(&ctx, &cfg, &raw);
-            let opts = GpuOptions { mapped, graphs, ..GpuOptions::default() };
+            let opts = GpuOptions {
+                mapped,
+                graphs,
+                ..GpuOptions::default()
+            };
             let mut gpu = GpuDetector::new(&cfg, engine, spec, &opts).unwrap();
             gpu.frame_buffer_mut().copy_from_slice(&frame);
             gpu.bench_wall(BenchWall::Run, 200, &mut v).unwrap();
             gpu.bench_wall(BenchWall::Run, iters, &mut v).unwrap();
-            md.push_str(&row(&format!("detect ({mapped:?} staging, {})", if graphs { "graph" } else { "eager" }), &mut v));
+            md.push_str(&row(
+                &format!(
+                    "detect ({mapped:?} staging, {})",
+                    if graphs { "graph" } else { "eager" }
+                ),
+                &mut v,
+            ));
             if graphs {
                 let mut run = v.clone();
                 gpu.bench_wall(BenchWall::Bare, iters, &mut v).unwrap();
                 let bare50 = pct(&mut v, 0.5);
-                md.push_str(&row(&format!("bare graph launch + sync, same graph ({mapped:?})"), &mut v));
+                md.push_str(&row(
+                    &format!("bare graph launch + sync, same graph ({mapped:?})"),
+                    &mut v,
+                ));
                 let run50 = pct(&mut run, 0.5);
                 md.push_str(&format!("| host time of detect beyond bare launch+sync ({mapped:?}): p50 difference | | {:.2} | | |\n", run50 - bare50));
             }
             if mapped == MappedIo::Never && graphs {
                 gpu.bench_wall(BenchWall::PreEager, iters, &mut v).unwrap();
-                md.push_str(&row("letterbox alone, device-resident frame, eager launch + sync", &mut v));
+                md.push_str(&row(
+                    "letterbox alone, device-resident frame, eager launch + sync",
+                    &mut v,
+                ));
                 gpu.bench_wall(BenchWall::PreGraph, iters, &mut v).unwrap();
-                md.push_str(&row("letterbox alone, device-resident frame, graph launch + sync", &mut v));
+                md.push_str(&row(
+                    "letterbox alone, device-resident frame, graph launch + sync",
+                    &mut v,
+                ));
                 let up = gpu.bench_stage(BenchStage::Upload, 1000).unwrap();
                 let pre = gpu.bench_stage(BenchStage::Pre, 1000).unwrap();
                 let preg = gpu.bench_stage(BenchStage::PreGraph, 1000).unwrap();
@@ -611,20 +805,41 @@ fn bench_full_pipeline_tract_cuda() {
         eprintln!("SKIPPED (assets missing)");
         return;
     };
-    let iters = std::env::var("TETHER_FULL_FRAMES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let iters = std::env::var("TETHER_FULL_FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
     let (frame, w, h) = real_model::load_rgb("astronaut.png").expect("astronaut.png");
-    let mut md = format!("full pipeline, 320n.onnx (YOLOv8n, 320x320) through tract-cuda, astronaut.png {w}x{h}; host wall time per detect() in microseconds, {iters} calls each\n\n| what | runs | p50 us | p99 us | p99.9 us |\n|---|---|---|---|---|\n");
+    let mut md = format!(
+        "full pipeline, 320n.onnx (YOLOv8n, 320x320) through tract-cuda, astronaut.png {w}x{h}; host wall time per detect() in microseconds, {iters} calls each\n\n| what | runs | p50 us | p99 us | p99.9 us |\n|---|---|---|---|---|\n"
+    );
     let mut v = Vec::new();
     for graphs in [false, true] {
         let engine = TractCudaEngine::load_onnx(&model, 320, 320).expect("tract-cuda");
         let s = engine.outputs()[0].shape.clone();
         let cfg = DetectConfig::ultralytics(320, 320, (s[1] - 4) as u32, s[2] as u32);
-        let opts = GpuOptions { graphs, ..GpuOptions::default() };
-        let mut gpu = GpuDetector::new(&cfg, Box::new(engine), FrameSpec::packed(w, h, PixelFormat::Rgb8), &opts).unwrap();
+        let opts = GpuOptions {
+            graphs,
+            ..GpuOptions::default()
+        };
+        let mut gpu = GpuDetector::new(
+            &cfg,
+            Box::new(engine),
+            FrameSpec::packed(w, h, PixelFormat::Rgb8),
+            &opts,
+        )
+        .unwrap();
         gpu.frame_buffer_mut().copy_from_slice(&frame);
         gpu.bench_wall(BenchWall::Run, 50, &mut v).unwrap();
         gpu.bench_wall(BenchWall::Run, iters, &mut v).unwrap();
-        md.push_str(&row(&format!("detect, pre/post {} ({:?})", if graphs { "graphs" } else { "eager" }, gpu.exec_mode().0), &mut v));
+        md.push_str(&row(
+            &format!(
+                "detect, pre/post {} ({:?})",
+                if graphs { "graphs" } else { "eager" },
+                gpu.exec_mode().0
+            ),
+            &mut v,
+        ));
         if graphs {
             let e = gpu.bench_stage(BenchStage::Engine, 200).unwrap();
             let pre = gpu.bench_stage(BenchStage::Pre, 200).unwrap();

@@ -75,7 +75,12 @@ pub fn device_count() -> Result<usize, CudaError> {
 fn attr(dev: sys::CUdevice, a: sys::CUdevice_attribute) -> Result<i32, DriverError> {
     let mut v: c_int = 0;
     // SAFETY: dev came from cuDeviceGet; writes one int.
-    unsafe { check("cuDeviceGetAttribute", sys::cuDeviceGetAttribute(&mut v, a, dev)) }?;
+    unsafe {
+        check(
+            "cuDeviceGetAttribute",
+            sys::cuDeviceGetAttribute(&mut v, a, dev),
+        )
+    }?;
     Ok(v)
 }
 
@@ -94,12 +99,24 @@ pub fn properties(ordinal: usize) -> Result<DeviceProperties, CudaError> {
     unsafe { check("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal as c_int)) }?;
     let mut name = [0 as c_char; 256];
     // SAFETY: buffer of 256 bytes, length passed.
-    unsafe { check("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev)) }?;
+    unsafe {
+        check(
+            "cuDeviceGetName",
+            sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev),
+        )
+    }?;
     // SAFETY: the driver NUL-terminates within the buffer.
-    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
     let mut total = 0usize;
     // SAFETY: writes one usize.
-    unsafe { check("cuDeviceTotalMem", sys::cuDeviceTotalMem_v2(&mut total, dev)) }?;
+    unsafe {
+        check(
+            "cuDeviceTotalMem",
+            sys::cuDeviceTotalMem_v2(&mut total, dev),
+        )
+    }?;
     use sys::CUdevice_attribute as A;
     Ok(DeviceProperties {
         ordinal,
@@ -136,7 +153,10 @@ impl Drop for ContextInner {
         // SAFETY: balanced with the cuDevicePrimaryCtxRetain in Context::new.
         let res = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
         if let Err(e) = check("cuDevicePrimaryCtxRelease", res) {
-            log::warn!("releasing the primary context of device {}: {e}", self.props.ordinal);
+            log::warn!(
+                "releasing the primary context of device {}: {e}",
+                self.props.ordinal
+            );
         }
     }
 }
@@ -149,7 +169,9 @@ pub struct Context {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("device", &self.inner.props.name).finish()
+        f.debug_struct("Context")
+            .field("device", &self.inner.props.name)
+            .finish()
     }
 }
 
@@ -194,15 +216,26 @@ impl Context {
         }
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: writes one handle; released in ContextInner::drop.
-        unsafe { check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)) }?;
-        let this = Context { inner: Arc::new(ContextInner { dev, ctx, props }) };
+        unsafe {
+            check(
+                "cuDevicePrimaryCtxRetain",
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+            )
+        }?;
+        let this = Context {
+            inner: Arc::new(ContextInner { dev, ctx, props }),
+        };
         this.bind()?;
         log::info!(
             "CUDA device {}: {} (sm_{}, {}, {} MiB, {} SMs, driver CUDA {}.{}, sync {:?})",
             ordinal,
             this.inner.props.name,
             this.inner.props.sm(),
-            if this.inner.props.integrated { "integrated" } else { "discrete" },
+            if this.inner.props.integrated {
+                "integrated"
+            } else {
+                "discrete"
+            },
             this.inner.props.total_memory >> 20,
             this.inner.props.multiprocessors,
             this.inner.props.driver_major(),

@@ -8,7 +8,9 @@
 
 use cudarc::driver::sys;
 
-use crate::engine::{CaptureSafety, Engine, EngineKind, IoMode, Placement, RunError, StreamHandle, TensorSpec};
+use crate::engine::{
+    CaptureSafety, Engine, EngineKind, IoMode, Placement, RunError, StreamHandle, TensorSpec,
+};
 
 use super::error::check;
 use super::memory::DevicePtr;
@@ -32,7 +34,13 @@ impl ReplayEngine {
     /// `recorded` holds `output.byte_len()` bytes in device memory that outlives the engine.
     pub fn new(recorded: DevicePtr, input: TensorSpec, output: TensorSpec) -> Self {
         let output_bytes = output.byte_len().unwrap_or(0);
-        ReplayEngine { recorded, inputs: vec![input], outputs: vec![output], output: None, output_bytes }
+        ReplayEngine {
+            recorded,
+            inputs: vec![input],
+            outputs: vec![output],
+            output: None,
+            output_bytes,
+        }
     }
 }
 
@@ -53,10 +61,16 @@ impl Engine for ReplayEngine {
         CaptureSafety::Safe
     }
     fn input_host_mut(&mut self, _index: usize) -> Result<&mut [u8], RunError> {
-        Err(RunError::Unsupported { engine: EngineKind::None, what: "host buffers" })
+        Err(RunError::Unsupported {
+            engine: EngineKind::None,
+            what: "host buffers",
+        })
     }
     fn output_host(&self, _index: usize) -> Result<&[u8], RunError> {
-        Err(RunError::Unsupported { engine: EngineKind::None, what: "host buffers" })
+        Err(RunError::Unsupported {
+            engine: EngineKind::None,
+            what: "host buffers",
+        })
     }
     unsafe fn bind_device(
         &mut self,
@@ -78,15 +92,26 @@ impl Engine for ReplayEngine {
         Ok(())
     }
     fn run(&mut self, stream: StreamHandle) -> Result<(), RunError> {
-        let out = self.output.ok_or(RunError::Backend { engine: EngineKind::None, what: "run before bind" })?;
+        let out = self.output.ok_or(RunError::Backend {
+            engine: EngineKind::None,
+            what: "run before bind",
+        })?;
         // SAFETY: both regions hold output_bytes bytes (constructor and bind_device contracts);
         // the stream handle belongs to the current context.
         let res = unsafe {
-            sys::cuMemcpyDtoDAsync_v2(out.0, self.recorded.0, self.output_bytes, stream.0 as sys::CUstream)
+            sys::cuMemcpyDtoDAsync_v2(
+                out.0,
+                self.recorded.0,
+                self.output_bytes,
+                stream.0 as sys::CUstream,
+            )
         };
         check("cuMemcpyDtoDAsync", res).map_err(|e| {
             log::error!("replay engine: {e}");
-            RunError::Backend { engine: EngineKind::None, what: "cuMemcpyDtoDAsync" }
+            RunError::Backend {
+                engine: EngineKind::None,
+                what: "cuMemcpyDtoDAsync",
+            }
         })
     }
 }

@@ -52,7 +52,9 @@ pub fn error_name(code: sys::CUresult) -> &'static str {
         if res != sys::CUresult::CUDA_SUCCESS || ptr.is_null() {
             return "CUDA_ERROR_UNKNOWN_CODE";
         }
-        std::ffi::CStr::from_ptr(ptr).to_str().unwrap_or("CUDA_ERROR_UNKNOWN_CODE")
+        std::ffi::CStr::from_ptr(ptr)
+            .to_str()
+            .unwrap_or("CUDA_ERROR_UNKNOWN_CODE")
     }
 }
 
@@ -85,7 +87,9 @@ pub enum CudaError {
         tried: Vec<TriedPath>,
     },
     /// `libcuda` loaded, but the library that the bindings resolved is not the one probed.
-    #[error("libcuda was loaded from {probed} but the driver bindings resolved another copy ({detail})")]
+    #[error(
+        "libcuda was loaded from {probed} but the driver bindings resolved another copy ({detail})"
+    )]
     LibraryMismatch {
         /// The library this crate opened.
         probed: PathBuf,
@@ -107,7 +111,9 @@ pub enum CudaError {
     #[error(transparent)]
     Driver(#[from] DriverError),
     /// None of the embedded kernel images loads on this device/driver.
-    #[error("no kernel image for {device} (sm_{sm}, driver CUDA {driver_major}.{driver_minor}); tried: {tried}")]
+    #[error(
+        "no kernel image for {device} (sm_{sm}, driver CUDA {driver_major}.{driver_minor}); tried: {tried}"
+    )]
     NoKernelImage {
         /// Device name.
         device: String,
@@ -142,5 +148,9 @@ pub enum CudaError {
 }
 
 fn format_tried(tried: &[TriedPath]) -> String {
-    tried.iter().map(|t| format!("  {}: {}", t.path.display(), t.reason)).collect::<Vec<_>>().join("\n")
+    tried
+        .iter()
+        .map(|t| format!("  {}: {}", t.path.display(), t.reason))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

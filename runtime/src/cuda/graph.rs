@@ -52,7 +52,12 @@ impl Graph {
         let body_result = body(stream).map_err(|e| e.to_string());
         let mut graph: sys::CUgraph = std::ptr::null_mut();
         // SAFETY: capture was begun on this stream by this thread.
-        let end = unsafe { check("cuStreamEndCapture", sys::cuStreamEndCapture(stream.raw(), &mut graph)) };
+        let end = unsafe {
+            check(
+                "cuStreamEndCapture",
+                sys::cuStreamEndCapture(stream.raw(), &mut graph),
+            )
+        };
         if let Err(msg) = body_result {
             if !graph.is_null() {
                 // SAFETY: graph returned by end capture, destroyed once.
@@ -63,10 +68,20 @@ impl Graph {
         end.map_err(|e| CudaError::Capture(format!("{e} (capture invalidated)")))?;
         let mut nodes = 0usize;
         // SAFETY: valid graph; with a null node array the call only writes the count.
-        unsafe { check("cuGraphGetNodes", sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut nodes)) }?;
+        unsafe {
+            check(
+                "cuGraphGetNodes",
+                sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut nodes),
+            )
+        }?;
         let mut exec: sys::CUgraphExec = std::ptr::null_mut();
         // SAFETY: valid graph; flags 0.
-        let inst = unsafe { check("cuGraphInstantiateWithFlags", sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)) };
+        let inst = unsafe {
+            check(
+                "cuGraphInstantiateWithFlags",
+                sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            )
+        };
         if let Err(e) = inst {
             // SAFETY: graph destroyed once.
             unsafe { sys::cuGraphDestroy(graph) };
@@ -75,7 +90,12 @@ impl Graph {
         // Upload ahead of the first launch so that launch does not pay for it.
         // SAFETY: exec and stream valid.
         unsafe { check("cuGraphUpload", sys::cuGraphUpload(exec, stream.raw())) }?;
-        Ok(Graph { graph, exec, nodes, ctx })
+        Ok(Graph {
+            graph,
+            exec,
+            nodes,
+            ctx,
+        })
     }
 
     /// Number of nodes in the captured graph (kernels, copies, memsets).

@@ -121,20 +121,29 @@ fn load() -> Result<Driver, CudaError> {
     for cand in candidates() {
         let is_path = cand.components().count() > 1;
         if is_path && !cand.exists() {
-            tried.push(TriedPath { path: cand, reason: "no such file".into() });
+            tried.push(TriedPath {
+                path: cand,
+                reason: "no such file".into(),
+            });
             continue;
         }
         // SAFETY: loading libcuda runs its initialisers, which have no preconditions on us;
         // the library is kept open (stored in the returned Driver) for the process lifetime.
         match unsafe { libloading::Library::new(&cand) } {
-            Err(e) => tried.push(TriedPath { path: cand, reason: e.to_string() }),
+            Err(e) => tried.push(TriedPath {
+                path: cand,
+                reason: e.to_string(),
+            }),
             Ok(lib) => {
                 // SAFETY: symbol lookup only; the type matches the driver API's cuInit.
                 let ours = unsafe { lib.get::<unsafe extern "C" fn(u32) -> c_int>(b"cuInit\0") };
                 let ours = match ours {
                     Ok(sym) => *sym as usize,
                     Err(e) => {
-                        tried.push(TriedPath { path: cand, reason: format!("opened, but {e}") });
+                        tried.push(TriedPath {
+                            path: cand,
+                            reason: format!("opened, but {e}"),
+                        });
                         continue;
                     }
                 };
@@ -167,7 +176,10 @@ fn finish(
         match sys::culib().get::<unsafe extern "C" fn(u32) -> c_int>(b"cuInit\0") {
             Ok(sym) => *sym as usize,
             Err(e) => {
-                return Err(CudaError::LibraryMismatch { probed: path, detail: e.to_string() });
+                return Err(CudaError::LibraryMismatch {
+                    probed: path,
+                    detail: e.to_string(),
+                });
             }
         }
     };
@@ -189,5 +201,9 @@ fn finish(
         (version % 1000) / 10,
         path.display()
     );
-    Ok(Driver { path, version, _lib: lib })
+    Ok(Driver {
+        path,
+        version,
+        _lib: lib,
+    })
 }

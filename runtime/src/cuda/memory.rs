@@ -84,7 +84,9 @@ impl ArenaPlan {
         align: usize,
     ) -> Result<RegionId, CudaError> {
         if !align.is_power_of_two() {
-            return Err(CudaError::Plan(format!("region `{name}`: alignment {align} is not a power of two")));
+            return Err(CudaError::Plan(format!(
+                "region `{name}`: alignment {align} is not a power of two"
+            )));
         }
         let offset = self
             .end
@@ -92,9 +94,16 @@ impl ArenaPlan {
             .map(|v| v & !(align - 1))
             .ok_or_else(|| CudaError::Plan(format!("region `{name}`: offset overflows usize")))?;
         let end = offset.checked_add(bytes).ok_or_else(|| {
-            CudaError::Plan(format!("region `{name}`: {bytes} bytes at offset {offset} overflow usize"))
+            CudaError::Plan(format!(
+                "region `{name}`: {bytes} bytes at offset {offset} overflow usize"
+            ))
         })?;
-        self.regions.push(Region { name, offset, bytes, align });
+        self.regions.push(Region {
+            name,
+            offset,
+            bytes,
+            align,
+        });
         self.end = end;
         Ok(RegionId(self.regions.len() - 1))
     }
@@ -147,7 +156,11 @@ impl DeviceArena {
         let bytes = plan.total_bytes().max(DEFAULT_ALIGN);
         // SAFETY: context current; freed in Drop.
         unsafe { check("cuMemAlloc", sys::cuMemAlloc_v2(&mut base, bytes)) }?;
-        Ok(DeviceArena { base: DevicePtr(base), plan, ctx: ctx.clone() })
+        Ok(DeviceArena {
+            base: DevicePtr(base),
+            plan,
+            ctx: ctx.clone(),
+        })
     }
 
     /// Device address of a region. No allocation, no driver call.
@@ -218,13 +231,21 @@ impl PinnedBuffer {
             let mut d: sys::CUdeviceptr = 0;
             // SAFETY: p is a DEVICEMAP allocation of this context.
             unsafe {
-                check("cuMemHostGetDevicePointer", sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0))
+                check(
+                    "cuMemHostGetDevicePointer",
+                    sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0),
+                )
             }?;
             Some(DevicePtr(d))
         } else {
             None
         };
-        Ok(PinnedBuffer { ptr: p as *mut u8, bytes, device, ctx: ctx.clone() })
+        Ok(PinnedBuffer {
+            ptr: p as *mut u8,
+            bytes,
+            device,
+            ctx: ctx.clone(),
+        })
     }
 
     /// Size in bytes.

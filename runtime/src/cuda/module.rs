@@ -76,7 +76,12 @@ pub fn image_order(images: &[KernelImage], sm: u32, driver_major: u32) -> Vec<us
         .filter(|&i| images[i].cuda_major <= driver_major)
         .filter(|&i| images[i].sm.is_none_or(|s| s == sm))
         .collect();
-    idx.sort_by_key(|&i| (std::cmp::Reverse(images[i].cuda_major), images[i].sm.is_none()));
+    idx.sort_by_key(|&i| {
+        (
+            std::cmp::Reverse(images[i].cuda_major),
+            images[i].sm.is_none(),
+        )
+    });
     idx
 }
 
@@ -108,15 +113,25 @@ impl Module {
             let res = unsafe { sys::cuModuleLoadData(&mut raw, buf.as_ptr() as *const c_void) };
             match check("cuModuleLoadData", res) {
                 Ok(()) => {
-                    log::info!("kernels: loaded {} for sm_{sm} (driver CUDA {major})", img.name);
-                    return Ok(Module { raw, image: img.name.to_string(), ctx: ctx.clone() });
+                    log::info!(
+                        "kernels: loaded {} for sm_{sm} (driver CUDA {major})",
+                        img.name
+                    );
+                    return Ok(Module {
+                        raw,
+                        image: img.name.to_string(),
+                        ctx: ctx.clone(),
+                    });
                 }
                 Err(e) => tried.push(format!("{}: {}", img.name, e.name())),
             }
         }
         for img in src.images {
             if !tried.iter().any(|t| t.starts_with(img.name)) {
-                tried.push(format!("{}: skipped (CUDA {} image, sm {:?})", img.name, img.cuda_major, img.sm));
+                tried.push(format!(
+                    "{}: skipped (CUDA {} image, sm {:?})",
+                    img.name, img.cuda_major, img.sm
+                ));
             }
         }
         if src.allow_nvrtc {
@@ -146,17 +161,31 @@ impl Module {
         let sm = ctx.properties().sm();
         let opts = cudarc::nvrtc::CompileOptions {
             fmad: Some(false),
-            options: vec![format!("--gpu-architecture=compute_{sm}"), "--std=c++17".into()],
+            options: vec![
+                format!("--gpu-architecture=compute_{sm}"),
+                "--std=c++17".into(),
+            ],
             ..Default::default()
         };
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| e.to_string())?;
         let text = CString::new(ptx.to_src()).map_err(|e| e.to_string())?;
         let mut raw: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: NUL-terminated PTX text; the driver JIT-compiles it for the current device.
-        unsafe { check("cuModuleLoadData", sys::cuModuleLoadData(&mut raw, text.as_ptr() as *const c_void)) }
-            .map_err(|e| e.to_string())?;
-        log::warn!("kernels: no embedded image matched; compiled from source with NVRTC for sm_{sm}");
-        Ok(Module { raw, image: format!("nvrtc:sm_{sm}"), ctx: ctx.clone() })
+        unsafe {
+            check(
+                "cuModuleLoadData",
+                sys::cuModuleLoadData(&mut raw, text.as_ptr() as *const c_void),
+            )
+        }
+        .map_err(|e| e.to_string())?;
+        log::warn!(
+            "kernels: no embedded image matched; compiled from source with NVRTC for sm_{sm}"
+        );
+        Ok(Module {
+            raw,
+            image: format!("nvrtc:sm_{sm}"),
+            ctx: ctx.clone(),
+        })
     }
 
     #[cfg(not(feature = "nvrtc"))]
@@ -173,12 +202,17 @@ impl Module {
         let c = CString::new(name).map_err(|e| CudaError::Plan(e.to_string()))?;
         let mut f: sys::CUfunction = std::ptr::null_mut();
         // SAFETY: module loaded in this context; c is NUL-terminated.
-        unsafe { check("cuModuleGetFunction", sys::cuModuleGetFunction(&mut f, self.raw, c.as_ptr())) }
-            .map_err(|source| CudaError::MissingKernel {
-                name: name.to_string(),
-                image: self.image.clone(),
-                source,
-            })?;
+        unsafe {
+            check(
+                "cuModuleGetFunction",
+                sys::cuModuleGetFunction(&mut f, self.raw, c.as_ptr()),
+            )
+        }
+        .map_err(|source| CudaError::MissingKernel {
+            name: name.to_string(),
+            image: self.image.clone(),
+            source,
+        })?;
         Ok(Function(f))
     }
 }

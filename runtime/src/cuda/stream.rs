@@ -80,7 +80,10 @@ impl Event {
         let mut raw: sys::CUevent = std::ptr::null_mut();
         // SAFETY: context current; writes one handle, destroyed in Drop.
         unsafe { check("cuEventCreate", sys::cuEventCreate(&mut raw, flags)) }?;
-        Ok(Event { raw, ctx: ctx.clone() })
+        Ok(Event {
+            raw,
+            ctx: ctx.clone(),
+        })
     }
 
     /// Record on `stream`.
@@ -104,7 +107,10 @@ impl Event {
         match res {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
             sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            e => Err(DriverError { call: "cuEventQuery", code: e }),
+            e => Err(DriverError {
+                call: "cuEventQuery",
+                code: e,
+            }),
         }
     }
 
@@ -130,9 +136,15 @@ impl Event {
         let f = *F_PTR.get_or_init(|| {
             let drv = super::loader::driver().ok()?;
             // SAFETY: both symbols have this signature.
-            unsafe { drv.symbol::<F>(b"cuEventElapsedTime_v2\0").or_else(|| drv.symbol::<F>(b"cuEventElapsedTime\0")) }
+            unsafe {
+                drv.symbol::<F>(b"cuEventElapsedTime_v2\0")
+                    .or_else(|| drv.symbol::<F>(b"cuEventElapsedTime\0"))
+            }
         });
-        let f = f.ok_or(DriverError { call: "cuEventElapsedTime", code: sys::CUresult::CUDA_ERROR_NOT_FOUND })?;
+        let f = f.ok_or(DriverError {
+            call: "cuEventElapsedTime",
+            code: sys::CUresult::CUDA_ERROR_NOT_FOUND,
+        })?;
         let mut ms = 0f32;
         // SAFETY: both valid timing events, completed by the caller.
         unsafe { check("cuEventElapsedTime", f(&mut ms, start.raw, end.raw)) }?;
@@ -179,7 +191,12 @@ impl Stream {
             )
         }?;
         let done = Event::with_flags(ctx, policy.event_flags())?;
-        Ok(Stream { raw, done, policy, ctx: ctx.clone() })
+        Ok(Stream {
+            raw,
+            done,
+            policy,
+            ctx: ctx.clone(),
+        })
     }
 
     /// The raw handle (for engines that enqueue through their own library).
@@ -285,7 +302,10 @@ impl Stream {
     ) -> Result<(), DriverError> {
         // SAFETY: the caller's contract.
         unsafe {
-            check("cuMemcpyDtoDAsync", sys::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, self.raw))
+            check(
+                "cuMemcpyDtoDAsync",
+                sys::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, self.raw),
+            )
         }
     }
 
@@ -301,7 +321,12 @@ impl Stream {
         count: usize,
     ) -> Result<(), DriverError> {
         // SAFETY: the caller's contract.
-        unsafe { check("cuMemsetD32Async", sys::cuMemsetD32Async(dst.0, value, count, self.raw)) }
+        unsafe {
+            check(
+                "cuMemsetD32Async",
+                sys::cuMemsetD32Async(dst.0, value, count, self.raw),
+            )
+        }
     }
 
     /// Launch a kernel.
@@ -347,7 +372,12 @@ impl Stream {
     #[inline]
     pub fn launch_graph(&self, graph: &Graph) -> Result<(), DriverError> {
         // SAFETY: exec is a live instantiated graph of this context.
-        unsafe { check("cuGraphLaunch", sys::cuGraphLaunch(graph.raw_exec(), self.raw)) }
+        unsafe {
+            check(
+                "cuGraphLaunch",
+                sys::cuGraphLaunch(graph.raw_exec(), self.raw),
+            )
+        }
     }
 
     /// True while this stream is being captured.
@@ -357,7 +387,12 @@ impl Stream {
     pub fn is_capturing(&self) -> Result<bool, DriverError> {
         let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: writes one enum.
-        unsafe { check("cuStreamIsCapturing", sys::cuStreamIsCapturing(self.raw, &mut st)) }?;
+        unsafe {
+            check(
+                "cuStreamIsCapturing",
+                sys::cuStreamIsCapturing(self.raw, &mut st),
+            )
+        }?;
         Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 }

@@ -44,7 +44,9 @@ use tract_gpu::tensor::{DeviceTensor, LazyHostStorage};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::format_err;
 
-use crate::engine::{CaptureSafety, Engine, EngineKind, IoMode, Placement, RunError, StreamHandle, TensorSpec};
+use crate::engine::{
+    CaptureSafety, Engine, EngineKind, IoMode, Placement, RunError, StreamHandle, TensorSpec,
+};
 use tether_bundle::DType;
 
 use super::error::{DriverError, check};
@@ -105,8 +107,12 @@ impl TractCudaEngine {
         let rt = tract_onnx::tract_core::runtime::runtime_for_name("cuda")?
             .ok_or_else(|| format_err!("tract runtime `cuda` is not registered"))?;
         let t0 = std::time::Instant::now();
-        let runnable: Arc<dyn tract_onnx::tract_core::runtime::Runnable> = rt.prepare(model)?.into();
-        log::info!("tract-cuda: model prepared in {:.1} s", t0.elapsed().as_secs_f64());
+        let runnable: Arc<dyn tract_onnx::tract_core::runtime::Runnable> =
+            rt.prepare(model)?.into();
+        log::info!(
+            "tract-cuda: model prepared in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
         let state = runnable.spawn()?;
         let input_dev = DeviceTensor::uninitialized_dt(DatumType::F32, &[1, 3, h, w])?;
         let input_ptr =
@@ -116,8 +122,18 @@ impl TractCudaEngine {
             state,
             input_dev,
             input_ptr,
-            inputs: vec![TensorSpec { name: in_name, mode: IoMode::Input, dtype: DType::F32, shape: vec![1, 3, h, w] }],
-            outputs: vec![TensorSpec { name: out_name, mode: IoMode::Output, dtype: DType::F32, shape: output_shape }],
+            inputs: vec![TensorSpec {
+                name: in_name,
+                mode: IoMode::Input,
+                dtype: DType::F32,
+                shape: vec![1, 3, h, w],
+            }],
+            outputs: vec![TensorSpec {
+                name: out_name,
+                mode: IoMode::Output,
+                dtype: DType::F32,
+                shape: output_shape,
+            }],
             bound_in: None,
             bound_out: None,
             last_outputs: tvec![],
@@ -153,10 +169,16 @@ impl Engine for TractCudaEngine {
         )
     }
     fn input_host_mut(&mut self, _index: usize) -> Result<&mut [u8], RunError> {
-        Err(RunError::Unsupported { engine: KIND, what: "host buffers (device-placed engine)" })
+        Err(RunError::Unsupported {
+            engine: KIND,
+            what: "host buffers (device-placed engine)",
+        })
     }
     fn output_host(&self, _index: usize) -> Result<&[u8], RunError> {
-        Err(RunError::Unsupported { engine: KIND, what: "host buffers (device-placed engine)" })
+        Err(RunError::Unsupported {
+            engine: KIND,
+            what: "host buffers (device-placed engine)",
+        })
     }
     unsafe fn bind_device(
         &mut self,
@@ -165,9 +187,17 @@ impl Engine for TractCudaEngine {
         address: u64,
         bytes: usize,
     ) -> Result<(), RunError> {
-        let specs = if mode == IoMode::Input { &self.inputs } else { &self.outputs };
+        let specs = if mode == IoMode::Input {
+            &self.inputs
+        } else {
+            &self.outputs
+        };
         let Some(spec) = specs.get(index) else {
-            return Err(RunError::NoSuchTensor { mode, index, count: specs.len() });
+            return Err(RunError::NoSuchTensor {
+                mode,
+                index,
+                count: specs.len(),
+            });
         };
         if bytes < spec.byte_len().unwrap_or(usize::MAX) {
             return Err(RunError::BadHostBuffer { len: bytes });
@@ -186,8 +216,13 @@ impl Engine for TractCudaEngine {
         let in_bytes = self.inputs[0].byte_len().unwrap_or(0);
         let out_bytes = self.outputs[0].byte_len().unwrap_or(0);
         // SAFETY: both ranges hold in_bytes bytes (bind_device check / tract tensor shape).
-        unsafe { check("cuMemcpyDtoDAsync", sys::cuMemcpyDtoDAsync_v2(self.input_ptr.0, inp.0, in_bytes, s)) }
-            .map_err(drv)?;
+        unsafe {
+            check(
+                "cuMemcpyDtoDAsync",
+                sys::cuMemcpyDtoDAsync_v2(self.input_ptr.0, inp.0, in_bytes, s),
+            )
+        }
+        .map_err(drv)?;
         // Orders the session's pre-processing and this copy before tract's own stream, and
         // retires the previous frame's output copy before that output tensor is dropped.
         // SAFETY: valid stream of the current context.
@@ -209,19 +244,34 @@ impl Engine for TractCudaEngine {
         if let Some(src) = dev_src {
             // SAFETY: tract's output tensor holds out_bytes bytes and stays alive in
             // last_outputs until the next run synchronises the stream.
-            unsafe { check("cuMemcpyDtoDAsync", sys::cuMemcpyDtoDAsync_v2(out.0, src.0, out_bytes, s)) }
-                .map_err(drv)?;
+            unsafe {
+                check(
+                    "cuMemcpyDtoDAsync",
+                    sys::cuMemcpyDtoDAsync_v2(out.0, src.0, out_bytes, s),
+                )
+            }
+            .map_err(drv)?;
         } else {
             if self.device_outputs {
                 log::warn!("tract-cuda returned a host output tensor: copying host to device");
                 self.device_outputs = false;
             }
-            let view = outputs[0].try_as_plain_ram().and_then(|v| v.as_slice::<f32>().map(|s| s.to_vec()));
+            let view = outputs[0]
+                .try_as_plain_ram()
+                .and_then(|v| v.as_slice::<f32>().map(|s| s.to_vec()));
             let view = view.map_err(|_| backend("output is not plain f32"))?;
             self.host_bounce.copy_from_slice(&view);
             // SAFETY: host_bounce outlives the copy: we synchronise right after.
             unsafe {
-                check("cuMemcpyHtoDAsync", sys::cuMemcpyHtoDAsync_v2(out.0, self.host_bounce.as_ptr() as *const _, out_bytes, s))
+                check(
+                    "cuMemcpyHtoDAsync",
+                    sys::cuMemcpyHtoDAsync_v2(
+                        out.0,
+                        self.host_bounce.as_ptr() as *const _,
+                        out_bytes,
+                        s,
+                    ),
+                )
             }
             .map_err(drv)?;
             // SAFETY: valid stream.
