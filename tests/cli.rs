@@ -285,3 +285,106 @@ fn bench_reports_percentiles() {
         assert!(p50 > 0.0 && p99 >= p50, "{s}");
     }
 }
+
+/// `build --engine tensorrt` against a fake `trtexec` (JetPack 6 on Orin): the
+/// flags it receives are checked by the script, and the manifest must record
+/// the plan, its target (TensorRT version, SM, hardware compatibility) and
+/// its concrete I/O shapes. No TensorRT is needed.
+#[test]
+fn build_with_tensorrt_records_the_plan_target() {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = scratch().join("trtexec");
+    let script = r#"#!/bin/sh
+if [ "$1" = "--help" ]; then
+  echo "  --onnx=<file>  --saveEngine=<file>  --memPoolSize=poolspec  --skipInference"
+  echo "  --fp16  --versionCompatible  --hardwareCompatibilityLevel=mode"
+  exit 0
+fi
+for want in --onnx= --saveEngine= --memPoolSize=workspace:256M --skipInference --fp16 \
+            --hardwareCompatibilityLevel=ampere+ \
+            --minShapes=images:1x3x320x320 --optShapes=images:1x3x320x320 --maxShapes=images:1x3x320x320; do
+  case " $* " in *" $want"*) ;; *) echo "missing flag $want in: $*" >&2; exit 3;; esac
+done
+out=""
+for a in "$@"; do case "$a" in --saveEngine=*) out="${a#--saveEngine=}";; esac; done
+echo "[I] Selected Device: Orin"
+echo "[I] Compute Capability: 8.7"
+echo "[I] TensorRT version: 10.3.0"
+printf 'placeholder plan from a fake trtexec' > "$out"
+echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
+"#;
+    std::fs::write(&fake, script).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = scratch().join("trt.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "detect",
+        "--onnx",
+        &asset("320n.onnx"),
+        "-o",
+        out.to_str().unwrap(),
+        "--input-size",
+        "320",
+        "--engine",
+        "tensorrt",
+        "--trtexec",
+        fake.to_str().unwrap(),
+        "--workspace-mib",
+        "256",
+        "--hardware-compat",
+        "ampere+",
+    ]);
+    assert!(o.status.success(), "build failed: {}", stderr(&o));
+    let v = json(&tether(&["inspect", out.to_str().unwrap(), "--json"]));
+    let t = &v["targets"][1];
+    assert_eq!(t["engine"], "TensorRt");
+    assert_eq!(t["name"], "sm87-trt10.3");
+    assert_eq!(t["sm"], "8.7");
+    assert_eq!(t["tensorrt_version"], 100300);
+    assert_eq!(t["hardware_compat"], 1);
+    let plan = v["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "TensorRtPlan")
+        .expect("plan section");
+    assert_eq!(plan["name"], "detect/plan.sm87-trt10.3");
+    assert_eq!(plan["target"], 1);
+    assert_eq!(plan["length"], 36);
+    assert_eq!(
+        plan["tensors"][0]["dims"],
+        serde_json::json!([1, 3, 320, 320])
+    );
+    assert_eq!(plan["tensors"][1]["dims"], serde_json::json!([1, 22, 2100]));
+    // The temporary plan file is gone; the bundle still verifies.
+    assert!(!out.with_extension("plan.tmp").exists());
+    assert_eq!(
+        tether(&["verify", out.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    // With no usable trtexec the build fails, names what was tried, writes nothing.
+    let none = scratch().join("none.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "detect",
+        "--onnx",
+        &asset("320n.onnx"),
+        "-o",
+        none.to_str().unwrap(),
+        "--input-size",
+        "320",
+        "--engine",
+        "tensorrt",
+        "--trtexec",
+        "/nonexistent/trtexec",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("/nonexistent/trtexec"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!none.exists());
+}

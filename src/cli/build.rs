@@ -49,6 +49,47 @@ pub struct BuildArgs {
     /// Reference (golden) output to embed as evidence, e.g. onnxruntime detections as JSON.
     #[arg(long, value_name = "FILE")]
     reference: Option<PathBuf>,
+    /// Engines to put in the bundle: `portable` (the ONNX network, run by tract)
+    /// or `tensorrt` (also a TensorRT plan for this machine's GPU, built by `trtexec`).
+    #[arg(long, value_enum, default_value = "portable")]
+    engine: EngineChoice,
+    /// The `trtexec` to run (default: $TETHER_TRTEXEC, PATH, the JetPack/TensorRT locations).
+    #[arg(long, value_name = "PATH")]
+    trtexec: Option<PathBuf>,
+    /// Build FP32 kernels only (default: FP16 where the TensorRT version allows `--fp16`).
+    #[arg(long)]
+    no_fp16: bool,
+    /// Builder workspace limit in MiB.
+    #[arg(long, default_value_t = 1024)]
+    workspace_mib: u64,
+    /// Build a version-compatible plan (runs on later TensorRT versions, needs host code allowed).
+    #[arg(long)]
+    version_compatible: bool,
+    /// Hardware-compatibility level of the plan.
+    #[arg(long, value_enum, default_value = "none")]
+    hardware_compat: HwCompat,
+}
+
+/// Which engines `tether build` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineChoice {
+    /// The ONNX network only (tract on the CPU or the GPU).
+    Portable,
+    /// The ONNX network plus a TensorRT plan for this machine.
+    Tensorrt,
+}
+
+/// TensorRT hardware-compatibility levels (`--hardwareCompatibilityLevel`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HwCompat {
+    /// Only the GPU model the plan was built on.
+    None,
+    /// Ampere (sm_80) and later.
+    #[value(name = "ampere+")]
+    AmperePlus,
+    /// GPUs of the same compute capability (TensorRT 10.9+).
+    #[value(name = "same-cc")]
+    SameCc,
 }
 
 fn parse_size(s: &str) -> Result<(u32, u32), String> {
@@ -111,7 +152,11 @@ pub fn run(a: &BuildArgs) -> Result<ExitCode> {
         }
     };
     bar.finish_and_clear();
-    let (writer, report) = built.with_context(|| format!("building from {}", a.onnx.display()))?;
+    let (mut writer, report) =
+        built.with_context(|| format!("building from {}", a.onnx.display()))?;
+    if a.engine == EngineChoice::Tensorrt {
+        add_tensorrt_plan(a, &mut writer, &report)?;
+    }
     let summary = writer
         .write(&a.output)
         .with_context(|| format!("writing {}", a.output.display()))?;
@@ -142,6 +187,101 @@ pub fn run(a: &BuildArgs) -> Result<ExitCode> {
     }
     println!("  classes: {}", report.labels.join(", "));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Build a TensorRT plan with `trtexec` and add it with its target record.
+fn add_tensorrt_plan(
+    a: &BuildArgs,
+    writer: &mut tether_bundle::BundleWriter,
+    report: &recipe::BuildReport,
+) -> Result<()> {
+    use tether_bundle::{CpuArch, EngineKind, IoMode, Layout, SectionKind, TargetDesc, TensorDesc};
+    use tether_runtime::tensorrt::{
+        HardwareCompatibility, ProfileShape, TrtexecOptions, build_plan_with_trtexec,
+    };
+    let c = &report.config;
+    let (Some(input), Some(output)) = (report.onnx.inputs.first(), report.onnx.outputs.first())
+    else {
+        bail!("the network has no input or output");
+    };
+    let in_shape = vec![1, 3, i64::from(c.input_height), i64::from(c.input_width)];
+    let out_shape = vec![1, 4 + i64::from(c.num_classes), i64::from(c.num_anchors)];
+    let plan_path = a.output.with_extension("plan.tmp");
+    let mut opts = TrtexecOptions::new(&a.onnx, &plan_path);
+    opts.trtexec = a.trtexec.clone();
+    opts.fp16 = !a.no_fp16;
+    opts.workspace_mib = a.workspace_mib;
+    opts.version_compatible = a.version_compatible;
+    opts.hardware_compatibility = match a.hardware_compat {
+        HwCompat::None => HardwareCompatibility::None,
+        HwCompat::AmperePlus => HardwareCompatibility::AmperePlus,
+        HwCompat::SameCc => HardwareCompatibility::SameComputeCapability,
+    };
+    if report.input_is_dynamic {
+        opts.profile.push(ProfileShape {
+            name: input.name.clone(),
+            min: in_shape.clone(),
+            opt: in_shape.clone(),
+            max: in_shape.clone(),
+        });
+    }
+    eprintln!("building a TensorRT plan with trtexec (this can take minutes)...");
+    let built = build_plan_with_trtexec(&opts).context("building the TensorRT plan")?;
+    let plan = std::fs::read(&built.plan_path)
+        .with_context(|| format!("reading {}", built.plan_path.display()));
+    let _ = std::fs::remove_file(&built.plan_path);
+    let plan = plan?;
+    let t = built.target;
+    let v = t.tensorrt_version;
+    let sm =
+        t.sm.map_or("any".to_string(), |(ma, mi)| format!("sm{ma}{mi}"));
+    let name = format!("{sm}-trt{}.{}", v / 10000, v / 100 % 100);
+    let arch = if cfg!(target_arch = "aarch64") {
+        CpuArch::Aarch64
+    } else {
+        CpuArch::X86_64
+    };
+    let target = writer.add_target(TargetDesc {
+        name: name.clone(),
+        arch,
+        sm: t.sm,
+        engine: EngineKind::TensorRt,
+        tensorrt_version: v,
+        hardware_compat: t.hardware_compat,
+        flags: t.flags,
+    })?;
+    let section = writer.add_section(
+        SectionKind::TensorRtPlan,
+        &format!("detect/plan.{name}"),
+        Some(target),
+        plan,
+    )?;
+    for (t, mode, dims) in [
+        (input, IoMode::Input, in_shape),
+        (output, IoMode::Output, out_shape),
+    ] {
+        writer.add_tensor(
+            section,
+            TensorDesc {
+                name: t.name.clone(),
+                mode,
+                dtype: t.dtype,
+                layout: if mode == IoMode::Input {
+                    Layout::Nchw
+                } else {
+                    Layout::Unspecified
+                },
+                dims,
+            },
+        )?;
+    }
+    println!(
+        "  TensorRT plan `{name}` ({} bytes) from {}{}",
+        built.plan_bytes,
+        built.device_name.as_deref().unwrap_or("an unnamed GPU"),
+        if built.fp16_applied { ", fp16" } else { "" }
+    );
+    Ok(())
 }
 
 #[cfg(test)]
