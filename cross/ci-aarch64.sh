@@ -72,6 +72,27 @@ if [[ "${TETHER_CI_SKIP_INSTALL:-0}" != 1 ]]; then
 fi
 command -v aarch64-linux-gnu-gcc >/dev/null || die "aarch64-linux-gnu-gcc missing (apt-get install gcc-aarch64-linux-gnu)"
 command -v qemu-aarch64 >/dev/null || die "qemu-aarch64 missing (apt-get install qemu-user)"
+# Some tests run the aarch64 `tether` binary as a child process from inside
+# an emulated test binary: the kernel must hand aarch64 ELF files to QEMU
+# (binfmt_misc), and QEMU must find the aarch64 loader (QEMU_LD_PREFIX).
+export QEMU_LD_PREFIX="$SYSROOT"
+BINFMT=/proc/sys/fs/binfmt_misc
+binfmt_state=registered
+if [[ ! -e "$BINFMT/qemu-aarch64" ]]; then
+  SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo -n)
+  interp=/usr/libexec/qemu-binfmt/aarch64-binfmt-P flags=P
+  [[ -e "$interp" ]] || { interp=$(command -v qemu-aarch64); flags=; }
+  magic='\x7f\x45\x4c\x46\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00'
+  mask='\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff'
+  if { [[ -e "$BINFMT/register" ]] || "${SUDO[@]}" mount -t binfmt_misc binfmt_misc "$BINFMT"; } 2>/dev/null &&
+     printf '%s' ":qemu-aarch64:M::$magic:$mask:$interp:$flags" | "${SUDO[@]}" tee "$BINFMT/register" >/dev/null 2>&1; then
+    binfmt_state="registered by this script ($interp)"
+  else
+    binfmt_state="NOT available: tests that spawn aarch64 binaries will fail"
+    echo "ci-aarch64: warning: could not register qemu-aarch64 with binfmt_misc" >&2
+  fi
+fi
+note "- binfmt_misc qemu-aarch64: $binfmt_state"
 note "- rustc: $(rustc -V)"
 note "- cross gcc: $(aarch64-linux-gnu-gcc --version | head -1)"
 note "- qemu: $(qemu-aarch64 --version | head -1)"

@@ -32,9 +32,19 @@ enum Command {
     Run(cli::run::RunArgs),
     /// Measure a bundle's latency on one input (p50/p99 over many runs).
     Bench(cli::run::BenchArgs),
+    /// Describe this machine: CPU, Jetson/L4T, power mode, CUDA driver, GPUs, TensorRT.
+    Doctor(cli::doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
+    // Behave like other Unix tools when the reader of stdout goes away
+    // (`tether inspect --json | head`): die of SIGPIPE instead of panicking
+    // on a failed print.
+    // SAFETY: called before any thread is spawned; restoring the default
+    // disposition of SIGPIPE has no other effect on this process.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = Args::parse();
     let level = match args.verbose {
         0 => "warn",
@@ -50,6 +60,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => cli::inspect::verify(&a),
         Command::Run(a) => cli::run::run(&a),
         Command::Bench(a) => cli::run::bench(&a),
+        Command::Doctor(a) => cli::doctor::run(&a),
     };
     match result {
         Ok(code) => code,

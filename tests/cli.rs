@@ -388,3 +388,40 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
     );
     assert!(!none.exists());
 }
+
+/// `tether doctor` works on any machine: with no GPU/TensorRT it says so and
+/// lists where it looked (CI has neither); output is valid JSON with `--json`.
+#[test]
+fn doctor_reports_this_machine() {
+    let v = json(&tether(&["doctor", "--json"]));
+    let probe = &v["probe"];
+    let arch = probe["host"]["arch"]
+        .as_str()
+        .unwrap_or_default()
+        .to_lowercase();
+    assert!(
+        arch.contains(std::env::consts::ARCH.split('_').next().unwrap()),
+        "arch {arch}"
+    );
+    let devices = probe["cuda"]["devices"].as_array().expect("devices list");
+    if devices.is_empty() {
+        assert!(
+            !probe["cuda"]["attempts"].as_array().unwrap().is_empty(),
+            "no search shown"
+        );
+        let notes = probe["notes"].to_string();
+        assert!(notes.contains("no GPU"), "{notes}");
+    }
+    match v["tensorrt"]["found"].as_bool() {
+        Some(true) => assert!(v["tensorrt"]["version"].is_string()),
+        Some(false) => assert!(v["tensorrt"]["error"].as_str().unwrap().contains("Tried")),
+        None => panic!("tensorrt.found missing: {v}"),
+    }
+    let text = tether(&["doctor"]);
+    assert!(text.status.success());
+    let out = stdout(&text);
+    assert!(
+        out.contains("CUDA driver") && out.contains("TensorRT") && out.contains("engines"),
+        "{out}"
+    );
+}

@@ -2,6 +2,7 @@
 
 pub mod annotate;
 pub mod build;
+pub mod doctor;
 pub mod inspect;
 pub mod run;
 

@@ -32,6 +32,7 @@ typedef unsigned char uint8_t;  // NVRTC: no system headers needed
 #define MASK_WORDS (MAX_CANDIDATES / 64)
 #define MAX_DET_CAP 300
 #define SORT_THREADS 1024
+#define NMS_BATCH 16
 
 struct PostState {
     unsigned int count;      // candidates above the score threshold (may exceed capacity)
@@ -246,26 +247,48 @@ nms_reduce(const float4* __restrict__ sorted_box, const unsigned int* __restrict
     const unsigned int total = state->count;
     const unsigned int n = min(total, (unsigned int)MAX_CANDIDATES);
     const unsigned int cap = (unsigned int)min(max_det, MAX_DET_CAP);
-    // removed bits: word w lives in lane (w % 32), slot (w / 32)
-    unsigned long long removed[MASK_WORDS / 32];
-#pragma unroll
-    for (int s = 0; s < MASK_WORDS / 32; ++s) removed[s] = 0;
+    // removed bits: word w lives in lane (w % 32), slot (w / 32); MASK_WORDS == 64 -> 2 slots
+    unsigned long long removed[2] = {0ull, 0ull};
     unsigned int kept = 0;
-    for (unsigned int i = 0; i < n && kept < cap; ++i) {
-        const unsigned int w = i >> 6;
-        unsigned long long mine = 0;
+    // Rows are loaded NMS_BATCH candidates ahead of the decisions that need them: a load
+    // does not depend on whether its candidate is kept, so a batch of loads is in flight at
+    // once instead of one dependent L2 round trip per kept candidate.
+    for (unsigned int base = 0; base < n && kept < cap; base += NMS_BATCH) {
+        unsigned long long ra[NMS_BATCH], rb[NMS_BATCH];
 #pragma unroll
-        for (int s = 0; s < MASK_WORDS / 32; ++s)
-            if ((unsigned int)s == w / 32) mine = removed[s];
-        const unsigned long long word = __shfl_sync(0xFFFFFFFFu, mine, w % 32);
-        if ((word >> (i & 63)) & 1ull) continue;
-        if (lane == 0) {
+        for (int k = 0; k < NMS_BATCH; ++k) {
+            const unsigned int i = base + (unsigned int)k;
+            const unsigned long long* row = mask + (size_t)i * MASK_WORDS;
+            const unsigned int w = i >> 6;  // words before i's word hold only j <= i: unused
+            ra[k] = (i < n && lane >= w && lane * 64 < n) ? row[lane] : 0ull;
+            rb[k] = (i < n && lane + 32 >= w && (lane + 32) * 64 < n) ? row[lane + 32] : 0ull;
+        }
+        // Decide the batch (uniform across the warp), remembering which were kept.
+        const unsigned int kept_before = kept;
+        unsigned int kept_bits = 0;
+#pragma unroll
+        for (int k = 0; k < NMS_BATCH; ++k) {
+            const unsigned int i = base + (unsigned int)k;
+            if (i >= n || kept >= cap) break;
+            const unsigned int w = i >> 6;
+            const unsigned long long mine = (w < 32) ? removed[0] : removed[1];
+            const unsigned long long word = __shfl_sync(0xFFFFFFFFu, mine, w % 32);
+            if ((word >> (i & 63)) & 1ull) continue;
+            kept_bits |= 1u << k;
+            ++kept;
+            removed[0] |= ra[k];
+            removed[1] |= rb[k];
+        }
+        // Write the batch's kept detections in parallel: lane k handles candidate base + k.
+        if (lane < NMS_BATCH && ((kept_bits >> lane) & 1u)) {
+            const unsigned int i = base + lane;
+            const unsigned int slot = kept_before + __popc(kept_bits & ((1u << lane) - 1u));
             const float4 b = sorted_box[i];
             // Map back from network pixels as Letterbox::to_source: f32 (x - left) / (r as f32)
-            float x1 = __fdiv_rn(__fsub_rn(b.x, left), ratio);
-            float y1 = __fdiv_rn(__fsub_rn(b.y, top), ratio);
-            float x2 = __fdiv_rn(__fsub_rn(b.z, left), ratio);
-            float y2 = __fdiv_rn(__fsub_rn(b.w, top), ratio);
+            const float x1 = __fdiv_rn(__fsub_rn(b.x, left), ratio);
+            const float y1 = __fdiv_rn(__fsub_rn(b.y, top), ratio);
+            const float x2 = __fdiv_rn(__fsub_rn(b.z, left), ratio);
+            const float y2 = __fdiv_rn(__fsub_rn(b.w, top), ratio);
             GpuDetection d;
             d.x1 = fminf(fmaxf(x1, 0.0f), src_w);
             d.y1 = fminf(fmaxf(y1, 0.0f), src_h);
@@ -273,15 +296,7 @@ nms_reduce(const float4* __restrict__ sorted_box, const unsigned int* __restrict
             d.y2 = fminf(fmaxf(y2, 0.0f), src_h);
             d.score = sorted_score[i];
             d.class_id = sorted_cls[i];
-            out->det[kept] = d;
-        }
-        ++kept;
-        const unsigned long long* row = mask + (size_t)i * MASK_WORDS;
-        const unsigned int first = w;  // words before i's word hold only j <= i
-#pragma unroll
-        for (int s = 0; s < MASK_WORDS / 32; ++s) {
-            unsigned int ww = (unsigned int)s * 32 + lane;
-            if (ww >= first && ww * 64 < n) removed[s] |= row[ww];
+            out->det[slot] = d;
         }
     }
     if (lane == 0) {

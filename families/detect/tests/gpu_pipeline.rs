@@ -441,12 +441,21 @@ mod real_model {
     #[test]
     fn tract_cuda_pipeline_matches_the_cpu_path() {
         gpu_or_skip!();
-        let (Some(model), Some((frame, w, h))) = (asset("320n.onnx"), load_rgb("astronaut.png"))
-        else {
+        real_model_case("320n.onnx", "astronaut.png", 320);
+    }
+
+    #[test]
+    fn tract_cuda_pipeline_matches_the_cpu_path_doclaynet() {
+        gpu_or_skip!();
+        real_model_case("yolov8n-doclaynet.onnx", "page.png", 1024);
+    }
+
+    fn real_model_case(model_name: &str, image_name: &str, size: u32) {
+        let (Some(model), Some((frame, w, h))) = (asset(model_name), load_rgb(image_name)) else {
             eprintln!("SKIPPED (assets missing): run tests/fetch-assets");
             return;
         };
-        let (iw, ih) = (320u32, 320u32);
+        let (iw, ih) = (size, size);
         let engine =
             TractCudaEngine::load_onnx(&model, ih as usize, iw as usize).expect("tract-cuda");
         let out_shape = engine.outputs()[0].shape.clone();
@@ -516,7 +525,7 @@ mod real_model {
             }
         }
         println!(
-            "320n.onnx on astronaut.png ({w}x{h}): {} detections on GPU and CPU; max |score diff| {max_score:.2e}, max |box diff| {max_box:.2e} px, max |raw output diff| {max_raw:.2e}",
+            "{model_name} on {image_name} ({w}x{h}): {} detections on GPU and CPU; max |score diff| {max_score:.2e}, max |box diff| {max_box:.2e} px, max |raw output diff| {max_raw:.2e}",
             got.len()
         );
         for d in got.iter() {
@@ -530,9 +539,9 @@ mod real_model {
         // coordinates) scaled by 1/r; sub-pixel.
         assert!(max_box <= 0.5, "box difference {max_box} px");
         evidence(
-            "gpu-real-model.txt",
+            &format!("gpu-real-model-{model_name}.txt"),
             &format!(
-                "320n.onnx astronaut.png: {} detections; GPU post == CPU post on the same raw output (exact); vs CPU engine: max score diff {max_score:.3e}, max box diff {max_box:.3e} px, max raw diff {max_raw:.3e}\n{got:#?}\n",
+                "{model_name} {image_name}: {} detections; GPU post == CPU post on the same raw output (exact); vs CPU engine: max score diff {max_score:.3e}, max box diff {max_box:.3e} px, max raw diff {max_raw:.3e}\n{got:#?}\n",
                 got.len()
             ),
         );
