@@ -20,7 +20,36 @@ use std::sync::Arc;
 
 use tether_bundle::{Bundle, BundleError, DType, EngineKind, IoMode, SectionKind, Verify};
 
+use tether_targets::{CpuArch as TargetArch, DeviceFacts, Offer, Sm, select_engine};
+
 use crate::engine::{Engine, RunError, StreamHandle, TensorSpec};
+
+/// A bundle target record as an offer for [`select_engine`]; `None` for
+/// engine kinds this version does not know (they cannot be chosen).
+fn offer(t: &tether_bundle::Target<'_>) -> Option<Offer> {
+    use tether_targets::EngineKind as E;
+    let engine = match t.engine {
+        EngineKind::TensorRt => E::TensorRt,
+        EngineKind::TractCuda => E::TractCuda,
+        EngineKind::TractCpu => E::TractCpu,
+        _ => return None,
+    };
+    let arch = match t.arch {
+        tether_bundle::CpuArch::X86_64 => TargetArch::X86_64,
+        tether_bundle::CpuArch::Aarch64 => TargetArch::Aarch64,
+        tether_bundle::CpuArch::Any => TargetArch::Any,
+        _ => return None,
+    };
+    Some(Offer {
+        index: t.index,
+        engine,
+        arch,
+        sm: t.sm.map(|(major, minor)| Sm::new(major, minor)),
+        tensorrt_version: t.tensorrt_version,
+        hardware_compat: t.hardware_compat,
+        flags: t.flags,
+    })
+}
 
 /// How [`Module::open`] prepares the network.
 #[derive(Clone, Debug, Default)]
@@ -46,6 +75,14 @@ pub enum ModuleError {
         bundle: String,
         /// The bundle's targets, one `name (engine, arch, sm)` each.
         offers: String,
+    },
+    /// No engine of the bundle can run on this device (names both sides).
+    #[error("bundle `{bundle}`: {refusal}")]
+    Refused {
+        /// Bundle name.
+        bundle: String,
+        /// What the bundle offers, what the device is, and why each offer cannot run.
+        refusal: tether_targets::Refusal,
     },
     /// A manifest input shape has a dynamic dimension and no shape was given.
     #[error("input `{name}` has dynamic dimensions {dims:?}; give a concrete shape")]
@@ -130,16 +167,29 @@ impl Module {
         Self::from_bundle(bundle, options)
     }
 
-    /// Prepare the bundle's network on the best engine this runtime has.
+    /// Prepare the bundle's network on the best engine for this device.
     ///
-    /// Engine choice today: the bundle's ONNX section on the tract CPU engine.
+    /// The choice is [`tether_targets::select_engine`] over the bundle's
+    /// target records and [`Module::device_facts`]: exact TensorRT plan, then
+    /// hardware- and version-compatible plans, then the portable engines. One
+    /// `info` log line states the choice and why.
     ///
     /// # Errors
-    /// [`ModuleError::NoUsableEngine`] when the bundle has no ONNX section
-    /// (or the `cpu` feature is off); [`ModuleError::DynamicInput`];
-    /// CPU engine and bundle errors.
+    /// [`ModuleError::Refused`] when no offer can run here;
+    /// [`ModuleError::NoUsableEngine`] when the chosen target has no section
+    /// this build can execute; [`ModuleError::DynamicInput`]; CPU engine and
+    /// bundle errors.
     pub fn from_bundle(bundle: Arc<Bundle>, options: &ModuleOptions) -> Result<Self, ModuleError> {
-        let onnx = bundle.sections().find(|s| s.kind == SectionKind::Onnx);
+        let offers: Vec<Offer> = bundle.targets().filter_map(|t| offer(&t)).collect();
+        let facts = Self::device_facts();
+        let choice = select_engine(&offers, &facts).map_err(|refusal| ModuleError::Refused {
+            bundle: bundle.identity().name.to_string(),
+            refusal,
+        })?;
+        log::info!("bundle `{}`: {choice}", bundle.identity().name);
+        let onnx = bundle
+            .sections()
+            .find(|s| s.kind == SectionKind::Onnx && s.target == Some(choice.index));
         let Some(section) = onnx else {
             return Err(ModuleError::NoUsableEngine {
                 bundle: bundle.identity().name.to_string(),
@@ -172,7 +222,7 @@ impl Module {
             }
         };
         let engine = Self::prepare_cpu(&bundle, &section, &shapes)?;
-        log::info!(
+        log::debug!(
             "bundle `{}`: section `{}` on the {:?} engine",
             bundle.identity().name,
             section.name,
@@ -183,6 +233,14 @@ impl Module {
             engine,
             section: section_index,
         })
+    }
+
+    /// What this build of the runtime can execute on this machine, for engine
+    /// selection. The engines that exist today run on the CPU, so the facts
+    /// are the host architecture with no GPU; GPU engines add their device
+    /// here as they are wired into the module API (see `docs/status.md`).
+    pub fn device_facts() -> DeviceFacts {
+        DeviceFacts::cpu_only(TargetArch::host())
     }
 
     #[cfg(feature = "cpu")]
