@@ -15,8 +15,8 @@ cp "$(bin_of -p tether-runtime --no-default-features --features cuda --test cuda
 cp "$(bin_of -p tether-runtime --no-default-features --features cuda --test cuda_logic)" "$D/bin/cuda_logic"
 cp "$(bin_of -p tether-detect --features tract-cuda --test gpu_pipeline)" "$D/bin/gpu_pipeline"
 strip "$D"/bin/*
-cp .assets/320n.onnx .assets/astronaut.png "$D/assets/"
+cp .assets/320n.onnx .assets/astronaut.png .assets/yolov8n-doclaynet.onnx .assets/page.png "$D/assets/"
 cp families/detect/kernels/bin/* "$D/kernels/bin/"
 cp families/detect/kernels/list-archs.sh "$D/kernels/"
 cp families/detect/kernels/torch_preprocess_bench.py "$D/"
-du -sh "$D" "$D"/bin/*
+du -sh "$D" "$D"/bin/*   # the device tool carries at most 64 MiB in all (about 60 MB here)

@@ -82,7 +82,7 @@ pub enum ModuleError {
         /// Bundle name.
         bundle: String,
         /// What the bundle offers, what the device is, and why each offer cannot run.
-        refusal: tether_targets::Refusal,
+        refusal: Box<tether_targets::Refusal>,
     },
     /// A manifest input shape has a dynamic dimension and no shape was given.
     #[error("input `{name}` has dynamic dimensions {dims:?}; give a concrete shape")]
@@ -184,7 +184,7 @@ impl Module {
         let facts = Self::device_facts();
         let choice = select_engine(&offers, &facts).map_err(|refusal| ModuleError::Refused {
             bundle: bundle.identity().name.to_string(),
-            refusal,
+            refusal: Box::new(refusal),
         })?;
         log::info!("bundle `{}`: {choice}", bundle.identity().name);
         let onnx = bundle

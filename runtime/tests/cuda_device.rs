@@ -33,10 +33,23 @@ static IMAGES: &[KernelImage] = &[
     },
 ];
 
+/// Say loudly that a GPU test did not run: written straight to the process's stderr, which
+/// libtest does not capture (it captures only the `print!` family), so CI logs show it even
+/// though the test is counted as passed.
+fn not_run(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED (no GPU): {} not run: {}",
+        std::thread::current().name().unwrap_or("test"),
+        why.lines().next().unwrap_or("")
+    );
+}
+
 macro_rules! gpu_or_skip {
     () => {
         if let Some(why) = skip_reason() {
-            eprintln!("SKIPPED (no GPU): {why}");
+            not_run(&why);
             return;
         }
     };

@@ -41,6 +41,9 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
                     "the ONNX file must be an Ultralytics YOLOv8 detection export (input [B,3,H,W], output [B,4+C,N], metadata `names`)"
                 }
                 DetectError::Config { .. } => "see `tether build --help` for the accepted ranges",
+                DetectError::Device(_) => {
+                    "`tether doctor` shows what this machine has; `--device cpu` runs anywhere"
+                }
                 DetectError::Image { .. } => "inputs must be readable PNG or JPEG images",
                 _ => return None,
             });

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
-use tether_detect::{Detector, DetectorOptions, ImageView, PixelFormat};
+use tether_detect::{Detector, DetectorOptions, Device, ImageView, PixelFormat};
 
 /// Arguments of `tether run`.
 #[derive(Args, Debug)]
@@ -29,6 +29,10 @@ pub struct RunArgs {
     /// Override the bundle's NMS IoU threshold.
     #[arg(long)]
     iou_threshold: Option<f32>,
+    /// Where to run: `auto` (a CUDA GPU when this build has a GPU engine and a
+    /// device answers, else the CPU), `cpu`, or `cuda` / `cuda:N`.
+    #[arg(long, default_value = "auto", value_parser = parse_device)]
+    device: Device,
 }
 
 /// Arguments of `tether bench`.
@@ -47,6 +51,22 @@ pub struct BenchArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Where to run: `auto`, `cpu`, `cuda` / `cuda:N`.
+    #[arg(long, default_value = "auto", value_parser = parse_device)]
+    device: Device,
+}
+
+fn parse_device(s: &str) -> Result<Device, String> {
+    match s {
+        "auto" => Ok(Device::Auto),
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| format!("`{s}`: expected auto, cpu, cuda or cuda:N")),
+    }
 }
 
 /// A decoded image as tightly packed RGB8.
@@ -80,13 +100,20 @@ impl Rgb {
     }
 }
 
-fn open_detector(bundle: &Path, score: Option<f32>, iou: Option<f32>) -> Result<Detector> {
+fn open_detector(
+    bundle: &Path,
+    device: Device,
+    score: Option<f32>,
+    iou: Option<f32>,
+) -> Result<Detector> {
     Detector::open(
         bundle,
         &DetectorOptions {
+            device,
             verify_eagerly: false,
             score_threshold: score,
             iou_threshold: iou,
+            ..DetectorOptions::default()
         },
     )
     .with_context(|| format!("loading {}", bundle.display()))
@@ -106,7 +133,7 @@ fn annotate_path(arg: &Path, input: &Path, many: bool) -> Result<PathBuf> {
 
 /// Run `tether run`.
 pub fn run(a: &RunArgs) -> Result<ExitCode> {
-    let mut det = open_detector(&a.bundle, a.score_threshold, a.iou_threshold)?;
+    let mut det = open_detector(&a.bundle, a.device, a.score_threshold, a.iou_threshold)?;
     let many = a.inputs.len() > 1;
     let mut docs = Vec::new();
     for input in &a.inputs {
@@ -174,7 +201,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             "{}",
             serde_json::to_string_pretty(&json!({
                 "bundle": bundle.name,
-                "engine": format!("{:?}", det.module().engine_kind()),
+                "engine": format!("{:?}", det.engine_kind()),
                 "results": docs,
             }))?
         );
@@ -196,7 +223,7 @@ pub fn bench(a: &BenchArgs) -> Result<ExitCode> {
     if a.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    let mut det = open_detector(&a.bundle, None, None)?;
+    let mut det = open_detector(&a.bundle, a.device, None, None)?;
     let rgb = Rgb::load(&a.input)?;
     let view = rgb.view()?;
     for _ in 0..a.warmup {
@@ -230,7 +257,7 @@ pub fn bench(a: &BenchArgs) -> Result<ExitCode> {
             v.iter().sum::<Duration>().as_secs_f64() * 1e3 / v.len() as f64,
         ));
     }
-    let engine = format!("{:?}", det.module().engine_kind());
+    let engine = format!("{:?}", det.engine_kind());
     if a.json {
         let stages: Vec<Value> = rows
             .iter()

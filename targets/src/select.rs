@@ -312,8 +312,6 @@ pub enum Reject {
     },
     /// A GPU engine and the device has no (usable) NVIDIA GPU.
     NoGpu,
-    /// tract-cuda needs the CUDA driver and none was loaded.
-    NoCudaDriver,
     /// A TensorRT plan and no TensorRT library was found.
     NoTensorRt,
     /// A TensorRT record without a compute capability.
@@ -390,9 +388,6 @@ impl fmt::Display for Reject {
                 write!(f, "built for {offer}, this device is {device}")
             }
             Reject::NoGpu => f.write_str("needs an NVIDIA GPU, none was found"),
-            Reject::NoCudaDriver => {
-                f.write_str("needs the CUDA driver (libcuda.so.1), it was not loaded")
-            }
             Reject::NoTensorRt => f.write_str("needs the TensorRT library, none was found"),
             Reject::MissingSm => f.write_str("TensorRT record has no compute capability"),
             Reject::MissingTensorRtVersion => {
@@ -635,10 +630,8 @@ fn evaluate_ranked(offer: &Offer, device: &DeviceFacts) -> Result<Rank, Reject> 
     match offer.engine {
         EngineKind::TractCpu => Ok((Rule::PortableCpu, 0, late, offer.index)),
         EngineKind::TractCuda => {
+            // A GPU is only ever known through a loaded CUDA driver.
             let gpu = device.gpu.ok_or(Reject::NoGpu)?;
-            if device.cuda_driver.is_none() {
-                return Err(Reject::NoCudaDriver);
-            }
             if let Some(minimum) = offer.sm
                 && gpu.sm < minimum
             {
@@ -734,6 +727,28 @@ fn evaluate_plan(offer: &Offer, device: &DeviceFacts) -> Result<Rank, Reject> {
     })
 }
 
+/// How far an offer got before it was rejected (higher: closer to
+/// running).
+fn closeness(r: &Reject) -> u8 {
+    match r {
+        Reject::ArchMismatch { .. } => 0,
+        Reject::NoGpu | Reject::NoTensorRt => 1,
+        Reject::MissingSm
+        | Reject::MissingTensorRtVersion
+        | Reject::UnknownFlags(_)
+        | Reject::LeanWithoutVersionCompatible
+        | Reject::UnknownHardwareCompat(_) => 2,
+        Reject::SmMismatch { .. }
+        | Reject::HardwareCompatOnIntegrated { .. }
+        | Reject::NotAmpere { .. }
+        | Reject::SmBelowMinimum { .. } => 3,
+        Reject::VersionMismatch { .. }
+        | Reject::VersionCompatibleTooOld { .. }
+        | Reject::LibraryOlderThanPlan { .. }
+        | Reject::CrossMajorUnsupported { .. } => 4,
+    }
+}
+
 /// Picks the engine of a bundle to run on a device, or says exactly why none
 /// can run. Pure and allocation-free; see the [module docs](self) for the
 /// order and the TensorRT rules it follows.
@@ -782,14 +797,22 @@ pub fn select_engine(offers: &[Offer], device: &DeviceFacts) -> Result<Choice, R
         EngineKind::TractCuda => 1,
         EngineKind::TractCpu => 2,
     };
-    let passed_over = offers
+    // Of those, the one that came closest to running (right architecture and
+    // GPU but another TensorRT beats another architecture): the most useful
+    // single reason to log.
+    let mut passed_over: Option<(u8, Rejected)> = None;
+    for o in offers
         .iter()
         .filter(|o| kind_rank(o.engine) < kind_rank(offer.engine))
-        .find_map(|o| {
-            evaluate(o, device)
-                .err()
-                .map(|reason| Rejected { offer: *o, reason })
-        });
+    {
+        if let Err(reason) = evaluate(o, device) {
+            let c = closeness(&reason);
+            if passed_over.as_ref().is_none_or(|(b, _)| c > *b) {
+                passed_over = Some((c, Rejected { offer: *o, reason }));
+            }
+        }
+    }
+    let passed_over = passed_over.map(|(_, r)| r);
     Ok(Choice {
         index: offer.index,
         engine: offer.engine,
@@ -1113,9 +1136,21 @@ mod tests {
         let c = select_engine(&full_bundle(), &CPU_A64).unwrap();
         let s = c.to_string();
         assert!(s.contains("portable CPU engine"), "{s}");
-        assert!(s.contains("not used: #0"), "{s}");
+        assert!(s.contains("not used: #1"), "{s}");
+        assert!(s.contains("needs an NVIDIA GPU"), "{s}");
         assert!(!s.contains('\n'));
         assert_eq!(c.rejected, 4);
+
+        // Orin on JetPack 7.2: the sm_87 plan is the useful reason, not the
+        // x86_64 one listed first.
+        let jp72 = DeviceFacts {
+            tensorrt: Some(TRT1016),
+            ..ORIN_JP62
+        };
+        let c = select_engine(&full_bundle(), &jp72).unwrap();
+        assert_eq!(c.engine, EngineKind::TractCuda);
+        assert_eq!(c.passed_over.map(|p| p.offer.index), Some(1), "{c}");
+        assert!(c.to_string().contains("library is 10.16.2"), "{c}");
 
         let c = select_engine(&full_bundle(), &ORIN_JP62).unwrap();
         assert!(c.to_string().contains("exact match"), "{c}");

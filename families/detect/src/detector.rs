@@ -12,9 +12,28 @@ use crate::decode::{Detections, PostStats, Postprocessor};
 use crate::letterbox::{ImageView, Letterbox, Preprocessor};
 use crate::{DetectConfig, DetectError, FAMILY};
 
+/// Where a [`Detector`] runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    /// The first CUDA GPU when this build has a GPU engine (feature
+    /// `tract-cuda`) and a device answers; otherwise the CPU, with a log line
+    /// saying why.
+    #[default]
+    Auto,
+    /// The tract CPU engine.
+    Cpu,
+    /// CUDA device `ordinal`; an error when it cannot be used.
+    Cuda(usize),
+}
+
 /// Options of [`Detector::open`].
 #[derive(Clone, Debug, Default)]
 pub struct DetectorOptions {
+    /// Where to run.
+    pub device: Device,
+    /// GPU session options (staging, wait policy, graphs) for the GPU path.
+    #[cfg(feature = "cuda")]
+    pub gpu: crate::gpu::GpuOptions,
     /// Check every section CRC at open instead of on first use.
     pub verify_eagerly: bool,
     /// Override the bundle's score threshold (strictly greater is kept).
@@ -40,8 +59,17 @@ pub struct StageTimes {
 /// the engine state, the tap tables, the candidate buffer and the
 /// fixed-capacity result, so pre- and post-processing allocate nothing per
 /// frame (the tract CPU engine itself allocates its intermediates).
+///
+/// On the GPU path (feature `tract-cuda`, [`Device::Auto`] with a GPU, or
+/// [`Device::Cuda`]) a [`crate::gpu::GpuDetector`] session runs letterbox,
+/// network and NMS on the device. A session is prepared for one frame
+/// geometry (its CUDA graph bakes it in): it is built at the first frame and
+/// rebuilt, off the steady state, when the geometry changes.
 pub struct Detector {
-    module: Module,
+    bundle: Arc<Bundle>,
+    module: Option<Module>,
+    #[cfg(feature = "tract-cuda")]
+    gpu: Option<GpuPath>,
     config: DetectConfig,
     labels: Vec<String>,
     input: usize,
@@ -124,6 +152,41 @@ impl Detector {
             )));
         }
         let (w, h) = (config.input_width as usize, config.input_height as usize);
+        #[cfg(feature = "tract-cuda")]
+        if let Some(ordinal) = gpu_ordinal(options.device)? {
+            log::info!(
+                "detector `{}`: {} classes, input {w}x{h}, {} anchors, score > {}, IoU > {}, on CUDA device {ordinal} (tract-cuda engine, GPU pre/post-processing)",
+                id.name,
+                config.num_classes,
+                config.num_anchors,
+                config.score_threshold,
+                config.iou_threshold
+            );
+            let mut gpu_options = options.gpu;
+            gpu_options.ordinal = ordinal;
+            return Ok(Self::with_backend(
+                Arc::clone(&bundle),
+                None,
+                Some(GpuPath {
+                    options: gpu_options,
+                    session: None,
+                }),
+                config,
+                labels,
+            ));
+        }
+        #[cfg(not(feature = "tract-cuda"))]
+        match options.device {
+            Device::Cuda(n) => {
+                return Err(DetectError::Device(format!(
+                    "CUDA device {n} was requested, but this build has no GPU engine (feature `tract-cuda`)"
+                )));
+            }
+            Device::Auto => log::info!(
+                "this build has no GPU engine (feature `tract-cuda`); using the CPU engine"
+            ),
+            Device::Cpu => {}
+        }
         let module = Module::from_bundle(
             Arc::clone(&bundle),
             &ModuleOptions {
@@ -161,8 +224,28 @@ impl Detector {
             config.iou_threshold,
             module.engine_kind()
         );
-        Ok(Self {
+        Ok(Self::with_backend(
+            bundle,
+            Some(module),
+            #[cfg(feature = "tract-cuda")]
+            None,
+            config,
+            labels,
+        ))
+    }
+
+    fn with_backend(
+        bundle: Arc<Bundle>,
+        module: Option<Module>,
+        #[cfg(feature = "tract-cuda")] gpu: Option<GpuPath>,
+        config: DetectConfig,
+        labels: Vec<String>,
+    ) -> Self {
+        Self {
+            bundle,
             module,
+            #[cfg(feature = "tract-cuda")]
+            gpu,
             pre: Preprocessor::new(config.input_width, config.input_height),
             post: Postprocessor::new(config.num_classes as usize, config.num_anchors as usize),
             config,
@@ -173,7 +256,7 @@ impl Detector {
             letterbox: None,
             stats: PostStats::default(),
             times: StageTimes::default(),
-        })
+        }
     }
 
     /// Detect objects in one image. Boxes are in the image's pixel coordinates,
@@ -184,9 +267,16 @@ impl Detector {
     /// / [`DetectError::InputBuffer`] when the engine's buffers disagree with
     /// the configuration (a bundle/engine bug).
     pub fn detect(&mut self, image: &ImageView<'_>) -> Result<&Detections, DetectError> {
+        #[cfg(feature = "tract-cuda")]
+        if self.gpu.is_some() {
+            return self.detect_gpu(image);
+        }
         let t0 = Instant::now();
         let c = self.config;
-        let engine = self.module.engine();
+        let Some(module) = self.module.as_mut() else {
+            return Err(DetectError::Network("no engine prepared".into()));
+        };
+        let engine = module.engine();
         let input = tether_runtime::host::f32_mut(engine.input_host_mut(self.input)?)?;
         let lb = self.pre.run(image, c.mean, c.std, c.pad_value, input)?;
         let t1 = Instant::now();
@@ -246,13 +336,113 @@ impl Detector {
         &self.config
     }
 
-    /// The module API underneath: named tensors and the engine.
-    pub fn module(&mut self) -> &mut Module {
-        &mut self.module
+    /// The module API underneath (named tensors and the engine) on the CPU
+    /// path; `None` on the GPU path, whose tensors live on the device.
+    pub fn module(&mut self) -> Option<&mut Module> {
+        self.module.as_mut()
+    }
+
+    /// The engine running the network.
+    pub fn engine_kind(&self) -> tether_bundle::EngineKind {
+        match &self.module {
+            Some(m) => m.engine_kind(),
+            None => tether_bundle::EngineKind::TractCuda,
+        }
     }
 
     /// The opened bundle.
     pub fn bundle(&self) -> &Arc<Bundle> {
-        self.module.bundle()
+        &self.bundle
+    }
+
+    #[cfg(feature = "tract-cuda")]
+    fn detect_gpu(&mut self, image: &ImageView<'_>) -> Result<&Detections, DetectError> {
+        use crate::gpu::{FrameSpec, GpuDetector};
+        let t0 = Instant::now();
+        let spec = FrameSpec {
+            width: image.width(),
+            height: image.height(),
+            format: image.format(),
+            stride: image.stride(),
+        };
+        let Some(gpu) = self.gpu.as_mut() else {
+            return Err(DetectError::Network("no GPU session".into()));
+        };
+        if gpu.session.as_ref().is_none_or(|s| s.frame_spec() != spec) {
+            log::info!(
+                "preparing the GPU session for {}x{} {:?} frames (engine, arena, CUDA graph)",
+                spec.width,
+                spec.height,
+                spec.format
+            );
+            gpu.session = None;
+            let (w, h) = (
+                self.config.input_width as usize,
+                self.config.input_height as usize,
+            );
+            let onnx = self.bundle.section_data(crate::config::ONNX_SECTION)?;
+            let engine = tether_runtime::cuda::TractCudaEngine::load_onnx_bytes(onnx, h, w)
+                .map_err(|e| {
+                    DetectError::Network(format!("tract-cuda could not prepare the network: {e:#}"))
+                })?;
+            gpu.session = Some(GpuDetector::new(
+                &self.config,
+                Box::new(engine),
+                spec,
+                &gpu.options,
+            )?);
+        }
+        let Some(session) = gpu.session.as_mut() else {
+            return Err(DetectError::Network("no GPU session".into()));
+        };
+        // The bytes the view covers: full rows, the last one up to its pixels.
+        let used =
+            spec.stride * (spec.height as usize - 1) + spec.width as usize * spec.format.channels();
+        let data = image.data().get(..used).ok_or(DetectError::InputBuffer {
+            expected: used,
+            actual: image.data().len(),
+        })?;
+        let dets = session.detect(data)?;
+        self.detections.clone_from(dets);
+        self.letterbox = Some(session.letterbox());
+        self.stats = PostStats {
+            candidates: session.candidates() as usize,
+            kept: self.detections.len(),
+        };
+        self.times = StageTimes {
+            preprocess: Duration::ZERO,
+            inference: t0.elapsed(),
+            postprocess: Duration::ZERO,
+        };
+        Ok(&self.detections)
+    }
+}
+
+#[cfg(feature = "tract-cuda")]
+struct GpuPath {
+    options: crate::gpu::GpuOptions,
+    session: Option<crate::gpu::GpuDetector>,
+}
+
+/// The CUDA ordinal to use for `device`, or `None` for the CPU.
+#[cfg(feature = "tract-cuda")]
+fn gpu_ordinal(device: Device) -> Result<Option<usize>, DetectError> {
+    match device {
+        Device::Cpu => Ok(None),
+        Device::Auto => match tether_runtime::cuda::skip_reason() {
+            None => Ok(Some(0)),
+            Some(reason) => {
+                let first = reason.lines().next().unwrap_or_default();
+                log::warn!("no CUDA device ({first}); using the CPU engine");
+                log::debug!("CUDA: {reason}");
+                Ok(None)
+            }
+        },
+        Device::Cuda(n) => match tether_runtime::cuda::skip_reason() {
+            None => Ok(Some(n)),
+            Some(reason) => Err(DetectError::Device(format!(
+                "CUDA device {n} unusable: {reason}"
+            ))),
+        },
     }
 }

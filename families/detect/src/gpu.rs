@@ -864,7 +864,9 @@ impl GpuDetector {
 
     // ---------------------------------------------------------------- public API
 
-    /// Detect in one frame (`FrameSpec::bytes()` bytes, the geometry given at load).
+    /// Detect in one frame of the geometry given at load: `stride * (height - 1) + width *
+    /// channels` to `stride * height` bytes (an [`crate::ImageView`]'s `data()` whose last row
+    /// may stop at the pixels).
     ///
     /// Copies the frame into the pinned staging buffer, then: one host-to-device copy, one
     /// graph launch (three launches when the engine is not capture-safe), one device-to-host
@@ -874,13 +876,15 @@ impl GpuDetector {
     /// [`GpuError::FrameSize`], or a `Copy` driver/engine error.
     pub fn detect(&mut self, frame: &[u8]) -> Result<&Detections, GpuError> {
         let n = self.frame.bytes();
-        if frame.len() != n {
+        let f = self.frame;
+        let min = f.stride * (f.height as usize - 1) + f.width as usize * f.format.channels();
+        if frame.len() < min || frame.len() > n {
             return Err(GpuError::FrameSize {
                 expected: n,
                 actual: frame.len(),
             });
         }
-        self.frame_staging.as_mut_slice().copy_from_slice(frame);
+        self.frame_staging.as_mut_slice()[..frame.len()].copy_from_slice(frame);
         self.execute()?;
         Ok(&self.detections)
     }

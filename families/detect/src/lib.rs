@@ -22,7 +22,7 @@ pub mod recipe;
 
 pub use config::DetectConfig;
 pub use decode::{BoundingBox, Detection, Detections, PostStats, Postprocessor};
-pub use detector::{Detector, DetectorOptions, StageTimes};
+pub use detector::{Detector, DetectorOptions, Device, StageTimes};
 pub use letterbox::{ImageView, Letterbox, PixelFormat, Preprocessor};
 
 /// Family name recorded in the bundle identity.
@@ -64,6 +64,9 @@ pub enum DetectError {
     /// Class names could not be read.
     #[error("class names: {0}")]
     Labels(String),
+    /// The requested device cannot be used.
+    #[error("{0}")]
+    Device(String),
     /// The network's I/O does not look like a YOLOv8 detection head.
     #[error("not a YOLOv8 detection network: {0}")]
     Network(String),
@@ -85,6 +88,10 @@ pub enum DetectError {
         /// Values present.
         actual: usize,
     },
+    /// The GPU pipeline failed.
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
     /// The network output has the wrong length.
     #[error("network output holds {actual} values, expected {expected} ((4 + classes) x anchors)")]
     OutputShape {

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use tether_detect::recipe::{BuildOptions, build};
-use tether_detect::{Detector, ImageView, PixelFormat};
+use tether_detect::{Detector, DetectorOptions, Device, ImageView, PixelFormat};
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -87,7 +87,12 @@ fn check(golden_name: &str) {
     ));
     writer.write(&path).expect("write bundle");
 
-    let mut det = Detector::load(&path).expect("load bundle");
+    // The CPU path: its module exposes the network's input and output tensors.
+    let options = DetectorOptions {
+        device: Device::Cpu,
+        ..DetectorOptions::default()
+    };
+    let mut det = Detector::open(&path, &options).expect("load bundle");
     let img = image::open(&image_path).expect("decode image").to_rgb8();
     assert_eq!(
         [img.height(), img.width()],
@@ -110,7 +115,7 @@ fn check(golden_name: &str) {
 
     // Network input values at fixed positions, and the sum of all of them.
     let (w, h) = (input_size[0] as usize, input_size[1] as usize);
-    let module = det.module();
+    let module = det.module().expect("CPU path has a module");
     let input_name = g["input_name"].as_str().expect("input name");
     let input = module.input_f32_mut(input_name).expect("input").to_vec();
     for s in g["input_sample"].as_array().expect("input_sample") {
