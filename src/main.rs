@@ -1,7 +1,8 @@
 //! `tether`: build, inspect, verify and run `.bundle` files.
 //!
 //! Exit codes: 0 success; 1 error (unreadable input, bad bundle content,
-//! engine failure); 2 usage error; 3 `verify` found the bundle corrupt.
+//! engine failure); 2 usage error; 3 `verify` found the bundle corrupt;
+//! 4 `doctor --self-test` could not check TensorRT here (no GPU, TensorRT or trtexec).
 
 use std::process::ExitCode;
 

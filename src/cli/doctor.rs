@@ -17,12 +17,19 @@ pub struct DoctorArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Also check TensorRT end to end: generate a small ONNX model, run it on
+    /// the CPU, build a plan with trtexec, run it through tether's TensorRT
+    /// engine eagerly and as a CUDA graph, compare. Exit 0 usable, 1 a step
+    /// failed, 4 could not check here (the SKIP lines say what is missing).
+    #[arg(long)]
+    self_test: bool,
 }
 
 /// Run `tether doctor`.
 pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     let report = tether_targets::probe::probe();
     let trt = TensorRt::load(None);
+    let self_test = a.self_test.then(super::selftest::run);
     if a.json {
         let tensorrt: Value = match &trt {
             Ok(lib) => json!({
@@ -33,11 +40,14 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
             }),
             Err(e) => json!({ "found": false, "error": e.to_string() }),
         };
-        let doc = json!({
+        let mut doc = json!({
             "tether": env!("CARGO_PKG_VERSION"),
             "probe": serde_json::to_value(&report)?,
             "tensorrt": tensorrt,
         });
+        if let Some(t) = &self_test {
+            doc["self_test"] = t.to_json();
+        }
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         println!("tether        {}", env!("CARGO_PKG_VERSION"));
@@ -59,6 +69,9 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
             "tract-cuda, tract CPU"
         };
         println!("engines       {engines}");
+        if let Some(t) = &self_test {
+            t.print();
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(self_test.map_or(ExitCode::SUCCESS, |t| ExitCode::from(t.exit_code)))
 }

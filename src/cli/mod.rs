@@ -5,6 +5,7 @@ pub mod build;
 pub mod doctor;
 pub mod inspect;
 pub mod run;
+pub mod selftest;
 
 use tether_bundle::BundleError;
 use tether_detect::DetectError;

@@ -67,6 +67,11 @@ mod error;
 #[allow(unsafe_code)]
 mod ffi;
 pub mod library;
+// The TensorRT engine on the crate's `Engine` trait: calls the three API
+// contracts above and the CUDA layer's copies, each with its SAFETY line.
+#[cfg(feature = "cuda")]
+#[allow(unsafe_code)]
+mod session;
 pub mod trtexec;
 
 pub use abi::{DataType, HardwareCompatibility, TensorIoMode, TensorLocation};
@@ -83,4 +88,6 @@ pub use error::{
     CaptureError, EnqueueError, LoadError, TriedPath, TriedPaths, TrtError, TrtMessages,
 };
 pub use library::{ENV_LIBRARY, LibraryPreference, LoadOptions};
+#[cfg(feature = "cuda")]
+pub use session::{SessionError, TensorRtEngine};
 pub use trtexec::{BuiltPlan, ProfileShape, TrtexecError, TrtexecOptions, build_plan_with_trtexec};
