@@ -58,8 +58,10 @@ pub const INPUT_NAME: &str = "x";
 /// Name of the model's output.
 pub const OUTPUT_NAME: &str = "y";
 /// Relative tolerance against the CPU for an FP16 plan.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub const TOL_FP16: f32 = 1e-2;
 /// Relative tolerance against the CPU for an FP32 plan.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub const TOL_FP32: f32 = 1e-4;
 
 /// Input element `x[0, c, h, w]`: `((7c + 3h + 5w) mod 17) / 8 - 1`.
