@@ -166,6 +166,19 @@ fn run_json_and_annotation() {
     assert_eq!(v["results"].as_array().unwrap().len(), 2);
     assert!(dir.join("astronaut.annotated.png").is_file());
     assert!(dir.join("page.annotated.png").is_file());
+
+    // One input and an existing directory: the file goes into the directory.
+    let one = scratch().join("annotated-one");
+    std::fs::create_dir_all(&one).unwrap();
+    let o = tether(&[
+        "run",
+        &b,
+        &asset("page.png"),
+        "--annotate",
+        one.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(one.join("page.annotated.png").is_file());
 }
 
 #[test]

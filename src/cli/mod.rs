@@ -43,7 +43,7 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
                 }
                 DetectError::Config { .. } => "see `tether build --help` for the accepted ranges",
                 DetectError::Device(_) => {
-                    "`tether doctor` shows what this machine has; `--device cpu` runs anywhere"
+                    "`-vv` lists every place libcuda was looked for; `tether doctor` shows what this machine has; `--device cpu` runs anywhere"
                 }
                 DetectError::Image { .. } => "inputs must be readable PNG or JPEG images",
                 _ => return None,

@@ -20,7 +20,8 @@ pub struct RunArgs {
     /// Print JSON (one document with every input) instead of text.
     #[arg(long)]
     json: bool,
-    /// Write an annotated PNG: a file for one input, a directory for several.
+    /// Write an annotated PNG: a file for one input (unless it names an
+    /// existing directory), a directory for several (`STEM.annotated.png` each).
     #[arg(long, value_name = "OUT.png")]
     annotate: Option<PathBuf>,
     /// Override the bundle's score threshold.
@@ -120,7 +121,7 @@ fn open_detector(
 }
 
 fn annotate_path(arg: &Path, input: &Path, many: bool) -> Result<PathBuf> {
-    if !many {
+    if !many && !arg.is_dir() {
         return Ok(arg.to_path_buf());
     }
     std::fs::create_dir_all(arg).with_context(|| format!("creating {}", arg.display()))?;

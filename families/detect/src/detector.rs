@@ -432,7 +432,11 @@ fn gpu_ordinal(device: Device) -> Result<Option<usize>, DetectError> {
         Device::Auto => match tether_runtime::cuda::skip_reason() {
             None => Ok(Some(0)),
             Some(reason) => {
-                let first = reason.lines().next().unwrap_or_default();
+                let first = reason
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim_end_matches(':');
                 log::warn!("no CUDA device ({first}); using the CPU engine");
                 log::debug!("CUDA: {reason}");
                 Ok(None)

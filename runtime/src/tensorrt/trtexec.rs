@@ -310,13 +310,26 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 fn run(exe: &Path, args: &[OsString]) -> Result<(String, String), TrtexecError> {
-    let out = Command::new(exe)
-        .args(args)
-        .output()
-        .map_err(|e| TrtexecError::Spawn {
-            path: exe.display().to_string(),
-            reason: e.to_string(),
-        })?;
+    // ETXTBSY ("Text file busy"): the executable was written moments ago and
+    // another thread of this process forked while its write descriptor was
+    // open, so a child briefly holds it open for writing (a known fork/exec
+    // race, e.g. rust-lang/rust#114554). It clears once that child execs:
+    // retry a few times before reporting it.
+    const ETXTBSY: i32 = 26;
+    let mut attempt = 0;
+    let out = loop {
+        match Command::new(exe).args(args).output() {
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) && attempt < 20 => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10 * attempt));
+            }
+            other => break other,
+        }
+    }
+    .map_err(|e| TrtexecError::Spawn {
+        path: exe.display().to_string(),
+        reason: e.to_string(),
+    })?;
     Ok((
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
