@@ -182,7 +182,8 @@ if [[ "${TETHER_CI_SKIP_E2E:-0}" != 1 ]]; then
   note ""
   note "- \`qemu-aarch64 -L $SYSROOT tether build --family detect --onnx .assets/320n.onnx -o 320n-aarch64.bundle --input-size 320\`: $(python3 -c "print(f'{$mid - $start:.1f}')") s"
   note "- \`qemu-aarch64 -L $SYSROOT tether run 320n-aarch64.bundle .assets/astronaut.png --json\`: $(python3 -c "print(f'{$end - $mid:.1f}')") s, output in \`$OUT/e2e-run.json\` ($(stat -c %s "$OUT/e2e-run.json") B)"
-  if "${QEMU[@]}" "$TETHER" --help 2>/dev/null | grep -qw doctor; then
+  help=$("${QEMU[@]}" "$TETHER" --help 2>/dev/null || true)
+  if grep -qw doctor <<< "$help"; then
     "${QEMU[@]}" "$TETHER" doctor > "$OUT/doctor.txt" 2>&1 || true
     note "- \`tether doctor\` under qemu: see \`$OUT/doctor.txt\`"
   fi
