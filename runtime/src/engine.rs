@@ -172,15 +172,27 @@ pub trait Engine: Send {
     ///
     /// # Errors
     /// [`RunError::NoSuchTensor`] for a bad index; [`RunError::Unsupported`] for
-    /// a [`Placement::Device`] engine.
-    fn input_host_mut(&mut self, index: usize) -> Result<&mut [u8], RunError>;
+    /// a [`Placement::Device`] engine (the default).
+    fn input_host_mut(&mut self, index: usize) -> Result<&mut [u8], RunError> {
+        let _ = index;
+        Err(RunError::Unsupported {
+            engine: self.kind(),
+            what: "host buffers (device-placed engine)",
+        })
+    }
 
     /// Host buffer of output `index`, valid after a successful [`Engine::run`].
     ///
     /// # Errors
     /// [`RunError::NoSuchTensor`], [`RunError::NotRun`], or
-    /// [`RunError::Unsupported`] for a device engine.
-    fn output_host(&self, index: usize) -> Result<&[u8], RunError>;
+    /// [`RunError::Unsupported`] for a device engine (the default).
+    fn output_host(&self, index: usize) -> Result<&[u8], RunError> {
+        let _ = index;
+        Err(RunError::Unsupported {
+            engine: self.kind(),
+            what: "host buffers (device-placed engine)",
+        })
+    }
 
     /// Bind the device address of an I/O tensor (device engines, once at load).
     ///

@@ -60,18 +60,6 @@ impl Engine for ReplayEngine {
     fn capture_safety(&self) -> CaptureSafety {
         CaptureSafety::Safe
     }
-    fn input_host_mut(&mut self, _index: usize) -> Result<&mut [u8], RunError> {
-        Err(RunError::Unsupported {
-            engine: EngineKind::None,
-            what: "host buffers",
-        })
-    }
-    fn output_host(&self, _index: usize) -> Result<&[u8], RunError> {
-        Err(RunError::Unsupported {
-            engine: EngineKind::None,
-            what: "host buffers",
-        })
-    }
     unsafe fn bind_device(
         &mut self,
         mode: IoMode,

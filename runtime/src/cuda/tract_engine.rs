@@ -189,18 +189,6 @@ impl Engine for TractCudaEngine {
              input tensors every run, and synchronises inside run (DeviceSync ToHost)",
         )
     }
-    fn input_host_mut(&mut self, _index: usize) -> Result<&mut [u8], RunError> {
-        Err(RunError::Unsupported {
-            engine: KIND,
-            what: "host buffers (device-placed engine)",
-        })
-    }
-    fn output_host(&self, _index: usize) -> Result<&[u8], RunError> {
-        Err(RunError::Unsupported {
-            engine: KIND,
-            what: "host buffers (device-placed engine)",
-        })
-    }
     unsafe fn bind_device(
         &mut self,
         mode: IoMode,

@@ -543,20 +543,6 @@ impl EngineTrait for TensorRtEngine {
         self.capture
     }
 
-    fn input_host_mut(&mut self, _index: usize) -> Result<&mut [u8], RunError> {
-        Err(RunError::Unsupported {
-            engine: EngineKind::TensorRt,
-            what: "host buffers",
-        })
-    }
-
-    fn output_host(&self, _index: usize) -> Result<&[u8], RunError> {
-        Err(RunError::Unsupported {
-            engine: EngineKind::TensorRt,
-            what: "host buffers",
-        })
-    }
-
     /// Records the address; binds the context (once) when the last I/O
     /// tensor has one. A second binding after that is refused.
     unsafe fn bind_device(
