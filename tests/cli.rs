@@ -48,22 +48,30 @@ fn scratch() -> &'static Path {
     })
 }
 
+/// `tether build` of the nudenet 320n model at 320x320 into `out`, plus `extra` flags.
+fn build_320n(out: &Path, extra: &[&str]) -> Output {
+    let onnx = asset("320n.onnx");
+    let mut args = vec![
+        "build",
+        "--family",
+        "detect",
+        "--onnx",
+        &onnx,
+        "-o",
+        out.to_str().unwrap(),
+        "--input-size",
+        "320",
+    ];
+    args.extend_from_slice(extra);
+    tether(&args)
+}
+
 /// The nudenet 320n model built at 320x320, once per test process.
 fn nudenet_bundle() -> String {
     static B: OnceLock<String> = OnceLock::new();
     B.get_or_init(|| {
         let out = scratch().join("nudenet.bundle");
-        let o = tether(&[
-            "build",
-            "--family",
-            "detect",
-            "--onnx",
-            &asset("320n.onnx"),
-            "-o",
-            out.to_str().unwrap(),
-            "--input-size",
-            "320",
-        ]);
+        let o = build_320n(&out, &[]);
         assert!(o.status.success(), "build failed: {}", stderr(&o));
         assert!(
             stdout(&o).contains("18 classes, input 320x320"),
@@ -329,25 +337,19 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
     std::fs::write(&fake, script).unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = scratch().join("trt.bundle");
-    let o = tether(&[
-        "build",
-        "--family",
-        "detect",
-        "--onnx",
-        &asset("320n.onnx"),
-        "-o",
-        out.to_str().unwrap(),
-        "--input-size",
-        "320",
-        "--engine",
-        "tensorrt",
-        "--trtexec",
-        fake.to_str().unwrap(),
-        "--workspace-mib",
-        "256",
-        "--hardware-compat",
-        "ampere+",
-    ]);
+    let o = build_320n(
+        &out,
+        &[
+            "--engine",
+            "tensorrt",
+            "--trtexec",
+            fake.to_str().unwrap(),
+            "--workspace-mib",
+            "256",
+            "--hardware-compat",
+            "ampere+",
+        ],
+    );
     assert!(o.status.success(), "build failed: {}", stderr(&o));
     let v = json(&tether(&["inspect", out.to_str().unwrap(), "--json"]));
     let t = &v["targets"][1];
@@ -378,21 +380,10 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
     );
     // With no usable trtexec the build fails, names what was tried, writes nothing.
     let none = scratch().join("none.bundle");
-    let o = tether(&[
-        "build",
-        "--family",
-        "detect",
-        "--onnx",
-        &asset("320n.onnx"),
-        "-o",
-        none.to_str().unwrap(),
-        "--input-size",
-        "320",
-        "--engine",
-        "tensorrt",
-        "--trtexec",
-        "/nonexistent/trtexec",
-    ]);
+    let o = build_320n(
+        &none,
+        &["--engine", "tensorrt", "--trtexec", "/nonexistent/trtexec"],
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("/nonexistent/trtexec"),
