@@ -7,9 +7,11 @@
 //! - [`tensorrt`]: TensorRT loaded at run time through its interface tables.
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod engine;
 pub mod host;
 pub mod module;
+pub mod tensor;
 pub mod tensorrt;
 
 #[cfg(feature = "cpu")]

@@ -53,6 +53,9 @@ pub const KNOWN_FLAGS: u32 = FLAG_VERSION_COMPATIBLE | FLAG_LEAN;
 pub enum EngineKind {
     /// A serialized TensorRT plan.
     TensorRt,
+    /// The ONNX graph lowered by tether's native GPU engine (cuDNN, cuBLAS and tether's
+    /// kernels; the whole network in one CUDA graph).
+    CudaNative,
     /// The ONNX graph on tract-cuda (any NVIDIA GPU with a CUDA driver).
     TractCuda,
     /// The ONNX graph on tract on the CPU (runs everywhere).
@@ -64,6 +67,7 @@ impl EngineKind {
     pub const fn as_str(self) -> &'static str {
         match self {
             EngineKind::TensorRt => "TensorRT",
+            EngineKind::CudaNative => "cuda-native",
             EngineKind::TractCuda => "tract-cuda",
             EngineKind::TractCpu => "tract CPU",
         }
@@ -629,7 +633,7 @@ fn evaluate_ranked(offer: &Offer, device: &DeviceFacts) -> Result<Rank, Reject> 
     let late = core::cmp::Reverse(0);
     match offer.engine {
         EngineKind::TractCpu => Ok((Rule::PortableCpu, 0, late, offer.index)),
-        EngineKind::TractCuda => {
+        EngineKind::CudaNative | EngineKind::TractCuda => {
             // A GPU is only ever known through a loaded CUDA driver.
             let gpu = device.gpu.ok_or(Reject::NoGpu)?;
             if let Some(minimum) = offer.sm
@@ -794,7 +798,7 @@ pub fn select_engine(offers: &[Offer], device: &DeviceFacts) -> Result<Choice, R
     // the chosen one (TensorRT above portable, tract-cuda above CPU).
     let kind_rank = |k: EngineKind| match k {
         EngineKind::TensorRt => 0,
-        EngineKind::TractCuda => 1,
+        EngineKind::CudaNative | EngineKind::TractCuda => 1,
         EngineKind::TractCpu => 2,
     };
     // Of those, the one that came closest to running (right architecture and

@@ -27,6 +27,29 @@ impl DevicePtr {
     }
 }
 
+/// A typed span of device memory: an address and its length in bytes. `Copy`, no lifetime:
+/// the arena (or plan) that owns the memory outlives every binding made with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct DeviceRegion {
+    /// First byte.
+    pub ptr: DevicePtr,
+    /// Length in bytes.
+    pub bytes: usize,
+}
+
+impl DeviceRegion {
+    /// A region of `bytes` bytes at `ptr`.
+    #[inline]
+    pub const fn new(ptr: DevicePtr, bytes: usize) -> Self {
+        DeviceRegion { ptr, bytes }
+    }
+    /// The empty region (null address, 0 bytes): the binding of an absent workspace.
+    pub const EMPTY: DeviceRegion = DeviceRegion {
+        ptr: DevicePtr(0),
+        bytes: 0,
+    };
+}
+
 /// Default region alignment in bytes: the driver's own `cuMemAlloc` alignment, enough for any
 /// vector load and for TensorRT's I/O tensor requirement.
 pub const DEFAULT_ALIGN: usize = 256;
@@ -167,6 +190,12 @@ impl DeviceArena {
     #[inline]
     pub fn ptr(&self, id: RegionId) -> DevicePtr {
         self.base.offset(self.plan.region(id).offset)
+    }
+
+    /// A region as an address and its requested length. No allocation, no driver call.
+    #[inline]
+    pub fn region(&self, id: RegionId) -> DeviceRegion {
+        DeviceRegion::new(self.ptr(id), self.plan.region(id).bytes)
     }
 
     /// The base address.

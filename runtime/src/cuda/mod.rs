@@ -31,7 +31,7 @@ pub use error::{CudaError, DriverError, TriedPath, error_name};
 pub use graph::Graph;
 pub use loader::{Driver, driver, is_available};
 pub use memory::{
-    ArenaPlan, DEFAULT_ALIGN, DeviceArena, DevicePtr, PinnedBuffer, Region, RegionId,
+    ArenaPlan, DEFAULT_ALIGN, DeviceArena, DevicePtr, DeviceRegion, PinnedBuffer, Region, RegionId,
 };
 pub use module::{Function, KernelImage, Module, ModuleSource, image_order};
 pub use stream::{Event, Stream, SyncPolicy};

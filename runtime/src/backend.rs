@@ -1,0 +1,458 @@
+//! Backends, plans and executors: the shape every engine has.
+//!
+//! The split follows tract (`SimplePlan` / `SimpleState`), TensorRT (`ICudaEngine` /
+//! `IExecutionContext`) and Triton (model / model instance):
+//!
+//! 1. A [`Backend`] turns one network of a bundle (ONNX bytes, a TensorRT plan) into an
+//!    immutable, shareable [`Plan`] for fixed input shapes: parsing, lowering, weights
+//!    uploaded once, kernels and algorithms chosen once.
+//! 2. A plan creates executors, the only mutable per-run state. Host and device executors
+//!    are distinct types: a [`HostExecutor`] reads and writes host buffers the caller passes;
+//!    a [`DeviceExecutor`] is bound to a whole set of device regions (every I/O tensor and its
+//!    workspace, all inside the session arena), may be re-bound before capture (recurrent
+//!    state ping-pong, two cameras on one plan), and enqueues on the stream it is given,
+//!    told whether that stream is being captured into a CUDA graph.
+//!
+//! A backend never allocates device memory per run and never owns the session's memory:
+//! its executor's workspace is a region of the arena the session allocates once
+//! ([`DevicePlan::workspace`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+pub use tether_targets::EngineKind;
+
+use crate::tensor::TensorSpec;
+
+/// Where an executor's I/O tensors live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Host memory: the executor reads and writes buffers the caller passes.
+    Host,
+    /// Device memory: the executor is bound to device regions of a session arena.
+    Device,
+}
+
+/// The inputs and outputs of a prepared network, in the network's order, with concrete
+/// shapes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IoSpec {
+    /// Input tensors.
+    pub inputs: Vec<TensorSpec>,
+    /// Output tensors.
+    pub outputs: Vec<TensorSpec>,
+}
+
+impl IoSpec {
+    /// Index of the input called `name`.
+    pub fn input_index(&self, name: &str) -> Option<usize> {
+        self.inputs.iter().position(|t| t.name == name)
+    }
+    /// Index of the output called `name`.
+    pub fn output_index(&self, name: &str) -> Option<usize> {
+        self.outputs.iter().position(|t| t.name == name)
+    }
+}
+
+/// What a network is stored as in the bundle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceFormat {
+    /// An ONNX model (protobuf).
+    Onnx,
+    /// A serialized TensorRT engine.
+    TensorRtPlan,
+}
+
+/// One network of a bundle, as a backend receives it.
+#[derive(Clone, Copy, Debug)]
+pub struct NetworkSource<'a> {
+    /// The network's name in the bundle (`<family>/<network>/...`), for messages.
+    pub network: &'a str,
+    /// What `bytes` holds.
+    pub format: SourceFormat,
+    /// The payload, straight from the bundle mapping.
+    pub bytes: &'a [u8],
+    /// The bundle's target record for a TensorRT plan (version, SM, compatibility flags).
+    pub target: Option<tether_targets::Offer>,
+}
+
+/// Arithmetic precision a backend may use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// IEEE fp32 throughout (TF32 tensor-core math off).
+    #[default]
+    Fp32,
+    /// fp32 storage with TF32 tensor-core math where the backend supports it.
+    Tf32,
+    /// fp16 storage and math where the backend supports it (opt-in).
+    Fp16,
+}
+
+/// How a network is prepared.
+#[derive(Clone, Debug, Default)]
+pub struct PrepareOptions {
+    /// Concrete shape of every network input, in the network's input order.
+    pub input_shapes: Vec<Vec<usize>>,
+    /// Arithmetic precision.
+    pub precision: Precision,
+}
+
+/// Device memory an executor needs besides its I/O tensors, placed by the session inside
+/// its one arena.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkspaceSpec {
+    /// Bytes.
+    pub bytes: usize,
+    /// Alignment in bytes (a power of two, at least 256).
+    pub align: usize,
+}
+
+/// A plan's device memory, for `inspect`/`bench` and the session's memory budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanMemory {
+    /// Weights uploaded once per plan (shared by every executor of the plan).
+    pub weights_bytes: usize,
+    /// Of the workspace, bytes that hold intermediate tensors (activations).
+    pub activation_bytes: usize,
+}
+
+/// Whether an executor's enqueue may be recorded into a CUDA graph.
+///
+/// An enqueue is capture-safe when it only enqueues asynchronous work on the stream it is
+/// given: no allocation, no synchronisation, no host-side decision that depends on device
+/// data, no re-planning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureSafety {
+    /// Enqueues only asynchronous work on the given stream.
+    Safe,
+    /// Must run eagerly; the reason is meant for the load log.
+    Unsafe(&'static str),
+}
+
+/// Whether the stream an executor enqueues on is being captured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enqueue {
+    /// Eager execution.
+    Eager,
+    /// The stream is being captured into a CUDA graph: an executor that discovers it cannot
+    /// be captured returns [`RunError::NotCapturable`] instead of enqueuing.
+    Capturing,
+}
+
+/// Error from an executor's per-run calls.
+///
+/// Small and `Copy`: a failing frame never reaches the allocator. Backends log the full
+/// backend message (through the `log` facade) before returning it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The backend reported a failure; `what` names the failing step.
+    #[error("{engine} engine failed during {what} (see the log for the backend's message)")]
+    Backend {
+        /// The engine that failed.
+        engine: EngineKind,
+        /// The step that failed, e.g. "run" or "enqueueV3".
+        what: &'static str,
+    },
+    /// A buffer passed to an executor has the wrong size for its tensor.
+    #[error("{what} buffer {index} holds {actual} bytes, the tensor needs {expected}")]
+    BufferSize {
+        /// "input", "output" or "workspace".
+        what: &'static str,
+        /// Index among the tensors of that kind.
+        index: usize,
+        /// Bytes the tensor needs.
+        expected: usize,
+        /// Bytes given.
+        actual: usize,
+    },
+    /// The wrong number of buffers was passed.
+    #[error("{what}: {actual} buffers given, the network has {expected}")]
+    BufferCount {
+        /// "inputs" or "outputs".
+        what: &'static str,
+        /// Tensors the network has.
+        expected: usize,
+        /// Buffers given.
+        actual: usize,
+    },
+    /// A device executor ran before [`DeviceExecutor::bind`].
+    #[error("{engine} executor enqueued before it was bound")]
+    NotBound {
+        /// The engine.
+        engine: EngineKind,
+    },
+    /// The executor cannot be recorded into a CUDA graph (found out while capturing).
+    #[error("{engine} executor cannot be captured into a CUDA graph")]
+    NotCapturable {
+        /// The engine.
+        engine: EngineKind,
+    },
+    /// An engine panicked; the panic was caught at the engine boundary.
+    #[error("{engine} engine panicked during {what} (caught; see the log)")]
+    Panicked {
+        /// The engine.
+        engine: EngineKind,
+        /// The step.
+        what: &'static str,
+    },
+    /// A CUDA driver call failed.
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Driver(#[from] crate::cuda::DriverError),
+}
+
+/// Why a network could not be prepared. Load time only: may allocate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrepareError {
+    /// The backend does not lower an operator or attribute of the network (the native GPU
+    /// engine names the node and the op); selection falls back to the next engine.
+    #[error("{engine} cannot run network `{network}`: node `{node}` ({op}): {detail}")]
+    Unsupported {
+        /// The engine that refused.
+        engine: EngineKind,
+        /// The network.
+        network: String,
+        /// The node's name in the graph.
+        node: String,
+        /// The operator.
+        op: String,
+        /// What is not supported.
+        detail: String,
+    },
+    /// The network is malformed or does not fit the requested shapes.
+    #[error("{engine} could not prepare network `{network}`: {message}")]
+    Backend {
+        /// The engine.
+        engine: EngineKind,
+        /// The network.
+        network: String,
+        /// The backend's message chain.
+        message: String,
+    },
+    /// The backend panicked while preparing; caught at the engine boundary.
+    #[error("{engine} panicked while preparing network `{network}`: {message}")]
+    Panicked {
+        /// The engine.
+        engine: EngineKind,
+        /// The network.
+        network: String,
+        /// The panic payload, when it is a string.
+        message: String,
+    },
+    /// An I/O tensor has an element type or shape the backend cannot bind.
+    #[error("network `{network}`: tensor `{tensor}`: {detail}")]
+    Io {
+        /// The network.
+        network: String,
+        /// The tensor.
+        tensor: String,
+        /// What is wrong (dtype, dynamic dimension, batch).
+        detail: String,
+    },
+    /// The device layer failed (context, allocation, kernel image).
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Cuda(#[from] crate::cuda::CudaError),
+}
+
+/// A backend: prepares networks into plans.
+pub trait Backend: Send + Sync {
+    /// Which engine this is.
+    fn kind(&self) -> EngineKind;
+    /// Where its executors' I/O lives.
+    fn placement(&self) -> Placement;
+    /// Prepare `source` for the given input shapes. Heavy work (parsing, lowering, weight
+    /// upload, algorithm choice) happens here, once.
+    ///
+    /// # Errors
+    /// [`PrepareError`]; a panic inside the backend is caught and returned as
+    /// [`PrepareError::Panicked`].
+    fn prepare(
+        &self,
+        source: &NetworkSource<'_>,
+        options: &PrepareOptions,
+    ) -> Result<Plan, PrepareError>;
+}
+
+/// A prepared network: immutable, shareable (`Arc`), creating executors.
+#[derive(Clone)]
+pub enum Plan {
+    /// A plan whose executors run on the host.
+    Host(Arc<dyn HostPlan>),
+    /// A plan whose executors run on a CUDA device.
+    #[cfg(feature = "cuda")]
+    Device(Arc<dyn DevicePlan>),
+}
+
+impl Plan {
+    /// The engine.
+    pub fn kind(&self) -> EngineKind {
+        match self {
+            Plan::Host(p) => p.kind(),
+            #[cfg(feature = "cuda")]
+            Plan::Device(p) => p.kind(),
+        }
+    }
+    /// The I/O tensors.
+    pub fn io(&self) -> &IoSpec {
+        match self {
+            Plan::Host(p) => p.io(),
+            #[cfg(feature = "cuda")]
+            Plan::Device(p) => p.io(),
+        }
+    }
+    /// Host or device.
+    pub fn placement(&self) -> Placement {
+        match self {
+            Plan::Host(_) => Placement::Host,
+            #[cfg(feature = "cuda")]
+            Plan::Device(_) => Placement::Device,
+        }
+    }
+}
+
+impl fmt::Debug for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plan")
+            .field("engine", &self.kind())
+            .field("io", self.io())
+            .finish()
+    }
+}
+
+/// A plan whose executors run on the host.
+pub trait HostPlan: Send + Sync {
+    /// The engine.
+    fn kind(&self) -> EngineKind;
+    /// The I/O tensors.
+    fn io(&self) -> &IoSpec;
+    /// A new executor (per-run state).
+    ///
+    /// # Errors
+    /// [`PrepareError`] when the state cannot be created.
+    fn executor(&self) -> Result<Box<dyn HostExecutor>, PrepareError>;
+}
+
+/// Per-run state of a host plan.
+pub trait HostExecutor: Send {
+    /// Execute once: `inputs[i]` holds input `i` (`byte_len` bytes, native endianness, any
+    /// alignment), `outputs[i]` receives output `i`.
+    ///
+    /// # Errors
+    /// [`RunError::BufferCount`], [`RunError::BufferSize`], [`RunError::Backend`],
+    /// [`RunError::Panicked`].
+    fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), RunError>;
+}
+
+/// The device addresses a device executor is bound to: every I/O tensor and its workspace,
+/// all regions of one session arena.
+#[cfg(feature = "cuda")]
+#[derive(Clone, Copy, Debug)]
+pub struct Bindings<'a> {
+    /// One region per input, in the plan's order.
+    pub inputs: &'a [crate::cuda::DeviceRegion],
+    /// One region per output, in the plan's order.
+    pub outputs: &'a [crate::cuda::DeviceRegion],
+    /// The workspace ([`DevicePlan::workspace`] bytes or more).
+    pub workspace: crate::cuda::DeviceRegion,
+}
+
+/// A plan whose executors run on one CUDA device.
+#[cfg(feature = "cuda")]
+pub trait DevicePlan: Send + Sync {
+    /// The engine.
+    fn kind(&self) -> EngineKind;
+    /// The I/O tensors.
+    fn io(&self) -> &IoSpec;
+    /// The device the plan was prepared on (its CUDA ordinal).
+    fn ordinal(&self) -> usize;
+    /// Workspace an executor needs (intermediate tensors, library scratch), placed in the
+    /// session arena.
+    fn workspace(&self) -> WorkspaceSpec;
+    /// Device memory held by the plan and used by its workspace.
+    fn memory(&self) -> PlanMemory;
+    /// Whether executors may be captured into a CUDA graph.
+    fn capture_safety(&self) -> CaptureSafety;
+    /// A new executor on `ctx` (the plan's device).
+    ///
+    /// # Errors
+    /// [`PrepareError`] when the per-run state cannot be created.
+    fn executor(&self, ctx: &crate::cuda::Context)
+    -> Result<Box<dyn DeviceExecutor>, PrepareError>;
+}
+
+/// Per-run state of a device plan, bound to regions of a session arena.
+#[cfg(feature = "cuda")]
+pub trait DeviceExecutor: Send {
+    /// Bind every I/O tensor and the workspace. May be called again before capture (the
+    /// last binding is what a capture records).
+    ///
+    /// # Safety
+    /// Every region must be device memory of the plan's device, at least as large as the
+    /// tensor (or workspace) it is bound to, and stay allocated and unused by anything else
+    /// running concurrently for as long as the executor may enqueue with this binding
+    /// (including every replay of a graph captured with it).
+    ///
+    /// # Errors
+    /// [`RunError::BufferCount`] / [`RunError::BufferSize`] when a region does not fit.
+    unsafe fn bind(&mut self, bindings: &Bindings<'_>) -> Result<(), RunError>;
+
+    /// Enqueue one execution on `stream` without synchronising.
+    ///
+    /// # Errors
+    /// [`RunError::NotBound`], [`RunError::NotCapturable`] (under capture),
+    /// [`RunError::Backend`], [`RunError::Driver`].
+    fn enqueue(&mut self, stream: &crate::cuda::Stream, mode: Enqueue) -> Result<(), RunError>;
+}
+
+/// Run `f`, turning a panic inside a backend into [`PrepareError::Panicked`] naming the
+/// engine and the network (no panic from an engine escapes its boundary).
+pub fn catch_prepare<T>(
+    engine: EngineKind,
+    network: &str,
+    f: impl FnOnce() -> Result<T, PrepareError>,
+) -> Result<T, PrepareError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let message = panic_message(payload.as_ref());
+            log::error!("{engine} panicked while preparing network `{network}`: {message}");
+            Err(PrepareError::Panicked {
+                engine,
+                network: network.to_string(),
+                message,
+            })
+        }
+    }
+}
+
+/// Run `f`, turning a panic inside a backend into [`RunError::Panicked`].
+pub fn catch_run<T>(
+    engine: EngineKind,
+    what: &'static str,
+    f: impl FnOnce() -> Result<T, RunError>,
+) -> Result<T, RunError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            log::error!(
+                "{engine} panicked during {what}: {}",
+                panic_message(payload.as_ref())
+            );
+            Err(RunError::Panicked { engine, what })
+        }
+    }
+}
+
+/// The text of a panic payload (`&str` or `String`), else a placeholder.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".into()
+    }
+}
