@@ -1,12 +1,14 @@
-//! tether: bundles built from open models, loaded with zero-copy manifests and
-//! run allocation-free on Jetson AGX, DRIVE AGX and data-center GPUs.
+//! tether: bundles built from open models, loaded with zero-copy manifests and run
+//! allocation-free on Jetson AGX, DRIVE AGX and data-center GPUs.
 //!
 //! This facade re-exports the workspace crates:
 //!
 //! - [`bundle`]: the `.bundle` file format (reader, writer, verification);
-//! - [`runtime`]: engines (tract CPU, ...) and the module API;
+//! - [`runtime`]: the model API, engines (backends), sessions, the CUDA and TensorRT layers;
 //! - [`targets`]: what a device is and what it can run;
-//! - [`detect`]: the YOLOv8 detection family (semantic API).
+//! - [`detect`]: the YOLOv8 detection family (semantic API);
+//! - [`family`]: what families share (image types; the tool interface with feature `cli`);
+//! - [`families::REGISTRY`] (feature `cli`): the families the `tether` CLI knows.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,5 +26,9 @@
 
 pub use tether_bundle as bundle;
 pub use tether_detect as detect;
+pub use tether_family as family;
 pub use tether_runtime as runtime;
 pub use tether_targets as targets;
+
+#[cfg(feature = "cli")]
+pub mod families;

@@ -1,12 +1,14 @@
-//! `tether`: build, inspect, verify and run `.bundle` files.
+//! `tether`: build, inspect, verify, run and benchmark `.bundle` files.
 //!
-//! Exit codes: 0 success; 1 error (unreadable input, bad bundle content,
-//! engine failure); 2 usage error; 3 `verify` found the bundle corrupt;
-//! 4 `doctor --self-test` could not check TensorRT here (no GPU, TensorRT or trtexec).
+//! Exit codes: 0 success; 1 error (unreadable input, bad bundle content, engine failure, an
+//! output that cannot be written); 2 usage error (unknown option, a value that does not parse
+//! or is out of range); 3 `verify` found the bundle corrupt; 4 `doctor --self-test` could not
+//! check TensorRT here (no GPU, TensorRT or trtexec); 130 interrupted (Ctrl-C).
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod cli;
 
@@ -23,30 +25,46 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Build a bundle from an ONNX model and its family recipe.
+    /// Build a bundle from a model and its family recipe (`--family NAME --help` lists the
+    /// family's own arguments).
     Build(cli::build::BuildArgs),
-    /// Print a bundle's manifest.
+    /// Print a bundle's manifest and its family's configuration.
     Inspect(cli::inspect::InspectArgs),
     /// Check a bundle's structure and every checksum; exit 3 if it is corrupt.
     Verify(cli::inspect::VerifyArgs),
-    /// Run a bundle's family pipeline on inputs (detection: image files).
+    /// Run a bundle's family pipeline on inputs (images for detection).
     Run(cli::run::RunArgs),
-    /// Measure a bundle's latency on one input (p50/p99 over many runs).
+    /// Measure a bundle's latency on one input (percentiles per stage).
     Bench(cli::run::BenchArgs),
     /// Describe this machine: CPU, Jetson/L4T, power mode, CUDA driver, GPUs, TensorRT.
     Doctor(cli::doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
-    // Behave like other Unix tools when the reader of stdout goes away
-    // (`tether inspect --json | head`): die of SIGPIPE instead of panicking
-    // on a failed print.
-    // SAFETY: called before any thread is spawned; restoring the default
-    // disposition of SIGPIPE has no other effect on this process.
+    // Behave like other Unix tools when the reader of stdout goes away (`tether inspect
+    // --json | head`): die of SIGPIPE instead of reporting a write error.
+    // SAFETY: called before any thread is spawned; restoring the default disposition of
+    // SIGPIPE has no other effect on this process.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let args = Args::parse();
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let command = cli::family_args::augment(Args::command(), &argv);
+    let matches = match command.try_get_matches_from(&argv) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+    };
+    let sub = matches.subcommand().map(|(_, m)| m.clone());
     let level = match args.verbose {
         0 => "warn",
         1 => "info",
@@ -55,19 +73,20 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp_millis()
         .init();
+    let sub = sub.unwrap_or_default();
     let result = match args.command {
-        Command::Build(a) => cli::build::run(&a),
+        Command::Build(a) => cli::build::run(&a, &sub),
         Command::Inspect(a) => cli::inspect::inspect(&a),
         Command::Verify(a) => cli::inspect::verify(&a),
-        Command::Run(a) => cli::run::run(&a),
-        Command::Bench(a) => cli::run::bench(&a),
+        Command::Run(a) => cli::run::run(&a, &sub),
+        Command::Bench(a) => cli::run::bench(&a, &sub),
         Command::Doctor(a) => cli::doctor::run(&a),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
             cli::report(&e);
-            ExitCode::from(1)
+            ExitCode::from(cli::exit_code(&e))
         }
     }
 }

@@ -99,7 +99,7 @@ fn inspect_json_describes_the_manifest() {
     let v = json(&tether(&["inspect", &b, "--json"]));
     assert_eq!(v["identity"]["family"], "detect");
     assert_eq!(v["identity"]["name"], "320n");
-    assert_eq!(v["format_version"], "1.0");
+    assert_eq!(v["format_version"], "1.1");
     assert_eq!(
         v["identity"]["content_digest_sha256"]
             .as_str()
@@ -114,7 +114,7 @@ fn inspect_json_describes_the_manifest() {
         .collect();
     assert_eq!(
         names,
-        ["detect/model.onnx", "detect/labels", "detect/config"]
+        ["detect/model/model.onnx", "detect/labels", "detect/config"]
     );
     for s in sections {
         assert_eq!(
@@ -124,11 +124,14 @@ fn inspect_json_describes_the_manifest() {
             s["name"]
         );
     }
-    // The ONNX input is declared [batch, 3, h, w] with dynamic dims marked -1.
+    // The manifest records the shapes the bundle runs at (the ONNX declares [batch, 3, h, w]
+    // with dynamic dims; the bundle was built at 320x320).
     let t = &sections[0]["tensors"][0];
     assert_eq!(t["name"], "images");
     assert_eq!(t["dtype"], "f32");
-    assert_eq!(t["dims"], serde_json::json!([-1, 3, -1, -1]));
+    assert_eq!(t["dims"], serde_json::json!([1, 3, 320, 320]));
+    let o = &sections[0]["tensors"][1];
+    assert_eq!(o["dims"], serde_json::json!([1, 22, 2100]));
     assert_eq!(v["targets"][0]["engine"], "TractCpu");
 
     let text = tether(&["inspect", &b]);
@@ -152,9 +155,14 @@ fn run_json_and_annotation() {
         "--annotate",
         png.to_str().unwrap(),
     ]));
+    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["family"], "detect");
+    assert_eq!(v["engines"]["model"], "tract CPU");
     let r = &v["results"][0];
-    assert_eq!(r["image_size"], serde_json::json!([512, 512]));
-    let dets = r["detections"].as_array().unwrap();
+    assert_eq!(r["result"]["image_width"], 512);
+    assert_eq!(r["result"]["image_height"], 512);
+    assert_eq!(r["annotated"], png.to_str().unwrap());
+    let dets = r["result"]["detections"].as_array().unwrap();
     assert!(!dets.is_empty());
     assert_eq!(dets[0]["class_name"], "FACE_FEMALE");
     let img = image::open(&png).expect("annotated PNG");
@@ -172,8 +180,25 @@ fn run_json_and_annotation() {
         dir.to_str().unwrap(),
     ]));
     assert_eq!(v["results"].as_array().unwrap().len(), 2);
-    assert!(dir.join("astronaut.annotated.png").is_file());
-    assert!(dir.join("page.annotated.png").is_file());
+    assert!(dir.join("000-astronaut.annotated.png").is_file());
+    assert!(dir.join("001-page.annotated.png").is_file());
+    // Two inputs with the same stem: two files, neither overwritten.
+    let same = scratch().join("same-stem");
+    let v = json(&tether(&[
+        "run",
+        &b,
+        &asset("page.png"),
+        &asset("page.png"),
+        "--json",
+        "--annotate",
+        same.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        v["results"][1]["annotated"],
+        same.join("001-page.annotated.png").to_str().unwrap()
+    );
+    assert!(same.join("000-page.annotated.png").is_file());
+    assert!(same.join("001-page.annotated.png").is_file());
 
     // One input and an existing directory: the file goes into the directory.
     let one = scratch().join("annotated-one");
@@ -186,7 +211,17 @@ fn run_json_and_annotation() {
         one.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(one.join("page.annotated.png").is_file());
+    assert!(one.join("000-page.annotated.png").is_file());
+    // A missing parent folder is refused before any work.
+    let o = tether(&[
+        "run",
+        &b,
+        &asset("page.png"),
+        "--annotate",
+        scratch().join("no/such/dir/x.png").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
 }
 
 #[test]
@@ -207,7 +242,7 @@ fn verify_passes_then_catches_a_flipped_byte_and_truncation() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let msg = stderr(&o);
     assert!(
-        msg.contains("detect/model.onnx") && msg.contains("CRC"),
+        msg.contains("detect/model/model.onnx") && msg.contains("CRC"),
         "{msg}"
     );
 
@@ -298,13 +333,40 @@ fn bench_reports_percentiles() {
         "1",
         "--json",
     ]));
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["runs"], 3);
-    let stages = v["stages"].as_array().unwrap();
-    assert_eq!(stages.len(), 4);
+    let total = &v["total_ms"];
+    let (p50, p99) = (
+        total["p50"].as_f64().unwrap(),
+        total["p99"].as_f64().unwrap(),
+    );
+    assert!(p50 > 0.0 && p99 >= p50, "{total}");
+    let stages = v["stages_ms"].as_array().unwrap();
+    let names: Vec<&str> = stages
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["stage-in", "letterbox", "model", "decode+nms", "collect"]
+    );
     for s in stages {
-        let (p50, p99) = (s["p50_ms"].as_f64().unwrap(), s["p99_ms"].as_f64().unwrap());
-        assert!(p50 > 0.0 && p99 >= p50, "{s}");
+        let st = &s["stats"];
+        assert_eq!(st["count"], 3, "{s}");
+        assert!(
+            st["p99.9"].as_f64().unwrap() >= st["p50"].as_f64().unwrap(),
+            "{s}"
+        );
     }
+    // A count beyond the documented bound is a usage error, not an abort.
+    let o = tether(&[
+        "bench",
+        &b,
+        &asset("astronaut.png"),
+        "--runs",
+        "18446744073709551615",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
 /// `build --engine tensorrt` against a fake `trtexec` (JetPack 6 on Orin): the
@@ -364,7 +426,7 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
         .iter()
         .find(|s| s["kind"] == "TensorRtPlan")
         .expect("plan section");
-    assert_eq!(plan["name"], "detect/plan.sm87-trt10.3");
+    assert_eq!(plan["name"], "detect/model/plan.sm87-trt10.3");
     assert_eq!(plan["target"], 1);
     assert_eq!(plan["length"], 36);
     assert_eq!(
@@ -373,7 +435,7 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
     );
     assert_eq!(plan["tensors"][1]["dims"], serde_json::json!([1, 22, 2100]));
     // The temporary plan file is gone; the bundle still verifies.
-    assert!(!out.with_extension("plan.tmp").exists());
+    assert!(!out.with_extension("model.plan.tmp").exists());
     assert_eq!(
         tether(&["verify", out.to_str().unwrap()]).status.code(),
         Some(0)

@@ -72,12 +72,14 @@
 #![warn(missing_docs)]
 
 mod error;
+mod network;
 pub mod raw;
 mod reader;
 mod types;
 mod writer;
 
 pub use error::{BundleError, MAX_ERROR_STRING_CHARS, SectionId};
+pub use network::{DEFAULT_NETWORK, network_of, network_section_name};
 pub use reader::{
     Bundle, Dims, Identity, Section, Sections, Target, Targets, TensorInfo, Tensors, Verify,
     VerifyReport,
@@ -93,7 +95,7 @@ pub const MAGIC: [u8; 8] = [0x89, b'T', b'B', b'N', b'D', b'\r', b'\n', 0x1a];
 pub const FORMAT_MAJOR: u16 = 1;
 /// Newest format minor version this crate knows. Files with a newer minor
 /// are read (unknown trailing record fields are ignored).
-pub const FORMAT_MINOR: u16 = 0;
+pub const FORMAT_MINOR: u16 = 1;
 /// Every section payload starts at a file offset that is a multiple of this
 /// (bytes).
 pub const SECTION_ALIGN: u64 = 4096;

@@ -105,14 +105,14 @@ fn newer_major_rejected() {
             e,
             BundleError::UnsupportedVersion {
                 found_major: 2,
-                found_minor: 0,
+                found_minor: 1,
                 supported_major: 1,
-                supported_minor: 0
+                supported_minor: 1
             }
         ),
         "{e:?}"
     );
-    assert_msg(&e, &["2.0", "major version 1"]);
+    assert_msg(&e, &["2.1", "major version 1"]);
 }
 
 #[test]

@@ -196,6 +196,20 @@ pub enum RunError {
         /// The step.
         what: &'static str,
     },
+    /// A region id that is not a region of the right kind in this session.
+    #[error("region {index} is not {what} of this session")]
+    NoSuchRegion {
+        /// The region's index.
+        index: usize,
+        /// "an input region", "an output region", "a region".
+        what: &'static str,
+    },
+    /// The operation is not available here (e.g. a stage without a host flavour).
+    #[error("not supported: {what}")]
+    Unsupported {
+        /// What was asked.
+        what: &'static str,
+    },
     /// A CUDA driver call failed.
     #[cfg(feature = "cuda")]
     #[error(transparent)]

@@ -1,24 +1,41 @@
-//! tether runtime: the engine interface, the engines, and the module API.
+//! tether runtime: everything that runs on the device.
 //!
-//! - [`engine`]: the [`engine::Engine`] trait every backend implements
-//!   (I/O tensor descriptors, bind, run, capture safety).
-//! - [`cpu`] (feature `cpu`): the portable tract CPU engine and ONNX inspection.
-//! - [`module`]: a bundle's network as named tensors (the module API).
+//! - [`model`]: a bundle's networks, each prepared on the engine chosen for the real device
+//!   ([`Model`]), and the module API ([`Module`]: named tensors).
+//! - [`backend`]: the shape every engine has: a [`Backend`] prepares an immutable, shared
+//!   [`Plan`] per network; plans create host or device executors.
+//! - [`backends`]: the engines compiled into this build (features `tract-cpu`, `tract-cuda`,
+//!   `tensorrt`, `cuda-native`).
+//! - [`session`]: a family's stages and networks prepared once for an input geometry and run
+//!   without allocating: on the host, or on a CUDA device in one arena and captured graphs.
+//! - [`tensor`]: tensor descriptors, typed views, aligned host buffers.
+//! - [`cuda`] (feature `cuda`): the CUDA device layer (driver loaded at run time).
 //! - [`tensorrt`]: TensorRT loaded at run time through its interface tables.
+//!
+//! Nothing here is used only to build bundles: ONNX inspection, `trtexec` and plan assembly
+//! live in the `tether-build` crate.
 #![warn(missing_docs)]
 
 pub mod backend;
-pub mod engine;
-pub mod host;
-pub mod module;
+pub mod backends;
+pub mod device;
+pub mod error;
+pub mod model;
+pub mod session;
 pub mod tensor;
 pub mod tensorrt;
-
-#[cfg(feature = "cpu")]
-pub mod cpu;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
-pub use engine::{CaptureSafety, Engine, Placement, RunError, StreamHandle, TensorSpec};
-pub use module::{Module, ModuleError, ModuleOptions};
+pub use backend::{
+    Backend, CaptureSafety, EngineKind, HostExecutor, HostPlan, IoSpec, Placement, Plan, Precision,
+    PrepareError, RunError,
+};
+#[cfg(feature = "cuda")]
+pub use backend::{Bindings, DeviceExecutor, DevicePlan, Enqueue};
+pub use device::{COMPILED_BACKENDS, Device};
+pub use error::Error;
+pub use model::{Model, ModelOptions, Module, Network};
+pub use session::{PipelineSpec, RegionId, RegionKind, Session, Stage};
+pub use tensor::{DType, Element, HostBuffer, IoMode, TensorSpec};

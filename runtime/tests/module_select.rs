@@ -1,12 +1,12 @@
-//! Engine selection in the module API: a bundle whose only engine cannot run
-//! here is refused with a message naming the offer and the device.
+//! Engine selection in the model API: a bundle whose only engine cannot run here is refused
+//! with a message naming the offer and the device.
 
 use std::sync::Arc;
 
 use tether_bundle::{
     Bundle, BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc, Verify,
 };
-use tether_runtime::{Module, ModuleError, ModuleOptions};
+use tether_runtime::{COMPILED_BACKENDS, Device, Error, Model, ModelOptions};
 
 #[test]
 fn a_plan_only_bundle_is_refused_without_a_gpu() {
@@ -34,11 +34,18 @@ fn a_plan_only_bundle_is_refused_without_a_gpu() {
     )
     .unwrap();
     let bundle = Arc::new(Bundle::from_vec(w.to_bytes().unwrap(), Verify::Eager).unwrap());
-    // This runtime's engines run on the CPU (Module::device_facts), so a
-    // TensorRT plan is never runnable here.
-    let err = Module::from_bundle(bundle, &ModuleOptions::default()).unwrap_err();
+    // On the CPU a TensorRT plan is never runnable.
+    let cpu = ModelOptions {
+        device: Device::Cpu,
+        ..ModelOptions::default()
+    };
+    let err = Model::from_bundle(bundle, &cpu).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, ModuleError::Refused { .. }), "{msg}");
+    if !COMPILED_BACKENDS.contains(&tether_runtime::EngineKind::TensorRt) {
+        assert!(matches!(err, Error::NotCompiledIn { .. }), "{msg}");
+        return;
+    }
+    assert!(matches!(err, Error::Refused { .. }), "{msg}");
     assert!(msg.contains("plan-only"), "{msg}");
     assert!(
         msg.contains("sm_87") && msg.contains("10.3"),
@@ -59,6 +66,13 @@ fn a_bundle_with_no_engine_is_refused() {
     w.add_section(SectionKind::Labels, "labels", None, b"a\n".to_vec())
         .unwrap();
     let bundle = Arc::new(Bundle::from_vec(w.to_bytes().unwrap(), Verify::Eager).unwrap());
-    let err = Module::from_bundle(bundle, &ModuleOptions::default()).unwrap_err();
-    assert!(err.to_string().contains("offers no engine"), "{err}");
+    let cpu = ModelOptions {
+        device: Device::Cpu,
+        ..ModelOptions::default()
+    };
+    let model = Model::from_bundle(bundle, &cpu).unwrap();
+    assert!(model.networks().is_empty());
+    let err = model.single_network().unwrap_err();
+    assert!(matches!(err, Error::NoSuchNetwork { .. }), "{err}");
+    assert!(err.to_string().contains("it has: none"), "{err}");
 }

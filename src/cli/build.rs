@@ -1,56 +1,36 @@
-//! `tether build`: ONNX + family recipe -> bundle.
+//! `tether build`: a model and its family recipe -> bundle (optionally with TensorRT plans).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, ValueEnum};
+use clap::{ArgMatches, Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use tether_detect::recipe::{self, BuildOptions};
+use tether_build::trtexec::{ProfileShape, TrtexecOptions, build_plan_with_trtexec};
+use tether_family::family::{BuildCommon, Family, PlanSource, find, names};
+use tether_runtime::tensorrt::HardwareCompatibility;
 
-/// Model families the build step knows.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Family {
-    /// YOLOv8 object detection (Ultralytics export).
-    Detect,
-}
+use crate::outln;
+use tether::families::REGISTRY;
 
-/// Arguments of `tether build`.
+/// Arguments of `tether build` shared by every family (each family adds its own).
 #[derive(Args, Debug)]
 pub struct BuildArgs {
-    /// Model family recipe.
-    #[arg(long, value_enum)]
-    family: Family,
-    /// The ONNX model.
-    #[arg(long, value_name = "MODEL.onnx")]
-    onnx: PathBuf,
-    /// Output bundle path (written atomically).
+    /// Model family recipe (`tether build --family NAME --help` lists its arguments).
+    #[arg(long, value_name = "NAME")]
+    family: String,
+    /// Output bundle path (written atomically; only a regular file is ever replaced).
     #[arg(short, long, value_name = "OUT.bundle")]
     output: PathBuf,
-    /// Bundle name (default: the ONNX file stem).
+    /// Bundle name (default: the model file's stem).
     #[arg(long)]
     name: Option<String>,
-    /// Model version recorded in the manifest (default: from the ONNX metadata).
+    /// Model version recorded in the manifest (default: from the model's metadata).
     #[arg(long)]
     model_version: Option<String>,
-    /// Network input size for dynamic-size models: `N` (square) or `WxH`, multiples of 32.
-    #[arg(long, value_name = "N|WxH", value_parser = parse_size)]
-    input_size: Option<(u32, u32)>,
-    /// Detection score threshold in [0, 1] (default 0.25).
-    #[arg(long)]
-    score_threshold: Option<f32>,
-    /// NMS IoU threshold in [0, 1] (default 0.7).
-    #[arg(long)]
-    iou_threshold: Option<f32>,
-    /// Maximum detections per image, 1..=300 (default 300).
-    #[arg(long)]
-    max_detections: Option<u32>,
-    /// Reference (golden) output to embed as evidence, e.g. onnxruntime detections as JSON.
-    #[arg(long, value_name = "FILE")]
-    reference: Option<PathBuf>,
-    /// Engines to put in the bundle: `portable` (the ONNX network, run by tract)
-    /// or `tensorrt` (also a TensorRT plan for this machine's GPU, built by `trtexec`).
+    /// Engines to put in the bundle: `portable` (the ONNX networks, run by tether's engines)
+    /// or `tensorrt` (also a TensorRT plan per network for this machine's GPU, by `trtexec`).
     #[arg(long, value_enum, default_value = "portable")]
     engine: EngineChoice,
     /// The `trtexec` to run (default: $TETHER_TRTEXEC, PATH, the JetPack/TensorRT locations).
@@ -60,12 +40,12 @@ pub struct BuildArgs {
     #[arg(long)]
     no_fp16: bool,
     /// Builder workspace limit in MiB.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     workspace_mib: u64,
-    /// Build a version-compatible plan (runs on later TensorRT versions, needs host code allowed).
+    /// Build version-compatible plans (run on later TensorRT versions; need host code allowed).
     #[arg(long)]
     version_compatible: bool,
-    /// Hardware-compatibility level of the plan.
+    /// Hardware-compatibility level of the plans.
     #[arg(long, value_enum, default_value = "none")]
     hardware_compat: HwCompat,
 }
@@ -73,9 +53,9 @@ pub struct BuildArgs {
 /// Which engines `tether build` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineChoice {
-    /// The ONNX network only (tract on the CPU or the GPU).
+    /// The ONNX networks only.
     Portable,
-    /// The ONNX network plus a TensorRT plan for this machine.
+    /// The ONNX networks plus TensorRT plans for this machine.
     Tensorrt,
 }
 
@@ -92,17 +72,6 @@ pub enum HwCompat {
     SameCc,
 }
 
-fn parse_size(s: &str) -> Result<(u32, u32), String> {
-    let parse = |t: &str| t.trim().parse::<u32>().map_err(|e| format!("`{t}`: {e}"));
-    match s.split_once(['x', 'X']) {
-        Some((w, h)) => Ok((parse(w)?, parse(h)?)),
-        None => {
-            let n = parse(s)?;
-            Ok((n, n))
-        }
-    }
-}
-
 fn created_unix_s() -> u64 {
     // Reproducible builds: honour SOURCE_DATE_EPOCH (reproducible-builds.org spec).
     std::env::var("SOURCE_DATE_EPOCH")
@@ -115,99 +84,91 @@ fn created_unix_s() -> u64 {
         })
 }
 
+/// Refuse an output path that cannot be written before doing any work: a missing folder,
+/// or something that is not a regular file (a device, a FIFO, a directory).
+fn check_output(path: &std::path::Path) -> Result<()> {
+    if let Ok(meta) = std::fs::metadata(path)
+        && !meta.is_file()
+    {
+        bail!(
+            "{} exists and is not a regular file; tether replaces only regular files",
+            path.display()
+        );
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !parent.is_dir() {
+        bail!(
+            "cannot write {}: the folder {} does not exist",
+            path.display(),
+            parent.display()
+        );
+    }
+    Ok(())
+}
+
 /// Run `tether build`.
-pub fn run(a: &BuildArgs) -> Result<ExitCode> {
-    let onnx = std::fs::read(&a.onnx).with_context(|| format!("reading {}", a.onnx.display()))?;
-    let name = match &a.name {
-        Some(n) => n.clone(),
-        None => a
-            .onnx
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("model")
-            .to_string(),
+pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
+    let Some(family) = find(REGISTRY, &a.family) else {
+        crate::usage!("unknown family `{}` (known: {})", a.family, names(REGISTRY));
     };
-    let reference = match &a.reference {
-        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
-        None => None,
-    };
-    let options = BuildOptions {
-        name,
+    check_output(&a.output)?;
+    let common = BuildCommon {
+        name: a.name.clone(),
         model_version: a.model_version.clone(),
-        input_size: a.input_size,
-        score_threshold: a.score_threshold,
-        iou_threshold: a.iou_threshold,
-        max_detections: a.max_detections,
-        reference,
         created_unix_s: created_unix_s(),
     };
+    let bar = spinner();
+    let built = family.build(matches, &common, &mut |msg| {
+        bar.set_message(msg.to_string())
+    });
+    bar.finish_and_clear();
+    let mut built = built?;
+    let mut plan_lines = Vec::new();
+    if a.engine == EngineChoice::Tensorrt {
+        for net in &built.networks {
+            plan_lines.push(add_tensorrt_plan(a, family, &mut built.writer, net)?);
+        }
+    }
+    let summary = built
+        .writer
+        .write(&a.output)
+        .with_context(|| format!("writing {}", a.output.display()))?;
+    outln!(
+        "built {} ({} bytes, {} sections)",
+        a.output.display(),
+        summary.file_len,
+        summary.sections
+    )?;
+    for l in built.summary.iter().chain(&plan_lines) {
+        outln!("  {}", crate::cli::escape(l))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn spinner() -> ProgressBar {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return ProgressBar::hidden();
+    }
     let bar = ProgressBar::new_spinner();
     bar.set_style(
         ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("static template"),
     );
     bar.enable_steady_tick(Duration::from_millis(120));
-    let built = match a.family {
-        Family::Detect => {
-            recipe::build(&onnx, &options, &mut |msg| bar.set_message(msg.to_string()))
-        }
-    };
-    bar.finish_and_clear();
-    let (mut writer, report) =
-        built.with_context(|| format!("building from {}", a.onnx.display()))?;
-    if a.engine == EngineChoice::Tensorrt {
-        add_tensorrt_plan(a, &mut writer, &report)?;
-    }
-    let summary = writer
-        .write(&a.output)
-        .with_context(|| format!("writing {}", a.output.display()))?;
-    let c = &report.config;
-    println!(
-        "built {} ({} bytes, {} sections)",
-        a.output.display(),
-        summary.file_len,
-        summary.sections
-    );
-    println!(
-        "  family detect: {} classes, input {}x{}{}, {} anchors, score > {}, IoU > {}, max {}",
-        c.num_classes,
-        c.input_width,
-        c.input_height,
-        if report.input_is_dynamic {
-            " (chosen for a dynamic-size model)"
-        } else {
-            ""
-        },
-        c.num_anchors,
-        c.score_threshold,
-        c.iou_threshold,
-        c.max_detections
-    );
-    if report.labels.is_empty() {
-        bail!("no class names were written");
-    }
-    println!("  classes: {}", report.labels.join(", "));
-    Ok(ExitCode::SUCCESS)
+    bar
 }
 
-/// Build a TensorRT plan with `trtexec` and add it with its target record.
+/// Build a TensorRT plan for one network with `trtexec` and add it with its target record.
 fn add_tensorrt_plan(
     a: &BuildArgs,
+    family: &dyn Family,
     writer: &mut tether_bundle::BundleWriter,
-    report: &recipe::BuildReport,
-) -> Result<()> {
-    use tether_bundle::{CpuArch, EngineKind, IoMode, Layout, SectionKind, TargetDesc, TensorDesc};
-    use tether_runtime::tensorrt::{
-        HardwareCompatibility, ProfileShape, TrtexecOptions, build_plan_with_trtexec,
-    };
-    let c = &report.config;
-    let (Some(input), Some(output)) = (report.onnx.inputs.first(), report.onnx.outputs.first())
-    else {
-        bail!("the network has no input or output");
-    };
-    let in_shape = vec![1, 3, i64::from(c.input_height), i64::from(c.input_width)];
-    let out_shape = vec![1, 4 + i64::from(c.num_classes), i64::from(c.num_anchors)];
-    let plan_path = a.output.with_extension("plan.tmp");
-    let mut opts = TrtexecOptions::new(&a.onnx, &plan_path);
+    net: &PlanSource,
+) -> Result<String> {
+    let plan_path = a.output.with_extension(format!("{}.plan.tmp", net.network));
+    let mut opts = TrtexecOptions::new(&net.onnx, &plan_path);
     opts.trtexec = a.trtexec.clone();
     opts.fp16 = !a.no_fp16;
     opts.workspace_mib = a.workspace_mib;
@@ -217,82 +178,39 @@ fn add_tensorrt_plan(
         HwCompat::AmperePlus => HardwareCompatibility::AmperePlus,
         HwCompat::SameCc => HardwareCompatibility::SameComputeCapability,
     };
-    if report.input_is_dynamic {
+    for t in net
+        .tensors
+        .iter()
+        .filter(|t| net.dynamic_inputs.contains(&t.name))
+    {
         opts.profile.push(ProfileShape {
-            name: input.name.clone(),
-            min: in_shape.clone(),
-            opt: in_shape.clone(),
-            max: in_shape.clone(),
+            name: t.name.clone(),
+            min: t.dims.clone(),
+            opt: t.dims.clone(),
+            max: t.dims.clone(),
         });
     }
-    eprintln!("building a TensorRT plan with trtexec (this can take minutes)...");
+    eprintln!(
+        "building a TensorRT plan for `{}` with trtexec (this can take minutes)...",
+        net.network
+    );
     let built = build_plan_with_trtexec(&opts).context("building the TensorRT plan")?;
     let plan = std::fs::read(&built.plan_path)
         .with_context(|| format!("reading {}", built.plan_path.display()));
     let _ = std::fs::remove_file(&built.plan_path);
     let plan = plan?;
-    let t = built.target;
-    let v = t.tensorrt_version;
-    let sm =
-        t.sm.map_or("any".to_string(), |(ma, mi)| format!("sm{ma}{mi}"));
-    let name = format!("{sm}-trt{}.{}", v / 10000, v / 100 % 100);
-    let arch = if cfg!(target_arch = "aarch64") {
-        CpuArch::Aarch64
-    } else {
-        CpuArch::X86_64
-    };
-    let target = writer.add_target(TargetDesc {
-        name: name.clone(),
-        arch,
-        sm: t.sm,
-        engine: EngineKind::TensorRt,
-        tensorrt_version: v,
-        hardware_compat: t.hardware_compat,
-        flags: t.flags,
-    })?;
-    let section = writer.add_section(
-        SectionKind::TensorRtPlan,
-        &format!("detect/plan.{name}"),
-        Some(target),
+    let bytes = plan.len();
+    let section = tether_build::plan::add_plan(
+        writer,
+        family.name(),
+        &net.network,
+        &built,
         plan,
+        &net.tensors,
     )?;
-    for (t, mode, dims) in [
-        (input, IoMode::Input, in_shape),
-        (output, IoMode::Output, out_shape),
-    ] {
-        writer.add_tensor(
-            section,
-            TensorDesc {
-                name: t.name.clone(),
-                mode,
-                dtype: t.dtype,
-                layout: if mode == IoMode::Input {
-                    Layout::Nchw
-                } else {
-                    Layout::Unspecified
-                },
-                dims,
-            },
-        )?;
-    }
-    println!(
-        "  TensorRT plan `{name}` ({} bytes) from {}{}",
-        built.plan_bytes,
+    Ok(format!(
+        "TensorRT plan `{section}` ({bytes} bytes) from {}{}",
         built.device_name.as_deref().unwrap_or("an unnamed GPU"),
         if built.fp16_applied { ", fp16" } else { "" }
-    );
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("320"), Ok((320, 320)));
-        assert_eq!(parse_size("640x480"), Ok((640, 480)));
-        assert!(parse_size("640x").is_err());
-        assert!(parse_size("big").is_err());
-    }
+    ))
 }

@@ -1,20 +1,59 @@
-//! The `tether` subcommands.
+//! The `tether` subcommands, and what they share: error reporting, output that fails
+//! cleanly, safe file writes.
 
-pub mod annotate;
 pub mod build;
 pub mod doctor;
+pub mod family_args;
 pub mod inspect;
 pub mod run;
 pub mod selftest;
 
-use tether_bundle::BundleError;
-use tether_detect::DetectError;
+use std::io::Write;
 
-/// Print an error as one line, then a hint when one helps.
+use tether_bundle::BundleError;
+
+/// Exit status for a usage error (clap's own, and out-of-range values found after parsing).
+pub const EXIT_USAGE: u8 = 2;
+
+/// A usage error found after parsing (a value out of range): exit status [`EXIT_USAGE`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Bail out with a [`UsageError`].
+#[macro_export]
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err(anyhow::Error::new($crate::cli::UsageError(format!($($t)*))))
+    };
+}
+
+/// The exit status for an error: [`EXIT_USAGE`] for usage errors, 1 otherwise.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| c.downcast_ref::<UsageError>().is_some()) {
+        EXIT_USAGE
+    } else {
+        1
+    }
+}
+
+/// Print an error as one `error:` line (its causes joined with `: `, each OS error once),
+/// then one `hint:` line when a hint fits the failure.
 pub fn report(e: &anyhow::Error) {
-    eprintln!("error: {e:#}");
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        let s = s.lines().next().unwrap_or_default().to_string();
+        // A wrapper often repeats its source's text: keep each piece once.
+        if parts.iter().any(|p| p.contains(&s)) {
+            continue;
+        }
+        parts.push(s);
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "error: {}", parts.join(": "));
     if let Some(h) = hint(e) {
-        eprintln!("hint: {h}");
+        let _ = writeln!(err, "hint: {h}");
     }
 }
 
@@ -29,29 +68,133 @@ fn bundle_hint(b: &BundleError) -> &'static str {
 
 fn hint(e: &anyhow::Error) -> Option<&'static str> {
     for cause in e.chain() {
+        if cause.downcast_ref::<UsageError>().is_some() {
+            return Some("see `tether <command> --help` for the accepted values");
+        }
         if let Some(b) = cause.downcast_ref::<BundleError>() {
             return Some(bundle_hint(b));
         }
-        if let Some(d) = cause.downcast_ref::<DetectError>() {
+        if let Some(d) = cause.downcast_ref::<tether_detect::DetectError>() {
+            use tether_detect::DetectError as D;
+            match d {
+                D::Bundle(b) => return Some(bundle_hint(b)),
+                D::WrongFamily { .. } => {
+                    return Some("check the bundle's family with `tether inspect`");
+                }
+                D::Labels(_) | D::Network(_) => {
+                    return Some(
+                        "the ONNX file must be an Ultralytics YOLOv8 detection export (input [1,3,H,W] f32, output [1,4+C,N] f32, metadata `names`)",
+                    );
+                }
+                D::Config { .. } => {
+                    return Some(
+                        "see `tether build --family detect --help` for the accepted ranges",
+                    );
+                }
+                _ => {}
+            }
+        }
+        if let Some(r) = cause.downcast_ref::<tether_runtime::Error>() {
+            use tether_runtime::Error as R;
+            match r {
+                R::DeviceUnavailable { .. } => {
+                    return Some(
+                        "`tether doctor` shows what this machine has and every place libcuda was looked for; `--device cpu` runs anywhere",
+                    );
+                }
+                R::NotCompiledIn { .. } => {
+                    return Some(
+                        "this tether was built without that engine; `--device cpu` runs anywhere",
+                    );
+                }
+                R::Refused { .. } | R::NoEnginePrepared { .. } => {
+                    return Some(
+                        "`tether inspect` lists the bundle's engines; `tether doctor` describes this device",
+                    );
+                }
+                _ => {}
+            }
+        }
+        if let Some(d) = cause.downcast_ref::<tether_family::decode::DecodeError>() {
+            use tether_family::decode::DecodeError as D;
             return Some(match d {
-                DetectError::Bundle(b) => bundle_hint(b),
-                DetectError::WrongFamily { .. } => {
-                    "this command runs `detect` bundles; check `tether inspect`"
-                }
-                DetectError::Labels(_) | DetectError::Network(_) => {
-                    "the ONNX file must be an Ultralytics YOLOv8 detection export (input [B,3,H,W], output [B,4+C,N], metadata `names`)"
-                }
-                DetectError::Config { .. } => "see `tether build --help` for the accepted ranges",
-                DetectError::Device(_) => {
-                    "`-vv` lists every place libcuda was looked for; `tether doctor` shows what this machine has; `--device cpu` runs anywhere"
-                }
-                DetectError::Image { .. } => "inputs must be readable PNG or JPEG images",
-                _ => return None,
+                D::TooLarge { .. } => "downscale the image, or split it into tiles",
+                D::NotAFile { .. } => "inputs must be regular files",
+                D::Io { .. } => "check the path and its permissions",
+                D::Format { .. } => "inputs must be readable PNG or JPEG images",
             });
         }
-        if cause.downcast_ref::<image::ImageError>().is_some() {
-            return Some("inputs must be readable PNG or JPEG images");
+        if cause.downcast_ref::<tether_build::OnnxError>().is_some() {
+            return Some(
+                "the file is not an ONNX model tract can read (check it with `python -m onnx.checker` or re-export it)",
+            );
+        }
+        if let Some(w) = cause.downcast_ref::<OutputError>() {
+            return Some(w.hint());
         }
     }
     None
+}
+
+/// A file tether could not write: names the path and the cause.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {path}: {source}")]
+pub struct OutputError {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// The OS error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl OutputError {
+    fn hint(&self) -> &'static str {
+        use std::io::ErrorKind as K;
+        match self.source.kind() {
+            K::PermissionDenied | K::ReadOnlyFilesystem => {
+                "the folder is not writable: choose another output path"
+            }
+            K::StorageFull | K::QuotaExceeded => "the disk is full: free space or write elsewhere",
+            K::NotFound => "the folder does not exist: create it first",
+            K::InvalidInput => "check the output path and its extension",
+            _ => "check the output path",
+        }
+    }
+}
+
+/// `writeln!` to stdout that returns the write error instead of panicking (a full disk, a
+/// closed pipe under `SIGPIPE` ignored): the command then fails with one `error:` line.
+#[macro_export]
+macro_rules! outln {
+    () => { $crate::cli::write_out(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::cli::write_out(format_args!("{}\n", format_args!($($t)*))) };
+}
+
+/// Write to stdout, mapping a failure to a one-line error.
+///
+/// # Errors
+/// "writing to stdout" with the OS error.
+pub fn write_out(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)
+        .and_then(|()| out.flush())
+        .map_err(|e| anyhow::anyhow!("writing to stdout: {e}"))
+}
+
+/// Escape control characters (C0, DEL, C1) in text from a bundle or a model before printing
+/// it to a terminal: `\x1b` instead of an escape sequence that could clear the screen or set
+/// the title. JSON output escapes them already.
+pub fn escape(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| c.is_control()) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut o = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            o.extend(c.escape_default());
+        } else {
+            o.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(o)
 }

@@ -14,30 +14,37 @@
 //!    checksum (the exact sum of all elements);
 //! 3. **gpu**, **tensorrt**, **trtexec**: look for a CUDA device, the TensorRT
 //!    library and `trtexec`;
-//! 4. **build**: build a plan with `trtexec` (FP16 where allowed);
-//!    **eager**: load it with [`TensorRtEngine`] on a CUDA context and stream,
-//!    run once, compare with the CPU output — tolerance `|gpu - cpu| <= tol *
-//!    max(|cpu|, 1)` with `tol` = 1e-2 for an FP16 plan, 1e-4 for FP32;
-//!    **graph**: capture one enqueue into a CUDA graph, clear the output,
-//!    replay, compare with the eager output (same tolerance; bit-identity is
-//!    reported);
+//! 4. **build**: build a plan with `trtexec` (FP16 where allowed) and put it in an
+//!    in-memory bundle next to the ONNX model; **eager**: open that bundle with the model
+//!    API on CUDA device 0 (the TensorRT plan selected like any bundle's), run it through a
+//!    device session without graphs, compare with the CPU output — tolerance `|gpu - cpu|
+//!    <= tol * max(|cpu|, 1)` with `tol` = 1e-2 for an FP16 plan, 1e-4 for FP32;
+//!    **graph**: the same session with its CUDA graph captured at load (the session checks
+//!    the replay against the eager run on poisoned buffers before handing it out), run,
+//!    compare with the eager output;
 //! 5. a verdict line.
 //!
 //! Exit status: [`EXIT_USABLE`] (0) when every step ran and passed;
 //! [`EXIT_FAILED`] (1) when a step failed; [`EXIT_CANNOT_CHECK`] (4) when
 //! nothing failed but some steps could not run here (no GPU, no TensorRT, no
-//! `trtexec`, or a build without the `cuda` feature).
+//! `trtexec`, or a build without the `tensorrt` feature).
 
 use std::fmt;
+use std::sync::Arc;
 
-use anyhow::{Context as _, Result};
-use prost::Message;
+use anyhow::Result;
 use serde_json::{Value, json};
-use tether_runtime::Engine as _;
-use tether_runtime::cpu::TractCpuEngine;
+use tether_build::selftest_model::{
+    INPUT_NAME, OUTPUT_NAME, SHAPE, TOL_FP16, TOL_FP32, checksum, generate_onnx, input,
+    reference_output,
+};
+use tether_build::trtexec::find_trtexec;
+use tether_bundle::{
+    Bundle, BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, IoMode, Layout, SectionKind,
+    TargetDesc, TensorDesc, Verify,
+};
 use tether_runtime::tensorrt::TensorRt;
-use tether_runtime::tensorrt::trtexec::find_trtexec;
-use tract_onnx::pb;
+use tether_runtime::{Device, ModelOptions, Module};
 
 /// Exit status: every step ran and passed; TensorRT is usable here.
 pub const EXIT_USABLE: u8 = 0;
@@ -46,194 +53,6 @@ pub const EXIT_FAILED: u8 = 1;
 /// Exit status: nothing failed, but TensorRT could not be checked here
 /// (missing GPU, TensorRT library, `trtexec`, or the `cuda` feature).
 pub const EXIT_CANNOT_CHECK: u8 = 4;
-
-/// Input (and output) shape of the generated model.
-pub const SHAPE: [usize; 4] = [1, 3, 32, 32];
-/// Channels of the generated model (in = out).
-const C: usize = SHAPE[1];
-const H: usize = SHAPE[2];
-const W: usize = SHAPE[3];
-/// Name of the model's input.
-pub const INPUT_NAME: &str = "x";
-/// Name of the model's output.
-pub const OUTPUT_NAME: &str = "y";
-/// Relative tolerance against the CPU for an FP16 plan.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub const TOL_FP16: f32 = 1e-2;
-/// Relative tolerance against the CPU for an FP32 plan.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub const TOL_FP32: f32 = 1e-4;
-
-/// Input element `x[0, c, h, w]`: `((7c + 3h + 5w) mod 17) / 8 - 1`.
-pub fn input_value(c: usize, h: usize, w: usize) -> f32 {
-    ((c * 7 + h * 3 + w * 5) % 17) as f32 / 8.0 - 1.0
-}
-
-/// Convolution weight `W[o, i, kh, kw]`: `((5o + 3i + 2kh + kw) mod 7) / 8 - 3/8`.
-pub fn weight(o: usize, i: usize, kh: usize, kw: usize) -> f32 {
-    ((o * 5 + i * 3 + kh * 2 + kw) % 7) as f32 / 8.0 - 0.375
-}
-
-/// Convolution bias `B[o]`: `(o - 1) / 4`.
-pub fn bias(o: usize) -> f32 {
-    (o as f32 - 1.0) / 4.0
-}
-
-/// The whole input tensor, NCHW.
-pub fn input() -> Vec<f32> {
-    let mut v = Vec::with_capacity(C * H * W);
-    for c in 0..C {
-        for h in 0..H {
-            for w in 0..W {
-                v.push(input_value(c, h, w));
-            }
-        }
-    }
-    v
-}
-
-/// `Relu(Conv3x3(x) + B) + x` evaluated directly (zero padding 1, stride 1).
-pub fn reference_output(x: &[f32]) -> Vec<f32> {
-    let at = |c: usize, h: isize, w: isize| -> f32 {
-        if h < 0 || w < 0 || h >= H as isize || w >= W as isize {
-            0.0
-        } else {
-            x[(c * H + h as usize) * W + w as usize]
-        }
-    };
-    let mut y = Vec::with_capacity(C * H * W);
-    for o in 0..C {
-        for h in 0..H {
-            for w in 0..W {
-                let mut s = bias(o);
-                for i in 0..C {
-                    for kh in 0..3 {
-                        for kw in 0..3 {
-                            s += weight(o, i, kh, kw)
-                                * at(
-                                    i,
-                                    h as isize + kh as isize - 1,
-                                    w as isize + kw as isize - 1,
-                                );
-                        }
-                    }
-                }
-                y.push(s.max(0.0) + x[(o * H + h) * W + w]);
-            }
-        }
-    }
-    y
-}
-
-/// Sum of all elements, in f64 (exact for this model's values).
-pub fn checksum(y: &[f32]) -> f64 {
-    y.iter().map(|&v| f64::from(v)).sum()
-}
-
-fn float_tensor(name: &str, dims: &[usize], data: Vec<f32>) -> pb::TensorProto {
-    pb::TensorProto {
-        name: name.into(),
-        dims: dims.iter().map(|&d| d as i64).collect(),
-        data_type: pb::tensor_proto::DataType::Float as i32,
-        float_data: data,
-        ..Default::default()
-    }
-}
-
-fn value_info(name: &str, dims: &[usize]) -> pb::ValueInfoProto {
-    use pb::tensor_shape_proto::{Dimension, dimension};
-    pb::ValueInfoProto {
-        name: name.into(),
-        r#type: Some(pb::TypeProto {
-            value: Some(pb::type_proto::Value::TensorType(pb::type_proto::Tensor {
-                elem_type: pb::tensor_proto::DataType::Float as i32,
-                shape: Some(pb::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(dimension::Value::DimValue(d as i64)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn ints(name: &str, v: &[i64]) -> pb::AttributeProto {
-    pb::AttributeProto {
-        name: name.into(),
-        r#type: pb::attribute_proto::AttributeType::Ints as i32,
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn node(
-    op: &str,
-    inputs: &[&str],
-    output: &str,
-    attribute: Vec<pb::AttributeProto>,
-) -> pb::NodeProto {
-    pb::NodeProto {
-        name: format!("{op}_{output}"),
-        op_type: op.into(),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: vec![output.into()],
-        attribute,
-        ..Default::default()
-    }
-}
-
-/// The self-test model as ONNX protobuf bytes (IR 8, opset 13):
-/// `y = Add(Relu(Conv(x, W, B, kernel 3x3, pads 1)), x)`.
-pub fn generate_onnx() -> Vec<u8> {
-    let mut wdata = Vec::with_capacity(C * C * 9);
-    for o in 0..C {
-        for i in 0..C {
-            for kh in 0..3 {
-                for kw in 0..3 {
-                    wdata.push(weight(o, i, kh, kw));
-                }
-            }
-        }
-    }
-    let graph = pb::GraphProto {
-        name: "tether_selftest".into(),
-        node: vec![
-            node(
-                "Conv",
-                &[INPUT_NAME, "W", "B"],
-                "conv",
-                vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
-            ),
-            node("Relu", &["conv"], "relu", vec![]),
-            node("Add", &["relu", INPUT_NAME], OUTPUT_NAME, vec![]),
-        ],
-        initializer: vec![
-            float_tensor("W", &[C, C, 3, 3], wdata),
-            float_tensor("B", &[C], (0..C).map(bias).collect()),
-        ],
-        input: vec![value_info(INPUT_NAME, &SHAPE)],
-        output: vec![value_info(OUTPUT_NAME, &SHAPE)],
-        ..Default::default()
-    };
-    pb::ModelProto {
-        ir_version: 8,
-        opset_import: vec![pb::OperatorSetIdProto {
-            domain: String::new(),
-            version: 13,
-        }],
-        producer_name: "tether doctor --self-test".into(),
-        producer_version: env!("CARGO_PKG_VERSION").into(),
-        graph: Some(graph),
-        ..Default::default()
-    }
-    .encode_to_vec()
-}
 
 /// Outcome of one step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -334,31 +153,78 @@ fn worst(a: &[f32], b: &[f32]) -> (f32, usize) {
         )
 }
 
-fn to_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|f| f.to_le_bytes()).collect()
-}
-
-fn from_bytes(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+fn tensors() -> Vec<TensorDesc> {
+    [(INPUT_NAME, IoMode::Input), (OUTPUT_NAME, IoMode::Output)]
+        .into_iter()
+        .map(|(name, mode)| TensorDesc {
+            name: name.into(),
+            mode,
+            dtype: DType::F32,
+            layout: Layout::Nchw,
+            dims: SHAPE.iter().map(|&d| d as i64).collect(),
+        })
         .collect()
 }
 
-/// Runs the CPU step: tract on the generated model.
+/// The generated model as an in-memory bundle (ONNX only; `tether build` would write the same).
+fn bundle_writer(onnx: &[u8]) -> Result<BundleWriter> {
+    let mut w = BundleWriter::new(IdentityDesc {
+        name: "selftest".into(),
+        family: "selftest".into(),
+        model_version: "1".into(),
+        tool_version: concat!("tether ", env!("CARGO_PKG_VERSION")).into(),
+        created_unix_s: 0,
+    });
+    let t = w.add_target(TargetDesc {
+        name: "portable".into(),
+        arch: CpuArch::Any,
+        sm: None,
+        engine: EngineKind::TractCpu,
+        tensorrt_version: 0,
+        hardware_compat: 0,
+        flags: 0,
+    })?;
+    let s = w.add_section(
+        SectionKind::Onnx,
+        "selftest/model/model.onnx",
+        Some(t),
+        onnx.to_vec(),
+    )?;
+    for t in tensors() {
+        w.add_tensor(s, t)?;
+    }
+    Ok(w)
+}
+
+/// Run `bundle` once through the module API on `options`' device.
+fn run_module(
+    bundle: Arc<Bundle>,
+    options: &ModelOptions,
+    x: &[f32],
+) -> Result<(Vec<f32>, Module)> {
+    let model = tether_runtime::Model::from_bundle(bundle, options)?;
+    let mut m = model.module("model")?;
+    m.input_mut::<f32>(INPUT_NAME)?.copy_from_slice(x);
+    m.run()?;
+    let y = m.output::<f32>(OUTPUT_NAME)?.to_vec();
+    Ok((y, m))
+}
+
+/// Runs the CPU step: tract on the generated model, through the module API.
 fn run_cpu(onnx: &[u8], x: &[f32]) -> Result<Vec<f32>> {
-    let mut engine =
-        TractCpuEngine::load(onnx, &[SHAPE.to_vec()]).context("tract could not load the model")?;
-    let input = engine.input_host_mut(0)?;
-    let bytes = to_bytes(x);
-    anyhow::ensure!(
-        input.len() == bytes.len(),
-        "tract input holds {} bytes, expected {}",
-        input.len(),
-        bytes.len()
-    );
-    input.copy_from_slice(&bytes);
-    engine.run(tether_runtime::StreamHandle::HOST)?;
-    let spec = &engine.outputs()[0];
+    let bundle = Arc::new(Bundle::from_vec(
+        bundle_writer(onnx)?.to_bytes()?,
+        Verify::Eager,
+    )?);
+    let (y, m) = run_module(
+        bundle,
+        &ModelOptions {
+            device: Device::Cpu,
+            ..ModelOptions::default()
+        },
+        x,
+    )?;
+    let spec = &m.outputs()[0];
     anyhow::ensure!(
         spec.shape == SHAPE,
         "tract output `{}` has shape {:?}, expected {:?}",
@@ -366,7 +232,7 @@ fn run_cpu(onnx: &[u8], x: &[f32]) -> Result<Vec<f32>> {
         spec.shape,
         SHAPE
     );
-    Ok(from_bytes(engine.output_host(0)?))
+    Ok(y)
 }
 
 /// Runs every step this machine allows and returns the report.
@@ -471,11 +337,11 @@ pub fn run() -> Report {
     }
 
     // 4. Build, eager, graph.
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "tensorrt")]
     {
         let ready = gpu.is_some() && trtexec.is_ok();
         match (ready, &trt, &cpu) {
-            (true, Ok(lib), Some(cpu)) => device::run(&mut steps, lib, &onnx, &x, cpu),
+            (true, Ok(_), Some(cpu)) => device::run(&mut steps, &onnx, &x, cpu),
             _ => {
                 let mut needs = Vec::new();
                 if gpu.is_none() {
@@ -501,14 +367,14 @@ pub fn run() -> Report {
             }
         }
     }
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(feature = "tensorrt"))]
     {
         let _ = (&gpu, &trt, &trtexec, &cpu);
-        let why = "this tether was built without the `cuda` feature";
+        let why = "this tether was built without the `tensorrt` feature";
         for name in ["build", "eager", "graph"] {
             steps.push(name, Status::Skip, why);
         }
-        missing.push("tether built without the `cuda` feature".into());
+        missing.push("tether built without the `tensorrt` feature".into());
     }
 
     let steps = steps.0;
@@ -556,17 +422,19 @@ pub fn run() -> Report {
     }
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "tensorrt")]
 mod device {
-    //! The GPU half: build with trtexec, run eagerly and as a CUDA graph.
+    //! The GPU half: build with trtexec, then the model API on the GPU, eager and captured.
 
-    use super::{Status, Steps, TOL_FP16, TOL_FP32, from_bytes, to_bytes, worst};
+    use std::sync::Arc;
+
     use anyhow::{Context as _, Result};
-    use tether_runtime::cuda::{Context, Graph, Stream, SyncPolicy};
-    use tether_runtime::tensorrt::{
-        BuiltPlan, TensorRt, TensorRtEngine, TrtexecOptions, build_plan_with_trtexec,
-    };
-    use tether_runtime::{CaptureSafety, Engine as _};
+    use tether_build::trtexec::{BuiltPlan, TrtexecOptions, build_plan_with_trtexec};
+    use tether_bundle::{Bundle, Verify};
+    use tether_runtime::session::{ExecMode, SessionOptions};
+    use tether_runtime::{Device, EngineKind, ModelOptions};
+
+    use super::{Status, Steps, TOL_FP16, TOL_FP32, bundle_writer, run_module, tensors, worst};
 
     struct TempDir(std::path::PathBuf);
 
@@ -576,20 +444,37 @@ mod device {
         }
     }
 
-    pub(super) fn run(steps: &mut Steps, lib: &TensorRt, onnx: &[u8], x: &[f32], cpu: &[f32]) {
+    fn options(graphs: bool) -> ModelOptions {
+        ModelOptions {
+            device: Device::Cuda(0),
+            // The plan, and nothing else: the check is about TensorRT.
+            exclude: vec![
+                EngineKind::CudaNative,
+                EngineKind::TractCuda,
+                EngineKind::TractCpu,
+            ],
+            session: SessionOptions {
+                graphs,
+                ..SessionOptions::default()
+            },
+            ..ModelOptions::default()
+        }
+    }
+
+    pub(super) fn run(steps: &mut Steps, onnx: &[u8], x: &[f32], cpu: &[f32]) {
         let dir =
             TempDir(std::env::temp_dir().join(format!("tether-selftest-{}", std::process::id())));
-        let built = match build(&dir.0, onnx) {
+        let (built, bundle) = match build(&dir.0, onnx) {
             Ok(b) => {
                 steps.push(
                     "build",
                     Status::Pass,
                     format!(
                         "trtexec built a {}-byte plan (TensorRT {}, sm {:?}, fp16 {})",
-                        b.plan_bytes,
-                        b.target.version(),
-                        b.target.sm,
-                        b.fp16_applied
+                        b.0.plan_bytes,
+                        b.0.target.version(),
+                        b.0.target.sm,
+                        b.0.fp16_applied
                     ),
                 );
                 b
@@ -606,8 +491,17 @@ mod device {
         } else {
             TOL_FP32
         };
-        let (mut engine, stream, eager) = match eager(lib, &built, x) {
-            Ok(v) => v,
+        let eager = match run_module(Arc::clone(&bundle), &options(false), x) {
+            Ok((y, m)) if m.engine() == EngineKind::TensorRt => y,
+            Ok((_, m)) => {
+                steps.push(
+                    "eager",
+                    Status::Fail,
+                    format!("the model chose {} instead of the plan", m.engine()),
+                );
+                steps.push("graph", Status::Skip, "the eager run failed");
+                return;
+            }
             Err(e) => {
                 steps.push("eager", Status::Fail, format!("{e:#}"));
                 steps.push("graph", Status::Skip, "the eager run failed");
@@ -616,8 +510,7 @@ mod device {
         };
         let (err, at) = worst(&eager, cpu);
         let detail = format!(
-            "TensorRtEngine (workspace {} bytes): max rel. diff from the CPU {err:e} at {at} (tolerance {tol:e}, {})",
-            engine.workspace_bytes(),
+            "TensorRT plan through the model API (device session, no graph): max rel. diff from the CPU {err:e} at {at} (tolerance {tol:e}, {})",
             if built.fp16_applied {
                 "fp16 plan"
             } else {
@@ -630,30 +523,30 @@ mod device {
             return;
         }
         steps.push("eager", Status::Pass, detail);
-        if let CaptureSafety::Unsafe(why) = engine.capture_safety() {
-            steps.push(
-                "graph",
-                Status::Skip,
-                format!("engine not capturable, runs eagerly: {why}"),
-            );
-            return;
-        }
-        match graph(&mut engine, &stream) {
-            Ok((replay, nodes)) => {
+        match run_module(bundle, &options(true), x) {
+            Ok((replay, m)) => {
+                let (mode, note) = m
+                    .session()
+                    .device()
+                    .map(|d| {
+                        let (mode, note) = d.exec_mode();
+                        (mode, note.to_string())
+                    })
+                    .unwrap_or((ExecMode::Eager, "no device session".into()));
                 let (err, at) = worst(&replay, &eager);
                 let identical = replay
                     .iter()
                     .zip(&eager)
                     .all(|(a, b)| a.to_bits() == b.to_bits());
                 let detail = format!(
-                    "CUDA graph of {nodes} node(s) replayed: {} (max rel. diff {err:e} at {at}, tolerance {tol:e})",
+                    "{mode:?}: {note}; run {} (max rel. diff {err:e} at {at}, tolerance {tol:e})",
                     if identical {
                         "bit-identical to eager"
                     } else {
                         "differs from eager"
                     }
                 );
-                let status = if err <= tol {
+                let status = if err <= tol && mode == ExecMode::WholeGraph {
                     Status::Pass
                 } else {
                     Status::Fail
@@ -664,58 +557,19 @@ mod device {
         }
     }
 
-    fn build(dir: &std::path::Path, onnx: &[u8]) -> Result<BuiltPlan> {
+    fn build(dir: &std::path::Path, onnx: &[u8]) -> Result<(BuiltPlan, Arc<Bundle>)> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let model = dir.join("selftest.onnx");
         std::fs::write(&model, onnx).with_context(|| format!("writing {}", model.display()))?;
         let mut options = TrtexecOptions::new(&model, dir.join("selftest.plan"));
         options.workspace_mib = 256;
-        Ok(build_plan_with_trtexec(&options)?)
-    }
-
-    fn eager(
-        lib: &TensorRt,
-        built: &BuiltPlan,
-        x: &[f32],
-    ) -> Result<(TensorRtEngine, Stream, Vec<f32>)> {
+        let built = build_plan_with_trtexec(&options)?;
         let plan = std::fs::read(&built.plan_path)
             .with_context(|| format!("reading {}", built.plan_path.display()))?;
-        let ctx = Context::new(0, SyncPolicy::default())?;
-        let stream = Stream::new(&ctx, SyncPolicy::default())?;
-        let runtime = lib.create_runtime()?;
-        let mut engine = TensorRtEngine::load(&runtime, &plan, &built.target, &ctx, &[])?;
-        anyhow::ensure!(
-            engine.inputs().len() == 1 && engine.outputs().len() == 1,
-            "the plan has {} input(s) and {} output(s), expected 1 and 1",
-            engine.inputs().len(),
-            engine.outputs().len()
-        );
-        anyhow::ensure!(
-            engine.inputs()[0].dtype == tether_runtime::engine::DType::F32
-                && engine.outputs()[0].dtype == tether_runtime::engine::DType::F32,
-            "the plan's I/O are {} and {}, expected f32",
-            engine.inputs()[0],
-            engine.outputs()[0]
-        );
-        engine.bind_own_io()?;
-        engine.write_input(0, &to_bytes(x), &stream)?;
-        engine.clear_output(0, &stream)?;
-        engine.enqueue(&stream)?;
-        stream.synchronize()?;
-        let mut out = vec![0u8; x.len() * 4];
-        engine.read_output(0, &mut out, &stream)?;
-        Ok((engine, stream, from_bytes(&out)))
-    }
-
-    fn graph(engine: &mut TensorRtEngine, stream: &Stream) -> Result<(Vec<f32>, usize)> {
-        let g = Graph::capture(stream, |s| engine.enqueue_for_capture(s))?;
-        let len = engine.outputs()[0].byte_len().unwrap_or(0);
-        engine.clear_output(0, stream)?;
-        g.launch(stream)?;
-        stream.synchronize()?;
-        let mut out = vec![0u8; len];
-        engine.read_output(0, &mut out, stream)?;
-        Ok((from_bytes(&out), g.nodes()))
+        let mut w = bundle_writer(onnx)?;
+        tether_build::plan::add_plan(&mut w, "selftest", "model", &built, plan, &tensors())?;
+        let bundle = Arc::new(Bundle::from_vec(w.to_bytes()?, Verify::Eager)?);
+        Ok((built, bundle))
     }
 }
 
@@ -724,58 +578,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn generated_onnx_parses_with_the_declared_shapes() {
-        let onnx = generate_onnx();
-        let info = tether_runtime::cpu::inspect_onnx(&onnx).expect("tract parses the model");
-        assert_eq!(info.inputs.len(), 1);
-        assert_eq!(info.outputs.len(), 1);
-        assert_eq!(info.inputs[0].name, INPUT_NAME);
-        assert_eq!(info.outputs[0].name, OUTPUT_NAME);
-        assert_eq!(info.inputs[0].dims, vec![1, 3, 32, 32]);
-        assert_eq!(info.outputs[0].dims, vec![1, 3, 32, 32]);
-        let engine = TractCpuEngine::load(&onnx, &[SHAPE.to_vec()]).expect("tract plans it");
-        assert_eq!(engine.outputs()[0].shape, SHAPE.to_vec());
-    }
-
-    #[test]
-    fn formulas_give_the_values_worked_out_by_hand() {
-        // x[0,0,0,0] = 0/8 - 1; x[0,1,2,3] = ((7+6+15) mod 17)/8 - 1 = 11/8 - 1.
-        assert_eq!(input_value(0, 0, 0), -1.0);
-        assert_eq!(input_value(1, 2, 3), 0.375);
-        // W[0,0,0,0] = 0/8 - 3/8; W[1,2,1,1] = ((5+6+2+1) mod 7)/8 - 3/8 = -3/8.
-        assert_eq!(weight(0, 0, 0, 0), -0.375);
-        assert_eq!(weight(1, 2, 1, 1), -0.375);
-        assert_eq!(bias(0), -0.25);
-        assert_eq!(bias(2), 0.25);
-    }
-
-    /// `y[0, o, 0, 0]` from the formulas alone: at the top-left corner only
-    /// the kernel taps kh, kw in {1, 2} see the image (the rest is padding).
-    fn corner_by_hand(o: usize) -> f32 {
-        let mut s = bias(o);
-        for i in 0..3 {
-            for kh in 1..3 {
-                for kw in 1..3 {
-                    s += weight(o, i, kh, kw) * input_value(i, kh - 1, kw - 1);
-                }
-            }
-        }
-        s.max(0.0) + input_value(o, 0, 0)
-    }
-
-    #[test]
-    fn tract_output_matches_values_computed_by_hand() {
-        let onnx = generate_onnx();
-        let y = run_cpu(&onnx, &input()).expect("tract runs the model");
-        assert_eq!(y.len(), 3 * 32 * 32);
-        // Channel 0: the conv sum at the corner is -1.171875, Relu clips it to
-        // 0, plus x[0,0,0,0] = -1: -1.
-        assert_eq!(corner_by_hand(0), -1.0);
-        assert_eq!(y[0], -1.0);
-        // Channel 1: the conv sum is 0.203125, Relu keeps it, plus
-        // x[0,1,0,0] = 7/8 - 1 = -0.125: 0.078125.
-        assert_eq!(corner_by_hand(1), 0.078125);
-        assert_eq!(y[32 * 32], 0.078125);
+    fn the_module_api_on_the_cpu_matches_the_formula() {
+        let y = run_cpu(&generate_onnx(), &input()).expect("tract runs the model");
         assert_eq!(y, reference_output(&input()));
         // The exact sum of all 3072 outputs (also checked by tests/cli_selftest.rs).
         assert_eq!(checksum(&y), 1630.109375);

@@ -1,66 +1,69 @@
 // tether detection family (YOLOv8 / Ultralytics head): GPU pre- and post-processing.
 //
-// Built ahead of time to cubins/fatbins by `build-kernels.sh` (this folder) for sm_87, sm_90,
-// sm_100 and sm_110, and embedded in the `tether-detect` crate; see README.md here.
+// Built ahead of time by `build-kernels.sh` (this folder) for sm_87, sm_90, sm_100 and sm_110
+// (CUDA 13 fatbin) and sm_87/90/100 (CUDA 12 cubins), embedded in the `tether-detect` crate.
 //
-// Every kernel implements exactly the pipeline spec that the CPU path (families/detect/src)
-// implements, operation for operation, so that the GPU and CPU results agree bit for bit on
-// the preprocessed tensor and on the detections:
-//   * all float arithmetic is written with the round-to-nearest intrinsics (__fadd_rn,
-//     __fmul_rn, __fdiv_rn, ...), which the compiler never contracts into FMAs, so the
-//     result does not depend on -fmad and equals what Rust computes (Rust never fuses);
-//   * ordering is total and deterministic: candidates are sorted by (score desc, anchor asc),
-//     whatever order the atomics compacted them in.
+// Every kernel implements exactly the arithmetic of the CPU stages (families/detect/src), so
+// that GPU and CPU agree bit for bit on the preprocessed tensor and on the detections:
+//   * float arithmetic uses the round-to-nearest intrinsics (__fadd_rn, __fmul_rn, ...), which
+//     are never contracted into FMAs, so results equal what Rust computes (Rust never fuses);
+//   * candidates are ordered by the total order (score descending, anchor ascending) with a
+//     full sort of every anchor's key: no capacity, no atomics deciding what is kept;
+//   * an anchor with any non-finite value (NaN, +-Inf) in its box or scores is never a
+//     candidate, and is counted.
 //
-// Buffers (all device pointers, planned once in the session arena, see gpu.rs):
-//   frame      u8  [H, pitch]             HWC, 1/3/4 bytes per pixel, row pitch in bytes
-//   tensor     f32 [1, 3, in_h, in_w]     NCHW RGB in [0, 1]
-//   raw        f32 [1, 4 + C, N]          network output: cx, cy, w, h, C class scores
-//   box_by_anchor f32x4 [N], cls_by_anchor u32 [N], score_by_anchor f32 [N]
-//   keys       u64 [MAX_CANDIDATES]       (orderable score << 32 | anchor), compacted
-//   state      PostState                  counters, zeroed by a memset node each frame
-//   sorted     f32x4 [MAX_CANDIDATES], sorted_cls u32 [..], sorted_score f32 [..]
-//   mask       u64 [MAX_CANDIDATES][MAX_CANDIDATES / 64]  IoU > thr bitmask (j > i, same class)
-//   out        DetectOutput (header + MAX_DET detections), device or mapped host memory
+// Every kernel takes ONE parameter struct by value, mirrored `#[repr(C)]` in src/kernels.rs.
+//
+// Buffers (planned once in the session arena; sizes from the anchors N, P = padded sort size):
+//   frame  u8  [H, pitch]              HWC, 1/3/4 bytes per pixel
+//   tensor f32 [1, 3, in_h, in_w]      NCHW RGB, normalised
+//   raw    f32 [1, 4 + C, N]           network output: cx, cy, w, h, C class scores
+//   boxes  f32x4 [N], cls u32 [N], scores f32 [N]   per anchor (valid candidates only)
+//   keys   u64 [P]                     sort key per anchor, u64::MAX for non-candidates
+//   state  PostState                   counters, zeroed by a memset node each run
+//   out    DetectOutput                header + up to 300 detections
 #ifdef __CUDACC_RTC__
 typedef unsigned char uint8_t;  // NVRTC: no system headers needed
 #else
 #include <stdint.h>
 #endif
 
-#define MAX_CANDIDATES 4096
-#define MASK_WORDS (MAX_CANDIDATES / 64)
 #define MAX_DET_CAP 300
-#define SORT_THREADS 1024
-#define NMS_BATCH 16
+#define TILE 2048          // keys sorted per block in shared memory
+#define TILE_THREADS 1024
+#define NMS_CHUNK 256      // candidates decided per step of the greedy NMS
+#define OUTPUT_MAGIC 0x7e7de7ecu
+#define NO_KEY 0xFFFFFFFFFFFFFFFFull
 
 struct PostState {
-    unsigned int count;      // candidates above the score threshold (may exceed capacity)
-    unsigned int pad[3];
+    unsigned int candidates;  // anchors above the score threshold (all finite)
+    unsigned int nonfinite;   // anchors with a NaN or infinite value
+    unsigned int pad[2];
 };
 
-struct GpuDetection {       // 24 bytes, mirrors `GpuDetection` in gpu.rs
-    float x1, y1, x2, y2;   // original-image pixels, clamped to [0, W] x [0, H]
+struct GpuDetection {       // 24 bytes, mirrors `GpuDetection` in src/output.rs
+    float x1, y1, x2, y2;   // source-image pixels, clamped to [0, W] x [0, H]
     float score;
     unsigned int class_id;
 };
 
-struct DetectOutput {       // mirrors `DetectOutput` in gpu.rs
+struct DetectOutput {       // mirrors `DetectOutput` in src/output.rs
     unsigned int count;      // detections written (<= max_det)
-    unsigned int candidates; // candidates above the score threshold, before capping
-    unsigned int overflow;   // 1 when candidates > MAX_CANDIDATES (lowest-priority dropped)
-    unsigned int magic;      // 0x7e7de7ec once written: detects a graph that never ran
+    unsigned int candidates; // anchors above the score threshold
+    unsigned int nonfinite;  // anchors dropped for a non-finite value
+    unsigned int magic;      // OUTPUT_MAGIC once written: detects a run that never happened
     GpuDetection det[MAX_DET_CAP];
 };
 
 // ---------------------------------------------------------------------------------------
 // Preprocessing: letterbox with bilinear resize (half-pixel centres), pad, normalise, NCHW.
 // Mirrors letterbox.rs `Preprocessor::run`: for output channel c the source byte is
-// `offs[c]` within a pixel of `ch` bytes (RGB8 0,1,2; BGR8 2,1,0; RGBA8 0,1,2; GRAY8 0,0,0),
+// `off[c]` within a pixel of `ch` bytes (RGB8 0,1,2; BGR8 2,1,0; RGBA8 0,1,2; GRAY8 0,0,0),
 // value = ((1-fy)*((1-fx)*p00 + fx*p01) + fy*((1-fx)*p10 + fx*p11) - mean[c]) / std[c].
-// One thread per output pixel, three channels each.
 // ---------------------------------------------------------------------------------------
-struct PreParams {
+struct LetterboxParams {
+    const uint8_t* frame;
+    float* tensor;
     int src_w, src_h, pitch, ch;   // source geometry: pixels, pixels, bytes per row, bytes/px
     int off0, off1, off2;          // byte offset of R, G, B within a pixel
     int in_w, in_h;                // network input
@@ -71,9 +74,7 @@ struct PreParams {
     float pad;                     // pad value (114), before normalisation
 };
 
-extern "C" __global__ void __launch_bounds__(256)
-letterbox_bilinear_nchw(const uint8_t* __restrict__ frame, float* __restrict__ tensor,
-                        PreParams p) {
+extern "C" __global__ void __launch_bounds__(256) letterbox_bilinear_nchw(LetterboxParams p) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     const int y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= p.in_w || y >= p.in_h) return;
@@ -95,8 +96,8 @@ letterbox_bilinear_nchw(const uint8_t* __restrict__ frame, float* __restrict__ t
         const float fx = __fsub_rn(src_x, (float)x0);
         const float fy = __fsub_rn(src_y, (float)y0);
         const float gx = __fsub_rn(1.0f, fx), gy = __fsub_rn(1.0f, fy);
-        const uint8_t* r0 = frame + (size_t)y0 * p.pitch;
-        const uint8_t* r1 = frame + (size_t)y1 * p.pitch;
+        const uint8_t* r0 = p.frame + (size_t)y0 * p.pitch;
+        const uint8_t* r1 = p.frame + (size_t)y1 * p.pitch;
         const int a = x0 * p.ch, b = x1 * p.ch;
         const int offs[3] = {p.off0, p.off1, p.off2};
 #pragma unroll
@@ -108,207 +109,244 @@ letterbox_bilinear_nchw(const uint8_t* __restrict__ frame, float* __restrict__ t
             v[c] = __fadd_rn(__fmul_rn(gy, t), __fmul_rn(fy, u));
         }
     }
-    tensor[o] = __fdiv_rn(__fsub_rn(v[0], p.mean0), p.std0);
-    tensor[plane + o] = __fdiv_rn(__fsub_rn(v[1], p.mean1), p.std1);
-    tensor[2 * plane + o] = __fdiv_rn(__fsub_rn(v[2], p.mean2), p.std2);
+    p.tensor[o] = __fdiv_rn(__fsub_rn(v[0], p.mean0), p.std0);
+    p.tensor[plane + o] = __fdiv_rn(__fsub_rn(v[1], p.mean1), p.std1);
+    p.tensor[2 * plane + o] = __fdiv_rn(__fsub_rn(v[2], p.mean2), p.std2);
 }
 
 // ---------------------------------------------------------------------------------------
-// Postprocessing 1/4: decode. One thread per anchor: first argmax over the class rows,
-// strict score threshold, box corners in network pixels; compact a sort key per candidate.
+// Postprocessing 1/3: decode. One thread per (padded) anchor: first argmax over the class
+// rows, finiteness, strict score threshold, box corners in network pixels, one sort key.
 // ---------------------------------------------------------------------------------------
 __device__ __forceinline__ unsigned int orderable(float f) {
     unsigned int u = __float_as_uint(f);
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // monotonic in f
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-decode_candidates(const float* __restrict__ raw, int num_classes, int num_anchors,
-                  float score_thr, float4* __restrict__ box_by_anchor,
-                  unsigned int* __restrict__ cls_by_anchor, float* __restrict__ score_by_anchor,
-                  unsigned long long* __restrict__ keys, PostState* __restrict__ state) {
+struct DecodeParams {
+    const float* raw;
+    float4* boxes;
+    unsigned int* cls;
+    float* scores;
+    unsigned long long* keys;
+    PostState* state;
+    int num_classes, num_anchors, padded;
+    float score_thr;
+};
+
+extern "C" __global__ void __launch_bounds__(256) decode_keys(DecodeParams p) {
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
-    if (a >= num_anchors) return;
-    const size_t n = (size_t)num_anchors;
-    float best = raw[4 * n + a];
+    if (a >= p.padded) return;
+    if (a >= p.num_anchors) { p.keys[a] = NO_KEY; return; }
+    const size_t n = (size_t)p.num_anchors;
+    const float cx = p.raw[a], cy = p.raw[n + a], w = p.raw[2 * n + a], h = p.raw[3 * n + a];
+    bool finite = isfinite(cx) && isfinite(cy) && isfinite(w) && isfinite(h);
+    float best = p.raw[4 * n + a];
+    finite = finite && isfinite(best);
     unsigned int cls = 0;
-    for (int c = 1; c < num_classes; ++c) {
-        float v = raw[(size_t)(4 + c) * n + a];
+    for (int c = 1; c < p.num_classes; ++c) {
+        const float v = p.raw[(size_t)(4 + c) * n + a];
+        finite = finite && isfinite(v);
         if (v > best) { best = v; cls = (unsigned int)c; }
     }
-    if (!(best > score_thr)) return;
-    const float cx = raw[a], cy = raw[n + a], w = raw[2 * n + a], h = raw[3 * n + a];
-    const float hw = __fdiv_rn(w, 2.0f), hh = __fdiv_rn(h, 2.0f);
-    box_by_anchor[a] = make_float4(__fsub_rn(cx, hw), __fsub_rn(cy, hh), __fadd_rn(cx, hw),
-                                   __fadd_rn(cy, hh));
-    cls_by_anchor[a] = cls;
-    score_by_anchor[a] = best;
-    const unsigned int slot = atomicAdd(&state->count, 1u);
-    if (slot < MAX_CANDIDATES) {
-        // Ascending key order == score descending, then anchor ascending.
-        keys[slot] = ((unsigned long long)(~orderable(best)) << 32) | (unsigned int)a;
+    if (!finite) {
+        atomicAdd(&p.state->nonfinite, 1u);
+        p.keys[a] = NO_KEY;
+        return;
     }
+    if (!(best > p.score_thr)) { p.keys[a] = NO_KEY; return; }
+    const float hw = __fdiv_rn(w, 2.0f), hh = __fdiv_rn(h, 2.0f);
+    p.boxes[a] = make_float4(__fsub_rn(cx, hw), __fsub_rn(cy, hh), __fadd_rn(cx, hw),
+                             __fadd_rn(cy, hh));
+    p.cls[a] = cls;
+    p.scores[a] = best;
+    atomicAdd(&p.state->candidates, 1u);
+    // Ascending key order == score descending, then anchor ascending.
+    p.keys[a] = ((unsigned long long)(~orderable(best)) << 32) | (unsigned int)a;
 }
 
 // ---------------------------------------------------------------------------------------
-// Postprocessing 2/4: sort. One block: bitonic sort of the first min(count, MAX_CANDIDATES)
-// keys in shared memory (padded to the next power of two), then gather the sorted boxes.
-// On overflow the kept subset is whichever MAX_CANDIDATES candidates won the atomics; the
-// output says so (DetectOutput.overflow), it is never silent.
+// Postprocessing 2/3: bitonic sort of all P keys, ascending (P a power of two >= TILE).
+// sort_tiles: every stage k <= TILE inside one TILE-key block in shared memory;
+// sort_merge_global: one (k, j) step for j >= TILE across the array;
+// sort_merge_shared: the steps j < TILE of stage k inside each tile.
+// The direction of a compare-exchange is ascending when (global index & k) == 0.
 // ---------------------------------------------------------------------------------------
-extern "C" __global__ void __launch_bounds__(SORT_THREADS)
-sort_candidates(const unsigned long long* __restrict__ keys,
-                const float4* __restrict__ box_by_anchor,
-                const unsigned int* __restrict__ cls_by_anchor,
-                const float* __restrict__ score_by_anchor, const PostState* __restrict__ state,
-                float4* __restrict__ sorted_box, unsigned int* __restrict__ sorted_cls,
-                float* __restrict__ sorted_score) {
-    __shared__ unsigned long long sk[MAX_CANDIDATES];
-    const unsigned int n = min(state->count, (unsigned int)MAX_CANDIDATES);
-    unsigned int p = 1;
-    while (p < n) p <<= 1;
-    for (unsigned int i = threadIdx.x; i < p; i += blockDim.x)
-        sk[i] = (i < n) ? keys[i] : 0xFFFFFFFFFFFFFFFFull;
+struct SortParams {
+    unsigned long long* keys;
+    unsigned int padded;
+    unsigned int k;   // stage (merge kernels)
+    unsigned int j;   // step (global merge)
+    unsigned int pad;
+};
+
+__device__ __forceinline__ void cmp_swap(unsigned long long* s, unsigned int i, unsigned int l,
+                                         bool up) {
+    const unsigned long long a = s[i], b = s[l];
+    if ((a > b) == up) { s[i] = b; s[l] = a; }
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS) sort_tiles(SortParams p) {
+    __shared__ unsigned long long s[TILE];
+    const unsigned int base = blockIdx.x * TILE;
+    for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) s[i] = p.keys[base + i];
     __syncthreads();
-    for (unsigned int k = 2; k <= p; k <<= 1) {
+    for (unsigned int k = 2; k <= TILE; k <<= 1) {
         for (unsigned int j = k >> 1; j > 0; j >>= 1) {
-            for (unsigned int i = threadIdx.x; i < p; i += blockDim.x) {
-                unsigned int l = i ^ j;
-                if (l > i) {
-                    unsigned long long a = sk[i], b = sk[l];
-                    bool up = (i & k) == 0;
-                    if ((a > b) == up) { sk[i] = b; sk[l] = a; }
-                }
+            for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) {
+                const unsigned int l = i ^ j;
+                if (l > i) cmp_swap(s, i, l, ((base + i) & k) == 0);
             }
             __syncthreads();
         }
     }
-    for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
-        unsigned int a = (unsigned int)(sk[i] & 0xFFFFFFFFull);
-        sorted_box[i] = box_by_anchor[a];
-        sorted_cls[i] = cls_by_anchor[a];
-        sorted_score[i] = score_by_anchor[a];
+    for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) p.keys[base + i] = s[i];
+}
+
+extern "C" __global__ void __launch_bounds__(256) sort_merge_global(SortParams p) {
+    const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.padded) return;
+    const unsigned int l = i ^ p.j;
+    if (l > i) cmp_swap(p.keys, i, l, (i & p.k) == 0);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS) sort_merge_shared(SortParams p) {
+    __shared__ unsigned long long s[TILE];
+    const unsigned int base = blockIdx.x * TILE;
+    for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) s[i] = p.keys[base + i];
+    __syncthreads();
+    for (unsigned int j = TILE >> 1; j > 0; j >>= 1) {
+        for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) {
+            const unsigned int l = i ^ j;
+            if (l > i) cmp_swap(s, i, l, ((base + i) & p.k) == 0);
+        }
+        __syncthreads();
     }
+    for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) p.keys[base + i] = s[i];
 }
 
 // ---------------------------------------------------------------------------------------
-// Postprocessing 3/4: IoU bitmask. Block (bx, by) of 64 threads: row i = by*64 + t against
-// the 64 columns of word bx; bit j set when j > i, same class and IoU(i, j) > iou_thr.
-// Launched over the full MAX_CANDIDATES grid (graph-friendly); blocks past `n` exit.
+// Postprocessing 3/3: greedy class-wise NMS in sorted order, exactly the CPU's loop, and the
+// mapping back to source pixels. One block. Candidates are decided NMS_CHUNK at a time: each
+// thread tests its candidate against every box kept so far and builds its column of the
+// chunk's IoU mask; thread 0 then walks the chunk in order. Stops at max_det.
 // ---------------------------------------------------------------------------------------
 __device__ __forceinline__ float iou(float4 a, float4 b) {
-    float iw = fmaxf(__fsub_rn(fminf(a.z, b.z), fmaxf(a.x, b.x)), 0.0f);
-    float ih = fmaxf(__fsub_rn(fminf(a.w, b.w), fmaxf(a.y, b.y)), 0.0f);
-    float inter = __fmul_rn(iw, ih);
+    const float iw = fmaxf(__fsub_rn(fminf(a.z, b.z), fmaxf(a.x, b.x)), 0.0f);
+    const float ih = fmaxf(__fsub_rn(fminf(a.w, b.w), fmaxf(a.y, b.y)), 0.0f);
+    const float inter = __fmul_rn(iw, ih);
     // area() = max(x2 - x1, 0) * max(y2 - y1, 0), as decode.rs BoundingBox::area
-    float area_a = __fmul_rn(fmaxf(__fsub_rn(a.z, a.x), 0.0f), fmaxf(__fsub_rn(a.w, a.y), 0.0f));
-    float area_b = __fmul_rn(fmaxf(__fsub_rn(b.z, b.x), 0.0f), fmaxf(__fsub_rn(b.w, b.y), 0.0f));
-    float den = __fsub_rn(__fadd_rn(area_a, area_b), inter);
+    const float area_a =
+        __fmul_rn(fmaxf(__fsub_rn(a.z, a.x), 0.0f), fmaxf(__fsub_rn(a.w, a.y), 0.0f));
+    const float area_b =
+        __fmul_rn(fmaxf(__fsub_rn(b.z, b.x), 0.0f), fmaxf(__fsub_rn(b.w, b.y), 0.0f));
+    const float den = __fsub_rn(__fadd_rn(area_a, area_b), inter);
     return den > 0.0f ? __fdiv_rn(inter, den) : 0.0f;
 }
 
-extern "C" __global__ void __launch_bounds__(64)
-nms_mask(const float4* __restrict__ sorted_box, const unsigned int* __restrict__ sorted_cls,
-         const PostState* __restrict__ state, float iou_thr,
-         unsigned long long* __restrict__ mask) {
-    const unsigned int n = min(state->count, (unsigned int)MAX_CANDIDATES);
-    const unsigned int row_block = blockIdx.y, col_block = blockIdx.x;
-    if (row_block * 64 >= n || col_block * 64 >= n || col_block < row_block) return;
-    __shared__ float4 cb[64];
-    __shared__ unsigned int cc[64];
-    const unsigned int t = threadIdx.x;
-    const unsigned int cj = col_block * 64 + t;
-    if (cj < n) { cb[t] = sorted_box[cj]; cc[t] = sorted_cls[cj]; }
-    __syncthreads();
-    const unsigned int i = row_block * 64 + t;
-    if (i >= n) return;
-    const float4 bi = sorted_box[i];
-    const unsigned int ci = sorted_cls[i];
-    const unsigned int cols = min(64u, n - col_block * 64);
-    unsigned long long bits = 0;
-    for (unsigned int k = 0; k < cols; ++k) {
-        unsigned int j = col_block * 64 + k;
-        if (j > i && cc[k] == ci && iou(bi, cb[k]) > iou_thr) bits |= 1ull << k;
-    }
-    mask[(size_t)i * MASK_WORDS + col_block] = bits;
-}
+struct NmsParams {
+    const unsigned long long* keys;
+    const float4* boxes;
+    const unsigned int* cls;
+    const float* scores;
+    const PostState* state;
+    DetectOutput* out;
+    float iou_thr;
+    int max_det;
+    float ratio, left, top, src_w, src_h;  // Letterbox::to_source
+    int pad;
+};
 
-// ---------------------------------------------------------------------------------------
-// Postprocessing 4/4: greedy reduction (one warp) and mapping back to the original image.
-// Walks candidates in sorted order; a candidate is kept unless an earlier *kept* candidate
-// suppressed it (exactly the CPU's greedy loop); stops at max_det.
-// ---------------------------------------------------------------------------------------
-extern "C" __global__ void __launch_bounds__(32)
-nms_reduce(const float4* __restrict__ sorted_box, const unsigned int* __restrict__ sorted_cls,
-           const float* __restrict__ sorted_score, const PostState* __restrict__ state,
-           const unsigned long long* __restrict__ mask, int max_det, float ratio, float left,
-           float top, float src_w, float src_h, DetectOutput* __restrict__ out) {
-    const unsigned int lane = threadIdx.x;
-    const unsigned int total = state->count;
-    const unsigned int n = min(total, (unsigned int)MAX_CANDIDATES);
-    const unsigned int cap = (unsigned int)min(max_det, MAX_DET_CAP);
-    // removed bits: word w lives in lane (w % 32), slot (w / 32); MASK_WORDS == 64 -> 2 slots
-    unsigned long long removed[2] = {0ull, 0ull};
-    unsigned int kept = 0;
-    // Rows are loaded NMS_BATCH candidates ahead of the decisions that need them: a load
-    // does not depend on whether its candidate is kept, so a batch of loads is in flight at
-    // once instead of one dependent L2 round trip per kept candidate.
-    for (unsigned int base = 0; base < n && kept < cap; base += NMS_BATCH) {
-        unsigned long long ra[NMS_BATCH], rb[NMS_BATCH];
-#pragma unroll
-        for (int k = 0; k < NMS_BATCH; ++k) {
-            const unsigned int i = base + (unsigned int)k;
-            const unsigned long long* row = mask + (size_t)i * MASK_WORDS;
-            const unsigned int w = i >> 6;  // words before i's word hold only j <= i: unused
-            ra[k] = (i < n && lane >= w && lane * 64 < n) ? row[lane] : 0ull;
-            rb[k] = (i < n && lane + 32 >= w && (lane + 32) * 64 < n) ? row[lane + 32] : 0ull;
+#define CHUNK_WORDS (NMS_CHUNK / 64)
+
+extern "C" __global__ void __launch_bounds__(NMS_CHUNK) nms_greedy(NmsParams p) {
+    __shared__ float4 kept_box[MAX_DET_CAP];
+    __shared__ unsigned int kept_cls[MAX_DET_CAP];
+    __shared__ float4 cbox[NMS_CHUNK];
+    __shared__ unsigned int ccls[NMS_CHUNK];
+    __shared__ float cscore[NMS_CHUNK];
+    __shared__ int cvalid[NMS_CHUNK];
+    // cmask[t][w]: bit u of word w set when candidate u < t of the chunk (same class) would
+    // suppress candidate t if u is kept.
+    __shared__ unsigned long long cmask[NMS_CHUNK][CHUNK_WORDS];
+    __shared__ unsigned int kept_shared;
+    const unsigned int t = threadIdx.x;
+    const unsigned int total = p.state->candidates;
+    const unsigned int cap = (unsigned int)min(p.max_det, MAX_DET_CAP);
+    if (t == 0) kept_shared = 0;
+    __syncthreads();
+    for (unsigned int base = 0; base < total; base += NMS_CHUNK) {
+        const unsigned int kept = kept_shared;
+        if (kept >= cap) break;
+        const unsigned int i = base + t;
+        const bool present = i < total;
+        if (present) {
+            const unsigned int a = (unsigned int)(p.keys[i] & 0xFFFFFFFFull);
+            cbox[t] = p.boxes[a];
+            ccls[t] = p.cls[a];
+            cscore[t] = p.scores[a];
         }
-        // Decide the batch (uniform across the warp), remembering which were kept.
-        const unsigned int kept_before = kept;
-        unsigned int kept_bits = 0;
-#pragma unroll
-        for (int k = 0; k < NMS_BATCH; ++k) {
-            const unsigned int i = base + (unsigned int)k;
-            if (i >= n || kept >= cap) break;
-            const unsigned int w = i >> 6;
-            const unsigned long long mine = (w < 32) ? removed[0] : removed[1];
-            const unsigned long long word = __shfl_sync(0xFFFFFFFFu, mine, w % 32);
-            if ((word >> (i & 63)) & 1ull) continue;
-            kept_bits |= 1u << k;
-            ++kept;
-            removed[0] |= ra[k];
-            removed[1] |= rb[k];
+        __syncthreads();
+        int valid = present ? 1 : 0;
+        if (present) {
+            const float4 b = cbox[t];
+            const unsigned int c = ccls[t];
+            for (unsigned int k = 0; k < kept && valid; ++k) {
+                if (kept_cls[k] == c && iou(kept_box[k], b) > p.iou_thr) valid = 0;
+            }
+            for (unsigned int w = 0; w < CHUNK_WORDS; ++w) {
+                unsigned long long bits = 0;
+                for (unsigned int u = w * 64; u < (w + 1) * 64 && u < t; ++u) {
+                    if (ccls[u] == c && iou(cbox[u], b) > p.iou_thr) bits |= 1ull << (u - w * 64);
+                }
+                cmask[t][w] = bits;
+            }
         }
-        // Write the batch's kept detections in parallel: lane k handles candidate base + k.
-        if (lane < NMS_BATCH && ((kept_bits >> lane) & 1u)) {
-            const unsigned int i = base + lane;
-            const unsigned int slot = kept_before + __popc(kept_bits & ((1u << lane) - 1u));
-            const float4 b = sorted_box[i];
-            // Map back from network pixels as Letterbox::to_source: f32 (x - left) / (r as f32)
-            const float x1 = __fdiv_rn(__fsub_rn(b.x, left), ratio);
-            const float y1 = __fdiv_rn(__fsub_rn(b.y, top), ratio);
-            const float x2 = __fdiv_rn(__fsub_rn(b.z, left), ratio);
-            const float y2 = __fdiv_rn(__fsub_rn(b.w, top), ratio);
-            GpuDetection d;
-            d.x1 = fminf(fmaxf(x1, 0.0f), src_w);
-            d.y1 = fminf(fmaxf(y1, 0.0f), src_h);
-            d.x2 = fminf(fmaxf(x2, 0.0f), src_w);
-            d.y2 = fminf(fmaxf(y2, 0.0f), src_h);
-            d.score = sorted_score[i];
-            d.class_id = sorted_cls[i];
-            out->det[slot] = d;
+        cvalid[t] = valid;
+        __syncthreads();
+        if (t == 0) {
+            unsigned long long kept_bits[CHUNK_WORDS] = {0};
+            unsigned int k = kept;
+            const unsigned int n = min(total - base, (unsigned int)NMS_CHUNK);
+            for (unsigned int u = 0; u < n && k < cap; ++u) {
+                if (!cvalid[u]) continue;
+                bool hit = false;
+                for (unsigned int w = 0; w < CHUNK_WORDS; ++w) hit = hit || (cmask[u][w] & kept_bits[w]);
+                if (hit) continue;
+                kept_bits[u / 64] |= 1ull << (u % 64);
+                kept_box[k] = cbox[u];
+                kept_cls[k] = ccls[u];
+                const float4 b = cbox[u];
+                GpuDetection d;
+                d.x1 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.x, p.left), p.ratio), 0.0f), p.src_w);
+                d.y1 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.y, p.top), p.ratio), 0.0f), p.src_h);
+                d.x2 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.z, p.left), p.ratio), 0.0f), p.src_w);
+                d.y2 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.w, p.top), p.ratio), 0.0f), p.src_h);
+                d.score = cscore[u];
+                d.class_id = ccls[u];
+                p.out->det[k] = d;
+                ++k;
+            }
+            kept_shared = k;
         }
+        __syncthreads();
     }
-    if (lane == 0) {
-        out->count = kept;
-        out->candidates = total;
-        out->overflow = total > MAX_CANDIDATES ? 1u : 0u;
-        out->magic = 0x7e7de7ecu;
+    if (t == 0) {
+        p.out->count = kept_shared;
+        p.out->candidates = total;
+        p.out->nonfinite = p.state->nonfinite;
+        p.out->magic = OUTPUT_MAGIC;
     }
 }
 
 // A tiny kernel for tests of the device layer (graph capture, launch overhead).
-extern "C" __global__ void add_one_u32(unsigned int* p, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] += 1u;
+struct AddOneParams {
+    unsigned int* p;
+    int n;
+    int pad;
+};
+
+extern "C" __global__ void add_one_u32(AddOneParams a) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < a.n) a.p[i] += 1u;
 }

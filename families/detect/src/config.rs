@@ -11,10 +11,10 @@ pub const CONFIG_SECTION: &str = "detect/config";
 /// Name of the bundle section holding the class names (UTF-8, one per line,
 /// in class-id order).
 pub const LABELS_SECTION: &str = "detect/labels";
-/// Name of the bundle section holding the ONNX network.
-pub const ONNX_SECTION: &str = "detect/model.onnx";
-/// Name of the optional section holding reference (golden) detections as JSON.
-pub const REFERENCE_SECTION: &str = "detect/reference.json";
+/// Name of the bundle section holding the ONNX network (format 1.1:
+/// `<family>/<network>/<file>`; 1.0 bundles named it `detect/model.onnx`, which readers
+/// group into the same network).
+pub const ONNX_SECTION: &str = "detect/model/model.onnx";
 /// Value of [`DetectConfigRecord::version`] this crate writes and reads.
 pub const CONFIG_VERSION: u16 = 1;
 /// Output layout `[1, 4 + C, N]`: box rows (cx, cy, w, h) then class-score rows

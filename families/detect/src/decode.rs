@@ -8,8 +8,10 @@
 //! order made fully deterministic; the onnxruntime reference and the CUDA
 //! kernels implement the same):
 //!
-//! 1. class = first argmax of the scores, score = its value; keep the anchor
-//!    when `score > score_threshold` (strict; NaN never passes);
+//! 1. an anchor with any non-finite value (NaN, ±Inf) among its 4 box values and C scores
+//!    is never a candidate, and is counted ([`PostStats::nonfinite`]); otherwise class =
+//!    first argmax of the scores, score = its value, and the anchor is a candidate when
+//!    `score > score_threshold` (strict);
 //! 2. sort the kept anchors by score, descending, ties by lower anchor index;
 //! 3. greedy NMS per class: a candidate is suppressed when its IoU with an
 //!    already kept box of the same class is `> iou_threshold` (strict), IoU
@@ -20,6 +22,8 @@
 use heapless::Vec as FixedVec;
 
 use crate::letterbox::Letterbox;
+pub use crate::output::PostStats;
+use crate::output::{DetectOutput, GpuDetection, OUTPUT_MAGIC};
 use crate::{DetectError, MAX_DETECTIONS};
 
 /// Axis-aligned box in pixels: `(x1, y1)` top-left, `(x2, y2)` bottom-right.
@@ -82,15 +86,6 @@ pub struct Postprocessor {
     candidates: Vec<Candidate>,
 }
 
-/// Counters of one [`Postprocessor::run`], for logs and benchmarks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PostStats {
-    /// Anchors above the score threshold.
-    pub candidates: usize,
-    /// Boxes returned.
-    pub kept: usize,
-}
-
 impl Postprocessor {
     /// A postprocessor for an output `[1, 4 + num_classes, num_anchors]`.
     /// Allocates the candidate buffer (`num_anchors` entries) here, once.
@@ -129,15 +124,26 @@ impl Postprocessor {
         let (cy, rest) = rest.split_at(n);
         let (w, rest) = rest.split_at(n);
         let (h, scores) = rest.split_at(n);
+        let mut nonfinite = 0usize;
         for a in 0..n {
             let mut best = scores[a];
             let mut best_c = 0usize;
+            let mut finite = cx[a].is_finite()
+                && cy[a].is_finite()
+                && w[a].is_finite()
+                && h[a].is_finite()
+                && best.is_finite();
             for k in 1..c {
                 let s = scores[k * n + a];
+                finite &= s.is_finite();
                 if s > best {
                     best = s;
                     best_c = k;
                 }
+            }
+            if !finite {
+                nonfinite += 1;
+                continue;
             }
             if best > score_threshold {
                 let (hw, hh) = (w[a] / 2.0, h[a] / 2.0);
@@ -185,8 +191,50 @@ impl Postprocessor {
         }
         Ok(PostStats {
             candidates: self.candidates.len(),
+            nonfinite,
             kept: out.len(),
         })
+    }
+
+    /// As [`Postprocessor::run`], writing the result record the GPU kernels write
+    /// ([`DetectOutput`]): the host flavour of the post-processing stage.
+    ///
+    /// # Errors
+    /// As [`Postprocessor::run`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_into_record(
+        &mut self,
+        output: &[f32],
+        letterbox: &Letterbox,
+        score_threshold: f32,
+        iou_threshold: f32,
+        max_detections: usize,
+        scratch: &mut Detections,
+        record: &mut DetectOutput,
+    ) -> Result<PostStats, DetectError> {
+        let stats = self.run(
+            output,
+            letterbox,
+            score_threshold,
+            iou_threshold,
+            max_detections,
+            scratch,
+        )?;
+        record.count = scratch.len() as u32;
+        record.candidates = u32::try_from(stats.candidates).unwrap_or(u32::MAX);
+        record.nonfinite = u32::try_from(stats.nonfinite).unwrap_or(u32::MAX);
+        record.magic = OUTPUT_MAGIC;
+        for (slot, d) in record.det.iter_mut().zip(scratch.iter()) {
+            *slot = GpuDetection {
+                x1: d.bbox.x1,
+                y1: d.bbox.y1,
+                x2: d.bbox.x2,
+                y2: d.bbox.y2,
+                score: d.score,
+                class_id: u32::from(d.class_id),
+            };
+        }
+        Ok(stats)
     }
 }
 
@@ -252,6 +300,7 @@ mod tests {
             stats,
             PostStats {
                 candidates: 4,
+                nonfinite: 0,
                 kept: 3
             }
         );
@@ -314,12 +363,44 @@ mod tests {
     }
 
     #[test]
+    fn non_finite_anchors_are_counted_never_detected() {
+        // A NaN box with a perfect score, an infinite score, a NaN in the losing class, and
+        // one clean anchor: only the clean one is a detection, three are counted.
+        let out = output(
+            &[
+                (f32::NAN, 10.0, 2.0, 2.0, &[0.99, 0.0]),
+                (30.0, 30.0, 2.0, 2.0, &[f32::INFINITY, 0.0]),
+                (50.0, 50.0, 2.0, 2.0, &[0.9, f32::NAN]),
+                (70.0, 70.0, 2.0, 2.0, &[0.8, 0.1]),
+            ],
+            2,
+        );
+        let mut p = Postprocessor::new(2, 4);
+        let mut dets = Detections::new();
+        let s = p.run(&out, &identity(), 0.25, 0.7, 300, &mut dets).unwrap();
+        assert_eq!(
+            s,
+            PostStats {
+                candidates: 1,
+                nonfinite: 3,
+                kept: 1
+            }
+        );
+        assert_eq!(dets[0].bbox.x1, 69.0);
+        assert!(
+            dets.iter()
+                .all(|d| d.score.is_finite() && d.bbox.x1.is_finite())
+        );
+    }
+
+    #[test]
     fn nan_scores_never_pass_and_bad_lengths_are_errors() {
         let out = output(&[(10.0, 10.0, 2.0, 2.0, &[f32::NAN])], 1);
         let mut p = Postprocessor::new(1, 1);
         let mut dets = Detections::new();
         let s = p.run(&out, &identity(), 0.25, 0.7, 300, &mut dets).unwrap();
         assert_eq!(s.candidates, 0);
+        assert_eq!(s.nonfinite, 1);
         let e = p
             .run(&out[..4], &identity(), 0.25, 0.7, 300, &mut dets)
             .unwrap_err();

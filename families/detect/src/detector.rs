@@ -5,79 +5,73 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tether_bundle::{Bundle, Verify};
-use tether_runtime::{Module, ModuleOptions};
+use tether_runtime::{Model, ModelOptions, Session};
+
+pub use tether_runtime::Device;
 
 use crate::config::{CONFIG_SECTION, LABELS_SECTION};
-use crate::decode::{Detections, PostStats, Postprocessor};
-use crate::letterbox::{ImageView, Letterbox, Preprocessor};
-use crate::{DetectConfig, DetectError, FAMILY};
-
-/// Where a [`Detector`] runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Device {
-    /// The first CUDA GPU when this build has a GPU engine (feature
-    /// `tract-cuda`) and a device answers; otherwise the CPU, with a log line
-    /// saying why.
-    #[default]
-    Auto,
-    /// The tract CPU engine.
-    Cpu,
-    /// CUDA device `ordinal`; an error when it cannot be used.
-    Cuda(usize),
-}
+use crate::decode::Detections;
+use crate::letterbox::{FrameSpec, ImageView, Letterbox};
+use crate::output::{self, PostStats};
+use crate::stages::{DetectRegions, pipeline};
+use crate::{DetectConfig, DetectError, FAMILY, FrameError};
 
 /// Options of [`Detector::open`].
 #[derive(Clone, Debug, Default)]
 pub struct DetectorOptions {
-    /// Where to run.
+    /// Where to run (default: the first CUDA GPU when one answers, else the CPU).
     pub device: Device,
-    /// GPU session options (staging, wait policy, graphs) for the GPU path.
-    #[cfg(feature = "cuda")]
-    pub gpu: crate::gpu::GpuOptions,
     /// Check every section CRC at open instead of on first use.
     pub verify_eagerly: bool,
     /// Override the bundle's score threshold (strictly greater is kept).
     pub score_threshold: Option<f32>,
     /// Override the bundle's NMS IoU threshold.
     pub iou_threshold: Option<f32>,
+    /// Prepare the session for frames of this geometry at open (else at the first frame).
+    pub frame: Option<FrameSpec>,
+    /// Model options beyond the device (engines to exclude, precision, session options).
+    pub model: ModelOptions,
 }
 
-/// Wall time of each stage of the last [`Detector::detect`].
+/// Wall time of the last [`Detector::detect`], split where the host can see it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StageTimes {
-    /// Letterbox and normalisation.
-    pub preprocess: Duration,
-    /// The network.
-    pub inference: Duration,
-    /// Decode and NMS.
-    pub postprocess: Duration,
+    /// Copying the frame into the session's input staging.
+    pub stage_in: Duration,
+    /// The session run: pre-processing, network and post-processing (on a GPU one graph
+    /// launch and the wait; per-step GPU times are in [`Detector::step_times`]).
+    pub run: Duration,
+    /// Reading the result record.
+    pub collect: Duration,
+}
+
+struct Prepared {
+    spec: FrameSpec,
+    session: Session,
+    regions: DetectRegions,
+    letterbox: Letterbox,
 }
 
 /// A YOLOv8 detector loaded from a `detect` bundle.
 ///
-/// Everything is prepared in [`Detector::open`]; [`Detector::detect`] reuses
-/// the engine state, the tap tables, the candidate buffer and the
-/// fixed-capacity result, so pre- and post-processing allocate nothing per
-/// frame (the tract CPU engine itself allocates its intermediates).
+/// [`Detector::open`] maps the bundle, picks the engine for the real device (a TensorRT plan
+/// for this GPU, the native GPU engine, tract-cuda, or the CPU: see
+/// [`tether_runtime::Model`]) and prepares the network once. A *session* (letterbox, network,
+/// decode + NMS; one CUDA graph on a GPU) is prepared for one frame geometry, at open when
+/// [`DetectorOptions::frame`] is given, else at the first frame; a frame of another geometry
+/// builds a new session from the same prepared network (never re-preparing it).
 ///
-/// On the GPU path (feature `tract-cuda`, [`Device::Auto`] with a GPU, or
-/// [`Device::Cuda`]) a [`crate::gpu::GpuDetector`] session runs letterbox,
-/// network and NMS on the device. A session is prepared for one frame
-/// geometry (its CUDA graph bakes it in): it is built at the first frame and
-/// rebuilt, off the steady state, when the geometry changes.
+/// The path is the same whatever the engine: copy the frame into the session's input
+/// staging, run the session, read the result record. Nothing on that path allocates on a
+/// GPU; on the CPU only tract's own intermediates do. Class names and the configuration are
+/// copied out of the bundle at open: nothing after open reads the mapping.
 pub struct Detector {
-    bundle: Arc<Bundle>,
-    module: Option<Module>,
-    #[cfg(feature = "tract-cuda")]
-    gpu: Option<GpuPath>,
+    model: Model,
     config: DetectConfig,
     labels: Vec<String>,
-    input: usize,
-    output: usize,
-    pre: Preprocessor,
-    post: Postprocessor,
+    bundle_name: String,
+    prepared: Option<Prepared>,
     detections: Detections,
-    letterbox: Option<Letterbox>,
     stats: PostStats,
     times: StageTimes,
 }
@@ -85,7 +79,8 @@ pub struct Detector {
 impl std::fmt::Debug for Detector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Detector")
-            .field("module", &self.module)
+            .field("bundle", &self.bundle_name)
+            .field("model", &self.model)
             .field("config", &self.config)
             .field("labels", &self.labels.len())
             .finish_non_exhaustive()
@@ -104,10 +99,10 @@ impl Detector {
     /// Open a `detect` bundle (memory-mapped) and prepare the network.
     ///
     /// # Errors
-    /// [`DetectError::Bundle`] (unreadable or corrupt bundle),
-    /// [`DetectError::WrongFamily`], [`DetectError::Config`],
-    /// [`DetectError::Labels`], [`DetectError::Module`] (no usable engine),
-    /// [`DetectError::Network`] (I/O that does not match the configuration).
+    /// [`DetectError::Bundle`] (unreadable or corrupt bundle), [`DetectError::WrongFamily`],
+    /// [`DetectError::Config`], [`DetectError::Labels`], [`DetectError::Runtime`] (no usable
+    /// engine, device unavailable), [`DetectError::Network`] (I/O that does not match the
+    /// configuration).
     pub fn open(path: impl AsRef<Path>, options: &DetectorOptions) -> Result<Self, DetectError> {
         let verify = if options.verify_eagerly {
             Verify::Eager
@@ -133,6 +128,7 @@ impl Detector {
                 family: id.family.to_string(),
             });
         }
+        let bundle_name = id.name.to_string();
         let mut config =
             DetectConfig::from_section(bundle.section_bytes(&bundle.section(CONFIG_SECTION)?)?)?;
         if let Some(s) = options.score_threshold {
@@ -152,176 +148,157 @@ impl Detector {
             )));
         }
         let (w, h) = (config.input_width as usize, config.input_height as usize);
-        #[cfg(feature = "tract-cuda")]
-        if let Some(ordinal) = gpu_ordinal(options.device)? {
-            log::info!(
-                "detector `{}`: {} classes, input {w}x{h}, {} anchors, score > {}, IoU > {}, on CUDA device {ordinal} (tract-cuda engine, GPU pre/post-processing)",
-                id.name,
-                config.num_classes,
-                config.num_anchors,
-                config.score_threshold,
-                config.iou_threshold
-            );
-            let mut gpu_options = options.gpu;
-            gpu_options.ordinal = ordinal;
-            return Ok(Self::with_backend(
-                Arc::clone(&bundle),
-                None,
-                Some(GpuPath {
-                    options: gpu_options,
-                    session: None,
-                }),
-                config,
-                labels,
-            ));
+        let mut model_options = options.model.clone();
+        model_options.device = options.device;
+        model_options.verify_eagerly = options.verify_eagerly;
+        if !model_options.input_shapes.iter().any(|(n, _)| n == "model") {
+            model_options
+                .input_shapes
+                .push(("model".into(), vec![vec![1, 3, h, w]]));
         }
-        #[cfg(not(feature = "tract-cuda"))]
-        match options.device {
-            Device::Cuda(n) => {
-                return Err(DetectError::Device(format!(
-                    "CUDA device {n} was requested, but this build has no GPU engine (feature `tract-cuda`)"
-                )));
-            }
-            Device::Auto => log::info!(
-                "this build has no GPU engine (feature `tract-cuda`); using the CPU engine"
-            ),
-            Device::Cpu => {}
-        }
-        let module = Module::from_bundle(
-            Arc::clone(&bundle),
-            &ModuleOptions {
-                input_shapes: Some(vec![vec![1, 3, h, w]]),
-                verify_eagerly: options.verify_eagerly,
-            },
-        )?;
-        if module.inputs().len() != 1 || module.outputs().is_empty() {
-            return Err(DetectError::Network(format!(
-                "expected one input and at least one output, found {} and {}",
-                module.inputs().len(),
-                module.outputs().len()
-            )));
-        }
-        let out = &module.outputs()[0];
-        let want = [
-            1,
-            4 + config.num_classes as usize,
-            config.num_anchors as usize,
-        ];
-        if out.shape != want {
-            return Err(DetectError::Network(format!(
-                "output `{}` has shape {:?}, the configuration says {:?}",
-                out.name, out.shape, want
-            )));
-        }
+        let model = Model::from_bundle(Arc::clone(&bundle), &model_options)?;
+        let net = model.single_network()?;
         log::info!(
-            "detector `{}`: {} classes, input {}x{}, {} anchors, score > {}, IoU > {}, engine {:?}",
-            id.name,
+            "detector `{bundle_name}`: {} classes, input {w}x{h}, {} anchors, score > {}, IoU > {}, {} engine on {}",
             config.num_classes,
-            w,
-            h,
             config.num_anchors,
             config.score_threshold,
             config.iou_threshold,
-            module.engine_kind()
+            net.engine(),
+            model.device()
         );
-        Ok(Self::with_backend(
-            bundle,
-            Some(module),
-            #[cfg(feature = "tract-cuda")]
-            None,
+        let mut det = Detector {
+            model,
             config,
             labels,
-        ))
-    }
-
-    fn with_backend(
-        bundle: Arc<Bundle>,
-        module: Option<Module>,
-        #[cfg(feature = "tract-cuda")] gpu: Option<GpuPath>,
-        config: DetectConfig,
-        labels: Vec<String>,
-    ) -> Self {
-        Self {
-            bundle,
-            module,
-            #[cfg(feature = "tract-cuda")]
-            gpu,
-            pre: Preprocessor::new(config.input_width, config.input_height),
-            post: Postprocessor::new(config.num_classes as usize, config.num_anchors as usize),
-            config,
-            labels,
-            input: 0,
-            output: 0,
+            bundle_name,
+            prepared: None,
             detections: Detections::new(),
-            letterbox: None,
             stats: PostStats::default(),
             times: StageTimes::default(),
+        };
+        if let Some(spec) = options.frame {
+            det.prepare(spec)?;
         }
+        Ok(det)
     }
 
-    /// Detect objects in one image. Boxes are in the image's pixel coordinates,
-    /// best score first, at most `max_detections` (the bundle's, <= 300).
+    /// Prepare the session for frames of `spec` (pre-processing, network binding, graph
+    /// capture and its check): done once per geometry; the network is not re-prepared.
     ///
     /// # Errors
-    /// [`DetectError::Run`] when the engine fails; [`DetectError::OutputShape`]
-    /// / [`DetectError::InputBuffer`] when the engine's buffers disagree with
-    /// the configuration (a bundle/engine bug).
-    pub fn detect(&mut self, image: &ImageView<'_>) -> Result<&Detections, DetectError> {
-        #[cfg(feature = "tract-cuda")]
-        if self.gpu.is_some() {
-            return self.detect_gpu(image);
+    /// [`DetectError::Runtime`] when the session cannot be built; [`DetectError::Network`].
+    pub fn prepare(&mut self, spec: FrameSpec) -> Result<(), DetectError> {
+        if self.prepared.as_ref().is_some_and(|p| p.spec == spec) {
+            return Ok(());
         }
+        self.prepared = None;
+        let plan = self.model.single_network()?.plan().clone();
+        let (pipeline, regions) = pipeline(&self.config, &plan, spec)?;
+        log::info!(
+            "preparing the {} session for {}x{} {:?} frames",
+            match plan.placement() {
+                tether_runtime::Placement::Host => "CPU",
+                _ => "GPU",
+            },
+            spec.width,
+            spec.height,
+            spec.format
+        );
+        let session = self.model.session(pipeline)?;
+        let c = &self.config;
+        self.prepared = Some(Prepared {
+            spec,
+            session,
+            regions,
+            letterbox: Letterbox::new(spec.width, spec.height, c.input_width, c.input_height),
+        });
+        Ok(())
+    }
+
+    /// Detect objects in one image. Boxes are in the image's pixel coordinates, best score
+    /// first, at most `max_detections` (the bundle's, <= 300). A frame of a geometry other
+    /// than the prepared one prepares a new session first (off the steady state).
+    ///
+    /// # Errors
+    /// [`DetectError::Frame`] (a `Copy` error) when the run fails; preparation errors for a
+    /// new geometry.
+    pub fn detect(&mut self, image: &ImageView<'_>) -> Result<&Detections, DetectError> {
+        self.prepare(image.spec())?;
+        Ok(self.detect_prepared(image)?)
+    }
+
+    /// Detect in a frame of the prepared geometry. Never prepares, never allocates on a GPU;
+    /// errors are `Copy`.
+    ///
+    /// # Errors
+    /// [`FrameError::Geometry`] for another geometry (or nothing prepared),
+    /// [`FrameError::Run`], [`FrameError::Result`].
+    pub fn detect_prepared(&mut self, image: &ImageView<'_>) -> Result<&Detections, FrameError> {
         let t0 = Instant::now();
-        let c = self.config;
-        let Some(module) = self.module.as_mut() else {
-            return Err(DetectError::Network("no engine prepared".into()));
+        let Some(p) = self.prepared.as_mut() else {
+            return Err(FrameError::Geometry {
+                expected: None,
+                got: image.spec(),
+            });
         };
-        let engine = module.engine();
-        let input = tether_runtime::host::f32_mut(engine.input_host_mut(self.input)?)?;
-        let lb = self.pre.run(image, c.mean, c.std, c.pad_value, input)?;
+        if p.spec != image.spec() {
+            return Err(FrameError::Geometry {
+                expected: Some(p.spec),
+                got: image.spec(),
+            });
+        }
+        let src = image.used();
+        let dst = p.session.input_mut(p.regions.frame)?;
+        dst[..src.len()].copy_from_slice(src);
         let t1 = Instant::now();
-        engine.run(tether_runtime::StreamHandle::HOST)?;
+        p.session.run()?;
         let t2 = Instant::now();
-        let output = tether_runtime::host::f32_ref(engine.output_host(self.output)?)?;
-        self.stats = self.post.run(
-            output,
-            &lb,
-            c.score_threshold,
-            c.iou_threshold,
-            c.max_detections as usize,
-            &mut self.detections,
-        )?;
-        let t3 = Instant::now();
-        self.letterbox = Some(lb);
+        self.stats = output::parse(p.session.output(p.regions.result)?, &mut self.detections)?;
+        if self.stats.nonfinite > 0 {
+            log::warn!(
+                "{} anchors of the network output were NaN or infinite and were dropped",
+                self.stats.nonfinite
+            );
+        }
         self.times = StageTimes {
-            preprocess: t1 - t0,
-            inference: t2 - t1,
-            postprocess: t3 - t2,
+            stage_in: t1 - t0,
+            run: t2 - t1,
+            collect: t2.elapsed(),
         };
         Ok(&self.detections)
     }
 
-    /// The detections of the last [`Detector::detect`].
+    /// The detections of the last run.
     pub fn detections(&self) -> &Detections {
         &self.detections
     }
 
-    /// Stage timings of the last [`Detector::detect`].
+    /// Host-side times of the last run.
     pub fn stage_times(&self) -> StageTimes {
         self.times
     }
 
-    /// Candidate and kept counts of the last [`Detector::detect`].
+    /// Per step of the last run, in milliseconds: host wall time on the CPU; GPU time from
+    /// events on a GPU session built with step timing (see
+    /// [`tether_runtime::session::SessionOptions::step_timing`]), zeros otherwise.
+    pub fn step_times(&self) -> &[(String, f64)] {
+        self.prepared
+            .as_ref()
+            .map_or(&[][..], |p| p.session.step_times())
+    }
+
+    /// Candidate, non-finite and kept counts of the last run.
     pub fn post_stats(&self) -> PostStats {
         self.stats
     }
 
-    /// The letterbox geometry of the last [`Detector::detect`].
+    /// The letterbox geometry of the prepared frame size.
     pub fn letterbox(&self) -> Option<Letterbox> {
-        self.letterbox
+        self.prepared.as_ref().map(|p| p.letterbox)
     }
 
-    /// Class names, indexed by `class_id`.
+    /// Class names, indexed by `class_id` (copied out of the bundle at open).
     pub fn labels(&self) -> &[String] {
         &self.labels
     }
@@ -336,117 +313,36 @@ impl Detector {
         &self.config
     }
 
-    /// The module API underneath (named tensors and the engine) on the CPU
-    /// path; `None` on the GPU path, whose tensors live on the device.
-    pub fn module(&mut self) -> Option<&mut Module> {
-        self.module.as_mut()
+    /// The model underneath (networks, engine choice, device).
+    pub fn model(&self) -> &Model {
+        &self.model
     }
 
     /// The engine running the network.
-    pub fn engine_kind(&self) -> tether_bundle::EngineKind {
-        match &self.module {
-            Some(m) => m.engine_kind(),
-            None => tether_bundle::EngineKind::TractCuda,
-        }
+    pub fn engine(&self) -> tether_runtime::EngineKind {
+        self.model
+            .networks()
+            .first()
+            .map_or(tether_runtime::EngineKind::TractCpu, |n| n.engine())
     }
 
-    /// The opened bundle.
-    pub fn bundle(&self) -> &Arc<Bundle> {
-        &self.bundle
+    /// The bundle's name.
+    pub fn bundle_name(&self) -> &str {
+        &self.bundle_name
     }
 
-    #[cfg(feature = "tract-cuda")]
-    fn detect_gpu(&mut self, image: &ImageView<'_>) -> Result<&Detections, DetectError> {
-        use crate::gpu::{FrameSpec, GpuDetector};
-        let t0 = Instant::now();
-        let spec = FrameSpec {
-            width: image.width(),
-            height: image.height(),
-            format: image.format(),
-            stride: image.stride(),
-        };
-        let Some(gpu) = self.gpu.as_mut() else {
-            return Err(DetectError::Network("no GPU session".into()));
-        };
-        if gpu.session.as_ref().is_none_or(|s| s.frame_spec() != spec) {
-            log::info!(
-                "preparing the GPU session for {}x{} {:?} frames (engine, arena, CUDA graph)",
-                spec.width,
-                spec.height,
-                spec.format
-            );
-            gpu.session = None;
-            let (w, h) = (
-                self.config.input_width as usize,
-                self.config.input_height as usize,
-            );
-            let onnx = self.bundle.section_data(crate::config::ONNX_SECTION)?;
-            let engine = tether_runtime::cuda::TractCudaEngine::load_onnx_bytes(onnx, h, w)
-                .map_err(|e| {
-                    DetectError::Network(format!("tract-cuda could not prepare the network: {e:#}"))
-                })?;
-            gpu.session = Some(GpuDetector::new(
-                &self.config,
-                Box::new(engine),
-                spec,
-                &gpu.options,
-            )?);
-        }
-        let Some(session) = gpu.session.as_mut() else {
-            return Err(DetectError::Network("no GPU session".into()));
-        };
-        // The bytes the view covers: full rows, the last one up to its pixels.
-        let used =
-            spec.stride * (spec.height as usize - 1) + spec.width as usize * spec.format.channels();
-        let data = image.data().get(..used).ok_or(DetectError::InputBuffer {
-            expected: used,
-            actual: image.data().len(),
-        })?;
-        let dets = session.detect(data)?;
-        self.detections.clone_from(dets);
-        self.letterbox = Some(session.letterbox());
-        self.stats = PostStats {
-            candidates: session.candidates() as usize,
-            kept: self.detections.len(),
-        };
-        self.times = StageTimes {
-            preprocess: Duration::ZERO,
-            inference: t0.elapsed(),
-            postprocess: Duration::ZERO,
-        };
-        Ok(&self.detections)
+    /// The session of the prepared geometry (placement, device session details).
+    pub fn session(&self) -> Option<&Session> {
+        self.prepared.as_ref().map(|p| &p.session)
     }
-}
 
-#[cfg(feature = "tract-cuda")]
-struct GpuPath {
-    options: crate::gpu::GpuOptions,
-    session: Option<crate::gpu::GpuDetector>,
-}
+    /// The session, mutable (tests and tools: region reads).
+    pub fn session_mut(&mut self) -> Option<&mut Session> {
+        self.prepared.as_mut().map(|p| &mut p.session)
+    }
 
-/// The CUDA ordinal to use for `device`, or `None` for the CPU.
-#[cfg(feature = "tract-cuda")]
-fn gpu_ordinal(device: Device) -> Result<Option<usize>, DetectError> {
-    match device {
-        Device::Cpu => Ok(None),
-        Device::Auto => match tether_runtime::cuda::skip_reason() {
-            None => Ok(Some(0)),
-            Some(reason) => {
-                let first = reason
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-                    .trim_end_matches(':');
-                log::warn!("no CUDA device ({first}); using the CPU engine");
-                log::debug!("CUDA: {reason}");
-                Ok(None)
-            }
-        },
-        Device::Cuda(n) => match tether_runtime::cuda::skip_reason() {
-            None => Ok(Some(n)),
-            Some(reason) => Err(DetectError::Device(format!(
-                "CUDA device {n} unusable: {reason}"
-            ))),
-        },
+    /// The regions of the prepared session.
+    pub fn regions(&self) -> Option<DetectRegions> {
+        self.prepared.as_ref().map(|p| p.regions)
     }
 }

@@ -17,134 +17,7 @@
 
 use crate::DetectError;
 
-/// Largest accepted source image side, in pixels.
-pub const MAX_IMAGE_SIDE: u32 = 1 << 15;
-
-/// Pixel layout of an [`ImageView`]: 8 bits per channel, interleaved (HWC).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PixelFormat {
-    /// One luminance channel, replicated to R, G and B.
-    Gray8,
-    /// R, G, B.
-    Rgb8,
-    /// R, G, B, alpha (alpha ignored).
-    Rgba8,
-    /// B, G, R (OpenCV / many camera drivers).
-    Bgr8,
-}
-
-impl PixelFormat {
-    /// Bytes per pixel.
-    pub const fn channels(self) -> usize {
-        match self {
-            PixelFormat::Gray8 => 1,
-            PixelFormat::Rgb8 | PixelFormat::Bgr8 => 3,
-            PixelFormat::Rgba8 => 4,
-        }
-    }
-
-    /// Byte offsets of R, G and B within a pixel.
-    const fn rgb_offsets(self) -> [usize; 3] {
-        match self {
-            PixelFormat::Gray8 => [0, 0, 0],
-            PixelFormat::Rgb8 | PixelFormat::Rgba8 => [0, 1, 2],
-            PixelFormat::Bgr8 => [2, 1, 0],
-        }
-    }
-}
-
-/// A borrowed 8-bit image, rows top to bottom, `stride` bytes apart.
-#[derive(Clone, Copy, Debug)]
-pub struct ImageView<'a> {
-    data: &'a [u8],
-    width: u32,
-    height: u32,
-    stride: usize,
-    format: PixelFormat,
-}
-
-impl<'a> ImageView<'a> {
-    /// A tightly packed image (`stride = width * channels`).
-    ///
-    /// # Errors
-    /// [`DetectError::Image`] when a side is 0 or above [`MAX_IMAGE_SIDE`], or
-    /// `data` is shorter than `width * height * channels` bytes.
-    pub fn new(
-        data: &'a [u8],
-        width: u32,
-        height: u32,
-        format: PixelFormat,
-    ) -> Result<Self, DetectError> {
-        let stride = (width as usize).saturating_mul(format.channels());
-        Self::with_stride(data, width, height, stride, format)
-    }
-
-    /// An image whose rows are `stride` bytes apart (camera buffers with row padding).
-    ///
-    /// # Errors
-    /// As [`ImageView::new`], and when `stride < width * channels`.
-    pub fn with_stride(
-        data: &'a [u8],
-        width: u32,
-        height: u32,
-        stride: usize,
-        format: PixelFormat,
-    ) -> Result<Self, DetectError> {
-        let err = |reason: String| {
-            Err(DetectError::Image {
-                width,
-                height,
-                reason,
-            })
-        };
-        if width == 0 || height == 0 || width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE {
-            return err(format!("each side must be 1..={MAX_IMAGE_SIDE} pixels"));
-        }
-        let row = width as usize * format.channels();
-        if stride < row {
-            return err(format!(
-                "stride {stride} is smaller than a row ({row} bytes)"
-            ));
-        }
-        // Sides are at most 2^15, so this cannot overflow on 64-bit or 32-bit targets
-        // for realistic strides; checked anyway.
-        let need = stride
-            .checked_mul(height as usize - 1)
-            .and_then(|v| v.checked_add(row));
-        match need {
-            Some(n) if data.len() >= n => Ok(Self {
-                data,
-                width,
-                height,
-                stride,
-                format,
-            }),
-            Some(n) => err(format!("{format:?} needs {n} bytes, got {}", data.len())),
-            None => err("size overflows".into()),
-        }
-    }
-
-    /// Width in pixels.
-    pub fn width(&self) -> u32 {
-        self.width
-    }
-    /// Height in pixels.
-    pub fn height(&self) -> u32 {
-        self.height
-    }
-    /// Pixel format.
-    pub fn format(&self) -> PixelFormat {
-        self.format
-    }
-    /// Bytes between the starts of consecutive rows.
-    pub fn stride(&self) -> usize {
-        self.stride
-    }
-    /// The raw bytes.
-    pub fn data(&self) -> &'a [u8] {
-        self.data
-    }
-}
+pub use tether_family::vision::{FrameSpec, ImageView, MAX_IMAGE_SIDE, PixelFormat};
 
 /// The geometry of one letterbox transform, from source image to network input.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -273,15 +146,15 @@ impl Preprocessor {
             });
         }
         let lb = Letterbox::new(
-            image.width,
-            image.height,
+            image.width(),
+            image.height(),
             self.input_width,
             self.input_height,
         );
-        taps(&mut self.xs, image.width, lb.new_width);
-        taps(&mut self.ys, image.height, lb.new_height);
-        let offs = image.format.rgb_offsets();
-        let ch = image.format.channels();
+        taps(&mut self.xs, image.width(), lb.new_width);
+        taps(&mut self.ys, image.height(), lb.new_height);
+        let offs = image.format().rgb_offsets();
+        let ch = image.format().channels();
         let (left, top) = (lb.left as usize, lb.top as usize);
         let (nw, nh) = (lb.new_width as usize, lb.new_height as usize);
         for c in 0..3 {
@@ -295,8 +168,8 @@ impl Preprocessor {
                 let row = &mut out[(top + y) * iw..(top + y + 1) * iw];
                 row[..left].fill(padv);
                 row[left + nw..].fill(padv);
-                let r0 = &image.data[ty.i0 as usize * image.stride..];
-                let r1 = &image.data[ty.i1 as usize * image.stride..];
+                let r0 = &image.data()[ty.i0 as usize * image.stride()..];
+                let r1 = &image.data()[ty.i1 as usize * image.stride()..];
                 let fy = ty.frac;
                 for (dst_px, tx) in row[left..left + nw].iter_mut().zip(&self.xs) {
                     let a = tx.i0 as usize * ch + oc;
@@ -376,11 +249,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_views_and_buffers_are_typed_errors() {
-        let e = ImageView::new(&[0u8; 5], 2, 1, PixelFormat::Rgb8).unwrap_err();
-        assert!(e.to_string().contains("needs 6 bytes, got 5"), "{e}");
-        assert!(ImageView::new(&[], 0, 1, PixelFormat::Rgb8).is_err());
-        assert!(ImageView::with_stride(&[0u8; 12], 2, 2, 5, PixelFormat::Rgb8).is_err());
+    fn bad_buffers_are_typed_errors() {
         let view = ImageView::new(&[0u8; 3], 1, 1, PixelFormat::Rgb8).unwrap();
         let mut p = Preprocessor::new(4, 4);
         let e = p

@@ -1,29 +1,49 @@
 //! The build recipe: a YOLOv8 ONNX file and its metadata -> a `detect` bundle.
 //!
-//! Checks that the network has one image input `[B, 3, H, W]` (f32) and a
-//! YOLOv8 head output `[B, 4 + C, N]`, reads the class names from the
-//! Ultralytics metadata key `names`, fixes the input size (the model's own
-//! when static, else the requested one), prepares the network once with the
-//! CPU engine to learn `N` and prove it runs, and lays out the bundle:
+//! Checks that the network has one image input `[B, 3, H, W]` (f32, batch 1 or dynamic)
+//! and a YOLOv8 head output `[B, 4 + C, N]` (f32), reads the class names from the
+//! Ultralytics metadata key `names`, fixes the input size (the model's own when static;
+//! else the requested one; else the model's training size from the Ultralytics metadata
+//! key `imgsz`; else 640), prepares the network once with the CPU engine to learn `N` and
+//! prove it runs, and lays out the bundle (format 1.1 names):
 //!
 //! | section | kind | content |
 //! |---|---|---|
-//! | `detect/model.onnx` | `Onnx` (target `portable`) | the ONNX file, byte for byte |
+//! | `detect/model/model.onnx` | `Onnx` (target `portable`) | the ONNX file, byte for byte |
 //! | `detect/labels` | `Labels` | class names, one per line |
 //! | `detect/config` | `FamilyConfig` | [`crate::config::DetectConfigRecord`] |
-//! | `detect/reference.json` | `Reference` | optional golden detections |
 
-use tether_bundle::{BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc};
-use tether_runtime::Engine;
-use tether_runtime::cpu::{OnnxInfo, TractCpuEngine, inspect_onnx};
+use tether_build::{OnnxInfo, inspect_onnx};
+use tether_bundle::{
+    BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc,
+};
+use tether_runtime::Backend as _;
+use tether_runtime::backend::{NetworkSource, PrepareOptions, SourceFormat};
 
-use crate::config::{CONFIG_SECTION, LABELS_SECTION, ONNX_SECTION, REFERENCE_SECTION};
+use crate::config::{CONFIG_SECTION, LABELS_SECTION, ONNX_SECTION};
 use crate::labels::{encode_labels, parse_ultralytics_names};
 use crate::{DetectConfig, DetectError, FAMILY};
 
-/// Input side used for a model with a dynamic input size when none is given:
-/// Ultralytics' default `imgsz` (ultralytics/cfg/default.yaml).
+/// Input side used for a model with a dynamic input size when neither the options nor the
+/// model's `imgsz` metadata give one: Ultralytics' default `imgsz`
+/// (ultralytics/cfg/default.yaml).
 pub const DEFAULT_DYNAMIC_SIDE: u32 = 640;
+
+/// The training size an Ultralytics export records in its metadata key `imgsz`
+/// (`[320, 320]` as `[h, w]`, or one number), as `(width, height)`.
+pub fn metadata_imgsz(info: &OnnxInfo) -> Option<(u32, u32)> {
+    let text = info.metadata("imgsz")?;
+    let nums: Vec<u32> = text
+        .trim_matches(|c| c == '[' || c == ']' || c == '(' || c == ')')
+        .split(',')
+        .filter_map(|t| t.trim().parse().ok())
+        .collect();
+    match nums.as_slice() {
+        [n] => Some((*n, *n)),
+        [h, w] => Some((*w, *h)),
+        _ => None,
+    }
+}
 /// YOLOv8's largest stride; input sides must be multiples of it.
 pub const STRIDE: u32 = 32;
 
@@ -44,8 +64,6 @@ pub struct BuildOptions {
     pub iou_threshold: Option<f32>,
     /// Maximum detections (default 300).
     pub max_detections: Option<u32>,
-    /// Golden detections (JSON) to embed as reference evidence.
-    pub reference: Option<Vec<u8>>,
     /// Creation time, seconds since the Unix epoch.
     pub created_unix_s: u64,
 }
@@ -89,15 +107,29 @@ pub fn build(
             info.inputs.len()
         )));
     };
-    if input.dims.len() != 4 || input.dims[1] != 3 || input.dtype != tether_bundle::DType::F32 {
+    if input.dims.len() != 4 || input.dims[1] != 3 || input.dtype != DType::F32 {
         return Err(DetectError::Network(format!(
             "input `{}` is {} {:?}; expected f32 [batch, 3, height, width]",
             input.name, input.dtype, input.dims
         )));
     }
+    if input.dims[0] > 1 {
+        return Err(DetectError::Network(format!(
+            "input `{}` has a static batch of {} ({:?}); tether runs one image per inference: export the model with batch 1 or a dynamic batch",
+            input.name, input.dims[0], input.dims
+        )));
+    }
     let Some(output) = info.outputs.first() else {
         return Err(DetectError::Network("the model has no output".into()));
     };
+    for t in info.outputs.iter() {
+        if t.dtype != DType::F32 {
+            return Err(DetectError::Network(format!(
+                "output `{}` is {} {:?}; the detection head must be f32 (export without half precision, or with an f32 output)",
+                t.name, t.dtype, t.dims
+            )));
+        }
+    }
     let names_text = info.metadata("names").ok_or_else(|| {
         DetectError::Labels("the ONNX metadata has no `names` entry (Ultralytics export)".into())
     })?;
@@ -122,13 +154,24 @@ pub fn build(
             });
         }
         (_, Some(req)) => req,
-        (_, None) => {
-            log::warn!(
-                "input `{}` has a dynamic size; using {DEFAULT_DYNAMIC_SIDE}x{DEFAULT_DYNAMIC_SIDE} (pass an input size to choose)",
-                input.name
-            );
-            (DEFAULT_DYNAMIC_SIDE, DEFAULT_DYNAMIC_SIDE)
-        }
+        (_, None) => match metadata_imgsz(&info) {
+            Some(size) => {
+                log::info!(
+                    "input `{}` has a dynamic size; using the model's training size {}x{} (metadata `imgsz`)",
+                    input.name,
+                    size.0,
+                    size.1
+                );
+                size
+            }
+            None => {
+                log::warn!(
+                    "input `{}` has a dynamic size and no `imgsz` metadata; using {DEFAULT_DYNAMIC_SIDE}x{DEFAULT_DYNAMIC_SIDE} (pass an input size to choose)",
+                    input.name
+                );
+                (DEFAULT_DYNAMIC_SIDE, DEFAULT_DYNAMIC_SIDE)
+            }
+        },
     };
     if w % STRIDE != 0 || h % STRIDE != 0 || w == 0 || h == 0 {
         return Err(DetectError::Config {
@@ -137,9 +180,25 @@ pub fn build(
         });
     }
     progress("preparing the network on the CPU engine");
-    let engine = TractCpuEngine::load(onnx, &[vec![1, 3, h as usize, w as usize]])
+    let plan = tether_runtime::backends::tract_cpu::TractCpu
+        .prepare(
+            &NetworkSource {
+                network: crate::NETWORK,
+                format: SourceFormat::Onnx,
+                bytes: onnx,
+                target: None,
+            },
+            &PrepareOptions {
+                input_shapes: vec![vec![1, 3, h as usize, w as usize]],
+                ..PrepareOptions::default()
+            },
+        )
         .map_err(|e| DetectError::Network(e.to_string()))?;
-    let out = &engine.outputs()[0];
+    let Some(out) = plan.io().outputs.first() else {
+        return Err(DetectError::Network(
+            "the prepared network has no output".into(),
+        ));
+    };
     let num_anchors = match out.shape.as_slice() {
         [1, c, n] if *c == 4 + num_classes as usize => u32::try_from(*n).ok(),
         _ => None,
@@ -151,7 +210,13 @@ pub fn build(
             4 + num_classes
         ))
     })?;
-    drop(engine);
+    if out.dtype != DType::F32 {
+        return Err(DetectError::Network(format!(
+            "output `{}` is {} after preparation; the detection head must be f32",
+            out.name, out.dtype
+        )));
+    }
+    drop(plan);
 
     let mut config = DetectConfig::ultralytics(w, h, num_classes, num_anchors);
     if let Some(v) = options.score_threshold {
@@ -197,8 +262,10 @@ pub fn build(
         flags: 0,
     })?;
     let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
-    for t in info.inputs.iter().chain(info.outputs.iter()) {
-        writer.add_tensor(model, t.clone())?;
+    // The tensors at the shapes the bundle runs at (the manifest records the concrete
+    // input size, not the model's dynamic declaration).
+    for t in run_tensors(&info, w, h, num_classes, num_anchors) {
+        writer.add_tensor(model, t)?;
     }
     writer.add_section(
         SectionKind::Labels,
@@ -212,9 +279,6 @@ pub fn build(
         None,
         zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
     )?;
-    if let Some(r) = &options.reference {
-        writer.add_section(SectionKind::Reference, REFERENCE_SECTION, None, r.clone())?;
-    }
     Ok((
         writer,
         BuildReport {
@@ -224,4 +288,30 @@ pub fn build(
             input_is_dynamic,
         },
     ))
+}
+
+/// The network's I/O at the shapes a bundle of this configuration runs at: input
+/// `[1, 3, h, w]`, output `[1, 4 + C, N]` (further outputs as declared).
+pub fn run_tensors(
+    info: &OnnxInfo,
+    w: u32,
+    h: u32,
+    num_classes: u32,
+    num_anchors: u32,
+) -> Vec<tether_bundle::TensorDesc> {
+    let mut v = Vec::new();
+    for t in &info.inputs {
+        let mut t = t.clone();
+        t.dims = vec![1, 3, i64::from(h), i64::from(w)];
+        t.layout = tether_bundle::Layout::Nchw;
+        v.push(t);
+    }
+    for (i, t) in info.outputs.iter().enumerate() {
+        let mut t = t.clone();
+        if i == 0 {
+            t.dims = vec![1, 4 + i64::from(num_classes), i64::from(num_anchors)];
+        }
+        v.push(t);
+    }
+    v
 }

@@ -115,9 +115,26 @@ fn check(golden_name: &str) {
 
     // Network input values at fixed positions, and the sum of all of them.
     let (w, h) = (input_size[0] as usize, input_size[1] as usize);
-    let module = det.module().expect("CPU path has a module");
+    // The session's regions hold the network's input and output tensors of the last run.
+    let regions = det.regions().expect("prepared");
+    let net = det.model().single_network().expect("one network");
     let input_name = g["input_name"].as_str().expect("input name");
-    let input = module.input_f32_mut(input_name).expect("input").to_vec();
+    assert_eq!(net.io().inputs[0].name, input_name);
+    let read = |det: &mut Detector, id, bytes: usize| -> Vec<f32> {
+        let mut b = vec![0u8; bytes];
+        det.session_mut()
+            .expect("session")
+            .read_region(id, &mut b)
+            .expect("read region");
+        b.chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let in_bytes = net.io().inputs[0].byte_len().unwrap();
+    let out_bytes = net.io().outputs[0].byte_len().unwrap();
+    let output_name = g["output_name"].as_str().expect("output name");
+    assert_eq!(net.io().outputs[0].name, output_name);
+    let input = read(&mut det, regions.tensor, in_bytes);
     for s in g["input_sample"].as_array().expect("input_sample") {
         let (c, y, x) = (
             s["c"].as_u64().unwrap() as usize,
@@ -139,8 +156,7 @@ fn check(golden_name: &str) {
     );
 
     // Raw network output at fixed anchors.
-    let output_name = g["output_name"].as_str().expect("output name");
-    let out = module.output_f32(output_name).expect("output");
+    let out = read(&mut det, regions.raw, out_bytes);
     let n = g["raw_output_shape"][2].as_u64().unwrap() as usize;
     let rows = g["raw_output_shape"][1].as_u64().unwrap() as usize;
     assert_eq!(out.len(), rows * n);

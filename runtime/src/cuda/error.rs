@@ -31,6 +31,15 @@ impl DriverError {
     pub fn raw(&self) -> u32 {
         self.code as u32
     }
+
+    /// `CUDA_ERROR_NOT_SUPPORTED` for `call`: an operation a layer above the driver does not
+    /// offer (e.g. a stage without a device flavour). No allocation.
+    pub const fn unsupported(call: &'static str) -> Self {
+        DriverError {
+            call,
+            code: sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+        }
+    }
 }
 
 impl fmt::Display for DriverError {
@@ -145,6 +154,25 @@ pub enum CudaError {
     /// A device feature the caller asked for is missing (e.g. mapped host memory).
     #[error("{0}")]
     Unsupported(String),
+}
+
+impl CudaError {
+    /// One line: what failed, without the list of every path tried (which `-vv` and
+    /// `tether doctor` show).
+    pub fn summary(&self) -> String {
+        match self {
+            CudaError::LibraryNotFound { tried } => format!(
+                "the CUDA driver library (libcuda) was not found ({} places tried; `tether doctor` lists them)",
+                tried.len()
+            ),
+            other => other
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        }
+    }
 }
 
 fn format_tried(tried: &[TriedPath]) -> String {

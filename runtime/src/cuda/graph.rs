@@ -4,7 +4,7 @@
 //! an eager warm-up (lazy module loading, engine first-run allocations), on a dedicated
 //! non-default stream, in `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL` so that unrelated CUDA calls
 //! on other threads cannot invalidate it; and never trust a replay without comparing it with
-//! the eager result (the session does that at load, see the detect family's `gpu.rs`).
+//! the eager result (the device session does that at load, `runtime/src/session/device.rs`).
 
 use cudarc::driver::sys;
 
@@ -108,13 +108,14 @@ impl Graph {
         self.exec
     }
 
-    /// Launch on `stream` (same as [`Stream::launch_graph`]).
+    /// Launch on `stream` (the one way to launch a graph). No allocation.
     ///
     /// # Errors
     /// A driver error.
     #[inline]
     pub fn launch(&self, stream: &Stream) -> Result<(), DriverError> {
-        stream.launch_graph(self)
+        // SAFETY: exec is a live instantiated graph of this stream's context.
+        unsafe { check("cuGraphLaunch", sys::cuGraphLaunch(self.exec, stream.raw())) }
     }
 }
 

@@ -62,7 +62,7 @@ pub struct RegionId(usize);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Region {
     /// What it holds, e.g. "input frame u8 [1080, 1920, 3]".
-    pub name: &'static str,
+    pub name: String,
     /// Byte offset from the arena base; a multiple of the region's alignment.
     pub offset: usize,
     /// Requested size in bytes.
@@ -92,7 +92,7 @@ impl ArenaPlan {
     ///
     /// # Errors
     /// [`CudaError::Plan`] when the arena would exceed `usize`.
-    pub fn add(&mut self, name: &'static str, bytes: usize) -> Result<RegionId, CudaError> {
+    pub fn add(&mut self, name: impl Into<String>, bytes: usize) -> Result<RegionId, CudaError> {
         self.add_aligned(name, bytes, DEFAULT_ALIGN)
     }
 
@@ -102,10 +102,11 @@ impl ArenaPlan {
     /// [`CudaError::Plan`] on a bad alignment or when the arena would exceed `usize`.
     pub fn add_aligned(
         &mut self,
-        name: &'static str,
+        name: impl Into<String>,
         bytes: usize,
         align: usize,
     ) -> Result<RegionId, CudaError> {
+        let name = name.into();
         if !align.is_power_of_two() {
             return Err(CudaError::Plan(format!(
                 "region `{name}`: alignment {align} is not a power of two"

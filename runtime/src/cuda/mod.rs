@@ -1,7 +1,7 @@
 //! The CUDA device layer: device selection and properties, the primary context (usable from
 //! any thread), streams with a host synchronisation policy, events, the per-session device
 //! arena and pinned/mapped host staging, kernel modules chosen by driver major and SM, CUDA
-//! graph capture, and device-placed engines on the crate's [`crate::Engine`] trait.
+//! and CUDA graph capture.
 //!
 //! Built on `cudarc`'s raw driver bindings with dynamic loading: nothing from CUDA is needed
 //! at build time, and on a machine without a driver every entry point returns
@@ -15,28 +15,22 @@
 //! [`Context::bind`] never allocate; their errors are the `Copy` [`DriverError`].
 
 mod device;
-mod engine;
 mod error;
 mod graph;
 pub mod loader;
 mod memory;
 mod module;
 mod stream;
-#[cfg(feature = "tract-cuda")]
-mod tract_engine;
 
 pub use device::{Context, DeviceProperties, device_count, properties};
-pub use engine::ReplayEngine;
 pub use error::{CudaError, DriverError, TriedPath, error_name};
 pub use graph::Graph;
 pub use loader::{Driver, driver, is_available};
 pub use memory::{
     ArenaPlan, DEFAULT_ALIGN, DeviceArena, DevicePtr, DeviceRegion, PinnedBuffer, Region, RegionId,
 };
-pub use module::{Function, KernelImage, Module, ModuleSource, image_order};
+pub use module::{Function, KernelImage, KernelModule, ModuleSource, image_order};
 pub use stream::{Event, Stream, SyncPolicy};
-#[cfg(feature = "tract-cuda")]
-pub use tract_engine::TractCudaEngine;
 
 /// Whether tests and tools should attempt GPU work: a driver loads and reports a device.
 /// Prints nothing; use [`skip_reason`] to say why not.

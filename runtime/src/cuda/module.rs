@@ -2,7 +2,7 @@
 //!
 //! A family embeds one image per (CUDA major, SM) it was built for. The driver refuses a
 //! cubin built by a newer *major* toolkit than its own (a CUDA 13 cubin on JetPack 6's CUDA 12
-//! driver), and refuses SASS for another SM; so [`Module::load`] orders the images by what the
+//! driver), and refuses SASS for another SM; so [`KernelModule::load`] orders the images by what the
 //! driver can take (same major first, then older majors; exact SM or a fatbin) and tries each,
 //! recording every refusal. Only when none loads, and only when the caller allowed it, is the
 //! source compiled with NVRTC (feature `nvrtc`) for the device's exact SM.
@@ -39,7 +39,7 @@ pub struct ModuleSource {
 }
 
 /// A loaded module.
-pub struct Module {
+pub struct KernelModule {
     raw: sys::CUmodule,
     /// Which image (or "nvrtc:sm_XX") was loaded.
     pub image: String,
@@ -47,11 +47,11 @@ pub struct Module {
 }
 
 // SAFETY: module handles are usable from any thread with the context bound.
-unsafe impl Send for Module {}
+unsafe impl Send for KernelModule {}
 // SAFETY: immutable after load.
-unsafe impl Sync for Module {}
+unsafe impl Sync for KernelModule {}
 
-/// A kernel of a loaded [`Module`]. Valid while the module lives.
+/// A kernel of a loaded [`KernelModule`]. Valid while the module lives.
 #[derive(Debug, Clone, Copy)]
 pub struct Function(sys::CUfunction);
 
@@ -85,7 +85,7 @@ pub fn image_order(images: &[KernelImage], sm: u32, driver_major: u32) -> Vec<us
     idx
 }
 
-impl Module {
+impl KernelModule {
     /// Load the best image for this context's device (see [`image_order`]).
     ///
     /// # Errors
@@ -117,7 +117,7 @@ impl Module {
                         "kernels: loaded {} for sm_{sm} (driver CUDA {major})",
                         img.name
                     );
-                    return Ok(Module {
+                    return Ok(KernelModule {
                         raw,
                         image: img.name.to_string(),
                         ctx: ctx.clone(),
@@ -181,7 +181,7 @@ impl Module {
         log::warn!(
             "kernels: no embedded image matched; compiled from source with NVRTC for sm_{sm}"
         );
-        Ok(Module {
+        Ok(KernelModule {
             raw,
             image: format!("nvrtc:sm_{sm}"),
             ctx: ctx.clone(),
@@ -217,7 +217,7 @@ impl Module {
     }
 }
 
-impl Drop for Module {
+impl Drop for KernelModule {
     fn drop(&mut self) {
         let _ = self.ctx.bind();
         // SAFETY: loaded in load/nvrtc, unloaded once; graphs using it are dropped first by

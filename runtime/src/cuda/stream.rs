@@ -6,7 +6,6 @@ use cudarc::driver::sys;
 
 use super::device::Context;
 use super::error::{DriverError, check};
-use super::graph::Graph;
 use super::memory::DevicePtr;
 use super::module::Function;
 
@@ -329,6 +328,26 @@ impl Stream {
         }
     }
 
+    /// Fill `bytes` bytes at `dst` with `value` (capturable as a memset node).
+    ///
+    /// # Safety
+    /// `dst` is a device allocation of at least `bytes` bytes.
+    #[inline]
+    pub unsafe fn memset_u8(
+        &self,
+        dst: DevicePtr,
+        value: u8,
+        bytes: usize,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            check(
+                "cuMemsetD8Async",
+                sys::cuMemsetD8Async(dst.0, value, bytes, self.raw),
+            )
+        }
+    }
+
     /// Launch a kernel.
     ///
     /// # Safety
@@ -365,19 +384,26 @@ impl Stream {
         }
     }
 
-    /// Launch an instantiated graph on this stream. No allocation.
+    /// Launch a kernel whose only parameter is one `#[repr(C)]` struct passed by value (the
+    /// way every tether kernel is declared: `__global__ void k(Params p)`). No allocation.
     ///
-    /// # Errors
-    /// A driver error.
+    /// # Safety
+    /// `P` must be `#[repr(C)]` with exactly the layout of the kernel's parameter struct, and
+    /// every device address inside it must stay valid until the kernel completes (and for
+    /// every replay of a graph that captured the launch).
     #[inline]
-    pub fn launch_graph(&self, graph: &Graph) -> Result<(), DriverError> {
-        // SAFETY: exec is a live instantiated graph of this context.
-        unsafe {
-            check(
-                "cuGraphLaunch",
-                sys::cuGraphLaunch(graph.raw_exec(), self.raw),
-            )
-        }
+    pub unsafe fn launch_params<P: Copy>(
+        &self,
+        f: Function,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        params: &P,
+    ) -> Result<(), DriverError> {
+        let mut arg = params as *const P as *mut c_void;
+        // SAFETY: one argument, pointing at a value of the kernel's parameter type (the
+        // caller's contract); the driver copies it into the launch before returning.
+        unsafe { self.launch(f, grid, block, shared_bytes, std::slice::from_mut(&mut arg)) }
     }
 
     /// True while this stream is being captured.

@@ -706,41 +706,23 @@ impl UnboundContext {
         bindings: &[TensorBinding<'_>],
     ) -> Result<ExecutionContext, TrtError> {
         let engine = self.engine.inner.clone();
-        let rt = &engine.runtime;
-        let _guard = rt.lock();
-        rt.recorder.clear();
-        let mark = diagnostics::log_mark();
-        if device_memory.size < self.device_memory_size {
-            return Err(TrtError::DeviceMemoryTooSmall {
-                needed: self.device_memory_size,
-                given: device_memory.size,
-                address: device_memory.address,
-            });
-        }
-        let mut addresses = vec![None; engine.tensors.len()];
-        for b in bindings {
-            addresses[engine.index_of(b.name)?] = Some(b.address);
-        }
-        self.handle
-            .set_device_memory_v2(device_memory.address, device_memory.size as i64);
-        for (t, a) in engine.tensors.iter().zip(&addresses) {
-            let address = a.ok_or_else(|| TrtError::Unbound {
-                name: t.name().to_string(),
-            })?;
-            if !self.handle.set_tensor_address(&t.name, address) {
-                return Err(TrtError::TensorAddress {
-                    name: t.name().to_string(),
-                    address,
-                    messages: rt.messages(mark),
-                });
-            }
-        }
+        // SAFETY: the caller's contract, forwarded.
+        unsafe {
+            apply_bindings(
+                &engine,
+                &mut self.handle,
+                self.device_memory_size,
+                device_memory,
+                bindings,
+            )
+        }?;
         Ok(ExecutionContext {
             handle: self.handle,
             engine: self.engine,
             shapes: self.shapes,
             blockers: self.blockers,
             device_memory,
+            required_memory: self.device_memory_size,
         })
     }
 }
@@ -756,6 +738,8 @@ pub struct ExecutionContext {
     shapes: Vec<Vec<i64>>,
     blockers: CaptureBlockers,
     device_memory: DeviceMemory,
+    /// `updateDeviceMemorySizeForShapes` for the shapes set.
+    required_memory: u64,
 }
 
 impl fmt::Debug for ExecutionContext {
@@ -796,6 +780,39 @@ impl ExecutionContext {
     /// Why it is not capture-safe.
     pub fn capture_blockers(&self) -> CaptureBlockers {
         self.blockers
+    }
+
+    /// Binds new device memory and I/O addresses (`setDeviceMemoryV2`,
+    /// `setTensorAddress` for every tensor), e.g. to alternate recurrent
+    /// state buffers or to serve a second session from the same engine. The
+    /// next enqueue (and a capture made after it) uses the new addresses.
+    ///
+    /// # Safety
+    /// As [`UnboundContext::bind`]; additionally no enqueue or graph replay
+    /// using the previous addresses may still be running on the GPU unless
+    /// those addresses also stay valid.
+    ///
+    /// # Errors
+    /// As [`UnboundContext::bind`].
+    #[allow(unsafe_code)]
+    pub unsafe fn rebind(
+        &mut self,
+        device_memory: DeviceMemory,
+        bindings: &[TensorBinding<'_>],
+    ) -> Result<(), TrtError> {
+        let engine = self.engine.inner.clone();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe {
+            apply_bindings(
+                &engine,
+                &mut self.handle,
+                self.required_memory,
+                device_memory,
+                bindings,
+            )
+        }?;
+        self.device_memory = device_memory;
+        Ok(())
     }
 
     /// Enqueues one inference on `stream` (`enqueueV3`, one call, no
@@ -844,4 +861,47 @@ impl ExecutionContext {
             Err(CaptureError::NotCapturable)
         }
     }
+}
+
+/// `setDeviceMemoryV2` and `setTensorAddress` for every I/O tensor of `engine`.
+///
+/// # Safety
+/// As [`UnboundContext::bind`].
+#[allow(unsafe_code)]
+unsafe fn apply_bindings(
+    engine: &EngineInner,
+    handle: &mut ContextHandle,
+    required: u64,
+    device_memory: DeviceMemory,
+    bindings: &[TensorBinding<'_>],
+) -> Result<(), TrtError> {
+    let rt = &engine.runtime;
+    let _guard = rt.lock();
+    rt.recorder.clear();
+    let mark = diagnostics::log_mark();
+    if device_memory.size < required {
+        return Err(TrtError::DeviceMemoryTooSmall {
+            needed: required,
+            given: device_memory.size,
+            address: device_memory.address,
+        });
+    }
+    let mut addresses = vec![None; engine.tensors.len()];
+    for b in bindings {
+        addresses[engine.index_of(b.name)?] = Some(b.address);
+    }
+    handle.set_device_memory_v2(device_memory.address, device_memory.size as i64);
+    for (t, a) in engine.tensors.iter().zip(&addresses) {
+        let address = a.ok_or_else(|| TrtError::Unbound {
+            name: t.name().to_string(),
+        })?;
+        if !handle.set_tensor_address(&t.name, address) {
+            return Err(TrtError::TensorAddress {
+                name: t.name().to_string(),
+                address,
+                messages: rt.messages(mark),
+            });
+        }
+    }
+    Ok(())
 }

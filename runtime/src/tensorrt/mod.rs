@@ -25,21 +25,20 @@
 //!   input shapes; [`UnboundContext::bind`] gives it caller-owned device memory
 //!   (`setDeviceMemoryV2`) and every I/O address once; [`ExecutionContext::enqueue`]
 //!   is one `enqueueV3` and allocates nothing.
-//! - **Building plans** ([`build_plan_with_trtexec`]) drives `trtexec` and
-//!   returns the target record.
+//! - **Building plans** is the offline side's job (`tether-build`: `trtexec`).
 //!
-//! Typical use (what `tether doctor --self-test` strings together):
+//! Typical use (what the TensorRT backend, `crate::backends::tensorrt`, strings together):
 //!
 //! ```no_run
 //! # use tether_runtime::tensorrt::*;
 //! # fn alloc(_: u64) -> u64 { 0 }
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let trt = TensorRt::load(None)?;
-//! let built = build_plan_with_trtexec(&TrtexecOptions::new("model.onnx", "model.plan"))?;
-//! let plan = std::fs::read(&built.plan_path)?;
+//! let plan = std::fs::read("model.plan")?;
+//! let target = PlanTarget { tensorrt_version: 110400, sm: Some((9, 0)), hardware_compat: 0, flags: 0 };
 //! let runtime = trt.create_runtime()?;
 //! let device_sm = (9, 0); // from the CUDA device layer
-//! let engine = runtime.deserialize(&plan, &built.target, device_sm, &DeserializeOptions::default())?;
+//! let engine = runtime.deserialize(&plan, &target, device_sm, &DeserializeOptions::default())?;
 //! let unbound = engine.create_execution_context(&[("images", &[1, 3, 640, 640])])?;
 //! let scratch = DeviceMemory { address: alloc(unbound.device_memory_size()), size: unbound.device_memory_size() };
 //! let bindings: Vec<TensorBinding> = engine.io_tensors().iter().map(|t| TensorBinding {
@@ -67,12 +66,6 @@ mod error;
 #[allow(unsafe_code)]
 mod ffi;
 pub mod library;
-// The TensorRT engine on the crate's `Engine` trait: calls the three API
-// contracts above and the CUDA layer's copies, each with its SAFETY line.
-#[cfg(feature = "cuda")]
-#[allow(unsafe_code)]
-mod session;
-pub mod trtexec;
 
 pub use abi::{DataType, HardwareCompatibility, TensorIoMode, TensorLocation};
 pub use compat::{
@@ -88,6 +81,3 @@ pub use error::{
     CaptureError, EnqueueError, LoadError, TriedPath, TriedPaths, TrtError, TrtMessages,
 };
 pub use library::{ENV_LIBRARY, LibraryPreference, LoadOptions};
-#[cfg(feature = "cuda")]
-pub use session::{SessionError, TensorRtEngine};
-pub use trtexec::{BuiltPlan, ProfileShape, TrtexecError, TrtexecOptions, build_plan_with_trtexec};

@@ -14,8 +14,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::abi::HardwareCompatibility;
-use super::compat::{
+use tether_runtime::tensorrt::HardwareCompatibility;
+use tether_runtime::tensorrt::{
     PlanHeader, PlanTarget, TARGET_FLAG_LEAN, TARGET_FLAG_VERSION_COMPATIBLE, TrtVersion,
 };
 

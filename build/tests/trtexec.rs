@@ -5,9 +5,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use tether_build::trtexec::{ProfileShape, TrtexecError, TrtexecOptions, build_plan_with_trtexec};
 use tether_runtime::tensorrt::{
-    HardwareCompatibility, ProfileShape, TARGET_FLAG_LEAN, TARGET_FLAG_VERSION_COMPATIBLE,
-    TrtexecError, TrtexecOptions, build_plan_with_trtexec,
+    HardwareCompatibility, TARGET_FLAG_LEAN, TARGET_FLAG_VERSION_COMPATIBLE,
 };
 
 fn temp_dir(tag: &str) -> PathBuf {

@@ -1,0 +1,520 @@
+//! The detection pipeline as session stages: what the family contributes to a runtime
+//! session (its kernels and the regions they need), in a host and a device flavour that
+//! compute the same thing.
+//!
+//! ```text
+//! frame u8 [H, stride] --letterbox--> images f32 [1, 3, h, w] --network--> output0 f32
+//! [1, 4 + C, N] --decode + sort + NMS--> result DetectOutput
+//! ```
+
+use tether_runtime::session::{Check, HostIo, PipelineSpec, RegionKind};
+use tether_runtime::{Plan, RegionId, RunError, Stage};
+
+use crate::config::DetectConfig;
+use crate::decode::{Detections, Postprocessor};
+use crate::letterbox::{FrameSpec, ImageView, Letterbox, Preprocessor};
+use crate::output::{self, DetectOutput, OUTPUT_BYTES};
+use crate::{DetectError, MAX_DETECTIONS};
+
+/// The regions of a detection session the detector reads and writes.
+#[derive(Clone, Copy, Debug)]
+pub struct DetectRegions {
+    /// The frame (input region).
+    pub frame: RegionId,
+    /// The network input tensor.
+    pub tensor: RegionId,
+    /// The network output tensor.
+    pub raw: RegionId,
+    /// The result record (output region).
+    pub result: RegionId,
+}
+
+fn stage_error(what: &'static str) -> RunError {
+    RunError::Unsupported { what }
+}
+
+/// Letterbox, resize, normalise: frame -> network input.
+pub struct LetterboxStage {
+    frame: RegionId,
+    tensor: RegionId,
+    spec: FrameSpec,
+    config: DetectConfig,
+    pre: Preprocessor,
+    io: [RegionId; 2],
+    #[cfg(feature = "cuda")]
+    device: Option<(
+        tether_runtime::cuda::Function,
+        crate::kernels::LetterboxParams,
+    )>,
+}
+
+impl LetterboxStage {
+    fn new(frame: RegionId, tensor: RegionId, spec: FrameSpec, config: DetectConfig) -> Self {
+        LetterboxStage {
+            frame,
+            tensor,
+            spec,
+            config,
+            pre: Preprocessor::new(config.input_width, config.input_height),
+            io: [frame, tensor],
+            #[cfg(feature = "cuda")]
+            device: None,
+        }
+    }
+}
+
+impl Stage for LetterboxStage {
+    fn name(&self) -> &str {
+        "letterbox"
+    }
+    fn reads(&self) -> &[RegionId] {
+        &self.io[..1]
+    }
+    fn writes(&self) -> &[RegionId] {
+        &self.io[1..]
+    }
+    fn run_host(&mut self, io: &mut HostIo<'_>) -> Result<(), RunError> {
+        let ([frame], [tensor]) = io.split([self.frame], [self.tensor])?;
+        let s = self.spec;
+        let view = ImageView::with_stride(frame, s.width, s.height, s.stride, s.format)
+            .map_err(|_| stage_error("frame region does not hold the prepared frame"))?;
+        let dst = tether_runtime::tensor::view_mut::<f32>(tether_runtime::DType::F32, tensor)
+            .map_err(|_| stage_error("network input region is not f32"))?;
+        let c = &self.config;
+        self.pre
+            .run(&view, c.mean, c.std, c.pad_value, dst)
+            .map_err(|_| stage_error("network input region has the wrong size"))?;
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn prepare_device(
+        &mut self,
+        kernels: Option<&tether_runtime::cuda::KernelModule>,
+        regions: &tether_runtime::session::DeviceRegions,
+    ) -> Result<(), tether_runtime::cuda::CudaError> {
+        let m = kernels.ok_or_else(|| {
+            tether_runtime::cuda::CudaError::Unsupported("no kernel module loaded".into())
+        })?;
+        let f = m.function("letterbox_bilinear_nchw")?;
+        let (s, c) = (self.spec, &self.config);
+        let lb = Letterbox::new(s.width, s.height, c.input_width, c.input_height);
+        let off = s.format.rgb_offsets();
+        let p = crate::kernels::LetterboxParams {
+            frame: regions.get(self.frame)?.ptr,
+            tensor: regions.get(self.tensor)?.ptr,
+            src_w: s.width as i32,
+            src_h: s.height as i32,
+            pitch: s.stride as i32,
+            ch: s.format.channels() as i32,
+            off: [off[0] as i32, off[1] as i32, off[2] as i32],
+            in_w: c.input_width as i32,
+            in_h: c.input_height as i32,
+            new_w: lb.new_width as i32,
+            new_h: lb.new_height as i32,
+            left: lb.left as i32,
+            top: lb.top as i32,
+            sx: s.width as f32 / lb.new_width as f32,
+            sy: s.height as f32 / lb.new_height as f32,
+            mean: c.mean,
+            std: c.std,
+            pad: f32::from(c.pad_value),
+        };
+        self.device = Some((f, p));
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn enqueue(
+        &self,
+        stream: &tether_runtime::cuda::Stream,
+    ) -> Result<(), tether_runtime::cuda::DriverError> {
+        let Some((f, p)) = &self.device else {
+            return Err(not_prepared());
+        };
+        let grid = ((p.in_w as u32).div_ceil(32), (p.in_h as u32).div_ceil(8), 1);
+        // SAFETY: `p` mirrors LetterboxParams; frame and tensor regions are sized for this
+        // geometry in the session arena and outlive every launch and replay.
+        unsafe { stream.launch_params(*f, grid, (32, 8, 1), 0, p) }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn not_prepared() -> tether_runtime::cuda::DriverError {
+    tether_runtime::cuda::DriverError::unsupported("detect stage enqueued before prepare_device")
+}
+
+/// Keys sorted per block by the `sort_tiles` kernel (`TILE` in `kernels/detect.cu`): the
+/// padded sort size is a power of two at least this large.
+pub const SORT_TILE: u32 = 2048;
+
+/// The padded sort size for `anchors`: the next power of two, at least [`SORT_TILE`].
+pub fn padded_anchors(anchors: u32) -> u32 {
+    anchors.max(SORT_TILE).next_power_of_two()
+}
+
+/// The device-only scratch regions of the post-processing.
+#[derive(Clone, Copy, Debug)]
+struct PostScratch {
+    boxes: RegionId,
+    cls: RegionId,
+    scores: RegionId,
+    keys: RegionId,
+    state: RegionId,
+}
+
+/// Decode, sort, class-wise NMS, map back: network output -> result record.
+pub struct PostStage {
+    raw: RegionId,
+    result: RegionId,
+    scratch: Option<PostScratch>,
+    config: DetectConfig,
+    letterbox: Letterbox,
+    post: Postprocessor,
+    dets: Detections,
+    io: Vec<RegionId>,
+    #[cfg(feature = "cuda")]
+    device: Option<PostLaunches>,
+}
+
+#[cfg(feature = "cuda")]
+struct PostLaunches {
+    state: tether_runtime::cuda::DeviceRegion,
+    decode: (tether_runtime::cuda::Function, crate::kernels::DecodeParams),
+    tiles: tether_runtime::cuda::Function,
+    global: tether_runtime::cuda::Function,
+    shared: tether_runtime::cuda::Function,
+    sort: crate::kernels::SortParams,
+    nms: (tether_runtime::cuda::Function, crate::kernels::NmsParams),
+}
+
+impl Stage for PostStage {
+    fn name(&self) -> &str {
+        "decode+nms"
+    }
+    fn reads(&self) -> &[RegionId] {
+        &self.io[..1]
+    }
+    fn writes(&self) -> &[RegionId] {
+        &self.io[1..]
+    }
+    fn run_host(&mut self, io: &mut HostIo<'_>) -> Result<(), RunError> {
+        let ([raw], [result]) = io.split([self.raw], [self.result])?;
+        let raw = tether_runtime::tensor::view::<f32>(tether_runtime::DType::F32, raw)
+            .map_err(|_| stage_error("network output region is not f32"))?;
+        let (record, _) = <DetectOutput as zerocopy::FromBytes>::mut_from_prefix(result)
+            .map_err(|_| stage_error("result region is not a detection record"))?;
+        let c = &self.config;
+        self.post
+            .run_into_record(
+                raw,
+                &self.letterbox,
+                c.score_threshold,
+                c.iou_threshold,
+                c.max_detections as usize,
+                &mut self.dets,
+                record,
+            )
+            .map_err(|_| stage_error("network output has the wrong size"))?;
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn prepare_device(
+        &mut self,
+        kernels: Option<&tether_runtime::cuda::KernelModule>,
+        regions: &tether_runtime::session::DeviceRegions,
+    ) -> Result<(), tether_runtime::cuda::CudaError> {
+        use crate::kernels::{DecodeParams, NmsParams, SortParams};
+        let m = kernels.ok_or_else(|| {
+            tether_runtime::cuda::CudaError::Unsupported("no kernel module loaded".into())
+        })?;
+        let s = self.scratch.ok_or_else(|| {
+            tether_runtime::cuda::CudaError::Unsupported(
+                "the detection post-processing needs its device scratch regions".into(),
+            )
+        })?;
+        let c = &self.config;
+        let padded = padded_anchors(c.num_anchors);
+        let keys = regions.get(s.keys)?.ptr;
+        let state = regions.get(s.state)?;
+        let (boxes, cls, scores) = (
+            regions.get(s.boxes)?.ptr,
+            regions.get(s.cls)?.ptr,
+            regions.get(s.scores)?.ptr,
+        );
+        let lb = &self.letterbox;
+        self.device = Some(PostLaunches {
+            state,
+            decode: (
+                m.function("decode_keys")?,
+                DecodeParams {
+                    raw: regions.get(self.raw)?.ptr,
+                    boxes,
+                    cls,
+                    scores,
+                    keys,
+                    state: state.ptr,
+                    num_classes: c.num_classes as i32,
+                    num_anchors: c.num_anchors as i32,
+                    padded: padded as i32,
+                    score_thr: c.score_threshold,
+                },
+            ),
+            tiles: m.function("sort_tiles")?,
+            global: m.function("sort_merge_global")?,
+            shared: m.function("sort_merge_shared")?,
+            sort: SortParams {
+                keys,
+                padded,
+                k: 0,
+                j: 0,
+                pad: 0,
+            },
+            nms: (
+                m.function("nms_greedy")?,
+                NmsParams {
+                    keys,
+                    boxes,
+                    cls,
+                    scores,
+                    state: state.ptr,
+                    out: regions.get(self.result)?.ptr,
+                    iou_thr: c.iou_threshold,
+                    max_det: (c.max_detections as usize).min(MAX_DETECTIONS) as i32,
+                    ratio: lb.scale as f32,
+                    left: lb.left as f32,
+                    top: lb.top as f32,
+                    src_w: lb.src_width as f32,
+                    src_h: lb.src_height as f32,
+                    pad: 0,
+                },
+            ),
+        });
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn enqueue(
+        &self,
+        stream: &tether_runtime::cuda::Stream,
+    ) -> Result<(), tether_runtime::cuda::DriverError> {
+        use crate::kernels::{NMS_THREADS, SORT_THREADS};
+        let Some(l) = &self.device else {
+            return Err(not_prepared());
+        };
+        let padded = l.sort.padded;
+        // SAFETY: every parameter struct mirrors its kernel's; every region was sized from
+        // the anchors (N, and P for the keys) in the session arena and outlives every launch
+        // and replay; the state block is 16 bytes, 4-byte aligned.
+        unsafe {
+            stream.memset_u32(l.state.ptr, 0, 4)?;
+            let (f, p) = &l.decode;
+            stream.launch_params(*f, (padded.div_ceil(256), 1, 1), (256, 1, 1), 0, p)?;
+            let tiles = padded / SORT_TILE;
+            stream.launch_params(l.tiles, (tiles, 1, 1), (SORT_THREADS, 1, 1), 0, &l.sort)?;
+            let mut k = SORT_TILE * 2;
+            while k <= padded {
+                let mut j = k / 2;
+                while j >= SORT_TILE {
+                    let p = crate::kernels::SortParams { k, j, ..l.sort };
+                    stream.launch_params(
+                        l.global,
+                        (padded.div_ceil(256), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &p,
+                    )?;
+                    j /= 2;
+                }
+                let p = crate::kernels::SortParams { k, j: 0, ..l.sort };
+                stream.launch_params(l.shared, (tiles, 1, 1), (SORT_THREADS, 1, 1), 0, &p)?;
+                k *= 2;
+            }
+            let (f, p) = &l.nms;
+            stream.launch_params(*f, (1, 1, 1), (NMS_THREADS, 1, 1), 0, p)?;
+        }
+        Ok(())
+    }
+}
+
+/// Declare the detection pipeline for frames of `spec` around `plan` (the model's network,
+/// input `[1, 3, h, w]`, output `[1, 4 + C, N]`): on a device plan the device flavour with
+/// its scratch regions and kernels, on a host plan the host flavour.
+///
+/// # Errors
+/// [`DetectError::Network`] when the plan's I/O does not match the configuration;
+/// [`DetectError::Runtime`] for an inconsistent spec.
+pub fn pipeline(
+    config: &DetectConfig,
+    plan: &Plan,
+    spec: FrameSpec,
+) -> Result<(PipelineSpec, DetectRegions), DetectError> {
+    let io = plan.io();
+    let (c, n) = (config.num_classes as usize, config.num_anchors as usize);
+    let (w, h) = (config.input_width as usize, config.input_height as usize);
+    let want_in = [1, 3, h, w];
+    let want_out = [1, 4 + c, n];
+    match (io.inputs.as_slice(), io.outputs.first()) {
+        ([i], Some(o)) if i.shape == want_in && o.shape == want_out => {}
+        (i, o) => {
+            return Err(DetectError::Network(format!(
+                "engine {} I/O {:?} -> {:?} does not match the configuration {want_in:?} -> {want_out:?}",
+                plan.kind(),
+                i.iter().map(|t| &t.shape).collect::<Vec<_>>(),
+                o.map(|t| &t.shape)
+            )));
+        }
+    }
+    let mut s = PipelineSpec::new();
+    let rt = |e: tether_runtime::session::SpecError| DetectError::Runtime(e.into());
+    let frame = s
+        .region(
+            "frame u8 [H, stride]",
+            spec.bytes(),
+            RegionKind::Input,
+            Check::Exact,
+        )
+        .map_err(rt)?;
+    let tensor_bytes = 3 * h * w * 4;
+    let tensor = s
+        .region(
+            "images f32 [1, 3, h, w]",
+            tensor_bytes,
+            RegionKind::Internal,
+            Check::Exact,
+        )
+        .map_err(rt)?;
+    let mut outs = vec![];
+    let raw = s
+        .region(
+            "output0 f32 [1, 4 + C, N]",
+            (4 + c) * n * 4,
+            RegionKind::Internal,
+            Check::F32Abs(1e-4),
+        )
+        .map_err(rt)?;
+    outs.push(raw);
+    // Further network outputs (segmentation heads ...) are bound but not read.
+    for (k, t) in io.outputs.iter().enumerate().skip(1) {
+        let bytes = t.byte_len().unwrap_or(0);
+        outs.push(
+            s.region(
+                format!("output{k} (unused)"),
+                bytes,
+                RegionKind::Internal,
+                Check::Skip,
+            )
+            .map_err(rt)?,
+        );
+    }
+    let result = s
+        .region(
+            "result DetectOutput",
+            OUTPUT_BYTES,
+            RegionKind::Output,
+            Check::Custom(output::compare),
+        )
+        .map_err(rt)?;
+    let device = plan.placement() == tether_runtime::Placement::Device;
+    let scratch = if device {
+        let padded = padded_anchors(config.num_anchors) as usize;
+        Some(PostScratch {
+            boxes: s
+                .region(
+                    "post: boxes f32x4 [N]",
+                    n * 16,
+                    RegionKind::Internal,
+                    Check::Skip,
+                )
+                .map_err(rt)?,
+            cls: s
+                .region(
+                    "post: classes u32 [N]",
+                    n * 4,
+                    RegionKind::Internal,
+                    Check::Skip,
+                )
+                .map_err(rt)?,
+            scores: s
+                .region(
+                    "post: scores f32 [N]",
+                    n * 4,
+                    RegionKind::Internal,
+                    Check::Skip,
+                )
+                .map_err(rt)?,
+            keys: s
+                .region(
+                    "post: sort keys u64 [P]",
+                    padded * 8,
+                    RegionKind::Internal,
+                    Check::Skip,
+                )
+                .map_err(rt)?,
+            state: s
+                .region("post: counters", 16, RegionKind::Internal, Check::Skip)
+                .map_err(rt)?,
+        })
+    } else {
+        None
+    };
+    #[cfg(feature = "cuda")]
+    if device {
+        s.kernels(crate::kernels::module_source());
+    }
+    let warm_spec = spec;
+    s.warmup(
+        frame,
+        Box::new(move |buf: &mut [u8]| fill_warmup_frame(&warm_spec, buf)),
+    );
+    s.stage(Box::new(LetterboxStage::new(frame, tensor, spec, *config)));
+    s.network("model", plan.clone(), &[tensor], &outs)
+        .map_err(rt)?;
+    let letterbox = Letterbox::new(
+        spec.width,
+        spec.height,
+        config.input_width,
+        config.input_height,
+    );
+    let mut io_list = vec![raw, result];
+    if let Some(sc) = &scratch {
+        io_list.extend([sc.boxes, sc.cls, sc.scores, sc.keys, sc.state]);
+    }
+    s.stage(Box::new(PostStage {
+        raw,
+        result,
+        scratch,
+        config: *config,
+        letterbox,
+        post: Postprocessor::new(c, n),
+        dets: Detections::new(),
+        io: io_list,
+        #[cfg(feature = "cuda")]
+        device: None,
+    }));
+    Ok((
+        s,
+        DetectRegions {
+            frame,
+            tensor,
+            raw,
+            result,
+        },
+    ))
+}
+
+/// A deterministic, non-trivial frame for warm-up and the load-time graph check (gradients
+/// and stripes, so that the letterbox interpolates and the pad is visible).
+pub fn fill_warmup_frame(spec: &FrameSpec, buf: &mut [u8]) {
+    let ch = spec.format.channels();
+    for y in 0..spec.height as usize {
+        for x in 0..spec.width as usize {
+            for k in 0..ch {
+                if let Some(b) = buf.get_mut(y * spec.stride + x * ch + k) {
+                    *b = ((x * 7 + y * 3 + k * 85) ^ (x / 16 * 31)) as u8;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Decoding image files for tools (feature `cli`): orientation applied, size checked before
+//! decoding, memory bounded.
+//!
+//! - **Orientation.** A JPEG (or TIFF/WebP) from a phone stores the sensor's pixels and an
+//!   EXIF `Orientation` tag; viewers, OpenCV (`IMREAD_COLOR` applies it since 3.1) and
+//!   Ultralytics show the image upright. [`decode_file`] applies the tag and reports the
+//!   displayed size; [`Orientation::Ignore`] keeps the stored pixels.
+//! - **Size.** One limit, [`MAX_IMAGE_SIDE`] pixels a side, checked from the header before
+//!   any pixel is decoded, named in the error.
+//! - **Memory.** The decoder may allocate the decoded image and nothing proportional beyond
+//!   it (its allocation limit is set from the header's dimensions); 8-bit gray, RGB and RGBA
+//!   images are kept in their own layout (the pipelines read all three), so no colour
+//!   conversion copy is made; other layouts (16-bit, gray+alpha) are converted to RGB8 once.
+//!   The peak is at most two decoded images (during an orientation that rotates).
+
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use image::{DynamicImage, ImageDecoder};
+
+use crate::vision::{ImageView, MAX_IMAGE_SIDE, PixelFormat};
+
+/// Whether to apply the file's orientation tag.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Orientation {
+    /// Apply the EXIF orientation (as viewers and Ultralytics do). Default.
+    #[default]
+    Apply,
+    /// Use the stored pixels as they are.
+    Ignore,
+}
+
+/// An image file that could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The path is not a regular file (a directory, a FIFO, a device).
+    #[error("{path}: not a regular file ({kind})")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// A side exceeds [`MAX_IMAGE_SIDE`] (checked before decoding).
+    #[error("{path}: image is {width}x{height} pixels; tether accepts at most {max} pixels a side")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Width from the header.
+        width: u32,
+        /// Height from the header.
+        height: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// Not a PNG/JPEG (or other supported format) the decoder can read.
+    #[error("{path}: cannot decode: {source}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// The decoder's error.
+        source: image::ImageError,
+    },
+}
+
+/// A decoded image in a layout the pipelines read directly.
+#[derive(Clone, Debug)]
+pub struct DecodedImage {
+    /// Pixels, tightly packed rows.
+    pub data: Vec<u8>,
+    /// Displayed width in pixels (after orientation).
+    pub width: u32,
+    /// Displayed height in pixels.
+    pub height: u32,
+    /// Layout of `data`.
+    pub format: PixelFormat,
+    /// The orientation tag that was applied (`None`: none, or it was the identity).
+    pub orientation: Option<String>,
+}
+
+impl DecodedImage {
+    /// The image as an [`ImageView`].
+    pub fn view(&self) -> ImageView<'_> {
+        ImageView::new(&self.data, self.width, self.height, self.format)
+            .expect("a decoded image is a valid view of itself")
+    }
+
+    /// A copy as RGB8 (for annotation; allocates one RGB image).
+    pub fn to_rgb8(&self) -> image::RgbImage {
+        let n = (self.width * self.height) as usize;
+        let mut out = Vec::with_capacity(n * 3);
+        let ch = self.format.channels();
+        let offs = self.format.rgb_offsets();
+        for px in self.data.chunks_exact(ch) {
+            out.extend_from_slice(&[px[offs[0]], px[offs[1]], px[offs[2]]]);
+        }
+        image::RgbImage::from_raw(self.width, self.height, out)
+            .expect("buffer sized from the dimensions")
+    }
+}
+
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Open `path` for reading only if it is a regular file (never blocks on a FIFO).
+///
+/// # Errors
+/// [`DecodeError::NotAFile`], [`DecodeError::Io`].
+pub fn open_regular(path: &Path) -> Result<std::fs::File, DecodeError> {
+    let io = |source| DecodeError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(DecodeError::NotAFile {
+            path: path.to_path_buf(),
+            kind: file_kind(&meta),
+        });
+    }
+    let f = std::fs::File::open(path).map_err(io)?;
+    // The path could have been replaced between the two calls: check what was opened.
+    let meta = f.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(DecodeError::NotAFile {
+            path: path.to_path_buf(),
+            kind: file_kind(&meta),
+        });
+    }
+    Ok(f)
+}
+
+/// Decode an image file (see the module docs for orientation, size and memory).
+///
+/// # Errors
+/// [`DecodeError`] naming the file and what is wrong.
+pub fn decode_file(path: &Path, orientation: Orientation) -> Result<DecodedImage, DecodeError> {
+    let fmt = |source| DecodeError::Format {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = open_regular(path)?;
+    let reader = image::ImageReader::new(BufReader::new(file))
+        .with_guessed_format()
+        .map_err(|source| DecodeError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let mut decoder = reader.into_decoder().map_err(fmt)?;
+    let (width, height) = decoder.dimensions();
+    if width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE || width == 0 || height == 0 {
+        return Err(DecodeError::TooLarge {
+            path: path.to_path_buf(),
+            width,
+            height,
+            max: MAX_IMAGE_SIDE,
+        });
+    }
+    let tag = match orientation {
+        Orientation::Apply => decoder
+            .orientation()
+            .unwrap_or(image::metadata::Orientation::NoTransforms),
+        Orientation::Ignore => image::metadata::Orientation::NoTransforms,
+    };
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(MAX_IMAGE_SIDE);
+    limits.max_image_height = Some(MAX_IMAGE_SIDE);
+    // The decoded image itself (up to 8 bytes a pixel for 16-bit RGBA) plus decoder state.
+    limits.max_alloc = Some(u64::from(width) * u64::from(height) * 8 + (64 << 20));
+    decoder.set_limits(limits).map_err(fmt)?;
+    let mut img = DynamicImage::from_decoder(decoder).map_err(fmt)?;
+    let applied = if tag == image::metadata::Orientation::NoTransforms {
+        None
+    } else {
+        img.apply_orientation(tag);
+        Some(format!("{tag:?}"))
+    };
+    let (width, height) = (img.width(), img.height());
+    let (data, format) = match img {
+        DynamicImage::ImageLuma8(b) => (b.into_raw(), PixelFormat::Gray8),
+        DynamicImage::ImageRgb8(b) => (b.into_raw(), PixelFormat::Rgb8),
+        DynamicImage::ImageRgba8(b) => (b.into_raw(), PixelFormat::Rgba8),
+        other => (other.into_rgb8().into_raw(), PixelFormat::Rgb8),
+    };
+    Ok(DecodedImage {
+        data,
+        width,
+        height,
+        format,
+        orientation: applied,
+    })
+}

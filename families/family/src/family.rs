@@ -1,0 +1,175 @@
+//! The interface a model family implements for tools (feature `cli`), and the registry the
+//! `tether` CLI dispatches on.
+//!
+//! The CLI knows no family: `tether build --family NAME` asks the family named for its own
+//! arguments and recipe; `inspect`, `run` and `bench` read the bundle's family from its
+//! identity and ask that family to describe the bundle, open a runner, read inputs, and
+//! print or annotate results. Adding a family is implementing [`Family`] in its crate and
+//! adding it to the registry (`src/families.rs` in the facade crate).
+
+use std::any::Any;
+use std::path::Path;
+use std::sync::Arc;
+
+use tether_bundle::{Bundle, BundleWriter, TensorDesc};
+
+/// The common part of `tether build`, given to every recipe.
+#[derive(Clone, Debug, Default)]
+pub struct BuildCommon {
+    /// `--name`, if given (else the family picks, usually the model file stem).
+    pub name: Option<String>,
+    /// `--model-version`, if given.
+    pub model_version: Option<String>,
+    /// Creation time, seconds since the Unix epoch (`SOURCE_DATE_EPOCH` when set).
+    pub created_unix_s: u64,
+}
+
+/// A network of a built bundle that TensorRT plans may be added for (`--engine tensorrt`):
+/// its ONNX file and its I/O at the shapes the bundle runs at.
+#[derive(Clone, Debug)]
+pub struct PlanSource {
+    /// Network name (`<family>/<network>/...`).
+    pub network: String,
+    /// The ONNX file it was built from.
+    pub onnx: std::path::PathBuf,
+    /// Its inputs and outputs with concrete shapes.
+    pub tensors: Vec<TensorDesc>,
+    /// Inputs whose declared shape is dynamic (they need an optimization profile).
+    pub dynamic_inputs: Vec<String>,
+}
+
+/// What a recipe produced.
+pub struct Built {
+    /// The bundle, ready to write.
+    pub writer: BundleWriter,
+    /// Networks TensorRT plans can be built for.
+    pub networks: Vec<PlanSource>,
+    /// Lines for the build log (configuration, classes, ...), without trailing newlines.
+    pub summary: Vec<String>,
+}
+
+/// A family's description of one of its bundles, for `tether inspect`.
+#[derive(Clone, Debug, Default)]
+pub struct Description {
+    /// `(key, value)` lines for the text output, in order.
+    pub lines: Vec<(String, String)>,
+    /// The same as JSON (an object), under the key `family_config`.
+    pub json: serde_json::Value,
+}
+
+/// Where one input of `run`/`bench` comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum InputSource<'a> {
+    /// A file (an image, a WAV file, a text file: the family decides).
+    File(&'a Path),
+    /// Literal text (`--text`), for families that take text.
+    Text(&'a str),
+}
+
+/// A decoded input, ready to run (decoding is not part of the timed run).
+pub trait Input: Send {
+    /// What to call it in output (the path, or the text).
+    fn label(&self) -> &str;
+    /// A short description of what was decoded (`1280x720 RGB`, `16 kHz, 3.2 s`).
+    fn describe(&self) -> String;
+    /// For the family's own downcast.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// The result of one run, for output.
+pub struct Outcome {
+    /// One-line summary (`3 detections`, `2 text lines`).
+    pub summary: String,
+    /// Further text lines (one per detection, text line, segment...).
+    pub lines: Vec<String>,
+    /// The result as JSON (an object).
+    pub json: serde_json::Value,
+    /// An annotated image when the family has one (`--annotate`).
+    pub annotated: Option<image::RgbImage>,
+}
+
+/// A bundle opened for `run` and `bench`.
+pub trait Runner {
+    /// `(network, engine)` for every network (the engine selection made on this device).
+    fn engines(&self) -> Vec<(String, String)>;
+    /// Decode an input.
+    ///
+    /// # Errors
+    /// An input this family cannot read (named in the message).
+    fn load(&self, source: InputSource<'_>) -> anyhow::Result<Box<dyn Input>>;
+    /// Run once on a decoded input (the part `bench` times).
+    ///
+    /// # Errors
+    /// A run failure.
+    fn run(&mut self, input: &dyn Input) -> anyhow::Result<()>;
+    /// The outcome of the last run on `input`.
+    fn outcome(&self, input: &dyn Input, annotate: bool) -> anyhow::Result<Outcome>;
+    /// Milliseconds per stage of the last run (`upload`, `pre`, network names, `post`,
+    /// `download` on a GPU session; host stages on the CPU).
+    fn stage_times(&self) -> Vec<(String, f64)>;
+}
+
+/// Options every runner honours.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// `--device`: `auto`, `cpu`, `cuda`, `cuda:N`.
+    pub device: String,
+    /// Check every section CRC at open.
+    pub verify_eagerly: bool,
+}
+
+/// A model family, as tools see it.
+pub trait Family: Send + Sync {
+    /// The name recorded in bundles and given to `--family` (`detect`).
+    fn name(&self) -> &'static str;
+    /// One line for `--help`.
+    fn about(&self) -> &'static str;
+    /// Arguments of `tether build --family NAME` beyond the common ones (`-o`, `--name`,
+    /// `--model-version`, `--engine`, ...).
+    fn build_args(&self) -> Vec<clap::Arg>;
+    /// Build a bundle from the parsed arguments. `progress` receives a short message
+    /// before each long step.
+    ///
+    /// # Errors
+    /// Unreadable or unsupported models, invalid options (named in the message).
+    fn build(
+        &self,
+        args: &clap::ArgMatches,
+        common: &BuildCommon,
+        progress: &mut dyn FnMut(&str),
+    ) -> anyhow::Result<Built>;
+    /// Arguments of `tether run`/`bench` beyond the common ones.
+    fn run_args(&self) -> Vec<clap::Arg>;
+    /// Describe a bundle of this family (its configuration and assets).
+    ///
+    /// # Errors
+    /// A bundle whose family sections are unreadable.
+    fn describe(&self, bundle: &Bundle) -> anyhow::Result<Description>;
+    /// Open a runner.
+    ///
+    /// # Errors
+    /// As the family's semantic API's open.
+    fn open(
+        &self,
+        bundle: Arc<Bundle>,
+        args: &clap::ArgMatches,
+        options: &RunOptions,
+    ) -> anyhow::Result<Box<dyn Runner>>;
+}
+
+/// The families a tool knows.
+pub type Registry = &'static [&'static dyn Family];
+
+/// The family called `name` in `registry`.
+pub fn find(registry: Registry, name: &str) -> Option<&'static dyn Family> {
+    registry.iter().copied().find(|f| f.name() == name)
+}
+
+/// `detect, ocr, vad` (for messages).
+pub fn names(registry: Registry) -> String {
+    registry
+        .iter()
+        .map(|f| f.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,369 @@
+//! The tract CPU backend: ONNX executed by [tract](https://github.com/sonos/tract)
+//! (`tract-onnx` 0.23), the portable engine that runs everywhere.
+//!
+//! [`TractCpu::prepare`] parses the network, fixes every input shape, types, optimises and
+//! plans it once ([`TractCpuPlan`], shareable); each [`TractCpuExecutor`] holds tract's run
+//! state and its input tensors, allocated once. tract allocates its intermediate tensors
+//! inside every run, so this backend is not allocation-free (the allocation-free hot path is
+//! the device backends'); it runs on the calling thread.
+//!
+//! Networks are parsed with `with_ignore_value_info(true)`: the `value_info` of several
+//! exported YOLO/VAD graphs carries symbolic dimensions that tract otherwise fails to unify
+//! ("Impossible to unify Sym(batch) with Val(1)").
+//!
+//! Every call into tract runs under [`catch_prepare`] / [`catch_run`]: a malformed network
+//! that makes tract panic becomes a typed error naming the network, never an abort.
+
+use std::sync::Arc;
+
+use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::infer::Factoid;
+
+use crate::backend::{
+    Backend, EngineKind, HostExecutor, HostPlan, IoSpec, NetworkSource, Placement, Plan,
+    PrepareError, PrepareOptions, RunError, SourceFormat, catch_prepare, catch_run,
+};
+use crate::tensor::{DType, IoMode, TensorSpec};
+
+const KIND: EngineKind = EngineKind::TractCpu;
+
+/// The tract CPU backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TractCpu;
+
+fn our_dtype(dt: DatumType) -> Option<DType> {
+    Some(match dt {
+        DatumType::F32 => DType::F32,
+        DatumType::F16 => DType::F16,
+        DatumType::U8 => DType::U8,
+        DatumType::I8 => DType::I8,
+        DatumType::I32 => DType::I32,
+        DatumType::I64 => DType::I64,
+        DatumType::Bool => DType::Bool,
+        _ => return None,
+    })
+}
+
+fn backend_error(network: &str, e: &TractError) -> PrepareError {
+    PrepareError::Backend {
+        engine: KIND,
+        network: network.to_string(),
+        message: format!("{e:#}"),
+    }
+}
+
+impl Backend for TractCpu {
+    fn kind(&self) -> EngineKind {
+        KIND
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::Host
+    }
+
+    fn prepare(
+        &self,
+        source: &NetworkSource<'_>,
+        options: &PrepareOptions,
+    ) -> Result<Plan, PrepareError> {
+        if source.format != SourceFormat::Onnx {
+            return Err(PrepareError::Backend {
+                engine: KIND,
+                network: source.network.to_string(),
+                message: format!("{:?} payloads are not ONNX", source.format),
+            });
+        }
+        catch_prepare(KIND, source.network, || {
+            let plan = TractCpuPlan::load(source.network, source.bytes, &options.input_shapes)?;
+            Ok(Plan::Host(Arc::new(plan)))
+        })
+    }
+}
+
+/// A network parsed, typed, optimised and planned by tract for fixed input shapes.
+pub struct TractCpuPlan {
+    network: String,
+    plan: Arc<TypedSimplePlan>,
+    io: IoSpec,
+}
+
+impl std::fmt::Debug for TractCpuPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TractCpuPlan")
+            .field("network", &self.network)
+            .field("io", &self.io)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parse an ONNX model the way every tract-based backend of tether does.
+///
+/// # Errors
+/// tract's parse error.
+pub(crate) fn parse_onnx(onnx: &[u8]) -> TractResult<InferenceModel> {
+    tract_onnx::onnx()
+        .with_ignore_value_info(true)
+        .model_for_read(&mut &onnx[..])
+}
+
+/// Fix the input facts of a parsed model to `shapes` (keeping each input's declared element
+/// type) and return the input tensor descriptors.
+///
+/// # Errors
+/// [`PrepareError::Io`] for an input count mismatch or an element type tether does not bind.
+pub(crate) fn fix_inputs(
+    network: &str,
+    model: &mut InferenceModel,
+    shapes: &[Vec<usize>],
+) -> Result<Vec<TensorSpec>, PrepareError> {
+    let outlets = model
+        .input_outlets()
+        .map_err(|e| backend_error(network, &e))?
+        .to_vec();
+    if outlets.len() != shapes.len() {
+        return Err(PrepareError::Io {
+            network: network.to_string(),
+            tensor: "(inputs)".into(),
+            detail: format!(
+                "the network has {} inputs but {} input shapes were given",
+                outlets.len(),
+                shapes.len()
+            ),
+        });
+    }
+    let mut inputs = Vec::with_capacity(shapes.len());
+    for (ix, (outlet, shape)) in outlets.iter().zip(shapes).enumerate() {
+        let name = model.node(outlet.node).name.clone();
+        let fact = model
+            .input_fact(ix)
+            .map_err(|e| backend_error(network, &e))?;
+        let dt = fact.datum_type.concretize().unwrap_or(DatumType::F32);
+        let dtype = our_dtype(dt).ok_or_else(|| PrepareError::Io {
+            network: network.to_string(),
+            tensor: name.clone(),
+            detail: format!("element type {dt:?} is not supported"),
+        })?;
+        model
+            .set_input_fact(ix, InferenceFact::dt_shape(dt, shape.as_slice()))
+            .map_err(|e| backend_error(network, &e))?;
+        inputs.push(TensorSpec {
+            name,
+            mode: IoMode::Input,
+            dtype,
+            shape: shape.clone(),
+        });
+    }
+    Ok(inputs)
+}
+
+/// The concrete output descriptors of a typed model.
+///
+/// # Errors
+/// [`PrepareError::Io`] for a data-dependent output shape or an unsupported element type.
+pub(crate) fn typed_outputs(
+    network: &str,
+    typed: &TypedModel,
+) -> Result<Vec<TensorSpec>, PrepareError> {
+    let mut outputs = Vec::new();
+    for (ix, outlet) in typed
+        .output_outlets()
+        .map_err(|e| backend_error(network, &e))?
+        .iter()
+        .enumerate()
+    {
+        let fact = typed
+            .outlet_fact(*outlet)
+            .map_err(|e| backend_error(network, &e))?;
+        let name = typed
+            .outlet_label(*outlet)
+            .map(str::to_owned)
+            .unwrap_or_else(|| typed.node(outlet.node).name.clone());
+        let name = if name.is_empty() {
+            format!("output{ix}")
+        } else {
+            name
+        };
+        let shape = fact
+            .shape
+            .as_concrete()
+            .ok_or_else(|| PrepareError::Io {
+                network: network.to_string(),
+                tensor: name.clone(),
+                detail: format!(
+                    "data-dependent shape {:?}; tether needs static output shapes",
+                    fact.shape
+                ),
+            })?
+            .to_vec();
+        let dtype = our_dtype(fact.datum_type).ok_or_else(|| PrepareError::Io {
+            network: network.to_string(),
+            tensor: name.clone(),
+            detail: format!("element type {:?} is not supported", fact.datum_type),
+        })?;
+        outputs.push(TensorSpec {
+            name,
+            mode: IoMode::Output,
+            dtype,
+            shape,
+        });
+    }
+    Ok(outputs)
+}
+
+fn tract_dtype(dt: DType) -> Option<DatumType> {
+    Some(match dt {
+        DType::F32 => DatumType::F32,
+        DType::F16 => DatumType::F16,
+        DType::U8 => DatumType::U8,
+        DType::I8 => DatumType::I8,
+        DType::I32 => DatumType::I32,
+        DType::I64 => DatumType::I64,
+        DType::Bool => DatumType::Bool,
+        _ => return None,
+    })
+}
+
+impl TractCpuPlan {
+    fn load(network: &str, onnx: &[u8], shapes: &[Vec<usize>]) -> Result<Self, PrepareError> {
+        let mut model = parse_onnx(onnx).map_err(|e| backend_error(network, &e))?;
+        let inputs = fix_inputs(network, &mut model, shapes)?;
+        let prepare = |e: TractError| PrepareError::Backend {
+            engine: KIND,
+            network: network.to_string(),
+            message: format!("input shapes {shapes:?}: {e:#}"),
+        };
+        let typed = model
+            .into_typed()
+            .and_then(|m| m.into_optimized())
+            .map_err(prepare)?;
+        let outputs = typed_outputs(network, &typed)?;
+        let plan = typed.into_runnable().map_err(prepare)?;
+        log::debug!(
+            "tract CPU plan for `{network}`: inputs [{}], outputs [{}]",
+            list(&inputs),
+            list(&outputs)
+        );
+        Ok(Self {
+            network: network.to_string(),
+            plan,
+            io: IoSpec { inputs, outputs },
+        })
+    }
+}
+
+fn list(t: &[TensorSpec]) -> String {
+    t.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl HostPlan for TractCpuPlan {
+    fn kind(&self) -> EngineKind {
+        KIND
+    }
+
+    fn io(&self) -> &IoSpec {
+        &self.io
+    }
+
+    fn executor(&self) -> Result<Box<dyn HostExecutor>, PrepareError> {
+        catch_prepare(KIND, &self.network, || {
+            let state =
+                TypedSimpleState::new(&self.plan).map_err(|e| backend_error(&self.network, &e))?;
+            let mut inputs = Vec::with_capacity(self.io.inputs.len());
+            for spec in &self.io.inputs {
+                let dt = tract_dtype(spec.dtype).ok_or_else(|| PrepareError::Io {
+                    network: self.network.clone(),
+                    tensor: spec.name.clone(),
+                    detail: format!("element type {} is not supported", spec.dtype),
+                })?;
+                let t = Tensor::zero_dt(dt, &spec.shape)
+                    .map_err(|e| backend_error(&self.network, &e))?;
+                inputs.push(Arc::new(t));
+            }
+            let sizes = self
+                .io
+                .inputs
+                .iter()
+                .chain(&self.io.outputs)
+                .map(|t| t.byte_len().unwrap_or(usize::MAX))
+                .collect();
+            Ok(Box::new(TractCpuExecutor {
+                state,
+                inputs,
+                sizes,
+                n_in: self.io.inputs.len(),
+            }) as Box<dyn HostExecutor>)
+        })
+    }
+}
+
+/// Per-run state of a [`TractCpuPlan`]: tract's state and the input tensors, allocated once.
+pub struct TractCpuExecutor {
+    state: TypedSimpleState,
+    inputs: Vec<Arc<Tensor>>,
+    /// Byte sizes: inputs then outputs.
+    sizes: Vec<usize>,
+    n_in: usize,
+}
+
+impl HostExecutor for TractCpuExecutor {
+    fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), RunError> {
+        let n_out = self.sizes.len() - self.n_in;
+        if inputs.len() != self.n_in {
+            return Err(RunError::BufferCount {
+                what: "inputs",
+                expected: self.n_in,
+                actual: inputs.len(),
+            });
+        }
+        if outputs.len() != n_out {
+            return Err(RunError::BufferCount {
+                what: "outputs",
+                expected: n_out,
+                actual: outputs.len(),
+            });
+        }
+        for (i, (t, src)) in self.inputs.iter_mut().zip(inputs).enumerate() {
+            if src.len() != self.sizes[i] {
+                return Err(RunError::BufferSize {
+                    what: "input",
+                    index: i,
+                    expected: self.sizes[i],
+                    actual: src.len(),
+                });
+            }
+            // After a run tract has dropped its references, so this does not copy the tensor.
+            Arc::make_mut(t).as_bytes_mut().copy_from_slice(src);
+        }
+        let state = &mut self.state;
+        let values: TVec<TValue> = self
+            .inputs
+            .iter()
+            .map(|t| TValue::from_const(Arc::clone(t)))
+            .collect();
+        let results = catch_run(KIND, "run", || {
+            state.run(values).map_err(|e| {
+                log::error!("tract CPU run failed: {e:#}");
+                RunError::Backend {
+                    engine: KIND,
+                    what: "run",
+                }
+            })
+        })?;
+        for (i, (dst, v)) in outputs.iter_mut().zip(&results).enumerate() {
+            let bytes = v.as_bytes();
+            if dst.len() != bytes.len() {
+                return Err(RunError::BufferSize {
+                    what: "output",
+                    index: i,
+                    expected: bytes.len(),
+                    actual: dst.len(),
+                });
+            }
+            dst.copy_from_slice(bytes);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,742 @@
+//! The model API: a bundle's networks, each prepared on the engine chosen for the real
+//! device, and the module API (named tensors) on top.
+//!
+//! [`Model::open`] maps the bundle, resolves the [`Device`] (a CUDA context when a GPU is
+//! asked for or found), and for every network picks an engine with
+//! [`tether_targets::select_engine`] over the network's offers and the device's facts:
+//! exact TensorRT plan, then compatible plans, then the native GPU engine, tract-cuda, the
+//! CPU — restricted to the backends compiled into this build ([`COMPILED_BACKENDS`]). An
+//! engine that fails to prepare the network (an operator the native engine does not lower,
+//! say) is passed over for the next, with one log line saying why. One `info` line states
+//! each choice.
+//!
+//! Families build their sessions from the model's plans ([`Model::session`]);
+//! applications that bring their own pre/post-processing use a [`Module`]:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use tether_runtime::{Module, ModelOptions};
+//! let mut m = Module::open("model.bundle", &ModelOptions::default())?;
+//! m.input_mut::<f32>("images")?.fill(0.5);
+//! m.run()?;
+//! let out = m.output::<f32>("output0")?;
+//! println!("{} values on {}", out.len(), m.engine());
+//! # Ok(()) }
+//! ```
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tether_bundle::{Bundle, SectionKind, Verify};
+use tether_targets::{Choice, CpuArch, DeviceFacts, EngineKind, Offer, select_engine};
+
+use crate::backend::{
+    Backend, IoSpec, NetworkSource, Plan, Precision, PrepareOptions, SourceFormat,
+};
+use crate::device::{COMPILED_BACKENDS, Device, compiled_list};
+use crate::error::Error;
+use crate::session::{Check, PipelineSpec, RegionId, RegionKind, Session};
+use crate::tensor::{Element, IoMode, TensorSpec, view, view_mut};
+
+/// How [`Model::open`] prepares a bundle.
+#[derive(Clone, Debug, Default)]
+pub struct ModelOptions {
+    /// Where to run.
+    pub device: Device,
+    /// Check every section's CRC32 at open instead of on first use.
+    pub verify_eagerly: bool,
+    /// Concrete input shapes per network (`(network, shapes in input order)`); networks not
+    /// listed use the static shapes recorded in the manifest.
+    pub input_shapes: Vec<(String, Vec<Vec<usize>>)>,
+    /// Arithmetic precision for backends that have a choice.
+    pub precision: Precision,
+    /// Engines not to use even where they would be chosen (e.g. to compare engines).
+    pub exclude: Vec<EngineKind>,
+    /// How device sessions of this model wait and stage (ignored on the CPU).
+    #[cfg(feature = "cuda")]
+    pub session: crate::session::SessionOptions,
+}
+
+/// One network of a model: its name, its plan and why that engine was chosen.
+#[derive(Clone)]
+pub struct Network {
+    name: String,
+    plan: Plan,
+    choice: Choice,
+    section: u32,
+}
+
+impl std::fmt::Debug for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Network")
+            .field("name", &self.name)
+            .field("engine", &self.plan.kind())
+            .field("io", self.plan.io())
+            .finish()
+    }
+}
+
+impl Network {
+    /// The network's name in the bundle.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Its prepared plan (shareable: clone it into as many sessions as needed).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+    /// Its I/O tensors.
+    pub fn io(&self) -> &IoSpec {
+        self.plan.io()
+    }
+    /// The engine running it.
+    pub fn engine(&self) -> EngineKind {
+        self.plan.kind()
+    }
+    /// Why that engine (the selection record).
+    pub fn choice(&self) -> &Choice {
+        &self.choice
+    }
+    /// Index of the bundle section the plan came from.
+    pub fn section_index(&self) -> u32 {
+        self.section
+    }
+}
+
+/// A bundle opened for one device with every network prepared.
+pub struct Model {
+    bundle: Arc<Bundle>,
+    device: Device,
+    facts: DeviceFacts,
+    networks: Vec<Network>,
+    precision: Precision,
+    #[cfg(feature = "cuda")]
+    context: Option<crate::cuda::Context>,
+    #[cfg(feature = "cuda")]
+    session: crate::session::SessionOptions,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("bundle", &self.bundle.identity().name)
+            .field("device", &self.device)
+            .field("networks", &self.networks)
+            .finish()
+    }
+}
+
+/// A network's engine sections and their offers, grouped from the bundle.
+struct NetworkSections {
+    name: String,
+    /// (section index, offer) in bundle order.
+    offers: Vec<(u32, Offer)>,
+}
+
+/// The offers an engine section makes: a TensorRT plan offers itself; an ONNX model offers
+/// every compiled-in backend that reads ONNX, best first.
+fn section_offers(bundle: &Bundle, s: &tether_bundle::Section<'_>) -> Vec<Offer> {
+    let target = s.target.and_then(|t| bundle.targets().nth(t as usize));
+    match s.kind {
+        SectionKind::TensorRtPlan => {
+            let Some(t) = target else { return Vec::new() };
+            let arch = match t.arch {
+                tether_bundle::CpuArch::X86_64 => CpuArch::X86_64,
+                tether_bundle::CpuArch::Aarch64 => CpuArch::Aarch64,
+                tether_bundle::CpuArch::Any => CpuArch::Any,
+                _ => return Vec::new(),
+            };
+            if !COMPILED_BACKENDS.contains(&EngineKind::TensorRt) {
+                return Vec::new();
+            }
+            vec![Offer {
+                index: t.index,
+                engine: EngineKind::TensorRt,
+                arch,
+                sm: t.sm.map(|(a, b)| tether_targets::Sm::new(a, b)),
+                tensorrt_version: t.tensorrt_version,
+                hardware_compat: t.hardware_compat,
+                flags: t.flags,
+            }]
+        }
+        SectionKind::Onnx => {
+            let index = target.map_or(u32::MAX, |t| t.index);
+            COMPILED_BACKENDS
+                .iter()
+                .filter(|k| **k != EngineKind::TensorRt)
+                .map(|&engine| Offer {
+                    index,
+                    engine,
+                    arch: CpuArch::Any,
+                    sm: None,
+                    tensorrt_version: 0,
+                    hardware_compat: 0,
+                    flags: 0,
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn group_networks(bundle: &Bundle) -> Vec<NetworkSections> {
+    let mut out: Vec<NetworkSections> = Vec::new();
+    for s in bundle.sections() {
+        if !matches!(s.kind, SectionKind::Onnx | SectionKind::TensorRtPlan) {
+            continue;
+        }
+        let name = tether_bundle::network_of(s.name);
+        let offers = section_offers(bundle, &s);
+        let entry = match out.iter_mut().find(|n| n.name == name) {
+            Some(e) => e,
+            None => {
+                out.push(NetworkSections {
+                    name: name.to_string(),
+                    offers: Vec::new(),
+                });
+                out.last_mut().expect("just pushed")
+            }
+        };
+        entry
+            .offers
+            .extend(offers.into_iter().map(|o| (s.index, o)));
+    }
+    out
+}
+
+impl Model {
+    /// Map a bundle file and prepare its networks (see [`Model::from_bundle`]).
+    ///
+    /// # Errors
+    /// As [`Model::from_bundle`], and [`Error::Bundle`] when the file cannot be opened.
+    pub fn open(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Self, Error> {
+        let verify = if options.verify_eagerly {
+            Verify::Eager
+        } else {
+            Verify::Lazy
+        };
+        let bundle = Arc::new(Bundle::open(path, verify)?);
+        Self::from_bundle(bundle, options)
+    }
+
+    /// Prepare every network of `bundle` on the best engine for the device.
+    ///
+    /// # Errors
+    /// [`Error::DeviceUnavailable`] / [`Error::NotCompiledIn`] for a device that cannot be
+    /// used; [`Error::Refused`] when no offer of a network can run here;
+    /// [`Error::NoEnginePrepared`] when every admissible engine failed to prepare it;
+    /// [`Error::DynamicInput`] for dynamic inputs without a given shape; bundle errors.
+    pub fn from_bundle(bundle: Arc<Bundle>, options: &ModelOptions) -> Result<Self, Error> {
+        let resolved = resolve_device(options.device)?;
+        let mut model = Model {
+            bundle: Arc::clone(&bundle),
+            device: resolved.device,
+            facts: resolved.facts,
+            networks: Vec::new(),
+            precision: options.precision,
+            #[cfg(feature = "cuda")]
+            context: resolved.context,
+            #[cfg(feature = "cuda")]
+            session: options.session.clone(),
+        };
+        for net in group_networks(&bundle) {
+            let shapes = match options.input_shapes.iter().find(|(n, _)| *n == net.name) {
+                Some((_, s)) => s.clone(),
+                None => model.manifest_shapes(&net)?,
+            };
+            let network = model.prepare_network(&net, &shapes, &options.exclude)?;
+            model.networks.push(network);
+        }
+        Ok(model)
+    }
+
+    /// The static input shapes the manifest records for a network's first engine section.
+    fn manifest_shapes(&self, net: &NetworkSections) -> Result<Vec<Vec<usize>>, Error> {
+        let Some((section, _)) = net.offers.first() else {
+            return Ok(Vec::new());
+        };
+        let mut shapes = Vec::new();
+        for t in self
+            .bundle
+            .tensors(*section)
+            .filter(|t| t.mode == IoMode::Input)
+        {
+            let dims: Vec<i64> = t.dims.iter().collect();
+            match dims
+                .iter()
+                .map(|&d| usize::try_from(d).ok())
+                .collect::<Option<Vec<usize>>>()
+            {
+                Some(c) => shapes.push(c),
+                None => {
+                    return Err(Error::DynamicInput {
+                        network: net.name.clone(),
+                        input: t.name.to_string(),
+                        dims,
+                    });
+                }
+            }
+        }
+        Ok(shapes)
+    }
+
+    fn prepare_network(
+        &self,
+        net: &NetworkSections,
+        shapes: &[Vec<usize>],
+        exclude: &[EngineKind],
+    ) -> Result<Network, Error> {
+        let bundle_name = self.bundle.identity().name.to_string();
+        let mut remaining: Vec<(u32, Offer)> = net
+            .offers
+            .iter()
+            .copied()
+            .filter(|(_, o)| !exclude.contains(&o.engine))
+            .collect();
+        if remaining.is_empty() {
+            return Err(Error::NotCompiledIn {
+                what: format!("network `{}` of bundle `{bundle_name}`", net.name),
+                compiled: compiled_list(),
+            });
+        }
+        let mut tried = Vec::new();
+        loop {
+            let offers: Vec<Offer> = remaining.iter().map(|(_, o)| *o).collect();
+            let choice = match select_engine(&offers, &self.facts) {
+                Ok(c) => c,
+                Err(refusal) if tried.is_empty() => {
+                    return Err(Error::Refused {
+                        bundle: bundle_name,
+                        network: net.name.clone(),
+                        refusal: Box::new(refusal),
+                    });
+                }
+                Err(_) => {
+                    return Err(Error::NoEnginePrepared {
+                        bundle: bundle_name,
+                        network: net.name.clone(),
+                        tried: tried.join("; "),
+                    });
+                }
+            };
+            let pos = remaining
+                .iter()
+                .position(|(_, o)| *o == choice.offer)
+                .unwrap_or(0);
+            let (section_index, _) = remaining.remove(pos);
+            match self.prepare_with(section_index, &net.name, &choice, shapes) {
+                Ok(plan) => {
+                    log::info!("bundle `{bundle_name}`, network `{}`: {choice}", net.name);
+                    return Ok(Network {
+                        name: net.name.clone(),
+                        plan,
+                        choice,
+                        section: section_index,
+                    });
+                }
+                Err(e) => {
+                    log::info!(
+                        "bundle `{bundle_name}`, network `{}`: {} passed over: {e}",
+                        net.name,
+                        choice.engine
+                    );
+                    tried.push(format!("{}: {e}", choice.engine));
+                }
+            }
+        }
+    }
+
+    /// Prepare `section` with the engine of `choice` at `shapes`.
+    fn prepare_with(
+        &self,
+        section_index: u32,
+        network: &str,
+        choice: &Choice,
+        shapes: &[Vec<usize>],
+    ) -> Result<Plan, Error> {
+        let section = self
+            .bundle
+            .sections()
+            .nth(section_index as usize)
+            .ok_or_else(|| Error::NoSuchNetwork {
+                bundle: self.bundle.identity().name.to_string(),
+                network: network.to_string(),
+                available: self.network_names(),
+            })?;
+        let bytes = self.bundle.section_bytes(&section)?;
+        let source = NetworkSource {
+            network,
+            format: if section.kind == SectionKind::TensorRtPlan {
+                SourceFormat::TensorRtPlan
+            } else {
+                SourceFormat::Onnx
+            },
+            bytes,
+            target: Some(choice.offer),
+        };
+        let options = PrepareOptions {
+            input_shapes: shapes.to_vec(),
+            precision: self.precision,
+        };
+        let backend = self.backend(choice)?;
+        Ok(backend.prepare(&source, &options)?)
+    }
+
+    /// An instance of the backend `choice` names, on this model's device.
+    fn backend(&self, choice: &Choice) -> Result<Box<dyn Backend>, Error> {
+        let missing = || Error::NotCompiledIn {
+            what: choice.engine.to_string(),
+            compiled: compiled_list(),
+        };
+        match choice.engine {
+            #[cfg(feature = "tract-cpu")]
+            EngineKind::TractCpu => Ok(Box::new(crate::backends::tract_cpu::TractCpu)),
+            #[cfg(feature = "tract-cuda")]
+            EngineKind::TractCuda => {
+                let ctx = self.context.clone().ok_or_else(missing)?;
+                Ok(Box::new(crate::backends::tract_cuda::TractCuda::new(ctx)))
+            }
+            #[cfg(feature = "tensorrt")]
+            EngineKind::TensorRt => {
+                let ctx = self.context.clone().ok_or_else(missing)?;
+                Ok(Box::new(crate::backends::tensorrt::TensorRtBackend::new(
+                    ctx,
+                    choice.host_code_required,
+                )?))
+            }
+            _ => Err(missing()),
+        }
+    }
+
+    /// Prepare network `name` again at other input shapes, on the engine chosen at open
+    /// (e.g. one plan per recognition width bucket). The returned plan is independent of
+    /// the model's own.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchNetwork`], and the engine's preparation errors.
+    pub fn prepare(&self, name: &str, shapes: &[Vec<usize>]) -> Result<Plan, Error> {
+        let n = self.network(name)?;
+        self.prepare_with(n.section, name, &n.choice, shapes)
+    }
+
+    fn network_names(&self) -> String {
+        let v: Vec<&str> = self.networks.iter().map(|n| n.name.as_str()).collect();
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(", ")
+        }
+    }
+
+    /// The opened bundle.
+    pub fn bundle(&self) -> &Arc<Bundle> {
+        &self.bundle
+    }
+
+    /// The device the model runs on (never [`Device::Auto`]).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The facts selection used.
+    pub fn facts(&self) -> &DeviceFacts {
+        &self.facts
+    }
+
+    /// The networks, in bundle order.
+    pub fn networks(&self) -> &[Network] {
+        &self.networks
+    }
+
+    /// The network called `name`.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchNetwork`] listing the networks the bundle has.
+    pub fn network(&self, name: &str) -> Result<&Network, Error> {
+        self.networks
+            .iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| Error::NoSuchNetwork {
+                bundle: self.bundle.identity().name.to_string(),
+                network: name.to_string(),
+                available: self.network_names(),
+            })
+    }
+
+    /// The only network of a single-network bundle.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchNetwork`] when the bundle has none or several.
+    pub fn single_network(&self) -> Result<&Network, Error> {
+        match self.networks.as_slice() {
+            [n] => Ok(n),
+            _ => Err(Error::NoSuchNetwork {
+                bundle: self.bundle.identity().name.to_string(),
+                network: "(the only one)".into(),
+                available: self.network_names(),
+            }),
+        }
+    }
+
+    /// The CUDA context of the model's device (`None` on the CPU).
+    #[cfg(feature = "cuda")]
+    pub fn context(&self) -> Option<&crate::cuda::Context> {
+        self.context.as_ref()
+    }
+
+    /// The options device sessions of this model are built with.
+    #[cfg(feature = "cuda")]
+    pub fn session_options(&self) -> crate::session::SessionOptions {
+        let mut o = self.session.clone();
+        o.context = self.context.clone();
+        o
+    }
+
+    /// Build a session from `spec` on this model's device.
+    ///
+    /// # Errors
+    /// As [`Session::new`].
+    pub fn session(&self, spec: PipelineSpec) -> Result<Session, Error> {
+        Session::new(
+            spec,
+            #[cfg(feature = "cuda")]
+            &self.session_options(),
+        )
+    }
+
+    /// The module API for network `name`: its inputs and outputs as host buffers, run on
+    /// the network's engine (on the GPU through one captured CUDA graph per run).
+    ///
+    /// # Errors
+    /// [`Error::NoSuchNetwork`], session errors.
+    pub fn module(&self, name: &str) -> Result<Module, Error> {
+        let n = self.network(name)?.clone();
+        Module::new(self, n)
+    }
+}
+
+struct Resolved {
+    device: Device,
+    facts: DeviceFacts,
+    #[cfg(feature = "cuda")]
+    context: Option<crate::cuda::Context>,
+}
+
+fn cpu(facts_note: Option<&str>) -> Resolved {
+    if let Some(why) = facts_note {
+        log::info!("using the CPU: {why}");
+    }
+    Resolved {
+        device: Device::Cpu,
+        facts: DeviceFacts::cpu_only(CpuArch::host()),
+        #[cfg(feature = "cuda")]
+        context: None,
+    }
+}
+
+fn resolve_device(device: Device) -> Result<Resolved, Error> {
+    match device {
+        Device::Cpu => Ok(cpu(None)),
+        Device::Auto if !crate::device::has_device_backend() => {
+            Ok(cpu(Some("this build has no GPU backend")))
+        }
+        Device::Cuda(n) if !crate::device::has_device_backend() => Err(Error::NotCompiledIn {
+            what: format!("CUDA device {n}"),
+            compiled: compiled_list(),
+        }),
+        #[cfg(feature = "cuda")]
+        Device::Auto => match crate::cuda::device_count() {
+            Ok(n) if n > 0 => open_cuda(0),
+            Ok(_) => Ok(cpu(Some("the CUDA driver reports no device"))),
+            Err(e) => {
+                log::debug!("CUDA: {e}");
+                Ok(cpu(Some(&e.summary())))
+            }
+        },
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => open_cuda(n),
+        #[cfg(not(feature = "cuda"))]
+        Device::Auto | Device::Cuda(_) => Ok(cpu(Some("this build has no GPU backend"))),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn open_cuda(ordinal: usize) -> Result<Resolved, Error> {
+    use tether_targets::GpuFacts;
+    let unavailable = |e: crate::cuda::CudaError| {
+        log::debug!("CUDA device {ordinal}: {e}");
+        Error::DeviceUnavailable {
+            ordinal,
+            reason: e.summary(),
+        }
+    };
+    let ctx =
+        crate::cuda::Context::new(ordinal, crate::cuda::SyncPolicy::Spin).map_err(unavailable)?;
+    let p = ctx.properties();
+    let facts = DeviceFacts {
+        arch: CpuArch::host(),
+        gpu: Some(GpuFacts {
+            sm: tether_targets::Sm::new(p.compute_capability.0 as u8, p.compute_capability.1 as u8),
+            integrated: p.integrated,
+        }),
+        tensorrt: tensorrt_version(),
+        cuda_driver: Some(p.driver_version as u32),
+    };
+    Ok(Resolved {
+        device: Device::Cuda(ordinal),
+        facts,
+        context: Some(ctx),
+    })
+}
+
+#[cfg(all(feature = "cuda", feature = "tensorrt"))]
+fn tensorrt_version() -> Option<u32> {
+    crate::backends::tensorrt::library()
+        .ok()
+        .map(|l| l.version().encoded())
+}
+
+#[cfg(all(feature = "cuda", not(feature = "tensorrt")))]
+fn tensorrt_version() -> Option<u32> {
+    None
+}
+
+/// One network's inputs and outputs as named host buffers (the module API).
+///
+/// On the CPU the buffers are the session's host buffers; on a GPU they are page-locked
+/// staging buffers and [`Module::run`] is one graph launch (upload, network, download) and
+/// one wait.
+pub struct Module {
+    session: Session,
+    network: String,
+    engine: EngineKind,
+    io: IoSpec,
+    inputs: Vec<RegionId>,
+    outputs: Vec<RegionId>,
+    bundle: Arc<Bundle>,
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("bundle", &self.bundle.identity().name)
+            .field("network", &self.network)
+            .field("engine", &self.engine)
+            .field("io", &self.io)
+            .finish()
+    }
+}
+
+impl Module {
+    /// Open a single-network bundle and its module.
+    ///
+    /// # Errors
+    /// As [`Model::open`]; [`Error::NoSuchNetwork`] for a bundle with several networks (use
+    /// [`Model::module`]).
+    pub fn open(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Self, Error> {
+        let model = Model::open(path, options)?;
+        let n = model.single_network()?.clone();
+        Module::new(&model, n)
+    }
+
+    fn new(model: &Model, n: Network) -> Result<Self, Error> {
+        let mut spec = PipelineSpec::new();
+        let (inputs, outputs) = spec.network_with_regions(
+            &n.name,
+            n.plan.clone(),
+            RegionKind::Input,
+            RegionKind::Output,
+            Check::Exact,
+        )?;
+        let session = model.session(spec)?;
+        Ok(Module {
+            session,
+            engine: n.plan.kind(),
+            io: n.plan.io().clone(),
+            network: n.name,
+            inputs,
+            outputs,
+            bundle: Arc::clone(&model.bundle),
+        })
+    }
+
+    fn find(&self, mode: IoMode, name: &str) -> Result<(usize, &TensorSpec), Error> {
+        let list = if mode == IoMode::Input {
+            &self.io.inputs
+        } else {
+            &self.io.outputs
+        };
+        list.iter()
+            .enumerate()
+            .find(|(_, t)| t.name == name)
+            .ok_or_else(|| Error::NoSuchTensor {
+                network: self.network.clone(),
+                mode,
+                name: name.to_string(),
+                available: list
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// Input `name` as a mutable `[T]` (row-major, the shape in [`Module::inputs`]).
+    ///
+    /// # Errors
+    /// [`Error::NoSuchTensor`], [`Error::View`] (wrong element type).
+    pub fn input_mut<T: Element>(&mut self, name: &str) -> Result<&mut [T], Error> {
+        let (i, spec) = self.find(IoMode::Input, name)?;
+        let dtype = spec.dtype;
+        let bytes = self.session.input_mut(self.inputs[i])?;
+        Ok(view_mut::<T>(dtype, bytes)?)
+    }
+
+    /// Output `name` as `[T]`, valid after [`Module::run`].
+    ///
+    /// # Errors
+    /// [`Error::NoSuchTensor`], [`Error::View`].
+    pub fn output<T: Element>(&self, name: &str) -> Result<&[T], Error> {
+        let (i, spec) = self.find(IoMode::Output, name)?;
+        let bytes = self.session.output(self.outputs[i])?;
+        Ok(view::<T>(spec.dtype, bytes)?)
+    }
+
+    /// Run the network once on the current inputs.
+    ///
+    /// # Errors
+    /// A `Copy` [`crate::RunError`].
+    pub fn run(&mut self) -> Result<(), crate::RunError> {
+        self.session.run()
+    }
+
+    /// Input tensors.
+    pub fn inputs(&self) -> &[TensorSpec] {
+        &self.io.inputs
+    }
+
+    /// Output tensors.
+    pub fn outputs(&self) -> &[TensorSpec] {
+        &self.io.outputs
+    }
+
+    /// The engine running the network.
+    pub fn engine(&self) -> EngineKind {
+        self.engine
+    }
+
+    /// The network's name.
+    pub fn network(&self) -> &str {
+        &self.network
+    }
+
+    /// The session underneath (placement, device details, step times).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The opened bundle.
+    pub fn bundle(&self) -> &Arc<Bundle> {
+        &self.bundle
+    }
+}

@@ -1,0 +1,275 @@
+//! The host session: every region an aligned host buffer, allocated once.
+
+use std::time::Instant;
+
+use heapless::Vec as HVec;
+
+use super::spec::{MAX_NETWORK_IO, MAX_REGIONS, PipelineSpec, RegionDecl, RegionKind, Step};
+use super::{RegionId, SpecError, Stage};
+use crate::backend::{HostExecutor, Plan, RunError};
+use crate::error::Error;
+use crate::tensor::HostBuffer;
+
+/// Views of the regions a stage declared, handed to [`Stage::run_host`].
+pub struct HostIo<'a> {
+    buffers: &'a mut [HostBuffer],
+}
+
+/// Immutable views of `R` regions and mutable views of `W` regions.
+pub type Views<'b, const R: usize, const W: usize> = ([&'b [u8]; R], [&'b mut [u8]; W]);
+
+impl<'a> HostIo<'a> {
+    /// Borrow `reads` immutably and `writes` mutably at once, in the order given.
+    ///
+    /// # Errors
+    /// [`RunError::NoSuchRegion`] for an unknown region or one named twice.
+    pub fn split<const R: usize, const W: usize>(
+        &mut self,
+        reads: [RegionId; R],
+        writes: [RegionId; W],
+    ) -> Result<Views<'_, R, W>, RunError> {
+        let mut slots: HVec<Option<&mut HostBuffer>, MAX_REGIONS> =
+            self.buffers.iter_mut().map(Some).collect();
+        let mut take = |id: RegionId| {
+            slots
+                .get_mut(id.index())
+                .and_then(Option::take)
+                .ok_or(RunError::NoSuchRegion {
+                    index: id.index(),
+                    what: "a region (or it was named twice)",
+                })
+        };
+        let mut w: [Option<&mut [u8]>; W] = [const { None }; W];
+        for (slot, id) in w.iter_mut().zip(writes) {
+            *slot = Some(take(id)?.as_bytes_mut());
+        }
+        let mut r: [Option<&[u8]>; R] = [None; R];
+        for (slot, id) in r.iter_mut().zip(reads) {
+            *slot = Some(take(id)?.as_bytes());
+        }
+        Ok((
+            r.map(|x| x.unwrap_or(&[])),
+            w.map(|x| x.unwrap_or_default()),
+        ))
+    }
+
+    /// One region, read-only.
+    ///
+    /// # Errors
+    /// [`RunError::NoSuchRegion`].
+    pub fn read(&self, id: RegionId) -> Result<&[u8], RunError> {
+        self.buffers
+            .get(id.index())
+            .map(HostBuffer::as_bytes)
+            .ok_or(RunError::NoSuchRegion {
+                index: id.index(),
+                what: "a region",
+            })
+    }
+
+    /// One region, writable.
+    ///
+    /// # Errors
+    /// [`RunError::NoSuchRegion`].
+    pub fn write(&mut self, id: RegionId) -> Result<&mut [u8], RunError> {
+        self.buffers
+            .get_mut(id.index())
+            .map(HostBuffer::as_bytes_mut)
+            .ok_or(RunError::NoSuchRegion {
+                index: id.index(),
+                what: "a region",
+            })
+    }
+}
+
+enum HostStep {
+    Stage(Box<dyn Stage>),
+    Network {
+        executor: Box<dyn HostExecutor>,
+        inputs: Vec<RegionId>,
+        outputs: Vec<RegionId>,
+        /// Keeps the plan alive as long as its executor.
+        _plan: Plan,
+    },
+}
+
+pub(crate) struct HostSession {
+    regions: Vec<RegionDecl>,
+    buffers: Vec<HostBuffer>,
+    steps: Vec<HostStep>,
+    times: Vec<(String, f64)>,
+}
+
+impl std::fmt::Debug for HostSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostSession")
+            .field("regions", &self.regions)
+            .field("steps", &self.steps.len())
+            .finish()
+    }
+}
+
+impl HostSession {
+    pub(crate) fn new(spec: PipelineSpec) -> Result<Self, Error> {
+        let PipelineSpec {
+            regions,
+            steps,
+            warmups,
+            ..
+        } = spec;
+        let mut buffers: Vec<HostBuffer> = regions
+            .iter()
+            .map(|r| HostBuffer::zeroed(r.bytes))
+            .collect();
+        let mut host_steps = Vec::with_capacity(steps.len());
+        let mut times = Vec::with_capacity(steps.len());
+        for step in steps {
+            match step {
+                Step::Stage(stage) => {
+                    super::spec::check_stage_regions(stage.as_ref(), &regions)?;
+                    times.push((stage.name().to_string(), 0.0));
+                    host_steps.push(HostStep::Stage(stage));
+                }
+                Step::Network(n) => {
+                    let executor = match &n.plan {
+                        Plan::Host(p) => p.executor()?,
+                        #[cfg(feature = "cuda")]
+                        Plan::Device(_) => {
+                            return Err(SpecError::MixedPlacement {
+                                detail: format!("network `{}` is not a host plan", n.name),
+                            }
+                            .into());
+                        }
+                    };
+                    times.push((n.name.clone(), 0.0));
+                    host_steps.push(HostStep::Network {
+                        executor,
+                        inputs: n.inputs,
+                        outputs: n.outputs,
+                        _plan: n.plan,
+                    });
+                }
+            }
+        }
+        for (id, fill) in &warmups {
+            if let Some(b) = buffers.get_mut(id.index()) {
+                fill(b.as_bytes_mut());
+            }
+        }
+        Ok(HostSession {
+            regions,
+            buffers,
+            steps: host_steps,
+            times,
+        })
+    }
+
+    fn region_of_kind(&self, id: RegionId, kind: RegionKind) -> Result<usize, RunError> {
+        match self.regions.get(id.index()) {
+            Some(r) if r.kind == kind => Ok(id.index()),
+            _ => Err(RunError::NoSuchRegion {
+                index: id.index(),
+                what: if kind == RegionKind::Input {
+                    "an input region"
+                } else {
+                    "an output region"
+                },
+            }),
+        }
+    }
+
+    pub(crate) fn input_mut(&mut self, id: RegionId) -> Result<&mut [u8], RunError> {
+        let i = self.region_of_kind(id, RegionKind::Input)?;
+        Ok(self.buffers[i].as_bytes_mut())
+    }
+
+    pub(crate) fn output(&self, id: RegionId) -> Result<&[u8], RunError> {
+        let i = self.region_of_kind(id, RegionKind::Output)?;
+        Ok(self.buffers[i].as_bytes())
+    }
+
+    pub(crate) fn read_region(&mut self, id: RegionId, dst: &mut [u8]) -> Result<(), RunError> {
+        let b = self.buffers.get(id.index()).ok_or(RunError::NoSuchRegion {
+            index: id.index(),
+            what: "a region",
+        })?;
+        if dst.len() != b.len() {
+            return Err(RunError::BufferSize {
+                what: "region",
+                index: id.index(),
+                expected: b.len(),
+                actual: dst.len(),
+            });
+        }
+        dst.copy_from_slice(b.as_bytes());
+        Ok(())
+    }
+
+    pub(crate) fn step_times(&self) -> &[(String, f64)] {
+        &self.times
+    }
+
+    pub(crate) fn run(&mut self) -> Result<(), RunError> {
+        for (step, time) in self.steps.iter_mut().zip(self.times.iter_mut()) {
+            let t0 = Instant::now();
+            match step {
+                HostStep::Stage(stage) => {
+                    let mut io = HostIo {
+                        buffers: &mut self.buffers,
+                    };
+                    stage.run_host(&mut io)?;
+                }
+                HostStep::Network {
+                    executor,
+                    inputs,
+                    outputs,
+                    ..
+                } => {
+                    run_network(executor.as_mut(), &mut self.buffers, inputs, outputs)?;
+                }
+            }
+            time.1 = t0.elapsed().as_secs_f64() * 1e3;
+        }
+        Ok(())
+    }
+}
+
+/// Run a host executor with its input regions borrowed immutably and its output regions
+/// mutably (no allocation: fixed-capacity lists).
+fn run_network(
+    executor: &mut dyn HostExecutor,
+    buffers: &mut [HostBuffer],
+    inputs: &[RegionId],
+    outputs: &[RegionId],
+) -> Result<(), RunError> {
+    let mut slots: HVec<Option<&mut HostBuffer>, MAX_REGIONS> =
+        buffers.iter_mut().map(Some).collect();
+    let mut outs: HVec<&mut [u8], MAX_NETWORK_IO> = HVec::new();
+    for id in outputs {
+        let b = slots
+            .get_mut(id.index())
+            .and_then(Option::take)
+            .ok_or(RunError::NoSuchRegion {
+                index: id.index(),
+                what: "a region bound once",
+            })?;
+        outs.push(b.as_bytes_mut())
+            .map_err(|_| RunError::Unsupported {
+                what: "more network outputs than MAX_NETWORK_IO",
+            })?;
+    }
+    let mut ins: HVec<&[u8], MAX_NETWORK_IO> = HVec::new();
+    for id in inputs {
+        let b = slots
+            .get_mut(id.index())
+            .and_then(Option::take)
+            .ok_or(RunError::NoSuchRegion {
+                index: id.index(),
+                what: "a region bound once",
+            })?;
+        ins.push(b.as_bytes()).map_err(|_| RunError::Unsupported {
+            what: "more network inputs than MAX_NETWORK_IO",
+        })?;
+    }
+    executor.run(&ins, &mut outs)
+}

@@ -1,0 +1,93 @@
+//! Family-specific arguments: the CLI knows no family, so before parsing it finds out which
+//! family a command is about and adds that family's own arguments to the subcommand.
+//!
+//! - `build`: the value of `--family` (when it names a known family);
+//! - `run` / `bench`: the family recorded in the bundle (the first argument after the
+//!   subcommand that opens as a bundle); when none does, every family's arguments (each
+//!   once), so that parsing and `--help` still work and the bundle error surfaces later.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use clap::{Arg, Command};
+use tether_family::family::{Family, find};
+
+use tether::families::REGISTRY;
+
+fn subcommand_position(argv: &[OsString]) -> Option<(usize, &str)> {
+    argv.iter().enumerate().skip(1).find_map(|(i, a)| {
+        let s = a.to_str()?;
+        ["build", "run", "bench", "inspect", "verify", "doctor"]
+            .contains(&s)
+            .then_some((i, s))
+    })
+}
+
+/// The value of `--family` after position `from`.
+fn family_flag(argv: &[OsString], from: usize) -> Option<String> {
+    let mut it = argv[from..].iter();
+    while let Some(a) = it.next() {
+        let a = a.to_str()?;
+        if a == "--family" {
+            return it.next().and_then(|v| v.to_str()).map(str::to_string);
+        }
+        if let Some(v) = a.strip_prefix("--family=") {
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+/// The family of the first argument after `from` that opens as a bundle.
+fn bundle_family(argv: &[OsString], from: usize) -> Option<&'static dyn Family> {
+    for a in &argv[from..] {
+        let Some(s) = a.to_str() else { continue };
+        if s.starts_with('-') {
+            continue;
+        }
+        let p = Path::new(s);
+        if !p.is_file() {
+            continue;
+        }
+        if let Ok(b) = tether_bundle::Bundle::open(p, tether_bundle::Verify::Lazy) {
+            return find(REGISTRY, b.identity().family);
+        }
+    }
+    None
+}
+
+fn add_args(cmd: Command, args: Vec<Arg>) -> Command {
+    let mut cmd = cmd;
+    for a in args {
+        let id = a.get_id().clone();
+        if cmd.get_arguments().any(|x| *x.get_id() == id) {
+            continue;
+        }
+        cmd = cmd.arg(a);
+    }
+    cmd
+}
+
+/// Add the arguments of the family `argv` is about to the matching subcommand of `cmd`.
+pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
+    let Some((pos, name)) = subcommand_position(argv) else {
+        return cmd;
+    };
+    match name {
+        "build" => {
+            let family = family_flag(argv, pos + 1).and_then(|f| find(REGISTRY, &f));
+            match family {
+                Some(f) => cmd.mut_subcommand("build", |b| add_args(b, f.build_args())),
+                None => cmd,
+            }
+        }
+        "run" | "bench" => {
+            let args: Vec<Arg> = match bundle_family(argv, pos + 1) {
+                Some(f) => f.run_args(),
+                None => REGISTRY.iter().flat_map(|f| f.run_args()).collect(),
+            };
+            cmd.mut_subcommand(name, |c| add_args(c, args))
+        }
+        _ => cmd,
+    }
+}
