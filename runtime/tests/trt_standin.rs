@@ -18,7 +18,8 @@
 //! - GPU tests (`#[ignore]`: they report themselves ignored without a GPU; run with
 //!   `--ignored` on the GPU host, feature `cuda`): eager enqueue and read-back, capture into
 //!   a CUDA graph, replay on a poisoned output, the workspace header the kernels write;
-//!   through the low-level layer and through `TensorRtEngine`.
+//!   through the low-level layer, through the model API and its device session (the same
+//!   path as every engine), and an executor re-bound before capture.
 //!
 //! The stand-in is built with `runtime/trt-standin/build.sh` against the 11.4.0 headers that
 //! `runtime/trt-probe/fetch-headers.sh` caches in `.assets/trt-headers/`; g++ and those
@@ -645,17 +646,15 @@ fn lean_standin_takes_version_compatible_plans_with_host_code_allowed() {
 // ---------------------------------------------------------------------------------------
 // GPU tests (feature `cuda`; ignored without `--ignored`).
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "tensorrt")]
 mod gpu {
     use super::*;
     use std::ffi::c_void;
-    use tether_runtime::CaptureSafety;
-    use tether_runtime::Engine as _;
+    use tether_bundle::Bundle;
     use tether_runtime::cuda::{
         ArenaPlan, Context, CudaError, DeviceArena, DevicePtr, Graph, Stream, SyncPolicy,
         skip_reason,
     };
-    use tether_runtime::tensorrt::TensorRtEngine;
 
     /// Workspace header the stand-in's first kernel writes (kernels.cu).
     const MAGIC: u32 = 0x4454_5354;
@@ -860,91 +859,235 @@ mod gpu {
         assert_eq!(alive(lib), (0, 0, 0));
     }
 
+    /// A bundle holding the stand-in plan as network `model`, recorded as built by TensorRT
+    /// 11.4 on this device's SM (what `tether build --engine tensorrt` records).
+    fn standin_bundle(plan: &Plan, n: usize, sm: (u8, u8)) -> std::sync::Arc<Bundle> {
+        use tether_bundle::{
+            BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, IoMode, Layout, SectionKind,
+            TargetDesc, TensorDesc,
+        };
+        let mut w = BundleWriter::new(IdentityDesc {
+            name: "standin".into(),
+            family: "standin".into(),
+            ..IdentityDesc::default()
+        });
+        let t = w
+            .add_target(TargetDesc {
+                name: "standin-trt11.4".into(),
+                arch: if cfg!(target_arch = "aarch64") {
+                    CpuArch::Aarch64
+                } else {
+                    CpuArch::X86_64
+                },
+                sm: Some(sm),
+                engine: EngineKind::TensorRt,
+                tensorrt_version: plan.tensorrt,
+                hardware_compat: 0,
+                flags: plan.target().flags,
+            })
+            .unwrap();
+        let sec = w
+            .add_section(
+                SectionKind::TensorRtPlan,
+                "standin/model/plan.standin-trt11.4",
+                Some(t),
+                plan.bytes(),
+            )
+            .unwrap();
+        for (name, mode) in [("x", IoMode::Input), ("y", IoMode::Output)] {
+            w.add_tensor(
+                sec,
+                TensorDesc {
+                    name: name.into(),
+                    mode,
+                    dtype: DType::F32,
+                    layout: Layout::Unspecified,
+                    dims: vec![1, n as i64],
+                },
+            )
+            .unwrap();
+        }
+        std::sync::Arc::new(
+            Bundle::from_vec(w.to_bytes().unwrap(), tether_bundle::Verify::Eager).unwrap(),
+        )
+    }
+
+    /// The TensorRT executor through the same model API and device session as every other
+    /// engine: selection picks the plan, the session binds its workspace and I/O in its arena,
+    /// runs eagerly, captures one graph (upload, enqueueV3, download) and checks the replay on
+    /// poisoned buffers against the eager run before handing the module out.
     #[test]
     #[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
-    fn standin_runs_in_tensorrt_engine_eager_and_captured_on_the_gpu() {
+    fn standin_runs_through_the_model_api_and_session_on_the_gpu() {
+        use tether_runtime::session::ExecMode;
+        use tether_runtime::{Device, EngineKind, Model, ModelOptions};
         let _g = serial();
-        let (ctx, stream) = require_gpu();
+        let (ctx, _stream) = require_gpu();
         let s = standin();
-        let trt = TensorRt::load(Some(&s.dir)).unwrap();
-        let runtime = trt.create_runtime().unwrap();
+        // The backend loads TensorRT once per process, from TETHER_TENSORRT_LIB first.
+        // SAFETY: set before any thread of this test process reads the environment for it
+        // (the test is serialised and the library is loaded lazily by this call chain).
+        unsafe { std::env::set_var("TETHER_TENSORRT_LIB", &s.standard) };
         let plan = Plan {
             a: -3.25,
             b: 0.125,
+            n: 4096,
+            n_min: 4096,
+            n_max: 4096,
             workspace_extra: 0,
             ..AFFINE
         };
-        let target = PlanTarget {
-            sm: Some(sm(&ctx)),
-            ..plan.target()
-        };
         let n = 4096usize;
-        let mut engine = TensorRtEngine::load(
-            &runtime,
-            &plan.bytes(),
-            &target,
-            &ctx,
-            &[("x", &[1, n as i64])],
+        let bundle = standin_bundle(&plan, n, sm(&ctx));
+        let model = Model::from_bundle(
+            bundle,
+            &ModelOptions {
+                device: Device::Cuda(0),
+                ..ModelOptions::default()
+            },
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(engine.capture_safety(), CaptureSafety::Safe);
-        assert_eq!(engine.inputs()[0].shape, [1, n]);
-        assert_eq!(engine.outputs()[0].shape, [1, n]);
-        assert_eq!(
-            engine.workspace_bytes() as u64,
-            plan.device_memory(n as u64)
-        );
-        engine.bind_own_io().unwrap();
+        let net = model.network("model").unwrap();
+        assert_eq!(net.engine(), EngineKind::TensorRt);
+        println!("selection: {}", net.choice());
 
-        let as_bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_ne_bytes()).collect::<Vec<u8>>();
-        let read = |e: &TensorRtEngine| {
-            let mut out = vec![0u8; n * 4];
-            e.read_output(0, &mut out, &stream).unwrap();
-            out.chunks_exact(4)
-                .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
-                .collect::<Vec<u32>>()
+        // Two modules on one plan (two cameras): two execution contexts, one engine.
+        let mut m1 = model.module("model").unwrap_or_else(|e| panic!("{e}"));
+        let mut m2 = model.module("model").unwrap_or_else(|e| panic!("{e}"));
+        for m in [&m1, &m2] {
+            let d = m.session().device().expect("a device session");
+            let (mode, note) = d.exec_mode();
+            println!("session: {mode:?}: {note}; budget {:?}", d.memory_budget());
+            assert_eq!(mode, ExecMode::WholeGraph, "{note}");
+            assert!(note.contains("matches the eager run"), "{note}");
+        }
+        for (round, seed) in [(0, 7u32), (1, 11), (2, 13)] {
+            let (x1, x2) = (inputs(n, seed), inputs(n, seed + 100));
+            m1.input_mut::<f32>("x").unwrap().copy_from_slice(&x1);
+            m2.input_mut::<f32>("x").unwrap().copy_from_slice(&x2);
+            m1.run().unwrap_or_else(|e| panic!("{e}"));
+            m2.run().unwrap_or_else(|e| panic!("{e}"));
+            let y1: Vec<u32> = m1
+                .output::<f32>("y")
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            let y2: Vec<u32> = m2
+                .output::<f32>("y")
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            assert_eq!(
+                mismatches(&y1, &expected(&plan, &x1)),
+                0,
+                "module 1, round {round}"
+            );
+            assert_eq!(
+                mismatches(&y2, &expected(&plan, &x2)),
+                0,
+                "module 2, round {round}"
+            );
+        }
+        println!(
+            "TensorRT stand-in through the model API: two modules on one plan, one captured graph each, (a*x)+b exact for {n} elements over 3 rounds"
+        );
+        drop((m1, m2, model));
+        assert_eq!(alive(&s.standard), (0, 0, 0));
+    }
+
+    /// Re-binding a device executor before capture: the same execution context, bound to
+    /// region set A, then to region set B (recurrent state ping-pong), writes where it was
+    /// last bound.
+    #[test]
+    #[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
+    fn standin_executor_rebinds_to_a_second_region_set_on_the_gpu() {
+        use tether_runtime::backend::{Backend, NetworkSource, PrepareOptions, SourceFormat};
+        use tether_runtime::backends::tensorrt::TensorRtBackend;
+        use tether_runtime::cuda::DeviceRegion;
+        use tether_runtime::{Bindings, Enqueue, Plan as RtPlan};
+        let _g = serial();
+        let (ctx, stream) = require_gpu();
+        let s = standin();
+        // SAFETY: as in the model API test (serialised; read lazily by this call chain).
+        unsafe { std::env::set_var("TETHER_TENSORRT_LIB", &s.standard) };
+        let plan = Plan {
+            n: 1024,
+            n_min: 1024,
+            n_max: 1024,
+            ..AFFINE
         };
-
-        // A capture before the first enqueue: refused, typed.
-        let e = Graph::capture(&stream, |s| engine.enqueue_for_capture(s))
-            .err()
-            .expect("capture before warm-up must fail");
-        assert!(
-            matches!(e, CudaError::Capture(ref m) if m.contains("not capturable")),
-            "{e}"
+        let n = 1024usize;
+        let backend = TensorRtBackend::new(ctx.clone(), false).unwrap_or_else(|e| panic!("{e}"));
+        let offer = tether_targets::Offer::tensorrt(
+            0,
+            tether_targets::CpuArch::host(),
+            tether_targets::Sm::new(sm(&ctx).0, sm(&ctx).1),
+            plan.tensorrt,
         );
-        println!("TensorRtEngine capture before the first enqueue -> {e}");
-
-        let x1 = inputs(n, 7);
-        engine.write_input(0, &as_bytes(&x1), &stream).unwrap();
-        engine.clear_output(0, &stream).unwrap();
-        engine.enqueue(&stream).unwrap_or_else(|e| panic!("{e}"));
+        let bytes = plan.bytes();
+        let RtPlan::Device(p) = backend
+            .prepare(
+                &NetworkSource {
+                    network: "model",
+                    format: SourceFormat::TensorRtPlan,
+                    bytes: &bytes,
+                    target: Some(offer),
+                },
+                &PrepareOptions {
+                    input_shapes: vec![vec![1, n]],
+                    ..PrepareOptions::default()
+                },
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
+        else {
+            panic!("a device plan")
+        };
+        let mut arena = ArenaPlan::new();
+        let ids: Vec<_> = ["x_a", "y_a", "x_b", "y_b"]
+            .iter()
+            .map(|r| arena.add(*r, n * 4).unwrap())
+            .collect();
+        let ws = arena.add("workspace", p.workspace().bytes).unwrap();
+        let arena = DeviceArena::new(&ctx, arena).unwrap();
+        let region = |i: usize| arena.region(ids[i]);
+        let mut exec = p.executor(&ctx).unwrap_or_else(|e| panic!("{e}"));
+        let (xa, xb) = (inputs(n, 3), inputs(n, 5));
+        upload(&stream, region(0).ptr, &xa);
+        upload(&stream, region(2).ptr, &xb);
+        for (inp, out, x) in [(0, 1, &xa), (2, 3, &xb), (0, 1, &xa)] {
+            poison(&stream, region(out).ptr, n);
+            // SAFETY: all regions lie in `arena`, sized n f32 / the workspace, alive until the
+            // end of the test; nothing else runs on them.
+            unsafe {
+                exec.bind(&Bindings {
+                    inputs: &[region(inp)],
+                    outputs: &[region(out)],
+                    workspace: DeviceRegion::new(arena.region(ws).ptr, arena.region(ws).bytes),
+                })
+            }
+            .unwrap();
+            exec.enqueue(&stream, Enqueue::Eager).unwrap();
+            stream.synchronize().unwrap();
+            assert_eq!(
+                mismatches(&download(&stream, region(out).ptr, n), &expected(&plan, x)),
+                0
+            );
+        }
+        // Captured after the last re-binding: the graph writes set A.
+        poison(&stream, region(1).ptr, n);
+        let g = Graph::capture(&stream, |s| exec.enqueue(s, Enqueue::Capturing)).unwrap();
+        g.launch(&stream).unwrap();
         stream.synchronize().unwrap();
         assert_eq!(
-            mismatches(&read(&engine), &expected(&plan, &x1)),
-            0,
-            "eager"
-        );
-
-        let graph = Graph::capture(&stream, |s| engine.enqueue_for_capture(s))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let x2 = inputs(n, 11);
-        engine.write_input(0, &as_bytes(&x2), &stream).unwrap();
-        engine.clear_output(0, &stream).unwrap();
-        graph.launch(&stream).unwrap();
-        stream.synchronize().unwrap();
-        assert_eq!(
-            mismatches(&read(&engine), &expected(&plan, &x2)),
-            0,
-            "replay"
+            mismatches(&download(&stream, region(1).ptr, n), &expected(&plan, &xa)),
+            0
         );
         println!(
-            "TensorRtEngine on the stand-in: eager and graph replay ({} nodes) equal (a*x)+b for {n} elements",
-            graph.nodes()
+            "TensorRT stand-in executor re-bound A -> B -> A, then captured: each run wrote where it was bound"
         );
-        drop(graph);
-        drop(engine);
-        drop(runtime);
-        assert_eq!(alive(&s.standard), (0, 0, 0));
+        drop(g);
+        drop(exec);
     }
 }

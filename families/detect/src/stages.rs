@@ -418,44 +418,7 @@ pub fn pipeline(
         .map_err(rt)?;
     let device = plan.placement() == tether_runtime::Placement::Device;
     let scratch = if device {
-        let padded = padded_anchors(config.num_anchors) as usize;
-        Some(PostScratch {
-            boxes: s
-                .region(
-                    "post: boxes f32x4 [N]",
-                    n * 16,
-                    RegionKind::Internal,
-                    Check::Skip,
-                )
-                .map_err(rt)?,
-            cls: s
-                .region(
-                    "post: classes u32 [N]",
-                    n * 4,
-                    RegionKind::Internal,
-                    Check::Skip,
-                )
-                .map_err(rt)?,
-            scores: s
-                .region(
-                    "post: scores f32 [N]",
-                    n * 4,
-                    RegionKind::Internal,
-                    Check::Skip,
-                )
-                .map_err(rt)?,
-            keys: s
-                .region(
-                    "post: sort keys u64 [P]",
-                    padded * 8,
-                    RegionKind::Internal,
-                    Check::Skip,
-                )
-                .map_err(rt)?,
-            state: s
-                .region("post: counters", 16, RegionKind::Internal, Check::Skip)
-                .map_err(rt)?,
-        })
+        Some(post_scratch(&mut s, config).map_err(rt)?)
     } else {
         None
     };
@@ -471,28 +434,7 @@ pub fn pipeline(
     s.stage(Box::new(LetterboxStage::new(frame, tensor, spec, *config)));
     s.network("model", plan.clone(), &[tensor], &outs)
         .map_err(rt)?;
-    let letterbox = Letterbox::new(
-        spec.width,
-        spec.height,
-        config.input_width,
-        config.input_height,
-    );
-    let mut io_list = vec![raw, result];
-    if let Some(sc) = &scratch {
-        io_list.extend([sc.boxes, sc.cls, sc.scores, sc.keys, sc.state]);
-    }
-    s.stage(Box::new(PostStage {
-        raw,
-        result,
-        scratch,
-        config: *config,
-        letterbox,
-        post: Postprocessor::new(c, n),
-        dets: Detections::new(),
-        io: io_list,
-        #[cfg(feature = "cuda")]
-        device: None,
-    }));
+    s.stage(Box::new(PostStage::new(raw, result, scratch, config, spec)));
     Ok((
         s,
         DetectRegions {
@@ -502,6 +444,154 @@ pub fn pipeline(
             result,
         },
     ))
+}
+
+/// The letterbox stage alone, for checking it against the CPU: the frame as an input
+/// region, the network input tensor as an output region. Returns `(spec, frame, tensor)`.
+///
+/// # Errors
+/// [`DetectError::Runtime`] for an inconsistent spec.
+pub fn letterbox_pipeline(
+    config: &DetectConfig,
+    spec: FrameSpec,
+    device: bool,
+) -> Result<(PipelineSpec, RegionId, RegionId), DetectError> {
+    let rt = |e: tether_runtime::session::SpecError| DetectError::Runtime(e.into());
+    let (w, h) = (config.input_width as usize, config.input_height as usize);
+    let mut s = PipelineSpec::new();
+    let frame = s
+        .region(
+            "frame u8 [H, stride]",
+            spec.bytes(),
+            RegionKind::Input,
+            Check::Exact,
+        )
+        .map_err(rt)?;
+    let tensor = s
+        .region(
+            "images f32 [1, 3, h, w]",
+            3 * h * w * 4,
+            RegionKind::Output,
+            Check::Exact,
+        )
+        .map_err(rt)?;
+    #[cfg(feature = "cuda")]
+    if device {
+        s.kernels(crate::kernels::module_source());
+    }
+    let _ = device;
+    s.stage(Box::new(LetterboxStage::new(frame, tensor, spec, *config)));
+    Ok((s, frame, tensor))
+}
+
+/// The post-processing stage alone, for checking it against the CPU: the network output as
+/// an input region, the result record as an output region (with the device scratch when
+/// `device`). Returns `(spec, raw, result)`.
+///
+/// # Errors
+/// [`DetectError::Runtime`] for an inconsistent spec.
+pub fn post_pipeline(
+    config: &DetectConfig,
+    spec: FrameSpec,
+    device: bool,
+) -> Result<(PipelineSpec, RegionId, RegionId), DetectError> {
+    let rt = |e: tether_runtime::session::SpecError| DetectError::Runtime(e.into());
+    let (c, n) = (config.num_classes as usize, config.num_anchors as usize);
+    let mut s = PipelineSpec::new();
+    let raw = s
+        .region(
+            "output0 f32 [1, 4 + C, N]",
+            (4 + c) * n * 4,
+            RegionKind::Input,
+            Check::Exact,
+        )
+        .map_err(rt)?;
+    let result = s
+        .region(
+            "result DetectOutput",
+            OUTPUT_BYTES,
+            RegionKind::Output,
+            Check::Custom(output::compare),
+        )
+        .map_err(rt)?;
+    let scratch = if device {
+        Some(post_scratch(&mut s, config).map_err(rt)?)
+    } else {
+        None
+    };
+    #[cfg(feature = "cuda")]
+    if device {
+        s.kernels(crate::kernels::module_source());
+    }
+    s.stage(Box::new(PostStage::new(raw, result, scratch, config, spec)));
+    Ok((s, raw, result))
+}
+
+fn post_scratch(
+    s: &mut PipelineSpec,
+    config: &DetectConfig,
+) -> Result<PostScratch, tether_runtime::session::SpecError> {
+    let n = config.num_anchors as usize;
+    let padded = padded_anchors(config.num_anchors) as usize;
+    Ok(PostScratch {
+        boxes: s.region(
+            "post: boxes f32x4 [N]",
+            n * 16,
+            RegionKind::Internal,
+            Check::Skip,
+        )?,
+        cls: s.region(
+            "post: classes u32 [N]",
+            n * 4,
+            RegionKind::Internal,
+            Check::Skip,
+        )?,
+        scores: s.region(
+            "post: scores f32 [N]",
+            n * 4,
+            RegionKind::Internal,
+            Check::Skip,
+        )?,
+        keys: s.region(
+            "post: sort keys u64 [P]",
+            padded * 8,
+            RegionKind::Internal,
+            Check::Skip,
+        )?,
+        state: s.region("post: counters", 16, RegionKind::Internal, Check::Skip)?,
+    })
+}
+
+impl PostStage {
+    fn new(
+        raw: RegionId,
+        result: RegionId,
+        scratch: Option<PostScratch>,
+        config: &DetectConfig,
+        spec: FrameSpec,
+    ) -> Self {
+        let mut io = vec![raw, result];
+        if let Some(sc) = &scratch {
+            io.extend([sc.boxes, sc.cls, sc.scores, sc.keys, sc.state]);
+        }
+        PostStage {
+            raw,
+            result,
+            scratch,
+            config: *config,
+            letterbox: Letterbox::new(
+                spec.width,
+                spec.height,
+                config.input_width,
+                config.input_height,
+            ),
+            post: Postprocessor::new(config.num_classes as usize, config.num_anchors as usize),
+            dets: Detections::new(),
+            io,
+            #[cfg(feature = "cuda")]
+            device: None,
+        }
+    }
 }
 
 /// A deterministic, non-trivial frame for warm-up and the load-time graph check (gradients
