@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => cli::inspect::verify(&a),
         Command::Run(a) => cli::run::run(&a),
         Command::Bench(a) => cli::run::bench(&a),
-        Command::Doctor(a) => cli::doctor::run(&a),
+        Command::Doctor(a) => cli::doctor::run(&a, args.verbose),
     };
     match result {
         Ok(code) => code,

@@ -6,8 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use tether_runtime::tensorrt::{
-    HardwareCompatibility, ProfileShape, TARGET_FLAG_LEAN, TARGET_FLAG_VERSION_COMPATIBLE,
-    TrtexecError, TrtexecOptions, build_plan_with_trtexec,
+    HardwareCompatibility, ProfileShape, TrtexecError, TrtexecOptions, build_plan_with_trtexec,
 };
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -126,7 +125,7 @@ fn builds_with_tensorrt_10_flags() {
     assert_eq!(built.target.hardware_compat, 0);
     assert_eq!(
         built.target.flags,
-        TARGET_FLAG_VERSION_COMPATIBLE | TARGET_FLAG_LEAN
+        tether_targets::FLAG_VERSION_COMPATIBLE | tether_targets::FLAG_EXCLUDE_LEAN_RUNTIME
     );
     assert!(built.fp16_applied);
     assert_eq!(built.device_name.as_deref(), Some("Fake GPU"));

@@ -34,12 +34,13 @@ use crate::engine::{
 };
 
 use super::abi::{DataType, TensorIoMode};
-use super::compat::PlanTarget;
 use super::engine::{
     CaptureBlocker, DeserializeOptions, DeviceMemory, ExecutionContext, Runtime, TensorBinding,
     UnboundContext,
 };
 use super::error::{CaptureError, TrtError};
+use tether_targets::compat::PlanRecord;
+use tether_targets::{GpuFacts, Sm};
 
 /// Why a [`TensorRtEngine`] could not be prepared or used outside the
 /// per-frame path.
@@ -197,8 +198,8 @@ fn blocker_reason(b: CaptureBlocker) -> &'static str {
 }
 
 impl TensorRtEngine {
-    /// Deserializes `plan` (after the compatibility gate, with `target`
-    /// against the loaded library and `ctx`'s device), creates an execution
+    /// Deserializes `plan` (after the compatibility gate, with its target
+    /// `record` against the loaded library and `ctx`'s GPU), creates an execution
     /// context with `input_shapes` (name, extents; only dynamic inputs need
     /// one) and allocates its workspace once on `ctx`'s device.
     ///
@@ -209,17 +210,21 @@ impl TensorRtEngine {
     pub fn load(
         runtime: &Runtime,
         plan: &[u8],
-        target: &PlanTarget,
+        record: &PlanRecord,
         ctx: &Context,
         input_shapes: &[(&str, &[i64])],
     ) -> Result<Self, SessionError> {
-        let (major, minor) = ctx.properties().compute_capability;
-        let sm = (
-            u8::try_from(major).unwrap_or(u8::MAX),
-            u8::try_from(minor).unwrap_or(u8::MAX),
-        );
+        let props = ctx.properties();
+        let (major, minor) = props.compute_capability;
+        let gpu = GpuFacts {
+            sm: Sm::new(
+                u8::try_from(major).unwrap_or(u8::MAX),
+                u8::try_from(minor).unwrap_or(u8::MAX),
+            ),
+            integrated: props.integrated,
+        };
         ctx.bind()?;
-        let engine = runtime.deserialize(plan, target, sm, &DeserializeOptions::default())?;
+        let engine = runtime.deserialize(plan, record, gpu, &DeserializeOptions::default())?;
         let unbound = engine.create_execution_context(input_shapes)?;
         let mut inputs = Vec::new();
         let mut outputs = Vec::new();
