@@ -20,35 +20,14 @@ use std::sync::Arc;
 
 use tether_bundle::{Bundle, BundleError, DType, EngineKind, IoMode, SectionKind, Verify};
 
-use tether_targets::{CpuArch as TargetArch, DeviceFacts, Offer, Sm, select_engine};
+use tether_targets::{CpuArch as TargetArch, DeviceFacts, Offer, select_engine};
 
 use crate::engine::{Engine, RunError, StreamHandle, TensorSpec};
 
 /// A bundle target record as an offer for [`select_engine`]; `None` for
 /// engine kinds this version does not know (they cannot be chosen).
 fn offer(t: &tether_bundle::Target<'_>) -> Option<Offer> {
-    use tether_targets::EngineKind as E;
-    let engine = match t.engine {
-        EngineKind::TensorRt => E::TensorRt,
-        EngineKind::TractCuda => E::TractCuda,
-        EngineKind::TractCpu => E::TractCpu,
-        _ => return None,
-    };
-    let arch = match t.arch {
-        tether_bundle::CpuArch::X86_64 => TargetArch::X86_64,
-        tether_bundle::CpuArch::Aarch64 => TargetArch::Aarch64,
-        tether_bundle::CpuArch::Any => TargetArch::Any,
-        _ => return None,
-    };
-    Some(Offer {
-        index: t.index,
-        engine,
-        arch,
-        sm: t.sm.map(|(major, minor)| Sm::new(major, minor)),
-        tensorrt_version: t.tensorrt_version,
-        hardware_compat: t.hardware_compat,
-        flags: t.flags,
-    })
+    t.offer()
 }
 
 /// How [`Module::open`] prepares the network.

@@ -21,7 +21,8 @@ use super::memory::DevicePtr;
 /// For tests and benchmarks of everything around the network on hosts that have no
 /// capture-safe engine for the model (the H200 host has no TensorRT): it exercises exactly the
 /// session path a TensorRT engine takes (bind, enqueue on the session stream, capture,
-/// replay), with a known output. `kind()` is [`EngineKind::None`].
+/// replay), with a known output. `kind()` is [`EngineKind::CudaNative`] (a device engine of
+/// tether's own; the vocabulary has no "none" engine).
 pub struct ReplayEngine {
     recorded: DevicePtr,
     inputs: Vec<TensorSpec>,
@@ -46,7 +47,7 @@ impl ReplayEngine {
 
 impl Engine for ReplayEngine {
     fn kind(&self) -> EngineKind {
-        EngineKind::None
+        EngineKind::CudaNative
     }
     fn inputs(&self) -> &[TensorSpec] {
         &self.inputs
@@ -81,7 +82,7 @@ impl Engine for ReplayEngine {
     }
     fn run(&mut self, stream: StreamHandle) -> Result<(), RunError> {
         let out = self.output.ok_or(RunError::Backend {
-            engine: EngineKind::None,
+            engine: EngineKind::CudaNative,
             what: "run before bind",
         })?;
         // SAFETY: both regions hold output_bytes bytes (constructor and bind_device contracts);
@@ -97,7 +98,7 @@ impl Engine for ReplayEngine {
         check("cuMemcpyDtoDAsync", res).map_err(|e| {
             log::error!("replay engine: {e}");
             RunError::Backend {
-                engine: EngineKind::None,
+                engine: EngineKind::CudaNative,
                 what: "cuMemcpyDtoDAsync",
             }
         })
