@@ -600,7 +600,7 @@ const fn sm_lt(a: Sm, b: Sm) -> bool {
 
 pub mod table {
     //! The one table of TensorRT compatibility cases. `tether-targets` runs it
-    //! against [`check_plan`] and [`select_engine`](crate::select_engine);
+    //! against [`check_plan`](super::check_plan) and [`select_engine`](crate::select_engine);
     //! `tether-runtime` runs it against its deserialize gate. The two cases
     //! on which selection and gate used to disagree, and the 10.9 floor of
     //! same-compute-capability plans, are rows (marked in their names).

@@ -20,7 +20,7 @@
 //! Within a rule, the lower bundle index wins (the bundle author's order).
 //!
 //! Whether a TensorRT plan may run at all is decided by
-//! [`compat::check_plan`](crate::compat::check_plan), the same function the
+//! [`compat::check_plan`], the same function the
 //! runtime's deserialize gate calls; its module documentation lists the
 //! rules and their sources.
 
@@ -112,7 +112,7 @@ impl Offer {
         self.flags & FLAG_EXCLUDE_LEAN_RUNTIME != 0
     }
     /// The TensorRT fields of the record, for
-    /// [`compat::check_plan`](crate::compat::check_plan).
+    /// [`compat::check_plan`].
     pub const fn plan_record(&self) -> PlanRecord {
         PlanRecord {
             tensorrt: TrtVersion(self.tensorrt_version),
