@@ -80,7 +80,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => cli::inspect::verify(&a),
         Command::Run(a) => cli::run::run(&a, &sub),
         Command::Bench(a) => cli::run::bench(&a, &sub),
-        Command::Doctor(a) => cli::doctor::run(&a),
+        Command::Doctor(a) => cli::doctor::run(&a, args.verbose),
     };
     match result {
         Ok(code) => code,

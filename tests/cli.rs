@@ -470,19 +470,44 @@ fn doctor_reports_this_machine() {
         "arch {arch}"
     );
     let devices = probe["cuda"]["devices"].as_array().expect("devices list");
+    let cuda_search = &probe["cuda"]["search"];
+    let tried = cuda_search["tried"].as_array().expect("libcuda search");
+    assert!(!tried.is_empty(), "no search shown");
     if devices.is_empty() {
-        assert!(
-            !probe["cuda"]["attempts"].as_array().unwrap().is_empty(),
-            "no search shown"
-        );
         let notes = probe["notes"].to_string();
         assert!(notes.contains("no GPU"), "{notes}");
     }
-    match v["tensorrt"]["found"].as_bool() {
-        Some(true) => assert!(v["tensorrt"]["version"].is_string()),
-        Some(false) => assert!(v["tensorrt"]["error"].as_str().unwrap().contains("Tried")),
+    // Structured: each place once, with its kind and outcome.
+    for t in tried {
+        assert!(
+            t["place"].is_string() && t["kind"].is_string() && t["outcome"].is_string(),
+            "{t}"
+        );
+    }
+    let places: Vec<&str> = tried.iter().map(|t| t["place"].as_str().unwrap()).collect();
+    let mut unique = places.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), places.len(), "{places:?}");
+    let trt = &v["tensorrt"];
+    assert!(trt["search"]["tried"].is_array(), "{trt}");
+    match trt["found"].as_bool() {
+        Some(true) => assert!(trt["version"].is_string()),
+        Some(false) => {
+            let e = trt["error"].as_str().unwrap();
+            assert!(!e.contains('\n') && e.contains("searched"), "{e}");
+            // On x86_64 no aarch64/Tegra directory is searched; pip folders are.
+            if cfg!(target_arch = "x86_64") {
+                let tp = trt["search"]["tried"].to_string();
+                assert!(!tp.contains("aarch64") && !tp.contains("tegra"), "{tp}");
+            }
+        }
         None => panic!("tensorrt.found missing: {v}"),
     }
+    for lib in ["cudnn", "cublas"] {
+        assert!(v["libraries"][lib]["found"].is_boolean(), "{lib}: {v}");
+    }
+
     let text = tether(&["doctor"]);
     assert!(text.status.success());
     let out = stdout(&text);
@@ -490,4 +515,31 @@ fn doctor_reports_this_machine() {
         out.contains("CUDA driver") && out.contains("TensorRT") && out.contains("engines"),
         "{out}"
     );
+    assert!(out.contains("cuDNN") && out.contains("cuBLAS"), "{out}");
+    assert!(!out.contains("or pass a path"), "{out}");
+    // The text summarises; `-v` lists each place.
+    let verbose = stdout(&tether(&["doctor", "-v"]));
+    assert!(out.lines().count() < 30, "{out}");
+    assert!(
+        verbose.contains("CUDA driver search (libcuda.so.1):"),
+        "{verbose}"
+    );
+    assert!(verbose.lines().count() > out.lines().count(), "{verbose}");
+}
+
+/// `doctor --tensorrt-lib PATH` tries only that path, and says so.
+#[test]
+fn doctor_takes_a_tensorrt_path() {
+    let v = json(&tether(&[
+        "doctor",
+        "--json",
+        "--tensorrt-lib",
+        "/nonexistent/libnvinfer.so.10",
+    ]));
+    let trt = &v["tensorrt"];
+    assert_eq!(trt["found"], false, "{trt}");
+    let tried = trt["search"]["tried"].as_array().unwrap();
+    assert_eq!(tried.len(), 1, "{trt}");
+    assert_eq!(tried[0]["kind"], "Explicit");
+    assert_eq!(tried[0]["place"], "/nonexistent/libnvinfer.so.10");
 }

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tether_runtime::tensorrt::HardwareCompatibility;
-use tether_runtime::tensorrt::{
-    PlanHeader, PlanTarget, TARGET_FLAG_LEAN, TARGET_FLAG_VERSION_COMPATIBLE, TrtVersion,
-};
+use tether_targets::{FLAG_EXCLUDE_LEAN_RUNTIME, FLAG_VERSION_COMPATIBLE, TrtVersion};
+
+use tether_runtime::tensorrt::{PlanHeader, PlanTarget};
 
 /// Environment variable naming the `trtexec` executable.
 pub const ENV_TRTEXEC: &str = "TETHER_TRTEXEC";
@@ -203,11 +203,11 @@ pub fn build_plan_with_trtexec(options: &TrtexecOptions) -> Result<BuiltPlan, Tr
     if options.version_compatible {
         need("--versionCompatible", "a version-compatible plan")?;
         args.push("--versionCompatible".to_string());
-        flags |= TARGET_FLAG_VERSION_COMPATIBLE;
+        flags |= FLAG_VERSION_COMPATIBLE;
         if options.exclude_lean_runtime {
             need("--excludeLeanRuntime", "excluding the lean runtime")?;
             args.push("--excludeLeanRuntime".to_string());
-            flags |= TARGET_FLAG_LEAN;
+            flags |= FLAG_EXCLUDE_LEAN_RUNTIME;
         }
     }
     if options.hardware_compatibility != HardwareCompatibility::None {
@@ -288,9 +288,9 @@ pub fn build_plan_with_trtexec(options: &TrtexecOptions) -> Result<BuiltPlan, Tr
         plan_path: options.output.clone(),
         plan_bytes,
         target: PlanTarget {
-            tensorrt_version: version.encoded(),
+            tensorrt_version: version.0,
             sm: parse_compute_capability(&log_text),
-            hardware_compat: options.hardware_compatibility as u32,
+            hardware_compat: options.hardware_compatibility.raw(),
             flags,
         },
         device_name: parse_after(&log_text, "Selected Device:"),
@@ -396,7 +396,7 @@ pub fn parse_version(text: &str) -> Option<TrtVersion> {
         .collect();
     let n: u32 = digits.parse().ok()?;
     if n >= 100_000 {
-        Some(TrtVersion::from_encoded(n))
+        Some(TrtVersion(n))
     } else {
         Some(TrtVersion::new(n / 1000, (n / 100) % 10, n % 100))
     }

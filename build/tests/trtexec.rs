@@ -6,9 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use tether_build::trtexec::{ProfileShape, TrtexecError, TrtexecOptions, build_plan_with_trtexec};
-use tether_runtime::tensorrt::{
-    HardwareCompatibility, TARGET_FLAG_LEAN, TARGET_FLAG_VERSION_COMPATIBLE,
-};
+use tether_runtime::tensorrt::HardwareCompatibility;
 
 fn temp_dir(tag: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -126,7 +124,7 @@ fn builds_with_tensorrt_10_flags() {
     assert_eq!(built.target.hardware_compat, 0);
     assert_eq!(
         built.target.flags,
-        TARGET_FLAG_VERSION_COMPATIBLE | TARGET_FLAG_LEAN
+        tether_targets::FLAG_VERSION_COMPATIBLE | tether_targets::FLAG_EXCLUDE_LEAN_RUNTIME
     );
     assert!(built.fp16_applied);
     assert_eq!(built.device_name.as_deref(), Some("Fake GPU"));

@@ -84,7 +84,10 @@ pub use reader::{
     Bundle, Dims, Identity, Section, Sections, Target, Targets, TensorInfo, Tensors, Verify,
     VerifyReport,
 };
-pub use types::{CpuArch, DType, EngineKind, IoMode, Layout, ParseEnumError, SectionKind};
+pub use types::{
+    ArchCode, CpuArch, DType, EngineCode, EngineKind, IoMode, Layout, ParseEnumError, SectionKind,
+    arch_code, engine_code,
+};
 pub use writer::{BundleWriter, IdentityDesc, TargetDesc, TensorDesc, WriteSummary};
 
 /// The first 8 bytes of every bundle (PNG-style: a high-bit byte, `TBND`,
@@ -108,8 +111,12 @@ pub const MAX_SECTIONS: usize = 4096;
 /// Maximum length in bytes of every string in the manifest (names, identity
 /// fields). Enforced by the reader and the writer.
 pub const MAX_NAME_LEN: usize = 255;
-/// Target flag: the TensorRT plan was built version-compatible
-/// (`kVERSION_COMPATIBLE`) and can run on a newer TensorRT runtime.
-pub const TARGET_FLAG_VERSION_COMPATIBLE: u32 = 1;
-/// Target flag: the plan needs only the lean TensorRT runtime.
-pub const TARGET_FLAG_LEAN: u32 = 2;
+/// Target flag bit 0: the TensorRT plan was built version-compatible
+/// (`kVERSION_COMPATIBLE`) and can run on a newer TensorRT runtime. The
+/// platform vocabulary's [`tether_targets::FLAG_VERSION_COMPATIBLE`].
+pub const TARGET_FLAG_VERSION_COMPATIBLE: u32 = tether_targets::FLAG_VERSION_COMPATIBLE;
+/// Target flag bit 1: the version-compatible plan was built without its
+/// embedded lean runtime (`kEXCLUDE_LEAN_RUNTIME`), so it needs a TensorRT of
+/// its own version. The platform vocabulary's
+/// [`tether_targets::FLAG_EXCLUDE_LEAN_RUNTIME`].
+pub const TARGET_FLAG_LEAN: u32 = tether_targets::FLAG_EXCLUDE_LEAN_RUNTIME;

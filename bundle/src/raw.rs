@@ -135,9 +135,9 @@ pub struct IdentityRecord {
 pub struct TargetRecord {
     /// Target name, e.g. `orin-sm87-trt10`.
     pub name: StrRef,
-    /// [`CpuArch`](crate::CpuArch) raw value.
+    /// [`ArchCode`](crate::ArchCode) raw value (table 5.2).
     pub arch: U16,
-    /// [`EngineKind`](crate::EngineKind) raw value.
+    /// [`EngineCode`](crate::EngineCode) raw value (table 5.3).
     pub engine: U16,
     /// CUDA compute capability major; 0 = no GPU requirement.
     pub sm_major: u8,

@@ -17,7 +17,7 @@ use crate::raw::{
     TargetRecord, TensorRecord, header_crc,
 };
 use crate::{
-    CpuArch, DType, EngineKind, FORMAT_MAJOR, FORMAT_MINOR, IoMode, Layout, MAGIC, MAX_NAME_LEN,
+    ArchCode, DType, EngineCode, FORMAT_MAJOR, FORMAT_MINOR, IoMode, Layout, MAGIC, MAX_NAME_LEN,
     MAX_RANK, MAX_SECTIONS, SECTION_ALIGN, SectionKind, TARGET_FLAG_LEAN,
     TARGET_FLAG_VERSION_COMPATIBLE,
 };
@@ -75,12 +75,13 @@ pub struct Target<'a> {
     pub index: u32,
     /// Target name.
     pub name: &'a str,
-    /// CPU architecture required.
-    pub arch: CpuArch,
+    /// CPU architecture required (or a code this reader does not know).
+    pub arch: ArchCode,
     /// CUDA compute capability `(major, minor)`; `None` = no GPU requirement.
     pub sm: Option<(u8, u8)>,
-    /// Engine used on this target.
-    pub engine: EngineKind,
+    /// Engine used on this target (or none, or a code this reader does not
+    /// know).
+    pub engine: EngineCode,
     /// TensorRT version as `MAJOR*10000 + MINOR*100 + PATCH` (e.g. 100300
     /// for 10.3.0); 0 = not applicable.
     pub tensorrt_version: u32,
@@ -99,6 +100,24 @@ impl Target<'_> {
     /// `flags` has [`TARGET_FLAG_LEAN`].
     pub fn is_lean(&self) -> bool {
         self.flags & TARGET_FLAG_LEAN != 0
+    }
+
+    /// The record as engine selection takes it
+    /// ([`tether_targets::select_engine`]); `None` when the architecture or
+    /// engine code is not one this reader knows, or the target has no engine
+    /// (such a target cannot be chosen).
+    pub fn offer(&self) -> Option<tether_targets::Offer> {
+        Some(tether_targets::Offer {
+            index: self.index,
+            engine: self.engine.known()?,
+            arch: self.arch.known()?,
+            sm: self
+                .sm
+                .map(|(major, minor)| tether_targets::Sm::new(major, minor)),
+            tensorrt_version: self.tensorrt_version,
+            hardware_compat: self.hardware_compat,
+            flags: self.flags,
+        })
     }
 
     /// `tensorrt_version` split into `(major, minor, patch)`; `None` when 0.
@@ -1066,9 +1085,9 @@ impl Bundle {
         Some(Target {
             index,
             name: self.str(&r.name),
-            arch: CpuArch::from_raw(r.arch.get()),
+            arch: ArchCode::from_raw(r.arch.get()),
             sm: (r.sm_major != 0).then_some((r.sm_major, r.sm_minor)),
-            engine: EngineKind::from_raw(r.engine.get()),
+            engine: EngineCode::from_raw(r.engine.get()),
             tensorrt_version: r.tensorrt_version.get(),
             hardware_compat: r.hardware_compat.get(),
             flags: r.flags.get(),

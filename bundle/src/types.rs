@@ -108,29 +108,185 @@ raw_enum! {
     }
 }
 
-raw_enum! {
-    /// CPU architecture a target needs. Stored as `u16`.
-    CpuArch: u16, "CPU architecture" {
-        /// Runs on any CPU.
-        Any = 0, "any",
-        /// x86-64.
-        X86_64 = 1, "x86_64",
-        /// 64-bit ARM.
-        Aarch64 = 2, "aarch64",
+pub use tether_targets::{CpuArch, EngineKind};
+
+/// Table 5.2: the manifest code of a CPU architecture (`any` 0, `x86_64` 1,
+/// `aarch64` 2).
+pub const fn arch_code(arch: CpuArch) -> u16 {
+    match arch {
+        CpuArch::Any => 0,
+        CpuArch::X86_64 => 1,
+        CpuArch::Aarch64 => 2,
     }
 }
 
-raw_enum! {
-    /// Inference engine a target uses. Stored as `u16`.
-    EngineKind: u16, "engine kind" {
-        /// No engine (asset-only target).
-        None = 0, "none",
-        /// tract on the CPU.
-        TractCpu = 1, "tract-cpu",
-        /// tract with CUDA.
-        TractCuda = 2, "tract-cuda",
-        /// NVIDIA TensorRT.
-        TensorRt = 3, "tensorrt",
+/// Table 5.3: the manifest code of an engine kind (`tract-cpu` 1,
+/// `tract-cuda` 2, `tensorrt` 3, `cuda-native` 4; 0 is `none`, a target with
+/// no engine).
+pub const fn engine_code(engine: EngineKind) -> u16 {
+    match engine {
+        EngineKind::TractCpu => 1,
+        EngineKind::TractCuda => 2,
+        EngineKind::TensorRt => 3,
+        EngineKind::CudaNative => 4,
+    }
+}
+
+/// A target record's `arch` (table 5.2): an architecture of the platform
+/// vocabulary, or a code this reader does not know (a newer minor version
+/// wrote it, or garbage), reported, not rejected. `from_raw(x).raw() == x`.
+///
+/// `Debug` and `Display` show the architecture itself (`X86_64`, `x86_64`)
+/// when it is known.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ArchCode {
+    /// A known architecture.
+    Known(CpuArch),
+    /// A raw value this reader does not know.
+    Unknown(u16),
+}
+
+impl ArchCode {
+    /// Decodes the on-disk value.
+    pub const fn from_raw(raw: u16) -> Self {
+        match raw {
+            0 => Self::Known(CpuArch::Any),
+            1 => Self::Known(CpuArch::X86_64),
+            2 => Self::Known(CpuArch::Aarch64),
+            other => Self::Unknown(other),
+        }
+    }
+    /// The on-disk value.
+    pub const fn raw(self) -> u16 {
+        match self {
+            Self::Known(a) => arch_code(a),
+            Self::Unknown(raw) => raw,
+        }
+    }
+    /// The architecture, when known.
+    pub const fn known(self) -> Option<CpuArch> {
+        match self {
+            Self::Known(a) => Some(a),
+            Self::Unknown(_) => None,
+        }
+    }
+}
+
+impl From<CpuArch> for ArchCode {
+    fn from(a: CpuArch) -> Self {
+        Self::Known(a)
+    }
+}
+
+impl PartialEq<CpuArch> for ArchCode {
+    fn eq(&self, other: &CpuArch) -> bool {
+        *self == Self::Known(*other)
+    }
+}
+
+impl fmt::Debug for ArchCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Known(a) => fmt::Debug::fmt(a, f),
+            Self::Unknown(raw) => write!(f, "Unknown({raw})"),
+        }
+    }
+}
+
+impl fmt::Display for ArchCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Known(a) => fmt::Display::fmt(a, f),
+            Self::Unknown(raw) => write!(f, "unknown({raw})"),
+        }
+    }
+}
+
+/// A target record's `engine` (table 5.3): an engine kind of the platform
+/// vocabulary, `none` (code 0: a target with no engine), or a code this
+/// reader does not know, reported, not rejected. `from_raw(x).raw() == x`.
+///
+/// `Debug` shows the engine kind itself (`TensorRt`) when it is known;
+/// `Display` the manifest name (`tensorrt`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EngineCode {
+    /// Code 0: no engine.
+    NoEngine,
+    /// A known engine kind.
+    Known(EngineKind),
+    /// A raw value this reader does not know.
+    Unknown(u16),
+}
+
+impl EngineCode {
+    /// Decodes the on-disk value.
+    pub const fn from_raw(raw: u16) -> Self {
+        match raw {
+            0 => Self::NoEngine,
+            1 => Self::Known(EngineKind::TractCpu),
+            2 => Self::Known(EngineKind::TractCuda),
+            3 => Self::Known(EngineKind::TensorRt),
+            4 => Self::Known(EngineKind::CudaNative),
+            other => Self::Unknown(other),
+        }
+    }
+    /// The on-disk value.
+    pub const fn raw(self) -> u16 {
+        match self {
+            Self::NoEngine => 0,
+            Self::Known(e) => engine_code(e),
+            Self::Unknown(raw) => raw,
+        }
+    }
+    /// The engine kind, when known.
+    pub const fn known(self) -> Option<EngineKind> {
+        match self {
+            Self::Known(e) => Some(e),
+            Self::NoEngine | Self::Unknown(_) => None,
+        }
+    }
+    /// The manifest name (`none`, `tract-cpu`, `tract-cuda`, `tensorrt`,
+    /// `cuda-native`); `None` for unknown codes.
+    pub const fn name(self) -> Option<&'static str> {
+        match self {
+            Self::NoEngine => Some("none"),
+            Self::Known(EngineKind::TractCpu) => Some("tract-cpu"),
+            Self::Known(EngineKind::TractCuda) => Some("tract-cuda"),
+            Self::Known(EngineKind::TensorRt) => Some("tensorrt"),
+            Self::Known(EngineKind::CudaNative) => Some("cuda-native"),
+            Self::Unknown(_) => None,
+        }
+    }
+}
+
+impl From<EngineKind> for EngineCode {
+    fn from(e: EngineKind) -> Self {
+        Self::Known(e)
+    }
+}
+
+impl PartialEq<EngineKind> for EngineCode {
+    fn eq(&self, other: &EngineKind) -> bool {
+        *self == Self::Known(*other)
+    }
+}
+
+impl fmt::Debug for EngineCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoEngine => f.write_str("None"),
+            Self::Known(e) => fmt::Debug::fmt(e, f),
+            Self::Unknown(raw) => write!(f, "Unknown({raw})"),
+        }
+    }
+}
+
+impl fmt::Display for EngineCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => f.write_str(n),
+            None => write!(f, "unknown({})", self.raw()),
+        }
     }
 }
 
@@ -205,6 +361,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn codes_round_trip_and_cover_the_vocabulary() {
+        for r in 0..=300u16 {
+            assert_eq!(ArchCode::from_raw(r).raw(), r);
+            assert_eq!(EngineCode::from_raw(r).raw(), r);
+        }
+        for a in [CpuArch::Any, CpuArch::X86_64, CpuArch::Aarch64] {
+            assert_eq!(ArchCode::from_raw(arch_code(a)), a);
+        }
+        for e in [
+            EngineKind::TensorRt,
+            EngineKind::CudaNative,
+            EngineKind::TractCuda,
+            EngineKind::TractCpu,
+        ] {
+            assert_eq!(EngineCode::from_raw(engine_code(e)), e);
+        }
+    }
+
+    #[test]
     fn raw_round_trip() {
         for r in 0..=20u32 {
             assert_eq!(SectionKind::from_raw(r).raw(), r);
@@ -223,7 +398,14 @@ mod tests {
         assert_eq!(DType::F32.to_string(), "f32");
         assert_eq!(DType::Unknown(99).to_string(), "unknown(99)");
         assert_eq!("bf16".parse::<DType>(), Ok(DType::BF16));
-        assert_eq!("aarch64".parse::<CpuArch>(), Ok(CpuArch::Aarch64));
+        assert_eq!(ArchCode::from_raw(2), CpuArch::Aarch64);
+        assert_eq!(ArchCode::from_raw(2).to_string(), "aarch64");
+        assert_eq!(format!("{:?}", ArchCode::from_raw(1)), "X86_64");
+        assert_eq!(EngineCode::from_raw(3), EngineKind::TensorRt);
+        assert_eq!(EngineCode::from_raw(3).to_string(), "tensorrt");
+        assert_eq!(format!("{:?}", EngineCode::from_raw(1)), "TractCpu");
+        assert_eq!(EngineCode::from_raw(0).to_string(), "none");
+        assert_eq!(EngineCode::from_raw(55).to_string(), "unknown(55)");
         let e = "f128".parse::<DType>().unwrap_err();
         assert!(e.to_string().contains("f32 f16 bf16"), "{e}");
         assert_eq!(DType::BF16.size_bytes(), Some(2));

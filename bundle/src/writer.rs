@@ -550,8 +550,8 @@ impl BundleWriter {
             let (sm_major, sm_minor) = t.sm.unwrap_or((0, 0));
             let r = TargetRecord {
                 name: *name,
-                arch: U16::new(t.arch.raw()),
-                engine: U16::new(t.engine.raw()),
+                arch: U16::new(crate::arch_code(t.arch)),
+                engine: U16::new(crate::engine_code(t.engine)),
                 sm_major,
                 sm_minor,
                 reserved0: [0; 2],

@@ -757,8 +757,10 @@ fn unknown_enum_values_are_reported() {
     let t = b.target(0).unwrap();
     assert_eq!(
         (t.arch, t.engine),
-        (CpuArch::Unknown(77), EngineKind::Unknown(55))
+        (ArchCode::Unknown(77), EngineCode::Unknown(55))
     );
+    // A target this reader cannot decode is no engine to choose.
+    assert_eq!(t.offer(), None);
     let t = b.tensors(0).next().unwrap();
     assert_eq!(
         (t.mode, t.dtype, t.layout),

@@ -48,6 +48,25 @@ fn round_trip_every_field() {
     assert_eq!(orin.tensorrt_version_parts(), Some((10, 3, 0)));
     assert_eq!(orin.hardware_compat, 1);
     assert!(orin.is_version_compatible() && orin.is_lean());
+    // The record as engine selection takes it: the same fields, the one
+    // vocabulary.
+    let offer = orin.offer().unwrap();
+    assert_eq!(
+        offer,
+        tether_targets::Offer {
+            index: 1,
+            engine: EngineKind::TensorRt,
+            arch: CpuArch::Aarch64,
+            sm: Some(tether_targets::Sm::new(8, 7)),
+            tensorrt_version: 100300,
+            hardware_compat: 1,
+            flags: TARGET_FLAG_VERSION_COMPATIBLE | TARGET_FLAG_LEAN,
+        }
+    );
+    assert_eq!(
+        targets[0].offer().map(|o| o.engine),
+        Some(EngineKind::TractCpu)
+    );
     assert!(matches!(
         b.target(2),
         Err(BundleError::TargetNotFound { index: 2, count: 2 })

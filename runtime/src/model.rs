@@ -139,25 +139,15 @@ fn section_offers(bundle: &Bundle, s: &tether_bundle::Section<'_>) -> Vec<Offer>
     let target = s.target.and_then(|t| bundle.targets().nth(t as usize));
     match s.kind {
         SectionKind::TensorRtPlan => {
-            let Some(t) = target else { return Vec::new() };
-            let arch = match t.arch {
-                tether_bundle::CpuArch::X86_64 => CpuArch::X86_64,
-                tether_bundle::CpuArch::Aarch64 => CpuArch::Aarch64,
-                tether_bundle::CpuArch::Any => CpuArch::Any,
-                _ => return Vec::new(),
+            let Some(offer) = target.and_then(|t| t.offer()) else {
+                return Vec::new();
             };
-            if !COMPILED_BACKENDS.contains(&EngineKind::TensorRt) {
+            if offer.engine != EngineKind::TensorRt
+                || !COMPILED_BACKENDS.contains(&EngineKind::TensorRt)
+            {
                 return Vec::new();
             }
-            vec![Offer {
-                index: t.index,
-                engine: EngineKind::TensorRt,
-                arch,
-                sm: t.sm.map(|(a, b)| tether_targets::Sm::new(a, b)),
-                tensorrt_version: t.tensorrt_version,
-                hardware_compat: t.hardware_compat,
-                flags: t.flags,
-            }]
+            vec![offer]
         }
         SectionKind::Onnx => {
             let index = target.map_or(u32::MAX, |t| t.index);
@@ -590,14 +580,14 @@ fn open_cuda(ordinal: usize) -> Result<Resolved, Error> {
 }
 
 #[cfg(all(feature = "cuda", feature = "tensorrt"))]
-fn tensorrt_version() -> Option<u32> {
+fn tensorrt_version() -> Option<tether_targets::TrtLibrary> {
     crate::backends::tensorrt::library()
         .ok()
-        .map(|l| l.version().encoded())
+        .map(|l| l.loaded())
 }
 
 #[cfg(all(feature = "cuda", not(feature = "tensorrt")))]
-fn tensorrt_version() -> Option<u32> {
+fn tensorrt_version() -> Option<tether_targets::TrtLibrary> {
     None
 }
 

@@ -18,11 +18,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tether_runtime::tensorrt::TrtVersion;
 use tether_runtime::tensorrt::abi::{
     self, AbiTable, DIMS_MAX, Dims64, ENUM_VALUES, ERROR_DESC_MAX_LEN, InterfaceInfo,
     PUBLIC_DELETING_DESTRUCTOR, PUBLIC_IMPL_OFFSET, PUBLIC_OBJECT_SIZE, VROOT_DESTRUCTORS,
 };
+use tether_targets::TrtVersion;
 
 /// Header sets CI must be able to check (crates.io `trtx-sys` pins in fetch-headers.sh).
 const REQUIRED: [&str; 4] = ["10.16.0", "11.0.0", "11.1.0", "11.4.0"];
@@ -136,7 +136,7 @@ fn check_version(version: &str, facts: &BTreeMap<String, String>) -> (usize, Vec
         parts.next().unwrap(),
         parts.next().unwrap(),
     );
-    c.expect("const NV_TENSORRT_VERSION", v.encoded());
+    c.expect("const NV_TENSORRT_VERSION", v.0);
 
     // Value layouts.
     c.expect("size Dims64", std::mem::size_of::<Dims64>());
@@ -180,11 +180,11 @@ fn check_version(version: &str, facts: &BTreeMap<String, String>) -> (usize, Vec
     c.expect("dtor VRoot.deleting", VROOT_DESTRUCTORS.1);
 
     // apiv tables.
-    let table: &AbiTable = abi::table_for_major(v.major)
+    let table: &AbiTable = abi::table_for_major(v.major())
         .unwrap_or_else(|| panic!("tether has no interface table for TensorRT {version}"));
     for s in table.named_slots() {
         let key = format!("slot {}.{}", s.class, s.method);
-        if v.minor >= s.slot.since_minor {
+        if v.minor() >= s.slot.since_minor {
             c.expect(&key, s.slot.index);
         } else {
             // The minor gate must be right too: absent before `since_minor`.
@@ -227,7 +227,7 @@ fn check_version(version: &str, facts: &BTreeMap<String, String>) -> (usize, Vec
     // Enumerators.
     for e in ENUM_VALUES {
         let key = format!("enum {}", e.name);
-        if (v.major, v.minor) >= e.since {
+        if (v.major(), v.minor()) >= e.since {
             c.expect(&key, e.value);
         } else {
             c.expect(&key, "absent");

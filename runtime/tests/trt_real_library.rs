@@ -18,9 +18,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tether_runtime::tensorrt::{
-    DeserializeOptions, PlanTarget, TARGET_FLAG_VERSION_COMPATIBLE, TensorRt, TrtError,
-    logger_message_counts,
+    DeserializeOptions, PlanTarget, TensorRt, TrtError, logger_message_counts,
 };
+use tether_targets::{FLAG_VERSION_COMPATIBLE, GpuFacts, Sm};
 
 /// A `log` implementation that keeps what TensorRT sent (target `tensorrt`).
 struct Capture;
@@ -190,6 +190,8 @@ fn real_library_proof() {
 
     println!("== 4. compatibility gate (nothing deserialized)");
     let opts = DeserializeOptions::default();
+    // The test host is a data-center GPU (the H200).
+    let gpu = GpuFacts::discrete(Sm::new(cuda.sm.0, cuda.sm.1));
     let jetson_plan = PlanTarget {
         tensorrt_version: 100300,
         sm: Some((8, 7)),
@@ -197,20 +199,20 @@ fn real_library_proof() {
         flags: 0,
     };
     let e = runtime
-        .deserialize(&garbage, &jetson_plan, cuda.sm, &opts)
+        .deserialize(&garbage, &jetson_plan.record(), gpu, &opts)
         .unwrap_err();
     println!("JetPack 6 plan record (10.3.0, sm_87) -> {e}");
     if !matches!(e, TrtError::Incompatible(_)) {
         failures.push(format!("JetPack record: expected Incompatible, got {e:?}"));
     }
     let orin_vc = PlanTarget {
-        tensorrt_version: trt.version().encoded(),
+        tensorrt_version: trt.version().0,
         sm: Some((8, 7)),
         hardware_compat: 0,
-        flags: TARGET_FLAG_VERSION_COMPATIBLE,
+        flags: FLAG_VERSION_COMPATIBLE,
     };
     let e = runtime
-        .deserialize(&garbage, &orin_vc, cuda.sm, &opts)
+        .deserialize(&garbage, &orin_vc.record(), gpu, &opts)
         .unwrap_err();
     println!("version-compatible record built on sm_87 -> {e}");
     if !matches!(e, TrtError::Incompatible(_)) {
@@ -221,7 +223,7 @@ fn real_library_proof() {
         ..orin_vc
     };
     let e = runtime
-        .deserialize(&garbage, &vc_record, cuda.sm, &opts)
+        .deserialize(&garbage, &vc_record.record(), gpu, &opts)
         .unwrap_err();
     println!("record passes the gate (host code allowed), bytes are garbage -> {e}");
     if !matches!(e, TrtError::Deserialize { .. }) {

@@ -34,9 +34,12 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use tether_runtime::tensorrt::{
-    DataType, DeserializeOptions, DeviceMemory, EnqueueError, HardwareCompatibility, LibraryFlavor,
-    PlanTarget, TARGET_FLAG_VERSION_COMPATIBLE, TensorBinding, TensorIoMode, TensorLocation,
-    TensorRt, TrtError, TrtVersion, logger_message_counts,
+    DataType, DeserializeOptions, DeviceMemory, EnqueueError, HardwareCompatibility, PlanTarget,
+    TensorBinding, TensorIoMode, TensorLocation, TensorRt, TrtError, logger_message_counts,
+};
+use tether_targets::{
+    FLAG_VERSION_COMPATIBLE as TARGET_FLAG_VERSION_COMPATIBLE, GpuFacts, LibraryFlavor, Sm,
+    TrtVersion,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -342,8 +345,8 @@ fn standin_runs_tethers_calls_up_to_the_enqueue_without_a_gpu() {
     let engine = runtime
         .deserialize(
             &plan,
-            &AFFINE.target(),
-            (9, 0),
+            &AFFINE.target().record(),
+            GpuFacts::discrete(Sm::new(9, 0)),
             &DeserializeOptions::default(),
         )
         .unwrap_or_else(|e| panic!("{e}"));
@@ -511,8 +514,8 @@ fn standin_refusals_reach_tether_with_the_standins_messages() {
     let e = runtime
         .deserialize(
             &old.bytes(),
-            &old.target(),
-            (9, 0),
+            &old.target().record(),
+            GpuFacts::discrete(Sm::new(9, 0)),
             &DeserializeOptions::default(),
         )
         .unwrap_err();
@@ -594,7 +597,12 @@ fn lean_standin_takes_version_compatible_plans_with_host_code_allowed() {
     // Not version-compatible: the gate refuses for the lean runtime; unchecked, the lean
     // stand-in refuses too.
     let e = runtime
-        .deserialize(&AFFINE.bytes(), &AFFINE.target(), (9, 0), &opts)
+        .deserialize(
+            &AFFINE.bytes(),
+            &AFFINE.target().record(),
+            GpuFacts::discrete(Sm::new(9, 0)),
+            &opts,
+        )
         .unwrap_err();
     assert!(matches!(e, TrtError::Incompatible(_)), "{e}");
     let e = runtime
@@ -615,15 +623,20 @@ fn lean_standin_takes_version_compatible_plans_with_host_code_allowed() {
     };
     let refused = runtime.deserialize(
         &vc.bytes(),
-        &vc.target(),
-        (9, 0),
+        &vc.target().record(),
+        GpuFacts::discrete(Sm::new(9, 0)),
         &DeserializeOptions {
             allow_engine_host_code: false,
         },
     );
     assert!(matches!(refused, Err(TrtError::HostCodeNotAllowed)));
     let engine = runtime
-        .deserialize(&vc.bytes(), &vc.target(), (9, 0), &opts)
+        .deserialize(
+            &vc.bytes(),
+            &vc.target().record(),
+            GpuFacts::discrete(Sm::new(9, 0)),
+            &opts,
+        )
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(get(&report(lib), "runtime.host_code_allowed"), "1");
     drop(engine);
@@ -732,8 +745,8 @@ mod gpu {
         let engine = runtime
             .deserialize(
                 &plan.bytes(),
-                &target,
-                sm(&ctx),
+                &target.record(),
+                GpuFacts::discrete(Sm::new(sm(&ctx).0, sm(&ctx).1)),
                 &DeserializeOptions::default(),
             )
             .unwrap_or_else(|e| panic!("{e}"));

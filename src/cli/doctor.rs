@@ -1,15 +1,19 @@
 //! `tether doctor`: what this machine is and which engines it can run.
 //!
 //! Works with no GPU, no CUDA and no TensorRT: each missing piece is reported
-//! with every place that was looked at. Reads no `nvidia-smi` or NVML (Jetson
-//! has neither).
+//! with how many places were searched (`-v`: every place, and what happened
+//! there; `--json`: the same, structured). Reads no `nvidia-smi` or NVML
+//! (Jetson has neither). The places are the ones `tether run` searches: one
+//! list, from `tether_targets::libs`.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
 use serde_json::{Value, json};
-use tether_runtime::tensorrt::TensorRt;
+use tether_runtime::tensorrt::{LoadOptions, TensorRt};
+use tether_targets::libs::{self, Library, LibraryInfo, SearchReport};
 
 /// Arguments of `tether doctor`.
 #[derive(Args, Debug)]
@@ -17,6 +21,11 @@ pub struct DoctorArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Use this TensorRT library (a file such as `libnvinfer.so.10`, or the
+    /// folder holding it) instead of searching; the same as setting
+    /// `TETHER_TENSORRT_LIB`.
+    #[arg(long, value_name = "PATH")]
+    tensorrt_lib: Option<PathBuf>,
     /// Also check TensorRT end to end: generate a small ONNX model, run it on
     /// the CPU, build a plan with trtexec, run it through tether's TensorRT
     /// engine eagerly and as a CUDA graph, compare. Exit 0 usable, 1 a step
@@ -25,25 +34,51 @@ pub struct DoctorArgs {
     self_test: bool,
 }
 
-/// Run `tether doctor`.
-pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
+/// Run `tether doctor`; `verbose` (`-v`) lists every place searched.
+pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
     let report = tether_targets::probe::probe();
-    let trt = TensorRt::load(None);
-    let self_test = a.self_test.then(super::selftest::run);
+    let trt = TensorRt::load_with(&LoadOptions::new(a.tensorrt_lib.as_deref()));
+    let env = tether_targets::ProbeOptions::system().search_env();
+    let others: Vec<LibraryInfo> = [Library::Cudnn, Library::Cublas]
+        .into_iter()
+        .map(|l| libs::identify(&libs::search_list(l, &env, None)))
+        .collect();
+    let self_test = a
+        .self_test
+        .then(|| super::selftest::run(a.tensorrt_lib.as_deref()));
     if a.json {
         let tensorrt: Value = match &trt {
-            Ok(lib) => json!({
+            Ok((lib, search)) => json!({
                 "found": true,
                 "version": lib.version().to_string(),
-                "flavor": lib.flavor().to_string(),
+                "build": lib.build(),
+                "flavor": lib.flavor().as_str(),
                 "path": lib.path().display().to_string(),
+                "search": search,
             }),
-            Err(e) => json!({ "found": false, "error": e.to_string() }),
+            Err(e) => json!({
+                "found": false,
+                "error": e.to_string(),
+                "search": e.search(),
+            }),
         };
+        let mut libraries = serde_json::Map::new();
+        for info in &others {
+            libraries.insert(
+                info.library.name().to_lowercase(),
+                json!({
+                    "found": info.path.is_some(),
+                    "path": info.path,
+                    "version": info.version,
+                    "search": info.search,
+                }),
+            );
+        }
         let mut doc = json!({
             "tether": env!("CARGO_PKG_VERSION"),
             "probe": serde_json::to_value(&report)?,
             "tensorrt": tensorrt,
+            "libraries": libraries,
         });
         if let Some(t) = &self_test {
             doc["self_test"] = t.to_json();
@@ -52,14 +87,29 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     } else {
         println!("tether        {}", env!("CARGO_PKG_VERSION"));
         print!("{report}");
+        let mut searches: Vec<&SearchReport> = vec![&report.cuda.search];
         match &trt {
-            Ok(lib) => println!(
-                "TensorRT      {} {} ({})",
-                lib.version(),
-                lib.flavor(),
-                lib.path().display()
-            ),
-            Err(e) => println!("TensorRT      not found: {e}"),
+            Ok((lib, search)) => {
+                println!(
+                    "TensorRT      {} {} ({})",
+                    lib.version(),
+                    lib.flavor(),
+                    lib.path().display()
+                );
+                searches.push(search);
+            }
+            Err(e) => {
+                println!("TensorRT      {}", not_found(e.search()));
+                searches.push(e.search());
+            }
+        }
+        for info in &others {
+            match (&info.path, &info.version) {
+                (Some(p), Some(v)) => println!("{:<14}{v} ({p})", info.library.name()),
+                (Some(p), None) => println!("{:<14}found ({p})", info.library.name()),
+                (None, _) => println!("{:<14}{}", info.library.name(), not_found(&info.search)),
+            }
+            searches.push(&info.search);
         }
         let engines = if report.cuda.devices.is_empty() {
             "tract CPU"
@@ -69,9 +119,46 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
             "tract-cuda, tract CPU"
         };
         println!("engines       {engines}");
+        if verbose > 0 {
+            for s in searches {
+                println!("{} search ({}):", s.library, s.files.join(", "));
+                for t in &s.tried {
+                    println!("  {t}");
+                }
+                if !s.site_packages.is_empty() {
+                    println!(
+                        "  pip folders looked for in: {}",
+                        s.site_packages.join(", ")
+                    );
+                }
+                let untried = s.places - s.tried.len().min(s.places);
+                if untried > 0 {
+                    println!("  ({untried} later places not tried)");
+                }
+            }
+        } else if searches.iter().any(|s| s.tried.len() > 1) {
+            println!("(`tether doctor -v` or `--json` lists every place searched)");
+        }
         if let Some(t) = &self_test {
             t.print();
         }
     }
     Ok(self_test.map_or(ExitCode::SUCCESS, |t| ExitCode::from(t.exit_code)))
+}
+
+/// `not found (searched 6 places and 10 Python site-packages)`, with the first
+/// library that was there but could not be used.
+fn not_found(search: &SearchReport) -> String {
+    use tether_targets::libs::Outcome;
+    let broken = search.tried.iter().find_map(|t| match &t.outcome {
+        Outcome::Failed { file, reason } | Outcome::Rejected { file, reason } => {
+            Some(format!("; {file}: {reason}"))
+        }
+        _ => None,
+    });
+    format!(
+        "not found ({}{})",
+        search.searched(),
+        broken.unwrap_or_default()
+    )
 }

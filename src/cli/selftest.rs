@@ -235,8 +235,10 @@ fn run_cpu(onnx: &[u8], x: &[f32]) -> Result<Vec<f32>> {
     Ok(y)
 }
 
-/// Runs every step this machine allows and returns the report.
-pub fn run() -> Report {
+/// Runs every step this machine allows and returns the report. `tensorrt_lib`:
+/// the TensorRT library (a file or its folder) to use instead of the search
+/// (`tether doctor --tensorrt-lib`).
+pub fn run(tensorrt_lib: Option<&std::path::Path>) -> Report {
     let mut steps = Steps(Vec::new());
     let mut missing: Vec<String> = Vec::new();
 
@@ -290,8 +292,8 @@ pub fn run() -> Report {
             let why = match (&probe.cuda.error, &probe.cuda.library) {
                 (Some(e), _) => e.clone(),
                 (None, None) => format!(
-                    "the CUDA driver (libcuda.so.1) was not found ({} places tried, listed under 'libcuda search' above)",
-                    probe.cuda.attempts.len()
+                    "the CUDA driver (libcuda.so.1) was not found (searched {} places; `tether doctor -v` lists them)",
+                    probe.cuda.search.places
                 ),
                 (None, Some(lib)) => format!("the CUDA driver ({lib}) reports no device"),
             };
@@ -299,7 +301,7 @@ pub fn run() -> Report {
             missing.push("no CUDA GPU".into());
         }
     }
-    let trt = TensorRt::load(None);
+    let trt = TensorRt::load(tensorrt_lib);
     match &trt {
         Ok(lib) => steps.push(
             "tensorrt",
@@ -312,17 +314,13 @@ pub fn run() -> Report {
             ),
         ),
         Err(e) => {
-            // The first line; doctor's `TensorRT` line above lists every path tried.
-            let e = e.to_string();
-            let first = e
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .trim_end_matches(" Tried:");
             steps.push(
                 "tensorrt",
                 Status::Skip,
-                format!("no TensorRT library: {first}"),
+                format!(
+                    "no TensorRT library: searched {} places (`tether doctor -v` lists them)",
+                    e.search().places
+                ),
             );
             missing.push("no TensorRT library".into());
         }
@@ -587,7 +585,7 @@ mod tests {
 
     #[test]
     fn report_without_gpu_says_what_is_missing() {
-        let r = run();
+        let r = run(None);
         assert_eq!(r.steps[0].status, Status::Pass);
         assert_eq!(r.steps[1].status, Status::Pass, "{:?}", r.steps[1]);
         assert!(r.exit_code == EXIT_CANNOT_CHECK || r.exit_code == EXIT_USABLE);

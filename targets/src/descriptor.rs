@@ -1,14 +1,15 @@
-//! Target descriptors: what each supported device is, what it can run, and
-//! where its NVIDIA libraries live.
+//! Target descriptors: what each supported device is and what it can run.
 //!
 //! Everything here is `&'static` data; nothing allocates. Look a descriptor
-//! up with [`by_id`] or [`identify`], or iterate [`TARGETS`].
+//! up with [`by_id`] or [`identify`], or iterate [`TARGETS`]. Where the NVIDIA
+//! libraries of each platform live is in [`libs`](crate::libs), the one
+//! search list the probe, the runtime and `tether doctor` share.
 
 use core::fmt;
 
-use crate::select::{DeviceFacts, GpuFacts};
+use crate::select::DeviceFacts;
 use crate::sources::{self, Source};
-use crate::version::{CpuArch, CudaVersion, Sm, TrtVersion};
+use crate::vocab::{CpuArch, CudaVersion, GpuFacts, Sm, TrtLibrary, TrtVersion};
 
 /// The family a target belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,16 +100,6 @@ pub struct TargetDescriptor {
     pub hardware_compatible_plans: bool,
     /// Software releases and what they ship, oldest first.
     pub releases: &'static [SoftwareRelease],
-    /// Directories that hold the CUDA driver library `libcuda.so.1`, most
-    /// specific first. The probe also asks the dynamic loader first.
-    pub libcuda_dirs: &'static [&'static str],
-    /// Directories that hold the CUDA toolkit runtime libraries (`libcudart`,
-    /// `libnvrtc`, `libcublas`).
-    pub cuda_lib_dirs: &'static [&'static str],
-    /// Directories that hold TensorRT (`libnvinfer.so.<major>`,
-    /// `libnvinfer_lean.so.<major>`); data for `tether_runtime::tensorrt`'s
-    /// library discovery.
-    pub tensorrt_lib_dirs: &'static [&'static str],
     /// Facts worth knowing that do not fit a field.
     pub notes: &'static [&'static str],
     /// Where the facts come from.
@@ -137,8 +128,9 @@ impl TargetDescriptor {
                 sm: release.sm,
                 integrated: self.memory == MemoryModel::Integrated,
             }),
+            // JetPack and DRIVE OS install the full library (libnvinfer).
             tensorrt: match release.tensorrt {
-                TrtSpec::Exact(v) => Some(v.0),
+                TrtSpec::Exact(v) => Some(TrtLibrary::full(v)),
                 TrtSpec::Major(_) => None,
             },
             cuda_driver: release.cuda.map(|c| c.0),
@@ -165,24 +157,9 @@ pub static DATACENTER_X86_64: TargetDescriptor = TargetDescriptor {
     dla_cores: 0,
     hardware_compatible_plans: true,
     releases: &[],
-    libcuda_dirs: &[
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib64",
-        "/usr/lib/wsl/lib",
-        "/usr/lib",
-    ],
-    cuda_lib_dirs: &[
-        "/usr/local/cuda/targets/x86_64-linux/lib",
-        "/usr/local/cuda/lib64",
-    ],
-    tensorrt_lib_dirs: &[
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/local/tensorrt/lib",
-        "/usr/local/cuda/targets/x86_64-linux/lib",
-    ],
     notes: &[
         "No fixed software release: the installed driver and TensorRT decide (TensorRT 10.x or 11.x; the gpu-host has driver 580 / CUDA 13.0 and can use the TensorRT 11.4 lean runtime wheel).",
-        "Python wheels (tensorrt-cu13-libs, tensorrt-lean-cu13-libs) put TensorRT under site-packages/tensorrt_libs: add that directory to LD_LIBRARY_PATH or the runtime's search list.",
+        "Python wheels (tensorrt-cu13-libs, tensorrt-lean-cu13-libs, tensorrt-dispatch-cu13-libs) put TensorRT under site-packages/tensorrt_libs, tensorrt_lean_libs, tensorrt_dispatch_libs; tether searches those folders (tether_targets::libs).",
         "Other compute capabilities exist in this class (10.3 B300, 12.1 GB10); they are not in this descriptor's list and are reported as such.",
     ],
     sources: &[
@@ -225,17 +202,6 @@ pub static JETSON_AGX_ORIN: TargetDescriptor = TargetDescriptor {
             source: &sources::JETPACK72_COMPONENTS,
         },
     ],
-    libcuda_dirs: &[
-        "/usr/lib/aarch64-linux-gnu/nvidia",
-        "/usr/lib/aarch64-linux-gnu/tegra",
-        "/usr/lib/aarch64-linux-gnu",
-    ],
-    cuda_lib_dirs: &[
-        "/usr/local/cuda/targets/aarch64-linux/lib",
-        "/usr/local/cuda/targets/sbsa-linux/lib",
-        "/usr/local/cuda/lib64",
-    ],
-    tensorrt_lib_dirs: &["/usr/lib/aarch64-linux-gnu"],
     notes: &[
         "JetPack 6 puts the L4T user-space driver (libcuda.so.1) in /usr/lib/aarch64-linux-gnu/nvidia (TARGET_USERSPACE_LIB_DIR_PATH in /etc/nv_tegra_release); JetPack 5 used .../tegra.",
         "JetPack 7.2 (L4T 39.2) brings Orin onto the Ubuntu 24.04 / CUDA 13 stack but keeps the nvgpu driver; CUDA libraries then follow the SBSA layout (targets/sbsa-linux).",
@@ -286,16 +252,6 @@ pub static JETSON_AGX_THOR: TargetDescriptor = TargetDescriptor {
             source: &sources::JETPACK72_COMPONENTS,
         },
     ],
-    libcuda_dirs: &[
-        "/opt/nvidia/l4t-gpu-libs/openrm",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu/nvidia",
-    ],
-    cuda_lib_dirs: &[
-        "/usr/local/cuda/targets/sbsa-linux/lib",
-        "/usr/local/cuda/lib64",
-    ],
-    tensorrt_lib_dirs: &["/usr/lib/aarch64-linux-gnu"],
     notes: &[
         "JetPack 7 aligns Jetson with SBSA: one CUDA 13 for all Arm targets; CUDA libraries under /usr/local/cuda/targets/sbsa-linux/lib.",
         "JetPack 7.2 (L4T 39.2) moved libcuda.so.1 to /opt/nvidia/l4t-gpu-libs/openrm (OpenRM driver); JetPack 7.0/7.1 had it in /usr/lib/aarch64-linux-gnu.",
@@ -339,17 +295,6 @@ pub static DRIVE_AGX_ORIN: TargetDescriptor = TargetDescriptor {
             source: &sources::DRIVE_TRT11_MIGRATION,
         },
     ],
-    libcuda_dirs: &[
-        "/usr/lib/aarch64-linux-gnu/nvidia",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu/tegra",
-        "/usr/lib",
-    ],
-    cuda_lib_dirs: &[
-        "/usr/local/cuda/targets/aarch64-linux/lib",
-        "/usr/local/cuda/lib64",
-    ],
-    tensorrt_lib_dirs: &["/usr/lib/aarch64-linux-gnu"],
     notes: &[
         "The libcuda directories are not verified on a DRIVE OS target; the probe asks the dynamic loader (ld.so.cache) first, which DRIVE OS configures.",
         "DRIVE OS does not ship /etc/nv_tegra_release; the probe tells DRIVE from Jetson by its absence and by the device-tree model.",
@@ -390,18 +335,6 @@ pub static DRIVE_AGX_THOR: TargetDescriptor = TargetDescriptor {
             source: &sources::DRIVE_TRT11_MIGRATION,
         },
     ],
-    libcuda_dirs: &[
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu/nvidia",
-        "/opt/nvidia/l4t-gpu-libs/openrm",
-        "/usr/lib",
-    ],
-    cuda_lib_dirs: &[
-        "/usr/local/cuda/targets/aarch64-linux/lib",
-        "/usr/local/cuda/targets/sbsa-linux/lib",
-        "/usr/local/cuda/lib64",
-    ],
-    tensorrt_lib_dirs: &["/usr/lib/aarch64-linux-gnu"],
     notes: &[
         "DRIVE OS 7.0.x runs CUDA 12.8, under which Thor reports compute capability 10.1; CUDA 13 drivers report 11.0 for the same GPU. A plan records the number it was built under.",
         "The libcuda directories are not verified on a DRIVE OS target; the probe asks the dynamic loader first.",
@@ -423,56 +356,6 @@ pub static TARGETS: &[&TargetDescriptor] = &[
     &DRIVE_AGX_THOR,
     &DATACENTER_X86_64,
 ];
-
-/// Every directory any descriptor names for `libcuda.so.1`, deduplicated, in
-/// the order the probe tries them (Jetson/DRIVE aarch64 first, then x86_64).
-/// The probe keeps only the directories of the host's architecture.
-pub static LIBCUDA_SEARCH_DIRS: &[&str] = &[
-    "/usr/lib/aarch64-linux-gnu/nvidia",
-    "/opt/nvidia/l4t-gpu-libs/openrm",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu/tegra",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib64",
-    "/usr/lib/wsl/lib",
-    "/usr/lib",
-];
-
-/// The union, in descriptor order and without duplicates, of one directory
-/// list over every descriptor of architecture `arch` (all descriptors for
-/// [`CpuArch::Any`]). Allocation-free.
-fn dirs_for(
-    arch: CpuArch,
-    list: fn(&'static TargetDescriptor) -> &'static [&'static str],
-) -> impl Iterator<Item = &'static str> {
-    let all = move || {
-        TARGETS
-            .iter()
-            .copied()
-            .filter(move |t| arch == CpuArch::Any || t.arch == arch)
-            .flat_map(move |t| list(t).iter().copied())
-    };
-    all()
-        .enumerate()
-        .filter(move |&(i, d)| !all().take(i).any(|e| e == d))
-        .map(|(_, d)| d)
-}
-
-/// Directories to search for TensorRT (`libnvinfer.so.<major>`,
-/// `libnvinfer_lean.so.<major>`) on a host of architecture `arch`: every
-/// descriptor's [`TargetDescriptor::tensorrt_lib_dirs`], deduplicated, most
-/// specific first. Data for `tether_runtime::tensorrt`; search the matched
-/// descriptor's list first when the device is known
-/// ([`ProbeReport::tensorrt_search_dirs`](crate::ProbeReport::tensorrt_search_dirs)).
-pub fn tensorrt_lib_dirs(arch: CpuArch) -> impl Iterator<Item = &'static str> {
-    dirs_for(arch, |t| t.tensorrt_lib_dirs)
-}
-
-/// Directories holding the CUDA toolkit libraries (`libnvrtc`, `libcudart`,
-/// `libcublas`) on a host of architecture `arch`, deduplicated.
-pub fn cuda_lib_dirs(arch: CpuArch) -> impl Iterator<Item = &'static str> {
-    dirs_for(arch, |t| t.cuda_lib_dirs)
-}
 
 /// The descriptor with this [`TargetDescriptor::id`].
 pub fn by_id(id: &str) -> Option<&'static TargetDescriptor> {
@@ -524,38 +407,11 @@ mod tests {
         for t in TARGETS {
             assert_eq!(by_id(t.id).map(|d| d.id), Some(t.id));
             assert!(!t.sources.is_empty(), "{} cites nothing", t.id);
-            assert!(!t.libcuda_dirs.is_empty());
-            assert!(!t.tensorrt_lib_dirs.is_empty());
-            for d in t.libcuda_dirs {
-                assert!(
-                    LIBCUDA_SEARCH_DIRS.contains(d),
-                    "{d} of {} missing from LIBCUDA_SEARCH_DIRS",
-                    t.id
-                );
-            }
             for r in t.releases {
                 assert!(t.sms.contains(&r.sm), "{} {}", t.id, r.name);
             }
         }
         assert!(by_id("nope").is_none());
-    }
-
-    #[test]
-    fn dir_unions() {
-        let a: Vec<_> = tensorrt_lib_dirs(CpuArch::Aarch64).collect();
-        assert_eq!(a, ["/usr/lib/aarch64-linux-gnu"]);
-        let x: Vec<_> = tensorrt_lib_dirs(CpuArch::X86_64).collect();
-        assert_eq!(x[0], "/usr/lib/x86_64-linux-gnu");
-        let c: Vec<_> = cuda_lib_dirs(CpuArch::Aarch64).collect();
-        assert_eq!(
-            c,
-            [
-                "/usr/local/cuda/targets/aarch64-linux/lib",
-                "/usr/local/cuda/targets/sbsa-linux/lib",
-                "/usr/local/cuda/lib64"
-            ]
-        );
-        assert!(cuda_lib_dirs(CpuArch::Any).count() >= 4);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use core::fmt;
 
 use crate::sources::{self, Source};
-use crate::version::{CudaVersion, TrtVersion, serialize_as_display};
+use crate::vocab::{CudaVersion, TrtVersion, serialize_as_display};
 
 /// A Jetson Linux (L4T) version `R<major>.<minor>.<patch>`, as
 /// `/etc/nv_tegra_release` states it: `# R36 (release), REVISION: 4.3` is

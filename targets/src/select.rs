@@ -7,103 +7,30 @@
 //! 1. [`Rule::ExactPlan`]: a TensorRT plan built for this GPU's compute
 //!    capability with exactly the loaded TensorRT version.
 //! 2. [`Rule::HardwareCompatiblePlan`]: a plan built with
-//!    `HardwareCompatibilityLevel::kAMPERE_PLUS` (any Ampere-or-newer GPU)
-//!    with exactly the loaded TensorRT version. TensorRT supports hardware
-//!    compatibility only on discrete Ampere-or-newer GPUs, "not on NVIDIA
-//!    DRIVE OS or JetPack" ([`sources::TRT_HARDWARE_COMPAT`](crate::sources::TRT_HARDWARE_COMPAT)), so such plans
-//!    are refused on integrated GPUs (Orin, Thor).
-//! 3. [`Rule::VersionCompatiblePlan`]: a plan built with
-//!    `BuilderFlag::kVERSION_COMPATIBLE` (target flag bit 1) by TensorRT
-//!    8.6 or later, not newer than the loaded library, and either of the
-//!    same major or one of the two documented cross-major pairs: 8 -> 10 and
-//!    10 -> 11 ([`sources::TRT_VERSION_COMPAT`](crate::sources::TRT_VERSION_COMPAT),
-//!    [`sources::TRT_SUPPORT_MATRIX_1141`](crate::sources::TRT_SUPPORT_MATRIX_1141)). Plans for the same SM are
-//!    preferred to hardware-compatible ones, then the newest plan.
-//! 4. The portable engines: [`Rule::PortableGpu`] (tract-cuda) when the
-//!    device has an NVIDIA GPU and a CUDA driver, then
-//!    [`Rule::PortableCpu`] (tract on the CPU).
+//!    `HardwareCompatibilityLevel::kAMPERE_PLUS` on another Ampere-or-newer
+//!    GPU, with exactly the loaded TensorRT version (never on an integrated
+//!    GPU).
+//! 3. [`Rule::VersionCompatiblePlan`]: a version-compatible plan built by an
+//!    older TensorRT. Plans for the same SM are preferred to
+//!    hardware-compatible ones, then the newest plan.
+//! 4. The portable engines: [`Rule::PortableGpu`] (tether's native GPU
+//!    engine, tract-cuda) when the device has an NVIDIA GPU and a CUDA driver,
+//!    then [`Rule::PortableCpu`] (tract on the CPU).
 //!
 //! Within a rule, the lower bundle index wins (the bundle author's order).
 //!
-//! # Versions
-//!
-//! A plan that is not version-compatible needs the *same* TensorRT version
-//! as the library that loads it: "In the standard runtime, version numbers
-//! must match (in major, minor, patch, and build)" ([`sources::DRIVE_OS_703_TRT`](crate::sources::DRIVE_OS_703_TRT)).
-//! The bundle records `MAJOR*10000+MINOR*100+PATCH` (no build number), so
-//! major, minor and patch must be equal; a 10.3.1 plan is refused on a 10.3.0
-//! library with a message that names both.
+//! Whether a TensorRT plan may run at all is decided by
+//! [`compat::check_plan`], the same function the
+//! runtime's deserialize gate calls; its module documentation lists the
+//! rules and their sources.
 
 use core::fmt;
 
-use crate::version::{CpuArch, CudaVersion, Sm, TrtVersion};
-
-/// Target flag bit: the plan was built with `kVERSION_COMPATIBLE`.
-pub const FLAG_VERSION_COMPATIBLE: u32 = 1;
-/// Target flag bit: the plan was built with `kEXCLUDE_LEAN_RUNTIME` (a
-/// version-compatible plan without an embedded lean runtime; the loaded
-/// library must be able to run it itself).
-pub const FLAG_LEAN: u32 = 2;
-/// Every flag bit this crate understands.
-pub const KNOWN_FLAGS: u32 = FLAG_VERSION_COMPATIBLE | FLAG_LEAN;
-
-/// How an engine runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub enum EngineKind {
-    /// A serialized TensorRT plan.
-    TensorRt,
-    /// The ONNX graph lowered by tether's native GPU engine (cuDNN, cuBLAS and tether's
-    /// kernels; the whole network in one CUDA graph).
-    CudaNative,
-    /// The ONNX graph on tract-cuda (any NVIDIA GPU with a CUDA driver).
-    TractCuda,
-    /// The ONNX graph on tract on the CPU (runs everywhere).
-    TractCpu,
-}
-
-impl EngineKind {
-    /// `TensorRT`, `tract-cuda`, `tract CPU`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            EngineKind::TensorRt => "TensorRT",
-            EngineKind::CudaNative => "cuda-native",
-            EngineKind::TractCuda => "tract-cuda",
-            EngineKind::TractCpu => "tract CPU",
-        }
-    }
-}
-
-impl fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// TensorRT `HardwareCompatibilityLevel` (`NvInferRuntime.h`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub enum HardwareCompat {
-    /// `kNONE` = 0: only the compute capability it was built on.
-    None,
-    /// `kAMPERE_PLUS` = 1: any Ampere or newer GPU (sm >= 8.0).
-    AmperePlus,
-    /// `kSAME_COMPUTE_CAPABILITY` = 2: any GPU with the compute capability
-    /// it was built on.
-    SameComputeCapability,
-}
-
-impl HardwareCompat {
-    /// From the raw bundle value; `None` for values TensorRT does not define.
-    pub const fn from_raw(raw: u32) -> Option<Self> {
-        match raw {
-            0 => Some(HardwareCompat::None),
-            1 => Some(HardwareCompat::AmperePlus),
-            2 => Some(HardwareCompat::SameComputeCapability),
-            _ => None,
-        }
-    }
-}
+use crate::compat::{self, PlanRecord, PlanRule, Reject};
+use crate::vocab::{
+    CpuArch, CudaVersion, EngineKind, FLAG_EXCLUDE_LEAN_RUNTIME, FLAG_VERSION_COMPATIBLE, GpuFacts,
+    HardwareCompat, Sm, TrtLibrary, TrtVersion,
+};
 
 /// One target record of a bundle: an engine the bundle offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,7 +52,7 @@ pub struct Offer {
     /// Raw `HardwareCompatibilityLevel` (0 none, 1 Ampere+, 2 same compute
     /// capability).
     pub hardware_compat: u32,
-    /// [`FLAG_VERSION_COMPATIBLE`] | [`FLAG_LEAN`].
+    /// [`FLAG_VERSION_COMPATIBLE`] | [`FLAG_EXCLUDE_LEAN_RUNTIME`].
     pub flags: u32,
 }
 
@@ -180,9 +107,19 @@ impl Offer {
     pub const fn version_compatible(&self) -> bool {
         self.flags & FLAG_VERSION_COMPATIBLE != 0
     }
-    /// Whether [`FLAG_LEAN`] is set.
-    pub const fn lean(&self) -> bool {
-        self.flags & FLAG_LEAN != 0
+    /// Whether [`FLAG_EXCLUDE_LEAN_RUNTIME`] is set.
+    pub const fn lean_runtime_excluded(&self) -> bool {
+        self.flags & FLAG_EXCLUDE_LEAN_RUNTIME != 0
+    }
+    /// The TensorRT fields of the record, for
+    /// [`compat::check_plan`].
+    pub const fn plan_record(&self) -> PlanRecord {
+        PlanRecord {
+            tensorrt: TrtVersion(self.tensorrt_version),
+            sm: self.sm,
+            hardware_compat: self.hardware_compat,
+            flags: self.flags,
+        }
     }
 }
 
@@ -213,22 +150,11 @@ impl fmt::Display for Offer {
         if self.version_compatible() {
             f.write_str(" [version-compatible]")?;
         }
-        if self.lean() {
-            f.write_str(" [lean]")?;
+        if self.lean_runtime_excluded() {
+            f.write_str(" [lean runtime excluded]")?;
         }
         Ok(())
     }
-}
-
-/// The GPU of a device, as selection needs it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct GpuFacts {
-    /// Compute capability the driver reports.
-    pub sm: Sm,
-    /// `CU_DEVICE_ATTRIBUTE_INTEGRATED`: shares DRAM with the CPU (Jetson,
-    /// DRIVE).
-    pub integrated: bool,
 }
 
 /// What selection needs to know about a device. Build it from
@@ -241,8 +167,8 @@ pub struct DeviceFacts {
     pub arch: CpuArch,
     /// The GPU engines would run on, if any.
     pub gpu: Option<GpuFacts>,
-    /// Version of the TensorRT library found, `MAJOR*10000+MINOR*100+PATCH`.
-    pub tensorrt: Option<u32>,
+    /// The TensorRT library found: version and flavor.
+    pub tensorrt: Option<TrtLibrary>,
     /// CUDA driver version (`cuDriverGetVersion`, e.g. 12060).
     pub cuda_driver: Option<u32>,
 }
@@ -260,24 +186,15 @@ impl DeviceFacts {
 }
 
 impl fmt::Display for DeviceFacts {
-    /// `aarch64, GPU sm_87 (integrated), TensorRT 10.3.0, CUDA driver 12.6`.
+    /// `aarch64, GPU sm_87 (integrated), TensorRT 10.3.0 (full), CUDA driver 12.6`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.arch)?;
         match self.gpu {
-            Some(g) => write!(
-                f,
-                ", GPU sm_{} ({})",
-                g.sm.number(),
-                if g.integrated {
-                    "integrated"
-                } else {
-                    "discrete"
-                }
-            )?,
+            Some(g) => write!(f, ", GPU {g}")?,
             None => f.write_str(", no NVIDIA GPU")?,
         }
         match self.tensorrt {
-            Some(v) => write!(f, ", TensorRT {}", TrtVersion(v))?,
+            Some(l) => write!(f, ", TensorRT {} ({})", l.version, l.flavor.as_str())?,
             None => f.write_str(", no TensorRT library")?,
         }
         if let Some(d) = self.cuda_driver {
@@ -301,169 +218,6 @@ pub enum Rule {
     PortableGpu,
     /// tract on the CPU.
     PortableCpu,
-}
-
-/// Why one offer cannot run on the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub enum Reject {
-    /// Built for another CPU architecture.
-    ArchMismatch {
-        /// The offer's architecture.
-        offer: CpuArch,
-        /// The device's.
-        device: CpuArch,
-    },
-    /// A GPU engine and the device has no (usable) NVIDIA GPU.
-    NoGpu,
-    /// A TensorRT plan and no TensorRT library was found.
-    NoTensorRt,
-    /// A TensorRT record without a compute capability.
-    MissingSm,
-    /// A TensorRT record with version 0.
-    MissingTensorRtVersion,
-    /// Flag bits this tether does not understand.
-    UnknownFlags(u32),
-    /// [`FLAG_LEAN`] without [`FLAG_VERSION_COMPATIBLE`].
-    LeanWithoutVersionCompatible,
-    /// A hardware-compatibility value TensorRT does not define.
-    UnknownHardwareCompat(u32),
-    /// Built for another compute capability, not hardware-compatible.
-    SmMismatch {
-        /// The plan's.
-        plan: Sm,
-        /// The device's.
-        device: Sm,
-    },
-    /// A hardware-compatible plan on an integrated GPU (JetPack / DRIVE OS).
-    HardwareCompatOnIntegrated {
-        /// The plan's.
-        plan: Sm,
-        /// The device's.
-        device: Sm,
-    },
-    /// An Ampere+ plan on a GPU older than Ampere, or built on one.
-    NotAmpere {
-        /// The plan's.
-        plan: Sm,
-        /// The device's.
-        device: Sm,
-    },
-    /// tract-cuda record asks for a newer GPU.
-    SmBelowMinimum {
-        /// Required minimum.
-        minimum: Sm,
-        /// The device's.
-        device: Sm,
-    },
-    /// A non-version-compatible plan built by another TensorRT version.
-    VersionMismatch {
-        /// The plan's TensorRT.
-        plan: u32,
-        /// The loaded library's.
-        library: u32,
-    },
-    /// A version-compatible plan built before TensorRT 8.6.
-    VersionCompatibleTooOld {
-        /// The plan's TensorRT.
-        plan: u32,
-    },
-    /// A version-compatible plan built by a newer TensorRT than the library.
-    LibraryOlderThanPlan {
-        /// The plan's TensorRT.
-        plan: u32,
-        /// The loaded library's.
-        library: u32,
-    },
-    /// A version-compatible plan across a major boundary TensorRT does not
-    /// support (only 8 -> 10 and 10 -> 11 are).
-    CrossMajorUnsupported {
-        /// The plan's TensorRT.
-        plan: u32,
-        /// The loaded library's.
-        library: u32,
-    },
-}
-
-impl fmt::Display for Reject {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Reject::ArchMismatch { offer, device } => {
-                write!(f, "built for {offer}, this device is {device}")
-            }
-            Reject::NoGpu => f.write_str("needs an NVIDIA GPU, none was found"),
-            Reject::NoTensorRt => f.write_str("needs the TensorRT library, none was found"),
-            Reject::MissingSm => f.write_str("TensorRT record has no compute capability"),
-            Reject::MissingTensorRtVersion => {
-                f.write_str("TensorRT record has no TensorRT version")
-            }
-            Reject::UnknownFlags(bits) => write!(
-                f,
-                "flag bits {:#x} are not understood by this tether",
-                bits & !KNOWN_FLAGS
-            ),
-            Reject::LeanWithoutVersionCompatible => {
-                f.write_str("marked lean but not version-compatible (invalid record)")
-            }
-            Reject::UnknownHardwareCompat(v) => write!(
-                f,
-                "hardware-compatibility level {v} is not defined by TensorRT"
-            ),
-            Reject::SmMismatch { plan, device } => {
-                write!(
-                    f,
-                    "built for sm_{}, this GPU is sm_{}",
-                    plan.number(),
-                    device.number()
-                )?;
-                if plan.is_thor() && device.is_thor() {
-                    f.write_str(" (the same Thor GPU: sm_101 under CUDA 12.x, sm_110 under CUDA 13; rebuild the plan with this driver)")?;
-                }
-                Ok(())
-            }
-            Reject::HardwareCompatOnIntegrated { plan, device } => write!(
-                f,
-                "hardware-compatible plan (built on sm_{}) cannot run on the integrated sm_{} GPU: TensorRT hardware compatibility is not supported on JetPack or DRIVE OS",
-                plan.number(),
-                device.number()
-            ),
-            Reject::NotAmpere { plan, device } => write!(
-                f,
-                "Ampere+ plan (built on sm_{}) needs both build and run GPU at sm_80 or newer, this GPU is sm_{}",
-                plan.number(),
-                device.number()
-            ),
-            Reject::SmBelowMinimum { minimum, device } => write!(
-                f,
-                "needs sm_{} or newer, this GPU is sm_{}",
-                minimum.number(),
-                device.number()
-            ),
-            Reject::VersionMismatch { plan, library } => write!(
-                f,
-                "plan built with TensorRT {}, library is {} (a plan that is not version-compatible needs the same TensorRT version)",
-                TrtVersion(plan),
-                TrtVersion(library)
-            ),
-            Reject::VersionCompatibleTooOld { plan } => write!(
-                f,
-                "version-compatible plans need TensorRT 8.6 or later, this one was built with {}",
-                TrtVersion(plan)
-            ),
-            Reject::LibraryOlderThanPlan { plan, library } => write!(
-                f,
-                "version-compatible plan built with TensorRT {}, library {} is older",
-                TrtVersion(plan),
-                TrtVersion(library)
-            ),
-            Reject::CrossMajorUnsupported { plan, library } => write!(
-                f,
-                "version-compatible plan built with TensorRT {}, library is {}: TensorRT supports only 8 -> 10 and 10 -> 11 across majors",
-                TrtVersion(plan),
-                TrtVersion(library)
-            ),
-        }
-    }
 }
 
 /// An offer and why it was not taken.
@@ -498,7 +252,7 @@ pub struct Choice {
     pub device: DeviceFacts,
     /// The runtime must call `IRuntime::setEngineHostCodeAllowed(true)`
     /// before deserializing: a version-compatible plan that embeds its lean
-    /// runtime ([`sources::TRT_VERSION_COMPAT`](crate::sources::TRT_VERSION_COMPAT)).
+    /// runtime ([`compat::PlanVerdict::host_code_required`]).
     pub host_code_required: bool,
     /// The first offer of a better kind that could not run (to say why a
     /// portable engine was chosen), if any.
@@ -618,7 +372,12 @@ impl serde::Serialize for Refusal {
 /// is better), then newer plan first, then lower index.
 type Rank = (Rule, u8, core::cmp::Reverse<u32>, u32);
 
-/// Whether and how `offer` can run on `device`.
+/// Whether and how `offer` can run on `device`. TensorRT offers are decided
+/// by [`compat::check_plan`].
+///
+/// # Errors
+///
+/// The [`Reject`] of the first rule the offer breaks.
 pub fn evaluate(offer: &Offer, device: &DeviceFacts) -> Result<Rule, Reject> {
     evaluate_ranked(offer, device).map(|r| r.0)
 }
@@ -646,110 +405,22 @@ fn evaluate_ranked(offer: &Offer, device: &DeviceFacts) -> Result<Rank, Reject> 
             }
             Ok((Rule::PortableGpu, 0, late, offer.index))
         }
-        EngineKind::TensorRt => evaluate_plan(offer, device),
-    }
-}
-
-fn evaluate_plan(offer: &Offer, device: &DeviceFacts) -> Result<Rank, Reject> {
-    let gpu = device.gpu.ok_or(Reject::NoGpu)?;
-    let library = device.tensorrt.ok_or(Reject::NoTensorRt)?;
-    let plan_sm = offer.sm.ok_or(Reject::MissingSm)?;
-    if offer.tensorrt_version == 0 {
-        return Err(Reject::MissingTensorRtVersion);
-    }
-    if offer.flags & !KNOWN_FLAGS != 0 {
-        return Err(Reject::UnknownFlags(offer.flags));
-    }
-    if offer.lean() && !offer.version_compatible() {
-        return Err(Reject::LeanWithoutVersionCompatible);
-    }
-    let hw = HardwareCompat::from_raw(offer.hardware_compat)
-        .ok_or(Reject::UnknownHardwareCompat(offer.hardware_compat))?;
-
-    // Compute capability.
-    let same_sm = plan_sm == gpu.sm;
-    if !same_sm {
-        match hw {
-            HardwareCompat::None | HardwareCompat::SameComputeCapability => {
-                return Err(Reject::SmMismatch {
-                    plan: plan_sm,
-                    device: gpu.sm,
-                });
-            }
-            HardwareCompat::AmperePlus => {
-                if gpu.integrated {
-                    return Err(Reject::HardwareCompatOnIntegrated {
-                        plan: plan_sm,
-                        device: gpu.sm,
-                    });
+        EngineKind::TensorRt => {
+            let v = compat::check_plan(offer.plan_record(), device.tensorrt, device.gpu)?;
+            let newest = core::cmp::Reverse(offer.tensorrt_version);
+            Ok(match v.rule {
+                PlanRule::Exact => (Rule::ExactPlan, 0, newest, offer.index),
+                PlanRule::HardwareCompatible => {
+                    (Rule::HardwareCompatiblePlan, 0, newest, offer.index)
                 }
-                if plan_sm < Sm::AMPERE || gpu.sm < Sm::AMPERE {
-                    return Err(Reject::NotAmpere {
-                        plan: plan_sm,
-                        device: gpu.sm,
-                    });
-                }
-            }
+                PlanRule::VersionCompatible => (
+                    Rule::VersionCompatiblePlan,
+                    u8::from(!v.same_sm),
+                    newest,
+                    offer.index,
+                ),
+            })
         }
-    }
-
-    // TensorRT version.
-    let plan_v = TrtVersion(offer.tensorrt_version);
-    let lib_v = TrtVersion(library);
-    let same_version = plan_v == lib_v;
-    if !same_version {
-        if !offer.version_compatible() {
-            return Err(Reject::VersionMismatch {
-                plan: plan_v.0,
-                library: lib_v.0,
-            });
-        }
-        if plan_v < TrtVersion::new(8, 6, 0) {
-            return Err(Reject::VersionCompatibleTooOld { plan: plan_v.0 });
-        }
-        if lib_v < plan_v {
-            return Err(Reject::LibraryOlderThanPlan {
-                plan: plan_v.0,
-                library: lib_v.0,
-            });
-        }
-        let pair = (plan_v.major(), lib_v.major());
-        if pair.0 != pair.1 && pair != (8, 10) && pair != (10, 11) {
-            return Err(Reject::CrossMajorUnsupported {
-                plan: plan_v.0,
-                library: lib_v.0,
-            });
-        }
-    }
-
-    let newest = core::cmp::Reverse(plan_v.0);
-    Ok(match (same_sm, same_version) {
-        (true, true) => (Rule::ExactPlan, 0, newest, offer.index),
-        (false, true) => (Rule::HardwareCompatiblePlan, 0, newest, offer.index),
-        (true, false) => (Rule::VersionCompatiblePlan, 0, newest, offer.index),
-        (false, false) => (Rule::VersionCompatiblePlan, 1, newest, offer.index),
-    })
-}
-
-/// How far an offer got before it was rejected (higher: closer to
-/// running).
-fn closeness(r: &Reject) -> u8 {
-    match r {
-        Reject::ArchMismatch { .. } => 0,
-        Reject::NoGpu | Reject::NoTensorRt => 1,
-        Reject::MissingSm
-        | Reject::MissingTensorRtVersion
-        | Reject::UnknownFlags(_)
-        | Reject::LeanWithoutVersionCompatible
-        | Reject::UnknownHardwareCompat(_) => 2,
-        Reject::SmMismatch { .. }
-        | Reject::HardwareCompatOnIntegrated { .. }
-        | Reject::NotAmpere { .. }
-        | Reject::SmBelowMinimum { .. } => 3,
-        Reject::VersionMismatch { .. }
-        | Reject::VersionCompatibleTooOld { .. }
-        | Reject::LibraryOlderThanPlan { .. }
-        | Reject::CrossMajorUnsupported { .. } => 4,
     }
 }
 
@@ -810,7 +481,7 @@ pub fn select_engine(offers: &[Offer], device: &DeviceFacts) -> Result<Choice, R
         .filter(|o| kind_rank(o.engine) < kind_rank(offer.engine))
     {
         if let Err(reason) = evaluate(o, device) {
-            let c = closeness(&reason);
+            let c = reason.closeness();
             if passed_over.as_ref().is_none_or(|(b, _)| c > *b) {
                 passed_over = Some((c, Rejected { offer: *o, reason }));
             }
@@ -824,8 +495,8 @@ pub fn select_engine(offers: &[Offer], device: &DeviceFacts) -> Result<Choice, R
         offer: *offer,
         device: *device,
         host_code_required: offer.engine == EngineKind::TensorRt
-            && offer.version_compatible()
-            && !offer.lean(),
+            && compat::check_plan(offer.plan_record(), device.tensorrt, device.gpu)
+                .is_ok_and(|v| v.host_code_required),
         passed_over,
         rejected,
     })
@@ -850,7 +521,7 @@ mod tests {
             sm: Sm::new(8, 7),
             integrated: true,
         }),
-        tensorrt: Some(TRT103),
+        tensorrt: Some(TrtLibrary::full(TrtVersion(TRT103))),
         cuda_driver: Some(12060),
     };
     /// Thor, JetPack 7.1: sm_110 iGPU, TensorRT 10.13.3, CUDA 13.0.
@@ -860,7 +531,7 @@ mod tests {
             sm: Sm::new(11, 0),
             integrated: true,
         }),
-        tensorrt: Some(TRT1013),
+        tensorrt: Some(TrtLibrary::full(TrtVersion(TRT1013))),
         cuda_driver: Some(13000),
     };
     /// The H200 gpu-host with the TensorRT 11.4 lean runtime.
@@ -870,7 +541,7 @@ mod tests {
             sm: Sm::new(9, 0),
             integrated: false,
         }),
-        tensorrt: Some(TRT114),
+        tensorrt: Some(TrtLibrary::full(TrtVersion(TRT114))),
         cuda_driver: Some(13000),
     };
     const CPU_X64: DeviceFacts = DeviceFacts::cpu_only(X64);
@@ -936,7 +607,7 @@ mod tests {
                 "orin on jetpack 7.2 (trt 10.16) cannot run the 10.3 plan",
                 &full_bundle(),
                 DeviceFacts {
-                    tensorrt: Some(TRT1016),
+                    tensorrt: Some(TrtLibrary::full(TrtVersion(TRT1016))),
                     ..ORIN_JP62
                 },
                 Pick(3, Rule::PortableGpu),
@@ -948,7 +619,7 @@ mod tests {
                     Offer::tract_cpu(1),
                 ],
                 DeviceFacts {
-                    tensorrt: Some(TRT1016),
+                    tensorrt: Some(TrtLibrary::full(TrtVersion(TRT1016))),
                     ..ORIN_JP62
                 },
                 Pick(0, Rule::VersionCompatiblePlan),
@@ -969,7 +640,7 @@ mod tests {
                     Offer::tensorrt(1, A64, Sm::new(8, 7), 101000).with_flags(vc),
                 ],
                 DeviceFacts {
-                    tensorrt: Some(TRT1016),
+                    tensorrt: Some(TrtLibrary::full(TrtVersion(TRT1016))),
                     ..ORIN_JP62
                 },
                 Pick(1, Rule::VersionCompatiblePlan),
@@ -1024,9 +695,16 @@ mod tests {
             ),
             (
                 "h200 with trt 11.4 runs a version-compatible trt 10 plan",
-                &[Offer::tensorrt(0, X64, Sm::new(9, 0), 101300).with_flags(vc | FLAG_LEAN)],
+                &[Offer::tensorrt(0, X64, Sm::new(9, 0), 101300).with_flags(vc)],
                 H200,
                 Pick(0, Rule::VersionCompatiblePlan),
+            ),
+            (
+                "but not one whose lean runtime was excluded",
+                &[Offer::tensorrt(0, X64, Sm::new(9, 0), 101300)
+                    .with_flags(vc | FLAG_EXCLUDE_LEAN_RUNTIME)],
+                H200,
+                Refuse,
             ),
             (
                 "trt 8.6 version-compatible plan is refused by trt 11",
@@ -1090,6 +768,63 @@ mod tests {
         }
     }
 
+    /// The compatibility table drives selection too: a bundle with the one
+    /// plan of each case is picked exactly when the rules accept it, under
+    /// the same rule, and refused with exactly the rules' reason.
+    #[test]
+    fn compat_table_drives_selection() {
+        for c in crate::compat::table::CASES {
+            let arch = if c.gpu.is_some_and(|g| g.integrated) {
+                A64
+            } else {
+                X64
+            };
+            let offer = Offer {
+                index: 0,
+                engine: EngineKind::TensorRt,
+                arch,
+                sm: c.plan.sm,
+                tensorrt_version: c.plan.tensorrt.0,
+                hardware_compat: c.plan.hardware_compat,
+                flags: c.plan.flags,
+            };
+            assert_eq!(offer.plan_record(), c.plan, "{}", c.name);
+            let device = DeviceFacts {
+                arch,
+                gpu: c.gpu,
+                tensorrt: c.library,
+                cuda_driver: c.gpu.map(|_| 13000),
+            };
+            match c.want {
+                Ok(v) => {
+                    let rule = match v.rule {
+                        PlanRule::Exact => Rule::ExactPlan,
+                        PlanRule::HardwareCompatible => Rule::HardwareCompatiblePlan,
+                        PlanRule::VersionCompatible => Rule::VersionCompatiblePlan,
+                    };
+                    assert_eq!(evaluate(&offer, &device), Ok(rule), "{}", c.name);
+                    let choice = select_engine(&[offer], &device).unwrap();
+                    assert_eq!(choice.rule, rule, "{}", c.name);
+                    assert_eq!(
+                        choice.host_code_required, v.host_code_required,
+                        "{}",
+                        c.name
+                    );
+                }
+                Err(reason) => {
+                    assert_eq!(evaluate(&offer, &device), Err(reason), "{}", c.name);
+                    let refusal = select_engine(&[offer], &device).unwrap_err();
+                    assert_eq!(
+                        refusal.rejected().next().map(|r| r.reason),
+                        Some(reason),
+                        "{}",
+                        c.name
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn reasons_name_both_sides() {
         let r = select_engine(
@@ -1105,7 +840,8 @@ mod tests {
             r.rejected().next().map(|x| x.reason),
             Some(Reject::SmMismatch {
                 plan: Sm::new(8, 0),
-                device: Sm::new(8, 7)
+                device: Sm::new(8, 7),
+                level: HardwareCompat::None,
             })
         );
 
@@ -1148,7 +884,7 @@ mod tests {
         // Orin on JetPack 7.2: the sm_87 plan is the useful reason, not the
         // x86_64 one listed first.
         let jp72 = DeviceFacts {
-            tensorrt: Some(TRT1016),
+            tensorrt: Some(TrtLibrary::full(TrtVersion(TRT1016))),
             ..ORIN_JP62
         };
         let c = select_engine(&full_bundle(), &jp72).unwrap();
@@ -1165,13 +901,20 @@ mod tests {
     #[test]
     fn host_code_flag() {
         let dev = DeviceFacts {
-            tensorrt: Some(TRT1016),
+            tensorrt: Some(TrtLibrary::full(TrtVersion(TRT1016))),
             ..ORIN_JP62
         };
         let vc = Offer::tensorrt(0, A64, Sm::new(8, 7), TRT103).with_flags(FLAG_VERSION_COMPATIBLE);
         assert!(select_engine(&[vc], &dev).unwrap().host_code_required);
-        let lean = vc.with_flags(FLAG_VERSION_COMPATIBLE | FLAG_LEAN);
-        assert!(!select_engine(&[lean], &dev).unwrap().host_code_required);
+        // Without its lean runtime the plan needs a library of its own
+        // version, and carries no host code.
+        let lean = vc.with_flags(FLAG_VERSION_COMPATIBLE | FLAG_EXCLUDE_LEAN_RUNTIME);
+        assert!(select_engine(&[lean], &dev).is_err());
+        assert!(
+            !select_engine(&[lean], &ORIN_JP62)
+                .unwrap()
+                .host_code_required
+        );
     }
 
     #[test]
@@ -1195,6 +938,10 @@ mod tests {
                 };
                 let facts = t.facts(rel);
                 let plan = Offer::tensorrt(0, t.arch, rel.sm, v.0);
+                assert_eq!(
+                    facts.tensorrt.map(|l| l.flavor),
+                    Some(crate::vocab::LibraryFlavor::Full)
+                );
                 let c = select_engine(&[plan], &facts).unwrap();
                 assert_eq!(c.rule, Rule::ExactPlan, "{} {}", t.id, rel.name);
             }

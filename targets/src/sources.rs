@@ -151,3 +151,54 @@ pub const GPU_HOST_NOTES: Source = Source {
     title: "tether shared/reference/gpu-host.md (H200, driver 580, CUDA 13.0; libcuda.so.1 via the loader, CUDA libraries in /usr/local/cuda/targets/x86_64-linux/lib)",
     url: "file:shared/reference/gpu-host.md",
 };
+
+/// Version compatibility within and across majors, and the runtimes that run
+/// version-compatible plans.
+pub const TRT_ENGINE_COMPAT_111: Source = Source {
+    title: "NVIDIA TensorRT 11.1 Developer Guide, Engine Compatibility (\"By default, TensorRT engines are compatible only with the version of TensorRT used to build them\"; \"engines built with newer versions (TensorRT 11) do not work with older runtimes (TensorRT 10)\"; \"engines built with version compatibility enabled using TensorRT 11.0 will be compatible with TensorRT 11.1 and later 11.x versions\"; the version-compatible plan embeds a lean runtime, trusted with setEngineHostCodeAllowed(true))",
+    url: "https://docs.nvidia.com/deeplearning/tensorrt/11.1.0/inference-library/engine-compatibility.html",
+};
+
+/// A plan without its lean runtime needs a lean runtime of the very version
+/// that built it.
+pub const TRT_LOAD_RUNTIME: Source = Source {
+    title: "NVIDIA TensorRT NvInferRuntime.h, IRuntime::loadRuntime (\"The runtime can then be used to execute a plan file built with BuilderFlag::kVERSION_COMPATIBLE and BuilderFlag::kEXCLUDE_LEAN_RUNTIME both set and built with the same version of TensorRT as the loaded runtime library\"); NvInfer.h BuilderFlag::kEXCLUDE_LEAN_RUNTIME (ignored unless kVERSION_COMPATIBLE is set)",
+    url: "https://github.com/NVIDIA/TensorRT/blob/a892d22267d9cd2dedc1a0893e6892ac901f6d3d/include/NvInferRuntime.h",
+};
+
+/// What the lean and dispatch runtimes deserialize (trtexec's own help).
+pub const TRTEXEC_RUNTIMES: Source = Source {
+    title: "NVIDIA trtexec options (samples/common/sampleOptions.cpp): --versionCompatible \"allows the engine to be used with newer versions of TensorRT on the same host OS, as well as TensorRT's dispatch and lean runtimes\"; --useRuntime: \"lean\" and \"dispatch\" require loading VC engine and do not support building an engine\"; --excludeLeanRuntime: \"the user must explicitly specify a valid lean runtime to use when loading the engine\"",
+    url: "https://github.com/NVIDIA/TensorRT/blob/a892d22267d9cd2dedc1a0893e6892ac901f6d3d/samples/common/sampleOptions.cpp",
+};
+
+/// The build floors of the hardware-compatibility levels, and when
+/// `kSAME_COMPUTE_CAPABILITY` appeared.
+pub const TRT_HW_LEVELS_HEADER: Source = Source {
+    title: "NVIDIA TensorRT NvInfer.h, HardwareCompatibilityLevel: kAMPERE_PLUS \"only supported for engines built on NVIDIA Ampere and later GPUs\"; kSAME_COMPUTE_CAPABILITY \"only supported for engines built on NVIDIA Turing and later GPUs\", first present in the TensorRT 10.9 OSS release (commit 8c6d69d)",
+    url: "https://github.com/NVIDIA/TensorRT/commit/8c6d69ddec0b2feff12f55472dc5d55cb6861d53",
+};
+
+/// The TensorRT wheels on PyPI and the site-packages folders they install.
+pub const TRT_PIP_WHEELS: Source = Source {
+    title: "PyPI tensorrt-cu13-libs / tensorrt-lean-cu13-libs / tensorrt-dispatch-cu13-libs 11.4.0.106 (folders tensorrt_libs, tensorrt_lean_libs, tensorrt_dispatch_libs; libnvinfer_dispatch.so.11 exports createInferRuntime_INTERNAL, createLeanRuntime, createInferRefitter_INTERNAL and getInferLib*Version, and no createInferBuilder_INTERNAL: read from the wheel, 2026-12-01)",
+    url: "https://pypi.org/project/tensorrt-dispatch-cu13-libs/11.4.0.106/",
+};
+
+/// Where the CUDA 12 and CUDA 13 library wheels put their libraries.
+pub const CUDA_PIP_WHEELS: Source = Source {
+    title: "PyPI nvidia-cuda-runtime 13.0.96 (CUDA 13 wheels install under site-packages/nvidia/cu13/{include,lib}; the CUDA 12 wheels use nvidia/<component>/lib, e.g. nvidia/cublas/lib; cuDNN wheels use nvidia/cudnn/lib): read from the wheel, 2026-12-01",
+    url: "https://pypi.org/project/nvidia-cuda-runtime/13.0.96/",
+};
+
+/// `cudnnGetVersion` and its encoding.
+pub const CUDNN_VERSION: Source = Source {
+    title: "NVIDIA cuDNN API, cudnnGetVersion (returns CUDNN_VERSION; cudnn_version.h of cuDNN 9: CUDNN_MAJOR * 10000 + CUDNN_MINOR * 100 + CUDNN_PATCHLEVEL; cuDNN 8 used MAJOR * 1000 + MINOR * 100 + PATCHLEVEL); needs no GPU",
+    url: "https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html",
+};
+
+/// `cublasGetProperty` (no handle, no GPU needed).
+pub const CUBLAS_GET_PROPERTY: Source = Source {
+    title: "NVIDIA cuBLAS library, cublasGetProperty(libraryPropertyType type, int *value) with MAJOR_VERSION = 0, MINOR_VERSION = 1, PATCH_LEVEL = 2 (library_types.h); needs no handle",
+    url: "https://docs.nvidia.com/cuda/cublas/index.html#cublasgetproperty",
+};

@@ -10,9 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use tether_targets::probe::{self, AttemptKind, LoadOutcome, PowerModeSource, ProbeOptions};
+use tether_targets::libs::{Outcome, PlaceKind};
+use tether_targets::probe::{self, PowerModeSource, ProbeOptions};
 use tether_targets::{
-    CpuArch, EngineKind, JetPackMatch, L4tVersion, Offer, Rule, Sm, TrtVersion, select_engine,
+    CpuArch, EngineKind, JetPackMatch, L4tVersion, Offer, Rule, Sm, TrtLibrary, TrtVersion,
+    select_engine,
 };
 
 fn fixture(name: &str) -> PathBuf {
@@ -78,6 +80,26 @@ fn fake_driver(dir: &Path, defines: &[&str]) -> bool {
     }
 }
 
+/// Compiles `fake_nvlibs.c` into `dir/name`; `false` (with a message) when
+/// no usable compiler is there.
+fn fake_nvlib(dir: &Path, name: &str, defines: &[&str]) -> bool {
+    std::fs::create_dir_all(dir).unwrap();
+    let cc = std::env::var("TETHER_TEST_CC").unwrap_or_else(|_| "cc".to_string());
+    let status = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(dir.join(name))
+        .arg(fixture("fake_nvlibs.c"))
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .status();
+    match status {
+        Ok(s) if s.success() => true,
+        other => {
+            eprintln!("skipping: cannot build the fake {name} with {cc:?}: {other:?}");
+            false
+        }
+    }
+}
+
 /// The probe loaded the fake driver; `false` (with a message) when this
 /// process could not load it (wrong architecture for the compiler used).
 fn driver_loaded(r: &probe::ProbeReport) -> bool {
@@ -86,7 +108,7 @@ fn driver_loaded(r: &probe::ProbeReport) -> bool {
     }
     eprintln!(
         "skipping: the fake libcuda did not load here (set TETHER_TEST_CC to a compiler for this target): {:?}",
-        r.cuda.attempts
+        r.cuda.search.tried
     );
     false
 }
@@ -122,24 +144,22 @@ fn jetpack6_orin_files_without_driver() {
     // user-space directory first.
     assert!(r.cuda.library.is_none());
     assert!(r.cuda.devices.is_empty());
-    assert_eq!(r.cuda.attempts[0].kind, AttemptKind::L4tUserspace);
+    let tried = &r.cuda.search.tried;
+    assert_eq!(tried[0].kind, PlaceKind::L4tUserspace);
+    assert!(tried[0].place.ends_with("usr/lib/aarch64-linux-gnu/nvidia"));
+    assert!(tried.iter().all(|a| a.outcome == Outcome::NotFound));
     assert!(
-        r.cuda.attempts[0]
-            .path
-            .ends_with("usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1")
-    );
-    assert!(
-        r.cuda
-            .attempts
+        tried
             .iter()
-            .all(|a| a.outcome == LoadOutcome::NotFound)
+            .any(|a| a.place.ends_with("/opt/nvidia/l4t-gpu-libs/openrm"))
     );
-    assert!(
-        r.cuda
-            .attempts
-            .iter()
-            .any(|a| a.path.contains("/opt/nvidia/l4t-gpu-libs/openrm/"))
-    );
+    // Each directory once: the L4T directory is not repeated as a system one.
+    let mut places: Vec<&str> = tried.iter().map(|t| t.place.as_str()).collect();
+    let n = places.len();
+    places.sort_unstable();
+    places.dedup();
+    assert_eq!(places.len(), n, "{tried:?}");
+    assert_eq!(r.cuda.search.places, n);
     assert!(
         r.notes.iter().any(|n| n.starts_with("no GPU")),
         "{:?}",
@@ -162,7 +182,7 @@ fn jetpack6_orin_files_without_driver() {
         "R36.4.3",
         "JetPack 6.2",
         "MAXN",
-        "libcuda search:",
+        "CUDA driver   not found (searched",
         "no GPU",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
@@ -191,17 +211,20 @@ fn jetpack6_orin_with_fake_driver() {
     assert!(g.integrated);
     assert_eq!(g.total_memory_bytes, 62841 * 1024 * 1024);
     assert_eq!(r.target.map(|t| t.id), Some("jetson-agx-orin"));
-    // Later places are reported as skipped, not silently dropped.
-    assert!(
-        r.cuda
-            .attempts
-            .iter()
-            .skip(1)
-            .all(|a| a.outcome == LoadOutcome::Skipped)
-    );
+    // The first place loaded it; nothing after it was tried.
+    assert_eq!(r.cuda.search.tried.len(), 1, "{:?}", r.cuda.search);
+    assert!(matches!(
+        r.cuda.search.tried[0].outcome,
+        Outcome::Loaded { .. }
+    ));
+    assert!(r.cuda.search.places > 1);
 
     // With the JetPack 6.2 TensorRT, the Orin plan wins.
-    let facts = r.device_facts(r.expected_tensorrt().map(|v| v.0));
+    let facts = r.device_facts(r.expected_tensorrt_library());
+    assert_eq!(
+        facts.tensorrt,
+        Some(TrtLibrary::full(TrtVersion::new(10, 3, 0)))
+    );
     let offers = [
         Offer::tensorrt(0, CpuArch::X86_64, Sm::new(9, 0), 110400),
         Offer::tensorrt(1, CpuArch::Aarch64, Sm::new(8, 7), 100300),
@@ -246,7 +269,7 @@ fn jetpack7_thor_with_fake_driver() {
     }
     assert_eq!(r.cuda.devices[0].sm, Sm::new(11, 0));
     assert_eq!(r.target.map(|t| t.id), Some("jetson-agx-thor"));
-    let facts = r.device_facts(Some(101303));
+    let facts = r.device_facts(Some(TrtLibrary::full(TrtVersion::new(10, 13, 3))));
     let offers = [
         Offer::tensorrt(0, CpuArch::Aarch64, Sm::new(8, 7), 100300),
         Offer::tensorrt(1, CpuArch::Aarch64, Sm::new(11, 0), 101303),
@@ -329,13 +352,16 @@ fn explicit_library_that_is_not_elf() {
     let mut o = ProbeOptions::fake(&tree.0);
     o.libcuda = Some(bogus);
     let r = probe::probe_with(&o);
-    let first = &r.cuda.attempts[0];
-    assert_eq!(first.kind, AttemptKind::Explicit);
-    assert!(
-        matches!(first.outcome, LoadOutcome::Failed(_)),
-        "{:?}",
-        first.outcome
-    );
+    // An explicit library is the only place tried, and its failure is
+    // reported once, without the path repeated in the reason.
+    assert_eq!(r.cuda.search.tried.len(), 1, "{:?}", r.cuda.search);
+    let first = &r.cuda.search.tried[0];
+    assert_eq!(first.kind, PlaceKind::Explicit);
+    let Outcome::Failed { file, reason } = &first.outcome else {
+        panic!("{:?}", first.outcome)
+    };
+    assert!(file.ends_with("libcuda.so.1"));
+    assert!(!reason.contains(file.as_str()), "{reason}");
     assert!(r.cuda.library.is_none());
 }
 
@@ -350,7 +376,13 @@ fn bare_x86_server() {
         r.host.distro.as_deref(),
         Some("Debian GNU/Linux 12 (bookworm)")
     );
-    assert!(r.cuda.attempts.iter().all(|a| !a.path.contains("aarch64")));
+    assert!(
+        r.cuda
+            .search
+            .tried
+            .iter()
+            .all(|a| !a.place.contains("aarch64") && !a.place.contains("tegra"))
+    );
     let text = r.to_string();
     assert!(text.contains("not JetPack"), "{text}");
     assert!(text.contains("GPU           none"), "{text}");
@@ -374,9 +406,10 @@ fn this_machine() {
         assert!(r.notes.iter().any(|n| n.starts_with("no GPU")), "{text}");
         assert!(
             r.cuda
-                .attempts
+                .search
+                .tried
                 .iter()
-                .any(|a| a.kind == AttemptKind::Loader)
+                .any(|a| a.kind == PlaceKind::Loader)
         );
     }
     eprintln!("{text}");
@@ -392,11 +425,64 @@ fn report_serializes_to_json() {
     assert_eq!(v["l4t"]["jetpack"]["Exact"]["cuda"], "12.6");
     assert_eq!(v["l4t"]["jetpack"]["Exact"]["jetpack"], "6.2");
     assert_eq!(v["power_mode"]["name"], "MAXN");
-    assert!(v["cuda"]["attempts"].as_array().unwrap().len() > 3);
+    let tried = v["cuda"]["search"]["tried"].as_array().unwrap();
+    assert!(tried.len() > 3);
+    assert_eq!(tried[0]["kind"], "L4tUserspace");
+    assert_eq!(tried[0]["outcome"], "not_found");
     assert_eq!(v["host"]["arch"], "Aarch64");
     let d = serde_json::to_value(tether_targets::descriptor::JETSON_AGX_ORIN).unwrap();
     assert_eq!(d["dla_cores"], 2);
     let refusal = select_engine(&[], &r.device_facts(None)).unwrap_err();
     let j = serde_json::to_value(refusal).unwrap();
     assert_eq!(j["offered"], 0);
+}
+
+/// cuDNN and cuBLAS are found in pip's folders and in the toolkit, and their
+/// versions are read without a GPU.
+#[test]
+fn cudnn_and_cublas_versions_from_pip_and_toolkit_folders() {
+    use tether_targets::libs::{self, Library, Outcome, SearchEnv};
+    let tree = Tree::copy("x86-server");
+    let sp = tree.0.join("usr/local/lib/python3.12/dist-packages");
+    let cudnn_dir = sp.join("nvidia/cudnn/lib");
+    let cublas_dir = tree.0.join("usr/local/cuda/targets/x86_64-linux/lib");
+    if !fake_nvlib(&cudnn_dir, "libcudnn.so.9", &["FAKE_CUDNN=91900"])
+        || !fake_nvlib(&cublas_dir, "libcublas.so.13", &["FAKE_CUBLAS_PATCH=2"])
+    {
+        return;
+    }
+    let env = SearchEnv::under(&tree.0, CpuArch::X86_64);
+    let cudnn = libs::identify(&libs::search_list(Library::Cudnn, &env, None));
+    if cudnn.path.is_none() {
+        eprintln!(
+            "skipping: the fake libcudnn did not load here (set TETHER_TEST_CC to a compiler for this target): {:?}",
+            cudnn.search.tried
+        );
+        return;
+    }
+    assert!(
+        cudnn
+            .path
+            .as_deref()
+            .unwrap()
+            .ends_with("dist-packages/nvidia/cudnn/lib/libcudnn.so.9"),
+        "{cudnn:?}"
+    );
+    assert_eq!(cudnn.version.as_deref(), Some("9.19.0"));
+    // Every system directory came first, and was not there.
+    let last = cudnn.search.tried.last().unwrap();
+    assert!(matches!(last.outcome, Outcome::Loaded { .. }));
+    assert!(
+        cudnn.search.tried[..cudnn.search.tried.len() - 1]
+            .iter()
+            .all(|t| t.outcome == Outcome::NotFound)
+    );
+
+    let cublas = libs::identify(&libs::search_list(Library::Cublas, &env, None));
+    assert_eq!(cublas.version.as_deref(), Some("13.0.2"), "{cublas:?}");
+    assert_eq!(
+        cublas.search.tried.len(),
+        1,
+        "the toolkit directory comes first"
+    );
 }

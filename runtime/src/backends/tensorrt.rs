@@ -22,9 +22,9 @@ use crate::cuda::{Context, DeviceRegion, Stream};
 use crate::tensor::{DType, IoMode, TensorSpec};
 use crate::tensorrt::{
     CaptureBlocker, DataType, DeserializeOptions, DeviceMemory, Engine, ExecutionContext,
-    LoadError, PlanTarget, Runtime, TensorBinding, TensorIoMode, TensorLocation, TensorRt,
-    UnboundContext,
+    LoadError, Runtime, TensorBinding, TensorIoMode, TensorLocation, TensorRt, UnboundContext,
 };
+use tether_targets::{GpuFacts, Sm};
 
 const KIND: EngineKind = EngineKind::TensorRt;
 
@@ -141,21 +141,20 @@ impl Backend for TensorRtBackend {
         let offer = source
             .target
             .ok_or_else(|| fail("the plan has no target record".into()))?;
-        let target = PlanTarget {
-            tensorrt_version: offer.tensorrt_version,
-            sm: offer.sm.map(|s| (s.major, s.minor)),
-            hardware_compat: offer.hardware_compat,
-            flags: offer.flags,
+        let record = offer.plan_record();
+        let props = self.ctx.properties();
+        let (major, minor) = props.compute_capability;
+        let gpu = GpuFacts {
+            sm: Sm::new(
+                u8::try_from(major).unwrap_or(u8::MAX),
+                u8::try_from(minor).unwrap_or(u8::MAX),
+            ),
+            integrated: props.integrated,
         };
-        let (major, minor) = self.ctx.properties().compute_capability;
-        let sm = (
-            u8::try_from(major).unwrap_or(u8::MAX),
-            u8::try_from(minor).unwrap_or(u8::MAX),
-        );
         self.ctx.bind().map_err(|e| fail(e.to_string()))?;
         let engine = self
             .runtime
-            .deserialize(source.bytes, &target, sm, &DeserializeOptions::default())
+            .deserialize(source.bytes, &record, gpu, &DeserializeOptions::default())
             .map_err(|e| fail(e.to_string()))?;
         // Input shapes by the engine's input order.
         let input_names: Vec<String> = engine

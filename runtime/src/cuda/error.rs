@@ -9,6 +9,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use cudarc::driver::sys;
+use tether_targets::libs::{Outcome, SearchReport};
 
 /// A driver API call that returned something other than `CUDA_SUCCESS`.
 ///
@@ -77,23 +78,15 @@ pub(crate) fn check(call: &'static str, res: sys::CUresult) -> Result<(), Driver
     }
 }
 
-/// One place the loader looked for `libcuda`, and why it was not used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TriedPath {
-    /// A file path or a bare soname (searched by the dynamic loader).
-    pub path: PathBuf,
-    /// The `dlopen` error, or why a library that opened was rejected.
-    pub reason: String,
-}
-
 /// Load-time errors of the device layer.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CudaError {
-    /// No usable `libcuda` (the NVIDIA driver's user-space library) was found.
-    #[error("the CUDA driver library (libcuda) was not found; tried {}:\n{}", .tried.len(), format_tried(.tried))]
+    /// No usable `libcuda` (the NVIDIA driver's user-space library) was found. One line; the
+    /// report has every place tried (logged at debug level, printed by `tether doctor -v`).
+    #[error("{}", not_found(.search))]
     LibraryNotFound {
-        /// Every path and soname tried, in order, with the loader's reason.
-        tried: Vec<TriedPath>,
+        /// Every place searched, in order, with the loader's reason.
+        search: SearchReport,
     },
     /// `libcuda` loaded, but the library that the bindings resolved is not the one probed.
     #[error(
@@ -157,28 +150,34 @@ pub enum CudaError {
 }
 
 impl CudaError {
-    /// One line: what failed, without the list of every path tried (which `-vv` and
-    /// `tether doctor` show).
+    /// One line: what failed (the list of every place searched is in `-vv` and
+    /// `tether doctor -v`).
     pub fn summary(&self) -> String {
-        match self {
-            CudaError::LibraryNotFound { tried } => format!(
-                "the CUDA driver library (libcuda) was not found ({} places tried; `tether doctor` lists them)",
-                tried.len()
-            ),
-            other => other
-                .to_string()
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_string(),
-        }
+        self.to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
     }
 }
 
-fn format_tried(tried: &[TriedPath]) -> String {
-    tried
-        .iter()
-        .map(|t| format!("  {}: {}", t.path.display(), t.reason))
-        .collect::<Vec<_>>()
-        .join("\n")
+/// `the CUDA driver (libcuda.so.1) was not found: searched 9 places (...)`, plus the first
+/// library that was there but could not be used.
+fn not_found(search: &SearchReport) -> String {
+    let mut s = format!(
+        "the CUDA driver ({}) was not found: {}",
+        search.files.join(", "),
+        search.searched()
+    );
+    let broken = search.tried.iter().find_map(|t| match &t.outcome {
+        Outcome::Failed { file, reason } | Outcome::Rejected { file, reason } => {
+            Some((file, reason))
+        }
+        _ => None,
+    });
+    if let Some((file, reason)) = broken {
+        s.push_str(&format!("; {file}: {reason}"));
+    }
+    s.push_str(" (no NVIDIA driver here? `tether doctor -v` lists every place)");
+    s
 }

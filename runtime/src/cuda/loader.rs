@@ -3,15 +3,13 @@
 //! Nothing CUDA is linked at build time: the driver API bindings (`cudarc`, feature
 //! `dynamic-loading`) resolve every symbol from `libcuda` the first time it is called. cudarc
 //! itself only asks the dynamic loader for a list of sonames and *panics* when none opens, and
-//! it does not know the Jetson locations. So before any driver call this module probes, in
-//! order:
-//!
-//! 1. `$TETHER_LIBCUDA` (an explicit file path), if set;
-//! 2. the sonames `libcuda.so.1` and `libcuda.so`, searched by the dynamic loader
-//!    (`LD_LIBRARY_PATH`, `ld.so.cache`, the default directories);
-//! 3. the directories where drivers are installed but often not in the loader's search path:
-//!    [`SEARCH_DIRS`] (desktop/server distributions, containers, WSL, Jetson L4T, JetPack 7.2's
-//!    `/opt/nvidia/l4t-gpu-libs/openrm`).
+//! it does not know the Jetson locations. So before any driver call this module opens the
+//! driver with the one loader of [`tether_targets::libs`] ([`libs::open_cuda_driver`]) over
+//! the one search list ([`libs::search_list`] for [`Library::CudaDriver`] on
+//! [`SearchEnv::system`]): `$TETHER_LIBCUDA` alone when set, else the dynamic loader, the
+//! L4T user-space directory of `/etc/nv_tegra_release`, and this architecture's driver
+//! directories (JetPack 7.2's `/opt/nvidia/l4t-gpu-libs/openrm` on aarch64, WSL and the
+//! container toolkit on x86_64). `tether doctor` searches exactly the same list.
 //!
 //! The first library that opens *and* exports `cuInit` wins; it is kept open for the life of
 //! the process. Because glibc matches a `dlopen` by soname against libraries already loaded,
@@ -19,36 +17,18 @@
 //! lives in a directory the loader does not search; [`driver`] verifies that (by comparing
 //! the address of `cuInit` seen through both handles) instead of assuming it.
 //!
-//! When nothing is found the error lists every path tried with the loader's reason
-//! ([`CudaError::LibraryNotFound`]), so "libcuda not found" is never a guess.
+//! When nothing is found the error says so in one line with the number of places searched
+//! ([`CudaError::LibraryNotFound`], which keeps the whole report); the list itself is logged
+//! at debug level (`-vv`) and printed by `tether doctor -v`.
 
 use std::ffi::c_int;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use cudarc::driver::sys;
+use tether_targets::libs::{self, Library, SearchEnv};
 
-use super::error::{CudaError, TriedPath, check};
-
-/// Directories searched for `libcuda.so.1` / `libcuda.so` after the loader's own search.
-pub const SEARCH_DIRS: &[&str] = &[
-    // x86_64 / sbsa distributions and the NVIDIA container toolkit
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib64",
-    "/usr/lib",
-    "/usr/local/nvidia/lib64",
-    "/usr/local/nvidia/lib",
-    "/usr/lib/wsl/lib",
-    "/usr/lib/aarch64-linux-gnu",
-    // Jetson (L4T / JetPack 5-6): the driver lives under nvidia/ or tegra/
-    "/usr/lib/aarch64-linux-gnu/nvidia",
-    "/usr/lib/aarch64-linux-gnu/tegra",
-    "/usr/local/cuda/targets/aarch64-linux/lib",
-    // JetPack 7.2 (Thor, OpenRM driver) moved libcuda here
-    "/opt/nvidia/l4t-gpu-libs/openrm",
-    // toolkit compat directory (forward-compatibility driver packages)
-    "/usr/local/cuda/compat",
-];
+use super::error::{CudaError, check};
 
 /// The loaded driver library.
 #[derive(Debug)]
@@ -100,66 +80,42 @@ pub fn is_available() -> bool {
     driver().is_ok()
 }
 
-/// The candidates [`driver`] tries, in order (for diagnostics and tests).
-pub fn candidates() -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Some(p) = std::env::var_os("TETHER_LIBCUDA").filter(|p| !p.is_empty()) {
-        out.push(PathBuf::from(p));
-    }
-    out.push(PathBuf::from("libcuda.so.1"));
-    out.push(PathBuf::from("libcuda.so"));
-    for dir in SEARCH_DIRS {
-        for name in ["libcuda.so.1", "libcuda.so"] {
-            out.push(Path::new(dir).join(name));
-        }
-    }
-    out
+/// The places [`driver`] searches, in order (for diagnostics and tests): the same list as
+/// `tether doctor`'s.
+pub fn search_list() -> libs::SearchList {
+    libs::search_list(Library::CudaDriver, &SearchEnv::system(), None)
 }
 
 fn load() -> Result<Driver, CudaError> {
-    let mut tried = Vec::new();
-    for cand in candidates() {
-        let is_path = cand.components().count() > 1;
-        if is_path && !cand.exists() {
-            tried.push(TriedPath {
-                path: cand,
-                reason: "no such file".into(),
-            });
-            continue;
-        }
-        // SAFETY: loading libcuda runs its initialisers, which have no preconditions on us;
-        // the library is kept open (stored in the returned Driver) for the process lifetime.
-        match unsafe { libloading::Library::new(&cand) } {
-            Err(e) => tried.push(TriedPath {
-                path: cand,
-                reason: e.to_string(),
-            }),
-            Ok(lib) => {
-                // SAFETY: symbol lookup only; the type matches the driver API's cuInit.
-                let ours = unsafe { lib.get::<unsafe extern "C" fn(u32) -> c_int>(b"cuInit\0") };
-                let ours = match ours {
-                    Ok(sym) => *sym as usize,
-                    Err(e) => {
-                        tried.push(TriedPath {
-                            path: cand,
-                            reason: format!("opened, but {e}"),
-                        });
-                        continue;
-                    }
-                };
-                return finish(cand, lib, ours, tried);
-            }
-        }
-    }
-    Err(CudaError::LibraryNotFound { tried })
+    let search = libs::open_cuda_driver(&search_list());
+    log::debug!(
+        "libcuda search ({} places):{}",
+        search.report.places,
+        search
+            .report
+            .tried
+            .iter()
+            .map(|t| format!("\n  {t}"))
+            .collect::<String>()
+    );
+    let Some(found) = search.found else {
+        return Err(CudaError::LibraryNotFound {
+            search: search.report,
+        });
+    };
+    let lib = found.value;
+    // SAFETY: symbol lookup only; the type matches the driver API's cuInit, and
+    // `open_cuda_driver` checked that the symbol exists.
+    let ours = unsafe { lib.get::<unsafe extern "C" fn(u32) -> c_int>(b"cuInit\0") }
+        .map(|sym| *sym as usize)
+        .map_err(|e| CudaError::LibraryMismatch {
+            probed: found.path.clone(),
+            detail: e.to_string(),
+        })?;
+    finish(found.path, lib, ours)
 }
 
-fn finish(
-    path: PathBuf,
-    lib: libloading::Library,
-    ours: usize,
-    _tried: Vec<TriedPath>,
-) -> Result<Driver, CudaError> {
+fn finish(path: PathBuf, lib: libloading::Library, ours: usize) -> Result<Driver, CudaError> {
     // cudarc resolves its own handle by soname; with ours loaded, glibc hands back the same
     // object. If the process already had a *different* libcuda loaded (or cudarc finds one
     // first), refuse rather than mix two drivers.

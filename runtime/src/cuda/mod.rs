@@ -5,8 +5,8 @@
 //!
 //! Built on `cudarc`'s raw driver bindings with dynamic loading: nothing from CUDA is needed
 //! at build time, and on a machine without a driver every entry point returns
-//! [`CudaError::LibraryNotFound`] listing each path tried (see [`loader`]) instead of failing
-//! to link or panicking. All driver entry points used here exist in CUDA 12.x drivers as well
+//! [`CudaError::LibraryNotFound`] with the report of every place searched (see [`loader`])
+//! instead of failing to link or panicking. All driver entry points used here exist in CUDA 12.x drivers as well
 //! as 13.x (JetPack 6 Orin runs 12.x), so one build serves both.
 //!
 //! Unsafe code stays in this module; each `unsafe` block states its invariant.
@@ -23,7 +23,7 @@ mod module;
 mod stream;
 
 pub use device::{Context, DeviceProperties, device_count, properties};
-pub use error::{CudaError, DriverError, TriedPath, error_name};
+pub use error::{CudaError, DriverError, error_name};
 pub use graph::Graph;
 pub use loader::{Driver, driver, is_available};
 pub use memory::{

@@ -639,39 +639,10 @@ pub enum TensorLocation {
     Host = 1,
 }
 
-/// `nvinfer1::HardwareCompatibilityLevel`, also the encoding of the bundle's
-/// target record field `hardware_compat` (0 none, 1 Ampere+, 2 same CC).
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HardwareCompatibility {
-    /// Runs only on the GPU model it was built on (`kNONE`).
-    None = 0,
-    /// Runs on Ampere (SM 8.0) and later GPUs (`kAMPERE_PLUS`).
-    AmperePlus = 1,
-    /// Runs on GPUs with the same compute capability (`kSAME_COMPUTE_CAPABILITY`, 10.9+).
-    SameComputeCapability = 2,
-}
-
-impl HardwareCompatibility {
-    /// Decodes TensorRT's (or the target record's) integer.
-    pub fn from_raw(raw: i64) -> Option<Self> {
-        match raw {
-            0 => Some(Self::None),
-            1 => Some(Self::AmperePlus),
-            2 => Some(Self::SameComputeCapability),
-            _ => None,
-        }
-    }
-
-    /// The value `trtexec --hardwareCompatibilityLevel=` takes.
-    pub fn trtexec_name(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::AmperePlus => "ampere+",
-            Self::SameComputeCapability => "sameComputeCapability",
-        }
-    }
-}
+/// `nvinfer1::HardwareCompatibilityLevel`: the platform vocabulary's
+/// [`tether_targets::HardwareCompat`] (same discriminants, checked against the
+/// headers by `value_layouts_match_the_headers` and `runtime/tests/trt_abi.rs`).
+pub use tether_targets::HardwareCompat as HardwareCompatibility;
 
 #[cfg(test)]
 mod tests {

@@ -6,16 +6,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::abi::{DIMS_MAX, DataType, Dims64, HardwareCompatibility, TensorIoMode, TensorLocation};
-use super::compat::{
-    CompatVerdict, LibraryFlavor, LoadedLibrary, PlanHeader, PlanTarget, TrtVersion,
-    check_plan_compatibility,
-};
+use tether_targets::compat::{PlanRecord, PlanVerdict};
+use tether_targets::libs::{self, SearchReport};
+use tether_targets::{GpuFacts, LibraryFlavor, TrtLibrary, TrtVersion};
+
+use super::compat::{PlanHeader, check_plan_compatibility};
 use super::diagnostics::{self, RecordedError};
-use super::error::{
-    CaptureError, EnqueueError, LoadError, TriedPath, TriedPaths, TrtError, TrtMessages,
-};
+use super::error::{CaptureError, EnqueueError, LoadError, TrtError, TrtMessages};
 use super::ffi::{self, ContextHandle, CreateFailure, EngineHandle, ErrorRecorder, RuntimeHandle};
-use super::library::{ENV_LIBRARY, LoadOptions, candidate_paths};
+use super::library::LoadOptions;
 
 /// A loaded TensorRT library (`libnvinfer.so.10/.11` or
 /// `libnvinfer_lean.so.10/.11`). Cheap to clone; the library stays loaded for
@@ -27,48 +26,53 @@ pub struct TensorRt {
 
 impl TensorRt {
     /// Loads TensorRT from `path` (a library file or a folder holding one)
-    /// or, when `None`, from [`ENV_LIBRARY`] (`TETHER_TENSORRT_LIB`) or the
-    /// standard locations ([`super::library::STANDARD_DIRS`]).
+    /// or, when `None`, from `TETHER_TENSORRT_LIB` or the one search list of
+    /// [`tether_targets::libs`] (the dynamic loader, this architecture's
+    /// package directories, pip's `tensorrt_libs` / `tensorrt_lean_libs` /
+    /// `tensorrt_dispatch_libs`): the full library first, then the lean and
+    /// dispatch runtimes, at each place.
     ///
     /// # Errors
-    /// [`LoadError::NotFound`] listing every path tried and why it failed
+    /// [`LoadError::NotFound`] with every place tried and why it failed
     /// (not found, not TensorRT, unsupported version such as 10.0).
     pub fn load(path: Option<&Path>) -> Result<Self, LoadError> {
-        Self::load_with(&LoadOptions::new(path))
+        Self::load_with(&LoadOptions::new(path)).map(|(lib, _)| lib)
     }
 
-    /// Loads TensorRT as `options` say (see [`candidate_paths`] for the order).
+    /// Loads TensorRT as `options` say, and reports where it looked (also on
+    /// success: the places before the one that loaded).
     ///
     /// # Errors
     /// As [`TensorRt::load`].
-    pub fn load_with(options: &LoadOptions) -> Result<Self, LoadError> {
-        let env = if options.read_env && options.path.is_none() {
-            std::env::var_os(ENV_LIBRARY)
-        } else {
-            None
-        };
-        let candidates = candidate_paths(options.path.as_deref(), env, options.preference, |p| {
-            p.is_dir()
-        });
-        let mut tried = Vec::with_capacity(candidates.len());
-        for path in candidates {
-            match ffi::Library::open(&path) {
-                Ok(lib) => {
-                    log::info!(
-                        "TensorRT {}.{} {} loaded from {}",
-                        lib.version,
-                        lib.build,
-                        lib.flavor,
-                        lib.path.display()
-                    );
-                    return Ok(Self { lib: Arc::new(lib) });
-                }
-                Err(reason) => tried.push(TriedPath { path, reason }),
+    pub fn load_with(options: &LoadOptions) -> Result<(Self, SearchReport), LoadError> {
+        let list = options.search_list();
+        let search = libs::find(&list, ffi::Library::from_opened);
+        log::debug!(
+            "TensorRT search ({} places):{}",
+            search.report.places,
+            search
+                .report
+                .tried
+                .iter()
+                .map(|t| format!("\n  {t}"))
+                .collect::<String>()
+        );
+        match search.found {
+            Some(found) => {
+                let lib = found.value;
+                log::info!(
+                    "TensorRT {}.{} {} loaded from {}",
+                    lib.version,
+                    lib.build,
+                    lib.flavor,
+                    lib.path.display()
+                );
+                Ok((Self { lib: Arc::new(lib) }, search.report))
             }
+            None => Err(LoadError::NotFound {
+                search: search.report,
+            }),
         }
-        Err(LoadError::NotFound {
-            tried: TriedPaths(tried),
-        })
     }
 
     /// Version of the loaded library.
@@ -81,7 +85,7 @@ impl TensorRt {
         self.lib.build
     }
 
-    /// Standard or lean runtime.
+    /// Full, lean or dispatch runtime.
     pub fn flavor(&self) -> LibraryFlavor {
         self.lib.flavor
     }
@@ -92,9 +96,9 @@ impl TensorRt {
         &self.lib.path
     }
 
-    /// The library side of the compatibility gate.
-    pub fn loaded(&self) -> LoadedLibrary {
-        LoadedLibrary {
+    /// The library side of the compatibility rules: version and flavor.
+    pub fn loaded(&self) -> TrtLibrary {
+        TrtLibrary {
             version: self.lib.version,
             flavor: self.lib.flavor,
         }
@@ -203,9 +207,10 @@ impl Runtime {
         &self.inner.lib
     }
 
-    /// Checks `target` against the loaded library and the device
-    /// (`device_sm`, e.g. `(9, 0)`), then deserializes `plan` straight from
-    /// the given bytes (no copy: pass the bundle's mapped plan section).
+    /// Checks the plan's target `record` against the loaded library and the
+    /// device's `gpu` ([`check_plan_compatibility`], the rules engine selection
+    /// uses too), then deserializes `plan` straight from the given bytes (no
+    /// copy: pass the bundle's mapped plan section).
     ///
     /// # Errors
     /// [`TrtError::Incompatible`] from the gate (nothing is deserialized),
@@ -214,19 +219,18 @@ impl Runtime {
     pub fn deserialize(
         &self,
         plan: &[u8],
-        target: &PlanTarget,
-        device_sm: (u8, u8),
+        record: &PlanRecord,
+        gpu: GpuFacts,
         options: &DeserializeOptions,
     ) -> Result<Engine, TrtError> {
-        let verdict: CompatVerdict =
-            check_plan_compatibility(target, &self.inner.lib.loaded(), device_sm)?;
+        let verdict: PlanVerdict = check_plan_compatibility(record, &self.inner.lib.loaded(), gpu)?;
         if let Some(h) = PlanHeader::parse(plan)
-            && h.version != target.version()
+            && h.version != record.tensorrt
         {
             log::warn!(
                 "plan header says TensorRT {} but the target record says {}",
                 h.version,
-                target.version()
+                record.tensorrt
             );
         }
         if verdict.host_code_required && !options.allow_engine_host_code {
@@ -369,13 +373,13 @@ impl EngineInner {
             });
         }
         let hw = handle.hardware_compatibility_level();
-        let hardware_compatibility =
-            HardwareCompatibility::from_raw(i64::from(hw)).ok_or_else(|| {
-                TrtError::UnknownValue {
-                    what: "hardware compatibility level",
-                    name: name.clone(),
-                    value: i64::from(hw),
-                }
+        let hardware_compatibility = u32::try_from(hw)
+            .ok()
+            .and_then(HardwareCompatibility::from_raw)
+            .ok_or_else(|| TrtError::UnknownValue {
+                what: "hardware compatibility level",
+                name: name.clone(),
+                value: i64::from(hw),
             })?;
         Ok(Self {
             device_memory_size: handle.device_memory_size_v2().max(0) as u64,

@@ -3,44 +3,56 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::compat::{CompatError, TrtVersion};
+use tether_targets::TrtVersion;
+use tether_targets::libs::{Outcome, SearchReport};
 
-/// One library path the loader tried, and why it was not used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TriedPath {
-    /// The path (or bare soname, resolved by the dynamic loader) tried.
-    pub path: PathBuf,
-    /// What went wrong: the dynamic loader's message, a missing symbol or an
-    /// unsupported version.
-    pub reason: String,
-}
-
-/// The list of every path tried, one per line.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TriedPaths(pub Vec<TriedPath>);
-
-impl fmt::Display for TriedPaths {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for t in &self.0 {
-            write!(f, "\n  {}: {}", t.path.display(), t.reason)?;
-        }
-        Ok(())
-    }
-}
+use super::compat::CompatError;
 
 /// Loading the TensorRT library failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
-    /// No candidate could be opened and used; every path tried is listed
-    /// with the reason it failed.
-    #[error(
-        "no usable TensorRT library (libnvinfer.so.10/.11 or libnvinfer_lean.so.10/.11) found; set {env} or pass a path. Tried:{tried}",
-        env = super::library::ENV_LIBRARY
-    )]
+    /// No place of the search list held a usable library. The message is one
+    /// line (how many places, and the first library that was there but not
+    /// usable); `search` has every place tried, for `tether doctor`.
+    #[error("{}", not_found(.search))]
     NotFound {
-        /// Every path tried.
-        tried: TriedPaths,
+        /// Every place tried, with what happened there.
+        search: SearchReport,
     },
+}
+
+impl LoadError {
+    /// The search report.
+    pub fn search(&self) -> &SearchReport {
+        match self {
+            LoadError::NotFound { search } => search,
+        }
+    }
+}
+
+/// `no usable TensorRT library (libnvinfer.so.11, ...): searched 14 places;
+/// /x/libnvinfer.so.10: TensorRT 10.0.1: tether needs 10.1 or later; set
+/// TETHER_TENSORRT_LIB ...`.
+fn not_found(search: &SearchReport) -> String {
+    let mut s = format!(
+        "no usable TensorRT library ({}) found: {}",
+        search.files.join(", "),
+        search.searched()
+    );
+    let broken = search.tried.iter().find_map(|t| match &t.outcome {
+        Outcome::Failed { file, reason } | Outcome::Rejected { file, reason } => {
+            Some((file, reason))
+        }
+        _ => None,
+    });
+    if let Some((file, reason)) = broken {
+        s.push_str(&format!("; {file}: {reason}"));
+    }
+    s.push_str(&format!(
+        "; set {} to the library file or its folder (`tether doctor -v` lists every place)",
+        super::library::ENV_LIBRARY
+    ));
+    s
 }
 
 /// Why TensorRT refused something, with TensorRT's own messages.

@@ -32,8 +32,8 @@ use super::abi::{
     self, API_LANGUAGE_CPP, AbiTable, Dims64, ErrorRecorderLayout, InterfaceInfo, LoggerLayout,
     PUBLIC_DELETING_DESTRUCTOR, PUBLIC_IMPL_OFFSET, Slot,
 };
-use super::compat::{LibraryFlavor, TrtVersion};
 use super::diagnostics::{self, ErrorStore, RecordedError};
+use tether_targets::{LibraryFlavor, TrtVersion};
 
 /// Any address below this is not an object (TensorRT 11.4's lean runtime
 /// was seen returning 0x228 from a failed `createInferRuntime_INTERNAL`).
@@ -67,15 +67,11 @@ impl std::fmt::Debug for Library {
 }
 
 impl Library {
-    /// Opens `path` (a file, or a bare soname for the dynamic loader's
-    /// search), resolves the entry points and reads the version. The error
-    /// is the reason, for the "tried" list.
-    pub(super) fn open(path: &Path) -> Result<Self, String> {
-        // SAFETY: loading a shared library runs its initialisers. TensorRT's
-        // libraries are plain C++ shared objects whose initialisers only set
-        // up their own state; this is the documented way to use them
-        // (dlopen), and the library is never unloaded afterwards.
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+    /// Takes a library [`tether_targets::libs::find`] opened from `path` (a
+    /// file, or a bare soname the dynamic loader resolved), resolves the entry
+    /// points, reads the version and tells the flavor. The error is the
+    /// reason, for the search report.
+    pub(super) fn from_opened(lib: libloading::Library, path: &Path) -> Result<Self, String> {
         let version_fn = |name: &[u8]| -> Option<VersionFn> {
             // SAFETY: the `getInferLib*Version` exports are
             // `extern "C" int32_t f() noexcept` in every TensorRT 10/11
@@ -94,9 +90,8 @@ impl Library {
             (Some(a), Some(b), Some(c)) => unsafe { (a(), b(), c()) },
             _ => {
                 // SAFETY: as above.
-                let v = unsafe { encoded() }.max(0) as u32;
-                let v = TrtVersion::from_encoded(v);
-                (v.major as i32, v.minor as i32, v.patch as i32)
+                let v = TrtVersion(unsafe { encoded() }.max(0) as u32);
+                (v.major() as i32, v.minor() as i32, v.patch() as i32)
             }
         };
         // SAFETY: as above.
@@ -106,10 +101,10 @@ impl Library {
             minor.max(0) as u32,
             patch.max(0) as u32,
         );
-        let abi = abi::table_for_major(version.major).ok_or_else(|| {
+        let abi = abi::table_for_major(version.major()).ok_or_else(|| {
             format!("TensorRT {version}: tether has interface tables for 10.x and 11.x only")
         })?;
-        if version.minor < abi.min_minor {
+        if version.minor() < abi.min_minor {
             return Err(format!(
                 "TensorRT {version}: tether needs {}.{} or later (getDeviceMemorySizeV2 / setDeviceMemoryV2)",
                 abi.major, abi.min_minor
@@ -122,15 +117,15 @@ impl Library {
             unsafe { lib.get::<CreateRuntimeFn>(b"createInferRuntime_INTERNAL\0") }
                 .map(|s| *s)
                 .map_err(|e| format!("TensorRT {version}: {e}"))?;
-        // The standard runtime exports the builder; the lean runtime does not.
-        // SAFETY: only the symbol's presence is checked; it is never called.
-        let has_builder =
-            unsafe { lib.get::<*const c_void>(b"createInferBuilder_INTERNAL\0") }.is_ok();
-        let flavor = if has_builder {
-            LibraryFlavor::Full
-        } else {
-            LibraryFlavor::Lean
+        let exports = |name: &[u8]| {
+            // SAFETY: only the symbol's presence is checked; it is never called.
+            unsafe { lib.get::<*const c_void>(name) }.is_ok()
         };
+        let flavor = flavor_of(
+            path,
+            exports(b"createInferBuilder_INTERNAL\0"),
+            exports(b"createInferRefitter_INTERNAL\0"),
+        );
         Ok(Self {
             _lib: ManuallyDrop::new(lib),
             create_runtime,
@@ -152,7 +147,7 @@ impl Library {
         // version (slots proved by trt_abi.rs); TensorRT only reads it and
         // calls its `log` slot, which never unwinds and is thread-safe. The
         // version argument is the library's own, so its header check passes.
-        let public = unsafe { (self.create_runtime)(logger, self.version.encoded() as i32) };
+        let public = unsafe { (self.create_runtime)(logger, self.version.0 as i32) };
         let obj = Object::adopt(public, self.abi.runtime.get_pimpl)?;
         Ok(RuntimeHandle { obj, abi: self.abi })
     }
@@ -289,6 +284,24 @@ unsafe fn call2<A, B, R>(imp: NonNull<c_void>, slot: Slot, a: A, b: B) -> R {
     unsafe {
         let f: unsafe extern "C" fn(*mut c_void, A, B) -> R = entry(imp, slot);
         f(imp.as_ptr(), a, b)
+    }
+}
+
+/// Which TensorRT library this is. Only the full library exports the builder
+/// (`createInferBuilder_INTERNAL`). The lean and dispatch runtimes export the
+/// same runtime entry points; the dispatch runtime also exports the refitter
+/// (`createInferRefitter_INTERNAL`, seen in the 11.4.0.106 dispatch wheel,
+/// [`tether_targets::sources::TRT_PIP_WHEELS`]); the lean runtime cannot refit.
+/// So: the builder means full; otherwise a file name that names the flavor
+/// decides; otherwise the refitter means dispatch.
+fn flavor_of(path: &Path, has_builder: bool, has_refitter: bool) -> LibraryFlavor {
+    if has_builder {
+        return LibraryFlavor::Full;
+    }
+    match tether_targets::libs::tensorrt_flavor_of(path) {
+        Some(f @ (LibraryFlavor::Lean | LibraryFlavor::Dispatch)) => f,
+        _ if has_refitter => LibraryFlavor::Dispatch,
+        _ => LibraryFlavor::Lean,
     }
 }
 
@@ -822,6 +835,31 @@ static RECORDER_VTABLE_11: VTable<{ abi::TRT11.error_recorder.len }> =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flavor_from_exports_and_name() {
+        use std::path::Path;
+        let f = |p: &str, b, r| flavor_of(Path::new(p), b, r);
+        assert_eq!(f("/x/libnvinfer.so.11", true, true), LibraryFlavor::Full);
+        assert_eq!(
+            f("libnvinfer_lean.so.11", false, false),
+            LibraryFlavor::Lean
+        );
+        assert_eq!(
+            f("libnvinfer_dispatch.so.11", false, true),
+            LibraryFlavor::Dispatch
+        );
+        // Renamed or linked files: the exports decide.
+        assert_eq!(
+            f("/opt/trt/libtrt.so", false, true),
+            LibraryFlavor::Dispatch
+        );
+        assert_eq!(f("/opt/trt/libtrt.so", false, false), LibraryFlavor::Lean);
+        assert_eq!(
+            f("/opt/trt/libnvinfer.so.10", false, false),
+            LibraryFlavor::Lean
+        );
+    }
 
     /// Calls tether's own logger and recorder through their vtables, the way
     /// TensorRT does, using the layout constants.

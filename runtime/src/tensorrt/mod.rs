@@ -2,10 +2,13 @@
 //! system with TensorRT 10.x (JetPack 6, DRIVE OS 7) or 11.x (data center)
 //! installed, with nothing from NVIDIA needed to build or cross-compile.
 //!
-//! - **Loading** ([`TensorRt::load`]): `libnvinfer.so.11`/`.10`, then the lean
-//!   runtime `libnvinfer_lean.so.11`/`.10`, opened at run time from an
-//!   explicit path, `TETHER_TENSORRT_LIB`, or the standard x86_64 and aarch64
-//!   (JetPack, DRIVE) locations; a failure lists every path tried.
+//! - **Loading** ([`TensorRt::load`]): `libnvinfer.so.11`/`.10`, the lean
+//!   runtime `libnvinfer_lean.so.11`/`.10` or the dispatch runtime
+//!   `libnvinfer_dispatch.so.11`/`.10`, opened at run time from an explicit
+//!   path, `TETHER_TENSORRT_LIB`, or the one search list of
+//!   [`tether_targets::libs`] (the dynamic loader, this architecture's package
+//!   directories, pip's `tensorrt_*libs` folders); a failure reports every
+//!   place tried.
 //! - **Calls** go through TensorRT's internal interface tables
 //!   ([`abi`]), one table per major version, later additions gated on the
 //!   minor version, with the `getPImpl` self-check after each object is
@@ -17,8 +20,10 @@
 //!   which take raw device addresses and a raw `cudaStream_t`.
 //! - **Compatibility gate** ([`check_plan_compatibility`]): the plan's
 //!   recorded TensorRT version, SM, hardware-compatibility level and
-//!   version-compatible/lean flags against the loaded library and the actual
-//!   device, before deserializing.
+//!   version-compatible/lean-runtime-excluded flags against the loaded
+//!   library (version and flavor) and the actual GPU, before deserializing,
+//!   by [`tether_targets::compat::check_plan`], the rules engine selection
+//!   uses too.
 //! - **Execution**: [`Runtime::deserialize`] reads the plan straight from a
 //!   `&[u8]` (the bundle's mapped section; no copy);
 //!   [`Engine::create_execution_context`] uses `kUSER_MANAGED` and sets the
@@ -37,8 +42,8 @@
 //! let plan = std::fs::read("model.plan")?;
 //! let target = PlanTarget { tensorrt_version: 110400, sm: Some((9, 0)), hardware_compat: 0, flags: 0 };
 //! let runtime = trt.create_runtime()?;
-//! let device_sm = (9, 0); // from the CUDA device layer
-//! let engine = runtime.deserialize(&plan, &target, device_sm, &DeserializeOptions::default())?;
+//! let gpu = tether_targets::GpuFacts::discrete(tether_targets::Sm::new(9, 0)); // from the CUDA device layer
+//! let engine = runtime.deserialize(&plan, &target.record(), gpu, &DeserializeOptions::default())?;
 //! let unbound = engine.create_execution_context(&[("images", &[1, 3, 640, 640])])?;
 //! let scratch = DeviceMemory { address: alloc(unbound.device_memory_size()), size: unbound.device_memory_size() };
 //! let bindings: Vec<TensorBinding> = engine.io_tensors().iter().map(|t| TensorBinding {
@@ -68,16 +73,11 @@ mod ffi;
 pub mod library;
 
 pub use abi::{DataType, HardwareCompatibility, TensorIoMode, TensorLocation};
-pub use compat::{
-    CompatError, CompatVerdict, LibraryFlavor, LoadedLibrary, PlanHeader, PlanTarget, Sm,
-    TARGET_FLAG_LEAN, TARGET_FLAG_VERSION_COMPATIBLE, TrtVersion, check_plan_compatibility,
-};
+pub use compat::{CompatError, PlanHeader, PlanTarget, check_plan_compatibility};
 pub use diagnostics::{RecordedError, Severity, logger_message_counts};
 pub use engine::{
     CaptureBlocker, CaptureBlockers, DeserializeOptions, DeviceMemory, Engine, ExecutionContext,
     IoTensor, Runtime, TensorBinding, TensorRt, UnboundContext,
 };
-pub use error::{
-    CaptureError, EnqueueError, LoadError, TriedPath, TriedPaths, TrtError, TrtMessages,
-};
-pub use library::{ENV_LIBRARY, LibraryPreference, LoadOptions};
+pub use error::{CaptureError, EnqueueError, LoadError, TrtError, TrtMessages};
+pub use library::{ENV_LIBRARY, LoadOptions};

@@ -1,11 +1,9 @@
 //! The CUDA driver, loaded at run time: no CUDA SDK at build time, no
 //! `nvidia-smi`, no NVML.
 //!
-//! `libcuda.so.1` is looked for (in this order) at an explicit path, through
-//! the dynamic loader (`LD_LIBRARY_PATH`, `ld.so.cache`: only when probing
-//! the real root), in the directory `/etc/nv_tegra_release` names, and in
-//! every directory the [descriptors](crate::descriptor) of this CPU
-//! architecture name. Every attempt is recorded.
+//! `libcuda.so.1` is found by [`libs::open_cuda_driver`] over the one search
+//! list of [`libs::search_list`] (the same list the runtime's CUDA layer
+//! uses); every place tried is recorded in [`CudaProbe::search`].
 //!
 //! Only these driver entry points are called (Driver API reference,
 //! [`sources::CUDA_DRIVER_API`](crate::sources::CUDA_DRIVER_API)):
@@ -14,11 +12,11 @@
 //! `cuDeviceTotalMem_v2`.
 
 use std::ffi::{CStr, c_char, c_int, c_uint};
-use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
-use crate::version::{CudaVersion, Sm};
+use crate::libs::{self, SearchList, SearchReport};
+use crate::vocab::{CudaVersion, Sm};
 
 /// `CUresult`.
 type CuResult = c_int;
@@ -43,46 +41,6 @@ type FnDeviceGet = unsafe extern "C" fn(*mut CuDevice, c_int) -> CuResult;
 type FnDeviceGetName = unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult;
 type FnDeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, CuDevice) -> CuResult;
 type FnDeviceTotalMem = unsafe extern "C" fn(*mut usize, CuDevice) -> CuResult;
-
-/// How one place to find `libcuda.so.1` was tried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub enum AttemptKind {
-    /// An explicit path (`TETHER_LIBCUDA` or [`ProbeOptions::libcuda`](super::ProbeOptions::libcuda)).
-    Explicit,
-    /// `dlopen("libcuda.so.1")`: the dynamic loader's own search.
-    Loader,
-    /// The user-space library directory of `/etc/nv_tegra_release`.
-    L4tUserspace,
-    /// A directory from the target descriptors.
-    KnownDirectory,
-}
-
-/// What happened at one place.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub enum LoadOutcome {
-    /// No file there.
-    NotFound,
-    /// The loader refused it; its message.
-    Failed(String),
-    /// Loaded; this is the library the probe used.
-    Loaded,
-    /// Not tried: an earlier place already loaded the driver.
-    Skipped,
-}
-
-/// One place `libcuda.so.1` was looked for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct LoadAttempt {
-    /// How.
-    pub kind: AttemptKind,
-    /// The path or name handed to the loader.
-    pub path: String,
-    /// What happened.
-    pub outcome: LoadOutcome,
-}
 
 /// A failed driver call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -170,11 +128,11 @@ pub struct GpuDevice {
 }
 
 /// What the CUDA driver said.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CudaProbe {
-    /// Every place `libcuda.so.1` was looked for, in order.
-    pub attempts: Vec<LoadAttempt>,
+    /// Where `libcuda.so.1` was looked for, and what happened at each place.
+    pub search: SearchReport,
     /// The library that was loaded.
     pub library: Option<String>,
     /// `cuDriverGetVersion`.
@@ -185,73 +143,29 @@ pub struct CudaProbe {
     pub error: Option<String>,
 }
 
-/// Candidate places, in order (already joined with the root).
-pub(crate) struct Candidate {
-    pub kind: AttemptKind,
-    /// Path handed to `dlopen` (or the bare SONAME for [`AttemptKind::Loader`]).
-    pub path: PathBuf,
-}
-
-/// Loads the first working candidate and queries it.
-pub(crate) fn probe_cuda(candidates: &[Candidate]) -> CudaProbe {
-    let mut out = CudaProbe::default();
-    let mut lib = None;
-    for c in candidates {
-        let shown = c.path.display().to_string();
-        if lib.is_some() {
-            out.attempts.push(LoadAttempt {
-                kind: c.kind,
-                path: shown,
-                outcome: LoadOutcome::Skipped,
-            });
-            continue;
-        }
-        if c.kind != AttemptKind::Loader && !c.path.exists() {
-            out.attempts.push(LoadAttempt {
-                kind: c.kind,
-                path: shown,
-                outcome: LoadOutcome::NotFound,
-            });
-            continue;
-        }
-        match open(&c.path) {
-            Ok(l) => {
-                out.library = Some(shown.clone());
-                out.attempts.push(LoadAttempt {
-                    kind: c.kind,
-                    path: shown,
-                    outcome: LoadOutcome::Loaded,
-                });
-                lib = Some(l);
-            }
-            Err(e) => out.attempts.push(LoadAttempt {
-                kind: c.kind,
-                path: shown,
-                outcome: LoadOutcome::Failed(e.to_string()),
-            }),
-        }
-    }
-    let Some(lib) = lib else {
+/// Loads the first usable `libcuda.so.1` of `list` and queries it.
+pub(crate) fn probe_cuda(list: &SearchList) -> CudaProbe {
+    let search = libs::open_cuda_driver(list);
+    let mut out = CudaProbe {
+        search: search.report,
+        library: None,
+        driver_version: None,
+        devices: Vec::new(),
+        error: None,
+    };
+    let Some(found) = search.found else {
         return out;
     };
-    if let Err(e) = query(&lib, &mut out) {
+    out.library = Some(found.path.display().to_string());
+    if let Err(e) = query(&found.value, &mut out) {
         out.error = Some(e);
     }
     // The driver stays loaded for the life of the process: cuInit may have
     // started driver threads that live in this library, and the runtime will
     // open the same library again (dlopen reference counting makes that
     // free).
-    std::mem::forget(lib);
+    std::mem::forget(found.value);
     out
-}
-
-fn open(path: &Path) -> Result<Library, libloading::Error> {
-    // SAFETY: loading libcuda runs its ELF initialisers. The CUDA driver's
-    // initialisers only set up internal state and are designed to be loaded
-    // with dlopen (it is how the CUDA runtime itself loads it). A file that
-    // is not a loadable ELF object for this architecture is refused by the
-    // loader with an error, which we report.
-    unsafe { Library::new(path) }
 }
 
 /// Resolves `name` as a function of type `T`.

@@ -21,17 +21,19 @@ pub mod nvpmodel;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::descriptor::{self, LIBCUDA_SEARCH_DIRS, TargetDescriptor};
+use crate::descriptor::{self, TargetDescriptor};
 use crate::jetpack::{JetPackMatch, jetpack_for};
-use crate::select::{DeviceFacts, GpuFacts};
-use crate::version::{CpuArch, TrtVersion};
+use crate::libs::{self, Library, PythonEnv, SearchEnv};
+use crate::select::DeviceFacts;
+use crate::vocab::{CpuArch, GpuFacts, LibraryFlavor, TrtLibrary, TrtVersion};
 
-pub use cuda::{AttemptKind, CudaProbe, GpuDevice, LoadAttempt, LoadOutcome};
+pub use cuda::{CudaProbe, GpuDevice};
 pub use l4t::{L4tParseError, L4tRelease, parse_nv_tegra_release};
 pub use nvpmodel::{PowerMode, PowerModeSource};
 
-/// Environment variable naming an explicit `libcuda.so.1` to try first.
-pub const LIBCUDA_ENV: &str = "TETHER_LIBCUDA";
+/// Environment variable naming the `libcuda.so.1` to use (a file or a
+/// folder); when set, only it is tried.
+pub const LIBCUDA_ENV: &str = Library::CudaDriver.env_var();
 
 /// The file-system root the probe reads under: `/` on a real system, a
 /// directory holding `etc/`, `proc/`, `var/`, `usr/`... in tests.
@@ -73,13 +75,17 @@ impl Root {
 pub struct ProbeOptions {
     /// Where to read files.
     pub root: Root,
-    /// An explicit `libcuda.so.1` to try first (not joined with `root`).
+    /// The `libcuda.so.1` to use (a file or a folder, not joined with
+    /// `root`); when set, only it is tried.
     pub libcuda: Option<PathBuf>,
     /// Also ask the dynamic loader for `libcuda.so.1` by name. Only
     /// meaningful for the real root (a fake root would find the host's
     /// driver).
     pub use_loader: bool,
-    /// The CPU architecture to report and whose descriptor directories are
+    /// Read the environment: `TETHER_LIBCUDA` and the Python environments
+    /// ([`PythonEnv::from_env`]). Only for the real root.
+    pub read_env: bool,
+    /// The CPU architecture to report and whose library directories are
     /// searched: the binary's own ([`CpuArch::host`]) for a real probe; a
     /// test of a fake Jetson tree on an x86_64 machine sets
     /// [`CpuArch::Aarch64`].
@@ -87,13 +93,15 @@ pub struct ProbeOptions {
 }
 
 impl ProbeOptions {
-    /// The real system: root `/`, `TETHER_LIBCUDA` if set, the loader's
-    /// search, this binary's architecture.
+    /// The real system: root `/`, the environment, the loader's search, this
+    /// binary's architecture. Searches exactly what [`SearchEnv::system`]
+    /// (the runtime's CUDA layer) searches.
     pub fn system() -> Self {
         Self {
             root: Root::system(),
-            libcuda: std::env::var_os(LIBCUDA_ENV).map(PathBuf::from),
+            libcuda: None,
             use_loader: true,
+            read_env: true,
             arch: CpuArch::host(),
         }
     }
@@ -103,8 +111,20 @@ impl ProbeOptions {
             root: Root::new(dir),
             libcuda: None,
             use_loader: false,
+            read_env: false,
             arch: CpuArch::host(),
         }
+    }
+
+    /// What the library searches of this probe look at.
+    pub fn search_env(&self) -> SearchEnv {
+        let mut env = SearchEnv::under(self.root.as_path(), self.arch);
+        env.use_loader = self.use_loader;
+        env.read_env_overrides = self.read_env;
+        if self.read_env {
+            env.python = PythonEnv::from_env();
+        }
+        env
     }
 }
 
@@ -214,13 +234,17 @@ pub fn probe_with(opts: &ProbeOptions) -> ProbeReport {
         root.read("/var/lib/nvpmodel/status").as_deref(),
     );
 
-    let candidates = libcuda_candidates(opts, l4t.as_ref());
-    let cuda = cuda::probe_cuda(&candidates);
+    let list = libs::search_list(
+        Library::CudaDriver,
+        &opts.search_env(),
+        opts.libcuda.as_deref(),
+    );
+    let cuda = cuda::probe_cuda(&list);
     if cuda.library.is_none() {
         notes.push(format!(
-            "no GPU: {} was not found or could not be loaded ({} places tried, listed under 'libcuda search')",
+            "no GPU: {} was not found or could not be loaded (searched {} places)",
             cuda::LIBCUDA,
-            cuda.attempts.len()
+            cuda.search.places
         ));
     } else if let Some(e) = &cuda.error {
         notes.push(format!("no GPU: {e}"));
@@ -277,42 +301,6 @@ pub fn probe_with(opts: &ProbeOptions) -> ProbeReport {
     }
 }
 
-/// The ordered list of places to look for `libcuda.so.1`.
-fn libcuda_candidates(opts: &ProbeOptions, l4t: Option<&L4tInfo>) -> Vec<cuda::Candidate> {
-    let mut out = Vec::new();
-    if let Some(p) = &opts.libcuda {
-        out.push(cuda::Candidate {
-            kind: AttemptKind::Explicit,
-            path: p.clone(),
-        });
-    }
-    if opts.use_loader {
-        out.push(cuda::Candidate {
-            kind: AttemptKind::Loader,
-            path: PathBuf::from(cuda::LIBCUDA),
-        });
-    }
-    let mut dirs: Vec<(AttemptKind, &str)> = Vec::new();
-    if let Some(d) = l4t.and_then(|l| l.release.userspace_lib_dir.as_deref()) {
-        dirs.push((AttemptKind::L4tUserspace, d));
-    }
-    for d in LIBCUDA_SEARCH_DIRS {
-        let wanted = descriptor::TARGETS.iter().any(|t| {
-            (opts.arch == CpuArch::Any || t.arch == opts.arch) && t.libcuda_dirs.contains(d)
-        });
-        if wanted && !dirs.iter().any(|(_, x)| x == d) {
-            dirs.push((AttemptKind::KnownDirectory, d));
-        }
-    }
-    for (kind, d) in dirs {
-        out.push(cuda::Candidate {
-            kind,
-            path: opts.root.join(d).join(cuda::LIBCUDA),
-        });
-    }
-    out
-}
-
 fn pretty_name(os_release: &str) -> Option<String> {
     os_release.lines().find_map(|l| {
         l.strip_prefix("PRETTY_NAME=")
@@ -322,9 +310,8 @@ fn pretty_name(os_release: &str) -> Option<String> {
 
 impl ProbeReport {
     /// The facts [`select_engine`](crate::select_engine) needs. `tensorrt`
-    /// is the version of the TensorRT library the runtime found (`None`:
-    /// none), `MAJOR*10000+MINOR*100+PATCH`.
-    pub fn device_facts(&self, tensorrt: Option<u32>) -> DeviceFacts {
+    /// is the TensorRT library the runtime loaded (`None`: none).
+    pub fn device_facts(&self, tensorrt: Option<TrtLibrary>) -> DeviceFacts {
         DeviceFacts {
             arch: self.host.arch,
             gpu: self.cuda.devices.first().map(|g| GpuFacts {
@@ -348,26 +335,14 @@ impl ProbeReport {
         }
     }
 
-    /// Directories to search for TensorRT on this device: the matched
-    /// descriptor's, or every descriptor's of this architecture.
-    pub fn tensorrt_search_dirs(&self) -> Vec<&'static str> {
-        let mut dirs: Vec<&'static str> = Vec::new();
-        let from: Vec<&'static TargetDescriptor> = match self.target {
-            Some(t) => vec![t],
-            None => descriptor::TARGETS
-                .iter()
-                .copied()
-                .filter(|t| t.arch == self.host.arch)
-                .collect(),
-        };
-        for t in from {
-            for d in t.tensorrt_lib_dirs {
-                if !dirs.contains(d) {
-                    dirs.push(d);
-                }
-            }
-        }
-        dirs
+    /// The TensorRT library the detected JetPack ships (its full library),
+    /// when known: what [`device_facts`](Self::device_facts) should be given
+    /// to ask "would this bundle run here once TensorRT loads?".
+    pub fn expected_tensorrt_library(&self) -> Option<TrtLibrary> {
+        self.expected_tensorrt().map(|version| TrtLibrary {
+            version,
+            flavor: LibraryFlavor::Full,
+        })
     }
 }
 
@@ -438,7 +413,11 @@ impl fmt::Display for ProbeReport {
         match (&self.cuda.library, self.cuda.driver_version) {
             (Some(lib), Some(v)) => writeln!(f, "CUDA driver   {v} ({lib})")?,
             (Some(lib), None) => writeln!(f, "CUDA driver   ? ({lib})")?,
-            (None, _) => writeln!(f, "CUDA driver   not found")?,
+            (None, _) => writeln!(
+                f,
+                "CUDA driver   not found (searched {} places)",
+                self.cuda.search.places
+            )?,
         }
         if self.cuda.devices.is_empty() {
             writeln!(f, "GPU           none")?;
@@ -477,27 +456,6 @@ impl fmt::Display for ProbeReport {
             }
             None => writeln!(f, "target        (none of tether's described targets)")?,
         }
-        writeln!(
-            f,
-            "TensorRT dirs {}",
-            self.tensorrt_search_dirs().join(", ")
-        )?;
-        writeln!(f, "libcuda search:")?;
-        for a in &self.cuda.attempts {
-            let what = match &a.outcome {
-                LoadOutcome::NotFound => "not found".to_string(),
-                LoadOutcome::Failed(e) => format!("failed: {e}"),
-                LoadOutcome::Loaded => "loaded".to_string(),
-                LoadOutcome::Skipped => "skipped".to_string(),
-            };
-            let how = match a.kind {
-                AttemptKind::Explicit => "explicit",
-                AttemptKind::Loader => "loader",
-                AttemptKind::L4tUserspace => "l4t",
-                AttemptKind::KnownDirectory => "dir",
-            };
-            writeln!(f, "  [{how:<8}] {}  {what}", a.path)?;
-        }
         if !self.notes.is_empty() {
             writeln!(f, "notes:")?;
             for n in &self.notes {
@@ -524,25 +482,24 @@ mod tests {
     }
 
     #[test]
-    fn candidates_follow_arch_and_l4t() {
+    fn system_probe_searches_what_the_runtime_searches() {
+        let list = |env: &SearchEnv| libs::search_list(Library::CudaDriver, env, None);
+        assert_eq!(
+            list(&ProbeOptions::system().search_env()),
+            list(&SearchEnv::system())
+        );
+    }
+
+    #[test]
+    fn fake_probe_searches_the_tree_for_its_arch() {
         let mut o = ProbeOptions::fake("/fake");
         o.arch = CpuArch::Aarch64;
-        let c = libcuda_candidates(&o, None);
-        let paths: Vec<String> = c.iter().map(|c| c.path.display().to_string()).collect();
-        assert_eq!(
-            paths[0],
-            "/fake/usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1"
-        );
-        assert!(paths.iter().any(|p| p.contains("l4t-gpu-libs/openrm")));
-        assert!(!paths.iter().any(|p| p.contains("x86_64")));
-        o.arch = CpuArch::X86_64;
-        o.use_loader = true;
-        let c = libcuda_candidates(&o, None);
-        assert_eq!(c[0].kind, AttemptKind::Loader);
-        assert!(
-            !c.iter()
-                .any(|c| c.path.display().to_string().contains("aarch64"))
-        );
+        let l = libs::search_list(Library::CudaDriver, &o.search_env(), None);
+        let dirs: Vec<String> = l.places.iter().map(|p| p.describe()).collect();
+        assert_eq!(dirs[0], "/fake/usr/lib/aarch64-linux-gnu/nvidia");
+        assert!(dirs.iter().any(|p| p.contains("l4t-gpu-libs/openrm")));
+        assert!(dirs.iter().all(|p| p.starts_with("/fake/")));
+        assert!(!dirs.iter().any(|p| p.contains("x86_64")));
     }
 
     #[test]
