@@ -45,14 +45,11 @@ pub fn library() -> Result<&'static TensorRt, &'static LoadError> {
     .as_ref()
 }
 
-/// One TensorRT runtime per process (an `IRuntime` deserializes any number of plans).
+/// A TensorRT runtime (`IRuntime`) for one backend: it lives as long as the plans it
+/// deserialized (they hold it), and no longer.
 fn runtime() -> Result<Runtime, String> {
-    static RT: OnceLock<Result<Runtime, String>> = OnceLock::new();
-    RT.get_or_init(|| {
-        let lib = library().map_err(|e| e.to_string())?;
-        lib.create_runtime().map_err(|e| e.to_string())
-    })
-    .clone()
+    let lib = library().map_err(|e| e.to_string())?;
+    lib.create_runtime().map_err(|e| e.to_string())
 }
 
 /// The TensorRT backend on one device.

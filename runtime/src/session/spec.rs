@@ -75,6 +75,11 @@ impl Check {
                 };
                 let mut worst = (0f32, 0usize);
                 for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                    // Equal values (infinities of one sign included) and equal bit patterns
+                    // (the same NaN) match; a NaN against anything else does not.
+                    if x == y || x.to_bits() == y.to_bits() {
+                        continue;
+                    }
                     let d = (x - y).abs();
                     if d.is_nan() {
                         // NaN in both (a network output that is NaN by construction) matches.
@@ -420,4 +425,30 @@ pub(crate) fn check_stage_regions(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|f| f.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn f32_check_matches_equal_values_and_same_nans_and_nothing_else() {
+        let c = Check::F32Abs(1e-4);
+        let a = bytes(&[1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        assert_eq!(c.compare(&a, &a), Ok(()));
+        let b = bytes(&[1.00005, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        assert_eq!(c.compare(&a, &b), Ok(()));
+        let far = bytes(&[1.001, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        assert!(c.compare(&a, &far).unwrap_err().contains("differs by"));
+        let nan = bytes(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        assert!(c.compare(&a, &nan).unwrap_err().contains("value 0"));
+        let flipped = bytes(&[1.0, f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        assert!(c.compare(&a, &flipped).is_err());
+        assert!(Check::Exact.compare(&a, &b).is_err());
+        assert_eq!(Check::Skip.compare(&a, &far), Ok(()));
+    }
 }
