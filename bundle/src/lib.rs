@@ -70,7 +70,8 @@
 //! * an open [`Bundle`] holds a shared `flock` on its file. A program that
 //!   must rewrite a bundle *in place* takes an exclusive `flock` first (it
 //!   then waits until no process has the bundle open);
-//! * writers should not rewrite in place at all: [`BundleWriter::write`]
+//! * writers should not rewrite in place at all (the rule is section 12 of
+//!   `FORMAT.md`): [`BundleWriter::write`]
 //!   writes a new file and renames it over the old one ([`files::AtomicFile`]),
 //!   which leaves every open mapping of the old file intact.
 //!
