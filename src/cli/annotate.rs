@@ -102,10 +102,52 @@ pub fn draw(image: &RgbImage, dets: &[Detection], labels: &[String]) -> RgbImage
     out
 }
 
+/// Writes `image` to `path` atomically (`tether_bundle::files::AtomicFile`):
+/// the file appears complete or not at all, even on Ctrl-C; a destination
+/// that is not a regular file (a FIFO, `/dev/null`, a directory) is refused.
+/// The format follows the extension as `image::save` does (PNG when there is
+/// none or it is unknown).
+///
+/// # Errors
+/// The destination check, the encoder, or the write, naming `path`.
+pub fn save(image: &RgbImage, path: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let format = image::ImageFormat::from_path(path).unwrap_or(image::ImageFormat::Png);
+    let mut out = tether_bundle::files::AtomicFile::create(path)?;
+    image
+        .write_to(&mut out, format)
+        .with_context(|| format!("encoding {}", path.display()))?;
+    out.persist()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tether_detect::BoundingBox;
+
+    #[test]
+    fn save_writes_a_complete_png_and_refuses_a_fifo() {
+        let dir = std::env::temp_dir().join(format!("tether-annotate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let img = RgbImage::from_pixel(7, 5, image::Rgb([1, 2, 3]));
+        let png = dir.join("out.png");
+        save(&img, &png).unwrap();
+        let back = image::open(&png).unwrap().to_rgb8();
+        assert_eq!(back, img);
+        let fifo = dir.join("fifo.png");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let e = save(&img, &fifo).unwrap_err();
+        assert!(format!("{e:#}").contains("FIFO"), "{e:#}");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn draws_the_box_outline_in_the_class_colour() {

@@ -6,13 +6,16 @@ pub mod doctor;
 pub mod inspect;
 pub mod run;
 pub mod selftest;
+pub mod text;
 
 use tether_bundle::BundleError;
 use tether_detect::DetectError;
 
-/// Print an error as one line, then a hint when one helps.
+/// Print an error as one line, then a hint when one helps. Control
+/// characters in the message (a name quoted from a file, a newline from a
+/// tool's output) are escaped.
 pub fn report(e: &anyhow::Error) {
-    eprintln!("error: {e:#}");
+    eprintln!("error: {}", text::escape_control(&format!("{e:#}")));
     if let Some(h) = hint(e) {
         eprintln!("hint: {h}");
     }
@@ -20,7 +23,12 @@ pub fn report(e: &anyhow::Error) {
 
 fn bundle_hint(b: &BundleError) -> &'static str {
     match b {
-        BundleError::Io { .. } => "check the path; bundles are written by `tether build`",
+        BundleError::Io { .. } | BundleError::File(_) => {
+            "check the path; bundles are written by `tether build`"
+        }
+        BundleError::ChangedWhileOpen { .. } => {
+            "the file was overwritten while tether read it; install a new bundle by renaming it over the old one (`mv`, or `tether build -o`), not with `cp`"
+        }
         _ => {
             "the file is not a valid tether bundle (truncated or corrupted copy?); rebuild it with `tether build` and check it with `tether verify`"
         }

@@ -189,7 +189,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         if let Some(out) = &a.annotate {
             let path = annotate_path(out, input, many)?;
             let img = super::annotate::draw(&rgb.image, &dets, labels);
-            img.save(&path)
+            super::annotate::save(&img, &path)
                 .with_context(|| format!("writing {}", path.display()))?;
             if !a.json {
                 println!("  annotated image: {}", path.display());
