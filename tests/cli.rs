@@ -520,6 +520,10 @@ fn rss_probe_child() {
         return; // only meaningful when spawned by `tether_rss`
     };
     let args = args.into_string().unwrap();
+    #[expect(
+        clippy::zombie_processes,
+        reason = "reaped by wait4 below, which also returns its rusage"
+    )]
     let child = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(args.split('\u{1f}'))
         .env_remove("RUST_LOG")
