@@ -97,6 +97,7 @@ fn json(o: &Output) -> Value {
 fn inspect_json_describes_the_manifest() {
     let b = nudenet_bundle();
     let v = json(&tether(&["inspect", &b, "--json"]));
+    assert_eq!(v["schema_version"], 1);
     assert_eq!(v["identity"]["family"], "detect");
     assert_eq!(v["identity"]["name"], "320n");
     assert_eq!(v["format_version"], "1.1");
@@ -130,9 +131,13 @@ fn inspect_json_describes_the_manifest() {
     assert_eq!(t["name"], "images");
     assert_eq!(t["dtype"], "f32");
     assert_eq!(t["dims"], serde_json::json!([1, 3, 320, 320]));
+    assert_eq!(t["mode"], "input");
     let o = &sections[0]["tensors"][1];
     assert_eq!(o["dims"], serde_json::json!([1, 22, 2100]));
-    assert_eq!(v["targets"][0]["engine"], "TractCpu");
+    // Enumerations are spelled as in bundle/FORMAT.md section 5.
+    assert_eq!(v["targets"][0]["engine"], "tract-cpu");
+    assert_eq!(sections[0]["kind"], "onnx");
+    assert_eq!(sections[0]["tensors"][1]["mode"], "output");
 
     let text = tether(&["inspect", &b]);
     assert!(text.status.success());
@@ -157,7 +162,7 @@ fn run_json_and_annotation() {
     ]));
     assert_eq!(v["schema_version"], 2);
     assert_eq!(v["family"], "detect");
-    assert_eq!(v["engines"]["model"], "tract CPU");
+    assert_eq!(v["engines"]["model"], "tract-cpu");
     let r = &v["results"][0];
     assert_eq!(r["result"]["image_width"], 512);
     assert_eq!(r["result"]["image_height"], 512);
@@ -415,7 +420,7 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
     assert!(o.status.success(), "build failed: {}", stderr(&o));
     let v = json(&tether(&["inspect", out.to_str().unwrap(), "--json"]));
     let t = &v["targets"][1];
-    assert_eq!(t["engine"], "TensorRt");
+    assert_eq!(t["engine"], "tensorrt");
     assert_eq!(t["name"], "sm87-trt10.3");
     assert_eq!(t["sm"], "8.7");
     assert_eq!(t["tensorrt_version"], 100300);
@@ -424,7 +429,7 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["kind"] == "TensorRtPlan")
+        .find(|s| s["kind"] == "tensorrt-plan")
         .expect("plan section");
     assert_eq!(plan["name"], "detect/model/plan.sm87-trt10.3");
     assert_eq!(plan["target"], 1);
@@ -542,4 +547,248 @@ fn doctor_takes_a_tensorrt_path() {
     assert_eq!(tried.len(), 1, "{trt}");
     assert_eq!(tried[0]["kind"], "Explicit");
     assert_eq!(tried[0]["place"], "/nonexistent/libnvinfer.so.10");
+}
+
+/// A bundle whose strings carry terminal escape sequences.
+fn hostile_names_bundle(path: &Path) {
+    use tether_bundle::*;
+    let mut w = BundleWriter::new(IdentityDesc {
+        name: "evil\x1b[2J\x1b]0;pwned\x07".into(),
+        family: "detect\r".into(),
+        ..Default::default()
+    });
+    let t = w
+        .add_target(TargetDesc {
+            name: "cpu\x1b[31m".into(),
+            arch: CpuArch::Any,
+            sm: None,
+            engine: EngineKind::TractCpu,
+            tensorrt_version: 0,
+            hardware_compat: 0,
+            flags: 0,
+        })
+        .unwrap();
+    let s = w
+        .add_section(SectionKind::Onnx, "m\u{9b}2J.onnx", Some(t), vec![1, 2, 3])
+        .unwrap();
+    w.add_tensor(
+        s,
+        TensorDesc {
+            name: "in\npu\u{202e}t".into(),
+            mode: IoMode::Input,
+            dtype: DType::F32,
+            layout: Layout::Nchw,
+            dims: vec![1, 3, 8, 8],
+        },
+    )
+    .unwrap();
+    w.write(path).unwrap();
+}
+
+#[test]
+fn inspect_and_verify_escape_control_characters() {
+    let p = scratch().join("escapes.bundle");
+    hostile_names_bundle(&p);
+    let o = tether(&["inspect", p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        !out.chars()
+            .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+        "{out:?}"
+    );
+    assert!(out.contains(r"evil\x1b[2J\x1b]0;pwned\x07"), "{out}");
+    assert!(out.contains(r"m\u{9b}2J.onnx"), "{out}");
+    assert!(out.contains(r"in\npu\u{202e}t"), "{out}");
+    // JSON keeps the exact strings (escaped by JSON itself).
+    let v = json(&tether(&["inspect", p.to_str().unwrap(), "--json"]));
+    assert_eq!(v["identity"]["name"], "evil\x1b[2J\x1b]0;pwned\x07");
+    assert!(!stdout(&tether(&["inspect", p.to_str().unwrap(), "--json"])).contains('\x1b'));
+    // verify's messages too.
+    let mut bytes = std::fs::read(&p).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    let bad = scratch().join("escapes-bad.bundle");
+    std::fs::write(&bad, &bytes).unwrap();
+    let o = tether(&["verify", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(!err.contains('\x1b') && !err.contains('\u{9b}'), "{err:?}");
+    assert!(err.contains(r"m\u{9b}2J.onnx"), "{err}");
+}
+
+/// Child half of [`tether_rss`]: spawns `tether` with the arguments in
+/// `TETHER_RSS_ARGS` (separated by U+001F), stdout into `TETHER_RSS_OUT`,
+/// and prints its exit code and peak resident set size (`wait4`).
+///
+/// The measurement is made from this small, freshly executed process because
+/// Linux carries the spawning process's peak RSS over into a child spawned
+/// with `vfork`/`CLONE_VM` (as `std::process::Command` does): measured from
+/// the test process itself, `tether` would inherit the test's own peak.
+#[test]
+fn rss_probe_child() {
+    let (Some(args), Some(out)) = (
+        std::env::var_os("TETHER_RSS_ARGS"),
+        std::env::var_os("TETHER_RSS_OUT"),
+    ) else {
+        return; // only meaningful when spawned by `tether_rss`
+    };
+    let args = args.into_string().unwrap();
+    #[expect(
+        clippy::zombie_processes,
+        reason = "reaped by wait4 below, which also returns its rusage"
+    )]
+    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args.split('\u{1f}'))
+        .env_remove("RUST_LOG")
+        .stdout(std::fs::File::create(out).unwrap())
+        .spawn()
+        .expect("spawn tether");
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 writes into both
+    // out-parameters for our own child, which std has not reaped.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    assert!(libc::WIFEXITED(status), "status {status:#x}");
+    println!(
+        "RSS-PROBE code={} maxrss_kib={}",
+        libc::WEXITSTATUS(status),
+        usage.ru_maxrss
+    );
+}
+
+/// Runs `tether args` with stdout into `out`; returns its exit code and its
+/// peak resident set size in bytes.
+fn tether_rss(args: &[&str], out: &Path) -> (i32, u64) {
+    let o = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "rss_probe_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TETHER_RSS_ARGS", args.join("\u{1f}"))
+        .env("TETHER_RSS_OUT", out)
+        .output()
+        .expect("spawn the probe");
+    let text = stdout(&o);
+    let line = text
+        .split("RSS-PROBE ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("probe: {text} {}", stderr(&o)));
+    let field = |k: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(k))
+            .unwrap_or_else(|| panic!("{line}"))
+            .parse()
+            .unwrap()
+    };
+    (field("code=") as i32, field("maxrss_kib=") * 1024)
+}
+
+#[test]
+fn inspect_json_streams_a_large_manifest() {
+    use tether_bundle::*;
+    // 4096 sections x 96 tensors: a 32 MB manifest, ~87 MB of JSON.
+    const SECTIONS: u32 = 4096;
+    const PER: u32 = 96;
+    let path = scratch().join("many-tensors.bundle");
+    let mut w = BundleWriter::new(IdentityDesc {
+        name: "many".into(),
+        ..Default::default()
+    });
+    for s in 0..SECTIONS {
+        let idx = w
+            .add_section(SectionKind::Onnx, &format!("s{s}"), None, Vec::new())
+            .unwrap();
+        for t in 0..PER {
+            w.add_tensor(
+                idx,
+                TensorDesc {
+                    name: format!("t{t}"),
+                    mode: IoMode::Output,
+                    dtype: DType::F16,
+                    layout: Layout::Nhwc,
+                    dims: vec![1, 8, 8, 3],
+                },
+            )
+            .unwrap();
+        }
+    }
+    let file_len = w.write(&path).unwrap().file_len;
+    drop(w);
+
+    let out = scratch().join("many-tensors.json");
+    let (code, rss) = tether_rss(&["inspect", path.to_str().unwrap(), "--json"], &out);
+    assert_eq!(code, 0);
+    let json_len = std::fs::metadata(&out).unwrap().len();
+    // Valid JSON, checked without building a tree.
+    let f = std::io::BufReader::new(std::fs::File::open(&out).unwrap());
+    serde_json::from_reader::<_, serde::de::IgnoredAny>(f).expect("valid JSON");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        text.matches("\"mode\": \"output\"").count(),
+        (SECTIONS * PER) as usize
+    );
+    // Memory: the mapped manifest (all of it is read) plus a fixed allowance
+    // for the process (~14 MB with a small bundle), less than the output
+    // itself, which a document built in memory first would hold several
+    // times over.
+    let bound = file_len + (32 << 20);
+    assert!(
+        json_len > bound + (16 << 20),
+        "test too small: {json_len} bytes of JSON"
+    );
+    assert!(
+        rss < bound,
+        "inspect --json peaked at {rss} bytes for {json_len} bytes of output ({file_len}-byte bundle)"
+    );
+    eprintln!(
+        "inspect --json: peak RSS {rss} bytes, {json_len} bytes of JSON, {file_len}-byte bundle"
+    );
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn non_regular_files_are_refused_not_waited_on() {
+    let fifo = scratch().join("fifo.bundle");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    // Reading a FIFO as a bundle: refused at once, not blocked in open().
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["inspect", fifo.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("tether inspect blocked on a FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("FIFO"), "{}", stderr(&o));
+
+    // Writing a bundle onto a FIFO, a directory, or into a missing directory:
+    // refused, with the path given, and the FIFO is still a FIFO.
+    use std::os::unix::fs::FileTypeExt;
+    let o = build_320n(&fifo, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("FIFO"), "{}", stderr(&o));
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    let missing = scratch().join("no-such-dir/x.bundle");
+    let o = build_320n(&missing, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("no-such-dir/x.bundle") && !err.contains(".tmp-"),
+        "{err}"
+    );
 }

@@ -67,6 +67,24 @@ fn main() {
     let mut w = writer(1);
     w.emulate_newer_minor(2, 8, 0x5a);
     seeds.push(("newer-minor.bundle", w.to_bytes().unwrap()));
+    // Two engine sections (#0 and #3), then the same file with its tensor
+    // records no longer grouped by section (sections 3, 0, 0, 3), which the
+    // reader indexes differently.
+    let four = writer(4).to_bytes().unwrap();
+    seeds.push(("four.bundle", four.clone()));
+    let mut mixed = four;
+    // Header: the tensors TableRef is at 104 (offset u64, count u32,
+    // record_size u32); FORMAT.md sections 3 and 4.1.
+    let offset = u64::from_le_bytes(mixed[104..112].try_into().unwrap()) as usize;
+    let stride = u32::from_le_bytes(mixed[116..120].try_into().unwrap()) as usize;
+    for (i, section) in [(0usize, 3u32), (2, 0)] {
+        let field = offset + i * stride + 8; // TensorRecord.section
+        mixed[field..field + 4].copy_from_slice(&section.to_le_bytes());
+    }
+    assert!(tether_bundle::raw::reseal(&mut mixed));
+    let b = Bundle::from_vec(mixed.clone(), Verify::Eager).expect("ungrouped seed is valid");
+    assert_eq!(b.tensors(3).len(), 2);
+    seeds.push(("ungrouped-tensors.bundle", mixed));
     for (name, bytes) in seeds {
         println!("{name}: {} bytes", bytes.len());
         std::fs::write(dir.join(name), bytes).unwrap();

@@ -85,6 +85,26 @@ pub enum BundleError {
         source: std::io::Error,
     },
 
+    /// The path is not a regular file, or a destination cannot be written
+    /// (see [`FileError`](crate::files::FileError)).
+    #[error(transparent)]
+    File(crate::files::FileError),
+    /// The file was truncated or rewritten in place while this process had
+    /// it open: a read of the mapping faulted (the lost pages now read as
+    /// zeros), or its length or modification time changed. Whatever was
+    /// read from it since may be wrong. Replace bundles by renaming a new
+    /// file over them (as [`BundleWriter::write`](crate::BundleWriter::write)
+    /// does), never by rewriting them in place.
+    #[error(
+        "`{}` was truncated or rewritten in place while it was open; replace a bundle by \
+         renaming a new file over it (as `tether build` does), never by copying over it",
+        path.display()
+    )]
+    ChangedWhileOpen {
+        /// The bundle file.
+        path: PathBuf,
+    },
+
     // ----- header --------------------------------------------------------
     /// The file ends before the structure named by `what`.
     #[error("file truncated: the {what} needs {needed} bytes but the file has {actual}")]
@@ -506,6 +526,19 @@ pub enum BundleError {
         /// What overflowed.
         what: &'static str,
     },
+}
+
+impl From<crate::files::FileError> for BundleError {
+    /// [`FileError::Io`](crate::files::FileError::Io) becomes
+    /// [`BundleError::Io`]; every other case [`BundleError::File`].
+    fn from(e: crate::files::FileError) -> Self {
+        match e {
+            crate::files::FileError::Io { path, op, source } => {
+                BundleError::Io { path, op, source }
+            }
+            other => BundleError::File(other),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -53,13 +53,35 @@
 //! # Ok::<(), BundleError>(())
 //! ```
 //!
-//! # Safety of memory-mapped files
+//! # Memory-mapped files that change
 //!
-//! [`Bundle::open`] maps the file. The only `unsafe` in this crate is that
-//! `mmap` call: if another process *truncates* the file while it is mapped,
-//! touching the lost pages raises `SIGBUS`. Do not truncate or rewrite a
-//! bundle in place while it is open; replace it by writing a new file and
-//! renaming it over the old one (as [`BundleWriter::write`] does).
+//! [`Bundle::open`] maps the file. If another process *truncates* a mapped
+//! file (`cp new.bundle old.bundle` does), touching the lost pages raises
+//! `SIGBUS`, which kills a process by default. This crate does not let that
+//! happen to a bundle it mapped:
+//!
+//! * every mapping is registered with a process-wide `SIGBUS` handler
+//!   (installed on first open; faults outside our mappings go to the
+//!   previous handler, or kill the process as before). A fault inside a
+//!   bundle mapping replaces the lost pages with zero pages and flags that
+//!   bundle; the checks that read the file ([`Bundle::section_bytes`],
+//!   [`Bundle::section_vec`], [`Bundle::verify_all`], [`Bundle::open`]
+//!   itself) then return [`BundleError::ChangedWhileOpen`];
+//! * an open [`Bundle`] holds a shared `flock` on its file. A program that
+//!   must rewrite a bundle *in place* takes an exclusive `flock` first (it
+//!   then waits until no process has the bundle open);
+//! * writers should not rewrite in place at all (the rule is section 12 of
+//!   `FORMAT.md`): [`BundleWriter::write`]
+//!   writes a new file and renames it over the old one ([`files::AtomicFile`]),
+//!   which leaves every open mapping of the old file intact.
+//!
+//! After load, copy what is used later ([`Bundle::section_vec`]) instead of
+//! borrowing from the mapping, so that nothing on a hot path can observe a
+//! change.
+//!
+//! The `unsafe` code is that `mmap` call and the operating-system glue in
+//! one private module (signal handlers, `flock`, `fcntl`, `kill`), each
+//! block with its `SAFETY` argument. Unix only.
 //!
 //! # Hostile input
 //!
@@ -72,9 +94,11 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod files;
 mod network;
 pub mod raw;
 mod reader;
+mod sys;
 mod types;
 mod writer;
 

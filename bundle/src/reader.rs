@@ -2,9 +2,12 @@
 
 use std::fmt;
 use std::fs::File;
+use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use memmap2::Mmap;
 use sha2::{Digest as _, Sha256};
@@ -12,10 +15,12 @@ use zerocopy::little_endian::I64;
 use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 use crate::error::{BundleError, SectionId, clip};
+use crate::files::{FileError, open_regular};
 use crate::raw::{
     FileHeader, HEADER_SIZE_V1, IdentityRecord, NO_TARGET, SectionRecord, StrRef, TableRef,
     TargetRecord, TensorRecord, header_crc,
 };
+use crate::sys::{MapGuard, try_flock};
 use crate::{
     ArchCode, DType, EngineCode, FORMAT_MAJOR, FORMAT_MINOR, IoMode, Layout, MAGIC, MAX_NAME_LEN,
     MAX_RANK, MAX_SECTIONS, SECTION_ALIGN, SectionKind, TARGET_FLAG_LEAN,
@@ -260,6 +265,9 @@ struct Parsed {
     sections: Table,
     tensors: Table,
     strings: (usize, usize),
+    /// Every tensor record's section index is >= the one before it (the
+    /// reference writer's order), so one section's tensors are contiguous.
+    tensors_grouped: bool,
 }
 
 fn record<'a, T: FromBytes + KnownLayout + Immutable>(
@@ -539,13 +547,19 @@ fn parse(bytes: &[u8]) -> Result<Parsed, BundleError> {
         sections,
         tensors,
         strings,
+        tensors_grouped: false,
     };
-    validate_records(bytes, &p)?;
-    Ok(p)
+    let tensors_grouped = validate_records(bytes, &p)?;
+    Ok(Parsed {
+        tensors_grouped,
+        ..p
+    })
 }
 
 /// Checks every record so that accessors can decode without failing.
-fn validate_records(bytes: &[u8], p: &Parsed) -> Result<(), BundleError> {
+/// Returns whether the tensor records are grouped by section in section
+/// order.
+fn validate_records(bytes: &[u8], p: &Parsed) -> Result<bool, BundleError> {
     let truncated = || BundleError::Truncated {
         what: "manifest record",
         needed: 0,
@@ -617,10 +631,14 @@ fn validate_records(bytes: &[u8], p: &Parsed) -> Result<(), BundleError> {
     }
     check_unique_names(bytes, p)?;
 
+    let mut grouped = true;
+    let mut prev_section = 0u32;
     for i in 0..p.tensors.count {
         let t: &TensorRecord = record(bytes, &p.tensors, i).ok_or_else(truncated)?;
         let name = checked_string(bytes, p.strings, &t.name, "tensors", i, "name")?;
         let section = t.section.get();
+        grouped &= section >= prev_section;
+        prev_section = section;
         if section >= p.sections.count {
             return Err(BundleError::BadTensorSection {
                 index: i,
@@ -646,7 +664,7 @@ fn validate_records(bytes: &[u8], p: &Parsed) -> Result<(), BundleError> {
             }
         }
     }
-    Ok(())
+    Ok(grouped)
 }
 
 /// Rejects duplicate section names in O(n log n) with a fixed stack buffer
@@ -683,12 +701,75 @@ fn check_unique_names(bytes: &[u8], p: &Parsed) -> Result<(), BundleError> {
 // Bundle
 // ---------------------------------------------------------------------------
 
+/// A memory-mapped bundle file.
+struct Mapped {
+    // Field order matters: the guard is unregistered before the mapping is
+    // unmapped (fields drop in declaration order).
+    guard: Option<MapGuard>,
+    map: Mmap,
+    /// Kept open for the shared `flock` and for `fstat`.
+    file: File,
+    /// Length and modification time at open.
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl Mapped {
+    /// The file changed under the mapping: a read faulted, or its length or
+    /// modification time is not what it was at open.
+    fn changed(&self) -> bool {
+        if self.guard.as_ref().is_some_and(MapGuard::faulted) {
+            return true;
+        }
+        match self.file.metadata() {
+            Ok(m) => m.len() != self.len || m.modified().ok() != self.modified,
+            Err(_) => false,
+        }
+    }
+}
+
 enum Backing {
-    Mmap(Mmap),
+    Mmap(Mapped),
     Vec(Vec<u8>),
 }
 
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Mmap(m) => &m.map,
+            Backing::Vec(v) => v,
+        }
+    }
+
+    /// Cheap: only the fault flag (an atomic load), no system call.
+    fn faulted(&self) -> bool {
+        match self {
+            Backing::Mmap(m) => m.guard.as_ref().is_some_and(MapGuard::faulted),
+            Backing::Vec(_) => false,
+        }
+    }
+
+    fn changed(&self) -> bool {
+        match self {
+            Backing::Mmap(m) => m.changed(),
+            Backing::Vec(_) => false,
+        }
+    }
+}
+
 const BITSET_WORDS: usize = MAX_SECTIONS / 64;
+
+/// How long [`Bundle::open`] waits for a writer holding an exclusive `flock`
+/// on the file (an in-place rewrite in progress).
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// Tensor indices grouped by section (a counting sort of the tensor table),
+/// built on first use for a file whose tensor records are not already
+/// grouped. `starts[s]..starts[s + 1]` indexes `order` for section `s`.
+struct TensorIndex {
+    starts: Box<[u32]>,
+    order: Box<[u32]>,
+}
 
 /// An open bundle: the file's bytes (memory-mapped, or an owned `Vec`) plus
 /// the few numbers that [`open`](Self::open) validated.
@@ -699,12 +780,27 @@ const BITSET_WORDS: usize = MAX_SECTIONS / 64;
 /// in [`Verify::Lazy`] mode, which checks the section's CRC on first use).
 ///
 /// `Bundle` is `Send + Sync`; the "section verified" bits are atomics.
+///
+/// # A file changed while open
+///
+/// A bundle from [`open`](Self::open) holds a shared `flock` on its file
+/// for its whole life, and its mapping is registered with a `SIGBUS`
+/// handler: if the file is truncated while mapped, the lost pages read as
+/// zeros instead of killing the process, and the bundle remembers it.
+/// [`section_bytes`](Self::section_bytes), [`section_vec`](Self::section_vec),
+/// [`verify_all`](Self::verify_all) and [`ensure_unchanged`](Self::ensure_unchanged)
+/// then fail with [`BundleError::ChangedWhileOpen`]; the borrowing accessors
+/// ([`identity`](Self::identity), [`sections`](Self::sections), ...) return
+/// what is there (empty strings and zeros). Copy what is needed after load
+/// ([`section_vec`](Self::section_vec)) and do not touch the mapping on a
+/// hot path.
 pub struct Bundle {
     backing: Backing,
     path: Option<PathBuf>,
     p: Parsed,
     mode: Verify,
     verified: [AtomicU64; BITSET_WORDS],
+    tensor_index: OnceLock<TensorIndex>,
 }
 
 impl fmt::Debug for Bundle {
@@ -722,18 +818,56 @@ impl fmt::Debug for Bundle {
     }
 }
 
+/// Takes a shared `flock` on `file`, waiting up to [`LOCK_WAIT`] while a
+/// writer holds an exclusive one. File systems without `flock` are read
+/// without the lock.
+fn lock_shared(file: &File, path: &Path) -> Result<(), BundleError> {
+    let t0 = Instant::now();
+    loop {
+        match try_flock(file, false) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if t0.elapsed() >= LOCK_WAIT {
+                    return Err(FileError::Locked {
+                        path: path.to_path_buf(),
+                        waited_ms: t0.elapsed().as_millis() as u64,
+                    }
+                    .into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                log::debug!("{}: no shared lock ({e}); reading unlocked", path.display());
+                return Ok(());
+            }
+        }
+    }
+}
+
 impl Bundle {
     /// Opens and memory-maps the bundle at `path`, validates its header,
     /// manifest and every record, and (with [`Verify::Eager`]) every
     /// section CRC.
     ///
-    /// # Errors
-    /// [`BundleError::Io`] if the file cannot be opened or mapped; any of
-    /// the format errors for a malformed file (see [`BundleError`]).
+    /// Only a regular file is opened (symbolic links are followed): a FIFO,
+    /// device or directory is refused before anything could block. The
+    /// bundle then holds a shared `flock` on the file until it is dropped;
+    /// if a writer holds an exclusive one (an in-place rewrite following the
+    /// rule in `FORMAT.md`), `open` waits up to 2 s for it.
     ///
-    /// The file must not be truncated or rewritten while the `Bundle`
-    /// exists (see the crate docs); replacing it by rename, as
-    /// [`BundleWriter::write`](crate::BundleWriter::write) does, is safe.
+    /// # Errors
+    /// [`BundleError::Io`] if the file cannot be opened or mapped;
+    /// [`BundleError::File`] for a path that is not a regular file or a
+    /// lock that was not released in time; [`BundleError::ChangedWhileOpen`]
+    /// if the file was truncated or rewritten during the open; any of the
+    /// format errors for a malformed file (see [`BundleError`]).
+    ///
+    /// Replacing the file by rename, as
+    /// [`BundleWriter::write`](crate::BundleWriter::write) does, leaves an
+    /// open `Bundle` reading the old file. Rewriting it in place is detected
+    /// (see [A file changed while open](Self#a-file-changed-while-open)),
+    /// never a crash.
     pub fn open(path: impl AsRef<Path>, verify: Verify) -> Result<Bundle, BundleError> {
         let path = path.as_ref();
         let io = |op: &'static str| {
@@ -743,8 +877,10 @@ impl Bundle {
                 source,
             }
         };
-        let file = File::open(path).map_err(io("opening"))?;
-        let len = file.metadata().map_err(io("reading metadata of"))?.len();
+        let file = open_regular(path)?;
+        lock_shared(&file, path)?;
+        let meta = file.metadata().map_err(io("reading metadata of"))?;
+        let len = meta.len();
         let backing = if len == 0 {
             // Mapping an empty file is not portable; it is rejected as
             // truncated by parse() anyway.
@@ -752,16 +888,26 @@ impl Bundle {
         } else {
             // SAFETY: `Mmap::map` is unsafe because the mapping aliases a
             // file that another process could modify or truncate while we
-            // hold `&[u8]` borrows into it. Modification would only make us
-            // read different bytes (every read is bounds-checked against the
-            // mapping length, which never changes); truncation, however,
-            // makes touching the lost pages raise SIGBUS. The crate documents
-            // that an open bundle file must not be truncated or rewritten in
-            // place; writers (including `BundleWriter::write`) replace files
-            // atomically by rename, which leaves this mapping intact.
+            // hold `&[u8]` borrows into it. Modification only makes us read
+            // different bytes: every read is bounds-checked against the
+            // mapping length, which never changes, and every CRC-checked
+            // result is re-checked against the fault flag. Truncation makes
+            // touching the lost pages raise SIGBUS; the mapping is registered
+            // with the crate's SIGBUS handler (below, before any byte is
+            // read), which maps zero pages there and flags the bundle as
+            // changed. Writers that follow FORMAT.md (including
+            // `BundleWriter::write`) replace files by rename, which leaves
+            // this mapping intact.
             #[allow(unsafe_code)]
             let map = unsafe { Mmap::map(&file) }.map_err(io("mapping"))?;
-            Backing::Mmap(map)
+            let guard = MapGuard::register(map.as_ptr(), map.len());
+            Backing::Mmap(Mapped {
+                guard,
+                map,
+                file,
+                len,
+                modified: meta.modified().ok(),
+            })
         };
         Self::from_backing(backing, Some(path.to_path_buf()), verify)
     }
@@ -779,23 +925,33 @@ impl Bundle {
         path: Option<PathBuf>,
         mode: Verify,
     ) -> Result<Bundle, BundleError> {
-        let bytes = match &backing {
-            Backing::Mmap(m) => &m[..],
-            Backing::Vec(v) => &v[..],
+        let changed = |backing: &Backing, e: BundleError| {
+            if backing.changed() {
+                BundleError::ChangedWhileOpen {
+                    path: path.clone().unwrap_or_default(),
+                }
+            } else {
+                e
+            }
         };
-        let p = parse(bytes)?;
+        let p = match parse(backing.bytes()) {
+            Ok(p) => p,
+            Err(e) => return Err(changed(&backing, e)),
+        };
         let b = Bundle {
             backing,
             path,
             p,
             mode,
             verified: [const { AtomicU64::new(0) }; BITSET_WORDS],
+            tensor_index: OnceLock::new(),
         };
         if mode == Verify::Eager {
             for i in 0..b.p.sections.count {
                 b.check_section(i)?;
             }
         }
+        b.ensure_not_faulted()?;
         log::debug!(
             "opened bundle {:?}: format {}.{}, {} bytes, {} sections, {} targets",
             b.path,
@@ -810,10 +966,7 @@ impl Bundle {
 
     /// The whole file.
     pub fn as_bytes(&self) -> &[u8] {
-        match &self.backing {
-            Backing::Mmap(m) => m,
-            Backing::Vec(v) => v,
-        }
+        self.backing.bytes()
     }
 
     /// The path given to [`open`](Self::open); `None` for
@@ -926,15 +1079,80 @@ impl Bundle {
     /// mode the CRC is checked on the first successful call for each
     /// section.
     ///
+    /// The bytes are the file's, not a copy: if the file is truncated or
+    /// rewritten in place while they are being read, they read as zeros (or
+    /// as the new contents). Call [`ensure_unchanged`](Self::ensure_unchanged)
+    /// after consuming them (e.g. after an engine has deserialized a plan),
+    /// or use [`section_vec`](Self::section_vec) for a checked copy.
+    ///
     /// # Errors
     /// [`BundleError::SectionNotFound`] for an index out of range;
-    /// [`BundleError::SectionCrcMismatch`] if the payload is corrupt.
+    /// [`BundleError::SectionCrcMismatch`] if the payload is corrupt;
+    /// [`BundleError::ChangedWhileOpen`] if the file changed under the
+    /// mapping.
     pub fn section_bytes(&self, section: &Section<'_>) -> Result<&[u8], BundleError> {
         let index = section.index;
         if !self.is_section_verified(index) {
             self.check_section(index)?;
         }
-        Ok(self.raw_section(index).map(|(_, b)| b).unwrap_or_default())
+        let data = self.raw_section(index).map(|(_, b)| b).unwrap_or_default();
+        self.ensure_not_faulted()?;
+        Ok(data)
+    }
+
+    /// An owned copy of `section`'s payload, whose CRC-32 is checked on the
+    /// copy itself (whatever the verification mode, and even if the section
+    /// was verified before). The copy stays valid whatever happens to the
+    /// file afterwards: use it for the small assets (labels, configuration)
+    /// that are used after load.
+    ///
+    /// # Errors
+    /// [`BundleError::SectionNotFound`] for an index out of range;
+    /// [`BundleError::SectionCrcMismatch`] if the copy does not match the
+    /// stored CRC; [`BundleError::ChangedWhileOpen`] if the file changed
+    /// under the mapping.
+    pub fn section_vec(&self, section: &Section<'_>) -> Result<Vec<u8>, BundleError> {
+        let index = section.index;
+        let (r, data) = self
+            .raw_section(index)
+            .ok_or(BundleError::SectionNotFound {
+                index,
+                count: self.p.sections.count,
+            })?;
+        let stored = r.crc32.get();
+        let copy = data.to_vec();
+        let computed = crc32fast::hash(&copy);
+        // Checked after the copy: a fault while copying zeroed what we read.
+        self.ensure_not_faulted()?;
+        if computed != stored {
+            return Err(self.changed_or(BundleError::SectionCrcMismatch {
+                section: SectionId::new(index, Some(self.str(&r.name))),
+                stored,
+                computed,
+            }));
+        }
+        self.mark_verified(index);
+        Ok(copy)
+    }
+
+    /// Whether the file was truncated or rewritten in place since
+    /// [`open`](Self::open): a read of the mapping faulted, or the file's
+    /// length or modification time changed (one `fstat`). Always `false` for
+    /// [`from_vec`](Self::from_vec).
+    pub fn changed_while_open(&self) -> bool {
+        self.backing.changed()
+    }
+
+    /// `Ok` unless [`changed_while_open`](Self::changed_while_open).
+    ///
+    /// # Errors
+    /// [`BundleError::ChangedWhileOpen`] naming the file.
+    pub fn ensure_unchanged(&self) -> Result<(), BundleError> {
+        if self.changed_while_open() {
+            Err(self.changed_error())
+        } else {
+            Ok(())
+        }
     }
 
     /// Shorthand for `section_bytes(&section(name)?)`.
@@ -958,11 +1176,28 @@ impl Bundle {
 
     /// The I/O tensors of section `section_index`, in table order. Empty for
     /// a section without tensors or an index out of range.
+    ///
+    /// Cost: when the tensor table is grouped by section in section order
+    /// (as the reference writer lays it out), a binary search, O(log T) for
+    /// T tensors, then O(1) per tensor. Otherwise the first call builds an
+    /// index of the whole table in O(T + S) time and 4 bytes per tensor (S
+    /// sections), and later calls cost O(1) per tensor. Listing every
+    /// section's tensors is linear in the table either way.
     pub fn tensors(&self, section_index: u32) -> Tensors<'_> {
+        let inner = if section_index >= self.p.sections.count {
+            TensorsInner::Range(0..0)
+        } else if self.p.tensors_grouped {
+            TensorsInner::Range(self.grouped_tensor_range(section_index))
+        } else {
+            let idx = self.tensor_index.get_or_init(|| self.build_tensor_index());
+            let s = section_index as usize;
+            let from = idx.starts.get(s).copied().unwrap_or(0) as usize;
+            let to = idx.starts.get(s + 1).copied().unwrap_or(0) as usize;
+            TensorsInner::Indexed(idx.order.get(from..to).unwrap_or_default().iter())
+        };
         Tensors {
             bundle: self,
-            section: Some(section_index),
-            range: 0..self.p.tensors.count,
+            inner,
         }
     }
 
@@ -970,8 +1205,7 @@ impl Bundle {
     pub fn all_tensors(&self) -> Tensors<'_> {
         Tensors {
             bundle: self,
-            section: None,
-            range: 0..self.p.tensors.count,
+            inner: TensorsInner::Range(0..self.p.tensors.count),
         }
     }
 
@@ -984,8 +1218,17 @@ impl Bundle {
     /// The first failure found: [`BundleError::HeaderCrcMismatch`],
     /// [`BundleError::ManifestCrcMismatch`],
     /// [`BundleError::SectionCrcMismatch`], [`BundleError::NonZeroPadding`],
-    /// [`BundleError::FileCrcMismatch`] or [`BundleError::DigestMismatch`].
+    /// [`BundleError::FileCrcMismatch`] or [`BundleError::DigestMismatch`];
+    /// [`BundleError::ChangedWhileOpen`] instead of any of these if the
+    /// file changed under the mapping.
     pub fn verify_all(&self) -> Result<VerifyReport, BundleError> {
+        match self.verify_all_inner() {
+            Ok(r) => self.ensure_not_faulted().map(|()| r),
+            Err(e) => Err(self.changed_or(e)),
+        }
+    }
+
+    fn verify_all_inner(&self) -> Result<VerifyReport, BundleError> {
         const CHUNK: usize = 1 << 20;
         let bytes = self.as_bytes();
         let p = &self.p;
@@ -1126,14 +1369,103 @@ impl Bundle {
             })?;
         let computed = crc32fast::hash(data);
         if computed != r.crc32.get() {
-            return Err(BundleError::SectionCrcMismatch {
+            return Err(self.changed_or(BundleError::SectionCrcMismatch {
                 section: SectionId::new(index, Some(self.str(&r.name))),
                 stored: r.crc32.get(),
                 computed,
-            });
+            }));
         }
+        // A fault while hashing zeroed what was hashed: do not remember it.
+        self.ensure_not_faulted()?;
         self.mark_verified(index);
         Ok(())
+    }
+
+    fn changed_error(&self) -> BundleError {
+        BundleError::ChangedWhileOpen {
+            path: self.path.clone().unwrap_or_default(),
+        }
+    }
+
+    /// `e`, or [`BundleError::ChangedWhileOpen`] when the file changed under
+    /// us (then `e` is a consequence, not the file's own defect).
+    fn changed_or(&self, e: BundleError) -> BundleError {
+        if self.changed_while_open() {
+            self.changed_error()
+        } else {
+            e
+        }
+    }
+
+    /// Only the fault flag (an atomic load): what must hold after every
+    /// read whose result is trusted.
+    fn ensure_not_faulted(&self) -> Result<(), BundleError> {
+        if self.backing.faulted() {
+            Err(self.changed_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn tensor_section(&self, i: u32) -> Option<u32> {
+        record::<TensorRecord>(self.as_bytes(), &self.p.tensors, i).map(|r| r.section.get())
+    }
+
+    /// The contiguous run of section `s`'s tensors in a grouped table.
+    fn grouped_tensor_range(&self, s: u32) -> Range<u32> {
+        // First index whose section is >= `key` (records are in
+        // non-decreasing section order; an unreadable record sorts last).
+        let lower_bound = |key: u32| {
+            let (mut lo, mut hi) = (0u32, self.p.tensors.count);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if self.tensor_section(mid).is_some_and(|x| x < key) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        let from = lower_bound(s);
+        let to = s.checked_add(1).map_or(self.p.tensors.count, lower_bound);
+        from..to.max(from)
+    }
+
+    /// Counting sort of the tensor table by section: O(T + S).
+    fn build_tensor_index(&self) -> TensorIndex {
+        let sections = self.p.sections.count as usize;
+        let count = self.p.tensors.count;
+        let mut starts = vec![0u32; sections + 1].into_boxed_slice();
+        for i in 0..count {
+            if let Some(slot) = self
+                .tensor_section(i)
+                .and_then(|s| starts.get_mut(s as usize + 1))
+            {
+                *slot += 1;
+            }
+        }
+        for k in 1..starts.len() {
+            let prev = starts.get(k - 1).copied().unwrap_or(0);
+            if let Some(x) = starts.get_mut(k) {
+                *x += prev;
+            }
+        }
+        let total = starts.last().copied().unwrap_or(0) as usize;
+        let mut order = vec![0u32; total].into_boxed_slice();
+        let mut next: Vec<u32> = starts.iter().take(sections).copied().collect();
+        for i in 0..count {
+            let Some(s) = self.tensor_section(i) else {
+                continue;
+            };
+            if let Some(pos) = next.get_mut(s as usize) {
+                if let Some(o) = order.get_mut(*pos as usize) {
+                    *o = i;
+                }
+                *pos += 1;
+            }
+        }
+        TensorIndex { starts, order }
     }
 
     fn mark_verified(&self, index: u32) {
@@ -1198,39 +1530,67 @@ impl DoubleEndedIterator for Sections<'_> {
 }
 
 /// Iterator over tensors ([`Bundle::tensors`], [`Bundle::all_tensors`]).
+///
+/// Every step decodes exactly one tensor record; the length is known up
+/// front.
 #[derive(Clone, Debug)]
 pub struct Tensors<'a> {
     bundle: &'a Bundle,
-    section: Option<u32>,
-    range: Range<u32>,
+    inner: TensorsInner<'a>,
+}
+
+#[derive(Clone, Debug)]
+enum TensorsInner<'a> {
+    /// Consecutive records, all of the wanted section (or all of them).
+    Range(Range<u32>),
+    /// Record indices from [`TensorIndex`].
+    Indexed(std::slice::Iter<'a, u32>),
+}
+
+impl<'a> Tensors<'a> {
+    fn info(&self, i: u32) -> Option<TensorInfo<'a>> {
+        let b = self.bundle;
+        let r = record::<TensorRecord>(b.as_bytes(), &b.p.tensors, i)?;
+        let rank = usize::from(r.rank).min(MAX_RANK);
+        Some(TensorInfo {
+            index: i,
+            section: r.section.get(),
+            name: b.str(&r.name),
+            mode: IoMode::from_raw(r.mode),
+            dtype: DType::from_raw(r.dtype),
+            layout: Layout::from_raw(r.layout),
+            dims: Dims(r.dims.get(..rank).unwrap_or_default()),
+        })
+    }
 }
 
 impl<'a> Iterator for Tensors<'a> {
     type Item = TensorInfo<'a>;
     fn next(&mut self) -> Option<TensorInfo<'a>> {
-        let b = self.bundle;
-        let bytes = b.as_bytes();
-        for i in self.range.by_ref() {
-            let Some(r) = record::<TensorRecord>(bytes, &b.p.tensors, i) else {
-                continue;
-            };
-            if self.section.is_some_and(|s| s != r.section.get()) {
-                continue;
-            }
-            let rank = usize::from(r.rank).min(MAX_RANK);
-            return Some(TensorInfo {
-                index: i,
-                section: r.section.get(),
-                name: b.str(&r.name),
-                mode: IoMode::from_raw(r.mode),
-                dtype: DType::from_raw(r.dtype),
-                layout: Layout::from_raw(r.layout),
-                dims: Dims(r.dims.get(..rank).unwrap_or_default()),
-            });
-        }
-        None
+        // Records were validated at open, so `info` does not fail.
+        let i = match &mut self.inner {
+            TensorsInner::Range(r) => r.next()?,
+            TensorsInner::Indexed(it) => *it.next()?,
+        };
+        self.info(i)
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, Some(self.range.len()))
+        let n = match &self.inner {
+            TensorsInner::Range(r) => r.len(),
+            TensorsInner::Indexed(it) => it.len(),
+        };
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Tensors<'_> {}
+
+impl DoubleEndedIterator for Tensors<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        let i = match &mut self.inner {
+            TensorsInner::Range(r) => r.next_back()?,
+            TensorsInner::Indexed(it) => *it.next_back()?,
+        };
+        self.info(i)
     }
 }

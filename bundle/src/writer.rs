@@ -1,16 +1,15 @@
 //! Building a bundle.
 
-use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::collections::{HashMap, HashSet};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest as _, Sha256};
 use zerocopy::IntoBytes;
 use zerocopy::little_endian::{I64, U16, U32, U64};
 
 use crate::error::{BundleError, clip};
+use crate::files::AtomicFile;
 use crate::raw::{
     FileHeader, HEADER_CRC_OFFSET, IdentityRecord, NO_TARGET, SectionRecord, StrRef, TableRef,
     TargetRecord, TensorRecord, header_crc,
@@ -94,6 +93,8 @@ struct PendingSection {
     flags: u32,
     data: Vec<u8>,
     tensors: Vec<TensorDesc>,
+    /// Names in `tensors`, for the duplicate check in O(1).
+    tensor_names: HashSet<String>,
 }
 
 /// Test-only knob: write records as a newer minor would.
@@ -290,6 +291,7 @@ impl BundleWriter {
             flags,
             data,
             tensors: Vec::new(),
+            tensor_names: HashSet::new(),
         });
         Ok(index)
     }
@@ -318,7 +320,7 @@ impl BundleWriter {
             });
         }
         check_name("tensor name", &t.name, true)?;
-        if s.tensors.iter().any(|o| o.name == t.name) {
+        if s.tensor_names.contains(&t.name) {
             return Err(BundleError::DuplicateTensor {
                 section: clip(&s.name),
                 tensor: clip(&t.name),
@@ -342,6 +344,7 @@ impl BundleWriter {
                 value,
             });
         }
+        s.tensor_names.insert(t.name.clone());
         s.tensors.push(t);
         Ok(())
     }
@@ -372,74 +375,60 @@ impl BundleWriter {
         Ok(out)
     }
 
-    /// Writes the bundle to `path` atomically: into a temporary file in the
-    /// same directory, flushed and synced, then renamed over `path`. A
-    /// reader never sees a partial file, and a bundle mapped by another
-    /// `Bundle` keeps its old contents.
+    /// Writes the bundle to `path` atomically, through a
+    /// [`files::AtomicFile`](crate::files::AtomicFile): into a temporary
+    /// file in the same directory, flushed and synced, then renamed over
+    /// `path`. A reader never sees a partial file, and a bundle mapped by
+    /// another `Bundle` keeps its old contents. The destination must be a
+    /// regular file or not exist; a symbolic link is followed; an existing
+    /// file's permissions are kept. On any error, or a terminating signal,
+    /// the temporary file is removed and `path` is untouched.
+    ///
+    /// The destination is checked before the layout is computed, so an
+    /// impossible destination fails fast.
     ///
     /// # Errors
-    /// As [`to_bytes`](Self::to_bytes), plus [`BundleError::Io`].
+    /// As [`to_bytes`](Self::to_bytes); [`BundleError::File`] for a
+    /// destination that is not a regular file or whose directory is
+    /// missing; [`BundleError::Io`] (naming `path`) when writing fails.
     pub fn write(&self, path: impl AsRef<Path>) -> Result<WriteSummary, BundleError> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
         let path = path.as_ref();
+        let mut out = AtomicFile::create(path)?;
         let plan = self.plan()?;
-        let io_err = |op: &'static str, p: &Path| {
-            let p = p.to_path_buf();
-            move |source| BundleError::Io {
-                path: p,
-                op,
-                source,
-            }
-        };
-        let file_name = path.file_name().ok_or_else(|| BundleError::Io {
-            path: path.to_path_buf(),
-            op: "writing",
-            source: io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"),
-        })?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(file_name);
-        tmp_name.push(format!(
-            ".tmp-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let tmp = dir.join(tmp_name);
+        self.emit(&plan, &mut out)
+            .map_err(|e| BundleError::from(out.io_error("writing", e)))?;
+        out.persist()?;
+        Ok(self.summary(&plan, path.to_path_buf()))
+    }
 
-        let result = (|| {
-            let file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-                .map_err(io_err("creating", &tmp))?;
-            let mut w = BufWriter::with_capacity(1 << 20, file);
-            self.emit(&plan, &mut w).map_err(io_err("writing", &tmp))?;
-            let file = w
-                .into_inner()
-                .map_err(|e| io_err("writing", &tmp)(e.into_error()))?;
-            file.sync_all().map_err(io_err("syncing", &tmp))?;
-            drop(file);
-            fs::rename(&tmp, path).map_err(io_err("renaming into place", path))?;
-            // Make the rename durable; not all platforms can sync a directory.
-            if let Ok(d) = File::open(&dir) {
-                let _ = d.sync_all();
-            }
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result?;
-        Ok(WriteSummary {
-            path: path.to_path_buf(),
+    /// Writes the bundle to `w` (e.g. standard output) in one pass, without
+    /// holding it in memory. Nothing is atomic here: on error `w` has
+    /// received part of the file. The summary's `path` is empty.
+    ///
+    /// # Errors
+    /// As [`to_bytes`](Self::to_bytes); [`BundleError::Io`] (with an empty
+    /// path) when `w` fails.
+    pub fn write_to(&self, mut w: impl Write) -> Result<WriteSummary, BundleError> {
+        let plan = self.plan()?;
+        let io = |source| BundleError::Io {
+            path: PathBuf::new(),
+            op: "writing",
+            source,
+        };
+        let mut buf = BufWriter::with_capacity(1 << 20, &mut w);
+        self.emit(&plan, &mut buf).map_err(io)?;
+        buf.flush().map_err(io)?;
+        Ok(self.summary(&plan, PathBuf::new()))
+    }
+
+    fn summary(&self, plan: &Plan, path: PathBuf) -> WriteSummary {
+        WriteSummary {
+            path,
             file_len: plan.file_len,
             sections: self.sections.len() as u32,
             file_crc32: plan.file_crc32,
             content_digest: plan.digest,
-        })
+        }
     }
 
     fn plan(&self) -> Result<Plan, BundleError> {

@@ -310,12 +310,22 @@ fn open_errors_name_the_path() {
         "{e:?}"
     );
 
+    // A missing directory is named, with the path the caller gave (not the
+    // temporary file's).
     let e = sample_writer()
         .write(dir.path().join("no-such-dir/x.bundle"))
         .unwrap_err();
     assert!(
-        matches!(&e, BundleError::Io { op: "creating", .. }),
+        matches!(
+            &e,
+            BundleError::File(files::FileError::MissingDirectory { .. })
+        ),
         "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("no-such-dir/x.bundle") && !msg.contains(".tmp-"),
+        "{msg}"
     );
 }
 

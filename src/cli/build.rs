@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{ArgMatches, Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tether_build::trtexec::{ProfileShape, TrtexecOptions, build_plan_with_trtexec};
@@ -84,37 +84,13 @@ fn created_unix_s() -> u64 {
         })
 }
 
-/// Refuse an output path that cannot be written before doing any work: a missing folder,
-/// or something that is not a regular file (a device, a FIFO, a directory).
-fn check_output(path: &std::path::Path) -> Result<()> {
-    if let Ok(meta) = std::fs::metadata(path)
-        && !meta.is_file()
-    {
-        bail!(
-            "{} exists and is not a regular file; tether replaces only regular files",
-            path.display()
-        );
-    }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    if !parent.is_dir() {
-        bail!(
-            "cannot write {}: the folder {} does not exist",
-            path.display(),
-            parent.display()
-        );
-    }
-    Ok(())
-}
-
 /// Run `tether build`.
 pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let Some(family) = find(REGISTRY, &a.family) else {
         crate::usage!("unknown family `{}` (known: {})", a.family, names(REGISTRY));
     };
-    check_output(&a.output)?;
+    // Refuse an output that cannot be written (a device, a FIFO, a missing folder) before any work.
+    tether_bundle::files::check_destination(&a.output)?;
     let common = BuildCommon {
         name: a.name.clone(),
         model_version: a.model_version.clone(),

@@ -1,21 +1,37 @@
 //! `tether inspect` and `tether verify`.
+//!
+//! `inspect --json` streams its document (schema: `docs/cli-json.md`)
+//! straight from the bundle's manifest to standard output: nothing is
+//! collected, so time and memory are linear in the output, whatever the
+//! number of sections and tensors.
 
-use std::fmt::Write as _;
+use std::borrow::Cow;
+use std::fmt::Display;
+use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use serde_json::{Value, json};
-use tether_bundle::{Bundle, Verify};
+use serde::Serialize;
+use serde::ser::Serializer;
+use tether_bundle::{Bundle, Section, Target, TensorInfo, Verify};
+
+use super::text::Escaped;
+
+/// Version of the `inspect --json` document (`schema_version`). Raised on
+/// any change that can break a reader of the previous version (a key
+/// removed or renamed, a value's meaning or spelling changed); adding keys
+/// does not raise it.
+pub const INSPECT_SCHEMA_VERSION: u32 = 1;
 
 /// Arguments of `tether inspect`.
 #[derive(Args, Debug)]
 pub struct InspectArgs {
     /// The bundle.
     bundle: PathBuf,
-    /// Print JSON instead of text.
+    /// Print JSON instead of text (schema: docs/cli-json.md).
     #[arg(long)]
     json: bool,
 }
@@ -27,148 +43,245 @@ pub struct VerifyArgs {
     bundle: PathBuf,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+/// An enum value as FORMAT.md section 5 spells it; an unknown raw value as
+/// `unknown(N)`.
+fn format_name<T: Display>(name: Option<&'static str>, value: T) -> Cow<'static, str> {
+    name.map_or_else(|| Cow::Owned(value.to_string()), Cow::Borrowed)
 }
 
-fn manifest_json(b: &Bundle) -> Value {
+// ----- the JSON document -------------------------------------------------------
+//
+// Each level is a small struct whose lists serialize from the bundle's
+// iterators (`collect_seq`), so the document is written as it is read.
+// Adding a block means adding a field to `InspectDoc`.
+
+#[derive(Serialize)]
+struct InspectDoc<'a> {
+    schema_version: u32,
+    path: Option<String>,
+    file_len: u64,
+    format_version: String,
+    identity: IdentityDoc<'a>,
+    targets: TargetsDoc<'a>,
+    sections: SectionsDoc<'a>,
+}
+
+#[derive(Serialize)]
+struct IdentityDoc<'a> {
+    name: &'a str,
+    family: &'a str,
+    model_version: &'a str,
+    tool_version: &'a str,
+    created_unix_s: u64,
+    content_digest_sha256: String,
+}
+
+struct TargetsDoc<'a>(&'a Bundle);
+
+impl Serialize for TargetsDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.targets().map(TargetDoc::from))
+    }
+}
+
+#[derive(Serialize)]
+struct TargetDoc<'a> {
+    index: u32,
+    name: &'a str,
+    arch: Cow<'static, str>,
+    sm: Option<String>,
+    engine: Cow<'static, str>,
+    tensorrt_version: u32,
+    hardware_compat: u32,
+    flags: u32,
+}
+
+impl<'a> From<Target<'a>> for TargetDoc<'a> {
+    fn from(t: Target<'a>) -> Self {
+        TargetDoc {
+            index: t.index,
+            name: t.name,
+            arch: Cow::Owned(t.arch.to_string()),
+            sm: t.sm.map(|(a, b)| format!("{a}.{b}")),
+            engine: format_name(t.engine.name(), t.engine),
+            tensorrt_version: t.tensorrt_version,
+            hardware_compat: t.hardware_compat,
+            flags: t.flags,
+        }
+    }
+}
+
+struct SectionsDoc<'a>(&'a Bundle);
+
+impl Serialize for SectionsDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let b = self.0;
+        s.collect_seq(b.sections().map(|sec| SectionDoc::new(b, sec)))
+    }
+}
+
+#[derive(Serialize)]
+struct SectionDoc<'a> {
+    index: u32,
+    name: &'a str,
+    kind: Cow<'static, str>,
+    target: Option<u32>,
+    offset: u64,
+    length: u64,
+    crc32: String,
+    flags: u32,
+    tensors: TensorsDoc<'a>,
+}
+
+impl<'a> SectionDoc<'a> {
+    fn new(b: &'a Bundle, s: Section<'a>) -> Self {
+        SectionDoc {
+            index: s.index,
+            name: s.name,
+            kind: format_name(s.kind.name(), s.kind),
+            target: s.target,
+            offset: s.offset,
+            length: s.length,
+            crc32: format!("{:08x}", s.crc32),
+            flags: s.flags,
+            tensors: TensorsDoc(b, s.index),
+        }
+    }
+}
+
+struct TensorsDoc<'a>(&'a Bundle, u32);
+
+impl Serialize for TensorsDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.tensors(self.1).map(TensorDoc::from))
+    }
+}
+
+#[derive(Serialize)]
+struct TensorDoc<'a> {
+    name: &'a str,
+    mode: Cow<'static, str>,
+    dtype: Cow<'static, str>,
+    layout: Cow<'static, str>,
+    dims: DimsDoc<'a>,
+}
+
+impl<'a> From<TensorInfo<'a>> for TensorDoc<'a> {
+    fn from(t: TensorInfo<'a>) -> Self {
+        TensorDoc {
+            name: t.name,
+            mode: format_name(t.mode.name(), t.mode),
+            dtype: format_name(t.dtype.name(), t.dtype),
+            layout: format_name(t.layout.name(), t.layout),
+            dims: DimsDoc(t.dims),
+        }
+    }
+}
+
+struct DimsDoc<'a>(tether_bundle::Dims<'a>);
+
+impl Serialize for DimsDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter())
+    }
+}
+
+fn manifest_doc(b: &Bundle) -> InspectDoc<'_> {
     let id = b.identity();
     let (major, minor) = b.format_version();
-    let targets: Vec<Value> = b
-        .targets()
-        .map(|t| {
-            json!({
-                "index": t.index,
-                "name": t.name,
-                "arch": format!("{:?}", t.arch),
-                "sm": t.sm.map(|(a, b)| format!("{a}.{b}")),
-                "engine": format!("{:?}", t.engine),
-                "tensorrt_version": t.tensorrt_version,
-                "hardware_compat": t.hardware_compat,
-                "flags": t.flags,
-            })
-        })
-        .collect();
-    let sections: Vec<Value> = b
-        .sections()
-        .map(|s| {
-            let tensors: Vec<Value> = b
-                .tensors(s.index)
-                .map(|t| {
-                    json!({
-                        "name": t.name,
-                        "mode": format!("{:?}", t.mode),
-                        "dtype": t.dtype.to_string(),
-                        "layout": format!("{:?}", t.layout),
-                        "dims": t.dims.iter().collect::<Vec<i64>>(),
-                    })
-                })
-                .collect();
-            json!({
-                "index": s.index,
-                "name": s.name,
-                "kind": format!("{:?}", s.kind),
-                "target": s.target,
-                "offset": s.offset,
-                "length": s.length,
-                "crc32": format!("{:08x}", s.crc32),
-                "flags": s.flags,
-                "tensors": tensors,
-            })
-        })
-        .collect();
-    json!({
-        "path": b.path().map(|p| p.display().to_string()),
-        "file_len": b.file_len(),
-        "format_version": format!("{major}.{minor}"),
-        "identity": {
-            "name": id.name,
-            "family": id.family,
-            "model_version": id.model_version,
-            "tool_version": id.tool_version,
-            "created_unix_s": id.created_unix_s,
-            "content_digest_sha256": hex(&id.content_digest),
+    InspectDoc {
+        schema_version: INSPECT_SCHEMA_VERSION,
+        path: b.path().map(|p| p.display().to_string()),
+        file_len: b.file_len(),
+        format_version: format!("{major}.{minor}"),
+        identity: IdentityDoc {
+            name: id.name,
+            family: id.family,
+            model_version: id.model_version,
+            tool_version: id.tool_version,
+            created_unix_s: id.created_unix_s,
+            content_digest_sha256: id.content_digest_hex(),
         },
-        "targets": targets,
-        "sections": sections,
-    })
+        targets: TargetsDoc(b),
+        sections: SectionsDoc(b),
+    }
 }
 
-fn print_text(b: &Bundle) {
+// ----- text ----------------------------------------------------------------------
+
+fn write_text(b: &Bundle, out: &mut impl Write) -> io::Result<()> {
     let id = b.identity();
     let (major, minor) = b.format_version();
-    println!("bundle     {}", id.name);
-    println!("family     {}", id.family);
-    println!("model      {}", id.model_version);
-    println!(
+    writeln!(out, "bundle     {}", Escaped(id.name))?;
+    writeln!(out, "family     {}", Escaped(id.family))?;
+    writeln!(out, "model      {}", Escaped(id.model_version))?;
+    writeln!(
+        out,
         "built by   {} (unix time {})",
-        id.tool_version, id.created_unix_s
-    );
-    println!("format     {major}.{minor}, {} bytes", b.file_len());
-    println!("digest     sha256:{}", hex(&id.content_digest));
-    println!("targets");
+        Escaped(id.tool_version),
+        id.created_unix_s
+    )?;
+    writeln!(out, "format     {major}.{minor}, {} bytes", b.file_len())?;
+    writeln!(out, "digest     sha256:{}", id.content_digest_hex())?;
+    writeln!(out, "targets")?;
     for t in b.targets() {
         let sm =
             t.sm.map_or("any".to_string(), |(a, b)| format!("sm_{a}{b}"));
-        let trt = if t.tensorrt_version == 0 {
-            String::new()
-        } else {
-            let v = t.tensorrt_version;
-            format!(", TensorRT {}.{}.{}", v / 10000, v / 100 % 100, v % 100)
-        };
-        println!(
-            "  [{}] {:<12} {:?} on {:?}, {sm}{trt}",
-            t.index, t.name, t.engine, t.arch
-        );
+        let trt = t
+            .tensorrt_version_parts()
+            .map_or(String::new(), |(a, b, c)| format!(", TensorRT {a}.{b}.{c}"));
+        writeln!(
+            out,
+            "  [{}] {:<12} {} on {}, {sm}{trt}",
+            t.index,
+            Escaped(t.name),
+            t.engine,
+            t.arch
+        )?;
     }
-    println!("sections");
+    writeln!(out, "sections")?;
     for s in b.sections() {
         let target = s.target.map_or("-".to_string(), |t| t.to_string());
-        println!(
+        writeln!(
+            out,
             "  [{}] {:<24} {:<13} target {target:<2} offset {:>10} length {:>10} crc32 {:08x}",
             s.index,
-            s.name,
-            format!("{:?}", s.kind),
+            Escaped(s.name),
+            s.kind.to_string(),
             s.offset,
             s.length,
             s.crc32
-        );
+        )?;
         for t in b.tensors(s.index) {
-            let dims: Vec<String> = t
-                .dims
-                .iter()
-                .map(|d| {
-                    if d < 0 {
-                        "?".to_string()
-                    } else {
-                        d.to_string()
-                    }
-                })
-                .collect();
-            println!(
-                "        {:?} {} {}[{}] {:?}",
-                t.mode,
-                t.name,
-                t.dtype,
-                dims.join(", "),
-                t.layout
-            );
+            write!(out, "        {} {} {}[", t.mode, Escaped(t.name), t.dtype)?;
+            for (i, d) in t.dims.iter().enumerate() {
+                let sep = if i == 0 { "" } else { ", " };
+                if d < 0 {
+                    write!(out, "{sep}?")?;
+                } else {
+                    write!(out, "{sep}{d}")?;
+                }
+            }
+            writeln!(out, "] {}", t.layout)?;
         }
     }
+    Ok(())
 }
 
 /// Run `tether inspect`.
 pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
     let b = Bundle::open(&a.bundle, Verify::Lazy)
         .with_context(|| format!("opening {}", a.bundle.display()))?;
+    let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&manifest_json(&b))?);
+        serde_json::to_writer_pretty(&mut out, &manifest_doc(&b))?;
+        writeln!(out)?;
     } else {
-        print_text(&b);
+        write_text(&b, &mut out)?;
     }
+    out.flush()?;
+    // The manifest was read from the mapping while printing.
+    b.ensure_unchanged()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -177,12 +290,13 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
     let opened = Bundle::open(&a.bundle, Verify::Lazy);
     let result = opened.and_then(|b| b.verify_all().map(|r| (b, r)));
+    let shown = a.bundle.display().to_string();
     match result {
         Ok((b, r)) => {
             let secs = t0.elapsed().as_secs_f64();
             println!(
                 "ok: {} ({} bytes, {} sections, header/manifest/section CRC32s, whole-file CRC32 and content SHA-256 all match) in {:.1} ms",
-                a.bundle.display(),
+                Escaped(&shown),
                 b.file_len(),
                 r.sections_checked,
                 secs * 1e3
@@ -190,11 +304,13 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         // Not a verdict on the content: an ordinary error (exit 1).
-        Err(e @ tether_bundle::BundleError::Io { .. }) => {
-            Err(anyhow::Error::from(e).context(format!("opening {}", a.bundle.display())))
-        }
+        Err(
+            e @ (tether_bundle::BundleError::Io { .. }
+            | tether_bundle::BundleError::File(_)
+            | tether_bundle::BundleError::ChangedWhileOpen { .. }),
+        ) => Err(anyhow::Error::from(e).context(format!("opening {shown}"))),
         Err(e) => {
-            eprintln!("corrupt: {}: {e}", a.bundle.display());
+            eprintln!("corrupt: {}: {}", Escaped(&shown), Escaped(&e.to_string()));
             Ok(ExitCode::from(3))
         }
     }

@@ -7,6 +7,7 @@ pub mod family_args;
 pub mod inspect;
 pub mod run;
 pub mod selftest;
+pub mod text;
 
 use std::io::Write;
 
@@ -51,7 +52,7 @@ pub fn report(e: &anyhow::Error) {
         parts.push(s);
     }
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "error: {}", parts.join(": "));
+    let _ = writeln!(err, "error: {}", text::escape_control(&parts.join(": ")));
     if let Some(h) = hint(e) {
         let _ = writeln!(err, "hint: {h}");
     }
@@ -59,7 +60,12 @@ pub fn report(e: &anyhow::Error) {
 
 fn bundle_hint(b: &BundleError) -> &'static str {
     match b {
-        BundleError::Io { .. } => "check the path; bundles are written by `tether build`",
+        BundleError::Io { .. } | BundleError::File(_) => {
+            "check the path; bundles are written by `tether build`"
+        }
+        BundleError::ChangedWhileOpen { .. } => {
+            "the file was overwritten while tether read it; install a new bundle by renaming it over the old one (`mv`, or `tether build -o`), not with `cp`"
+        }
         _ => {
             "the file is not a valid tether bundle (truncated or corrupted copy?); rebuild it with `tether build` and check it with `tether verify`"
         }
@@ -181,20 +187,4 @@ pub fn write_out(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("writing to stdout: {e}"))
 }
 
-/// Escape control characters (C0, DEL, C1) in text from a bundle or a model before printing
-/// it to a terminal: `\x1b` instead of an escape sequence that could clear the screen or set
-/// the title. JSON output escapes them already.
-pub fn escape(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(|c| c.is_control()) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut o = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if c.is_control() {
-            o.extend(c.escape_default());
-        } else {
-            o.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(o)
-}
+pub use text::escape_control as escape;

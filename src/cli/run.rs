@@ -117,34 +117,20 @@ fn open_runner(path: &Path, matches: &ArgMatches, device: &str) -> Result<Opened
     Ok((bundle, family, runner))
 }
 
-/// Write `bytes` to `path` atomically: a temporary file in the same folder, then a rename
-/// over the destination (only ever a regular file).
+/// Write `bytes` to `path` atomically (a temporary file in the same folder, renamed over
+/// the destination; only ever a regular file is replaced).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let err = |source| OutputError {
-        path: path.to_path_buf(),
-        source,
-    };
-    if let Ok(m) = std::fs::metadata(path)
-        && !m.is_file()
-    {
-        return Err(err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "exists and is not a regular file",
-        ))
-        .into());
-    }
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out");
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(err(e).into());
-    }
-    Ok(())
+    tether_bundle::files::write_atomic(path, bytes).map_err(|e| {
+        let source = match e {
+            tether_bundle::files::FileError::Io { source, .. } => source,
+            other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
+        };
+        OutputError {
+            path: path.to_path_buf(),
+            source,
+        }
+        .into()
+    })
 }
 
 /// Where the annotated image of `input` goes (see `--annotate`).

@@ -229,6 +229,17 @@ impl EngineKind {
         }
     }
 
+    /// The stable identifier used in JSON and in `bundle/FORMAT.md` (table 5.3):
+    /// `tensorrt`, `cuda-native`, `tract-cuda`, `tract-cpu`.
+    pub const fn id(self) -> &'static str {
+        match self {
+            EngineKind::TensorRt => "tensorrt",
+            EngineKind::CudaNative => "cuda-native",
+            EngineKind::TractCuda => "tract-cuda",
+            EngineKind::TractCpu => "tract-cpu",
+        }
+    }
+
     /// Whether the engine needs an NVIDIA GPU.
     pub const fn needs_gpu(self) -> bool {
         !matches!(self, EngineKind::TractCpu)

@@ -17,7 +17,7 @@ use embedded_graphics::primitives::{
 use embedded_graphics::text::{Baseline, Text};
 use image::RgbImage;
 use serde_json::{Value, json};
-use tether_bundle::{Bundle, DType, IoMode, TensorDesc};
+use tether_bundle::Bundle;
 use tether_family::decode::{DecodedImage, Orientation, decode_file};
 use tether_family::family::{
     BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, RunOptions,
@@ -103,14 +103,7 @@ impl Family for Detect {
         progress: &mut dyn FnMut(&str),
     ) -> Result<Built> {
         let path: &PathBuf = args.get_one("onnx").context("--onnx is required")?;
-        let onnx = tether_family::decode::open_regular(path)
-            .map_err(anyhow::Error::from)
-            .and_then(|mut f| {
-                let mut v = Vec::new();
-                std::io::Read::read_to_end(&mut f, &mut v)?;
-                Ok(v)
-            })
-            .with_context(|| format!("reading {}", path.display()))?;
+        let onnx = tether_bundle::files::read_regular(path)?;
         let name = common.name.clone().unwrap_or_else(|| {
             path.file_stem()
                 .and_then(|s| s.to_str())
@@ -328,7 +321,7 @@ impl Runner for DetectRunner {
             .model()
             .networks()
             .iter()
-            .map(|n| (n.name().to_string(), n.engine().to_string()))
+            .map(|n| (n.name().to_string(), n.engine().id().to_string()))
             .collect()
     }
 
@@ -545,24 +538,6 @@ pub fn draw(image: &DecodedImage, dets: &[Detection], labels: &[String]) -> RgbI
         .draw(&mut canvas);
     }
     out
-}
-
-/// The tensors of the detection network at the bundle's shapes (for tools that add plans).
-pub fn network_tensors(bundle: &Bundle) -> Vec<TensorDesc> {
-    bundle
-        .sections()
-        .filter(|s| tether_bundle::network_of(s.name) == NETWORK)
-        .take(1)
-        .flat_map(|s| bundle.tensors(s.index).collect::<Vec<_>>())
-        .map(|t| TensorDesc {
-            name: t.name.to_string(),
-            mode: t.mode,
-            dtype: t.dtype,
-            layout: t.layout,
-            dims: t.dims.iter().collect(),
-        })
-        .filter(|t| t.mode == IoMode::Input || t.dtype == DType::F32)
-        .collect()
 }
 
 #[cfg(test)]

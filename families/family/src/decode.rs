@@ -107,50 +107,26 @@ impl DecodedImage {
     }
 }
 
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
-
-/// Open `path` for reading only if it is a regular file (never blocks on a FIFO).
+/// Open `path` for reading only if it is a regular file (never blocks on a FIFO): the
+/// bundle crate's check, for every file tether reads.
 ///
 /// # Errors
 /// [`DecodeError::NotAFile`], [`DecodeError::Io`].
 pub fn open_regular(path: &Path) -> Result<std::fs::File, DecodeError> {
-    let io = |source| DecodeError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    if !meta.is_file() {
-        return Err(DecodeError::NotAFile {
+    tether_bundle::files::open_regular(path).map_err(|e| match e {
+        tether_bundle::files::FileError::NotRegular { kind, .. } => DecodeError::NotAFile {
             path: path.to_path_buf(),
-            kind: file_kind(&meta),
-        });
-    }
-    let f = std::fs::File::open(path).map_err(io)?;
-    // The path could have been replaced between the two calls: check what was opened.
-    let meta = f.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(DecodeError::NotAFile {
+            kind: kind.describe(),
+        },
+        tether_bundle::files::FileError::Io { source, .. } => DecodeError::Io {
             path: path.to_path_buf(),
-            kind: file_kind(&meta),
-        });
-    }
-    Ok(f)
+            source,
+        },
+        other => DecodeError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(other.to_string()),
+        },
+    })
 }
 
 /// Decode an image file (see the module docs for orientation, size and memory).

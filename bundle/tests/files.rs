@@ -1,0 +1,416 @@
+//! `tether_bundle::files`: what a destination may be, what an output keeps
+//! (permissions, links), temporary files removed on every exit path, and
+//! inputs that are not regular files refused without blocking.
+
+mod common;
+
+use std::ffi::CString;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{TempDir, sample, sample_writer};
+use tether_bundle::files::{
+    self, Access, AtomicFile, FileError, FileKind, is_temp_file_name, open_regular,
+};
+use tether_bundle::{Bundle, BundleError, Verify};
+
+fn mkfifo(path: &Path) {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(rc, 0, "mkfifo {}", path.display());
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn temp_files(dir: &Path) -> Vec<String> {
+    names(dir)
+        .into_iter()
+        .filter(|n| is_temp_file_name(n.as_ref()).is_some())
+        .collect()
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn special_files_are_refused_as_destinations_and_left_alone() {
+    let dir = TempDir::new("dest-kinds");
+    let fifo = dir.path().join("pipe");
+    mkfifo(&fifo);
+    let sock_path = dir.path().join("sock");
+    let _sock = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
+    let sub = dir.path().join("subdir");
+    std::fs::create_dir(&sub).unwrap();
+
+    for (path, kind) in [
+        (&fifo, FileKind::Fifo),
+        (&sock_path, FileKind::Socket),
+        (&sub, FileKind::Directory),
+    ] {
+        // Both the facility and the bundle writer refuse, before writing.
+        let e = AtomicFile::create(path).unwrap_err();
+        assert!(
+            matches!(&e, FileError::NotRegular { kind: k, access: Access::Write, .. } if *k == kind),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&path.display().to_string()) && msg.contains(kind.describe()),
+            "{msg}"
+        );
+        let e = sample_writer().write(path).unwrap_err();
+        assert!(
+            matches!(&e, BundleError::File(FileError::NotRegular { .. })),
+            "{e:?}"
+        );
+        let e = files::write_atomic(path, b"x").unwrap_err();
+        assert!(matches!(e, FileError::NotRegular { .. }), "{e:?}");
+    }
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(
+        std::fs::metadata(&sock_path)
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+    assert!(std::fs::metadata(&sub).unwrap().is_dir());
+    assert!(temp_files(dir.path()).is_empty(), "{:?}", names(dir.path()));
+
+    // A device node: only the check (never a write to /dev, even as root).
+    let e = files::check_destination("/dev/null").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FileError::NotRegular {
+                kind: FileKind::CharDevice,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "refusing to write `/dev/null`: it is a character device, not a regular file \
+         (only regular files are replaced)"
+    );
+    assert!(
+        std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
+}
+
+#[test]
+fn missing_directory_names_the_given_path() {
+    let dir = TempDir::new("dest-missing");
+    let path = dir.path().join("no/such/dir/out.bundle");
+    let e = sample_writer().write(&path).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(
+            &e,
+            BundleError::File(FileError::MissingDirectory { path: p, .. }) if *p == path
+        ),
+        "{e:?}"
+    );
+    assert!(msg.contains("no/such/dir/out.bundle"), "{msg}");
+    assert!(!msg.contains(".tmp-"), "{msg}");
+
+    // A file where a directory should be.
+    let file = dir.path().join("plain");
+    std::fs::write(&file, b"").unwrap();
+    let e = AtomicFile::create(file.join("out.bundle")).unwrap_err();
+    assert!(
+        matches!(e, FileError::MissingDirectory { .. }),
+        "{e:?}: {e}"
+    );
+}
+
+#[test]
+fn an_existing_file_keeps_its_permissions_and_a_new_one_gets_the_default() {
+    let dir = TempDir::new("dest-mode");
+    let private = dir.path().join("private.bundle");
+    std::fs::write(&private, b"old").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    sample_writer().write(&private).unwrap();
+    assert_eq!(std::fs::read(&private).unwrap(), sample());
+    assert_eq!(mode(&private), 0o600);
+
+    let odd = dir.path().join("odd.json");
+    std::fs::write(&odd, b"old").unwrap();
+    std::fs::set_permissions(&odd, std::fs::Permissions::from_mode(0o640)).unwrap();
+    files::write_atomic(&odd, b"{}").unwrap();
+    assert_eq!(mode(&odd), 0o640);
+
+    // A new file gets what any new file gets here (0666 minus the umask).
+    let reference = dir.path().join("reference");
+    std::fs::write(&reference, b"").unwrap();
+    let fresh = dir.path().join("fresh.bundle");
+    sample_writer().write(&fresh).unwrap();
+    assert_eq!(mode(&fresh), mode(&reference));
+    assert!(temp_files(dir.path()).is_empty());
+}
+
+#[test]
+fn a_symlink_is_followed_and_stays_a_link() {
+    let dir = TempDir::new("dest-link");
+    let real = dir.path().join("v3.bundle");
+    std::fs::write(&real, b"old").unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let link = dir.path().join("current.bundle");
+    std::os::unix::fs::symlink("v3.bundle", &link).unwrap();
+
+    let summary = sample_writer().write(&link).unwrap();
+    assert_eq!(summary.path, link);
+    let meta = std::fs::symlink_metadata(&link).unwrap();
+    assert!(meta.file_type().is_symlink(), "the link was replaced");
+    assert_eq!(std::fs::read(&real).unwrap(), sample());
+    assert_eq!(mode(&real), 0o600);
+    assert!(temp_files(dir.path()).is_empty());
+
+    // A link to nothing is refused, and stays as it was.
+    let dangling = dir.path().join("dangling.bundle");
+    std::os::unix::fs::symlink("nowhere/x.bundle", &dangling).unwrap();
+    let e = sample_writer().write(&dangling).unwrap_err();
+    assert!(
+        matches!(&e, BundleError::File(FileError::DanglingSymlink { .. })),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("nowhere/x.bundle"), "{e}");
+    assert!(
+        std::fs::symlink_metadata(&dangling)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    // A link to a FIFO is a FIFO.
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    let to_fifo = dir.path().join("to-fifo");
+    std::os::unix::fs::symlink("fifo", &to_fifo).unwrap();
+    let e = AtomicFile::create(&to_fifo).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FileError::NotRegular {
+                kind: FileKind::Fifo,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn dropped_without_persist_leaves_nothing_and_the_destination_untouched() {
+    let dir = TempDir::new("dest-drop");
+    let path = dir.path().join("out.png");
+    std::fs::write(&path, b"old image").unwrap();
+    {
+        let mut f = AtomicFile::create(&path).unwrap();
+        assert_eq!(f.path(), path);
+        assert!(is_temp_file_name(f.temp_path().file_name().unwrap()).is_some());
+        f.write_all(&[1u8; 3 << 20]).unwrap();
+        f.flush().unwrap();
+        assert!(f.temp_path().exists());
+        // An error (or early return, or unwinding panic) drops it here.
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), b"old image");
+    assert_eq!(names(dir.path()), ["out.png"]);
+
+    // Write + Seek, as an image encoder uses it.
+    let mut f = AtomicFile::create(&path).unwrap();
+    f.write_all(b"XXXXworld").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(b"hell").unwrap();
+    f.seek(SeekFrom::End(0)).unwrap();
+    f.write_all(b"!").unwrap();
+    f.persist().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"hellworld!");
+    assert_eq!(names(dir.path()), ["out.png"]);
+}
+
+/// A PID that is not a live process: a child that has exited and been
+/// reaped.
+fn dead_pid() -> u32 {
+    let mut c = Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+#[test]
+fn stale_temp_files_of_dead_processes_are_swept() {
+    let dir = TempDir::new("dest-sweep");
+    let dead = dead_pid();
+    let stale = format!(".out.bundle.tmp-{dead}-3");
+    let live = ".out.bundle.tmp-1-0".to_string(); // PID 1 always exists
+    let other = format!(".notes.tmp-{dead}"); // not our naming
+    for n in [&stale, &live, &other] {
+        std::fs::write(dir.path().join(n), vec![0u8; 1000]).unwrap();
+    }
+    sample_writer()
+        .write(dir.path().join("out.bundle"))
+        .unwrap();
+    let left = names(dir.path());
+    assert!(!left.contains(&stale), "{left:?}");
+    assert!(left.contains(&live), "{left:?}");
+    assert!(left.contains(&other), "{left:?}");
+    assert!(left.contains(&"out.bundle".to_string()), "{left:?}");
+
+    // Called directly: reports what it removed.
+    std::fs::write(dir.path().join(&stale), b"").unwrap();
+    let removed = files::sweep_stale_temp_files(dir.path()).unwrap();
+    assert_eq!(removed, [dir.path().join(&stale)]);
+}
+
+/// Child half of the signal test: creates an `AtomicFile`, writes to it,
+/// says where, and waits to be killed.
+#[test]
+fn child_writes_until_killed() {
+    let Some(dest) = std::env::var_os("TETHER_TEST_ATOMIC_DEST") else {
+        return; // only meaningful when spawned by `temp_file_is_removed_on_signals`
+    };
+    let mut f = AtomicFile::create(PathBuf::from(dest)).unwrap();
+    f.write_all(&[7u8; 1 << 20]).unwrap();
+    f.flush().unwrap();
+    println!("TEMP {}", f.temp_path().display());
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+    panic!("not killed");
+}
+
+#[test]
+fn temp_file_is_removed_on_signals() {
+    use std::io::BufRead as _;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = TempDir::new("dest-signal");
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let dest = dir.path().join(format!("out-{sig}.bundle"));
+        std::fs::write(&dest, b"old").unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_writes_until_killed", "--nocapture"])
+            .env("TETHER_TEST_ATOMIC_DEST", &dest)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let temp = loop {
+            let line = lines.next().expect("child output").unwrap();
+            // libtest may print `test child_writes_until_killed ... ` first.
+            if let Some((_, t)) = line.split_once("TEMP ") {
+                break PathBuf::from(t);
+            }
+        };
+        assert!(temp.exists(), "{}", temp.display());
+        // SAFETY: kill with a valid signal number to our own child.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig), "dies of the signal: {status:?}");
+        assert!(!temp.exists(), "temp file left after signal {sig}");
+        assert_eq!(std::fs::read(&dest).unwrap(), b"old");
+    }
+    assert!(temp_files(dir.path()).is_empty(), "{:?}", names(dir.path()));
+}
+
+#[test]
+fn inputs_that_are_not_regular_files_are_refused_without_blocking() {
+    let dir = TempDir::new("input-kinds");
+    let fifo = dir.path().join("model.bundle");
+    mkfifo(&fifo);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f2 = fifo.clone();
+    std::thread::spawn(move || {
+        let r = (
+            open_regular(&f2).map(|_| ()),
+            Bundle::open(&f2, Verify::Eager).map(|_| ()),
+        );
+        let _ = tx.send(r);
+    });
+    let (plain, bundle) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("opening a FIFO blocked");
+    let e = plain.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FileError::NotRegular {
+                kind: FileKind::Fifo,
+                access: Access::Read,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "cannot read `{}`: it is a FIFO (named pipe), not a regular file",
+            fifo.display()
+        )
+    );
+    let e = bundle.unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            BundleError::File(FileError::NotRegular {
+                kind: FileKind::Fifo,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    let e = Bundle::open(dir.path(), Verify::Lazy).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            BundleError::File(FileError::NotRegular {
+                kind: FileKind::Directory,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    let e = Bundle::open("/dev/zero", Verify::Lazy).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            BundleError::File(FileError::NotRegular {
+                kind: FileKind::CharDevice,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    // A regular file read through a symlink is fine.
+    let real = dir.path().join("real.bundle");
+    std::fs::write(&real, sample()).unwrap();
+    let link = dir.path().join("link.bundle");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    assert_eq!(files::read_regular(&link).unwrap(), sample());
+    Bundle::open(&link, Verify::Eager).unwrap();
+}
+
+#[test]
+fn write_to_streams_the_same_bytes() {
+    let mut out = Vec::new();
+    let s = sample_writer().write_to(&mut out).unwrap();
+    assert_eq!(out, sample());
+    assert_eq!(s.file_len, out.len() as u64);
+    assert_eq!(s.path, PathBuf::new());
+}
