@@ -48,6 +48,9 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // A panic inside an engine is caught at its boundary and reported as one `error:` line;
+    // keep the default panic message out of stderr for those.
+    tether_runtime::backend::quiet_engine_panics();
     let argv: Vec<OsString> = std::env::args_os().collect();
     let command = cli::family_args::augment(Args::command(), &argv);
     let matches = match command.try_get_matches_from(&argv) {

@@ -792,3 +792,230 @@ fn non_regular_files_are_refused_not_waited_on() {
         "{err}"
     );
 }
+
+fn field(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/field")
+        .join(name);
+    assert!(p.is_file(), "missing field case {}", p.display());
+    p.to_string_lossy().into_owned()
+}
+
+/// The field cases (`tests/field/README.md`): each kind gets the right answer or a clear
+/// refusal, never a panic.
+#[test]
+fn field_cases_get_the_right_answer_or_a_clear_refusal() {
+    // EXIF orientation 6: the phone JPEG gives the upright image's detections and size.
+    let dyn_bundle = scratch().join("dyn320x640.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "detect",
+        "--onnx",
+        &field("dyn.onnx"),
+        "-o",
+        dyn_bundle.to_str().unwrap(),
+        "--input-size",
+        "320x640",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&tether(&[
+        "run",
+        dyn_bundle.to_str().unwrap(),
+        &field("upright.png"),
+        &field("exif6.jpg"),
+        "--json",
+    ]));
+    let (up, jpg) = (&v["results"][0]["result"], &v["results"][1]["result"]);
+    assert_eq!(up["detections"].as_array().unwrap().len(), 4, "{up}");
+    assert_eq!(jpg["orientation_applied"], "Rotate90", "{jpg}");
+    assert_eq!(
+        (&jpg["image_width"], &jpg["image_height"]),
+        (&up["image_width"], &up["image_height"])
+    );
+    let boxes = |r: &Value| -> Vec<Value> {
+        r["detections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["box"].clone())
+            .collect()
+    };
+    assert_eq!(
+        boxes(jpg),
+        boxes(up),
+        "JPEG compression changes scores, never boxes here"
+    );
+    // `--ignore-orientation` keeps the stored pixels (and finds nothing, as before the fix).
+    let v = json(&tether(&[
+        "run",
+        dyn_bundle.to_str().unwrap(),
+        &field("exif6.jpg"),
+        "--json",
+        "--ignore-orientation",
+    ]));
+    assert_eq!(v["results"][0]["result"]["image_width"], 640);
+
+    // Non-finite network outputs are never detections, and are counted.
+    let nan_bundle = scratch().join("naninf.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "detect",
+        "--onnx",
+        &field("naninf.onnx"),
+        "-o",
+        nan_bundle.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tether(&[
+        "run",
+        nan_bundle.to_str().unwrap(),
+        &field("red_square.png"),
+        "--json",
+    ]);
+    let v = json(&o);
+    let r = &v["results"][0]["result"];
+    assert_eq!(r["nonfinite_anchors"], 2, "{r}");
+    for d in r["detections"].as_array().unwrap() {
+        assert!(d["score"].is_f64(), "{d}");
+        assert!(
+            d["box"].as_array().unwrap().iter().all(Value::is_f64),
+            "{d}"
+        );
+    }
+    assert_eq!(
+        stderr(&o).matches("NaN or infinite").count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+
+    // Refusals at build, each naming what it found.
+    for (model, says) in [
+        ("f16out.onnx", "is f16"),
+        ("batch2.onnx", "static batch of 2"),
+        ("tiny_bad_pads.onnx", "attribute `pads` has 3 value(s)"),
+    ] {
+        let out = scratch().join(format!("{model}.bundle"));
+        let o = tether(&[
+            "build",
+            "--family",
+            "detect",
+            "--onnx",
+            &field(model),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{model}: {e}");
+        assert!(e.starts_with("error: ") && e.contains(says), "{model}: {e}");
+        assert!(!e.contains("panicked"), "{model}: {e}");
+        assert!(!out.exists(), "{model}: no bundle on failure");
+    }
+
+    // The same malformed convolution inside a bundle with valid checksums: `run` refuses it
+    // with the node and the attribute, no panic.
+    use tether_bundle::{Bundle, BundleWriter, IdentityDesc, SectionKind, Verify};
+    let good = Bundle::open(&dyn_bundle, Verify::Eager).unwrap();
+    let id = good.identity();
+    let mut w = BundleWriter::new(IdentityDesc {
+        name: id.name.to_string(),
+        family: id.family.to_string(),
+        ..IdentityDesc::default()
+    });
+    let t = good.targets().next().unwrap();
+    let target = w
+        .add_target(tether_bundle::TargetDesc {
+            name: t.name.to_string(),
+            arch: tether_bundle::CpuArch::Any,
+            sm: None,
+            engine: tether_bundle::EngineKind::TractCpu,
+            tensorrt_version: 0,
+            hardware_compat: 0,
+            flags: 0,
+        })
+        .unwrap();
+    for s in good.sections() {
+        let payload = if s.kind == SectionKind::Onnx {
+            std::fs::read(field("tiny_bad_pads.onnx")).unwrap()
+        } else {
+            good.section_bytes(&s).unwrap().to_vec()
+        };
+        let idx = w
+            .add_section(s.kind, s.name, s.target.map(|_| target), payload)
+            .unwrap();
+        for tensor in good.tensors(s.index) {
+            w.add_tensor(
+                idx,
+                tether_bundle::TensorDesc {
+                    name: tensor.name.to_string(),
+                    mode: tensor.mode,
+                    dtype: tensor.dtype,
+                    layout: tensor.layout,
+                    dims: tensor.dims.iter().collect(),
+                },
+            )
+            .unwrap();
+        }
+    }
+    let bad = scratch().join("resealed-bad-pads.bundle");
+    w.write(&bad).unwrap();
+    assert_eq!(
+        tether(&["verify", bad.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    let o = tether(&["run", bad.to_str().unwrap(), &field("upright.png")]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("attribute `pads`") && !e.contains("panicked"),
+        "{e}"
+    );
+}
+
+/// Inputs that are not regular files, outputs that cannot be written, stdout that is full.
+#[test]
+fn refusals_of_the_filesystem_are_one_line_errors() {
+    let b = nudenet_bundle();
+    // Writing to a full stdout is an ordinary error (exit 1), never a panic.
+    if Path::new("/dev/full").exists() {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["inspect", &b])
+            .stdout(full)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    }
+    // `--device cuda` without a GPU: one error line and one hint line.
+    let o = tether(&["run", &b, &asset("astronaut.png"), "--device", "cuda"]);
+    if o.status.code() == Some(1) {
+        let e = stderr(&o);
+        assert_eq!(e.lines().count(), 2, "{e}");
+        assert!(e.starts_with("error: ") && e.contains("\nhint: "), "{e}");
+    }
+    // A CPU run under `--device auto` without a GPU is quiet (the fallback is normal).
+    let o = tether(&["run", &b, &asset("astronaut.png")]);
+    assert!(o.status.success());
+    assert!(!stderr(&o).contains("WARN"), "{}", stderr(&o));
+    // Negative numbers are values (a range error), not unknown options.
+    let o = tether(&[
+        "run",
+        &b,
+        &asset("astronaut.png"),
+        "--score-threshold",
+        "-1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--score-threshold -1"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -421,6 +421,36 @@ pub trait DeviceExecutor: Send {
     fn enqueue(&mut self, stream: &crate::cuda::Stream, mode: Enqueue) -> Result<(), RunError>;
 }
 
+thread_local! {
+    /// Depth of engine boundaries ([`catch_prepare`], [`catch_run`]) on this thread.
+    static IN_ENGINE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Run `f` inside an engine boundary: a panic is caught (and, with [`quiet_engine_panics`]
+/// installed, not printed: the caller reports it as a typed error).
+fn guarded<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    IN_ENGINE.with(|c| c.set(c.get() + 1));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    IN_ENGINE.with(|c| c.set(c.get() - 1));
+    r
+}
+
+/// Install (once per process) a panic hook that stays silent for panics inside an engine
+/// boundary — they become typed errors ([`PrepareError::Panicked`], [`RunError::Panicked`])
+/// and are logged at `error` level — and hands every other panic to the hook that was
+/// installed before. For applications that print their own errors (the `tether` CLI).
+pub fn quiet_engine_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if IN_ENGINE.with(|c| c.get()) == 0 {
+                previous(info);
+            }
+        }));
+    });
+}
+
 /// Run `f`, turning a panic inside a backend into [`PrepareError::Panicked`] naming the
 /// engine and the network (no panic from an engine escapes its boundary).
 pub fn catch_prepare<T>(
@@ -428,7 +458,7 @@ pub fn catch_prepare<T>(
     network: &str,
     f: impl FnOnce() -> Result<T, PrepareError>,
 ) -> Result<T, PrepareError> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    match guarded(f) {
         Ok(r) => r,
         Err(payload) => {
             let message = panic_message(payload.as_ref());
@@ -448,7 +478,7 @@ pub fn catch_run<T>(
     what: &'static str,
     f: impl FnOnce() -> Result<T, RunError>,
 ) -> Result<T, RunError> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    match guarded(f) {
         Ok(r) => r,
         Err(payload) => {
             log::error!(

@@ -237,6 +237,9 @@ impl Model {
             let network = model.prepare_network(&net, &shapes, &options.exclude)?;
             model.networks.push(network);
         }
+        // The engines read their payloads from the mapping while preparing: a bundle rewritten
+        // in place meanwhile is an error here, not a plan from mixed bytes.
+        bundle.ensure_unchanged()?;
         Ok(model)
     }
 

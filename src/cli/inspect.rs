@@ -64,6 +64,52 @@ struct InspectDoc<'a> {
     identity: IdentityDoc<'a>,
     targets: TargetsDoc<'a>,
     sections: SectionsDoc<'a>,
+    networks: Vec<NetworkDoc>,
+    /// The family's own configuration (`null` for a family this tether does not know).
+    family_config: serde_json::Value,
+}
+
+/// One network: its engine sections (one per target), grouped by name (FORMAT.md 4.8).
+#[derive(Serialize)]
+struct NetworkDoc {
+    name: String,
+    sections: Vec<u32>,
+}
+
+fn networks(b: &Bundle) -> Vec<NetworkDoc> {
+    let mut out: Vec<NetworkDoc> = Vec::new();
+    for s in b.sections() {
+        if !matches!(
+            s.kind,
+            tether_bundle::SectionKind::Onnx | tether_bundle::SectionKind::TensorRtPlan
+        ) {
+            continue;
+        }
+        let name = tether_bundle::network_of(s.name);
+        match out.iter_mut().find(|n| n.name == name) {
+            Some(n) => n.sections.push(s.index),
+            None => out.push(NetworkDoc {
+                name: name.to_string(),
+                sections: vec![s.index],
+            }),
+        }
+    }
+    out
+}
+
+/// The family's description of the bundle, when the family is known and its sections read.
+fn family_description(b: &Bundle) -> Option<tether_family::family::Description> {
+    let family = tether_family::family::find(tether::families::REGISTRY, b.identity().family)?;
+    match family.describe(b) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            log::warn!(
+                "family `{}` could not describe the bundle: {e:#}",
+                family.name()
+            );
+            None
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -204,6 +250,8 @@ fn manifest_doc(b: &Bundle) -> InspectDoc<'_> {
         },
         targets: TargetsDoc(b),
         sections: SectionsDoc(b),
+        networks: networks(b),
+        family_config: family_description(b).map_or(serde_json::Value::Null, |d| d.json),
     }
 }
 
@@ -223,6 +271,20 @@ fn write_text(b: &Bundle, out: &mut impl Write) -> io::Result<()> {
     )?;
     writeln!(out, "format     {major}.{minor}, {} bytes", b.file_len())?;
     writeln!(out, "digest     sha256:{}", id.content_digest_hex())?;
+    if let Some(d) = family_description(b) {
+        for (k, v) in &d.lines {
+            writeln!(out, "{:<10} {}", Escaped(k), Escaped(v))?;
+        }
+    }
+    for n in networks(b) {
+        let secs: Vec<String> = n.sections.iter().map(|i| format!("[{i}]")).collect();
+        writeln!(
+            out,
+            "network    {} (sections {})",
+            Escaped(&n.name),
+            secs.join(" ")
+        )?;
+    }
     writeln!(out, "targets")?;
     for t in b.targets() {
         let sm =

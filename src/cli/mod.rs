@@ -17,9 +17,7 @@ use tether_bundle::BundleError;
 pub const EXIT_USAGE: u8 = 2;
 
 /// A usage error found after parsing (a value out of range): exit status [`EXIT_USAGE`].
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
+pub use tether_family::family::UsageError;
 
 /// Bail out with a [`UsageError`].
 #[macro_export]
@@ -97,29 +95,19 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
                         "see `tether build --family detect --help` for the accepted ranges",
                     );
                 }
+                D::Runtime(r) => {
+                    if let Some(h) = runtime_hint(r) {
+                        return Some(h);
+                    }
+                }
                 _ => {}
             }
         }
-        if let Some(r) = cause.downcast_ref::<tether_runtime::Error>() {
-            use tether_runtime::Error as R;
-            match r {
-                R::DeviceUnavailable { .. } => {
-                    return Some(
-                        "`tether doctor` shows what this machine has and every place libcuda was looked for; `--device cpu` runs anywhere",
-                    );
-                }
-                R::NotCompiledIn { .. } => {
-                    return Some(
-                        "this tether was built without that engine; `--device cpu` runs anywhere",
-                    );
-                }
-                R::Refused { .. } | R::NoEnginePrepared { .. } => {
-                    return Some(
-                        "`tether inspect` lists the bundle's engines; `tether doctor` describes this device",
-                    );
-                }
-                _ => {}
-            }
+        if let Some(h) = cause
+            .downcast_ref::<tether_runtime::Error>()
+            .and_then(runtime_hint)
+        {
+            return Some(h);
         }
         if let Some(d) = cause.downcast_ref::<tether_family::decode::DecodeError>() {
             use tether_family::decode::DecodeError as D;
@@ -140,6 +128,26 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
         }
     }
     None
+}
+
+fn runtime_hint(r: &tether_runtime::Error) -> Option<&'static str> {
+    use tether_runtime::Error as R;
+    Some(match r {
+        R::Bundle(b) => bundle_hint(b),
+        R::DeviceUnavailable { .. } => {
+            "`tether doctor` shows what this machine has and every place libcuda was looked for; `--device cpu` runs anywhere"
+        }
+        R::NotCompiledIn { .. } => {
+            "this tether was built without that engine; `--device cpu` runs anywhere"
+        }
+        R::Refused { .. } | R::NoEnginePrepared { .. } => {
+            "`tether inspect` lists the bundle's engines; `tether doctor` describes this device"
+        }
+        R::Prepare(_) => {
+            "the network could not be prepared: check the ONNX file (`python -m onnx.checker MODEL.onnx`) or re-export it"
+        }
+        _ => return None,
+    })
 }
 
 /// A file tether could not write: names the path and the cause.

@@ -87,7 +87,12 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 type Opened = (Arc<Bundle>, &'static dyn Family, Box<dyn Runner>);
 
 /// Open a bundle and its family's runner.
-fn open_runner(path: &Path, matches: &ArgMatches, device: &str) -> Result<Opened> {
+fn open_runner(
+    path: &Path,
+    matches: &ArgMatches,
+    device: &str,
+    step_timing: bool,
+) -> Result<Opened> {
     let _: tether_runtime::Device = match device.parse() {
         Ok(d) => d,
         Err(e) => crate::usage!("--device {e}"),
@@ -111,6 +116,7 @@ fn open_runner(path: &Path, matches: &ArgMatches, device: &str) -> Result<Opened
             &RunOptions {
                 device: device.to_string(),
                 verify_eagerly: false,
+                step_timing,
             },
         )
         .with_context(|| format!("loading {}", path.display()))?;
@@ -180,7 +186,7 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             }
         }
     }
-    let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &a.device)?;
+    let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &a.device, false)?;
     let sources: Vec<InputSource<'_>> = a
         .inputs
         .iter()
@@ -334,7 +340,7 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
             .into());
         }
     }
-    let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &a.device)?;
+    let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &a.device, true)?;
     let input = runner.load(InputSource::File(&a.input))?;
     let stop = Arc::new(AtomicBool::new(false));
     {

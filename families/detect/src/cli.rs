@@ -21,7 +21,7 @@ use tether_bundle::Bundle;
 use tether_family::decode::{DecodedImage, Orientation, decode_file};
 use tether_family::family::{
     BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, RunOptions,
-    Runner,
+    Runner, UsageError,
 };
 
 use crate::config::{CONFIG_SECTION, LABELS_SECTION};
@@ -242,6 +242,7 @@ impl Family for Detect {
         args: &ArgMatches,
         options: &RunOptions,
     ) -> Result<Box<dyn Runner>> {
+        check_thresholds(args)?;
         let device: tether_runtime::Device = options
             .device
             .parse()
@@ -277,6 +278,15 @@ impl Family for Detect {
         };
         Ok(Box::new(DetectRunner { det, orientation }))
     }
+}
+
+/// `--score-threshold` and `--iou-threshold` in [0, 1] (a usage error otherwise).
+fn check_thresholds(args: &ArgMatches) -> Result<(), UsageError> {
+    for name in ["score-threshold", "iou-threshold"] {
+        let v = args.try_get_one::<f32>(name).ok().flatten().copied();
+        tether_family::family::check_range(name, v, 0.0, 1.0)?;
+    }
+    Ok(())
 }
 
 struct DetectRunner {

@@ -193,7 +193,7 @@ pub fn build(
                 ..PrepareOptions::default()
             },
         )
-        .map_err(|e| DetectError::Network(e.to_string()))?;
+        .map_err(|e| DetectError::Runtime(e.into()))?;
     let Some(out) = plan.io().outputs.first() else {
         return Err(DetectError::Network(
             "the prepared network has no output".into(),

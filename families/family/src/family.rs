@@ -13,6 +13,25 @@ use std::sync::Arc;
 
 use tether_bundle::{Bundle, BundleWriter, TensorDesc};
 
+/// A command-line value that parses but is out of range (`--score-threshold -1`): tools exit
+/// with their usage status (2) for it, as for a value that does not parse.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Check that an optional `--NAME` value lies in `[lo, hi]`.
+///
+/// # Errors
+/// [`UsageError`] naming the option, the value and the range.
+pub fn check_range(name: &str, value: Option<f32>, lo: f32, hi: f32) -> Result<(), UsageError> {
+    match value {
+        Some(v) if !(lo..=hi).contains(&v) => Err(UsageError(format!(
+            "--{name} {v}: must be between {lo} and {hi}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The common part of `tether build`, given to every recipe.
 #[derive(Clone, Debug, Default)]
 pub struct BuildCommon {
@@ -116,6 +135,9 @@ pub struct RunOptions {
     pub device: String,
     /// Check every section CRC at open.
     pub verify_eagerly: bool,
+    /// Time every step of a run (GPU time from CUDA events recorded in the graph on a GPU;
+    /// `bench` sets it).
+    pub step_timing: bool,
 }
 
 /// A model family, as tools see it.

@@ -96,14 +96,98 @@ impl std::fmt::Debug for TractCpuPlan {
     }
 }
 
-/// Parse an ONNX model the way every tract-based backend of tether does.
+/// Parse an ONNX model the way every tract-based backend of tether does, after checking
+/// the attributes tract trusts ([`check_attributes`]).
 ///
 /// # Errors
-/// tract's parse error.
-pub(crate) fn parse_onnx(onnx: &[u8]) -> TractResult<InferenceModel> {
-    tract_onnx::onnx()
-        .with_ignore_value_info(true)
-        .model_for_read(&mut &onnx[..])
+/// [`PrepareError::Backend`] for a protobuf tract cannot read; [`PrepareError::Unsupported`]
+/// naming the node, the operator and the attribute for a malformed convolution or pooling.
+pub(crate) fn parse_onnx(network: &str, onnx: &[u8]) -> Result<InferenceModel, PrepareError> {
+    let framework = tract_onnx::onnx().with_ignore_value_info(true);
+    let proto = framework
+        .proto_model_for_read(&mut &onnx[..])
+        .map_err(|e| backend_error(network, &e))?;
+    if let Some(graph) = &proto.graph {
+        check_attributes(network, graph)?;
+    }
+    framework
+        .model_for_proto_model(&proto)
+        .map_err(|e| backend_error(network, &e))
+}
+
+/// Check the attributes of convolution and pooling nodes against the ONNX operator spec
+/// (onnx/docs/Operators.md, `Conv`, `ConvTranspose`, `MaxPool`, `AveragePool`, `LpPool`):
+/// `kernel_shape`, `strides` and `dilations` hold one value per spatial axis and `pads` two
+/// (begin and end per axis), all non-negative and strides/dilations positive. tract indexes
+/// them without checking (a three-value `pads` on a 2-D convolution panics inside its padding
+/// code), so a malformed node is refused here with its name instead.
+///
+/// # Errors
+/// [`PrepareError::Unsupported`] naming the node, the operator and the attribute.
+pub fn check_attributes(
+    network: &str,
+    graph: &tract_onnx::pb::GraphProto,
+) -> Result<(), PrepareError> {
+    use tract_onnx::pb::attribute_proto::AttributeType;
+    const OPS: [&str; 5] = ["Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"];
+    for (index, node) in graph.node.iter().enumerate() {
+        if !OPS.contains(&node.op_type.as_str()) {
+            continue;
+        }
+        let name = if node.name.is_empty() {
+            format!("#{index} (unnamed)")
+        } else {
+            node.name.clone()
+        };
+        let refuse = |detail: String| PrepareError::Unsupported {
+            engine: KIND,
+            network: network.to_string(),
+            node: name.clone(),
+            op: node.op_type.clone(),
+            detail,
+        };
+        let ints = |name: &str| -> Option<&[i64]> {
+            node.attribute
+                .iter()
+                .find(|a| a.name == name && a.r#type() == AttributeType::Ints)
+                .map(|a| a.ints.as_slice())
+        };
+        // Spatial rank: from kernel_shape, else (convolutions) from the weight initializer.
+        let rank = match ints("kernel_shape") {
+            Some(k) => Some(k.len()),
+            None => node.input.get(1).and_then(|w| {
+                graph
+                    .initializer
+                    .iter()
+                    .find(|t| &t.name == w)
+                    .map(|t| t.dims.len().saturating_sub(2))
+            }),
+        };
+        let Some(rank) = rank else { continue };
+        for (attr, per_axis, min) in [
+            ("kernel_shape", 1usize, 1i64),
+            ("strides", 1, 1),
+            ("dilations", 1, 1),
+            ("pads", 2, 0),
+            ("output_padding", 1, 0),
+        ] {
+            let Some(v) = ints(attr) else { continue };
+            if v.len() != per_axis * rank {
+                return Err(refuse(format!(
+                    "attribute `{attr}` has {} value(s) {v:?}; a {rank}-D {} needs {}",
+                    v.len(),
+                    node.op_type,
+                    per_axis * rank
+                )));
+            }
+            if let Some(bad) = v.iter().find(|&&x| x < min) {
+                return Err(refuse(format!(
+                    "attribute `{attr}` holds {bad}; values must be >= {min}"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Fix the input facts of a parsed model to `shapes` (keeping each input's declared element
@@ -225,7 +309,7 @@ fn tract_dtype(dt: DType) -> Option<DatumType> {
 
 impl TractCpuPlan {
     fn load(network: &str, onnx: &[u8], shapes: &[Vec<usize>]) -> Result<Self, PrepareError> {
-        let mut model = parse_onnx(onnx).map_err(|e| backend_error(network, &e))?;
+        let mut model = parse_onnx(network, onnx)?;
         let inputs = fix_inputs(network, &mut model, shapes)?;
         let prepare = |e: TractError| PrepareError::Backend {
             engine: KIND,

@@ -93,8 +93,7 @@ impl Backend for TractCuda {
             )));
         }
         catch_prepare(KIND, network, || {
-            let mut model =
-                super::tract_cpu::parse_onnx(source.bytes).map_err(|e| fail(format!("{e:#}")))?;
+            let mut model = super::tract_cpu::parse_onnx(network, source.bytes)?;
             let inputs = super::tract_cpu::fix_inputs(network, &mut model, &options.input_shapes)?;
             let typed = model
                 .into_typed()
