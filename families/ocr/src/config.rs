@@ -300,7 +300,12 @@ impl OcrConfig {
             .iter()
             .copied()
             .find(|&b| b >= width)
-            .unwrap_or_else(|| self.rec_widths.last().copied().unwrap_or(self.rec_min_width))
+            .unwrap_or_else(|| {
+                self.rec_widths
+                    .last()
+                    .copied()
+                    .unwrap_or(self.rec_min_width)
+            })
     }
 
     /// Read and validate the record at the start of `bytes`.
@@ -372,10 +377,11 @@ impl OcrConfig {
         for (dst, &w) in widths.iter_mut().zip(&self.rec_widths) {
             *dst = w.into();
         }
-        let flags = u16::from(self.use_cls) * FLAG_USE_CLS
-            | u16::from(self.det_dilation) * FLAG_DILATION
-            | u16::from(self.det_score_slow) * FLAG_SCORE_SLOW
-            | u16::from(self.det_limit_max) * FLAG_LIMIT_MAX;
+        let flag = |on: bool, bit: u16| if on { bit } else { 0 };
+        let flags = flag(self.use_cls, FLAG_USE_CLS)
+            | flag(self.det_dilation, FLAG_DILATION)
+            | flag(self.det_score_slow, FLAG_SCORE_SLOW)
+            | flag(self.det_limit_max, FLAG_LIMIT_MAX);
         Ok(OcrConfigRecord {
             version: CONFIG_VERSION.into(),
             flags: flags.into(),
@@ -441,7 +447,10 @@ mod tests {
         let mut bad = c.clone();
         bad.det_thresh = 1.5;
         let e = bad.to_record().unwrap_err();
-        assert!(e.to_string().contains("det_thresh") && e.to_string().contains("1.5"), "{e}");
+        assert!(
+            e.to_string().contains("det_thresh") && e.to_string().contains("1.5"),
+            "{e}"
+        );
         let mut bad = c.clone();
         bad.rec_widths = vec![320, 320];
         assert!(bad.validate().is_err());

@@ -58,7 +58,9 @@ impl Dictionary {
             ends.push(text.len() as u32);
         }
         if ends.is_empty() {
-            return Err(OcrError::Dictionary("the dictionary section is empty".into()));
+            return Err(OcrError::Dictionary(
+                "the dictionary section is empty".into(),
+            ));
         }
         text.push(' ');
         ends.push(text.len() as u32);
@@ -135,7 +137,7 @@ fn split_lines(s: &str) -> impl Iterator<Item = &str> {
 /// `dict.len() + 1` classes.
 pub fn decode(probs: &[f32], dict: &Dictionary, out: &mut String) -> Result<f64, OcrError> {
     let classes = dict.len() + 1;
-    if probs.is_empty() || probs.len() % classes != 0 {
+    if probs.is_empty() || !probs.len().is_multiple_of(classes) {
         return Err(OcrError::OutputShape {
             network: "rec",
             expected: classes,
@@ -164,7 +166,10 @@ pub fn decode(probs: &[f32], dict: &Dictionary, out: &mut String) -> Result<f64,
 
 /// Bytes [`decode`] can append for `steps` time steps at most.
 pub fn max_text_bytes(dict: &Dictionary, steps: usize) -> usize {
-    let longest = (0..dict.len()).map(|i| dict.entry(i).len()).max().unwrap_or(0);
+    let longest = (0..dict.len())
+        .map(|i| dict.entry(i).len())
+        .max()
+        .unwrap_or(0);
     longest * steps
 }
 
@@ -194,7 +199,10 @@ mod tests {
         let want = (0.9f32 as f64 + 0.6f32 as f64 + 0.7f32 as f64 + 0.5f32 as f64) / 4.0;
         assert_eq!(score, want);
         let mut s = String::new();
-        assert_eq!(decode(&[1.0, 0.0, 0.0, 0.0, 0.0], &dict, &mut s).expect("ok"), 0.0);
+        assert_eq!(
+            decode(&[1.0, 0.0, 0.0, 0.0, 0.0], &dict, &mut s).expect("ok"),
+            0.0
+        );
         assert!(decode(&[1.0, 0.0], &dict, &mut s).is_err());
     }
 

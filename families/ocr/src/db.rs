@@ -45,12 +45,20 @@ pub fn det_input_size(w: usize, h: usize, config: &OcrConfig) -> Option<(usize, 
     let limit = f64::from(config.det_limit_side_len);
     let ratio = if config.det_limit_max {
         if w.max(h) as f64 > limit {
-            if h > w { limit / h as f64 } else { limit / w as f64 }
+            if h > w {
+                limit / h as f64
+            } else {
+                limit / w as f64
+            }
         } else {
             1.0
         }
     } else if (w.min(h) as f64) < limit {
-        if h < w { limit / h as f64 } else { limit / w as f64 }
+        if h < w {
+            limit / h as f64
+        } else {
+            limit / w as f64
+        }
     } else {
         1.0
     };
@@ -157,7 +165,9 @@ impl DbPostprocessor {
             if side < min_size + 2.0 {
                 continue;
             }
-            let scale = |v: f32, n: usize, dest: f32| (v / n as f32 * dest).round_ties_even().clamp(0.0, dest);
+            let scale = |v: f32, n: usize, dest: f32| {
+                (v / n as f32 * dest).round_ties_even().clamp(0.0, dest)
+            };
             let points = b.map(|p| [scale(p[0], w, sx), scale(p[1], h, sy)]);
             self.raw.push(DetBox { points, score });
         }
@@ -262,10 +272,18 @@ mod tests {
             points: [[x, y], [x + 5.0, y], [x + 5.0, y + 5.0], [x, y + 5.0]],
             score: 1.0,
         };
-        let mut b = vec![mk(50.0, 12.0), mk(10.0, 40.0), mk(5.0, 15.0), mk(90.0, 10.0)];
+        let mut b = vec![
+            mk(50.0, 12.0),
+            mk(10.0, 40.0),
+            mk(5.0, 15.0),
+            mk(90.0, 10.0),
+        ];
         sort_reading_order(&mut b);
         let order: Vec<[f32; 2]> = b.iter().map(|d| d.points[0]).collect();
-        assert_eq!(order, vec![[5.0, 15.0], [50.0, 12.0], [90.0, 10.0], [10.0, 40.0]]);
+        assert_eq!(
+            order,
+            vec![[5.0, 15.0], [50.0, 12.0], [90.0, 10.0], [10.0, 40.0]]
+        );
     }
 
     #[test]

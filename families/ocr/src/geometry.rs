@@ -1,21 +1,23 @@
 //! Polygon geometry of the DB post-processor, each piece reproducing the
 //! library call the reference makes, arithmetic included:
 //!
-//! - [`convex_hull`]: `cv2.convexHull(points, clockwise=True)`, Sklansky's
+//! - `cv2.convexHull(points, clockwise=True)` is [`convex_hull`], Sklansky's
 //!   scan as OpenCV implements it (`modules/imgproc/src/convhull.cpp`);
-//! - [`min_area_rect`]: `cv2.minAreaRect`, rotating calipers over that hull
+//! - `cv2.minAreaRect` is [`min_area_rect`], rotating calipers over that hull
 //!   (Toussaint, "Solving geometric problems with the rotating calipers",
 //!   1983; OpenCV `modules/imgproc/src/rotcalipers.cpp`), in f32;
-//! - [`RotatedRect::points`]: `cv2.boxPoints`;
-//! - [`mini_box`]: `DBPostProcess.get_mini_boxes` (corner order
+//! - `cv2.boxPoints` is [`RotatedRect::points`];
+//! - `DBPostProcess.get_mini_boxes` is [`mini_box`] (corner order
 //!   top-left, top-right, bottom-right, bottom-left);
-//! - [`fill_polygon`]: `cv2.fillPoly` (edge lines, 8-connected Bresenham as
-//!   OpenCV's `LineIterator`, plus scanline spans as `FillEdgeCollection`,
-//!   `modules/imgproc/src/drawing.cpp`) and [`box_score`]: the mean of the
-//!   probability map inside it (`box_score_fast` / `box_score_slow`);
-//! - [`unclip`]: `shapely` area / perimeter and a `pyclipper` offset with
-//!   round joins (Clipper 6.4.2 `ClipperOffset`, Angus Johnson, Boost licence:
-//!   normals, arc steps from `ArcTolerance = 0.25`, `Round` half away from zero).
+//! - `cv2.fillPoly` is [`fill_polygon`] (edge lines, 8-connected Bresenham as
+//!   OpenCV's `LineIterator` after `clipLine`, plus scanline spans as
+//!   `FillEdgeCollection`, `modules/imgproc/src/drawing.cpp`), and
+//!   `box_score_fast` / `box_score_slow` is [`box_score`], the mean of the
+//!   probability map inside it;
+//! - `DBPostProcess.unclip` is [`unclip`]: `shapely` area / perimeter and a
+//!   `pyclipper` offset with round joins (Clipper 6.4.2 `ClipperOffset`, Angus
+//!   Johnson, Boost licence: normals, arc steps from `ArcTolerance = 0.25`,
+//!   `Round` half away from zero).
 //!
 //! Checked against OpenCV 5.0 / pyclipper 1.4.0 / shapely 2.2 on the vectors
 //! in `golden/geometry.json` (`tests/geometry.rs`).
@@ -227,10 +229,12 @@ pub fn min_area_rect(points: &[[i32; 2]], scratch: &mut HullScratch) -> RotatedR
             out[0][1] + (out[1][1] + out[2][1]) * 0.5,
         ];
         rect.size = [
-            (f64::from(out[1][0]) * f64::from(out[1][0]) + f64::from(out[1][1]) * f64::from(out[1][1]))
-                .sqrt() as f32,
-            (f64::from(out[2][0]) * f64::from(out[2][0]) + f64::from(out[2][1]) * f64::from(out[2][1]))
-                .sqrt() as f32,
+            (f64::from(out[1][0]) * f64::from(out[1][0])
+                + f64::from(out[1][1]) * f64::from(out[1][1]))
+            .sqrt() as f32,
+            (f64::from(out[2][0]) * f64::from(out[2][0])
+                + f64::from(out[2][1]) * f64::from(out[2][1]))
+            .sqrt() as f32,
         ];
         rect.angle = f64::from(out[1][1]).atan2(f64::from(out[1][0])) as f32;
     } else if n == 2 {
@@ -249,7 +253,11 @@ pub fn min_area_rect(points: &[[i32; 2]], scratch: &mut HullScratch) -> RotatedR
 /// OpenCV's `rotatingCalipers(..., CALIPERS_MINAREARECT)`: corner, side
 /// vector 1 and side vector 2 of the minimum-area rectangle of a convex
 /// polygon given in either orientation.
-fn rotating_calipers(p: &[[f32; 2]], vect: &mut Vec<[f32; 2]>, inv_len: &mut Vec<f32>) -> [[f32; 2]; 3] {
+fn rotating_calipers(
+    p: &[[f32; 2]],
+    vect: &mut Vec<[f32; 2]>,
+    inv_len: &mut Vec<f32>,
+) -> [[f32; 2]; 3] {
     let n = p.len();
     vect.clear();
     inv_len.clear();
@@ -346,7 +354,11 @@ fn rotating_calipers(p: &[[f32; 2]], vect: &mut Vec<[f32; 2]>, inv_len: &mut Vec
     let idet = 1.0 / (a1 * b2 - a2 * b1);
     let px = (c1 * b2 - c2 * b1) * idet;
     let py = (a1 * c2 - a2 * c1) * idet;
-    [[px, py], [a1 * width, b1 * width], [a2 * height, b2 * height]]
+    [
+        [px, py],
+        [a1 * width, b1 * width],
+        [a2 * height, b2 * height],
+    ]
 }
 
 /// `DBPostProcess.get_mini_boxes`: the corners of `rect` ordered top-left,
@@ -356,8 +368,16 @@ pub fn mini_box(rect: &RotatedRect) -> ([[f32; 2]; 4], f32) {
     let mut pts = rect.points();
     // Python's `sorted` is stable; so is `sort_by`.
     pts.sort_by(|a, b| a[0].total_cmp(&b[0]));
-    let (i1, i4) = if pts[1][1] > pts[0][1] { (0, 1) } else { (1, 0) };
-    let (i2, i3) = if pts[3][1] > pts[2][1] { (2, 3) } else { (3, 2) };
+    let (i1, i4) = if pts[1][1] > pts[0][1] {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
+    let (i2, i3) = if pts[3][1] > pts[2][1] {
+        (2, 3)
+    } else {
+        (3, 2)
+    };
     (
         [pts[i1], pts[i2], pts[i3], pts[i4]],
         rect.size[0].min(rect.size[1]),
@@ -373,7 +393,13 @@ const XY_SHIFT: u32 = 16;
 /// random quadrilaterals); for polygons partly outside, OpenCV 5.0 builds
 /// edges from the clipped ends as done here, and still differs on a few
 /// pixels along the border (13 of 400 random heavily clipped quadrilaterals).
-pub fn fill_polygon(pts: &[[i32; 2]], mask: &mut [u8], w: usize, h: usize, scratch: &mut FillScratch) {
+pub fn fill_polygon(
+    pts: &[[i32; 2]],
+    mask: &mut [u8],
+    w: usize,
+    h: usize,
+    scratch: &mut FillScratch,
+) {
     let n = pts.len();
     if n == 0 {
         return;
@@ -389,7 +415,10 @@ pub fn fill_polygon(pts: &[[i32; 2]], mask: &mut [u8], w: usize, h: usize, scrat
             // The edge runs from the clipped ends when an end is outside
             // (OpenCV's "more accurate PolyEdge" for clipped lines), over
             // the unclipped rows.
-            let (a, b) = ([i64::from(p0[0]), i64::from(p0[1])], [i64::from(p1[0]), i64::from(p1[1])]);
+            let (a, b) = (
+                [i64::from(p0[0]), i64::from(p0[1])],
+                [i64::from(p1[0]), i64::from(p1[1])],
+            );
             let (mut c0, mut c1) = ([a[0] << XY_SHIFT, a[1]], [b[0] << XY_SHIFT, b[1]]);
             if outside(a) || outside(b) {
                 let (mut t0, mut t1) = (a, b);
@@ -401,9 +430,19 @@ pub fn fill_polygon(pts: &[[i32; 2]], mask: &mut [u8], w: usize, h: usize, scrat
             }
             let dx = (c1[0] - c0[0]) / (c1[1] - c0[1]);
             edges.push(if a[1] < b[1] {
-                PolyEdge { y0: p0[1], y1: p1[1], x: c0[0] + (a[1] - c0[1]) * dx, dx }
+                PolyEdge {
+                    y0: p0[1],
+                    y1: p1[1],
+                    x: c0[0] + (a[1] - c0[1]) * dx,
+                    dx,
+                }
             } else {
-                PolyEdge { y0: p1[1], y1: p0[1], x: c1[0] + (b[1] - c1[1]) * dx, dx }
+                PolyEdge {
+                    y0: p1[1],
+                    y1: p0[1],
+                    x: c1[0] + (b[1] - c1[1]) * dx,
+                    dx,
+                }
             });
         }
         p0 = p1;
@@ -459,7 +498,10 @@ fn clip_line(w: i64, h: i64, p1: &mut [i64; 2], p2: &mut [i64; 2]) -> bool {
         return false;
     }
     let code = |p: [i64; 2]| {
-        i32::from(p[0] < 0) + i32::from(p[0] > right) * 2 + i32::from(p[1] < 0) * 4 + i32::from(p[1] > bottom) * 8
+        i32::from(p[0] < 0)
+            + i32::from(p[0] > right) * 2
+            + i32::from(p[1] < 0) * 4
+            + i32::from(p[1] > bottom) * 8
     };
     let (mut c1, mut c2) = (code(*p1), code(*p2));
     // `(int64)((double)a * b / c)`: f64 product and quotient, truncated.
@@ -499,7 +541,10 @@ fn clip_line(w: i64, h: i64, p1: &mut [i64; 2], p2: &mut [i64; 2]) -> bool {
 /// segment first clipped to the mask by [`clip_line`] when an end is
 /// outside), setting the pixels it visits.
 fn draw_line(a: [i32; 2], b: [i32; 2], mask: &mut [u8], w: usize, h: usize) {
-    let (mut p1, mut p2) = ([i64::from(a[0]), i64::from(a[1])], [i64::from(b[0]), i64::from(b[1])]);
+    let (mut p1, mut p2) = (
+        [i64::from(a[0]), i64::from(a[1])],
+        [i64::from(b[0]), i64::from(b[1])],
+    );
     let (wi, hi) = (w as i64, h as i64);
     let outside = |p: [i64; 2]| p[0] < 0 || p[1] < 0 || p[0] >= wi || p[1] >= hi;
     if (outside(p1) || outside(p2)) && !clip_line(wi, hi, &mut p1, &mut p2) {
@@ -603,7 +648,12 @@ pub fn unclip(quad: &[[f32; 2]; 4], ratio: f64, out: &mut Vec<[i32; 2]>) {
     let mut length = 0.0f64;
     for i in 0..4 {
         let (a, b) = (quad[i], quad[(i + 1) % 4]);
-        let (ax, ay, bx, by) = (f64::from(a[0]), f64::from(a[1]), f64::from(b[0]), f64::from(b[1]));
+        let (ax, ay, bx, by) = (
+            f64::from(a[0]),
+            f64::from(a[1]),
+            f64::from(b[0]),
+            f64::from(b[1]),
+        );
         area2 += ax * by - bx * ay;
         length += ((bx - ax) * (bx - ax) + (by - ay) * (by - ay)).sqrt();
     }
@@ -646,7 +696,13 @@ pub fn unclip(quad: &[[f32; 2]; 4], ratio: f64, out: &mut Vec<[i32; 2]>) {
 /// `jtRound` joins (`ArcTolerance` 0.25, `MiterLimit` 2) and `delta > 0`.
 fn clipper_round_offset(poly: &[[i64; 2]], delta: f64, out: &mut Vec<[i32; 2]>) {
     const ARC_TOLERANCE: f64 = 0.25;
-    let round = |v: f64| -> i64 { if v < 0.0 { (v - 0.5) as i64 } else { (v + 0.5) as i64 } };
+    let round = |v: f64| -> i64 {
+        if v < 0.0 {
+            (v - 0.5) as i64
+        } else {
+            (v + 0.5) as i64
+        }
+    };
     let push = |out: &mut Vec<[i32; 2]>, x: f64, y: f64| {
         out.push([round(x) as i32, round(y) as i32]);
     };
@@ -692,10 +748,8 @@ fn clipper_round_offset(poly: &[[i64; 2]], delta: f64, out: &mut Vec<[i32; 2]>) 
                 k = j;
                 continue;
             }
-        } else if sin_a > 1.0 {
-            sin_a = 1.0;
-        } else if sin_a < -1.0 {
-            sin_a = -1.0;
+        } else {
+            sin_a = sin_a.clamp(-1.0, 1.0);
         }
         if sin_a * delta < 0.0 {
             push(out, px + nk[0] * delta, py + nk[1] * delta);
@@ -740,7 +794,10 @@ mod tests {
         let mut s = HullScratch::default();
         let r = min_area_rect(&pts, &mut s);
         let (short, long) = (r.size[0].min(r.size[1]), r.size[0].max(r.size[1]));
-        assert!((short - 2f32.sqrt()).abs() < 1e-4 && (long - 200f32.sqrt()).abs() < 1e-4, "{r:?}");
+        assert!(
+            (short - 2f32.sqrt()).abs() < 1e-4 && (long - 200f32.sqrt()).abs() < 1e-4,
+            "{r:?}"
+        );
         let (b, side) = mini_box(&r);
         assert!((side - short).abs() < 1e-6);
         // top-left is the left-most corner pair's upper one.
@@ -759,7 +816,11 @@ mod tests {
     #[test]
     fn unclip_expands_a_box() {
         let mut out = Vec::new();
-        unclip(&[[32.0, 19.0], [102.0, 19.0], [102.0, 34.0], [32.0, 34.0]], 1.6, &mut out);
+        unclip(
+            &[[32.0, 19.0], [102.0, 19.0], [102.0, 34.0], [32.0, 34.0]],
+            1.6,
+            &mut out,
+        );
         // pyclipper's answer (golden/geometry.json, unclip[0]) has the same
         // bounding box: x 22..112, y 9..44.
         let xs = out.iter().map(|p| p[0]);

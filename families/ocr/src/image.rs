@@ -273,7 +273,10 @@ mod tests {
         let mut out = BgrImage::default();
         let gray = [10u8, 20, 30, 40];
         out.convert_from(&ImageView::new(&gray, 2, 2, PixelFormat::Gray8).unwrap());
-        assert_eq!(out.pixels(), &[10, 10, 10, 20, 20, 20, 30, 30, 30, 40, 40, 40]);
+        assert_eq!(
+            out.pixels(),
+            &[10, 10, 10, 20, 20, 20, 30, 30, 30, 40, 40, 40]
+        );
         let rgb = [1u8, 2, 3, 4, 5, 6];
         out.convert_from(&ImageView::new(&rgb, 2, 1, PixelFormat::Rgb8).unwrap());
         assert_eq!(out.pixels(), &[3, 2, 1, 6, 5, 4]);

@@ -370,7 +370,11 @@ impl Ocr {
         let (mut w, mut h) = (raw_w, raw_h);
         if w.max(h) > c.max_side_len as usize {
             let limit = f64::from(c.max_side_len);
-            let r = if h > w { limit / h as f64 } else { limit / w as f64 };
+            let r = if h > w {
+                limit / h as f64
+            } else {
+                limit / w as f64
+            };
             let (rw, rh) = db::resize_to_multiple_of_32(w, h, r)
                 .ok_or_else(|| bad("scaling the long side to max_side_len leaves no pixels"))?;
             self.scaled.resize(rw, rh);
@@ -391,11 +395,19 @@ impl Ocr {
         }
         if w.min(h) < c.min_side_len as usize {
             let limit = f64::from(c.min_side_len);
-            let r = if h < w { limit / h as f64 } else { limit / w as f64 };
+            let r = if h < w {
+                limit / h as f64
+            } else {
+                limit / w as f64
+            };
             let (rw, rh) = db::resize_to_multiple_of_32(w, h, r)
                 .ok_or_else(|| bad("scaling the short side to min_side_len leaves no pixels"))?;
             self.turned.resize(rw, rh);
-            let src = if use_scaled { &self.scaled } else { &self.image };
+            let src = if use_scaled {
+                &self.scaled
+            } else {
+                &self.image
+            };
             resize_linear(
                 src.pixels(),
                 w,
@@ -418,11 +430,14 @@ impl Ocr {
         let wide = whr >= 0.0 && w as f64 / h as f64 > whr;
         let mut pad_top = 0usize;
         if h <= c.min_height as usize || wide {
-            let new_h = ((w as f64 / whr.max(f64::MIN_POSITIVE)) as i64)
-                .max(i64::from(c.min_height))
-                * 2;
+            let new_h =
+                ((w as f64 / whr.max(f64::MIN_POSITIVE)) as i64).max(i64::from(c.min_height)) * 2;
             pad_top = ((new_h - h as i64).abs() as f64 / 2.0) as usize;
-            let src = if use_scaled { &self.scaled } else { &self.image };
+            let src = if use_scaled {
+                &self.scaled
+            } else {
+                &self.image
+            };
             self.turned.resize(w, h + 2 * pad_top);
             let out = self.turned.pixels_mut();
             let band = pad_top * w * 3;
@@ -439,7 +454,11 @@ impl Ocr {
             return Ok(&self.result);
         };
         self.stats.det_input = (dw, dh);
-        let src = if use_scaled { &self.scaled } else { &self.image };
+        let src = if use_scaled {
+            &self.scaled
+        } else {
+            &self.image
+        };
         self.det_image.resize(dw, dh);
         resize_linear(
             src.pixels(),
@@ -466,7 +485,13 @@ impl Ocr {
                 });
             }
         }
-        normalize_det(self.det_image.pixels(), dw * dh, mean, std, engine.input_mut("det")?);
+        normalize_det(
+            self.det_image.pixels(),
+            dw * dh,
+            mean,
+            std,
+            engine.input_mut("det")?,
+        );
         let t1 = Instant::now();
         let prob = engine.run()?;
         let t2 = Instant::now();
@@ -505,7 +530,13 @@ impl Ocr {
             let b = self.boxes[i];
             let plan = self.plans[i];
             let ta = Instant::now();
-            cut_line(&src_image(use_scaled, &self.scaled, &self.image), &b.points, plan.tall, &mut self.crop, &mut self.turned);
+            cut_line(
+                src_image(use_scaled, &self.scaled, &self.image),
+                &b.points,
+                plan.tall,
+                &mut self.crop,
+                &mut self.turned,
+            );
             let tb = Instant::now();
             self.times.crop += tb - ta;
             self.line_text.clear();
@@ -532,10 +563,7 @@ impl Ocr {
             let polygon = b.points.map(|p| {
                 let x = p[0] * ratio_w as f32;
                 let y = (p[1] - pad_top as f32) * ratio_h as f32;
-                [
-                    x.max(0.0).min(raw_w as f32),
-                    y.max(0.0).min(raw_h as f32),
-                ]
+                [x.max(0.0).min(raw_w as f32), y.max(0.0).min(raw_h as f32)]
             });
             // At most MAX_LINES boxes exist, so this cannot overflow.
             let _ = self.result.lines.push(LineRecord {
@@ -584,7 +612,13 @@ impl Ocr {
                     reason: "no classifier".into(),
                 });
             };
-            normalize_line(self.line.pixels(), rw, cls_h, cls_w, engine.input_mut("cls")?);
+            normalize_line(
+                self.line.pixels(),
+                rw,
+                cls_h,
+                cls_w,
+                engine.input_mut("cls")?,
+            );
             let probs = engine.run()?;
             if probs.len() != 2 {
                 return Err(OcrError::OutputShape {
@@ -622,7 +656,13 @@ impl Ocr {
             &mut self.resize,
         );
         let engine = rec_engine(&self.bundle, &mut self.rec, &self.config, bucket)?;
-        normalize_line(self.line.pixels(), rw, rec_h, bucket, engine.input_mut("rec")?);
+        normalize_line(
+            self.line.pixels(),
+            rw,
+            rec_h,
+            bucket,
+            engine.input_mut("rec")?,
+        );
         let steps_ref = target / 8;
         let probs = engine.run()?;
         let classes = self.dict.len() + 1;
@@ -636,7 +676,9 @@ impl Ocr {
     /// Put a BGR line image into the crop buffer (self-test).
     pub(crate) fn set_crop(&mut self, bgr: &[u8], width: usize, height: usize) {
         self.crop.resize(width, height);
-        self.crop.pixels_mut().copy_from_slice(&bgr[..width * height * 3]);
+        self.crop
+            .pixels_mut()
+            .copy_from_slice(&bgr[..width * height * 3]);
         self.line_text.clear();
     }
 
@@ -707,7 +749,9 @@ fn rec_engine<'a>(
         [1, t, c] if *c == classes && *t > 0 => Ok(p),
         s => Err(OcrError::Network {
             network: "rec",
-            reason: format!("at input width {width} the output is {s:?}; expected [1, T, {classes}]"),
+            reason: format!(
+                "at input width {width} the output is {s:?}; expected [1, T, {classes}]"
+            ),
         }),
     }
 }
@@ -746,7 +790,13 @@ fn crop_size(p: &[[f32; 2]; 4]) -> (usize, usize) {
 
 /// `get_rotate_crop_image`: warp the quadrilateral to an upright
 /// rectangle; turn it 90 degrees counter-clockwise when `tall`.
-fn cut_line(src: &BgrImage, p: &[[f32; 2]; 4], tall: bool, crop: &mut BgrImage, tmp: &mut BgrImage) {
+fn cut_line(
+    src: &BgrImage,
+    p: &[[f32; 2]; 4],
+    tall: bool,
+    crop: &mut BgrImage,
+    tmp: &mut BgrImage,
+) {
     let (w, h) = crop_size(p);
     let (wf, hf) = (w as f32, h as f32);
     let dst = [[0.0, 0.0], [wf, 0.0], [wf, hf], [0.0, hf]];
@@ -789,7 +839,11 @@ fn assign_rec_widths(plans: &mut [LinePlan], order: &mut Vec<usize>, c: &OcrConf
 fn ratio_width(w: usize, h: usize, height: usize, max_w: usize) -> usize {
     let r = w as f64 / h as f64;
     let c = (height as f64 * r).ceil();
-    if c > max_w as f64 { max_w } else { (c as usize).max(1) }
+    if c > max_w as f64 {
+        max_w
+    } else {
+        (c as usize).max(1)
+    }
 }
 
 /// `DetPreProcess.normalize` + `permute`: `(v * f32(1/255) - mean) / std`

@@ -211,8 +211,8 @@ pub fn build(
 
     // The self-test belongs to the pinned weights.
     let (selftest, rec_sha, cls_sha) = SelfTest::from_golden(SELFTEST_GOLDEN)?;
-    let pinned = sha256_hex(nets.rec) == rec_sha
-        && nets.cls.is_some_and(|c| sha256_hex(c) == cls_sha);
+    let pinned =
+        sha256_hex(nets.rec) == rec_sha && nets.cls.is_some_and(|c| sha256_hex(c) == cls_sha);
     let self_test_skipped = if options.no_self_test {
         Some("left out on request".to_string())
     } else if !pinned {

@@ -128,7 +128,8 @@ fn horizontal(line: &[u8], sw: usize, cn: usize, scratch: &mut ResizeScratch, sl
     for (dx, (&x0, &[a0, a1])) in scratch.xofs.iter().zip(&scratch.xa).enumerate() {
         let x1 = (x0 + 1).min(sw - 1);
         for c in 0..cn {
-            out[dx * cn + c] = i32::from(line[x0 * cn + c]) * a0 + i32::from(line[x1 * cn + c]) * a1;
+            out[dx * cn + c] =
+                i32::from(line[x0 * cn + c]) * a0 + i32::from(line[x1 * cn + c]) * a1;
         }
     }
 }

@@ -174,7 +174,8 @@ impl SelfTest {
             rec_width: r.rec_width.get(),
             text,
             score: r.score.get(),
-            cls: (r.flags.get() & FLAG_HAS_CLS != 0).then(|| (r.cls_label.get(), r.cls_score.get())),
+            cls: (r.flags.get() & FLAG_HAS_CLS != 0)
+                .then(|| (r.cls_label.get(), r.cls_score.get())),
             tolerance,
         })
     }
@@ -223,7 +224,11 @@ impl SelfTest {
                 t.height
             )));
         }
-        Ok((t, get("rec_sha256")?.to_string(), get("cls_sha256")?.to_string()))
+        Ok((
+            t,
+            get("rec_sha256")?.to_string(),
+            get("cls_sha256")?.to_string(),
+        ))
     }
 }
 

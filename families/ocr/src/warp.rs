@@ -56,12 +56,13 @@ pub fn perspective_transform(src: &[[f32; 2]; 4], dst: &[[f32; 2]; 4]) -> Option
             return None;
         }
         a.swap(col, pivot);
-        for row in col + 1..8 {
-            let f = -a[row][col] / a[col][col];
-            for k in col + 1..9 {
-                a[row][k] += a[col][k] * f;
+        let top = a[col];
+        for row in a.iter_mut().skip(col + 1) {
+            let f = -row[col] / top[col];
+            for (v, t) in row.iter_mut().zip(top).skip(col + 1) {
+                *v += t * f;
             }
-            a[row][col] = 0.0;
+            row[col] = 0.0;
         }
     }
     let mut x = [0.0f64; 8];
@@ -114,7 +115,13 @@ fn cubic(t: f64) -> f64 {
 /// borderMode=BORDER_REPLICATE)` where `m` maps source to destination
 /// pixels; writes `dst` as a `dw x dh` BGR image. Destination pixels whose
 /// mapping is undefined (projective denominator 0) are black.
-pub fn warp_perspective_cubic(src: &BgrImage, m: &[f64; 9], dw: usize, dh: usize, dst: &mut BgrImage) {
+pub fn warp_perspective_cubic(
+    src: &BgrImage,
+    m: &[f64; 9],
+    dw: usize,
+    dh: usize,
+    dst: &mut BgrImage,
+) {
     dst.resize(dw, dh);
     let Some(inv) = invert3(m) else {
         dst.pixels_mut().fill(0);

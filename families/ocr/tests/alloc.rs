@@ -79,7 +79,11 @@ fn host_stages_do_not_allocate_after_warm_up() {
     for (i, v) in image.pixels_mut().iter_mut().enumerate() {
         *v = (i * 31 % 251) as u8;
     }
-    let (mut crop, mut turned, mut line) = (BgrImage::default(), BgrImage::default(), BgrImage::default());
+    let (mut crop, mut turned, mut line) = (
+        BgrImage::default(),
+        BgrImage::default(),
+        BgrImage::default(),
+    );
     let mut rs = ResizeScratch::default();
     let dict = Dictionary::from_metadata("a\nb\nc").expect("dict");
     let probs: Vec<f32> = (0..40 * 5).map(|i| ((i * 7) % 5) as f32 / 5.0).collect();
@@ -92,12 +96,27 @@ fn host_stages_do_not_allocate_after_warm_up() {
             let p = b.points;
             let cw = (p[1][0] - p[0][0]).abs().max(4.0) as usize;
             let ch = (p[3][1] - p[0][1]).abs().max(4.0) as usize;
-            let dst = [[0.0, 0.0], [cw as f32, 0.0], [cw as f32, ch as f32], [0.0, ch as f32]];
+            let dst = [
+                [0.0, 0.0],
+                [cw as f32, 0.0],
+                [cw as f32, ch as f32],
+                [0.0, ch as f32],
+            ];
             let m = perspective_transform(&p, &dst).expect("homography");
             warp_perspective_cubic(&image, &m, cw, ch, &mut crop);
             rotate90_ccw(&crop, &mut turned);
             line.resize(96, 48);
-            resize_linear(crop.pixels(), cw, ch, cw * 3, 3, &mut line.data, 96, 48, &mut rs);
+            resize_linear(
+                crop.pixels(),
+                cw,
+                ch,
+                cw * 3,
+                3,
+                &mut line.data,
+                96,
+                48,
+                &mut rs,
+            );
         }
         text.clear();
         decode(&probs, &dict, &mut text).expect("decode");

@@ -24,7 +24,11 @@ fn asset(name: &str) -> PathBuf {
         PathBuf::from,
     );
     let p = dir.join(name);
-    assert!(p.is_file(), "missing {}: run tests/fetch-assets", p.display());
+    assert!(
+        p.is_file(),
+        "missing {}: run tests/fetch-assets",
+        p.display()
+    );
     p
 }
 
@@ -61,7 +65,8 @@ fn cpu_latency() {
         &mut |_| {},
     )
     .expect("build");
-    let bundle = Bundle::from_vec(writer.to_bytes().expect("bytes"), Verify::Eager).expect("bundle");
+    let bundle =
+        Bundle::from_vec(writer.to_bytes().expect("bytes"), Verify::Eager).expect("bundle");
     let mut ocr = Ocr::from_bundle(Arc::new(bundle), &OcrOptions::default()).expect("ocr");
     for name in ["page.png", "text.png"] {
         let img = image::open(asset(name)).expect("decode").to_luma8();

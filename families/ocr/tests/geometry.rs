@@ -43,7 +43,12 @@ fn pts_i(v: &Value) -> Vec<[i32; 2]> {
     v.as_array()
         .expect("points")
         .iter()
-        .map(|p| [p[0].as_i64().expect("x") as i32, p[1].as_i64().expect("y") as i32])
+        .map(|p| {
+            [
+                p[0].as_i64().expect("x") as i32,
+                p[1].as_i64().expect("y") as i32,
+            ]
+        })
         .collect()
 }
 
@@ -65,7 +70,10 @@ fn resize_matches_cv2_exactly() {
         let mut got = vec![0u8; dw * dh * 3];
         resize_linear(&src, sw, sh, sw * 3, 3, &mut got, dw, dh, &mut s);
         let diff = got.iter().zip(&want).filter(|(a, b)| a != b).count();
-        assert_eq!(diff, 0, "{sw}x{sh} -> {dw}x{dh}: {diff} bytes differ from cv2.resize");
+        assert_eq!(
+            diff, 0,
+            "{sw}x{sh} -> {dw}x{dh}: {diff} bytes differ from cv2.resize"
+        );
     }
 }
 
@@ -80,7 +88,12 @@ fn warp_matches_cv2_within_one_level() {
     for case in wv["cases"].as_array().expect("cases") {
         let pts = quad(&case["points"]);
         let (dw, dh) = size(&case["size"]);
-        let dst = [[0.0, 0.0], [dw as f32, 0.0], [dw as f32, dh as f32], [0.0, dh as f32]];
+        let dst = [
+            [0.0, 0.0],
+            [dw as f32, 0.0],
+            [dw as f32, dh as f32],
+            [0.0, dh as f32],
+        ];
         let m = perspective_transform(&pts, &dst).expect("homography");
         let cv: Vec<f64> = case["matrix"]
             .as_array()
@@ -89,7 +102,10 @@ fn warp_matches_cv2_within_one_level() {
             .map(|v| v.as_f64().expect("m"))
             .collect();
         for (a, b) in m.iter().zip(&cv) {
-            assert!((a - b).abs() <= 1e-9 * (1.0 + b.abs()), "homography {m:?} vs cv2 {cv:?}");
+            assert!(
+                (a - b).abs() <= 1e-9 * (1.0 + b.abs()),
+                "homography {m:?} vs cv2 {cv:?}"
+            );
         }
         let mut out = BgrImage::default();
         warp_perspective_cubic(&src, &m, dw, dh, &mut out);
@@ -138,7 +154,12 @@ fn dilation_and_contours_match_cv2_exactly() {
 fn min_area_rect_matches_cv2() {
     let g = golden();
     let mut s = HullScratch::default();
-    for (k, r) in g["min_area_rect"].as_array().expect("rects").iter().enumerate() {
+    for (k, r) in g["min_area_rect"]
+        .as_array()
+        .expect("rects")
+        .iter()
+        .enumerate()
+    {
         let pts = pts_i(&r["points"]);
         let rect = min_area_rect(&pts, &mut s);
         let close = |a: f32, b: f32| (a - b).abs() <= 1e-4;
@@ -147,18 +168,25 @@ fn min_area_rect_matches_cv2() {
         let want_a = f(&r["angle"]);
         // The same rectangle may come as (w, h, a) or (h, w, a -/+ 90) when two
         // caliper positions tie; DB only uses the corners and the short side.
-        let same = close(rect.size[0], want_s[0]) && close(rect.size[1], want_s[1]) && close(rect.angle, want_a);
+        let same = close(rect.size[0], want_s[0])
+            && close(rect.size[1], want_s[1])
+            && close(rect.angle, want_a);
         let swapped = close(rect.size[0], want_s[1])
             && close(rect.size[1], want_s[0])
             && (close(rect.angle - 90.0, want_a) || close(rect.angle + 90.0, want_a));
         assert!(
-            close(rect.center[0], want_c[0]) && close(rect.center[1], want_c[1]) && (same || swapped),
+            close(rect.center[0], want_c[0])
+                && close(rect.center[1], want_c[1])
+                && (same || swapped),
             "case {k} {pts:?}: got {rect:?}, cv2 centre {want_c:?} size {want_s:?} angle {want_a}"
         );
         let (b, side) = mini_box(&rect);
         let want = quad(&r["mini_box"]);
         for (p, q) in b.iter().zip(&want) {
-            assert!(close(p[0], q[0]) && close(p[1], q[1]), "case {k}: mini box {b:?} vs {want:?}");
+            assert!(
+                close(p[0], q[0]) && close(p[1], q[1]),
+                "case {k}: mini box {b:?} vs {want:?}"
+            );
         }
         assert!(close(side, f(&r["short_side"])), "case {k}: short side");
     }
@@ -174,7 +202,10 @@ fn unclip_matches_pyclipper() {
         unclip(&b, 1.6, &mut out);
         let want = pts_i(&u["offset"]);
         for p in &want {
-            assert!(out.contains(p), "case {k}: pyclipper vertex {p:?} missing from {out:?}");
+            assert!(
+                out.contains(p),
+                "case {k}: pyclipper vertex {p:?} missing from {out:?}"
+            );
         }
         let rect = min_area_rect(&out, &mut s);
         let (mb, side) = mini_box(&rect);
@@ -185,7 +216,10 @@ fn unclip_matches_pyclipper() {
                 "case {k}: unclipped box {mb:?} vs {want_b:?}"
             );
         }
-        assert!((side - f(&u["short_side"])).abs() <= 1e-3, "case {k}: short side");
+        assert!(
+            (side - f(&u["short_side"])).abs() <= 1e-3,
+            "case {k}: short side"
+        );
     }
 }
 
@@ -194,12 +228,18 @@ fn box_score_matches_db_postprocess() {
     let g = golden();
     let bs = &g["box_score"];
     let (w, h) = size(&bs["size"]);
-    let map: Vec<f32> = hex(&bs["map_u8"]).iter().map(|&v| f32::from(v) / 256.0).collect();
+    let map: Vec<f32> = hex(&bs["map_u8"])
+        .iter()
+        .map(|&v| f32::from(v) / 256.0)
+        .collect();
     let mut s = ScoreScratch::default();
     for (k, c) in bs["cases"].as_array().expect("cases").iter().enumerate() {
         let b = quad(&c["box"]);
         let got = box_score(&map, w, h, &b, &mut s);
         let want = c["score"].as_f64().expect("score");
-        assert!((got - want).abs() <= 1e-9, "case {k} {b:?}: {got} vs {want}");
+        assert!(
+            (got - want).abs() <= 1e-9,
+            "case {k} {b:?}: {got} vs {want}"
+        );
     }
 }

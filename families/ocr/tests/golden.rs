@@ -37,7 +37,9 @@ fn asset(name: &str) -> PathBuf {
 }
 
 fn golden(name: &str) -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(name);
     serde_json::from_slice(&std::fs::read(&p).expect("golden file")).expect("golden JSON")
 }
 
@@ -64,7 +66,9 @@ fn area(p: &[[f64; 2]]) -> f64 {
 /// Intersection over union of two convex quadrilaterals (Sutherland-Hodgman).
 fn iou(a: &[[f32; 2]; 4], b: &[[f32; 2]; 4]) -> f64 {
     let to64 = |q: &[[f32; 2]; 4]| -> Vec<[f64; 2]> {
-        q.iter().map(|p| [f64::from(p[0]), f64::from(p[1])]).collect()
+        q.iter()
+            .map(|p| [f64::from(p[0]), f64::from(p[1])])
+            .collect()
     };
     let (pa, pb) = (to64(a), to64(b));
     let orient = |p: &[[f64; 2]]| {
@@ -124,6 +128,10 @@ fn levenshtein(a: &str, b: &str) -> usize {
 }
 
 fn ocr() -> Ocr {
+    ocr_with(&OcrOptions::default())
+}
+
+fn ocr_with(options: &OcrOptions) -> Ocr {
     let det = std::fs::read(asset("ch_PP-OCRv4_det_infer.onnx")).expect("det");
     let rec = std::fs::read(asset("ch_PP-OCRv4_rec_infer.onnx")).expect("rec");
     let cls = std::fs::read(asset("ch_ppocr_mobile_v2.0_cls_infer.onnx")).expect("cls");
@@ -141,12 +149,23 @@ fn ocr() -> Ocr {
     )
     .expect("build");
     assert_eq!(report.dictionary_entries, 6624);
-    assert!(report.self_test_skipped.is_none(), "{:?}", report.self_test_skipped);
-    let bundle = Bundle::from_vec(writer.to_bytes().expect("bytes"), Verify::Eager).expect("bundle");
-    Ocr::from_bundle(Arc::new(bundle), &OcrOptions::default()).expect("ocr")
+    assert!(
+        report.self_test_skipped.is_none(),
+        "{:?}",
+        report.self_test_skipped
+    );
+    let bundle =
+        Bundle::from_vec(writer.to_bytes().expect("bytes"), Verify::Eager).expect("bundle");
+    Ocr::from_bundle(Arc::new(bundle), options).expect("ocr")
 }
 
+/// `results`: the reference's final lines; `lines`: every detected line
+/// before its text-score filter (compare with `text_score` 0).
 fn check(ocr: &mut Ocr, golden_name: &str) {
+    check_lines(ocr, golden_name, "results");
+}
+
+fn check_lines(ocr: &mut Ocr, golden_name: &str, key: &str) {
     let g = golden(golden_name);
     let img = image::open(asset(g["image"].as_str().expect("image")))
         .expect("decode")
@@ -174,7 +193,7 @@ fn check(ocr: &mut Ocr, golden_name: &str) {
     for (p, t, s) in &ours {
         eprintln!("  ours {t:?} {s:.4} {p:?}");
     }
-    let want: Vec<([[f32; 2]; 4], String, f64)> = g["results"]
+    let want: Vec<([[f32; 2]; 4], String, f64)> = g[key]
         .as_array()
         .expect("results")
         .iter()
@@ -207,11 +226,17 @@ fn check(ocr: &mut Ocr, golden_name: &str) {
                 );
                 edits += d;
             }
-            other => panic!("reference line {wt:?} {wp:?} has no match with IoU >= 0.9 (best {other:?})"),
+            other => {
+                panic!("reference line {wt:?} {wp:?} has no match with IoU >= 0.9 (best {other:?})")
+            }
         }
     }
     for (i, o) in ours.iter().enumerate() {
-        assert!(used[i], "extra line {:?} {:?} not in the reference", o.1, o.0);
+        assert!(
+            used[i],
+            "extra line {:?} {:?} not in the reference",
+            o.1, o.0
+        );
     }
     let cer = edits as f64 / chars.max(1) as f64;
     eprintln!("{golden_name}: CER {cer:.4} ({edits} edits over {chars} characters)");
@@ -226,8 +251,25 @@ fn page_and_text_match_rapidocr() {
     // Again: same answers, nothing re-prepared.
     let prepared = ocr.prepared_engines();
     check(&mut ocr, "page.json");
-    assert_eq!(ocr.prepared_engines(), prepared, "engines were prepared again");
-    eprintln!("prepared (det, rec, cls): {prepared:?}, rec widths {:?}", ocr.prepared_rec_widths());
+    assert_eq!(
+        ocr.prepared_engines(),
+        prepared,
+        "engines were prepared again"
+    );
+    eprintln!(
+        "prepared (det, rec, cls): {prepared:?}, rec widths {:?}",
+        ocr.prepared_rec_widths()
+    );
+}
+
+#[test]
+fn every_detected_line_matches_before_the_score_filter() {
+    let mut ocr = ocr_with(&OcrOptions {
+        text_score: Some(0.0),
+        ..OcrOptions::default()
+    });
+    check_lines(&mut ocr, "page.json", "lines");
+    check_lines(&mut ocr, "text.json", "lines");
 }
 
 #[test]
@@ -249,4 +291,26 @@ fn iou_and_levenshtein_helpers() {
     assert!((iou(&a, &a) - 1.0).abs() < 1e-12);
     assert_eq!(levenshtein("kitten", "sitting"), 3);
     assert_eq!(levenshtein("", "ab"), 2);
+}
+
+#[test]
+fn degenerate_images_give_typed_errors_or_no_text() {
+    let mut ocr = ocr();
+    // 5000 x 1: scaling the long side to 2000 leaves a 0-pixel side.
+    let wide = vec![255u8; 5000];
+    let view = ImageView::new(&wide, 5000, 1, PixelFormat::Gray8).expect("view");
+    match ocr.detect_text(&view) {
+        Err(tether_ocr::OcrError::Image { width, height, .. }) => {
+            assert_eq!((width, height), (5000, 1))
+        }
+        other => panic!("expected an image error, got {other:?}"),
+    }
+    // A blank 40 x 40 page: no text, no error.
+    let blank = vec![255u8; 40 * 40 * 3];
+    let view = ImageView::new(&blank, 40, 40, PixelFormat::Rgb8).expect("view");
+    assert!(ocr.detect_text(&view).expect("blank").is_empty());
+    // A 1 x 1 image is scaled up and padded like the reference does.
+    let dot = [0u8];
+    let view = ImageView::new(&dot, 1, 1, PixelFormat::Gray8).expect("view");
+    assert!(ocr.detect_text(&view).expect("dot").is_empty());
 }
