@@ -293,6 +293,32 @@ impl OcrConfig {
         Ok(())
     }
 
+    /// A one-line summary for `tether inspect`.
+    pub fn summary(&self) -> String {
+        let cls = if self.use_cls {
+            format!(
+                "cls ({}x{}, turn when '180' > {}), ",
+                self.cls_width, self.cls_height, self.cls_thresh
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "PP-OCR: det (short side -> {} px, thresh {}, box {}, unclip {}, <= {} boxes), {cls}rec ({} classes, height {}, {} width buckets {}..={} px), text score >= {}",
+            self.det_limit_side_len,
+            self.det_thresh,
+            self.det_box_thresh,
+            self.det_unclip_ratio,
+            self.det_max_candidates,
+            self.rec_classes,
+            self.rec_height,
+            self.rec_widths.len(),
+            self.rec_widths.first().copied().unwrap_or(0),
+            self.rec_widths.last().copied().unwrap_or(0),
+            self.text_score
+        )
+    }
+
     /// The smallest bucket at least `width` pixels wide, or the largest
     /// bucket when none is (the line is then squeezed into it).
     pub fn rec_bucket(&self, width: u32) -> u32 {

@@ -430,8 +430,9 @@ impl Ocr {
         let wide = whr >= 0.0 && w as f64 / h as f64 > whr;
         let mut pad_top = 0usize;
         if h <= c.min_height as usize || wide {
-            let new_h =
-                ((w as f64 / whr.max(f64::MIN_POSITIVE)) as i64).max(i64::from(c.min_height)) * 2;
+            // `max(int(w / width_height_ratio), min_height) * 2` (a negative
+            // ratio, which disables the wide-image rule, gives min_height * 2).
+            let new_h = ((w as f64 / whr) as i64).max(i64::from(c.min_height)) * 2;
             pad_top = ((new_h - h as i64).abs() as f64 / 2.0) as usize;
             let src = if use_scaled {
                 &self.scaled
