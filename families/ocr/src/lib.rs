@@ -48,7 +48,7 @@ pub mod warp;
 pub use config::OcrConfig;
 pub use image::{ImageView, PixelFormat};
 #[cfg(feature = "cpu")]
-pub use pipeline::{Ocr, OcrOptions, OcrResult, StageTimes, TextLine};
+pub use pipeline::{Ocr, OcrOptions, OcrResult, OcrStats, StageTimes, TextLine};
 
 /// Family name recorded in the bundle identity.
 pub const FAMILY: &str = "ocr";
