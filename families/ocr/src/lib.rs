@@ -1,0 +1,141 @@
+//! tether OCR family: PP-OCRv4 text detection, line orientation and
+//! recognition, matching `rapidocr-onnxruntime` 1.4.4's own pipeline.
+//!
+//! Image in, text lines out: each line has a 4-point polygon in source
+//! pixels, its text and a confidence ([`Ocr::detect_text`]). The stages, in
+//! the reference's order (`rapidocr_onnxruntime/main.py`, `RapidOCR.__call__`):
+//!
+//! 1. [`image`]: the input converted to 8-bit BGR as the reference's
+//!    `LoadImage` does, resized when a side is outside `[min_side_len,
+//!    max_side_len]`, padded top and bottom for very short or very wide images;
+//! 2. detection ([`db`]): resized so the short side is `limit_side_len`
+//!    (multiples of 32), normalised, the DB network, then Differentiable
+//!    Binarization post-processing: threshold, 2x2 dilation, contours
+//!    ([`contours`], Suzuki-Abe), minimum-area rectangle ([`geometry`],
+//!    rotating calipers), box score, unclip (Clipper round offset), rescale,
+//!    reading-order sort;
+//! 3. each line cut out with a perspective warp ([`warp`], bicubic);
+//! 4. optional 180-degree classification (mobile v2.0 cls), rotating lines
+//!    classified `180` with score above `cls_thresh`;
+//! 5. recognition (PP-OCRv4 rec) on a fixed set of width buckets ([`config`]),
+//!    CTC greedy decoding ([`ctc`]) with the dictionary from the model's
+//!    metadata;
+//! 6. lines below `text_score` dropped, boxes mapped back to source pixels.
+//!
+//! Every network runs through one internal module (`net`), today the tract
+//! CPU engine, prepared once per input shape. [`recipe`] (feature `cpu`)
+//! builds the bundle; [`selftest`] is the payload `tether verify --self-test`
+//! runs. Goldens, their script and the sources of every constant:
+//! `families/ocr/golden/`, `families/ocr/README.md`.
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod contours;
+pub mod ctc;
+pub mod db;
+pub mod geometry;
+pub mod image;
+#[cfg(feature = "cpu")]
+mod net;
+#[cfg(feature = "cpu")]
+mod pipeline;
+#[cfg(feature = "cpu")]
+pub mod recipe;
+pub mod resize;
+pub mod selftest;
+pub mod warp;
+
+pub use config::OcrConfig;
+pub use image::{ImageView, PixelFormat};
+#[cfg(feature = "cpu")]
+pub use pipeline::{Ocr, OcrOptions, OcrResult, OcrStats, StageTimes, TextLine};
+
+/// Family name recorded in the bundle identity.
+pub const FAMILY: &str = "ocr";
+
+/// Most text lines one image can return: the DB post-processor's
+/// `max_candidates` (rapidocr-onnxruntime `config.yaml`, `Det.max_candidates`).
+pub const MAX_LINES: usize = 1000;
+
+/// Errors of the OCR family. The variants the hot path can return (`Image`,
+/// `InputBuffer`, `OutputShape`, `TextCapacity`, `Run`) carry only numbers
+/// and static strings.
+#[derive(Debug, thiserror::Error)]
+pub enum OcrError {
+    /// The bundle could not be opened or read.
+    #[error(transparent)]
+    Bundle(#[from] tether_bundle::BundleError),
+    /// An engine call failed.
+    #[error(transparent)]
+    Run(#[from] tether_runtime::RunError),
+    /// The bundle belongs to another family.
+    #[error("bundle `{bundle}` is a `{family}` bundle, not an `ocr` bundle")]
+    WrongFamily {
+        /// Bundle name.
+        bundle: String,
+        /// Its family.
+        family: String,
+    },
+    /// A field of the family configuration is out of range.
+    #[error("ocr configuration: invalid {field}: {value}")]
+    Config {
+        /// The field.
+        field: &'static str,
+        /// The value seen.
+        value: String,
+    },
+    /// The recogniser's character dictionary is missing or malformed.
+    #[error("character dictionary: {0}")]
+    Dictionary(String),
+    /// A network does not have the I/O of its PP-OCR role, or failed to prepare.
+    #[error("{network} network: {reason}")]
+    Network {
+        /// `det`, `rec` or `cls`.
+        network: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An input image is unusable.
+    #[error("image {width}x{height}: {reason}")]
+    Image {
+        /// Width in pixels.
+        width: u32,
+        /// Height in pixels.
+        height: u32,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A network input buffer has the wrong length.
+    #[error("{network} input buffer holds {actual} values, expected {expected}")]
+    InputBuffer {
+        /// `det`, `rec` or `cls`.
+        network: &'static str,
+        /// Values expected.
+        expected: usize,
+        /// Values present.
+        actual: usize,
+    },
+    /// A network output has the wrong length.
+    #[error("{network} output holds {actual} values, expected {expected}")]
+    OutputShape {
+        /// `det`, `rec` or `cls`.
+        network: &'static str,
+        /// Values expected.
+        expected: usize,
+        /// Values present.
+        actual: usize,
+    },
+    /// The recognised text does not fit the preallocated text buffer.
+    #[error(
+        "recognised text needs {needed} bytes, the result buffer holds {capacity} (raise OcrOptions::text_capacity)"
+    )]
+    TextCapacity {
+        /// Bytes needed so far.
+        needed: usize,
+        /// Buffer capacity in bytes.
+        capacity: usize,
+    },
+    /// The self-test section is malformed.
+    #[error("self-test: {0}")]
+    SelfTest(String),
+}

@@ -1,0 +1,291 @@
+//! The build recipe: PP-OCR det + rec (+ cls) ONNX files -> an `ocr` bundle
+//! (`tether build --family ocr --det D.onnx --rec R.onnx [--cls C.onnx]`).
+//!
+//! Checks each network's I/O against its PP-OCR role, reads the character
+//! dictionary from the rec model's ONNX metadata `character` (as the
+//! reference's `OrtInferSession.get_character_list` does), prepares each
+//! network once with the CPU engine to prove it runs and to learn the
+//! recogniser's class count, and lays out the sections listed in
+//! [`crate::config`]. The self-test ([`crate::selftest`]) is embedded when the
+//! rec and cls networks are the pinned rapidocr-onnxruntime 1.4.4 ones.
+
+use sha2::{Digest, Sha256};
+use tether_bundle::{
+    BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc,
+};
+use tether_runtime::cpu::{OnnxInfo, inspect_onnx};
+
+use crate::config::{
+    CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, REC_SECTION, SELFTEST_SECTION,
+};
+use crate::ctc::Dictionary;
+use crate::net::Prepared;
+use crate::selftest::SelfTest;
+use crate::{FAMILY, OcrConfig, OcrError};
+
+/// The committed self-test and the digests of the networks it belongs to.
+const SELFTEST_GOLDEN: &str = include_str!("../golden/selftest.txt");
+
+/// The three networks' ONNX bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Networks<'a> {
+    /// Text detection (DB), `[N, 3, H, W]` -> `[N, 1, H, W]`.
+    pub det: &'a [u8],
+    /// Text recognition (CTC), `[N, 3, 48, W]` -> `[N, W/8, C]`, with the
+    /// metadata key `character`.
+    pub rec: &'a [u8],
+    /// Optional 180-degree classifier, `[N, 3, 48, 192]` -> `[N, 2]`.
+    pub cls: Option<&'a [u8]>,
+}
+
+/// What to build.
+#[derive(Clone, Debug, Default)]
+pub struct BuildOptions {
+    /// Bundle name.
+    pub name: String,
+    /// Model version recorded in the identity (default: the pinned models'
+    /// name when the digests match, else `unspecified`).
+    pub model_version: Option<String>,
+    /// Recognition width buckets (default [`crate::config::DEFAULT_REC_WIDTHS`]).
+    pub rec_widths: Option<Vec<u32>>,
+    /// Minimum text score (default 0.5).
+    pub text_score: Option<f32>,
+    /// Leave the self-test out even when the networks are the pinned ones.
+    pub no_self_test: bool,
+    /// Creation time, seconds since the Unix epoch.
+    pub created_unix_s: u64,
+}
+
+/// What the recipe decided, for the build log.
+#[derive(Clone, Debug)]
+pub struct BuildReport {
+    /// The configuration written.
+    pub config: OcrConfig,
+    /// Dictionary entries (without the blank, with the space).
+    pub dictionary_entries: usize,
+    /// Declared I/O and metadata of det, rec and cls.
+    pub det: OnnxInfo,
+    /// See `det`.
+    pub rec: OnnxInfo,
+    /// See `det`.
+    pub cls: Option<OnnxInfo>,
+    /// Why the self-test is absent, or `None` when it was embedded.
+    pub self_test_skipped: Option<String>,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn dim(d: i64) -> Option<usize> {
+    usize::try_from(d).ok().filter(|&v| v > 0)
+}
+
+/// One image input `[batch, 3, h, w]` f32; returns its declared `(h, w)`.
+fn image_input(
+    network: &'static str,
+    info: &OnnxInfo,
+) -> Result<(Option<usize>, Option<usize>), OcrError> {
+    let [input] = info.inputs.as_slice() else {
+        return Err(OcrError::Network {
+            network,
+            reason: format!("expected one image input, found {}", info.inputs.len()),
+        });
+    };
+    if input.dims.len() != 4 || input.dims[1] != 3 || input.dtype != DType::F32 {
+        return Err(OcrError::Network {
+            network,
+            reason: format!(
+                "input `{}` is {} {:?}; expected f32 [batch, 3, height, width]",
+                input.name, input.dtype, input.dims
+            ),
+        });
+    }
+    Ok((dim(input.dims[2]), dim(input.dims[3])))
+}
+
+fn inspect(network: &'static str, onnx: &[u8]) -> Result<OnnxInfo, OcrError> {
+    inspect_onnx(onnx).map_err(|e| OcrError::Network {
+        network,
+        reason: e.to_string(),
+    })
+}
+
+/// Build an `ocr` bundle writer.
+///
+/// `progress` receives a short message before each long step.
+///
+/// # Errors
+/// [`OcrError::Network`] for a network whose I/O does not fit its role or
+/// that fails to prepare; [`OcrError::Dictionary`] for a missing or
+/// inconsistent `character` metadata; [`OcrError::Config`] for out-of-range
+/// options; [`OcrError::Bundle`] from the writer.
+pub fn build(
+    nets: Networks<'_>,
+    options: &BuildOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(BundleWriter, BuildReport), OcrError> {
+    progress("reading the ONNX graphs");
+    let det = inspect("det", nets.det)?;
+    let rec = inspect("rec", nets.rec)?;
+    let cls = nets.cls.map(|b| inspect("cls", b)).transpose()?;
+    image_input("det", &det)?;
+    let (rec_h, _) = image_input("rec", &rec)?;
+    let cls_hw = match &cls {
+        Some(info) => Some(image_input("cls", info)?),
+        None => None,
+    };
+    let character = rec.metadata("character").ok_or_else(|| {
+        OcrError::Dictionary("the rec model's ONNX metadata has no `character` entry".into())
+    })?;
+    let dict = Dictionary::from_metadata(character)?;
+    let classes = dict.len() + 1;
+
+    let mut config = OcrConfig::rapidocr(classes as u32);
+    if let Some(h) = rec_h {
+        config.rec_height = h as u32;
+    }
+    if let Some((h, w)) = cls_hw {
+        if let Some(h) = h {
+            config.cls_height = h as u32;
+        }
+        if let Some(w) = w {
+            config.cls_width = w as u32;
+        }
+    }
+    config.use_cls = nets.cls.is_some();
+    if let Some(w) = &options.rec_widths {
+        config.rec_widths.clone_from(w);
+    }
+    if let Some(v) = options.text_score {
+        config.text_score = v;
+    }
+    config.validate()?;
+
+    progress("preparing the detector on the CPU engine");
+    let p = Prepared::load("det", nets.det, 64, 64)?;
+    if p.output_shape() != [1, 1, 64, 64] {
+        return Err(OcrError::Network {
+            network: "det",
+            reason: format!(
+                "at input 64x64 the output is {:?}; expected [1, 1, 64, 64] (a probability map)",
+                p.output_shape()
+            ),
+        });
+    }
+    drop(p);
+    progress("preparing the recogniser on the CPU engine");
+    let w0 = config.rec_widths[0] as usize;
+    let p = Prepared::load("rec", nets.rec, config.rec_height as usize, w0)?;
+    match p.output_shape() {
+        [1, t, c] if *c == classes && *t > 0 => {}
+        s => {
+            return Err(OcrError::Network {
+                network: "rec",
+                reason: format!(
+                    "at input width {w0} the output is {s:?}; expected [1, T, {classes}] ({} dictionary entries + blank + space)",
+                    classes - 2
+                ),
+            });
+        }
+    }
+    drop(p);
+    if let Some(onnx) = nets.cls {
+        progress("preparing the classifier on the CPU engine");
+        let p = Prepared::load(
+            "cls",
+            onnx,
+            config.cls_height as usize,
+            config.cls_width as usize,
+        )?;
+        if p.output_shape() != [1, 2] {
+            return Err(OcrError::Network {
+                network: "cls",
+                reason: format!("output is {:?}; expected [1, 2]", p.output_shape()),
+            });
+        }
+    }
+
+    // The self-test belongs to the pinned weights.
+    let (selftest, rec_sha, cls_sha) = SelfTest::from_golden(SELFTEST_GOLDEN)?;
+    let pinned =
+        sha256_hex(nets.rec) == rec_sha && nets.cls.is_some_and(|c| sha256_hex(c) == cls_sha);
+    let self_test_skipped = if options.no_self_test {
+        Some("left out on request".to_string())
+    } else if !pinned {
+        Some("the rec/cls networks are not the pinned rapidocr-onnxruntime 1.4.4 ones".into())
+    } else if !config.rec_widths.contains(&selftest.rec_width) {
+        Some(format!(
+            "its line needs width bucket {}, which the configuration lacks",
+            selftest.rec_width
+        ))
+    } else {
+        None
+    };
+
+    let model_version = options.model_version.clone().unwrap_or_else(|| {
+        if pinned {
+            "PP-OCRv4 det/rec + ppocr mobile v2.0 cls (rapidocr-onnxruntime 1.4.4)".into()
+        } else {
+            "unspecified".into()
+        }
+    });
+    progress("writing the bundle");
+    let mut writer = BundleWriter::new(IdentityDesc {
+        name: options.name.clone(),
+        family: FAMILY.into(),
+        model_version,
+        tool_version: concat!("tether-ocr ", env!("CARGO_PKG_VERSION")).into(),
+        created_unix_s: options.created_unix_s,
+    });
+    let target = writer.add_target(TargetDesc {
+        name: "portable".into(),
+        arch: CpuArch::Any,
+        sm: None,
+        engine: EngineKind::TractCpu,
+        tensorrt_version: 0,
+        hardware_compat: 0,
+        flags: 0,
+    })?;
+    let mut add_net = |name: &str, bytes: &[u8], info: &OnnxInfo| -> Result<(), OcrError> {
+        let s = writer.add_section(SectionKind::Onnx, name, Some(target), bytes.to_vec())?;
+        for t in info.inputs.iter().chain(info.outputs.iter()) {
+            writer.add_tensor(s, t.clone())?;
+        }
+        Ok(())
+    };
+    add_net(DET_SECTION, nets.det, &det)?;
+    add_net(REC_SECTION, nets.rec, &rec)?;
+    if let (Some(bytes), Some(info)) = (nets.cls, &cls) {
+        add_net(CLS_SECTION, bytes, info)?;
+    }
+    writer.add_section(SectionKind::Labels, DICT_SECTION, None, dict.to_section()?)?;
+    writer.add_section(
+        SectionKind::FamilyConfig,
+        CONFIG_SECTION,
+        None,
+        zerocopy::IntoBytes::as_bytes(&config.to_record()?).to_vec(),
+    )?;
+    if self_test_skipped.is_none() {
+        writer.add_section(
+            SectionKind::Reference,
+            SELFTEST_SECTION,
+            None,
+            selftest.to_section(),
+        )?;
+    }
+    Ok((
+        writer,
+        BuildReport {
+            config,
+            dictionary_entries: dict.len(),
+            det,
+            rec,
+            cls,
+            self_test_skipped,
+        },
+    ))
+}
