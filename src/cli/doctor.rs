@@ -83,31 +83,33 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
         if let Some(t) = &self_test {
             doc["self_test"] = t.to_json();
         }
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
-        println!("tether        {}", env!("CARGO_PKG_VERSION"));
-        print!("{report}");
+        crate::outln!("tether        {}", env!("CARGO_PKG_VERSION"))?;
+        crate::cli::write_out(format_args!("{report}"))?;
         let mut searches: Vec<&SearchReport> = vec![&report.cuda.search];
         match &trt {
             Ok((lib, search)) => {
-                println!(
+                crate::outln!(
                     "TensorRT      {} {} ({})",
                     lib.version(),
                     lib.flavor(),
                     lib.path().display()
-                );
+                )?;
                 searches.push(search);
             }
             Err(e) => {
-                println!("TensorRT      {}", not_found(e.search()));
+                crate::outln!("TensorRT      {}", not_found(e.search()))?;
                 searches.push(e.search());
             }
         }
         for info in &others {
             match (&info.path, &info.version) {
-                (Some(p), Some(v)) => println!("{:<14}{v} ({p})", info.library.name()),
-                (Some(p), None) => println!("{:<14}found ({p})", info.library.name()),
-                (None, _) => println!("{:<14}{}", info.library.name(), not_found(&info.search)),
+                (Some(p), Some(v)) => crate::outln!("{:<14}{v} ({p})", info.library.name())?,
+                (Some(p), None) => crate::outln!("{:<14}found ({p})", info.library.name())?,
+                (None, _) => {
+                    crate::outln!("{:<14}{}", info.library.name(), not_found(&info.search))?
+                }
             }
             searches.push(&info.search);
         }
@@ -118,29 +120,29 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
         } else {
             "tract-cuda, tract CPU"
         };
-        println!("engines       {engines}");
+        crate::outln!("engines       {engines}")?;
         if verbose > 0 {
             for s in searches {
-                println!("{} search ({}):", s.library, s.files.join(", "));
+                crate::outln!("{} search ({}):", s.library, s.files.join(", "))?;
                 for t in &s.tried {
-                    println!("  {t}");
+                    crate::outln!("  {t}")?;
                 }
                 if !s.site_packages.is_empty() {
-                    println!(
+                    crate::outln!(
                         "  pip folders looked for in: {}",
                         s.site_packages.join(", ")
-                    );
+                    )?;
                 }
                 let untried = s.places - s.tried.len().min(s.places);
                 if untried > 0 {
-                    println!("  ({untried} later places not tried)");
+                    crate::outln!("  ({untried} later places not tried)")?;
                 }
             }
         } else if searches.iter().any(|s| s.tried.len() > 1) {
-            println!("(`tether doctor -v` or `--json` lists every place searched)");
+            crate::outln!("(`tether doctor -v` or `--json` lists every place searched)")?;
         }
         if let Some(t) = &self_test {
-            t.print();
+            t.print()?;
         }
     }
     Ok(self_test.map_or(ExitCode::SUCCESS, |t| ExitCode::from(t.exit_code)))

@@ -356,13 +356,13 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
     match result {
         Ok((b, r)) => {
             let secs = t0.elapsed().as_secs_f64();
-            println!(
+            crate::outln!(
                 "ok: {} ({} bytes, {} sections, header/manifest/section CRC32s, whole-file CRC32 and content SHA-256 all match) in {:.1} ms",
                 Escaped(&shown),
                 b.file_len(),
                 r.sections_checked,
                 secs * 1e3
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         // Not a verdict on the content: an ordinary error (exit 1).

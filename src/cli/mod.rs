@@ -61,6 +61,15 @@ fn bundle_hint(b: &BundleError) -> &'static str {
         BundleError::Io { .. } | BundleError::File(_) => {
             "check the path; bundles are written by `tether build`"
         }
+        // Refusals of the writer: what was being written, not a corrupt file.
+        BundleError::NameTooLong { .. }
+        | BundleError::EmptyName { .. }
+        | BundleError::InvalidSm { .. }
+        | BundleError::NotAnEngineSection { .. }
+        | BundleError::DuplicateTensor { .. }
+        | BundleError::TooLarge { .. } => {
+            "a name or value given to `tether build` (or read from the model's metadata) does not fit the bundle format (bundle/FORMAT.md, section 9 lists the limits)"
+        }
         BundleError::ChangedWhileOpen { .. } => {
             "the file was overwritten while tether read it; install a new bundle by renaming it over the old one (`mv`, or `tether build -o`), not with `cp`"
         }

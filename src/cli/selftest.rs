@@ -118,14 +118,18 @@ impl Report {
     }
 
     /// Text form: one line per step and the verdict.
-    pub fn print(&self) {
-        println!(
+    ///
+    /// # Errors
+    /// A failed write to stdout.
+    pub fn print(&self) -> anyhow::Result<()> {
+        crate::outln!(
             "self-test     TensorRT through tether's layer (ONNX generated here, CPU reference)"
-        );
+        )?;
         for s in &self.steps {
-            println!("  [{}] {:<9} {}", s.status, s.name, s.detail);
+            crate::outln!("  [{}] {:<9} {}", s.status, s.name, s.detail)?;
         }
-        println!("verdict: {}", self.verdict);
+        crate::outln!("verdict: {}", self.verdict)?;
+        Ok(())
     }
 }
 
