@@ -52,6 +52,11 @@ pub struct ModelOptions {
     pub precision: Precision,
     /// Engines not to use even where they would be chosen (e.g. to compare engines).
     pub exclude: Vec<EngineKind>,
+    /// Threads of the CPU engine (tract): 0 or 1 runs every network on the calling thread
+    /// (the default: nothing else is scheduled, as a real-time loop pinned to one core
+    /// wants); N > 1 runs tract's multithreaded executor on a pool of N threads, shared by
+    /// every plan of the process asking for N. Ignored by the GPU engines.
+    pub cpu_threads: usize,
     /// How device sessions of this model wait and stage (ignored on the CPU).
     #[cfg(feature = "cuda")]
     pub session: crate::session::SessionOptions,
@@ -110,6 +115,7 @@ pub struct Model {
     facts: DeviceFacts,
     networks: Vec<Network>,
     precision: Precision,
+    cpu_threads: usize,
     #[cfg(feature = "cuda")]
     context: Option<crate::cuda::Context>,
     #[cfg(feature = "cuda")]
@@ -217,6 +223,9 @@ impl Model {
     /// [`Error::NoEnginePrepared`] when every admissible engine failed to prepare it;
     /// [`Error::DynamicInput`] for dynamic inputs without a given shape; bundle errors.
     pub fn from_bundle(bundle: Arc<Bundle>, options: &ModelOptions) -> Result<Self, Error> {
+        #[cfg(feature = "cuda")]
+        let resolved = resolve_device(options.device, options.session.sync)?;
+        #[cfg(not(feature = "cuda"))]
         let resolved = resolve_device(options.device)?;
         let mut model = Model {
             bundle: Arc::clone(&bundle),
@@ -224,6 +233,7 @@ impl Model {
             facts: resolved.facts,
             networks: Vec::new(),
             precision: options.precision,
+            cpu_threads: options.cpu_threads,
             #[cfg(feature = "cuda")]
             context: resolved.context,
             #[cfg(feature = "cuda")]
@@ -383,6 +393,10 @@ impl Model {
         };
         match choice.engine {
             #[cfg(feature = "tract-cpu")]
+            EngineKind::TractCpu if self.cpu_threads > 1 => Ok(Box::new(
+                crate::backends::tract_cpu::TractCpuPool::new(self.cpu_threads),
+            )),
+            #[cfg(feature = "tract-cpu")]
             EngineKind::TractCpu => Ok(Box::new(crate::backends::tract_cpu::TractCpu)),
             #[cfg(feature = "tract-cuda")]
             EngineKind::TractCuda => {
@@ -429,6 +443,11 @@ impl Model {
     /// The device the model runs on (never [`Device::Auto`]).
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// Threads of the CPU engine's plans ([`ModelOptions::cpu_threads`], at least 1).
+    pub fn cpu_threads(&self) -> usize {
+        self.cpu_threads.max(1)
     }
 
     /// The facts selection used.
@@ -527,7 +546,12 @@ fn cpu(facts_note: Option<&str>) -> Resolved {
     }
 }
 
-fn resolve_device(device: Device) -> Result<Resolved, Error> {
+/// Resolve `device`; a CUDA context gets the scheduling policy `sync` (how the host waits
+/// for the GPU: `CU_CTX_SCHED_*`).
+fn resolve_device(
+    device: Device,
+    #[cfg(feature = "cuda")] sync: crate::cuda::SyncPolicy,
+) -> Result<Resolved, Error> {
     match device {
         Device::Cpu => Ok(cpu(None)),
         Device::Auto if !crate::device::has_device_backend() => {
@@ -539,7 +563,7 @@ fn resolve_device(device: Device) -> Result<Resolved, Error> {
         }),
         #[cfg(feature = "cuda")]
         Device::Auto => match crate::cuda::device_count() {
-            Ok(n) if n > 0 => open_cuda(0),
+            Ok(n) if n > 0 => open_cuda(0, sync),
             Ok(_) => Ok(cpu(Some("the CUDA driver reports no device"))),
             Err(e) => {
                 log::debug!("CUDA: {e}");
@@ -547,14 +571,14 @@ fn resolve_device(device: Device) -> Result<Resolved, Error> {
             }
         },
         #[cfg(feature = "cuda")]
-        Device::Cuda(n) => open_cuda(n),
+        Device::Cuda(n) => open_cuda(n, sync),
         #[cfg(not(feature = "cuda"))]
         Device::Auto | Device::Cuda(_) => Ok(cpu(Some("this build has no GPU backend"))),
     }
 }
 
 #[cfg(feature = "cuda")]
-fn open_cuda(ordinal: usize) -> Result<Resolved, Error> {
+fn open_cuda(ordinal: usize, sync: crate::cuda::SyncPolicy) -> Result<Resolved, Error> {
     use tether_targets::GpuFacts;
     let unavailable = |e: crate::cuda::CudaError| {
         log::debug!("CUDA device {ordinal}: {e}");
@@ -563,8 +587,7 @@ fn open_cuda(ordinal: usize) -> Result<Resolved, Error> {
             reason: e.summary(),
         }
     };
-    let ctx =
-        crate::cuda::Context::new(ordinal, crate::cuda::SyncPolicy::Spin).map_err(unavailable)?;
+    let ctx = crate::cuda::Context::new(ordinal, sync).map_err(unavailable)?;
     let p = ctx.properties();
     let facts = DeviceFacts {
         arch: CpuArch::host(),

@@ -5,7 +5,12 @@
 //! plans it once ([`TractCpuPlan`], shareable); each [`TractCpuExecutor`] holds tract's run
 //! state and its input tensors, allocated once. tract allocates its intermediate tensors
 //! inside every run, so this backend is not allocation-free (the allocation-free hot path is
-//! the device backends'); it runs on the calling thread.
+//! the device backends').
+//!
+//! Threads: [`TractCpu`] runs on the calling thread. [`TractCpuPool`] runs tract's
+//! multithreaded executor (matrix products, convolutions and element-wise ops split over a
+//! rayon pool of `threads` threads; the calling thread waits). Pools are created once per
+//! thread count and shared by every plan of the process ([`shared_pool`]).
 //!
 //! Networks are parsed with `with_ignore_value_info(true)`: the `value_info` of several
 //! exported YOLO/VAD graphs carries symbolic dimensions that tract otherwise fails to unify
@@ -14,7 +19,7 @@
 //! Every call into tract runs under [`catch_prepare`] / [`catch_run`]: a malformed network
 //! that makes tract panic becomes a typed error naming the network, never an abort.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
@@ -27,9 +32,51 @@ use crate::tensor::{DType, IoMode, TensorSpec};
 
 const KIND: EngineKind = EngineKind::TractCpu;
 
-/// The tract CPU backend.
+/// The tract CPU backend on the calling thread.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TractCpu;
+
+/// The tract CPU backend on tract's multithreaded executor: a shared rayon pool of
+/// `threads` threads (1 runs on the calling thread, as [`TractCpu`]).
+#[derive(Clone, Copy, Debug)]
+pub struct TractCpuPool {
+    threads: usize,
+}
+
+impl TractCpuPool {
+    /// A backend whose plans run on `threads` threads (0 is taken as 1).
+    pub fn new(threads: usize) -> Self {
+        TractCpuPool {
+            threads: threads.max(1),
+        }
+    }
+
+    /// The thread count.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+/// The process-wide tract executor for `threads` threads: `None` for one thread (the
+/// calling thread), else a rayon pool of that size, built on first use and shared by every
+/// plan asking for the same count (threads named `tether-cpu-<i>`). tract's constructor
+/// panics when the operating system refuses the threads: call it under [`catch_prepare`].
+pub fn shared_pool(threads: usize) -> Option<tract_linalg::multithread::Executor> {
+    use tract_linalg::multithread::Executor;
+    if threads <= 1 {
+        return None;
+    }
+    static POOLS: Mutex<Vec<(usize, Executor)>> = Mutex::new(Vec::new());
+    let mut pools = POOLS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, e)) = pools.iter().find(|(n, _)| *n == threads) {
+        return Some(e.clone());
+    }
+    let e = Executor::multithread_with_name(threads, "tether-cpu");
+    pools.push((threads, e.clone()));
+    Some(e)
+}
 
 fn our_dtype(dt: DatumType) -> Option<DType> {
     Some(match dt {
@@ -73,11 +120,50 @@ impl Backend for TractCpu {
                 message: format!("{:?} payloads are not ONNX", source.format),
             });
         }
-        catch_prepare(KIND, source.network, || {
-            let plan = TractCpuPlan::load(source.network, source.bytes, &options.input_shapes)?;
-            Ok(Plan::Host(Arc::new(plan)))
-        })
+        prepare_on(source, options, 1)
     }
+}
+
+impl Backend for TractCpuPool {
+    fn kind(&self) -> EngineKind {
+        KIND
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::Host
+    }
+
+    fn prepare(
+        &self,
+        source: &NetworkSource<'_>,
+        options: &PrepareOptions,
+    ) -> Result<Plan, PrepareError> {
+        if source.format != SourceFormat::Onnx {
+            return Err(PrepareError::Backend {
+                engine: KIND,
+                network: source.network.to_string(),
+                message: format!("{:?} payloads are not ONNX", source.format),
+            });
+        }
+        prepare_on(source, options, self.threads)
+    }
+}
+
+fn prepare_on(
+    source: &NetworkSource<'_>,
+    options: &PrepareOptions,
+    threads: usize,
+) -> Result<Plan, PrepareError> {
+    catch_prepare(KIND, source.network, || {
+        let executor = shared_pool(threads);
+        let plan = TractCpuPlan::load(
+            source.network,
+            source.bytes,
+            &options.input_shapes,
+            executor,
+        )?;
+        Ok(Plan::Host(Arc::new(plan)))
+    })
 }
 
 /// A network parsed, typed, optimised and planned by tract for fixed input shapes.
@@ -85,6 +171,7 @@ pub struct TractCpuPlan {
     network: String,
     plan: Arc<TypedSimplePlan>,
     io: IoSpec,
+    threads: usize,
 }
 
 impl std::fmt::Debug for TractCpuPlan {
@@ -92,6 +179,7 @@ impl std::fmt::Debug for TractCpuPlan {
         f.debug_struct("TractCpuPlan")
             .field("network", &self.network)
             .field("io", &self.io)
+            .field("threads", &self.threads)
             .finish_non_exhaustive()
     }
 }
@@ -308,7 +396,12 @@ fn tract_dtype(dt: DType) -> Option<DatumType> {
 }
 
 impl TractCpuPlan {
-    fn load(network: &str, onnx: &[u8], shapes: &[Vec<usize>]) -> Result<Self, PrepareError> {
+    fn load(
+        network: &str,
+        onnx: &[u8],
+        shapes: &[Vec<usize>],
+        executor: Option<tract_linalg::multithread::Executor>,
+    ) -> Result<Self, PrepareError> {
         let mut model = parse_onnx(network, onnx)?;
         let inputs = fix_inputs(network, &mut model, shapes)?;
         let prepare = |e: TractError| PrepareError::Backend {
@@ -321,9 +414,21 @@ impl TractCpuPlan {
             .and_then(|m| m.into_optimized())
             .map_err(prepare)?;
         let outputs = typed_outputs(network, &typed)?;
-        let plan = typed.into_runnable().map_err(prepare)?;
+        let threads = match &executor {
+            Some(tract_linalg::multithread::Executor::MultiThread(pool)) => {
+                pool.current_num_threads()
+            }
+            _ => 1,
+        };
+        let run_options = tract_onnx::tract_core::runtime::RunOptions {
+            executor,
+            ..Default::default()
+        };
+        let plan = typed
+            .into_runnable_with_options(&run_options)
+            .map_err(prepare)?;
         log::debug!(
-            "tract CPU plan for `{network}`: inputs [{}], outputs [{}]",
+            "tract CPU plan for `{network}` on {threads} thread(s): inputs [{}], outputs [{}]",
             list(&inputs),
             list(&outputs)
         );
@@ -331,7 +436,15 @@ impl TractCpuPlan {
             network: network.to_string(),
             plan,
             io: IoSpec { inputs, outputs },
+            threads,
         })
+    }
+}
+
+impl TractCpuPlan {
+    /// Threads a run uses (1: the calling thread).
+    pub fn threads(&self) -> usize {
+        self.threads
     }
 }
 
