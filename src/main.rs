@@ -34,8 +34,9 @@ enum Command {
     Verify(cli::inspect::VerifyArgs),
     /// Run a bundle's family pipeline on inputs (images for detection).
     Run(cli::run::RunArgs),
-    /// Measure a bundle's latency on one input (percentiles per stage).
-    Bench(cli::run::BenchArgs),
+    /// Measure a bundle's latency on one input: closed or open loop, graphs vs eager,
+    /// percentiles per stage, a plot.
+    Bench(cli::bench::BenchArgs),
     /// Describe this machine: CPU, Jetson/L4T, power mode, CUDA driver, GPUs, TensorRT.
     Doctor(cli::doctor::DoctorArgs),
 }
@@ -82,7 +83,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => cli::inspect::inspect(&a),
         Command::Verify(a) => cli::inspect::verify(&a),
         Command::Run(a) => cli::run::run(&a, &sub),
-        Command::Bench(a) => cli::run::bench(&a, &sub),
+        Command::Bench(a) => cli::bench::bench(&a, &sub),
         Command::Doctor(a) => cli::doctor::run(&a, args.verbose),
     };
     match result {

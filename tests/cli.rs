@@ -358,11 +358,38 @@ fn bench_reports_percentiles() {
     for s in stages {
         let st = &s["stats"];
         assert_eq!(st["count"], 3, "{s}");
+        assert_eq!(
+            s["clock"], "host",
+            "the CPU engine's stages are host time: {s}"
+        );
         assert!(
             st["p99.9"].as_f64().unwrap() >= st["p50"].as_f64().unwrap(),
             "{s}"
         );
     }
+    // Every statistic the issue names, ordered as statistics are.
+    let num = |k: &str| {
+        total[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k} in {total}"))
+    };
+    assert!(num("min") <= num("p50") && num("p50") <= num("p90") && num("p90") <= num("p99"));
+    assert!(num("p99.9") <= num("max") && num("stddev") >= 0.0 && num("cv") >= 0.0);
+    assert!(num("min") <= num("mean") && num("mean") <= num("max"));
+    assert_eq!(v["mode"], "closed-loop");
+    assert!(v["missed_deadlines"].is_null() && v["skipped_frames"].is_null());
+    assert!(v["throughput_fps"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["variants"][0]["name"], "host");
+    assert_eq!(v["variants"][0]["execution"], "host");
+    assert_eq!(v["environment"]["device"], "cpu");
+    assert!(
+        v["environment"]["engine_choice"]["model"]
+            .as_str()
+            .unwrap()
+            .contains("portable CPU engine"),
+        "{}",
+        v["environment"]
+    );
     // A count beyond the documented bound is a usage error, not an abort.
     let o = tether(&[
         "bench",
@@ -372,6 +399,134 @@ fn bench_reports_percentiles() {
         "18446744073709551615",
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Open loop at a fixed rate with a deadline no run can meet: every frame is counted as
+/// missed; the JSON file and both plot formats are written; `--threads` reaches the engine.
+#[test]
+fn bench_open_loop_counts_missed_deadlines_and_plots() {
+    let b = nudenet_bundle();
+    let dir = scratch().join("bench-plots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json_path, svg, png) = (dir.join("b.json"), dir.join("b.svg"), dir.join("b.png"));
+    let o = tether(&[
+        "bench",
+        &b,
+        &asset("astronaut.png"),
+        "--device",
+        "cpu",
+        "--runs",
+        "4",
+        "--warmup",
+        "1",
+        "--rate",
+        "40",
+        "--deadline",
+        "0.001",
+        "--threads",
+        "2",
+        "--json",
+        json_path.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("open loop at 40 Hz"), "{text}");
+    assert!(text.contains("4 of 4 frames missed it"), "{text}");
+    let v: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    assert_eq!(v["mode"], "open-loop");
+    assert_eq!(v["rate_hz"], 40.0);
+    assert_eq!(v["deadline_ms"], 0.001);
+    assert_eq!(v["missed_deadlines"], 4);
+    assert!(v["skipped_frames"].as_u64().is_some());
+    assert_eq!(v["environment"]["cpu_threads"], "2 (--threads)");
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.starts_with("<svg"), "{}", &s[..s.len().min(200)]);
+    for stage in ["total (host)", "model (host)", "decode+nms (host)"] {
+        assert!(s.contains(stage), "no {stage} in the SVG");
+    }
+    // The same as PNG: one row of two charts per stage (total + 5 stages), not blank.
+    let o = tether(&[
+        "bench",
+        &b,
+        &asset("astronaut.png"),
+        "--device",
+        "cpu",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let img = image::open(&png).unwrap().to_rgb8();
+    assert_eq!(img.dimensions(), (1400, 44 + 240 * 6));
+    let dark = img.pixels().filter(|p| p.0.iter().all(|&c| c < 64)).count();
+    assert!(dark > 10_000, "{dark} dark pixels: axes and text missing?");
+}
+
+#[test]
+fn bench_usage_errors_exit_2() {
+    let b = nudenet_bundle();
+    let img = asset("astronaut.png");
+    for (args, says) in [
+        (vec!["--plot", "x.jpg"], ".svg or .png"),
+        (vec!["--sync", "sometimes"], "spin, yield or block"),
+        (vec!["--graph", "--eager"], "cannot be used with"),
+        (vec!["--threads", "0"], "--threads"),
+        (vec!["--deadline", "-1"], "deadline"),
+        (
+            vec!["--device", "cpu", "--compare", "--runs", "1"],
+            "needs a GPU session",
+        ),
+    ] {
+        let mut all = vec!["bench", b.as_str(), img.as_str()];
+        all.extend(args.iter().copied());
+        let o = tether(&all);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
+/// Ctrl-C (SIGINT) stops a long benchmark after the run in flight: the summary and the JSON
+/// file still come, marked interrupted, and the exit status is 130.
+#[test]
+fn bench_ctrl_c_reports_what_ran_and_exits_130() {
+    let b = nudenet_bundle();
+    let json_path = scratch().join("interrupted.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "bench",
+            &b,
+            &asset("astronaut.png"),
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--duration",
+            "120",
+            "--json",
+            json_path.to_str().unwrap(),
+        ])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tether");
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    // SAFETY: kill(2) on our own child, alive (not yet waited on), with SIGINT.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(stdout(&o).contains("; interrupted)"), "{}", stdout(&o));
+    let v: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    assert_eq!(v["interrupted"], true);
+    assert_eq!(v["runs"], v["total_ms"]["count"]);
 }
 
 /// `build --engine tensorrt` against a fake `trtexec` (JetPack 6 on Orin): the

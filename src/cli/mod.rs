@@ -1,6 +1,7 @@
 //! The `tether` subcommands, and what they share: error reporting, output that fails
 //! cleanly, safe file writes.
 
+pub mod bench;
 pub mod build;
 pub mod doctor;
 pub mod family_args;

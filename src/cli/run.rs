@@ -1,16 +1,14 @@
-//! `tether run` and `tether bench`: any family's pipeline on input files.
+//! `tether run`: any family's pipeline on input files (`tether bench` is in `bench.rs`).
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{ArgMatches, Args};
-use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use tether_bundle::{Bundle, Verify};
@@ -46,54 +44,16 @@ pub struct RunArgs {
     device: String,
 }
 
-/// Arguments of `tether bench`.
-#[derive(Args, Debug)]
-pub struct BenchArgs {
-    /// The bundle.
-    bundle: PathBuf,
-    /// The input (decoded once).
-    input: PathBuf,
-    /// Timed runs (1 to 1,000,000,000; percentiles use a fixed-memory histogram).
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
-    runs: u64,
-    /// Stop after this many seconds instead (whichever comes first with --runs).
-    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    duration: Option<u64>,
-    /// Untimed warm-up runs.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
-    warmup: u64,
-    /// Open loop at a fixed rate (frames per second): idle between frames, where latency
-    /// after idle shows; counts frames that missed the period. Default: back to back.
-    #[arg(long, value_name = "HZ", value_parser = parse_rate)]
-    rate: Option<f64>,
-    /// Print JSON to stdout, or write it to FILE (atomically).
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
-    json: Option<PathBuf>,
-    /// Where to run: `auto`, `cpu`, `cuda`, `cuda:N`.
-    #[arg(long, default_value = "auto")]
-    device: String,
-}
-
-fn parse_rate(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
-    if v.is_finite() && v > 0.0 && v <= 100_000.0 {
-        Ok(v)
-    } else {
-        Err(format!("`{s}`: a rate must be in (0, 100000] Hz"))
-    }
-}
-
 /// An opened bundle, its family and the family's runner.
 type Opened = (Arc<Bundle>, &'static dyn Family, Box<dyn Runner>);
 
 /// Open a bundle and its family's runner.
-fn open_runner(
+pub(crate) fn open_runner(
     path: &Path,
     matches: &ArgMatches,
-    device: &str,
-    step_timing: bool,
+    options: &RunOptions,
 ) -> Result<Opened> {
-    let _: tether_runtime::Device = match device.parse() {
+    let _: tether_runtime::Device = match options.device.parse() {
         Ok(d) => d,
         Err(e) => crate::usage!("--device {e}"),
     };
@@ -110,15 +70,7 @@ fn open_runner(
         );
     };
     let runner = family
-        .open(
-            Arc::clone(&bundle),
-            matches,
-            &RunOptions {
-                device: device.to_string(),
-                verify_eagerly: false,
-                step_timing,
-            },
-        )
+        .open(Arc::clone(&bundle), matches, options)
         .with_context(|| format!("loading {}", path.display()))?;
     Ok((bundle, family, runner))
 }
@@ -186,7 +138,11 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             }
         }
     }
-    let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &a.device, false)?;
+    let options = RunOptions {
+        device: a.device.clone(),
+        ..RunOptions::default()
+    };
+    let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &options)?;
     let sources: Vec<InputSource<'_>> = a
         .inputs
         .iter()
@@ -284,205 +240,4 @@ fn progress(len: u64, show: bool) -> ProgressBar {
             .expect("static template"),
     );
     bar
-}
-
-/// Latency statistics of one stage, from a fixed-memory histogram (nanosecond resolution,
-/// three significant digits).
-struct Stage {
-    hist: Histogram<u64>,
-}
-
-impl Stage {
-    fn new() -> Self {
-        Stage {
-            // 1 ns .. 1 hour, 3 significant figures: a fixed few hundred KiB whatever the runs.
-            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("static bounds"),
-        }
-    }
-    fn record_ms(&mut self, ms: f64) {
-        let ns = (ms * 1e6).round().clamp(1.0, 3.6e12) as u64;
-        let _ = self.hist.record(ns);
-    }
-    fn ms(&self, q: f64) -> f64 {
-        self.hist.value_at_quantile(q) as f64 / 1e6
-    }
-    fn stats(&self) -> Value {
-        let h = &self.hist;
-        let mean = h.mean() / 1e6;
-        let sd = h.stdev() / 1e6;
-        json!({
-            "min": h.min() as f64 / 1e6,
-            "p50": self.ms(0.50),
-            "p90": self.ms(0.90),
-            "p99": self.ms(0.99),
-            "p99.9": self.ms(0.999),
-            "max": h.max() as f64 / 1e6,
-            "mean": mean,
-            "stddev": sd,
-            "cv": if mean > 0.0 { sd / mean } else { 0.0 },
-            "count": h.len(),
-        })
-    }
-}
-
-/// Run `tether bench`.
-pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
-    if let Some(p) = a.json.as_ref().filter(|p| p.as_os_str() != "-") {
-        let parent = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        if !parent.is_dir() {
-            return Err(OutputError {
-                path: p.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "folder does not exist"),
-            }
-            .into());
-        }
-    }
-    let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &a.device, true)?;
-    let input = runner.load(InputSource::File(&a.input))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        // A second handler cannot be installed in one process; ignore that case (tests).
-        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
-    }
-    for _ in 0..a.warmup {
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        runner.run(input.as_ref())?;
-    }
-    let mut total = Stage::new();
-    let mut stages: Vec<(String, Stage)> = Vec::new();
-    let bar = progress(a.runs, a.json.is_none());
-    let deadline = a.duration.map(|s| Instant::now() + Duration::from_secs(s));
-    let period = a.rate.map(|hz| Duration::from_secs_f64(1.0 / hz));
-    let mut missed = 0u64;
-    let mut next = Instant::now();
-    let started = Instant::now();
-    let mut done = 0u64;
-    while done < a.runs {
-        if stop.load(Ordering::SeqCst) || deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
-        }
-        if let Some(p) = period {
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
-            }
-            next += p;
-        }
-        let t0 = Instant::now();
-        runner.run(input.as_ref())?;
-        let dt = t0.elapsed();
-        if let Some(p) = period
-            && dt > p
-        {
-            missed += 1;
-        }
-        total.record_ms(dt.as_secs_f64() * 1e3);
-        for (name, ms) in runner.stage_times() {
-            match stages.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, s)) => s.record_ms(ms),
-                None => {
-                    let mut s = Stage::new();
-                    s.record_ms(ms);
-                    stages.push((name, s));
-                }
-            }
-        }
-        done += 1;
-        if done.is_multiple_of(16) {
-            bar.set_position(done);
-        }
-    }
-    bar.finish_and_clear();
-    let wall = started.elapsed().as_secs_f64();
-    let interrupted = done < a.runs && stop.load(Ordering::SeqCst);
-    let engines: BTreeMap<String, String> = runner.engines().into_iter().collect();
-    let doc = json!({
-        "schema_version": JSON_SCHEMA_VERSION,
-        "command": "bench",
-        "bundle": { "path": a.bundle.display().to_string(), "name": bundle.identity().name },
-        "family": family.name(),
-        "input": input.label(),
-        "engines": engines,
-        "runs": done,
-        "warmup": a.warmup,
-        "mode": if a.rate.is_some() { "open-loop" } else { "closed-loop" },
-        "rate_hz": a.rate,
-        "missed_deadlines": a.rate.map(|_| missed),
-        "throughput_fps": if wall > 0.0 { done as f64 / wall } else { 0.0 },
-        "interrupted": interrupted,
-        "total_ms": total.stats(),
-        "stages_ms": stages.iter().map(|(n, s)| json!({ "stage": n, "stats": s.stats() })).collect::<Vec<_>>(),
-    });
-    match &a.json {
-        Some(p) if p.as_os_str() != "-" => {
-            write_atomic(p, serde_json::to_string_pretty(&doc)?.as_bytes())?;
-        }
-        Some(_) => outln!("{}", serde_json::to_string_pretty(&doc)?)?,
-        None => {}
-    }
-    if a.json.as_ref().is_none_or(|p| p.as_os_str() != "-") {
-        outln!(
-            "{} on {} ({} runs{}, {} warm-up; {})",
-            a.bundle.display(),
-            escape(input.label()),
-            done,
-            if interrupted { ", interrupted" } else { "" },
-            a.warmup,
-            engines
-                .iter()
-                .map(|(n, e)| format!("{n}: {e}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )?;
-        outln!(
-            "  {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "stage",
-            "min ms",
-            "p50 ms",
-            "p99 ms",
-            "p99.9 ms",
-            "max ms",
-            "mean ms"
-        )?;
-        for (name, s) in std::iter::once(("total".to_string(), &total))
-            .chain(stages.iter().map(|(n, s)| (n.clone(), s)))
-        {
-            let h = &s.hist;
-            outln!(
-                "  {:<14} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
-                name,
-                h.min() as f64 / 1e6,
-                s.ms(0.5),
-                s.ms(0.99),
-                s.ms(0.999),
-                h.max() as f64 / 1e6,
-                h.mean() / 1e6
-            )?;
-        }
-        let cv = if total.hist.mean() > 0.0 {
-            total.hist.stdev() / total.hist.mean()
-        } else {
-            0.0
-        };
-        if cv > 0.025 {
-            outln!(
-                "  warning: the total's coefficient of variation is {:.1} % (> 2.5 %): the figures are noisy",
-                cv * 100.0
-            )?;
-        }
-        if let Some(hz) = a.rate {
-            outln!("  rate {hz} Hz: {missed} of {done} frames missed their period")?;
-        }
-    }
-    Ok(if interrupted {
-        ExitCode::from(130)
-    } else {
-        ExitCode::SUCCESS
-    })
 }

@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use tether_bundle::Bundle;
 use tether_family::decode::{DecodedImage, Orientation, decode_file};
 use tether_family::family::{
-    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, RunOptions,
-    Runner, UsageError,
+    BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource, Outcome,
+    PlanSource, RunOptions, Runner, UsageError,
 };
 
 use crate::config::{CONFIG_SECTION, LABELS_SECTION};
@@ -247,11 +247,29 @@ impl Family for Detect {
             .device
             .parse()
             .map_err(|e: tether_runtime::device::ParseDeviceError| anyhow::anyhow!(e))?;
+        #[allow(unused_mut)]
+        let mut model = tether_runtime::ModelOptions {
+            cpu_threads: options.threads.unwrap_or(1),
+            ..tether_runtime::ModelOptions::default()
+        };
+        #[cfg(feature = "cuda")]
+        {
+            use tether_family::family::SyncPolicy as S;
+            use tether_runtime::cuda::SyncPolicy as R;
+            model.session.graphs = options.graphs;
+            model.session.step_timing = options.step_timing;
+            model.session.sync = match options.sync {
+                S::Spin => R::Spin,
+                S::Yield => R::Yield,
+                S::Block => R::Blocking,
+            };
+        }
         let det = Detector::from_bundle(
             bundle,
             &DetectorOptions {
                 device,
                 verify_eagerly: options.verify_eagerly,
+                model,
                 score_threshold: args
                     .try_get_one::<f32>("score-threshold")
                     .ok()
@@ -420,6 +438,36 @@ impl Runner for DetectRunner {
         v.extend(self.det.step_times().iter().cloned());
         v.push(("collect".to_string(), t.collect.as_secs_f64() * 1e3));
         v
+    }
+
+    fn environment(&self) -> Environment {
+        let model = self.det.model();
+        let mut env = Environment {
+            device: model.device().to_string(),
+            execution: Execution::Host,
+            cpu_threads: model.cpu_threads(),
+            engine_choice: model
+                .networks()
+                .iter()
+                .map(|n| (n.name().to_string(), n.choice().to_string()))
+                .collect(),
+            ..Environment::default()
+        };
+        #[cfg(feature = "cuda")]
+        if let Some(d) = self.det.session().and_then(|s| s.device()) {
+            use tether_runtime::session::ExecMode;
+            let (mode, note) = d.exec_mode();
+            env.execution = match mode {
+                ExecMode::WholeGraph => Execution::Graph,
+                ExecMode::SplitGraphs => Execution::SplitGraphs,
+                ExecMode::Eager => Execution::Eager,
+            };
+            env.execution_note = note.to_string();
+            if model.session_options().step_timing {
+                env.gpu_timed = d.step_names().map(str::to_string).collect();
+            }
+        }
+        env
     }
 }
 

@@ -126,10 +126,112 @@ pub trait Runner {
     /// Milliseconds per stage of the last run (`upload`, `pre`, network names, `post`,
     /// `download` on a GPU session; host stages on the CPU).
     fn stage_times(&self) -> Vec<(String, f64)>;
+    /// Where and how runs execute, for benchmark headers. The default knows nothing.
+    fn environment(&self) -> Environment {
+        Environment::default()
+    }
+}
+
+/// How a runner's runs execute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Execution {
+    /// Not said.
+    #[default]
+    Unknown,
+    /// On the CPU (host sessions).
+    Host,
+    /// One CUDA graph per run.
+    Graph,
+    /// CUDA graphs around engines that cannot be captured, those launched eagerly between.
+    SplitGraphs,
+    /// Every GPU step launched eagerly.
+    Eager,
+}
+
+impl Execution {
+    /// `host`, `graph`, `split-graphs`, `eager`, `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Execution::Unknown => "unknown",
+            Execution::Host => "host",
+            Execution::Graph => "graph",
+            Execution::SplitGraphs => "split-graphs",
+            Execution::Eager => "eager",
+        }
+    }
+
+    /// Whether runs launch work on a GPU (graphs or eagerly).
+    pub fn on_gpu(self) -> bool {
+        matches!(
+            self,
+            Execution::Graph | Execution::SplitGraphs | Execution::Eager
+        )
+    }
+}
+
+impl std::fmt::Display for Execution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where and how a runner's runs execute ([`Runner::environment`]).
+#[derive(Clone, Debug, Default)]
+pub struct Environment {
+    /// The device the runs use (`cuda:0`, `cpu`).
+    pub device: String,
+    /// How runs execute.
+    pub execution: Execution,
+    /// Why (the session's own words: capture result, check, what runs eagerly).
+    pub execution_note: String,
+    /// Stages of [`Runner::stage_times`] timed on the GPU with CUDA events; every other
+    /// stage is host time on the monotonic clock.
+    pub gpu_timed: Vec<String>,
+    /// Threads of the CPU engine (1: the calling thread).
+    pub cpu_threads: usize,
+    /// `(network, why that engine)`: the selection record of each network.
+    pub engine_choice: Vec<(String, String)>,
+}
+
+/// How the host waits for the GPU (the CUDA context's scheduling policy and the wait loop).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Busy-poll: lowest latency, one core busy while the GPU works.
+    #[default]
+    Spin,
+    /// Poll and yield the core between polls.
+    Yield,
+    /// Sleep in the driver until the GPU signals: frees the core, adds wake-up latency.
+    Block,
+}
+
+impl std::str::FromStr for SyncPolicy {
+    type Err = UsageError;
+    fn from_str(s: &str) -> Result<Self, UsageError> {
+        match s {
+            "spin" => Ok(SyncPolicy::Spin),
+            "yield" => Ok(SyncPolicy::Yield),
+            "block" => Ok(SyncPolicy::Block),
+            other => Err(UsageError(format!(
+                "--sync `{other}`: expected spin, yield or block"
+            ))),
+        }
+    }
+}
+
+impl SyncPolicy {
+    /// `spin`, `yield`, `block`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncPolicy::Spin => "spin",
+            SyncPolicy::Yield => "yield",
+            SyncPolicy::Block => "block",
+        }
+    }
 }
 
 /// Options every runner honours.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RunOptions {
     /// `--device`: `auto`, `cpu`, `cuda`, `cuda:N`.
     pub device: String,
@@ -138,6 +240,25 @@ pub struct RunOptions {
     /// Time every step of a run (GPU time from CUDA events recorded in the graph on a GPU;
     /// `bench` sets it).
     pub step_timing: bool,
+    /// Capture CUDA graphs on a GPU (default `true`; `false` launches every step eagerly).
+    pub graphs: bool,
+    /// How the host waits for the GPU.
+    pub sync: SyncPolicy,
+    /// Threads of the CPU engine: `None` for the engine's default (the calling thread only).
+    pub threads: Option<usize>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            device: "auto".into(),
+            verify_eagerly: false,
+            step_timing: false,
+            graphs: true,
+            sync: SyncPolicy::Spin,
+            threads: None,
+        }
+    }
 }
 
 /// A model family, as tools see it.
