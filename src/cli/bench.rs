@@ -45,7 +45,8 @@ pub struct BenchArgs {
     /// Stop after this many seconds (whichever comes first with --runs).
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     duration: Option<u64>,
-    /// Untimed warm-up runs (of each, with --compare).
+    /// Untimed warm-up runs (of each, with --compare), after the first run, which prepares
+    /// the session (on a GPU: captures the graph) and is never timed.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     warmup: u64,
     /// Open loop at a fixed rate (frames per second): frames are released on a fixed
@@ -241,6 +242,15 @@ struct Variant {
 }
 
 impl Variant {
+    /// Run once (untimed) so that the runner prepares its session, then read how it
+    /// executes.
+    fn prepare(&mut self, input: &dyn Input) -> Result<()> {
+        self.runner.run(input)?;
+        self.env = self.runner.environment();
+        self.overhead = (!self.env.gpu_timed.is_empty()).then(Stage::new);
+        Ok(())
+    }
+
     fn record(&mut self, service: Duration) {
         let total_ms = service.as_secs_f64() * 1e3;
         self.total.record_ms(total_ms);
@@ -518,6 +528,10 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let (bundle, family, first) = open_runner(&a.bundle, matches, &options(!a.eager))?;
     let first_name = if a.eager { "eager" } else { "graph" };
     let mut variants = vec![variant(first_name, first)];
+    let input = variants[0].runner.load(InputSource::File(&a.input))?;
+    // The first run prepares the session for the input (a GPU session captures its graph
+    // then): never timed, and only after it does the runner know how it executes.
+    variants[0].prepare(input.as_ref())?;
     if a.compare {
         if !variants[0].env.execution.on_gpu() {
             crate::usage!(
@@ -528,11 +542,11 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
         }
         let (_, _, second) = open_runner(&a.bundle, matches, &options(false))?;
         variants.push(variant("eager", second));
+        variants[1].prepare(input.as_ref())?;
     }
     if !variants[0].env.execution.on_gpu() && first_name == "graph" {
         variants[0].name = "host";
     }
-    let input = variants[0].runner.load(InputSource::File(&a.input))?;
     let machine = Machine::probe(&variants[0].env, a.sync, threads_why);
     for v in &mut variants {
         for _ in 0..a.warmup {

@@ -442,9 +442,15 @@ impl Runner for DetectRunner {
 
     fn environment(&self) -> Environment {
         let model = self.det.model();
+        let on_cpu = model.device() == tether_runtime::Device::Cpu;
+        // Until the first frame prepares a session, how a GPU run executes is not known.
         let mut env = Environment {
             device: model.device().to_string(),
-            execution: Execution::Host,
+            execution: if on_cpu {
+                Execution::Host
+            } else {
+                Execution::Unknown
+            },
             cpu_threads: model.cpu_threads(),
             engine_choice: model
                 .networks()
