@@ -6,6 +6,7 @@
 # (320n.onnx, astronaut.png), python3 with numpy + onnxruntime (installed there).
 #
 #   T=path/to/tether PROBE=path/to/tract-cpu-probe A=path/to/assets OUT=... bench-h200.sh
+#   (GB=path/to/graph-bench, built with `-p tether-examples --features gpu`, adds its run.)
 #
 # Writes at most 8 files to $OUT (the device tool brings back 8):
 #   bench-h200.log            everything printed (environment headers, tables, probe, ORT)
@@ -45,6 +46,11 @@ step "GPU, sync policies (spin / yield / block), graphs, 500 runs each"
 for s in spin yield block; do
   "$T" bench "$B" "$I" --device cuda --graph --sync $s --runs 500 --warmup 20 | grep -E "^\s+(total|host-overhead) "
 done
+
+if [[ -n "${GB:-}" ]]; then
+  step "graph-bench (examples/graph_bench.rs, built with --features gpu): the model API, graph vs eager, bare launch floor"
+  "$GB" "$B" --runs 1000 --warmup 50 --device cuda
+fi
 
 step "CPU engine on the Xeon: default threads, then 1 thread"
 "$T" bench "$B" "$I" --device cpu --runs 200 --warmup 10 --json "$OUT/cpu-xeon.json"
