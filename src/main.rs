@@ -69,8 +69,11 @@ fn main() -> ExitCode {
         }
     };
     let sub = matches.subcommand().map(|(_, m)| m.clone());
+    // tract-linalg warns once per process when /proc/cpuinfo has no `Features` line (qemu-user
+    // on aarch64 shows the host's): it then uses its portable kernels, which is not the user's
+    // concern at the default level; `-v` shows it.
     let level = match args.verbose {
-        0 => "warn",
+        0 => "warn,tract_linalg=error",
         1 => "info",
         _ => "debug",
     };

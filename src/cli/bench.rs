@@ -65,8 +65,8 @@ pub struct BenchArgs {
     /// Launch every GPU step eagerly (no CUDA graphs).
     #[arg(long)]
     eager: bool,
-    /// Run graphs and eager launches interleaved (frame by frame) and report both and their
-    /// ratio. Needs a GPU session.
+    /// Run graphs and eager launches interleaved (frame by frame; with --rate the releases
+    /// alternate between them) and report both and their ratio. Needs a GPU session.
     #[arg(long)]
     compare: bool,
     /// How the host waits for the GPU: `spin` (busy-poll, lowest latency), `yield`, `block`
