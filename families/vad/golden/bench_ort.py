@@ -3,7 +3,7 @@
 
 The same session options as the package's OnnxWrapper (intra_op_num_threads=1,
 inter_op_num_threads=1) and the same inputs as the Rust bench
-(`cargo run --release -p tether-vad --example bench`): the WAV through
+(`cargo run --release -p tether-vad --example vad_bench`): the WAV through
 `silero_vad.read_audio` (not timed), then 512-sample chunks with their 64-sample
 context, the recurrent state and sr=16000 fed to `session.run` one chunk at a
 time (the file restarts with a zero state at its end). Only `session.run` is

@@ -1,7 +1,7 @@
 //! CPU latency of the streaming VAD, one chunk at a time, single thread.
 //!
 //! ```sh
-//! cargo run --release -p tether-vad --example bench -- MODEL.onnx WAV [--runs N]
+//! cargo run --release -p tether-vad --example vad_bench -- MODEL.onnx WAV [--runs N]
 //! ```
 //!
 //! The WAV is read and resampled once (not timed); then its 512-sample chunks
