@@ -7,7 +7,7 @@ use tether_bundle::{Bundle, Verify};
 use zerocopy::IntoBytes;
 
 use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION};
-use crate::net::Network;
+use crate::net::{Network, freeze_i64_input};
 use crate::segments::{ChunkEvents, SegmentEvent, SegmentTracker, SpeechSegment};
 use crate::selftest::{SelfTest, SelfTestReport};
 use crate::{
@@ -73,7 +73,6 @@ pub struct Detection {
 #[derive(Clone, Copy, Debug)]
 struct Io {
     input: usize,
-    sr: usize,
     state: usize,
     output: usize,
     state_n: usize,
@@ -87,7 +86,8 @@ struct Io {
 ///
 /// Per chunk, as the package's `OnnxWrapper.__call__` does: the network sees
 /// the previous chunk's last 64 samples followed by the 512 new ones
-/// (`[1, 576]`), `sr = 16000` and the recurrent state `[2, 1, 128]`; it returns
+/// (`[1, 576]`), `sr = 16000` (fixed into the graph at load, see `net.rs`)
+/// and the recurrent state `[2, 1, 128]`; it returns
 /// the speech probability and the next state. The state lives in two buffers
 /// used alternately as input and output (ping-pong: swapped by index, never
 /// copied or allocated); `reset` zeroes both and the context.
@@ -105,7 +105,6 @@ pub struct Vad {
     /// The recurrent state ping-pong; `states[current]` feeds the next chunk.
     states: [[f32; STATE_LEN]; 2],
     current: usize,
-    sr: [u8; 8],
     probability: [f32; 1],
     /// A partial chunk from `push`.
     pending: [f32; CHUNK_SAMPLES],
@@ -195,24 +194,24 @@ impl Vad {
     /// tensors, or the network fails to prepare).
     pub fn from_onnx(onnx: &[u8], config: VadConfig) -> Result<Self, VadError> {
         config.validate()?;
-        let info = tether_runtime::cpu::inspect_onnx(onnx)
+        // `sr` is always 16000 here: make it a constant (see net.rs).
+        let onnx = freeze_i64_input(onnx, "sr", i64::from(SAMPLE_RATE))?;
+        let info = tether_runtime::cpu::inspect_onnx(&onnx)
             .map_err(|e| VadError::Network(e.to_string()))?;
         let shapes: Vec<Vec<usize>> = info
             .inputs
             .iter()
             .map(|t| match t.name.as_str() {
                 "input" => Ok(vec![1, WINDOW_SAMPLES]),
-                "sr" => Ok(vec![]),
                 "state" => Ok(vec![2, 1, STATE_LEN / 2]),
                 other => Err(VadError::Network(format!(
                     "unexpected input `{other}` (Silero VAD has `input`, `sr`, `state`)"
                 ))),
             })
             .collect::<Result<_, _>>()?;
-        let net = Network::load(onnx, &shapes)?;
+        let net = Network::load(&onnx, &shapes)?;
         let io = Io {
             input: find(net.inputs(), "input")?,
-            sr: find(net.inputs(), "sr")?,
             state: find(net.inputs(), "state")?,
             output: find(net.outputs(), "output")?,
             state_n: find(net.outputs(), "stateN")?,
@@ -227,7 +226,6 @@ impl Vad {
             }
         };
         expect(&net.inputs()[io.input], DType::F32, &[1, WINDOW_SAMPLES])?;
-        expect(&net.inputs()[io.sr], DType::I64, &[])?;
         expect(&net.inputs()[io.state], DType::F32, &[2, 1, STATE_LEN / 2])?;
         expect(&net.outputs()[io.output], DType::F32, &[1, 1])?;
         expect(
@@ -235,9 +233,9 @@ impl Vad {
             DType::F32,
             &[2, 1, STATE_LEN / 2],
         )?;
-        if net.inputs().len() != 3 || net.outputs().len() != 2 {
+        if net.inputs().len() != 2 || net.outputs().len() != 2 {
             return Err(VadError::Network(format!(
-                "{} inputs and {} outputs, expected 3 and 2",
+                "{} inputs and {} outputs, expected 2 (`sr` fixed) and 2",
                 net.inputs().len(),
                 net.outputs().len()
             )));
@@ -250,7 +248,6 @@ impl Vad {
             window: [0.0; WINDOW_SAMPLES],
             states: [[0.0; STATE_LEN]; 2],
             current: 0,
-            sr: i64::from(SAMPLE_RATE).to_ne_bytes(),
             probability: [0.0],
             pending: [0.0; CHUNK_SAMPLES],
             pending_len: 0,
@@ -293,9 +290,8 @@ impl Vad {
         } else {
             (&b[0], &mut a[0])
         };
-        let mut inputs: [&[u8]; 3] = [&[]; 3];
+        let mut inputs: [&[u8]; 2] = [&[]; 2];
         inputs[self.io.input] = self.window.as_bytes();
-        inputs[self.io.sr] = &self.sr;
         inputs[self.io.state] = state_in.as_bytes();
         let prob = self.probability.as_mut_bytes();
         let state = state_out.as_mut_bytes();
