@@ -7,7 +7,7 @@ use tether_bundle::{Bundle, DType, Verify};
 use zerocopy::IntoBytes;
 
 use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION, TOKENIZER_SECTION};
-use crate::net::Network;
+use crate::net::{Network, fold_int8_dequantization};
 use crate::selftest::{SelfTest, SelfTestReport};
 use crate::tokenize::WordPiece;
 use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedding, FAMILY, mean_pool_normalize};
@@ -69,7 +69,9 @@ struct Io {
 /// copies of its first row (their outputs are ignored).
 ///
 /// Input and output buffers are allocated at open for the largest bucket and
-/// reused; per call only the tokenizer and the CPU engine allocate.
+/// reused; per call only the tokenizer and the CPU engine allocate. Each
+/// prepared bucket holds the weights dequantised to f32 (about 90 MB for
+/// all-MiniLM-L6-v2; see `net.rs`).
 pub struct Embedder {
     source: Source,
     tokenizer: WordPiece,
@@ -305,7 +307,12 @@ impl Embedder {
         if self.nets[slot].is_none() {
             let (batch, seq) = (self.batch_buckets[b], self.seq_buckets[s]);
             let shapes = vec![vec![batch, seq]; self.io.inputs];
-            let net = Network::load(self.source.onnx()?, &shapes)?;
+            // Dequantise int8 weights once here rather than in every run
+            // (net.rs); the folded bytes are dropped once tract holds the plan.
+            let (onnx, folded) = fold_int8_dequantization(self.source.onnx()?)?;
+            let net = Network::load(&onnx, &shapes)?;
+            drop(onnx);
+            log::debug!("embed: {folded} int8 weight tensors dequantised at load");
             let want = [batch, seq, EMBEDDING_DIM];
             match net.outputs().first() {
                 Some(o) if o.dtype == DType::F32 && o.shape == want => {}
