@@ -1,12 +1,13 @@
 //! CPU latency of sentence embedding, single thread.
 //!
 //! ```sh
-//! cargo run --release -p tether-embed --example embed_bench -- MODEL.onnx TOKENIZER.json [--runs N]
+//! cargo run --release -p tether-embed --example embed_bench -- MODEL.onnx TOKENIZER.json [--runs N] [--lazy]
 //! ```
 //!
 //! Texts of 8, 16, 47, 92 and 256 tokens (from `golden/reference.py`'s
 //! sentences), one at a time, and a batch of 8 short sentences. Every bucket
-//! is prepared before timing. Each line: p50 / mean of `Embedder::embed`
+//! is prepared before timing (`--lazy`: only the 6 buckets used, on first
+//! use, during the warm-up runs; for comparing peak memory). Each line: p50 / mean of `Embedder::embed`
 //! (tokenise + network + pooling) in milliseconds over `--runs` runs (default
 //! 30) after 3 warm-up runs, and the p50 of tokenisation alone. Prints the host
 //! CPU model and the load average. Compare with `golden/bench_ort.py`.
@@ -34,7 +35,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let onnx = std::fs::read(&args[1])?;
     let tok = std::fs::read(&args[2])?;
-    let mut e = Embedder::from_parts(onnx, &tok, EmbedConfig::default(), Prepare::All)?;
+    let prepare = if args.iter().any(|a| a == "--lazy") {
+        Prepare::Lazy
+    } else {
+        Prepare::All
+    };
+    let mut e = Embedder::from_parts(onnx, &tok, EmbedConfig::default(), prepare)?;
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -107,6 +113,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "batch of 8 short sentences (bucket [8, 16]): p50 {p50:.2} ms, mean {mean:.2} ms ({:.2} ms per sentence)",
         p50 / 8.0
     );
+    println!("buckets prepared: {:?}", e.prepared());
     println!(
         "loadavg: {}",
         std::fs::read_to_string("/proc/loadavg")
