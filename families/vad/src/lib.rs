@@ -120,7 +120,7 @@ pub enum VadError {
     /// A WAV file could not be read or is unusable.
     #[error("WAV {source_name}: {reason}")]
     Wav {
-        /// File name (or "<bytes>").
+        /// File name (or `<bytes>` for in-memory data).
         source_name: String,
         /// What is wrong.
         reason: String,
