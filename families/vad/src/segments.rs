@@ -2,24 +2,29 @@
 //! minimum speech / silence durations, one chunk at a time (host code).
 //!
 //! This mirrors `get_speech_timestamps_from_probs` in
-//! `silero_vad/utils_vad.py` (silero-vad 6.2.3), which `get_speech_timestamps`
-//! calls, with `max_speech_duration_s = inf` (its default):
+//! `silero_vad/utils_vad.py` (silero-vad 6.2.3; line numbers of that file),
+//! which `get_speech_timestamps` calls, with `max_speech_duration_s = inf`
+//! (its default, so the max-speech branch, lines 499-535, never runs):
 //!
-//! - chunk `i` starts at sample `cur = 512 * i`;
-//! - not in speech and `p >= threshold`: speech starts at `cur`;
-//! - in speech and `p >= threshold`: a pending silence start (`temp_end`) is
-//!   forgotten;
+//! - durations in samples: `16000 * ms / 1000` (lines 465-468); exit
+//!   threshold `max(threshold - 0.15, 0.01)` (line 476);
+//! - chunk `i` starts at sample `cur = 512 * i` (lines 481-482);
+//! - `p >= threshold` with a pending silence start (`temp_end`): forget it
+//!   (line 485);
+//! - not in speech and `p >= threshold`: speech starts at `cur` (line 494);
 //! - in speech and `p < neg_threshold`: the first such chunk sets
-//!   `temp_end = cur`; once `cur - temp_end >= min_silence` the segment ends at
-//!   `temp_end` and is kept only if `end - start > min_speech`;
+//!   `temp_end = cur`; once `cur - temp_end >= min_silence` (line 545) the
+//!   segment ends at `temp_end` and is kept only if
+//!   `end - start > min_speech` (line 549);
 //! - at the end of the audio, a segment still open ends at the audio length
-//!   and is kept if `length - start > min_speech`;
-//! - padding: `start = max(0, start - pad)`, `end = min(length, end + pad)`.
-//!   The package instead splits a gap shorter than `2 * pad` between two
-//!   segments in half; [`crate::VadConfig::validate`] requires
-//!   `min_silence + 512 >= 2 * pad`, under which two kept segments are always
-//!   at least `min_silence + 512` samples apart, so that branch never runs and
-//!   a segment is final as soon as it ends.
+//!   and is kept if `length - start > min_speech` (line 557);
+//! - padding (lines 561-572): `start = max(0, start - pad)`,
+//!   `end = min(length, end + pad)`. The package instead splits a gap shorter
+//!   than `2 * pad` between two segments in half (line 566);
+//!   [`crate::VadConfig::validate`] requires `min_silence + 512 >= 2 * pad`,
+//!   under which two kept segments are always at least `min_silence + 512`
+//!   samples apart, so that branch never runs and a segment is final as soon
+//!   as it ends.
 //!
 //! Streaming adds one thing the offline function does not need: the moment a
 //! segment is certain to be kept ([`SegmentEvent::Start`]), reported as soon as
