@@ -1207,4 +1207,19 @@ fn ocr_builds_inspects_and_reads_page_png_like_the_reference() {
     // Out-of-range option values are usage errors.
     let o = tether(&["run", &b, &asset("page.png"), "--text-score", "2"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+
+    // The self-test `verify --self-test` will run: the embedded line through cls + rec.
+    let bundle = std::sync::Arc::new(
+        tether::bundle::Bundle::open(&b, tether::bundle::Verify::Eager).expect("bundle"),
+    );
+    let report = tether::ocr::cli::self_test(
+        bundle,
+        &tether::family::family::RunOptions {
+            device: "cpu".into(),
+            ..Default::default()
+        },
+    )
+    .expect("self-test runs")
+    .expect("the bundle carries a self-test");
+    assert!(report.passed, "{report:?}");
 }
