@@ -53,7 +53,7 @@ pub mod warp;
 pub use config::OcrConfig;
 pub use image::{ImageView, PixelFormat};
 pub use pipeline::{Ocr, OcrOptions, OcrResult, OcrStats, StageTimes, TextLine};
-pub use tether_runtime::Device;
+pub use tether_runtime::{Device, EngineKind};
 
 /// Names of the networks inside a bundle (`ocr/<network>/model.onnx`).
 pub mod network {
