@@ -25,8 +25,8 @@
 //! Every network runs through one internal module (`net`): the runtime's
 //! [`tether_runtime::Model`], which picks the engine for the real device (the
 //! tract CPU engine, or a GPU engine with one captured graph per network and
-//! shape), prepared once per input shape and kept. [`recipe`] (feature
-//! `build`) builds the bundle; [`cli`] (feature `cli`) is the family as the
+//! shape), prepared once per input shape and kept. `recipe` (feature
+//! `build`) builds the bundle; `cli` (feature `cli`) is the family as the
 //! `tether` CLI sees it; [`selftest`] is the payload `tether verify
 //! --self-test` runs; [`compare`] scores results against the reference's
 //! (the goldens' acceptance rule). Goldens, their script and the sources of
