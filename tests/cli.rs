@@ -1052,12 +1052,10 @@ fn ocr_bundle() -> (String, String) {
     .clone()
 }
 
-/// A golden of the OCR family (written by its reference script from rapidocr-onnxruntime).
-fn ocr_golden(name: &str) -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("families/ocr/golden")
-        .join(name);
-    serde_json::from_slice(&std::fs::read(&p).expect("golden file")).expect("golden JSON")
+/// The OCR family's page.png golden (written by its reference script from
+/// rapidocr-onnxruntime), embedded.
+fn ocr_page_golden() -> Value {
+    serde_json::from_str(include_str!("../families/ocr/golden/page.json")).expect("golden JSON")
 }
 
 fn quad(v: &Value) -> [[f32; 2]; 4] {
@@ -1118,7 +1116,7 @@ fn ocr_builds_inspects_and_reads_page_png_like_the_reference() {
     );
 
     // run --json page.png: the reference's lines (IoU >= 0.9, CER <= 1 %, nothing extra).
-    let g = ocr_golden("page.json");
+    let g = ocr_page_golden();
     let v = json(&tether(&["run", &b, &asset("page.png"), "--json"]));
     assert_eq!(v["family"], "ocr");
     assert_eq!(v["engines"]["det"], "tract-cpu");

@@ -28,11 +28,15 @@ pub fn asset(name: &str) -> PathBuf {
     p
 }
 
+/// A committed golden, embedded so the test binaries run anywhere (the GPU
+/// host has no checkout).
 pub fn golden(name: &str) -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("golden")
-        .join(name);
-    serde_json::from_slice(&std::fs::read(&p).expect("golden file")).expect("golden JSON")
+    let text = match name {
+        "page.json" => include_str!("../../golden/page.json"),
+        "text.json" => include_str!("../../golden/text.json"),
+        other => panic!("no golden {other}"),
+    };
+    serde_json::from_str(text).expect("golden JSON")
 }
 
 pub fn quad(v: &Value) -> [[f32; 2]; 4] {
