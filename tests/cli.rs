@@ -1206,18 +1206,18 @@ fn ocr_builds_inspects_and_reads_page_png_like_the_reference() {
     let o = tether(&["run", &b, &asset("page.png"), "--text-score", "2"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 
-    // The self-test `verify --self-test` will run: the embedded line through cls + rec.
-    let bundle = std::sync::Arc::new(
-        tether::bundle::Bundle::open(&b, tether::bundle::Verify::Eager).expect("bundle"),
+    // The bundle's self-test on this device: the embedded line through cls + rec.
+    let o = tether(&["verify", &b, "--self-test", "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("self-test passed on cpu: text"), "{out}");
+    // A bundle whose family carries no self-test says so (exit 1), after the checksums.
+    let detect = nudenet_bundle();
+    let o = tether(&["verify", &detect, "--self-test"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("carries no self-test"),
+        "{}",
+        stderr(&o)
     );
-    let report = tether::ocr::cli::self_test(
-        bundle,
-        &tether::family::family::RunOptions {
-            device: "cpu".into(),
-            ..Default::default()
-        },
-    )
-    .expect("self-test runs")
-    .expect("the bundle carries a self-test");
-    assert!(report.passed, "{report:?}");
 }

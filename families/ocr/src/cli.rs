@@ -445,6 +445,33 @@ impl Family for OcrFamily {
         };
         Ok(Box::new(OcrRunner { ocr, orientation }))
     }
+
+    fn self_test(
+        &self,
+        bundle: Arc<Bundle>,
+        options: &RunOptions,
+    ) -> Result<Option<tether_family::family::SelfTest>> {
+        Ok(self_test(bundle, options)?.map(|r| {
+            let summary = format!(
+                "text {:?} (expected {:?}), worst score deviation {:.2e} (tolerance {:.0e})",
+                r.text,
+                r.expected_text,
+                r.worst_deviation(),
+                r.tolerance
+            );
+            tether_family::family::SelfTest {
+                passed: r.passed,
+                summary,
+                json: json!({
+                    "text": r.text,
+                    "expected_text": r.expected_text,
+                    "score_deviation": r.score_deviation,
+                    "cls": r.cls.map(|(label, d)| json!({"label": label, "deviation": d})),
+                    "tolerance": r.tolerance,
+                }),
+            }
+        }))
+    }
 }
 
 /// The [`OcrOptions`] of the common run options (device, verification).
