@@ -10,8 +10,10 @@ OUT="${OUT:-/tmp/tether-out}"; mkdir -p "$OUT"
 D="$(pwd)/.device"; B=/tmp/tether-dev; rm -rf "$B"; mkdir -p "$B"
 tar -C "$B" -xJf "$D/pack.tar.xz"
 exec > >(tee "$OUT/h200.log") 2>&1
-SP=$(python3 -c "import site;print(site.getsitepackages()[0])")
-export LD_LIBRARY_PATH=$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
+# cuDNN, cuBLAS, NVRTC from the system install only: the host also has pip cuDNN 9.19 under
+# site-packages/nvidia/cudnn/lib next to the apt cuDNN 9.14 that `libcudnn.so` names, and
+# putting the pip folder on LD_LIBRARY_PATH mixes the two (CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH).
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64
 export XDG_CACHE_HOME=/tmp/tether-cache TETHER_ASSETS="$D/assets" TETHER_EVIDENCE_DIR="$OUT"
 export RUST_LOG="${RUST_LOG:-info}" RUST_BACKTRACE=1
 export TETHER_NATIVE_FRAMES="${TETHER_NATIVE_FRAMES:-10000}"

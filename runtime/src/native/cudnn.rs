@@ -25,7 +25,18 @@ pub struct CudnnError {
 
 impl std::fmt::Display for CudnnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} failed: {} ({})", self.call, self.name, self.status)
+        write!(f, "{} failed: {} ({})", self.call, self.name, self.status)?;
+        if self.name.contains("SUBLIBRARY_VERSION_MISMATCH") {
+            // cuDNN 9 loads libcudnn_{graph,ops,cnn,...}.so.9 by soname at first use: they came
+            // from another installation than libcudnn itself (see `libs` for which was chosen).
+            write!(
+                f,
+                "; two cuDNN installations are mixed (the main library and its sub-libraries \
+                 differ in version): make LD_LIBRARY_PATH name the directory of the one \
+                 `tether doctor` reports, or neither"
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -1,15 +1,23 @@
 //! Finding and loading cuDNN and cuBLAS at run time.
 //!
 //! The bindings (`cudarc`'s `cudnn` and `cublas` modules with dynamic loading) resolve every
-//! symbol from a library they open by soname the first time it is called, and *panic* when
-//! no soname opens or a symbol is missing. So, as for the driver ([`crate::cuda::loader`]),
-//! this module probes first: it opens the first library of [`search_list`] (the shared list
-//! `tether doctor` reports) that loads and
-//! exports the library's version entry point, keeps it open for the life of the process, then
-//! checks that the bindings resolve the very same library (glibc matches a later `dlopen` of
-//! the soname against the already loaded object, so a library found by full path outside the
-//! loader's search path is still the one the bindings use; the check compares the address of
-//! the version entry point seen through both handles instead of assuming it).
+//! symbol from the first of their candidate names that `dlopen` opens (the unversioned
+//! `libcudnn.so` first, then versioned sonames), the first time one is called, and *panic*
+//! when none opens or a symbol is missing. So, as for the driver ([`crate::cuda::loader`]),
+//! this module decides first, never letting two copies of a library into the process:
+//!
+//! 1. When a candidate name of the bindings opens, that is the library: the bindings will open
+//!    the very same object, whatever the shared search list says. Its file is reported (by
+//!    `dladdr`) and its version checked. A host with two installations (a system cuDNN with
+//!    the `libcudnn.so` development link, and a pip wheel's `libcudnn.so.9` on
+//!    `LD_LIBRARY_PATH`) gets the one the bindings open, and the engine reports the
+//!    installation mix if cuDNN then refuses its own sub-libraries
+//!    (`CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH`).
+//! 2. Otherwise the first library of [`search_list`] (the shared list `tether doctor`
+//!    reports) that loads and exports the version entry point is opened by its full path and
+//!    kept open for the life of the process; glibc matches the bindings' later `dlopen` of its
+//!    soname against that loaded object, and the address of the version entry point seen
+//!    through both handles is compared to prove it.
 //!
 //! Versions: cuDNN 9 is required (its legacy convolution/pooling API is what the engine
 //! calls, and its status codes are the ones the bindings know); cuBLAS of the driver's CUDA
@@ -120,11 +128,53 @@ fn open_first(
     }
 }
 
+/// What the bindings will open: the first of their candidate names for `lib_name` that
+/// `dlopen` opens (the same names in the same order as `cudarc`'s `culib()`), with the file
+/// it resolved to and the address of `symbol`. `None` when no candidate opens or it lacks
+/// `symbol`.
+fn bindings_choice(
+    lib_name: &str,
+    symbol: &[u8],
+) -> Option<(PathBuf, libloading::Library, usize)> {
+    cudarc::get_lib_name_candidates(lib_name)
+        .into_iter()
+        .find_map(|name| {
+            // SAFETY: loading a CUDA library runs its initialisers, as the bindings would.
+            let lib = unsafe { libloading::Library::new(&name) }.ok()?;
+            // SAFETY: symbol lookup only; the address is compared, not called here.
+            let addr = unsafe { lib.get::<unsafe extern "C" fn()>(symbol) }
+                .map(|s| *s as usize)
+                .ok()?;
+            Some((resolved_file(addr).unwrap_or_else(|| name.into()), lib, addr))
+        })
+}
+
+/// The file of the loaded object that holds `addr` (`dladdr`).
+fn resolved_file(addr: usize) -> Option<PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads the loader's tables and fills `info`; `dli_fname` points into
+    // the loader's own storage for the object, valid while the object stays loaded (it does:
+    // the caller holds the library open).
+    unsafe {
+        if libc::dladdr(addr as *const libc::c_void, info.as_mut_ptr()) == 0 {
+            return None;
+        }
+        let info = info.assume_init();
+        if info.dli_fname.is_null() {
+            return None;
+        }
+        let name = std::ffi::CStr::from_ptr(info.dli_fname);
+        Some(PathBuf::from(name.to_string_lossy().into_owned()))
+    }
+}
+
 fn load_cudnn() -> Result<Library, LibraryError> {
-    let (path, lib, ours) =
-        open_first("cuDNN", TargetLibrary::Cudnn, b"cudnnGetVersion\0", &|_| {
+    let (path, lib, ours) = match bindings_choice("cudnn", b"cudnnGetVersion\0") {
+        Some(chosen) => chosen,
+        None => open_first("cuDNN", TargetLibrary::Cudnn, b"cudnnGetVersion\0", &|_| {
             Ok(())
-        })?;
+        })?,
+    };
     // SAFETY: `cudnnGetVersion` takes nothing and returns size_t in every cuDNN version.
     let code = unsafe {
         (*lib
@@ -224,12 +274,15 @@ fn load_cublas() -> Result<Library, LibraryError> {
         )),
         _ => Ok(()),
     };
-    let (path, lib, ours) = open_first(
-        "cuBLAS",
-        TargetLibrary::Cublas,
-        b"cublasGetProperty\0",
-        &newer_than_driver,
-    )?;
+    let (path, lib, ours) = match bindings_choice("cublas", b"cublasGetProperty\0") {
+        Some(chosen) => chosen,
+        None => open_first(
+            "cuBLAS",
+            TargetLibrary::Cublas,
+            b"cublasGetProperty\0",
+            &newer_than_driver,
+        )?,
+    };
     let (maj, min, pat) = cublas_version(&lib);
     let version = format!("{maj}.{min}.{pat}");
     if maj < 12 || maj as u32 > major.max(12) {
