@@ -4,4 +4,4 @@
 use tether_family::family::Registry;
 
 /// Every family, in `--help` order.
-pub static REGISTRY: Registry = &[&tether_detect::cli::DETECT];
+pub static REGISTRY: Registry = &[&tether_detect::cli::DETECT, &tether_ocr::cli::OCR];

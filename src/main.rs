@@ -2,8 +2,9 @@
 //!
 //! Exit codes: 0 success; 1 error (unreadable input, bad bundle content, engine failure, an
 //! output that cannot be written); 2 usage error (unknown option, a value that does not parse
-//! or is out of range); 3 `verify` found the bundle corrupt; 4 `doctor --self-test` could not
-//! check TensorRT here (no GPU, TensorRT or trtexec); 130 interrupted (Ctrl-C).
+//! or is out of range); 3 `verify` found the bundle corrupt, or its `--self-test` failed on this
+//! device; 4 `doctor --self-test` could not check TensorRT here (no GPU, TensorRT or trtexec);
+//! 130 interrupted (Ctrl-C).
 
 use std::ffi::OsString;
 use std::process::ExitCode;

@@ -1180,3 +1180,205 @@ fn refusals_of_the_filesystem_are_one_line_errors() {
         stderr(&o)
     );
 }
+
+/// The PP-OCR bundle (det + rec + cls of rapidocr-onnxruntime 1.4.4), built once per test
+/// process; returns the path and the build's stdout.
+fn ocr_bundle() -> (String, String) {
+    static B: OnceLock<(String, String)> = OnceLock::new();
+    B.get_or_init(|| {
+        let out = scratch().join("ppocr.bundle");
+        let (det, rec, cls) = (
+            asset("ch_PP-OCRv4_det_infer.onnx"),
+            asset("ch_PP-OCRv4_rec_infer.onnx"),
+            asset("ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+        );
+        let o = tether(&[
+            "build",
+            "--family",
+            "ocr",
+            "--det",
+            &det,
+            "--rec",
+            &rec,
+            "--cls",
+            &cls,
+            "-o",
+            out.to_str().unwrap(),
+            "--name",
+            "ppocr-v4",
+        ]);
+        assert!(o.status.success(), "build failed: {}", stderr(&o));
+        (out.to_string_lossy().into_owned(), stdout(&o))
+    })
+    .clone()
+}
+
+/// The OCR family's page.png golden (written by its reference script from
+/// rapidocr-onnxruntime), embedded.
+fn ocr_page_golden() -> Value {
+    serde_json::from_str(include_str!("../families/ocr/golden/page.json")).expect("golden JSON")
+}
+
+fn quad(v: &Value) -> [[f32; 2]; 4] {
+    std::array::from_fn(|i| {
+        [
+            v[i][0].as_f64().expect("x") as f32,
+            v[i][1].as_f64().expect("y") as f32,
+        ]
+    })
+}
+
+#[test]
+fn ocr_builds_inspects_and_reads_page_png_like_the_reference() {
+    let (b, built) = ocr_bundle();
+    assert!(built.contains("family ocr: PP-OCR"), "{built}");
+    assert!(built.contains("self-test: embedded"), "{built}");
+
+    // inspect: three networks, the family's configuration, run-time shapes in the manifest.
+    let v = json(&tether(&["inspect", &b, "--json"]));
+    assert_eq!(v["identity"]["family"], "ocr");
+    let nets: Vec<&str> = v["networks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(nets, ["det", "rec", "cls"]);
+    let c = &v["family_config"];
+    assert_eq!(c["dictionary_entries"], 6624);
+    assert_eq!(c["rec_classes"], 6625);
+    assert_eq!(c["networks"]["cls"], true);
+    assert_eq!(c["rec_widths"].as_array().unwrap().len(), 23);
+    assert_eq!(c["det_limit_side_len"], 736);
+    assert_eq!(c["self_test"]["text"], "Region-based");
+    let section = |name: &str| {
+        v["sections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no section {name}"))
+            .clone()
+    };
+    assert_eq!(
+        section("ocr/det/model.onnx")["tensors"][0]["dims"],
+        serde_json::json!([1, 3, -1, -1])
+    );
+    assert_eq!(
+        section("ocr/rec/model.onnx")["tensors"][1]["dims"],
+        serde_json::json!([1, -1, 6625])
+    );
+    let text = tether(&["inspect", &b]);
+    assert!(text.status.success());
+    assert!(
+        stdout(&text).contains("23 recogniser widths (px): 320, 352"),
+        "{}",
+        stdout(&text)
+    );
+
+    // run --json page.png: the reference's lines (IoU >= 0.9, CER <= 1 %, nothing extra).
+    let g = ocr_page_golden();
+    let v = json(&tether(&["run", &b, &asset("page.png"), "--json"]));
+    assert_eq!(v["family"], "ocr");
+    assert_eq!(v["engines"]["det"], "tract-cpu");
+    assert_eq!(v["engines"]["rec"], "tract-cpu");
+    assert_eq!(v["engines"]["cls"], "tract-cpu");
+    let r = &v["results"][0]["result"];
+    assert_eq!(
+        (&r["image_width"], &r["image_height"]),
+        (&g["image_size"][0], &g["image_size"][1])
+    );
+    let ours: Vec<([[f32; 2]; 4], String)> = r["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (quad(&l["polygon"]), l["text"].as_str().unwrap().to_string()))
+        .collect();
+    let want: Vec<([[f32; 2]; 4], String)> = g["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (quad(&l["box"]), l["text"].as_str().unwrap().to_string()))
+        .collect();
+    let c = tether::ocr::compare::compare(
+        &want
+            .iter()
+            .map(|(p, t)| (*p, t.as_str()))
+            .collect::<Vec<_>>(),
+        &ours
+            .iter()
+            .map(|(p, t)| (*p, t.as_str()))
+            .collect::<Vec<_>>(),
+    );
+    assert!(c.passes(), "{c:?}\nours: {ours:?}\nreference: {want:?}");
+    // As measured against the reference: every text equal.
+    assert_eq!(c.edits, 0, "{c:?}");
+
+    // Text output and annotation.
+    let png = scratch().join("page.ocr.png");
+    let o = tether(&[
+        "run",
+        &b,
+        &asset("page.png"),
+        "--annotate",
+        png.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("{} text lines", want.len())),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("\"Region-basedsegmentation\""),
+        "{}",
+        stdout(&o)
+    );
+    let img = image::open(&png).expect("annotated PNG");
+    assert_eq!(
+        (u64::from(img.width()), u64::from(img.height())),
+        (
+            g["image_size"][0].as_u64().unwrap(),
+            g["image_size"][1].as_u64().unwrap()
+        )
+    );
+
+    // bench: the family's stages.
+    let v = json(&tether(&[
+        "bench",
+        &b,
+        &asset("page.png"),
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+    ]));
+    let stages: Vec<&str> = v["stages_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["preprocess", "det", "db", "crop", "cls", "rec"]);
+    assert_eq!(v["runs"], 2);
+
+    // Out-of-range option values are usage errors.
+    let o = tether(&["run", &b, &asset("page.png"), "--text-score", "2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+
+    // The bundle's self-test on this device: the embedded line through cls + rec.
+    let o = tether(&["verify", &b, "--self-test", "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("self-test passed on cpu: text"), "{out}");
+    // A bundle whose family carries no self-test says so (exit 1), after the checksums.
+    let detect = nudenet_bundle();
+    let o = tether(&["verify", &detect, "--self-test"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("carries no self-test"),
+        "{}",
+        stderr(&o)
+    );
+}

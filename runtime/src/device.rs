@@ -56,6 +56,8 @@ impl FromStr for Device {
 pub const COMPILED_BACKENDS: &[EngineKind] = &[
     #[cfg(feature = "tensorrt")]
     EngineKind::TensorRt,
+    #[cfg(feature = "cuda-native")]
+    EngineKind::CudaNative,
     #[cfg(feature = "tract-cuda")]
     EngineKind::TractCuda,
     #[cfg(feature = "tract-cpu")]
@@ -69,7 +71,11 @@ pub fn compiled(kind: EngineKind) -> bool {
 
 /// Whether this build has any backend that runs on a CUDA device.
 pub const fn has_device_backend() -> bool {
-    cfg!(any(feature = "tensorrt", feature = "tract-cuda"))
+    cfg!(any(
+        feature = "tensorrt",
+        feature = "cuda-native",
+        feature = "tract-cuda"
+    ))
 }
 
 /// `tensorrt, cuda-native, tract-cpu` (for messages).

@@ -28,6 +28,9 @@ pub mod tensorrt;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
+#[cfg(feature = "cuda-native")]
+pub mod native;
+
 pub use backend::{
     Backend, CaptureSafety, EngineKind, HostExecutor, HostPlan, IoSpec, Placement, Plan, Precision,
     PrepareError, RunError,

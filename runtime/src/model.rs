@@ -403,6 +403,17 @@ impl Model {
                 let ctx = self.context.clone().ok_or_else(missing)?;
                 Ok(Box::new(crate::backends::tract_cuda::TractCuda::new(ctx)))
             }
+            #[cfg(feature = "cuda-native")]
+            EngineKind::CudaNative => {
+                let ctx = self.context.clone().ok_or_else(missing)?;
+                Ok(Box::new(crate::native::NativeBackend::new(
+                    ctx,
+                    crate::native::NativeOptions {
+                        allow_nvrtc: self.session.allow_nvrtc,
+                        ..Default::default()
+                    },
+                )))
+            }
             #[cfg(feature = "tensorrt")]
             EngineKind::TensorRt => {
                 let ctx = self.context.clone().ok_or_else(missing)?;
@@ -411,6 +422,8 @@ impl Model {
                     choice.host_code_required,
                 )?))
             }
+            // Reachable in builds without every backend.
+            #[allow(unreachable_patterns)]
             _ => Err(missing()),
         }
     }

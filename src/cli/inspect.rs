@@ -41,6 +41,13 @@ pub struct InspectArgs {
 pub struct VerifyArgs {
     /// The bundle.
     bundle: PathBuf,
+    /// Also run the self-test the bundle carries (its reference input through the family's
+    /// pipeline on --device, compared with the reference output recorded at build time).
+    #[arg(long)]
+    self_test: bool,
+    /// Device for --self-test: auto, cpu, cuda, cuda:N.
+    #[arg(long, default_value = "auto", requires = "self_test")]
+    device: String,
 }
 
 /// An enum value as FORMAT.md section 5 spells it; an unknown raw value as
@@ -347,7 +354,49 @@ pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Run `tether verify`: structure at open, then every checksum.
+/// `verify --self-test`: the family's embedded self-test on `--device`. Exit 0 when it passes,
+/// 3 when the bundle's networks do not reproduce the recorded output on this device, 1 when it
+/// cannot run (no self-test in the bundle, unknown family, device unavailable).
+fn self_test(a: &VerifyArgs, bundle: Bundle) -> Result<ExitCode> {
+    let shown = a.bundle.display().to_string();
+    let family_name = bundle.identity().family.to_string();
+    let family = tether_family::family::find(tether::families::REGISTRY, &family_name)
+        .with_context(|| {
+            format!(
+                "{shown}: family {:?} is not one this tool knows ({})",
+                Escaped(&family_name),
+                tether_family::family::names(tether::families::REGISTRY)
+            )
+        })?;
+    let options = tether_family::family::RunOptions {
+        device: a.device.clone(),
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    let Some(t) = family.self_test(std::sync::Arc::new(bundle), &options)? else {
+        anyhow::bail!("{shown}: the bundle carries no self-test ({family_name} family)");
+    };
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    if t.passed {
+        crate::outln!(
+            "self-test passed on {}: {} in {ms:.1} ms",
+            a.device,
+            Escaped(&t.summary)
+        )?;
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "self-test FAILED on {}: {}: {}",
+            a.device,
+            Escaped(&shown),
+            Escaped(&t.summary)
+        );
+        Ok(ExitCode::from(3))
+    }
+}
+
+/// Run `tether verify`: structure at open, then every checksum (then, with `--self-test`, the
+/// family's self-test).
 pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
     let opened = Bundle::open(&a.bundle, Verify::Lazy);
@@ -363,6 +412,9 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
                 r.sections_checked,
                 secs * 1e3
             )?;
+            if a.self_test {
+                return self_test(a, b);
+            }
             Ok(ExitCode::SUCCESS)
         }
         // Not a verdict on the content: an ordinary error (exit 1).

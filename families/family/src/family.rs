@@ -107,6 +107,19 @@ pub struct Outcome {
     pub annotated: Option<image::RgbImage>,
 }
 
+/// What a bundle's embedded self-test found (`tether verify --self-test`): the bundle's
+/// reference input run on this device and compared with the output the reference pipeline
+/// produced at build time, within the tolerance recorded beside it.
+pub struct SelfTest {
+    /// Every compared value within tolerance.
+    pub passed: bool,
+    /// One line: what was compared, the worst deviation and the tolerance
+    /// (`8 chunk probabilities, worst |diff| 3.1e-6 <= 1e-4`).
+    pub summary: String,
+    /// The same as JSON (an object).
+    pub json: serde_json::Value,
+}
+
 /// A bundle opened for `run` and `bench`.
 pub trait Runner {
     /// `(network, engine)` for every network (the engine selection made on this device).
@@ -298,6 +311,19 @@ pub trait Family: Send + Sync {
         args: &clap::ArgMatches,
         options: &RunOptions,
     ) -> anyhow::Result<Box<dyn Runner>>;
+    /// Run the self-test the bundle carries on `options.device`: `Ok(None)` when the bundle
+    /// (or the family) carries none.
+    ///
+    /// # Errors
+    /// The bundle cannot be opened on that device, or its self-test section is malformed.
+    fn self_test(
+        &self,
+        bundle: Arc<Bundle>,
+        options: &RunOptions,
+    ) -> anyhow::Result<Option<SelfTest>> {
+        let _ = (bundle, options);
+        Ok(None)
+    }
 }
 
 /// The families a tool knows.

@@ -5,11 +5,22 @@
 //! (`rapidocr_onnxruntime/utils/load_image.py`): gray is replicated to three
 //! channels, RGB is reordered, BGR is taken as is, and images with an alpha
 //! channel are flattened the way that file does it (see [`PixelFormat`]).
+//!
+//! Why the family keeps its own view type instead of
+//! [`tether_family::vision::ImageView`]: the reference reads two layouts the
+//! shared type does not express the same way: two-channel gray + alpha
+//! ([`PixelFormat::GrayAlpha8`], which the shared type has no format for) and
+//! four-channel images, which the reference masks by alpha and inverts
+//! ([`PixelFormat::Rgba8`]) where the shared type's `Rgba8` means "alpha
+//! ignored". Every shared view converts losslessly (`From`): its `Rgba8`
+//! then gets the reference's four-channel treatment, as a 4-channel file
+//! does in `rapidocr-onnxruntime`.
 
 use crate::OcrError;
 
-/// Largest accepted image side, in pixels.
-pub const MAX_IMAGE_SIDE: u32 = 1 << 15;
+/// Largest accepted image side, in pixels (the shared limit,
+/// [`tether_family::vision::MAX_IMAGE_SIDE`]).
+pub const MAX_IMAGE_SIDE: u32 = tether_family::vision::MAX_IMAGE_SIDE;
 
 /// Pixel layout of an [`ImageView`]: 8 bits per channel, interleaved (HWC).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +146,28 @@ impl<'a> ImageView<'a> {
     fn row(&self, y: usize) -> &'a [u8] {
         let start = y * self.stride;
         &self.data[start..start + self.width as usize * self.format.channels()]
+    }
+}
+
+impl<'a> From<tether_family::vision::ImageView<'a>> for ImageView<'a> {
+    /// The same pixels (no copy). The shared view checks the same invariants
+    /// (sides `1..=MAX_IMAGE_SIDE`, stride, buffer length), so this cannot
+    /// fail. `Rgba8` gets the reference's four-channel conversion (see the
+    /// module docs).
+    fn from(v: tether_family::vision::ImageView<'a>) -> Self {
+        use tether_family::vision::PixelFormat as Shared;
+        Self {
+            data: v.data(),
+            width: v.width(),
+            height: v.height(),
+            stride: v.stride(),
+            format: match v.format() {
+                Shared::Gray8 => PixelFormat::Gray8,
+                Shared::Rgb8 => PixelFormat::Rgb8,
+                Shared::Rgba8 => PixelFormat::Rgba8,
+                Shared::Bgr8 => PixelFormat::Bgr8,
+            },
+        }
     }
 }
 
@@ -298,6 +331,28 @@ mod tests {
         let rgba = [10u8, 20, 30, 0, 0, 0, 0, 55];
         out.convert_from(&ImageView::new(&rgba, 2, 1, PixelFormat::Rgba8).unwrap());
         assert_eq!(out.pixels(), &[255, 255, 255, 200, 200, 200]);
+    }
+
+    #[test]
+    fn shared_views_convert_without_copying() {
+        use tether_family::vision::{ImageView as Shared, PixelFormat as SharedFormat};
+        let px = [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
+        let shared = Shared::with_stride(&px, 2, 2, 8, SharedFormat::Rgb8).unwrap();
+        let v = ImageView::from(shared);
+        assert_eq!((v.width(), v.height(), v.stride()), (2, 2, 8));
+        assert_eq!(v.format(), PixelFormat::Rgb8);
+        assert_eq!(v.data().as_ptr(), px.as_ptr());
+        let mut out = BgrImage::default();
+        out.convert_from(&v);
+        assert_eq!(out.pixels(), &[3, 2, 1, 6, 5, 4, 11, 10, 9, 14, 13, 12]);
+        for (s, o) in [
+            (SharedFormat::Gray8, PixelFormat::Gray8),
+            (SharedFormat::Bgr8, PixelFormat::Bgr8),
+            (SharedFormat::Rgba8, PixelFormat::Rgba8),
+        ] {
+            let v = ImageView::from(Shared::new(&px[..4], 1, 1, s).unwrap());
+            assert_eq!(v.format(), o);
+        }
     }
 
     #[test]

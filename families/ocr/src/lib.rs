@@ -22,24 +22,29 @@
 //!    metadata;
 //! 6. lines below `text_score` dropped, boxes mapped back to source pixels.
 //!
-//! Every network runs through one internal module (`net`), today the tract
-//! CPU engine, prepared once per input shape. [`recipe`] (feature `cpu`)
-//! builds the bundle; [`selftest`] is the payload `tether verify --self-test`
-//! runs. Goldens, their script and the sources of every constant:
-//! `families/ocr/golden/`, `families/ocr/README.md`.
+//! Every network runs through one internal module (`net`): the runtime's
+//! [`tether_runtime::Model`], which picks the engine for the real device (the
+//! tract CPU engine, or a GPU engine with one captured graph per network and
+//! shape), prepared once per input shape and kept. `recipe` (feature
+//! `build`) builds the bundle; `cli` (feature `cli`) is the family as the
+//! `tether` CLI sees it; [`selftest`] is the payload `tether verify
+//! --self-test` runs; [`compare`] scores results against the reference's
+//! (the goldens' acceptance rule). Goldens, their script and the sources of
+//! every constant: `families/ocr/golden/`, `families/ocr/README.md`.
 #![warn(missing_docs)]
 
+#[cfg(feature = "cli")]
+pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod contours;
 pub mod ctc;
 pub mod db;
 pub mod geometry;
 pub mod image;
-#[cfg(feature = "cpu")]
 mod net;
-#[cfg(feature = "cpu")]
 mod pipeline;
-#[cfg(feature = "cpu")]
+#[cfg(feature = "build")]
 pub mod recipe;
 pub mod resize;
 pub mod selftest;
@@ -47,8 +52,18 @@ pub mod warp;
 
 pub use config::OcrConfig;
 pub use image::{ImageView, PixelFormat};
-#[cfg(feature = "cpu")]
 pub use pipeline::{Ocr, OcrOptions, OcrResult, OcrStats, StageTimes, TextLine};
+pub use tether_runtime::{Device, EngineKind};
+
+/// Names of the networks inside a bundle (`ocr/<network>/model.onnx`).
+pub mod network {
+    /// Text detection (DB).
+    pub const DET: &str = "det";
+    /// Text recognition (CTC).
+    pub const REC: &str = "rec";
+    /// 180-degree line classification (optional).
+    pub const CLS: &str = "cls";
+}
 
 /// Family name recorded in the bundle identity.
 pub const FAMILY: &str = "ocr";
@@ -58,16 +73,23 @@ pub const FAMILY: &str = "ocr";
 pub const MAX_LINES: usize = 1000;
 
 /// Errors of the OCR family. The variants the hot path can return (`Image`,
-/// `InputBuffer`, `OutputShape`, `TextCapacity`, `Run`) carry only numbers
-/// and static strings.
+/// `InputBuffer`, `OutputShape`, `TextCapacity`, `Run`, `View`) carry only
+/// numbers and static strings.
 #[derive(Debug, thiserror::Error)]
 pub enum OcrError {
     /// The bundle could not be opened or read.
     #[error(transparent)]
     Bundle(#[from] tether_bundle::BundleError),
+    /// The runtime could not open the model, prepare a network for a shape or
+    /// build its session (no usable engine, device unavailable, ...).
+    #[error(transparent)]
+    Runtime(#[from] tether_runtime::Error),
     /// An engine call failed.
     #[error(transparent)]
     Run(#[from] tether_runtime::RunError),
+    /// A network tensor could not be viewed as `f32` (an engine bug).
+    #[error(transparent)]
+    View(#[from] tether_runtime::tensor::ViewError),
     /// The bundle belongs to another family.
     #[error("bundle `{bundle}` is a `{family}` bundle, not an `ocr` bundle")]
     WrongFamily {

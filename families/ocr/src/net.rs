@@ -1,30 +1,44 @@
-//! The one place the OCR family runs networks.
+//! The one place the OCR family runs networks: the runtime's model API.
 //!
-//! Today each network is a [`TractCpuEngine`] prepared for one concrete
-//! input shape and kept: the detector per input size (a bounded cache, since
-//! the size follows the image's), the recogniser per width bucket, the
-//! classifier once. A prepared engine is never re-prepared while it is held.
-//! Swapping this module for the runtime's device `Model` / `Session` (one
-//! captured graph per network and shape) leaves the rest of the crate as is.
+//! [`crate::Ocr`] opens the bundle as a [`Model`], which picks one engine per
+//! network for the real device (a TensorRT plan for this GPU, a GPU engine,
+//! or the tract CPU engine) and prepares each network once at open for one
+//! shape. Every other shape is a plan from [`Model::prepare`] on that same
+//! engine: the detector one per input size (a bounded cache, since the size
+//! follows the image's), the recogniser one per width bucket, the classifier
+//! only the one prepared at open. Each plan gets one [`Session`] (its input
+//! and outputs as host-visible regions; on a GPU one captured CUDA graph per
+//! run), kept with it: a plan is never prepared again while it is held.
 //!
-//! The tract CPU engine allocates its intermediate tensors inside every run;
-//! the host code around it does not (see `pipeline.rs`).
+//! The session path allocates nothing per run on a GPU; on the CPU the tract
+//! engine allocates its intermediate tensors inside every run (documented in
+//! `runtime/src/backends/tract_cpu.rs`). The host code around it does not
+//! (see `pipeline.rs` and `tests/alloc.rs`).
 
-use tether_runtime::cpu::TractCpuEngine;
-use tether_runtime::{Engine, StreamHandle};
+use tether_runtime::session::Check;
+use tether_runtime::tensor::{view, view_mut};
+use tether_runtime::{DType, EngineKind, Model, PipelineSpec, Plan, RegionId, RegionKind, Session};
 
 use crate::OcrError;
 
-/// A network prepared for one input shape `[1, 3, h, w]`.
+/// How far a replayed CUDA graph's output may be from the eager run's when a
+/// device session checks its capture at load (probabilities in `[0, 1]`).
+const REPLAY_TOLERANCE: f32 = 1e-4;
+
+/// A network prepared for one input shape `[1, 3, h, w]`, with its session.
 pub(crate) struct Prepared {
-    engine: TractCpuEngine,
+    session: Session,
+    input: RegionId,
+    output: RegionId,
     input_len: usize,
     output_shape: Vec<usize>,
+    engine: EngineKind,
 }
 
 impl std::fmt::Debug for Prepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Prepared")
+            .field("engine", &self.engine)
             .field("input_len", &self.input_len)
             .field("output_shape", &self.output_shape)
             .finish_non_exhaustive()
@@ -32,35 +46,55 @@ impl std::fmt::Debug for Prepared {
 }
 
 impl Prepared {
-    /// Parse, type, optimise and plan `onnx` for input `[1, 3, h, w]`.
+    /// Build the session of `plan`: its one f32 image input as an input
+    /// region, its outputs as output regions (output 0 is the one read).
     ///
     /// # Errors
-    /// [`OcrError::Network`] naming `network` and the shape.
-    pub(crate) fn load(
-        network: &'static str,
-        onnx: &[u8],
-        h: usize,
-        w: usize,
-    ) -> Result<Self, OcrError> {
-        let shape = vec![1, 3, h, w];
-        let engine = TractCpuEngine::load(onnx, std::slice::from_ref(&shape)).map_err(|e| {
-            OcrError::Network {
-                network,
-                reason: format!("cannot prepare for input {shape:?}: {e}"),
-            }
-        })?;
-        let Some(out) = engine.outputs().first() else {
-            return Err(OcrError::Network {
-                network,
-                reason: "the model has no output".into(),
-            });
+    /// [`OcrError::Network`] naming `network` for a plan that does not have
+    /// one f32 input and an f32 first output; [`OcrError::Runtime`] when the
+    /// session cannot be built.
+    pub(crate) fn new(model: &Model, network: &'static str, plan: Plan) -> Result<Self, OcrError> {
+        let io = plan.io().clone();
+        let bad = |reason: String| OcrError::Network { network, reason };
+        let [input] = io.inputs.as_slice() else {
+            return Err(bad(format!(
+                "expected one image input, the prepared network has {}",
+                io.inputs.len()
+            )));
         };
-        let output_shape = out.shape.clone();
-        log::debug!("{network}: prepared for input {shape:?}, output {output_shape:?}");
+        let Some(output) = io.outputs.first() else {
+            return Err(bad("the prepared network has no output".into()));
+        };
+        if input.dtype != DType::F32 || output.dtype != DType::F32 {
+            return Err(bad(format!(
+                "input {input} and output {output}; expected f32 tensors"
+            )));
+        }
+        let input_len = input.element_count().unwrap_or(0);
+        let output_shape = output.shape.clone();
+        let engine = plan.kind();
+        let mut spec = PipelineSpec::new();
+        let (ins, outs) = spec
+            .network_with_regions(
+                network,
+                plan,
+                RegionKind::Input,
+                RegionKind::Output,
+                Check::F32Abs(REPLAY_TOLERANCE),
+            )
+            .map_err(tether_runtime::Error::from)?;
+        let session = model.session(spec)?;
+        log::debug!(
+            "{network}: session for input {:?} on {engine}, output {output_shape:?}",
+            input.shape
+        );
         Ok(Self {
-            engine,
-            input_len: 3 * h * w,
+            session,
+            input: ins[0],
+            output: outs[0],
+            input_len,
             output_shape,
+            engine,
         })
     }
 
@@ -69,13 +103,14 @@ impl Prepared {
         &self.output_shape
     }
 
-    /// The input tensor, `3 * h * w` f32 values (CHW).
+    /// The input tensor, `3 * h * w` f32 values (CHW). No allocation.
     ///
     /// # Errors
-    /// [`OcrError::Run`] / [`OcrError::InputBuffer`] on an engine bug.
+    /// [`OcrError::Run`] / [`OcrError::View`] / [`OcrError::InputBuffer`] on
+    /// an engine bug.
     pub(crate) fn input_mut(&mut self, network: &'static str) -> Result<&mut [f32], OcrError> {
-        let bytes = self.engine.input_host_mut(0)?;
-        let v = tether_runtime::host::f32_mut(bytes)?;
+        let bytes = self.session.input_mut(self.input)?;
+        let v = view_mut::<f32>(DType::F32, bytes)?;
         if v.len() != self.input_len {
             return Err(OcrError::InputBuffer {
                 network,
@@ -86,44 +121,63 @@ impl Prepared {
         Ok(v)
     }
 
-    /// Run and return output 0.
+    /// Run on the current input and return output 0.
     ///
     /// # Errors
-    /// [`OcrError::Run`] when the engine fails.
+    /// [`OcrError::Run`] when the engine fails; [`OcrError::View`] on an
+    /// engine bug.
     pub(crate) fn run(&mut self) -> Result<&[f32], OcrError> {
-        self.engine.run(StreamHandle::HOST)?;
-        Ok(tether_runtime::host::f32_ref(self.engine.output_host(0)?)?)
+        self.session.run()?;
+        Ok(view::<f32>(DType::F32, self.session.output(self.output)?)?)
     }
 }
 
-/// Engines keyed by input size, prepared on first use and kept; at most
-/// `capacity` held (the least recently used one is dropped for a new size).
+/// Plans and sessions of one network keyed by input size `(h, w)`, prepared
+/// on first use and kept; at most `capacity` held (the least recently used
+/// one is dropped for a new size). The plan the model prepared at open is
+/// adopted for its own shape instead of being prepared again.
 pub(crate) struct ShapeCache {
     network: &'static str,
     capacity: usize,
     entries: Vec<((usize, usize), Prepared, u64)>,
+    opened: Option<((usize, usize), Plan)>,
     clock: u64,
     prepared: usize,
 }
 
 impl ShapeCache {
-    pub(crate) fn new(network: &'static str, capacity: usize) -> Self {
+    /// A cache for `network` holding at most `capacity` sizes; `opened` is
+    /// the network's plan from [`Model::open`] when its input is `[1, 3, h,
+    /// w]` (it counts as one prepared plan).
+    pub(crate) fn new(model: &Model, network: &'static str, capacity: usize) -> Self {
+        let opened = model.network(network).ok().and_then(|n| {
+            let plan = n.plan();
+            match plan.io().inputs.as_slice() {
+                [t] => match t.shape.as_slice() {
+                    [1, 3, h, w] => Some(((*h, *w), plan.clone())),
+                    _ => None,
+                },
+                _ => None,
+            }
+        });
         Self {
             network,
             capacity: capacity.max(1),
             entries: Vec::with_capacity(capacity.max(1)),
+            prepared: usize::from(opened.is_some()),
+            opened,
             clock: 0,
-            prepared: 0,
         }
     }
 
-    /// The engine for input `h x w`, preparing it from `onnx` when not held.
+    /// The session for input `h x w`, preparing a plan with `model` (on the
+    /// engine chosen at open) when none is held.
     ///
     /// # Errors
-    /// [`OcrError::Network`] when preparation fails.
+    /// [`OcrError::Runtime`] / [`OcrError::Network`] when preparation fails.
     pub(crate) fn get(
         &mut self,
-        onnx: &[u8],
+        model: &Model,
         h: usize,
         w: usize,
     ) -> Result<&mut Prepared, OcrError> {
@@ -140,15 +194,28 @@ impl ShapeCache {
                         .map_or(0, |(i, _)| i);
                     let old = self.entries.swap_remove(lru);
                     log::warn!(
-                        "{}: dropping the engine for {}x{} to prepare {w}x{h} (cache of {}; raise it when input sizes alternate)",
+                        "{}: dropping the plan for {}x{} to prepare {w}x{h} (cache of {}; raise it when input sizes alternate)",
                         self.network,
                         old.0.1,
                         old.0.0,
                         self.capacity
                     );
                 }
-                let p = Prepared::load(self.network, onnx, h, w)?;
-                self.prepared += 1;
+                let plan = match &self.opened {
+                    Some((shape, plan)) if *shape == (h, w) => plan.clone(),
+                    _ => {
+                        let shape = vec![1, 3, h, w];
+                        let plan = model
+                            .prepare(self.network, std::slice::from_ref(&shape))
+                            .map_err(|e| OcrError::Network {
+                                network: self.network,
+                                reason: format!("cannot prepare for input {shape:?}: {e}"),
+                            })?;
+                        self.prepared += 1;
+                        plan
+                    }
+                };
+                let p = Prepared::new(model, self.network, plan)?;
                 self.entries.push(((h, w), p, self.clock));
                 self.entries.len() - 1
             }
@@ -158,12 +225,13 @@ impl ShapeCache {
         Ok(&mut e.1)
     }
 
-    /// Engines prepared so far (a cache hit prepares nothing).
+    /// Plans prepared so far, the one prepared at open included (a cache hit,
+    /// or adopting the plan from open, prepares nothing).
     pub(crate) fn prepared_count(&self) -> usize {
         self.prepared
     }
 
-    /// Input sizes `(h, w)` held now.
+    /// Input sizes `(h, w)` with a session now.
     pub(crate) fn held(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.entries.iter().map(|e| e.0)
     }

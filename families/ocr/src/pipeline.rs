@@ -4,14 +4,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tether_bundle::{Bundle, Verify};
+use tether_bundle::{Bundle, SectionKind, Verify};
+use tether_runtime::{Device, Model, ModelOptions};
 
-use crate::config::{CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, REC_SECTION};
+use crate::config::{CONFIG_SECTION, DICT_SECTION};
 use crate::ctc::{self, Dictionary};
 use crate::db::{self, DbPostprocessor, DbStats, DetBox};
 use crate::geometry::decimal_f64;
 use crate::image::{BgrImage, ImageView};
 use crate::net::{Prepared, ShapeCache};
+use crate::network::{CLS, DET, REC};
 use crate::resize::{ResizeScratch, resize_linear};
 use crate::warp::{perspective_transform, rotate90_ccw, rotate180, warp_perspective_cubic};
 use crate::{FAMILY, MAX_LINES, OcrConfig, OcrError};
@@ -19,6 +21,11 @@ use crate::{FAMILY, MAX_LINES, OcrConfig, OcrError};
 /// Options of [`Ocr::open`].
 #[derive(Clone, Debug)]
 pub struct OcrOptions {
+    /// Where to run (default: the first CUDA GPU when one answers, else the CPU).
+    pub device: Device,
+    /// Model options beyond the device (engines to exclude, precision,
+    /// session options); `input_shapes` is set by [`Ocr::open`].
+    pub model: ModelOptions,
     /// Check every section CRC at open instead of on first use.
     pub verify_eagerly: bool,
     /// Override the bundle's choice to run the 180-degree classifier
@@ -26,13 +33,15 @@ pub struct OcrOptions {
     pub use_cls: Option<bool>,
     /// Override the bundle's minimum text score.
     pub text_score: Option<f32>,
-    /// Detector engines kept, one per input size (the size follows the
+    /// Detector plans kept, one per input size (the size follows the
     /// image's). Default 2.
     pub det_cache: usize,
     /// Prepare the recogniser for every width bucket at open (default: on a
     /// bucket's first use; either way once per bucket).
     pub prepare_all_rec_widths: bool,
-    /// Image sizes `(width, height)` to prepare the detector for at open.
+    /// Image sizes `(width, height)` to prepare the detector for at open (the
+    /// first one is the shape the model is opened with; without any, the
+    /// detector input of a square image, `det_limit_side_len` a side).
     pub det_image_sizes: Vec<(u32, u32)>,
     /// Bytes of recognised text one image may return. Default 64 KiB.
     pub text_capacity: usize,
@@ -41,6 +50,8 @@ pub struct OcrOptions {
 impl Default for OcrOptions {
     fn default() -> Self {
         Self {
+            device: Device::Auto,
+            model: ModelOptions::default(),
             verify_eagerly: false,
             use_cls: None,
             text_score: None,
@@ -194,19 +205,22 @@ pub(crate) struct LineOutcome {
 
 /// A PP-OCR pipeline loaded from an `ocr` bundle.
 ///
-/// [`Ocr::open`] reads the configuration and dictionary; each network is
-/// prepared once per input shape and kept (`net.rs`). [`Ocr::detect_text`]
-/// reuses every buffer: images, crops, the probability-map scratch, boxes,
-/// and the fixed-capacity result, so after the first image of a given size
-/// (and the first line of each width bucket) the host code allocates
-/// nothing; the tract CPU engine allocates its intermediates inside each run.
+/// [`Ocr::open`] copies the configuration and dictionary out of the bundle
+/// and opens its networks as a [`Model`] on the requested [`Device`] (the
+/// engine for each network is chosen there, once); each network is then
+/// prepared once per input shape on that engine and kept with its session
+/// (`net.rs`). [`Ocr::detect_text`] reuses every buffer: images, crops, the
+/// probability-map scratch, boxes, and the fixed-capacity result, so after
+/// the first image of a given size (and the first line of each width bucket)
+/// the host code allocates nothing; on the CPU the tract engine allocates its
+/// intermediates inside each run.
 pub struct Ocr {
-    bundle: Arc<Bundle>,
+    model: Model,
     config: OcrConfig,
     dict: Dictionary,
     det: ShapeCache,
     rec: ShapeCache,
-    cls: Option<ShapeCache>,
+    cls: Option<Prepared>,
     image: BgrImage,
     scaled: BgrImage,
     det_image: BgrImage,
@@ -230,6 +244,7 @@ impl std::fmt::Debug for Ocr {
             .field("config", &self.config)
             .field("dictionary", &self.dict.len())
             .field("cls", &self.cls.is_some())
+            .field("model", &self.model)
             .finish_non_exhaustive()
     }
 }
@@ -248,8 +263,10 @@ impl Ocr {
     /// # Errors
     /// [`OcrError::Bundle`] (unreadable or corrupt bundle, missing section),
     /// [`OcrError::WrongFamily`], [`OcrError::Config`],
-    /// [`OcrError::Dictionary`], [`OcrError::Network`] (a network that does
-    /// not prepare, when asked to prepare at open).
+    /// [`OcrError::Dictionary`], [`OcrError::Runtime`] (no engine for a
+    /// network on this device, device unavailable), [`OcrError::Network`] (a
+    /// network whose I/O does not fit its role, or that does not prepare for
+    /// a shape asked for at open).
     pub fn open(path: impl AsRef<Path>, options: &OcrOptions) -> Result<Self, OcrError> {
         let verify = if options.verify_eagerly {
             Verify::Eager
@@ -276,7 +293,11 @@ impl Ocr {
         if let Some(v) = options.text_score {
             config.text_score = v;
         }
-        let has_cls = bundle.section(CLS_SECTION).is_ok();
+        // A classifier network: any engine section `ocr/cls/...`.
+        let has_cls = bundle.sections().any(|s| {
+            matches!(s.kind, SectionKind::Onnx | SectionKind::TensorRtPlan)
+                && tether_bundle::network_of(s.name) == CLS
+        });
         if let Some(v) = options.use_cls {
             config.use_cls = v;
         }
@@ -291,10 +312,57 @@ impl Ocr {
             )));
         }
         let max_steps = *config.rec_widths.last().unwrap_or(&config.rec_min_width) as usize / 8;
+
+        // The model: each network prepared once at open, on the engine chosen
+        // for the device; the detector at the first requested image size (else
+        // a square image's), the recogniser at the narrowest bucket.
+        let (det_w, det_h) = options
+            .det_image_sizes
+            .first()
+            .and_then(|&(w, h)| db::det_input_size(w as usize, h as usize, &config))
+            .unwrap_or_else(|| {
+                let side = (config.det_limit_side_len as usize / 32).max(1) * 32;
+                (side, side)
+            });
+        let mut model_options = options.model.clone();
+        model_options.device = options.device;
+        model_options.verify_eagerly = options.verify_eagerly;
+        model_options.input_shapes = vec![
+            (DET.into(), vec![vec![1, 3, det_h, det_w]]),
+            (
+                REC.into(),
+                vec![vec![
+                    1,
+                    3,
+                    config.rec_height as usize,
+                    config.rec_widths[0] as usize,
+                ]],
+            ),
+            (
+                CLS.into(),
+                vec![vec![
+                    1,
+                    3,
+                    config.cls_height as usize,
+                    config.cls_width as usize,
+                ]],
+            ),
+        ];
+        let model = Model::from_bundle(Arc::clone(&bundle), &model_options)?;
+        for name in [DET, REC] {
+            model.network(name)?;
+        }
+        let cls = if config.use_cls {
+            let plan = model.network(CLS)?.plan().clone();
+            Some(Prepared::new(&model, CLS, plan)?)
+        } else {
+            None
+        };
         let mut ocr = Self {
-            det: ShapeCache::new("det", options.det_cache),
-            rec: ShapeCache::new("rec", config.rec_widths.len()),
-            cls: config.use_cls.then(|| ShapeCache::new("cls", 1)),
+            det: ShapeCache::new(&model, DET, options.det_cache),
+            rec: ShapeCache::new(&model, REC, config.rec_widths.len()),
+            cls,
+            model,
             image: BgrImage::default(),
             scaled: BgrImage::default(),
             det_image: BgrImage::default(),
@@ -310,13 +378,13 @@ impl Ocr {
             result: OcrResult::with_capacity(options.text_capacity),
             times: StageTimes::default(),
             stats: OcrStats::default(),
-            bundle,
             config,
             dict,
         };
         log::info!(
-            "ocr `{}`: det + {}rec ({} classes), {} recognition width buckets {}..={} px, text score >= {}",
+            "ocr `{}` on {}: det + {}rec ({} classes), {} recognition width buckets {}..={} px, text score >= {}",
             bundle_name,
+            ocr.model.device(),
             if ocr.cls.is_some() { "cls + " } else { "" },
             ocr.config.rec_classes,
             ocr.config.rec_widths.len(),
@@ -324,16 +392,22 @@ impl Ocr {
             ocr.config.rec_widths[ocr.config.rec_widths.len() - 1],
             ocr.config.text_score
         );
+        // The recogniser's and classifier's outputs checked once, at open.
+        rec_engine(
+            &ocr.model,
+            &mut ocr.rec,
+            &ocr.config,
+            ocr.config.rec_widths[0] as usize,
+        )?;
         if options.prepare_all_rec_widths {
             for &w in &ocr.config.rec_widths {
-                rec_engine(&ocr.bundle, &mut ocr.rec, &ocr.config, w as usize)?;
+                rec_engine(&ocr.model, &mut ocr.rec, &ocr.config, w as usize)?;
             }
         }
-        cls_engine(&ocr.bundle, ocr.cls.as_mut(), &ocr.config)?;
+        cls_engine(ocr.cls.as_mut())?;
         for &(w, h) in &options.det_image_sizes {
             if let Some((dw, dh)) = db::det_input_size(w as usize, h as usize, &ocr.config) {
-                let onnx = ocr.bundle.section_data(DET_SECTION)?;
-                ocr.det.get(onnx, dh, dw)?;
+                det_engine(&ocr.model, &mut ocr.det, dw, dh)?;
             }
         }
         Ok(ocr)
@@ -345,8 +419,9 @@ impl Ocr {
     /// # Errors
     /// [`OcrError::Image`] when the image cannot be brought to the
     /// detector's size rules (e.g. 1 pixel tall and 5000 wide);
-    /// [`OcrError::Run`] when an engine fails; [`OcrError::Network`] when a
-    /// network cannot be prepared for a new input size;
+    /// [`OcrError::Run`] when an engine fails; [`OcrError::Network`] /
+    /// [`OcrError::Runtime`] when a network cannot be prepared for a new
+    /// input size;
     /// [`OcrError::TextCapacity`] when the text exceeds
     /// [`OcrOptions::text_capacity`]; [`OcrError::OutputShape`] /
     /// [`OcrError::InputBuffer`] on an engine bug.
@@ -474,18 +549,7 @@ impl Ocr {
         );
         let mean = c.det_mean.map(decimal_f64);
         let std = c.det_std.map(decimal_f64);
-        let onnx = self.bundle.section_data(DET_SECTION)?;
-        let engine = self.det.get(onnx, dh, dw)?;
-        match engine.output_shape() {
-            [1, 1, oh, ow] if *oh == dh && *ow == dw => {}
-            s => {
-                return Err(OcrError::OutputShape {
-                    network: "det",
-                    expected: dw * dh,
-                    actual: s.iter().product(),
-                });
-            }
-        }
+        let engine = det_engine(&self.model, &mut self.det, dw, dh)?;
         normalize_det(
             self.det_image.pixels(),
             dw * dh,
@@ -607,7 +671,7 @@ impl Ocr {
                 cls_h,
                 &mut self.resize,
             );
-            let Some(engine) = cls_engine(&self.bundle, self.cls.as_mut(), &self.config)? else {
+            let Some(engine) = self.cls.as_mut() else {
                 return Err(OcrError::Network {
                     network: "cls",
                     reason: "no classifier".into(),
@@ -656,7 +720,7 @@ impl Ocr {
             rec_h,
             &mut self.resize,
         );
-        let engine = rec_engine(&self.bundle, &mut self.rec, &self.config, bucket)?;
+        let engine = rec_engine(&self.model, &mut self.rec, &self.config, bucket)?;
         normalize_line(
             self.line.pixels(),
             rw,
@@ -713,16 +777,27 @@ impl Ocr {
         &self.dict
     }
 
-    /// Engines prepared so far: `(det, rec, cls)`. Each network is prepared
-    /// once per input shape it has seen (detector shapes beyond
-    /// [`OcrOptions::det_cache`] are dropped and prepared again when they
-    /// come back).
+    /// Plans prepared so far: `(det, rec, cls)`, the ones prepared at open
+    /// included. Each network is prepared once per input shape it has seen
+    /// (detector shapes beyond [`OcrOptions::det_cache`] are dropped and
+    /// prepared again when they come back).
     pub fn prepared_engines(&self) -> (usize, usize, usize) {
         (
             self.det.prepared_count(),
             self.rec.prepared_count(),
-            self.cls.as_ref().map_or(0, ShapeCache::prepared_count),
+            usize::from(self.cls.is_some()),
         )
+    }
+
+    /// `(network, engine)` for every network of the bundle: the engine chosen
+    /// for this device at open (every shape of a network runs on it).
+    pub fn engines(&self) -> impl Iterator<Item = (&str, tether_runtime::EngineKind)> + '_ {
+        self.model.networks().iter().map(|n| (n.name(), n.engine()))
+    }
+
+    /// The model underneath (networks, engine choice, device).
+    pub fn model(&self) -> &Model {
+        &self.model
     }
 
     /// Recogniser widths prepared so far.
@@ -732,20 +807,38 @@ impl Ocr {
 
     /// The opened bundle.
     pub fn bundle(&self) -> &Arc<Bundle> {
-        &self.bundle
+        self.model.bundle()
+    }
+}
+
+/// The detector prepared for input `dw x dh`, its output checked to be
+/// `[1, 1, dh, dw]` (a probability map).
+fn det_engine<'a>(
+    model: &Model,
+    cache: &'a mut ShapeCache,
+    dw: usize,
+    dh: usize,
+) -> Result<&'a mut Prepared, OcrError> {
+    let p = cache.get(model, dh, dw)?;
+    match p.output_shape() {
+        [1, 1, oh, ow] if *oh == dh && *ow == dw => Ok(p),
+        s => Err(OcrError::OutputShape {
+            network: "det",
+            expected: dw * dh,
+            actual: s.iter().product(),
+        }),
     }
 }
 
 /// The recogniser prepared for `width`, its output checked to be `[1, T, C]`.
 fn rec_engine<'a>(
-    bundle: &Bundle,
+    model: &Model,
     cache: &'a mut ShapeCache,
     config: &OcrConfig,
     width: usize,
 ) -> Result<&'a mut Prepared, OcrError> {
-    let onnx = bundle.section_data(REC_SECTION)?;
     let classes = config.rec_classes as usize;
-    let p = cache.get(onnx, config.rec_height as usize, width)?;
+    let p = cache.get(model, config.rec_height as usize, width)?;
     match p.output_shape() {
         [1, t, c] if *c == classes && *t > 0 => Ok(p),
         s => Err(OcrError::Network {
@@ -757,17 +850,11 @@ fn rec_engine<'a>(
     }
 }
 
-/// The classifier, its output checked to be `[1, 2]`; `None` without one.
-fn cls_engine<'a>(
-    bundle: &Bundle,
-    cache: Option<&'a mut ShapeCache>,
-    config: &OcrConfig,
-) -> Result<Option<&'a mut Prepared>, OcrError> {
-    let Some(cache) = cache else {
+/// The classifier's output checked to be `[1, 2]`; `None` without one.
+fn cls_engine(cls: Option<&mut Prepared>) -> Result<Option<&mut Prepared>, OcrError> {
+    let Some(p) = cls else {
         return Ok(None);
     };
-    let onnx = bundle.section_data(CLS_SECTION)?;
-    let p = cache.get(onnx, config.cls_height as usize, config.cls_width as usize)?;
     match p.output_shape() {
         [1, 2] => Ok(Some(p)),
         s => Err(OcrError::Network {

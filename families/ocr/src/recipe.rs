@@ -8,18 +8,28 @@
 //! recogniser's class count, and lays out the sections listed in
 //! [`crate::config`]. The self-test ([`crate::selftest`]) is embedded when the
 //! rec and cls networks are the pinned rapidocr-onnxruntime 1.4.4 ones.
+//!
+//! Each engine section records its tensors at the shapes the bundle runs
+//! them at ([`run_tensors`]): batch 1, the fixed heights and widths of the
+//! configuration, and `-1` ([`tether_bundle::DYNAMIC_DIM`]) where the size
+//! is chosen per image at run time (the detector's height and width, the
+//! recogniser's width bucket and its step count).
 
 use sha2::{Digest, Sha256};
+use tether_build::{OnnxInfo, inspect_onnx};
 use tether_bundle::{
-    BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc,
+    BundleWriter, CpuArch, DType, DYNAMIC_DIM, EngineKind, IdentityDesc, Layout, SectionKind,
+    TargetDesc, TensorDesc,
 };
-use tether_runtime::cpu::{OnnxInfo, inspect_onnx};
+use tether_runtime::Backend as _;
+use tether_runtime::IoSpec;
+use tether_runtime::backend::{NetworkSource, PrepareOptions, SourceFormat};
 
 use crate::config::{
     CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, REC_SECTION, SELFTEST_SECTION,
 };
 use crate::ctc::Dictionary;
-use crate::net::Prepared;
+use crate::network::{CLS, DET, REC};
 use crate::selftest::SelfTest;
 use crate::{FAMILY, OcrConfig, OcrError};
 
@@ -114,6 +124,78 @@ fn inspect(network: &'static str, onnx: &[u8]) -> Result<OnnxInfo, OcrError> {
     })
 }
 
+/// Prepare `onnx` on the tract CPU engine for input `[1, 3, h, w]` and
+/// return its I/O at that shape (the plan is dropped).
+fn prepare_on_cpu(
+    network: &'static str,
+    onnx: &[u8],
+    h: usize,
+    w: usize,
+) -> Result<IoSpec, OcrError> {
+    let shape = vec![1, 3, h, w];
+    let plan = tether_runtime::backends::tract_cpu::TractCpu
+        .prepare(
+            &NetworkSource {
+                network,
+                format: SourceFormat::Onnx,
+                bytes: onnx,
+                target: None,
+            },
+            &PrepareOptions {
+                input_shapes: vec![shape.clone()],
+                ..PrepareOptions::default()
+            },
+        )
+        .map_err(|e| OcrError::Network {
+            network,
+            reason: format!("cannot prepare for input {shape:?}: {e}"),
+        })?;
+    Ok(plan.io().clone())
+}
+
+/// The first output's shape of a prepared network.
+fn output_shape(io: &IoSpec) -> &[usize] {
+    io.outputs.first().map_or(&[], |t| t.shape.as_slice())
+}
+
+/// A network's I/O at the shapes an `ocr` bundle runs it at: inputs
+/// `[1, 3, input_h, input_w]` (the first output, when `output` is given,
+/// with those dims; other outputs as declared), `None` for a dimension
+/// chosen at run time (recorded as [`DYNAMIC_DIM`]).
+///
+/// For the networks of `config`: det `x [1, 3, -1, -1] -> [1, 1, -1, -1]`,
+/// rec `x [1, 3, rec_height, -1] -> [1, -1, rec_classes]`, cls
+/// `x [1, 3, cls_height, cls_width] -> [1, 2]`.
+pub fn run_tensors(network: &str, info: &OnnxInfo, config: &OcrConfig) -> Vec<TensorDesc> {
+    let d = |v: Option<u32>| v.map_or(DYNAMIC_DIM, i64::from);
+    let (input, output): ([Option<u32>; 2], Vec<Option<u32>>) = match network {
+        DET => ([None, None], vec![Some(1), Some(1), None, None]),
+        REC => (
+            [Some(config.rec_height), None],
+            vec![Some(1), None, Some(config.rec_classes)],
+        ),
+        _ => (
+            [Some(config.cls_height), Some(config.cls_width)],
+            vec![Some(1), Some(2)],
+        ),
+    };
+    let mut v = Vec::new();
+    for t in &info.inputs {
+        let mut t = t.clone();
+        t.dims = vec![1, 3, d(input[0]), d(input[1])];
+        t.layout = Layout::Nchw;
+        v.push(t);
+    }
+    for (i, t) in info.outputs.iter().enumerate() {
+        let mut t = t.clone();
+        if i == 0 {
+            t.dims = output.iter().map(|&x| d(x)).collect();
+        }
+        v.push(t);
+    }
+    v
+}
+
 /// Build an `ocr` bundle writer.
 ///
 /// `progress` receives a short message before each long step.
@@ -166,21 +248,20 @@ pub fn build(
     config.validate()?;
 
     progress("preparing the detector on the CPU engine");
-    let p = Prepared::load("det", nets.det, 64, 64)?;
-    if p.output_shape() != [1, 1, 64, 64] {
+    let io = prepare_on_cpu(DET, nets.det, 64, 64)?;
+    if output_shape(&io) != [1, 1, 64, 64] {
         return Err(OcrError::Network {
             network: "det",
             reason: format!(
                 "at input 64x64 the output is {:?}; expected [1, 1, 64, 64] (a probability map)",
-                p.output_shape()
+                output_shape(&io)
             ),
         });
     }
-    drop(p);
     progress("preparing the recogniser on the CPU engine");
     let w0 = config.rec_widths[0] as usize;
-    let p = Prepared::load("rec", nets.rec, config.rec_height as usize, w0)?;
-    match p.output_shape() {
+    let io = prepare_on_cpu(REC, nets.rec, config.rec_height as usize, w0)?;
+    match output_shape(&io) {
         [1, t, c] if *c == classes && *t > 0 => {}
         s => {
             return Err(OcrError::Network {
@@ -192,19 +273,18 @@ pub fn build(
             });
         }
     }
-    drop(p);
     if let Some(onnx) = nets.cls {
         progress("preparing the classifier on the CPU engine");
-        let p = Prepared::load(
-            "cls",
+        let io = prepare_on_cpu(
+            CLS,
             onnx,
             config.cls_height as usize,
             config.cls_width as usize,
         )?;
-        if p.output_shape() != [1, 2] {
+        if output_shape(&io) != [1, 2] {
             return Err(OcrError::Network {
                 network: "cls",
-                reason: format!("output is {:?}; expected [1, 2]", p.output_shape()),
+                reason: format!("output is {:?}; expected [1, 2]", output_shape(&io)),
             });
         }
     }
@@ -250,17 +330,18 @@ pub fn build(
         hardware_compat: 0,
         flags: 0,
     })?;
-    let mut add_net = |name: &str, bytes: &[u8], info: &OnnxInfo| -> Result<(), OcrError> {
-        let s = writer.add_section(SectionKind::Onnx, name, Some(target), bytes.to_vec())?;
-        for t in info.inputs.iter().chain(info.outputs.iter()) {
-            writer.add_tensor(s, t.clone())?;
-        }
-        Ok(())
-    };
-    add_net(DET_SECTION, nets.det, &det)?;
-    add_net(REC_SECTION, nets.rec, &rec)?;
+    let mut add_net =
+        |network: &str, section: &str, bytes: &[u8], info: &OnnxInfo| -> Result<(), OcrError> {
+            let s = writer.add_section(SectionKind::Onnx, section, Some(target), bytes.to_vec())?;
+            for t in run_tensors(network, info, &config) {
+                writer.add_tensor(s, t)?;
+            }
+            Ok(())
+        };
+    add_net(DET, DET_SECTION, nets.det, &det)?;
+    add_net(REC, REC_SECTION, nets.rec, &rec)?;
     if let (Some(bytes), Some(info)) = (nets.cls, &cls) {
-        add_net(CLS_SECTION, bytes, info)?;
+        add_net(CLS, CLS_SECTION, bytes, info)?;
     }
     writer.add_section(SectionKind::Labels, DICT_SECTION, None, dict.to_section()?)?;
     writer.add_section(

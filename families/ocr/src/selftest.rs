@@ -238,7 +238,6 @@ impl SelfTest {
 /// # Errors
 /// [`OcrError::SelfTest`] for a malformed section; engine errors as
 /// [`crate::Ocr::detect_text`].
-#[cfg(feature = "cpu")]
 pub fn run(ocr: &mut crate::Ocr) -> Result<Option<SelfTestReport>, OcrError> {
     let bundle = std::sync::Arc::clone(ocr.bundle());
     let Ok(section) = bundle.section_data(crate::config::SELFTEST_SECTION) else {

@@ -2,12 +2,12 @@
 //! default; `docs/evidence/ocr-cpu.md` records a run):
 //!
 //! ```sh
-//! TETHER_ASSETS=... OCR_BENCH_RUNS=10 cargo test -p tether-ocr --release \
+//! TETHER_ASSETS=... OCR_BENCH_RUNS=10 cargo test --workspace --release \
 //!     --test bench -- --ignored --nocapture
 //! ```
 //!
-//! The tract CPU engine runs on the calling thread only, so this is
-//! single-threaded, like the onnxruntime reference in `golden/bench_ort.py`.
+//! The CPU engine (`Device::Cpu`) runs on the calling thread only, so this
+//! is single-threaded, like the onnxruntime reference in `golden/bench_ort.py`.
 //! The image is decoded once, outside the timed region.
 
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tether_bundle::{Bundle, Verify};
 use tether_ocr::recipe::{BuildOptions, Networks, build};
-use tether_ocr::{ImageView, Ocr, OcrOptions, PixelFormat};
+use tether_ocr::{Device, ImageView, Ocr, OcrOptions, PixelFormat};
 
 fn asset(name: &str) -> PathBuf {
     let dir = std::env::var_os("TETHER_ASSETS").map_or_else(
@@ -67,7 +67,11 @@ fn cpu_latency() {
     .expect("build");
     let bundle =
         Bundle::from_vec(writer.to_bytes().expect("bytes"), Verify::Eager).expect("bundle");
-    let mut ocr = Ocr::from_bundle(Arc::new(bundle), &OcrOptions::default()).expect("ocr");
+    let options = OcrOptions {
+        device: Device::Cpu,
+        ..OcrOptions::default()
+    };
+    let mut ocr = Ocr::from_bundle(Arc::new(bundle), &options).expect("ocr");
     for name in ["page.png", "text.png"] {
         let img = image::open(asset(name)).expect("decode").to_luma8();
         let (w, h) = img.dimensions();

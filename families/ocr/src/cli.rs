@@ -1,0 +1,832 @@
+//! The OCR family as the `tether` CLI sees it (feature `cli`): build
+//! arguments and recipe, the `inspect` description, `run`/`bench` on image
+//! files, text and JSON output, annotated images, and the bundle's self-test
+//! for `tether verify --self-test`.
+//!
+//! Images are decoded with [`tether_family::decode::decode_file`] (size
+//! checked before decoding, EXIF orientation applied unless
+//! `--ignore-orientation`) and handed to [`Ocr::detect_text`] through the
+//! family's own [`crate::ImageView`] (see `image.rs` for why it keeps one).
+//! Two ways the CLI's input differs from `rapidocr-onnxruntime` reading the
+//! same file: the reference (PIL `Image.open`, no `exif_transpose`) ignores
+//! the EXIF orientation, so `--ignore-orientation` reproduces it exactly; and
+//! the shared decoder turns gray + alpha files into RGB (alpha dropped)
+//! where the reference applies its `cvt_two_to_three` (the library API takes
+//! [`crate::PixelFormat::GrayAlpha8`] for that).
+
+use std::any::Any;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Arg, ArgAction, ArgMatches, value_parser};
+use embedded_graphics::mono_font::{MonoFont, MonoTextStyle, ascii::FONT_6X10, ascii::FONT_10X20};
+use embedded_graphics::pixelcolor::Rgb888;
+use embedded_graphics::prelude::*;
+use embedded_graphics::primitives::{Line, PrimitiveStyle, Rectangle};
+use embedded_graphics::text::{Baseline, Text};
+use image::RgbImage;
+use serde_json::{Value, json};
+use tether_bundle::Bundle;
+use tether_family::decode::{DecodedImage, Orientation, decode_file};
+use tether_family::family::{
+    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, RunOptions,
+    Runner, UsageError, check_range,
+};
+
+use crate::config::{CONFIG_SECTION, DICT_SECTION, SELFTEST_SECTION};
+use crate::ctc::Dictionary;
+use crate::network::{CLS, DET, REC};
+use crate::recipe::{self, BuildOptions, Networks};
+use crate::selftest::{SelfTest, SelfTestReport};
+use crate::{FAMILY, ImageView, Ocr, OcrConfig, OcrOptions, TextLine};
+
+/// The OCR family.
+pub struct OcrFamily;
+
+/// The registry entry.
+pub static OCR: OcrFamily = OcrFamily;
+
+/// Parse `320,352,...` (ascending recognition bucket widths in pixels).
+fn parse_widths(s: &str) -> Result<Vec<u32>, String> {
+    s.split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<u32>()
+                .map_err(|e| format!("`{}`: {e}", t.trim()))
+        })
+        .collect()
+}
+
+fn text_score_arg() -> Arg {
+    Arg::new("text-score")
+        .long("text-score")
+        .value_name("S")
+        .allow_negative_numbers(true)
+        .value_parser(value_parser!(f32))
+        .help("Minimum recognition score of a line kept, in [0, 1] (default 0.5)")
+}
+
+fn path_arg(name: &'static str, value: &'static str, help: &'static str) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .value_name(value)
+        .value_parser(value_parser!(PathBuf))
+        .help(help)
+}
+
+/// The shapes a TensorRT plan of `network` would be built for: the I/O the
+/// bundle records, its run-time (`-1`) dimensions fixed to the shape the
+/// runtime opens the network at (a square image's detector input, the
+/// narrowest recognition bucket).
+fn plan_tensors(
+    network: &str,
+    info: &tether_build::OnnxInfo,
+    config: &OcrConfig,
+) -> Vec<tether_bundle::TensorDesc> {
+    let side = i64::from((config.det_limit_side_len / 32).max(1) * 32);
+    let w0 = i64::from(config.rec_widths[0]);
+    let mut v = recipe::run_tensors(network, info, config);
+    for t in &mut v {
+        let fixed: Vec<i64> = match (network, t.mode, t.dims.as_slice()) {
+            (DET, tether_bundle::IoMode::Input, [1, 3, _, _]) => vec![1, 3, side, side],
+            (DET, tether_bundle::IoMode::Output, [1, 1, _, _]) => vec![1, 1, side, side],
+            (REC, tether_bundle::IoMode::Input, [1, 3, h, _]) => vec![1, 3, *h, w0],
+            (REC, tether_bundle::IoMode::Output, [1, _, c]) => vec![1, w0 / 8, *c],
+            _ => continue,
+        };
+        t.dims = fixed;
+    }
+    v
+}
+
+impl Family for OcrFamily {
+    fn name(&self) -> &'static str {
+        FAMILY
+    }
+
+    fn about(&self) -> &'static str {
+        "PP-OCR text detection and recognition (rapidocr-onnxruntime pipeline): image in, text lines out"
+    }
+
+    fn build_args(&self) -> Vec<Arg> {
+        vec![
+            path_arg(
+                "det",
+                "D.onnx",
+                "The text detection network (PP-OCR DB, e.g. ch_PP-OCRv4_det_infer.onnx)",
+            )
+            .required(true),
+            path_arg(
+                "rec",
+                "R.onnx",
+                "The text recognition network (PP-OCR CTC with the `character` metadata, e.g. ch_PP-OCRv4_rec_infer.onnx)",
+            )
+            .required(true),
+            path_arg(
+                "cls",
+                "C.onnx",
+                "The optional 180-degree line classifier (e.g. ch_ppocr_mobile_v2.0_cls_infer.onnx)",
+            ),
+            Arg::new("rec-widths")
+                .long("rec-widths")
+                .value_name("W,W,...")
+                .value_parser(parse_widths)
+                .help("Recognition width buckets in pixels, ascending multiples of 8 from 320 (default: 23 buckets 320..=3008)"),
+            text_score_arg(),
+            Arg::new("no-self-test")
+                .long("no-self-test")
+                .action(ArgAction::SetTrue)
+                .help("Leave the self-test out even when the networks are the pinned ones"),
+        ]
+    }
+
+    fn build(
+        &self,
+        args: &ArgMatches,
+        common: &BuildCommon,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Built> {
+        let text_score = args.get_one::<f32>("text-score").copied();
+        check_range("text-score", text_score, 0.0, 1.0)?;
+        let path = |name: &str| args.get_one::<PathBuf>(name).cloned();
+        let det_path = path("det").context("--det is required")?;
+        let rec_path = path("rec").context("--rec is required")?;
+        let cls_path = path("cls");
+        let read = |p: &PathBuf| {
+            tether_bundle::files::read_regular(p)
+                .with_context(|| format!("reading {}", p.display()))
+        };
+        let det = read(&det_path)?;
+        let rec = read(&rec_path)?;
+        let cls = cls_path.as_ref().map(read).transpose()?;
+        let name = common.name.clone().unwrap_or_else(|| {
+            rec_path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("ocr")
+                .to_string()
+        });
+        let options = BuildOptions {
+            name,
+            model_version: common.model_version.clone(),
+            rec_widths: args.get_one::<Vec<u32>>("rec-widths").cloned(),
+            text_score,
+            no_self_test: args.get_flag("no-self-test"),
+            created_unix_s: common.created_unix_s,
+        };
+        let (writer, report) = recipe::build(
+            Networks {
+                det: &det,
+                rec: &rec,
+                cls: cls.as_deref(),
+            },
+            &options,
+            progress,
+        )
+        .map_err(|e| match e {
+            // Out-of-range option values are usage errors (exit 2).
+            crate::OcrError::Config {
+                field: field @ ("rec_widths" | "text_score"),
+                value,
+            } => anyhow::Error::new(UsageError(format!(
+                "--{}: invalid value {value}",
+                field.replace('_', "-")
+            ))),
+            other => anyhow::Error::new(other),
+        })
+        .context("building the ocr bundle")?;
+        let c = &report.config;
+        let dynamic = |info: &tether_build::OnnxInfo| -> Vec<String> {
+            info.inputs
+                .iter()
+                .filter(|t| t.dims.iter().any(|&d| d < 0))
+                .map(|t| t.name.clone())
+                .collect()
+        };
+        let mut networks = vec![
+            PlanSource {
+                network: DET.into(),
+                onnx: det_path.clone(),
+                tensors: plan_tensors(DET, &report.det, c),
+                dynamic_inputs: dynamic(&report.det),
+            },
+            PlanSource {
+                network: REC.into(),
+                onnx: rec_path.clone(),
+                tensors: plan_tensors(REC, &report.rec, c),
+                dynamic_inputs: dynamic(&report.rec),
+            },
+        ];
+        if let (Some(p), Some(info)) = (&cls_path, &report.cls) {
+            networks.push(PlanSource {
+                network: CLS.into(),
+                onnx: p.clone(),
+                tensors: plan_tensors(CLS, info, c),
+                dynamic_inputs: dynamic(info),
+            });
+        }
+        let mut summary = vec![
+            format!("family ocr: {}", c.summary()),
+            format!(
+                "dictionary: {} entries (+ CTC blank), from the rec model's `character` metadata",
+                report.dictionary_entries
+            ),
+            format!("width buckets: {:?}", c.rec_widths),
+        ];
+        summary.push(match &report.self_test_skipped {
+            None => "self-test: embedded (ocr/selftest)".into(),
+            Some(why) => format!("self-test: not embedded: {why}"),
+        });
+        Ok(Built {
+            writer,
+            networks,
+            summary,
+        })
+    }
+
+    fn run_args(&self) -> Vec<Arg> {
+        vec![
+            text_score_arg(),
+            Arg::new("no-cls")
+                .long("no-cls")
+                .action(ArgAction::SetTrue)
+                .help("Skip the 180-degree line classifier even when the bundle has one"),
+            Arg::new("ignore-orientation")
+                .long("ignore-orientation")
+                .action(ArgAction::SetTrue)
+                .help("Use the stored pixels of a JPEG, ignoring its EXIF orientation tag (as rapidocr-onnxruntime does)"),
+        ]
+    }
+
+    fn describe(&self, bundle: &Bundle) -> Result<Description> {
+        let c = OcrConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
+        let dict = Dictionary::from_section(bundle.section_data(DICT_SECTION)?)?;
+        let has = |n: &str| {
+            bundle.sections().any(|s| {
+                matches!(
+                    s.kind,
+                    tether_bundle::SectionKind::Onnx | tether_bundle::SectionKind::TensorRtPlan
+                ) && tether_bundle::network_of(s.name) == n
+            })
+        };
+        let selftest = match bundle.section_data(SELFTEST_SECTION) {
+            Ok(bytes) => Some(SelfTest::from_section(bytes)?),
+            Err(_) => None,
+        };
+        let mut networks = vec![
+            format!(
+                "det (DB text detection, input [1, 3, H, W], short side -> {} px)",
+                c.det_limit_side_len
+            ),
+            format!(
+                "rec (CTC recognition, input [1, 3, {}, W], {} classes)",
+                c.rec_height, c.rec_classes
+            ),
+        ];
+        if has(CLS) {
+            networks.push(format!(
+                "cls (180-degree classifier, input [1, 3, {}, {}]{})",
+                c.cls_height,
+                c.cls_width,
+                if c.use_cls { "" } else { ", off by default" }
+            ));
+        }
+        let lines = vec![
+            ("networks".into(), networks.join("; ")),
+            (
+                "dictionary".into(),
+                format!(
+                    "{} entries (+ CTC blank; the last is the space)",
+                    dict.len()
+                ),
+            ),
+            (
+                "image".into(),
+                format!(
+                    "long side <= {} and short side >= {} px (rescaled otherwise); padded when <= {} px tall or wider than {} x its height",
+                    c.max_side_len, c.min_side_len, c.min_height, c.width_height_ratio
+                ),
+            ),
+            (
+                "detector".into(),
+                format!(
+                    "limit {} {} px (multiples of 32), mean {:?}, std {:?}, thresh {}, box thresh {}, unclip {}, min size {}, <= {} boxes, dilation {}, score {}",
+                    if c.det_limit_max {
+                        "long side"
+                    } else {
+                        "short side"
+                    },
+                    c.det_limit_side_len,
+                    c.det_mean,
+                    c.det_std,
+                    c.det_thresh,
+                    c.det_box_thresh,
+                    c.det_unclip_ratio,
+                    c.det_min_size,
+                    c.det_max_candidates,
+                    if c.det_dilation { "on" } else { "off" },
+                    if c.det_score_slow { "slow" } else { "fast" }
+                ),
+            ),
+            (
+                "classifier".into(),
+                if c.use_cls {
+                    format!(
+                        "{}x{}, a line labelled '180' with score > {} is turned",
+                        c.cls_width, c.cls_height, c.cls_thresh
+                    )
+                } else {
+                    "off".into()
+                },
+            ),
+            (
+                "recogniser".into(),
+                format!(
+                    "height {}, lines grouped by {} for padding, min width {} px, text score >= {}",
+                    c.rec_height, c.rec_batch, c.rec_min_width, c.text_score
+                ),
+            ),
+            (
+                "buckets".into(),
+                format!(
+                    "{} recogniser widths (px): {}",
+                    c.rec_widths.len(),
+                    c.rec_widths
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+            (
+                "self-test".into(),
+                match &selftest {
+                    Some(t) => format!(
+                        "{}x{} line, expects {:?} (score {}, tolerance {})",
+                        t.width, t.height, t.text, t.score, t.tolerance
+                    ),
+                    None => "none".into(),
+                },
+            ),
+        ];
+        Ok(Description {
+            lines,
+            json: json!({
+                "networks": {
+                    "det": true,
+                    "rec": true,
+                    "cls": has(CLS),
+                },
+                "dictionary_entries": dict.len(),
+                "rec_classes": c.rec_classes,
+                "use_cls": c.use_cls,
+                "max_side_len": c.max_side_len,
+                "min_side_len": c.min_side_len,
+                "min_height": c.min_height,
+                "width_height_ratio": c.width_height_ratio,
+                "text_score": c.text_score,
+                "det_limit_side_len": c.det_limit_side_len,
+                "det_limit_type": if c.det_limit_max { "max" } else { "min" },
+                "det_mean": c.det_mean,
+                "det_std": c.det_std,
+                "det_thresh": c.det_thresh,
+                "det_box_thresh": c.det_box_thresh,
+                "det_max_candidates": c.det_max_candidates,
+                "det_unclip_ratio": c.det_unclip_ratio,
+                "det_min_size": c.det_min_size,
+                "det_use_dilation": c.det_dilation,
+                "det_score_mode": if c.det_score_slow { "slow" } else { "fast" },
+                "cls_image_shape": [3, c.cls_height, c.cls_width],
+                "cls_thresh": c.cls_thresh,
+                "rec_image_shape": [3, c.rec_height, c.rec_min_width],
+                "rec_batch_num": c.rec_batch,
+                "rec_widths": c.rec_widths,
+                "self_test": selftest.as_ref().map(|t| json!({
+                    "width": t.width,
+                    "height": t.height,
+                    "text": t.text,
+                    "score": t.score,
+                    "tolerance": t.tolerance,
+                })),
+            }),
+        })
+    }
+
+    fn open(
+        &self,
+        bundle: Arc<Bundle>,
+        args: &ArgMatches,
+        options: &RunOptions,
+    ) -> Result<Box<dyn Runner>> {
+        let text_score = args
+            .try_get_one::<f32>("text-score")
+            .ok()
+            .flatten()
+            .copied();
+        check_range("text-score", text_score, 0.0, 1.0)?;
+        let flag = |name: &str| {
+            args.try_get_one::<bool>(name)
+                .ok()
+                .flatten()
+                .copied()
+                .unwrap_or(false)
+        };
+        let mut ocr_options = ocr_options(options)?;
+        ocr_options.text_score = text_score;
+        if flag("no-cls") {
+            ocr_options.use_cls = Some(false);
+        }
+        let ocr = Ocr::from_bundle(bundle, &ocr_options)?;
+        let orientation = if flag("ignore-orientation") {
+            Orientation::Ignore
+        } else {
+            Orientation::Apply
+        };
+        Ok(Box::new(OcrRunner { ocr, orientation }))
+    }
+
+    fn self_test(
+        &self,
+        bundle: Arc<Bundle>,
+        options: &RunOptions,
+    ) -> Result<Option<tether_family::family::SelfTest>> {
+        Ok(self_test(bundle, options)?.map(|r| {
+            let summary = format!(
+                "text {:?} (expected {:?}), worst score deviation {:.2e} (tolerance {:.0e})",
+                r.text,
+                r.expected_text,
+                r.worst_deviation(),
+                r.tolerance
+            );
+            tether_family::family::SelfTest {
+                passed: r.passed,
+                summary,
+                json: json!({
+                    "text": r.text,
+                    "expected_text": r.expected_text,
+                    "score_deviation": r.score_deviation,
+                    "cls": r.cls.map(|(label, d)| json!({"label": label, "deviation": d})),
+                    "tolerance": r.tolerance,
+                }),
+            }
+        }))
+    }
+}
+
+/// The [`OcrOptions`] of the common run options (device, verification).
+fn ocr_options(options: &RunOptions) -> Result<OcrOptions> {
+    let device: tether_runtime::Device = options
+        .device
+        .parse()
+        .map_err(|e: tether_runtime::device::ParseDeviceError| anyhow::anyhow!(e))?;
+    Ok(OcrOptions {
+        device,
+        verify_eagerly: options.verify_eagerly,
+        ..OcrOptions::default()
+    })
+}
+
+/// Run the bundle's self-test (`ocr/selftest`: one line image through the
+/// classifier and recogniser on the device `options` names) for `tether
+/// verify --self-test`. `Ok(None)` when the bundle carries none.
+///
+/// # Errors
+/// The bundle cannot be opened for OCR on that device, or the self-test
+/// section is malformed.
+pub fn self_test(bundle: Arc<Bundle>, options: &RunOptions) -> Result<Option<SelfTestReport>> {
+    let mut ocr = Ocr::from_bundle(bundle, &ocr_options(options)?)?;
+    Ok(crate::selftest::run(&mut ocr)?)
+}
+
+struct OcrRunner {
+    ocr: Ocr,
+    orientation: Orientation,
+}
+
+struct ImageInput {
+    label: String,
+    image: DecodedImage,
+}
+
+impl Input for ImageInput {
+    fn label(&self) -> &str {
+        &self.label
+    }
+    fn describe(&self) -> String {
+        let mut s = format!(
+            "{}x{} {:?}",
+            self.image.width, self.image.height, self.image.format
+        );
+        if let Some(o) = &self.image.orientation {
+            s.push_str(&format!(", EXIF orientation applied ({o})"));
+        }
+        s
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn image_of(input: &dyn Input) -> Result<&ImageInput> {
+    input
+        .as_any()
+        .downcast_ref::<ImageInput>()
+        .context("not an image input of the ocr family")
+}
+
+impl Runner for OcrRunner {
+    fn engines(&self) -> Vec<(String, String)> {
+        self.ocr
+            .engines()
+            .map(|(n, e)| (n.to_string(), e.id().to_string()))
+            .collect()
+    }
+
+    fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
+        match source {
+            InputSource::File(path) => Ok(Box::new(ImageInput {
+                label: path.display().to_string(),
+                image: decode_file(path, self.orientation)?,
+            })),
+            InputSource::Text(_) => bail!("the ocr family reads images, not text"),
+        }
+    }
+
+    fn run(&mut self, input: &dyn Input) -> Result<()> {
+        let img = image_of(input)?;
+        self.ocr
+            .detect_text(&ImageView::from(img.image.view()))
+            .with_context(|| format!("reading text in {}", img.label))?;
+        Ok(())
+    }
+
+    fn outcome(&self, input: &dyn Input, annotate: bool) -> Result<Outcome> {
+        let img = image_of(input)?;
+        let result = self.ocr.result();
+        let stats = self.ocr.stats();
+        let lines = result
+            .lines()
+            .map(|l| {
+                let p = l.polygon;
+                format!(
+                    "{:?}  {:.3}  [{:.0},{:.0} {:.0},{:.0} {:.0},{:.0} {:.0},{:.0}]{}",
+                    l.text,
+                    l.score,
+                    p[0][0],
+                    p[0][1],
+                    p[1][0],
+                    p[1][1],
+                    p[2][0],
+                    p[2][1],
+                    p[3][0],
+                    p[3][1],
+                    if l.rotated { "  (turned 180)" } else { "" }
+                )
+            })
+            .collect();
+        let list: Vec<Value> = result
+            .lines()
+            .map(|l| {
+                json!({
+                    "text": l.text,
+                    "score": l.score,
+                    "box_score": l.box_score,
+                    "rotated": l.rotated,
+                    "polygon": l.polygon,
+                })
+            })
+            .collect();
+        let mut summary = format!(
+            "{} text line{} ({}x{}",
+            result.len(),
+            if result.len() == 1 { "" } else { "s" },
+            img.image.width,
+            img.image.height
+        );
+        if img.image.orientation.is_some() {
+            summary.push_str(", EXIF orientation applied");
+        }
+        summary.push(')');
+        if stats.squeezed > 0 {
+            summary.push_str(&format!(
+                "; {} line(s) wider than the largest width bucket were squeezed into it",
+                stats.squeezed
+            ));
+        }
+        Ok(Outcome {
+            summary,
+            lines,
+            json: json!({
+                "image_width": img.image.width,
+                "image_height": img.image.height,
+                "orientation_applied": img.image.orientation,
+                "det_input": [stats.det_input.0, stats.det_input.1],
+                "boxes": stats.boxes,
+                "rotated": stats.rotated,
+                "squeezed": stats.squeezed,
+                "lines": list,
+            }),
+            annotated: annotate.then(|| draw(&img.image, result.lines())),
+        })
+    }
+
+    fn stage_times(&self) -> Vec<(String, f64)> {
+        let t = self.ocr.stage_times();
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        vec![
+            ("preprocess".into(), ms(t.preprocess)),
+            ("det".into(), ms(t.det)),
+            ("db".into(), ms(t.postprocess)),
+            ("crop".into(), ms(t.crop)),
+            ("cls".into(), ms(t.cls)),
+            ("rec".into(), ms(t.rec)),
+        ]
+    }
+}
+
+/// Largest side of an annotated image, in pixels: larger inputs are
+/// annotated on a downscaled copy (memory stays bounded whatever the input).
+pub const MAX_ANNOTATED_SIDE: u32 = 4096;
+
+/// Outline and label colour.
+const COLOUR: Rgb888 = Rgb888::new(0x00, 0xC8, 0x53);
+
+/// `embedded-graphics` draw target over an `image` RGB buffer (clips at the edges).
+struct Canvas<'a>(&'a mut RgbImage);
+
+impl OriginDimensions for Canvas<'_> {
+    fn size(&self) -> Size {
+        Size::new(self.0.width(), self.0.height())
+    }
+}
+
+impl DrawTarget for Canvas<'_> {
+    type Color = Rgb888;
+    type Error = std::convert::Infallible;
+
+    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(
+        &mut self,
+        pixels: I,
+    ) -> Result<(), Self::Error> {
+        let (w, h) = (self.0.width() as i32, self.0.height() as i32);
+        for Pixel(p, c) in pixels {
+            if (0..w).contains(&p.x) && (0..h).contains(&p.y) {
+                self.0
+                    .put_pixel(p.x as u32, p.y as u32, image::Rgb([c.r(), c.g(), c.b()]));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An RGB copy of `image` at most [`MAX_ANNOTATED_SIDE`] a side (decimated
+/// straight from the source when larger: no full-size copy), and the scale.
+fn canvas_of(image: &DecodedImage) -> (RgbImage, f64) {
+    let long = image.width.max(image.height);
+    if long <= MAX_ANNOTATED_SIDE {
+        return (image.to_rgb8(), 1.0);
+    }
+    let shrink = f64::from(MAX_ANNOTATED_SIDE) / f64::from(long);
+    let w = ((f64::from(image.width) * shrink).round() as u32).max(1);
+    let h = ((f64::from(image.height) * shrink).round() as u32).max(1);
+    let view = image.view();
+    let ch = view.format().channels();
+    let offs = view.format().rgb_offsets();
+    let d = view.data();
+    let mut o = RgbImage::new(w, h);
+    for (x, y, px) in o.enumerate_pixels_mut() {
+        let sx = ((f64::from(x) + 0.5) / shrink) as usize;
+        let sy = ((f64::from(y) + 0.5) / shrink) as usize;
+        let i = sy.min(image.height as usize - 1) * view.stride()
+            + sx.min(image.width as usize - 1) * ch;
+        *px = image::Rgb([d[i + offs[0]], d[i + offs[1]], d[i + offs[2]]]);
+    }
+    (o, shrink)
+}
+
+/// Draw every line (its polygon, and "text score" above its first corner)
+/// on an RGB copy of `image`, at most [`MAX_ANNOTATED_SIDE`] pixels a side.
+/// Line width and label size grow with the image (about 1/500 of the long
+/// side, at least 1 px; the 10x20 font from 800 px up). The fonts are ASCII:
+/// other characters are drawn as `?`.
+pub fn draw<'a>(image: &DecodedImage, lines: impl Iterator<Item = TextLine<'a>>) -> RgbImage {
+    let (mut out, k) = canvas_of(image);
+    let out_long = out.width().max(out.height());
+    let stroke = (out_long / 500).max(1);
+    let font: &MonoFont<'_> = if out_long >= 800 {
+        &FONT_10X20
+    } else {
+        &FONT_6X10
+    };
+    let (fw, fh) = (
+        font.character_size.width + font.character_spacing,
+        font.character_size.height,
+    );
+    let mut canvas = Canvas(&mut out);
+    let style = PrimitiveStyle::with_stroke(COLOUR, stroke);
+    for l in lines {
+        let pts = l.polygon.map(|p| {
+            Point::new(
+                (f64::from(p[0]) * k).round() as i32,
+                (f64::from(p[1]) * k).round() as i32,
+            )
+        });
+        for i in 0..4 {
+            let _ = Line::new(pts[i], pts[(i + 1) % 4])
+                .into_styled(style)
+                .draw(&mut canvas);
+        }
+        let text: String = format!("{} {:.2}", l.text, l.score)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect();
+        let (tw, th) = (fw * text.chars().count() as u32 + 4, fh + 2);
+        let (x, y) = (pts[0].x, pts[0].y);
+        let ty = if y >= th as i32 { y - th as i32 } else { y };
+        let _ = Rectangle::new(Point::new(x, ty), Size::new(tw, th))
+            .into_styled(PrimitiveStyle::with_fill(COLOUR))
+            .draw(&mut canvas);
+        let _ = Text::with_baseline(
+            &text,
+            Point::new(x + 2, ty + 1),
+            MonoTextStyle::new(font, Rgb888::BLACK),
+            Baseline::Top,
+        )
+        .draw(&mut canvas);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_family::vision::PixelFormat;
+
+    fn black(w: u32, h: u32) -> DecodedImage {
+        DecodedImage {
+            data: vec![0; (w * h * 3) as usize],
+            width: w,
+            height: h,
+            format: PixelFormat::Rgb8,
+            orientation: None,
+        }
+    }
+
+    fn line(polygon: [[f32; 2]; 4]) -> TextLine<'static> {
+        TextLine {
+            polygon,
+            text: "文字 ok",
+            score: 0.97,
+            box_score: 0.9,
+            rotated: false,
+        }
+    }
+
+    #[test]
+    fn draws_the_polygon_outline_and_label() {
+        let quad = [
+            [100.0, 100.0],
+            [300.0, 100.0],
+            [300.0, 140.0],
+            [100.0, 140.0],
+        ];
+        let out = draw(&black(500, 500), std::iter::once(line(quad)));
+        assert_eq!(out.dimensions(), (500, 500), "no silent upscaling");
+        let c = [COLOUR.r(), COLOUR.g(), COLOUR.b()];
+        assert_eq!(out.get_pixel(200, 140).0, c, "bottom edge");
+        assert_eq!(out.get_pixel(300, 120).0, c, "right edge");
+        assert_eq!(out.get_pixel(200, 120).0, [0, 0, 0], "inside untouched");
+        // The label box sits above the first corner.
+        assert_eq!(out.get_pixel(101, 100 - 5).0, c);
+    }
+
+    #[test]
+    fn large_images_are_annotated_at_a_bounded_size() {
+        let quad = [
+            [4096.0, 1024.0],
+            [6144.0, 1024.0],
+            [6144.0, 1536.0],
+            [4096.0, 1536.0],
+        ];
+        let out = draw(&black(8192, 2048), std::iter::once(line(quad)));
+        assert_eq!(out.dimensions(), (4096, 1024));
+        let c = [COLOUR.r(), COLOUR.g(), COLOUR.b()];
+        // Drawn at half scale: the bottom edge at y = 768.
+        assert_eq!(out.get_pixel(2500, 768).0, c);
+        assert_eq!(out.get_pixel(2500, 700).0, [0, 0, 0]);
+    }
+
+    #[test]
+    fn bucket_widths_parse_and_bad_ones_are_named() {
+        assert_eq!(parse_widths("320, 352,384"), Ok(vec![320, 352, 384]));
+        let e = parse_widths("320,x").unwrap_err();
+        assert!(e.contains("`x`"), "{e}");
+    }
+}

@@ -1,0 +1,141 @@
+//! tether voice-activity family: Silero VAD (`silero-vad==6.2.3`,
+//! `silero_vad_op18_ifless.onnx`) as a streaming API for a robot.
+//!
+//! - [`Vad`] (feature `cpu`): push 16 kHz mono PCM, get one speech probability
+//!   per 512-sample chunk (32 ms) and speech-segment events. The network's
+//!   recurrent state lives in two buffers swapped every chunk (ping-pong, no
+//!   allocation); [`Vad::reset`] starts a new stream. [`Vad::process`] is the
+//!   whole-signal API (it iterates the streaming one).
+//! - [`segments`]: the hysteresis that turns probabilities into segments,
+//!   mirroring the package's `get_speech_timestamps` (host code, no network).
+//! - [`audio`]: WAV files of any sample rate and channel count to 16 kHz mono
+//!   (channel mean, then torchaudio's windowed-sinc resampler, re-implemented).
+//! - [`config`]: the family's bundle sections and configuration record.
+//! - [`selftest`]: the bundle's self-test payload (reference PCM + expected
+//!   probabilities from the package) and its runner.
+//! - [`recipe`] (feature `cpu`): ONNX -> `.bundle`.
+//!
+//! The streaming protocol (context, state, `sr`) follows the package's
+//! `OnnxWrapper.__call__` in `silero_vad/utils_vad.py`; see `README.md` for
+//! every constant's source and the golden evidence.
+#![warn(missing_docs)]
+
+pub mod audio;
+pub mod config;
+#[cfg(feature = "cpu")]
+mod net;
+#[cfg(feature = "cpu")]
+pub mod recipe;
+pub mod segments;
+pub mod selftest;
+#[cfg(feature = "cpu")]
+mod vad;
+
+pub use audio::{Audio, SincResampler, read_wav, read_wav_bytes};
+pub use config::VadConfig;
+pub use segments::{SegmentEvent, SegmentTracker, SpeechSegment};
+pub use selftest::{SelfTest, SelfTestReport};
+#[cfg(feature = "cpu")]
+pub use vad::{ChunkResult, Detection, StreamEnd, Vad, VadOptions};
+
+/// Family name recorded in the bundle identity.
+pub const FAMILY: &str = "vad";
+
+/// Sample rate the network runs at, in Hz (the 16 kHz branch of the model).
+pub const SAMPLE_RATE: u32 = 16_000;
+
+/// Samples per chunk at 16 kHz (32 ms): `OnnxWrapper.__call__` accepts only
+/// 512 samples at 16 kHz (`num_samples = 512 if sr == 16000 else 256`).
+pub const CHUNK_SAMPLES: usize = 512;
+
+/// Samples of the previous chunk prepended to each chunk at 16 kHz
+/// (`context_size = 64 if sr == 16000 else 32`); zeros after a reset.
+pub const CONTEXT_SAMPLES: usize = 64;
+
+/// Network input length: context plus chunk, `[1, 576]`.
+pub const WINDOW_SAMPLES: usize = CONTEXT_SAMPLES + CHUNK_SAMPLES;
+
+/// Elements of the recurrent state `[2, 1, 128]` (`reset_states`:
+/// `torch.zeros((2, batch_size, 128))`).
+pub const STATE_LEN: usize = 2 * 128;
+
+/// Duration of one chunk in milliseconds (512 / 16 kHz).
+pub const CHUNK_MS: f64 = 32.0;
+
+/// Errors of the voice-activity family. The hot-path variants (`ChunkLength`,
+/// `Run`, `Output`) carry only numbers.
+#[derive(Debug, thiserror::Error)]
+pub enum VadError {
+    /// The bundle could not be opened or read.
+    #[error(transparent)]
+    Bundle(#[from] tether_bundle::BundleError),
+    /// An engine call failed.
+    #[error(transparent)]
+    Run(#[from] tether_runtime::RunError),
+    /// The bundle belongs to another family.
+    #[error("bundle `{bundle}` is a `{family}` bundle, not a `vad` bundle")]
+    WrongFamily {
+        /// Bundle name.
+        bundle: String,
+        /// Its family.
+        family: String,
+    },
+    /// A field of the configuration is out of range.
+    #[error("vad configuration: invalid {field}: {value}")]
+    Config {
+        /// The field.
+        field: &'static str,
+        /// The value seen.
+        value: String,
+    },
+    /// The network's inputs and outputs are not Silero VAD's streaming I/O.
+    #[error("not a Silero VAD streaming network: {0}")]
+    Network(String),
+    /// [`Vad::push_chunk`] was given a chunk of the wrong length.
+    #[error("a chunk holds {actual} samples, expected {expected} (32 ms at 16 kHz)")]
+    ChunkLength {
+        /// [`CHUNK_SAMPLES`].
+        expected: usize,
+        /// Samples given.
+        actual: usize,
+    },
+    /// [`Vad::push_chunk`] was called while [`Vad::push`] holds a partial chunk.
+    #[error(
+        "{pending} samples of a partial chunk are pending from push(); finish() or reset() first"
+    )]
+    PartialChunkPending {
+        /// Samples held.
+        pending: usize,
+    },
+    /// The network output buffer has the wrong size.
+    #[error("network output {index} holds {actual} bytes, expected {expected}")]
+    Output {
+        /// Output index in the network's order.
+        index: usize,
+        /// Bytes expected.
+        expected: usize,
+        /// Bytes present.
+        actual: usize,
+    },
+    /// A WAV file could not be read or is unusable.
+    #[error("WAV {source_name}: {reason}")]
+    Wav {
+        /// File name (or `<bytes>` for in-memory data).
+        source_name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A resampling request is out of range.
+    #[error("resampling {from_hz} Hz -> {to_hz} Hz: {reason}")]
+    Resample {
+        /// Source rate in Hz.
+        from_hz: u32,
+        /// Target rate in Hz.
+        to_hz: u32,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The self-test payload is malformed.
+    #[error("vad self-test payload: {0}")]
+    SelfTest(String),
+}

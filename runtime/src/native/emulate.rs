@@ -1,0 +1,463 @@
+//! Host emulation of the GPU executor: the launch list the executor enqueues
+//! ([`super::launch::build`], with host addresses standing in for device addresses) run by a
+//! line-for-line host transcription of each kernel of `runtime/kernels/native.cu`, and by
+//! plain loops for the cuDNN and cuBLAS calls (convolution from the IR step, BLAS from the
+//! exact column-major arguments the executor passes).
+//!
+//! This is what proves, without a GPU, the GPU-only half of the engine: workspace layout,
+//! address resolution, dimension collapsing, kernel parameter structs (strides, element
+//! types, program encoding), the copy/memcpy decision and the BLAS argument mapping. Only
+//! the CUDA code itself and the libraries' own arithmetic remain for the GPU run.
+
+use super::Compiled;
+use super::gemm::BlasGemm;
+use super::ir::{ElemType, StepKind};
+use super::kernels::{
+    CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams, SoftmaxParams,
+};
+use super::launch::{self, Bases, ConvChoice, Launch, Layout};
+use super::program::{EwOp, apply, load_f32, store_f32};
+use super::reference::{conv_compute, deconv_compute, pool_compute};
+
+/// 8-byte aligned host memory.
+struct Mem(Vec<u64>);
+
+impl Mem {
+    fn new(bytes: usize, fill: u8) -> Mem {
+        Mem(vec![
+            u64::from_ne_bytes([fill; 8]);
+            bytes.div_ceil(8).max(1)
+        ])
+    }
+    fn addr(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the u64 storage viewed as bytes, same lifetime.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr() as *const u8, self.0.len() * 8) }
+    }
+}
+
+/// Every region of the emulated device, to check that each access stays inside one.
+struct Regions(Vec<(u64, u64)>);
+
+impl Regions {
+    fn check(&self, addr: u64, len: usize) -> Result<(), String> {
+        let end = addr + len as u64;
+        if self.0.iter().any(|&(a, b)| addr >= a && end <= b) {
+            Ok(())
+        } else {
+            Err(format!("access {addr:#x}..{end:#x} outside every region"))
+        }
+    }
+}
+
+fn load(r: &Regions, base: u64, index: i64, dtype: u32) -> Result<f32, String> {
+    let dt = ElemType::from_code(dtype).ok_or_else(|| format!("dtype code {dtype}"))?;
+    let es = dt.size();
+    let at = (base as i64 + index * es as i64) as u64;
+    r.check(at, es)?;
+    // SAFETY: checked inside a live region.
+    let b = unsafe { std::slice::from_raw_parts(at as *const u8, es) };
+    Ok(load_f32(dt, b))
+}
+
+fn store(r: &Regions, base: u64, index: i64, dtype: u32, v: f32) -> Result<(), String> {
+    let dt = ElemType::from_code(dtype).ok_or_else(|| format!("dtype code {dtype}"))?;
+    let es = dt.size();
+    let at = (base as i64 + index * es as i64) as u64;
+    r.check(at, es)?;
+    // SAFETY: checked inside a live region; no other reference to it is alive.
+    let b = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, es) };
+    store_f32(v, dt, b);
+    Ok(())
+}
+
+fn ew(r: &Regions, p: &EwParams) -> Result<(), String> {
+    for i in 0..p.n {
+        let mut off_out = i as i64;
+        let mut off_in = [i as i64; 8];
+        if p.packed == 0 {
+            off_out = 0;
+            off_in = [0; 8];
+            let mut rem = i;
+            for d in (0..p.rank as usize).rev() {
+                let dim = p.shape[d];
+                let q = rem / dim;
+                let c = (rem - q * dim) as i64;
+                rem = q;
+                off_out += c * p.out.strides[d] as i64;
+                for (o, input) in off_in.iter_mut().zip(&p.inputs[..p.n_inputs as usize]) {
+                    *o += c * input.strides[d] as i64;
+                }
+            }
+        }
+        let mut regs = [0f32; 32];
+        for j in 0..p.n_nodes as usize {
+            let nd = p.nodes[j];
+            regs[j] = match nd.op {
+                0 => {
+                    let a = nd.a as usize;
+                    load(r, p.inputs[a].ptr, off_in[a], p.inputs[a].dtype)?
+                }
+                254 => nd.imm,
+                code => {
+                    let op = EwOp::from_code(code).ok_or_else(|| format!("op code {code}"))?;
+                    apply(
+                        op,
+                        regs[nd.a as usize],
+                        regs[nd.b as usize],
+                        regs[nd.c as usize],
+                        nd.imm,
+                    )
+                }
+            };
+        }
+        store(
+            r,
+            p.out.ptr,
+            off_out,
+            p.out.dtype,
+            regs[p.n_nodes as usize - 1],
+        )?;
+    }
+    Ok(())
+}
+
+fn copy(r: &Regions, p: &CopyParams) -> Result<(), String> {
+    let es = p.elem_bytes as usize;
+    for i in 0..p.n {
+        let (mut s, mut d) = (0i64, 0i64);
+        let mut rem = i;
+        for k in (0..p.rank as usize).rev() {
+            let dim = p.shape[k];
+            let q = rem / dim;
+            let c = (rem - q * dim) as i64;
+            rem = q;
+            s += c * p.src_strides[k] as i64;
+            d += c * p.dst_strides[k] as i64;
+        }
+        let (sa, da) = (
+            (p.src as i64 + s * es as i64) as u64,
+            (p.dst as i64 + d * es as i64) as u64,
+        );
+        r.check(sa, es)?;
+        r.check(da, es)?;
+        // SAFETY: both checked inside live regions; elements never overlap (distinct tensors).
+        unsafe { std::ptr::copy(sa as *const u8, da as *mut u8, es) };
+    }
+    Ok(())
+}
+
+fn softmax(r: &Regions, p: &SoftmaxParams) -> Result<(), String> {
+    for o in 0..p.outer as i64 {
+        for i in 0..p.inner as i64 {
+            let base = o * p.n as i64 * p.inner as i64 + i;
+            let at = |k: u32| base + k as i64 * p.inner as i64;
+            let mut m = f32::NEG_INFINITY;
+            for k in 0..p.n {
+                m = m.max(load(r, p.x, at(k), p.dtype)?);
+            }
+            let mut s = 0f32;
+            for k in 0..p.n {
+                s += (load(r, p.x, at(k), p.dtype)? - m).exp();
+            }
+            let ls = s.ln();
+            for k in 0..p.n {
+                let v = load(r, p.x, at(k), p.dtype)? - m;
+                store(
+                    r,
+                    p.y,
+                    at(k),
+                    p.dtype,
+                    if p.log != 0 { v - ls } else { v.exp() / s },
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn reduce(r: &Regions, p: &ReduceParams) -> Result<(), String> {
+    for o in 0..p.outer as i64 {
+        for i in 0..p.inner as i64 {
+            let base = o * p.n as i64 * p.inner as i64 + i;
+            let mut acc = match p.kind {
+                2 => f32::NEG_INFINITY,
+                3 => f32::INFINITY,
+                4 => 1.0,
+                _ => 0.0,
+            };
+            for k in 0..p.n as i64 {
+                let v = load(r, p.x, base + k * p.inner as i64, p.dtype)?;
+                acc = match p.kind {
+                    2 => acc.max(v),
+                    3 => acc.min(v),
+                    4 => acc * v,
+                    1 => acc + v * v,
+                    _ => acc + v,
+                };
+            }
+            let v = if p.kind == 1 { acc / p.n as f32 } else { acc };
+            store(r, p.y, o * p.inner as i64 + i, p.dtype, v)?;
+        }
+    }
+    Ok(())
+}
+
+fn gather(r: &Regions, p: &GatherParams) -> Result<(), String> {
+    let es = p.elem_bytes as usize;
+    let total = p.outer * p.count * p.inner;
+    for t in 0..total {
+        let i = t % p.inner;
+        let k = (t / p.inner) % p.count;
+        let o = t / (p.inner * p.count);
+        let ia = p.indices + k as u64 * p.index_bytes as u64;
+        r.check(ia, p.index_bytes as usize)?;
+        // SAFETY: checked inside a live region.
+        let mut ix = unsafe {
+            if p.index_bytes == 8 {
+                std::ptr::read_unaligned(ia as *const i64)
+            } else {
+                std::ptr::read_unaligned(ia as *const i32) as i64
+            }
+        };
+        if ix < 0 {
+            ix += p.n as i64;
+        }
+        ix = ix.clamp(0, p.n as i64 - 1);
+        let src = p.data
+            + (((o as i64 * p.n as i64 + ix) * p.inner as i64 + i as i64) as u64) * es as u64;
+        let dst = p.y + t as u64 * es as u64;
+        r.check(src, es)?;
+        r.check(dst, es)?;
+        // SAFETY: both checked.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, es) };
+    }
+    Ok(())
+}
+
+fn resize(r: &Regions, p: &ResizeParams) -> Result<(), String> {
+    let i32_at = |base: u64, i: u32| -> Result<i64, String> {
+        let a = base + i as u64 * 4;
+        r.check(a, 4)?;
+        // SAFETY: checked inside a live region.
+        Ok(unsafe { std::ptr::read_unaligned(a as *const i32) } as i64)
+    };
+    let f32_at = |base: u64, i: u32| load(r, base, i as i64, ElemType::F32 as u32);
+    let total = p.outer * p.h_out * p.w_out;
+    for t in 0..total {
+        let col = t % p.w_out;
+        let row = (t / p.w_out) % p.h_out;
+        let o = t / (p.w_out * p.h_out);
+        let plane = o as i64 * p.h_in as i64 * p.w_in as i64;
+        let mut acc = 0f32;
+        for b in 0..p.win_w {
+            let wb = f32_at(p.wx, col * p.win_w + b)?;
+            if wb == 0.0 {
+                continue;
+            }
+            let c = i32_at(p.ix, col * p.win_w + b)?;
+            let mut s = 0f32;
+            for a in 0..p.win_h {
+                let wa = f32_at(p.wy, row * p.win_h + a)?;
+                if wa == 0.0 {
+                    continue;
+                }
+                let rr = i32_at(p.iy, row * p.win_h + a)?;
+                s += wa * load(r, p.x, plane + rr * p.w_in as i64 + c, p.x_dtype)?;
+            }
+            acc += wb * s;
+        }
+        store(r, p.y, t as i64, p.y_dtype, acc)?;
+    }
+    Ok(())
+}
+
+fn gemm(r: &Regions, p: &BlasGemm, dtype: ElemType, a: u64, b: u64, c: u64) -> Result<(), String> {
+    let dt = dtype as u32;
+    for bt in 0..p.batch as i64 {
+        let (ao, bo, co) = (bt * p.stride_a, bt * p.stride_b, bt * p.stride_c);
+        for row in 0..p.m as i64 {
+            for col in 0..p.n as i64 {
+                let mut acc = 0f32;
+                for l in 0..p.k as i64 {
+                    let ia = if p.trans_a {
+                        ao + l + row * p.lda as i64
+                    } else {
+                        ao + row + l * p.lda as i64
+                    };
+                    let ib = if p.trans_b {
+                        bo + col + l * p.ldb as i64
+                    } else {
+                        bo + l + col * p.ldb as i64
+                    };
+                    acc += load(r, a, ia, dt)? * load(r, b, ib, dt)?;
+                }
+                store(r, c, co + row + col * p.ldc as i64, dt, acc)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read_packed(r: &Regions, base: u64, n: usize, dtype: ElemType) -> Result<Vec<f32>, String> {
+    (0..n as i64)
+        .map(|i| load(r, base, i, dtype as u32))
+        .collect()
+}
+
+/// Run `c`'s launch list on host memory laid out like the device workspace (poisoned with
+/// all-ones bytes, as the reference executor does). `inputs[i]` holds input `i`; returns
+/// every output.
+///
+/// # Errors
+/// A description of the first launch that fails (an access outside every region included).
+pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
+    let g = &c.graph;
+    let uses_gemm = g.steps.iter().any(|s| matches!(s.kind, StepKind::Gemm(_)));
+    // Scratch sizes as on a GPU that chose algorithms needing some scratch.
+    let layout = Layout::new(
+        c.memory.activation_bytes,
+        1 << 12,
+        if uses_gemm { 1 << 12 } else { 0 },
+    );
+    let convs: Vec<Option<ConvChoice>> = g
+        .steps
+        .iter()
+        .map(|s| {
+            matches!(s.kind, StepKind::Conv(_) | StepKind::Deconv(_)).then_some(ConvChoice {
+                algo: 1,
+                workspace: 1 << 12,
+            })
+        })
+        .collect();
+    let ws = Mem::new(layout.workspace_bytes, 0xff);
+    let weights_blob = c.memory.weight_blob(g);
+    let weights = Mem::new(weights_blob.len(), 0);
+    // SAFETY: fresh storage at least as long as the blob.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            weights_blob.as_ptr(),
+            weights.addr() as *mut u8,
+            weights_blob.len(),
+        )
+    };
+    let ins: Vec<Mem> = inputs
+        .iter()
+        .map(|b| {
+            let m = Mem::new(b.len(), 0);
+            // SAFETY: fresh storage of the input's length.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), m.addr() as *mut u8, b.len()) };
+            m
+        })
+        .collect();
+    let out_bytes: Vec<usize> = g
+        .outputs
+        .iter()
+        .map(|io| {
+            let t = g.tensor(io.tensor);
+            t.numel() * t.dtype.size()
+        })
+        .collect();
+    let outs: Vec<Mem> = out_bytes.iter().map(|&n| Mem::new(n, 0xff)).collect();
+    let mut regions = vec![
+        (ws.addr(), ws.addr() + layout.workspace_bytes as u64),
+        (weights.addr(), weights.addr() + weights_blob.len() as u64),
+    ];
+    for (m, b) in ins.iter().zip(inputs) {
+        regions.push((m.addr(), m.addr() + b.len() as u64));
+    }
+    for (m, &n) in outs.iter().zip(&out_bytes) {
+        regions.push((m.addr(), m.addr() + n as u64));
+    }
+    let regions = Regions(regions);
+    let in_addrs: Vec<u64> = ins.iter().map(Mem::addr).collect();
+    let out_addrs: Vec<u64> = outs.iter().map(Mem::addr).collect();
+    let bases = Bases {
+        workspace: ws.addr(),
+        weights: weights.addr(),
+        inputs: &in_addrs,
+        outputs: &out_addrs,
+    };
+    let mut launches = Vec::new();
+    launch::build(c, &convs, &layout, &bases, &mut launches)?;
+    for (i, l) in launches.iter().enumerate() {
+        let name = &g.steps[i].node;
+        let res = match l {
+            Launch::Ew { params, .. } => ew(&regions, params),
+            Launch::Copy { params, .. } => copy(&regions, params),
+            Launch::Memcpy { dst, src, bytes } => regions
+                .check(*src, *bytes)
+                .and_then(|_| regions.check(*dst, *bytes))
+                .map(|_| {
+                    // SAFETY: both checked inside live regions.
+                    unsafe { std::ptr::copy(*src as *const u8, *dst as *mut u8, *bytes) }
+                }),
+            Launch::Conv {
+                step,
+                x,
+                w,
+                y,
+                ws,
+                ws_bytes,
+                ..
+            } => {
+                let StepKind::Conv(cv) = &g.steps[*step].kind else {
+                    return Err(format!("{name}: launch is not a convolution"));
+                };
+                let (xt, wt, yt) = (g.tensor(cv.x), g.tensor(cv.w), g.tensor(cv.y));
+                regions.check(*ws, *ws_bytes)?;
+                let xv = read_packed(&regions, *x, xt.numel(), xt.dtype)?;
+                let wv = read_packed(&regions, *w, wt.numel(), wt.dtype)?;
+                let yv = conv_compute(&xv, &wv, &xt.shape, &wt.shape, &yt.shape, cv);
+                yv.iter()
+                    .enumerate()
+                    .try_for_each(|(k, &v)| store(&regions, *y, k as i64, yt.dtype as u32, v))
+            }
+            Launch::Deconv {
+                step,
+                x,
+                w,
+                y,
+                ws,
+                ws_bytes,
+                ..
+            } => {
+                let StepKind::Deconv(cv) = &g.steps[*step].kind else {
+                    return Err(format!("{name}: launch is not a transposed convolution"));
+                };
+                let (xt, wt, yt) = (g.tensor(cv.x), g.tensor(cv.w), g.tensor(cv.y));
+                regions.check(*ws, *ws_bytes)?;
+                let xv = read_packed(&regions, *x, xt.numel(), xt.dtype)?;
+                let wv = read_packed(&regions, *w, wt.numel(), wt.dtype)?;
+                let yv = deconv_compute(&xv, &wv, &xt.shape, &wt.shape, &yt.shape, cv);
+                yv.iter()
+                    .enumerate()
+                    .try_for_each(|(k, &v)| store(&regions, *y, k as i64, yt.dtype as u32, v))
+            }
+            Launch::Pool { step, x, y } => {
+                let StepKind::Pool(pl) = &g.steps[*step].kind else {
+                    return Err(format!("{name}: launch is not a pooling"));
+                };
+                let (xt, yt) = (g.tensor(pl.x), g.tensor(pl.y));
+                let xv = read_packed(&regions, *x, xt.numel(), xt.dtype)?;
+                let yv = pool_compute(&xv, &xt.shape, &yt.shape, pl);
+                yv.iter()
+                    .enumerate()
+                    .try_for_each(|(k, &v)| store(&regions, *y, k as i64, yt.dtype as u32, v))
+            }
+            Launch::Gemm { p, dtype, a, b, c } => gemm(&regions, p, *dtype, *a, *b, *c),
+            Launch::Softmax { params, .. } => softmax(&regions, params),
+            Launch::Reduce { params, .. } => reduce(&regions, params),
+            Launch::Gather { params, .. } => gather(&regions, params),
+            Launch::Resize { params, .. } => resize(&regions, params),
+        };
+        res.map_err(|e| format!("launch {i} ({name}): {e}"))?;
+    }
+    Ok(outs
+        .iter()
+        .zip(&out_bytes)
+        .map(|(m, &n)| m.bytes()[..n].to_vec())
+        .collect())
+}

@@ -1,0 +1,890 @@
+//! The native GPU engine on the backend contract ([`crate::backend`]): [`NativeBackend`]
+//! prepares a [`NativePlan`] (network lowered and laid out, weights uploaded once, kernels
+//! loaded, a cuDNN algorithm measured for every convolution), whose [`NativeExecutor`]s are
+//! bound to regions of the session arena and enqueue the whole network on the session's
+//! stream: no allocation, no synchronisation, capture-safe.
+//!
+//! # Workspace layout (one region of the session arena, [`DevicePlan::workspace`])
+//! `[0, activations)`: every intermediate tensor at its planned offset;
+//! then cuDNN's scratch (the largest workspace of the chosen algorithms), then cuBLAS's
+//! workspace (when the network has matrix products). Every part is 256-byte aligned.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use crate::backend::{
+    Backend, Bindings, CaptureSafety, DeviceExecutor, DevicePlan, EngineKind, Enqueue, IoSpec,
+    NetworkSource, Placement, Plan, PlanMemory, Precision, PrepareError, PrepareOptions, RunError,
+    SourceFormat, WorkspaceSpec, catch_prepare, catch_run,
+};
+use crate::cuda::{
+    ArenaPlan, Context, DeviceArena, DevicePtr, DeviceRegion, KernelModule, ModuleSource, Stream,
+    SyncPolicy,
+};
+use crate::tensor::{DType, IoMode, TensorSpec};
+
+use super::cublas::{self, GemmMath};
+use super::cudnn::{self, ConvMath};
+use super::ir::{ElemType, Graph, PoolKind, StepKind};
+use super::kernels::{
+    CopyParams, EwParams, GatherParams, KERNEL_IMAGES, KERNEL_SOURCE, Kernels, ReduceParams,
+    ResizeParams, SoftmaxParams,
+};
+use super::launch::{self, Bases, ConvChoice, Launch, Layout, address};
+use super::memory::BUFFER_ALIGN;
+use super::{Compiled, LowerError, libs};
+
+const ENGINE: EngineKind = EngineKind::CudaNative;
+
+/// Options of the native backend.
+#[derive(Clone, Debug)]
+pub struct NativeOptions {
+    /// Compile the kernel library with NVRTC when no embedded image loads (feature `nvrtc`).
+    pub allow_nvrtc: bool,
+    /// Most workspace bytes one convolution algorithm may use (cuDNN's algorithm search
+    /// considers only algorithms within it). Default 64 MiB.
+    pub conv_workspace_limit: usize,
+}
+
+impl Default for NativeOptions {
+    fn default() -> Self {
+        NativeOptions {
+            allow_nvrtc: false,
+            conv_workspace_limit: 64 << 20,
+        }
+    }
+}
+
+/// The native GPU backend on one device.
+#[derive(Clone, Debug)]
+pub struct NativeBackend {
+    ctx: Context,
+    options: NativeOptions,
+}
+
+impl NativeBackend {
+    /// A backend preparing plans on `ctx`'s device.
+    pub fn new(ctx: Context, options: NativeOptions) -> Self {
+        NativeBackend { ctx, options }
+    }
+}
+
+fn backend_err(network: &str, message: impl Into<String>) -> PrepareError {
+    PrepareError::Backend {
+        engine: ENGINE,
+        network: network.to_string(),
+        message: message.into(),
+    }
+}
+
+fn lower_err(network: &str, e: LowerError) -> PrepareError {
+    match e {
+        LowerError::Unsupported { node, op, detail } => PrepareError::Unsupported {
+            engine: ENGINE,
+            network: network.to_string(),
+            node,
+            op,
+            detail,
+        },
+        LowerError::Model(m) => backend_err(network, m),
+    }
+}
+
+fn dtype_of(dt: ElemType) -> DType {
+    match dt {
+        ElemType::F32 => DType::F32,
+        ElemType::F16 => DType::F16,
+        ElemType::I32 => DType::I32,
+        ElemType::I64 => DType::I64,
+        ElemType::U8 => DType::U8,
+        ElemType::I8 => DType::I8,
+        ElemType::Bool => DType::Bool,
+    }
+}
+
+impl Backend for NativeBackend {
+    fn kind(&self) -> EngineKind {
+        ENGINE
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::Device
+    }
+
+    fn prepare(
+        &self,
+        source: &NetworkSource<'_>,
+        options: &PrepareOptions,
+    ) -> Result<Plan, PrepareError> {
+        catch_prepare(ENGINE, source.network, || {
+            let plan = NativePlan::prepare(&self.ctx, &self.options, source, options)?;
+            Ok(Plan::Device(Arc::new(plan)))
+        })
+    }
+}
+
+/// cuDNN descriptors of one step.
+enum StepDescs {
+    None,
+    Conv {
+        x: cudnn::TensorDesc,
+        w: cudnn::FilterDesc,
+        y: cudnn::TensorDesc,
+        conv: cudnn::ConvDesc,
+    },
+    Pool {
+        x: cudnn::TensorDesc,
+        y: cudnn::TensorDesc,
+        pool: cudnn::PoolDesc,
+    },
+}
+
+struct PlanInner {
+    network: String,
+    ctx: Context,
+    io: IoSpec,
+    compiled: Compiled,
+    precision: Precision,
+    weights: Option<DeviceArena>,
+    kernels: Kernels,
+    convs: Vec<Option<ConvChoice>>,
+    layout: Layout,
+    uses_cudnn: bool,
+    uses_cublas: bool,
+    // Dropped last: the kernels above are functions of this module.
+    _module: KernelModule,
+}
+
+/// A prepared network on one device: weights uploaded, kernels loaded, algorithms chosen.
+pub struct NativePlan(Arc<PlanInner>);
+
+fn conv_math(p: Precision) -> ConvMath {
+    match p {
+        Precision::Fp32 => ConvMath::Fp32,
+        Precision::Tf32 => ConvMath::Tf32,
+        Precision::Fp16 => ConvMath::Fp16,
+    }
+}
+
+fn gemm_math(p: Precision) -> GemmMath {
+    match p {
+        Precision::Fp32 => GemmMath::Fp32,
+        Precision::Tf32 => GemmMath::Tf32,
+        Precision::Fp16 => GemmMath::Fp16,
+    }
+}
+
+/// 4-D view of a 1-D or 2-D NCHW shape.
+fn nchw(shape: &[usize]) -> Option<[i32; 4]> {
+    let d = |v: usize| i32::try_from(v).ok();
+    match shape.len() {
+        3 => Some([d(shape[0])?, d(shape[1])?, 1, d(shape[2])?]),
+        4 => Some([d(shape[0])?, d(shape[1])?, d(shape[2])?, d(shape[3])?]),
+        _ => None,
+    }
+}
+
+fn pair(v: &[usize], one: usize) -> Option<[i32; 2]> {
+    let d = |v: usize| i32::try_from(v).ok();
+    match v.len() {
+        1 => Some([d(one)?, d(v[0])?]),
+        2 => Some([d(v[0])?, d(v[1])?]),
+        _ => None,
+    }
+}
+
+/// Build the cuDNN descriptors of step `i`.
+fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, String> {
+    let e = |e: cudnn::CudnnError| format!("step {i} ({}): {e}", g.steps[i].node);
+    match &g.steps[i].kind {
+        StepKind::Conv(c) | StepKind::Deconv(c) => {
+            let transposed = matches!(g.steps[i].kind, StepKind::Deconv(_));
+            let (xt, wt, yt) = (g.tensor(c.x), g.tensor(c.w), g.tensor(c.y));
+            let dt = cudnn::data_type(xt.dtype)
+                .filter(|_| wt.dtype == xt.dtype && yt.dtype == xt.dtype)
+                .ok_or_else(|| {
+                    format!(
+                        "convolution over {} / {} / {}",
+                        xt.dtype, wt.dtype, yt.dtype
+                    )
+                })?;
+            let bad = || {
+                format!(
+                    "convolution shapes {:?} {:?} {:?}",
+                    xt.shape, wt.shape, yt.shape
+                )
+            };
+            let xd = nchw(&xt.shape).ok_or_else(bad)?;
+            let wd = nchw(&wt.shape).ok_or_else(bad)?;
+            let yd = nchw(&yt.shape).ok_or_else(bad)?;
+            let x = cudnn::TensorDesc::nchw(dt, xd).map_err(e)?;
+            let w = cudnn::FilterDesc::kcrs(dt, wd).map_err(e)?;
+            let y = cudnn::TensorDesc::nchw(dt, yd).map_err(e)?;
+            let conv = cudnn::ConvDesc::new(
+                pair(&c.pads, 0).ok_or_else(bad)?,
+                pair(&c.strides, 1).ok_or_else(bad)?,
+                pair(&c.dilations, 1).ok_or_else(bad)?,
+                i32::try_from(c.group).map_err(|_| bad())?,
+                conv_math(precision),
+            )
+            .map_err(e)?;
+            // A transposed convolution is the backward data of the forward convolution that
+            // maps the output's shape to the input's: check that one.
+            let (from, to, want) = if transposed {
+                (&y, &x, xd)
+            } else {
+                (&x, &y, yd)
+            };
+            let _ = to;
+            let out = conv.output_dims(from, &w).map_err(e)?;
+            if out != want {
+                return Err(format!(
+                    "step {i} ({}): cuDNN computes {out:?}, the network says {want:?}",
+                    g.steps[i].node
+                ));
+            }
+            Ok(StepDescs::Conv { x, w, y, conv })
+        }
+        StepKind::Pool(p) => {
+            let (xt, yt) = (g.tensor(p.x), g.tensor(p.y));
+            let dt = cudnn::data_type(xt.dtype)
+                .filter(|_| yt.dtype == xt.dtype)
+                .ok_or_else(|| format!("pooling over {} / {}", xt.dtype, yt.dtype))?;
+            let bad = || format!("pooling shapes {:?} {:?}", xt.shape, yt.shape);
+            use cudarc::cudnn::sys::cudnnPoolingMode_t as M;
+            let mode = match p.kind {
+                PoolKind::Max => M::CUDNN_POOLING_MAX,
+                PoolKind::AvgIncludePad => M::CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+                PoolKind::AvgExcludePad => M::CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+            };
+            let pool = cudnn::PoolDesc::new(
+                mode,
+                pair(&p.kernel, 1).ok_or_else(bad)?,
+                pair(&p.pads, 0).ok_or_else(bad)?,
+                pair(&p.strides, 1).ok_or_else(bad)?,
+            )
+            .map_err(e)?;
+            Ok(StepDescs::Pool {
+                x: cudnn::TensorDesc::nchw(dt, nchw(&xt.shape).ok_or_else(bad)?).map_err(e)?,
+                y: cudnn::TensorDesc::nchw(dt, nchw(&yt.shape).ok_or_else(bad)?).map_err(e)?,
+                pool,
+            })
+        }
+        _ => Ok(StepDescs::None),
+    }
+}
+
+impl NativePlan {
+    fn prepare(
+        ctx: &Context,
+        opts: &NativeOptions,
+        source: &NetworkSource<'_>,
+        options: &PrepareOptions,
+    ) -> Result<Self, PrepareError> {
+        let network = source.network;
+        if source.format != SourceFormat::Onnx {
+            return Err(backend_err(
+                network,
+                "the native engine runs ONNX networks only",
+            ));
+        }
+        let compiled = super::compile(source.bytes, &options.input_shapes, options.precision)
+            .map_err(|e| lower_err(network, e))?;
+        let g = &compiled.graph;
+        let uses_cudnn = g.steps.iter().any(|s| {
+            matches!(
+                s.kind,
+                StepKind::Conv(_) | StepKind::Deconv(_) | StepKind::Pool(_)
+            )
+        });
+        let uses_cublas = g.steps.iter().any(|s| matches!(s.kind, StepKind::Gemm(_)));
+        // Libraries first: a missing cuDNN is a refusal with the paths tried, not a panic.
+        if uses_cudnn {
+            libs::cudnn().map_err(|e| backend_err(network, e.to_string()))?;
+        }
+        if uses_cublas {
+            libs::cublas().map_err(|e| backend_err(network, e.to_string()))?;
+        }
+        ctx.bind().map_err(crate::cuda::CudaError::from)?;
+        let io = IoSpec {
+            inputs: g
+                .inputs
+                .iter()
+                .map(|io| {
+                    let t = g.tensor(io.tensor);
+                    TensorSpec {
+                        name: io.name.clone(),
+                        mode: IoMode::Input,
+                        dtype: dtype_of(t.dtype),
+                        shape: t.shape.clone(),
+                    }
+                })
+                .collect(),
+            outputs: g
+                .outputs
+                .iter()
+                .map(|io| {
+                    let t = g.tensor(io.tensor);
+                    TensorSpec {
+                        name: io.name.clone(),
+                        mode: IoMode::Output,
+                        dtype: dtype_of(t.dtype),
+                        shape: t.shape.clone(),
+                    }
+                })
+                .collect(),
+        };
+
+        // Kernels.
+        let module = KernelModule::load(
+            ctx,
+            ModuleSource {
+                images: KERNEL_IMAGES,
+                source: Some(KERNEL_SOURCE),
+                allow_nvrtc: opts.allow_nvrtc,
+            },
+        )?;
+        let kernels = Kernels::new(&module)?;
+
+        // Weights: one allocation, one upload.
+        let stream =
+            Stream::new(ctx, SyncPolicy::Blocking).map_err(crate::cuda::CudaError::from)?;
+        let blob = compiled.memory.weight_blob(g);
+        let weights = if blob.is_empty() {
+            None
+        } else {
+            let mut ap = ArenaPlan::new();
+            let id = ap.add("native weights", blob.len())?;
+            let arena = DeviceArena::new(ctx, ap).map_err(crate::cuda::CudaError::from)?;
+            // SAFETY: the arena region holds blob.len() bytes; blob lives until synchronize.
+            unsafe { stream.memcpy_htod(arena.ptr(id), blob.as_ptr(), blob.len()) }
+                .and_then(|_| stream.synchronize())
+                .map_err(crate::cuda::CudaError::from)?;
+            Some(arena)
+        };
+        drop(blob);
+
+        // Algorithms: measured on a scratch copy of the real layout (same offsets, so the
+        // same pointer alignments as at run time).
+        let mut convs = vec![None; g.steps.len()];
+        let mut cudnn_bytes = 0usize;
+        if g.steps
+            .iter()
+            .any(|s| matches!(s.kind, StepKind::Conv(_) | StepKind::Deconv(_)))
+        {
+            let limit = opts.conv_workspace_limit;
+            let mut ap = ArenaPlan::new();
+            let act = ap.add(
+                "activations (algorithm search)",
+                compiled.memory.activation_bytes.max(1),
+            )?;
+            let scratch = ap.add("cuDNN scratch (algorithm search)", limit.max(1))?;
+            let ins: Vec<_> = io
+                .inputs
+                .iter()
+                .map(|t| ap.add("input (algorithm search)", t.byte_len().unwrap_or(0).max(1)))
+                .collect::<Result<_, _>>()?;
+            let outs: Vec<_> = io
+                .outputs
+                .iter()
+                .map(|t| {
+                    ap.add(
+                        "output (algorithm search)",
+                        t.byte_len().unwrap_or(0).max(1),
+                    )
+                })
+                .collect::<Result<_, _>>()?;
+            let total = ap.total_bytes();
+            let temp = DeviceArena::new(ctx, ap).map_err(crate::cuda::CudaError::from)?;
+            // Zeroes, not garbage: NaN or denormal garbage can skew the timings.
+            // SAFETY: the whole arena, 4-byte multiple (total is 256-aligned).
+            unsafe { stream.memset_u32(temp.base(), 0, total / 4) }
+                .and_then(|_| stream.synchronize())
+                .map_err(crate::cuda::CudaError::from)?;
+            let in_regions: Vec<u64> = ins.iter().map(|&r| temp.ptr(r).0).collect();
+            let out_regions: Vec<u64> = outs.iter().map(|&r| temp.ptr(r).0).collect();
+            let bases = Bases {
+                workspace: temp.ptr(act).0,
+                weights: weights.as_ref().map_or(0, |w| w.base().0),
+                inputs: &in_regions,
+                outputs: &out_regions,
+            };
+            let handle = cudnn::Handle::new().map_err(|e| backend_err(network, e.to_string()))?;
+            for (i, step) in g.steps.iter().enumerate() {
+                let (StepKind::Conv(c) | StepKind::Deconv(c)) = &step.kind else {
+                    continue;
+                };
+                let transposed = matches!(step.kind, StepKind::Deconv(_));
+                let StepDescs::Conv { x, w, y, conv } =
+                    step_descs(g, i, options.precision).map_err(|m| backend_err(network, m))?
+                else {
+                    unreachable!("a convolution step has convolution descriptors")
+                };
+                // SAFETY: addresses resolve into the temporary arena and the weights, sized
+                // by the memory plan for these descriptors; the scratch holds `limit` bytes.
+                let found = if transposed {
+                    unsafe {
+                        cudnn::find_bwd_data_algo(
+                            &handle,
+                            &w,
+                            address(&compiled, &bases, c.w),
+                            &x,
+                            address(&compiled, &bases, c.x),
+                            &conv,
+                            &y,
+                            address(&compiled, &bases, c.y),
+                            temp.ptr(scratch).0,
+                            limit,
+                        )
+                    }
+                } else {
+                    // SAFETY: as above.
+                    unsafe {
+                        cudnn::find_algo(
+                            &handle,
+                            &x,
+                            address(&compiled, &bases, c.x),
+                            &w,
+                            address(&compiled, &bases, c.w),
+                            &conv,
+                            &y,
+                            address(&compiled, &bases, c.y),
+                            temp.ptr(scratch).0,
+                            limit,
+                        )
+                    }
+                }
+                .map_err(|e| backend_err(network, format!("step {i} ({}): {e}", step.node)))?;
+                log::debug!(
+                    "{network}: {}: cuDNN algorithm {} ({} bytes of workspace, {} us)",
+                    step.node,
+                    found.algo,
+                    found.workspace,
+                    found.time_us
+                );
+                cudnn_bytes = cudnn_bytes.max(found.workspace);
+                convs[i] = Some(ConvChoice {
+                    algo: found.algo,
+                    workspace: found.workspace,
+                });
+            }
+            ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
+            drop(handle);
+            drop(temp);
+        }
+
+        // Workspace layout.
+        let cublas_bytes = if uses_cublas {
+            // cuBLAS's documented recommendation: 32 MiB on Hopper and newer, 4 MiB before.
+            if ctx.properties().sm() >= 90 {
+                32 << 20
+            } else {
+                4 << 20
+            }
+        } else {
+            0
+        };
+        let layout = Layout::new(compiled.memory.activation_bytes, cudnn_bytes, cublas_bytes);
+        log::info!(
+            "{network}: native engine plan: {} steps ({} convolutions, {} matrix products), \
+             weights {} bytes, activations {} bytes, cuDNN scratch {} bytes, cuBLAS workspace \
+             {} bytes, precision {:?}, kernels {}",
+            g.steps.len(),
+            g.steps
+                .iter()
+                .filter(|s| matches!(s.kind, StepKind::Conv(_)))
+                .count(),
+            g.steps
+                .iter()
+                .filter(|s| matches!(s.kind, StepKind::Gemm(_)))
+                .count(),
+            compiled.memory.weight_bytes,
+            compiled.memory.activation_bytes,
+            layout.cudnn_ws.1,
+            layout.cublas_ws.1,
+            options.precision,
+            module.image
+        );
+        Ok(NativePlan(Arc::new(PlanInner {
+            network: network.to_string(),
+            ctx: ctx.clone(),
+            io,
+            compiled,
+            precision: options.precision,
+            weights,
+            kernels,
+            convs,
+            layout,
+            uses_cudnn,
+            uses_cublas,
+            _module: module,
+        })))
+    }
+
+    /// The lowered graph and its memory plan (for `inspect` and tests).
+    pub fn compiled(&self) -> &Compiled {
+        &self.0.compiled
+    }
+}
+
+impl DevicePlan for NativePlan {
+    fn kind(&self) -> EngineKind {
+        ENGINE
+    }
+
+    fn io(&self) -> &IoSpec {
+        &self.0.io
+    }
+
+    fn ordinal(&self) -> usize {
+        self.0.ctx.properties().ordinal
+    }
+
+    fn workspace(&self) -> WorkspaceSpec {
+        WorkspaceSpec {
+            bytes: self.0.layout.workspace_bytes,
+            align: BUFFER_ALIGN,
+        }
+    }
+
+    fn memory(&self) -> PlanMemory {
+        PlanMemory {
+            weights_bytes: self.0.compiled.memory.weight_bytes,
+            activation_bytes: self.0.compiled.memory.activation_bytes,
+        }
+    }
+
+    fn capture_safety(&self) -> CaptureSafety {
+        CaptureSafety::Safe
+    }
+
+    fn executor(&self, ctx: &Context) -> Result<Box<dyn DeviceExecutor>, PrepareError> {
+        let p = &self.0;
+        if ctx.raw() != p.ctx.raw() {
+            return Err(backend_err(
+                &p.network,
+                "executor requested on another device than the plan's",
+            ));
+        }
+        ctx.bind().map_err(crate::cuda::CudaError::from)?;
+        let g = &p.compiled.graph;
+        let cudnn = if p.uses_cudnn {
+            Some(cudnn::Handle::new().map_err(|e| backend_err(&p.network, e.to_string()))?)
+        } else {
+            None
+        };
+        let cublas = if p.uses_cublas {
+            Some(cublas::Handle::new().map_err(|e| backend_err(&p.network, e.to_string()))?)
+        } else {
+            None
+        };
+        let descs = (0..g.steps.len())
+            .map(|i| step_descs(g, i, p.precision))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|m| backend_err(&p.network, m))?;
+        Ok(Box::new(NativeExecutor {
+            plan: Arc::clone(p),
+            cudnn,
+            cublas,
+            descs,
+            launches: Vec::with_capacity(g.steps.len()),
+            cublas_ws: (0, 0),
+            library_stream: None,
+            bound: false,
+        }))
+    }
+}
+
+/// Per-session state of a [`NativePlan`]: library handles, descriptors, and the resolved
+/// launches of the last binding.
+pub struct NativeExecutor {
+    plan: Arc<PlanInner>,
+    cudnn: Option<cudnn::Handle>,
+    cublas: Option<cublas::Handle>,
+    descs: Vec<StepDescs>,
+    launches: Vec<Launch>,
+    cublas_ws: (u64, usize),
+    /// The stream the library handles were last set to (with the current workspace): set
+    /// again only when it changes, so a captured enqueue after the eager warm-up makes no
+    /// library configuration call at all.
+    library_stream: Option<usize>,
+    bound: bool,
+}
+
+// SAFETY: the descriptors and handles are plain host objects used only through &mut self.
+unsafe impl Send for NativeExecutor {}
+
+impl Drop for NativeExecutor {
+    fn drop(&mut self) {
+        // The cuDNN/cuBLAS handles are destroyed right after this (field drops): make the
+        // plan's context current on this thread first, as for every driver object here.
+        if let Err(e) = self.plan.ctx.bind() {
+            log::warn!(
+                "{}: native executor dropped without its context: {e}",
+                self.plan.network
+            );
+        }
+    }
+}
+
+fn check_regions(
+    what: &'static str,
+    given: &[DeviceRegion],
+    specs: &[TensorSpec],
+) -> Result<(), RunError> {
+    if given.len() != specs.len() {
+        return Err(RunError::BufferCount {
+            what,
+            expected: specs.len(),
+            actual: given.len(),
+        });
+    }
+    for (index, (r, s)) in given.iter().zip(specs).enumerate() {
+        let need = s.byte_len().unwrap_or(usize::MAX);
+        if r.bytes < need {
+            return Err(RunError::BufferSize {
+                what: if what == "inputs" { "input" } else { "output" },
+                index,
+                expected: need,
+                actual: r.bytes,
+            });
+        }
+    }
+    Ok(())
+}
+
+impl NativeExecutor {
+    fn resolve(&mut self, b: &Bindings<'_>) -> Result<(), String> {
+        let p = &*self.plan;
+        let inputs: Vec<u64> = b.inputs.iter().map(|r| r.ptr.0).collect();
+        let outputs: Vec<u64> = b.outputs.iter().map(|r| r.ptr.0).collect();
+        let bases = Bases {
+            workspace: b.workspace.ptr.0,
+            weights: p.weights.as_ref().map_or(0, |w| w.base().0),
+            inputs: &inputs,
+            outputs: &outputs,
+        };
+        self.cublas_ws = (
+            b.workspace.ptr.offset(p.layout.cublas_ws.0).0,
+            p.layout.cublas_ws.1,
+        );
+        self.launches.clear();
+        launch::build(&p.compiled, &p.convs, &p.layout, &bases, &mut self.launches)
+    }
+
+    fn fail(&self, what: &'static str, detail: &dyn std::fmt::Display) -> RunError {
+        log::error!("{}: native engine: {what}: {detail}", self.plan.network);
+        RunError::Backend {
+            engine: ENGINE,
+            what,
+        }
+    }
+
+    fn run(&mut self, stream: &Stream) -> Result<(), RunError> {
+        if !self.bound {
+            return Err(RunError::NotBound { engine: ENGINE });
+        }
+        stream.bind()?;
+        if self.library_stream != Some(stream.raw() as usize) {
+            self.library_stream = None;
+            if let Some(h) = &self.cudnn {
+                h.set_stream(stream.raw())
+                    .map_err(|e| self.fail("cudnnSetStream", &e))?;
+            }
+            if let Some(h) = &self.cublas {
+                // cublasSetStream resets the workspace to cuBLAS's own pool: set ours after.
+                h.bind(stream.raw(), self.cublas_ws.0, self.cublas_ws.1)
+                    .map_err(|e| self.fail("cublasSetStream/Workspace", &e))?;
+            }
+            self.library_stream = Some(stream.raw() as usize);
+        }
+        let k = self.plan.kernels;
+        let precision = self.plan.precision;
+        for i in 0..self.launches.len() {
+            let block = (256, 1, 1);
+            match &mut self.launches[i] {
+                Launch::Ew { params, grid } => {
+                    let mut args = [params as *mut EwParams as *mut c_void];
+                    // SAFETY: one parameter, the struct the kernel takes by value; every
+                    // address in it was resolved from the bound regions at bind time.
+                    unsafe { stream.launch(k.ew, (*grid, 1, 1), block, 0, &mut args) }?;
+                }
+                Launch::Copy { params, grid } => {
+                    let mut args = [params as *mut CopyParams as *mut c_void];
+                    // SAFETY: as above.
+                    unsafe { stream.launch(k.copy, (*grid, 1, 1), block, 0, &mut args) }?;
+                }
+                Launch::Memcpy { dst, src, bytes } => {
+                    // SAFETY: both ranges lie in bound regions (or the plan's weights).
+                    unsafe { stream.memcpy_dtod(DevicePtr(*dst), DevicePtr(*src), *bytes) }?;
+                }
+                Launch::Softmax { params, rows, grid } => {
+                    let f = if *rows {
+                        k.softmax_rows
+                    } else {
+                        k.softmax_cols
+                    };
+                    let mut args = [params as *mut SoftmaxParams as *mut c_void];
+                    // SAFETY: as above.
+                    unsafe { stream.launch(f, (*grid, 1, 1), block, 0, &mut args) }?;
+                }
+                Launch::Reduce { params, rows, grid } => {
+                    let f = if *rows { k.reduce_rows } else { k.reduce_cols };
+                    let mut args = [params as *mut ReduceParams as *mut c_void];
+                    // SAFETY: as above.
+                    unsafe { stream.launch(f, (*grid, 1, 1), block, 0, &mut args) }?;
+                }
+                Launch::Resize { params, grid } => {
+                    let mut args = [params as *mut ResizeParams as *mut c_void];
+                    // SAFETY: as above.
+                    unsafe { stream.launch(k.resize, (*grid, 1, 1), block, 0, &mut args) }?;
+                }
+                Launch::Gather { params, grid } => {
+                    let mut args = [params as *mut GatherParams as *mut c_void];
+                    // SAFETY: as above.
+                    unsafe { stream.launch(k.gather, (*grid, 1, 1), block, 0, &mut args) }?;
+                }
+                Launch::Conv {
+                    step,
+                    x,
+                    w,
+                    y,
+                    algo,
+                    ws,
+                    ws_bytes,
+                } => {
+                    let (
+                        Some(h),
+                        StepDescs::Conv {
+                            x: xd,
+                            w: wd,
+                            y: yd,
+                            conv,
+                        },
+                    ) = (&self.cudnn, &self.descs[*step])
+                    else {
+                        return Err(self.fail("cudnnConvolutionForward", &"no descriptors"));
+                    };
+                    // SAFETY: descriptors built for these buffers; addresses resolved from
+                    // the bound regions; the scratch region holds ws_bytes.
+                    let r = unsafe {
+                        cudnn::conv_forward(
+                            h,
+                            xd,
+                            *x,
+                            wd,
+                            *w,
+                            conv,
+                            cudnn::fwd_algo(*algo),
+                            *ws,
+                            *ws_bytes,
+                            yd,
+                            *y,
+                        )
+                    };
+                    if let Err(e) = r {
+                        return Err(self.fail("cudnnConvolutionForward", &e));
+                    }
+                }
+                Launch::Deconv {
+                    step,
+                    x,
+                    w,
+                    y,
+                    algo,
+                    ws,
+                    ws_bytes,
+                } => {
+                    let (
+                        Some(h),
+                        StepDescs::Conv {
+                            x: xd,
+                            w: wd,
+                            y: yd,
+                            conv,
+                        },
+                    ) = (&self.cudnn, &self.descs[*step])
+                    else {
+                        return Err(self.fail("cudnnConvolutionBackwardData", &"no descriptors"));
+                    };
+                    // SAFETY: as for the convolution.
+                    let r = unsafe {
+                        cudnn::deconv_forward(
+                            h,
+                            wd,
+                            *w,
+                            xd,
+                            *x,
+                            conv,
+                            cudnn::bwd_data_algo(*algo),
+                            *ws,
+                            *ws_bytes,
+                            yd,
+                            *y,
+                        )
+                    };
+                    if let Err(e) = r {
+                        return Err(self.fail("cudnnConvolutionBackwardData", &e));
+                    }
+                }
+                Launch::Pool { step, x, y } => {
+                    let (Some(h), StepDescs::Pool { x: xd, y: yd, pool }) =
+                        (&self.cudnn, &self.descs[*step])
+                    else {
+                        return Err(self.fail("cudnnPoolingForward", &"no descriptors"));
+                    };
+                    // SAFETY: as above.
+                    let r = unsafe { pool.forward(h, xd, *x, yd, *y) };
+                    if let Err(e) = r {
+                        return Err(self.fail("cudnnPoolingForward", &e));
+                    }
+                }
+                Launch::Gemm { p, dtype, a, b, c } => {
+                    let Some(h) = &self.cublas else {
+                        return Err(self.fail("cublasGemmStridedBatchedEx", &"no handle"));
+                    };
+                    // SAFETY: the BLAS call's strides were derived from these tensors' views;
+                    // addresses resolved from the bound regions.
+                    let r = unsafe { h.gemm(p, *dtype, gemm_math(precision), *a, *b, *c) };
+                    if let Err(e) = r {
+                        return Err(self.fail("cublasGemmStridedBatchedEx", &e));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DeviceExecutor for NativeExecutor {
+    unsafe fn bind(&mut self, bindings: &Bindings<'_>) -> Result<(), RunError> {
+        let io = &self.plan.io;
+        check_regions("inputs", bindings.inputs, &io.inputs)?;
+        check_regions("outputs", bindings.outputs, &io.outputs)?;
+        if bindings.workspace.bytes < self.plan.layout.workspace_bytes {
+            return Err(RunError::BufferSize {
+                what: "workspace",
+                index: 0,
+                expected: self.plan.layout.workspace_bytes,
+                actual: bindings.workspace.bytes,
+            });
+        }
+        self.bound = false;
+        self.library_stream = None;
+        if let Err(m) = self.resolve(bindings) {
+            log::error!("{}: native engine: bind: {m}", self.plan.network);
+            return Err(RunError::Backend {
+                engine: ENGINE,
+                what: "bind",
+            });
+        }
+        self.bound = true;
+        Ok(())
+    }
+
+    fn enqueue(&mut self, stream: &Stream, _mode: Enqueue) -> Result<(), RunError> {
+        // Eager and captured runs enqueue the same work: nothing here depends on device data,
+        // allocates, or synchronises.
+        catch_run(ENGINE, "enqueue", || self.run(stream))
+    }
+}

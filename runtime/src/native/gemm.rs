@@ -1,0 +1,286 @@
+//! Mapping an IR matrix product ([`Gemm`], row-major semantics through arbitrary strides)
+//! onto one strided-batched call of column-major BLAS (`cublasGemmStridedBatchedEx`).
+//!
+//! BLAS computes `C'[r, c] = sum_l op(A')[r, l] * op(B')[l, c]` with every matrix stored
+//! column-major: element `(r, c)` of a stored matrix at `r + c * ld`. The IR's `c[i, j]` is
+//! stored at `i * sc_m + j * sc_n`:
+//! * when `sc_m == 1`, `C' = c` (rows `i`, `ldc = sc_n`), `A'` provides `a[i, l]` and `B'`
+//!   provides `b[l, j]`;
+//! * when `sc_n == 1`, `C' = c^T` (rows `j`, `ldc = sc_m`), `A'` provides `b^T` and `B'`
+//!   provides `a^T` (`c^T = b^T a^T`).
+//!
+//! An operand whose row stride is 1 is stored "N" (`ld` = its column stride), one whose
+//! column stride is 1 is stored "T" (`ld` = its row stride). A dimension of size 1 may have
+//! any stride. Pure logic, no CUDA: the front end asks [`blas_gemm`] whether a product fits
+//! (and packs its operands when not), the GPU executor makes the call.
+
+use super::ir::Gemm;
+
+/// One column-major strided-batched GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlasGemm {
+    /// The IR's `b` is BLAS's first operand (`C' = c^T`).
+    pub swapped: bool,
+    /// `op(A')` is the transpose.
+    pub trans_a: bool,
+    /// `op(B')` is the transpose.
+    pub trans_b: bool,
+    /// Rows of `C'`.
+    pub m: i32,
+    /// Columns of `C'`.
+    pub n: i32,
+    /// Contracted length.
+    pub k: i32,
+    /// Leading dimension of `A'`.
+    pub lda: i32,
+    /// Leading dimension of `B'`.
+    pub ldb: i32,
+    /// Leading dimension of `C'`.
+    pub ldc: i32,
+    /// Batch strides (elements) of `A'`, `B'`, `C'`.
+    pub stride_a: i64,
+    /// See `stride_a`.
+    pub stride_b: i64,
+    /// See `stride_a`.
+    pub stride_c: i64,
+    /// Batch count.
+    pub batch: i32,
+}
+
+/// One stored operand: (`trans`, `ld`) for a matrix providing `(rows, cols)` with strides
+/// (`s_rows`, `s_cols`), or `None` when neither stride is 1.
+fn operand(rows: usize, cols: usize, s_rows: isize, s_cols: isize) -> Option<(bool, i64)> {
+    let s_rows = if rows == 1 { 1 } else { s_rows };
+    let s_cols = if cols == 1 { 1 } else { s_cols };
+    if s_rows == 1 && (cols == 1 || s_cols >= rows as isize) {
+        // Column-major rows x cols: ld >= rows.
+        let ld = if cols == 1 {
+            rows.max(1) as isize
+        } else {
+            s_cols
+        };
+        Some((false, ld as i64))
+    } else if s_cols == 1 && (rows == 1 || s_rows >= cols as isize) {
+        // Stored as the transpose: column-major cols x rows, ld >= cols.
+        let ld = if rows == 1 {
+            cols.max(1) as isize
+        } else {
+            s_rows
+        };
+        Some((true, ld as i64))
+    } else {
+        None
+    }
+}
+
+/// The BLAS call computing `g`, or `None` when the strides do not fit one (then the front
+/// end packs the operands).
+pub fn blas_gemm(g: &Gemm) -> Option<BlasGemm> {
+    let (m, n, k) = (g.m, g.n, g.k);
+    let [sb_a, sa_m, sa_k] = g.sa;
+    let [sb_b, sb_k, sb_n] = g.sb;
+    let [sb_c, sc_m, sc_n] = g.sc;
+    let fits = |v: i64| i32::try_from(v).ok();
+    let plan = |swapped: bool| -> Option<BlasGemm> {
+        let (rows, cols, ldc) = if swapped {
+            (n, m, if m == 1 { n.max(1) as i64 } else { sc_m as i64 })
+        } else {
+            (m, n, if n == 1 { m.max(1) as i64 } else { sc_n as i64 })
+        };
+        if ldc < rows as i64 {
+            return None;
+        }
+        // First operand provides (rows, l), second (l, cols).
+        let (first, second) = if swapped {
+            // b^T: (j, l) from b[l, j]; a^T: (l, i) from a[i, l].
+            (operand(n, k, sb_n, sb_k)?, operand(k, m, sa_k, sa_m)?)
+        } else {
+            (operand(m, k, sa_m, sa_k)?, operand(k, n, sb_k, sb_n)?)
+        };
+        let (stride_a, stride_b) = if swapped { (sb_b, sb_a) } else { (sb_a, sb_b) };
+        let batch_stride = |s: isize| if g.batch == 1 { 0 } else { s as i64 };
+        Some(BlasGemm {
+            swapped,
+            trans_a: first.0,
+            trans_b: second.0,
+            m: fits(rows as i64)?,
+            n: fits(cols as i64)?,
+            k: fits(k as i64)?,
+            lda: fits(first.1)?,
+            ldb: fits(second.1)?,
+            ldc: fits(ldc)?,
+            stride_a: batch_stride(stride_a),
+            stride_b: batch_stride(stride_b),
+            stride_c: batch_stride(sb_c),
+            batch: fits(g.batch as i64)?,
+        })
+    };
+    if (m == 1 || sc_m == 1)
+        && let Some(p) = plan(false)
+    {
+        return Some(p);
+    }
+    if n == 1 || sc_n == 1 {
+        return plan(true);
+    }
+    None
+}
+
+/// Column-major reference of a [`BlasGemm`] over flat buffers (for tests): what cuBLAS
+/// computes, `C' = op(A') op(B')` per batch.
+pub fn reference_blas(p: &BlasGemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    for bt in 0..p.batch as usize {
+        let (ao, bo, co) = (
+            bt as i64 * p.stride_a,
+            bt as i64 * p.stride_b,
+            bt as i64 * p.stride_c,
+        );
+        for r in 0..m {
+            for col in 0..n {
+                let mut acc = 0f32;
+                for l in 0..k {
+                    let av = if p.trans_a {
+                        a[(ao + l as i64 + r as i64 * p.lda as i64) as usize]
+                    } else {
+                        a[(ao + r as i64 + l as i64 * p.lda as i64) as usize]
+                    };
+                    let bv = if p.trans_b {
+                        b[(bo + col as i64 + l as i64 * p.ldb as i64) as usize]
+                    } else {
+                        b[(bo + l as i64 + col as i64 * p.ldb as i64) as usize]
+                    };
+                    acc += av * bv;
+                }
+                c[(co + r as i64 + col as i64 * p.ldc as i64) as usize] = acc;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::ir::TensorId;
+
+    fn gemm(
+        batch: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        sa: [isize; 3],
+        sb: [isize; 3],
+        sc: [isize; 3],
+    ) -> Gemm {
+        Gemm {
+            a: TensorId(0),
+            b: TensorId(1),
+            c: TensorId(2),
+            batch,
+            m,
+            n,
+            k,
+            sa,
+            sb,
+            sc,
+        }
+    }
+
+    /// The IR semantics, directly.
+    fn ir_reference(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+        for bt in 0..g.batch {
+            for i in 0..g.m {
+                for j in 0..g.n {
+                    let mut acc = 0f32;
+                    for l in 0..g.k {
+                        let ia =
+                            bt as isize * g.sa[0] + i as isize * g.sa[1] + l as isize * g.sa[2];
+                        let ib =
+                            bt as isize * g.sb[0] + l as isize * g.sb[1] + j as isize * g.sb[2];
+                        acc += a[ia as usize] * b[ib as usize];
+                    }
+                    let ic = bt as isize * g.sc[0] + i as isize * g.sc[1] + j as isize * g.sc[2];
+                    c[ic as usize] = acc;
+                }
+            }
+        }
+    }
+
+    fn check(g: Gemm) {
+        let p = blas_gemm(&g).expect("fits");
+        let a: Vec<f32> = (0..4096)
+            .map(|i| ((i * 37 % 101) as f32) * 0.01 - 0.5)
+            .collect();
+        let b: Vec<f32> = (0..4096)
+            .map(|i| ((i * 53 % 97) as f32) * 0.02 - 1.0)
+            .collect();
+        let mut want = vec![f32::NAN; 4096];
+        ir_reference(&g, &a, &b, &mut want);
+        let mut got = vec![f32::NAN; 4096];
+        if p.swapped {
+            reference_blas(&p, &b, &a, &mut got);
+        } else {
+            reference_blas(&p, &a, &b, &mut got);
+        }
+        for (i, (x, y)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                x == y || (x.is_nan() && y.is_nan()),
+                "{g:?} -> {p:?}: c[{i}] {x} vs {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_by_one_convolution_is_one_gemm() {
+        // c[o, hw] = sum_c w[o, c] x[c, hw] as the front end lowers it: m = hw (x rows, stride
+        // 1), k = c (stride hw), n = o (w: k stride 1, n stride c), c: m stride 1, n stride hw.
+        let (hw, ci, co) = (20, 6, 5);
+        check(gemm(
+            1,
+            hw,
+            co,
+            ci,
+            [0, 1, hw as isize],
+            [0, 1, ci as isize],
+            [0, 1, hw as isize],
+        ));
+    }
+
+    #[test]
+    fn row_major_batched_matmul_maps_through_the_transpose() {
+        // Packed [b, m, k] x [b, k, n] -> [b, m, n]: c has n stride 1.
+        let (bt, m, n, k) = (3, 4, 5, 6);
+        check(gemm(
+            bt,
+            m,
+            n,
+            k,
+            [(m * k) as isize, k as isize, 1],
+            [(k * n) as isize, n as isize, 1],
+            [(m * n) as isize, n as isize, 1],
+        ));
+        // Broadcast right operand (batch stride 0) and a transposed left operand.
+        check(gemm(
+            bt,
+            m,
+            n,
+            k,
+            [(m * k) as isize, 1, m as isize],
+            [0, n as isize, 1],
+            [(m * n) as isize, n as isize, 1],
+        ));
+    }
+
+    #[test]
+    fn vectors_and_degenerate_dimensions() {
+        // DFL: m = 8400-like, n = 1, k = 16.
+        check(gemm(1, 40, 1, 16, [0, 1, 40], [0, 1, 1], [0, 1, 40]));
+        // m = 1.
+        check(gemm(1, 1, 7, 9, [0, 9, 1], [0, 7, 1], [0, 7, 1]));
+    }
+
+    #[test]
+    fn strides_without_a_unit_dimension_do_not_fit() {
+        assert!(blas_gemm(&gemm(1, 4, 4, 4, [0, 8, 2], [0, 4, 1], [0, 4, 1])).is_none());
+    }
+}

@@ -1,0 +1,85 @@
+//! The native GPU engine: the whole network lowered at load onto cuDNN (convolution,
+//! pooling), cuBLAS (matrix products) and a small kernel library (everything else), enqueued
+//! on the session's stream with no allocation and no synchronisation, so that a session can
+//! capture pre-processing, the network and post-processing into one CUDA graph.
+//!
+//! # Pipeline (all at load)
+//! 1. **Front end** ([`lower`]): tract parses the ONNX model, fixes the input shapes, types,
+//!    folds and declutters it; the decluttered `TypedModel` is lowered into the engine's IR
+//!    ([`ir`]): steps over tensors that are views (shape, offset, strides) of buffers.
+//!    Reshape, squeeze, transpose, slice and broadcast are views, not copies. An operator or
+//!    attribute the engine does not lower is a typed refusal naming the node and the op
+//!    ([`lower::LowerError::Unsupported`] → `PrepareError::Unsupported`).
+//!    Nodes whose inputs are all constant are evaluated by tract at load (int8 weights are
+//!    dequantised once, not per run).
+//! 2. **Passes** ([`passes`]): element-wise chains fuse into one kernel (bias + SiLU after a
+//!    convolution), concatenations disappear when their producers can write into the slices
+//!    of the output, network outputs are written in place.
+//! 3. **Precision** ([`precision`]): fp32 by default; fp16 storage opt-in.
+//! 4. **Memory plan** ([`memory`]): every intermediate buffer gets a fixed offset in the
+//!    workspace from a liveness analysis; weights are packed into one blob uploaded once.
+//! 5. **Execution**: the host reference executor ([`mod@reference`], plain loops, used by the
+//!    tests to prove 1-4 against the tract CPU engine without a GPU) or the GPU executor
+//!    ([`engine`]: cuDNN, cuBLAS and `runtime/kernels/native.cu`, libraries loaded at run
+//!    time by [`libs`]). The executor's launch list ([`launch`]) is built without CUDA, so
+//!    [`emulate`] can run it on the host with a transcription of every kernel: the tests
+//!    prove address resolution, kernel parameters and BLAS arguments without a GPU.
+//!
+//! Operator coverage, precision modes and tolerances: `runtime/src/native/README.md`.
+
+pub mod cublas;
+pub mod cudnn;
+pub mod emulate;
+pub mod engine;
+pub mod gemm;
+pub mod ir;
+pub mod kernels;
+pub mod launch;
+pub mod libs;
+pub mod lower;
+pub mod memory;
+pub mod passes;
+pub mod precision;
+pub mod program;
+pub mod reference;
+
+use crate::backend::Precision;
+
+pub use engine::{NativeBackend, NativeExecutor, NativeOptions, NativePlan};
+pub use libs::{LibraryError, LibraryVersions, library_versions};
+pub use lower::LowerError;
+
+/// A network lowered, optimised and laid out: what a plan is built from.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The IR.
+    pub graph: ir::Graph,
+    /// Offsets of every buffer.
+    pub memory: memory::MemoryPlan,
+}
+
+/// Lower `onnx` at `input_shapes` into the IR, optimise it, apply `precision` and lay it out.
+///
+/// # Errors
+/// [`LowerError::Unsupported`] naming the first node the engine does not lower;
+/// [`LowerError::Model`] when tract cannot parse or type the model, or an internal check
+/// fails.
+pub fn compile(
+    onnx: &[u8],
+    input_shapes: &[Vec<usize>],
+    precision: Precision,
+) -> Result<Compiled, LowerError> {
+    let model = lower::load_model(onnx, input_shapes)?;
+    let mut graph = lower::lower(&model)?;
+    drop(model);
+    passes::optimise(&mut graph);
+    precision::apply(&mut graph, precision)?;
+    graph
+        .validate()
+        .map_err(|e| LowerError::Model(format!("internal: optimised graph is invalid: {e}")))?;
+    let memory = memory::MemoryPlan::new(&graph).map_err(LowerError::Model)?;
+    memory
+        .check(&graph)
+        .map_err(|e| LowerError::Model(format!("internal: memory plan: {e}")))?;
+    Ok(Compiled { graph, memory })
+}

