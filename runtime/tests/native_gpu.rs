@@ -161,6 +161,41 @@ fn worst(got: &[f32], want: &[f32], atol: f32, rtol: f32) -> (f32, f32, usize) {
     (w, abs, at)
 }
 
+/// [`worst`] for a YOLOv8 output `[1, 4 + classes, anchors]` in fp16: every class score, but
+/// the box channels only of anchors whose best class score (CPU) reaches the decoder's 0.25
+/// threshold. A background anchor's box comes from a DFL softmax over a nearly flat
+/// distribution, where fp16 rounding of the logits moves the expectation by a sizeable
+/// fraction of a bin without any effect on the detections (which are compared as well).
+fn worst_fp16_yolo(
+    got: &[f32],
+    want: &[f32],
+    shape: &[usize],
+    atol: f32,
+    rtol: f32,
+) -> (f32, f32, usize) {
+    let (rows, n) = (shape[1], shape[2]);
+    let confident: Vec<bool> = (0..n)
+        .map(|a| (4..rows).any(|c| want[c * n + a] >= 0.25))
+        .collect();
+    let (mut w, mut abs, mut at) = (0f32, 0f32, 0usize);
+    for (i, (&g, &r)) in got.iter().zip(want).enumerate() {
+        if i / n < 4 && !confident[i % n] {
+            continue;
+        }
+        let d = (g - r).abs();
+        let e = if d.is_nan() {
+            f32::INFINITY
+        } else {
+            d / (atol + rtol * r.abs())
+        };
+        if e > w {
+            (w, at) = (e, i);
+        }
+        abs = abs.max(d);
+    }
+    (w, abs, at)
+}
+
 // ---- YOLOv8 decoding (the same on both sides) ------------------------------------------------
 
 #[derive(Clone, Copy, Debug)]
@@ -214,29 +249,28 @@ fn decode(out: &[f32], shape: &[usize]) -> Vec<Det> {
 /// Every CPU detection has a GPU detection of the same class with IoU >= `min_iou` and score
 /// within `score_tol`, and the counts match. Detections within 5e-3 of the 0.25 threshold
 /// are left out on both sides (a score tolerance may legitimately move them across it).
+/// Every detection either side keeps clearly (score at least the 0.25 threshold plus
+/// `score_tol` and a margin, so a score on the threshold cannot flip the count) has a
+/// detection of the same class on the other side with IoU >= `min_iou` and a score within
+/// `score_tol`.
 fn same_detections(gpu: &[Det], cpu: &[Det], min_iou: f32, score_tol: f32) -> Result<(), String> {
-    let strong =
-        |v: &[Det]| -> Vec<Det> { v.iter().copied().filter(|d| d.score >= 0.255).collect() };
-    let (gpu, cpu) = (&strong(gpu)[..], &strong(cpu)[..]);
-    if gpu.len() != cpu.len() {
-        return Err(format!(
-            "{} detections on the GPU, {} on the CPU",
-            gpu.len(),
-            cpu.len()
-        ));
-    }
-    for c in cpu {
-        let m = gpu
-            .iter()
-            .filter(|g| g.class == c.class)
-            .max_by(|x, y| iou(&x.b, &c.b).total_cmp(&iou(&y.b, &c.b)))
-            .ok_or_else(|| format!("no GPU detection of class {}", c.class))?;
-        let (i, ds) = (iou(&m.b, &c.b), (m.score - c.score).abs());
-        if i < min_iou || ds > score_tol {
-            return Err(format!("{c:?} vs {m:?}: IoU {i}, score difference {ds}"));
+    let clear = 0.255 + score_tol;
+    let matched = |a: &[Det], b: &[Det], side: &str| -> Result<(), String> {
+        for c in a.iter().filter(|d| d.score >= clear) {
+            let m = b
+                .iter()
+                .filter(|g| g.class == c.class)
+                .max_by(|x, y| iou(&x.b, &c.b).total_cmp(&iou(&y.b, &c.b)))
+                .ok_or_else(|| format!("{c:?} ({side}) has no detection of its class on the other side"))?;
+            let (i, ds) = (iou(&m.b, &c.b), (m.score - c.score).abs());
+            if i < min_iou || ds > score_tol {
+                return Err(format!("{c:?} ({side}) vs {m:?}: IoU {i}, score difference {ds}"));
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    };
+    matched(cpu, gpu, "CPU")?;
+    matched(gpu, cpu, "GPU")
 }
 
 // ---- a session: one arena for workspace and I/O, one stream -----------------------------------
@@ -425,7 +459,11 @@ fn full_check(
     let eager = s.eager();
     let out_shape = s.plan.io().outputs[0].shape.clone();
     for (o, (g, w)) in eager.iter().zip(&want).enumerate() {
-        let (e, abs, at) = worst(g, w, atol, rtol);
+        let (e, abs, at) = if precision == Precision::Fp16 && o == 0 {
+            worst_fp16_yolo(g, w, &out_shape, atol, rtol)
+        } else {
+            worst(g, w, atol, rtol)
+        };
         eprintln!(
             "  eager output {o}: worst error ratio {e:.3} (max |diff| {abs:.3e}) at {at}: gpu {} cpu {}",
             g[at], w[at]
@@ -568,7 +606,7 @@ fn yolov8n_320_fp16() {
         Precision::Fp16,
         FP16_ATOL,
         FP16_RTOL,
-        None,
+        Some((0.9, 0.02)),
     );
 }
 
@@ -582,7 +620,7 @@ fn yolov8n_doclaynet_1024_fp16() {
         Precision::Fp16,
         FP16_ATOL,
         FP16_RTOL,
-        None,
+        Some((0.9, 0.02)),
     );
 }
 

@@ -639,7 +639,7 @@ fn gpu_detector_matches_cpu(model: &str, image: &str, size: Option<(u32, u32)>, 
 }
 
 /// The field cases: many candidates (cells_2560) and non-finite outputs (naninf): the GPU
-/// equals the CPU on every run.
+/// gives the CPU's detections, in the same order, on every run.
 fn field_cases_are_equal_on_every_engine_and_run() {
     for (model, image, size) in [
         ("dyn.onnx", "cells_2560.png", Some((2560, 2560))),
@@ -668,11 +668,22 @@ fn field_cases_are_equal_on_every_engine_and_run() {
         let want_stats = cpu.post_stats();
         for run in 0..3 {
             let got = gpu.detect(&view).unwrap().clone();
-            assert_eq!(got, want, "{model} run {run}: GPU != CPU");
+            // The same detections in the same order (classes and boxes exactly: the boxes
+            // here are whole cells); scores to 1e-4, as the engines' arithmetic differs in
+            // the last bits (cuDNN's convolution algorithms vs tract's).
+            assert_eq!(got.len(), want.len(), "{model} run {run}: GPU != CPU");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g.class_id == w.class_id
+                        && g.bbox == w.bbox
+                        && (g.score - w.score).abs() <= 1e-4,
+                    "{model} run {run}, detection {i}: GPU {g:?} != CPU {w:?}"
+                );
+            }
             assert_eq!(gpu.post_stats(), want_stats, "{model} run {run}");
         }
         println!(
-            "{model} on {image}: {} detections, {:?}, GPU == CPU on 3 runs",
+            "{model} on {image}: {} detections, {:?}, GPU == CPU (scores to 1e-4) on 3 runs",
             want.len(),
             want_stats
         );
