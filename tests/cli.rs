@@ -474,6 +474,7 @@ fn bench_usage_errors_exit_2() {
     for (args, says) in [
         (vec!["--plot", "x.jpg"], ".svg or .png"),
         (vec!["--sync", "sometimes"], "spin, yield or block"),
+        (vec!["--precision", "fp8"], "fp32, tf32 or fp16"),
         (vec!["--graph", "--eager"], "cannot be used with"),
         (vec!["--threads", "0"], "--threads"),
         (vec!["--deadline", "-1"], "deadline"),
@@ -892,8 +893,7 @@ fn inspect_json_streams_a_large_manifest() {
     // plus 16 MB of slack; less than the output itself, which a document
     // built in memory first would hold several times over.
     let small_out = scratch().join("small-inspect.json");
-    let (small_code, baseline) =
-        tether_rss(&["inspect", &nudenet_bundle(), "--json"], &small_out);
+    let (small_code, baseline) = tether_rss(&["inspect", &nudenet_bundle(), "--json"], &small_out);
     assert_eq!(small_code, 0);
     let _ = std::fs::remove_file(&small_out);
     let bound = file_len + baseline + (16 << 20);
@@ -1381,4 +1381,68 @@ fn ocr_builds_inspects_and_reads_page_png_like_the_reference() {
         "{}",
         stderr(&o)
     );
+}
+
+/// One memory bound for an input image, held through every copy: a 23,170 x 23,170 grayscale
+/// PNG (half a gigapixel, ~0.5 MB on disk) is decoded as gray (no RGB copy), letterboxed
+/// straight from it, and annotated at a bounded size. Peak resident memory stays within the
+/// decoded image, two annotation-sized RGB buffers and what the same run takes on a small
+/// image (it took 2.17 GB, 3.2 GB with `--annotate`, when gray was converted to RGB first).
+#[test]
+fn a_huge_gray_png_is_decoded_within_one_memory_bound() {
+    const SIDE: u32 = 23_170;
+    let png = scratch().join("huge-gray.png");
+    {
+        // Streamed row by row: the test itself never holds the half-gigabyte image.
+        let f = std::io::BufWriter::new(std::fs::File::create(&png).unwrap());
+        let mut e = png::Encoder::new(f, SIDE, SIDE);
+        e.set_color(png::ColorType::Grayscale);
+        e.set_depth(png::BitDepth::Eight);
+        let mut enc = e.write_header().unwrap();
+        let row = vec![0u8; SIDE as usize];
+        let mut w = enc.stream_writer().unwrap();
+        for _ in 0..SIDE {
+            std::io::Write::write_all(&mut w, &row).unwrap();
+        }
+        w.finish().unwrap();
+    }
+    let b = nudenet_bundle();
+    let small = scratch().join("huge-small.json");
+    let (code, baseline) = tether_rss(&["run", &b, &asset("astronaut.png"), "--json"], &small);
+    assert_eq!(code, 0);
+    let out = scratch().join("huge.json");
+    let annotated = scratch().join("huge.annotated.png");
+    let (code, rss) = tether_rss(
+        &[
+            "run",
+            &b,
+            png.to_str().unwrap(),
+            "--json",
+            "--annotate",
+            annotated.to_str().unwrap(),
+        ],
+        &out,
+    );
+    assert_eq!(
+        code,
+        0,
+        "{}",
+        std::fs::read_to_string(&out).unwrap_or_default()
+    );
+    let decoded = u64::from(SIDE) * u64::from(SIDE);
+    let annotation = 4096u64 * 4096 * 3;
+    let bound = decoded + 2 * annotation + baseline + (32 << 20);
+    eprintln!(
+        "{SIDE}x{SIDE} gray PNG: peak RSS {rss} bytes (decoded {decoded}, bound {bound}, small run {baseline})"
+    );
+    assert!(
+        rss < bound,
+        "peak RSS {rss} bytes over the bound {bound} (decoded image {decoded} bytes)"
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let r = &doc["results"][0]["result"];
+    assert_eq!(r["image_width"], SIDE, "{doc}");
+    assert_eq!(r["image_height"], SIDE, "{doc}");
+    let _ = std::fs::remove_file(&png);
+    let _ = std::fs::remove_file(&annotated);
 }

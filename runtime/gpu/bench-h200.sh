@@ -23,8 +23,9 @@ OUT="${OUT:-/tmp/tether-out}"; mkdir -p "$OUT"
 GPU_RATE_S="${GPU_RATE_S:-60}"
 W=/tmp/tether-bench; mkdir -p "$W"
 exec > >(tee "$OUT/bench-h200.log") 2>&1
-SP=$(python3 -c "import site;print(site.getsitepackages()[0])" 2>/dev/null || true)
-export LD_LIBRARY_PATH=$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
+# The system CUDA libraries only (see h200-run.sh: pip's cuDNN on LD_LIBRARY_PATH mixes with
+# the apt cuDNN that `libcudnn.so` names).
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64
 export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/tether-cache}"
 T0=$(date +%s); step() { echo; echo "== [$(( $(date +%s) - T0 ))s] $*"; }
 echo "== host"; date -u; uname -m; nproc; lscpu | grep -E "Model name|^CPU\(s\)|Thread|MHz" || true

@@ -59,13 +59,20 @@ if want cli; then
     "$T" run "$W/ppocr.bundle" "$A/page.png" --device cuda --json > "$OUT/ocr.cuda.json"
     "$T" bench "$W/ppocr.bundle" "$A/page.png" --device cuda --runs 100 --warmup 5
   fi
-  "$T" bench "$W/nudenet.bundle" "$A/astronaut.png" --device cuda --runs 2000 --warmup 50
-  "$T" bench "$W/doclaynet.bundle" "$A/page.png" --device cuda --runs 1000 --warmup 50
+  # Benchmarks (the PyTorch peer follows in the same call): graph vs eager interleaved in
+  # fp32, then TF32 and fp16; JSON per run under $OUT.
+  for m in "nudenet astronaut.png 2000" "doclaynet page.png 1000"; do
+    set -- $m
+    "$T" bench "$W/$1.bundle" "$A/$2" --device cuda --compare --runs "$3" --warmup 50 --json "$OUT/bench-$1-fp32.json"
+    for p in tf32 fp16; do
+      "$T" bench "$W/$1.bundle" "$A/$2" --device cuda --precision $p --runs "$3" --warmup 50 --json "$OUT/bench-$1-$p.json"
+    done
+  done
 fi
 if want peer; then
   step "PyTorch peer, same call: onnxruntime-folded, onnx2torch, traced + frozen, CUDA graph"
   python3 -m pip install -q --no-index --no-deps "$A"/onnx2torch-*.whl 2>&1 | tail -1
-  python3 "$(pwd)/runtime/gpu/peer_torch.py" "$A/320n.onnx" 320 320 --fp16 > "$OUT/peer-320n.json"
+  python3 "$(pwd)/runtime/gpu/peer_torch.py" "$A/320n.onnx" 320 320 --fp16 --runs 2000 > "$OUT/peer-320n.json"
   python3 "$(pwd)/runtime/gpu/peer_torch.py" "$A/yolov8n-doclaynet.onnx" 1024 1024 --fp16 > "$OUT/peer-doclaynet.json"
 fi
 step "done"

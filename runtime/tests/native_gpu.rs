@@ -261,10 +261,14 @@ fn same_detections(gpu: &[Det], cpu: &[Det], min_iou: f32, score_tol: f32) -> Re
                 .iter()
                 .filter(|g| g.class == c.class)
                 .max_by(|x, y| iou(&x.b, &c.b).total_cmp(&iou(&y.b, &c.b)))
-                .ok_or_else(|| format!("{c:?} ({side}) has no detection of its class on the other side"))?;
+                .ok_or_else(|| {
+                    format!("{c:?} ({side}) has no detection of its class on the other side")
+                })?;
             let (i, ds) = (iou(&m.b, &c.b), (m.score - c.score).abs());
             if i < min_iou || ds > score_tol {
-                return Err(format!("{c:?} ({side}) vs {m:?}: IoU {i}, score difference {ds}"));
+                return Err(format!(
+                    "{c:?} ({side}) vs {m:?}: IoU {i}, score difference {ds}"
+                ));
             }
         }
         Ok(())

@@ -23,7 +23,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
 use tether_family::family::{
-    Environment, Family, Input, InputSource, RunOptions, Runner, SyncPolicy,
+    Environment, Family, Input, InputSource, Precision, RunOptions, Runner, SyncPolicy,
 };
 
 use crate::cli::run::{JSON_SCHEMA_VERSION, open_runner, write_atomic};
@@ -73,6 +73,10 @@ pub struct BenchArgs {
     /// (sleep in the driver). Sets the CUDA context's scheduling policy.
     #[arg(long, default_value = "spin", value_parser = parse_sync)]
     sync: SyncPolicy,
+    /// Arithmetic of the GPU engines that have a choice: `fp32` (default; TF32 off), `tf32`,
+    /// `fp16`. The CPU engine computes in fp32.
+    #[arg(long, default_value = "fp32", value_parser = super::run::parse_precision)]
+    precision: Precision,
     /// Threads of the CPU engine. Default: the cores this process may run on, or 1 when it
     /// runs under a real-time scheduling policy or only on isolated cores (`isolcpus`).
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1024))]
@@ -320,7 +324,7 @@ struct Machine {
 }
 
 impl Machine {
-    fn probe(env: &Environment, sync: SyncPolicy, threads_why: &str) -> Self {
+    fn probe(env: &Environment, sync: SyncPolicy, precision: Precision, threads_why: &str) -> Self {
         let report = tether_targets::probe::probe();
         let mut lines: Vec<(&'static str, String)> = Vec::new();
         lines.push(("tether", env!("CARGO_PKG_VERSION").to_string()));
@@ -390,6 +394,7 @@ impl Machine {
         ));
         if env.execution.on_gpu() {
             lines.push(("sync", sync.as_str().to_string()));
+            lines.push(("precision", precision.as_str().to_string()));
         }
         lines.push((
             "cpu threads",
@@ -524,6 +529,7 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
         graphs,
         sync: a.sync,
         threads: Some(threads),
+        precision: a.precision,
     };
     let (bundle, family, first) = open_runner(&a.bundle, matches, &options(!a.eager))?;
     let first_name = if a.eager { "eager" } else { "graph" };
@@ -547,7 +553,7 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
     if !variants[0].env.execution.on_gpu() && first_name == "graph" {
         variants[0].name = "host";
     }
-    let machine = Machine::probe(&variants[0].env, a.sync, threads_why);
+    let machine = Machine::probe(&variants[0].env, a.sync, a.precision, threads_why);
     for v in &mut variants {
         for _ in 0..a.warmup {
             if stop.load(Ordering::SeqCst) {

@@ -12,7 +12,7 @@ use clap::{ArgMatches, Args};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use tether_bundle::{Bundle, Verify};
-use tether_family::family::{Family, InputSource, RunOptions, Runner, find, names};
+use tether_family::family::{Family, InputSource, Precision, RunOptions, Runner, find, names};
 
 use crate::cli::{OutputError, escape};
 use crate::outln;
@@ -42,6 +42,14 @@ pub struct RunArgs {
     /// Where to run: `auto` (a CUDA GPU when one answers, else the CPU), `cpu`, `cuda`, `cuda:N`.
     #[arg(long, default_value = "auto")]
     device: String,
+    /// Arithmetic of the GPU engines that have a choice: `fp32` (default; TF32 off), `tf32`,
+    /// `fp16` (fp16 storage, fp32 accumulation). The CPU engine computes in fp32.
+    #[arg(long, default_value = "fp32", value_parser = parse_precision)]
+    precision: Precision,
+}
+
+pub(crate) fn parse_precision(s: &str) -> Result<Precision, String> {
+    s.parse::<Precision>().map_err(|e| e.0)
 }
 
 /// An opened bundle, its family and the family's runner.
@@ -140,6 +148,7 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     }
     let options = RunOptions {
         device: a.device.clone(),
+        precision: a.precision,
         ..RunOptions::default()
     };
     let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &options)?;

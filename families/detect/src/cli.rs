@@ -247,23 +247,7 @@ impl Family for Detect {
             .device
             .parse()
             .map_err(|e: tether_runtime::device::ParseDeviceError| anyhow::anyhow!(e))?;
-        #[allow(unused_mut)]
-        let mut model = tether_runtime::ModelOptions {
-            cpu_threads: options.threads.unwrap_or(1),
-            ..tether_runtime::ModelOptions::default()
-        };
-        #[cfg(feature = "cuda")]
-        {
-            use tether_family::family::SyncPolicy as S;
-            use tether_runtime::cuda::SyncPolicy as R;
-            model.session.graphs = options.graphs;
-            model.session.step_timing = options.step_timing;
-            model.session.sync = match options.sync {
-                S::Spin => R::Spin,
-                S::Yield => R::Yield,
-                S::Block => R::Blocking,
-            };
-        }
+        let model = options.model_options();
         let det = Detector::from_bundle(
             bundle,
             &DetectorOptions {

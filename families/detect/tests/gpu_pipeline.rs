@@ -16,7 +16,10 @@
 //! * the hot path: >= 10,000 frames (TETHER_HOT_FRAMES) with zero heap allocations on the
 //!   calling thread (a counting global allocator) and no device memory growth;
 //! * real models: `Detector` on the GPU against `Detector` on the CPU, and the field cases
-//!   (`cells_2560.png`, `naninf.onnx`) equal on every engine and every run.
+//!   (`cells_2560.png`, `naninf.onnx`) the same on every engine and every run; the full
+//!   pipeline on YOLOv8n 320 with the engine selection picks (the native engine):
+//!   `TETHER_REAL_HOT_FRAMES` frames (default 10,000), zero heap allocations, no device
+//!   memory change.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -694,6 +697,57 @@ fn field_cases_are_equal_on_every_engine_and_run() {
 /// A named test body.
 type Test = (&'static str, Box<dyn Fn() + Send + Sync>);
 
+/// The full pipeline on a real model with the engine selection picks on this GPU (the native
+/// engine where it lowers the network): `TETHER_REAL_HOT_FRAMES` frames (default 10,000)
+/// through `Detector::detect`, zero heap allocations and no device-memory change.
+fn real_model_hot_path(model: &str, image: &str, size: Option<(u32, u32)>) {
+    let bundle = build_bundle(&asset(model), size);
+    let (px, w, h) = rgb(&asset(image));
+    let view = ImageView::new(&px, w, h, PixelFormat::Rgb8).unwrap();
+    let mut gpu = Detector::open(
+        &bundle,
+        &DetectorOptions {
+            device: Device::Cuda(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let want = gpu.detect(&view).unwrap().clone();
+    let frames: usize = std::env::var("TETHER_REAL_HOT_FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let ctx = ctx();
+    let (free_before, _) = ctx.mem_info().unwrap();
+    let t = std::time::Instant::now();
+    let (res, allocs) = count_allocs(|| -> Result<usize, String> {
+        let mut kept = 0;
+        for _ in 0..frames {
+            kept = gpu.detect(&view).map_err(|e| e.to_string())?.len();
+        }
+        Ok(kept)
+    });
+    let secs = t.elapsed().as_secs_f64();
+    let kept = res.unwrap();
+    let (free_after, _) = ctx.mem_info().unwrap();
+    println!(
+        "{model} on {image}, full pipeline on the {} engine: {frames} frames in {secs:.1} s ({:.3} ms/frame), {allocs} heap allocations, device free {free_before} -> {free_after}, {kept} detections",
+        gpu.engine(),
+        secs * 1e3 / frames as f64
+    );
+    assert_eq!(
+        gpu.detections(),
+        &want,
+        "the last frame's detections changed"
+    );
+    assert_eq!(allocs, 0, "heap allocations on the hot path");
+    assert_eq!(
+        free_before, free_after,
+        "device memory changed over {frames} frames"
+    );
+    let _ = std::fs::remove_file(&bundle);
+}
+
 fn main() {
     let args = Arguments::from_args();
     let skip = skip_reason();
@@ -738,6 +792,10 @@ fn main() {
         (
             "real_model::doclaynet_gpu_matches_cpu",
             Box::new(|| gpu_detector_matches_cpu("yolov8n-doclaynet.onnx", "page.png", None, 2e-4)),
+        ),
+        (
+            "real_model::nudenet_320n_hot_path_allocates_nothing",
+            Box::new(|| real_model_hot_path("320n.onnx", "astronaut.png", Some((320, 320)))),
         ),
         (
             "real_model::field_cases_are_equal_on_every_engine_and_run",

@@ -243,6 +243,44 @@ impl SyncPolicy {
     }
 }
 
+/// Arithmetic precision of the GPU engines that have a choice (`--precision`); the CPU
+/// engine computes in fp32 whatever is asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// fp32 storage and arithmetic, TF32 tensor cores off (the default).
+    #[default]
+    Fp32,
+    /// fp32 storage, TF32 tensor-core arithmetic for convolutions and matrix products.
+    Tf32,
+    /// fp16 storage, fp32 accumulation (opt-in; tolerances per family in its README).
+    Fp16,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = UsageError;
+    fn from_str(s: &str) -> Result<Self, UsageError> {
+        match s {
+            "fp32" => Ok(Precision::Fp32),
+            "tf32" => Ok(Precision::Tf32),
+            "fp16" => Ok(Precision::Fp16),
+            other => Err(UsageError(format!(
+                "--precision `{other}`: expected fp32, tf32 or fp16"
+            ))),
+        }
+    }
+}
+
+impl Precision {
+    /// `fp32`, `tf32`, `fp16`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Fp16 => "fp16",
+        }
+    }
+}
+
 /// Options every runner honours.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -259,6 +297,8 @@ pub struct RunOptions {
     pub sync: SyncPolicy,
     /// Threads of the CPU engine: `None` for the engine's default (the calling thread only).
     pub threads: Option<usize>,
+    /// Arithmetic precision of the GPU engines that have a choice.
+    pub precision: Precision,
 }
 
 impl Default for RunOptions {
@@ -270,7 +310,38 @@ impl Default for RunOptions {
             graphs: true,
             sync: SyncPolicy::Spin,
             threads: None,
+            precision: Precision::Fp32,
         }
+    }
+}
+
+impl RunOptions {
+    /// The model options these run options ask for: CPU threads, precision and, with the
+    /// `cuda` feature, the device session's graphs, step timing and wait policy. The device
+    /// itself is parsed by the caller (its error names the value).
+    pub fn model_options(&self) -> tether_runtime::ModelOptions {
+        #[allow(unused_mut)]
+        let mut model = tether_runtime::ModelOptions {
+            cpu_threads: self.threads.unwrap_or(1),
+            precision: match self.precision {
+                Precision::Fp32 => tether_runtime::Precision::Fp32,
+                Precision::Tf32 => tether_runtime::Precision::Tf32,
+                Precision::Fp16 => tether_runtime::Precision::Fp16,
+            },
+            ..tether_runtime::ModelOptions::default()
+        };
+        #[cfg(feature = "cuda")]
+        {
+            use tether_runtime::cuda::SyncPolicy as R;
+            model.session.graphs = self.graphs;
+            model.session.step_timing = self.step_timing;
+            model.session.sync = match self.sync {
+                SyncPolicy::Spin => R::Spin,
+                SyncPolicy::Yield => R::Yield,
+                SyncPolicy::Block => R::Blocking,
+            };
+        }
+        model
     }
 }
 

@@ -483,6 +483,7 @@ fn ocr_options(options: &RunOptions) -> Result<OcrOptions> {
     Ok(OcrOptions {
         device,
         verify_eagerly: options.verify_eagerly,
+        model: options.model_options(),
         ..OcrOptions::default()
     })
 }

@@ -95,6 +95,29 @@ impl Event {
         unsafe { check("cuEventRecord", sys::cuEventRecord(self.raw, stream.raw)) }
     }
 
+    /// Record on `stream` while it is being captured: an event record node of the graph
+    /// (`CU_EVENT_RECORD_EXTERNAL`), so every replay records the event and elapsed times
+    /// between such events time the graph's own steps. A plain [`Event::record`] during
+    /// capture only orders work inside the graph and is never recorded at replay. Only valid
+    /// during capture (the driver rejects the flag otherwise).
+    ///
+    /// # Errors
+    /// A driver error.
+    #[inline]
+    pub fn record_captured(&self, stream: &Stream) -> Result<(), DriverError> {
+        // SAFETY: both handles valid; same context; the flag is defined since CUDA 11.1.
+        unsafe {
+            check(
+                "cuEventRecordWithFlags",
+                sys::cuEventRecordWithFlags(
+                    self.raw,
+                    stream.raw,
+                    sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32,
+                ),
+            )
+        }
+    }
+
     /// True once the work before the last record has completed.
     ///
     /// # Errors

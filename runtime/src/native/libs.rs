@@ -132,10 +132,7 @@ fn open_first(
 /// `dlopen` opens (the same names in the same order as `cudarc`'s `culib()`), with the file
 /// it resolved to and the address of `symbol`. `None` when no candidate opens or it lacks
 /// `symbol`.
-fn bindings_choice(
-    lib_name: &str,
-    symbol: &[u8],
-) -> Option<(PathBuf, libloading::Library, usize)> {
+fn bindings_choice(lib_name: &str, symbol: &[u8]) -> Option<(PathBuf, libloading::Library, usize)> {
     cudarc::get_lib_name_candidates(lib_name)
         .into_iter()
         .find_map(|name| {
@@ -145,7 +142,11 @@ fn bindings_choice(
             let addr = unsafe { lib.get::<unsafe extern "C" fn()>(symbol) }
                 .map(|s| *s as usize)
                 .ok()?;
-            Some((resolved_file(addr).unwrap_or_else(|| name.into()), lib, addr))
+            Some((
+                resolved_file(addr).unwrap_or_else(|| name.into()),
+                lib,
+                addr,
+            ))
         })
 }
 

@@ -751,8 +751,14 @@ fn enqueue_step(
     i: usize,
     mode: Enqueue,
 ) -> Result<(), RunError> {
+    // Timing events: event record nodes when captured (a plain record would only order the
+    // graph's work and never be recorded at replay).
+    let record = |e: &Event| match mode {
+        Enqueue::Eager => e.record(stream),
+        Enqueue::Capturing => e.record_captured(stream),
+    };
     if let Some(e) = events.get(i) {
-        e.record(stream)?;
+        record(e)?;
     }
     let last = i + 1 == steps.len();
     match &mut steps[i] {
@@ -778,7 +784,7 @@ fn enqueue_step(
         }
     }
     if last && let Some(e) = events.get(i + 1) {
-        e.record(stream)?;
+        record(e)?;
     }
     Ok(())
 }
