@@ -5,7 +5,7 @@ use std::time::Instant;
 use heapless::Vec as HVec;
 
 use super::spec::{MAX_NETWORK_IO, MAX_REGIONS, PipelineSpec, RegionDecl, RegionKind, Step};
-use super::{RegionId, SpecError, Stage};
+use super::{RegionId, Stage};
 use crate::backend::{HostExecutor, Plan, RunError};
 use crate::error::Error;
 use crate::tensor::HostBuffer;
@@ -98,6 +98,8 @@ pub(crate) struct HostSession {
     buffers: Vec<HostBuffer>,
     steps: Vec<HostStep>,
     times: Vec<(String, f64)>,
+    /// Region pairs whose buffers are swapped after every run.
+    ping_pong: Vec<(RegionId, RegionId)>,
 }
 
 impl std::fmt::Debug for HostSession {
@@ -115,6 +117,7 @@ impl HostSession {
             regions,
             steps,
             warmups,
+            ping_pong,
             ..
         } = spec;
         let mut buffers: Vec<HostBuffer> = regions
@@ -126,7 +129,7 @@ impl HostSession {
         for step in steps {
             match step {
                 Step::Stage(stage) => {
-                    super::spec::check_stage_regions(stage.as_ref(), &regions)?;
+                    super::spec::check_stage_regions(stage.as_ref(), &regions, &ping_pong)?;
                     times.push((stage.name().to_string(), 0.0));
                     host_steps.push(HostStep::Stage(stage));
                 }
@@ -135,7 +138,7 @@ impl HostSession {
                         Plan::Host(p) => p.executor()?,
                         #[cfg(feature = "cuda")]
                         Plan::Device(_) => {
-                            return Err(SpecError::MixedPlacement {
+                            return Err(super::SpecError::MixedPlacement {
                                 detail: format!("network `{}` is not a host plan", n.name),
                             }
                             .into());
@@ -161,6 +164,7 @@ impl HostSession {
             buffers,
             steps: host_steps,
             times,
+            ping_pong,
         })
     }
 
@@ -205,6 +209,26 @@ impl HostSession {
         Ok(())
     }
 
+    pub(crate) fn write_region(&mut self, id: RegionId, src: &[u8]) -> Result<(), RunError> {
+        let b = self
+            .buffers
+            .get_mut(id.index())
+            .ok_or(RunError::NoSuchRegion {
+                index: id.index(),
+                what: "a region",
+            })?;
+        if src.len() != b.len() {
+            return Err(RunError::BufferSize {
+                what: "region",
+                index: id.index(),
+                expected: b.len(),
+                actual: src.len(),
+            });
+        }
+        b.as_bytes_mut().copy_from_slice(src);
+        Ok(())
+    }
+
     pub(crate) fn step_times(&self) -> &[(String, f64)] {
         &self.times
     }
@@ -229,6 +253,11 @@ impl HostSession {
                 }
             }
             time.1 = t0.elapsed().as_secs_f64() * 1e3;
+        }
+        // The state just written becomes the state the next run reads (no copy: the
+        // buffers, not their bytes, change places).
+        for &(a, b) in &self.ping_pong {
+            self.buffers.swap(a.index(), b.index());
         }
         Ok(())
     }
