@@ -8,4 +8,5 @@ pub static REGISTRY: Registry = &[
     &tether_detect::cli::DETECT,
     &tether_ocr::cli::OCR,
     &tether_vad::cli::VAD,
+    &tether_embed::cli::EMBED,
 ];

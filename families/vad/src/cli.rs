@@ -344,11 +344,15 @@ fn vad_options(options: &RunOptions) -> Result<VadOptions> {
         .device
         .parse()
         .map_err(|e: tether_runtime::device::ParseDeviceError| anyhow::anyhow!(e))?;
-    let mut model = tether_runtime::ModelOptions::default();
+    // GPU time per step from CUDA events when `bench` asks for it.
     #[cfg(feature = "cuda")]
-    {
-        model.session.step_timing = options.step_timing;
-    }
+    let model = {
+        let mut m = tether_runtime::ModelOptions::default();
+        m.session.step_timing = options.step_timing;
+        m
+    };
+    #[cfg(not(feature = "cuda"))]
+    let model = tether_runtime::ModelOptions::default();
     Ok(VadOptions {
         device,
         model,

@@ -241,7 +241,7 @@ mod tests {
         let mut model = TypedModel::default();
         let x = model.add_source("x", f32::fact([1, n]))?;
         let w = model.add_const("q", tensor1(&q).into_shape(&[n, n])?)?;
-        let scale = model.add_const("scale", tensor0(0.5f32))?;
+        let scale = model.add_const("scale", tensor2(&[[0.5f32]]))?;
         let wf = model.wire_node("cast", cast(f32::datum_type()), &[w])?[0];
         let wf = model.wire_node("dequant", math::mul(), &[wf, scale])?[0];
         let y = model.wire_node("y", math::add(), &[x, wf])?;
@@ -257,9 +257,9 @@ mod tests {
             .into_runnable()?
             .run(tvec!(Tensor::zero::<f32>(&[1, n])?.into_tvalue()))?;
         let out = out[0].clone().into_tensor();
-        let out = out.as_slice::<f32>()?;
-        assert_eq!(out[1], 0.5);
-        assert_eq!(out[n - 1], f32::from(((n - 1) % 251) as i8) * 0.5);
+        let out = out.to_plain_array_view::<f32>()?;
+        assert_eq!(out[[0, 1]], 0.5);
+        assert_eq!(out[[0, n - 1]], f32::from(((n - 1) % 251) as i8) * 0.5);
         Ok(())
     }
 
@@ -343,5 +343,77 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("fixed twice"), "{e}");
+    }
+
+    /// `y = x * k` with `k` an f32 scalar input fixed to 3 at prepare: the tract CPU plan
+    /// has `x` as its only input and computes `3 x`; a value of the wrong type is refused
+    /// by the backend, naming the input.
+    #[cfg(feature = "tract-cpu")]
+    #[test]
+    fn a_fixed_input_is_folded_into_the_host_plan() {
+        use crate::backend::{Backend, NetworkSource, Plan, PrepareOptions, SourceFormat};
+        use prost::Message;
+        let mut graph = graph_with_input("x", 1, &[1, 4]);
+        graph
+            .input
+            .push(graph_with_input("k", 1, &[]).input.remove(0));
+        graph
+            .output
+            .push(graph_with_input("y", 1, &[1, 4]).input.remove(0));
+        graph.node.push(pb::NodeProto {
+            input: vec!["x".into(), "k".into()],
+            output: vec!["y".into()],
+            op_type: "Mul".into(),
+            ..pb::NodeProto::default()
+        });
+        let model = pb::ModelProto {
+            ir_version: 8,
+            opset_import: vec![pb::OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            }],
+            graph: Some(graph),
+            ..pb::ModelProto::default()
+        };
+        let bytes = model.encode_to_vec();
+        let source = NetworkSource {
+            network: "scale",
+            format: SourceFormat::Onnx,
+            bytes: &bytes,
+            target: None,
+        };
+        let options = |f: FixedInput| PrepareOptions {
+            input_shapes: vec![vec![1, 4]],
+            fixed_inputs: vec![f],
+            ..PrepareOptions::default()
+        };
+        let backend = crate::backends::tract_cpu::TractCpu;
+        let plan = backend
+            .prepare(&source, &options(FixedInput::new("k", vec![], &[3.0f32])))
+            .expect("prepared");
+        let io = plan.io();
+        assert_eq!(io.inputs.len(), 1, "{io:?}");
+        assert_eq!(io.inputs[0].name, "x");
+        let Plan::Host(host) = plan else {
+            panic!("a host plan")
+        };
+        let mut exec = host.executor().expect("executor");
+        let x: Vec<u8> = [1.0f32, 2.0, -1.0, 0.5]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        let mut y = [0u8; 16];
+        exec.run(&[&x], &mut [&mut y]).expect("run");
+        let y: Vec<f32> = y
+            .chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(y, [3.0, 6.0, -3.0, 1.5]);
+        let e = backend
+            .prepare(&source, &options(FixedInput::scalar_i64("k", 3)))
+            .err()
+            .expect("refused");
+        let e = e.to_string();
+        assert!(e.contains("k") && e.contains("element type 1"), "{e}");
     }
 }
