@@ -409,10 +409,9 @@ mod tests {
             .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
         assert_eq!(y, [3.0, 6.0, -3.0, 1.5]);
-        let e = backend
-            .prepare(&source, &options(FixedInput::scalar_i64("k", 3)))
-            .err()
-            .expect("refused");
+        let Err(e) = backend.prepare(&source, &options(FixedInput::scalar_i64("k", 3))) else {
+            panic!("an i64 value for an f32 input is refused")
+        };
         let e = e.to_string();
         assert!(e.contains("k") && e.contains("element type 1"), "{e}");
     }
