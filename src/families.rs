@@ -4,4 +4,9 @@
 use tether_family::family::Registry;
 
 /// Every family, in `--help` order.
-pub static REGISTRY: Registry = &[&tether_detect::cli::DETECT, &tether_ocr::cli::OCR];
+pub static REGISTRY: Registry = &[
+    &tether_detect::cli::DETECT,
+    &tether_ocr::cli::OCR,
+    &tether_vad::cli::VAD,
+    &tether_embed::cli::EMBED,
+];

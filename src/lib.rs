@@ -27,10 +27,12 @@
 
 pub use tether_bundle as bundle;
 pub use tether_detect as detect;
+pub use tether_embed as embed;
 pub use tether_family as family;
 pub use tether_ocr as ocr;
 pub use tether_runtime as runtime;
 pub use tether_targets as targets;
+pub use tether_vad as vad;
 
 #[cfg(feature = "cli")]
 pub mod families;

@@ -1445,4 +1445,187 @@ fn a_huge_gray_png_is_decoded_within_one_memory_bound() {
     assert_eq!(r["image_height"], SIDE, "{doc}");
     let _ = std::fs::remove_file(&png);
     let _ = std::fs::remove_file(&annotated);
+
+/// The Silero VAD bundle (silero-vad 6.2.3's network), built once per test process.
+fn vad_bundle() -> (String, String) {
+    static B: OnceLock<(String, String)> = OnceLock::new();
+    B.get_or_init(|| {
+        let out = scratch().join("silero.bundle");
+        let onnx = asset("silero_vad_op18_ifless.onnx");
+        let o = tether(&[
+            "build",
+            "--family",
+            "vad",
+            "--onnx",
+            &onnx,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "build failed: {}", stderr(&o));
+        (out.to_string_lossy().into_owned(), stdout(&o))
+    })
+    .clone()
+}
+
+#[test]
+fn vad_builds_inspects_runs_a_wav_like_the_package_and_self_tests() {
+    let (b, built) = vad_bundle();
+    assert!(built.contains("family vad: Silero VAD"), "{built}");
+    assert!(built.contains("self-test: embedded"), "{built}");
+    let v = json(&tether(&["inspect", &b, "--json"]));
+    assert_eq!(v["identity"]["family"], "vad");
+    assert_eq!(v["family_config"]["sample_rate"], 16000);
+    assert_eq!(v["family_config"]["self_test"]["chunks"], 8);
+
+    // run: the package's segments (families/vad/golden, silero-vad 6.2.3), within a chunk.
+    let g: Value =
+        serde_json::from_str(include_str!("../families/vad/golden/Front_Center.json")).unwrap();
+    let v = json(&tether(&["run", &b, &asset("Front_Center.wav"), "--json"]));
+    assert_eq!(v["family"], "vad");
+    let r = &v["results"][0]["result"];
+    let got = r["segments"].as_array().unwrap();
+    let want = g["segments_samples"].as_array().unwrap();
+    assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+    for (s, w) in got.iter().zip(want) {
+        for (k, i) in [("start_sample", 0), ("end_sample", 1)] {
+            let d = s[k].as_u64().unwrap().abs_diff(w[i].as_u64().unwrap());
+            assert!(d <= 512, "{s} vs {w}");
+        }
+    }
+    let probs = r["probabilities"].as_array().unwrap();
+    let want_p = g["probs"].as_array().unwrap();
+    assert_eq!(probs.len(), want_p.len());
+    for (p, w) in probs.iter().zip(want_p) {
+        assert!((p.as_f64().unwrap() - w.as_f64().unwrap()).abs() <= 1e-4);
+    }
+    // A stereo file at another rate: averaged, resampled, segments in seconds.
+    let o = tether(&[
+        "run",
+        &b,
+        "families/vad/golden/espeak_robot.wav",
+        "--threshold",
+        "0.6",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("speech segment"), "{}", stdout(&o));
+    assert!(stdout(&o).contains(" s - "), "{}", stdout(&o));
+    // Out-of-range values are usage errors; text is not an input of this family.
+    let o = tether(&["run", &b, &asset("Noise.wav"), "--threshold", "1.5"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = tether(&["run", &b, "--text", "hello"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("WAV files, not text"), "{}", stderr(&o));
+    // bench: the family's stages.
+    let v = json(&tether(&[
+        "bench",
+        &b,
+        &asset("Noise.wav"),
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+    ]));
+    let stages: Vec<&str> = v["stages_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["silero", "segments"]);
+    // The bundle's self-test on this device.
+    let o = tether(&["verify", &b, "--self-test", "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("self-test passed on cpu: 8 chunk probabilities"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn embed_builds_inspects_embeds_texts_and_self_tests() {
+    let out = scratch().join("minilm.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "embed",
+        "--onnx",
+        &asset("all-minilm-l6-v2-int8.onnx"),
+        "--tokenizer",
+        &asset("all-minilm-l6-v2-tokenizer.json"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "build failed: {}", stderr(&o));
+    assert!(stdout(&o).contains("family embed: 384-d"), "{}", stdout(&o));
+    let b = out.to_string_lossy().into_owned();
+    let v = json(&tether(&["inspect", &b, "--json"]));
+    assert_eq!(v["identity"]["family"], "embed");
+    assert_eq!(v["family_config"]["dim"], 384);
+    assert_eq!(
+        v["family_config"]["seq_buckets"],
+        serde_json::json!([16, 32, 64, 128, 256])
+    );
+
+    // The known pair of the golden (sentence-transformers cosine 0.7553), as two --text
+    // inputs (cross-input similarity) and as one file of two lines (pairwise).
+    let g: Value =
+        serde_json::from_str(include_str!("../families/embed/golden/embeddings.json")).unwrap();
+    let pair = &g["known_pair"];
+    let (a, c) = (
+        pair["texts"][0].as_str().unwrap(),
+        pair["texts"][1].as_str().unwrap(),
+    );
+    let st = pair["cosine_sentence_transformers"].as_f64().unwrap();
+    let v = json(&tether(&["run", &b, "--text", a, "--text", c, "--json"]));
+    let r = &v["results"];
+    assert_eq!(
+        r[0]["result"]["texts"][0]["embedding"]
+            .as_array()
+            .unwrap()
+            .len(),
+        384
+    );
+    let cos = r[1]["result"]["earlier_inputs"][0]["cosine"]
+        .as_f64()
+        .unwrap();
+    assert!((cos - st).abs() < 0.01, "cosine {cos} vs {st}");
+    let file = scratch().join("pair.txt");
+    std::fs::write(&file, format!("{a}\n\n{c}\n")).unwrap();
+    let o = tether(&["run", &b, file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("2 embeddings of 384 dimensions"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stdout(&o).contains("cosine("), "{}", stdout(&o));
+    // A file that is not text is refused by name.
+    let o = tether(&["run", &b, &asset("Noise.wav")]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not UTF-8"), "{}", stderr(&o));
+    // Out-of-range build options are usage errors.
+    let o = tether(&[
+        "build",
+        "--family",
+        "embed",
+        "--onnx",
+        &asset("all-minilm-l6-v2-int8.onnx"),
+        "--tokenizer",
+        &asset("all-minilm-l6-v2-tokenizer.json"),
+        "--max-seq-len",
+        "4096",
+        "-o",
+        scratch().join("never.bundle").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // The bundle's self-test on this device.
+    let o = tether(&["verify", &b, "--self-test", "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("self-test passed on cpu: embedding of the reference sentence"),
+        "{}",
+        stdout(&o)
+    );
 }

@@ -91,10 +91,79 @@ pub enum Precision {
 /// How a network is prepared.
 #[derive(Clone, Debug, Default)]
 pub struct PrepareOptions {
-    /// Concrete shape of every network input, in the network's input order.
+    /// Concrete shape of every network input, in the network's input order, the inputs in
+    /// [`PrepareOptions::fixed_inputs`] left out.
     pub input_shapes: Vec<Vec<usize>>,
     /// Arithmetic precision.
     pub precision: Precision,
+    /// Inputs replaced by constants before the network is optimised (e.g. Silero VAD's
+    /// sample rate `sr`, always 16000): the engine folds what depends on them once, at
+    /// prepare time, and they are not inputs of the plan.
+    pub fixed_inputs: Vec<FixedInput>,
+}
+
+/// A network input given a constant value at prepare time ([`PrepareOptions::fixed_inputs`]).
+///
+/// The value replaces the input inside the graph, as if the network had been exported with
+/// it as a constant: the input disappears from the plan's [`IoSpec`], and whatever depends
+/// only on it (a branch on the sample rate, a shape computation) is evaluated once when the
+/// network is prepared. Engines that cannot substitute a value (a TensorRT plan, built
+/// offline) refuse the network with a typed error, and selection moves on to the next one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FixedInput {
+    /// The input's name in the network.
+    pub name: String,
+    /// Element type; must equal the input's declared type.
+    pub dtype: crate::tensor::DType,
+    /// Shape (`[]` for a scalar); must fit the input's declared rank and fixed dimensions.
+    pub shape: Vec<usize>,
+    /// The values, row-major, native endianness (`shape`'s element count times the dtype's
+    /// size).
+    pub bytes: Vec<u8>,
+}
+
+impl FixedInput {
+    /// `name` fixed to `values` of shape `shape` (row-major).
+    pub fn new<T: crate::tensor::Element>(
+        name: impl Into<String>,
+        shape: Vec<usize>,
+        values: &[T],
+    ) -> Self {
+        FixedInput {
+            name: name.into(),
+            dtype: T::DTYPE,
+            shape,
+            bytes: zerocopy::IntoBytes::as_bytes(values).to_vec(),
+        }
+    }
+
+    /// A scalar `i64` input (`sr = 16000`).
+    pub fn scalar_i64(name: impl Into<String>, value: i64) -> Self {
+        Self::new(name, Vec::new(), &[value])
+    }
+}
+
+impl fmt::Display for FixedInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::tensor::DType;
+        write!(f, "{} {}{:?}", self.name, self.dtype, self.shape)?;
+        let b = self.bytes.as_slice();
+        match (self.shape.is_empty(), self.dtype) {
+            (true, DType::I64) if b.len() == 8 => {
+                let v = i64::from_ne_bytes(b.try_into().map_err(|_| fmt::Error)?);
+                write!(f, " = {v}")
+            }
+            (true, DType::I32) if b.len() == 4 => {
+                let v = i32::from_ne_bytes(b.try_into().map_err(|_| fmt::Error)?);
+                write!(f, " = {v}")
+            }
+            (true, DType::F32) if b.len() == 4 => {
+                let v = f32::from_ne_bytes(b.try_into().map_err(|_| fmt::Error)?);
+                write!(f, " = {v}")
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Device memory an executor needs besides its I/O tensors, placed by the session inside

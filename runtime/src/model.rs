@@ -31,7 +31,7 @@ use tether_bundle::{Bundle, SectionKind, Verify};
 use tether_targets::{Choice, CpuArch, DeviceFacts, EngineKind, Offer, select_engine};
 
 use crate::backend::{
-    Backend, IoSpec, NetworkSource, Plan, Precision, PrepareOptions, SourceFormat,
+    Backend, FixedInput, IoSpec, NetworkSource, Plan, Precision, PrepareOptions, SourceFormat,
 };
 use crate::device::{COMPILED_BACKENDS, Device, compiled_list};
 use crate::error::Error;
@@ -60,6 +60,10 @@ pub struct ModelOptions {
     /// How device sessions of this model wait and stage (ignored on the CPU).
     #[cfg(feature = "cuda")]
     pub session: crate::session::SessionOptions,
+    /// Inputs replaced by constants per network (`(network, inputs)`), for every plan of
+    /// that network ([`PrepareOptions::fixed_inputs`]): they are not inputs of its plans, and
+    /// its `input_shapes` leave them out.
+    pub fixed_inputs: Vec<(String, Vec<FixedInput>)>,
 }
 
 /// One network of a model: its name, its plan and why that engine was chosen.
@@ -120,6 +124,7 @@ pub struct Model {
     context: Option<crate::cuda::Context>,
     #[cfg(feature = "cuda")]
     session: crate::session::SessionOptions,
+    fixed_inputs: Vec<(String, Vec<FixedInput>)>,
 }
 
 impl std::fmt::Debug for Model {
@@ -238,6 +243,7 @@ impl Model {
             context: resolved.context,
             #[cfg(feature = "cuda")]
             session: options.session.clone(),
+            fixed_inputs: options.fixed_inputs.clone(),
         };
         for net in group_networks(&bundle) {
             let shapes = match options.input_shapes.iter().find(|(n, _)| *n == net.name) {
@@ -259,10 +265,11 @@ impl Model {
             return Ok(Vec::new());
         };
         let mut shapes = Vec::new();
+        let fixed = self.fixed_for(&net.name);
         for t in self
             .bundle
             .tensors(*section)
-            .filter(|t| t.mode == IoMode::Input)
+            .filter(|t| t.mode == IoMode::Input && !fixed.iter().any(|f| f.name == t.name))
         {
             let dims: Vec<i64> = t.dims.iter().collect();
             match dims
@@ -380,6 +387,7 @@ impl Model {
         let options = PrepareOptions {
             input_shapes: shapes.to_vec(),
             precision: self.precision,
+            fixed_inputs: self.fixed_for(network).to_vec(),
         };
         let backend = self.backend(choice)?;
         Ok(backend.prepare(&source, &options)?)
@@ -430,13 +438,22 @@ impl Model {
 
     /// Prepare network `name` again at other input shapes, on the engine chosen at open
     /// (e.g. one plan per recognition width bucket). The returned plan is independent of
-    /// the model's own.
+    /// the model's own. `shapes` leaves out the inputs fixed by
+    /// [`ModelOptions::fixed_inputs`] (they stay fixed).
     ///
     /// # Errors
     /// [`Error::NoSuchNetwork`], and the engine's preparation errors.
     pub fn prepare(&self, name: &str, shapes: &[Vec<usize>]) -> Result<Plan, Error> {
         let n = self.network(name)?;
         self.prepare_with(n.section, name, &n.choice, shapes)
+    }
+
+    /// The inputs of `network` fixed by [`ModelOptions::fixed_inputs`].
+    fn fixed_for(&self, network: &str) -> &[FixedInput] {
+        self.fixed_inputs
+            .iter()
+            .find(|(n, _)| n == network)
+            .map_or(&[], |(_, v)| v.as_slice())
     }
 
     fn network_names(&self) -> String {

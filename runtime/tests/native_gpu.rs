@@ -313,6 +313,7 @@ impl Session {
                 &PrepareOptions {
                     input_shapes: shapes.to_vec(),
                     precision,
+                    ..PrepareOptions::default()
                 },
             )
             .unwrap();

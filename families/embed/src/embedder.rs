@@ -3,11 +3,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use tether_bundle::{Bundle, DType, Verify};
-use zerocopy::IntoBytes;
+use tether_bundle::{Bundle, IoMode, Verify};
+use tether_runtime::{Device, EngineKind, Model, ModelOptions};
 
 use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION, TOKENIZER_SECTION};
-use crate::net::{Network, fold_int8_dequantization};
+use crate::net::{Bucket, NETWORK};
 use crate::selftest::{SelfTest, SelfTestReport};
 use crate::tokenize::WordPiece;
 use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedding, FAMILY, mean_pool_normalize};
@@ -27,34 +27,15 @@ pub enum Prepare {
 /// Options of [`Embedder::open`].
 #[derive(Clone, Debug, Default)]
 pub struct EmbedderOptions {
+    /// Where to run (default: the first CUDA GPU when one answers, else the CPU).
+    pub device: Device,
+    /// Model options beyond the device (engines to exclude, precision, session
+    /// options); the input shapes are set by [`Embedder::open`].
+    pub model: ModelOptions,
     /// When buckets are prepared.
     pub prepare: Prepare,
     /// Check every section CRC at open instead of on first use.
     pub verify_eagerly: bool,
-}
-
-/// Where the ONNX bytes come from when a bucket is prepared.
-enum Source {
-    Bytes(Vec<u8>),
-    Bundle(Arc<Bundle>),
-}
-
-impl Source {
-    fn onnx(&self) -> Result<&[u8], EmbedError> {
-        match self {
-            Source::Bytes(b) => Ok(b),
-            Source::Bundle(b) => Ok(b.section_data(ONNX_SECTION)?),
-        }
-    }
-}
-
-/// Positions of the network's inputs, found by name.
-#[derive(Clone, Copy, Debug)]
-struct Io {
-    inputs: usize,
-    input_ids: usize,
-    attention_mask: usize,
-    token_type_ids: Option<usize>,
 }
 
 /// all-MiniLM-L6-v2 sentence embeddings.
@@ -68,25 +49,25 @@ struct Io {
 /// batches run in groups of the maximum batch, a short group padded with
 /// copies of its first row (their outputs are ignored).
 ///
-/// Input and output buffers are allocated at open for the largest bucket and
-/// reused; per call only the tokenizer and the CPU engine allocate. Each
-/// prepared bucket holds the weights dequantised to f32 (about 90 MB for
-/// all-MiniLM-L6-v2; see `net.rs`).
+/// The network runs through the runtime's model API on the engine chosen for
+/// [`EmbedderOptions::device`], one plan and session per bucket, prepared
+/// once (`net.rs`). Token ids are written straight into the session's input
+/// regions and pooled straight from its output region; per call only the
+/// tokenizer and the tract CPU engine allocate. Each prepared bucket holds
+/// the weights dequantised to f32 (about 90 MB for all-MiniLM-L6-v2).
 pub struct Embedder {
-    source: Source,
+    model: Model,
     tokenizer: WordPiece,
     config: EmbedConfig,
-    io: Io,
     seq_buckets: heapless::Vec<usize, { crate::config::MAX_BUCKETS }>,
     batch_buckets: heapless::Vec<usize, 2>,
-    /// Prepared networks, `[batch bucket][sequence bucket]` flattened.
-    nets: Vec<Option<Network>>,
+    /// Prepared buckets, `[batch bucket][sequence bucket]` flattened.
+    buckets: Vec<Option<Bucket>>,
+    /// Token ids of the current group, `max_seq` per row.
     tokens: Vec<i64>,
     lens: Vec<usize>,
-    ids: Vec<i64>,
-    mask: Vec<i64>,
-    types: Vec<i64>,
-    hidden: Vec<f32>,
+    /// The bucket of the last run.
+    last: Option<usize>,
     selftest: Option<SelfTest>,
 }
 
@@ -102,56 +83,6 @@ impl std::fmt::Debug for Embedder {
     }
 }
 
-fn find_io(onnx: &[u8]) -> Result<Io, EmbedError> {
-    let info =
-        tether_runtime::cpu::inspect_onnx(onnx).map_err(|e| EmbedError::Network(e.to_string()))?;
-    let mut io = Io {
-        inputs: info.inputs.len(),
-        input_ids: usize::MAX,
-        attention_mask: usize::MAX,
-        token_type_ids: None,
-    };
-    for (i, t) in info.inputs.iter().enumerate() {
-        if t.dtype != DType::I64 || t.dims.len() != 2 {
-            return Err(EmbedError::Network(format!(
-                "input `{}` is {} {:?}; expected i64 [batch, sequence]",
-                t.name, t.dtype, t.dims
-            )));
-        }
-        match t.name.as_str() {
-            "input_ids" => io.input_ids = i,
-            "attention_mask" => io.attention_mask = i,
-            "token_type_ids" => io.token_type_ids = Some(i),
-            other => {
-                return Err(EmbedError::Network(format!(
-                    "unexpected input `{other}` (expected input_ids, attention_mask, token_type_ids)"
-                )));
-            }
-        }
-    }
-    if io.input_ids == usize::MAX || io.attention_mask == usize::MAX {
-        return Err(EmbedError::Network(format!(
-            "inputs [{}] lack input_ids or attention_mask",
-            info.inputs
-                .iter()
-                .map(|t| t.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    match info.outputs.first() {
-        Some(o) if o.dtype == DType::F32 && o.dims.len() == 3 => {}
-        Some(o) => {
-            return Err(EmbedError::Network(format!(
-                "output `{}` is {} {:?}; expected f32 [batch, sequence, {EMBEDDING_DIM}] token embeddings",
-                o.name, o.dtype, o.dims
-            )));
-        }
-        None => return Err(EmbedError::Network("the network has no output".into())),
-    }
-    Ok(io)
-}
-
 impl Embedder {
     /// Open an `embed` bundle with default options.
     ///
@@ -161,12 +92,14 @@ impl Embedder {
         Self::open(path, &EmbedderOptions::default())
     }
 
-    /// Open an `embed` bundle (memory-mapped).
+    /// Open an `embed` bundle (memory-mapped) on [`EmbedderOptions::device`].
     ///
     /// # Errors
     /// [`EmbedError::Bundle`], [`EmbedError::WrongFamily`],
     /// [`EmbedError::Config`], [`EmbedError::Tokenizer`],
-    /// [`EmbedError::SelfTest`] (malformed payload), [`EmbedError::Network`].
+    /// [`EmbedError::SelfTest`] (malformed payload), [`EmbedError::Runtime`]
+    /// (no engine for the network on this device, device unavailable,
+    /// preparation failed), [`EmbedError::Network`] (not a BERT encoder).
     pub fn open(path: impl AsRef<Path>, options: &EmbedderOptions) -> Result<Self, EmbedError> {
         let verify = if options.verify_eagerly {
             Verify::Eager
@@ -176,7 +109,9 @@ impl Embedder {
         Self::from_bundle(Arc::new(Bundle::open(path, verify)?), options)
     }
 
-    /// Prepare from an opened bundle (kept for lazily prepared buckets).
+    /// Prepare from an opened bundle. The tokenizer, the configuration and
+    /// the self-test payload are copied out at load; the model keeps the
+    /// bundle for buckets prepared later.
     ///
     /// # Errors
     /// As [`Embedder::open`].
@@ -190,84 +125,135 @@ impl Embedder {
         }
         let name = id.name.to_string();
         let config = EmbedConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
-        let tokenizer = bundle.section_data(TOKENIZER_SECTION)?.to_vec();
-        let selftest = if bundle.section(SELFTEST_SECTION).is_ok() {
-            Some(SelfTest::from_section(
+        config.validate()?;
+        let max_seq = config.max_seq_len as usize;
+        let max_batch = config.max_batch as usize;
+        let tokenizer = WordPiece::from_json(bundle.section_data(TOKENIZER_SECTION)?, max_seq)?;
+        let selftest = match bundle.section(SELFTEST_SECTION) {
+            Ok(_) => Some(SelfTest::from_section(
                 bundle.section_data(SELFTEST_SECTION)?,
-            )?)
-        } else {
-            None
+            )?),
+            Err(_) => None,
         };
-        let mut e = Self::with_source(Source::Bundle(bundle), &tokenizer, config, options.prepare)?;
-        e.selftest = selftest;
+        // The encoder's inputs, as the recipe recorded them (each `[batch, seq]`).
+        let section = bundle.section(ONNX_SECTION)?;
+        let inputs = bundle
+            .tensors(section.index)
+            .filter(|t| t.mode == IoMode::Input)
+            .count();
+        if inputs == 0 {
+            return Err(EmbedError::Network(format!(
+                "the bundle records no input tensor for `{ONNX_SECTION}` (rebuild it with `tether build --family embed`)"
+            )));
+        }
+        let seq_buckets = config.seq_buckets();
+        let batch_buckets = config.batch_buckets();
+        let mut model_options = options.model.clone();
+        model_options.device = options.device;
+        model_options.input_shapes = vec![(NETWORK.into(), vec![vec![1, seq_buckets[0]]; inputs])];
+        let model = Model::from_bundle(bundle, &model_options)?;
+        let mut buckets = Vec::new();
+        buckets.resize_with(seq_buckets.len() * batch_buckets.len(), || None);
+        let mut e = Self {
+            model,
+            tokenizer,
+            config,
+            seq_buckets,
+            batch_buckets,
+            buckets,
+            tokens: vec![0; max_batch * max_seq],
+            lens: vec![0; max_batch],
+            last: None,
+            selftest,
+        };
+        // The plan prepared at open is bucket (batch 1, smallest sequence).
+        let opened = e.model.network(NETWORK)?.plan().clone();
+        e.buckets[0] = Some(Bucket::new(&e.model, opened, 1, e.seq_buckets[0])?);
+        if options.prepare == Prepare::All {
+            for b in 0..e.batch_buckets.len() {
+                for s in 0..e.seq_buckets.len() {
+                    e.bucket(b, s)?;
+                }
+            }
+        }
         log::info!(
-            "embedder `{name}`: {}-d, max {} tokens, sequence buckets {:?}, batch buckets {:?}, tract CPU engine",
-            EMBEDDING_DIM,
+            "embedder `{name}`: {EMBEDDING_DIM}-d, max {} tokens, sequence buckets {:?}, batch buckets {:?}, {} engine",
             config.max_seq_len,
             e.seq_buckets,
-            e.batch_buckets
+            e.batch_buckets,
+            e.engine()
         );
         Ok(e)
     }
 
-    /// Prepare from ONNX bytes and `tokenizer.json` bytes, without a bundle.
+    /// Prepare from ONNX bytes and `tokenizer.json` bytes, without a bundle
+    /// file: an in-memory bundle ([`crate::recipe::bundle_of`]) opened with
+    /// default options and `prepare`.
     ///
     /// # Errors
-    /// [`EmbedError::Config`], [`EmbedError::Tokenizer`], [`EmbedError::Network`].
+    /// [`EmbedError::Config`], [`EmbedError::Tokenizer`],
+    /// [`EmbedError::Network`], [`EmbedError::Runtime`].
+    #[cfg(feature = "build")]
     pub fn from_parts(
         onnx: Vec<u8>,
         tokenizer_json: &[u8],
         config: EmbedConfig,
         prepare: Prepare,
     ) -> Result<Self, EmbedError> {
-        Self::with_source(Source::Bytes(onnx), tokenizer_json, config, prepare)
+        Self::from_parts_with(
+            &onnx,
+            tokenizer_json,
+            config,
+            &EmbedderOptions {
+                prepare,
+                ..EmbedderOptions::default()
+            },
+        )
     }
 
-    fn with_source(
-        source: Source,
+    /// [`Embedder::from_parts`] with options (device, engines, preparation).
+    ///
+    /// # Errors
+    /// As [`Embedder::from_parts`].
+    #[cfg(feature = "build")]
+    pub fn from_parts_with(
+        onnx: &[u8],
         tokenizer_json: &[u8],
         config: EmbedConfig,
-        prepare: Prepare,
+        options: &EmbedderOptions,
     ) -> Result<Self, EmbedError> {
         config.validate()?;
-        let io = find_io(source.onnx()?)?;
-        let max_seq = config.max_seq_len as usize;
-        let max_batch = config.max_batch as usize;
-        let tokenizer = WordPiece::from_json(tokenizer_json, max_seq)?;
-        let seq_buckets = config.seq_buckets();
-        let batch_buckets = config.batch_buckets();
-        let mut nets = Vec::new();
-        nets.resize_with(seq_buckets.len() * batch_buckets.len(), || None);
-        let mut e = Self {
-            source,
-            tokenizer,
-            config,
-            io,
-            seq_buckets,
-            batch_buckets,
-            nets,
-            tokens: vec![0; max_batch * max_seq],
-            lens: vec![0; max_batch],
-            ids: vec![0; max_batch * max_seq],
-            mask: vec![0; max_batch * max_seq],
-            types: vec![0; max_batch * max_seq],
-            hidden: vec![0.0; max_batch * max_seq * EMBEDDING_DIM],
-            selftest: None,
-        };
-        match prepare {
-            Prepare::Lazy => {
-                // Prepare the smallest bucket now: proves the network runs.
-                e.network(0, 0)?;
-            }
-            Prepare::All => {
-                for b in 0..e.batch_buckets.len() {
-                    for s in 0..e.seq_buckets.len() {
-                        e.network(b, s)?;
-                    }
-                }
-            }
-        }
-        Ok(e)
+        // The tokenizer first: a bad one is named before the network is read.
+        WordPiece::from_json(tokenizer_json, config.max_seq_len as usize)?;
+        let writer = crate::recipe::bundle_of(
+            onnx,
+            tokenizer_json,
+            &config,
+            tether_bundle::IdentityDesc {
+                name: "embed".into(),
+                family: FAMILY.into(),
+                model_version: "unspecified".into(),
+                tool_version: concat!("tether-embed ", env!("CARGO_PKG_VERSION")).into(),
+                created_unix_s: 0,
+            },
+        )?;
+        let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
+        Self::from_bundle(Arc::new(bundle), options)
+    }
+
+    /// The engine running the encoder (chosen for the device at open).
+    pub fn engine(&self) -> EngineKind {
+        self.model
+            .network(NETWORK)
+            .map_or(EngineKind::TractCpu, |n| n.engine())
+    }
+
+    /// Milliseconds per step of the last run's bucket session (host wall
+    /// time, or GPU time with step timing); empty before the first run.
+    pub fn step_times(&self) -> &[(String, f64)] {
+        self.last
+            .and_then(|i| self.buckets[i].as_ref())
+            .map_or(&[], |b| b.step_times())
     }
 
     /// The configuration in use.
@@ -290,43 +276,29 @@ impl Embedder {
         &self.batch_buckets
     }
 
-    /// `(batch, sequence)` shapes prepared so far.
+    /// `(batch, sequence)` shapes prepared so far (each once).
     pub fn prepared(&self) -> Vec<(usize, usize)> {
-        let n = self.seq_buckets.len();
-        self.nets
-            .iter()
-            .enumerate()
-            .filter(|(_, net)| net.is_some())
-            .map(|(i, _)| (self.batch_buckets[i / n], self.seq_buckets[i % n]))
-            .collect()
+        self.buckets.iter().flatten().map(Bucket::shape).collect()
     }
 
-    /// The network of bucket `(b, s)`, prepared on first use.
-    fn network(&mut self, b: usize, s: usize) -> Result<&mut Network, EmbedError> {
+    /// The bucket `(b, s)`, prepared on first use (on the engine chosen at
+    /// open) and kept.
+    fn bucket(&mut self, b: usize, s: usize) -> Result<&mut Bucket, EmbedError> {
         let slot = b * self.seq_buckets.len() + s;
-        if self.nets[slot].is_none() {
+        if self.buckets[slot].is_none() {
             let (batch, seq) = (self.batch_buckets[b], self.seq_buckets[s]);
-            let shapes = vec![vec![batch, seq]; self.io.inputs];
-            // Dequantise int8 weights once here rather than in every run
-            // (net.rs); the folded bytes are dropped once tract holds the plan.
-            let (onnx, folded) = fold_int8_dequantization(self.source.onnx()?)?;
-            let net = Network::load(&onnx, &shapes)?;
-            drop(onnx);
-            log::debug!("embed: {folded} int8 weight tensors dequantised at load");
-            let want = [batch, seq, EMBEDDING_DIM];
-            match net.outputs().first() {
-                Some(o) if o.dtype == DType::F32 && o.shape == want => {}
-                o => {
-                    return Err(EmbedError::Network(format!(
-                        "at [{batch}, {seq}] the first output is {}, expected f32{want:?}",
-                        o.map_or_else(|| "missing".to_string(), |o| o.to_string())
-                    )));
-                }
-            }
-            log::debug!("embed: prepared the network for batch {batch}, sequence {seq}");
-            self.nets[slot] = Some(net);
+            let inputs = self.model.network(NETWORK)?.io().inputs.len();
+            let plan = self
+                .model
+                .prepare(NETWORK, &vec![vec![batch, seq]; inputs])?;
+            let bucket = Bucket::new(&self.model, plan, batch, seq)?;
+            log::debug!(
+                "embed: prepared the network for batch {batch}, sequence {seq} on {}",
+                bucket.engine()
+            );
+            self.buckets[slot] = Some(bucket);
         }
-        self.nets[slot]
+        self.buckets[slot]
             .as_mut()
             .ok_or_else(|| EmbedError::Network("bucket preparation lost".into()))
     }
@@ -398,47 +370,41 @@ impl Embedder {
             .position(|&len| len >= longest)
             .unwrap_or(self.seq_buckets.len() - 1);
         let (batch, seq) = (self.batch_buckets[b], self.seq_buckets[s]);
-        let pad = i64::from(self.tokenizer.pad_id());
-        for r in 0..batch {
-            // Rows past the texts repeat row 0 (valid input, output ignored).
-            let src = if r < n { r } else { 0 };
-            let len = self.lens[src].min(seq);
-            let tokens = &self.tokens[src * max_seq..src * max_seq + len];
-            let ids = &mut self.ids[r * seq..(r + 1) * seq];
-            ids[..len].copy_from_slice(tokens);
-            ids[len..].fill(pad);
-            let mask = &mut self.mask[r * seq..(r + 1) * seq];
-            mask[..len].fill(1);
-            mask[len..].fill(0);
-            self.types[r * seq..(r + 1) * seq].fill(0);
-        }
         let slot = b * self.seq_buckets.len() + s;
-        if self.nets[slot].is_none() {
-            self.network(b, s)?;
-        }
-        let cells = batch * seq;
-        let io = self.io;
-        let mut inputs: [&[u8]; 3] = [&[]; 3];
-        // Borrow the buffers apart from `self.nets` (disjoint fields).
-        let (ids, mask, types, hidden) = (
-            &self.ids[..cells],
-            &self.mask[..cells],
-            &self.types[..cells],
-            &mut self.hidden[..cells * EMBEDDING_DIM],
-        );
-        inputs[io.input_ids] = ids.as_bytes();
-        inputs[io.attention_mask] = mask.as_bytes();
-        if let Some(t) = io.token_type_ids {
-            inputs[t] = types.as_bytes();
-        }
-        let Some(net) = self.nets[slot].as_mut() else {
+        self.bucket(b, s)?;
+        self.last = Some(slot);
+        let pad = i64::from(self.tokenizer.pad_id());
+        // Disjoint fields: the bucket mutably, the token rows shared.
+        let (tokens, lens) = (&self.tokens, &self.lens);
+        let Some(bucket) = self.buckets[slot].as_mut() else {
             return Err(EmbedError::Network("bucket preparation lost".into()));
         };
-        let mut outputs: [&mut [u8]; 1] = [hidden.as_mut_bytes()];
-        net.run(&inputs[..io.inputs], &mut outputs)?;
+        // Rows past the texts repeat row 0 (valid input, output ignored).
+        let row_len = |r: usize| lens[if r < n { r } else { 0 }].min(seq);
+        bucket.fill(
+            |ids| {
+                for r in 0..batch {
+                    let src = if r < n { r } else { 0 };
+                    let len = row_len(r);
+                    let row = &mut ids[r * seq..(r + 1) * seq];
+                    row[..len].copy_from_slice(&tokens[src * max_seq..src * max_seq + len]);
+                    row[len..].fill(pad);
+                }
+            },
+            |mask| {
+                for r in 0..batch {
+                    let len = row_len(r);
+                    let row = &mut mask[r * seq..(r + 1) * seq];
+                    row[..len].fill(1);
+                    row[len..].fill(0);
+                }
+            },
+            |types| types.fill(0),
+        )?;
+        let hidden = bucket.run()?;
         let row = seq * EMBEDDING_DIM;
         for (r, o) in out.iter_mut().enumerate().take(n) {
-            mean_pool_normalize(&self.hidden[r * row..(r + 1) * row], self.lens[r], o);
+            mean_pool_normalize(&hidden[r * row..(r + 1) * row], lens[r].min(seq), o);
         }
         Ok(())
     }

@@ -13,31 +13,34 @@
 //!   once per (batch, sequence) bucket (sequence lengths 16, 32, 64, ... up to
 //!   the maximum; batch 1 and the maximum batch);
 //! - [`pool`]: attention-masked mean pooling and L2 normalisation (host code);
-//! - [`Embedder`] (feature `cpu`): `embed(&str) -> [f32; 384]` and a batched
-//!   API;
-//! - [`config`], [`selftest`], [`recipe`] (feature `cpu`): bundle sections,
-//!   the self-test payload, ONNX + tokenizer -> `.bundle`.
+//! - [`Embedder`]: `embed(&str) -> [f32; 384]` and a batched API; the
+//!   network runs through the runtime's [`tether_runtime::Model`] on the
+//!   engine chosen for the device (tract on the CPU, a GPU engine with one
+//!   captured CUDA graph per bucket), one plan and session per bucket;
+//! - [`config`], [`selftest`], `recipe` (feature `build`): bundle sections,
+//!   the self-test payload, ONNX + tokenizer -> `.bundle`; `cli` (feature
+//!   `cli`): the family as the `tether` CLI sees it.
 //!
 //! Golden evidence: `golden/` (sentence-transformers fp32 and onnxruntime
 //! int8 references), `README.md`.
 #![warn(missing_docs)]
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod config;
-#[cfg(feature = "cpu")]
 mod embedder;
-#[cfg(feature = "cpu")]
 mod net;
 pub mod pool;
-#[cfg(feature = "cpu")]
+#[cfg(feature = "build")]
 pub mod recipe;
 pub mod selftest;
 pub mod tokenize;
 
 pub use config::EmbedConfig;
-#[cfg(feature = "cpu")]
 pub use embedder::{Embedder, EmbedderOptions, Prepare};
 pub use pool::{cosine, mean_pool_normalize};
 pub use selftest::{SelfTest, SelfTestReport};
+pub use tether_runtime::{Device, EngineKind};
 pub use tokenize::WordPiece;
 
 /// Family name recorded in the bundle identity.
@@ -56,9 +59,16 @@ pub enum EmbedError {
     /// The bundle could not be opened or read.
     #[error(transparent)]
     Bundle(#[from] tether_bundle::BundleError),
+    /// The runtime could not open the model, prepare a bucket or build its
+    /// session (no usable engine on this device, device unavailable, ...).
+    #[error(transparent)]
+    Runtime(#[from] tether_runtime::Error),
     /// An engine call failed.
     #[error(transparent)]
     Run(#[from] tether_runtime::RunError),
+    /// A network tensor could not be viewed with its element type (an engine bug).
+    #[error(transparent)]
+    View(#[from] tether_runtime::tensor::ViewError),
     /// The bundle belongs to another family.
     #[error("bundle `{bundle}` is a `{family}` bundle, not an `embed` bundle")]
     WrongFamily {

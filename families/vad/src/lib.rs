@@ -1,7 +1,7 @@
 //! tether voice-activity family: Silero VAD (`silero-vad==6.2.3`,
 //! `silero_vad_op18_ifless.onnx`) as a streaming API for a robot.
 //!
-//! - [`Vad`] (feature `cpu`): push 16 kHz mono PCM, get one speech probability
+//! - [`Vad`]: push 16 kHz mono PCM, get one speech probability
 //!   per 512-sample chunk (32 ms) and speech-segment events. The network's
 //!   recurrent state lives in two buffers swapped every chunk (ping-pong, no
 //!   allocation); [`Vad::reset`] starts a new stream. [`Vad::process`] is the
@@ -13,7 +13,14 @@
 //! - [`config`]: the family's bundle sections and configuration record.
 //! - [`selftest`]: the bundle's self-test payload (reference PCM + expected
 //!   probabilities from the package) and its runner.
-//! - [`recipe`] (feature `cpu`): ONNX -> `.bundle`.
+//! - `recipe` (feature `build`): ONNX -> `.bundle`; `cli` (feature `cli`):
+//!   the family as the `tether` CLI sees it (build, inspect, run, bench,
+//!   `verify --self-test`).
+//!
+//! The network runs through one internal module (`net`): the runtime's
+//! [`tether_runtime::Model`], which picks the engine for the real device (the
+//! tract CPU engine, or a GPU engine with one captured CUDA graph per state
+//! parity), with the `sr` input fixed to 16000 at load.
 //!
 //! The streaming protocol (context, state, `sr`) follows the package's
 //! `OnnxWrapper.__call__` in `silero_vad/utils_vad.py`; see `README.md` for
@@ -21,22 +28,22 @@
 #![warn(missing_docs)]
 
 pub mod audio;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod config;
-#[cfg(feature = "cpu")]
 mod net;
-#[cfg(feature = "cpu")]
+#[cfg(feature = "build")]
 pub mod recipe;
 pub mod segments;
 pub mod selftest;
-#[cfg(feature = "cpu")]
 mod vad;
 
 pub use audio::{Audio, SincResampler, read_wav, read_wav_bytes};
 pub use config::VadConfig;
 pub use segments::{SegmentEvent, SegmentTracker, SpeechSegment};
 pub use selftest::{SelfTest, SelfTestReport};
-#[cfg(feature = "cpu")]
-pub use vad::{ChunkResult, Detection, StreamEnd, Vad, VadOptions};
+pub use tether_runtime::{Device, EngineKind};
+pub use vad::{ChunkResult, Detection, StreamEnd, Vad, VadOptions, bundle_of};
 
 /// Family name recorded in the bundle identity.
 pub const FAMILY: &str = "vad";
@@ -69,9 +76,16 @@ pub enum VadError {
     /// The bundle could not be opened or read.
     #[error(transparent)]
     Bundle(#[from] tether_bundle::BundleError),
+    /// The runtime could not open the model or build its session (no usable
+    /// engine on this device, device unavailable, preparation failed).
+    #[error(transparent)]
+    Runtime(#[from] tether_runtime::Error),
     /// An engine call failed.
     #[error(transparent)]
     Run(#[from] tether_runtime::RunError),
+    /// A network tensor could not be viewed as `f32` (an engine bug).
+    #[error(transparent)]
+    View(#[from] tether_runtime::tensor::ViewError),
     /// The bundle belongs to another family.
     #[error("bundle `{bundle}` is a `{family}` bundle, not a `vad` bundle")]
     WrongFamily {

@@ -2,8 +2,10 @@
 //!
 //! Checks that the network has Silero's streaming I/O (`input` f32
 //! `[batch, samples]`, `sr` i64 scalar, `state` f32 `[2, batch, 128]` ->
-//! `output` f32 `[batch, 1]`, `stateN` f32 `[2, batch, 128]`), prepares it once
-//! on the CPU engine for `[1, 576]`, runs the self-test, and lays out the bundle:
+//! `output` f32 `[batch, 1]`, `stateN` f32 `[2, batch, 128]`), opens the
+//! bundle in memory on the CPU engine (model API, `sr` fixed, `[1, 576]`),
+//! runs the self-test, and lays out the bundle (tensors recorded at the
+//! shapes the family runs):
 //!
 //! | section | kind | content |
 //! |---|---|---|
@@ -19,13 +21,17 @@
 //! payload's source says so), and the self-test then checks that the
 //! deployed device agrees with the build host.
 
-use sha2::{Digest, Sha256};
-use tether_bundle::{BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc};
-use tether_runtime::cpu::{OnnxInfo, inspect_onnx};
+use std::sync::Arc;
 
-use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION};
+use sha2::{Digest, Sha256};
+use tether_build::{OnnxInfo, inspect_onnx};
+use tether_bundle::{Bundle, BundleWriter, IdentityDesc, SectionKind, Verify};
+use tether_runtime::Device;
+
+use crate::config::SELFTEST_SECTION;
 use crate::selftest::{SelfTest, SelfTestReport};
-use crate::{CHUNK_SAMPLES, FAMILY, Vad, VadConfig, VadError};
+use crate::vad::bundle_with_identity;
+use crate::{CHUNK_SAMPLES, FAMILY, Vad, VadConfig, VadError, VadOptions};
 
 /// SHA-256 of `silero_vad/data/silero_vad_op18_ifless.onnx` in the
 /// `silero-vad==6.2.3` wheel (also in `tests/assets.sha256`).
@@ -121,8 +127,34 @@ pub fn build(
     let model_sha256 = hex(&Sha256::digest(onnx));
     let pinned_model = model_sha256 == PINNED_MODEL_SHA256;
 
+    let model_version = options.model_version.clone().unwrap_or_else(|| {
+        if pinned_model {
+            "silero-vad 6.2.3 (silero_vad_op18_ifless.onnx)".into()
+        } else {
+            "unspecified".into()
+        }
+    });
+    let mut writer = bundle_with_identity(
+        onnx,
+        &config,
+        IdentityDesc {
+            name: options.name.clone(),
+            family: FAMILY.into(),
+            model_version,
+            tool_version: concat!("tether-vad ", env!("CARGO_PKG_VERSION")).into(),
+            created_unix_s: options.created_unix_s,
+        },
+    )?;
+
     progress("preparing the network on the CPU engine and running the self-test");
-    let mut vad = Vad::from_onnx(onnx, config)?;
+    let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
+    let mut vad = Vad::from_bundle(
+        Arc::new(bundle),
+        &VadOptions {
+            device: Device::Cpu,
+            ..VadOptions::default()
+        },
+    )?;
     let reference = SelfTest::reference()?;
     let (payload, selftest) = if pinned_model {
         let report = vad.run_self_test(&reference)?;
@@ -137,11 +169,11 @@ pub fn build(
             "model SHA-256 {model_sha256} is not silero-vad 6.2.3's; the self-test expects this build host's CPU results"
         );
         let mut expected = Vec::with_capacity(reference.chunks());
-        vad.reset();
+        vad.reset()?;
         for chunk in reference.pcm.chunks_exact(CHUNK_SAMPLES) {
             expected.push(vad.push_chunk(chunk)?.probability);
         }
-        vad.reset();
+        vad.reset()?;
         let payload = SelfTest {
             pcm: reference.pcm,
             expected,
@@ -155,40 +187,7 @@ pub fn build(
     };
     drop(vad);
 
-    let model_version = options.model_version.clone().unwrap_or_else(|| {
-        if pinned_model {
-            "silero-vad 6.2.3 (silero_vad_op18_ifless.onnx)".into()
-        } else {
-            "unspecified".into()
-        }
-    });
     progress("writing the bundle");
-    let mut writer = BundleWriter::new(IdentityDesc {
-        name: options.name.clone(),
-        family: FAMILY.into(),
-        model_version,
-        tool_version: concat!("tether-vad ", env!("CARGO_PKG_VERSION")).into(),
-        created_unix_s: options.created_unix_s,
-    });
-    let target = writer.add_target(TargetDesc {
-        name: "portable".into(),
-        arch: CpuArch::Any,
-        sm: None,
-        engine: EngineKind::TractCpu,
-        tensorrt_version: 0,
-        hardware_compat: 0,
-        flags: 0,
-    })?;
-    let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
-    for t in info.inputs.iter().chain(info.outputs.iter()) {
-        writer.add_tensor(model, t.clone())?;
-    }
-    writer.add_section(
-        SectionKind::FamilyConfig,
-        CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
-    )?;
     writer.add_section(
         SectionKind::Reference,
         SELFTEST_SECTION,

@@ -1,23 +1,30 @@
 //! The semantic API: 16 kHz PCM in, speech probabilities and segments out.
 
 use std::path::Path;
+use std::sync::Arc;
 
-use tether_bundle::DType;
-use tether_bundle::{Bundle, Verify};
-use zerocopy::IntoBytes;
+use tether_bundle::{
+    Bundle, BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc, TensorDesc,
+    Verify,
+};
+use tether_runtime::{Device, ModelOptions};
 
 use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION};
-use crate::net::{Network, freeze_i64_input};
+use crate::net::Network;
 use crate::segments::{ChunkEvents, SegmentEvent, SegmentTracker, SpeechSegment};
 use crate::selftest::{SelfTest, SelfTestReport};
 use crate::{
-    CHUNK_SAMPLES, CONTEXT_SAMPLES, FAMILY, SAMPLE_RATE, STATE_LEN, VadConfig, VadError,
-    WINDOW_SAMPLES,
+    CHUNK_SAMPLES, CONTEXT_SAMPLES, FAMILY, STATE_LEN, VadConfig, VadError, WINDOW_SAMPLES,
 };
 
 /// Options of [`Vad::open`].
 #[derive(Clone, Debug, Default)]
 pub struct VadOptions {
+    /// Where to run (default: the first CUDA GPU when one answers, else the CPU).
+    pub device: Device,
+    /// Model options beyond the device (engines to exclude, precision, session options);
+    /// the input shapes and the fixed `sr` are set by [`Vad::open`].
+    pub model: ModelOptions,
     /// Replace the bundle's segment parameters.
     pub config: Option<VadConfig>,
     /// Check every section CRC at open instead of on first use.
@@ -69,15 +76,6 @@ pub struct Detection {
     pub samples: u64,
 }
 
-/// Indices of the network's tensors, found by name at load.
-#[derive(Clone, Copy, Debug)]
-struct Io {
-    input: usize,
-    state: usize,
-    output: usize,
-    state_n: usize,
-}
-
 /// Silero VAD, streaming.
 ///
 /// Feed 16 kHz mono PCM with [`Vad::push_chunk`] (exactly 512 samples) or
@@ -88,43 +86,31 @@ struct Io {
 /// the previous chunk's last 64 samples followed by the 512 new ones
 /// (`[1, 576]`), `sr = 16000` (fixed into the graph at load, see `net.rs`)
 /// and the recurrent state `[2, 1, 128]`; it returns
-/// the speech probability and the next state. The state lives in two buffers
-/// used alternately as input and output (ping-pong: swapped by index, never
-/// copied or allocated); `reset` zeroes both and the context.
+/// the speech probability and the next state. The state lives in two session
+/// regions used alternately as input and output (the runtime's ping-pong:
+/// swapped, never copied; on a GPU it never leaves the device); `reset`
+/// zeroes it and the context.
 ///
-/// Nothing in `push_chunk` allocates except inside the tract CPU engine
-/// (its intermediate tensors); see `net.rs`.
+/// The network runs through the runtime's model API on the engine chosen for
+/// the device ([`VadOptions::device`]). Nothing in `push_chunk` allocates
+/// except inside the tract CPU engine (its intermediate tensors); on a GPU a
+/// chunk is one captured CUDA graph launch (see `net.rs`).
 #[derive(Debug)]
 pub struct Vad {
     net: Network,
-    io: Io,
     config: VadConfig,
     tracker: SegmentTracker,
-    /// Network input: context, then the chunk.
+    /// Network input: context, then the chunk (copied into the session's
+    /// input region before each run).
     window: [f32; WINDOW_SAMPLES],
-    /// The recurrent state ping-pong; `states[current]` feeds the next chunk.
-    states: [[f32; STATE_LEN]; 2],
-    current: usize,
-    probability: [f32; 1],
     /// A partial chunk from `push`.
     pending: [f32; CHUNK_SAMPLES],
     pending_len: usize,
     /// Samples since the last reset.
     samples: u64,
+    /// Time spent in the network since open.
+    network_time: std::time::Duration,
     selftest: Option<SelfTest>,
-}
-
-fn find(specs: &[tether_runtime::TensorSpec], name: &str) -> Result<usize, VadError> {
-    specs.iter().position(|t| t.name == name).ok_or_else(|| {
-        VadError::Network(format!(
-            "no tensor `{name}` among [{}]",
-            specs
-                .iter()
-                .map(|t| t.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-    })
 }
 
 impl Vad {
@@ -136,27 +122,31 @@ impl Vad {
         Self::open(path, &VadOptions::default())
     }
 
-    /// Open a `vad` bundle (memory-mapped) and prepare the network.
+    /// Open a `vad` bundle (memory-mapped) and prepare the network on
+    /// [`VadOptions::device`].
     ///
     /// # Errors
     /// [`VadError::Bundle`] (unreadable or corrupt bundle, missing section),
     /// [`VadError::WrongFamily`], [`VadError::Config`], [`VadError::SelfTest`]
-    /// (malformed payload), [`VadError::Network`].
+    /// (malformed payload), [`VadError::Runtime`] (no engine for the network
+    /// on this device, device unavailable), [`VadError::Network`] (not
+    /// Silero's streaming I/O).
     pub fn open(path: impl AsRef<Path>, options: &VadOptions) -> Result<Self, VadError> {
         let verify = if options.verify_eagerly {
             Verify::Eager
         } else {
             Verify::Lazy
         };
-        let bundle = Bundle::open(path, verify)?;
-        Self::from_bundle(&bundle, options)
+        let bundle = Arc::new(Bundle::open(path, verify)?);
+        Self::from_bundle(bundle, options)
     }
 
-    /// Prepare from an opened bundle (the bundle can be dropped afterwards).
+    /// Prepare from an opened bundle. The configuration and the self-test
+    /// payload are copied out at load; the model keeps the bundle.
     ///
     /// # Errors
     /// As [`Vad::open`].
-    pub fn from_bundle(bundle: &Bundle, options: &VadOptions) -> Result<Self, VadError> {
+    pub fn from_bundle(bundle: Arc<Bundle>, options: &VadOptions) -> Result<Self, VadError> {
         let id = bundle.identity();
         if id.family != FAMILY {
             return Err(VadError::WrongFamily {
@@ -164,96 +154,96 @@ impl Vad {
                 family: id.family.to_string(),
             });
         }
+        let name = id.name.to_string();
         let config = match options.config {
             Some(c) => c,
             None => VadConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?,
         };
-        let mut vad = Self::from_onnx(bundle.section_data(ONNX_SECTION)?, config)?;
-        if bundle.section(SELFTEST_SECTION).is_ok() {
-            vad.selftest = Some(SelfTest::from_section(
+        config.validate()?;
+        let selftest = match bundle.section(SELFTEST_SECTION) {
+            Ok(_) => Some(SelfTest::from_section(
                 bundle.section_data(SELFTEST_SECTION)?,
-            )?);
-        }
+            )?),
+            Err(_) => None,
+        };
+        let mut model = options.model.clone();
+        model.device = options.device;
+        let net = Network::open(bundle, model)?;
         log::info!(
-            "vad `{}`: Silero VAD at 16 kHz, chunks of {CHUNK_SAMPLES}, threshold {} / {}, min speech {} ms, min silence {} ms, pad {} ms, tract CPU engine",
-            id.name,
+            "vad `{name}`: Silero VAD at 16 kHz, chunks of {CHUNK_SAMPLES}, threshold {} / {}, min speech {} ms, min silence {} ms, pad {} ms, {} engine",
             config.threshold,
             config.neg_threshold,
             config.min_speech_ms,
             config.min_silence_ms,
-            config.speech_pad_ms
+            config.speech_pad_ms,
+            net.engine()
         );
-        Ok(vad)
-    }
-
-    /// Prepare from ONNX bytes (the streaming Silero network) and segment
-    /// parameters, without a bundle.
-    ///
-    /// # Errors
-    /// [`VadError::Config`], [`VadError::Network`] (missing or mistyped
-    /// tensors, or the network fails to prepare).
-    pub fn from_onnx(onnx: &[u8], config: VadConfig) -> Result<Self, VadError> {
-        config.validate()?;
-        // `sr` is always 16000 here: make it a constant (see net.rs).
-        let onnx = freeze_i64_input(onnx, "sr", i64::from(SAMPLE_RATE))?;
-        let info = tether_runtime::cpu::inspect_onnx(&onnx)
-            .map_err(|e| VadError::Network(e.to_string()))?;
-        let shapes: Vec<Vec<usize>> = info
-            .inputs
-            .iter()
-            .map(|t| match t.name.as_str() {
-                "input" => Ok(vec![1, WINDOW_SAMPLES]),
-                "state" => Ok(vec![2, 1, STATE_LEN / 2]),
-                other => Err(VadError::Network(format!(
-                    "unexpected input `{other}` (Silero VAD has `input`, `sr`, `state`)"
-                ))),
-            })
-            .collect::<Result<_, _>>()?;
-        let net = Network::load(&onnx, &shapes)?;
-        let io = Io {
-            input: find(net.inputs(), "input")?,
-            state: find(net.inputs(), "state")?,
-            output: find(net.outputs(), "output")?,
-            state_n: find(net.outputs(), "stateN")?,
-        };
-        let expect = |spec: &tether_runtime::TensorSpec, dtype: DType, shape: &[usize]| {
-            if spec.dtype == dtype && spec.shape == shape {
-                Ok(())
-            } else {
-                Err(VadError::Network(format!(
-                    "tensor {spec}, expected {dtype}{shape:?}"
-                )))
-            }
-        };
-        expect(&net.inputs()[io.input], DType::F32, &[1, WINDOW_SAMPLES])?;
-        expect(&net.inputs()[io.state], DType::F32, &[2, 1, STATE_LEN / 2])?;
-        expect(&net.outputs()[io.output], DType::F32, &[1, 1])?;
-        expect(
-            &net.outputs()[io.state_n],
-            DType::F32,
-            &[2, 1, STATE_LEN / 2],
-        )?;
-        if net.inputs().len() != 2 || net.outputs().len() != 2 {
-            return Err(VadError::Network(format!(
-                "{} inputs and {} outputs, expected 2 (`sr` fixed) and 2",
-                net.inputs().len(),
-                net.outputs().len()
-            )));
-        }
         Ok(Self {
             net,
-            io,
             config,
             tracker: SegmentTracker::new(&config, CHUNK_SAMPLES),
             window: [0.0; WINDOW_SAMPLES],
-            states: [[0.0; STATE_LEN]; 2],
-            current: 0,
-            probability: [0.0],
             pending: [0.0; CHUNK_SAMPLES],
             pending_len: 0,
             samples: 0,
-            selftest: None,
+            network_time: std::time::Duration::ZERO,
+            selftest,
         })
+    }
+
+    /// Prepare from ONNX bytes (the streaming Silero network) and segment
+    /// parameters, without a bundle file: an in-memory bundle holding the
+    /// network and `config` ([`bundle_of`]) opened with `options`.
+    ///
+    /// # Errors
+    /// [`VadError::Config`], [`VadError::Runtime`] (the network fails to
+    /// prepare), [`VadError::Network`] (missing or mistyped tensors).
+    pub fn from_onnx(onnx: &[u8], config: VadConfig) -> Result<Self, VadError> {
+        Self::from_onnx_with(onnx, config, &VadOptions::default())
+    }
+
+    /// [`Vad::from_onnx`] with options (device, engines).
+    ///
+    /// # Errors
+    /// As [`Vad::from_onnx`].
+    pub fn from_onnx_with(
+        onnx: &[u8],
+        config: VadConfig,
+        options: &VadOptions,
+    ) -> Result<Self, VadError> {
+        config.validate()?;
+        let bundle = Bundle::from_vec(
+            bundle_of(onnx, &config, "silero-vad", 0)?.to_bytes()?,
+            Verify::Eager,
+        )?;
+        Self::from_bundle(Arc::new(bundle), options)
+    }
+
+    /// The engine running the network (chosen for the device at open).
+    pub fn engine(&self) -> tether_runtime::EngineKind {
+        self.net.engine()
+    }
+
+    /// Wall time spent running the network (input copy, run, output read)
+    /// since open, summed over chunks (what `tether bench` reports as the
+    /// network stage).
+    pub fn network_time(&self) -> std::time::Duration {
+        self.network_time
+    }
+
+    /// Wall (CPU) or GPU (device session with step timing) milliseconds per
+    /// step of the last chunk.
+    pub fn step_times(&self) -> &[(String, f64)] {
+        self.net.session().step_times()
+    }
+
+    /// The current recurrent state `[2, 1, 128]` (read back from the device
+    /// on a GPU; blocks). For inspection and tests.
+    ///
+    /// # Errors
+    /// [`VadError::Run`] on a device error.
+    pub fn state(&mut self, out: &mut [f32; STATE_LEN]) -> Result<(), VadError> {
+        self.net.read_state(out)
     }
 
     /// The segment parameters in use.
@@ -273,40 +263,29 @@ impl Vad {
 
     /// Start a new stream: zero the recurrent state and the context, drop a
     /// pending partial chunk, forget the segment state.
-    pub fn reset(&mut self) {
-        self.states = [[0.0; STATE_LEN]; 2];
-        self.current = 0;
+    ///
+    /// # Errors
+    /// [`VadError::Run`] when the state cannot be zeroed (a device error);
+    /// everything else is reset either way.
+    pub fn reset(&mut self) -> Result<(), VadError> {
         self.window = [0.0; WINDOW_SAMPLES];
         self.pending_len = 0;
         self.samples = 0;
         self.tracker.reset();
+        self.net.reset_state()
     }
 
     /// Run the network on `window` (already filled) and advance the state.
     fn step(&mut self) -> Result<f32, VadError> {
-        let (a, b) = self.states.split_at_mut(1);
-        let (state_in, state_out) = if self.current == 0 {
-            (&a[0], &mut b[0])
-        } else {
-            (&b[0], &mut a[0])
-        };
-        let mut inputs: [&[u8]; 2] = [&[]; 2];
-        inputs[self.io.input] = self.window.as_bytes();
-        inputs[self.io.state] = state_in.as_bytes();
-        let prob = self.probability.as_mut_bytes();
-        let state = state_out.as_mut_bytes();
-        let mut outputs: [&mut [u8]; 2] = if self.io.output == 0 {
-            [prob, state]
-        } else {
-            [state, prob]
-        };
-        self.net.run(&inputs, &mut outputs)?;
-        self.current ^= 1;
+        let t0 = std::time::Instant::now();
+        self.net.window_mut()?.copy_from_slice(&self.window);
+        let probability = self.net.run()?;
+        self.network_time += t0.elapsed();
         // The next chunk's context: the last 64 samples of this input
         // (`self._context = x[..., -context_size:]`).
         self.window
             .copy_within(WINDOW_SAMPLES - CONTEXT_SAMPLES.., 0);
-        Ok(self.probability[0])
+        Ok(probability)
     }
 
     /// Process exactly one 512-sample chunk (32 ms at 16 kHz).
@@ -403,8 +382,10 @@ impl Vad {
                 samples,
             })
         };
-        self.reset();
-        result
+        let reset = self.reset();
+        let end = result?;
+        reset?;
+        Ok(end)
     }
 
     /// The whole-signal API: reset, stream `pcm` (16 kHz mono) through
@@ -422,7 +403,7 @@ impl Vad {
                 }
             }
         }
-        self.reset();
+        self.reset()?;
         let mut probabilities = Vec::with_capacity(pcm.len().div_ceil(CHUNK_SAMPLES));
         let mut segments = Vec::new();
         let streamed = self.push(pcm, |r| {
@@ -430,7 +411,7 @@ impl Vad {
             ends(&r.events, &mut segments);
         });
         if let Err(e) = streamed {
-            self.reset();
+            let _ = self.reset();
             return Err(e);
         }
         let end = self.finish()?;
@@ -467,18 +448,18 @@ impl Vad {
     /// # Errors
     /// As [`Vad::push_chunk`].
     pub fn run_self_test(&mut self, test: &SelfTest) -> Result<SelfTestReport, VadError> {
-        self.reset();
+        self.reset()?;
         let mut got = Vec::with_capacity(test.chunks());
         for chunk in test.pcm.chunks_exact(CHUNK_SAMPLES) {
             match self.push_chunk(chunk) {
                 Ok(r) => got.push(r.probability),
                 Err(e) => {
-                    self.reset();
+                    let _ = self.reset();
                     return Err(e);
                 }
             }
         }
-        self.reset();
+        self.reset()?;
         Ok(test.compare(&got))
     }
 
@@ -496,4 +477,82 @@ impl Vad {
         self.selftest = Some(test);
         r
     }
+}
+
+/// A `vad` bundle writer holding `onnx` (section [`ONNX_SECTION`], its tensors
+/// recorded at the shapes the family runs: `input` `[1, 576]`, `sr` `[]`,
+/// `state` `[2, 1, 128]`, `output` `[1, 1]`, `stateN` `[2, 1, 128]`) and
+/// `config` ([`CONFIG_SECTION`]); no self-test. The recipe adds the self-test
+/// and the identity's model version; [`Vad::from_onnx`] opens it in memory.
+///
+/// # Errors
+/// [`VadError::Bundle`] from the writer.
+pub fn bundle_of(
+    onnx: &[u8],
+    config: &VadConfig,
+    name: &str,
+    created_unix_s: u64,
+) -> Result<BundleWriter, VadError> {
+    bundle_with_identity(
+        onnx,
+        config,
+        IdentityDesc {
+            name: name.into(),
+            family: FAMILY.into(),
+            model_version: "unspecified".into(),
+            tool_version: concat!("tether-vad ", env!("CARGO_PKG_VERSION")).into(),
+            created_unix_s,
+        },
+    )
+}
+
+/// [`bundle_of`] with a full identity.
+pub(crate) fn bundle_with_identity(
+    onnx: &[u8],
+    config: &VadConfig,
+    identity: IdentityDesc,
+) -> Result<BundleWriter, VadError> {
+    use tether_bundle::{DType, IoMode, Layout};
+    let mut writer = BundleWriter::new(identity);
+    let target = writer.add_target(TargetDesc {
+        name: "portable".into(),
+        arch: CpuArch::Any,
+        sm: None,
+        engine: EngineKind::TractCpu,
+        tensorrt_version: 0,
+        hardware_compat: 0,
+        flags: 0,
+    })?;
+    let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
+    let state = vec![2, 1, (STATE_LEN / 2) as i64];
+    for (name, mode, dtype, dims) in [
+        (
+            "input",
+            IoMode::Input,
+            DType::F32,
+            vec![1, WINDOW_SAMPLES as i64],
+        ),
+        ("sr", IoMode::Input, DType::I64, vec![]),
+        ("state", IoMode::Input, DType::F32, state.clone()),
+        ("output", IoMode::Output, DType::F32, vec![1, 1]),
+        ("stateN", IoMode::Output, DType::F32, state.clone()),
+    ] {
+        writer.add_tensor(
+            model,
+            TensorDesc {
+                name: name.into(),
+                mode,
+                dtype,
+                dims,
+                layout: Layout::Unspecified,
+            },
+        )?;
+    }
+    writer.add_section(
+        SectionKind::FamilyConfig,
+        CONFIG_SECTION,
+        None,
+        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
+    )?;
+    Ok(writer)
 }

@@ -9,6 +9,9 @@
 //! [`crate::device::COMPILED_BACKENDS`] lists them in selection order; that list is what
 //! engine selection sees.
 
+/// Load-time rewrites shared by the tract-based backends (fixed inputs, constant folding).
+#[cfg(any(feature = "tract-cpu", feature = "cuda-native"))]
+pub(crate) mod onnx_front;
 #[cfg(feature = "tensorrt")]
 pub mod tensorrt;
 #[cfg(feature = "tract-cpu")]

@@ -135,6 +135,16 @@ impl Backend for TensorRtBackend {
                 source.format
             )));
         }
+        // A plan is built offline: a value cannot be substituted for one of its inputs.
+        if let Some(f) = options.fixed_inputs.first() {
+            return Err(PrepareError::Io {
+                network: network.to_string(),
+                tensor: f.name.clone(),
+                detail: format!(
+                    "cannot fix input {f}: a TensorRT plan takes every input at run time"
+                ),
+            });
+        }
         let offer = source
             .target
             .ok_or_else(|| fail("the plan has no target record".into()))?;

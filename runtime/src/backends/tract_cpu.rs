@@ -160,6 +160,7 @@ fn prepare_on(
             source.network,
             source.bytes,
             &options.input_shapes,
+            &options.fixed_inputs,
             executor,
         )?;
         Ok(Plan::Host(Arc::new(plan)))
@@ -185,18 +186,32 @@ impl std::fmt::Debug for TractCpuPlan {
 }
 
 /// Parse an ONNX model the way every tract-based backend of tether does, after checking
-/// the attributes tract trusts ([`check_attributes`]).
+/// the attributes tract trusts ([`check_attributes`]), with the `fixed` inputs made
+/// constants of the graph ([`super::onnx_front::substitute_fixed_inputs`]).
 ///
 /// # Errors
 /// [`PrepareError::Backend`] for a protobuf tract cannot read; [`PrepareError::Unsupported`]
-/// naming the node, the operator and the attribute for a malformed convolution or pooling.
-pub(crate) fn parse_onnx(network: &str, onnx: &[u8]) -> Result<InferenceModel, PrepareError> {
+/// naming the node, the operator and the attribute for a malformed convolution or pooling;
+/// [`PrepareError::Io`] for a fixed input that does not fit the network.
+pub(crate) fn parse_onnx(
+    network: &str,
+    onnx: &[u8],
+    fixed: &[crate::backend::FixedInput],
+) -> Result<InferenceModel, PrepareError> {
     let framework = tract_onnx::onnx().with_ignore_value_info(true);
-    let proto = framework
+    let mut proto = framework
         .proto_model_for_read(&mut &onnx[..])
         .map_err(|e| backend_error(network, &e))?;
     if let Some(graph) = &proto.graph {
         check_attributes(network, graph)?;
+    }
+    if !fixed.is_empty() {
+        let graph = proto.graph.as_mut().ok_or_else(|| PrepareError::Backend {
+            engine: KIND,
+            network: network.to_string(),
+            message: "the ONNX model has no graph".into(),
+        })?;
+        super::onnx_front::substitute_fixed_inputs(network, graph, fixed)?;
     }
     framework
         .model_for_proto_model(&proto)
@@ -400,18 +415,25 @@ impl TractCpuPlan {
         network: &str,
         onnx: &[u8],
         shapes: &[Vec<usize>],
+        fixed: &[crate::backend::FixedInput],
         executor: Option<tract_linalg::multithread::Executor>,
     ) -> Result<Self, PrepareError> {
-        let mut model = parse_onnx(network, onnx)?;
+        let mut model = parse_onnx(network, onnx, fixed)?;
         let inputs = fix_inputs(network, &mut model, shapes)?;
         let prepare = |e: TractError| PrepareError::Backend {
             engine: KIND,
             network: network.to_string(),
             message: format!("input shapes {shapes:?}: {e:#}"),
         };
+        // Every all-constant node evaluated once (int8 weights dequantised at load, not per
+        // run: see `onnx_front::fold_constants`), then tract's own optimisation.
         let typed = model
             .into_typed()
-            .and_then(|m| m.into_optimized())
+            .and_then(|mut m| {
+                let folded = super::onnx_front::fold_constants(&mut m)?;
+                log::debug!("tract CPU plan for `{network}`: {folded} constant nodes folded");
+                m.into_optimized()
+            })
             .map_err(prepare)?;
         let outputs = typed_outputs(network, &typed)?;
         let threads = match &executor {

@@ -93,11 +93,15 @@ impl Backend for TractCuda {
             )));
         }
         catch_prepare(KIND, network, || {
-            let mut model = super::tract_cpu::parse_onnx(network, source.bytes)?;
+            let mut model =
+                super::tract_cpu::parse_onnx(network, source.bytes, &options.fixed_inputs)?;
             let inputs = super::tract_cpu::fix_inputs(network, &mut model, &options.input_shapes)?;
             let typed = model
                 .into_typed()
-                .and_then(|m| m.into_decluttered())
+                .and_then(|mut m| {
+                    super::onnx_front::fold_constants(&mut m)?;
+                    m.into_decluttered()
+                })
                 .map_err(|e| fail(format!("{e:#}")))?;
             let outputs = super::tract_cpu::typed_outputs(network, &typed)?;
             let rt = tract_onnx::tract_core::runtime::runtime_for_name("cuda")

@@ -288,8 +288,13 @@ impl NativePlan {
                 "the native engine runs ONNX networks only",
             ));
         }
-        let compiled = super::compile(source.bytes, &options.input_shapes, options.precision)
-            .map_err(|e| lower_err(network, e))?;
+        let compiled = super::compile_fixed(
+            source.bytes,
+            &options.input_shapes,
+            &options.fixed_inputs,
+            options.precision,
+        )
+        .map_err(|e| lower_err(network, e))?;
         let g = &compiled.graph;
         let uses_cudnn = g.steps.iter().any(|s| {
             matches!(

@@ -60,11 +60,38 @@ pub enum LowerError {
 /// # Errors
 /// [`LowerError::Model`] with tract's message chain.
 pub fn load_model(onnx: &[u8], input_shapes: &[Vec<usize>]) -> Result<TypedModel, LowerError> {
+    load_model_fixed(onnx, input_shapes, &[])
+}
+
+/// [`load_model`] with the `fixed` inputs made constants of the graph first
+/// (`backends/onnx_front.rs`, shared with the tract backends): they are not inputs of the
+/// typed model, and `input_shapes` leaves them out.
+///
+/// # Errors
+/// [`LowerError::Model`] with tract's message chain, or naming a fixed input that does not
+/// fit the network.
+pub fn load_model_fixed(
+    onnx: &[u8],
+    input_shapes: &[Vec<usize>],
+    fixed: &[crate::backend::FixedInput],
+) -> Result<TypedModel, LowerError> {
     let model_err = |e: TractError| LowerError::Model(format!("{e:#}"));
     let framework = tract_onnx::onnx().with_ignore_value_info(true);
-    let proto = framework
+    let mut proto = framework
         .proto_model_for_read(&mut &onnx[..])
         .map_err(model_err)?;
+    if !fixed.is_empty() {
+        let graph = proto
+            .graph
+            .as_mut()
+            .ok_or_else(|| LowerError::Model("the ONNX model has no graph".into()))?;
+        crate::backends::onnx_front::substitute_fixed_inputs("", graph, fixed).map_err(|e| {
+            LowerError::Model(match e {
+                crate::backend::PrepareError::Io { detail, .. } => detail,
+                other => other.to_string(),
+            })
+        })?;
+    }
     // Declared input element types (the inference model may not know them without value_info).
     let mut declared = Vec::new();
     if let Some(graph) = proto.graph.as_ref() {
@@ -275,30 +302,18 @@ impl<'m> Lowering<'m> {
             .or_else(|| self.folded.get(&outlet).cloned())
     }
 
-    /// Evaluate `node` with tract when every input is constant; true when it was folded.
+    /// Evaluate `node` with tract when every input is constant; true when it was folded
+    /// (stateful or not evaluable out of a plan: lowered like any node).
     fn fold(&mut self, node: &TypedNode) -> Result<bool, LowerError> {
-        if node.inputs.is_empty() {
-            return Ok(false);
-        }
-        let Some(inputs) = node
-            .inputs
-            .iter()
-            .map(|&o| self.konst(o).map(|t| t.into_tvalue()))
-            .collect::<Option<TVec<TValue>>>()
+        let Some(outputs) = crate::backends::onnx_front::eval_constant(node, |o| self.konst(o))
         else {
             return Ok(false);
         };
-        match node.op.eval_out_of_plan(inputs) {
-            Ok(Some(outputs)) => {
-                for (slot, t) in outputs.into_iter().enumerate() {
-                    self.folded
-                        .insert(OutletId::new(node.id, slot), t.into_arc_tensor());
-                }
-                Ok(true)
-            }
-            // Stateful or not evaluable out of a plan: lower it like any node.
-            Ok(None) | Err(_) => Ok(false),
+        for (slot, t) in outputs.into_iter().enumerate() {
+            self.folded
+                .insert(OutletId::new(node.id, slot), t.into_arc_tensor());
         }
+        Ok(true)
     }
 
     /// The tensor of an outlet; constants become weight buffers the first time they are asked

@@ -69,7 +69,21 @@ pub fn compile(
     input_shapes: &[Vec<usize>],
     precision: Precision,
 ) -> Result<Compiled, LowerError> {
-    let model = lower::load_model(onnx, input_shapes)?;
+    compile_fixed(onnx, input_shapes, &[], precision)
+}
+
+/// [`compile`] with the `fixed` inputs made constants of the graph first
+/// ([`crate::backend::PrepareOptions::fixed_inputs`]); `input_shapes` leaves them out.
+///
+/// # Errors
+/// As [`compile`].
+pub fn compile_fixed(
+    onnx: &[u8],
+    input_shapes: &[Vec<usize>],
+    fixed: &[crate::backend::FixedInput],
+    precision: Precision,
+) -> Result<Compiled, LowerError> {
+    let model = lower::load_model_fixed(onnx, input_shapes, fixed)?;
     let mut graph = lower::lower(&model)?;
     drop(model);
     passes::optimise(&mut graph);

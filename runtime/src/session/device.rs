@@ -141,6 +141,9 @@ enum DStep {
     Network {
         name: String,
         executor: Box<dyn DeviceExecutor>,
+        /// The executor of odd runs, bound with the ping-pong regions swapped (`None` when
+        /// the network names none).
+        alternate: Option<Box<dyn DeviceExecutor>>,
         safety: CaptureSafety,
         _plan: Plan,
     },
@@ -157,6 +160,8 @@ enum Segment {
 pub struct DeviceSession {
     // Field order is drop order: graphs before the steps, module and memory they reference.
     segments: Vec<Segment>,
+    /// The graphs of odd runs when the spec has ping-pong regions (empty otherwise).
+    alt_segments: Vec<Segment>,
     steps: Vec<DStep>,
     events: Vec<Event>,
     module: Option<KernelModule>,
@@ -171,6 +176,26 @@ pub struct DeviceSession {
     note: String,
     budget: MemoryBudget,
     times: Vec<(String, f64)>,
+    /// Region pairs exchanged after every run ([`PipelineSpec::ping_pong`]).
+    ping_pong: Vec<(RegionId, RegionId)>,
+    /// 0 or 1: which executors and graphs the next run uses (always 0 without ping-pong).
+    parity: usize,
+}
+
+/// Region `id` with the ping-pong pairs swapped when `parity` is odd.
+fn swapped(ping_pong: &[(RegionId, RegionId)], parity: usize, id: RegionId) -> RegionId {
+    if parity == 0 {
+        return id;
+    }
+    for &(a, b) in ping_pong {
+        if id == a {
+            return b;
+        }
+        if id == b {
+            return a;
+        }
+    }
+    id
 }
 
 impl fmt::Debug for DeviceSession {
@@ -210,6 +235,7 @@ impl DeviceSession {
             steps,
             warmups,
             kernels,
+            ping_pong,
         } = spec;
 
         let module = match kernels {
@@ -306,7 +332,7 @@ impl DeviceSession {
         for step in steps {
             match step {
                 Step::Stage(mut stage) => {
-                    super::spec::check_stage_regions(stage.as_ref(), &regions)?;
+                    super::spec::check_stage_regions(stage.as_ref(), &regions, &ping_pong)?;
                     stage.prepare_device(module.as_ref(), &device)?;
                     dsteps.push(DStep::Stage(stage));
                 }
@@ -314,28 +340,44 @@ impl DeviceSession {
                     let Plan::Device(p) = &n.plan else {
                         unreachable!("checked above");
                     };
-                    let mut executor = p.executor(&ctx)?;
                     let ws = ws_iter.next().map(|w| arena.region(*w));
-                    let ins: Vec<DeviceRegion> =
-                        n.inputs.iter().map(|r| device.regions[r.index()]).collect();
-                    let outs: Vec<DeviceRegion> = n
-                        .outputs
+                    let swaps = n
+                        .inputs
                         .iter()
-                        .map(|r| device.regions[r.index()])
-                        .collect();
-                    // SAFETY: every region lies in this session's arena or mapped staging,
-                    // sized by the spec (checked against the plan's tensors when the network
-                    // was added), and lives as long as the session, which owns the executor.
-                    unsafe {
-                        executor.bind(&Bindings {
-                            inputs: &ins,
-                            outputs: &outs,
-                            workspace: ws.unwrap_or(DeviceRegion::EMPTY),
-                        })
-                    }?;
+                        .chain(&n.outputs)
+                        .any(|r| swapped(&ping_pong, 1, *r) != *r);
+                    // Parity 0 binds the regions as declared; parity 1 (only for a network
+                    // naming a ping-pong region) with each pair swapped. Both executors share
+                    // the workspace: runs never overlap.
+                    let mut bound = Vec::with_capacity(2);
+                    for parity in 0..if swaps { 2 } else { 1 } {
+                        let mut executor = p.executor(&ctx)?;
+                        let at =
+                            |r: &RegionId| device.regions[swapped(&ping_pong, parity, *r).index()];
+                        let ins: Vec<DeviceRegion> = n.inputs.iter().map(at).collect();
+                        let outs: Vec<DeviceRegion> = n.outputs.iter().map(at).collect();
+                        // SAFETY: every region lies in this session's arena or mapped
+                        // staging, sized by the spec (checked against the plan's tensors when
+                        // the network was added; the two regions of a ping-pong pair have the
+                        // same size), and lives as long as the session, which owns the
+                        // executor.
+                        unsafe {
+                            executor.bind(&Bindings {
+                                inputs: &ins,
+                                outputs: &outs,
+                                workspace: ws.unwrap_or(DeviceRegion::EMPTY),
+                            })
+                        }?;
+                        bound.push(executor);
+                    }
+                    let alternate = if bound.len() == 2 { bound.pop() } else { None };
+                    let Some(executor) = bound.pop() else {
+                        unreachable!("one executor per parity, at least one");
+                    };
                     dsteps.push(DStep::Network {
                         name: n.name,
                         executor,
+                        alternate,
                         safety: p.capture_safety(),
                         _plan: n.plan,
                     });
@@ -360,6 +402,7 @@ impl DeviceSession {
         let pinned: usize = inputs.iter().chain(&outputs).map(|s| s.host.len()).sum();
         let mut session = DeviceSession {
             segments: Vec::new(),
+            alt_segments: Vec::new(),
             steps: dsteps,
             events,
             module,
@@ -374,6 +417,8 @@ impl DeviceSession {
             note: String::new(),
             budget: MemoryBudget::default(),
             times,
+            ping_pong,
+            parity: 0,
         };
 
         // --- warm-up (eager), then graphs checked against it
@@ -382,12 +427,16 @@ impl DeviceSession {
                 fill(s.host.as_mut_slice());
             }
         }
+        session.zero_ping_pong()?;
         session.run()?;
         if options.graphs {
             session.capture()?;
         } else {
             session.note = "graphs disabled by options".into();
         }
+        // A fresh state for the first run.
+        session.zero_ping_pong()?;
+        session.parity = 0;
         let (free_after, _) = session.ctx.mem_info().map_err(CudaError::from)?;
         session.budget = MemoryBudget {
             device_arena: session.arena.plan().total_bytes(),
@@ -430,6 +479,7 @@ impl DeviceSession {
             &self.events,
             i,
             mode,
+            self.parity,
         )
     }
 
@@ -445,8 +495,18 @@ impl DeviceSession {
                 self.enqueue(i, Enqueue::Eager)?;
             }
         } else {
-            for k in 0..self.segments.len() {
-                match &self.segments[k] {
+            let n = if self.parity == 1 {
+                self.alt_segments.len()
+            } else {
+                self.segments.len()
+            };
+            for k in 0..n {
+                let segment = if self.parity == 1 {
+                    &self.alt_segments[k]
+                } else {
+                    &self.segments[k]
+                };
+                match segment {
                     Segment::Graph(g) => g.launch(&self.stream)?,
                     Segment::Eager(i) => {
                         let i = *i;
@@ -456,6 +516,10 @@ impl DeviceSession {
             }
         }
         self.stream.synchronize()?;
+        // The next run reads the state this one wrote.
+        if !self.ping_pong.is_empty() {
+            self.parity ^= 1;
+        }
         if !self.events.is_empty() {
             for (i, t) in self.times.iter_mut().enumerate() {
                 t.1 = Event::elapsed_ms(&self.events[i], &self.events[i + 1])
@@ -504,7 +568,7 @@ impl DeviceSession {
         let r = *self
             .device
             .regions
-            .get(id.index())
+            .get(swapped(&self.ping_pong, self.parity, id).index())
             .ok_or(RunError::NoSuchRegion {
                 index: id.index(),
                 what: "a region",
@@ -522,6 +586,61 @@ impl DeviceSession {
         unsafe { self.stream.memcpy_dtoh(dst.as_mut_ptr(), r.ptr, r.bytes) }?;
         self.stream.synchronize()?;
         Ok(())
+    }
+
+    /// Overwrite region `id`'s device bytes with `src`; blocks. A region of a ping-pong pair
+    /// is the logical one (what the next run reads under that id).
+    ///
+    /// # Errors
+    /// [`RunError::NoSuchRegion`], [`RunError::BufferSize`], a driver error.
+    pub fn write_region(&mut self, id: RegionId, src: &[u8]) -> Result<(), RunError> {
+        let r = *self
+            .device
+            .regions
+            .get(swapped(&self.ping_pong, self.parity, id).index())
+            .ok_or(RunError::NoSuchRegion {
+                index: id.index(),
+                what: "a region",
+            })?;
+        if src.len() != r.bytes {
+            return Err(RunError::BufferSize {
+                what: "region",
+                index: id.index(),
+                expected: r.bytes,
+                actual: src.len(),
+            });
+        }
+        self.stream.bind()?;
+        // SAFETY: src holds r.bytes bytes and outlives the synchronise below; the region is
+        // r.bytes long in the arena (or mapped staging).
+        unsafe { self.stream.memcpy_htod(r.ptr, src.as_ptr(), r.bytes) }?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Zero both regions of every ping-pong pair (a fresh recurrent state); blocks.
+    fn zero_ping_pong(&mut self) -> Result<(), CudaError> {
+        if self.ping_pong.is_empty() {
+            return Ok(());
+        }
+        self.stream.bind()?;
+        for &(a, b) in &self.ping_pong {
+            for id in [a, b] {
+                let r = self.device.regions[id.index()];
+                if r.bytes > 0 {
+                    // SAFETY: the region lies in the arena and is r.bytes long.
+                    unsafe { self.stream.memset_u8(r.ptr, 0, r.bytes) }?;
+                }
+            }
+        }
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Which executors and graphs the next run uses: 0 or 1, flipping after every run when
+    /// the spec has [`PipelineSpec::ping_pong`] regions (always 0 otherwise).
+    pub fn parity(&self) -> usize {
+        self.parity
     }
 
     /// GPU time per step of the last run in milliseconds (with
@@ -587,7 +706,10 @@ impl DeviceSession {
     }
 
     fn capture(&mut self) -> Result<(), Error> {
-        let eager = self.snapshot()?;
+        // With ping-pong regions: one set of graphs per state parity, each checked against an
+        // eager run of that parity from a zero state. Without: one set, checked against the
+        // warm-up run.
+        let parities = if self.ping_pong.is_empty() { 1 } else { 2 };
         // Segments: runs of capturable steps, split at executors that are not.
         let mut plan: Vec<Result<(usize, usize), usize>> = Vec::new();
         let mut start = 0;
@@ -610,64 +732,110 @@ impl DeviceSession {
         if start < self.steps.len() {
             plan.push(Ok((start, self.steps.len())));
         }
-        let mut segments = Vec::with_capacity(plan.len());
-        for seg in &plan {
-            match *seg {
-                Err(i) => segments.push(Segment::Eager(i)),
-                Ok((a, b)) => {
-                    let (steps, inputs, outputs, events) = (
-                        &mut self.steps,
-                        &self.inputs,
-                        &mut self.outputs,
-                        &self.events,
-                    );
-                    let captured = Graph::capture(&self.stream, |s| -> Result<(), RunError> {
-                        for i in a..b {
-                            enqueue_step(s, steps, inputs, outputs, events, i, Enqueue::Capturing)?;
-                        }
-                        Ok(())
-                    });
-                    match captured {
-                        Ok(g) => segments.push(Segment::Graph(g)),
-                        Err(e) => {
-                            self.note = format!("graph capture failed, running eagerly: {e}");
-                            log::warn!("{}", self.note);
-                            return Ok(());
+        let mut eager = Vec::with_capacity(parities);
+        let mut sets: Vec<Vec<Segment>> = Vec::with_capacity(parities);
+        for parity in 0..parities {
+            if parities == 2 {
+                self.zero_ping_pong()?;
+                self.parity = parity;
+                self.run()?;
+            }
+            eager.push(self.snapshot()?);
+            let mut segments = Vec::with_capacity(plan.len());
+            for seg in &plan {
+                match *seg {
+                    Err(i) => segments.push(Segment::Eager(i)),
+                    Ok((a, b)) => {
+                        let (steps, inputs, outputs, events) = (
+                            &mut self.steps,
+                            &self.inputs,
+                            &mut self.outputs,
+                            &self.events,
+                        );
+                        let captured = Graph::capture(&self.stream, |s| -> Result<(), RunError> {
+                            for i in a..b {
+                                enqueue_step(
+                                    s,
+                                    steps,
+                                    inputs,
+                                    outputs,
+                                    events,
+                                    i,
+                                    Enqueue::Capturing,
+                                    parity,
+                                )?;
+                            }
+                            Ok(())
+                        });
+                        match captured {
+                            Ok(g) => segments.push(Segment::Graph(g)),
+                            Err(e) => {
+                                self.note = format!("graph capture failed, running eagerly: {e}");
+                                log::warn!("{}", self.note);
+                                return Ok(());
+                            }
                         }
                     }
                 }
             }
+            sets.push(segments);
         }
-        let nodes: usize = segments
+        let nodes: usize = sets
             .iter()
+            .flatten()
             .map(|s| match s {
                 Segment::Graph(g) => g.nodes(),
                 Segment::Eager(_) => 0,
             })
             .sum();
-        self.segments = segments;
+        let mut sets = sets.into_iter();
+        self.segments = sets.next().unwrap_or_default();
+        self.alt_segments = sets.next().unwrap_or_default();
         self.mode = if eager_reasons.is_empty() {
             ExecMode::WholeGraph
         } else {
             ExecMode::SplitGraphs
         };
-        // Replay once on poisoned buffers and compare with the eager run.
-        self.poison()?;
-        self.run()?;
-        let replay = self.snapshot()?;
+        // Replay once (per parity) on poisoned buffers and compare with the eager run.
         let mut mismatch = None;
-        for (i, r) in self.regions.iter().enumerate() {
-            if let Err(why) = r.check.compare(&eager[i], &replay[i]) {
-                mismatch = Some(format!("region `{}`: {why}", r.name));
+        for (parity, eager) in eager.iter().enumerate() {
+            self.poison()?;
+            if parities == 2 {
+                self.zero_ping_pong()?;
+                self.parity = parity;
+            }
+            self.run()?;
+            let replay = self.snapshot()?;
+            for (i, r) in self.regions.iter().enumerate() {
+                if let Err(why) = r.check.compare(&eager[i], &replay[i]) {
+                    let at = if parities == 2 {
+                        format!("state parity {parity}: ")
+                    } else {
+                        String::new()
+                    };
+                    mismatch = Some(format!("{at}region `{}`: {why}", r.name));
+                    break;
+                }
+            }
+            if mismatch.is_some() {
                 break;
             }
         }
+        let per_parity = if parities == 2 {
+            " (one set per state parity)"
+        } else {
+            ""
+        };
         let what = match self.mode {
+            ExecMode::WholeGraph if parities == 2 => {
+                format!("one graph per run, two graphs of {nodes} nodes in all{per_parity}")
+            }
             ExecMode::WholeGraph => format!("one graph of {nodes} nodes"),
             _ => format!(
-                "{} graphs ({nodes} nodes); {}",
+                "{} graphs ({nodes} nodes){per_parity}; {}",
                 self.segments
                     .iter()
+                    .chain(&self.alt_segments)
                     .filter(|s| matches!(s, Segment::Graph(_)))
                     .count(),
                 eager_reasons.join("; ")
@@ -679,6 +847,7 @@ impl DeviceSession {
             }
             Some(why) => {
                 self.segments.clear();
+                self.alt_segments.clear();
                 self.mode = ExecMode::Eager;
                 self.note =
                     format!("graphs disabled: the replay differs from the eager run: {why}");
@@ -742,6 +911,7 @@ impl DeviceSession {
 }
 
 /// Enqueue step `i` (and the timing events around it). No allocation.
+#[allow(clippy::too_many_arguments)] // the session's disjoint fields, borrowed apart
 fn enqueue_step(
     stream: &Stream,
     steps: &mut [DStep],
@@ -750,6 +920,7 @@ fn enqueue_step(
     events: &[Event],
     i: usize,
     mode: Enqueue,
+    parity: usize,
 ) -> Result<(), RunError> {
     // Timing events: event record nodes when captured (a plain record would only order the
     // graph's work and never be recorded at replay).
@@ -772,7 +943,14 @@ fn enqueue_step(
             }
         }
         DStep::Stage(stage) => stage.enqueue(stream)?,
-        DStep::Network { executor, .. } => executor.enqueue(stream, mode)?,
+        DStep::Network {
+            executor,
+            alternate,
+            ..
+        } => match alternate {
+            Some(alt) if parity == 1 => alt.enqueue(stream, mode)?,
+            _ => executor.enqueue(stream, mode)?,
+        },
         DStep::Download => {
             for s in outputs.iter_mut() {
                 if !s.mapped {

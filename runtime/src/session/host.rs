@@ -5,7 +5,7 @@ use std::time::Instant;
 use heapless::Vec as HVec;
 
 use super::spec::{MAX_NETWORK_IO, MAX_REGIONS, PipelineSpec, RegionDecl, RegionKind, Step};
-use super::{RegionId, SpecError, Stage};
+use super::{RegionId, Stage};
 use crate::backend::{HostExecutor, Plan, RunError};
 use crate::error::Error;
 use crate::tensor::HostBuffer;
@@ -98,6 +98,8 @@ pub(crate) struct HostSession {
     buffers: Vec<HostBuffer>,
     steps: Vec<HostStep>,
     times: Vec<(String, f64)>,
+    /// Region pairs whose buffers are swapped after every run.
+    ping_pong: Vec<(RegionId, RegionId)>,
 }
 
 impl std::fmt::Debug for HostSession {
@@ -115,6 +117,7 @@ impl HostSession {
             regions,
             steps,
             warmups,
+            ping_pong,
             ..
         } = spec;
         let mut buffers: Vec<HostBuffer> = regions
@@ -126,7 +129,7 @@ impl HostSession {
         for step in steps {
             match step {
                 Step::Stage(stage) => {
-                    super::spec::check_stage_regions(stage.as_ref(), &regions)?;
+                    super::spec::check_stage_regions(stage.as_ref(), &regions, &ping_pong)?;
                     times.push((stage.name().to_string(), 0.0));
                     host_steps.push(HostStep::Stage(stage));
                 }
@@ -135,7 +138,7 @@ impl HostSession {
                         Plan::Host(p) => p.executor()?,
                         #[cfg(feature = "cuda")]
                         Plan::Device(_) => {
-                            return Err(SpecError::MixedPlacement {
+                            return Err(super::SpecError::MixedPlacement {
                                 detail: format!("network `{}` is not a host plan", n.name),
                             }
                             .into());
@@ -161,6 +164,7 @@ impl HostSession {
             buffers,
             steps: host_steps,
             times,
+            ping_pong,
         })
     }
 
@@ -205,6 +209,26 @@ impl HostSession {
         Ok(())
     }
 
+    pub(crate) fn write_region(&mut self, id: RegionId, src: &[u8]) -> Result<(), RunError> {
+        let b = self
+            .buffers
+            .get_mut(id.index())
+            .ok_or(RunError::NoSuchRegion {
+                index: id.index(),
+                what: "a region",
+            })?;
+        if src.len() != b.len() {
+            return Err(RunError::BufferSize {
+                what: "region",
+                index: id.index(),
+                expected: b.len(),
+                actual: src.len(),
+            });
+        }
+        b.as_bytes_mut().copy_from_slice(src);
+        Ok(())
+    }
+
     pub(crate) fn step_times(&self) -> &[(String, f64)] {
         &self.times
     }
@@ -229,6 +253,11 @@ impl HostSession {
                 }
             }
             time.1 = t0.elapsed().as_secs_f64() * 1e3;
+        }
+        // The state just written becomes the state the next run reads (no copy: the
+        // buffers, not their bytes, change places).
+        for &(a, b) in &self.ping_pong {
+            self.buffers.swap(a.index(), b.index());
         }
         Ok(())
     }
@@ -272,4 +301,168 @@ fn run_network(
         })?;
     }
     executor.run(&ins, &mut outs)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::backend::{
+        EngineKind, HostExecutor, HostPlan, IoSpec, Plan, PrepareError, RunError,
+    };
+    #[cfg(feature = "cuda")]
+    use crate::session::SessionOptions;
+    use crate::session::{Check, PipelineSpec, RegionKind, Session};
+    use crate::tensor::{DType, IoMode, TensorSpec};
+
+    const N: usize = 4;
+
+    /// A recurrent toy network on f32 `[4]` tensors: `y = state`, `stateN = state + x`.
+    struct Accumulate(IoSpec);
+
+    fn spec(name: &str, mode: IoMode) -> TensorSpec {
+        TensorSpec {
+            name: name.into(),
+            mode,
+            dtype: DType::F32,
+            shape: vec![N],
+        }
+    }
+
+    impl HostPlan for Accumulate {
+        fn kind(&self) -> EngineKind {
+            EngineKind::TractCpu
+        }
+        fn io(&self) -> &IoSpec {
+            &self.0
+        }
+        fn executor(&self) -> Result<Box<dyn HostExecutor>, PrepareError> {
+            Ok(Box::new(AccumulateRun))
+        }
+    }
+
+    struct AccumulateRun;
+
+    fn f32s(b: &[u8]) -> impl Iterator<Item = f32> + '_ {
+        b.chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+    }
+
+    impl HostExecutor for AccumulateRun {
+        fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), RunError> {
+            let (x, state) = (inputs[0], inputs[1]);
+            let [y, next] = outputs else {
+                return Err(RunError::BufferCount {
+                    what: "outputs",
+                    expected: 2,
+                    actual: outputs.len(),
+                });
+            };
+            y.copy_from_slice(state);
+            for (i, v) in f32s(x).zip(f32s(state)).map(|(a, b)| a + b).enumerate() {
+                next[i * 4..i * 4 + 4].copy_from_slice(&v.to_ne_bytes());
+            }
+            Ok(())
+        }
+    }
+
+    fn session() -> (Session, [crate::session::RegionId; 4]) {
+        let plan = Plan::Host(Arc::new(Accumulate(IoSpec {
+            inputs: vec![spec("x", IoMode::Input), spec("state", IoMode::Input)],
+            outputs: vec![spec("y", IoMode::Output), spec("stateN", IoMode::Output)],
+        })));
+        let mut s = PipelineSpec::new();
+        let x = s.region("x", 16, RegionKind::Input, Check::Exact).unwrap();
+        let st = s
+            .region("state", 16, RegionKind::Internal, Check::Exact)
+            .unwrap();
+        let y = s.region("y", 16, RegionKind::Output, Check::Exact).unwrap();
+        let next = s
+            .region("stateN", 16, RegionKind::Internal, Check::Exact)
+            .unwrap();
+        s.network("acc", plan, &[x, st], &[y, next]).unwrap();
+        s.ping_pong(st, next).unwrap();
+        let session = Session::new(
+            s,
+            #[cfg(feature = "cuda")]
+            &SessionOptions::default(),
+        )
+        .unwrap();
+        (session, [x, st, y, next])
+    }
+
+    fn read(session: &mut Session, id: crate::session::RegionId) -> Vec<f32> {
+        let mut b = [0u8; 16];
+        session.read_region(id, &mut b).unwrap();
+        f32s(&b).collect()
+    }
+
+    /// The state a run writes is the state the next run reads, under the same region id,
+    /// without a copy; `write_region` sets it (a reset).
+    #[test]
+    fn ping_pong_regions_carry_the_state_between_runs() {
+        let (mut session, [x, st, y, _]) = session();
+        assert_eq!(read(&mut session, st), [0.0; N], "a fresh state is zero");
+        for run in 1..=3 {
+            session
+                .input_mut(x)
+                .unwrap()
+                .copy_from_slice(bytes(&[1.0, 2.0, 3.0, 4.0]).as_slice());
+            session.run().unwrap();
+            let k = run as f32;
+            assert_eq!(read(&mut session, st), [k, 2.0 * k, 3.0 * k, 4.0 * k]);
+            let y: Vec<f32> = f32s(session.output(y).unwrap()).collect();
+            assert_eq!(
+                y,
+                [k - 1.0, 2.0 * (k - 1.0), 3.0 * (k - 1.0), 4.0 * (k - 1.0)]
+            );
+        }
+        session.write_region(st, &[0u8; 16]).unwrap();
+        session.run().unwrap();
+        assert_eq!(
+            read(&mut session, st),
+            [1.0, 2.0, 3.0, 4.0],
+            "reset by write_region"
+        );
+        let e = session.write_region(st, &[0u8; 8]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RunError::BufferSize {
+                    expected: 16,
+                    actual: 8,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    fn bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|f| f.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn ping_pong_refuses_what_cannot_swap() {
+        let mut s = PipelineSpec::new();
+        let a = s
+            .region("a", 16, RegionKind::Internal, Check::Exact)
+            .unwrap();
+        let b = s
+            .region("b", 8, RegionKind::Internal, Check::Exact)
+            .unwrap();
+        let c = s.region("c", 16, RegionKind::Input, Check::Exact).unwrap();
+        let d = s
+            .region("d", 16, RegionKind::Internal, Check::Exact)
+            .unwrap();
+        let e = s
+            .region("e", 16, RegionKind::Internal, Check::Exact)
+            .unwrap();
+        let msg = |r: Result<(), crate::session::SpecError>| r.unwrap_err().to_string();
+        assert!(msg(s.ping_pong(a, b)).contains("16 and 8 bytes"));
+        assert!(msg(s.ping_pong(a, c)).contains("only internal regions swap"));
+        assert!(msg(s.ping_pong(a, a)).contains("itself"));
+        s.ping_pong(a, d).unwrap();
+        assert!(msg(s.ping_pong(d, e)).contains("already swaps"));
+    }
 }

@@ -205,6 +205,22 @@ impl Session {
         }
     }
 
+    /// Overwrite any region's current bytes with `src` (a recurrent state reset to zeros, a
+    /// state restored; not for per-run inputs, which [`Session::input_mut`] stages: an
+    /// input region written here is overwritten by the next run's upload). Blocks on a
+    /// device session. A region of a [`PipelineSpec::ping_pong`] pair is the logical one
+    /// (the buffer the next run reads under that id).
+    ///
+    /// # Errors
+    /// [`RunError::NoSuchRegion`], [`RunError::BufferSize`] or a driver error.
+    pub fn write_region(&mut self, id: RegionId, src: &[u8]) -> Result<(), RunError> {
+        match &mut self.imp {
+            Imp::Host(h) => h.write_region(id, src),
+            #[cfg(feature = "cuda")]
+            Imp::Device(d) => d.write_region(id, src),
+        }
+    }
+
     /// Wall time of each step of the last run on the host, or GPU time from events when the
     /// device session was built with [`SessionOptions::step_timing`].
     pub fn step_times(&self) -> &[(String, f64)] {

@@ -155,6 +155,8 @@ pub struct PipelineSpec {
     pub(crate) warmups: Vec<(RegionId, Warmup)>,
     #[cfg(feature = "cuda")]
     pub(crate) kernels: Option<crate::cuda::ModuleSource>,
+    /// Pairs of regions that exchange places after every run ([`PipelineSpec::ping_pong`]).
+    pub(crate) ping_pong: Vec<(RegionId, RegionId)>,
 }
 
 impl fmt::Debug for PipelineSpec {
@@ -313,6 +315,65 @@ impl PipelineSpec {
         self.warmups.push((region, fill));
     }
 
+    /// Make regions `a` and `b` exchange places after every run: a recurrent state's
+    /// ping-pong, with nothing copied.
+    ///
+    /// A network reading its state from `a` and writing the next state to `b` reads, on the
+    /// next run, what it just wrote, and writes over the state it read. Region ids stay
+    /// logical: after each run, `a` names the buffer the next run reads as `a` (the state
+    /// just produced), so [`super::Session::read_region`] and
+    /// [`super::Session::write_region`] on `a` read and set the current state.
+    ///
+    /// Both regions start zeroed (a fresh state). On the host the two buffers are swapped
+    /// after each run; on a device the session holds one executor per parity for the
+    /// networks bound to them (each bound once) and captures one set of CUDA graphs per
+    /// parity, so the state never leaves the device and a run is still one launch.
+    ///
+    /// Both must be [`RegionKind::Internal`] regions of the same size, in no other pair;
+    /// stages may not name them (only networks), which [`super::Session::new`] checks.
+    ///
+    /// # Errors
+    /// [`SpecError::PingPong`] naming the regions and what does not fit.
+    pub fn ping_pong(&mut self, a: RegionId, b: RegionId) -> Result<(), SpecError> {
+        let decl = |r: RegionId| {
+            self.regions.get(r.index()).ok_or(SpecError::NoSuchRegion {
+                index: r.index(),
+                count: self.regions.len(),
+            })
+        };
+        let (da, db) = (decl(a)?, decl(b)?);
+        let refuse = |detail: String| SpecError::PingPong {
+            regions: format!("`{}` and `{}`", da.name, db.name),
+            detail,
+        };
+        if a == b {
+            return Err(refuse("a region cannot swap with itself".into()));
+        }
+        if da.kind != RegionKind::Internal || db.kind != RegionKind::Internal {
+            return Err(refuse(format!(
+                "they are {:?} and {:?} regions; only internal regions swap",
+                da.kind, db.kind
+            )));
+        }
+        if da.bytes != db.bytes {
+            return Err(refuse(format!(
+                "they hold {} and {} bytes",
+                da.bytes, db.bytes
+            )));
+        }
+        if self
+            .ping_pong
+            .iter()
+            .any(|&(x, y)| [x, y].contains(&a) || [x, y].contains(&b))
+        {
+            return Err(refuse(
+                "one of them already swaps with another region".into(),
+            ));
+        }
+        self.ping_pong.push((a, b));
+        Ok(())
+    }
+
     /// The kernels the device flavour of this spec's stages launches.
     #[cfg(feature = "cuda")]
     pub fn kernels(&mut self, source: crate::cuda::ModuleSource) {
@@ -396,6 +457,14 @@ pub enum SpecError {
         /// What was mixed.
         detail: String,
     },
+    /// Regions that cannot exchange places ([`PipelineSpec::ping_pong`]).
+    #[error("regions {regions} cannot ping-pong: {detail}")]
+    PingPong {
+        /// The two regions.
+        regions: String,
+        /// Why not.
+        detail: String,
+    },
     /// A stage has no implementation for the session's placement.
     #[error("stage `{stage}` has no {placement} implementation")]
     StageUnsupported {
@@ -406,10 +475,12 @@ pub enum SpecError {
     },
 }
 
-/// Check a stage's declared regions: each exists and appears once.
+/// Check a stage's declared regions: each exists and appears once, and none is a region of
+/// a ping-pong pair (only networks swap).
 pub(crate) fn check_stage_regions(
     stage: &dyn super::Stage,
     regions: &[RegionDecl],
+    ping_pong: &[(RegionId, RegionId)],
 ) -> Result<(), SpecError> {
     let mut seen = [false; MAX_REGIONS];
     for r in stage.reads().iter().chain(stage.writes()) {
@@ -417,6 +488,16 @@ pub(crate) fn check_stage_regions(
             index: r.index(),
             count: regions.len(),
         })?;
+        if let Some(&(a, b)) = ping_pong.iter().find(|(a, b)| a == r || b == r) {
+            return Err(SpecError::PingPong {
+                regions: format!(
+                    "`{}` and `{}`",
+                    regions[a.index()].name,
+                    regions[b.index()].name
+                ),
+                detail: format!("stage `{}` names one of them", stage.name()),
+            });
+        }
         if std::mem::replace(&mut seen[r.index()], true) {
             return Err(SpecError::RegionTwice {
                 stage: stage.name().to_string(),
