@@ -1445,6 +1445,7 @@ fn a_huge_gray_png_is_decoded_within_one_memory_bound() {
     assert_eq!(r["image_height"], SIDE, "{doc}");
     let _ = std::fs::remove_file(&png);
     let _ = std::fs::remove_file(&annotated);
+}
 
 /// The Silero VAD bundle (silero-vad 6.2.3's network), built once per test process.
 fn vad_bundle() -> (String, String) {

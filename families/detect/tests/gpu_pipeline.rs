@@ -509,23 +509,43 @@ fn hot_path(mapped: MappedIo) {
     let frames = hot_frames();
     sess.input_mut(r.frame).unwrap().copy_from_slice(&frame);
     sess.run().unwrap();
+    // Per-frame wall time in ns, preallocated (the loop itself must not allocate).
+    let mut ns = vec![0u32; frames];
     let (free_before, _) = ctx.mem_info().unwrap();
     let (res, allocs) = count_allocs(|| -> Result<(), String> {
-        for _ in 0..frames {
+        for slot in ns.iter_mut() {
+            let t = std::time::Instant::now();
             sess.input_mut(r.frame)
                 .map_err(|e| e.to_string())?
                 .copy_from_slice(&frame);
             sess.run().map_err(|e| e.to_string())?;
             parse(sess.output(r.result).map_err(|e| e.to_string())?, &mut dets)
                 .map_err(|e| e.to_string())?;
+            *slot = t.elapsed().as_nanos().min(u128::from(u32::MAX)) as u32;
         }
         Ok(())
     });
     res.unwrap();
     let (free_after, _) = ctx.mem_info().unwrap();
     assert_same_record(sess.output(r.result).unwrap(), &cpu, "last hot-path frame");
+    // Latency of the first and the last tenth: p50 and p99.9 (stable over the run).
+    let tenth = (frames / 10).max(1);
+    let pct = |v: &[u32], q: f64| -> f64 {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        f64::from(v[((v.len() - 1) as f64 * q).round() as usize]) / 1e3
+    };
+    let (first, last) = (&ns[..tenth], &ns[frames - tenth..]);
     println!(
-        "hot path ({mapped:?} staging): {frames} frames, {allocs} heap allocations, device free {free_before} -> {free_after}"
+        "hot path ({mapped:?} staging): {frames} frames, {allocs} heap allocations, device free {free_before} -> {free_after}; first 10 %: p50 {:.1} us p99.9 {:.1} us; last 10 %: p50 {:.1} us p99.9 {:.1} us",
+        pct(first, 0.5),
+        pct(first, 0.999),
+        pct(last, 0.5),
+        pct(last, 0.999)
+    );
+    assert!(
+        pct(last, 0.999) <= 2.0 * pct(first, 0.999) + 50.0,
+        "p99.9 drifted over {frames} frames"
     );
     assert_eq!(allocs, 0, "heap allocations on the hot path");
     assert_eq!(
