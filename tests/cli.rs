@@ -227,6 +227,23 @@ fn run_json_and_annotation() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+
+    // A failing input among others: the others' results and one error entry (its OS error
+    // said once), exit 1.
+    let missing = scratch().join("no-such-image.png");
+    let o = tether(&[
+        "run",
+        &b,
+        &asset("page.png"),
+        missing.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v["results"][0]["result"]["detections"].is_array(), "{v}");
+    let e = v["results"][1]["error"].as_str().unwrap();
+    assert!(e.contains("no-such-image.png"), "{e}");
+    assert_eq!(e.matches("os error 2").count(), 1, "{e}");
 }
 
 #[test]

@@ -113,13 +113,20 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
             }
             searches.push(&info.search);
         }
-        let engines = if report.cuda.devices.is_empty() {
-            "tract CPU"
-        } else if trt.is_ok() {
-            "TensorRT plans for this device, tract-cuda, tract CPU"
-        } else {
-            "tract-cuda, tract CPU"
-        };
+        // The engines compiled into this build, in selection order, that this machine can
+        // run: GPU engines need a GPU, TensorRT plans also the library.
+        let gpu = !report.cuda.devices.is_empty();
+        let engines = tether_runtime::COMPILED_BACKENDS
+            .iter()
+            .filter_map(|&k| match k {
+                tether_runtime::EngineKind::TensorRt => {
+                    (gpu && trt.is_ok()).then(|| "TensorRT plans for this device".to_string())
+                }
+                tether_runtime::EngineKind::TractCpu => Some(k.to_string()),
+                _ => gpu.then(|| k.to_string()),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
         crate::outln!("engines       {engines}")?;
         if verbose > 0 {
             for s in searches {

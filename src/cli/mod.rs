@@ -37,21 +37,27 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     }
 }
 
-/// Print an error as one `error:` line (its causes joined with `: `, each OS error once),
-/// then one `hint:` line when a hint fits the failure.
-pub fn report(e: &anyhow::Error) {
+/// An error as one line: its causes joined with `: `, each piece once (a wrapper often
+/// repeats its source's text, an OS error in particular). Used for the `error:` line and for
+/// the `error` entries of JSON output.
+pub fn message(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
         let s = cause.to_string();
         let s = s.lines().next().unwrap_or_default().to_string();
-        // A wrapper often repeats its source's text: keep each piece once.
         if parts.iter().any(|p| p.contains(&s)) {
             continue;
         }
         parts.push(s);
     }
+    parts.join(": ")
+}
+
+/// Print an error as one `error:` line (its causes joined with `: `, each OS error once),
+/// then one `hint:` line when a hint fits the failure.
+pub fn report(e: &anyhow::Error) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "error: {}", text::escape_control(&parts.join(": ")));
+    let _ = writeln!(err, "error: {}", text::escape_control(&message(e)));
     if let Some(h) = hint(e) {
         let _ = writeln!(err, "hint: {h}");
     }

@@ -208,7 +208,7 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             Err(e) => {
                 failures += 1;
                 if a.json {
-                    docs.push(json!({ "input": label, "error": format!("{e:#}") }));
+                    docs.push(json!({ "input": label, "error": crate::cli::message(&e) }));
                 } else {
                     bar.suspend(|| {
                         crate::cli::report(&e.context(format!("input {}", escape(&label))))

@@ -426,23 +426,9 @@ impl Runner for DetectRunner {
 
     fn environment(&self) -> Environment {
         let model = self.det.model();
-        let on_cpu = model.device() == tether_runtime::Device::Cpu;
         // Until the first frame prepares a session, how a GPU run executes is not known.
-        let mut env = Environment {
-            device: model.device().to_string(),
-            execution: if on_cpu {
-                Execution::Host
-            } else {
-                Execution::Unknown
-            },
-            cpu_threads: model.cpu_threads(),
-            engine_choice: model
-                .networks()
-                .iter()
-                .map(|n| (n.name().to_string(), n.choice().to_string()))
-                .collect(),
-            ..Environment::default()
-        };
+        #[allow(unused_mut)]
+        let mut env = Environment::of_model(model);
         #[cfg(feature = "cuda")]
         if let Some(d) = self.det.session().and_then(|s| s.device()) {
             use tether_runtime::session::ExecMode;

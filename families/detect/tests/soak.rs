@@ -60,7 +60,8 @@ fn bundle(side: u32) -> PathBuf {
 }
 
 fn frame(side: u32) -> Vec<u8> {
-    // A red square in the middle: one or more cells score high.
+    // A red square in the middle on black (what the model makes of it is printed; the whole
+    // pipeline runs either way: letterbox, network, decode, NMS).
     let mut v = vec![0u8; (side * side * 3) as usize];
     for y in side / 4..side * 3 / 4 {
         for x in side / 4..side * 3 / 4 {

@@ -330,6 +330,10 @@ fn text_of(input: &dyn Input) -> Result<&TextInput> {
 }
 
 impl Runner for EmbedRunner {
+    fn environment(&self) -> tether_family::family::Environment {
+        tether_family::family::Environment::of_model(self.embedder.model())
+    }
+
     fn engines(&self) -> Vec<(String, String)> {
         vec![(NETWORK.to_string(), self.embedder.engine().id().to_string())]
     }

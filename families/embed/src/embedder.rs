@@ -241,6 +241,11 @@ impl Embedder {
         Self::from_bundle(Arc::new(bundle), options)
     }
 
+    /// The model underneath (device, network, why its engine was chosen).
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
     /// The engine running the encoder (chosen for the device at open).
     pub fn engine(&self) -> EngineKind {
         self.model

@@ -145,6 +145,31 @@ pub trait Runner {
     }
 }
 
+#[cfg(feature = "cli")]
+impl Environment {
+    /// What a model says of itself: its device, the CPU engine's threads, each network's
+    /// engine and why, and `Host` execution on the CPU (`Unknown` on a GPU until a runner
+    /// adds what its device sessions report).
+    pub fn of_model(model: &tether_runtime::Model) -> Self {
+        let on_cpu = model.device() == tether_runtime::Device::Cpu;
+        Environment {
+            device: model.device().to_string(),
+            execution: if on_cpu {
+                Execution::Host
+            } else {
+                Execution::Unknown
+            },
+            cpu_threads: model.cpu_threads(),
+            engine_choice: model
+                .networks()
+                .iter()
+                .map(|n| (n.name().to_string(), n.choice().to_string()))
+                .collect(),
+            ..Environment::default()
+        }
+    }
+}
+
 /// How a runner's runs execute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Execution {

@@ -537,6 +537,12 @@ fn image_of(input: &dyn Input) -> Result<&ImageInput> {
 }
 
 impl Runner for OcrRunner {
+    fn environment(&self) -> tether_family::family::Environment {
+        // One session per network and input shape (graphs on a GPU): the device, the engines
+        // and why; stage times are host clocks.
+        tether_family::family::Environment::of_model(self.ocr.model())
+    }
+
     fn engines(&self) -> Vec<(String, String)> {
         self.ocr
             .engines()

@@ -394,6 +394,10 @@ fn wav_of(input: &dyn Input) -> Result<&WavInput> {
 }
 
 impl Runner for VadRunner {
+    fn environment(&self) -> tether_family::family::Environment {
+        tether_family::family::Environment::of_model(self.vad.model())
+    }
+
     fn engines(&self) -> Vec<(String, String)> {
         vec![(NETWORK.to_string(), self.vad.engine().id().to_string())]
     }

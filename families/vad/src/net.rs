@@ -52,7 +52,7 @@ pub(crate) fn model_options(mut options: ModelOptions) -> ModelOptions {
 /// The network, its session, and its regions.
 pub(crate) struct Network {
     /// Kept for the session's lifetime: it holds the bundle and, on a GPU, the context.
-    _model: Model,
+    model: Model,
     session: Session,
     window: RegionId,
     state: RegionId,
@@ -181,7 +181,7 @@ impl Network {
         let session = model.session(spec)?;
         log::debug!("vad: session on {engine}: {session:?}");
         Ok(Self {
-            _model: model,
+            model,
             session,
             window,
             state,
@@ -193,6 +193,11 @@ impl Network {
     /// The engine running the network.
     pub(crate) fn engine(&self) -> EngineKind {
         self.engine
+    }
+
+    /// The model (device, networks and why each engine was chosen).
+    pub(crate) fn model(&self) -> &Model {
+        &self.model
     }
 
     /// The session (placement, device details, step times).

@@ -224,6 +224,11 @@ impl Vad {
         self.net.engine()
     }
 
+    /// The model underneath (device, network, why its engine was chosen).
+    pub fn model(&self) -> &tether_runtime::Model {
+        self.net.model()
+    }
+
     /// Wall time spent running the network (input copy, run, output read)
     /// since open, summed over chunks (what `tether bench` reports as the
     /// network stage).

@@ -1,0 +1,184 @@
+//! Checksums prove integrity, not sanity: a network altered *inside* a bundle whose checksums
+//! are all valid (written again by the bundle writer) must give a typed error or an answer,
+//! never a panic, from `Detector` open (tract's parse and preparation) or from a frame.
+//!
+//! Each case mutates the ONNX payload of a valid bundle (built by the detect recipe from the
+//! field case `dyn.onnx`, a YOLOv8-shaped detector) with a few deterministic random edits
+//! (byte flips, boundary values, a truncation now and then), writes a new bundle with every
+//! other section and tensor record copied, then opens it on the CPU and runs one frame.
+//! `TETHER_ONNX_MUTATIONS` cases (default 2,000; recorded longer runs in
+//! `docs/evidence/soak.md`), seed `TETHER_ONNX_SEED` (default 1); with `TETHER_ONNX_DUMP=DIR`
+//! each case's network is written to `DIR/last.onnx` before it runs.
+
+use std::sync::Arc;
+
+use tether_bundle::{
+    ArchCode, Bundle, BundleWriter, EngineCode, IdentityDesc, SectionKind, TargetDesc, TensorDesc,
+    Verify,
+};
+use tether_detect::{Detector, DetectorOptions, Device, ImageView, PixelFormat};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// xorshift64*: deterministic, no dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// The bundle `base` with the payload of section `target` replaced by `payload`; identity,
+/// targets, other sections and tensor records copied. The writer computes every checksum afresh.
+fn with_payload(base: &Bundle, target: u32, payload: &[u8]) -> Vec<u8> {
+    let id = base.identity();
+    let mut w = BundleWriter::new(IdentityDesc {
+        name: id.name.to_string(),
+        family: id.family.to_string(),
+        model_version: id.model_version.to_string(),
+        tool_version: id.tool_version.to_string(),
+        created_unix_s: id.created_unix_s,
+    });
+    for t in base.targets() {
+        let (ArchCode::Known(arch), EngineCode::Known(engine)) = (t.arch, t.engine) else {
+            panic!("target {t:?}: only known codes are copied");
+        };
+        w.add_target(TargetDesc {
+            name: t.name.to_string(),
+            arch,
+            sm: t.sm,
+            engine,
+            tensorrt_version: t.tensorrt_version,
+            hardware_compat: t.hardware_compat,
+            flags: t.flags,
+        })
+        .unwrap();
+    }
+    for s in base.sections() {
+        let data = if s.index == target {
+            payload.to_vec()
+        } else {
+            base.section_bytes(&s).unwrap().to_vec()
+        };
+        let idx = w
+            .add_section_with_flags(s.kind, s.name, s.target, s.flags, data)
+            .unwrap();
+        for t in base.tensors(s.index) {
+            w.add_tensor(
+                idx,
+                TensorDesc {
+                    name: t.name.to_string(),
+                    mode: t.mode,
+                    dtype: t.dtype,
+                    layout: t.layout,
+                    dims: t.dims.to_vec(),
+                },
+            )
+            .unwrap();
+        }
+    }
+    w.to_bytes().unwrap()
+}
+
+fn mutate(rng: &mut Rng, onnx: &[u8]) -> Vec<u8> {
+    let mut m = onnx.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        let at = rng.below(m.len());
+        match rng.below(8) {
+            0..=3 => m[at] ^= 1 << rng.below(8),
+            4 => m[at] = [0x00, 0x01, 0x7f, 0x80, 0xff][rng.below(5)],
+            5 => m[at] = m[at].wrapping_add(1),
+            6 => m[at] = m[at].wrapping_sub(1),
+            _ => {
+                if rng.below(8) == 0 {
+                    m.truncate(at.max(1));
+                }
+            }
+        }
+    }
+    m
+}
+
+#[test]
+fn mutated_networks_in_valid_bundles_never_panic() {
+    let onnx = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/field/dyn.onnx"),
+    )
+    .unwrap();
+    let (w, _) = tether_detect::recipe::build(
+        &onnx,
+        &tether_detect::recipe::BuildOptions {
+            name: "mutation".into(),
+            input_size: Some((64, 64)),
+            ..Default::default()
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    let base = Bundle::from_vec(w.to_bytes().unwrap(), Verify::Eager).unwrap();
+    let network = base
+        .sections()
+        .find(|s| s.kind == SectionKind::Onnx)
+        .expect("an ONNX section");
+    let original = base.section_bytes(&network).unwrap().to_vec();
+
+    let side = 64u32;
+    let px = vec![128u8; (side * side * 3) as usize];
+    let view = ImageView::new(&px, side, side, PixelFormat::Rgb8).unwrap();
+    let cases = env("TETHER_ONNX_MUTATIONS", 2000);
+    let mut rng = Rng(env("TETHER_ONNX_SEED", 1).max(1));
+    let (mut refused_open, mut refused_run, mut ran) = (0u64, 0u64, 0u64);
+    let dump = std::env::var_os("TETHER_ONNX_DUMP");
+    for case in 0..cases {
+        let payload = mutate(&mut rng, &original);
+        if let Some(dir) = &dump {
+            // The case about to run, kept where a crash (not a panic) would leave it.
+            std::fs::write(std::path::Path::new(dir).join("last.onnx"), &payload).unwrap();
+            std::fs::write(
+                std::path::Path::new(dir).join("last.case"),
+                case.to_string(),
+            )
+            .unwrap();
+        }
+        let bytes = with_payload(&base, network.index, &payload);
+        // Every checksum is valid: the bundle opens; only the network inside is altered.
+        let bundle = Arc::new(Bundle::from_vec(bytes, Verify::Eager).unwrap());
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+                || match Detector::from_bundle(
+                    bundle,
+                    &DetectorOptions {
+                        device: Device::Cpu,
+                        ..DetectorOptions::default()
+                    },
+                ) {
+                    Err(_) => 0,
+                    Ok(mut d) => match d.detect(&view) {
+                        Err(_) => 1,
+                        Ok(_) => 2,
+                    },
+                },
+            ));
+        match result {
+            Ok(0) => refused_open += 1,
+            Ok(1) => refused_run += 1,
+            Ok(_) => ran += 1,
+            Err(_) => panic!("case {case}: a mutated network panicked through Detector"),
+        }
+    }
+    println!(
+        "{cases} mutated networks: {refused_open} refused at open, {refused_run} refused at run, {ran} ran"
+    );
+    assert_eq!(refused_open + refused_run + ran, cases);
+}
