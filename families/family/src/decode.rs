@@ -11,7 +11,10 @@
 //!   it (its allocation limit is set from the header's dimensions); 8-bit gray, RGB and RGBA
 //!   images are kept in their own layout (the pipelines read all three), so no colour
 //!   conversion copy is made; other layouts (16-bit, gray+alpha) are converted to RGB8 once.
-//!   The peak is at most two decoded images (during an orientation that rotates).
+//!   The peak is at most two decoded images (during an orientation that rotates). A
+//!   pipeline then stages the frame into its session's input region once (a copy of the
+//!   same size), so a run holds at most two frames of the decoded size, plus an annotation
+//!   bounded at 4096 pixels a side.
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
