@@ -1490,6 +1490,22 @@ fn vad_bundle() -> (String, String) {
 #[test]
 fn vad_builds_inspects_runs_a_wav_like_the_package_and_self_tests() {
     let (b, built) = vad_bundle();
+    // No image to annotate: the option is refused before any work, never ignored.
+    let png = scratch().join("vad.annotated.png");
+    let o = tether(&[
+        "run",
+        &b,
+        &asset("Noise.wav"),
+        "--annotate",
+        png.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no image to annotate"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!png.exists());
     assert!(built.contains("family vad: Silero VAD"), "{built}");
     assert!(built.contains("self-test: embedded"), "{built}");
     let v = json(&tether(&["inspect", &b, "--json"]));
@@ -1580,6 +1596,10 @@ fn embed_builds_inspects_embeds_texts_and_self_tests() {
     assert!(o.status.success(), "build failed: {}", stderr(&o));
     assert!(stdout(&o).contains("family embed: 384-d"), "{}", stdout(&o));
     let b = out.to_string_lossy().into_owned();
+    // An empty text is refused as an empty file is, not embedded as [CLS][SEP].
+    let o = tether(&["run", &b, "--text", "  "]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("holds no text"), "{}", stderr(&o));
     let v = json(&tether(&["inspect", &b, "--json"]));
     assert_eq!(v["identity"]["family"], "embed");
     assert_eq!(v["family_config"]["dim"], 384);
@@ -1648,4 +1668,39 @@ fn embed_builds_inspects_embeds_texts_and_self_tests() {
         "{}",
         stdout(&o)
     );
+}
+
+/// Build options out of range are usage errors (exit 2), checked before the model is read: a
+/// huge `--input-size` is refused at once (it used to run for minutes and gigabytes first).
+#[test]
+fn detect_build_ranges_exit_2_before_any_work() {
+    let onnx = asset("320n.onnx");
+    let out = scratch().join("never.bundle");
+    for (extra, says) in [
+        (
+            vec!["--input-size", "100000"],
+            "multiple of 32 from 32 to 8192",
+        ),
+        (vec!["--input-size", "333"], "multiple of 32"),
+        (vec!["--input-size", "8192"], "anchors"),
+        (vec!["--max-detections", "301"], "between 1 and 300"),
+        (vec!["--max-detections", "0"], "between 1 and 300"),
+        (vec!["--score-threshold", "2"], "between 0 and 1"),
+        (vec!["--iou-threshold", "-0.5"], "between 0 and 1"),
+    ] {
+        let mut args = vec!["build", "--family", "detect", "--onnx", &onnx, "-o"];
+        let o_path = out.to_str().unwrap();
+        args.push(o_path);
+        args.extend(extra.iter().copied());
+        let o = tether(&args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{extra:?}: {}", stderr(&o));
+        assert!(!out.exists(), "{extra:?}");
+        // Generous for emulated CI; the point is seconds, not minutes.
+        assert!(
+            t.elapsed().as_secs() < 30,
+            "{extra:?} took {:?}",
+            t.elapsed()
+        );
+    }
 }

@@ -118,6 +118,18 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     if count == 0 {
         crate::usage!("give at least one INPUT (or --text for text families)");
     }
+    // A family without images has nothing to annotate: refuse the option, never ignore it
+    // (the family is read from the mapped manifest; opening for real comes later).
+    if a.annotate.is_some()
+        && let Ok(b) = Bundle::open(&a.bundle, Verify::Lazy)
+        && let Some(f) = find(REGISTRY, b.identity().family)
+        && !f.annotates()
+    {
+        crate::usage!(
+            "--annotate: the {} family has no image to annotate",
+            f.name()
+        );
+    }
     // Validate the annotation destination before any work.
     let dir_mode = a
         .annotate

@@ -72,6 +72,10 @@ impl Family for Detect {
         "YOLOv8 object detection (Ultralytics export): image in, boxes out"
     }
 
+    fn annotates(&self) -> bool {
+        true
+    }
+
     fn build_args(&self) -> Vec<Arg> {
         let mut v = vec![
             Arg::new("onnx")
@@ -84,7 +88,7 @@ impl Family for Detect {
                 .long("input-size")
                 .value_name("N|WxH")
                 .value_parser(parse_size)
-                .help("Network input size for dynamic-size models (default: the model's `imgsz`, else 640); multiples of 32"),
+                .help("Network input size for dynamic-size models (default: the model's `imgsz`, else 640); multiples of 32, at most 8192 a side and 1,048,576 anchors (about 5600x5600)"),
             Arg::new("max-detections")
                 .long("max-detections")
                 .value_name("K")
@@ -102,6 +106,22 @@ impl Family for Detect {
         common: &BuildCommon,
         progress: &mut dyn FnMut(&str),
     ) -> Result<Built> {
+        // Every option range first (usage errors, exit 2), before any work.
+        check_thresholds(args)?;
+        let max_detections = match args.get_one::<i64>("max-detections") {
+            Some(&k) if (1..=crate::MAX_DETECTIONS as i64).contains(&k) => Some(k as u32),
+            Some(&k) => {
+                return Err(UsageError(format!(
+                    "--max-detections {k}: must be between 1 and {}",
+                    crate::MAX_DETECTIONS
+                ))
+                .into());
+            }
+            None => None,
+        };
+        if let Some(&(w, h)) = args.get_one::<(u32, u32)>("input-size") {
+            check_input_size(w, h)?;
+        }
         let path: &PathBuf = args.get_one("onnx").context("--onnx is required")?;
         let onnx = tether_bundle::files::read_regular(path)?;
         let name = common.name.clone().unwrap_or_else(|| {
@@ -110,13 +130,6 @@ impl Family for Detect {
                 .unwrap_or("model")
                 .to_string()
         });
-        let max_detections =
-            match args.get_one::<i64>("max-detections") {
-                Some(&k) => Some(u32::try_from(k).map_err(|_| {
-                    anyhow::anyhow!("--max-detections {k}: must be between 1 and 300")
-                })?),
-                None => None,
-            };
         let options = BuildOptions {
             name,
             model_version: common.model_version.clone(),
@@ -280,6 +293,32 @@ impl Family for Detect {
         };
         Ok(Box::new(DetectRunner { det, orientation }))
     }
+}
+
+/// `--input-size W x H`: each side a multiple of 32 (YOLOv8's largest stride) from 32 to
+/// [`crate::config::MAX_INPUT_SIDE`], and the anchors of its three strides (8, 16, 32) at most
+/// [`crate::config::MAX_ANCHORS`]: checked before the model is read, so a huge size costs
+/// nothing (a usage error otherwise).
+fn check_input_size(w: u32, h: u32) -> Result<(), UsageError> {
+    let max = crate::config::MAX_INPUT_SIDE;
+    for (side, v) in [("width", w), ("height", h)] {
+        if v == 0 || v % 32 != 0 || v > max {
+            return Err(UsageError(format!(
+                "--input-size {w}x{h}: the {side} must be a multiple of 32 from 32 to {max}"
+            )));
+        }
+    }
+    let anchors: u64 = [8u64, 16, 32]
+        .iter()
+        .map(|s| (u64::from(w) / s) * (u64::from(h) / s))
+        .sum();
+    if anchors > u64::from(crate::config::MAX_ANCHORS) {
+        return Err(UsageError(format!(
+            "--input-size {w}x{h}: {anchors} anchors, more than the {} a detect bundle holds (4096x4096 has 344,064)",
+            crate::config::MAX_ANCHORS
+        )));
+    }
+    Ok(())
 }
 
 /// `--score-threshold` and `--iou-threshold` in [0, 1] (a usage error otherwise).

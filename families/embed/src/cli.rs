@@ -340,7 +340,14 @@ impl Runner for EmbedRunner {
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
         let (label, texts) = match source {
-            InputSource::Text(t) => (t.to_string(), vec![t.to_string()]),
+            InputSource::Text(t) => {
+                // As for a file: a text with nothing but white space is refused, not embedded
+                // as an empty sentence ([CLS][SEP]).
+                if t.trim().is_empty() {
+                    bail!("--text {t:?} holds no text");
+                }
+                (t.to_string(), vec![t.to_string()])
+            }
             InputSource::File(path) => {
                 let bytes = tether_bundle::files::read_regular(path)
                     .with_context(|| format!("reading {}", path.display()))?;

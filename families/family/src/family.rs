@@ -407,6 +407,12 @@ pub trait Family: Send + Sync {
         args: &clap::ArgMatches,
         options: &RunOptions,
     ) -> anyhow::Result<Box<dyn Runner>>;
+    /// Whether [`Runner::outcome`] draws an annotated image when asked (`run --annotate`):
+    /// image families do; audio and text families do not, and the CLI refuses the option
+    /// for them instead of ignoring it.
+    fn annotates(&self) -> bool {
+        false
+    }
     /// Run the self-test the bundle carries on `options.device`: `Ok(None)` when the bundle
     /// (or the family) carries none.
     ///

@@ -109,6 +109,10 @@ impl Family for OcrFamily {
         "PP-OCR text detection and recognition (rapidocr-onnxruntime pipeline): image in, text lines out"
     }
 
+    fn annotates(&self) -> bool {
+        true
+    }
+
     fn build_args(&self) -> Vec<Arg> {
         vec![
             path_arg(
