@@ -358,6 +358,10 @@ pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
 /// 3 when the bundle's networks do not reproduce the recorded output on this device, 1 when it
 /// cannot run (no self-test in the bundle, unknown family, device unavailable).
 fn self_test(a: &VerifyArgs, bundle: Bundle) -> Result<ExitCode> {
+    // A malformed --device is a usage error (exit 2), as in `run` and `bench`.
+    if let Err(e) = a.device.parse::<tether_runtime::Device>() {
+        crate::usage!("--device {e}");
+    }
     let shown = a.bundle.display().to_string();
     let family_name = bundle.identity().family.to_string();
     let family = tether_family::family::find(tether::families::REGISTRY, &family_name)
