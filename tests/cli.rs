@@ -1696,11 +1696,5 @@ fn detect_build_ranges_exit_2_before_any_work() {
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{extra:?}: {}", stderr(&o));
         assert!(!out.exists(), "{extra:?}");
-        // Generous for emulated CI; the point is seconds, not minutes.
-        assert!(
-            t.elapsed().as_secs() < 30,
-            "{extra:?} took {:?}",
-            t.elapsed()
-        );
     }
 }

@@ -10,11 +10,13 @@
 use tether_runtime::session::{Check, HostIo, PipelineSpec, RegionKind};
 use tether_runtime::{Plan, RegionId, RunError, Stage};
 
+use crate::DetectError;
+#[cfg(feature = "cuda")]
+use crate::MAX_DETECTIONS;
 use crate::config::DetectConfig;
 use crate::decode::{Detections, Postprocessor};
 use crate::letterbox::{FrameSpec, ImageView, Letterbox, Preprocessor};
 use crate::output::{self, DetectOutput, OUTPUT_BYTES};
-use crate::{DetectError, MAX_DETECTIONS};
 
 /// The regions of a detection session the detector reads and writes.
 #[derive(Clone, Copy, Debug)]
@@ -167,6 +169,8 @@ struct PostScratch {
 pub struct PostStage {
     raw: RegionId,
     result: RegionId,
+    /// Read by the device flavour only (`cuda`); a host session has none.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     scratch: Option<PostScratch>,
     config: DetectConfig,
     letterbox: Letterbox,
