@@ -860,22 +860,18 @@ fn tether_rss(args: &[&str], out: &Path) -> (i32, u64) {
     (field("code=") as i32, field("maxrss_kib=") * 1024)
 }
 
-#[test]
-fn inspect_json_streams_a_large_manifest() {
+/// A bundle of `sections` sections x `per` tensors each (empty payloads).
+fn many_tensor_bundle(path: &Path, sections: u32, per: u32) -> u64 {
     use tether_bundle::*;
-    // 4096 sections x 96 tensors: a 32 MB manifest, ~87 MB of JSON.
-    const SECTIONS: u32 = 4096;
-    const PER: u32 = 96;
-    let path = scratch().join("many-tensors.bundle");
     let mut w = BundleWriter::new(IdentityDesc {
         name: "many".into(),
         ..Default::default()
     });
-    for s in 0..SECTIONS {
+    for s in 0..sections {
         let idx = w
             .add_section(SectionKind::Onnx, &format!("s{s}"), None, Vec::new())
             .unwrap();
-        for t in 0..PER {
+        for t in 0..per {
             w.add_tensor(
                 idx,
                 TensorDesc {
@@ -889,13 +885,26 @@ fn inspect_json_streams_a_large_manifest() {
             .unwrap();
         }
     }
-    let file_len = w.write(&path).unwrap().file_len;
-    drop(w);
+    w.write(path).unwrap().file_len
+}
+
+#[test]
+fn inspect_json_streams_a_large_manifest() {
+    // 4096 sections x 96 tensors: a 32 MB manifest, ~87 MB of JSON; and half of it.
+    const SECTIONS: u32 = 4096;
+    const PER: u32 = 96;
+    let big = scratch().join("many-tensors.bundle");
+    let half = scratch().join("half-tensors.bundle");
+    let big_len = many_tensor_bundle(&big, SECTIONS, PER);
+    let half_len = many_tensor_bundle(&half, SECTIONS / 2, PER);
 
     let out = scratch().join("many-tensors.json");
-    let (code, rss) = tether_rss(&["inspect", path.to_str().unwrap(), "--json"], &out);
+    let (code, rss_half) = tether_rss(&["inspect", half.to_str().unwrap(), "--json"], &out);
     assert_eq!(code, 0);
-    let json_len = std::fs::metadata(&out).unwrap().len();
+    let json_half = std::fs::metadata(&out).unwrap().len();
+    let (code, rss_big) = tether_rss(&["inspect", big.to_str().unwrap(), "--json"], &out);
+    assert_eq!(code, 0);
+    let json_big = std::fs::metadata(&out).unwrap().len();
     // Valid JSON, checked without building a tree.
     let f = std::io::BufReader::new(std::fs::File::open(&out).unwrap());
     serde_json::from_reader::<_, serde::de::IgnoredAny>(f).expect("valid JSON");
@@ -904,29 +913,27 @@ fn inspect_json_streams_a_large_manifest() {
         text.matches("\"mode\": \"output\"").count(),
         (SECTIONS * PER) as usize
     );
-    // Memory: the mapped manifest (all of it is read) plus what the same
-    // process takes for a small bundle here (~14 MB natively, more under an
-    // emulator such as qemu-user, which counts its own translation cache),
-    // plus 16 MB of slack; less than the output itself, which a document
-    // built in memory first would hold several times over.
-    let small_out = scratch().join("small-inspect.json");
-    let (small_code, baseline) = tether_rss(&["inspect", &nudenet_bundle(), "--json"], &small_out);
-    assert_eq!(small_code, 0);
-    let _ = std::fs::remove_file(&small_out);
-    let bound = file_len + baseline + (16 << 20);
+    // Memory grows with the mapped manifest (all of it is read), not with the output: from
+    // half the bundle to all of it, peak RSS may grow by the extra manifest plus 8 MB of
+    // slack, while the JSON grows by several times that (a document built in memory first
+    // would hold it). Comparing two runs of the same process cancels what does not scale,
+    // e.g. an emulator's own translation cache under qemu-user.
+    let (file_grew, json_grew) = (big_len - half_len, json_big - json_half);
     assert!(
-        json_len > bound + (16 << 20),
-        "test too small: {json_len} bytes of JSON"
+        json_grew > file_grew + (16 << 20),
+        "test too small: the JSON grew by {json_grew} bytes"
     );
+    let rss_grew = rss_big.saturating_sub(rss_half);
     assert!(
-        rss < bound,
-        "inspect --json peaked at {rss} bytes for {json_len} bytes of output ({file_len}-byte bundle; {baseline} bytes for a small bundle)"
+        rss_grew < file_grew + (8 << 20),
+        "inspect --json peaked at {rss_half} then {rss_big} bytes: +{rss_grew} for +{file_grew} bytes of bundle and +{json_grew} of JSON"
     );
     eprintln!(
-        "inspect --json: peak RSS {rss} bytes, {json_len} bytes of JSON, {file_len}-byte bundle"
+        "inspect --json: peak RSS {rss_half} -> {rss_big} bytes, JSON {json_half} -> {json_big}, bundle {half_len} -> {big_len}"
     );
-    let _ = std::fs::remove_file(&out);
-    let _ = std::fs::remove_file(&path);
+    for p in [&out, &big, &half] {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 #[test]
