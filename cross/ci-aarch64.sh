@@ -2,7 +2,7 @@
 # Build tether for aarch64-unknown-linux-gnu (Jetson / DRIVE) on an x86_64
 # machine with no NVIDIA software, and prove the result under user-mode QEMU:
 #
-#   1. install the cross toolchain (apt: gcc-aarch64-linux-gnu,
+#   1. install the cross toolchain (apt: gcc-aarch64-linux-gnu, g++-aarch64-linux-gnu,
 #      libc6-dev-arm64-cross, qemu-user; rustup target aarch64)
 #   2. build the whole workspace for aarch64 in release (timed)
 #   3. check the binaries: AArch64 ELF, no NVIDIA library linked, highest
@@ -62,6 +62,7 @@ step "1. toolchain"
 if [[ "${TETHER_CI_SKIP_INSTALL:-0}" != 1 ]]; then
   need_apt=()
   command -v aarch64-linux-gnu-gcc >/dev/null || need_apt+=(gcc-aarch64-linux-gnu)
+  command -v aarch64-linux-gnu-g++ >/dev/null || need_apt+=(g++-aarch64-linux-gnu)
   [[ -e "$SYSROOT/lib/ld-linux-aarch64.so.1" ]] || need_apt+=(libc6-dev-arm64-cross)
   command -v qemu-aarch64 >/dev/null || need_apt+=(qemu-user)
   if ((${#need_apt[@]})); then
@@ -144,6 +145,8 @@ if [[ "${TETHER_CI_SKIP_TESTS:-0}" != 1 ]]; then
   # The fake CUDA driver of tether-targets' probe tests must be built for
   # the target, not the host.
   export TETHER_TEST_CC=aarch64-linux-gnu-gcc
+  # ... and the TensorRT stand-in library the TensorRT tests load (C++).
+  export TETHER_TEST_CXX=aarch64-linux-gnu-g++
   start=$(date +%s)
   set +e
   # Whole real models run many times over are far slower under instruction emulation
@@ -164,7 +167,7 @@ if [[ "${TETHER_CI_SKIP_TESTS:-0}" != 1 ]]; then
   note ""
   note "## Tests under qemu-aarch64"
   note ""
-  note "- command: \`TETHER_TEST_CC=aarch64-linux-gnu-gcc cargo test ${CARGO_FLAGS[*]} --release --workspace --target $TARGET -- ${skip_args[*]}\`"
+  note "- command: \`TETHER_TEST_CC=aarch64-linux-gnu-gcc TETHER_TEST_CXX=aarch64-linux-gnu-g++ cargo test ${CARGO_FLAGS[*]} --release --workspace --target $TARGET -- ${skip_args[*]}\`"
   note "- skipped under emulation (run natively by ./tests/run): ${SKIP[*]:-none}"
   note "- result: exit $rc; $passed passed, $failed failed, $ignored ignored; ${test_s} s"
   [[ $rc -eq 0 ]] || die "tests failed under emulation (see $OUT/test.log)"

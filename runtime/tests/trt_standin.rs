@@ -88,13 +88,17 @@ fn standin() -> &'static Standin {
                     "runtime/trt-probe/fetch-headers.sh (TensorRT headers from crates.io)",
                 );
                 let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("trt-standin");
-                run(
-                    Command::new("bash")
-                        .arg(root.join("runtime/trt-standin/build.sh"))
-                        .arg(&out)
-                        .arg(headers.join("11.4.0")),
-                    "runtime/trt-standin/build.sh (needs g++)",
-                );
+                let mut build = Command::new("bash");
+                build
+                    .arg(root.join("runtime/trt-standin/build.sh"))
+                    .arg(&out)
+                    .arg(headers.join("11.4.0"));
+                // Cross-compiled tests (run under an emulator) load a library built for the
+                // target: TETHER_TEST_CXX names its C++ compiler (e.g. aarch64-linux-gnu-g++).
+                if let Some(cxx) = std::env::var_os("TETHER_TEST_CXX") {
+                    build.env("CXX", cxx);
+                }
+                run(&mut build, "runtime/trt-standin/build.sh (needs g++)");
                 out
             }
         };
