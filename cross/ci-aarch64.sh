@@ -69,12 +69,13 @@ if [[ "${TETHER_CI_SKIP_INSTALL:-0}" != 1 ]]; then
     SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
     "${SUDO[@]}" apt-get update
     DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y --no-install-recommends \
-      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+      "${need_apt[@]}"
   fi
   rustup target add "$TARGET"
 fi
 command -v aarch64-linux-gnu-gcc >/dev/null || die "aarch64-linux-gnu-gcc missing (apt-get install gcc-aarch64-linux-gnu)"
 command -v qemu-aarch64 >/dev/null || die "qemu-aarch64 missing (apt-get install qemu-user)"
+command -v aarch64-linux-gnu-g++ >/dev/null || die "aarch64-linux-gnu-g++ missing (apt-get install g++-aarch64-linux-gnu)"
 # Some tests run the aarch64 `tether` binary as a child process from inside
 # an emulated test binary: the kernel must hand aarch64 ELF files to QEMU
 # (binfmt_misc), and QEMU must find the aarch64 loader (QEMU_LD_PREFIX).
