@@ -61,10 +61,9 @@ pub(crate) fn open_runner(
     matches: &ArgMatches,
     options: &RunOptions,
 ) -> Result<Opened> {
-    let _: tether_runtime::Device = match options.device.parse() {
-        Ok(d) => d,
-        Err(e) => crate::usage!("--device {e}"),
-    };
+    if let Err(e) = options.device() {
+        crate::usage!("--device {e}");
+    }
     let bundle = Arc::new(
         Bundle::open(path, Verify::Lazy).with_context(|| format!("loading {}", path.display()))?,
     );

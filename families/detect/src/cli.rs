@@ -2,7 +2,6 @@
 //! recipe, the `inspect` description, `run`/`bench` on image files, text and JSON output,
 //! annotated images.
 
-use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -18,7 +17,7 @@ use embedded_graphics::text::{Baseline, Text};
 use image::RgbImage;
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
-use tether_family::decode::{DecodedImage, Orientation, decode_file};
+use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
     BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource, Outcome,
     PlanSource, RunOptions, Runner, UsageError,
@@ -256,10 +255,7 @@ impl Family for Detect {
         options: &RunOptions,
     ) -> Result<Box<dyn Runner>> {
         check_thresholds(args)?;
-        let device: tether_runtime::Device = options
-            .device
-            .parse()
-            .map_err(|e: tether_runtime::device::ParseDeviceError| anyhow::anyhow!(e))?;
+        let device: tether_runtime::Device = options.device()?;
         let model = options.model_options();
         let det = Detector::from_bundle(
             bundle,
@@ -335,37 +331,6 @@ struct DetectRunner {
     orientation: Orientation,
 }
 
-struct ImageInput {
-    label: String,
-    image: DecodedImage,
-}
-
-impl Input for ImageInput {
-    fn label(&self) -> &str {
-        &self.label
-    }
-    fn describe(&self) -> String {
-        let mut s = format!(
-            "{}x{} {:?}",
-            self.image.width, self.image.height, self.image.format
-        );
-        if let Some(o) = &self.image.orientation {
-            s.push_str(&format!(", EXIF orientation applied ({o})"));
-        }
-        s
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-fn image_of(input: &dyn Input) -> Result<&ImageInput> {
-    input
-        .as_any()
-        .downcast_ref::<ImageInput>()
-        .context("not an image input of the detect family")
-}
-
 impl Runner for DetectRunner {
     fn engines(&self) -> Vec<(String, String)> {
         self.det
@@ -378,16 +343,13 @@ impl Runner for DetectRunner {
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
         match source {
-            InputSource::File(path) => Ok(Box::new(ImageInput {
-                label: path.display().to_string(),
-                image: decode_file(path, self.orientation)?,
-            })),
+            InputSource::File(path) => Ok(Box::new(ImageInput::load(path, self.orientation)?)),
             InputSource::Text(_) => bail!("the detect family reads images, not text"),
         }
     }
 
     fn run(&mut self, input: &dyn Input) -> Result<()> {
-        let img = image_of(input)?;
+        let img = ImageInput::of(input, FAMILY)?;
         self.det
             .detect(&img.image.view())
             .with_context(|| format!("detecting in {}", img.label))?;
@@ -395,7 +357,7 @@ impl Runner for DetectRunner {
     }
 
     fn outcome(&self, input: &dyn Input, annotate: bool) -> Result<Outcome> {
-        let img = image_of(input)?;
+        let img = ImageInput::of(input, FAMILY)?;
         let dets = self.det.detections();
         let stats = self.det.post_stats();
         let name = |id: u16| self.det.class_name(id).unwrap_or("?");

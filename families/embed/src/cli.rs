@@ -278,10 +278,7 @@ impl Family for EmbedFamily {
 
 /// The [`EmbedderOptions`] of the common run options (device, verification).
 fn embedder_options(options: &RunOptions) -> Result<EmbedderOptions> {
-    let device: tether_runtime::Device = options
-        .device
-        .parse()
-        .map_err(|e: tether_runtime::device::ParseDeviceError| anyhow::anyhow!(e))?;
+    let device: tether_runtime::Device = options.device()?;
     // Threads, precision and the device session's options (graphs, step timing, sync).
     let model = options.model_options();
     Ok(EmbedderOptions {

@@ -192,3 +192,56 @@ pub fn decode_file(path: &Path, orientation: Orientation) -> Result<DecodedImage
         orientation: applied,
     })
 }
+
+/// An image file decoded for an image family's runner ([`crate::family::Runner::load`]): the
+/// input label (the path as given) and its pixels.
+pub struct ImageInput {
+    /// The path as given.
+    pub label: String,
+    /// The decoded pixels.
+    pub image: DecodedImage,
+}
+
+impl ImageInput {
+    /// Decode `path` ([`decode_file`]).
+    ///
+    /// # Errors
+    /// [`DecodeError`] naming the file.
+    pub fn load(path: &Path, orientation: Orientation) -> Result<Self, DecodeError> {
+        Ok(ImageInput {
+            label: path.display().to_string(),
+            image: decode_file(path, orientation)?,
+        })
+    }
+
+    /// `input` as an image input, or an error naming `family` (an input another family
+    /// loaded).
+    ///
+    /// # Errors
+    /// `input` is not an [`ImageInput`].
+    pub fn of<'a>(input: &'a dyn crate::family::Input, family: &str) -> anyhow::Result<&'a Self> {
+        input
+            .as_any()
+            .downcast_ref::<ImageInput>()
+            .ok_or_else(|| anyhow::anyhow!("not an image input of the {family} family"))
+    }
+}
+
+impl crate::family::Input for ImageInput {
+    fn label(&self) -> &str {
+        &self.label
+    }
+    fn describe(&self) -> String {
+        let mut s = format!(
+            "{}x{} {:?}",
+            self.image.width, self.image.height, self.image.format
+        );
+        if let Some(o) = &self.image.orientation {
+            s.push_str(&format!(", EXIF orientation applied ({o})"));
+        }
+        s
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}

@@ -341,9 +341,19 @@ impl Default for RunOptions {
 }
 
 impl RunOptions {
+    /// `--device` as the runtime's [`tether_runtime::Device`].
+    ///
+    /// # Errors
+    /// The value is not `auto`, `cpu`, `cuda` or `cuda:N` (the error names it).
+    pub fn device(
+        &self,
+    ) -> Result<tether_runtime::Device, tether_runtime::device::ParseDeviceError> {
+        self.device.parse()
+    }
+
     /// The model options these run options ask for: CPU threads, precision and, with the
     /// `cuda` feature, the device session's graphs, step timing and wait policy. The device
-    /// itself is parsed by the caller (its error names the value).
+    /// is [`RunOptions::device`].
     pub fn model_options(&self) -> tether_runtime::ModelOptions {
         #[allow(unused_mut)]
         let mut model = tether_runtime::ModelOptions {

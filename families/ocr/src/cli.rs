@@ -14,7 +14,6 @@
 //! where the reference applies its `cvt_two_to_three` (the library API takes
 //! [`crate::PixelFormat::GrayAlpha8`] for that).
 
-use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -28,7 +27,7 @@ use embedded_graphics::text::{Baseline, Text};
 use image::RgbImage;
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
-use tether_family::decode::{DecodedImage, Orientation, decode_file};
+use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
     BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, RunOptions,
     Runner, UsageError, check_range,
@@ -480,10 +479,7 @@ impl Family for OcrFamily {
 
 /// The [`OcrOptions`] of the common run options (device, verification).
 fn ocr_options(options: &RunOptions) -> Result<OcrOptions> {
-    let device: tether_runtime::Device = options
-        .device
-        .parse()
-        .map_err(|e: tether_runtime::device::ParseDeviceError| anyhow::anyhow!(e))?;
+    let device: tether_runtime::Device = options.device()?;
     Ok(OcrOptions {
         device,
         verify_eagerly: options.verify_eagerly,
@@ -509,37 +505,6 @@ struct OcrRunner {
     orientation: Orientation,
 }
 
-struct ImageInput {
-    label: String,
-    image: DecodedImage,
-}
-
-impl Input for ImageInput {
-    fn label(&self) -> &str {
-        &self.label
-    }
-    fn describe(&self) -> String {
-        let mut s = format!(
-            "{}x{} {:?}",
-            self.image.width, self.image.height, self.image.format
-        );
-        if let Some(o) = &self.image.orientation {
-            s.push_str(&format!(", EXIF orientation applied ({o})"));
-        }
-        s
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-fn image_of(input: &dyn Input) -> Result<&ImageInput> {
-    input
-        .as_any()
-        .downcast_ref::<ImageInput>()
-        .context("not an image input of the ocr family")
-}
-
 impl Runner for OcrRunner {
     fn environment(&self) -> tether_family::family::Environment {
         // One session per network and input shape (graphs on a GPU): the device, the engines
@@ -556,16 +521,13 @@ impl Runner for OcrRunner {
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
         match source {
-            InputSource::File(path) => Ok(Box::new(ImageInput {
-                label: path.display().to_string(),
-                image: decode_file(path, self.orientation)?,
-            })),
+            InputSource::File(path) => Ok(Box::new(ImageInput::load(path, self.orientation)?)),
             InputSource::Text(_) => bail!("the ocr family reads images, not text"),
         }
     }
 
     fn run(&mut self, input: &dyn Input) -> Result<()> {
-        let img = image_of(input)?;
+        let img = ImageInput::of(input, FAMILY)?;
         self.ocr
             .detect_text(&ImageView::from(img.image.view()))
             .with_context(|| format!("reading text in {}", img.label))?;
@@ -573,7 +535,7 @@ impl Runner for OcrRunner {
     }
 
     fn outcome(&self, input: &dyn Input, annotate: bool) -> Result<Outcome> {
-        let img = image_of(input)?;
+        let img = ImageInput::of(input, FAMILY)?;
         let result = self.ocr.result();
         let stats = self.ocr.stats();
         let lines = result

@@ -340,10 +340,7 @@ impl Family for VadFamily {
 
 /// The [`VadOptions`] of the common run options (device, verification).
 fn vad_options(options: &RunOptions) -> Result<VadOptions> {
-    let device: tether_runtime::Device = options
-        .device
-        .parse()
-        .map_err(|e: tether_runtime::device::ParseDeviceError| anyhow::anyhow!(e))?;
+    let device: tether_runtime::Device = options.device()?;
     // Threads, precision and the device session's options (graphs, step timing, sync).
     let model = options.model_options();
     Ok(VadOptions {
