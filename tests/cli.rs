@@ -685,6 +685,23 @@ fn doctor_reports_this_machine() {
     for lib in ["cudnn", "cublas"] {
         assert!(v["libraries"][lib]["found"].is_boolean(), "{lib}: {v}");
     }
+    assert_eq!(v["schema_version"], 1, "{v}");
+    // Every compiled engine in selection order, each with whether it can run here: the CPU
+    // engine always, GPU engines only with a device.
+    let engines = v["engines"].as_array().expect("engines list");
+    let names: Vec<&str> = engines
+        .iter()
+        .map(|e| e["engine"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.last(), Some(&"tract-cpu"), "{names:?}");
+    for e in engines {
+        let usable = e["usable"].as_bool().expect("usable");
+        if e["engine"] == "tract-cpu" {
+            assert!(usable, "{e}");
+        } else if devices.is_empty() {
+            assert!(!usable, "{e}");
+        }
+    }
 
     let text = tether(&["doctor"]);
     assert!(text.status.success());

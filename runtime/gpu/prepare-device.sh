@@ -23,7 +23,10 @@ for l in open(sys.argv[1]):
   [[ -n "$p" ]] || { echo "no test binary $t" >&2; exit 1; }
   cp "$p" "$D/pack/bin/$t"
 done
-cp "${CARGO_TARGET_DIR:-target}/release/tether" "$D/pack/bin/tether"
+# Where cargo really put it (a CARGO_TARGET_DIR or a build.target-dir in a config file
+# outside the checkout both move it; a stale target/ here would otherwise be packed).
+TD="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+cp "$TD/release/tether" "$D/pack/bin/tether"
 strip "$D"/pack/bin/*
 runtime/trt-probe/fetch-headers.sh >/dev/null
 runtime/trt-standin/build.sh "$D/pack/trt-standin" "$A/trt-headers/11.4.0"

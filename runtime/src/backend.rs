@@ -488,6 +488,35 @@ pub trait DeviceExecutor: Send {
     /// [`RunError::NotBound`], [`RunError::NotCapturable`] (under capture),
     /// [`RunError::Backend`], [`RunError::Driver`].
     fn enqueue(&mut self, stream: &crate::cuda::Stream, mode: Enqueue) -> Result<(), RunError>;
+
+    /// Per-step GPU times on `stream`, for profiling (the counterpart of
+    /// `trtexec --dumpProfile`): the run is captured into a CUDA graph with an event record
+    /// node between every two steps, the graph is replayed `runs` times, and each step
+    /// reports its median in milliseconds. The event nodes add a little to each step.
+    /// Synchronises; allocates; not for the hot path. `None`: the engine runs as one opaque
+    /// call and has no steps to time (the default).
+    ///
+    /// # Errors
+    /// As [`DeviceExecutor::enqueue`], plus driver errors from the events and the capture.
+    fn step_times(
+        &mut self,
+        _stream: &crate::cuda::Stream,
+        _runs: usize,
+    ) -> Option<Result<Vec<StepTime>, RunError>> {
+        None
+    }
+}
+
+/// One step's GPU time from [`DeviceExecutor::step_times`].
+#[cfg(feature = "cuda")]
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepTime {
+    /// The step's kind in the engine (`conv`, `gemm`, `elementwise`, ...).
+    pub kind: &'static str,
+    /// The step and the network node it came from, as the engine describes it.
+    pub label: String,
+    /// Median GPU time over the runs, milliseconds.
+    pub ms: f64,
 }
 
 thread_local! {

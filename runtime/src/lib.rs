@@ -36,7 +36,7 @@ pub use backend::{
     Plan, Precision, PrepareError, RunError,
 };
 #[cfg(feature = "cuda")]
-pub use backend::{Bindings, DeviceExecutor, DevicePlan, Enqueue};
+pub use backend::{Bindings, DeviceExecutor, DevicePlan, Enqueue, StepTime};
 pub use device::{COMPILED_BACKENDS, Device};
 pub use error::Error;
 pub use model::{Model, ModelOptions, Module, Network};

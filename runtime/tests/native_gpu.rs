@@ -556,6 +556,44 @@ fn full_check(
         percentile(&mut eager_wall, 0.5),
         s.load_ms
     );
+    profile(&mut s, file, precision);
+}
+
+/// Where the GPU time goes: per-step medians of eager runs (events between steps), summed per
+/// step kind, and the slowest steps.
+fn profile(s: &mut Session, file: &str, precision: Precision) {
+    let steps = s
+        .exec
+        .step_times(&s.stream, 30)
+        .expect("the native executor times its steps")
+        .unwrap();
+    let total: f64 = steps.iter().map(|t| t.ms).sum();
+    let mut kinds: Vec<(&str, usize, f64)> = Vec::new();
+    for t in &steps {
+        match kinds.iter_mut().find(|k| k.0 == t.kind) {
+            Some(k) => {
+                k.1 += 1;
+                k.2 += t.ms;
+            }
+            None => kinds.push((t.kind, 1, t.ms)),
+        }
+    }
+    kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
+    eprintln!(
+        "  profile {file} {precision:?}: {} steps, sum of eager step medians {total:.3} ms",
+        steps.len()
+    );
+    for (k, n, ms) in &kinds {
+        eprintln!(
+            "    {k:<12} {n:4} steps {ms:8.3} ms  ({:.1} us/step)",
+            ms * 1e3 / *n as f64
+        );
+    }
+    let mut slow: Vec<_> = steps.iter().collect();
+    slow.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    for t in slow.iter().take(12) {
+        eprintln!("    {:8.1} us  {}", t.ms * 1e3, t.label);
+    }
 }
 
 const FP32_ATOL: f32 = 1e-3;

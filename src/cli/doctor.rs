@@ -12,6 +12,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Args;
 use serde_json::{Value, json};
+
+/// Version of the `doctor --json` document (`schema_version`; docs/cli-json.md). Raised when a
+/// key is removed or renamed or a value changes meaning; keys may be added without it.
+pub const DOCTOR_SCHEMA_VERSION: u32 = 1;
 use tether_runtime::tensorrt::{LoadOptions, TensorRt};
 use tether_targets::libs::{self, Library, LibraryInfo, SearchReport};
 
@@ -46,6 +50,20 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
     let self_test = a
         .self_test
         .then(|| super::selftest::run(a.tensorrt_lib.as_deref()));
+    // The engines compiled into this build, in selection order, and whether this machine can
+    // run each: GPU engines need a GPU, TensorRT plans also the library.
+    let gpu = !report.cuda.devices.is_empty();
+    let engines: Vec<(tether_runtime::EngineKind, bool)> = tether_runtime::COMPILED_BACKENDS
+        .iter()
+        .map(|&k| {
+            let usable = match k {
+                tether_runtime::EngineKind::TensorRt => gpu && trt.is_ok(),
+                tether_runtime::EngineKind::TractCpu => true,
+                _ => gpu,
+            };
+            (k, usable)
+        })
+        .collect();
     if a.json {
         let tensorrt: Value = match &trt {
             Ok((lib, search)) => json!({
@@ -74,8 +92,14 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
                 }),
             );
         }
+        let engines: Vec<Value> = engines
+            .iter()
+            .map(|(k, usable)| json!({ "engine": k.to_string(), "usable": usable }))
+            .collect();
         let mut doc = json!({
+            "schema_version": DOCTOR_SCHEMA_VERSION,
             "tether": env!("CARGO_PKG_VERSION"),
+            "engines": engines,
             "probe": serde_json::to_value(&report)?,
             "tensorrt": tensorrt,
             "libraries": libraries,
@@ -113,17 +137,14 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
             }
             searches.push(&info.search);
         }
-        // The engines compiled into this build, in selection order, that this machine can
-        // run: GPU engines need a GPU, TensorRT plans also the library.
-        let gpu = !report.cuda.devices.is_empty();
-        let engines = tether_runtime::COMPILED_BACKENDS
+        let engines = engines
             .iter()
-            .filter_map(|&k| match k {
+            .filter(|(_, usable)| *usable)
+            .map(|(k, _)| match k {
                 tether_runtime::EngineKind::TensorRt => {
-                    (gpu && trt.is_ok()).then(|| "TensorRT plans for this device".to_string())
+                    "TensorRT plans for this device".to_string()
                 }
-                tether_runtime::EngineKind::TractCpu => Some(k.to_string()),
-                _ => gpu.then(|| k.to_string()),
+                k => k.to_string(),
             })
             .collect::<Vec<_>>()
             .join(", ");

@@ -429,6 +429,7 @@ fn replay_session(
     ctx: &Context,
     mapped: MappedIo,
     sync: SyncPolicy,
+    spec: FrameSpec,
 ) -> (
     Session,
     tether_detect::stages::DetectRegions,
@@ -440,7 +441,6 @@ fn replay_session(
     let c = cfg(640, 640, 18, 8400);
     let raw = synthetic_output(&mut rng, 18, 8400, 640.0, 640.0, 0.1);
     let plan = Plan::Device(ReplayPlan::new(ctx, &c, &raw));
-    let spec = FrameSpec::packed(1280, 720, PixelFormat::Rgb8);
     let (s, regions) = pipeline(&c, &plan, spec).unwrap();
     let sess = Session::new(
         s,
@@ -458,7 +458,7 @@ fn replay_session(
 
 fn a_capture_safe_network_makes_the_whole_frame_one_graph() {
     let ctx = ctx();
-    let (mut sess, r, cpu, _, spec) = replay_session(&ctx, MappedIo::Never, SyncPolicy::Spin);
+    let (mut sess, r, cpu, _, spec) = replay_session(&ctx, MappedIo::Never, SyncPolicy::Spin, hd());
     let d = sess.device().expect("device session");
     let (mode, note) = d.exec_mode();
     println!("{mode:?}: {note}; budget {:?}", d.memory_budget());
@@ -475,7 +475,7 @@ fn copy_and_mapped_staging_agree_under_every_sync_policy() {
     let mut first: Option<Vec<u8>> = None;
     for mapped in [MappedIo::Never, MappedIo::Always] {
         for sync in [SyncPolicy::Spin, SyncPolicy::Yield, SyncPolicy::Blocking] {
-            let (mut sess, r, cpu, _, spec) = replay_session(&ctx, mapped, sync);
+            let (mut sess, r, cpu, _, spec) = replay_session(&ctx, mapped, sync, hd());
             assert_eq!(
                 sess.device().unwrap().is_mapped(),
                 mapped == MappedIo::Always
@@ -494,6 +494,27 @@ fn copy_and_mapped_staging_agree_under_every_sync_policy() {
     }
 }
 
+/// The camera frame of the synthetic-network tests: 1280x720 RGB.
+fn hd() -> FrameSpec {
+    FrameSpec::packed(1280, 720, PixelFormat::Rgb8)
+}
+
+/// The hot path's camera frame: `TETHER_HOT_FRAME=WxH` (RGB), default [`hd`]. The soak uses a
+/// VGA frame so that 1,000,000 frames fit in one device call.
+fn hot_frame() -> FrameSpec {
+    std::env::var("TETHER_HOT_FRAME")
+        .ok()
+        .and_then(|v| {
+            let (w, h) = v.split_once('x')?;
+            Some(FrameSpec::packed(
+                w.parse().ok()?,
+                h.parse().ok()?,
+                PixelFormat::Rgb8,
+            ))
+        })
+        .unwrap_or_else(hd)
+}
+
 fn hot_frames() -> usize {
     std::env::var("TETHER_HOT_FRAMES")
         .ok()
@@ -503,7 +524,7 @@ fn hot_frames() -> usize {
 
 fn hot_path(mapped: MappedIo) {
     let ctx = ctx();
-    let (mut sess, r, cpu, _, spec) = replay_session(&ctx, mapped, SyncPolicy::Spin);
+    let (mut sess, r, cpu, _, spec) = replay_session(&ctx, mapped, SyncPolicy::Spin, hot_frame());
     let frame = random_frame(&mut Rng(3), &spec);
     let mut dets = Detections::new();
     let frames = hot_frames();
@@ -537,7 +558,10 @@ fn hot_path(mapped: MappedIo) {
     };
     let (first, last) = (&ns[..tenth], &ns[frames - tenth..]);
     println!(
-        "hot path ({mapped:?} staging): {frames} frames, {allocs} heap allocations, device free {free_before} -> {free_after}; first 10 %: p50 {:.1} us p99.9 {:.1} us; last 10 %: p50 {:.1} us p99.9 {:.1} us",
+        "hot path ({mapped:?} staging, {}x{} frames): {frames} frames in {:.1} s, {allocs} heap allocations, device free {free_before} -> {free_after}; first 10 %: p50 {:.1} us p99.9 {:.1} us; last 10 %: p50 {:.1} us p99.9 {:.1} us",
+        spec.width,
+        spec.height,
+        ns.iter().map(|&v| f64::from(v)).sum::<f64>() / 1e9,
         pct(first, 0.5),
         pct(first, 0.999),
         pct(last, 0.5),

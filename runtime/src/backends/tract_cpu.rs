@@ -432,7 +432,10 @@ impl TractCpuPlan {
             .and_then(|mut m| {
                 let folded = super::onnx_front::fold_constants(&mut m)?;
                 log::debug!("tract CPU plan for `{network}`: {folded} constant nodes folded");
-                m.into_optimized()
+                let mut m = m.into_optimized()?;
+                let moved = super::onnx_front::softmax_axes_last(&mut m)?;
+                log::debug!("tract CPU plan for `{network}`: {moved} softmax axes moved last");
+                Ok(m)
             })
             .map_err(prepare)?;
         let outputs = typed_outputs(network, &typed)?;

@@ -329,6 +329,7 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
             matches!(s.kind, StepKind::Conv(_) | StepKind::Deconv(_)).then_some(ConvChoice {
                 algo: 1,
                 workspace: 1 << 12,
+                find_us: 0,
             })
         })
         .collect();

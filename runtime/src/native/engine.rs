@@ -15,11 +15,11 @@ use std::sync::Arc;
 use crate::backend::{
     Backend, Bindings, CaptureSafety, DeviceExecutor, DevicePlan, EngineKind, Enqueue, IoSpec,
     NetworkSource, Placement, Plan, PlanMemory, Precision, PrepareError, PrepareOptions, RunError,
-    SourceFormat, WorkspaceSpec, catch_prepare, catch_run,
+    SourceFormat, StepTime, WorkspaceSpec, catch_prepare, catch_run,
 };
 use crate::cuda::{
-    ArenaPlan, Context, DeviceArena, DevicePtr, DeviceRegion, KernelModule, ModuleSource, Stream,
-    SyncPolicy,
+    ArenaPlan, Context, DeviceArena, DevicePtr, DeviceRegion, Event, Graph as CudaGraph,
+    KernelModule, ModuleSource, Stream, SyncPolicy,
 };
 use crate::tensor::{DType, IoMode, TensorSpec};
 
@@ -471,6 +471,7 @@ impl NativePlan {
                 convs[i] = Some(ConvChoice {
                     algo: found.algo,
                     workspace: found.workspace,
+                    find_us: found.time_us,
                 });
             }
             ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
@@ -686,6 +687,68 @@ impl NativeExecutor {
     }
 
     fn run(&mut self, stream: &Stream) -> Result<(), RunError> {
+        self.begin(stream)?;
+        for i in 0..self.launches.len() {
+            self.launch_one(stream, i)?;
+        }
+        Ok(())
+    }
+
+    /// Per-step GPU times inside a CUDA graph (see [`DeviceExecutor::step_times`]): the run
+    /// is captured with an event record node between every two steps, the graph replayed
+    /// `runs` times, and each step reports its median.
+    fn profile(&mut self, stream: &Stream, runs: usize) -> Result<Vec<StepTime>, RunError> {
+        self.begin(stream)?;
+        let n = self.launches.len();
+        let events = (0..=n)
+            .map(|_| Event::new(&self.plan.ctx, true, false))
+            .collect::<Result<Vec<_>, _>>()?;
+        let graph = CudaGraph::capture(stream, |s| -> Result<(), RunError> {
+            events[0].record_captured(s)?;
+            for (i, e) in events[1..].iter().enumerate() {
+                self.launch_one(s, i)?;
+                e.record_captured(s)?;
+            }
+            Ok(())
+        })
+        .map_err(|e| self.fail("step_times capture", &e))?;
+        let mut samples = vec![Vec::with_capacity(runs.max(1)); n];
+        for _ in 0..runs.max(1) {
+            graph.launch(stream)?;
+            stream.synchronize()?;
+            for (i, s) in samples.iter_mut().enumerate() {
+                s.push(f64::from(Event::elapsed_ms(&events[i], &events[i + 1])?));
+            }
+        }
+        let g = &self.plan.compiled.graph;
+        Ok(samples
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut s)| {
+                s.sort_by(f64::total_cmp);
+                let step = &g.steps[i];
+                let w = g.tensor(step.writes());
+                let algo = match self.plan.convs.get(i).copied().flatten() {
+                    Some(c) => format!(" [cuDNN algo {}, {} us at load]", c.algo, c.find_us),
+                    None => String::new(),
+                };
+                StepTime {
+                    kind: step.kind_name(),
+                    label: format!(
+                        "{i} {} {}{:?} ({}){algo}",
+                        step.kind_name(),
+                        w.name,
+                        w.shape,
+                        step.node
+                    ),
+                    ms: s[s.len() / 2],
+                }
+            })
+            .collect())
+    }
+
+    /// Check the binding and point the library handles at `stream`.
+    fn begin(&mut self, stream: &Stream) -> Result<(), RunError> {
         if !self.bound {
             return Err(RunError::NotBound { engine: ENGINE });
         }
@@ -703,9 +766,14 @@ impl NativeExecutor {
             }
             self.library_stream = Some(stream.raw() as usize);
         }
+        Ok(())
+    }
+
+    /// Enqueue launch `i` of the bound run on `stream` ([`Self::begin`] first).
+    fn launch_one(&mut self, stream: &Stream, i: usize) -> Result<(), RunError> {
         let k = self.plan.kernels;
         let precision = self.plan.precision;
-        for i in 0..self.launches.len() {
+        {
             let block = (256, 1, 1);
             match &mut self.launches[i] {
                 Launch::Ew { params, grid } => {
@@ -891,5 +959,15 @@ impl DeviceExecutor for NativeExecutor {
         // Eager and captured runs enqueue the same work: nothing here depends on device data,
         // allocates, or synchronises.
         catch_run(ENGINE, "enqueue", || self.run(stream))
+    }
+
+    fn step_times(
+        &mut self,
+        stream: &Stream,
+        runs: usize,
+    ) -> Option<Result<Vec<StepTime>, RunError>> {
+        Some(catch_run(ENGINE, "step_times", || {
+            self.profile(stream, runs)
+        }))
     }
 }

@@ -72,6 +72,8 @@ pub struct ConvChoice {
     pub algo: u32,
     /// Scratch bytes.
     pub workspace: usize,
+    /// cuDNN's time for it when it was measured at load, microseconds (profiling labels).
+    pub find_us: u32,
 }
 
 /// One enqueued operation, with every address resolved.
