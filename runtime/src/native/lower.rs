@@ -1094,8 +1094,10 @@ impl<'m> Lowering<'m> {
     }
 
     fn pad(&mut self, node: &TypedNode, op: &Pad) -> Result<(), LowerError> {
-        let PadMode::Constant(value) = &op.mode else {
-            return Err(unsupported(node, format!("pad mode {:?}", op.mode)));
+        let value = match &op.mode {
+            PadMode::Constant(value) => value,
+            PadMode::Reflect => return self.pad_gather(node, op, true),
+            PadMode::Edge => return self.pad_gather(node, op, false),
         };
         let value = value
             .cast_to::<f32>()
@@ -1138,6 +1140,94 @@ impl<'m> Lowering<'m> {
             out.strides.clone(),
         );
         self.push(node, StepKind::Copy { src: x, dst: inner });
+        Ok(())
+    }
+
+    /// Reflect (`reflect = true`) or edge padding: one gather per padded axis, with the
+    /// source index of every output position along the axis computed at load
+    /// (`reflect`: `-i` before the start, `2 (n - 1) - i` past the end; `edge`: clamped).
+    /// Axes are padded in order, each over the previous one's output, which fills corners
+    /// the way ONNX (and numpy) define them.
+    fn pad_gather(&mut self, node: &TypedNode, op: &Pad, reflect: bool) -> Result<(), LowerError> {
+        let x = self.tensor(node.inputs[0])?;
+        let mut cur = self.packed(x, &node.name);
+        let padded: Vec<usize> = (0..op.pads.len())
+            .filter(|&ax| op.pads[ax] != (0, 0))
+            .collect();
+        for (k, &ax) in padded.iter().enumerate() {
+            let (before, after) = op.pads[ax];
+            let shape = self.g.tensor(cur).shape.clone();
+            let n = shape[ax];
+            if n == 0 || (reflect && (before >= n || after >= n)) {
+                return Err(unsupported(
+                    node,
+                    format!(
+                        "{} pads {before}/{after} on axis {ax} of length {n}",
+                        if reflect { "reflect" } else { "edge" }
+                    ),
+                ));
+            }
+            let last = n as i64 - 1;
+            let idx: Vec<i64> = (0..(before + n + after) as i64)
+                .map(|p| {
+                    let i = p - before as i64;
+                    if reflect {
+                        if i < 0 {
+                            -i
+                        } else if i > last {
+                            2 * last - i
+                        } else {
+                            i
+                        }
+                    } else {
+                        i.clamp(0, last)
+                    }
+                })
+                .collect();
+            let indices = self.g.add_packed(
+                format!("{}.axis{ax}_indices", node.name),
+                ElemType::I64,
+                &[idx.len()],
+                BufferKind::Weight(idx.iter().flat_map(|v| v.to_ne_bytes()).collect()),
+            );
+            let mut out_shape = shape.clone();
+            out_shape[ax] = idx.len();
+            let y = if k + 1 == padded.len() {
+                let y = self.new_output(node, 0)?;
+                if self.g.tensor(y).shape != out_shape {
+                    return Err(LowerError::Model(format!(
+                        "node `{}`: padded to {out_shape:?}, tract says {:?}",
+                        node.name,
+                        self.g.tensor(y).shape
+                    )));
+                }
+                y
+            } else {
+                let dt = self.g.tensor(cur).dtype;
+                self.g.add_packed(
+                    format!("{}.axis{ax}", node.name),
+                    dt,
+                    &out_shape,
+                    BufferKind::Activation,
+                )
+            };
+            self.push(
+                node,
+                StepKind::Gather(ir::Gather {
+                    data: cur,
+                    indices,
+                    y,
+                    outer: shape[..ax].iter().product(),
+                    n,
+                    inner: shape[ax + 1..].iter().product(),
+                    count: idx.len(),
+                }),
+            );
+            cur = y;
+        }
+        if padded.is_empty() {
+            self.alias(node, x);
+        }
         Ok(())
     }
 
