@@ -650,3 +650,165 @@ fn silero_vad_fp32_matches_tract_cpu_over_streamed_audio() {
 fn silero_vad_fp16_within_its_tolerance() {
     check_silero(Precision::Fp16, 5e-2, 2e-2);
 }
+
+/// A recurrent fixture (`runtime/tests/native/make_rnn_fixtures.py`) against onnxruntime's
+/// outputs in its `.golden.bin` (inputs then outputs, little-endian f32): lowered at the
+/// fixture's shapes, run on the host reference and the GPU launch emulation.
+fn check_rnn_fixture(
+    name: &str,
+    inputs: &[&[usize]],
+    outputs: &[&[usize]],
+    expect_gemms: usize,
+    precision: Precision,
+    atol: f32,
+) {
+    let onnx = std::fs::read(fixture(&format!("{name}.onnx"))).unwrap();
+    let golden = std::fs::read(fixture(&format!("{name}.golden.bin"))).unwrap();
+    let mut values = golden
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()));
+    let mut take =
+        |shape: &[usize]| -> Vec<f32> { values.by_ref().take(shape.iter().product()).collect() };
+    let ins: Vec<Vec<f32>> = inputs.iter().map(|s| take(s)).collect();
+    let want: Vec<Vec<f32>> = outputs.iter().map(|s| take(s)).collect();
+    assert!(
+        values.next().is_none()
+            && want
+                .iter()
+                .zip(outputs)
+                .all(|(w, s)| w.len() == s.iter().product::<usize>()),
+        "{name}: golden file size"
+    );
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|s| s.to_vec()).collect();
+    let compiled = native::compile(&onnx, &shapes, precision).unwrap();
+    eprintln!("{name} {precision:?}:\n{}", compiled.graph.describe());
+    // Unrolled: one recurrent matrix product per time step and direction (plus the input
+    // projection tract hoists out of the loop).
+    let gemms = compiled
+        .graph
+        .steps
+        .iter()
+        .filter(|s| matches!(s.kind, StepKind::Gemm(_)))
+        .count();
+    assert_eq!(gemms, expect_gemms, "{name}: matrix products");
+    let bytes: Vec<Vec<u8>> = ins
+        .iter()
+        .map(|v| v.iter().flat_map(|x| x.to_ne_bytes()).collect())
+        .collect();
+    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
+    let reference = reference::run(&compiled.graph, &compiled.memory, &refs).unwrap();
+    let emulated = emulate::run(&compiled, &refs).unwrap();
+    for (runner, got) in [
+        ("host reference", reference),
+        ("GPU launch emulation", emulated),
+    ] {
+        assert_eq!(got.len(), want.len());
+        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+            let g = as_f32(g);
+            let (e, at) = worst(&g, w, atol, 0.0);
+            eprintln!(
+                "  {precision:?} {runner} output {o}: {} values, worst |diff| / {atol} = {e:.3} at {at} (got {}, onnxruntime {})",
+                w.len(),
+                g[at],
+                w[at]
+            );
+            assert!(
+                e <= 1.0,
+                "{name} {precision:?} {runner} output {o}: element {at} is {} (onnxruntime {}), beyond {atol}",
+                g[at],
+                w[at]
+            );
+        }
+    }
+}
+
+/// fp32 against onnxruntime: both compute sigmoid and tanh to within an ulp or two of the
+/// exact values over a handful of time steps.
+const RNN_FP32_ATOL: f32 = 1e-5;
+/// fp16 storage of the gates and states (11-bit significands), compounded over the steps.
+const RNN_FP16_ATOL: f32 = 2e-2;
+
+#[test]
+fn lstm_forward_five_steps_matches_onnxruntime() {
+    // seq 5, batch 2, input 3, hidden 4; biases, initial h and c; Y, Y_h, Y_c.
+    let ins: [&[usize]; 3] = [&[5, 2, 3], &[1, 2, 4], &[1, 2, 4]];
+    let outs: [&[usize]; 3] = [&[5, 1, 2, 4], &[1, 2, 4], &[1, 2, 4]];
+    check_rnn_fixture("lstm_seq", &ins, &outs, 6, Precision::Fp32, RNN_FP32_ATOL);
+    check_rnn_fixture("lstm_seq", &ins, &outs, 6, Precision::Fp16, RNN_FP16_ATOL);
+}
+
+#[test]
+fn lstm_bidirectional_matches_onnxruntime() {
+    // Forward and backward scans (chunk -1), zero initial state, no bias, then Tanh over Y.
+    let ins: [&[usize]; 1] = [&[4, 1, 2]];
+    let outs: [&[usize]; 2] = [&[4, 2, 1, 3], &[2, 1, 3]];
+    check_rnn_fixture(
+        "lstm_bidir",
+        &ins,
+        &outs,
+        10,
+        Precision::Fp32,
+        RNN_FP32_ATOL,
+    );
+    check_rnn_fixture(
+        "lstm_bidir",
+        &ins,
+        &outs,
+        10,
+        Precision::Fp16,
+        RNN_FP16_ATOL,
+    );
+}
+
+#[test]
+fn onnx_scan_six_steps_matches_onnxruntime() {
+    // A running sum (state, last value) and twice it (scanned output) over 6 steps.
+    let ins: [&[usize]; 2] = [&[3], &[6, 3]];
+    let outs: [&[usize]; 2] = [&[3], &[6, 3]];
+    check_rnn_fixture(
+        "scan_cumsum",
+        &ins,
+        &outs,
+        0,
+        Precision::Fp32,
+        RNN_FP32_ATOL,
+    );
+    check_rnn_fixture(
+        "scan_cumsum",
+        &ins,
+        &outs,
+        0,
+        Precision::Fp16,
+        RNN_FP16_ATOL,
+    );
+}
+
+#[test]
+fn lstm_with_clip_is_refused_naming_node_and_attribute() {
+    // tract's importer ignores `clip`; the engine refuses it rather than run without it.
+    let onnx = std::fs::read(fixture("lstm_clip.onnx")).unwrap();
+    let err = native::compile(&onnx, &[vec![3, 1, 2]], Precision::Fp32).unwrap_err();
+    match err {
+        LowerError::Unsupported { node, op, detail } => {
+            assert_eq!(node, "the_clipped_lstm");
+            assert_eq!(op, "LSTM");
+            assert!(detail.contains("clip"), "{detail}");
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+}
+
+#[test]
+fn scan_longer_than_the_unroll_bound_is_refused_naming_node_and_count() {
+    let onnx = std::fs::read(fixture("scan_cumsum.onnx")).unwrap();
+    let n = native::lower::MAX_SCAN_ITERATIONS + 1;
+    let err = native::compile(&onnx, &[vec![3], vec![n, 3]], Precision::Fp32).unwrap_err();
+    match err {
+        LowerError::Unsupported { node, op, detail } => {
+            assert_eq!(node, "the_scan");
+            assert_eq!(op, "Scan");
+            assert!(detail.contains(&format!("{n} iterations")), "{detail}");
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+}
