@@ -721,7 +721,7 @@ impl<'m> Lowering<'m> {
             if let InputMapping::Scan(info) = m {
                 let len = self.g.tensor(outer[slot]).shape[info.axis];
                 let chunk = info.chunk.unsigned_abs();
-                if chunk == 0 || len % chunk != 0 {
+                if chunk == 0 || !len.is_multiple_of(chunk) {
                     return Err(unsupported(
                         node,
                         format!("scan input {slot}: chunk {} over length {len}", info.chunk),
