@@ -497,3 +497,318 @@ fn resize_variants_match_tract_cpu() {
         matches!(k, StepKind::Resize(_))
     });
 }
+
+/// 16-bit mono PCM samples of a WAV file in [-1, 1), every `step`-th sample (a crude
+/// decimation: the network only needs audio-like input, not a faithful 16 kHz signal).
+fn wav_samples(name: &str, step: usize) -> Vec<f32> {
+    let bytes = std::fs::read(asset(name)).unwrap();
+    assert_eq!(&bytes[..4], b"RIFF");
+    let mut at = 12;
+    loop {
+        let id = &bytes[at..at + 4];
+        let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        if id == b"fmt " {
+            let channels = u16::from_le_bytes(bytes[at + 10..at + 12].try_into().unwrap());
+            let bits = u16::from_le_bytes(bytes[at + 22..at + 24].try_into().unwrap());
+            assert_eq!(
+                (channels, bits),
+                (1, 16),
+                "{name}: mono 16-bit PCM expected"
+            );
+        }
+        if id == b"data" {
+            return bytes[at + 8..at + 8 + len]
+                .chunks_exact(2)
+                .step_by(step)
+                .map(|c| i16::from_le_bytes([c[0], c[1]]) as f32 / 32768.0)
+                .collect();
+        }
+        at += 8 + len + (len & 1);
+    }
+}
+
+/// Silero VAD v6 (`silero_vad_op18_ifless.onnx`) streamed over real audio, `sr` fixed to
+/// 16000 at load as the VAD family does: every 512-sample chunk (with its 64 samples of
+/// context) goes through tract's CPU plan (with `sr` as a real input) and through the
+/// lowered IR on the host reference executor and the GPU launch emulation, each carrying its
+/// own recurrent state from chunk to chunk. The probability and the next state are compared
+/// at every chunk, so the state is non-zero (and drifting apart would show) from chunk 2 on.
+fn check_silero(precision: Precision, atol: f32, rtol: f32) -> (f32, f32) {
+    const CHUNK: usize = 512;
+    const CONTEXT: usize = 64;
+    let onnx = std::fs::read(asset("silero_vad_op18_ifless.onnx")).unwrap();
+    let fixed = [tether_runtime::backend::FixedInput::scalar_i64("sr", 16000)];
+    let compiled = native::compile_fixed(
+        &onnx,
+        &[vec![1, CHUNK + CONTEXT], vec![2, 1, 128]],
+        &fixed,
+        precision,
+    )
+    .unwrap();
+    eprintln!(
+        "silero {precision:?}: {} steps\n{}",
+        compiled.graph.steps.len(),
+        compiled.graph.describe()
+    );
+    // tract's reference plan: `sr` made an initializer of the ONNX graph here (tract cannot
+    // type the network's `If` on a variable `sr`), independently of the engine's own
+    // substitution.
+    let framework = tract_onnx::onnx().with_ignore_value_info(true);
+    let mut proto = framework.proto_model_for_read(&mut &onnx[..]).unwrap();
+    let graph = proto.graph.as_mut().unwrap();
+    graph.input.retain(|v| v.name != "sr");
+    graph.initializer.push(tract_onnx::pb::TensorProto {
+        name: "sr".into(),
+        data_type: 7,
+        int64_data: vec![16000],
+        ..Default::default()
+    });
+    let plan = framework
+        .model_for_proto_model(&proto)
+        .unwrap()
+        .with_input_fact(0, f32::fact([1, CHUNK + CONTEXT]).into())
+        .unwrap()
+        .with_input_fact(1, f32::fact([2, 1, 128]).into())
+        .unwrap()
+        .into_optimized()
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let audio = wav_samples("Front_Center.wav", 3);
+    let mut context = vec![0f32; CONTEXT];
+    let mut want_state = vec![0f32; 256];
+    let mut states = [vec![0f32; 256], vec![0f32; 256]];
+    let (mut worst_prob, mut worst_state) = (0f32, 0f32);
+    let chunks = audio.len() / CHUNK;
+    for (c, chunk) in audio.chunks_exact(CHUNK).enumerate() {
+        let mut x = context.clone();
+        x.extend_from_slice(chunk);
+        context.copy_from_slice(&x[x.len() - CONTEXT..]);
+        let t = |shape: &[usize], v: &[f32]| {
+            tract_ndarray::ArrayD::from_shape_vec(shape, v.to_vec())
+                .unwrap()
+                .into_tensor()
+                .into_tvalue()
+        };
+        let want = plan
+            .run(tvec!(
+                t(&[1, CHUNK + CONTEXT], &x),
+                t(&[2, 1, 128], &want_state)
+            ))
+            .unwrap();
+        let want_prob = as_f32(want[0].as_bytes());
+        want_state = as_f32(want[1].as_bytes());
+        let xb: Vec<u8> = x.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        for (r, state) in states.iter_mut().enumerate() {
+            let sb: Vec<u8> = state.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            let got = if r == 0 {
+                reference::run(&compiled.graph, &compiled.memory, &[&xb, &sb]).unwrap()
+            } else {
+                emulate::run(&compiled, &[&xb, &sb]).unwrap()
+            };
+            let prob = as_f32(&got[0]);
+            *state = as_f32(&got[1]);
+            let dp = (prob[0] - want_prob[0]).abs();
+            let (ds, at) = worst(state, &want_state, atol, rtol);
+            eprintln!(
+                "  chunk {c} {}: |prob diff| {dp:.2e}, state ratio {ds:.3} at {at} ({} vs {})",
+                ["reference", "emulation"][r],
+                state[at],
+                want_state[at]
+            );
+            assert!(
+                dp <= atol && ds <= 1.0,
+                "{precision:?} {} chunk {c}: probability {} vs tract {} (|diff| {dp}), \
+                 state element {at}: {} vs tract {}, tolerance {atol} + {rtol} * |tract|",
+                ["host reference", "GPU launch emulation"][r],
+                prob[0],
+                want_prob[0],
+                state[at],
+                want_state[at]
+            );
+            worst_prob = worst_prob.max(dp);
+            worst_state = worst_state.max(ds);
+        }
+    }
+    assert!(
+        want_state.iter().any(|&v| v.abs() > 0.1),
+        "the audio moved the state"
+    );
+    eprintln!(
+        "silero {precision:?}: {chunks} chunks, worst |prob diff| {worst_prob:.2e}, \
+         worst state error ratio {worst_state:.3} (tolerance {atol} + {rtol} * |tract|)"
+    );
+    (worst_prob, worst_state)
+}
+
+#[test]
+fn silero_vad_fp32_matches_tract_cpu_over_streamed_audio() {
+    check_silero(Precision::Fp32, 1e-5, 1e-4);
+}
+
+#[test]
+fn silero_vad_fp16_within_its_tolerance() {
+    check_silero(Precision::Fp16, 5e-2, 2e-2);
+}
+
+/// A recurrent fixture (`runtime/tests/native/make_rnn_fixtures.py`) against onnxruntime's
+/// outputs in its `.golden.bin` (inputs then outputs, little-endian f32): lowered at the
+/// fixture's shapes, run on the host reference and the GPU launch emulation.
+fn check_rnn_fixture(
+    name: &str,
+    inputs: &[&[usize]],
+    outputs: &[&[usize]],
+    expect_gemms: usize,
+    precision: Precision,
+    atol: f32,
+) {
+    let onnx = std::fs::read(fixture(&format!("{name}.onnx"))).unwrap();
+    let golden = std::fs::read(fixture(&format!("{name}.golden.bin"))).unwrap();
+    let mut values = golden
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()));
+    let mut take =
+        |shape: &[usize]| -> Vec<f32> { values.by_ref().take(shape.iter().product()).collect() };
+    let ins: Vec<Vec<f32>> = inputs.iter().map(|s| take(s)).collect();
+    let want: Vec<Vec<f32>> = outputs.iter().map(|s| take(s)).collect();
+    assert!(
+        values.next().is_none()
+            && want
+                .iter()
+                .zip(outputs)
+                .all(|(w, s)| w.len() == s.iter().product::<usize>()),
+        "{name}: golden file size"
+    );
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|s| s.to_vec()).collect();
+    let compiled = native::compile(&onnx, &shapes, precision).unwrap();
+    eprintln!("{name} {precision:?}:\n{}", compiled.graph.describe());
+    // Unrolled: one recurrent matrix product per time step and direction (plus the input
+    // projection tract hoists out of the loop).
+    let gemms = compiled
+        .graph
+        .steps
+        .iter()
+        .filter(|s| matches!(s.kind, StepKind::Gemm(_)))
+        .count();
+    assert_eq!(gemms, expect_gemms, "{name}: matrix products");
+    let bytes: Vec<Vec<u8>> = ins
+        .iter()
+        .map(|v| v.iter().flat_map(|x| x.to_ne_bytes()).collect())
+        .collect();
+    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
+    let reference = reference::run(&compiled.graph, &compiled.memory, &refs).unwrap();
+    let emulated = emulate::run(&compiled, &refs).unwrap();
+    for (runner, got) in [
+        ("host reference", reference),
+        ("GPU launch emulation", emulated),
+    ] {
+        assert_eq!(got.len(), want.len());
+        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+            let g = as_f32(g);
+            let (e, at) = worst(&g, w, atol, 0.0);
+            eprintln!(
+                "  {precision:?} {runner} output {o}: {} values, worst |diff| / {atol} = {e:.3} at {at} (got {}, onnxruntime {})",
+                w.len(),
+                g[at],
+                w[at]
+            );
+            assert!(
+                e <= 1.0,
+                "{name} {precision:?} {runner} output {o}: element {at} is {} (onnxruntime {}), beyond {atol}",
+                g[at],
+                w[at]
+            );
+        }
+    }
+}
+
+/// fp32 against onnxruntime: both compute sigmoid and tanh to within an ulp or two of the
+/// exact values over a handful of time steps.
+const RNN_FP32_ATOL: f32 = 1e-5;
+/// fp16 storage of the gates and states (11-bit significands), compounded over the steps.
+const RNN_FP16_ATOL: f32 = 2e-2;
+
+#[test]
+fn lstm_forward_five_steps_matches_onnxruntime() {
+    // seq 5, batch 2, input 3, hidden 4; biases, initial h and c; Y, Y_h, Y_c.
+    let ins: [&[usize]; 3] = [&[5, 2, 3], &[1, 2, 4], &[1, 2, 4]];
+    let outs: [&[usize]; 3] = [&[5, 1, 2, 4], &[1, 2, 4], &[1, 2, 4]];
+    check_rnn_fixture("lstm_seq", &ins, &outs, 6, Precision::Fp32, RNN_FP32_ATOL);
+    check_rnn_fixture("lstm_seq", &ins, &outs, 6, Precision::Fp16, RNN_FP16_ATOL);
+}
+
+#[test]
+fn lstm_bidirectional_matches_onnxruntime() {
+    // Forward and backward scans (chunk -1), zero initial state, no bias, then Tanh over Y.
+    let ins: [&[usize]; 1] = [&[4, 1, 2]];
+    let outs: [&[usize]; 2] = [&[4, 2, 1, 3], &[2, 1, 3]];
+    check_rnn_fixture(
+        "lstm_bidir",
+        &ins,
+        &outs,
+        10,
+        Precision::Fp32,
+        RNN_FP32_ATOL,
+    );
+    check_rnn_fixture(
+        "lstm_bidir",
+        &ins,
+        &outs,
+        10,
+        Precision::Fp16,
+        RNN_FP16_ATOL,
+    );
+}
+
+#[test]
+fn onnx_scan_six_steps_matches_onnxruntime() {
+    // A running sum (state, last value) and twice it (scanned output) over 6 steps.
+    let ins: [&[usize]; 2] = [&[3], &[6, 3]];
+    let outs: [&[usize]; 2] = [&[3], &[6, 3]];
+    check_rnn_fixture(
+        "scan_cumsum",
+        &ins,
+        &outs,
+        0,
+        Precision::Fp32,
+        RNN_FP32_ATOL,
+    );
+    check_rnn_fixture(
+        "scan_cumsum",
+        &ins,
+        &outs,
+        0,
+        Precision::Fp16,
+        RNN_FP16_ATOL,
+    );
+}
+
+#[test]
+fn lstm_with_clip_is_refused_naming_node_and_attribute() {
+    // tract's importer ignores `clip`; the engine refuses it rather than run without it.
+    let onnx = std::fs::read(fixture("lstm_clip.onnx")).unwrap();
+    let err = native::compile(&onnx, &[vec![3, 1, 2]], Precision::Fp32).unwrap_err();
+    match err {
+        LowerError::Unsupported { node, op, detail } => {
+            assert_eq!(node, "the_clipped_lstm");
+            assert_eq!(op, "LSTM");
+            assert!(detail.contains("clip"), "{detail}");
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+}
+
+#[test]
+fn scan_longer_than_the_unroll_bound_is_refused_naming_node_and_count() {
+    let onnx = std::fs::read(fixture("scan_cumsum.onnx")).unwrap();
+    let n = native::lower::MAX_SCAN_ITERATIONS + 1;
+    let err = native::compile(&onnx, &[vec![3], vec![n, 3]], Precision::Fp32).unwrap_err();
+    match err {
+        LowerError::Unsupported { node, op, detail } => {
+            assert_eq!(node, "the_scan");
+            assert_eq!(op, "Scan");
+            assert!(detail.contains(&format!("{n} iterations")), "{detail}");
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+}

@@ -59,6 +59,15 @@ fn gpu_vad() -> Vad {
         EngineKind::TractCpu,
         "the network fell back to the CPU on a GPU device"
     );
+    // The native engine lowers Silero VAD completely (runtime/tests/native_reference.rs):
+    // when it is compiled in, selection must pick it, not fall through to tract-cuda.
+    if tether_runtime::device::compiled(EngineKind::CudaNative) {
+        assert_eq!(
+            vad.engine(),
+            EngineKind::CudaNative,
+            "the native engine is compiled in but was passed over (see the load log)"
+        );
+    }
     vad
 }
 

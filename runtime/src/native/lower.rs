@@ -23,9 +23,11 @@ use tract_onnx::tract_core::ops::einsum::EinSum;
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
 use tract_onnx::tract_core::ops::konst::Const;
 use tract_onnx::tract_core::ops::logic::Iff;
+use tract_onnx::tract_core::ops::lstm_cell::LstmEpilogue;
 use tract_onnx::tract_core::ops::nn::{
     DataFormat, NearestUpsample, Reduce, Reducer, RmsNorm, ScaledRmsNorm, Softmax, SoftmaxKind,
 };
+use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
 use tract_onnx::tract_core::ops::source::TypedSource;
 
 use super::gemm;
@@ -92,6 +94,9 @@ pub fn load_model_fixed(
             })
         })?;
     }
+    if let Some(graph) = proto.graph.as_ref() {
+        refuse_ignored_recurrent_attributes(graph)?;
+    }
     // Declared input element types (the inference model may not know them without value_info).
     let mut declared = Vec::new();
     if let Some(graph) = proto.graph.as_ref() {
@@ -140,6 +145,75 @@ pub fn load_model_fixed(
     let mut typed = model.into_typed().map_err(model_err)?;
     declutter(&mut typed).map_err(model_err)?;
     Ok(typed)
+}
+
+/// Refuse the attributes of ONNX `LSTM`, `GRU` and `RNN` that tract's importer does not
+/// apply (it builds the cell with the default activations, no clipping, no coupled input and
+/// forget gates, and runs a single direction forwards), in `graph` and its subgraphs: the
+/// typed graph no longer shows them, so they are checked on the ONNX node itself.
+///
+/// # Errors
+/// [`LowerError::Unsupported`] naming the node, its operator and the attribute.
+fn refuse_ignored_recurrent_attributes(
+    graph: &tract_onnx::pb::GraphProto,
+) -> Result<(), LowerError> {
+    for n in &graph.node {
+        for a in &n.attribute {
+            for sub in a.g.iter().chain(&a.graphs) {
+                refuse_ignored_recurrent_attributes(sub)?;
+            }
+        }
+        let defaults: &[&str] = match n.op_type.as_str() {
+            "LSTM" => &["sigmoid", "tanh", "tanh"],
+            "GRU" => &["sigmoid", "tanh"],
+            "RNN" => &["tanh"],
+            _ => continue,
+        };
+        let refuse = |detail: String| LowerError::Unsupported {
+            node: n.name.clone(),
+            op: n.op_type.clone(),
+            detail,
+        };
+        for a in &n.attribute {
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            match a.name.as_str() {
+                "clip" => {
+                    return Err(refuse(format!(
+                        "attribute clip = {} (tract's importer does not clip the cell)",
+                        a.f
+                    )));
+                }
+                "direction" if a.s == b"reverse" => {
+                    return Err(refuse(
+                        "attribute direction = reverse (tract's importer runs a single direction forwards)"
+                            .into(),
+                    ));
+                }
+                "input_forget" if a.i != 0 => {
+                    return Err(refuse(format!("attribute input_forget = {}", a.i)));
+                }
+                "activations" => {
+                    let given: Vec<String> = a.strings.iter().map(|b| text(b)).collect();
+                    let default = given.chunks(defaults.len()).all(|c| {
+                        c.len() == defaults.len()
+                            && c.iter()
+                                .zip(defaults)
+                                .all(|(g, d)| g.eq_ignore_ascii_case(d))
+                    });
+                    if !default {
+                        return Err(refuse(format!(
+                            "attribute activations = {given:?} (tract's importer applies the defaults {defaults:?})"
+                        )));
+                    }
+                }
+                "activation_alpha" | "activation_beta" if !a.floats.is_empty() => {
+                    return Err(refuse(format!("attribute {} = {:?}", a.name, a.floats)));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// tract's declutter, without the passes that reshape the graph for a CPU at a GPU's
@@ -224,20 +298,7 @@ pub fn lower(model: &TypedModel) -> Result<Graph, LowerError> {
         });
         l.map.insert(*outlet, t);
     }
-    for id in order {
-        let node = model.node(id);
-        if node.op_as::<TypedSource>().is_some() {
-            continue;
-        }
-        // Constants (and anything tract folded to a constant) are materialised on demand.
-        if node.op_as::<Const>().is_some() || node.outputs.iter().all(|o| o.fact.konst.is_some()) {
-            continue;
-        }
-        if l.fold(node)? {
-            continue;
-        }
-        l.node(node)?;
-    }
+    l.nodes(&order)?;
     for (i, outlet) in outputs.iter().enumerate() {
         let t = l.tensor(*outlet)?;
         let name = model
@@ -257,6 +318,12 @@ pub fn lower(model: &TypedModel) -> Result<Graph, LowerError> {
         .map_err(|e| LowerError::Model(format!("internal: lowered graph is invalid: {e}")))?;
     Ok(l.g)
 }
+
+/// The most iterations of a `Scan` (ONNX `LSTM`, `GRU`, `RNN`, `Scan`) the front end unrolls:
+/// every iteration becomes its own steps (a matrix product and one or two element-wise
+/// kernels per step of an LSTM), so a longer sequence is refused rather than turned into
+/// thousands of launches.
+pub const MAX_SCAN_ITERATIONS: usize = 256;
 
 /// Padding, strides and dilations per spatial axis.
 type Spatial = (Vec<usize>, Vec<usize>, Vec<usize>);
@@ -281,6 +348,27 @@ fn unsupported(node: &TypedNode, detail: impl Into<String>) -> LowerError {
 }
 
 impl<'m> Lowering<'m> {
+    /// Lower the nodes of `self.model` in `order` (sources are already mapped).
+    fn nodes(&mut self, order: &[usize]) -> Result<(), LowerError> {
+        for &id in order {
+            let node = self.model.node(id);
+            if node.op_as::<TypedSource>().is_some() {
+                continue;
+            }
+            // Constants (and anything tract folded to a constant) are materialised on demand.
+            if node.op_as::<Const>().is_some()
+                || node.outputs.iter().all(|o| o.fact.konst.is_some())
+            {
+                continue;
+            }
+            if self.fold(node)? {
+                continue;
+            }
+            self.node(node)?;
+        }
+        Ok(())
+    }
+
     fn concrete(&self, node: &TypedNode, fact: &TypedFact) -> Result<Vec<usize>, LowerError> {
         fact.shape
             .as_concrete()
@@ -571,6 +659,12 @@ impl<'m> Lowering<'m> {
             }
             return self.rms_norm(node, op.axis, &op.eps, true);
         }
+        if node.op_as::<Scan>().is_some() {
+            return self.scan(node);
+        }
+        if let Some(op) = node.op_as::<LstmEpilogue>() {
+            return self.lstm_epilogue(node, op.hidden);
+        }
         if op.name() == "Identity" {
             let x = self.tensor(node.inputs[0])?;
             self.alias(node, x);
@@ -580,6 +674,338 @@ impl<'m> Lowering<'m> {
             node,
             "operator not lowered by the native engine",
         ))
+    }
+
+    /// tract's `Scan` (the typed form of ONNX `Scan`, `LSTM`, `GRU` and `RNN`), unrolled: the
+    /// iteration count is known at load (fixed input shapes) and at most
+    /// [`MAX_SCAN_ITERATIONS`]. Every iteration lowers the body's nodes through this same
+    /// front end: scanned inputs are views (one chunk of the outer tensor along the scan
+    /// axis, from the end for a negative chunk), full inputs are the outer tensors, state
+    /// inputs are the initial values, then the previous iteration's state outputs (tract
+    /// pairs the n-th state input with the n-th output marked as state). Scanned outputs are
+    /// copies into their slice of the outer output (usually elided: the body writes there);
+    /// last-value outputs are the final iteration's tensors. Each run starts from the
+    /// initial state given to it, as ONNX defines the operators.
+    fn scan(&mut self, node: &TypedNode) -> Result<(), LowerError> {
+        let model: &'m TypedModel = self.model;
+        let op = model
+            .node(node.id)
+            .op_as::<Scan>()
+            .expect("the caller matched a Scan");
+        let body = &op.body;
+        if op.skip != 0 {
+            return Err(unsupported(
+                node,
+                format!("scan skipping {} iterations", op.skip),
+            ));
+        }
+        let body_err = |e: TractError| LowerError::Model(format!("node `{}`: {e:#}", node.name));
+        let body_inputs = body.input_outlets().map_err(body_err)?.to_vec();
+        let body_outputs = body.output_outlets().map_err(body_err)?.to_vec();
+        if body_inputs.len() != op.input_mapping.len()
+            || body_inputs.len() != node.inputs.len()
+            || body_outputs.len() != op.output_mapping.len()
+        {
+            return Err(LowerError::Model(format!(
+                "node `{}`: scan mappings do not match its body",
+                node.name
+            )));
+        }
+        let mut outer = Vec::new();
+        for &i in &node.inputs {
+            outer.push(self.tensor(i)?);
+        }
+        // Iteration count from the scanned inputs (all must agree, no partial chunk).
+        let mut iters: Option<usize> = None;
+        for (slot, m) in op.input_mapping.iter().enumerate() {
+            if let InputMapping::Scan(info) = m {
+                let len = self.g.tensor(outer[slot]).shape[info.axis];
+                let chunk = info.chunk.unsigned_abs();
+                if chunk == 0 || !len.is_multiple_of(chunk) {
+                    return Err(unsupported(
+                        node,
+                        format!("scan input {slot}: chunk {} over length {len}", info.chunk),
+                    ));
+                }
+                if iters.is_some_and(|n| n != len / chunk) {
+                    return Err(unsupported(node, "scan inputs of different lengths"));
+                }
+                iters = Some(len / chunk);
+            }
+        }
+        let Some(iters) = iters else {
+            return Err(unsupported(node, "scan without a scanned input"));
+        };
+        if iters == 0 || iters > MAX_SCAN_ITERATIONS {
+            return Err(unsupported(
+                node,
+                format!("{iters} iterations (unrolled up to {MAX_SCAN_ITERATIONS})"),
+            ));
+        }
+        // Scanned outputs: allocated whole, each iteration writes its slice.
+        let mut scan_out: HashMap<usize, TensorId> = HashMap::new();
+        for (ix, m) in op.output_mapping.iter().enumerate() {
+            if let Some((slot, info)) = m.scan {
+                let (shape, dt) = self.output_fact(node, slot)?;
+                let elem =
+                    self.concrete(node, body.outlet_fact(body_outputs[ix]).map_err(body_err)?)?;
+                let per = elem.get(info.axis).copied().unwrap_or(0);
+                if shape.get(info.axis) != Some(&(per * iters)) || (info.chunk < 0 && per != 1) {
+                    return Err(unsupported(
+                        node,
+                        format!(
+                            "scan output {slot} of {shape:?} from body chunks of {elem:?} over {iters} iterations (chunk {})",
+                            info.chunk
+                        ),
+                    ));
+                }
+                let y = self.g.add_packed(
+                    format!("{}.{slot}", node.name),
+                    dt,
+                    &shape,
+                    BufferKind::Activation,
+                );
+                self.map.insert(OutletId::new(node.id, slot), y);
+                scan_out.insert(ix, y);
+            }
+        }
+        let state_outputs: Vec<usize> = (0..op.output_mapping.len())
+            .filter(|&ix| op.output_mapping[ix].state)
+            .collect();
+        let mut state: Vec<TensorId> = op
+            .input_mapping
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.is_state())
+            .map(|(slot, _)| outer[slot])
+            .collect();
+        if state.len() != state_outputs.len() {
+            return Err(LowerError::Model(format!(
+                "node `{}`: {} state inputs, {} state outputs",
+                node.name,
+                state.len(),
+                state_outputs.len()
+            )));
+        }
+        let order = body.eval_order().map_err(body_err)?;
+        // Constants of the body are materialised once, shared by every iteration.
+        let mut weights: HashMap<OutletId, TensorId> = HashMap::new();
+        let mut folded: HashMap<OutletId, Arc<Tensor>> = HashMap::new();
+        for i in 0..iters {
+            let mut sub = Lowering {
+                model: body,
+                g: std::mem::take(&mut self.g),
+                map: std::mem::take(&mut weights),
+                packed: HashMap::new(),
+                folded: std::mem::take(&mut folded),
+            };
+            let mut next_state = 0;
+            for (slot, m) in op.input_mapping.iter().enumerate() {
+                let t = match m {
+                    InputMapping::Full => outer[slot],
+                    InputMapping::State => {
+                        next_state += 1;
+                        state[next_state - 1]
+                    }
+                    InputMapping::Scan(info) => {
+                        let src = sub.g.tensor(outer[slot]).clone();
+                        let chunk = info.chunk.unsigned_abs();
+                        let start = if info.chunk > 0 {
+                            i * chunk
+                        } else {
+                            src.shape[info.axis] - (i + 1) * chunk
+                        };
+                        let mut shape = src.shape.clone();
+                        shape[info.axis] = chunk;
+                        let offset = (src.offset as isize + start as isize * src.strides[info.axis])
+                            as usize;
+                        sub.view(
+                            outer[slot],
+                            format!("{}.iter{i}.in{slot}", node.name),
+                            shape,
+                            offset,
+                            src.strides.clone(),
+                        )
+                    }
+                };
+                let want =
+                    sub.concrete(node, body.outlet_fact(body_inputs[slot]).map_err(body_err)?)?;
+                if sub.g.tensor(t).shape != want {
+                    let got = sub.g.tensor(t).shape.clone();
+                    self.g = sub.g;
+                    return Err(unsupported(
+                        node,
+                        format!("scan input {slot} of {got:?} for a body input of {want:?}"),
+                    ));
+                }
+                sub.map.insert(body_inputs[slot], t);
+            }
+            let lowered = sub.nodes(&order);
+            let outs: Result<Vec<TensorId>, LowerError> =
+                lowered.and_then(|()| body_outputs.iter().map(|&o| sub.tensor(o)).collect());
+            // Keep the constants for the next iteration, drop the rest of the body's map.
+            let konst: Vec<OutletId> = sub
+                .map
+                .keys()
+                .copied()
+                .filter(|&o| sub.konst(o).is_some())
+                .collect();
+            weights = konst.into_iter().map(|o| (o, sub.map[&o])).collect();
+            folded = std::mem::take(&mut sub.folded);
+            self.g = sub.g;
+            let outs = outs?;
+            for (k, &ix) in state_outputs.iter().enumerate() {
+                state[k] = outs[ix];
+            }
+            for (ix, m) in op.output_mapping.iter().enumerate() {
+                if let Some((_, info)) = m.scan {
+                    let y = scan_out[&ix];
+                    let src = self.g.tensor(outs[ix]).clone();
+                    let out = self.g.tensor(y).clone();
+                    let per = src.shape[info.axis];
+                    let at = if info.chunk > 0 {
+                        i * per
+                    } else {
+                        iters - 1 - i
+                    };
+                    let offset = out.offset + at * out.strides[info.axis] as usize;
+                    let slice = self.view(
+                        y,
+                        format!("{}.iter{i}.out{ix}", node.name),
+                        src.shape.clone(),
+                        offset,
+                        out.strides.clone(),
+                    );
+                    self.push(
+                        node,
+                        StepKind::Copy {
+                            src: outs[ix],
+                            dst: slice,
+                        },
+                    );
+                }
+                if i + 1 == iters
+                    && let Some(slot) = m.last_value_slot
+                {
+                    let (shape, _) = self.output_fact(node, slot)?;
+                    if self.g.tensor(outs[ix]).shape != shape {
+                        return Err(unsupported(
+                            node,
+                            format!(
+                                "last value {slot} of {shape:?} from a body output of {:?}",
+                                self.g.tensor(outs[ix]).shape
+                            ),
+                        ));
+                    }
+                    self.map.insert(OutletId::new(node.id, slot), outs[ix]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// tract's fused LSTM cell (`LstmEpilogue`, inside the body of an ONNX `LSTM`'s scan):
+    /// `preact` `[rows, 4 * hidden]` (gate order i, o, f, c, biases included) and the
+    /// previous cell state `c` `[.., hidden]` give `Ct = sigmoid(f) * c + sigmoid(i) *
+    /// tanh(g)` and `Ht = sigmoid(o) * tanh(Ct)`: two element-wise steps over gate views of
+    /// the packed pre-activations.
+    fn lstm_epilogue(&mut self, node: &TypedNode, hidden: usize) -> Result<(), LowerError> {
+        use super::program::Expr;
+        let pre = self.float_input(node, 0)?;
+        let pre = self.packed(pre, &node.name);
+        let c = self.float_input(node, 1)?;
+        let cshape = self.g.tensor(c).shape.clone();
+        let rows = self.g.tensor(c).numel() / hidden.max(1);
+        if cshape.last() != Some(&hidden) || self.g.tensor(pre).numel() != rows * 4 * hidden {
+            return Err(unsupported(
+                node,
+                format!(
+                    "pre-activations {:?} for a cell state {cshape:?} of hidden size {hidden}",
+                    self.g.tensor(pre).shape
+                ),
+            ));
+        }
+        // Gate g of row r is preact[r * 4h + g * h .. + h]: the cell state's packed strides
+        // with every outer stride four times longer.
+        let mut strides = packed_strides(&cshape);
+        let last = strides.len() - 1;
+        for s in &mut strides[..last] {
+            *s *= 4;
+        }
+        let base = self.g.tensor(pre).offset;
+        let gates: Vec<TensorId> = (0..4)
+            .map(|g| {
+                self.view(
+                    pre,
+                    format!("{}.gate{}", node.name, ["i", "o", "f", "c"][g]),
+                    cshape.clone(),
+                    base + g * hidden,
+                    strides.clone(),
+                )
+            })
+            .collect();
+        let op = |op, a, b| Expr::Op {
+            op,
+            args: [a, b, 0],
+            imm: 0.0,
+        };
+        // Ct = sigmoid(f) * c + sigmoid(i) * tanh(g); inputs: i, f, g, c.
+        let ct_program = Program {
+            nodes: vec![
+                Expr::Input(0),
+                Expr::Input(1),
+                Expr::Input(2),
+                Expr::Input(3),
+                op(EwOp::Sigmoid, 1, 0),
+                op(EwOp::Mul, 4, 3),
+                op(EwOp::Sigmoid, 0, 0),
+                op(EwOp::Tanh, 2, 0),
+                op(EwOp::Mul, 6, 7),
+                op(EwOp::Add, 5, 8),
+            ],
+        };
+        let (_, dt) = self.output_fact(node, 1)?;
+        let ct = self.g.add_packed(
+            format!("{}.c", node.name),
+            dt,
+            &cshape,
+            BufferKind::Activation,
+        );
+        self.map.insert(OutletId::new(node.id, 1), ct);
+        self.push(
+            node,
+            StepKind::Elementwise {
+                inputs: vec![gates[0], gates[2], gates[3], c],
+                output: ct,
+                program: ct_program,
+            },
+        );
+        // Ht = sigmoid(o) * tanh(Ct); inputs: o, Ct.
+        let ht_program = Program {
+            nodes: vec![
+                Expr::Input(0),
+                Expr::Input(1),
+                op(EwOp::Sigmoid, 0, 0),
+                op(EwOp::Tanh, 1, 0),
+                op(EwOp::Mul, 2, 3),
+            ],
+        };
+        let ht = self.g.add_packed(
+            format!("{}.h", node.name),
+            dt,
+            &cshape,
+            BufferKind::Activation,
+        );
+        self.map.insert(OutletId::new(node.id, 0), ht);
+        self.push(
+            node,
+            StepKind::Elementwise {
+                inputs: vec![gates[1], ct],
+                output: ht,
+                program: ht_program,
+            },
+        );
+        Ok(())
     }
 
     fn float_input(&mut self, node: &TypedNode, slot: usize) -> Result<TensorId, LowerError> {
@@ -1094,8 +1520,10 @@ impl<'m> Lowering<'m> {
     }
 
     fn pad(&mut self, node: &TypedNode, op: &Pad) -> Result<(), LowerError> {
-        let PadMode::Constant(value) = &op.mode else {
-            return Err(unsupported(node, format!("pad mode {:?}", op.mode)));
+        let value = match &op.mode {
+            PadMode::Constant(value) => value,
+            PadMode::Reflect => return self.pad_gather(node, op, true),
+            PadMode::Edge => return self.pad_gather(node, op, false),
         };
         let value = value
             .cast_to::<f32>()
@@ -1138,6 +1566,94 @@ impl<'m> Lowering<'m> {
             out.strides.clone(),
         );
         self.push(node, StepKind::Copy { src: x, dst: inner });
+        Ok(())
+    }
+
+    /// Reflect (`reflect = true`) or edge padding: one gather per padded axis, with the
+    /// source index of every output position along the axis computed at load
+    /// (`reflect`: `-i` before the start, `2 (n - 1) - i` past the end; `edge`: clamped).
+    /// Axes are padded in order, each over the previous one's output, which fills corners
+    /// the way ONNX (and numpy) define them.
+    fn pad_gather(&mut self, node: &TypedNode, op: &Pad, reflect: bool) -> Result<(), LowerError> {
+        let x = self.tensor(node.inputs[0])?;
+        let mut cur = self.packed(x, &node.name);
+        let padded: Vec<usize> = (0..op.pads.len())
+            .filter(|&ax| op.pads[ax] != (0, 0))
+            .collect();
+        for (k, &ax) in padded.iter().enumerate() {
+            let (before, after) = op.pads[ax];
+            let shape = self.g.tensor(cur).shape.clone();
+            let n = shape[ax];
+            if n == 0 || (reflect && (before >= n || after >= n)) {
+                return Err(unsupported(
+                    node,
+                    format!(
+                        "{} pads {before}/{after} on axis {ax} of length {n}",
+                        if reflect { "reflect" } else { "edge" }
+                    ),
+                ));
+            }
+            let last = n as i64 - 1;
+            let idx: Vec<i64> = (0..(before + n + after) as i64)
+                .map(|p| {
+                    let i = p - before as i64;
+                    if reflect {
+                        if i < 0 {
+                            -i
+                        } else if i > last {
+                            2 * last - i
+                        } else {
+                            i
+                        }
+                    } else {
+                        i.clamp(0, last)
+                    }
+                })
+                .collect();
+            let indices = self.g.add_packed(
+                format!("{}.axis{ax}_indices", node.name),
+                ElemType::I64,
+                &[idx.len()],
+                BufferKind::Weight(idx.iter().flat_map(|v| v.to_ne_bytes()).collect()),
+            );
+            let mut out_shape = shape.clone();
+            out_shape[ax] = idx.len();
+            let y = if k + 1 == padded.len() {
+                let y = self.new_output(node, 0)?;
+                if self.g.tensor(y).shape != out_shape {
+                    return Err(LowerError::Model(format!(
+                        "node `{}`: padded to {out_shape:?}, tract says {:?}",
+                        node.name,
+                        self.g.tensor(y).shape
+                    )));
+                }
+                y
+            } else {
+                let dt = self.g.tensor(cur).dtype;
+                self.g.add_packed(
+                    format!("{}.axis{ax}", node.name),
+                    dt,
+                    &out_shape,
+                    BufferKind::Activation,
+                )
+            };
+            self.push(
+                node,
+                StepKind::Gather(ir::Gather {
+                    data: cur,
+                    indices,
+                    y,
+                    outer: shape[..ax].iter().product(),
+                    n,
+                    inner: shape[ax + 1..].iter().product(),
+                    count: idx.len(),
+                }),
+            );
+            cur = y;
+        }
+        if padded.is_empty() {
+            self.alias(node, x);
+        }
         Ok(())
     }
 
