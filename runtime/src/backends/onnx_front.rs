@@ -16,6 +16,9 @@
 //! - [`softmax_axes_last`] (tract CPU only): a softmax over a non-trailing axis runs over
 //!   rows moved last, where tract has its fast path (YOLOv8's DFL head: 63 ms -> under 1 ms
 //!   on an Intel Xeon).
+//! - [`scans_reset_every_run`]: recurrent loops (ONNX `LSTM`, `GRU`, `RNN`, `Scan`) start
+//!   from their state inputs on every run, as ONNX defines, instead of from tract's state of
+//!   the previous run.
 //! - [`eval_constant`]: the evaluation of one all-constant node, also used by the native
 //!   engine's lowering (`native/lower.rs`) for the constants it materialises as weights.
 
@@ -280,6 +283,28 @@ pub(crate) fn softmax_axes_last(model: &mut TypedModel) -> TractResult<usize> {
         rewritten += 1;
     }
     Ok(rewritten)
+}
+
+/// Make every recurrent loop of `model` start from the state its inputs give on every run
+/// (`reset_every_turn` on tract's `Scan`, kept by its optimised form); returns how many were
+/// changed. Call before tract's optimisation. tract imports ONNX `LSTM`, `GRU`, `RNN` and
+/// `Scan` as scans that keep their hidden state inside the run state between runs (for
+/// streaming), so a reused run state would silently ignore the `initial_h`/`initial_c`/state
+/// inputs from the second run on. ONNX defines every inference as independent; a family that
+/// streams (VAD) carries its state through the network's inputs and outputs. Loops nested
+/// inside a scan body are not visited.
+pub(crate) fn scans_reset_every_run(model: &mut TypedModel) -> usize {
+    use tract_onnx::tract_core::ops::scan::Scan;
+    let mut changed = 0;
+    for node in &mut model.nodes {
+        if let Some(op) = node.op_as_mut::<Scan>()
+            && !op.reset_every_turn
+        {
+            op.reset_every_turn = true;
+            changed += 1;
+        }
+    }
+    changed
 }
 
 #[cfg(test)]

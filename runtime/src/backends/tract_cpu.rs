@@ -431,10 +431,12 @@ impl TractCpuPlan {
             .into_typed()
             .and_then(|mut m| {
                 let folded = super::onnx_front::fold_constants(&mut m)?;
-                log::debug!("tract CPU plan for `{network}`: {folded} constant nodes folded");
+                let scans = super::onnx_front::scans_reset_every_run(&mut m);
                 let mut m = m.into_optimized()?;
                 let moved = super::onnx_front::softmax_axes_last(&mut m)?;
-                log::debug!("tract CPU plan for `{network}`: {moved} softmax axes moved last");
+                log::debug!(
+                    "tract CPU plan for `{network}`: {folded} constant nodes folded, {scans} recurrent loops reset every run, {moved} softmax axes moved last"
+                );
                 Ok(m)
             })
             .map_err(prepare)?;

@@ -100,6 +100,7 @@ impl Backend for TractCuda {
                 .into_typed()
                 .and_then(|mut m| {
                     super::onnx_front::fold_constants(&mut m)?;
+                    super::onnx_front::scans_reset_every_run(&mut m);
                     m.into_decluttered()
                 })
                 .map_err(|e| fail(format!("{e:#}")))?;
