@@ -580,7 +580,7 @@ fn profile(s: &mut Session, file: &str, precision: Precision) {
     }
     kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
     eprintln!(
-        "  profile {file} {precision:?}: {} steps, sum of eager step medians {total:.3} ms",
+        "  profile {file} {precision:?}: {} steps, sum of step medians inside a graph with an event node between steps {total:.3} ms",
         steps.len()
     );
     for (k, n, ms) in &kinds {

@@ -43,7 +43,7 @@ impl std::fmt::Display for CudnnError {
 impl std::error::Error for CudnnError {}
 
 #[inline]
-fn check(call: &'static str, s: sys::cudnnStatus_t) -> Result<(), CudnnError> {
+pub(super) fn check(call: &'static str, s: sys::cudnnStatus_t) -> Result<(), CudnnError> {
     if s == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
         Ok(())
     } else {

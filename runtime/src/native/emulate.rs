@@ -330,6 +330,8 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
                 algo: 1,
                 workspace: 1 << 12,
                 find_us: 0,
+                graph: None,
+                graph_workspace: 0,
             })
         })
         .collect();

@@ -32,7 +32,7 @@ use super::kernels::{
 };
 use super::launch::{self, Bases, ConvChoice, Launch, Layout, address};
 use super::memory::BUFFER_ALIGN;
-use super::{Compiled, LowerError, libs};
+use super::{Compiled, LowerError, cudnn_graph, libs};
 
 const ENGINE: EngineKind = EngineKind::CudaNative;
 
@@ -44,6 +44,10 @@ pub struct NativeOptions {
     /// Most workspace bytes one convolution algorithm may use (cuDNN's algorithm search
     /// considers only algorithms within it). Default 64 MiB.
     pub conv_workspace_limit: usize,
+    /// Also measure cuDNN's graph-API engine configurations for each forward convolution
+    /// (the heuristics' first [`cudnn_graph::MAX_CANDIDATES`]) and keep whichever of them and
+    /// the legacy algorithm is fastest. Default on; `TETHER_CUDNN_GRAPH=0` turns it off.
+    pub cudnn_graph: bool,
 }
 
 impl Default for NativeOptions {
@@ -51,6 +55,7 @@ impl Default for NativeOptions {
         NativeOptions {
             allow_nvrtc: false,
             conv_workspace_limit: 64 << 20,
+            cudnn_graph: std::env::var("TETHER_CUDNN_GRAPH").map_or(true, |v| v != "0"),
         }
     }
 }
@@ -148,6 +153,9 @@ struct PlanInner {
     weights: Option<DeviceArena>,
     kernels: Kernels,
     convs: Vec<Option<ConvChoice>>,
+    /// Graph-API geometry (with the load-time alignments) of each convolution run through
+    /// cuDNN's graph API.
+    geoms: Vec<Option<cudnn_graph::ConvGeometry>>,
     layout: Layout,
     uses_cudnn: bool,
     uses_cublas: bool,
@@ -274,6 +282,67 @@ fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, St
     }
 }
 
+/// The graph-API geometry of forward convolution step `i` with its operands at `x`, `w`, `y`
+/// (their alignment is read off the addresses). `None` for anything but a 1-D or 2-D forward
+/// convolution over f32 or f16.
+fn conv_geometry(g: &Graph, i: usize, x: u64, w: u64, y: u64) -> Option<cudnn_graph::ConvGeometry> {
+    let StepKind::Conv(c) = &g.steps[i].kind else {
+        return None;
+    };
+    let (xt, wt, yt) = (g.tensor(c.x), g.tensor(c.w), g.tensor(c.y));
+    let half = match xt.dtype {
+        ElemType::F32 => false,
+        ElemType::F16 => true,
+        _ => return None,
+    };
+    let d4 = |s: &[usize]| -> Option<[i64; 4]> {
+        let d = nchw(s)?;
+        Some(d.map(i64::from))
+    };
+    let p2 = |v: &[usize], one: usize| -> Option<[i64; 2]> { Some(pair(v, one)?.map(i64::from)) };
+    let pads = p2(&c.pads, 0)?;
+    Some(cudnn_graph::ConvGeometry {
+        x: d4(&xt.shape)?,
+        w: d4(&wt.shape)?,
+        y: d4(&yt.shape)?,
+        pre: pads,
+        post: pads,
+        strides: p2(&c.strides, 1)?,
+        dilations: p2(&c.dilations, 1)?,
+        align: [x, w, y].map(cudnn_graph::alignment),
+        half,
+    })
+}
+
+/// Mean GPU time of `runs` back-to-back enqueues of `f` on `stream` after `warmup`, in
+/// microseconds (CUDA events around the batch). `None` when an enqueue failed.
+fn time_us(
+    ctx: &Context,
+    stream: &Stream,
+    warmup: usize,
+    runs: usize,
+    mut f: impl FnMut() -> bool,
+) -> Option<f32> {
+    let (a, b) = (
+        Event::new(ctx, true, false).ok()?,
+        Event::new(ctx, true, false).ok()?,
+    );
+    for _ in 0..warmup {
+        if !f() {
+            return None;
+        }
+    }
+    a.record(stream).ok()?;
+    for _ in 0..runs {
+        if !f() {
+            return None;
+        }
+    }
+    b.record(stream).ok()?;
+    stream.synchronize().ok()?;
+    Some(Event::elapsed_ms(&a, &b).ok()? * 1e3 / runs as f32)
+}
+
 impl NativePlan {
     fn prepare(
         ctx: &Context,
@@ -372,6 +441,7 @@ impl NativePlan {
         // Algorithms: measured on a scratch copy of the real layout (same offsets, so the
         // same pointer alignments as at run time).
         let mut convs = vec![None; g.steps.len()];
+        let mut geoms: Vec<Option<cudnn_graph::ConvGeometry>> = vec![None; g.steps.len()];
         let mut cudnn_bytes = 0usize;
         if g.steps
             .iter()
@@ -460,19 +530,106 @@ impl NativePlan {
                     }
                 }
                 .map_err(|e| backend_err(network, format!("step {i} ({}): {e}", step.node)))?;
-                log::debug!(
-                    "{network}: {}: cuDNN algorithm {} ({} bytes of workspace, {} us)",
-                    step.node,
-                    found.algo,
-                    found.workspace,
-                    found.time_us
+                let (xa, wa, ya) = (
+                    address(&compiled, &bases, c.x),
+                    address(&compiled, &bases, c.w),
+                    address(&compiled, &bases, c.y),
                 );
-                cudnn_bytes = cudnn_bytes.max(found.workspace);
-                convs[i] = Some(ConvChoice {
+                let scratch_ptr = temp.ptr(scratch).0;
+                let mut choice = ConvChoice {
                     algo: found.algo,
                     workspace: found.workspace,
                     find_us: found.time_us,
-                });
+                    graph: None,
+                    graph_workspace: 0,
+                };
+                // The graph API's candidates against the legacy algorithm, each timed the
+                // same way on the real layout; the fastest is kept.
+                if !transposed && opts.cudnn_graph {
+                    let _ = handle.set_stream(stream.raw());
+                    let legacy_us = time_us(ctx, &stream, 3, 20, || {
+                        // SAFETY: as for the search above.
+                        unsafe {
+                            cudnn::conv_forward(
+                                &handle,
+                                &x,
+                                xa,
+                                &w,
+                                wa,
+                                &conv,
+                                cudnn::fwd_algo(found.algo),
+                                scratch_ptr,
+                                found.workspace,
+                                &y,
+                                ya,
+                            )
+                        }
+                        .is_ok()
+                    });
+                    let mut best = legacy_us.unwrap_or(f32::INFINITY);
+                    let geometry = conv_geometry(g, i, xa, wa, ya);
+                    match geometry.map(|geo| cudnn_graph::ConvGraph::new(&handle, &geo)) {
+                        Some(Ok(cg)) => {
+                            for rank in 0..cg.candidates() {
+                                let tc = cg.uses_tensor_cores(rank).unwrap_or(true);
+                                if tc && options.precision == Precision::Fp32 {
+                                    continue;
+                                }
+                                let Ok(plan) = cg.plan(&handle, rank) else {
+                                    continue;
+                                };
+                                if plan.workspace > limit {
+                                    continue;
+                                }
+                                let Ok(pack) = plan.variant_pack(xa, wa, ya, scratch_ptr) else {
+                                    continue;
+                                };
+                                // SAFETY: the pack's addresses lie in the temporary arena and
+                                // the weights, the scratch holds `limit` bytes.
+                                let us = time_us(ctx, &stream, 3, 20, || unsafe {
+                                    plan.execute(&handle, &pack).is_ok()
+                                });
+                                log::debug!(
+                                    "{network}: {}: cuDNN graph candidate {rank}: {us:?} us, {} bytes of workspace{}",
+                                    step.node,
+                                    plan.workspace,
+                                    if tc { ", tensor cores" } else { "" }
+                                );
+                                if let Some(us) = us.filter(|&us| us < best) {
+                                    best = us;
+                                    choice.graph = Some(rank as u8);
+                                    choice.graph_workspace = plan.workspace;
+                                    geoms[i] = geometry;
+                                }
+                            }
+                            stream.synchronize().map_err(crate::cuda::CudaError::from)?;
+                        }
+                        Some(Err(e)) => log::debug!(
+                            "{network}: {}: cuDNN graph API refused the convolution: {e}",
+                            step.node
+                        ),
+                        None => {}
+                    }
+                    choice.find_us = best.min(u32::MAX as f32) as u32;
+                }
+                log::debug!(
+                    "{network}: {}: {} ({} bytes of workspace, {} us)",
+                    step.node,
+                    match choice.graph {
+                        Some(r) => format!("cuDNN graph API, heuristics rank {r}"),
+                        None => format!("cuDNN algorithm {}", choice.algo),
+                    },
+                    if choice.graph.is_some() {
+                        choice.graph_workspace
+                    } else {
+                        choice.workspace
+                    },
+                    choice.find_us
+                );
+                cudnn_bytes = cudnn_bytes
+                    .max(choice.workspace)
+                    .max(choice.graph_workspace);
+                convs[i] = Some(choice);
             }
             ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
             drop(handle);
@@ -520,6 +677,7 @@ impl NativePlan {
             weights,
             kernels,
             convs,
+            geoms,
             layout,
             uses_cudnn,
             uses_cublas,
@@ -588,10 +746,50 @@ impl DevicePlan for NativePlan {
             .map(|i| step_descs(g, i, p.precision))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|m| backend_err(&p.network, m))?;
+        // Convolutions run through cuDNN's graph API: the chosen configuration rebuilt on this
+        // executor's handle (an execution plan belongs to the handle it was built with). One
+        // that cannot be rebuilt runs the legacy algorithm measured with it.
+        let mut graph_plans = Vec::with_capacity(g.steps.len());
+        for i in 0..g.steps.len() {
+            let rebuilt = match (
+                &cudnn,
+                p.convs[i].and_then(|c| c.graph),
+                p.geoms[i].as_ref(),
+            ) {
+                (Some(h), Some(rank), Some(geo)) => {
+                    match cudnn_graph::ConvGraph::new(h, geo)
+                        .and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (cg, plan)))
+                    {
+                        Ok((cg, plan)) if plan.workspace <= p.layout.cudnn_ws.1 => Some((cg, plan)),
+                        Ok((_, plan)) => {
+                            log::warn!(
+                                "{}: step {i}: cuDNN graph plan needs {} bytes of scratch, the plan has {}: legacy algorithm",
+                                p.network,
+                                plan.workspace,
+                                p.layout.cudnn_ws.1
+                            );
+                            None
+                        }
+                        Err(e) => {
+                            log::warn!(
+                                "{}: step {i}: cuDNN graph plan not rebuilt ({e}): legacy algorithm",
+                                p.network
+                            );
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            graph_plans.push(rebuilt);
+        }
+        let packs = (0..g.steps.len()).map(|_| None).collect();
         Ok(Box::new(NativeExecutor {
             plan: Arc::clone(p),
             cudnn,
             cublas,
+            graph_plans,
+            packs,
             descs,
             launches: Vec::with_capacity(g.steps.len()),
             cublas_ws: (0, 0),
@@ -607,6 +805,12 @@ pub struct NativeExecutor {
     plan: Arc<PlanInner>,
     cudnn: Option<cudnn::Handle>,
     cublas: Option<cublas::Handle>,
+    /// Per step: the cuDNN graph-API operation graph and execution plan of a convolution
+    /// that runs through it.
+    graph_plans: Vec<Option<(cudnn_graph::ConvGraph, cudnn_graph::ConvPlan)>>,
+    /// Per step: the variant pack (addresses) of the last binding for a graph-API plan;
+    /// `None` runs the legacy algorithm.
+    packs: Vec<Option<cudnn_graph::VariantPack>>,
     descs: Vec<StepDescs>,
     launches: Vec<Launch>,
     cublas_ws: (u64, usize),
@@ -675,7 +879,37 @@ impl NativeExecutor {
             p.layout.cublas_ws.1,
         );
         self.launches.clear();
-        launch::build(&p.compiled, &p.convs, &p.layout, &bases, &mut self.launches)
+        launch::build(&p.compiled, &p.convs, &p.layout, &bases, &mut self.launches)?;
+        // Variant packs for the graph-API convolutions, when the bound addresses are at least
+        // as aligned as the ones the plan was chosen for.
+        for pack in &mut self.packs {
+            *pack = None;
+        }
+        let cudnn_ws = b.workspace.ptr.offset(p.layout.cudnn_ws.0).0;
+        for l in &self.launches {
+            let Launch::Conv { step, x, w, y, .. } = l else {
+                continue;
+            };
+            let (Some((_, plan)), Some(geo)) = (&self.graph_plans[*step], &p.geoms[*step]) else {
+                continue;
+            };
+            let aligned = [*x, *w, *y]
+                .iter()
+                .zip(geo.align)
+                .all(|(&a, want)| cudnn_graph::alignment(a) >= want);
+            if !aligned {
+                log::debug!(
+                    "{}: step {step}: bound addresses less aligned than at load: legacy algorithm",
+                    p.network
+                );
+                continue;
+            }
+            self.packs[*step] = Some(
+                plan.variant_pack(*x, *w, *y, cudnn_ws)
+                    .map_err(|e| format!("step {step}: cuDNN variant pack: {e}"))?,
+            );
+        }
+        Ok(())
     }
 
     fn fail(&self, what: &'static str, detail: &dyn std::fmt::Display) -> RunError {
@@ -838,6 +1072,17 @@ impl NativeExecutor {
                     else {
                         return Err(self.fail("cudnnConvolutionForward", &"no descriptors"));
                     };
+                    if let (Some((_, plan)), Some(pack)) =
+                        (&self.graph_plans[*step], &self.packs[*step])
+                    {
+                        // SAFETY: the pack holds this step's bound addresses and the cuDNN
+                        // scratch region (at least the plan's workspace, checked at executor
+                        // creation); the plan was built on this handle.
+                        if let Err(e) = unsafe { plan.execute(h, pack) } {
+                            return Err(self.fail("cudnnBackendExecute", &e));
+                        }
+                        return Ok(());
+                    }
                     // SAFETY: descriptors built for these buffers; addresses resolved from
                     // the bound regions; the scratch region holds ws_bytes.
                     let r = unsafe {

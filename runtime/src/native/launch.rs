@@ -74,6 +74,12 @@ pub struct ConvChoice {
     pub workspace: usize,
     /// cuDNN's time for it when it was measured at load, microseconds (profiling labels).
     pub find_us: u32,
+    /// `Some(rank)`: run through cuDNN's graph API, the configuration the heuristics rank
+    /// `rank` for this convolution (`cudnn_graph`); `None`: the legacy `algo`.
+    pub graph: Option<u8>,
+    /// Scratch bytes of the graph-API plan (`workspace` is the legacy algorithm's, kept as
+    /// the fallback when an executor cannot rebuild the plan).
+    pub graph_workspace: usize,
 }
 
 /// One enqueued operation, with every address resolved.

@@ -29,6 +29,7 @@
 
 pub mod cublas;
 pub mod cudnn;
+pub mod cudnn_graph;
 pub mod emulate;
 pub mod engine;
 pub mod gemm;

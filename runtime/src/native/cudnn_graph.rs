@@ -1,0 +1,425 @@
+//! cuDNN's graph (backend) API for one forward convolution: an operation graph, the engine
+//! configurations cuDNN's heuristics rank for it (`CUDNN_HEUR_MODE_A`), execution plans, and
+//! variant packs binding the addresses. cuDNN 9 reaches its newer kernels (Hopper and later
+//! implicit-GEMM engines) only through this API; the legacy `cudnnConvolutionForward`
+//! algorithms are a fixed subset. On the H200 the legacy API's best fp32 algorithm for a
+//! 64-channel 3x3 convolution at 20x20 took 44 us in the captured graph
+//! (`docs/evidence/native-h200.md`), about 0.7 TFLOP/s.
+//!
+//! Attribute names, types and the descriptor life cycle (create, set, finalize, destroy) are
+//! cuDNN's backend API (`cudnn_graph.h`, "Backend Descriptor Types" in the cuDNN API
+//! reference). Tensors are packed NCHW, as the engine lays out every convolution operand;
+//! groups follow from the filter's input-channel count, as the backend API defines them.
+//!
+//! The algorithm choice is made once per plan (the engine measures the candidates on the real
+//! layout and keeps the fastest, legacy algorithms included); each executor rebuilds the
+//! chosen configuration on its own handle by its rank in the same heuristics query, because
+//! an operation graph and its execution plans belong to the handle they were built with.
+
+use std::ffi::c_void;
+
+use cudarc::cudnn::sys;
+use sys::cudnnBackendAttributeName_t as A;
+use sys::cudnnBackendAttributeType_t as T;
+use sys::cudnnBackendDescriptorType_t as D;
+
+use super::cudnn::{CudnnError, Handle, check};
+
+/// One backend descriptor, destroyed on drop.
+pub struct Desc(sys::cudnnBackendDescriptor_t);
+
+// SAFETY: a plain host object; used by one executor (or the plan's load) at a time.
+unsafe impl Send for Desc {}
+// SAFETY: immutable after finalisation; cuDNN's execute only reads it.
+unsafe impl Sync for Desc {}
+
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // SAFETY: created by cudnnBackendCreateDescriptor, destroyed once.
+        unsafe { sys::cudnnBackendDestroyDescriptor(self.0) };
+    }
+}
+
+impl Desc {
+    fn new(kind: D) -> Result<Self, CudnnError> {
+        let mut d: sys::cudnnBackendDescriptor_t = std::ptr::null_mut();
+        // SAFETY: writes one descriptor, destroyed in Drop.
+        check("cudnnBackendCreateDescriptor", unsafe {
+            sys::cudnnBackendCreateDescriptor(kind, &mut d)
+        })?;
+        Ok(Desc(d))
+    }
+
+    /// # Safety
+    /// `values` points at `count` elements of the type `ty` names.
+    unsafe fn set_raw(
+        &self,
+        name: A,
+        ty: T,
+        count: usize,
+        values: *const c_void,
+    ) -> Result<(), CudnnError> {
+        // SAFETY: the caller's contract; cuDNN copies the values before returning.
+        check("cudnnBackendSetAttribute", unsafe {
+            sys::cudnnBackendSetAttribute(self.0, name, ty, count as i64, values)
+        })
+    }
+
+    fn set_i64s(&self, name: A, v: &[i64]) -> Result<(), CudnnError> {
+        // SAFETY: v.len() i64 values.
+        unsafe { self.set_raw(name, T::CUDNN_TYPE_INT64, v.len(), v.as_ptr().cast()) }
+    }
+
+    fn set_descs(&self, name: A, v: &[&Desc]) -> Result<(), CudnnError> {
+        let raw: Vec<sys::cudnnBackendDescriptor_t> = v.iter().map(|d| d.0).collect();
+        // SAFETY: raw.len() descriptor handles, alive for the call.
+        unsafe {
+            self.set_raw(
+                name,
+                T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                raw.len(),
+                raw.as_ptr().cast(),
+            )
+        }
+    }
+
+    fn set_data_type(&self, name: A, dt: sys::cudnnDataType_t) -> Result<(), CudnnError> {
+        // SAFETY: one cudnnDataType_t.
+        unsafe {
+            self.set_raw(
+                name,
+                T::CUDNN_TYPE_DATA_TYPE,
+                1,
+                (&dt as *const sys::cudnnDataType_t).cast(),
+            )
+        }
+    }
+
+    fn set_handle(&self, name: A, h: &Handle) -> Result<(), CudnnError> {
+        let raw = h.raw();
+        // SAFETY: one handle.
+        unsafe {
+            self.set_raw(
+                name,
+                T::CUDNN_TYPE_HANDLE,
+                1,
+                (&raw as *const sys::cudnnHandle_t).cast(),
+            )
+        }
+    }
+
+    fn finalize(&self) -> Result<(), CudnnError> {
+        // SAFETY: live descriptor.
+        check("cudnnBackendFinalize", unsafe {
+            sys::cudnnBackendFinalize(self.0)
+        })
+    }
+
+    /// Read up to `out.len()` descriptors of attribute `name` into `out` (created by the
+    /// caller with the right type); returns how many cuDNN filled.
+    fn get_descs(&self, name: A, out: &[Desc]) -> Result<usize, CudnnError> {
+        let mut raw: Vec<sys::cudnnBackendDescriptor_t> = out.iter().map(|d| d.0).collect();
+        let mut count = 0i64;
+        // SAFETY: raw holds out.len() live descriptors cuDNN fills in place.
+        check("cudnnBackendGetAttribute", unsafe {
+            sys::cudnnBackendGetAttribute(
+                self.0,
+                name,
+                T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                raw.len() as i64,
+                &mut count,
+                raw.as_mut_ptr().cast(),
+            )
+        })?;
+        Ok(usize::try_from(count).unwrap_or(0).min(out.len()))
+    }
+}
+
+/// Unique ids of the three operands in the graph and the variant pack.
+const UID_X: i64 = b'x' as i64;
+const UID_W: i64 = b'w' as i64;
+const UID_Y: i64 = b'y' as i64;
+
+/// Engine configurations asked of the heuristics (the first are the likeliest fastest).
+pub const MAX_CANDIDATES: usize = 8;
+
+/// One forward convolution: packed NCHW `x` and `y`, KCRS `w` (groups follow from
+/// `x[1] / w[1]`), symmetric or asymmetric padding (`pre`, `post`), the byte alignment of each
+/// operand's address (at most 16), fp32 accumulation, fp32 or fp16 storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvGeometry {
+    /// Input `[n, c, h, w]`.
+    pub x: [i64; 4],
+    /// Filter `[k, c / groups, r, s]`.
+    pub w: [i64; 4],
+    /// Output `[n, k, p, q]`.
+    pub y: [i64; 4],
+    /// Padding before, per spatial axis.
+    pub pre: [i64; 2],
+    /// Padding after, per spatial axis.
+    pub post: [i64; 2],
+    /// Strides.
+    pub strides: [i64; 2],
+    /// Dilations.
+    pub dilations: [i64; 2],
+    /// Byte alignment of `x`, `w`, `y` (1, 2, 4, 8 or 16).
+    pub align: [i64; 3],
+    /// fp16 storage (else fp32).
+    pub half: bool,
+}
+
+/// The byte alignment cuDNN is told for an address (its lowest set bit, capped at 16).
+pub fn alignment(addr: u64) -> i64 {
+    1i64 << addr.trailing_zeros().min(4)
+}
+
+fn packed(d: [i64; 4]) -> [i64; 4] {
+    [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
+}
+
+fn tensor(
+    uid: i64,
+    dims: [i64; 4],
+    align: i64,
+    dt: sys::cudnnDataType_t,
+) -> Result<Desc, CudnnError> {
+    let t = Desc::new(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
+    t.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, dt)?;
+    t.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
+    t.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &packed(dims))?;
+    t.set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
+    t.set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[align])?;
+    t.finalize()?;
+    Ok(t)
+}
+
+/// The operation graph of one convolution on a handle, and the engine configurations the
+/// heuristics ranked for it, best first.
+pub struct ConvGraph {
+    graph: Desc,
+    cfgs: Vec<Desc>,
+    // Referenced by the graph: kept alive with it.
+    _parts: Vec<Desc>,
+}
+
+// SAFETY: host objects, used by one thread at a time through the owner.
+unsafe impl Send for ConvGraph {}
+
+impl ConvGraph {
+    /// Build and finalise the graph on `handle` and query the heuristics.
+    ///
+    /// # Errors
+    /// [`CudnnError`]: cuDNN refused a descriptor (an unsupported geometry) or has no engine.
+    pub fn new(handle: &Handle, g: &ConvGeometry) -> Result<Self, CudnnError> {
+        let dt = if g.half {
+            sys::cudnnDataType_t::CUDNN_DATA_HALF
+        } else {
+            sys::cudnnDataType_t::CUDNN_DATA_FLOAT
+        };
+        let x = tensor(UID_X, g.x, g.align[0], dt)?;
+        let w = tensor(UID_W, g.w, g.align[1], dt)?;
+        let y = tensor(UID_Y, g.y, g.align[2], dt)?;
+        let conv = Desc::new(D::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
+        conv.set_data_type(
+            A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
+            sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+        )?;
+        let mode = sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION;
+        // SAFETY: one cudnnConvolutionMode_t.
+        unsafe {
+            conv.set_raw(
+                A::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+                T::CUDNN_TYPE_CONVOLUTION_MODE,
+                1,
+                (&mode as *const sys::cudnnConvolutionMode_t).cast(),
+            )
+        }?;
+        conv.set_i64s(A::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, &[2])?;
+        conv.set_i64s(A::CUDNN_ATTR_CONVOLUTION_DILATIONS, &g.dilations)?;
+        conv.set_i64s(A::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, &g.strides)?;
+        conv.set_i64s(A::CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, &g.pre)?;
+        conv.set_i64s(A::CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, &g.post)?;
+        conv.finalize()?;
+        let op = Desc::new(D::CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR)?;
+        op.set_descs(A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, &[&x])?;
+        op.set_descs(A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, &[&w])?;
+        op.set_descs(A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, &[&y])?;
+        op.set_descs(
+            A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+            &[&conv],
+        )?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: one f32 each (fp32 compute: cuDNN takes float scaling factors).
+        unsafe {
+            op.set_raw(
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                T::CUDNN_TYPE_FLOAT,
+                1,
+                (&alpha as *const f32).cast(),
+            )?;
+            op.set_raw(
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                T::CUDNN_TYPE_FLOAT,
+                1,
+                (&beta as *const f32).cast(),
+            )?;
+        }
+        op.finalize()?;
+        let graph = Desc::new(D::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
+        graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
+        graph.set_descs(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &[&op])?;
+        graph.finalize()?;
+        let heur = Desc::new(D::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
+        heur.set_descs(A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &[&graph])?;
+        let heur_mode = sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A;
+        // SAFETY: one cudnnBackendHeurMode_t.
+        unsafe {
+            heur.set_raw(
+                A::CUDNN_ATTR_ENGINEHEUR_MODE,
+                T::CUDNN_TYPE_HEUR_MODE,
+                1,
+                (&heur_mode as *const sys::cudnnBackendHeurMode_t).cast(),
+            )
+        }?;
+        heur.finalize()?;
+        let cfgs = (0..MAX_CANDIDATES)
+            .map(|_| Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
+            .collect::<Result<Vec<_>, _>>()?;
+        let n = heur.get_descs(A::CUDNN_ATTR_ENGINEHEUR_RESULTS, &cfgs)?;
+        let mut cfgs = cfgs;
+        cfgs.truncate(n);
+        Ok(ConvGraph {
+            graph,
+            cfgs,
+            _parts: vec![x, w, y, conv, op, heur],
+        })
+    }
+
+    /// Engine configurations the heuristics returned (at most [`MAX_CANDIDATES`]).
+    pub fn candidates(&self) -> usize {
+        self.cfgs.len()
+    }
+
+    /// Whether candidate `i` uses tensor cores (TF32 for fp32 data) or converts its inputs
+    /// down: the engine's numerical notes.
+    ///
+    /// # Errors
+    /// [`CudnnError`].
+    pub fn uses_tensor_cores(&self, i: usize) -> Result<bool, CudnnError> {
+        let engine = Desc::new(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
+        self.cfgs[i].get_descs(
+            A::CUDNN_ATTR_ENGINECFG_ENGINE,
+            std::slice::from_ref(&engine),
+        )?;
+        // Read as plain integers: a note this build does not know must not become an invalid
+        // Rust enum value.
+        let mut notes = [u32::MAX; 16];
+        let mut count = 0i64;
+        // SAFETY: room for 16 enum values (4 bytes each).
+        check("cudnnBackendGetAttribute", unsafe {
+            sys::cudnnBackendGetAttribute(
+                engine.0,
+                A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                T::CUDNN_TYPE_NUMERICAL_NOTE,
+                notes.len() as i64,
+                &mut count,
+                notes.as_mut_ptr().cast(),
+            )
+        })?;
+        let tc = sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE as u32;
+        let down =
+            sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS as u32;
+        Ok(notes[..usize::try_from(count).unwrap_or(0).min(16)]
+            .iter()
+            .any(|&n| n == tc || n == down))
+    }
+
+    /// The execution plan of candidate `i` on `handle` (the graph's handle).
+    ///
+    /// # Errors
+    /// [`CudnnError`]: the configuration does not finalise for this geometry.
+    pub fn plan(&self, handle: &Handle, i: usize) -> Result<ConvPlan, CudnnError> {
+        let plan = Desc::new(D::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+        plan.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
+        plan.set_descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[&self.cfgs[i]])?;
+        plan.finalize()?;
+        let mut ws = 0i64;
+        let mut count = 0i64;
+        // SAFETY: one i64.
+        check("cudnnBackendGetAttribute", unsafe {
+            sys::cudnnBackendGetAttribute(
+                plan.0,
+                A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                T::CUDNN_TYPE_INT64,
+                1,
+                &mut count,
+                (&mut ws as *mut i64).cast(),
+            )
+        })?;
+        let _ = &self.graph;
+        Ok(ConvPlan {
+            plan,
+            workspace: usize::try_from(ws).unwrap_or(usize::MAX),
+        })
+    }
+}
+
+/// A finalised execution plan of one convolution.
+pub struct ConvPlan {
+    plan: Desc,
+    /// Scratch bytes it needs.
+    pub workspace: usize,
+}
+
+/// The addresses of one execution: x, w, y and the scratch.
+pub struct VariantPack(Desc);
+
+impl ConvPlan {
+    /// Bind addresses (device pointers of the operands and of `workspace` scratch bytes).
+    ///
+    /// # Errors
+    /// [`CudnnError`].
+    pub fn variant_pack(&self, x: u64, w: u64, y: u64, ws: u64) -> Result<VariantPack, CudnnError> {
+        let p = Desc::new(D::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
+        p.set_i64s(
+            A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+            &[UID_X, UID_W, UID_Y],
+        )?;
+        let ptrs: [*mut c_void; 3] = [x as *mut c_void, w as *mut c_void, y as *mut c_void];
+        let wsp = ws as *mut c_void;
+        // SAFETY: three pointers, then one.
+        unsafe {
+            p.set_raw(
+                A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                T::CUDNN_TYPE_VOID_PTR,
+                3,
+                ptrs.as_ptr().cast(),
+            )?;
+            p.set_raw(
+                A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                T::CUDNN_TYPE_VOID_PTR,
+                1,
+                (&wsp as *const *mut c_void).cast(),
+            )?;
+        }
+        p.finalize()?;
+        Ok(VariantPack(p))
+    }
+
+    /// Enqueue the convolution on the handle's stream.
+    ///
+    /// # Safety
+    /// The pack's addresses are live device buffers of the geometry's sizes (the scratch of
+    /// [`ConvPlan::workspace`] bytes) until the work completes (every replay, when captured);
+    /// `handle` is the one the plan was built with.
+    ///
+    /// # Errors
+    /// [`CudnnError`].
+    #[inline]
+    pub unsafe fn execute(&self, handle: &Handle, pack: &VariantPack) -> Result<(), CudnnError> {
+        // SAFETY: the caller's contract.
+        check("cudnnBackendExecute", unsafe {
+            sys::cudnnBackendExecute(handle.raw(), self.plan.0, pack.0.0)
+        })
+    }
+}
