@@ -409,7 +409,7 @@ pub enum PrepareError {
         /// The network.
         network: String,
         /// The tensor, its node, shape and size.
-        tensor: TensorTooLarge,
+        tensor: Box<TensorTooLarge>,
     },
     /// An I/O tensor has an element type or shape the backend cannot bind.
     #[error("network `{network}`: tensor `{tensor}`: {detail}")]

@@ -292,8 +292,8 @@ impl NodeLabel {
         dtype: Option<DatumType>,
         excess: Excess,
         limit: u64,
-    ) -> TensorTooLarge {
-        TensorTooLarge {
+    ) -> Box<TensorTooLarge> {
+        Box::new(TensorTooLarge {
             tensor: self
                 .tensors
                 .get(output)
@@ -306,7 +306,7 @@ impl NodeLabel {
             dtype: dtype.map_or_else(|| "?".to_string(), |dt| format!("{dt:?}")),
             excess,
             limit,
-        }
+        })
     }
 
     /// Check one output fact (`dims` as far as known, element type) against `limit`.
@@ -316,7 +316,7 @@ impl NodeLabel {
         dims: Vec<Option<i64>>,
         dtype: Option<DatumType>,
         limit: u64,
-    ) -> Result<(), TensorTooLarge> {
+    ) -> Result<(), Box<TensorTooLarge>> {
         let elem_bytes = dtype.map_or(1, |dt| dt.size_of() as u64);
         over_limit(&dims, elem_bytes, limit)
             .map_err(|excess| self.refuse(output, dims, dtype, excess, limit))
@@ -324,7 +324,11 @@ impl NodeLabel {
 
     /// Check the output facts tract's rules found for a node about to be typed or evaluated
     /// (open shapes pass: their size is not known).
-    fn check_facts(&self, outputs: &[InferenceFact], limit: u64) -> Result<(), TensorTooLarge> {
+    fn check_facts(
+        &self,
+        outputs: &[InferenceFact],
+        limit: u64,
+    ) -> Result<(), Box<TensorTooLarge>> {
         for (output, fact) in outputs.iter().enumerate() {
             if fact.shape.is_open() {
                 continue;
@@ -348,7 +352,7 @@ impl NodeLabel {
         inputs: &[&InferenceFact],
         out_dt: Option<DatumType>,
         limit: u64,
-    ) -> Result<(), TensorTooLarge> {
+    ) -> Result<(), Box<TensorTooLarge>> {
         let value = |ix: usize| inputs.get(ix).and_then(|f| f.value.concretize());
         // The first value outside i32 among the integer inputs `ixs`.
         let outside_i32 = |ixs: &[usize]| -> Option<i64> {
@@ -601,7 +605,7 @@ pub(crate) fn into_typed_bounded(mut model: InferenceModel, limit: u64) -> Tract
 ///
 /// # Errors
 /// The first tensor over the limit or with a negative dimension.
-pub(crate) fn check_typed(model: &TypedModel, limit: u64) -> Result<(), TensorTooLarge> {
+pub(crate) fn check_typed(model: &TypedModel, limit: u64) -> Result<(), Box<TensorTooLarge>> {
     for node in &model.nodes {
         let label = NodeLabel {
             node: node.name.clone(),
@@ -623,9 +627,9 @@ pub(crate) fn check_typed(model: &TypedModel, limit: u64) -> Result<(), TensorTo
 }
 
 /// The [`TensorTooLarge`] in `e`'s chain, if any.
-pub(crate) fn too_large(e: &TractError) -> Option<TensorTooLarge> {
+pub(crate) fn too_large(e: &TractError) -> Option<Box<TensorTooLarge>> {
     e.chain()
-        .find_map(|c| c.downcast_ref::<TensorTooLarge>())
+        .find_map(|c| c.downcast_ref::<Box<TensorTooLarge>>())
         .cloned()
 }
 
@@ -890,7 +894,7 @@ mod tests {
                 network, tensor, ..
             }) => {
                 assert_eq!(network, "hostile");
-                tensor
+                *tensor
             }
             Err(e) => panic!("expected a size refusal, got: {e}"),
             Ok(_) => panic!("expected a size refusal, the network was prepared"),
@@ -935,7 +939,7 @@ mod tests {
         let msg = PrepareError::TooLarge {
             engine: crate::backend::EngineKind::TractCpu,
             network: "hostile".into(),
-            tensor: t,
+            tensor: Box::new(t),
         }
         .to_string();
         assert!(msg.contains("`hostile`") && msg.contains("`ys_i`"), "{msg}");

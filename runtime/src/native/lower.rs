@@ -55,7 +55,7 @@ pub enum LowerError {
     /// A tensor of the network over the size limit, or with a negative dimension, refused
     /// before tract materialised it (`backends/onnx_front.rs`, `into_typed_bounded`).
     #[error(transparent)]
-    TooLarge(#[from] crate::backend::TensorTooLarge),
+    TooLarge(#[from] Box<crate::backend::TensorTooLarge>),
 }
 
 /// Parse `onnx` with tract, fix every input to `input_shapes` (element type from the model),
