@@ -100,6 +100,82 @@ pub struct PrepareOptions {
     /// sample rate `sr`, always 16000): the engine folds what depends on them once, at
     /// prepare time, and they are not inputs of the plan.
     pub fixed_inputs: Vec<FixedInput>,
+    /// The largest tensor the network may hold at these input shapes, in bytes (`None`:
+    /// [`DEFAULT_MAX_TENSOR_BYTES`]). Checked by the tract-based engines (tract CPU,
+    /// tract-cuda, the native GPU engine) on every tensor whose shape is known before tract
+    /// evaluates the node that makes it: a network whose constants ask for more (a mutated
+    /// `Range` bound, a `ConstantOfShape`, `Expand` or `Tile` fed a huge shape) is refused
+    /// with [`PrepareError::TooLarge`] instead of exhausting the machine's memory.
+    pub max_tensor_bytes: Option<u64>,
+}
+
+/// The default of [`PrepareOptions::max_tensor_bytes`]: 4 GiB.
+///
+/// Twice the largest tensor a self-contained ONNX file can carry (protobuf caps a message,
+/// the whole model, at 2 GiB, and tether bundles carry no external data), and half the
+/// memory of the smallest device tether targets (Jetson Orin Nano, 8 GB shared by CPU and
+/// GPU): a real network at its prepared shapes stays far below it, while a tensor above it
+/// cannot be held on every target anyway.
+pub const DEFAULT_MAX_TENSOR_BYTES: u64 = 4 << 30;
+
+impl PrepareOptions {
+    /// [`PrepareOptions::max_tensor_bytes`], the default applied.
+    pub fn tensor_limit(&self) -> u64 {
+        self.max_tensor_bytes.unwrap_or(DEFAULT_MAX_TENSOR_BYTES)
+    }
+}
+
+/// A tensor of a network over [`PrepareOptions::max_tensor_bytes`] (or of no sensible
+/// size), found before the engine materialised it ([`PrepareError::TooLarge`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "tensor `{tensor}` (output {output} of node `{node}`, {op}) has shape [{}] of {dtype}: {excess}",
+    dims_text(.shape)
+)]
+pub struct TensorTooLarge {
+    /// The tensor's name in the network (the node's name and output index when unnamed).
+    pub tensor: String,
+    /// The node that makes it.
+    pub node: String,
+    /// The node's operator.
+    pub op: String,
+    /// Its output slot on the node.
+    pub output: usize,
+    /// Its shape, as far as known before evaluation (`None`: not known).
+    pub shape: Vec<Option<i64>>,
+    /// Its element type (`?` when not known; its size then counts as 1 byte).
+    pub dtype: String,
+    /// What is wrong with its size.
+    pub excess: Excess,
+    /// The limit ([`PrepareOptions::max_tensor_bytes`]).
+    pub limit: u64,
+}
+
+/// Why a tensor's size is refused ([`TensorTooLarge`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Excess {
+    /// It would hold this many bytes, over the limit.
+    #[error("{0} bytes, over the limit")]
+    Bytes(u64),
+    /// A dimension is negative.
+    #[error("a negative dimension")]
+    NegativeDimension,
+    /// Its size does not fit in 64 bits, or a `Range` step is 0.
+    #[error("a size past 2^64 bytes")]
+    Unbounded,
+    /// A size input (a shape, repeat count, pad, depth) holds this value, outside the
+    /// 32-bit range tract reads shape values through (its shape inference would see a
+    /// truncated value, its evaluation the real one).
+    #[error("size value {0} is outside the 32-bit range tract's shape inference reads")]
+    SizeValue(i64),
+}
+
+fn dims_text(shape: &[Option<i64>]) -> String {
+    let dims: Vec<String> = shape
+        .iter()
+        .map(|d| d.map_or_else(|| "?".to_string(), |d| d.to_string()))
+        .collect();
+    dims.join(", ")
 }
 
 /// A network input given a constant value at prepare time ([`PrepareOptions::fixed_inputs`]).
@@ -323,6 +399,17 @@ pub enum PrepareError {
         network: String,
         /// The panic payload, when it is a string.
         message: String,
+    },
+    /// A tensor of the network would exceed [`PrepareOptions::max_tensor_bytes`] (or has a
+    /// negative dimension): refused before the engine allocates it.
+    #[error("{engine} refused network `{network}`: {tensor} (limit {} bytes)", .tensor.limit)]
+    TooLarge {
+        /// The engine.
+        engine: EngineKind,
+        /// The network.
+        network: String,
+        /// The tensor, its node, shape and size.
+        tensor: Box<TensorTooLarge>,
     },
     /// An I/O tensor has an element type or shape the backend cannot bind.
     #[error("network `{network}`: tensor `{tensor}`: {detail}")]

@@ -32,8 +32,8 @@ pub mod cuda;
 pub mod native;
 
 pub use backend::{
-    Backend, CaptureSafety, EngineKind, FixedInput, HostExecutor, HostPlan, IoSpec, Placement,
-    Plan, Precision, PrepareError, RunError,
+    Backend, CaptureSafety, EngineKind, Excess, FixedInput, HostExecutor, HostPlan, IoSpec,
+    Placement, Plan, Precision, PrepareError, RunError, TensorTooLarge,
 };
 #[cfg(feature = "cuda")]
 pub use backend::{Bindings, DeviceExecutor, DevicePlan, Enqueue, StepTime};

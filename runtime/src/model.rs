@@ -64,6 +64,10 @@ pub struct ModelOptions {
     /// that network ([`PrepareOptions::fixed_inputs`]): they are not inputs of its plans, and
     /// its `input_shapes` leave them out.
     pub fixed_inputs: Vec<(String, Vec<FixedInput>)>,
+    /// The largest tensor any network may hold at its prepared shapes, in bytes (`None`:
+    /// [`crate::backend::DEFAULT_MAX_TENSOR_BYTES`], 4 GiB): a bundle whose network asks for
+    /// more is refused at open ([`PrepareOptions::max_tensor_bytes`]).
+    pub max_tensor_bytes: Option<u64>,
 }
 
 /// One network of a model: its name, its plan and why that engine was chosen.
@@ -125,6 +129,7 @@ pub struct Model {
     #[cfg(feature = "cuda")]
     session: crate::session::SessionOptions,
     fixed_inputs: Vec<(String, Vec<FixedInput>)>,
+    max_tensor_bytes: Option<u64>,
 }
 
 impl std::fmt::Debug for Model {
@@ -244,6 +249,7 @@ impl Model {
             #[cfg(feature = "cuda")]
             session: options.session.clone(),
             fixed_inputs: options.fixed_inputs.clone(),
+            max_tensor_bytes: options.max_tensor_bytes,
         };
         for net in group_networks(&bundle) {
             let shapes = match options.input_shapes.iter().find(|(n, _)| *n == net.name) {
@@ -388,6 +394,7 @@ impl Model {
             input_shapes: shapes.to_vec(),
             precision: self.precision,
             fixed_inputs: self.fixed_for(network).to_vec(),
+            max_tensor_bytes: self.max_tensor_bytes,
         };
         let backend = self.backend(choice)?;
         Ok(backend.prepare(&source, &options)?)

@@ -543,6 +543,7 @@ fn check_silero(precision: Precision, atol: f32, rtol: f32) -> (f32, f32) {
         &[vec![1, CHUNK + CONTEXT], vec![2, 1, 128]],
         &fixed,
         precision,
+        tether_runtime::backend::DEFAULT_MAX_TENSOR_BYTES,
     )
     .unwrap();
     eprintln!(

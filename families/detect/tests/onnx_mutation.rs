@@ -8,7 +8,8 @@
 //! other section and tensor record copied, then opens it on the CPU and runs one frame.
 //! `TETHER_ONNX_MUTATIONS` cases (default 2,000; recorded longer runs in
 //! `docs/evidence/soak.md`), seed `TETHER_ONNX_SEED` (default 1); with `TETHER_ONNX_DUMP=DIR`
-//! each case's network is written to `DIR/last.onnx` before it runs.
+//! each case's network is written to `DIR/last.onnx` before it runs; with
+//! `TETHER_ONNX_VERBOSE=1` every refusal is printed with its case number and error.
 
 use std::sync::Arc;
 
@@ -140,6 +141,7 @@ fn mutated_networks_in_valid_bundles_never_panic() {
     let mut rng = Rng(env("TETHER_ONNX_SEED", 1).max(1));
     let (mut refused_open, mut refused_run, mut ran) = (0u64, 0u64, 0u64);
     let dump = std::env::var_os("TETHER_ONNX_DUMP");
+    let verbose = std::env::var_os("TETHER_ONNX_VERBOSE").is_some();
     for case in 0..cases {
         let payload = mutate(&mut rng, &original);
         if let Some(dir) = &dump {
@@ -163,9 +165,19 @@ fn mutated_networks_in_valid_bundles_never_panic() {
                         ..DetectorOptions::default()
                     },
                 ) {
-                    Err(_) => 0,
+                    Err(e) => {
+                        if verbose {
+                            eprintln!("case {case}: refused at open: {e}");
+                        }
+                        0
+                    }
                     Ok(mut d) => match d.detect(&view) {
-                        Err(_) => 1,
+                        Err(e) => {
+                            if verbose {
+                                eprintln!("case {case}: refused at run: {e}");
+                            }
+                            1
+                        }
                         Ok(_) => 2,
                     },
                 },

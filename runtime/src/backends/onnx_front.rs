@@ -21,6 +21,18 @@
 //!   the previous run.
 //! - [`eval_constant`]: the evaluation of one all-constant node, also used by the native
 //!   engine's lowering (`native/lower.rs`) for the constants it materialises as weights.
+//! - [`into_typed_bounded`]: tract's typing (analysis, then translation to a typed model)
+//!   with every tensor bounded by [`crate::backend::PrepareOptions::max_tensor_bytes`].
+//!   tract evaluates a node as soon as its inputs are known constants, during analysis
+//!   (`tract-hir` `InferenceOp::infer`) and again while it wires the typed model
+//!   (`tract-core` `TypedModel::wire_node`), and only weighs the output's size after it has
+//!   allocated it. The inputs are small there, so what grows is the output of an operator
+//!   whose size comes from its input *values*: a mutated `Range` bound (`Range(2^31, 2, 1)`,
+//!   whose length tract takes as `|limit - start|`: 16 GiB of i64), a `ConstantOfShape`,
+//!   `Expand` or `Tile` given a huge shape. Each node's output facts (shape, element type)
+//!   are checked against the limit before tract may evaluate it, and the typed model's
+//!   facts once more after typing (every tensor then has a concrete size, activations
+//!   included), so the refusal names the tensor, its node, shape and size.
 
 use std::sync::Arc;
 
@@ -29,7 +41,13 @@ use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::konst::Const;
 use tract_onnx::tract_core::ops::source::TypedSource;
 
-use crate::backend::{FixedInput, PrepareError};
+use tract_onnx::tract_core::ops::dummy::Dummy;
+use tract_onnx::tract_hir::internal::{
+    EvalContext, EvalOp, Factoid, HashMap, InferenceModelPatch, InferenceNode, InferenceOp,
+    OpState, SessionId, StaticName, Validation,
+};
+
+use crate::backend::{Excess, FixedInput, PrepareError, TensorTooLarge};
 use crate::tensor::DType;
 
 /// The ONNX `TensorProto.DataType` code of an element type (onnx.proto).
@@ -307,6 +325,396 @@ pub(crate) fn scans_reset_every_run(model: &mut TypedModel) -> usize {
     changed
 }
 
+/// Why a shape of known dimensions is refused under `limit`; `Ok` when it fits or is not
+/// fully known (an unknown dimension may be 0).
+fn over_limit(dims: &[Option<i64>], elem_bytes: u64, limit: u64) -> Result<(), Excess> {
+    if dims.iter().any(|d| d.is_some_and(|d| d < 0)) {
+        return Err(Excess::NegativeDimension);
+    }
+    let mut bytes = elem_bytes;
+    for d in dims {
+        let Some(d) = d else { return Ok(()) };
+        bytes = bytes.checked_mul(*d as u64).ok_or(Excess::Unbounded)?;
+    }
+    if bytes > limit {
+        return Err(Excess::Bytes(bytes));
+    }
+    Ok(())
+}
+
+/// Operators whose output size tract takes from the value of one input (its index): a
+/// shape (`ConstantOfShape`, `Expand` as `MultiBroadcastTo`), repeat counts (`Tile`), pads
+/// (`Pad`), output sizes (`Resize`), a depth (`OneHot`). tract's shape inference reads
+/// those values through a cast to `i32` (tract-data 0.23.9 `Tensor::cast_to_dt` to `TDim`),
+/// so a value outside that range is seen truncated by the facts checked here while the
+/// evaluation may use the real one: such a value is refused (it asks for a dimension of
+/// 2^31 or more, or a negative one, either way no tensor tether can hold).
+const SIZE_INPUTS: [(&str, usize); 6] = [
+    ("ConstantOfShape", 0),
+    ("MultiBroadcastTo", 1),
+    ("Tile", 1),
+    ("Pad", 1),
+    ("Resize", 3),
+    ("OneHot", 1),
+];
+
+/// A node's name, operator and output labels, for [`TensorTooLarge`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct NodeLabel {
+    node: String,
+    op: String,
+    tensors: Vec<String>,
+}
+
+impl NodeLabel {
+    fn refuse(
+        &self,
+        output: usize,
+        shape: Vec<Option<i64>>,
+        dtype: Option<DatumType>,
+        excess: Excess,
+        limit: u64,
+    ) -> Box<TensorTooLarge> {
+        Box::new(TensorTooLarge {
+            tensor: self
+                .tensors
+                .get(output)
+                .cloned()
+                .unwrap_or_else(|| format!("{}.{output}", self.node)),
+            node: self.node.clone(),
+            op: self.op.clone(),
+            output,
+            shape,
+            dtype: dtype.map_or_else(|| "?".to_string(), |dt| format!("{dt:?}")),
+            excess,
+            limit,
+        })
+    }
+
+    /// Check one output fact (`dims` as far as known, element type) against `limit`.
+    fn check(
+        &self,
+        output: usize,
+        dims: Vec<Option<i64>>,
+        dtype: Option<DatumType>,
+        limit: u64,
+    ) -> Result<(), Box<TensorTooLarge>> {
+        let elem_bytes = dtype.map_or(1, |dt| dt.size_of() as u64);
+        over_limit(&dims, elem_bytes, limit)
+            .map_err(|excess| self.refuse(output, dims, dtype, excess, limit))
+    }
+
+    /// Check the output facts tract's rules found for a node about to be typed or evaluated
+    /// (open shapes pass: their size is not known).
+    fn check_facts(
+        &self,
+        outputs: &[InferenceFact],
+        limit: u64,
+    ) -> Result<(), Box<TensorTooLarge>> {
+        for (output, fact) in outputs.iter().enumerate() {
+            if fact.shape.is_open() {
+                continue;
+            }
+            let dims = fact
+                .shape
+                .dims()
+                .map(|d| d.concretize().and_then(|d| d.to_i64().ok()))
+                .collect();
+            self.check(output, dims, fact.datum_type.concretize(), limit)?;
+        }
+        Ok(())
+    }
+
+    /// Check what the known input values of a node say of its output size that tract's
+    /// facts may not ([`SIZE_INPUTS`], `Range`); `out_dt`: the output's element type, when
+    /// known. Done before tract solves the node's rules (which may themselves divide by a
+    /// `Range` step of 0).
+    fn check_values(
+        &self,
+        inputs: &[&InferenceFact],
+        out_dt: Option<DatumType>,
+        limit: u64,
+    ) -> Result<(), Box<TensorTooLarge>> {
+        let value = |ix: usize| inputs.get(ix).and_then(|f| f.value.concretize());
+        // The first value outside i32 among the integer inputs `ixs`.
+        let outside_i32 = |ixs: &[usize]| -> Option<i64> {
+            ixs.iter().find_map(|&ix| {
+                let v = value(ix)?;
+                if !(v.datum_type().is_integer() || v.datum_type().is_unsigned()) {
+                    return None;
+                }
+                let v = v.cast_to::<i64>().ok()?;
+                let v = v.try_as_plain_ram().ok()?;
+                let v = v.as_slice::<i64>().ok()?;
+                v.iter().copied().find(|&x| i32::try_from(x).is_err())
+            })
+        };
+        if let Some(&(_, ix)) = SIZE_INPUTS.iter().find(|(op, _)| *op == self.op) {
+            if let Some(bad) = outside_i32(&[ix]) {
+                return Err(self.refuse(0, vec![], out_dt, Excess::SizeValue(bad), limit));
+            }
+        } else if self.op == "Range" {
+            // start, limit and delta are read as shape values too (through an i32) when one
+            // of them is (a `Shape` output): refused outside that range, as above.
+            if let Some(bad) = outside_i32(&[0, 1, 2]) {
+                return Err(self.refuse(0, vec![None], out_dt, Excess::SizeValue(bad), limit));
+            }
+            // Then tract allocates up to ceil(|limit - start| / |delta|) elements (the
+            // absolute span: tract-core 0.23.9 `Range::make`), whatever its shape inference
+            // said.
+            let scalar = |ix: usize| -> Option<f64> {
+                let t = value(ix)?;
+                let t = t.cast_to::<f64>().ok()?;
+                t.try_as_plain_ram()
+                    .ok()?
+                    .as_slice::<f64>()
+                    .ok()?
+                    .first()
+                    .copied()
+            };
+            let (Some(start), Some(end), Some(delta)) = (scalar(0), scalar(1), scalar(2)) else {
+                return Ok(());
+            };
+            let len = ((end - start).abs() / delta.abs()).ceil();
+            // The output's type is the inputs' (i64 for shape values, `TDim` in tract).
+            let out_dt = out_dt.or_else(|| {
+                value(0).map(|t| match t.datum_type() {
+                    DatumType::TDim => DatumType::I64,
+                    dt => dt,
+                })
+            });
+            let elem = out_dt.map_or(8, |dt| dt.size_of() as u64);
+            let excess = if !len.is_finite() || len >= 2f64.powi(63) {
+                Some(Excess::Unbounded)
+            } else {
+                let bytes = (len as u64).checked_mul(elem);
+                match bytes {
+                    None => Some(Excess::Unbounded),
+                    Some(b) if b > limit => Some(Excess::Bytes(b)),
+                    Some(_) => None,
+                }
+            };
+            if let Some(excess) = excess {
+                let len = (len.is_finite() && len < 2f64.powi(63)).then_some(len as i64);
+                return Err(self.refuse(0, vec![len], out_dt, excess, limit));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An inference operator whose output facts are checked against a size limit before the
+/// operator may be evaluated ([`into_typed_bounded`]); everything else is the wrapped
+/// operator's (and `as_op` answers the wrapped operator, so downcasts see through it).
+#[derive(Clone, Debug)]
+struct Bounded {
+    inner: Box<dyn InferenceOp>,
+    label: NodeLabel,
+    limit: u64,
+}
+
+impl PartialEq for Bounded {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.as_op() == other.inner.as_op()
+            && self.label == other.label
+            && self.limit == other.limit
+    }
+}
+
+impl Eq for Bounded {}
+
+impl Op for Bounded {
+    fn name(&self) -> StaticName {
+        self.inner.name()
+    }
+    fn validation(&self) -> Validation {
+        self.inner.validation()
+    }
+    fn info(&self) -> TractResult<Vec<String>> {
+        self.inner.info()
+    }
+    fn mints_runtime_symbols(&self) -> bool {
+        self.inner.mints_runtime_symbols()
+    }
+    fn required_bound_symbols(&self, inputs: &[&TypedFact]) -> TVec<Symbol> {
+        self.inner.required_bound_symbols(inputs)
+    }
+    fn as_typed(&self) -> Option<&dyn TypedOp> {
+        self.inner.as_typed()
+    }
+}
+
+impl EvalOp for Bounded {
+    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        self.inner.eval(ctx, inputs)
+    }
+    fn forwards_input(&self) -> Option<usize> {
+        self.inner.forwards_input()
+    }
+    fn eval_out_of_plan(&self, inputs: TVec<TValue>) -> TractResult<Option<TVec<TValue>>> {
+        self.inner.eval_out_of_plan(inputs)
+    }
+    fn state(&self, ctx: &EvalContext) -> TractResult<Option<Box<dyn OpState>>> {
+        self.inner.state(ctx)
+    }
+    fn drop_session(&self, session: SessionId, node_id: usize) {
+        self.inner.drop_session(session, node_id)
+    }
+}
+
+impl InferenceOp for Bounded {
+    /// tract's `infer` solves the operator's rules, then evaluates it when every input is
+    /// a known constant: the rules are solved first here, and the outputs they determine
+    /// checked, before tract's `infer` (rules again, then evaluation) runs.
+    fn infer(
+        &mut self,
+        inputs: TVec<&InferenceFact>,
+        outputs: TVec<&InferenceFact>,
+        observed: TVec<&InferenceFact>,
+    ) -> TractResult<(
+        TVec<InferenceFact>,
+        TVec<InferenceFact>,
+        TVec<InferenceFact>,
+    )> {
+        let out_dt = outputs.first().and_then(|f| f.datum_type.concretize());
+        self.label.check_values(&inputs, out_dt, self.limit)?;
+        let (_, facts, _) =
+            self.inner
+                .infer_facts(inputs.clone(), outputs.clone(), observed.clone())?;
+        self.label.check_facts(&facts, self.limit)?;
+        self.inner.infer(inputs, outputs, observed)
+    }
+    fn infer_facts(
+        &mut self,
+        inputs: TVec<&InferenceFact>,
+        outputs: TVec<&InferenceFact>,
+        observed: TVec<&InferenceFact>,
+    ) -> TractResult<(
+        TVec<InferenceFact>,
+        TVec<InferenceFact>,
+        TVec<InferenceFact>,
+    )> {
+        self.inner.infer_facts(inputs, outputs, observed)
+    }
+    fn observe_outlets(
+        &self,
+        model: &InferenceModel,
+        node: &InferenceNode,
+    ) -> TractResult<Vec<OutletId>> {
+        self.inner.observe_outlets(model, node)
+    }
+    fn incorporate(
+        &self,
+        model: &InferenceModel,
+        node: &InferenceNode,
+    ) -> TractResult<Option<InferenceModelPatch>> {
+        self.inner.incorporate(model, node)
+    }
+    fn nboutputs(&self) -> TractResult<usize> {
+        self.inner.nboutputs()
+    }
+    fn as_op(&self) -> &dyn Op {
+        self.inner.as_op()
+    }
+    fn as_op_mut(&mut self) -> &mut dyn Op {
+        self.inner.as_op_mut()
+    }
+    /// Translation wires the typed operator, and tract evaluates it there when its inputs
+    /// are small constants: the analysed output facts are checked first.
+    fn to_typed(
+        &self,
+        source: &InferenceModel,
+        node: &InferenceNode,
+        target: &mut TypedModel,
+        mapping: &HashMap<OutletId, OutletId>,
+    ) -> TractResult<TVec<OutletId>> {
+        let inputs = node
+            .inputs
+            .iter()
+            .map(|&o| source.outlet_fact(o))
+            .collect::<TractResult<Vec<_>>>()?;
+        let outputs: Vec<InferenceFact> = node.outputs.iter().map(|o| o.fact.clone()).collect();
+        let out_dt = outputs.first().and_then(|f| f.datum_type.concretize());
+        self.label.check_values(&inputs, out_dt, self.limit)?;
+        self.label.check_facts(&outputs, self.limit)?;
+        self.inner.to_typed(source, node, target, mapping)
+    }
+}
+
+/// tract's `into_typed` (analysis, then translation) with every tensor of `model` bounded
+/// by `limit` bytes: each node with inputs has its output facts checked before tract may
+/// evaluate it (see the module documentation), and every fact of the typed model after.
+/// Tensors whose shape is not known before evaluation (an unknown rank or dimension) pass
+/// the first check; the typed model's, all concrete, are checked by the second. The bodies
+/// of `If`, `Loop` and `Scan` are typed by their operator and are not checked inside.
+///
+/// # Errors
+/// tract's; a tensor over the limit or with a negative dimension is a [`TensorTooLarge`]
+/// in the error's chain ([`too_large`] finds it).
+pub(crate) fn into_typed_bounded(mut model: InferenceModel, limit: u64) -> TractResult<TypedModel> {
+    for id in 0..model.nodes.len() {
+        if model.nodes[id].inputs.is_empty() {
+            // Sources and constants: nothing to evaluate.
+            continue;
+        }
+        let tensors = (0..model.nodes[id].outputs.len())
+            .map(|slot| {
+                model
+                    .outlet_label(OutletId::new(id, slot))
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("{}.{slot}", model.nodes[id].name))
+            })
+            .collect();
+        let node = &mut model.nodes[id];
+        let label = NodeLabel {
+            node: node.name.clone(),
+            op: node.op.name().to_string(),
+            tensors,
+        };
+        let inner = std::mem::replace(&mut node.op, Box::new(Dummy::new()));
+        node.op = Box::new(Bounded {
+            inner,
+            label,
+            limit,
+        });
+    }
+    let typed = model.into_typed()?;
+    check_typed(&typed, limit)?;
+    Ok(typed)
+}
+
+/// Check every output fact of a typed model against `limit` bytes.
+///
+/// # Errors
+/// The first tensor over the limit or with a negative dimension.
+pub(crate) fn check_typed(model: &TypedModel, limit: u64) -> Result<(), Box<TensorTooLarge>> {
+    for node in &model.nodes {
+        let label = NodeLabel {
+            node: node.name.clone(),
+            op: node.op.name().to_string(),
+            tensors: (0..node.outputs.len())
+                .map(|slot| {
+                    model
+                        .outlet_label(OutletId::new(node.id, slot))
+                        .map_or_else(|| format!("{}.{slot}", node.name), str::to_owned)
+                })
+                .collect(),
+        };
+        for (output, o) in node.outputs.iter().enumerate() {
+            let dims = o.fact.shape.iter().map(|d| d.to_i64().ok()).collect();
+            label.check(output, dims, Some(o.fact.datum_type), limit)?;
+        }
+    }
+    Ok(())
+}
+
+/// The [`TensorTooLarge`] in `e`'s chain, if any.
+pub(crate) fn too_large(e: &TractError) -> Option<Box<TensorTooLarge>> {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<Box<TensorTooLarge>>())
+        .cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,6 +946,8 @@ mod tests {
         let io = plan.io();
         assert_eq!(io.inputs.len(), 1, "{io:?}");
         assert_eq!(io.inputs[0].name, "x");
+        // A device plan exists only with the `cuda` feature.
+        #[allow(irrefutable_let_patterns)]
         let Plan::Host(host) = plan else {
             panic!("a host plan")
         };
@@ -558,5 +968,254 @@ mod tests {
         };
         let e = e.to_string();
         assert!(e.contains("k") && e.contains("element type 1"), "{e}");
+    }
+
+    /// `bytes` encoded as a model of `graph` (opset 17).
+    #[cfg(feature = "tract-cpu")]
+    fn model_bytes(graph: pb::GraphProto) -> Vec<u8> {
+        use prost::Message;
+        pb::ModelProto {
+            ir_version: 8,
+            opset_import: vec![pb::OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            }],
+            graph: Some(graph),
+            ..pb::ModelProto::default()
+        }
+        .encode_to_vec()
+    }
+
+    #[cfg(feature = "tract-cpu")]
+    fn i64_init(name: &str, values: &[i64]) -> pb::TensorProto {
+        pb::TensorProto {
+            name: name.into(),
+            data_type: 7,
+            dims: vec![values.len() as i64],
+            raw_data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ..pb::TensorProto::default()
+        }
+    }
+
+    #[cfg(feature = "tract-cpu")]
+    fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> pb::NodeProto {
+        pb::NodeProto {
+            name: name.into(),
+            op_type: op.into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            ..pb::NodeProto::default()
+        }
+    }
+
+    /// Prepare `onnx` on the tract CPU engine at `shapes`, with `limit`.
+    #[cfg(feature = "tract-cpu")]
+    fn prepare_cpu(
+        onnx: &[u8],
+        shapes: Vec<Vec<usize>>,
+        limit: Option<u64>,
+    ) -> Result<crate::backend::Plan, PrepareError> {
+        use crate::backend::{Backend, NetworkSource, PrepareOptions, SourceFormat};
+        crate::backends::tract_cpu::TractCpu.prepare(
+            &NetworkSource {
+                network: "hostile",
+                format: SourceFormat::Onnx,
+                bytes: onnx,
+                target: None,
+            },
+            &PrepareOptions {
+                input_shapes: shapes,
+                max_tensor_bytes: limit,
+                ..PrepareOptions::default()
+            },
+        )
+    }
+
+    #[cfg(feature = "tract-cpu")]
+    fn refusal(r: Result<crate::backend::Plan, PrepareError>) -> TensorTooLarge {
+        match r {
+            Err(PrepareError::TooLarge {
+                network, tensor, ..
+            }) => {
+                assert_eq!(network, "hostile");
+                *tensor
+            }
+            Err(e) => panic!("expected a size refusal, got: {e}"),
+            Ok(_) => panic!("expected a size refusal, the network was prepared"),
+        }
+    }
+
+    /// The case that OOM-killed the 200,000-case mutation run (`families/detect/tests/
+    /// onnx_mutation.rs`, seed 7, case 1997; `docs/evidence/soak.md`): one bit of the field
+    /// case `dyn.onnx` flipped, its `Range` start `z64` becomes 2^31. tract types the range
+    /// `ys_i = Range(z64, H, 1)` as 2^31 + 2 elements (it reads 2^31 through an i32) and,
+    /// its inputs being constants, evaluated it during typing: 16 GiB of i64 filled before
+    /// tether saw the typed graph.
+    /// Refused now, naming the tensor, before anything is allocated (no address-space limit
+    /// needed: the test would be OOM-killed, or fail to allocate, otherwise).
+    #[cfg(feature = "tract-cpu")]
+    #[test]
+    fn a_mutated_range_bound_is_refused_before_tract_allocates() {
+        use prost::Message;
+        let field =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/field/dyn.onnx");
+        let mut model = pb::ModelProto::decode(&std::fs::read(field).unwrap()[..]).unwrap();
+        let graph = model.graph.as_mut().unwrap();
+        let z64 = graph
+            .initializer
+            .iter_mut()
+            .find(|t| t.name == "z64")
+            .expect("dyn.onnx has the Range start `z64`");
+        assert_eq!(z64.raw_data, 0i64.to_le_bytes(), "the unmutated start");
+        z64.raw_data = (1i64 << 31).to_le_bytes().to_vec();
+        let onnx = model.encode_to_vec();
+        let t = refusal(prepare_cpu(&onnx, vec![vec![1, 3, 64, 64]], None));
+        assert_eq!(
+            (t.tensor.as_str(), t.node.as_str()),
+            ("ys_i", "ys_i"),
+            "{t}"
+        );
+        assert!(t.op.contains("Range"), "{t}");
+        // tract would read 2^31 through an i32 as -2^31 and fill 2^31 + 2 i64: the
+        // `Layout` of 17179869200 bytes it failed to allocate under `ulimit -v`.
+        assert_eq!(t.excess, Excess::SizeValue(1 << 31), "{t}");
+        assert_eq!(t.limit, crate::backend::DEFAULT_MAX_TENSOR_BYTES);
+        let msg = PrepareError::TooLarge {
+            engine: crate::backend::EngineKind::TractCpu,
+            network: "hostile".into(),
+            tensor: Box::new(t),
+        }
+        .to_string();
+        assert!(msg.contains("`hostile`") && msg.contains("`ys_i`"), "{msg}");
+        assert!(msg.contains("size value 2147483648"), "{msg}");
+        // The unmutated network prepares.
+        let original = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/field/dyn.onnx"),
+        )
+        .unwrap();
+        prepare_cpu(&original, vec![vec![1, 3, 64, 64]], None).expect("dyn.onnx prepares");
+    }
+
+    /// A graph `y = Identity(x)` plus the constant-driven `node`, whose output `z` is an
+    /// output too.
+    #[cfg(feature = "tract-cpu")]
+    fn with_constant_output(inits: Vec<pb::TensorProto>, n: pb::NodeProto) -> Vec<u8> {
+        let mut graph = graph_with_input("x", 1, &[1, 4]);
+        graph
+            .output
+            .push(graph_with_input("y", 1, &[1, 4]).input.remove(0));
+        let mut z = graph_with_input("z", 1, &[]).input.remove(0);
+        z.r#type = None;
+        graph.output.push(z);
+        graph.node.push(node("Identity", "copy", &["x"], &["y"]));
+        graph.node.push(n);
+        graph.initializer = inits;
+        model_bytes(graph)
+    }
+
+    /// The kind, beyond the case found: operators whose output size comes from the *value*
+    /// of a small constant input. Each would be evaluated by tract during typing.
+    #[cfg(feature = "tract-cpu")]
+    #[test]
+    fn constant_driven_sizes_are_refused_by_name() {
+        // ConstantOfShape([65536, 65536]) of an f32 zero: 16 GiB.
+        let mut zeros = node("ConstantOfShape", "zeros", &["shape"], &["z"]);
+        let mut zero = i64_init("value", &[]);
+        zero.data_type = 1;
+        zero.dims = vec![1];
+        zero.raw_data = 0f32.to_le_bytes().to_vec();
+        zeros.attribute.push(pb::AttributeProto {
+            name: "value".into(),
+            r#type: pb::attribute_proto::AttributeType::Tensor as i32,
+            t: Some(zero),
+            ..pb::AttributeProto::default()
+        });
+        let onnx = with_constant_output(vec![i64_init("shape", &[65536, 65536])], zeros);
+        let t = refusal(prepare_cpu(&onnx, vec![vec![1, 4]], None));
+        assert_eq!((t.tensor.as_str(), t.node.as_str()), ("z", "zeros"), "{t}");
+        assert_eq!(t.shape, [Some(65536), Some(65536)]);
+        assert_eq!(t.excess, Excess::Bytes(1 << 34), "{t}");
+
+        // Expand(one f32, [2^20, 2^20]): 4 TiB.
+        let mut one = i64_init("one", &[]);
+        one.data_type = 1;
+        one.dims = vec![1];
+        one.raw_data = 1f32.to_le_bytes().to_vec();
+        let onnx = with_constant_output(
+            vec![one, i64_init("shape", &[1 << 20, 1 << 20])],
+            node("Expand", "broadcast", &["one", "shape"], &["z"]),
+        );
+        let t = refusal(prepare_cpu(&onnx, vec![vec![1, 4]], None));
+        assert_eq!(t.node, "broadcast", "{t}");
+        assert_eq!(t.excess, Excess::Bytes(1 << 42), "{t}");
+
+        // ConstantOfShape([2^32 + 1]): tract's shape inference reads the value through an
+        // i32 (it would see 1).
+        let onnx = with_constant_output(
+            vec![i64_init("shape", &[(1 << 32) + 1])],
+            node("ConstantOfShape", "zeros", &["shape"], &["z"]),
+        );
+        let t = refusal(prepare_cpu(&onnx, vec![vec![1, 4]], None));
+        assert_eq!(t.excess, Excess::SizeValue((1 << 32) + 1), "{t}");
+
+        // Range(0, 2^30, 1): 8 GiB of i64; Range(0, 2^40, 1), which tract's shape
+        // inference types as 0 elements (2^40 read through an i32) and its evaluation
+        // allocates (8 TiB); Range(0, 1, 0): no end; Range(5, 3, 1), which tract types with
+        // a negative length (and would fill |3 - 5| elements); Range(0, 1000, 1) prepares.
+        for (start, limit, delta, excess) in [
+            (0i64, 1i64 << 30, 1, Some(Excess::Bytes(8 << 30))),
+            (0, 1 << 40, 1, Some(Excess::SizeValue(1 << 40))),
+            (0, 1, 0, Some(Excess::Unbounded)),
+            (5, 3, 1, Some(Excess::NegativeDimension)),
+            (0, 1000, 1, None),
+        ] {
+            let mut inits = vec![
+                i64_init("start", &[start]),
+                i64_init("limit", &[limit]),
+                i64_init("delta", &[delta]),
+            ];
+            for t in &mut inits {
+                t.dims.clear();
+            }
+            let onnx = with_constant_output(
+                inits,
+                node("Range", "steps", &["start", "limit", "delta"], &["z"]),
+            );
+            let r = prepare_cpu(&onnx, vec![vec![1, 4]], None);
+            match excess {
+                Some(excess) => {
+                    let t = refusal(r);
+                    assert_eq!((t.node.as_str(), t.excess), ("steps", excess), "{t}");
+                }
+                None => {
+                    let plan = r.expect("Range(0, 1000, 1) prepares");
+                    assert_eq!(plan.io().outputs[1].shape, [1000]);
+                }
+            }
+        }
+    }
+
+    /// The limit is [`PrepareOptions::max_tensor_bytes`], and every tensor counts, the
+    /// network's activations as much as its constants: `y = x * k` at [1, 4] (16-byte
+    /// tensors) prepares with the default and is refused under 15 bytes.
+    #[cfg(feature = "tract-cpu")]
+    #[test]
+    fn the_limit_comes_from_the_prepare_options() {
+        let mut graph = graph_with_input("x", 1, &[1, 4]);
+        graph
+            .output
+            .push(graph_with_input("y", 1, &[1, 4]).input.remove(0));
+        let mut k = i64_init("k", &[]);
+        k.data_type = 1;
+        k.dims.clear();
+        k.raw_data = 3f32.to_le_bytes().to_vec();
+        graph.initializer.push(k);
+        graph.node.push(node("Mul", "scale", &["x", "k"], &["y"]));
+        let onnx = model_bytes(graph);
+        prepare_cpu(&onnx, vec![vec![1, 4]], None).expect("16-byte tensors fit 4 GiB");
+        prepare_cpu(&onnx, vec![vec![1, 4]], Some(16)).expect("16 bytes fit 16");
+        let t = refusal(prepare_cpu(&onnx, vec![vec![1, 4]], Some(15)));
+        assert_eq!((t.excess, t.limit), (Excess::Bytes(16), 15), "{t}");
+        assert_eq!(t.shape, [Some(1), Some(4)]);
     }
 }

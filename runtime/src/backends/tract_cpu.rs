@@ -161,6 +161,7 @@ fn prepare_on(
             source.bytes,
             &options.input_shapes,
             &options.fixed_inputs,
+            options.tensor_limit(),
             executor,
         )?;
         Ok(Plan::Host(Arc::new(plan)))
@@ -343,6 +344,24 @@ pub(crate) fn fix_inputs(
     Ok(inputs)
 }
 
+/// A tract error from typing or optimising a network at `shapes`: [`PrepareError::TooLarge`]
+/// when a tensor broke the size limit ([`super::onnx_front::into_typed_bounded`]), else
+/// [`PrepareError::Backend`] with tract's message chain.
+pub(crate) fn typing_error(network: &str, shapes: &[Vec<usize>], e: TractError) -> PrepareError {
+    match super::onnx_front::too_large(&e) {
+        Some(tensor) => PrepareError::TooLarge {
+            engine: KIND,
+            network: network.to_string(),
+            tensor,
+        },
+        None => PrepareError::Backend {
+            engine: KIND,
+            network: network.to_string(),
+            message: format!("input shapes {shapes:?}: {e:#}"),
+        },
+    }
+}
+
 /// The concrete output descriptors of a typed model.
 ///
 /// # Errors
@@ -416,19 +435,16 @@ impl TractCpuPlan {
         onnx: &[u8],
         shapes: &[Vec<usize>],
         fixed: &[crate::backend::FixedInput],
+        max_tensor_bytes: u64,
         executor: Option<tract_linalg::multithread::Executor>,
     ) -> Result<Self, PrepareError> {
         let mut model = parse_onnx(network, onnx, fixed)?;
         let inputs = fix_inputs(network, &mut model, shapes)?;
-        let prepare = |e: TractError| PrepareError::Backend {
-            engine: KIND,
-            network: network.to_string(),
-            message: format!("input shapes {shapes:?}: {e:#}"),
-        };
-        // Every all-constant node evaluated once (int8 weights dequantised at load, not per
-        // run: see `onnx_front::fold_constants`), then tract's own optimisation.
-        let typed = model
-            .into_typed()
+        let prepare = |e: TractError| typing_error(network, shapes, e);
+        // Typed with every tensor bounded (`onnx_front::into_typed_bounded`), every
+        // all-constant node evaluated once (int8 weights dequantised at load, not per run:
+        // see `onnx_front::fold_constants`), then tract's own optimisation.
+        let typed = super::onnx_front::into_typed_bounded(model, max_tensor_bytes)
             .and_then(|mut m| {
                 let folded = super::onnx_front::fold_constants(&mut m)?;
                 let scans = super::onnx_front::scans_reset_every_run(&mut m);

@@ -96,14 +96,20 @@ impl Backend for TractCuda {
             let mut model =
                 super::tract_cpu::parse_onnx(network, source.bytes, &options.fixed_inputs)?;
             let inputs = super::tract_cpu::fix_inputs(network, &mut model, &options.input_shapes)?;
-            let typed = model
-                .into_typed()
+            let typed = super::onnx_front::into_typed_bounded(model, options.tensor_limit())
                 .and_then(|mut m| {
                     super::onnx_front::fold_constants(&mut m)?;
                     super::onnx_front::scans_reset_every_run(&mut m);
                     m.into_decluttered()
                 })
-                .map_err(|e| fail(format!("{e:#}")))?;
+                .map_err(|e| match super::onnx_front::too_large(&e) {
+                    Some(tensor) => PrepareError::TooLarge {
+                        engine: KIND,
+                        network: network.to_string(),
+                        tensor,
+                    },
+                    None => fail(format!("{e:#}")),
+                })?;
             let outputs = super::tract_cpu::typed_outputs(network, &typed)?;
             let rt = tract_onnx::tract_core::runtime::runtime_for_name("cuda")
                 .map_err(|e| fail(format!("{e:#}")))?

@@ -92,6 +92,11 @@ fn lower_err(network: &str, e: LowerError) -> PrepareError {
             detail,
         },
         LowerError::Model(m) => backend_err(network, m),
+        LowerError::TooLarge(tensor) => PrepareError::TooLarge {
+            engine: ENGINE,
+            network: network.to_string(),
+            tensor,
+        },
     }
 }
 
@@ -362,6 +367,7 @@ impl NativePlan {
             &options.input_shapes,
             &options.fixed_inputs,
             options.precision,
+            options.tensor_limit(),
         )
         .map_err(|e| lower_err(network, e))?;
         let g = &compiled.graph;

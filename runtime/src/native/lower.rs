@@ -54,6 +54,10 @@ pub enum LowerError {
     /// tract could not parse, type or simplify the network at the requested shapes.
     #[error("{0}")]
     Model(String),
+    /// A tensor of the network over the size limit, or with a negative dimension, refused
+    /// before tract materialised it (`backends/onnx_front.rs`, `into_typed_bounded`).
+    #[error(transparent)]
+    TooLarge(#[from] Box<crate::backend::TensorTooLarge>),
 }
 
 /// Parse `onnx` with tract, fix every input to `input_shapes` (element type from the model),
@@ -62,20 +66,28 @@ pub enum LowerError {
 /// # Errors
 /// [`LowerError::Model`] with tract's message chain.
 pub fn load_model(onnx: &[u8], input_shapes: &[Vec<usize>]) -> Result<TypedModel, LowerError> {
-    load_model_fixed(onnx, input_shapes, &[])
+    load_model_fixed(
+        onnx,
+        input_shapes,
+        &[],
+        crate::backend::DEFAULT_MAX_TENSOR_BYTES,
+    )
 }
 
 /// [`load_model`] with the `fixed` inputs made constants of the graph first
 /// (`backends/onnx_front.rs`, shared with the tract backends): they are not inputs of the
-/// typed model, and `input_shapes` leaves them out.
+/// typed model, and `input_shapes` leaves them out. Every tensor is bounded by
+/// `max_tensor_bytes` while tract types the network
+/// ([`crate::backend::PrepareOptions::max_tensor_bytes`]).
 ///
 /// # Errors
 /// [`LowerError::Model`] with tract's message chain, or naming a fixed input that does not
-/// fit the network.
+/// fit the network; [`LowerError::TooLarge`] naming a tensor over `max_tensor_bytes`.
 pub fn load_model_fixed(
     onnx: &[u8],
     input_shapes: &[Vec<usize>],
     fixed: &[crate::backend::FixedInput],
+    max_tensor_bytes: u64,
 ) -> Result<TypedModel, LowerError> {
     let model_err = |e: TractError| LowerError::Model(format!("{e:#}"));
     let framework = tract_onnx::onnx().with_ignore_value_info(true);
@@ -142,7 +154,11 @@ pub fn load_model_fixed(
             .set_input_fact(ix, InferenceFact::dt_shape(dt, shape.as_slice()))
             .map_err(model_err)?;
     }
-    let mut typed = model.into_typed().map_err(model_err)?;
+    let mut typed = crate::backends::onnx_front::into_typed_bounded(model, max_tensor_bytes)
+        .map_err(|e| match crate::backends::onnx_front::too_large(&e) {
+            Some(tensor) => LowerError::TooLarge(tensor),
+            None => model_err(e),
+        })?;
     declutter(&mut typed).map_err(model_err)?;
     Ok(typed)
 }

@@ -70,11 +70,19 @@ pub fn compile(
     input_shapes: &[Vec<usize>],
     precision: Precision,
 ) -> Result<Compiled, LowerError> {
-    compile_fixed(onnx, input_shapes, &[], precision)
+    compile_fixed(
+        onnx,
+        input_shapes,
+        &[],
+        precision,
+        crate::backend::DEFAULT_MAX_TENSOR_BYTES,
+    )
 }
 
 /// [`compile`] with the `fixed` inputs made constants of the graph first
-/// ([`crate::backend::PrepareOptions::fixed_inputs`]); `input_shapes` leaves them out.
+/// ([`crate::backend::PrepareOptions::fixed_inputs`]; `input_shapes` leaves them out) and
+/// every tensor bounded by `max_tensor_bytes`
+/// ([`crate::backend::PrepareOptions::max_tensor_bytes`]).
 ///
 /// # Errors
 /// As [`compile`].
@@ -83,8 +91,9 @@ pub fn compile_fixed(
     input_shapes: &[Vec<usize>],
     fixed: &[crate::backend::FixedInput],
     precision: Precision,
+    max_tensor_bytes: u64,
 ) -> Result<Compiled, LowerError> {
-    let model = lower::load_model_fixed(onnx, input_shapes, fixed)?;
+    let model = lower::load_model_fixed(onnx, input_shapes, fixed, max_tensor_bytes)?;
     let mut graph = lower::lower(&model)?;
     drop(model);
     passes::optimise(&mut graph);
