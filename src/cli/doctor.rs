@@ -94,7 +94,7 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
         }
         let engines: Vec<Value> = engines
             .iter()
-            .map(|(k, usable)| json!({ "engine": k.to_string(), "usable": usable }))
+            .map(|(k, usable)| json!({ "engine": k.id(), "usable": usable }))
             .collect();
         let mut doc = json!({
             "schema_version": DOCTOR_SCHEMA_VERSION,
