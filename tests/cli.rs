@@ -1514,6 +1514,14 @@ fn vad_bundle() -> (String, String) {
 #[test]
 fn vad_builds_inspects_runs_a_wav_like_the_package_and_self_tests() {
     let (b, built) = vad_bundle();
+    // `--device cuda` where there is no GPU: one error line and one hint line, as for every
+    // family (the family's error wraps the runtime's; the hint must still be found).
+    let o = tether(&["run", &b, &asset("Noise.wav"), "--device", "cuda"]);
+    if o.status.code() == Some(1) {
+        let e = stderr(&o);
+        assert_eq!(e.lines().count(), 2, "{e}");
+        assert!(e.starts_with("error: ") && e.contains("\nhint: "), "{e}");
+    }
     // No image to annotate: the option is refused before any work, never ignored.
     let png = scratch().join("vad.annotated.png");
     let o = tether(&[

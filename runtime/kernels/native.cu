@@ -222,6 +222,37 @@ extern "C" __global__ void __launch_bounds__(256) ew_program(const __grid_consta
 }
 
 // ---------------------------------------------------------------------------------------------
+// A convolution's epilogue: y = act(x + b[c]) with x and y packed [outer, C, inner] and b one
+// value per channel. launch.rs picks it instead of ew_program for exactly the programs
+// `act(x + b)` (act: 0 none, 1 SiLU, 2 sigmoid) whose bias is broadcast along every axis but
+// the channel axis: the same fp32 formulas as apply() and the same loads and stores, so the
+// same results, without interpreting the program per element.
+
+struct bias_act_params {            // 56 bytes
+    unsigned long long x, b, y;     // element 0 of each
+    unsigned int n;                 // elements of x and y
+    unsigned int inner;             // elements per channel plane (product of the axes after C)
+    unsigned int channels;          // C
+    unsigned int act;               // 0 none, 1 SiLU, 2 sigmoid
+    unsigned int x_dtype, b_dtype, y_dtype, pad;
+};
+static_assert(sizeof(struct bias_act_params) == 56, "kernels.rs BiasActParams");
+
+extern "C" __global__ void __launch_bounds__(256) bias_act(const __grid_constant__ struct bias_act_params p) {
+    const unsigned int stride = gridDim.x * blockDim.x;
+    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
+        const unsigned int c = (i / p.inner) % p.channels;
+        float a = load_as_float(p.x, i, p.x_dtype) + load_as_float(p.b, c, p.b_dtype);
+        if (p.act == 1) {
+            a = a * (1.0f / (1.0f + expf(-a)));
+        } else if (p.act == 2) {
+            a = 1.0f / (1.0f + expf(-a));
+        }
+        store_from_float(p.y, i, p.y_dtype, a);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Strided copy of raw elements (1, 2, 4 or 8 bytes): transposes, slices, concatenation
 // pieces, broadcasts. Packed-to-packed copies go through cuMemcpyDtoDAsync instead.
 

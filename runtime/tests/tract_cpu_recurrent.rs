@@ -78,3 +78,29 @@ fn an_lstm_starts_from_its_initial_state_on_every_run() {
         }
     }
 }
+
+/// An LSTM attribute tract's importer would ignore (`clip`: the network would run as a plain
+/// LSTM and answer wrongly with no error) is refused, naming the node, the operator and the
+/// attribute. Fixture: `tests/native/lstm_clip.onnx` (`make_rnn_fixtures.py`).
+#[test]
+fn an_lstm_attribute_tract_would_ignore_is_refused() {
+    let onnx = fixture("lstm_clip.onnx");
+    let err = TractCpu
+        .prepare(
+            &NetworkSource {
+                network: "lstm_clip",
+                format: SourceFormat::Onnx,
+                bytes: &onnx,
+                target: None,
+            },
+            &PrepareOptions::default(),
+        )
+        .map(|_| ())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, tether_runtime::PrepareError::Unsupported { ref op, ref detail, .. }
+            if op == "LSTM" && detail.contains("clip")),
+        "{text}"
+    );
+}

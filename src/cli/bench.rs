@@ -42,7 +42,7 @@ pub struct BenchArgs {
     /// limit with --duration.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     runs: Option<u64>,
-    /// Stop after this many seconds (whichever comes first with --runs).
+    /// Stop after this many whole seconds, 1 to 86,400 (whichever comes first with --runs).
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     duration: Option<u64>,
     /// Untimed warm-up runs (of each, with --compare), after the first run, which prepares

@@ -121,6 +121,7 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
         }
         if let Some(h) = cause
             .downcast_ref::<tether_runtime::Error>()
+            .or_else(|| family_runtime_error(cause))
             .and_then(runtime_hint)
         {
             return Some(h);
@@ -142,6 +143,23 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
         if let Some(w) = cause.downcast_ref::<OutputError>() {
             return Some(w.hint());
         }
+    }
+    None
+}
+
+/// The runtime error inside a family's own error type. The families wrap it transparently
+/// (`#[error(transparent)]`), so it is not a separate link of the error chain.
+fn family_runtime_error<'a>(
+    cause: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a tether_runtime::Error> {
+    if let Some(tether_ocr::OcrError::Runtime(r)) = cause.downcast_ref() {
+        return Some(r);
+    }
+    if let Some(tether_vad::VadError::Runtime(r)) = cause.downcast_ref() {
+        return Some(r);
+    }
+    if let Some(tether_embed::EmbedError::Runtime(r)) = cause.downcast_ref() {
+        return Some(r);
     }
     None
 }

@@ -249,6 +249,86 @@ pub(crate) fn fold_constants(model: &mut TypedModel) -> TractResult<usize> {
     Ok(folded)
 }
 
+/// An attribute of an ONNX recurrent node that tract's importer would silently ignore.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct IgnoredAttribute {
+    /// The node's name.
+    pub node: String,
+    /// `LSTM`, `GRU` or `RNN`.
+    pub op: String,
+    /// The attribute and its value, and what tract does instead.
+    pub detail: String,
+}
+
+/// The first attribute of an ONNX `LSTM`, `GRU` or `RNN` node in `graph` (and its subgraphs)
+/// that tract's importer does not apply: it builds the cell with the default activations, no
+/// clipping, no coupled input and forget gates, and runs a single direction forwards
+/// (`tract-onnx` 0.23 `ops/rec`). A network using one would run as a plain cell and give a
+/// wrong answer with no error, on every tract-based engine; each refuses it instead (the
+/// typed graph no longer shows the attribute, so it is checked on the ONNX node itself).
+/// Semantics of the attributes: onnx/docs/Operators.md, `LSTM`, `GRU`, `RNN`.
+pub(crate) fn ignored_recurrent_attribute(graph: &pb::GraphProto) -> Option<IgnoredAttribute> {
+    for n in &graph.node {
+        for a in &n.attribute {
+            for sub in a.g.iter().chain(&a.graphs) {
+                if let Some(r) = ignored_recurrent_attribute(sub) {
+                    return Some(r);
+                }
+            }
+        }
+        let defaults: &[&str] = match n.op_type.as_str() {
+            "LSTM" => &["sigmoid", "tanh", "tanh"],
+            "GRU" => &["sigmoid", "tanh"],
+            "RNN" => &["tanh"],
+            _ => continue,
+        };
+        let refuse = |detail: String| IgnoredAttribute {
+            node: n.name.clone(),
+            op: n.op_type.clone(),
+            detail,
+        };
+        for a in &n.attribute {
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            match a.name.as_str() {
+                "clip" => {
+                    return Some(refuse(format!(
+                        "attribute clip = {} (tract's importer does not clip the cell)",
+                        a.f
+                    )));
+                }
+                "direction" if a.s == b"reverse" => {
+                    return Some(refuse(
+                        "attribute direction = reverse (tract's importer runs a single direction forwards)"
+                            .into(),
+                    ));
+                }
+                "input_forget" if a.i != 0 => {
+                    return Some(refuse(format!("attribute input_forget = {}", a.i)));
+                }
+                "activations" => {
+                    let given: Vec<String> = a.strings.iter().map(|b| text(b)).collect();
+                    let default = given.chunks(defaults.len()).all(|c| {
+                        c.len() == defaults.len()
+                            && c.iter()
+                                .zip(defaults)
+                                .all(|(g, d)| g.eq_ignore_ascii_case(d))
+                    });
+                    if !default {
+                        return Some(refuse(format!(
+                            "attribute activations = {given:?} (tract's importer applies the defaults {defaults:?})"
+                        )));
+                    }
+                }
+                "activation_alpha" | "activation_beta" if !a.floats.is_empty() => {
+                    return Some(refuse(format!("attribute {} = {:?}", a.name, a.floats)));
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
 /// Move the axis of every single-axis softmax that is not the last axis to the end and back
 /// (`Softmax(x, axis)` -> `Move(axis, last)`, `Softmax(last)`, `Move(last, axis)`); returns how
 /// many were rewritten. For the tract CPU engine, after its optimisation: tract 0.23's softmax

@@ -205,6 +205,15 @@ pub(crate) fn parse_onnx(
         .map_err(|e| backend_error(network, &e))?;
     if let Some(graph) = &proto.graph {
         check_attributes(network, graph)?;
+        if let Some(r) = super::onnx_front::ignored_recurrent_attribute(graph) {
+            return Err(PrepareError::Unsupported {
+                engine: KIND,
+                network: network.to_string(),
+                node: r.node,
+                op: r.op,
+                detail: r.detail,
+            });
+        }
     }
     if !fixed.is_empty() {
         let graph = proto.graph.as_mut().ok_or_else(|| PrepareError::Backend {

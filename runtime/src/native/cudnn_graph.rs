@@ -196,8 +196,9 @@ fn tensor(
 /// The operation graph of one convolution on a handle, and the engine configurations the
 /// heuristics ranked for it, best first.
 pub struct ConvGraph {
-    graph: Desc,
+    // Fields drop in declaration order: what refers to another descriptor goes first.
     cfgs: Vec<Desc>,
+    graph: Desc,
     // Referenced by the graph: kept alive with it.
     _parts: Vec<Desc>,
 }
@@ -289,9 +290,9 @@ impl ConvGraph {
         let mut cfgs = cfgs;
         cfgs.truncate(n);
         Ok(ConvGraph {
-            graph,
             cfgs,
-            _parts: vec![x, w, y, conv, op, heur],
+            graph,
+            _parts: vec![heur, op, conv, x, w, y],
         })
     }
 

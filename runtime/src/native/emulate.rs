@@ -13,7 +13,7 @@ use super::Compiled;
 use super::gemm::BlasGemm;
 use super::ir::{ElemType, StepKind};
 use super::kernels::{
-    CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams, SoftmaxParams,
+    BiasActParams, CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams, SoftmaxParams,
 };
 use super::launch::{self, Bases, ConvChoice, Launch, Layout};
 use super::program::{EwOp, apply, load_f32, store_f32};
@@ -70,6 +70,21 @@ fn store(r: &Regions, base: u64, index: i64, dtype: u32, v: f32) -> Result<(), S
     // SAFETY: checked inside a live region; no other reference to it is alive.
     let b = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, es) };
     store_f32(v, dt, b);
+    Ok(())
+}
+
+/// `bias_act`, transcribed: `y[i] = act(x[i] + b[(i / inner) % channels])`.
+fn bias_act(r: &Regions, p: &BiasActParams) -> Result<(), String> {
+    for i in 0..p.n {
+        let c = (i / p.inner) % p.channels;
+        let mut a = load(r, p.x, i64::from(i), p.x_dtype)? + load(r, p.b, i64::from(c), p.b_dtype)?;
+        match p.act {
+            1 => a = apply(EwOp::Silu, a, 0.0, 0.0, 0.0),
+            2 => a = apply(EwOp::Sigmoid, a, 0.0, 0.0, 0.0),
+            _ => {}
+        }
+        store(r, p.y, i64::from(i), p.y_dtype, a)?;
+    }
     Ok(())
 }
 
@@ -389,6 +404,7 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
         let name = &g.steps[i].node;
         let res = match l {
             Launch::Ew { params, .. } => ew(&regions, params),
+            Launch::BiasAct { params, .. } => bias_act(&regions, params),
             Launch::Copy { params, .. } => copy(&regions, params),
             Launch::Memcpy { dst, src, bytes } => regions
                 .check(*src, *bytes)

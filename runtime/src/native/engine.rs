@@ -27,8 +27,8 @@ use super::cublas::{self, GemmMath};
 use super::cudnn::{self, ConvMath};
 use super::ir::{ElemType, Graph, PoolKind, StepKind};
 use super::kernels::{
-    CopyParams, EwParams, GatherParams, KERNEL_IMAGES, KERNEL_SOURCE, Kernels, ReduceParams,
-    ResizeParams, SoftmaxParams,
+    BiasActParams, CopyParams, EwParams, GatherParams, KERNEL_IMAGES, KERNEL_SOURCE, Kernels,
+    ReduceParams, ResizeParams, SoftmaxParams,
 };
 use super::launch::{self, Bases, ConvChoice, Launch, Layout, address};
 use super::memory::BUFFER_ALIGN;
@@ -764,10 +764,10 @@ impl DevicePlan for NativePlan {
             ) {
                 (Some(h), Some(rank), Some(geo)) => {
                     match cudnn_graph::ConvGraph::new(h, geo)
-                        .and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (cg, plan)))
+                        .and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (plan, cg)))
                     {
-                        Ok((cg, plan)) if plan.workspace <= p.layout.cudnn_ws.1 => Some((cg, plan)),
-                        Ok((_, plan)) => {
+                        Ok((plan, cg)) if plan.workspace <= p.layout.cudnn_ws.1 => Some((plan, cg)),
+                        Ok((plan, _)) => {
                             log::warn!(
                                 "{}: step {i}: cuDNN graph plan needs {} bytes of scratch, the plan has {}: legacy algorithm",
                                 p.network,
@@ -809,14 +809,16 @@ impl DevicePlan for NativePlan {
 /// launches of the last binding.
 pub struct NativeExecutor {
     plan: Arc<PlanInner>,
-    cudnn: Option<cudnn::Handle>,
-    cublas: Option<cublas::Handle>,
-    /// Per step: the cuDNN graph-API operation graph and execution plan of a convolution
-    /// that runs through it.
-    graph_plans: Vec<Option<(cudnn_graph::ConvGraph, cudnn_graph::ConvPlan)>>,
+    // Fields drop in declaration order: the graph-API descriptors, which refer to the cuDNN
+    // handle, go before it.
     /// Per step: the variant pack (addresses) of the last binding for a graph-API plan;
     /// `None` runs the legacy algorithm.
     packs: Vec<Option<cudnn_graph::VariantPack>>,
+    /// Per step: the cuDNN graph-API operation graph and execution plan of a convolution
+    /// that runs through it.
+    graph_plans: Vec<Option<(cudnn_graph::ConvPlan, cudnn_graph::ConvGraph)>>,
+    cudnn: Option<cudnn::Handle>,
+    cublas: Option<cublas::Handle>,
     descs: Vec<StepDescs>,
     launches: Vec<Launch>,
     cublas_ws: (u64, usize),
@@ -896,7 +898,7 @@ impl NativeExecutor {
             let Launch::Conv { step, x, w, y, .. } = l else {
                 continue;
             };
-            let (Some((_, plan)), Some(geo)) = (&self.graph_plans[*step], &p.geoms[*step]) else {
+            let (Some((plan, _)), Some(geo)) = (&self.graph_plans[*step], &p.geoms[*step]) else {
                 continue;
             };
             let aligned = [*x, *w, *y]
@@ -1022,6 +1024,12 @@ impl NativeExecutor {
                     // address in it was resolved from the bound regions at bind time.
                     unsafe { stream.launch(k.ew, (*grid, 1, 1), block, 0, &mut args) }?;
                 }
+                Launch::BiasAct { params, grid } => {
+                    let mut args = [params as *mut BiasActParams as *mut c_void];
+                    // SAFETY: one parameter, the struct the kernel takes by value; every
+                    // address in it was resolved from the bound regions at bind time.
+                    unsafe { stream.launch(k.bias_act, (*grid, 1, 1), block, 0, &mut args) }?;
+                }
                 Launch::Copy { params, grid } => {
                     let mut args = [params as *mut CopyParams as *mut c_void];
                     // SAFETY: as above.
@@ -1078,7 +1086,7 @@ impl NativeExecutor {
                     else {
                         return Err(self.fail("cudnnConvolutionForward", &"no descriptors"));
                     };
-                    if let (Some((_, plan)), Some(pack)) =
+                    if let (Some((plan, _)), Some(pack)) =
                         (&self.graph_plans[*step], &self.packs[*step])
                     {
                         // SAFETY: the pack holds this step's bound addresses and the cuDNN

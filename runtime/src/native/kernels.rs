@@ -98,6 +98,118 @@ pub struct EwParams {
     pub nodes: [EwNode; MAX_NODES],
 }
 
+/// Parameters of `bias_act` (`struct bias_act_params`): `y = act(x + b[c])` over a packed
+/// `[outer, C, inner]` tensor, one bias value per channel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BiasActParams {
+    /// Element 0 of `x`.
+    pub x: u64,
+    /// Element 0 of the per-channel bias (`C` elements).
+    pub b: u64,
+    /// Element 0 of `y`.
+    pub y: u64,
+    /// Elements of `x` and `y`.
+    pub n: u32,
+    /// Elements per channel plane (product of the axes after the channel axis).
+    pub inner: u32,
+    /// Channels.
+    pub channels: u32,
+    /// 0: none, 1: SiLU, 2: sigmoid.
+    pub act: u32,
+    /// Element type codes of `x`, `b`, `y` ([`dtype_code`]).
+    pub x_dtype: u32,
+    /// See `x_dtype`.
+    pub b_dtype: u32,
+    /// See `x_dtype`.
+    pub y_dtype: u32,
+    /// Padding.
+    pub pad: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<BiasActParams>() == 56);
+
+/// The `bias_act` form of an element-wise step, when it is exactly `act(x + b)` (act: none,
+/// SiLU, sigmoid) with `x` and the output packed and of the same shape, `b` broadcast along
+/// every axis but axis 1 (the channel axis of NC... layouts), all of them f32 or f16: a
+/// convolution's bias and activation. `None` for anything else (the generic `ew_program`
+/// runs it). Same formulas as [`super::program::apply`], so the same results.
+pub fn bias_act_params(
+    g: &Graph,
+    inputs: &[TensorId],
+    output: TensorId,
+    program: &Program,
+    addr: &dyn Fn(TensorId) -> u64,
+) -> Option<BiasActParams> {
+    use super::program::EwOp;
+    let nodes = &program.nodes;
+    if inputs.len() != 2 || !(3..=4).contains(&nodes.len()) {
+        return None;
+    }
+    let (Expr::Input(p), Expr::Input(q)) = (&nodes[0], &nodes[1]) else {
+        return None;
+    };
+    let Expr::Op {
+        op: EwOp::Add,
+        args: [a0, a1, _],
+        ..
+    } = nodes[2]
+    else {
+        return None;
+    };
+    if !matches!((a0, a1), (0, 1) | (1, 0)) || *p == *q || *p > 1 || *q > 1 {
+        return None;
+    }
+    let act = match nodes.get(3) {
+        None => 0,
+        Some(Expr::Op {
+            op: EwOp::Silu,
+            args: [2, _, _],
+            ..
+        }) => 1,
+        Some(Expr::Op {
+            op: EwOp::Sigmoid,
+            args: [2, _, _],
+            ..
+        }) => 2,
+        Some(_) => return None,
+    };
+    let out = g.tensor(output);
+    let float = |dt: ElemType| matches!(dt, ElemType::F32 | ElemType::F16);
+    if out.shape.len() < 2 || !out.is_packed() || !float(out.dtype) {
+        return None;
+    }
+    let n = u32::try_from(out.numel()).ok().filter(|&n| n > 0)?;
+    let channels = u32::try_from(out.shape[1]).ok()?;
+    let inner = u32::try_from(out.shape[2..].iter().product::<usize>()).ok()?;
+    for (xi, bi) in [(*p, *q), (*q, *p)] {
+        let (xid, bid) = (inputs[xi], inputs[bi]);
+        let (x, b) = (g.tensor(xid), g.tensor(bid));
+        let per_channel = b.shape == out.shape
+            && b.strides
+                .iter()
+                .enumerate()
+                .all(|(d, &s)| out.shape[d] == 1 || if d == 1 { s == 1 } else { s == 0 });
+        if x.shape == out.shape && x.is_packed() && float(x.dtype) && float(b.dtype) && per_channel
+        {
+            return Some(BiasActParams {
+                x: addr(xid),
+                b: addr(bid),
+                y: addr(output),
+                n,
+                inner,
+                channels,
+                act,
+                x_dtype: dtype_code(x.dtype),
+                b_dtype: dtype_code(b.dtype),
+                y_dtype: dtype_code(out.dtype),
+                pad: 0,
+            });
+        }
+    }
+    None
+}
+
 /// Parameters of `strided_copy` (`struct copy_params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -243,6 +355,8 @@ const _: () = assert!(std::mem::size_of::<GatherParams>() == 48);
 pub struct Kernels {
     /// `ew_program`.
     pub ew: Function,
+    /// `bias_act`.
+    pub bias_act: Function,
     /// `strided_copy`.
     pub copy: Function,
     /// `softmax_rows`.
@@ -267,6 +381,7 @@ impl Kernels {
     pub fn new(module: &KernelModule) -> Result<Self, CudaError> {
         Ok(Kernels {
             ew: module.function("ew_program")?,
+            bias_act: module.function("bias_act")?,
             copy: module.function("strided_copy")?,
             softmax_rows: module.function("softmax_rows")?,
             softmax_cols: module.function("softmax_cols")?,
@@ -485,5 +600,86 @@ mod tests {
         // A scalar.
         let (shape, _) = collapse(&[1, 1], &[&[1, 1]]);
         assert_eq!(shape, vec![1]);
+    }
+
+    /// A convolution's epilogue `silu(x + b)` over `[1, 16, 8, 8]` with `b` one value per
+    /// channel takes the `bias_act` kernel (either operand order); a bias broadcast along
+    /// another axis, a third operator or a strided output keep the generic kernel.
+    #[test]
+    fn bias_act_takes_exactly_a_per_channel_bias_and_activation() {
+        use super::super::ir::{BufferKind, packed_strides};
+        use super::super::program::EwOp;
+        let shape = [1usize, 16, 8, 8];
+        let mut g = Graph::default();
+        let x = g.add_packed("x", ElemType::F32, &shape, BufferKind::Activation);
+        let y = g.add_packed("y", ElemType::F32, &shape, BufferKind::Activation);
+        let bias_buf = g.add_buffer("b", ElemType::F32, 16, BufferKind::Weight(vec![0; 64]));
+        let view = |g: &mut Graph, strides: Vec<isize>| {
+            g.add_view(Tensor {
+                name: "b".into(),
+                buffer: bias_buf,
+                dtype: ElemType::F32,
+                shape: shape.to_vec(),
+                offset: 0,
+                strides,
+            })
+        };
+        let per_channel = view(&mut g, vec![0, 1, 0, 0]);
+        let per_column = view(&mut g, vec![0, 0, 0, 1]);
+        let op = |op, a| Expr::Op {
+            op,
+            args: [a, 1, 0],
+            imm: 0.0,
+        };
+        let silu = Program {
+            nodes: vec![
+                Expr::Input(0),
+                Expr::Input(1),
+                op(EwOp::Add, 0),
+                op(EwOp::Silu, 2),
+            ],
+        };
+        let addr = |t: TensorId| 0x1000 * (t.0 as u64 + 1);
+        let p = bias_act_params(&g, &[x, per_channel], y, &silu, &addr).expect("bias + SiLU");
+        assert_eq!((p.n, p.inner, p.channels, p.act), (1024, 64, 16, 1));
+        assert_eq!((p.x, p.b, p.y), (addr(x), addr(per_channel), addr(y)));
+        // Bias first: the same kernel with the operands swapped.
+        let p = bias_act_params(&g, &[per_channel, x], y, &silu, &addr).expect("b + x");
+        assert_eq!((p.x, p.b), (addr(x), addr(per_channel)));
+        // Plain bias, and sigmoid.
+        let bias = Program {
+            nodes: silu.nodes[..3].to_vec(),
+        };
+        assert_eq!(
+            bias_act_params(&g, &[x, per_channel], y, &bias, &addr).map(|p| p.act),
+            Some(0)
+        );
+        let mut sig = silu.clone();
+        sig.nodes[3] = op(EwOp::Sigmoid, 2);
+        assert_eq!(
+            bias_act_params(&g, &[x, per_channel], y, &sig, &addr).map(|p| p.act),
+            Some(2)
+        );
+        // Not this kernel's: a bias along the last axis, another operator, a product.
+        assert!(bias_act_params(&g, &[x, per_column], y, &silu, &addr).is_none());
+        let mut tanh = silu.clone();
+        tanh.nodes[3] = op(EwOp::Tanh, 2);
+        assert!(bias_act_params(&g, &[x, per_channel], y, &tanh, &addr).is_none());
+        let mut mul = silu.clone();
+        mul.nodes[2] = op(EwOp::Mul, 0);
+        assert!(bias_act_params(&g, &[x, per_channel], y, &mul, &addr).is_none());
+        // A strided output (every other column of a wider buffer).
+        let wide = g.add_buffer("w", ElemType::F32, 2048, BufferKind::Activation);
+        let mut strides = packed_strides(&shape);
+        strides.iter_mut().for_each(|s| *s *= 2);
+        let strided = g.add_view(Tensor {
+            name: "ys".into(),
+            buffer: wide,
+            dtype: ElemType::F32,
+            shape: shape.to_vec(),
+            offset: 0,
+            strides,
+        });
+        assert!(bias_act_params(&g, &[x, per_channel], strided, &silu, &addr).is_none());
     }
 }

@@ -7,7 +7,8 @@ use super::Compiled;
 use super::gemm::{BlasGemm, blas_gemm};
 use super::ir::{ElemType, StepKind, TensorId};
 use super::kernels::{
-    self, CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams, SoftmaxParams,
+    self, BiasActParams, CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams,
+    SoftmaxParams,
 };
 use super::memory::{BUFFER_ALIGN, Region};
 
@@ -92,6 +93,13 @@ pub enum Launch {
     Ew {
         /// Parameters.
         params: EwParams,
+        /// Blocks of 256 threads (grid-stride).
+        grid: u32,
+    },
+    /// `bias_act`: an element-wise step that is a convolution's bias and activation.
+    BiasAct {
+        /// Parameters.
+        params: BiasActParams,
         /// Blocks of 256 threads (grid-stride).
         grid: u32,
     },
@@ -231,11 +239,18 @@ pub fn build(
                 output,
                 program,
             } => {
-                let params = kernels::ew_params(g, name, inputs, *output, program, &addr)
-                    .map_err(|e| e.to_string())?;
-                Launch::Ew {
-                    grid: kernels::grid_for(params.n),
-                    params,
+                if let Some(params) = kernels::bias_act_params(g, inputs, *output, program, &addr) {
+                    Launch::BiasAct {
+                        grid: kernels::grid_for(params.n),
+                        params,
+                    }
+                } else {
+                    let params = kernels::ew_params(g, name, inputs, *output, program, &addr)
+                        .map_err(|e| e.to_string())?;
+                    Launch::Ew {
+                        grid: kernels::grid_for(params.n),
+                        params,
+                    }
                 }
             }
             StepKind::Copy { src, dst } => {

@@ -106,8 +106,14 @@ pub fn load_model_fixed(
             })
         })?;
     }
-    if let Some(graph) = proto.graph.as_ref() {
-        refuse_ignored_recurrent_attributes(graph)?;
+    if let Some(graph) = proto.graph.as_ref()
+        && let Some(r) = crate::backends::onnx_front::ignored_recurrent_attribute(graph)
+    {
+        return Err(LowerError::Unsupported {
+            node: r.node,
+            op: r.op,
+            detail: r.detail,
+        });
     }
     // Declared input element types (the inference model may not know them without value_info).
     let mut declared = Vec::new();
@@ -161,75 +167,6 @@ pub fn load_model_fixed(
         })?;
     declutter(&mut typed).map_err(model_err)?;
     Ok(typed)
-}
-
-/// Refuse the attributes of ONNX `LSTM`, `GRU` and `RNN` that tract's importer does not
-/// apply (it builds the cell with the default activations, no clipping, no coupled input and
-/// forget gates, and runs a single direction forwards), in `graph` and its subgraphs: the
-/// typed graph no longer shows them, so they are checked on the ONNX node itself.
-///
-/// # Errors
-/// [`LowerError::Unsupported`] naming the node, its operator and the attribute.
-fn refuse_ignored_recurrent_attributes(
-    graph: &tract_onnx::pb::GraphProto,
-) -> Result<(), LowerError> {
-    for n in &graph.node {
-        for a in &n.attribute {
-            for sub in a.g.iter().chain(&a.graphs) {
-                refuse_ignored_recurrent_attributes(sub)?;
-            }
-        }
-        let defaults: &[&str] = match n.op_type.as_str() {
-            "LSTM" => &["sigmoid", "tanh", "tanh"],
-            "GRU" => &["sigmoid", "tanh"],
-            "RNN" => &["tanh"],
-            _ => continue,
-        };
-        let refuse = |detail: String| LowerError::Unsupported {
-            node: n.name.clone(),
-            op: n.op_type.clone(),
-            detail,
-        };
-        for a in &n.attribute {
-            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-            match a.name.as_str() {
-                "clip" => {
-                    return Err(refuse(format!(
-                        "attribute clip = {} (tract's importer does not clip the cell)",
-                        a.f
-                    )));
-                }
-                "direction" if a.s == b"reverse" => {
-                    return Err(refuse(
-                        "attribute direction = reverse (tract's importer runs a single direction forwards)"
-                            .into(),
-                    ));
-                }
-                "input_forget" if a.i != 0 => {
-                    return Err(refuse(format!("attribute input_forget = {}", a.i)));
-                }
-                "activations" => {
-                    let given: Vec<String> = a.strings.iter().map(|b| text(b)).collect();
-                    let default = given.chunks(defaults.len()).all(|c| {
-                        c.len() == defaults.len()
-                            && c.iter()
-                                .zip(defaults)
-                                .all(|(g, d)| g.eq_ignore_ascii_case(d))
-                    });
-                    if !default {
-                        return Err(refuse(format!(
-                            "attribute activations = {given:?} (tract's importer applies the defaults {defaults:?})"
-                        )));
-                    }
-                }
-                "activation_alpha" | "activation_beta" if !a.floats.is_empty() => {
-                    return Err(refuse(format!("attribute {} = {:?}", a.name, a.floats)));
-                }
-                _ => {}
-            }
-        }
-    }
-    Ok(())
 }
 
 /// tract's declutter, without the passes that reshape the graph for a CPU at a GPU's
