@@ -57,9 +57,19 @@ fn main() -> ExitCode {
     let command = cli::family_args::augment(Args::command(), &argv);
     let matches = match command.try_get_matches_from(&argv) {
         Ok(m) => m,
+        // --help and --version go to stdout: a failed write is an error there too.
+        Err(e) if !e.use_stderr() => {
+            return match cli::write_out(format_args!("{e}")) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(w) => {
+                    cli::report(&w);
+                    ExitCode::from(1)
+                }
+            };
+        }
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            return ExitCode::from(2);
         }
     };
     let args = match Args::from_arg_matches(&matches) {

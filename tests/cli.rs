@@ -1194,6 +1194,23 @@ fn refusals_of_the_filesystem_are_one_line_errors() {
         assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
         assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
         assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+        assert!(stderr(&o).contains("writing to stdout"), "{}", stderr(&o));
+        // `--help` writes to stdout too: a full disk is an error, not a silent success.
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .arg("--help")
+            .stdout(full)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(
+            stderr(&o).starts_with("error: writing to stdout"),
+            "{}",
+            stderr(&o)
+        );
     }
     // `--device cuda` without a GPU: one error line and one hint line.
     let o = tether(&["run", &b, &asset("astronaut.png"), "--device", "cuda"]);

@@ -342,13 +342,16 @@ pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
     let b = Bundle::open(&a.bundle, Verify::Lazy)
         .with_context(|| format!("opening {}", a.bundle.display()))?;
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
-    if a.json {
-        serde_json::to_writer_pretty(&mut out, &manifest_doc(&b))?;
-        writeln!(out)?;
+    let written = if a.json {
+        serde_json::to_writer_pretty(&mut out, &manifest_doc(&b))
+            .map_err(io::Error::from)
+            .and_then(|()| writeln!(out))
     } else {
-        write_text(&b, &mut out)?;
-    }
-    out.flush()?;
+        write_text(&b, &mut out)
+    };
+    written
+        .and_then(|()| out.flush())
+        .map_err(|e| anyhow::anyhow!("writing to stdout: {e}"))?;
     // The manifest was read from the mapping while printing.
     b.ensure_unchanged()?;
     Ok(ExitCode::SUCCESS)
