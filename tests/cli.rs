@@ -1213,12 +1213,13 @@ fn refusals_of_the_filesystem_are_one_line_errors() {
         );
     }
     // `--device cuda` without a GPU: one error line and one hint line.
-    let o = tether(&["run", &b, &asset("astronaut.png"), "--device", "cuda"]);
-    if o.status.code() == Some(1) {
-        let e = stderr(&o);
-        assert_eq!(e.lines().count(), 2, "{e}");
-        assert!(e.starts_with("error: ") && e.contains("\nhint: "), "{e}");
-    }
+    cuda_without_gpu_is_one_error_and_one_hint(&tether(&[
+        "run",
+        &b,
+        &asset("astronaut.png"),
+        "--device",
+        "cuda",
+    ]));
     // A CPU run under `--device auto` without a GPU is quiet (the fallback is normal).
     let o = tether(&["run", &b, &asset("astronaut.png")]);
     assert!(o.status.success());
@@ -1507,6 +1508,16 @@ fn a_huge_gray_png_is_decoded_within_one_memory_bound() {
     let _ = std::fs::remove_file(&annotated);
 }
 
+/// A `--device cuda` run that failed (exit 1: no usable GPU here) printed exactly one
+/// `error:` line and one `hint:` line; on a machine with a GPU the run may succeed instead.
+fn cuda_without_gpu_is_one_error_and_one_hint(o: &std::process::Output) {
+    if o.status.code() == Some(1) {
+        let e = stderr(o);
+        assert_eq!(e.lines().count(), 2, "{e}");
+        assert!(e.starts_with("error: ") && e.contains("\nhint: "), "{e}");
+    }
+}
+
 /// The Silero VAD bundle (silero-vad 6.2.3's network), built once per test process.
 fn vad_bundle() -> (String, String) {
     static B: OnceLock<(String, String)> = OnceLock::new();
@@ -1533,12 +1544,13 @@ fn vad_builds_inspects_runs_a_wav_like_the_package_and_self_tests() {
     let (b, built) = vad_bundle();
     // `--device cuda` where there is no GPU: one error line and one hint line, as for every
     // family (the family's error wraps the runtime's; the hint must still be found).
-    let o = tether(&["run", &b, &asset("Noise.wav"), "--device", "cuda"]);
-    if o.status.code() == Some(1) {
-        let e = stderr(&o);
-        assert_eq!(e.lines().count(), 2, "{e}");
-        assert!(e.starts_with("error: ") && e.contains("\nhint: "), "{e}");
-    }
+    cuda_without_gpu_is_one_error_and_one_hint(&tether(&[
+        "run",
+        &b,
+        &asset("Noise.wav"),
+        "--device",
+        "cuda",
+    ]));
     // No image to annotate: the option is refused before any work, never ignored.
     let png = scratch().join("vad.annotated.png");
     let o = tether(&[

@@ -111,11 +111,6 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
                         "see `tether build --family detect --help` for the accepted ranges",
                     );
                 }
-                D::Runtime(r) => {
-                    if let Some(h) = runtime_hint(r) {
-                        return Some(h);
-                    }
-                }
                 _ => {}
             }
         }
@@ -152,6 +147,9 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
 fn family_runtime_error<'a>(
     cause: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a tether_runtime::Error> {
+    if let Some(tether_detect::DetectError::Runtime(r)) = cause.downcast_ref() {
+        return Some(r);
+    }
     if let Some(tether_ocr::OcrError::Runtime(r)) = cause.downcast_ref() {
         return Some(r);
     }

@@ -115,23 +115,39 @@ impl Desc {
         })
     }
 
+    /// Read up to `capacity` elements of attribute `name` (type `ty`) into `out`; returns how
+    /// many cuDNN wrote (at most `capacity`).
+    ///
+    /// # Safety
+    /// `out` has room for `capacity` elements of the type `ty` names.
+    unsafe fn get_raw(
+        &self,
+        name: A,
+        ty: T,
+        capacity: usize,
+        out: *mut c_void,
+    ) -> Result<usize, CudnnError> {
+        let mut count = 0i64;
+        // SAFETY: the caller's contract.
+        check("cudnnBackendGetAttribute", unsafe {
+            sys::cudnnBackendGetAttribute(self.0, name, ty, capacity as i64, &mut count, out)
+        })?;
+        Ok(usize::try_from(count).unwrap_or(0).min(capacity))
+    }
+
     /// Read up to `out.len()` descriptors of attribute `name` into `out` (created by the
     /// caller with the right type); returns how many cuDNN filled.
     fn get_descs(&self, name: A, out: &[Desc]) -> Result<usize, CudnnError> {
         let mut raw: Vec<sys::cudnnBackendDescriptor_t> = out.iter().map(|d| d.0).collect();
-        let mut count = 0i64;
         // SAFETY: raw holds out.len() live descriptors cuDNN fills in place.
-        check("cudnnBackendGetAttribute", unsafe {
-            sys::cudnnBackendGetAttribute(
-                self.0,
+        unsafe {
+            self.get_raw(
                 name,
                 T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                raw.len() as i64,
-                &mut count,
+                raw.len(),
                 raw.as_mut_ptr().cast(),
             )
-        })?;
-        Ok(usize::try_from(count).unwrap_or(0).min(out.len()))
+        }
     }
 }
 
@@ -198,8 +214,8 @@ fn tensor(
 pub struct ConvGraph {
     // Fields drop in declaration order: what refers to another descriptor goes first.
     cfgs: Vec<Desc>,
-    graph: Desc,
-    // Referenced by the graph: kept alive with it.
+    // The operation graph the configurations refer to, then what it refers to: kept alive
+    // with them (dropped in this order).
     _parts: Vec<Desc>,
 }
 
@@ -283,16 +299,14 @@ impl ConvGraph {
             )
         }?;
         heur.finalize()?;
-        let cfgs = (0..MAX_CANDIDATES)
+        let mut cfgs = (0..MAX_CANDIDATES)
             .map(|_| Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
             .collect::<Result<Vec<_>, _>>()?;
         let n = heur.get_descs(A::CUDNN_ATTR_ENGINEHEUR_RESULTS, &cfgs)?;
-        let mut cfgs = cfgs;
         cfgs.truncate(n);
         Ok(ConvGraph {
             cfgs,
-            graph,
-            _parts: vec![heur, op, conv, x, w, y],
+            _parts: vec![graph, heur, op, conv, x, w, y],
         })
     }
 
@@ -315,24 +329,19 @@ impl ConvGraph {
         // Read as plain integers: a note this build does not know must not become an invalid
         // Rust enum value.
         let mut notes = [u32::MAX; 16];
-        let mut count = 0i64;
         // SAFETY: room for 16 enum values (4 bytes each).
-        check("cudnnBackendGetAttribute", unsafe {
-            sys::cudnnBackendGetAttribute(
-                engine.0,
+        let count = unsafe {
+            engine.get_raw(
                 A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
                 T::CUDNN_TYPE_NUMERICAL_NOTE,
-                notes.len() as i64,
-                &mut count,
+                notes.len(),
                 notes.as_mut_ptr().cast(),
             )
-        })?;
+        }?;
         let tc = sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE as u32;
         let down =
             sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS as u32;
-        Ok(notes[..usize::try_from(count).unwrap_or(0).min(16)]
-            .iter()
-            .any(|&n| n == tc || n == down))
+        Ok(notes[..count].iter().any(|&n| n == tc || n == down))
     }
 
     /// The execution plan of candidate `i` on `handle` (the graph's handle).
@@ -345,19 +354,15 @@ impl ConvGraph {
         plan.set_descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[&self.cfgs[i]])?;
         plan.finalize()?;
         let mut ws = 0i64;
-        let mut count = 0i64;
         // SAFETY: one i64.
-        check("cudnnBackendGetAttribute", unsafe {
-            sys::cudnnBackendGetAttribute(
-                plan.0,
+        unsafe {
+            plan.get_raw(
                 A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                 T::CUDNN_TYPE_INT64,
                 1,
-                &mut count,
                 (&mut ws as *mut i64).cast(),
             )
-        })?;
-        let _ = &self.graph;
+        }?;
         Ok(ConvPlan {
             plan,
             workspace: usize::try_from(ws).unwrap_or(usize::MAX),

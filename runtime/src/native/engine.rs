@@ -319,6 +319,69 @@ fn conv_geometry(g: &Graph, i: usize, x: u64, w: u64, y: u64) -> Option<cudnn_gr
     })
 }
 
+/// The fastest of cuDNN's graph-API engine configurations for the forward convolution `geo`
+/// at `operands` (x, w, y, scratch of `limit` bytes) that beats `best_us` (the legacy
+/// algorithm's time, measured the same way): its heuristics rank, scratch bytes and time.
+/// `fp32` skips the configurations that use tensor cores (TF32 off). A geometry or
+/// configuration cuDNN refuses is passed over with a debug line under `label`.
+///
+/// # Errors
+/// A driver error synchronising the stream after the measurements.
+#[allow(clippy::too_many_arguments)]
+fn fastest_graph_engine(
+    ctx: &Context,
+    stream: &Stream,
+    handle: &cudnn::Handle,
+    geo: &cudnn_graph::ConvGeometry,
+    operands: (u64, u64, u64, u64),
+    limit: usize,
+    fp32: bool,
+    best_us: f32,
+    label: &str,
+) -> Result<Option<(u8, usize, f32)>, crate::cuda::CudaError> {
+    let (xa, wa, ya, scratch) = operands;
+    let cg = match cudnn_graph::ConvGraph::new(handle, geo) {
+        Ok(cg) => cg,
+        Err(e) => {
+            log::debug!("{label}: cuDNN graph API refused the convolution: {e}");
+            return Ok(None);
+        }
+    };
+    let mut best = None;
+    let mut best_us = best_us;
+    for rank in 0..cg.candidates() {
+        let tc = cg.uses_tensor_cores(rank).unwrap_or(true);
+        if tc && fp32 {
+            continue;
+        }
+        let Ok(plan) = cg.plan(handle, rank) else {
+            continue;
+        };
+        if plan.workspace > limit {
+            continue;
+        }
+        let Ok(pack) = plan.variant_pack(xa, wa, ya, scratch) else {
+            continue;
+        };
+        // SAFETY: the pack's addresses lie in the caller's buffers for this geometry, the
+        // scratch holds `limit` bytes.
+        let us = time_us(ctx, stream, 3, 20, || unsafe {
+            plan.execute(handle, &pack).is_ok()
+        });
+        log::debug!(
+            "{label}: cuDNN graph candidate {rank}: {us:?} us, {} bytes of workspace{}",
+            plan.workspace,
+            if tc { ", tensor cores" } else { "" }
+        );
+        if let Some(us) = us.filter(|&us| us < best_us) {
+            best_us = us;
+            best = Some((rank as u8, plan.workspace, us));
+        }
+    }
+    stream.synchronize()?;
+    Ok(best)
+}
+
 /// Mean GPU time of `runs` back-to-back enqueues of `f` on `stream` after `warmup`, in
 /// microseconds (CUDA events around the batch). `None` when an enqueue failed.
 fn time_us(
@@ -573,48 +636,18 @@ impl NativePlan {
                         .is_ok()
                     });
                     let mut best = legacy_us.unwrap_or(f32::INFINITY);
-                    let geometry = conv_geometry(g, i, xa, wa, ya);
-                    match geometry.map(|geo| cudnn_graph::ConvGraph::new(&handle, &geo)) {
-                        Some(Ok(cg)) => {
-                            for rank in 0..cg.candidates() {
-                                let tc = cg.uses_tensor_cores(rank).unwrap_or(true);
-                                if tc && options.precision == Precision::Fp32 {
-                                    continue;
-                                }
-                                let Ok(plan) = cg.plan(&handle, rank) else {
-                                    continue;
-                                };
-                                if plan.workspace > limit {
-                                    continue;
-                                }
-                                let Ok(pack) = plan.variant_pack(xa, wa, ya, scratch_ptr) else {
-                                    continue;
-                                };
-                                // SAFETY: the pack's addresses lie in the temporary arena and
-                                // the weights, the scratch holds `limit` bytes.
-                                let us = time_us(ctx, &stream, 3, 20, || unsafe {
-                                    plan.execute(&handle, &pack).is_ok()
-                                });
-                                log::debug!(
-                                    "{network}: {}: cuDNN graph candidate {rank}: {us:?} us, {} bytes of workspace{}",
-                                    step.node,
-                                    plan.workspace,
-                                    if tc { ", tensor cores" } else { "" }
-                                );
-                                if let Some(us) = us.filter(|&us| us < best) {
-                                    best = us;
-                                    choice.graph = Some(rank as u8);
-                                    choice.graph_workspace = plan.workspace;
-                                    geoms[i] = geometry;
-                                }
-                            }
-                            stream.synchronize().map_err(crate::cuda::CudaError::from)?;
+                    if let Some(geo) = conv_geometry(g, i, xa, wa, ya) {
+                        let operands = (xa, wa, ya, scratch_ptr);
+                        let fp32 = options.precision == Precision::Fp32;
+                        let label = format!("{network}: {}", step.node);
+                        if let Some((rank, workspace, us)) = fastest_graph_engine(
+                            ctx, &stream, &handle, &geo, operands, limit, fp32, best, &label,
+                        )? {
+                            best = us;
+                            choice.graph = Some(rank);
+                            choice.graph_workspace = workspace;
+                            geoms[i] = Some(geo);
                         }
-                        Some(Err(e)) => log::debug!(
-                            "{network}: {}: cuDNN graph API refused the convolution: {e}",
-                            step.node
-                        ),
-                        None => {}
                     }
                     choice.find_us = best.min(u32::MAX as f32) as u32;
                 }
