@@ -7,8 +7,10 @@ warm up on a side stream, capture one call in a `torch.cuda.CUDAGraph`, and time
 `synchronize()` on the host clock (the same quantity as `tether bench`'s total on a GPU:
 launch + wait). Also reports traced eager, and the CUDA-event GPU time of one replay.
 
-Usage: peer_torch.py MODEL.onnx HEIGHT WIDTH [--runs N] [--warmup N] [--fp16]
-Prints one JSON object per configuration on stdout (and a table line on stderr).
+Usage: peer_torch.py MODEL.onnx HEIGHT WIDTH [--runs N] [--warmup N] [--fp16] [--kernels FILE]
+Prints one JSON object per configuration on stdout (and a table line on stderr). `--kernels`
+appends, per configuration, every GPU kernel of one traced call in launch order with its
+duration (torch.profiler, CUPTI): the per-layer peer of tether's step profile.
 """
 import argparse
 import json
@@ -43,6 +45,25 @@ def wall(fn, runs: int) -> np.ndarray:
     return t
 
 
+def kernel_list(fn, x, title: str, path: str) -> None:
+    """One call of `fn(x)` under torch.profiler: each GPU kernel in launch order, its time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(x)
+        torch.cuda.synchronize()
+    kernels = sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+        key=lambda e: e.time_range.start,
+    )
+    total = sum(e.time_range.elapsed_us() for e in kernels)
+    with open(path, "a") as f:
+        f.write(f"== {title}: {len(kernels)} kernels, {total:.1f} us of kernel time\n")
+        for e in kernels:
+            f.write(f"{e.time_range.elapsed_us():9.1f} us  {e.name[:160]}\n")
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("model")
@@ -51,6 +72,7 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--fp16", action="store_true", help="also TF32 (PyTorch's default for cuDNN convolutions) and fp16 channels-last")
+    p.add_argument("--kernels", help="append each configuration's kernel list (launch order, GPU us) to this file")
     a = p.parse_args()
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -76,6 +98,8 @@ def main() -> int:
                     traced(x)
             torch.cuda.current_stream().wait_stream(side)
             eager = wall(lambda: traced(x), a.runs)
+            if a.kernels:
+                kernel_list(traced, x, f"{os.path.basename(a.model)} {a.height}x{a.width} {name}", a.kernels)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 y = traced(x)

@@ -222,33 +222,46 @@ extern "C" __global__ void __launch_bounds__(256) ew_program(const __grid_consta
 }
 
 // ---------------------------------------------------------------------------------------------
-// A convolution's epilogue: y = act(x + b[c]) with x and y packed [outer, C, inner] and b one
-// value per channel. launch.rs picks it instead of ew_program for exactly the programs
-// `act(x + b)` (act: 0 none, 1 SiLU, 2 sigmoid) whose bias is broadcast along every axis but
-// the channel axis: the same fp32 formulas as apply() and the same loads and stores, so the
-// same results, without interpreting the program per element.
+// A convolution's epilogue: y = act(x [+ b[c]]) [+ r] over [outer, C, inner] views whose
+// inner axes are packed (x, r, y may each have their own channel and outer strides: a slice of
+// channels, a slot of a concatenation), b one value per channel. launch.rs picks it instead of
+// ew_program for exactly the programs `act(x + b)`, `act(x + b) + r` (act: 0 none, 1 SiLU,
+// 2 sigmoid; the YOLO/ResNet residual block) and `x` alone (a cast or copy): the same fp32
+// formulas as apply() and the same loads and stores, so the same results, without
+// interpreting the program or decomposing every operand's index per element.
 
-struct bias_act_params {            // 56 bytes
-    unsigned long long x, b, y;     // element 0 of each
-    unsigned int n;                 // elements of x and y
+struct bias_act_params {            // 96 bytes
+    unsigned long long x, b, r, y;  // element 0 of each (b, r: 0 when absent)
+    unsigned int n;                 // elements: outer * C * inner
     unsigned int inner;             // elements per channel plane (product of the axes after C)
     unsigned int channels;          // C
     unsigned int act;               // 0 none, 1 SiLU, 2 sigmoid
-    unsigned int x_dtype, b_dtype, y_dtype, pad;
+    unsigned int x_dtype, b_dtype, r_dtype, y_dtype;
+    unsigned int x_cs, x_os;        // channel and outer strides of x, elements
+    unsigned int r_cs, r_os;        // of r
+    unsigned int y_cs, y_os;        // of y
+    unsigned int flags;             // 1: add b, 2: add r
+    unsigned int pad;
 };
-static_assert(sizeof(struct bias_act_params) == 56, "kernels.rs BiasActParams");
+static_assert(sizeof(struct bias_act_params) == 96, "kernels.rs BiasActParams");
 
 extern "C" __global__ void __launch_bounds__(256) bias_act(const __grid_constant__ struct bias_act_params p) {
     const unsigned int stride = gridDim.x * blockDim.x;
     for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
-        const unsigned int c = (i / p.inner) % p.channels;
-        float a = load_as_float(p.x, i, p.x_dtype) + load_as_float(p.b, c, p.b_dtype);
+        const unsigned int j = i % p.inner;
+        const unsigned int t = i / p.inner;
+        const unsigned int c = t % p.channels;
+        const unsigned int o = t / p.channels;
+        float a = load_as_float(p.x, (long long)o * p.x_os + (long long)c * p.x_cs + j, p.x_dtype);
+        if (p.flags & 1u) a = a + load_as_float(p.b, c, p.b_dtype);
         if (p.act == 1) {
             a = a * (1.0f / (1.0f + expf(-a)));
         } else if (p.act == 2) {
             a = 1.0f / (1.0f + expf(-a));
         }
-        store_from_float(p.y, i, p.y_dtype, a);
+        if (p.flags & 2u)
+            a = load_as_float(p.r, (long long)o * p.r_os + (long long)c * p.r_cs + j, p.r_dtype) + a;
+        store_from_float(p.y, (long long)o * p.y_os + (long long)c * p.y_cs + j, p.y_dtype, a);
     }
 }
 

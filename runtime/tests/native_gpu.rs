@@ -590,8 +590,12 @@ fn profile(s: &mut Session, file: &str, precision: Precision) {
         );
     }
     let mut slow: Vec<_> = steps.iter().collect();
-    slow.sort_by(|a, b| b.ms.total_cmp(&a.ms));
-    for t in slow.iter().take(12) {
+    // TETHER_NATIVE_PROFILE=all: every step in launch order (the peer of a kernel trace).
+    let all = std::env::var("TETHER_NATIVE_PROFILE").is_ok_and(|v| v == "all");
+    if !all {
+        slow.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    }
+    for t in slow.iter().take(if all { usize::MAX } else { 12 }) {
         eprintln!("    {:8.1} us  {}", t.ms * 1e3, t.label);
     }
 }

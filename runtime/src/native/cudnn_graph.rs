@@ -135,6 +135,17 @@ impl Desc {
         Ok(usize::try_from(count).unwrap_or(0).min(capacity))
     }
 
+    /// How many elements attribute `name` (type `ty`) holds (cuDNN's count-only query: no
+    /// array, zero requested).
+    fn count(&self, name: A, ty: T) -> Result<usize, CudnnError> {
+        let mut count = 0i64;
+        // SAFETY: zero elements requested, so cuDNN writes only the count.
+        check("cudnnBackendGetAttribute", unsafe {
+            sys::cudnnBackendGetAttribute(self.0, name, ty, 0, &mut count, std::ptr::null_mut())
+        })?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
     /// Read up to `out.len()` descriptors of attribute `name` into `out` (created by the
     /// caller with the right type); returns how many cuDNN filled.
     fn get_descs(&self, name: A, out: &[Desc]) -> Result<usize, CudnnError> {
@@ -156,8 +167,38 @@ const UID_X: i64 = b'x' as i64;
 const UID_W: i64 = b'w' as i64;
 const UID_Y: i64 = b'y' as i64;
 
-/// Engine configurations asked of the heuristics (the first are the likeliest fastest).
+/// Eligible engine configurations kept of each heuristics mode (the first are the likeliest
+/// fastest).
 pub const MAX_CANDIDATES: usize = 8;
+
+/// Most configurations read of one heuristics mode before the eligible ones are picked.
+const MAX_HEURISTIC_RESULTS: usize = 64;
+
+/// Which of cuDNN's heuristics are asked for engine configurations to measure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Search {
+    /// `CUDNN_HEUR_MODE_A` only: cuDNN's ranked choice (fast to query).
+    #[default]
+    Heuristics,
+    /// Modes A, then B (the slower, more accurate model), then `FALLBACK` (engines that
+    /// support the graph without a ranking): up to 3 x [`MAX_CANDIDATES`] measured, like a
+    /// framework's exhaustive "benchmark" mode; load takes longer.
+    Wide,
+}
+
+impl Search {
+    fn modes(self) -> &'static [sys::cudnnBackendHeurMode_t] {
+        use sys::cudnnBackendHeurMode_t as M;
+        match self {
+            Search::Heuristics => &[M::CUDNN_HEUR_MODE_A],
+            Search::Wide => &[
+                M::CUDNN_HEUR_MODE_A,
+                M::CUDNN_HEUR_MODE_B,
+                M::CUDNN_HEUR_MODE_FALLBACK,
+            ],
+        }
+    }
+}
 
 /// One forward convolution: packed NCHW `x` and `y`, KCRS `w` (groups follow from
 /// `x[1] / w[1]`), symmetric or asymmetric padding (`pre`, `post`), the byte alignment of each
@@ -223,11 +264,20 @@ pub struct ConvGraph {
 unsafe impl Send for ConvGraph {}
 
 impl ConvGraph {
-    /// Build and finalise the graph on `handle` and query the heuristics.
+    /// Build and finalise the graph on `handle` and query the heuristics `search` names: of
+    /// each mode's ranked configurations, the first [`MAX_CANDIDATES`] that are eligible
+    /// (with `tensor_cores` false, none whose numerical notes say tensor cores or
+    /// down-converted inputs: strict fp32). The same query gives the same list, so an index
+    /// stays valid on another handle.
     ///
     /// # Errors
     /// [`CudnnError`]: cuDNN refused a descriptor (an unsupported geometry) or has no engine.
-    pub fn new(handle: &Handle, g: &ConvGeometry) -> Result<Self, CudnnError> {
+    pub fn new(
+        handle: &Handle,
+        g: &ConvGeometry,
+        search: Search,
+        tensor_cores: bool,
+    ) -> Result<Self, CudnnError> {
         let dt = if g.half {
             sys::cudnnDataType_t::CUDNN_DATA_HALF
         } else {
@@ -286,62 +336,66 @@ impl ConvGraph {
         graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
         graph.set_descs(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &[&op])?;
         graph.finalize()?;
-        let heur = Desc::new(D::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
-        heur.set_descs(A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &[&graph])?;
-        let heur_mode = sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A;
-        // SAFETY: one cudnnBackendHeurMode_t.
-        unsafe {
-            heur.set_raw(
-                A::CUDNN_ATTR_ENGINEHEUR_MODE,
-                T::CUDNN_TYPE_HEUR_MODE,
-                1,
-                (&heur_mode as *const sys::cudnnBackendHeurMode_t).cast(),
-            )
-        }?;
-        heur.finalize()?;
-        let mut cfgs = (0..MAX_CANDIDATES)
-            .map(|_| Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
-            .collect::<Result<Vec<_>, _>>()?;
-        let n = heur.get_descs(A::CUDNN_ATTR_ENGINEHEUR_RESULTS, &cfgs)?;
-        cfgs.truncate(n);
+        let mut parts = vec![graph];
+        let mut cfgs = Vec::new();
+        for &mode in search.modes() {
+            let heur = Desc::new(D::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
+            heur.set_descs(A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &[&parts[0]])?;
+            // SAFETY: one cudnnBackendHeurMode_t.
+            unsafe {
+                heur.set_raw(
+                    A::CUDNN_ATTR_ENGINEHEUR_MODE,
+                    T::CUDNN_TYPE_HEUR_MODE,
+                    1,
+                    (&mode as *const sys::cudnnBackendHeurMode_t).cast(),
+                )
+            }?;
+            if heur.finalize().is_err() {
+                // A mode this cuDNN or this graph does not support: the others still count.
+                continue;
+            }
+            // Every configuration this mode ranks, then the first eligible ones: in fp32 the
+            // tensor-core engines rank first, and the FMA engines come after them.
+            let total = heur
+                .count(
+                    A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                    T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                )
+                .unwrap_or(MAX_CANDIDATES)
+                .clamp(MAX_CANDIDATES, MAX_HEURISTIC_RESULTS);
+            let mut got = (0..total)
+                .map(|_| Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
+                .collect::<Result<Vec<_>, _>>()?;
+            let n = heur
+                .get_descs(A::CUDNN_ATTR_ENGINEHEUR_RESULTS, &got)
+                .unwrap_or(0);
+            got.truncate(n);
+            cfgs.extend(
+                got.into_iter()
+                    .filter(|c| tensor_cores || !uses_tensor_cores(c).unwrap_or(true))
+                    .take(MAX_CANDIDATES),
+            );
+            parts.push(heur);
+        }
+        parts.extend([op, conv, x, w, y]);
         Ok(ConvGraph {
             cfgs,
-            _parts: vec![graph, heur, op, conv, x, w, y],
+            _parts: parts,
         })
     }
 
-    /// Engine configurations the heuristics returned (at most [`MAX_CANDIDATES`]).
+    /// Eligible engine configurations the heuristics returned (at most [`MAX_CANDIDATES`]
+    /// per mode).
     pub fn candidates(&self) -> usize {
         self.cfgs.len()
     }
 
-    /// Whether candidate `i` uses tensor cores (TF32 for fp32 data) or converts its inputs
-    /// down: the engine's numerical notes.
+    /// Whether candidate `i` uses tensor cores or converts its inputs down.
     ///
     /// # Errors
     /// [`CudnnError`].
     pub fn uses_tensor_cores(&self, i: usize) -> Result<bool, CudnnError> {
-        let engine = Desc::new(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
-        self.cfgs[i].get_descs(
-            A::CUDNN_ATTR_ENGINECFG_ENGINE,
-            std::slice::from_ref(&engine),
-        )?;
-        // Read as plain integers: a note this build does not know must not become an invalid
-        // Rust enum value.
-        let mut notes = [u32::MAX; 16];
-        // SAFETY: room for 16 enum values (4 bytes each).
-        let count = unsafe {
-            engine.get_raw(
-                A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                T::CUDNN_TYPE_NUMERICAL_NOTE,
-                notes.len(),
-                notes.as_mut_ptr().cast(),
-            )
-        }?;
-        let tc = sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE as u32;
-        let down =
-            sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS as u32;
-        Ok(notes[..count].iter().any(|&n| n == tc || n == down))
+        uses_tensor_cores(&self.cfgs[i])
     }
 
     /// The execution plan of candidate `i` on `handle` (the graph's handle).
@@ -368,6 +422,31 @@ impl ConvGraph {
             workspace: usize::try_from(ws).unwrap_or(usize::MAX),
         })
     }
+}
+
+/// Whether an engine configuration uses tensor cores (TF32 for fp32 data) or converts its
+/// inputs down: its engine's numerical notes.
+fn uses_tensor_cores(cfg: &Desc) -> Result<bool, CudnnError> {
+    let engine = Desc::new(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
+    cfg.get_descs(
+        A::CUDNN_ATTR_ENGINECFG_ENGINE,
+        std::slice::from_ref(&engine),
+    )?;
+    // Read as plain integers: a note this build does not know must not become an invalid
+    // Rust enum value.
+    let mut notes = [u32::MAX; 16];
+    // SAFETY: room for 16 enum values (4 bytes each).
+    let count = unsafe {
+        engine.get_raw(
+            A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+            T::CUDNN_TYPE_NUMERICAL_NOTE,
+            notes.len(),
+            notes.as_mut_ptr().cast(),
+        )
+    }?;
+    let tc = sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE as u32;
+    let down = sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS as u32;
+    Ok(notes[..count].iter().any(|&n| n == tc || n == down))
 }
 
 /// A finalised execution plan of one convolution.

@@ -73,17 +73,28 @@ fn store(r: &Regions, base: u64, index: i64, dtype: u32, v: f32) -> Result<(), S
     Ok(())
 }
 
-/// `bias_act`, transcribed: `y[i] = act(x[i] + b[(i / inner) % channels])`.
+/// `bias_act`, transcribed: `y = act(x [+ b[c]]) [+ r]` over `[outer, C, inner]` views.
 fn bias_act(r: &Regions, p: &BiasActParams) -> Result<(), String> {
+    let at = |o: u32, c: u32, j: u32, cs: u32, os: u32| {
+        i64::from(o) * i64::from(os) + i64::from(c) * i64::from(cs) + i64::from(j)
+    };
     for i in 0..p.n {
-        let c = (i / p.inner) % p.channels;
-        let mut a = load(r, p.x, i64::from(i), p.x_dtype)? + load(r, p.b, i64::from(c), p.b_dtype)?;
+        let (j, t) = (i % p.inner, i / p.inner);
+        let (c, o) = (t % p.channels, t / p.channels);
+        let mut a = load(r, p.x, at(o, c, j, p.x_cs, p.x_os), p.x_dtype)?;
+        if p.flags & 1 != 0 {
+            a += load(r, p.b, i64::from(c), p.b_dtype)?;
+        }
         match p.act {
             1 => a = apply(EwOp::Silu, a, 0.0, 0.0, 0.0),
             2 => a = apply(EwOp::Sigmoid, a, 0.0, 0.0, 0.0),
             _ => {}
         }
-        store(r, p.y, i64::from(i), p.y_dtype, a)?;
+        if p.flags & 2 != 0 {
+            // r + a as the kernel writes it (fp32 addition commutes: the same value).
+            a += load(r, p.r, at(o, c, j, p.r_cs, p.r_os), p.r_dtype)?;
+        }
+        store(r, p.y, at(o, c, j, p.y_cs, p.y_os), p.y_dtype, a)?;
     }
     Ok(())
 }

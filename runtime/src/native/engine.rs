@@ -48,6 +48,10 @@ pub struct NativeOptions {
     /// (the heuristics' first [`cudnn_graph::MAX_CANDIDATES`]) and keep whichever of them and
     /// the legacy algorithm is fastest. Default on; `TETHER_CUDNN_GRAPH=0` turns it off.
     pub cudnn_graph: bool,
+    /// Which heuristics give the graph-API candidates. Default
+    /// [`cudnn_graph::Search::Heuristics`]; `TETHER_CUDNN_SEARCH=wide` asks for
+    /// [`cudnn_graph::Search::Wide`].
+    pub cudnn_search: cudnn_graph::Search,
 }
 
 impl Default for NativeOptions {
@@ -56,6 +60,10 @@ impl Default for NativeOptions {
             allow_nvrtc: false,
             conv_workspace_limit: 64 << 20,
             cudnn_graph: std::env::var("TETHER_CUDNN_GRAPH").map_or(true, |v| v != "0"),
+            cudnn_search: match std::env::var("TETHER_CUDNN_SEARCH").as_deref() {
+                Ok("wide") => cudnn_graph::Search::Wide,
+                _ => cudnn_graph::Search::Heuristics,
+            },
         }
     }
 }
@@ -161,6 +169,8 @@ struct PlanInner {
     /// Graph-API geometry (with the load-time alignments) of each convolution run through
     /// cuDNN's graph API.
     geoms: Vec<Option<cudnn_graph::ConvGeometry>>,
+    /// The heuristics the graph-API choices index into (the same query on every handle).
+    search: cudnn_graph::Search,
     layout: Layout,
     uses_cudnn: bool,
     uses_cublas: bool,
@@ -333,6 +343,7 @@ fn fastest_graph_engine(
     stream: &Stream,
     handle: &cudnn::Handle,
     geo: &cudnn_graph::ConvGeometry,
+    search: cudnn_graph::Search,
     operands: (u64, u64, u64, u64),
     limit: usize,
     fp32: bool,
@@ -340,7 +351,7 @@ fn fastest_graph_engine(
     label: &str,
 ) -> Result<Option<(u8, usize, f32)>, crate::cuda::CudaError> {
     let (xa, wa, ya, scratch) = operands;
-    let cg = match cudnn_graph::ConvGraph::new(handle, geo) {
+    let cg = match cudnn_graph::ConvGraph::new(handle, geo, search, !fp32) {
         Ok(cg) => cg,
         Err(e) => {
             log::debug!("{label}: cuDNN graph API refused the convolution: {e}");
@@ -350,10 +361,8 @@ fn fastest_graph_engine(
     let mut best = None;
     let mut best_us = best_us;
     for rank in 0..cg.candidates() {
+        // The list holds no tensor-core configuration when `fp32` (filtered by the query).
         let tc = cg.uses_tensor_cores(rank).unwrap_or(true);
-        if tc && fp32 {
-            continue;
-        }
         let Ok(plan) = cg.plan(handle, rank) else {
             continue;
         };
@@ -641,7 +650,16 @@ impl NativePlan {
                         let fp32 = options.precision == Precision::Fp32;
                         let label = format!("{network}: {}", step.node);
                         if let Some((rank, workspace, us)) = fastest_graph_engine(
-                            ctx, &stream, &handle, &geo, operands, limit, fp32, best, &label,
+                            ctx,
+                            &stream,
+                            &handle,
+                            &geo,
+                            opts.cudnn_search,
+                            operands,
+                            limit,
+                            fp32,
+                            best,
+                            &label,
                         )? {
                             best = us;
                             choice.graph = Some(rank);
@@ -717,6 +735,7 @@ impl NativePlan {
             kernels,
             convs,
             geoms,
+            search: opts.cudnn_search,
             layout,
             uses_cudnn,
             uses_cublas,
@@ -796,8 +815,13 @@ impl DevicePlan for NativePlan {
                 p.geoms[i].as_ref(),
             ) {
                 (Some(h), Some(rank), Some(geo)) => {
-                    match cudnn_graph::ConvGraph::new(h, geo)
-                        .and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (plan, cg)))
+                    match cudnn_graph::ConvGraph::new(
+                        h,
+                        geo,
+                        p.search,
+                        p.precision != Precision::Fp32,
+                    )
+                    .and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (plan, cg)))
                     {
                         Ok((plan, cg)) if plan.workspace <= p.layout.cudnn_ws.1 => Some((plan, cg)),
                         Ok((plan, _)) => {

@@ -98,18 +98,22 @@ pub struct EwParams {
     pub nodes: [EwNode; MAX_NODES],
 }
 
-/// Parameters of `bias_act` (`struct bias_act_params`): `y = act(x + b[c])` over a packed
-/// `[outer, C, inner]` tensor, one bias value per channel.
+/// Parameters of `bias_act` (`struct bias_act_params`): `y = act(x [+ b[c]]) [+ r]` over
+/// `[outer, C, inner]` views whose axes after the channel axis are packed; `x`, `r` and `y`
+/// each carry their own channel and outer strides (a slice of channels, a slot of a
+/// concatenation), `b` holds one value per channel.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BiasActParams {
     /// Element 0 of `x`.
     pub x: u64,
-    /// Element 0 of the per-channel bias (`C` elements).
+    /// Element 0 of the per-channel bias (`C` elements); 0 without one.
     pub b: u64,
+    /// Element 0 of the residual `r`; 0 without one.
+    pub r: u64,
     /// Element 0 of `y`.
     pub y: u64,
-    /// Elements of `x` and `y`.
+    /// Elements: `outer * C * inner`.
     pub n: u32,
     /// Elements per channel plane (product of the axes after the channel axis).
     pub inner: u32,
@@ -117,23 +121,66 @@ pub struct BiasActParams {
     pub channels: u32,
     /// 0: none, 1: SiLU, 2: sigmoid.
     pub act: u32,
-    /// Element type codes of `x`, `b`, `y` ([`dtype_code`]).
+    /// Element type codes of `x`, `b`, `r`, `y` ([`dtype_code`]).
     pub x_dtype: u32,
     /// See `x_dtype`.
     pub b_dtype: u32,
     /// See `x_dtype`.
+    pub r_dtype: u32,
+    /// See `x_dtype`.
     pub y_dtype: u32,
+    /// Channel stride of `x`, elements.
+    pub x_cs: u32,
+    /// Outer stride of `x`, elements.
+    pub x_os: u32,
+    /// Channel stride of `r`.
+    pub r_cs: u32,
+    /// Outer stride of `r`.
+    pub r_os: u32,
+    /// Channel stride of `y`.
+    pub y_cs: u32,
+    /// Outer stride of `y`.
+    pub y_os: u32,
+    /// 1: add `b`; 2: add `r`.
+    pub flags: u32,
     /// Padding.
     pub pad: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<BiasActParams>() == 56);
+const _: () = assert!(std::mem::size_of::<BiasActParams>() == 96);
 
-/// The `bias_act` form of an element-wise step, when it is exactly `act(x + b)` (act: none,
-/// SiLU, sigmoid) with `x` and the output packed and of the same shape, `b` broadcast along
-/// every axis but axis 1 (the channel axis of NC... layouts), all of them f32 or f16: a
-/// convolution's bias and activation. `None` for anything else (the generic `ew_program`
-/// runs it). Same formulas as [`super::program::apply`], so the same results.
+/// The `[outer, C, inner]` form of a view (rank >= 2, channel axis 1) whose axes after the
+/// channel axis are packed: `(outer, C, inner, channel stride, outer stride)`, strides in
+/// elements (0 along an axis of size 1).
+fn channel_form(t: &Tensor) -> Option<(u32, u32, u32, u32, u32)> {
+    if t.shape.len() < 2 {
+        return None;
+    }
+    let mut inner = 1isize;
+    for d in (2..t.shape.len()).rev() {
+        if t.shape[d] != 1 {
+            if t.strides[d] != inner {
+                return None;
+            }
+            inner *= t.shape[d] as isize;
+        }
+    }
+    let stride = |d: usize| if t.shape[d] == 1 { 0 } else { t.strides[d] };
+    let (cs, os) = (stride(1), stride(0));
+    Some((
+        u32::try_from(t.shape[0]).ok()?,
+        u32::try_from(t.shape[1]).ok()?,
+        u32::try_from(inner).ok()?,
+        u32::try_from(cs).ok()?,
+        u32::try_from(os).ok()?,
+    ))
+}
+
+/// The `bias_act` form of an element-wise step, when it is exactly `act(x + b)`,
+/// `act(x + b) + r` (act: none, SiLU or sigmoid; either operand order of each addition) or
+/// `x` alone (a cast or copy between float types), with `b` one value per channel (axis 1),
+/// `x`, `r` and `y` of the output's shape, float, with packed axes after the channel axis,
+/// and `y`'s elements distinct. `None` for anything else (the generic kernel runs it).
 pub fn bias_act_params(
     g: &Graph,
     inputs: &[TensorId],
@@ -143,10 +190,43 @@ pub fn bias_act_params(
 ) -> Option<BiasActParams> {
     use super::program::EwOp;
     let nodes = &program.nodes;
-    if inputs.len() != 2 || !(3..=4).contains(&nodes.len()) {
+    let out = g.tensor(output);
+    let float = |dt: ElemType| matches!(dt, ElemType::F32 | ElemType::F16);
+    let (outer, channels, inner, y_cs, y_os) = channel_form(out)?;
+    let n = u32::try_from(out.numel()).ok().filter(|&n| n > 0)?;
+    // Every output element written once: channel planes and outer blocks do not overlap.
+    let distinct = (channels == 1 || y_cs >= inner)
+        && (outer == 1
+            || u64::from(y_os) >= u64::from(channels - 1) * u64::from(y_cs) + u64::from(inner));
+    if !float(out.dtype) || !distinct {
         return None;
     }
-    let (Expr::Input(p), Expr::Input(q)) = (&nodes[0], &nodes[1]) else {
+    // An operand of the output's shape in `[outer, C, inner]` form.
+    let full = |id: TensorId| {
+        let t = g.tensor(id);
+        let (_, _, _, cs, os) = channel_form(t)?;
+        (t.shape == out.shape && float(t.dtype)).then_some((cs, os, dtype_code(t.dtype)))
+    };
+    let mut p = BiasActParams {
+        y: addr(output),
+        n,
+        inner,
+        channels,
+        y_dtype: dtype_code(out.dtype),
+        y_cs,
+        y_os,
+        ..BiasActParams::default()
+    };
+    // `x` alone: a cast or copy.
+    if let ([Expr::Input(0)], [x]) = (nodes.as_slice(), inputs) {
+        let (cs, os, dt) = full(*x)?;
+        (p.x, p.x_cs, p.x_os, p.x_dtype) = (addr(*x), cs, os, dt);
+        return Some(p);
+    }
+    if !(2..=3).contains(&inputs.len()) || nodes.len() < 3 {
+        return None;
+    }
+    let (Expr::Input(a), Expr::Input(b)) = (&nodes[0], &nodes[1]) else {
         return None;
     };
     let Expr::Op {
@@ -157,11 +237,11 @@ pub fn bias_act_params(
     else {
         return None;
     };
-    if !matches!((a0, a1), (0, 1) | (1, 0)) || *p == *q || *p > 1 || *q > 1 {
+    if !matches!((a0, a1), (0, 1) | (1, 0)) || *a == *b || *a > 1 || *b > 1 {
         return None;
     }
-    let act = match nodes.get(3) {
-        None => 0,
+    let mut last = 2;
+    p.act = match nodes.get(3) {
         Some(Expr::Op {
             op: EwOp::Silu,
             args: [2, _, _],
@@ -172,39 +252,46 @@ pub fn bias_act_params(
             args: [2, _, _],
             ..
         }) => 2,
-        Some(_) => return None,
+        _ => 0,
     };
-    let out = g.tensor(output);
-    let float = |dt: ElemType| matches!(dt, ElemType::F32 | ElemType::F16);
-    if out.shape.len() < 2 || !out.is_packed() || !float(out.dtype) {
-        return None;
+    if p.act != 0 {
+        last = 3;
     }
-    let n = u32::try_from(out.numel()).ok().filter(|&n| n > 0)?;
-    let channels = u32::try_from(out.shape[1]).ok()?;
-    let inner = u32::try_from(out.shape[2..].iter().product::<usize>()).ok()?;
-    for (xi, bi) in [(*p, *q), (*q, *p)] {
+    // The rest: nothing (two inputs), or `in2` then `in2 + last` in either order.
+    match (&nodes[last + 1..], inputs.len()) {
+        ([], 2) => {}
+        (
+            [
+                Expr::Input(2),
+                Expr::Op {
+                    op: EwOp::Add,
+                    args: [u, v, _],
+                    ..
+                },
+            ],
+            3,
+        ) if (*u, *v) == (last + 1, last) || (*u, *v) == (last, last + 1) => {
+            let (cs, os, dt) = full(inputs[2])?;
+            (p.r, p.r_cs, p.r_os, p.r_dtype) = (addr(inputs[2]), cs, os, dt);
+            p.flags |= 2;
+        }
+        _ => return None,
+    }
+    for (xi, bi) in [(*a, *b), (*b, *a)] {
         let (xid, bid) = (inputs[xi], inputs[bi]);
-        let (x, b) = (g.tensor(xid), g.tensor(bid));
-        let per_channel = b.shape == out.shape
-            && b.strides
+        let bt = g.tensor(bid);
+        let per_channel = bt.shape == out.shape
+            && float(bt.dtype)
+            && bt
+                .strides
                 .iter()
                 .enumerate()
                 .all(|(d, &s)| out.shape[d] == 1 || if d == 1 { s == 1 } else { s == 0 });
-        if x.shape == out.shape && x.is_packed() && float(x.dtype) && float(b.dtype) && per_channel
-        {
-            return Some(BiasActParams {
-                x: addr(xid),
-                b: addr(bid),
-                y: addr(output),
-                n,
-                inner,
-                channels,
-                act,
-                x_dtype: dtype_code(x.dtype),
-                b_dtype: dtype_code(b.dtype),
-                y_dtype: dtype_code(out.dtype),
-                pad: 0,
-            });
+        if let (Some((cs, os, dt)), true) = (full(xid), per_channel) {
+            (p.x, p.x_cs, p.x_os, p.x_dtype) = (addr(xid), cs, os, dt);
+            (p.b, p.b_dtype) = (addr(bid), dtype_code(bt.dtype));
+            p.flags |= 1;
+            return Some(p);
         }
     }
     None
@@ -603,8 +690,10 @@ mod tests {
     }
 
     /// A convolution's epilogue `silu(x + b)` over `[1, 16, 8, 8]` with `b` one value per
-    /// channel takes the `bias_act` kernel (either operand order); a bias broadcast along
-    /// another axis, a third operator or a strided output keep the generic kernel.
+    /// channel takes the `bias_act` kernel (either operand order), and so do the residual
+    /// block `silu(x + b) + r`, an output in a slot of a concatenation and a cast; a bias
+    /// broadcast along another axis, another operator, a strided last axis or overlapping
+    /// output planes keep the generic kernel.
     #[test]
     fn bias_act_takes_exactly_a_per_channel_bias_and_activation() {
         use super::super::ir::{BufferKind, packed_strides};
@@ -681,5 +770,80 @@ mod tests {
             strides,
         });
         assert!(bias_act_params(&g, &[x, per_channel], strided, &silu, &addr).is_none());
+
+        // The residual block: `silu(x + b) + r` (r first or last), r a slice of channels.
+        let mut res = silu.clone();
+        res.nodes.push(Expr::Input(2));
+        res.nodes.push(Expr::Op {
+            op: EwOp::Add,
+            args: [4, 3, 0],
+            imm: 0.0,
+        });
+        let both = g.add_packed(
+            "both",
+            ElemType::F32,
+            &[1, 32, 8, 8],
+            BufferKind::Activation,
+        );
+        let upper = g.add_view(Tensor {
+            name: "upper".into(),
+            buffer: g.tensor(both).buffer,
+            dtype: ElemType::F32,
+            shape: shape.to_vec(),
+            offset: 16 * 64,
+            strides: packed_strides(&[1, 32, 8, 8]),
+        });
+        let p = bias_act_params(&g, &[x, per_channel, upper], y, &res, &addr).expect("residual");
+        assert_eq!((p.act, p.flags, p.r, p.r_cs), (1, 3, addr(upper), 64));
+        let mut swapped = res.clone();
+        swapped.nodes[5] = Expr::Op {
+            op: EwOp::Add,
+            args: [3, 4, 0],
+            imm: 0.0,
+        };
+        assert!(bias_act_params(&g, &[x, per_channel, upper], y, &swapped, &addr).is_some());
+        // A residual times the activation is not this kernel's; nor is a missing third input.
+        let mut times = res.clone();
+        times.nodes[5] = Expr::Op {
+            op: EwOp::Mul,
+            args: [4, 3, 0],
+            imm: 0.0,
+        };
+        assert!(bias_act_params(&g, &[x, per_channel, upper], y, &times, &addr).is_none());
+        assert!(bias_act_params(&g, &[x, per_channel], y, &res, &addr).is_none());
+
+        // A slot of a concatenation: channel stride 100 > 64 elements per plane.
+        let cat = g.add_buffer("cat", ElemType::F32, 100 * 40, BufferKind::Activation);
+        let slot = g.add_view(Tensor {
+            name: "slot".into(),
+            buffer: cat,
+            dtype: ElemType::F32,
+            shape: shape.to_vec(),
+            offset: 0,
+            strides: vec![4000, 100, 8, 1],
+        });
+        let p = bias_act_params(&g, &[x, per_channel], slot, &bias, &addr).expect("slot");
+        assert_eq!((p.y_cs, p.y_os, p.flags), (100, 0, 1));
+        // Overlapping channel planes (stride 32 < 64) would write elements twice.
+        let overlap = g.add_view(Tensor {
+            name: "overlap".into(),
+            buffer: cat,
+            dtype: ElemType::F32,
+            shape: shape.to_vec(),
+            offset: 0,
+            strides: vec![4000, 32, 8, 1],
+        });
+        assert!(bias_act_params(&g, &[x, per_channel], overlap, &bias, &addr).is_none());
+
+        // A cast: the program `in0`, fp32 to fp16.
+        let y16 = g.add_packed("y16", ElemType::F16, &shape, BufferKind::Activation);
+        let cast = Program {
+            nodes: vec![Expr::Input(0)],
+        };
+        let p = bias_act_params(&g, &[x], y16, &cast, &addr).expect("cast");
+        assert_eq!(
+            (p.flags, p.act, p.b, p.y_dtype),
+            (0, 0, 0, dtype_code(ElemType::F16))
+        );
     }
 }
