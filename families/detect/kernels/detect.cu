@@ -136,8 +136,9 @@ struct DecodeParams {
 
 extern "C" __global__ void __launch_bounds__(256) decode_keys(DecodeParams p) {
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
-    if (a >= p.padded) return;
-    if (a >= p.num_anchors) { p.keys[a] = NO_KEY; return; }
+    // Every key slot holds NO_KEY (a memset node before this kernel); candidates take the
+    // slots 0..candidates in any order: the sort below makes the order exact.
+    if (a >= p.num_anchors) return;
     const size_t n = (size_t)p.num_anchors;
     const float cx = p.raw[a], cy = p.raw[n + a], w = p.raw[2 * n + a], h = p.raw[3 * n + a];
     bool finite = isfinite(cx) && isfinite(cy) && isfinite(w) && isfinite(h);
@@ -151,22 +152,26 @@ extern "C" __global__ void __launch_bounds__(256) decode_keys(DecodeParams p) {
     }
     if (!finite) {
         atomicAdd(&p.state->nonfinite, 1u);
-        p.keys[a] = NO_KEY;
         return;
     }
-    if (!(best > p.score_thr)) { p.keys[a] = NO_KEY; return; }
+    if (!(best > p.score_thr)) return;
     const float hw = __fdiv_rn(w, 2.0f), hh = __fdiv_rn(h, 2.0f);
     p.boxes[a] = make_float4(__fsub_rn(cx, hw), __fsub_rn(cy, hh), __fadd_rn(cx, hw),
                              __fadd_rn(cy, hh));
     p.cls[a] = cls;
     p.scores[a] = best;
-    atomicAdd(&p.state->candidates, 1u);
+    const unsigned int slot = atomicAdd(&p.state->candidates, 1u);
     // Ascending key order == score descending, then anchor ascending.
-    p.keys[a] = ((unsigned long long)(~orderable(best)) << 32) | (unsigned int)a;
+    p.keys[slot] = ((unsigned long long)(~orderable(best)) << 32) | (unsigned int)a;
 }
 
 // ---------------------------------------------------------------------------------------
-// Postprocessing 2/3: bitonic sort of all P keys, ascending (P a power of two >= TILE).
+// Postprocessing 2/3: bitonic sort of the keys, ascending (P a power of two >= TILE).
+// Only the prefix that can hold candidates is sorted: S = the least power of two >= TILE and
+// >= the candidate count (at most P). Every key past S is NO_KEY (the largest), so the sorted
+// prefix followed by them is the whole array sorted; the bitonic network restricted to the
+// block [0, S) is the full sort of that block (its direction bit (i & S) is 0: ascending).
+// Launches stay the same (the graph is fixed); work beyond S returns at once.
 // sort_tiles: every stage k <= TILE inside one TILE-key block in shared memory;
 // sort_merge_global: one (k, j) step for j >= TILE across the array;
 // sort_merge_shared: the steps j < TILE of stage k inside each tile.
@@ -174,6 +179,7 @@ extern "C" __global__ void __launch_bounds__(256) decode_keys(DecodeParams p) {
 // ---------------------------------------------------------------------------------------
 struct SortParams {
     unsigned long long* keys;
+    const PostState* state;
     unsigned int padded;
     unsigned int k;   // stage (merge kernels)
     unsigned int j;   // step (global merge)
@@ -186,9 +192,18 @@ __device__ __forceinline__ void cmp_swap(unsigned long long* s, unsigned int i, 
     if ((a > b) == up) { s[i] = b; s[l] = a; }
 }
 
+// S above: the sorted prefix for this run's candidate count.
+__device__ __forceinline__ unsigned int sorted_prefix(const SortParams& p) {
+    const unsigned int c = p.state->candidates;
+    unsigned int s = TILE;
+    while (s < c && s < p.padded) s <<= 1;
+    return s;
+}
+
 extern "C" __global__ void __launch_bounds__(TILE_THREADS) sort_tiles(SortParams p) {
     __shared__ unsigned long long s[TILE];
     const unsigned int base = blockIdx.x * TILE;
+    if (base >= sorted_prefix(p)) return;  // uniform per block: before any __syncthreads
     for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) s[i] = p.keys[base + i];
     __syncthreads();
     for (unsigned int k = 2; k <= TILE; k <<= 1) {
@@ -205,7 +220,8 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS) sort_tiles(SortParams
 
 extern "C" __global__ void __launch_bounds__(256) sort_merge_global(SortParams p) {
     const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= p.padded) return;
+    const unsigned int prefix = sorted_prefix(p);
+    if (p.k > prefix || i >= prefix) return;
     const unsigned int l = i ^ p.j;
     if (l > i) cmp_swap(p.keys, i, l, (i & p.k) == 0);
 }
@@ -213,6 +229,7 @@ extern "C" __global__ void __launch_bounds__(256) sort_merge_global(SortParams p
 extern "C" __global__ void __launch_bounds__(TILE_THREADS) sort_merge_shared(SortParams p) {
     __shared__ unsigned long long s[TILE];
     const unsigned int base = blockIdx.x * TILE;
+    if (p.k > sorted_prefix(p) || base >= sorted_prefix(p)) return;  // uniform per block
     for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) s[i] = p.keys[base + i];
     __syncthreads();
     for (unsigned int j = TILE >> 1; j > 0; j >>= 1) {

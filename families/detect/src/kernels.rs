@@ -124,6 +124,8 @@ pub struct DecodeParams {
 pub struct SortParams {
     /// u64 `[P]` keys.
     pub keys: DevicePtr,
+    /// The `PostState` counters (the candidate count bounds the sorted prefix).
+    pub state: DevicePtr,
     /// `P`.
     pub padded: u32,
     /// Bitonic stage.
@@ -183,5 +185,5 @@ pub struct AddOneParams {
 const _: () =
     assert!(std::mem::size_of::<LetterboxParams>() == 16 + 4 * 4 + 12 + 6 * 4 + 8 + 24 + 4);
 const _: () = assert!(std::mem::size_of::<DecodeParams>() == 48 + 16);
-const _: () = assert!(std::mem::size_of::<SortParams>() == 24);
+const _: () = assert!(std::mem::size_of::<SortParams>() == 32);
 const _: () = assert!(std::mem::size_of::<NmsParams>() == 48 + 32);

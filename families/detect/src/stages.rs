@@ -270,6 +270,7 @@ impl Stage for PostStage {
             shared: m.function("sort_merge_shared")?,
             sort: SortParams {
                 keys,
+                state: state.ptr,
                 padded,
                 k: 0,
                 j: 0,
@@ -313,6 +314,8 @@ impl Stage for PostStage {
         // and replay; the state block is 16 bytes, 4-byte aligned.
         unsafe {
             stream.memset_u32(l.state.ptr, 0, 4)?;
+            // Every key slot NO_KEY (all ones); the decode puts candidates first.
+            stream.memset_u32(l.sort.keys, u32::MAX, padded as usize * 2)?;
             let (f, p) = &l.decode;
             stream.launch_params(*f, (padded.div_ceil(256), 1, 1), (256, 1, 1), 0, p)?;
             let tiles = padded / SORT_TILE;
