@@ -9,6 +9,7 @@
 //! then cuDNN's scratch (the largest workspace of the chosen algorithms), then cuBLAS's
 //! workspace (when the network has matrix products). Every part is 256-byte aligned.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -25,7 +26,7 @@ use crate::tensor::{DType, IoMode, TensorSpec};
 
 use super::cublas::{self, GemmMath};
 use super::cudnn::{self, ConvMath};
-use super::ir::{ElemType, Graph, PoolKind, StepKind};
+use super::ir::{ElemType, Graph, PoolKind, StepKind, TensorId};
 use super::kernels::{
     BiasActParams, CopyParams, EwParams, GatherParams, KERNEL_IMAGES, KERNEL_SOURCE, Kernels,
     ReduceParams, ResizeParams, SoftmaxParams,
@@ -563,11 +564,41 @@ impl NativePlan {
                 outputs: &out_regions,
             };
             let handle = cudnn::Handle::new().map_err(|e| backend_err(network, e.to_string()))?;
+            let mut measured: HashMap<String, (ConvChoice, Option<cudnn_graph::ConvGeometry>)> =
+                HashMap::new();
             for (i, step) in g.steps.iter().enumerate() {
                 let (StepKind::Conv(c) | StepKind::Deconv(c)) = &step.kind else {
                     continue;
                 };
                 let transposed = matches!(step.kind, StepKind::Deconv(_));
+                // Identical convolutions (views, parameters, operand alignments) are measured
+                // once: repeated blocks of a network share the choice.
+                let key = {
+                    let view = |t: TensorId| {
+                        let t = g.tensor(t);
+                        format!("{:?}{:?}{:?}", t.shape, t.strides, t.dtype)
+                    };
+                    let align = [c.x, c.w, c.y]
+                        .map(|t| cudnn_graph::alignment(address(&compiled, &bases, t)));
+                    format!(
+                        "{transposed} {} {} {} {:?} {:?} {:?} {} {align:?}",
+                        view(c.x),
+                        view(c.w),
+                        view(c.y),
+                        c.pads,
+                        c.strides,
+                        c.dilations,
+                        c.group
+                    )
+                };
+                if let Some(&(choice, geo)) = measured.get(&key) {
+                    cudnn_bytes = cudnn_bytes
+                        .max(choice.workspace)
+                        .max(choice.graph_workspace);
+                    convs[i] = Some(choice);
+                    geoms[i] = geo;
+                    continue;
+                }
                 let StepDescs::Conv { x, w, y, conv } =
                     step_descs(g, i, options.precision).map_err(|m| backend_err(network, m))?
                 else {
@@ -687,6 +718,7 @@ impl NativePlan {
                     .max(choice.workspace)
                     .max(choice.graph_workspace);
                 convs[i] = Some(choice);
+                measured.insert(key, (choice, geoms[i]));
             }
             ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
             drop(handle);
