@@ -268,6 +268,15 @@ fn verify_passes_then_catches_a_flipped_byte_and_truncation() {
         "{msg}"
     );
 
+    // Running it: an ordinary error (exit 1) whose hint says the file is damaged.
+    let o = tether(&["run", bad.to_str().unwrap(), &asset("astronaut.png")]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let msg = stderr(&o);
+    assert!(
+        msg.contains("CRC mismatch") && msg.contains("hint: the bundle is damaged: `tether verify"),
+        "{msg}"
+    );
+
     let cut = scratch().join("truncated.bundle");
     std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
     let o = tether(&["verify", cut.to_str().unwrap()]);

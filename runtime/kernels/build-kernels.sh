@@ -56,6 +56,11 @@ build() { # nvcc out archs...
   rm -f "$out.log"
 }
 mkdir -p "$OUT"
+# -lineinfo records the source path, its modification time and the working directory in the
+# images: build from a copy at one fixed path and time, so they (and --check) do not depend on
+# the checkout.
+FIXED=/tmp/tether-kernel-src-native; rm -rf "$FIXED"; mkdir -p "$FIXED"; cp "$SRC" "$FIXED/"; touch -d "2000-01-01 00:00:00 UTC" "$FIXED/"*.cu
+SRC="$FIXED/native.cu"; cd "$FIXED"
 build "$NVCC13" "$OUT/native.cu13.fatbin" 87 90 100 110
 "$PY" "$HERE/nvrtc_cubin.py" "$LIBNVRTC12" "$SRC" "$OUT/native.cu12" 87 90 100
 
@@ -64,7 +69,8 @@ build "$NVCC13" "$OUT/native.cu13.fatbin" 87 90 100 110
 if [[ $CHECK == 1 ]]; then
   # nvcc output is deterministic for a fixed toolkit and source; a difference means the
   # committed images are stale (or a different toolkit was used).
-  diff <(cd "$HERE/bin" && cat SHA256SUMS) "$OUT/SHA256SUMS.new" && echo "kernel images up to date"
+  diff <(cd "$HERE/bin" && cat SHA256SUMS) "$OUT/SHA256SUMS.new" || { echo "kernel images are stale (or built by another toolkit)" >&2; rm -rf "$OUT"; exit 1; }
+  echo "kernel images up to date"
   rm -rf "$OUT"
 else
   mv "$OUT/SHA256SUMS.new" "$OUT/SHA256SUMS"

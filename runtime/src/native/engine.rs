@@ -1059,9 +1059,21 @@ impl NativeExecutor {
                 s.sort_by(f64::total_cmp);
                 let step = &g.steps[i];
                 let w = g.tensor(step.writes());
-                let algo = match self.plan.convs.get(i).copied().flatten() {
-                    Some(c) => format!(" [cuDNN algo {}, {} us at load]", c.algo, c.find_us),
-                    None => String::new(),
+                // What this executor runs: the graph-API plan when it rebuilt one, else the
+                // legacy algorithm.
+                let algo = match (
+                    self.plan.convs.get(i).copied().flatten(),
+                    self.graph_plans.get(i).is_some_and(Option::is_some),
+                ) {
+                    (Some(c), true) => format!(
+                        " [cuDNN graph API, eligible heuristics rank {}, {} us at load]",
+                        c.graph.unwrap_or_default(),
+                        c.find_us
+                    ),
+                    (Some(c), false) => {
+                        format!(" [cuDNN algorithm {}, {} us at load]", c.algo, c.find_us)
+                    }
+                    (None, _) => String::new(),
                 };
                 StepTime {
                     kind: step.kind_name(),
