@@ -46,8 +46,9 @@ pub struct NativeOptions {
     /// considers only algorithms within it). Default 64 MiB.
     pub conv_workspace_limit: usize,
     /// Also measure cuDNN's graph-API engine configurations for each forward convolution
-    /// (the heuristics' first [`cudnn_graph::MAX_CANDIDATES`]) and keep whichever of them and
-    /// the legacy algorithm is fastest. Default on; `TETHER_CUDNN_GRAPH=0` turns it off.
+    /// (the heuristics' first [`cudnn_graph::MAX_CANDIDATES`] eligible ones: in fp32 no
+    /// tensor-core engine) and keep whichever of them and the legacy algorithm is fastest.
+    /// Default on; `TETHER_CUDNN_GRAPH=0` turns it off.
     pub cudnn_graph: bool,
     /// Which heuristics give the graph-API candidates. Default
     /// [`cudnn_graph::Search::Heuristics`]; `TETHER_CUDNN_SEARCH=wide` asks for
