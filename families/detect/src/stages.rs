@@ -615,3 +615,114 @@ pub fn fill_warmup_frame(spec: &FrameSpec, buf: &mut [u8]) {
         }
     }
 }
+
+#[cfg(test)]
+mod sort_tests {
+    use super::{SORT_TILE, padded_anchors};
+
+    const NO_KEY: u64 = u64::MAX;
+
+    /// `kernels/detect.cu`'s `sorted_prefix`, transcribed.
+    fn sorted_prefix(candidates: u32, padded: u32) -> u32 {
+        let mut s = SORT_TILE;
+        while s < candidates && s < padded {
+            s <<= 1;
+        }
+        s
+    }
+
+    fn cmp_swap(k: &mut [u64], i: usize, l: usize, up: bool) {
+        if (k[i] > k[l]) == up {
+            k.swap(i, l);
+        }
+    }
+
+    /// The launch sequence of `PostLaunches::enqueue` over the kernels' bodies, with their
+    /// early returns past the sorted prefix (`sort_tiles`, `sort_merge_global`,
+    /// `sort_merge_shared`), run on the host.
+    fn device_sort(keys: &mut [u64], candidates: u32) {
+        let padded = keys.len() as u32;
+        let prefix = sorted_prefix(candidates, padded);
+        let tile = SORT_TILE as usize;
+        // sort_tiles
+        for base in (0..padded as usize).step_by(tile) {
+            if base as u32 >= prefix {
+                continue;
+            }
+            let mut k = 2;
+            while k <= tile {
+                let mut j = k >> 1;
+                while j > 0 {
+                    for i in 0..tile {
+                        let l = i ^ j;
+                        if l > i {
+                            cmp_swap(keys, base + i, base + l, ((base + i) & k) == 0);
+                        }
+                    }
+                    j >>= 1;
+                }
+                k <<= 1;
+            }
+        }
+        let mut k = SORT_TILE * 2;
+        while k <= padded {
+            let mut j = k / 2;
+            while j >= SORT_TILE {
+                // sort_merge_global
+                if k <= prefix {
+                    for i in 0..prefix {
+                        let l = i ^ j;
+                        if l > i {
+                            cmp_swap(keys, i as usize, l as usize, (i & k) == 0);
+                        }
+                    }
+                }
+                j /= 2;
+            }
+            // sort_merge_shared
+            if k <= prefix {
+                for base in (0..prefix as usize).step_by(tile) {
+                    let mut j = tile >> 1;
+                    while j > 0 {
+                        for i in 0..tile {
+                            let l = i ^ j;
+                            if l > i {
+                                cmp_swap(keys, base + i, base + l, ((base + i) & k as usize) == 0);
+                            }
+                        }
+                        j >>= 1;
+                    }
+                }
+            }
+            k *= 2;
+        }
+    }
+
+    /// Sorting only the prefix that can hold the candidates sorts the whole key array, for
+    /// every candidate count from none to every slot: the candidates (unique keys, in the
+    /// arbitrary order the decode's atomic slots give them) first, then `NO_KEY`.
+    #[test]
+    fn the_sorted_prefix_sorts_every_candidate_count() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for anchors in [2100u32, 8400, 21504] {
+            let padded = padded_anchors(anchors);
+            for count in [0, 1, 2, 2047, 2048, 2049, 4096, 4097, anchors - 1, anchors] {
+                let mut keys = vec![NO_KEY; padded as usize];
+                for (slot, key) in keys.iter_mut().take(count as usize).enumerate() {
+                    // Score bits above, the anchor (unique) below: as decode_keys builds them.
+                    *key = (next() >> 32) << 32 | slot as u64;
+                }
+                let mut want = keys.clone();
+                want.sort_unstable();
+                device_sort(&mut keys, count);
+                assert_eq!(keys, want, "{anchors} anchors, {count} candidates");
+            }
+        }
+    }
+}
