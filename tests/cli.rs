@@ -273,7 +273,8 @@ fn verify_passes_then_catches_a_flipped_byte_and_truncation() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let msg = stderr(&o);
     assert!(
-        msg.contains("CRC mismatch") && msg.contains("hint: the bundle is damaged: `tether verify"),
+        msg.contains("CRC mismatch")
+            && msg.contains("hint: the file is not a valid tether bundle (truncated or corrupted copy?); rebuild it with `tether build` and check it with `tether verify`"),
         "{msg}"
     );
 

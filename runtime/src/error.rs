@@ -37,6 +37,9 @@ pub enum Error {
         network: String,
         /// Each engine tried and why it failed, `; `-separated.
         tried: String,
+        /// The first bundle error an engine met reading its section (a CRC mismatch, a
+        /// truncated section): the file is at fault, not the engines.
+        damaged: Option<Box<BundleError>>,
     },
     /// The bundle has no network of that name.
     #[error("bundle `{bundle}` has no network `{network}`; it has: {available}")]

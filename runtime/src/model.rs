@@ -316,6 +316,7 @@ impl Model {
             });
         }
         let mut tried = Vec::new();
+        let mut damaged = None;
         loop {
             let offers: Vec<Offer> = remaining.iter().map(|(_, o)| *o).collect();
             let choice = match select_engine(&offers, &self.facts) {
@@ -332,6 +333,7 @@ impl Model {
                         bundle: bundle_name,
                         network: net.name.clone(),
                         tried: tried.join("; "),
+                        damaged,
                     });
                 }
             };
@@ -357,6 +359,9 @@ impl Model {
                         choice.engine
                     );
                     tried.push(format!("{}: {e}", choice.engine));
+                    if let (None, Error::Bundle(b)) = (&damaged, e) {
+                        damaged = Some(Box::new(b));
+                    }
                 }
             }
         }

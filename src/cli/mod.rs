@@ -172,10 +172,10 @@ fn runtime_hint(r: &tether_runtime::Error) -> Option<&'static str> {
         R::NotCompiledIn { .. } => {
             "this tether was built without that engine; `--device cpu` runs anywhere"
         }
-        // A section the engines read failed its CRC: the file is damaged, not the device.
-        R::NoEnginePrepared { tried, .. } if tried.contains("CRC mismatch") => {
-            "the bundle is damaged: `tether verify BUNDLE` checks every section; rebuild it with `tether build`"
-        }
+        // A section the engines read is damaged: the file is at fault, not the device.
+        R::NoEnginePrepared {
+            damaged: Some(b), ..
+        } => bundle_hint(b),
         R::Refused { .. } | R::NoEnginePrepared { .. } => {
             "`tether inspect` lists the bundle's engines; `tether doctor` describes this device"
         }
