@@ -334,7 +334,8 @@ fn conv_geometry(g: &Graph, i: usize, x: u64, w: u64, y: u64) -> Option<cudnn_gr
 /// The fastest of cuDNN's graph-API engine configurations for the forward convolution `geo`
 /// at `operands` (x, w, y, scratch of `limit` bytes) that beats `best_us` (the legacy
 /// algorithm's time, measured the same way): its heuristics rank, scratch bytes and time.
-/// `fp32` skips the configurations that use tensor cores (TF32 off). A geometry or
+/// `tensor_cores` false skips the configurations that use tensor cores (fp32, TF32 off: see
+/// [`graph_tensor_cores`]). A geometry or
 /// configuration cuDNN refuses is passed over with a debug line under `label`.
 ///
 /// # Errors
@@ -348,12 +349,12 @@ fn fastest_graph_engine(
     search: cudnn_graph::Search,
     operands: (u64, u64, u64, u64),
     limit: usize,
-    fp32: bool,
+    tensor_cores: bool,
     best_us: f32,
     label: &str,
 ) -> Result<Option<(u8, usize, f32)>, crate::cuda::CudaError> {
     let (xa, wa, ya, scratch) = operands;
-    let cg = match cudnn_graph::ConvGraph::new(handle, geo, search, !fp32) {
+    let cg = match cudnn_graph::ConvGraph::new(handle, geo, search, tensor_cores) {
         Ok(cg) => cg,
         Err(e) => {
             log::debug!("{label}: cuDNN graph API refused the convolution: {e}");
@@ -363,7 +364,7 @@ fn fastest_graph_engine(
     let mut best = None;
     let mut best_us = best_us;
     for rank in 0..cg.candidates() {
-        // The list holds no tensor-core configuration when `fp32` (filtered by the query).
+        // The list holds no tensor-core configuration unless `tensor_cores` (the query filters).
         let tc = cg.uses_tensor_cores(rank).unwrap_or(true);
         let Ok(plan) = cg.plan(handle, rank) else {
             continue;
@@ -391,6 +392,13 @@ fn fastest_graph_engine(
     }
     stream.synchronize()?;
     Ok(best)
+}
+
+/// Whether the graph-API candidates of a plan at `precision` may use tensor cores: not in
+/// fp32 (TF32 off). The measurement at load and every executor's rebuild ask the same
+/// query, so the chosen position in the list names the same configuration.
+fn graph_tensor_cores(precision: Precision) -> bool {
+    precision != Precision::Fp32
 }
 
 /// Mean GPU time of `runs` back-to-back enqueues of `f` on `stream` after `warmup`, in
@@ -679,7 +687,6 @@ impl NativePlan {
                     let mut best = legacy_us.unwrap_or(f32::INFINITY);
                     if let Some(geo) = conv_geometry(g, i, xa, wa, ya) {
                         let operands = (xa, wa, ya, scratch_ptr);
-                        let fp32 = options.precision == Precision::Fp32;
                         let label = format!("{network}: {}", step.node);
                         if let Some((rank, workspace, us)) = fastest_graph_engine(
                             ctx,
@@ -689,7 +696,7 @@ impl NativePlan {
                             opts.cudnn_search,
                             operands,
                             limit,
-                            fp32,
+                            graph_tensor_cores(options.precision),
                             best,
                             &label,
                         )? {
@@ -852,7 +859,7 @@ impl DevicePlan for NativePlan {
                         h,
                         geo,
                         p.search,
-                        p.precision != Precision::Fp32,
+                        graph_tensor_cores(p.precision),
                     )
                     .and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (plan, cg)))
                     {

@@ -161,16 +161,22 @@ impl Tensor {
 
     /// True when the view is packed row-major (dimensions of size 1 may have any stride).
     pub fn is_packed(&self) -> bool {
+        self.packed_from(0).is_some()
+    }
+
+    /// The element count of the axes from `axis` on, when they are packed row-major among
+    /// themselves (dimensions of size 1 may have any stride); `None` otherwise.
+    pub fn packed_from(&self, axis: usize) -> Option<usize> {
         let mut acc = 1isize;
-        for i in (0..self.shape.len()).rev() {
+        for i in (axis..self.shape.len()).rev() {
             if self.shape[i] != 1 {
                 if self.strides[i] != acc {
-                    return false;
+                    return None;
                 }
                 acc *= self.shape[i] as isize;
             }
         }
-        true
+        usize::try_from(acc).ok()
     }
 
     /// The range of buffer elements the view touches, `[first, last + 1)`, or `None` for an

@@ -156,15 +156,7 @@ fn channel_form(t: &Tensor) -> Option<(u32, u32, u32, u32, u32)> {
     if t.shape.len() < 2 {
         return None;
     }
-    let mut inner = 1isize;
-    for d in (2..t.shape.len()).rev() {
-        if t.shape[d] != 1 {
-            if t.strides[d] != inner {
-                return None;
-            }
-            inner *= t.shape[d] as isize;
-        }
-    }
+    let inner = t.packed_from(2)?;
     let stride = |d: usize| if t.shape[d] == 1 { 0 } else { t.strides[d] };
     let (cs, os) = (stride(1), stride(0));
     Some((
@@ -240,7 +232,6 @@ pub fn bias_act_params(
     if !matches!((a0, a1), (0, 1) | (1, 0)) || *a == *b || *a > 1 || *b > 1 {
         return None;
     }
-    let mut last = 2;
     p.act = match nodes.get(3) {
         Some(Expr::Op {
             op: EwOp::Silu,
@@ -254,9 +245,8 @@ pub fn bias_act_params(
         }) => 2,
         _ => 0,
     };
-    if p.act != 0 {
-        last = 3;
-    }
+    // The node holding act(x + b) (or x + b).
+    let last = if p.act != 0 { 3 } else { 2 };
     // The rest: nothing (two inputs), or `in2` then `in2 + last` in either order.
     match (&nodes[last + 1..], inputs.len()) {
         ([], 2) => {}
