@@ -240,25 +240,83 @@ struct bias_act_params {            // 96 bytes
     unsigned int x_cs, x_os;        // channel and outer strides of x, elements
     unsigned int r_cs, r_os;        // of r
     unsigned int y_cs, y_os;        // of y
-    unsigned int flags;             // 1: add b, 2: add r
+    unsigned int flags;             // 1: add b, 2: add r, 4: four elements per thread
     unsigned int pad;
 };
 static_assert(sizeof(struct bias_act_params) == 96, "kernels.rs BiasActParams");
 
+// Four consecutive elements of an fp32 or fp16 operand in one 16- or 8-byte access (index a
+// multiple of 4, base aligned: bias_act_params checks both); other types element by element.
+__device__ __forceinline__ void load4(unsigned long long base, long long index, unsigned int dtype,
+                                      float v[4]) {
+    if (dtype == 1) {
+        const uint2 u = *(const uint2*)((const unsigned short*)base + index);
+        v[0] = half_to_float((unsigned short)(u.x & 0xffffu));
+        v[1] = half_to_float((unsigned short)(u.x >> 16));
+        v[2] = half_to_float((unsigned short)(u.y & 0xffffu));
+        v[3] = half_to_float((unsigned short)(u.y >> 16));
+    } else if (dtype == 0) {
+        const float4 f = *(const float4*)((const float*)base + index);
+        v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+    } else {
+        for (int k = 0; k < 4; ++k) v[k] = load_as_float(base, index + k, dtype);
+    }
+}
+
+__device__ __forceinline__ void store4(unsigned long long base, long long index, unsigned int dtype,
+                                       const float v[4]) {
+    if (dtype == 1) {
+        uint2 u;
+        u.x = (unsigned int)float_to_half(v[0]) | ((unsigned int)float_to_half(v[1]) << 16);
+        u.y = (unsigned int)float_to_half(v[2]) | ((unsigned int)float_to_half(v[3]) << 16);
+        *(uint2*)((unsigned short*)base + index) = u;
+    } else if (dtype == 0) {
+        *(float4*)((float*)base + index) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+        for (int k = 0; k < 4; ++k) store_from_float(base, index + k, dtype, v[k]);
+    }
+}
+
+__device__ __forceinline__ float bias_act_one(const struct bias_act_params& p, float a, unsigned int c) {
+    if (p.flags & 1u) a = a + load_as_float(p.b, c, p.b_dtype);
+    if (p.act == 1) {
+        a = a * (1.0f / (1.0f + expf(-a)));
+    } else if (p.act == 2) {
+        a = 1.0f / (1.0f + expf(-a));
+    }
+    return a;
+}
+
 extern "C" __global__ void __launch_bounds__(256) bias_act(const __grid_constant__ struct bias_act_params p) {
     const unsigned int stride = gridDim.x * blockDim.x;
+    if (p.flags & 4u) {
+        // Four consecutive elements per thread, along j (inner % 4 == 0: one channel) or
+        // along c (inner == 1, unit channel strides): the same arithmetic as below.
+        for (unsigned int q = blockIdx.x * blockDim.x + threadIdx.x; q < (p.n >> 2); q += stride) {
+            const unsigned int i = q << 2;
+            const unsigned int j = i % p.inner;
+            const unsigned int t = i / p.inner;
+            const unsigned int c = t % p.channels;
+            const unsigned int o = t / p.channels;
+            float a[4];
+            load4(p.x, (long long)o * p.x_os + (long long)c * p.x_cs + j, p.x_dtype, a);
+            for (int k = 0; k < 4; ++k) a[k] = bias_act_one(p, a[k], p.inner == 1 ? c + k : c);
+            if (p.flags & 2u) {
+                float r[4];
+                load4(p.r, (long long)o * p.r_os + (long long)c * p.r_cs + j, p.r_dtype, r);
+                for (int k = 0; k < 4; ++k) a[k] = r[k] + a[k];
+            }
+            store4(p.y, (long long)o * p.y_os + (long long)c * p.y_cs + j, p.y_dtype, a);
+        }
+        return;
+    }
     for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
         const unsigned int j = i % p.inner;
         const unsigned int t = i / p.inner;
         const unsigned int c = t % p.channels;
         const unsigned int o = t / p.channels;
         float a = load_as_float(p.x, (long long)o * p.x_os + (long long)c * p.x_cs + j, p.x_dtype);
-        if (p.flags & 1u) a = a + load_as_float(p.b, c, p.b_dtype);
-        if (p.act == 1) {
-            a = a * (1.0f / (1.0f + expf(-a)));
-        } else if (p.act == 2) {
-            a = 1.0f / (1.0f + expf(-a));
-        }
+        a = bias_act_one(p, a, c);
         if (p.flags & 2u)
             a = load_as_float(p.r, (long long)o * p.r_os + (long long)c * p.r_cs + j, p.r_dtype) + a;
         store_from_float(p.y, (long long)o * p.y_os + (long long)c * p.y_cs + j, p.y_dtype, a);
@@ -305,6 +363,70 @@ extern "C" __global__ void __launch_bounds__(256) strided_copy(const __grid_cons
     case 2: copy_body<unsigned short>(p); break;
     case 4: copy_body<unsigned int>(p); break;
     default: copy_body<unsigned long long>(p); break;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tiled transposing copy of raw elements: dimension `a` is contiguous in the source (stride 1),
+// dimension `b` contiguous in the destination (stride 1); every other dimension (`outer` in
+// all, at most MAX_RANK) is walked by blockIdx.z. A 32x32 tile goes through shared memory so
+// that both the reads (along a) and the writes (along b) are coalesced: NCHW <-> NHWC around
+// the channels-last convolutions (layout.rs). Block (32, 8); grid (tiles of b, tiles of a,
+// min(outer, 65535)). The classic shared-memory transpose (a padded tile against bank
+// conflicts), as in NVIDIA's "An Efficient Matrix Transpose in CUDA C/C++".
+
+struct transpose_params {           // 144 bytes
+    unsigned long long src, dst;
+    unsigned int rows;              // length of a
+    unsigned int cols;              // length of b
+    int src_b_stride;               // source stride along b (along a: 1)
+    int dst_a_stride;               // destination stride along a (along b: 1)
+    unsigned int outer;             // product of the other dimensions
+    unsigned int rank;              // number of other dimensions
+    unsigned int elem_bytes;        // 1, 2, 4, 8
+    unsigned int pad;
+    unsigned int shape[MAX_RANK];   // the other dimensions (at most MAX_RANK - 2)
+    int src_strides[MAX_RANK];
+    int dst_strides[MAX_RANK];
+};
+static_assert(sizeof(struct transpose_params) == 144, "kernels.rs TransposeParams");
+
+template <typename T>
+__device__ __forceinline__ void transpose_body(const struct transpose_params& p, T (*tile)[33]) {
+    const unsigned int a0 = blockIdx.y * 32, b0 = blockIdx.x * 32;
+    for (unsigned int o = blockIdx.z; o < p.outer; o += gridDim.z) {
+        long long so = 0, d0 = 0;
+        unsigned int rem = o;
+        for (int k = (int)p.rank - 1; k >= 0; --k) {
+            const unsigned int dim = p.shape[k];
+            const unsigned int q = rem / dim;
+            const long long c = (long long)(rem - q * dim);
+            rem = q;
+            so += c * p.src_strides[k];
+            d0 += c * p.dst_strides[k];
+        }
+        const T* src = (const T*)p.src + so;
+        T* dst = (T*)p.dst + d0;
+        for (unsigned int j = threadIdx.y; j < 32; j += 8) {
+            const unsigned int a = a0 + threadIdx.x, b = b0 + j;
+            if (a < p.rows && b < p.cols) tile[j][threadIdx.x] = src[a + (long long)b * p.src_b_stride];
+        }
+        __syncthreads();
+        for (unsigned int j = threadIdx.y; j < 32; j += 8) {
+            const unsigned int b = b0 + threadIdx.x, a = a0 + j;
+            if (a < p.rows && b < p.cols) dst[b + (long long)a * p.dst_a_stride] = tile[threadIdx.x][j];
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) tiled_transpose(const __grid_constant__ struct transpose_params p) {
+    __shared__ unsigned long long tile[32][33];
+    switch (p.elem_bytes) {
+    case 1: transpose_body<unsigned char>(p, (unsigned char (*)[33])tile); break;
+    case 2: transpose_body<unsigned short>(p, (unsigned short (*)[33])tile); break;
+    case 4: transpose_body<unsigned int>(p, (unsigned int (*)[33])tile); break;
+    default: transpose_body<unsigned long long>(p, tile); break;
     }
 }
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use tether_runtime::backend::Precision;
 use tether_runtime::native::ir::{BufferKind, StepKind};
-use tether_runtime::native::{self, LowerError, emulate, reference};
+use tether_runtime::native::{self, ActivationLayout, LowerError, emulate, reference};
 use tract_onnx::prelude::*;
 
 fn asset(name: &str) -> PathBuf {
@@ -173,6 +173,34 @@ fn yolov8n_320_fp16_within_its_tolerance() {
     check_network("320n.onnx", &[1, 3, 320, 320], Precision::Fp16, 0.5, 2e-2);
 }
 
+/// YOLOv8n laid out channels-last: every convolution and pooling runs NHWC, and the plan
+/// equals the NCHW plan bit for bit (see [`check_layouts_agree`]).
+#[test]
+fn yolov8n_320_channels_last_equals_nchw() {
+    let onnx = std::fs::read(asset("320n.onnx")).unwrap();
+    let shape = vec![1, 3, 320, 320];
+    let input: Vec<u8> = image_input(&shape)
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    for precision in [Precision::Fp32, Precision::Fp16] {
+        let (n, spatial) = check_layouts_agree(
+            "320n",
+            &onnx,
+            std::slice::from_ref(&shape),
+            std::slice::from_ref(&input),
+            precision,
+        );
+        // 39 convolutions through cuDNN (the 1x1 ones are matrix products) and 3 max poolings
+        // (SPPF): all of them channels-last.
+        assert_eq!(
+            (n, spatial),
+            (42, 42),
+            "channels-last convolutions and poolings"
+        );
+    }
+}
+
 #[test]
 fn yolov8n_lowering_has_no_concat_copies_and_fuses_silu() {
     let onnx = std::fs::read(asset("320n.onnx")).unwrap();
@@ -290,6 +318,96 @@ fn ramp(shape: &[usize], seed: u32) -> Input {
 fn check_fixture(file: &str, inputs: &[Input], expect_steps: &dyn Fn(&StepKind) -> bool) {
     check_fixture_at(file, inputs, expect_steps, Precision::Fp32, 1e-5, 1e-4);
     check_fixture_at(file, inputs, expect_steps, Precision::Fp16, 2e-2, 2e-2);
+    let onnx = std::fs::read(fixture(file)).unwrap();
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|i| i.shape().to_vec()).collect();
+    let bytes: Vec<Vec<u8>> = inputs.iter().map(Input::bytes).collect();
+    for precision in [Precision::Fp32, Precision::Fp16] {
+        check_layouts_agree(file, &onnx, &shapes, &bytes, precision);
+    }
+}
+
+/// The channels-last plan of `onnx` at `precision` computes exactly what the NCHW plan
+/// computes, bit for bit, on the host reference executor and on the GPU launch emulation (both read every
+/// operand through its strides and accumulate convolutions in the same order, so any
+/// difference is a wrong view, a wrong filter reorder or a wrong copy). Returns the number of
+/// channels-last convolutions and poolings, and of the NCHW plan's convolutions and poolings.
+fn check_layouts_agree(
+    what: &str,
+    onnx: &[u8],
+    shapes: &[Vec<usize>],
+    inputs: &[Vec<u8>],
+    precision: Precision,
+) -> (usize, usize) {
+    let compile = |layout| {
+        native::compile_fixed(
+            onnx,
+            shapes,
+            &[],
+            precision,
+            layout,
+            tether_runtime::backend::DEFAULT_MAX_TENSOR_BYTES,
+        )
+        .unwrap()
+    };
+    let (nchw, nhwc) = (
+        compile(ActivationLayout::Nchw),
+        compile(ActivationLayout::Nhwc),
+    );
+    let refs: Vec<&[u8]> = inputs.iter().map(|b| b.as_slice()).collect();
+    let want = reference::run(&nchw.graph, &nchw.memory, &refs).unwrap();
+    let channels_last = nhwc
+        .graph
+        .steps
+        .iter()
+        .filter(|s| match &s.kind {
+            StepKind::Conv(c) => c.channels_last,
+            StepKind::Pool(p) => p.channels_last,
+            _ => false,
+        })
+        .count();
+    let copies = |g: &native::ir::Graph| {
+        g.steps
+            .iter()
+            .filter(|s| matches!(s.kind, StepKind::Copy { .. }))
+            .count()
+    };
+    eprintln!(
+        "{what} {precision:?}: channels-last {channels_last} of {} steps; copies {} (NCHW {}); activations {} bytes (NCHW {})",
+        nhwc.graph.steps.len(),
+        copies(&nhwc.graph),
+        copies(&nchw.graph),
+        nhwc.memory.activation_bytes,
+        nchw.memory.activation_bytes
+    );
+    for (runner, got) in [
+        (
+            "host reference",
+            reference::run(&nhwc.graph, &nhwc.memory, &refs).unwrap(),
+        ),
+        ("GPU launch emulation", emulate::run(&nhwc, &refs).unwrap()),
+    ] {
+        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (g, w) = (as_f32(g), as_f32(w));
+            let diff = g
+                .iter()
+                .zip(&w)
+                .position(|(a, b)| a.to_bits() != b.to_bits());
+            assert!(
+                diff.is_none(),
+                "{what} {precision:?} channels-last {runner} output {o}: element {} is {} (NCHW plan {})",
+                diff.unwrap(),
+                g[diff.unwrap()],
+                w[diff.unwrap()]
+            );
+        }
+    }
+    let spatial = nchw
+        .graph
+        .steps
+        .iter()
+        .filter(|s| matches!(s.kind, StepKind::Conv(_) | StepKind::Pool(_)))
+        .count();
+    (channels_last, spatial)
 }
 
 fn check_fixture_at(
@@ -543,6 +661,7 @@ fn check_silero(precision: Precision, atol: f32, rtol: f32) -> (f32, f32) {
         &[vec![1, CHUNK + CONTEXT], vec![2, 1, 128]],
         &fixed,
         precision,
+        ActivationLayout::for_precision(precision),
         tether_runtime::backend::DEFAULT_MAX_TENSOR_BYTES,
     )
     .unwrap();

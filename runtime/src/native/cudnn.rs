@@ -121,7 +121,7 @@ impl Drop for Handle {
     }
 }
 
-/// A packed NCHW tensor descriptor.
+/// A packed NCHW or NHWC tensor descriptor.
 pub struct TensorDesc(sys::cudnnTensorDescriptor_t);
 
 // SAFETY: plain host object, immutable after creation.
@@ -130,11 +130,17 @@ unsafe impl Send for TensorDesc {}
 unsafe impl Sync for TensorDesc {}
 
 impl TensorDesc {
-    /// `[n, c, h, w]` packed.
+    /// `[n, c, h, w]` packed NCHW, or packed NHWC when `channels_last` (dimensions are given
+    /// in NCHW order either way: `cudnnSetTensor4dDescriptor`'s format argument says the
+    /// memory order).
     ///
     /// # Errors
     /// [`CudnnError`].
-    pub fn nchw(dt: sys::cudnnDataType_t, dims: [i32; 4]) -> Result<Self, CudnnError> {
+    pub fn new(
+        dt: sys::cudnnDataType_t,
+        dims: [i32; 4],
+        channels_last: bool,
+    ) -> Result<Self, CudnnError> {
         let mut d: sys::cudnnTensorDescriptor_t = std::ptr::null_mut();
         // SAFETY: writes one descriptor, destroyed in Drop.
         check("cudnnCreateTensorDescriptor", unsafe {
@@ -145,7 +151,7 @@ impl TensorDesc {
         check("cudnnSetTensor4dDescriptor", unsafe {
             sys::cudnnSetTensor4dDescriptor(
                 d,
-                sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                format(channels_last),
                 dt,
                 dims[0],
                 dims[1],
@@ -164,12 +170,21 @@ impl TensorDesc {
 
 impl Drop for TensorDesc {
     fn drop(&mut self) {
-        // SAFETY: created in nchw, destroyed once.
+        // SAFETY: created in new, destroyed once.
         unsafe { sys::cudnnDestroyTensorDescriptor(self.0) };
     }
 }
 
-/// A packed KCRS (OIHW) filter descriptor.
+/// `CUDNN_TENSOR_NHWC` when `channels_last`, else `CUDNN_TENSOR_NCHW`.
+fn format(channels_last: bool) -> sys::cudnnTensorFormat_t {
+    if channels_last {
+        sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC
+    } else {
+        sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW
+    }
+}
+
+/// A packed KCRS (OIHW) or KRSC (OHWI) filter descriptor.
 pub struct FilterDesc(sys::cudnnFilterDescriptor_t);
 
 // SAFETY: plain host object, immutable after creation.
@@ -178,11 +193,16 @@ unsafe impl Send for FilterDesc {}
 unsafe impl Sync for FilterDesc {}
 
 impl FilterDesc {
-    /// `[k, c, r, s]` packed.
+    /// `[k, c, r, s]` packed KCRS, or packed KRSC when `channels_last` (cuDNN's
+    /// `CUDNN_TENSOR_NHWC` filter format).
     ///
     /// # Errors
     /// [`CudnnError`].
-    pub fn kcrs(dt: sys::cudnnDataType_t, dims: [i32; 4]) -> Result<Self, CudnnError> {
+    pub fn new(
+        dt: sys::cudnnDataType_t,
+        dims: [i32; 4],
+        channels_last: bool,
+    ) -> Result<Self, CudnnError> {
         let mut d: sys::cudnnFilterDescriptor_t = std::ptr::null_mut();
         // SAFETY: writes one descriptor, destroyed in Drop.
         check("cudnnCreateFilterDescriptor", unsafe {
@@ -194,7 +214,7 @@ impl FilterDesc {
             sys::cudnnSetFilter4dDescriptor(
                 d,
                 dt,
-                sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                format(channels_last),
                 dims[0],
                 dims[1],
                 dims[2],
@@ -212,7 +232,7 @@ impl FilterDesc {
 
 impl Drop for FilterDesc {
     fn drop(&mut self) {
-        // SAFETY: created in kcrs, destroyed once.
+        // SAFETY: created in new, destroyed once.
         unsafe { sys::cudnnDestroyFilterDescriptor(self.0) };
     }
 }

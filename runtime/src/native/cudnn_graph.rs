@@ -8,7 +8,8 @@
 //!
 //! Attribute names, types and the descriptor life cycle (create, set, finalize, destroy) are
 //! cuDNN's backend API (`cudnn_graph.h`, "Backend Descriptor Types" in the cuDNN API
-//! reference). Tensors are packed NCHW, as the engine lays out every convolution operand;
+//! reference). Tensors are packed NCHW with KCRS filters, or packed NHWC with KRSC filters
+//! (channels-last plans, `super::layout`), as the engine lays out every convolution operand;
 //! groups follow from the filter's input-channel count, as the backend API defines them.
 //!
 //! The algorithm choice is made once per plan (the engine measures the candidates on the real
@@ -200,7 +201,8 @@ impl Search {
     }
 }
 
-/// One forward convolution: packed NCHW `x` and `y`, KCRS `w` (groups follow from
+/// One forward convolution: packed NCHW `x` and `y` and KCRS `w`, or with `channels_last`
+/// packed NHWC `x` and `y` and KRSC `w` (dimensions in NCHW order either way; groups follow from
 /// `x[1] / w[1]`), symmetric or asymmetric padding (`pre`, `post`), the byte alignment of each
 /// operand's address (at most 16), fp32 accumulation, fp32 or fp16 storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,6 +225,8 @@ pub struct ConvGeometry {
     pub align: [i64; 3],
     /// fp16 storage (else fp32).
     pub half: bool,
+    /// Channels-last memory order (NHWC, KRSC).
+    pub channels_last: bool,
 }
 
 /// The byte alignment cuDNN is told for an address (its lowest set bit, capped at 16).
@@ -230,8 +234,13 @@ pub fn alignment(addr: u64) -> i64 {
     1i64 << addr.trailing_zeros().min(4)
 }
 
-fn packed(d: [i64; 4]) -> [i64; 4] {
-    [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
+/// Packed strides of NCHW-ordered `d`: row-major, or channels-last (`[H*W*C, 1, W*C, C]`).
+fn packed(d: [i64; 4], channels_last: bool) -> [i64; 4] {
+    if channels_last {
+        [d[1] * d[2] * d[3], 1, d[3] * d[1], d[1]]
+    } else {
+        [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
+    }
 }
 
 fn tensor(
@@ -239,11 +248,12 @@ fn tensor(
     dims: [i64; 4],
     align: i64,
     dt: sys::cudnnDataType_t,
+    channels_last: bool,
 ) -> Result<Desc, CudnnError> {
     let t = Desc::new(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
     t.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, dt)?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
-    t.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &packed(dims))?;
+    t.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &packed(dims, channels_last))?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[align])?;
     t.finalize()?;
@@ -283,9 +293,10 @@ impl ConvGraph {
         } else {
             sys::cudnnDataType_t::CUDNN_DATA_FLOAT
         };
-        let x = tensor(UID_X, g.x, g.align[0], dt)?;
-        let w = tensor(UID_W, g.w, g.align[1], dt)?;
-        let y = tensor(UID_Y, g.y, g.align[2], dt)?;
+        let cl = g.channels_last;
+        let x = tensor(UID_X, g.x, g.align[0], dt, cl)?;
+        let w = tensor(UID_W, g.w, g.align[1], dt, cl)?;
+        let y = tensor(UID_Y, g.y, g.align[2], dt, cl)?;
         let conv = Desc::new(D::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
         conv.set_data_type(
             A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,

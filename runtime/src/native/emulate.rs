@@ -11,13 +11,14 @@
 
 use super::Compiled;
 use super::gemm::BlasGemm;
-use super::ir::{ElemType, StepKind};
+use super::ir::{ElemType, StepKind, Tensor};
 use super::kernels::{
     BiasActParams, CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams, SoftmaxParams,
+    TransposeParams,
 };
 use super::launch::{self, Bases, ConvChoice, Launch, Layout};
 use super::program::{EwOp, apply, load_f32, store_f32};
-use super::reference::{conv_compute, deconv_compute, pool_compute};
+use super::reference::{conv_compute, deconv_compute, for_each_offset, pool_compute};
 
 /// 8-byte aligned host memory.
 struct Mem(Vec<u64>);
@@ -73,23 +74,64 @@ fn store(r: &Regions, base: u64, index: i64, dtype: u32, v: f32) -> Result<(), S
     Ok(())
 }
 
-/// `bias_act`, transcribed: `y = act(x [+ b[c]]) [+ r]` over `[outer, C, inner]` views.
+/// `bias_act`, transcribed: `y = act(x [+ b[c]]) [+ r]` over `[outer, C, inner]` views; with
+/// flag 4, four consecutive elements per thread through aligned vector accesses.
 fn bias_act(r: &Regions, p: &BiasActParams) -> Result<(), String> {
     let at = |o: u32, c: u32, j: u32, cs: u32, os: u32| {
         i64::from(o) * i64::from(os) + i64::from(c) * i64::from(cs) + i64::from(j)
     };
-    for i in 0..p.n {
-        let (j, t) = (i % p.inner, i / p.inner);
-        let (c, o) = (t % p.channels, t / p.channels);
-        let mut a = load(r, p.x, at(o, c, j, p.x_cs, p.x_os), p.x_dtype)?;
+    let one = |a: f32, c: u32| -> Result<f32, String> {
+        let mut a = a;
         if p.flags & 1 != 0 {
             a += load(r, p.b, i64::from(c), p.b_dtype)?;
         }
-        match p.act {
-            1 => a = apply(EwOp::Silu, a, 0.0, 0.0, 0.0),
-            2 => a = apply(EwOp::Sigmoid, a, 0.0, 0.0, 0.0),
-            _ => {}
+        Ok(match p.act {
+            1 => apply(EwOp::Silu, a, 0.0, 0.0, 0.0),
+            2 => apply(EwOp::Sigmoid, a, 0.0, 0.0, 0.0),
+            _ => a,
+        })
+    };
+    if p.flags & 4 != 0 {
+        // A vector access faults on the GPU unless aligned to its size.
+        let aligned = |base: u64, index: i64, dtype: u32| {
+            let es = if dtype == 1 { 2 } else { 4 };
+            let a = base as i64 + index * es;
+            if a % (4 * es) == 0 {
+                Ok(())
+            } else {
+                Err(format!("misaligned 4-element access at {a:#x}"))
+            }
+        };
+        for q in 0..p.n / 4 {
+            let i = q * 4;
+            let (j, t) = (i % p.inner, i / p.inner);
+            let (c, o) = (t % p.channels, t / p.channels);
+            let xi = at(o, c, j, p.x_cs, p.x_os);
+            aligned(p.x, xi, p.x_dtype)?;
+            let mut a = [0f32; 4];
+            for (k, v) in a.iter_mut().enumerate() {
+                let x = load(r, p.x, xi + k as i64, p.x_dtype)?;
+                *v = one(x, if p.inner == 1 { c + k as u32 } else { c })?;
+            }
+            if p.flags & 2 != 0 {
+                let ri = at(o, c, j, p.r_cs, p.r_os);
+                aligned(p.r, ri, p.r_dtype)?;
+                for (k, v) in a.iter_mut().enumerate() {
+                    *v += load(r, p.r, ri + k as i64, p.r_dtype)?;
+                }
+            }
+            let yi = at(o, c, j, p.y_cs, p.y_os);
+            aligned(p.y, yi, p.y_dtype)?;
+            for (k, &v) in a.iter().enumerate() {
+                store(r, p.y, yi + k as i64, p.y_dtype, v)?;
+            }
         }
+        return Ok(());
+    }
+    for i in 0..p.n {
+        let (j, t) = (i % p.inner, i / p.inner);
+        let (c, o) = (t % p.channels, t / p.channels);
+        let mut a = one(load(r, p.x, at(o, c, j, p.x_cs, p.x_os), p.x_dtype)?, c)?;
         if p.flags & 2 != 0 {
             // r + a as the kernel writes it (fp32 addition commutes: the same value).
             a += load(r, p.r, at(o, c, j, p.r_cs, p.r_os), p.r_dtype)?;
@@ -171,6 +213,82 @@ fn copy(r: &Regions, p: &CopyParams) -> Result<(), String> {
         r.check(da, es)?;
         // SAFETY: both checked inside live regions; elements never overlap (distinct tensors).
         unsafe { std::ptr::copy(sa as *const u8, da as *mut u8, es) };
+    }
+    Ok(())
+}
+
+/// `tiled_transpose`, block by block: each 32 x 32 tile loaded along `a` into the tile, then
+/// stored along `b`, for every plane of the other dimensions.
+fn transpose(r: &Regions, p: &TransposeParams, grid: [u32; 3]) -> Result<(), String> {
+    let es = p.elem_bytes as usize;
+    let mut tile = vec![0u8; 32 * 33 * es];
+    for bz in 0..grid[2] {
+        for by in 0..grid[1] {
+            for bx in 0..grid[0] {
+                let (a0, b0) = (by * 32, bx * 32);
+                let mut o = bz;
+                while o < p.outer {
+                    let (mut so, mut d0) = (0i64, 0i64);
+                    let mut rem = o;
+                    for k in (0..p.rank as usize).rev() {
+                        let dim = p.shape[k];
+                        let q = rem / dim;
+                        let c = (rem - q * dim) as i64;
+                        rem = q;
+                        so += c * p.src_strides[k] as i64;
+                        d0 += c * p.dst_strides[k] as i64;
+                    }
+                    // Threads (x, y) of the 32 x 8 block, rows y, y + 8, ...
+                    for ty in 0..8u32 {
+                        for tx in 0..32u32 {
+                            let mut j = ty;
+                            while j < 32 {
+                                let (a, b) = (a0 + tx, b0 + j);
+                                if a < p.rows && b < p.cols {
+                                    let at = so + a as i64 + b as i64 * p.src_b_stride as i64;
+                                    let addr = (p.src as i64 + at * es as i64) as u64;
+                                    r.check(addr, es)?;
+                                    let t = (j as usize * 33 + tx as usize) * es;
+                                    // SAFETY: checked inside a live region.
+                                    unsafe {
+                                        std::ptr::copy(
+                                            addr as *const u8,
+                                            tile[t..t + es].as_mut_ptr(),
+                                            es,
+                                        )
+                                    };
+                                }
+                                j += 8;
+                            }
+                        }
+                    }
+                    for ty in 0..8u32 {
+                        for tx in 0..32u32 {
+                            let mut j = ty;
+                            while j < 32 {
+                                let (b, a) = (b0 + tx, a0 + j);
+                                if a < p.rows && b < p.cols {
+                                    let at = d0 + b as i64 + a as i64 * p.dst_a_stride as i64;
+                                    let addr = (p.dst as i64 + at * es as i64) as u64;
+                                    r.check(addr, es)?;
+                                    let t = (tx as usize * 33 + j as usize) * es;
+                                    // SAFETY: checked inside a live region.
+                                    unsafe {
+                                        std::ptr::copy(
+                                            tile[t..t + es].as_ptr(),
+                                            addr as *mut u8,
+                                            es,
+                                        )
+                                    };
+                                }
+                                j += 8;
+                            }
+                        }
+                    }
+                    o += grid[2];
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -327,10 +445,31 @@ fn gemm(r: &Regions, p: &BlasGemm, dtype: ElemType, a: u64, b: u64, c: u64) -> R
     Ok(())
 }
 
-fn read_packed(r: &Regions, base: u64, n: usize, dtype: ElemType) -> Result<Vec<f32>, String> {
-    (0..n as i64)
-        .map(|i| load(r, base, i, dtype as u32))
-        .collect()
+/// The elements of view `t` at `base` (its element 0) in logical row-major order, through
+/// the view's strides (what cuDNN reads through its descriptors: packed NCHW or NHWC).
+fn read_view(r: &Regions, base: u64, t: &Tensor) -> Result<Vec<f32>, String> {
+    let mut out = Vec::with_capacity(t.numel());
+    let mut res = Ok(());
+    for_each_offset(&t.shape, &t.strides, |_, off| {
+        if res.is_ok() {
+            match load(r, base, off as i64, t.dtype as u32) {
+                Ok(v) => out.push(v),
+                Err(e) => res = Err(e),
+            }
+        }
+    });
+    res.map(|_| out)
+}
+
+/// Store `values` (logical row-major order) into view `t` at `base`.
+fn store_view(r: &Regions, base: u64, t: &Tensor, values: &[f32]) -> Result<(), String> {
+    let mut res = Ok(());
+    for_each_offset(&t.shape, &t.strides, |i, off| {
+        if res.is_ok() {
+            res = store(r, base, off as i64, t.dtype as u32, values[i]);
+        }
+    });
+    res
 }
 
 /// Run `c`'s launch list on host memory laid out like the device workspace (poisoned with
@@ -417,6 +556,7 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
             Launch::Ew { params, .. } => ew(&regions, params),
             Launch::BiasAct { params, .. } => bias_act(&regions, params),
             Launch::Copy { params, .. } => copy(&regions, params),
+            Launch::Transpose { params, grid } => transpose(&regions, params, *grid),
             Launch::Memcpy { dst, src, bytes } => regions
                 .check(*src, *bytes)
                 .and_then(|_| regions.check(*dst, *bytes))
@@ -438,12 +578,10 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
                 };
                 let (xt, wt, yt) = (g.tensor(cv.x), g.tensor(cv.w), g.tensor(cv.y));
                 regions.check(*ws, *ws_bytes)?;
-                let xv = read_packed(&regions, *x, xt.numel(), xt.dtype)?;
-                let wv = read_packed(&regions, *w, wt.numel(), wt.dtype)?;
+                let xv = read_view(&regions, *x, xt)?;
+                let wv = read_view(&regions, *w, wt)?;
                 let yv = conv_compute(&xv, &wv, &xt.shape, &wt.shape, &yt.shape, cv);
-                yv.iter()
-                    .enumerate()
-                    .try_for_each(|(k, &v)| store(&regions, *y, k as i64, yt.dtype as u32, v))
+                store_view(&regions, *y, yt, &yv)
             }
             Launch::Deconv {
                 step,
@@ -459,23 +597,19 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
                 };
                 let (xt, wt, yt) = (g.tensor(cv.x), g.tensor(cv.w), g.tensor(cv.y));
                 regions.check(*ws, *ws_bytes)?;
-                let xv = read_packed(&regions, *x, xt.numel(), xt.dtype)?;
-                let wv = read_packed(&regions, *w, wt.numel(), wt.dtype)?;
+                let xv = read_view(&regions, *x, xt)?;
+                let wv = read_view(&regions, *w, wt)?;
                 let yv = deconv_compute(&xv, &wv, &xt.shape, &wt.shape, &yt.shape, cv);
-                yv.iter()
-                    .enumerate()
-                    .try_for_each(|(k, &v)| store(&regions, *y, k as i64, yt.dtype as u32, v))
+                store_view(&regions, *y, yt, &yv)
             }
             Launch::Pool { step, x, y } => {
                 let StepKind::Pool(pl) = &g.steps[*step].kind else {
                     return Err(format!("{name}: launch is not a pooling"));
                 };
                 let (xt, yt) = (g.tensor(pl.x), g.tensor(pl.y));
-                let xv = read_packed(&regions, *x, xt.numel(), xt.dtype)?;
+                let xv = read_view(&regions, *x, xt)?;
                 let yv = pool_compute(&xv, &xt.shape, &yt.shape, pl);
-                yv.iter()
-                    .enumerate()
-                    .try_for_each(|(k, &v)| store(&regions, *y, k as i64, yt.dtype as u32, v))
+                store_view(&regions, *y, yt, &yv)
             }
             Launch::Gemm { p, dtype, a, b, c } => gemm(&regions, p, *dtype, *a, *b, *c),
             Launch::Softmax { params, .. } => softmax(&regions, params),

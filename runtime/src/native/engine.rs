@@ -29,7 +29,7 @@ use super::cudnn::{self, ConvMath};
 use super::ir::{ElemType, Graph, PoolKind, StepKind, TensorId};
 use super::kernels::{
     BiasActParams, CopyParams, EwParams, GatherParams, KERNEL_IMAGES, KERNEL_SOURCE, Kernels,
-    ReduceParams, ResizeParams, SoftmaxParams,
+    ReduceParams, ResizeParams, SoftmaxParams, TransposeParams,
 };
 use super::launch::{self, Bases, ConvChoice, Launch, Layout, address};
 use super::memory::BUFFER_ALIGN;
@@ -54,6 +54,10 @@ pub struct NativeOptions {
     /// [`cudnn_graph::Search::Heuristics`]; `TETHER_CUDNN_SEARCH=wide` asks for
     /// [`cudnn_graph::Search::Wide`].
     pub cudnn_search: cudnn_graph::Search,
+    /// Activation layout; `None`: the precision's default
+    /// ([`super::ActivationLayout::for_precision`]: NHWC in fp16). `TETHER_NATIVE_LAYOUT=nchw`
+    /// or `nhwc` sets it.
+    pub layout: Option<super::ActivationLayout>,
 }
 
 impl Default for NativeOptions {
@@ -66,6 +70,9 @@ impl Default for NativeOptions {
                 Ok("wide") => cudnn_graph::Search::Wide,
                 _ => cudnn_graph::Search::Heuristics,
             },
+            layout: std::env::var("TETHER_NATIVE_LAYOUT")
+                .ok()
+                .and_then(|v| super::ActivationLayout::parse(&v)),
         }
     }
 }
@@ -242,9 +249,10 @@ fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, St
             let xd = nchw(&xt.shape).ok_or_else(bad)?;
             let wd = nchw(&wt.shape).ok_or_else(bad)?;
             let yd = nchw(&yt.shape).ok_or_else(bad)?;
-            let x = cudnn::TensorDesc::nchw(dt, xd).map_err(e)?;
-            let w = cudnn::FilterDesc::kcrs(dt, wd).map_err(e)?;
-            let y = cudnn::TensorDesc::nchw(dt, yd).map_err(e)?;
+            let cl = c.channels_last;
+            let x = cudnn::TensorDesc::new(dt, xd, cl).map_err(e)?;
+            let w = cudnn::FilterDesc::new(dt, wd, cl).map_err(e)?;
+            let y = cudnn::TensorDesc::new(dt, yd, cl).map_err(e)?;
             let conv = cudnn::ConvDesc::new(
                 pair(&c.pads, 0).ok_or_else(bad)?,
                 pair(&c.strides, 1).ok_or_else(bad)?,
@@ -289,9 +297,10 @@ fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, St
                 pair(&p.strides, 1).ok_or_else(bad)?,
             )
             .map_err(e)?;
+            let cl = p.channels_last;
             Ok(StepDescs::Pool {
-                x: cudnn::TensorDesc::nchw(dt, nchw(&xt.shape).ok_or_else(bad)?).map_err(e)?,
-                y: cudnn::TensorDesc::nchw(dt, nchw(&yt.shape).ok_or_else(bad)?).map_err(e)?,
+                x: cudnn::TensorDesc::new(dt, nchw(&xt.shape).ok_or_else(bad)?, cl).map_err(e)?,
+                y: cudnn::TensorDesc::new(dt, nchw(&yt.shape).ok_or_else(bad)?, cl).map_err(e)?,
                 pool,
             })
         }
@@ -328,6 +337,7 @@ fn conv_geometry(g: &Graph, i: usize, x: u64, w: u64, y: u64) -> Option<cudnn_gr
         dilations: p2(&c.dilations, 1)?,
         align: [x, w, y].map(cudnn_graph::alignment),
         half,
+        channels_last: c.channels_last,
     })
 }
 
@@ -449,6 +459,8 @@ impl NativePlan {
             &options.input_shapes,
             &options.fixed_inputs,
             options.precision,
+            opts.layout
+                .unwrap_or(super::ActivationLayout::for_precision(options.precision)),
             options.tensor_limit(),
         )
         .map_err(|e| lower_err(network, e))?;
@@ -1143,6 +1155,12 @@ impl NativeExecutor {
                     let mut args = [params as *mut CopyParams as *mut c_void];
                     // SAFETY: as above.
                     unsafe { stream.launch(k.copy, (*grid, 1, 1), block, 0, &mut args) }?;
+                }
+                Launch::Transpose { params, grid } => {
+                    let mut args = [params as *mut TransposeParams as *mut c_void];
+                    let [x, y, z] = *grid;
+                    // SAFETY: as above; 32 x 8 threads, the tile the kernel assumes.
+                    unsafe { stream.launch(k.transpose, (x, y, z), (32, 8, 1), 0, &mut args) }?;
                 }
                 Launch::Memcpy { dst, src, bytes } => {
                     // SAFETY: both ranges lie in bound regions (or the plan's weights).

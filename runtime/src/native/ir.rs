@@ -142,6 +142,13 @@ pub struct Tensor {
     pub strides: Vec<isize>,
 }
 
+/// Packed channels-last strides of a logical `[N, C, H, W]` (or `[O, C, kH, kW]`) shape:
+/// NHWC (OHWI) memory order.
+pub fn nhwc_strides(shape: &[usize; 4]) -> [isize; 4] {
+    let [_, c, h, w] = shape.map(|v| v.max(1) as isize);
+    [h * w * c, 1, w * c, c]
+}
+
 /// Packed row-major strides of `shape`.
 pub fn packed_strides(shape: &[usize]) -> Vec<isize> {
     let mut s = vec![0isize; shape.len()];
@@ -179,6 +186,16 @@ impl Tensor {
         usize::try_from(acc).ok()
     }
 
+    /// True when the view is 4-D and packed channels-last ([`nhwc_strides`]; dimensions of
+    /// size 1 may have any stride).
+    pub fn is_packed_nhwc(&self) -> bool {
+        let Ok(shape) = <[usize; 4]>::try_from(self.shape.as_slice()) else {
+            return false;
+        };
+        let want = nhwc_strides(&shape);
+        (0..4).all(|d| shape[d] == 1 || self.strides[d] == want[d])
+    }
+
     /// The range of buffer elements the view touches, `[first, last + 1)`, or `None` for an
     /// empty tensor.
     pub fn extent(&self) -> Option<(usize, usize)> {
@@ -212,8 +229,10 @@ impl Tensor {
 }
 
 /// A convolution (cross-correlation, ONNX `Conv` semantics) over packed NCHW `x` with packed
-/// OIHW weights `w`, writing packed NCHW `y`; bias and activation are separate element-wise
-/// steps (fused with each other, not with the convolution).
+/// OIHW weights `w`, writing packed NCHW `y`, or, with `channels_last`, over packed NHWC `x`
+/// and `y` with packed OHWI (cuDNN's KRSC) weights; bias and activation are separate
+/// element-wise steps (fused with each other, not with the convolution). Shapes are logical
+/// (`[N, C, H, W]`, `[O, C / group, kH, kW]`) in both layouts: only the strides differ.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Conv {
     /// Input `[N, C, H, W]` (or `[N, C, L]` for 1-D).
@@ -230,6 +249,9 @@ pub struct Conv {
     pub dilations: Vec<usize>,
     /// Group count (`C` for depthwise).
     pub group: usize,
+    /// `x` and `y` packed NHWC, `w` packed OHWI (2-D forward convolutions only; set by
+    /// [`super::layout`]).
+    pub channels_last: bool,
 }
 
 /// Pooling kind.
@@ -243,7 +265,7 @@ pub enum PoolKind {
     AvgExcludePad,
 }
 
-/// A 2-D (or 1-D) pooling over packed NCHW.
+/// A 2-D (or 1-D) pooling over packed NCHW, or packed NHWC with `channels_last` (2-D only).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pool {
     /// Input `[N, C, H, W]`.
@@ -258,6 +280,8 @@ pub struct Pool {
     pub pads: Vec<usize>,
     /// Stride per spatial axis.
     pub strides: Vec<usize>,
+    /// `x` and `y` packed NHWC (set by [`super::layout`]).
+    pub channels_last: bool,
 }
 
 /// A batched matrix product `c[b, m, n] = sum_k a[b, m, k] * b[b, k, n]`, every operand
@@ -724,6 +748,23 @@ impl Graph {
                             "step {si} ({}): {} over mixed or non-float types",
                             s.node,
                             s.kind_name()
+                        ));
+                    }
+                    // A channels-last convolution or pooling reads and writes packed NHWC
+                    // (and an OHWI filter): cuDNN is told exactly that layout.
+                    let nhwc = match &s.kind {
+                        StepKind::Conv(c) if c.channels_last => vec![c.x, c.w, c.y],
+                        StepKind::Pool(p) if p.channels_last => vec![p.x, p.y],
+                        StepKind::Deconv(c) if c.channels_last => {
+                            return Err(format!("step {si} ({}): channels-last deconv", s.node));
+                        }
+                        _ => vec![],
+                    };
+                    if let Some(t) = nhwc.into_iter().find(|&t| !self.tensor(t).is_packed_nhwc()) {
+                        let t = self.tensor(t);
+                        return Err(format!(
+                            "step {si} ({}): channels-last operand `{}` {:?} has strides {:?}",
+                            s.node, t.name, t.shape, t.strides
                         ));
                     }
                 }

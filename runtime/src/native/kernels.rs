@@ -141,7 +141,7 @@ pub struct BiasActParams {
     pub y_cs: u32,
     /// Outer stride of `y`.
     pub y_os: u32,
-    /// 1: add `b`; 2: add `r`.
+    /// 1: add `b`; 2: add `r`; 4: four consecutive elements per thread ([`VEC4_MIN_ELEMENTS`]).
     pub flags: u32,
     /// Padding.
     pub pad: u32,
@@ -149,21 +149,101 @@ pub struct BiasActParams {
 
 const _: () = assert!(std::mem::size_of::<BiasActParams>() == 96);
 
-/// The `[outer, C, inner]` form of a view (rank >= 2, channel axis 1) whose axes after the
-/// channel axis are packed: `(outer, C, inner, channel stride, outer stride)`, strides in
-/// elements (0 along an axis of size 1).
+/// Smallest `bias_act` for four elements per thread. Below it a quarter of the threads
+/// leaves the GPU short of parallelism and the step is latency-bound: on the H200 YOLOv8n at
+/// 320 (at most 409,600 elements a step) ran its fp16 network 5 % slower with four elements
+/// per thread on every step, DocLayNet at 1024 (up to 4.2 M) 9 % faster
+/// (`docs/evidence/native-h200.md`, fifth run).
+pub const VEC4_MIN_ELEMENTS: u32 = 1 << 20;
+
+impl BiasActParams {
+    /// Set flag 4 (four consecutive elements per thread, one 8- or 16-byte access per
+    /// operand: fp16 activations move 2 bytes per thread otherwise, too few to keep HBM busy)
+    /// on tensors of at least [`VEC4_MIN_ELEMENTS`] elements, when it computes the same
+    /// thing: `n` a multiple of 4; the four elements of a thread
+    /// consecutive in memory in every operand (along the packed inner axes, `inner % 4 == 0`,
+    /// or along the channels, `inner == 1` with unit channel strides and `C % 4 == 0`); every
+    /// index of a run's first element a multiple of 4 (strides) and every operand fp32 or fp16
+    /// with its address aligned to 4 elements.
+    fn try_vec4(&mut self, min_elements: u32) {
+        let has_r = self.flags & 2 != 0;
+        let mut ops = vec![(self.x, self.x_dtype, self.x_cs, self.x_os)];
+        ops.push((self.y, self.y_dtype, self.y_cs, self.y_os));
+        if has_r {
+            ops.push((self.r, self.r_dtype, self.r_cs, self.r_os));
+        }
+        let along_inner = self.inner.is_multiple_of(4);
+        let along_channels = self.inner == 1 && self.channels.is_multiple_of(4);
+        let ok = self.n.is_multiple_of(4)
+            && self.n >= min_elements
+            && (along_inner || along_channels)
+            && ops.iter().all(|&(addr, dt, cs, os)| {
+                let es = match dt {
+                    0 => 4,
+                    1 => 2,
+                    _ => return false,
+                };
+                let cs_ok = if along_inner {
+                    cs.is_multiple_of(4)
+                } else {
+                    cs == 1
+                };
+                addr.is_multiple_of(4 * es) && cs_ok && os.is_multiple_of(4)
+            });
+        if ok {
+            self.flags |= 4;
+        }
+    }
+
+    /// Threads the launch needs: one per element, or one per four with flag 4.
+    pub fn threads(&self) -> u32 {
+        if self.flags & 4 != 0 {
+            self.n / 4
+        } else {
+            self.n
+        }
+    }
+}
+
+/// The `[outer, C, inner]` form of a view (rank >= 2, channel axis 1):
+/// `(outer, C, inner, channel stride, outer stride)`, strides in elements (0 along an axis of
+/// size 1). Channels-first: the axes after the channel axis are packed (`inner` their
+/// product), `outer` is axis 0. Channels-last (NHWC, [`super::layout`]): every axis but the
+/// channel axis walks as one run of stride `os` (`outer` their product, `inner` 1), as in
+/// `[N, H, W]` with strides `[H * W * os, W * os, os]`.
 fn channel_form(t: &Tensor) -> Option<(u32, u32, u32, u32, u32)> {
     if t.shape.len() < 2 {
         return None;
     }
-    let inner = t.packed_from(2)?;
     let stride = |d: usize| if t.shape[d] == 1 { 0 } else { t.strides[d] };
-    let (cs, os) = (stride(1), stride(0));
+    let (outer, inner, os) = match t.packed_from(2) {
+        Some(inner) => (t.shape[0], inner, stride(0)),
+        None => {
+            // The non-channel axes, innermost first, must chain: stride = previous stride *
+            // previous size.
+            let mut outer = 1usize;
+            let mut os: Option<isize> = None;
+            let mut next = 0isize;
+            for d in (0..t.shape.len())
+                .rev()
+                .filter(|&d| d != 1 && t.shape[d] != 1)
+            {
+                match os {
+                    None => os = Some(t.strides[d]),
+                    Some(_) if t.strides[d] != next => return None,
+                    Some(_) => {}
+                }
+                next = t.strides[d] * t.shape[d] as isize;
+                outer *= t.shape[d];
+            }
+            (outer, 1, os.unwrap_or(0))
+        }
+    };
     Some((
-        u32::try_from(t.shape[0]).ok()?,
+        u32::try_from(outer).ok()?,
         u32::try_from(t.shape[1]).ok()?,
         u32::try_from(inner).ok()?,
-        u32::try_from(cs).ok()?,
+        u32::try_from(stride(1)).ok()?,
         u32::try_from(os).ok()?,
     ))
 }
@@ -193,11 +273,12 @@ pub fn bias_act_params(
     if !float(out.dtype) || !distinct {
         return None;
     }
-    // An operand of the output's shape in `[outer, C, inner]` form.
+    // An operand of the output's shape in the same `[outer, C, inner]` form.
     let full = |id: TensorId| {
         let t = g.tensor(id);
-        let (_, _, _, cs, os) = channel_form(t)?;
-        (t.shape == out.shape && float(t.dtype)).then_some((cs, os, dtype_code(t.dtype)))
+        let (o, c, i, cs, os) = channel_form(t)?;
+        (t.shape == out.shape && float(t.dtype) && (o, c, i) == (outer, channels, inner))
+            .then_some((cs, os, dtype_code(t.dtype)))
     };
     let mut p = BiasActParams {
         y: addr(output),
@@ -213,6 +294,7 @@ pub fn bias_act_params(
     if let ([Expr::Input(0)], [x]) = (nodes.as_slice(), inputs) {
         let (cs, os, dt) = full(*x)?;
         (p.x, p.x_cs, p.x_os, p.x_dtype) = (addr(*x), cs, os, dt);
+        p.try_vec4(VEC4_MIN_ELEMENTS);
         return Some(p);
     }
     if !(2..=3).contains(&inputs.len()) || nodes.len() < 3 {
@@ -281,6 +363,7 @@ pub fn bias_act_params(
             (p.x, p.x_cs, p.x_os, p.x_dtype) = (addr(xid), cs, os, dt);
             (p.b, p.b_dtype) = (addr(bid), dtype_code(bt.dtype));
             p.flags |= 1;
+            p.try_vec4(VEC4_MIN_ELEMENTS);
             return Some(p);
         }
     }
@@ -309,6 +392,85 @@ pub struct CopyParams {
     pub src_strides: [i32; MAX_RANK],
     /// Destination strides, elements.
     pub dst_strides: [i32; MAX_RANK],
+}
+
+/// Parameters of `tiled_transpose` (`struct transpose_params`): a copy whose source is
+/// contiguous along dimension `a` (`rows` long) and whose destination is contiguous along
+/// dimension `b` (`cols` long), the other dimensions walked one tile plane at a time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TransposeParams {
+    /// Source element 0.
+    pub src: u64,
+    /// Destination element 0.
+    pub dst: u64,
+    /// Length of `a`.
+    pub rows: u32,
+    /// Length of `b`.
+    pub cols: u32,
+    /// Source stride along `b`, elements (along `a`: 1).
+    pub src_b_stride: i32,
+    /// Destination stride along `a`, elements (along `b`: 1).
+    pub dst_a_stride: i32,
+    /// Product of the other dimensions.
+    pub outer: u32,
+    /// Number of other dimensions.
+    pub rank: u32,
+    /// Bytes per element (1, 2, 4, 8).
+    pub elem_bytes: u32,
+    /// Padding.
+    pub pad: u32,
+    /// The other dimensions.
+    pub shape: [u32; MAX_RANK],
+    /// Their source strides, elements.
+    pub src_strides: [i32; MAX_RANK],
+    /// Their destination strides, elements.
+    pub dst_strides: [i32; MAX_RANK],
+}
+
+const _: () = assert!(std::mem::size_of::<TransposeParams>() == 144);
+
+/// The `tiled_transpose` form of a copy (its parameters and grid), when the source and the
+/// destination are contiguous along different dimensions (a layout conversion, NCHW <->
+/// NHWC) and the tiles fit the grid; `None` for anything else (`strided_copy` runs it).
+pub fn transpose_params(p: &CopyParams) -> Option<(TransposeParams, [u32; 3])> {
+    let rank = p.rank as usize;
+    // The destination-ordered collapse puts the destination's unit stride last.
+    let b = rank.checked_sub(1)?;
+    if p.dst_strides[b] != 1 || p.src_strides[b] == 1 {
+        return None;
+    }
+    let a = (0..b).find(|&d| p.src_strides[d] == 1)?;
+    let (rows, cols) = (p.shape[a], p.shape[b]);
+    // Both tiled dimensions long enough for a tile to pay (a short destination run went to
+    // the source-ordered walk in `copy_params`).
+    if rows < 8 || cols < 32 {
+        return None;
+    }
+    let tiles = |n: u32| n.div_ceil(32);
+    if tiles(rows) > 65_535 {
+        return None;
+    }
+    let mut t = TransposeParams {
+        src: p.src,
+        dst: p.dst,
+        rows,
+        cols,
+        src_b_stride: p.src_strides[b],
+        dst_a_stride: p.dst_strides[a],
+        outer: 1,
+        elem_bytes: p.elem_bytes,
+        ..TransposeParams::default()
+    };
+    for d in (0..b).filter(|&d| d != a) {
+        let k = t.rank as usize;
+        t.shape[k] = p.shape[d];
+        t.src_strides[k] = p.src_strides[d];
+        t.dst_strides[k] = p.dst_strides[d];
+        t.rank += 1;
+        t.outer = t.outer.checked_mul(p.shape[d])?;
+    }
+    Some((t, [tiles(cols), tiles(rows), t.outer.clamp(1, 65_535)]))
 }
 
 /// Parameters of `softmax_rows` / `softmax_cols` (`struct softmax_params`).
@@ -436,6 +598,8 @@ pub struct Kernels {
     pub bias_act: Function,
     /// `strided_copy`.
     pub copy: Function,
+    /// `tiled_transpose`.
+    pub transpose: Function,
     /// `softmax_rows`.
     pub softmax_rows: Function,
     /// `softmax_cols`.
@@ -460,6 +624,7 @@ impl Kernels {
             ew: module.function("ew_program")?,
             bias_act: module.function("bias_act")?,
             copy: module.function("strided_copy")?,
+            transpose: module.function("tiled_transpose")?,
             softmax_rows: module.function("softmax_rows")?,
             softmax_cols: module.function("softmax_cols")?,
             reduce_rows: module.function("reduce_rows")?,
@@ -470,11 +635,19 @@ impl Kernels {
     }
 }
 
-/// Collapse an index space: drop dimensions of size 1 and merge adjacent dimensions that
-/// every operand walks contiguously (`stride[i] == stride[i + 1] * shape[i + 1]`). Returns
-/// the collapsed shape (at least one dimension) and each operand's strides.
+/// Collapse an index space: drop dimensions of size 1, order the rest by the first
+/// operand's strides (largest first, so that consecutive threads write consecutive elements
+/// of the first operand, the one written: an NHWC output is walked channels-innermost
+/// whatever the logical `[N, C, H, W]` order; a kernel over this space computes each element
+/// independently, so the order is free), and merge adjacent dimensions that every operand
+/// walks contiguously (`stride[i] == stride[i + 1] * shape[i + 1]`). Returns the collapsed
+/// shape (at least one dimension) and each operand's strides.
 pub fn collapse(shape: &[usize], operands: &[&[isize]]) -> (Vec<usize>, Vec<Vec<isize>>) {
-    let keep: Vec<usize> = (0..shape.len()).filter(|&i| shape[i] != 1).collect();
+    let mut keep: Vec<usize> = (0..shape.len()).filter(|&i| shape[i] != 1).collect();
+    if let Some(first) = operands.first() {
+        // Stable: equal strides (broadcast or aliasing) keep the logical order.
+        keep.sort_by_key(|&i| std::cmp::Reverse(first[i].unsigned_abs()));
+    }
     let mut dims: Vec<usize> = Vec::new();
     let mut strides: Vec<Vec<isize>> = vec![Vec::new(); operands.len()];
     for &i in &keep {
@@ -621,7 +794,22 @@ pub fn copy_params(
     addr: &dyn Fn(TensorId) -> u64,
 ) -> Result<CopyParams, ParamError> {
     let (s, d) = (g.tensor(src), g.tensor(dst));
-    let (shape, strides) = collapse(&d.shape, &[&s.strides, &d.strides]);
+    // Destination first: the walk follows its memory order (`tiled_transpose` takes it from
+    // there when the source is contiguous along another dimension)...
+    let (mut shape, mut strides) = collapse(&d.shape, &[&d.strides, &s.strides]);
+    // ... unless the destination's contiguous run is shorter than a warp while the source's
+    // is not (NCHW into NHWC with 3 channels): then the source's order, so that each warp
+    // reads one run and writes a few interleaved ones.
+    let short = |shape: &[usize], st: &[isize]| {
+        st.last() != Some(&1) || shape.last().is_some_and(|&n| n < 32)
+    };
+    if short(&shape, &strides[0]) {
+        let (s_shape, s_strides) = collapse(&d.shape, &[&s.strides, &d.strides]);
+        if !short(&s_shape, &s_strides[0]) {
+            shape = s_shape;
+            strides = vec![s_strides[1].clone(), s_strides[0].clone()];
+        }
+    }
     if shape.len() > MAX_RANK {
         return Err(ParamError {
             step: step.into(),
@@ -638,8 +826,8 @@ pub fn copy_params(
     };
     for (k, &v) in shape.iter().enumerate() {
         p.shape[k] = to_u32(v, "dimension", step)?;
-        p.src_strides[k] = to_i32(strides[0][k], step)?;
-        p.dst_strides[k] = to_i32(strides[1][k], step)?;
+        p.dst_strides[k] = to_i32(strides[0][k], step)?;
+        p.src_strides[k] = to_i32(strides[1][k], step)?;
     }
     Ok(p)
 }
@@ -677,6 +865,60 @@ mod tests {
         // A scalar.
         let (shape, _) = collapse(&[1, 1], &[&[1, 1]]);
         assert_eq!(shape, vec![1]);
+        // NHWC output and input over logical [1, 16, 8, 8]: walked channels-innermost, one
+        // packed run; the per-channel bias becomes the innermost, repeating dimension.
+        let nhwc: &[isize] = &[1024, 1, 128, 16];
+        let (shape, s) = collapse(&[1, 16, 8, 8], &[nhwc, nhwc, &[0, 1, 0, 0]]);
+        assert_eq!(shape, vec![64, 16]);
+        assert_eq!(s, vec![vec![16, 1], vec![16, 1], vec![0, 1]]);
+        // NHWC into NCHW (the head's conversion): the NCHW destination is walked in order.
+        let (shape, s) = collapse(&[1, 16, 8, 8], &[&[1024, 64, 8, 1], nhwc]);
+        assert_eq!(shape, vec![16, 64]);
+        assert_eq!(s, vec![vec![64, 1], vec![1, 16]]);
+    }
+
+    /// Layout conversions: NHWC into an NCHW slot takes the tiled transpose (channels along
+    /// the source's unit stride, pixels along the destination's); NCHW into NHWC with 3
+    /// channels walks the source in order instead (a 3-element destination run would leave a
+    /// tile nearly empty); a plain slice stays a strided copy.
+    #[test]
+    fn layout_conversions_take_the_tiled_transpose_or_the_source_order() {
+        use super::super::ir::BufferKind;
+        let mut g = Graph::default();
+        let view = |g: &mut Graph, shape: &[usize], strides: &[isize], offset: usize| {
+            let b = g.add_buffer("b", ElemType::F16, 1 << 20, BufferKind::Activation);
+            g.add_view(Tensor {
+                name: "t".into(),
+                buffer: b,
+                dtype: ElemType::F16,
+                shape: shape.to_vec(),
+                offset,
+                strides: strides.to_vec(),
+            })
+        };
+        let addr = |t: TensorId| 0x10000 * (t.0 as u64 + 1);
+        // [1, 64, 40, 40] NHWC into channels 0..64 of an NCHW [1, 144, 2100] head buffer.
+        let nhwc = view(&mut g, &[1, 64, 40, 40], &[0, 1, 2560, 64], 0);
+        let slot = view(&mut g, &[1, 64, 40, 40], &[0, 2100, 40, 1], 0);
+        let p = copy_params(&g, "s", nhwc, slot, &addr).unwrap();
+        let (t, grid) = transpose_params(&p).expect("tiled");
+        assert_eq!(
+            (t.rows, t.cols, t.src_b_stride, t.dst_a_stride),
+            (64, 1600, 64, 2100)
+        );
+        assert_eq!((t.outer, t.rank, grid), (1, 0, [50, 2, 1]));
+        // The network input [1, 3, 320, 320] NCHW into NHWC: source order, no tile.
+        let nchw = view(&mut g, &[1, 3, 320, 320], &[0, 102_400, 320, 1], 0);
+        let hwc = view(&mut g, &[1, 3, 320, 320], &[0, 1, 960, 3], 0);
+        let p = copy_params(&g, "s", nchw, hwc, &addr).unwrap();
+        assert!(transpose_params(&p).is_none());
+        assert_eq!(&p.shape[..p.rank as usize], &[3, 102_400]);
+        assert_eq!((p.src_strides[1], p.dst_strides[1]), (1, 3));
+        // Channels 16..48 of an NHWC buffer into a packed NHWC one: no transposition.
+        let part = view(&mut g, &[1, 32, 40, 40], &[0, 1, 2560, 64], 16);
+        let packed = view(&mut g, &[1, 32, 40, 40], &[0, 1, 1280, 32], 0);
+        let p = copy_params(&g, "s", part, packed, &addr).unwrap();
+        assert!(transpose_params(&p).is_none());
     }
 
     /// A convolution's epilogue `silu(x + b)` over `[1, 16, 8, 8]` with `b` one value per
@@ -722,6 +964,16 @@ mod tests {
         let p = bias_act_params(&g, &[x, per_channel], y, &silu, &addr).expect("bias + SiLU");
         assert_eq!((p.n, p.inner, p.channels, p.act), (1024, 64, 16, 1));
         assert_eq!((p.x, p.b, p.y), (addr(x), addr(per_channel), addr(y)));
+        // 1,024 elements: one per thread. Were it large enough, four along the 64-element
+        // planes (aligned addresses), but not with an operand misaligned by 2 elements.
+        assert_eq!((p.flags, p.threads()), (1, 1024));
+        let mut big = p;
+        big.try_vec4(0);
+        assert_eq!((big.flags, big.threads()), (1 | 4, 256));
+        let odd = |t: TensorId| addr(t) + if t == y { 2 } else { 0 };
+        let mut p = bias_act_params(&g, &[x, per_channel], y, &silu, &odd).expect("bias + SiLU");
+        p.try_vec4(0);
+        assert_eq!((p.flags, p.threads()), (1, 1024));
         // Bias first: the same kernel with the operands swapped.
         let p = bias_act_params(&g, &[per_channel, x], y, &silu, &addr).expect("b + x");
         assert_eq!((p.x, p.b), (addr(x), addr(per_channel)));
@@ -835,5 +1087,38 @@ mod tests {
             (p.flags, p.act, p.b, p.y_dtype),
             (0, 0, 0, dtype_code(ElemType::F16))
         );
+
+        // Channels-last (NHWC) operands: one run of 64 pixels, channels innermost; the output
+        // a slot of 16 channels of a 40-channel NHWC concatenation.
+        let nhwc = |g: &mut Graph, name: &str, buffer, cs: isize| {
+            g.add_view(Tensor {
+                name: name.into(),
+                buffer,
+                dtype: ElemType::F32,
+                shape: shape.to_vec(),
+                offset: 0,
+                strides: vec![0, 1, 8 * cs, cs],
+            })
+        };
+        let xb = g.tensor(x).buffer;
+        let xn = nhwc(&mut g, "xn", xb, 16);
+        let yn = nhwc(&mut g, "yn", cat, 40);
+        let p = bias_act_params(&g, &[xn, per_channel], yn, &silu, &addr).expect("NHWC");
+        assert_eq!((p.n, p.inner, p.channels), (1024, 1, 16));
+        assert_eq!((p.x_cs, p.x_os, p.y_cs, p.y_os), (1, 16, 1, 40));
+        // Large enough, four channels per thread: unit channel strides, pixel strides 16 and
+        // 40 (multiples of 4); not with pixels 18 channels apart.
+        let mut big = p;
+        big.try_vec4(0);
+        assert_eq!(big.flags, 1 | 4);
+        big.flags = 1;
+        big.y_os = 18;
+        big.try_vec4(0);
+        assert_eq!(big.flags, 1);
+        // NHWC in, NCHW out: the forms differ, the generic kernel transposes.
+        assert!(bias_act_params(&g, &[xn, per_channel], y, &silu, &addr).is_none());
+        // Channel slots that overlap (40-channel pixels 32 apart) are refused.
+        let tight = nhwc(&mut g, "tight", cat, 8);
+        assert!(bias_act_params(&g, &[xn, per_channel], tight, &silu, &addr).is_none());
     }
 }

@@ -8,7 +8,7 @@ use super::gemm::{BlasGemm, blas_gemm};
 use super::ir::{ElemType, StepKind, TensorId};
 use super::kernels::{
     self, BiasActParams, CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams,
-    SoftmaxParams,
+    SoftmaxParams, TransposeParams,
 };
 use super::memory::{BUFFER_ALIGN, Region};
 
@@ -109,6 +109,14 @@ pub enum Launch {
         params: CopyParams,
         /// Blocks (grid-stride).
         grid: u32,
+    },
+    /// `tiled_transpose`: a copy between layouts (blocks of 32 x 8 threads).
+    Transpose {
+        /// Parameters.
+        params: TransposeParams,
+        /// Grid: tiles along the destination's and the source's contiguous dimension, and
+        /// planes of the others.
+        grid: [u32; 3],
     },
     /// `cuMemcpyDtoDAsync`.
     Memcpy {
@@ -241,7 +249,7 @@ pub fn build(
             } => {
                 if let Some(params) = kernels::bias_act_params(g, inputs, *output, program, &addr) {
                     Launch::BiasAct {
-                        grid: kernels::grid_for(params.n),
+                        grid: kernels::grid_for(params.threads()),
                         params,
                     }
                 } else {
@@ -264,9 +272,12 @@ pub fn build(
                 } else {
                     let params = kernels::copy_params(g, name, *src, *dst, &addr)
                         .map_err(|e| e.to_string())?;
-                    Launch::Copy {
-                        grid: kernels::grid_for(params.n),
-                        params,
+                    match kernels::transpose_params(&params) {
+                        Some((params, grid)) => Launch::Transpose { params, grid },
+                        None => Launch::Copy {
+                            grid: kernels::grid_for(params.n),
+                            params,
+                        },
                     }
                 }
             }

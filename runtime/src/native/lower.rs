@@ -1710,6 +1710,7 @@ impl<'m> Lowering<'m> {
                 strides,
                 dilations,
                 group: op.group,
+                channels_last: false,
             }),
         );
         self.bias(node, y, &shape, dt)
@@ -1884,6 +1885,7 @@ impl<'m> Lowering<'m> {
                 strides: spec.strides().to_vec(),
                 dilations: spec.dilations().to_vec(),
                 group: g,
+                channels_last: false,
             }),
         );
         self.bias(node, y, &shape, dt)
@@ -1915,6 +1917,7 @@ impl<'m> Lowering<'m> {
                 kernel: spec.kernel_shape.to_vec(),
                 pads,
                 strides,
+                channels_last: false,
             }),
         );
         Ok(())

@@ -16,6 +16,8 @@
 //!    convolution), concatenations disappear when their producers can write into the slices
 //!    of the output, network outputs are written in place.
 //! 3. **Precision** ([`precision`]): fp32 by default; fp16 storage opt-in.
+//!    **Layout** ([`layout`]): NCHW by default; channels-last (NHWC) activations around the
+//!    convolutions and poolings, with OHWI filters, the default in fp16.
 //! 4. **Memory plan** ([`memory`]): every intermediate buffer gets a fixed offset in the
 //!    workspace from a liveness analysis; weights are packed into one blob uploaded once.
 //! 5. **Execution**: the host reference executor ([`mod@reference`], plain loops, used by the
@@ -36,6 +38,7 @@ pub mod gemm;
 pub mod ir;
 pub mod kernels;
 pub mod launch;
+pub mod layout;
 pub mod libs;
 pub mod lower;
 pub mod memory;
@@ -47,6 +50,7 @@ pub mod reference;
 use crate::backend::Precision;
 
 pub use engine::{NativeBackend, NativeExecutor, NativeOptions, NativePlan};
+pub use layout::ActivationLayout;
 pub use libs::{LibraryError, LibraryVersions, library_versions};
 pub use lower::LowerError;
 
@@ -59,7 +63,8 @@ pub struct Compiled {
     pub memory: memory::MemoryPlan,
 }
 
-/// Lower `onnx` at `input_shapes` into the IR, optimise it, apply `precision` and lay it out.
+/// Lower `onnx` at `input_shapes` into the IR, optimise it, apply `precision` and its default
+/// activation layout ([`ActivationLayout::for_precision`]) and lay it out.
 ///
 /// # Errors
 /// [`LowerError::Unsupported`] naming the first node the engine does not lower;
@@ -75,13 +80,14 @@ pub fn compile(
         input_shapes,
         &[],
         precision,
+        ActivationLayout::for_precision(precision),
         crate::backend::DEFAULT_MAX_TENSOR_BYTES,
     )
 }
 
 /// [`compile`] with the `fixed` inputs made constants of the graph first
-/// ([`crate::backend::PrepareOptions::fixed_inputs`]; `input_shapes` leaves them out) and
-/// every tensor bounded by `max_tensor_bytes`
+/// ([`crate::backend::PrepareOptions::fixed_inputs`]; `input_shapes` leaves them out), the
+/// activations laid out as `layout` and every tensor bounded by `max_tensor_bytes`
 /// ([`crate::backend::PrepareOptions::max_tensor_bytes`]).
 ///
 /// # Errors
@@ -91,6 +97,7 @@ pub fn compile_fixed(
     input_shapes: &[Vec<usize>],
     fixed: &[crate::backend::FixedInput],
     precision: Precision,
+    layout: ActivationLayout,
     max_tensor_bytes: u64,
 ) -> Result<Compiled, LowerError> {
     let model = lower::load_model_fixed(onnx, input_shapes, fixed, max_tensor_bytes)?;
@@ -98,6 +105,7 @@ pub fn compile_fixed(
     drop(model);
     passes::optimise(&mut graph);
     precision::apply(&mut graph, precision)?;
+    layout::apply(&mut graph, layout)?;
     graph
         .validate()
         .map_err(|e| LowerError::Model(format!("internal: optimised graph is invalid: {e}")))?;

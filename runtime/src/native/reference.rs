@@ -48,7 +48,7 @@ impl Memory<'_> {
 
 /// Visit every element of a view in row-major order of its shape: `f(linear index, element
 /// offset from the tensor's element 0)`.
-fn for_each_offset(shape: &[usize], strides: &[isize], mut f: impl FnMut(usize, isize)) {
+pub(crate) fn for_each_offset(shape: &[usize], strides: &[isize], mut f: impl FnMut(usize, isize)) {
     let n: usize = shape.iter().product();
     if n == 0 {
         return;
