@@ -4,7 +4,7 @@
 # stand-in; .device/assets: the real models and images). Writes logs under $OUT.
 #   STEPS="device standin detect native ocr vad embed cli families peer" (default: all; a step
 #   whose binary or assets were not prepared is skipped)
-#   NATIVE_TESTS: the native engine's tests to run (default: all six)
+#   NATIVE_TESTS: the native engine's tests to run (default: all eight)
 #   TETHER_NATIVE_FRAMES (default 10000): graph replays per network in the native engine's
 #   allocation/memory check; TETHER_HOT_FRAMES (default 10000): frames of the detect session's
 #   hot path (synthetic network; the GPU soak at 1,000,000); TETHER_REAL_HOT_FRAMES (default
@@ -24,7 +24,7 @@ export XDG_CACHE_HOME=/tmp/tether-cache TETHER_ASSETS="$D/assets" TETHER_EVIDENC
 export RUST_LOG="${RUST_LOG:-info}" RUST_BACKTRACE=1
 export TETHER_NATIVE_FRAMES="${TETHER_NATIVE_FRAMES:-10000}"
 STEPS="${STEPS:-device standin detect native ocr vad embed cli families peer}"
-NATIVE_TESTS="${NATIVE_TESTS:-libraries_are_found_and_reported host_reference_and_gpu_agree_on_noise yolov8n_320_fp32 yolov8n_doclaynet_1024_fp32 yolov8n_320_fp16 yolov8n_doclaynet_1024_fp16}"
+NATIVE_TESTS="${NATIVE_TESTS:-libraries_are_found_and_reported host_reference_and_gpu_agree_on_noise yolov8n_320_fp32 yolov8n_doclaynet_1024_fp32 yolov8n_320_tf32 yolov8n_doclaynet_1024_tf32 yolov8n_320_fp16 yolov8n_doclaynet_1024_fp16}"
 T0=$(date +%s); step() { echo; echo "== [$(( $(date +%s) - T0 ))s] $*"; }
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 have() { [[ -x "$B/bin/$1" ]]; }
@@ -38,7 +38,7 @@ if want standin && have trt_standin; then
   TETHER_TRT_STANDIN_DIR="$B/trt-standin" "$B/bin/trt_standin" --include-ignored --nocapture --test-threads=1 2>&1 | grep --line-buffered -v " INFO "
 fi
 if want native && have native_gpu; then
-  step "native engine: libraries, GPU vs host reference, YOLOv8n 320 and DocLayNet 1024 fp32 ($TETHER_NATIVE_FRAMES frames), fp16"
+  step "native engine: libraries, GPU vs host reference, YOLOv8n 320 and DocLayNet 1024 fp32 ($TETHER_NATIVE_FRAMES frames), TF32, fp16"
   for t in $NATIVE_TESTS; do
     "$B/bin/native_gpu" --ignored --test-threads=1 --nocapture --exact "$t" 2>&1 | grep --line-buffered -v " INFO "
   done

@@ -726,8 +726,20 @@ fn host_reference_and_gpu_agree_on_noise() {
 /// A network with several (and integer) inputs against tract, eager and replayed: exercises
 /// what YOLOv8 does not (gather, row softmax and reductions, batched matrix products).
 fn check_inputs(file: &str, inputs: Vec<(Vec<usize>, Tensor)>) {
+    check_inputs_at(file, inputs, Precision::Fp32, FP32_ATOL, FP32_RTOL);
+}
+
+/// [`check_inputs`] at `precision` (its layout by default: channels-last in fp16 and TF32),
+/// raw outputs within `atol + rtol * |cpu|`.
+fn check_inputs_at(
+    file: &str,
+    inputs: Vec<(Vec<usize>, Tensor)>,
+    precision: Precision,
+    atol: f32,
+    rtol: f32,
+) {
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|(s, _)| s.clone()).collect();
-    let mut s = Session::with_inputs(file, &shapes, Precision::Fp32);
+    let mut s = Session::with_inputs(file, &shapes, precision);
     let bytes: Vec<Vec<u8>> = inputs.iter().map(|(_, t)| t.as_bytes().to_vec()).collect();
     s.upload_bytes(&bytes);
     let eager = s.eager();
@@ -755,8 +767,10 @@ fn check_inputs(file: &str, inputs: Vec<(Vec<usize>, Tensor)>) {
         .unwrap();
     for (o, (g, w)) in eager.iter().zip(want.iter()).enumerate() {
         let w = as_f32(w.as_bytes());
-        let (e, abs, at) = worst(g, &w, FP32_ATOL, FP32_RTOL);
-        eprintln!("  {file} output {o}: worst ratio {e:.3} (max |diff| {abs:.3e}) at {at}");
+        let (e, abs, at) = worst(g, &w, atol, rtol);
+        eprintln!(
+            "  {file} {precision:?} output {o}: worst ratio {e:.3} (max |diff| {abs:.3e}) at {at}"
+        );
         assert!(e <= 1.0, "{file} output {o}: gpu {} cpu {}", g[at], w[at]);
     }
     let graph = s.capture();
@@ -777,6 +791,49 @@ fn check_inputs(file: &str, inputs: Vec<(Vec<usize>, Tensor)>) {
         }
     });
     assert_eq!(allocs, 0);
+}
+
+/// Channels-last convolutions beyond YOLOv8 on the GPU: the op fixture's depthwise, dilated
+/// and strided convolutions, poolings, nearest x2 and concatenation at batch 1 and 2, in fp16
+/// and TF32, against tract (the fp16 bound of the op fixtures, `2e-2 + 2e-2 * |cpu|`). The
+/// fixture `runtime/tests/native/conv_variants.onnx` is read from `TETHER_ASSETS` (copy it
+/// there with the models).
+#[test]
+#[ignore = "needs a CUDA GPU and runtime/tests/native/conv_variants.onnx in TETHER_ASSETS"]
+fn conv_variants_fp16_and_tf32() {
+    let file = "conv_variants.onnx";
+    for batch in [1, 2] {
+        let shape = vec![batch, 4, 12, 12];
+        let v: Vec<f32> = (0..batch * 4 * 144)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 8) as f32 / 8_388_608.0 - 1.0)
+            .collect();
+        for precision in [Precision::Fp16, Precision::Tf32] {
+            let t = tract_ndarray::ArrayD::from_shape_vec(shape.clone(), v.clone())
+                .unwrap()
+                .into_tensor();
+            check_inputs_at(file, vec![(shape.clone(), t)], precision, 2e-2, 2e-2);
+        }
+    }
+}
+
+/// PP-OCRv4's detector (depthwise convolutions, a transposed convolution next to NHWC
+/// buffers) in TF32, channels-last, against tract: probabilities within `0.05 + 0.05 * |cpu|`.
+/// Not fp16: fp16 storage flips single pixels of the DB probability map (0.003 -> 0.999 on
+/// `page.png` in the host reference's NCHW fp16 plan too), so the detector is for fp32/TF32.
+#[test]
+#[ignore = "needs a CUDA GPU and ch_PP-OCRv4_det_infer.onnx (rapidocr-onnxruntime==1.4.4) in TETHER_ASSETS"]
+fn ppocr_v4_det_tf32() {
+    let x = letterbox("page.png", 320);
+    let t = tract_ndarray::ArrayD::from_shape_vec(vec![1, 3, 320, 320], x)
+        .unwrap()
+        .into_tensor();
+    check_inputs_at(
+        "ch_PP-OCRv4_det_infer.onnx",
+        vec![(vec![1, 3, 320, 320], t)],
+        Precision::Tf32,
+        0.05,
+        0.05,
+    );
 }
 
 #[test]

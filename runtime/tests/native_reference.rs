@@ -492,6 +492,24 @@ fn convolution_variants_match_tract_cpu() {
     });
 }
 
+/// Batch 2 through the convolution variants (depthwise, dilated, strided, poolings, nearest
+/// x2, concatenation, padding): the channels-last plan equals the NCHW plan bit for bit.
+#[test]
+fn convolution_variants_at_batch_2_channels_last_equals_nchw() {
+    let onnx = std::fs::read(fixture("conv_variants.onnx")).unwrap();
+    let input = ramp(&[2, 4, 12, 12], 5).bytes();
+    for precision in [Precision::Fp32, Precision::Fp16] {
+        let (n, spatial) = check_layouts_agree(
+            "conv_variants batch 2",
+            &onnx,
+            &[vec![2, 4, 12, 12]],
+            std::slice::from_ref(&input),
+            precision,
+        );
+        assert!(n > 0 && n == spatial, "{n} of {spatial} channels-last");
+    }
+}
+
 #[test]
 fn conv1d_and_transposed_matmul_match_tract_cpu() {
     check_fixture("conv1d.onnx", &[ramp(&[1, 3, 16], 3)], &|k| {
@@ -589,6 +607,25 @@ fn ppocr_v4_det_matches_tract_cpu() {
         asset("ch_PP-OCRv4_det_infer.onnx"),
         &[image_tensor("page.png", 320, 320)],
     );
+}
+
+/// PP-OCRv4's detector laid out channels-last (depthwise convolutions, a transposed
+/// convolution that stays NCHW next to NHWC buffers, nearest upsampling): bit for bit the NCHW
+/// plan, in fp32 and fp16.
+#[test]
+fn ppocr_v4_det_channels_last_equals_nchw() {
+    let onnx = std::fs::read(asset("ch_PP-OCRv4_det_infer.onnx")).unwrap();
+    let input = image_tensor("page.png", 320, 320).bytes();
+    for precision in [Precision::Fp32, Precision::Fp16] {
+        let (n, spatial) = check_layouts_agree(
+            "ppocr det",
+            &onnx,
+            &[vec![1, 3, 320, 320]],
+            std::slice::from_ref(&input),
+            precision,
+        );
+        assert!(n > 0, "{n} of {spatial} channels-last");
+    }
 }
 
 #[test]

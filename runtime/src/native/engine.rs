@@ -55,8 +55,8 @@ pub struct NativeOptions {
     /// [`cudnn_graph::Search::Wide`].
     pub cudnn_search: cudnn_graph::Search,
     /// Activation layout; `None`: the precision's default
-    /// ([`super::ActivationLayout::for_precision`]: NHWC in fp16). `TETHER_NATIVE_LAYOUT=nchw`
-    /// or `nhwc` sets it.
+    /// ([`super::ActivationLayout::for_precision`]: NHWC in fp16 and TF32, NCHW in fp32).
+    /// `TETHER_NATIVE_LAYOUT=nchw` or `nhwc` sets it (another value: a warning, the default).
     pub layout: Option<super::ActivationLayout>,
 }
 
@@ -70,9 +70,15 @@ impl Default for NativeOptions {
                 Ok("wide") => cudnn_graph::Search::Wide,
                 _ => cudnn_graph::Search::Heuristics,
             },
-            layout: std::env::var("TETHER_NATIVE_LAYOUT")
-                .ok()
-                .and_then(|v| super::ActivationLayout::parse(&v)),
+            layout: std::env::var("TETHER_NATIVE_LAYOUT").ok().and_then(|v| {
+                let layout = super::ActivationLayout::parse(&v);
+                if layout.is_none() {
+                    log::warn!(
+                        "TETHER_NATIVE_LAYOUT={v:?} is neither `nchw` nor `nhwc`: the precision's default layout"
+                    );
+                }
+                layout
+            }),
         }
     }
 }
@@ -602,7 +608,8 @@ impl NativePlan {
                     let align = [c.x, c.w, c.y]
                         .map(|t| cudnn_graph::alignment(address(&compiled, &bases, t)));
                     format!(
-                        "{transposed} {} {} {} {:?} {:?} {:?} {} {align:?}",
+                        "{transposed} {} {} {} {} {:?} {:?} {:?} {} {align:?}",
+                        c.channels_last,
                         view(c.x),
                         view(c.w),
                         view(c.y),

@@ -750,21 +750,37 @@ impl Graph {
                             s.kind_name()
                         ));
                     }
-                    // A channels-last convolution or pooling reads and writes packed NHWC
-                    // (and an OHWI filter): cuDNN is told exactly that layout.
-                    let nhwc = match &s.kind {
-                        StepKind::Conv(c) if c.channels_last => vec![c.x, c.w, c.y],
-                        StepKind::Pool(p) if p.channels_last => vec![p.x, p.y],
+                    // cuDNN is told exactly one layout per convolution or pooling: packed
+                    // NCHW (KCRS filter), or with `channels_last` packed NHWC (KRSC filter).
+                    let (operands, channels_last) = match &s.kind {
+                        StepKind::Conv(c) => (vec![c.x, c.w, c.y], c.channels_last),
+                        StepKind::Pool(p) => (vec![p.x, p.y], p.channels_last),
                         StepKind::Deconv(c) if c.channels_last => {
                             return Err(format!("step {si} ({}): channels-last deconv", s.node));
                         }
-                        _ => vec![],
+                        StepKind::Deconv(c) => (vec![c.x, c.w, c.y], false),
+                        _ => (vec![], false),
                     };
-                    if let Some(t) = nhwc.into_iter().find(|&t| !self.tensor(t).is_packed_nhwc()) {
+                    let fits = |t: &Tensor| {
+                        if channels_last {
+                            t.is_packed_nhwc()
+                        } else {
+                            t.is_packed()
+                        }
+                    };
+                    if let Some(t) = operands.into_iter().find(|&t| !fits(self.tensor(t))) {
                         let t = self.tensor(t);
                         return Err(format!(
-                            "step {si} ({}): channels-last operand `{}` {:?} has strides {:?}",
-                            s.node, t.name, t.shape, t.strides
+                            "step {si} ({}): {} operand `{}` {:?} has strides {:?}",
+                            s.node,
+                            if channels_last {
+                                "channels-last"
+                            } else {
+                                "NCHW"
+                            },
+                            t.name,
+                            t.shape,
+                            t.strides
                         ));
                     }
                 }

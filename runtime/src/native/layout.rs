@@ -62,8 +62,9 @@ pub enum ActivationLayout {
 impl ActivationLayout {
     /// The default for `precision`: NHWC where convolutions run on tensor cores (fp16, TF32),
     /// NCHW in fp32 with TF32 off (FMA kernels): on the H200, YOLOv8n at 320 ran its network
-    /// in 0.558 ms NHWC against 0.709 NCHW in fp16, 0.609 against 0.772 in TF32, but 1.408
-    /// against 1.238 in fp32 (`docs/evidence/native-h200.md`, fifth run).
+    /// (`tether bench` `model` p50) in 0.558 ms NHWC against 0.709 NCHW in fp16, 0.609 against
+    /// 0.772 in TF32, but 1.408 against 1.238 in fp32 (`docs/evidence/native-h200.md`, fifth
+    /// run, calls 1 and 2).
     pub fn for_precision(precision: Precision) -> ActivationLayout {
         match precision {
             Precision::Fp16 | Precision::Tf32 => ActivationLayout::Nhwc,
@@ -141,7 +142,7 @@ fn remap(
     let mut out = vec![0isize; shape.len()];
     for k in 0..shape.len() {
         let (n, s) = (shape[k], strides[k]);
-        if n == 1 || s == 0 {
+        if n <= 1 || s == 0 {
             continue;
         }
         let s = usize::try_from(s).ok()?;
@@ -294,6 +295,14 @@ fn channels_last(g: &mut Graph) {
             let Some((ns, _)) = remap(&shape, &strides, off, d) else {
                 continue 'roots;
             };
+            // A product that the new strides would push through packing copies (no unit
+            // stride left, as attention scores `[1, heads, S, S]` would have) keeps the buffer
+            // NCHW: the pass is for convolution activations.
+            let mut fits = m.clone();
+            *[&mut fits.sa, &mut fits.sb, &mut fits.sc][slot] = [ns[0], ns[1], ns[2]];
+            if blas_gemm(&fits).is_none() {
+                continue 'roots;
+            }
             gemm_rewrites.push(((i, slot), [ns[0], ns[1], ns[2]]));
         }
         let mut rewrites = Vec::new();
@@ -328,8 +337,34 @@ fn channels_last(g: &mut Graph) {
         nhwc_roots.len()
     );
 
-    // Convolutions and poolings touching an NHWC buffer run channels-last; matrix products
-    // over one address their operands through the new strides.
+    // Convolutions and poolings touching an NHWC buffer run channels-last.
+    let runs_nhwc = |g: &Graph, s: &Step| {
+        spatial_operands(s).is_some_and(|ops| {
+            ops.iter().all(|&t| g.tensor(t).shape.len() == 4)
+                && ops
+                    .iter()
+                    .any(|&t| nhwc_roots.contains(&g.tensor_root(t).0))
+        })
+    };
+    // Filters: each weight tensor is reordered once; in place only when every step using its
+    // buffer is a channels-last convolution reading that same tensor, else into a copy (a
+    // weight shared with an NCHW convolution or read by anything else keeps its OIHW bytes).
+    let mut in_place: HashMap<BufferId, bool> = HashMap::new();
+    for s in &g.steps {
+        let cl_filter = match &s.kind {
+            StepKind::Conv(c) if runs_nhwc(g, s) => Some(c.w),
+            _ => None,
+        };
+        for t in s.reads().into_iter().chain(std::iter::once(s.writes())) {
+            let b = g.tensor(t).buffer;
+            if matches!(g.buffer(b).kind, BufferKind::Weight(_)) {
+                let e = in_place.entry(b).or_insert(true);
+                *e &= cl_filter == Some(t);
+            }
+        }
+    }
+    let mut filters: HashMap<TensorId, TensorId> = HashMap::new();
+    // Matrix products over an NHWC buffer address their operands through the new strides.
     let steps = std::mem::take(&mut g.steps);
     let mut out = Vec::with_capacity(steps.len());
     for (i, mut s) in steps.into_iter().enumerate() {
@@ -346,10 +381,7 @@ fn channels_last(g: &mut Graph) {
             out.push(s);
             continue;
         };
-        let touches = [x, y]
-            .iter()
-            .any(|&t| nhwc_roots.contains(&g.tensor_root(t).0));
-        if !touches || g.tensor(x).shape.len() != 4 || g.tensor(y).shape.len() != 4 {
+        if !runs_nhwc(g, &s) {
             out.push(s);
             continue;
         }
@@ -387,7 +419,11 @@ fn channels_last(g: &mut Graph) {
             StepKind::Conv(c) => {
                 c.x = nx;
                 c.y = ny;
-                c.w = ohwi_filter(g, c.w);
+                let w = c.w;
+                let in_place = in_place.get(&g.tensor(w).buffer).copied().unwrap_or(false);
+                c.w = *filters
+                    .entry(w)
+                    .or_insert_with(|| ohwi_filter(g, w, in_place));
                 c.channels_last = true;
             }
             StepKind::Pool(p) => {
@@ -576,8 +612,10 @@ fn split_transposing_elementwise(g: &mut Graph) {
 }
 
 /// An OHWI view of the convolution filter `w` (a packed OIHW view of a weight buffer): the
-/// buffer's bytes reordered in place when nothing else reads it, else a reordered copy.
-fn ohwi_filter(g: &mut Graph, w: TensorId) -> TensorId {
+/// buffer's bytes reordered in place when `in_place` (every user of the buffer is a
+/// channels-last convolution reading `w`; the caller reorders each tensor once) and `w` covers
+/// the whole buffer, else a reordered copy in a buffer of its own.
+fn ohwi_filter(g: &mut Graph, w: TensorId, in_place: bool) -> TensorId {
     let t = g.tensor(w).clone();
     let Ok(shape) = <[usize; 4]>::try_from(t.shape.as_slice()) else {
         return w;
@@ -591,15 +629,7 @@ fn ohwi_filter(g: &mut Graph, w: TensorId) -> TensorId {
     let start = t.offset * es;
     let reordered = oihw_to_ohwi(&bytes[start..start + n * es], shape, es);
     let strides = nhwc_strides(&shape).to_vec();
-    let shared = t.offset != 0
-        || n != buf.len
-        || g.steps.iter().any(|s| {
-            s.reads()
-                .into_iter()
-                .chain(std::iter::once(s.writes()))
-                .any(|u| u != w && g.tensor(u).buffer == t.buffer)
-        });
-    if shared {
+    if !in_place || t.offset != 0 || n != buf.len {
         let b = g.add_buffer(
             format!("{}.ohwi", buf.name),
             t.dtype,
@@ -708,6 +738,104 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// One filter read by a convolution that goes channels-last and by one that stays NCHW
+    /// (network input in, network output out): the channels-last one gets a reordered copy,
+    /// the NCHW one keeps the OIHW bytes, and both compute what the NCHW plan computes.
+    #[test]
+    fn a_filter_shared_with_an_nchw_convolution_is_copied_not_reordered() {
+        use crate::native::ir::{Conv, ElemType};
+        use crate::native::memory::MemoryPlan;
+        use crate::native::program::Program;
+        use crate::native::reference;
+        let f32s = |n: usize, seed: u32| -> Vec<u8> {
+            (0..n as u32)
+                .flat_map(|i| {
+                    let v = ((i.wrapping_mul(2_654_435_761) ^ seed) >> 20) as f32 / 4096.0 - 0.5;
+                    v.to_ne_bytes()
+                })
+                .collect()
+        };
+        let shape = [1usize, 4, 6, 6];
+        let mut g = Graph::default();
+        let x = g.add_packed("x", ElemType::F32, &shape, BufferKind::Input(0));
+        let a = g.add_packed("a", ElemType::F32, &shape, BufferKind::Activation);
+        let b = g.add_packed("b", ElemType::F32, &shape, BufferKind::Activation);
+        let w = g.add_packed(
+            "w",
+            ElemType::F32,
+            &[4, 4, 3, 3],
+            BufferKind::Weight(f32s(144, 7)),
+        );
+        let out0 = g.add_packed("out0", ElemType::F32, &shape, BufferKind::Output(0));
+        let out1 = g.add_packed("out1", ElemType::F32, &shape, BufferKind::Output(1));
+        let conv = |x, y| Conv {
+            x,
+            w,
+            y,
+            pads: vec![1, 1],
+            strides: vec![1, 1],
+            dilations: vec![1, 1],
+            group: 1,
+            channels_last: false,
+        };
+        let step = |node: &str, kind| Step {
+            node: node.into(),
+            kind,
+        };
+        g.steps = vec![
+            step(
+                "relu",
+                StepKind::Elementwise {
+                    inputs: vec![x],
+                    output: a,
+                    program: Program::unary(crate::native::program::EwOp::LeakyRelu, 0.1),
+                },
+            ),
+            step("conv_nhwc", StepKind::Conv(conv(a, b))),
+            step("out", StepKind::Copy { src: b, dst: out0 }),
+            step("conv_nchw", StepKind::Conv(conv(x, out1))),
+        ];
+        for (i, name) in [(0, "x"), (1, "out0"), (2, "out1")] {
+            let io = crate::native::ir::Io {
+                name: name.into(),
+                tensor: [x, out0, out1][i],
+            };
+            if i == 0 {
+                g.inputs.push(io);
+            } else {
+                g.outputs.push(io);
+            }
+        }
+        g.validate().unwrap();
+        let input = f32s(144, 3);
+        let run = |g: &Graph| {
+            let plan = MemoryPlan::new(g).unwrap();
+            reference::run(g, &plan, &[&input]).unwrap()
+        };
+        let want = run(&g);
+        let mut nhwc = g.clone();
+        apply(&mut nhwc, ActivationLayout::Nhwc).unwrap();
+        let convs: Vec<&Conv> = nhwc
+            .steps
+            .iter()
+            .filter_map(|s| match &s.kind {
+                StepKind::Conv(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            convs.iter().map(|c| c.channels_last).collect::<Vec<_>>(),
+            [true, false]
+        );
+        assert_ne!(convs[0].w, w, "the channels-last convolution reads a copy");
+        assert_eq!(convs[1].w, w);
+        assert_eq!(
+            nhwc.buffer(nhwc.tensor(w).buffer),
+            g.buffer(g.tensor(w).buffer)
+        );
+        assert_eq!(run(&nhwc), want);
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //!    of the output, network outputs are written in place.
 //! 3. **Precision** ([`precision`]): fp32 by default; fp16 storage opt-in.
 //!    **Layout** ([`layout`]): NCHW by default; channels-last (NHWC) activations around the
-//!    convolutions and poolings, with OHWI filters, the default in fp16.
+//!    convolutions, poolings and 1x1-convolution GEMMs, with OHWI filters, the default in
+//!    fp16 and TF32.
 //! 4. **Memory plan** ([`memory`]): every intermediate buffer gets a fixed offset in the
 //!    workspace from a liveness analysis; weights are packed into one blob uploaded once.
 //! 5. **Execution**: the host reference executor ([`mod@reference`], plain loops, used by the
