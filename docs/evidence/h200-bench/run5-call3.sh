@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Fifth run, call 3: NHWC fp16 and TF32 plans with tiled transposes at the layout boundaries (input cast, head): native_gpu (fp16 and fp32, both models),
+# profiles, bench NHWC vs NCHW (TETHER_NATIVE_LAYOUT) and the PyTorch peer in the same call.
+
+set -uo pipefail
+OUT="${OUT:-/tmp/out}"; export OUT
+R="$(pwd)"; D="$R/.device"; A="$D/assets"; B=/tmp/tether-dev; rm -rf "$B"; mkdir -p "$B"
+tar -C "$B" -xJf "$D/pack.tar.xz"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64 TETHER_NATIVE_FRAMES=1000 TETHER_ASSETS="$A" RUST_BACKTRACE=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/native.log"
+for t in yolov8n_320_fp16 yolov8n_doclaynet_1024_fp16 yolov8n_320_fp32 yolov8n_doclaynet_1024_fp32; do
+  echo "=== native_gpu $t" >> "$OUT/native.log"
+  timeout 120 "$B/bin/native_gpu" --ignored --test-threads=1 --nocapture --exact "$t" 2>&1 | grep -v " INFO " >> "$OUT/native.log"
+  TETHER_NATIVE_PROFILE=all timeout 60 "$B/bin/native_gpu" --ignored --test-threads=1 --nocapture --exact "$t" > "$OUT/profile-$t.log" 2>&1
+done
+T="$B/bin/tether"; W=/tmp/tether-cli; mkdir -p "$W"
+{
+  "$T" build --family detect --onnx "$A/320n.onnx" -o "$W/nudenet.bundle" --input-size 320 >/dev/null
+  "$T" build --family detect --onnx "$A/yolov8n-doclaynet.onnx" -o "$W/doclaynet.bundle" >/dev/null
+  for m in "nudenet astronaut.png 3000" "doclaynet page.png 1000"; do
+    for pl in "fp16 nhwc" "fp16 nchw" "tf32 nhwc" "tf32 nchw" "fp32 nchw"; do
+      set -- $m $pl
+      echo "=== bench $1 $4 $5"
+      TETHER_NATIVE_LAYOUT=$5 timeout 60 "$T" bench "$W/$1.bundle" "$A/$2" --device cuda --precision $4 --runs "$3" --warmup 30 --json "$OUT/bench-$1-$4-$5.json" 2>&1 | grep -E "^\s+(total|model|upload|letterbox|decode\+nms|stage-in|host-overhead) |rror"
+    done
+  done
+} > "$OUT/bench.log" 2>&1
+{
+  python3 -m pip install -q --no-index --no-deps "$A"/onnx2torch-*.whl 2>&1 | tail -1
+  timeout 90 python3 "$R/runtime/gpu/peer_torch.py" "$A/320n.onnx" 320 320 --fp16 --runs 1000 > "$OUT/peer-320n.json"
+  timeout 90 python3 "$R/runtime/gpu/peer_torch.py" "$A/yolov8n-doclaynet.onnx" 1024 1024 --fp16 --runs 500 > "$OUT/peer-doclaynet.json"
+} 2>&1 | grep "^pytorch" > "$OUT/peer.log"
+(cd "$OUT" && tar -czf json.tar.gz *.json && rm -f *.json)
+ls -la "$OUT"
