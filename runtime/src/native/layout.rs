@@ -23,15 +23,17 @@
 //!    dimension steps along one buffer dimension without carrying into the next (slices,
 //!    strided slices, splits, broadcasts) or spans whole buffer dimensions that stay adjacent
 //!    in NHWC (H and W merged, as in a `[N, C, H * W]` reshape); a matrix product's own
-//!    `[batch, rows, cols]` strides must map the same way. Anything else (a softmax, a resize,
-//!    a flatten of C with H and W) keeps the buffer NCHW.
+//!    `[batch, rows, cols]` strides must map the same way and keep a unit stride (else the
+//!    buffer is not a convolution activation: attention scores, say). Anything else (a
+//!    softmax, a resize, a transposed convolution, a flatten of C with H and W) keeps the
+//!    buffer NCHW.
 //! 3. A convolution or pooling touching an NHWC buffer runs channels-last
 //!    ([`super::ir::Conv::channels_last`]): an operand that is not packed NHWC (a network
 //!    input, a slice of channels, an NCHW buffer) goes through a fresh packed NHWC buffer and
-//!    a strided copy, and the filter is reordered to OHWI (cuDNN's KRSC) at load. A matrix
-//!    product takes the new strides, through a packed copy only where an operand would have no
-//!    unit stride.
-//!
+//!    a strided copy, and the filter is reordered to OHWI (cuDNN's KRSC) at load, once per
+//!    filter tensor, in place only when no other step reads it (a filter shared with an NCHW
+//!    convolution is copied). A matrix product takes the new strides, through a packed copy
+//!    only where an operand would have no unit stride.
 //! 4. An element-wise step whose output and inputs are contiguous along different dimensions
 //!    (the network input cast into NHWC, the head's results written into NCHW slots) writes a
 //!    buffer in its inputs' layout instead, and a tiled transposing copy converts it.
