@@ -52,7 +52,7 @@ pub struct NativeOptions {
     pub cudnn_graph: bool,
     /// Which heuristics give the graph-API candidates. Default
     /// [`cudnn_graph::Search::Heuristics`]; `TETHER_CUDNN_SEARCH=wide` asks for
-    /// [`cudnn_graph::Search::Wide`].
+    /// [`cudnn_graph::Search::Wide`] (another value: a warning, the default).
     pub cudnn_search: cudnn_graph::Search,
     /// Activation layout; `None`: the precision's default
     /// ([`super::ActivationLayout::for_precision`]: NHWC in fp16 and TF32, NCHW in fp32).
@@ -68,7 +68,13 @@ impl Default for NativeOptions {
             cudnn_graph: std::env::var("TETHER_CUDNN_GRAPH").map_or(true, |v| v != "0"),
             cudnn_search: match std::env::var("TETHER_CUDNN_SEARCH").as_deref() {
                 Ok("wide") => cudnn_graph::Search::Wide,
-                _ => cudnn_graph::Search::Heuristics,
+                Ok(other) => {
+                    log::warn!(
+                        "TETHER_CUDNN_SEARCH={other:?} is not `wide`: cuDNN's default heuristics"
+                    );
+                    cudnn_graph::Search::Heuristics
+                }
+                Err(_) => cudnn_graph::Search::Heuristics,
             },
             layout: std::env::var("TETHER_NATIVE_LAYOUT").ok().and_then(|v| {
                 let layout = super::ActivationLayout::parse(&v);
