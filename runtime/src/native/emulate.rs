@@ -192,19 +192,44 @@ fn ew(r: &Regions, p: &EwParams) -> Result<(), String> {
     Ok(())
 }
 
+/// The source and destination offsets (elements) of linear index `rem` over `shape`, the
+/// innermost dimension last: the decomposition `strided_copy` and `tiled_transpose` make.
+fn src_dst_offsets(rem: u32, shape: &[u32], src: &[i32], dst: &[i32]) -> (i64, i64) {
+    let (mut s, mut d, mut rem) = (0i64, 0i64, rem);
+    for k in (0..shape.len()).rev() {
+        let dim = shape[k];
+        let q = rem / dim;
+        let c = (rem - q * dim) as i64;
+        rem = q;
+        s += c * src[k] as i64;
+        d += c * dst[k] as i64;
+    }
+    (s, d)
+}
+
+/// The threads `(x, y)` of a 32 x 8 `tiled_transpose` block and the tile rows each visits
+/// (`y`, `y + 8`, ...): `f(x, row)`.
+fn tile_threads(mut f: impl FnMut(u32, u32) -> Result<(), String>) -> Result<(), String> {
+    for ty in 0..8u32 {
+        for tx in 0..32u32 {
+            for j in (ty..32).step_by(8) {
+                f(tx, j)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn copy(r: &Regions, p: &CopyParams) -> Result<(), String> {
     let es = p.elem_bytes as usize;
+    let rank = p.rank as usize;
     for i in 0..p.n {
-        let (mut s, mut d) = (0i64, 0i64);
-        let mut rem = i;
-        for k in (0..p.rank as usize).rev() {
-            let dim = p.shape[k];
-            let q = rem / dim;
-            let c = (rem - q * dim) as i64;
-            rem = q;
-            s += c * p.src_strides[k] as i64;
-            d += c * p.dst_strides[k] as i64;
-        }
+        let (s, d) = src_dst_offsets(
+            i,
+            &p.shape[..rank],
+            &p.src_strides[..rank],
+            &p.dst_strides[..rank],
+        );
         let (sa, da) = (
             (p.src as i64 + s * es as i64) as u64,
             (p.dst as i64 + d * es as i64) as u64,
@@ -228,63 +253,41 @@ fn transpose(r: &Regions, p: &TransposeParams, grid: [u32; 3]) -> Result<(), Str
                 let (a0, b0) = (by * 32, bx * 32);
                 let mut o = bz;
                 while o < p.outer {
-                    let (mut so, mut d0) = (0i64, 0i64);
-                    let mut rem = o;
-                    for k in (0..p.rank as usize).rev() {
-                        let dim = p.shape[k];
-                        let q = rem / dim;
-                        let c = (rem - q * dim) as i64;
-                        rem = q;
-                        so += c * p.src_strides[k] as i64;
-                        d0 += c * p.dst_strides[k] as i64;
-                    }
-                    // Threads (x, y) of the 32 x 8 block, rows y, y + 8, ...
-                    for ty in 0..8u32 {
-                        for tx in 0..32u32 {
-                            let mut j = ty;
-                            while j < 32 {
-                                let (a, b) = (a0 + tx, b0 + j);
-                                if a < p.rows && b < p.cols {
-                                    let at = so + a as i64 + b as i64 * p.src_b_stride as i64;
-                                    let addr = (p.src as i64 + at * es as i64) as u64;
-                                    r.check(addr, es)?;
-                                    let t = (j as usize * 33 + tx as usize) * es;
-                                    // SAFETY: checked inside a live region.
-                                    unsafe {
-                                        std::ptr::copy(
-                                            addr as *const u8,
-                                            tile[t..t + es].as_mut_ptr(),
-                                            es,
-                                        )
-                                    };
-                                }
-                                j += 8;
-                            }
+                    let rank = p.rank as usize;
+                    let (so, d0) = src_dst_offsets(
+                        o,
+                        &p.shape[..rank],
+                        &p.src_strides[..rank],
+                        &p.dst_strides[..rank],
+                    );
+                    tile_threads(|tx, j| {
+                        let (a, b) = (a0 + tx, b0 + j);
+                        if a < p.rows && b < p.cols {
+                            let at = so + a as i64 + b as i64 * p.src_b_stride as i64;
+                            let addr = (p.src as i64 + at * es as i64) as u64;
+                            r.check(addr, es)?;
+                            let t = (j as usize * 33 + tx as usize) * es;
+                            // SAFETY: checked inside a live region.
+                            unsafe {
+                                std::ptr::copy(addr as *const u8, tile[t..t + es].as_mut_ptr(), es)
+                            };
                         }
-                    }
-                    for ty in 0..8u32 {
-                        for tx in 0..32u32 {
-                            let mut j = ty;
-                            while j < 32 {
-                                let (b, a) = (b0 + tx, a0 + j);
-                                if a < p.rows && b < p.cols {
-                                    let at = d0 + b as i64 + a as i64 * p.dst_a_stride as i64;
-                                    let addr = (p.dst as i64 + at * es as i64) as u64;
-                                    r.check(addr, es)?;
-                                    let t = (tx as usize * 33 + j as usize) * es;
-                                    // SAFETY: checked inside a live region.
-                                    unsafe {
-                                        std::ptr::copy(
-                                            tile[t..t + es].as_ptr(),
-                                            addr as *mut u8,
-                                            es,
-                                        )
-                                    };
-                                }
-                                j += 8;
-                            }
+                        Ok(())
+                    })?;
+                    tile_threads(|tx, j| {
+                        let (b, a) = (b0 + tx, a0 + j);
+                        if a < p.rows && b < p.cols {
+                            let at = d0 + b as i64 + a as i64 * p.dst_a_stride as i64;
+                            let addr = (p.dst as i64 + at * es as i64) as u64;
+                            r.check(addr, es)?;
+                            let t = (tx as usize * 33 + j as usize) * es;
+                            // SAFETY: checked inside a live region.
+                            unsafe {
+                                std::ptr::copy(tile[t..t + es].as_ptr(), addr as *mut u8, es)
+                            };
                         }
-                    }
+                        Ok(())
+                    })?;
                     o += grid[2];
                 }
             }
