@@ -339,20 +339,28 @@ struct copy_params {                // 128 bytes
 };
 static_assert(sizeof(struct copy_params) == 128, "kernels.rs CopyParams");
 
+// Source and destination offsets (elements) of linear index `rem` over `p.shape` (rank
+// `p.rank`, innermost last), for copy_params and transpose_params alike.
+template <typename P>
+__device__ __forceinline__ void src_dst_offsets(const P& p, unsigned int rem, long long& s, long long& d) {
+    s = 0;
+    d = 0;
+    for (int k = (int)p.rank - 1; k >= 0; --k) {
+        const unsigned int dim = p.shape[k];
+        const unsigned int q = rem / dim;
+        const long long c = (long long)(rem - q * dim);
+        rem = q;
+        s += c * p.src_strides[k];
+        d += c * p.dst_strides[k];
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void copy_body(const struct copy_params& p) {
     const unsigned int stride = gridDim.x * blockDim.x;
     for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
-        long long s = 0, d = 0;
-        unsigned int rem = i;
-        for (int k = (int)p.rank - 1; k >= 0; --k) {
-            const unsigned int dim = p.shape[k];
-            const unsigned int q = rem / dim;
-            const long long c = (long long)(rem - q * dim);
-            rem = q;
-            s += c * p.src_strides[k];
-            d += c * p.dst_strides[k];
-        }
+        long long s, d;
+        src_dst_offsets(p, i, s, d);
         ((T*)p.dst)[d] = ((const T*)p.src)[s];
     }
 }
@@ -395,16 +403,8 @@ template <typename T>
 __device__ __forceinline__ void transpose_body(const struct transpose_params& p, T (*tile)[33]) {
     const unsigned int a0 = blockIdx.y * 32, b0 = blockIdx.x * 32;
     for (unsigned int o = blockIdx.z; o < p.outer; o += gridDim.z) {
-        long long so = 0, d0 = 0;
-        unsigned int rem = o;
-        for (int k = (int)p.rank - 1; k >= 0; --k) {
-            const unsigned int dim = p.shape[k];
-            const unsigned int q = rem / dim;
-            const long long c = (long long)(rem - q * dim);
-            rem = q;
-            so += c * p.src_strides[k];
-            d0 += c * p.dst_strides[k];
-        }
+        long long so, d0;
+        src_dst_offsets(p, o, so, d0);
         const T* src = (const T*)p.src + so;
         T* dst = (T*)p.dst + d0;
         for (unsigned int j = threadIdx.y; j < 32; j += 8) {
