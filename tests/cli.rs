@@ -509,6 +509,11 @@ fn bench_usage_errors_exit_2() {
             vec!["--device", "cpu", "--compare", "--runs", "1"],
             "needs a GPU session",
         ),
+        (
+            vec!["--device", "cpu", "--floor", "--runs", "1"],
+            "--floor needs a GPU session",
+        ),
+        (vec!["--floor", "--rate", "10"], "cannot be used with"),
     ] {
         let mut all = vec!["bench", b.as_str(), img.as_str()];
         all.extend(args.iter().copied());
@@ -516,6 +521,66 @@ fn bench_usage_errors_exit_2() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
+}
+
+/// `--staged`: runs on the frame left in the staging, no copy-in (stage-in is zero, the
+/// other stages still run); said in the report and the JSON.
+#[test]
+fn bench_staged_runs_skip_the_copy_in() {
+    let b = nudenet_bundle();
+    let o = tether(&[
+        "bench",
+        &b,
+        &asset("astronaut.png"),
+        "--device",
+        "cpu",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--staged",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["staged"], true);
+    assert_eq!(v["floor"], false);
+    let stage = |name: &str| {
+        v["stages_ms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {}", v["stages_ms"]))["stats"]
+            .clone()
+    };
+    assert!(
+        stage("stage-in")["max"].as_f64().unwrap() < 1e-5,
+        "{}",
+        stage("stage-in")
+    );
+    assert!(
+        stage("model")["p50"].as_f64().unwrap() > 0.01,
+        "{}",
+        stage("model")
+    );
+    let o = tether(&[
+        "bench",
+        &b,
+        &asset("astronaut.png"),
+        "--device",
+        "cpu",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--staged",
+    ]);
+    assert!(
+        stdout(&o).contains("closed loop, staged input"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 /// Ctrl-C (SIGINT) stops a long benchmark after the run in flight: the summary and the JSON
@@ -1640,6 +1705,10 @@ fn vad_builds_inspects_runs_a_wav_like_the_package_and_self_tests() {
         .map(|s| s["stage"].as_str().unwrap())
         .collect();
     assert_eq!(stages, ["silero", "segments"]);
+    // A family without a staged path says so.
+    let o = tether(&["bench", &b, &asset("Noise.wav"), "--runs", "1", "--staged"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no staged path"), "{}", stderr(&o));
     // The bundle's self-test on this device.
     let o = tether(&["verify", &b, "--self-test", "--device", "cpu"]);
     assert!(o.status.success(), "{}", stderr(&o));

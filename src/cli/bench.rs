@@ -23,7 +23,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
 use tether_family::family::{
-    Environment, Family, Input, InputSource, Precision, RunOptions, Runner, SyncPolicy,
+    Environment, Execution, Family, Input, InputSource, Precision, RunOptions, Runner, SyncPolicy,
 };
 
 use crate::cli::run::{JSON_SCHEMA_VERSION, open_runner, write_atomic};
@@ -90,6 +90,18 @@ pub struct BenchArgs {
     /// Where to run: `auto`, `cpu`, `cuda`, `cuda:N`.
     #[arg(long, default_value = "auto")]
     device: String,
+    /// Time runs on the frame the first (untimed) run left in the session's input staging:
+    /// no copy of the frame per run, as when a producer writes its frames into the staging
+    /// in place (`Detector::staging_mut`). A family without such a path says so.
+    #[arg(long)]
+    staged: bool,
+    /// After every timed run, launch the same captured graph(s) bare and wait, nothing else
+    /// (`floor`), and report each run's host time beyond it, paired run by run
+    /// (`beyond-floor`, run minus the floor after it). Needs a GPU session of captured
+    /// graphs. Per-stage timing is off (reading the events is host time a run would not
+    /// otherwise spend), so only the total, the floor and the difference are reported.
+    #[arg(long, conflicts_with_all = ["rate", "compare", "eager"])]
+    floor: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -180,31 +192,48 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
 /// three significant digits).
 struct Stage {
     hist: Histogram<u64>,
+    /// Nanoseconds added before recording, so that a difference down to `-offset_ns` can be
+    /// recorded (0 for times; [`BEYOND_FLOOR_OFFSET_NS`] for `beyond-floor`).
+    offset_ns: u64,
 }
+
+/// The offset of the `beyond-floor` histogram: paired differences down to -50 us are
+/// recorded as they are (lower ones at -50 us), at a resolution of about 40 ns where the
+/// differences lie (0 to 50 us: 50 to 100 us recorded, three significant digits).
+const BEYOND_FLOOR_OFFSET_NS: u64 = 50_000;
 
 impl Stage {
     fn new() -> Self {
+        Self::with_offset(0)
+    }
+    fn with_offset(offset_ns: u64) -> Self {
         Stage {
             // 1 ns .. 1 hour, 3 significant figures: a fixed few hundred KiB whatever the runs.
             hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("static bounds"),
+            offset_ns,
         }
     }
     fn record_ms(&mut self, ms: f64) {
-        let ns = (ms * 1e6).round().clamp(1.0, 3.6e12) as u64;
+        let ns = (ms * 1e6 + self.offset_ns as f64)
+            .round()
+            .clamp(1.0, 3.6e12) as u64;
         // In bounds by the clamp: recording cannot fail.
         let _ = self.hist.record(ns);
     }
+    fn to_ms(&self, ns: f64) -> f64 {
+        (ns - self.offset_ns as f64) / 1e6
+    }
     fn ms(&self, q: f64) -> f64 {
-        self.hist.value_at_quantile(q) as f64 / 1e6
+        self.to_ms(self.hist.value_at_quantile(q) as f64)
     }
     fn min(&self) -> f64 {
-        self.hist.min() as f64 / 1e6
+        self.to_ms(self.hist.min() as f64)
     }
     fn max(&self) -> f64 {
-        self.hist.max() as f64 / 1e6
+        self.to_ms(self.hist.max() as f64)
     }
     fn mean(&self) -> f64 {
-        self.hist.mean() / 1e6
+        self.to_ms(self.hist.mean())
     }
     fn stddev(&self) -> f64 {
         self.hist.stdev() / 1e6
@@ -212,7 +241,11 @@ impl Stage {
     /// Coefficient of variation (standard deviation over mean).
     fn cv(&self) -> f64 {
         let m = self.mean();
-        if m > 0.0 { self.stddev() / m } else { 0.0 }
+        if m > 0.0 && self.offset_ns == 0 {
+            self.stddev() / m
+        } else {
+            0.0
+        }
     }
     fn stats(&self) -> Value {
         json!({
@@ -240,6 +273,9 @@ struct Variant {
     stages: Vec<(String, Stage)>,
     /// Host time a run spent beyond the GPU time of its GPU-timed stages.
     overhead: Option<Stage>,
+    /// With `--floor`: the bare launch + wait after each run, and each run's host time
+    /// beyond it (run minus the floor after it).
+    floor: Option<(Stage, Stage)>,
     runs: u64,
     missed: u64,
     skipped: u64,
@@ -258,6 +294,11 @@ impl Variant {
     fn record(&mut self, service: Duration) {
         let total_ms = service.as_secs_f64() * 1e3;
         self.total.record_ms(total_ms);
+        if self.floor.is_some() {
+            // Per-stage timing is off: the stages the runner lists hold no times.
+            self.runs += 1;
+            return;
+        }
         let mut gpu_ms = 0.0;
         for (name, ms) in self.runner.stage_times() {
             if self.env.gpu_timed.contains(&name) {
@@ -278,6 +319,32 @@ impl Variant {
         self.runs += 1;
     }
 
+    /// One timed run: the whole run, or (`staged`) the run on the staged input.
+    fn run(&mut self, input: &dyn Input, staged: bool) -> Result<()> {
+        if staged {
+            self.runner
+                .run_staged()
+                .context("this family has no staged path (--staged)")?
+        } else {
+            self.runner.run(input)
+        }
+    }
+
+    /// With `--floor`: a bare launch + wait of the captured graph(s), timed, and the paired
+    /// difference to the run before it (`service`).
+    fn record_floor(&mut self, service: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        self.runner
+            .launch_floor()
+            .context("this family offers no bare graph launch (--floor)")??;
+        let floor = t0.elapsed();
+        if let Some((f, beyond)) = &mut self.floor {
+            f.record_ms(floor.as_secs_f64() * 1e3);
+            beyond.record_ms((service.as_secs_f64() - floor.as_secs_f64()) * 1e3);
+        }
+        Ok(())
+    }
+
     /// `(name, clock, stage)` rows: the total, every stage, the host overhead.
     fn rows(&self) -> Vec<(String, &'static str, &Stage)> {
         let mut v = vec![("total".to_string(), "host", &self.total)];
@@ -291,6 +358,10 @@ impl Variant {
         }
         if let Some(o) = &self.overhead {
             v.push(("host-overhead".to_string(), "host", o));
+        }
+        if let Some((floor, beyond)) = &self.floor {
+            v.push(("floor".to_string(), "host", floor));
+            v.push(("beyond-floor".to_string(), "host", beyond));
         }
         v
     }
@@ -525,7 +596,7 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let options = |graphs: bool| RunOptions {
         device: a.device.clone(),
         verify_eagerly: false,
-        step_timing: true,
+        step_timing: !a.floor,
         graphs,
         sync: a.sync,
         threads: Some(threads),
@@ -553,13 +624,29 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
     if !variants[0].env.execution.on_gpu() && first_name == "graph" {
         variants[0].name = "host";
     }
+    if a.floor {
+        let env = &variants[0].env;
+        if env.execution != Execution::Graph {
+            crate::usage!(
+                "--floor needs a GPU session of one captured graph: this bundle runs on {} ({})",
+                env.device,
+                env.execution
+            );
+        }
+        variants[0].record_floor(Duration::ZERO)?;
+        variants[0].floor = Some((Stage::new(), Stage::with_offset(BEYOND_FLOOR_OFFSET_NS)));
+    }
+    if a.staged {
+        // The first run staged the input; check the family has the path before timing.
+        variants[0].run(input.as_ref(), true)?;
+    }
     let machine = Machine::probe(&variants[0].env, a.sync, a.precision, threads_why);
     for v in &mut variants {
         for _ in 0..a.warmup {
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            v.runner.run(input.as_ref())?;
+            v.run(input.as_ref(), a.staged)?;
         }
     }
     let runs = a
@@ -605,13 +692,16 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
             }
         };
         let t0 = Instant::now();
-        variants[v].runner.run(input.as_ref())?;
+        variants[v].run(input.as_ref(), a.staged)?;
         let done = Instant::now();
         // The deadline counts from the release; back to back the release is the start.
         if deadline.is_some_and(|d| done - release.min(t0) > d) {
             variants[v].missed += 1;
         }
         variants[v].record(done - t0);
+        if a.floor {
+            variants[v].record_floor(done - t0)?;
+        }
         frame += 1;
         if frame.is_multiple_of(16) || period.is_some() {
             match a.duration {
@@ -680,6 +770,7 @@ fn variant(name: &'static str, runner: Box<dyn Runner>) -> Variant {
         total: Stage::new(),
         stages: Vec::new(),
         overhead,
+        floor: None,
         runs: 0,
         missed: 0,
         skipped: 0,
@@ -737,6 +828,12 @@ impl Summary<'_> {
         if let Some(d) = self.deadline {
             s.push_str(&format!(", deadline {:.3} ms", d.as_secs_f64() * 1e3));
         }
+        if a.staged {
+            s.push_str(", staged input");
+        }
+        if a.floor {
+            s.push_str(", bare-launch floor after each run");
+        }
         s
     }
 
@@ -756,6 +853,8 @@ impl Summary<'_> {
             "runs": v0.runs,
             "warmup": a.warmup,
             "mode": if rate { "open-loop" } else { "closed-loop" },
+            "staged": a.staged,
+            "floor": a.floor,
             "rate_hz": a.rate,
             "deadline_ms": self.deadline.map(|d| d.as_secs_f64() * 1e3),
             "missed_deadlines": has_deadline.then_some(v0.missed),
@@ -854,6 +953,15 @@ impl Summary<'_> {
                     s.cv() * 100.0
                 )?;
             }
+            if let Some((_, beyond)) = &v.floor {
+                outln!(
+                    "  host time beyond a bare graph launch + wait (paired): p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us, mean {:.2} us",
+                    beyond.ms(0.5) * 1e3,
+                    beyond.ms(0.99) * 1e3,
+                    beyond.ms(0.999) * 1e3,
+                    beyond.mean() * 1e3
+                )?;
+            }
             if v.total.cv() > 0.025 {
                 outln!(
                     "  warning: the total's coefficient of variation is {:.1} % (> 2.5 %): the figures are noisy",
@@ -943,7 +1051,8 @@ mod plot {
         let mut rows: Vec<Row<'_>> = Vec::new();
         for v in variants {
             for (name, clock, s) in v.rows() {
-                if s.hist.is_empty() {
+                // Paired differences (`beyond-floor`) are not latencies: not drawn.
+                if s.hist.is_empty() || s.offset_ns != 0 {
                     continue;
                 }
                 let label = format!("{name} ({clock})");

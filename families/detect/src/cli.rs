@@ -356,6 +356,28 @@ impl Runner for DetectRunner {
         Ok(())
     }
 
+    fn run_staged(&mut self) -> Option<Result<()>> {
+        Some(
+            self.det
+                .detect_staged()
+                .map(|_| ())
+                .context("detecting in the staged frame"),
+        )
+    }
+
+    fn launch_floor(&mut self) -> Option<Result<()>> {
+        #[cfg(feature = "cuda")]
+        if let Some(d) = self.det.session_mut().and_then(|s| s.device_mut()) {
+            return Some(
+                d.launch_graphs_and_wait()
+                    .context("launching the captured graph"),
+            );
+        }
+        Some(Err(anyhow::anyhow!(
+            "a bare graph launch needs a GPU session with captured graphs"
+        )))
+    }
+
     fn outcome(&self, input: &dyn Input, annotate: bool) -> Result<Outcome> {
         let img = ImageInput::of(input, FAMILY)?;
         let dets = self.det.detections();

@@ -250,7 +250,60 @@ impl Detector {
         }
         let src = image.used();
         let dst = p.session.input_mut(p.regions.frame)?;
-        dst[..src.len()].copy_from_slice(src);
+        let capacity = dst.len();
+        if tether_runtime::session::copy_to_staging(dst, src) < src.len() {
+            return Err(FrameError::Run(tether_runtime::RunError::BufferSize {
+                what: "frame staging",
+                index: 0,
+                expected: src.len(),
+                actual: capacity,
+            }));
+        }
+        let stage_in = t0.elapsed();
+        self.run_staged(stage_in)
+    }
+
+    /// The prepared session's frame staging, to write the next frame into in place:
+    /// `spec.bytes()` bytes (`stride * height`) of the prepared [`FrameSpec`], rows `stride`
+    /// bytes apart, pixels in its format (bytes past a row's pixels are ignored). On a GPU it
+    /// is the session's pinned host buffer the captured graph uploads from (on an iGPU such
+    /// as Jetson, mapped memory the GPU reads in place); on the CPU the session's input
+    /// region. A producer that writes frames here (a camera's colour conversion, a decoder)
+    /// and calls [`Detector::detect_staged`] skips the copy [`Detector::detect`] makes: zero
+    /// host copies of the frame on the hot path. No allocation.
+    ///
+    /// # Errors
+    /// [`FrameError::NotPrepared`] before [`Detector::prepare`] (or a first frame);
+    /// [`FrameError::Run`] if the session has no frame region (never for a session this
+    /// detector prepared).
+    pub fn staging_mut(&mut self) -> Result<&mut [u8], FrameError> {
+        let p = self.prepared.as_mut().ok_or(FrameError::NotPrepared)?;
+        let n = p.spec.bytes();
+        let buf = p.session.input_mut(p.regions.frame)?;
+        let len = buf.len();
+        buf.get_mut(..n)
+            .ok_or(FrameError::Run(tether_runtime::RunError::BufferSize {
+                what: "frame staging",
+                index: 0,
+                expected: n,
+                actual: len,
+            }))
+    }
+
+    /// Detect in the frame already in the staging ([`Detector::staging_mut`]): the same run
+    /// as [`Detector::detect_prepared`] without its copy (`stage_in` is zero). The staging
+    /// keeps its content between runs: running again detects in the same frame. Never
+    /// prepares, never allocates on a GPU; errors are `Copy`.
+    ///
+    /// # Errors
+    /// [`FrameError::NotPrepared`], [`FrameError::Run`], [`FrameError::Result`].
+    pub fn detect_staged(&mut self) -> Result<&Detections, FrameError> {
+        self.run_staged(Duration::ZERO)
+    }
+
+    /// Run the prepared session on its staging and read the result record.
+    fn run_staged(&mut self, stage_in: Duration) -> Result<&Detections, FrameError> {
+        let p = self.prepared.as_mut().ok_or(FrameError::NotPrepared)?;
         let t1 = Instant::now();
         p.session.run()?;
         let t2 = Instant::now();
@@ -262,7 +315,7 @@ impl Detector {
             );
         }
         self.times = StageTimes {
-            stage_in: t1 - t0,
+            stage_in,
             run: t2 - t1,
             collect: t2.elapsed(),
         };

@@ -107,6 +107,10 @@ pub enum FrameError {
         /// The frame's.
         got: FrameSpec,
     },
+    /// The frame staging was asked for before a session was prepared (call
+    /// [`Detector::prepare`](crate::Detector::prepare) or run a frame first).
+    #[error("no session is prepared: call `prepare` with the frame geometry first")]
+    NotPrepared,
     /// The image view is invalid.
     #[error(transparent)]
     Image(#[from] tether_family::vision::ImageError),

@@ -743,7 +743,8 @@ type Test = (&'static str, Box<dyn Fn() + Send + Sync>);
 
 /// The full pipeline on a real model with the engine selection picks on this GPU (the native
 /// engine where it lowers the network): `TETHER_REAL_HOT_FRAMES` frames (default 10,000)
-/// through `Detector::detect`, zero heap allocations and no device-memory change.
+/// through `Detector::detect`, then as many on the staged frame (`Detector::detect_staged`),
+/// zero heap allocations and no device-memory change on either.
 fn real_model_hot_path(model: &str, image: &str, size: Option<(u32, u32)>) {
     let bundle = build_bundle(&asset(model), size);
     let (px, w, h) = rgb(&asset(image));
@@ -789,6 +790,26 @@ fn real_model_hot_path(model: &str, image: &str, size: Option<(u32, u32)>) {
         free_before, free_after,
         "device memory changed over {frames} frames"
     );
+    // Zero-copy ingestion: the frame left in the staging, run in place `frames` times
+    // (`detect_staged`): the same detections, no allocation, no device-memory change.
+    let t = std::time::Instant::now();
+    let (res, allocs) = count_allocs(|| -> Result<usize, String> {
+        let mut kept = 0;
+        for _ in 0..frames {
+            kept = gpu.detect_staged().map_err(|e| e.to_string())?.len();
+        }
+        Ok(kept)
+    });
+    let secs = t.elapsed().as_secs_f64();
+    res.unwrap();
+    let (free_staged, _) = ctx.mem_info().unwrap();
+    println!(
+        "{model} on {image}, staged frames: {frames} frames in {secs:.1} s ({:.3} ms/frame), {allocs} heap allocations, device free {free_after} -> {free_staged}",
+        secs * 1e3 / frames as f64
+    );
+    assert_eq!(gpu.detections(), &want, "staged detections differ");
+    assert_eq!(allocs, 0, "heap allocations on the staged path");
+    assert_eq!(free_after, free_staged, "device memory changed (staged)");
     let _ = std::fs::remove_file(&bundle);
 }
 

@@ -134,6 +134,18 @@ pub trait Runner {
     /// # Errors
     /// A run failure.
     fn run(&mut self, input: &dyn Input) -> anyhow::Result<()>;
+    /// Run again on the input the last [`Runner::run`] left in the session's input staging,
+    /// without copying it in: what a producer that writes its frames into the staging in
+    /// place pays per frame (`bench --staged`). `None` when the family has no such path.
+    fn run_staged(&mut self) -> Option<anyhow::Result<()>> {
+        None
+    }
+    /// The floor of a run (`bench --floor`): launch the last run's captured CUDA graph(s)
+    /// and wait, nothing else. `None` when the family does not offer it; an error when the
+    /// session is not captured graphs alone (a CPU session, eager launches).
+    fn launch_floor(&mut self) -> Option<anyhow::Result<()>> {
+        None
+    }
     /// The outcome of the last run on `input`.
     fn outcome(&self, input: &dyn Input, annotate: bool) -> anyhow::Result<Outcome>;
     /// Milliseconds per stage of the last run (`upload`, `pre`, network names, `post`,

@@ -889,18 +889,37 @@ impl DeviceSession {
         &self.device
     }
 
-    /// Launch the captured graph(s) and wait, with no staging copies outside them and no
-    /// result handling: the floor a run is measured against (benchmarks).
+    /// The floor a run is measured against (benchmarks): launch the captured graph(s) of
+    /// the current parity (`cuGraphLaunch`) and wait for them the session's way, nothing
+    /// else: no per-step timing reads, no result handling. The staging copies are inside
+    /// the graph, so the GPU work is a run's; a stateful session's state advances as in a
+    /// run. No allocation.
     ///
     /// # Errors
-    /// A driver error, or [`RunError::Unsupported`] when nothing was captured.
+    /// A driver error, or [`RunError::Unsupported`] when the session is not graphs alone
+    /// (nothing captured, or engines launched eagerly between graphs).
     pub fn launch_graphs_and_wait(&mut self) -> Result<(), RunError> {
-        if self.segments.is_empty() {
+        let segments = if self.parity == 1 {
+            &self.alt_segments
+        } else {
+            &self.segments
+        };
+        if segments.is_empty() || segments.iter().any(|s| matches!(s, Segment::Eager(_))) {
             return Err(RunError::Unsupported {
-                what: "no graph was captured",
+                what: "a bare graph launch: the session is not captured graphs alone",
             });
         }
-        self.run()
+        self.stream.bind()?;
+        for segment in segments {
+            if let Segment::Graph(g) = segment {
+                g.launch(&self.stream)?;
+            }
+        }
+        self.stream.synchronize()?;
+        if !self.ping_pong.is_empty() {
+            self.parity ^= 1;
+        }
+        Ok(())
     }
 
     /// Names of the steps in execution order ("upload", stage names, network names,

@@ -18,11 +18,12 @@
 //!   replay on poisoned buffers checked against the eager run before the session is handed
 //!   out.
 //!
-//! Either way the caller's path is the same: write [`Session::input_mut`], call
-//! [`Session::run`], read [`Session::output`].
+//! Either way the caller's path is the same: write [`Session::input_mut`] (in place, or with
+//! [`copy_to_staging`]), call [`Session::run`], read [`Session::output`].
 
 mod host;
 mod spec;
+mod stage_copy;
 
 #[cfg(feature = "cuda")]
 mod device;
@@ -32,6 +33,7 @@ pub use spec::{
     Check, MAX_NETWORK_IO, MAX_REGIONS, NetworkStep, PipelineSpec, RegionDecl, RegionId,
     RegionKind, SpecError, Step, Warmup,
 };
+pub use stage_copy::{STREAM_MIN_BYTES, copy_to_staging};
 
 #[cfg(feature = "cuda")]
 pub use device::{
