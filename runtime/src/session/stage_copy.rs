@@ -1,16 +1,18 @@
 //! Copying a frame into a session's input staging.
 //!
 //! On a discrete GPU the staging is page-locked host memory the captured graph's upload
-//! reads by DMA. A plain `memcpy` of a frame (a 512x512 RGB frame is 786 KiB) leaves its
-//! lines modified in the writing core's caches, and the DMA read then snoops them out one
-//! line at a time: measured on the H200 host (Xeon, PCIe), the 320n frame's upload took
-//! 0.040 ms after a plain copy against 0.020 ms when the staging had not been written since
-//! the last frame (`docs/evidence/native-h200.md`, sixth run). Non-temporal (streaming)
-//! stores write the lines to memory without keeping them in the caches, where the DMA reads
-//! them directly; the store fence after them orders them before the graph launch that
-//! follows (the launch's doorbell write). Frames below [`STREAM_MIN_BYTES`] are copied
-//! plainly (a few microseconds either way), and so is every frame on other architectures:
-//! on an integrated GPU (Jetson) the staging is mapped and the kernels read it in place.
+//! reads by DMA. A plain `memcpy` of a frame (a 512x512 RGB frame is 768 KiB) leaves its
+//! lines modified in the writing core's caches, and the DMA read then has to fetch them from
+//! there: on the H200 host (Xeon, PCIe) the 320n frame's upload took 0.043 ms after a plain
+//! copy, 0.020 ms when the staging had not been written since the last run, and 0.021-0.023
+//! ms after a copy with streaming (non-temporal) stores, which write the lines to memory
+//! without keeping them in the caches; the copy itself was as fast or faster
+//! (`docs/evidence/native-h200.md`, sixth run, call 3). The store fence after the streaming
+//! stores orders them before the graph launch that follows. Frames below
+//! [`STREAM_MIN_BYTES`] are copied plainly (a few microseconds either way), and so is every
+//! frame on other architectures: on an integrated GPU (Jetson) the staging is mapped and the
+//! kernels read it in place. Writing the frame into the staging in place avoids the copy
+//! altogether.
 
 /// Copies of at least this many bytes use streaming stores on x86-64 (64 KiB).
 pub const STREAM_MIN_BYTES: usize = 64 * 1024;
