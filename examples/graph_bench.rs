@@ -209,15 +209,17 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         if let Some(d) = variants[0].1.device_mut() {
             let note = d.exec_mode().1.to_string();
             let mut floor = hist();
+            let mut why = None;
             for _ in 0..args.runs {
                 let t0 = Instant::now();
-                if d.launch_graphs_and_wait().is_err() {
+                if let Err(e) = d.launch_graphs_and_wait() {
+                    why = Some(e);
                     break;
                 }
                 let _ = floor.record((t0.elapsed().as_nanos() as u64).max(1));
             }
-            if floor.is_empty() {
-                println!("  no graph was captured: {note}");
+            if let Some(e) = why.filter(|_| floor.is_empty()) {
+                println!("  no bare graph launch: {e} ({note})");
             } else {
                 line("bare graph launch + wait", &floor);
             }

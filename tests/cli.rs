@@ -1705,10 +1705,14 @@ fn vad_builds_inspects_runs_a_wav_like_the_package_and_self_tests() {
         .map(|s| s["stage"].as_str().unwrap())
         .collect();
     assert_eq!(stages, ["silero", "segments"]);
-    // A family without a staged path says so.
+    // A family without a staged path says so (a usage error: the flag does not apply).
     let o = tether(&["bench", &b, &asset("Noise.wav"), "--runs", "1", "--staged"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("no staged path"), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the vad family has no staged path"),
+        "{}",
+        stderr(&o)
+    );
     // The bundle's self-test on this device.
     let o = tether(&["verify", &b, "--self-test", "--device", "cpu"]);
     assert!(o.status.success(), "{}", stderr(&o));

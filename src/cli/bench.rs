@@ -195,6 +195,9 @@ struct Stage {
     /// Nanoseconds added before recording, so that a difference down to `-offset_ns` can be
     /// recorded (0 for times; [`BEYOND_FLOOR_OFFSET_NS`] for `beyond-floor`).
     offset_ns: u64,
+    /// The exact sum of what was recorded, in ms: with an offset the mean comes from it (the
+    /// histogram saturates below `-offset_ns`).
+    sum_ms: f64,
 }
 
 /// The offset of the `beyond-floor` histogram: paired differences down to -50 us are
@@ -211,9 +214,11 @@ impl Stage {
             // 1 ns .. 1 hour, 3 significant figures: a fixed few hundred KiB whatever the runs.
             hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("static bounds"),
             offset_ns,
+            sum_ms: 0.0,
         }
     }
     fn record_ms(&mut self, ms: f64) {
+        self.sum_ms += ms;
         let ns = (ms * 1e6 + self.offset_ns as f64)
             .round()
             .clamp(1.0, 3.6e12) as u64;
@@ -233,7 +238,10 @@ impl Stage {
         self.to_ms(self.hist.max() as f64)
     }
     fn mean(&self) -> f64 {
-        self.to_ms(self.hist.mean())
+        match self.hist.len() {
+            n if self.offset_ns != 0 && n > 0 => self.sum_ms / n as f64,
+            _ => self.to_ms(self.hist.mean()),
+        }
     }
     fn stddev(&self) -> f64 {
         self.hist.stdev() / 1e6
@@ -276,6 +284,8 @@ struct Variant {
     /// With `--floor`: the bare launch + wait after each run, and each run's host time
     /// beyond it (run minus the floor after it).
     floor: Option<(Stage, Stage)>,
+    /// With `--floor`: wall time spent in the bare launches (not part of the throughput).
+    floor_wall: Duration,
     runs: u64,
     missed: u64,
     skipped: u64,
@@ -319,7 +329,8 @@ impl Variant {
         self.runs += 1;
     }
 
-    /// One timed run: the whole run, or (`staged`) the run on the staged input.
+    /// One timed run: the whole run, or (`staged`) the run on the staged input (checked
+    /// to exist before timing).
     fn run(&mut self, input: &dyn Input, staged: bool) -> Result<()> {
         if staged {
             self.runner
@@ -339,10 +350,23 @@ impl Variant {
             .context("this family offers no bare graph launch (--floor)")??;
         let floor = t0.elapsed();
         if let Some((f, beyond)) = &mut self.floor {
+            let d = service.as_secs_f64() - floor.as_secs_f64();
             f.record_ms(floor.as_secs_f64() * 1e3);
-            beyond.record_ms((service.as_secs_f64() - floor.as_secs_f64()) * 1e3);
+            beyond.record_ms(d * 1e3);
+            self.floor_wall += floor;
         }
         Ok(())
+    }
+
+    /// Runs per second of the wall time the runs took (the bare launches of `--floor`
+    /// left out).
+    fn throughput(&self, wall_s: f64) -> f64 {
+        let busy = wall_s - self.floor_wall.as_secs_f64();
+        if busy > 0.0 {
+            self.runs as f64 / busy
+        } else {
+            0.0
+        }
     }
 
     /// `(name, clock, stage)` rows: the total, every stage, the host overhead.
@@ -374,7 +398,7 @@ impl Variant {
             "runs": self.runs,
             "missed_deadlines": deadline.then_some(self.missed),
             "skipped_frames": rate.then_some(self.skipped),
-            "throughput_fps": if wall_s > 0.0 { self.runs as f64 / wall_s } else { 0.0 },
+            "throughput_fps": self.throughput(wall_s),
             "total_ms": self.total.stats(),
             "stages_ms": self.stage_json(),
         })
@@ -633,12 +657,24 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
                 env.execution
             );
         }
-        variants[0].record_floor(Duration::ZERO)?;
+        match variants[0].runner.launch_floor() {
+            None => crate::usage!(
+                "--floor: the {} family offers no bare graph launch",
+                family.name()
+            ),
+            Some(r) => r?,
+        }
         variants[0].floor = Some((Stage::new(), Stage::with_offset(BEYOND_FLOOR_OFFSET_NS)));
     }
     if a.staged {
         // The first run staged the input; check the family has the path before timing.
-        variants[0].run(input.as_ref(), true)?;
+        match variants[0].runner.run_staged() {
+            None => crate::usage!(
+                "--staged: the {} family has no staged path (it runs on a copy of each input)",
+                family.name()
+            ),
+            Some(r) => r?,
+        }
     }
     let machine = Machine::probe(&variants[0].env, a.sync, a.precision, threads_why);
     for v in &mut variants {
@@ -771,6 +807,7 @@ fn variant(name: &'static str, runner: Box<dyn Runner>) -> Variant {
         stages: Vec::new(),
         overhead,
         floor: None,
+        floor_wall: Duration::ZERO,
         runs: 0,
         missed: 0,
         skipped: 0,
@@ -859,7 +896,7 @@ impl Summary<'_> {
             "deadline_ms": self.deadline.map(|d| d.as_secs_f64() * 1e3),
             "missed_deadlines": has_deadline.then_some(v0.missed),
             "skipped_frames": rate.then_some(v0.skipped),
-            "throughput_fps": if self.wall > 0.0 { v0.runs as f64 / self.wall } else { 0.0 },
+            "throughput_fps": v0.throughput(self.wall),
             "wall_s": self.wall,
             "interrupted": self.interrupted,
             "total_ms": v0.total.stats(),
@@ -907,11 +944,7 @@ impl Summary<'_> {
         }
         for v in self.variants {
             outln!()?;
-            let fps = if self.wall > 0.0 {
-                v.runs as f64 / self.wall
-            } else {
-                0.0
-            };
+            let fps = v.throughput(self.wall);
             outln!(
                 "  [{}] {} runs, {:.1} frames/s{}",
                 v.name,

@@ -810,6 +810,37 @@ fn real_model_hot_path(model: &str, image: &str, size: Option<(u32, u32)>) {
     assert_eq!(gpu.detections(), &want, "staged detections differ");
     assert_eq!(allocs, 0, "heap allocations on the staged path");
     assert_eq!(free_after, free_staged, "device memory changed (staged)");
+    // The staged run reads what is written there: a black frame changes the result, the
+    // image written back row by row restores it.
+    gpu.staging_mut().unwrap().fill(0);
+    let black = gpu.detect_staged().unwrap().clone();
+    assert_ne!(black, want, "the black frame written in place was not used");
+    let row = w as usize * 3;
+    for (dst, src) in gpu
+        .staging_mut()
+        .unwrap()
+        .chunks_mut(row)
+        .zip(px.chunks(row))
+    {
+        dst.copy_from_slice(src);
+    }
+    assert_eq!(gpu.detect_staged().unwrap(), &want, "frame written back");
+    // The bare launch (`bench --floor`) runs the whole captured frame on what is staged:
+    // on a black frame its result record holds the black frame's detections.
+    gpu.staging_mut().unwrap().fill(0);
+    let result = gpu.regions().unwrap().result;
+    let session = gpu.session_mut().unwrap();
+    session
+        .device_mut()
+        .unwrap()
+        .launch_graphs_and_wait()
+        .unwrap();
+    let mut floor_dets = Detections::new();
+    parse(session.output(result).unwrap(), &mut floor_dets).unwrap();
+    assert_eq!(
+        floor_dets, black,
+        "the bare launch did not run the staged frame"
+    );
     let _ = std::fs::remove_file(&bundle);
 }
 

@@ -19,7 +19,7 @@
 //!   out.
 //!
 //! Either way the caller's path is the same: write [`Session::input_mut`] (in place, or with
-//! [`copy_to_staging`]), call [`Session::run`], read [`Session::output`].
+//! [`Session::copy_to_input`]), call [`Session::run`], read [`Session::output`].
 
 mod host;
 mod spec;
@@ -166,6 +166,34 @@ impl Session {
             #[cfg(feature = "cuda")]
             Imp::Device(d) => d.input_mut(id),
         }
+    }
+
+    /// Copy `src` into the start of input region `id`, the way the session's consumer reads
+    /// it best: on a device session with [`copy_to_staging`] (streaming stores on x86-64 for
+    /// large inputs: the graph's upload then reads memory, not the CPU's caches); on a host
+    /// session with a plain copy (the host stage that reads it next finds it in cache). No
+    /// allocation.
+    ///
+    /// # Errors
+    /// [`RunError::NoSuchRegion`]; [`RunError::BufferSize`] (`what` "input region") when the
+    /// region holds fewer bytes than `src`: nothing is copied then.
+    pub fn copy_to_input(&mut self, id: RegionId, src: &[u8]) -> Result<(), RunError> {
+        let device = self.placement() == Placement::Device;
+        let dst = self.input_mut(id)?;
+        if dst.len() < src.len() {
+            return Err(RunError::BufferSize {
+                what: "input region",
+                index: id.index(),
+                expected: src.len(),
+                actual: dst.len(),
+            });
+        }
+        if device {
+            copy_to_staging(dst, src);
+        } else {
+            dst[..src.len()].copy_from_slice(src);
+        }
+        Ok(())
     }
 
     /// Run the pipeline once on the current inputs; returns when the outputs are ready.

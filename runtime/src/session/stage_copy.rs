@@ -26,7 +26,8 @@ pub const STREAM_MIN_BYTES: usize = 64 * 1024;
 pub fn copy_to_staging(dst: &mut [u8], src: &[u8]) -> usize {
     let n = src.len().min(dst.len());
     let (dst, src) = (&mut dst[..n], &src[..n]);
-    #[cfg(target_arch = "x86_64")]
+    // Miri cannot run the streaming store (an inline `movntdq`): plain copy under it.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     if n >= STREAM_MIN_BYTES {
         stream_copy(dst, src);
         return n;
@@ -35,15 +36,17 @@ pub fn copy_to_staging(dst: &mut [u8], src: &[u8]) -> usize {
     n
 }
 
-/// `dst.copy_from_slice(src)` with 16-byte non-temporal stores for the aligned body, then a
-/// store fence. `dst` and `src` have the same length.
-#[cfg(target_arch = "x86_64")]
+/// `dst.copy_from_slice(src)` with 16-byte non-temporal stores for the body from dst's first
+/// 64-byte (cache-line) boundary, whole lines at a time, then a store fence. `dst` and `src`
+/// have the same length.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 fn stream_copy(dst: &mut [u8], src: &[u8]) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
     const CHUNK: usize = 64;
     let n = dst.len();
-    // Plain stores up to the first 16-byte-aligned byte of dst.
-    let head = dst.as_ptr().align_offset(16).min(n);
+    // Plain stores up to dst's first cache-line boundary, so that every streamed chunk is
+    // one whole line (write-combining buffers flush full lines).
+    let head = dst.as_ptr().align_offset(CHUNK).min(n);
     dst[..head].copy_from_slice(&src[..head]);
     let body = (n - head) / CHUNK * CHUNK;
     let (d, s) = (&mut dst[head..head + body], &src[head..head + body]);
@@ -53,7 +56,7 @@ fn stream_copy(dst: &mut [u8], src: &[u8]) {
         // SAFETY: SSE2 is part of the x86-64 baseline. Each chunk is CHUNK = 4 * 16 bytes of
         // both slices, so the four loads and stores stay inside them; loads are unaligned
         // (`loadu`), and stores are 16-byte aligned because dc starts at `head` (dst aligned
-        // to 16 there) plus a multiple of 64.
+        // to 64 there) plus a multiple of 64.
         unsafe {
             let a = _mm_loadu_si128(sp);
             let b = _mm_loadu_si128(sp.add(1));
