@@ -581,6 +581,25 @@ fn bench_staged_runs_skip_the_copy_in() {
         "{}",
         stdout(&o)
     );
+    // --graph on the CPU says why nothing is captured.
+    let o = tether(&[
+        "bench",
+        &b,
+        &asset("astronaut.png"),
+        "--device",
+        "cpu",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--graph",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("host (--graph asked, but this bundle runs on the CPU"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 /// Ctrl-C (SIGINT) stops a long benchmark after the run in flight: the summary and the JSON

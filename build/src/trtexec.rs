@@ -342,25 +342,42 @@ fn run(exe: &Path, args: &[OsString]) -> Result<(String, String), TrtexecError> 
 /// [`TrtexecError::NotFound`] listing every path tried.
 pub fn find_trtexec(explicit: Option<&Path>) -> Result<PathBuf, TrtexecError> {
     let mut tried = Vec::new();
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(p) = explicit {
-        candidates.push(p.to_path_buf());
-    } else {
-        if let Some(e) = std::env::var_os(ENV_TRTEXEC).filter(|e| !e.is_empty()) {
-            candidates.push(PathBuf::from(e));
-        }
-        if let Some(path) = std::env::var_os("PATH") {
-            candidates.extend(std::env::split_paths(&path).map(|d| d.join("trtexec")));
-        }
-        candidates.extend(TRTEXEC_DIRS.iter().map(|d| Path::new(d).join("trtexec")));
-    }
-    for c in candidates {
+    for c in trtexec_candidates(
+        explicit,
+        std::env::var_os(ENV_TRTEXEC),
+        std::env::var_os("PATH"),
+    ) {
         if c.is_file() {
             return Ok(c);
         }
         tried.push(c.display().to_string());
     }
     Err(TrtexecError::NotFound { tried })
+}
+
+/// The paths [`find_trtexec`] tries, in order, each once (a folder both on `PATH` and in
+/// [`TRTEXEC_DIRS`], or twice on `PATH`, is tried and reported once).
+fn trtexec_candidates(
+    explicit: Option<&Path>,
+    env: Option<std::ffi::OsString>,
+    path: Option<std::ffi::OsString>,
+) -> Vec<PathBuf> {
+    if let Some(p) = explicit {
+        return vec![p.to_path_buf()];
+    }
+    let mut all: Vec<PathBuf> = Vec::new();
+    all.extend(env.filter(|e| !e.is_empty()).map(PathBuf::from));
+    if let Some(path) = path {
+        all.extend(std::env::split_paths(&path).map(|d| d.join("trtexec")));
+    }
+    all.extend(TRTEXEC_DIRS.iter().map(|d| Path::new(d).join("trtexec")));
+    let mut out: Vec<PathBuf> = Vec::with_capacity(all.len());
+    for c in all {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn tail(text: &str) -> String {
@@ -414,6 +431,28 @@ pub fn parse_compute_capability(text: &str) -> Option<(u8, u8)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each folder is tried once, in order: the environment variable, `PATH`, then the
+    /// install folders not already on `PATH`; an explicit path is the only candidate.
+    #[test]
+    fn trtexec_candidates_are_tried_once_each_in_order() {
+        let path =
+            std::env::join_paths(["/opt/x/bin", "/usr/src/tensorrt/bin", "/opt/x/bin"]).unwrap();
+        let c = trtexec_candidates(None, Some("/e/trtexec".into()), Some(path));
+        let c: Vec<String> = c.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(
+            c,
+            [
+                "/e/trtexec",
+                "/opt/x/bin/trtexec",
+                "/usr/src/tensorrt/bin/trtexec",
+                "/usr/local/tensorrt/bin/trtexec",
+                "/opt/tensorrt/bin/trtexec",
+            ]
+        );
+        let only = trtexec_candidates(Some(Path::new("/my/trtexec")), None, None);
+        assert_eq!(only, [PathBuf::from("/my/trtexec")]);
+    }
 
     #[test]
     fn parses_versions() {

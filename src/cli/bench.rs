@@ -91,8 +91,9 @@ pub struct BenchArgs {
     #[arg(long, default_value = "auto")]
     device: String,
     /// Time runs on the frame the first (untimed) run left in the session's input staging:
-    /// no copy of the frame per run, as when a producer writes its frames into the staging
-    /// in place (`Detector::staging_mut`). A family without such a path says so.
+    /// no copy of the frame per run, the runtime's share when a producer writes its frames
+    /// into the staging in place (`Detector::staging_mut`; the producer's writes are not
+    /// timed). A family without such a path says so.
     #[arg(long)]
     staged: bool,
     /// After every timed run, launch the same captured graph(s) bare and wait, nothing else
@@ -647,6 +648,10 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
     }
     if !variants[0].env.execution.on_gpu() && first_name == "graph" {
         variants[0].name = "host";
+        if a.graph && variants[0].env.execution_note.is_empty() {
+            variants[0].env.execution_note =
+                "--graph asked, but this bundle runs on the CPU: nothing to capture".into();
+        }
     }
     if a.floor {
         let env = &variants[0].env;

@@ -135,8 +135,10 @@ pub trait Runner {
     /// A run failure.
     fn run(&mut self, input: &dyn Input) -> anyhow::Result<()>;
     /// Run again on the input the last [`Runner::run`] left in the session's input staging,
-    /// without copying it in: what a producer that writes its frames into the staging in
-    /// place pays per frame (`bench --staged`). `None` when the family has no such path.
+    /// without copying it in (`bench --staged`): the runtime's share of a frame a producer
+    /// writes into the staging in place (the producer's own writes are not in it, nor what
+    /// they cost the upload when they leave the lines in the CPU's caches). `None` when the
+    /// family has no such path.
     fn run_staged(&mut self) -> Option<anyhow::Result<()>> {
         None
     }
