@@ -202,7 +202,7 @@ struct Stage {
 }
 
 /// The offset of the `beyond-floor` histogram: paired differences down to -50 us are
-/// recorded as they are (lower ones at -50 us), at a resolution of about 40 ns where the
+/// recorded as they are (lower ones at -50 us), at a resolution of 32 to 64 ns where the
 /// differences lie (0 to 50 us: 50 to 100 us recorded, three significant digits).
 const BEYOND_FLOOR_OFFSET_NS: u64 = 50_000;
 

@@ -63,9 +63,10 @@ struct Prepared {
 ///
 /// The path is the same whatever the engine: copy the frame into the session's input
 /// staging (or let the producer write it there in place: [`Detector::staging_mut`] and
-/// [`Detector::detect_staged`]), run the session, read the result record. Nothing on that path allocates on a
-/// GPU; on the CPU only tract's own intermediates do. Class names and the configuration are
-/// copied out of the bundle at open: nothing after open reads the mapping.
+/// [`Detector::detect_staged`]), run the session, read the result record. Nothing on that
+/// path allocates on a GPU; on the CPU only tract's own intermediates do. Class names and
+/// the configuration are copied out of the bundle at open: nothing after open reads the
+/// mapping.
 pub struct Detector {
     model: Model,
     config: DetectConfig,
