@@ -870,3 +870,178 @@ fn ppocr_v4_det_fp32() {
         vec![(vec![1, 3, 320, 320], t)],
     );
 }
+
+/// A probe of cuDNN's runtime fusion, not a target: for convolutions of YOLOv8n's shapes in
+/// channels-last fp16, is there an engine for `silu(conv(x, w) + b)` as one operation graph
+/// (`ConvGraph::new_fused`), how fast is its best configuration against the best
+/// configuration of the convolution alone (what the engine runs today, before its separate
+/// `bias_act` step), and does the fused output equal conv + bias + SiLU computed on the host
+/// from the unfused convolution's output (fp16 tolerance)? Prints one line per shape; fails
+/// only on a wrong fused result.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
+fn cudnn_runtime_fusion_probe() {
+    use tether_runtime::native::cudnn::Handle;
+    use tether_runtime::native::cudnn_graph::{
+        ConvGeometry, ConvGraph, ConvPlan, FusedEpilogue, Search, alignment,
+    };
+    native::libs::cudnn().expect("cuDNN");
+    let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
+    let stream = Stream::new(&ctx, SyncPolicy::Spin).unwrap();
+    let handle = Handle::new().unwrap();
+    handle.set_stream(stream.raw()).unwrap();
+    // (c, h, k, r, stride): YOLOv8n 320's stem, a C2f 3x3, a 1x1, a strided 3x3, a deep 1x1.
+    let shapes = [
+        (3usize, 320usize, 16usize, 3usize, 2usize),
+        (16, 80, 16, 3, 1),
+        (64, 40, 64, 1, 1),
+        (64, 40, 128, 3, 2),
+        (256, 10, 256, 1, 1),
+    ];
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    };
+    let h16 = |v: f32| half::f16::from_f32(v);
+    for (c, h, k, r, st) in shapes {
+        let p = (h + 2 * (r / 2) - r) / st + 1;
+        let (nx, nw, ny) = (c * h * h, k * c * r * r, k * p * p);
+        // Host data in channels-last order: x NHWC, w KRSC, b [k].
+        let x: Vec<half::f16> = (0..nx).map(|_| h16(next())).collect();
+        let w: Vec<half::f16> = (0..nw).map(|_| h16(next() * 0.5)).collect();
+        let b: Vec<half::f16> = (0..k).map(|_| h16(next())).collect();
+        let mut plan = ArenaPlan::new();
+        let rx = plan.add("x", nx * 2).unwrap();
+        let rw = plan.add("w", nw * 2).unwrap();
+        let rb = plan.add("b", k * 2).unwrap();
+        let ry = plan.add("y", ny * 2).unwrap();
+        let ryf = plan.add("y fused", ny * 2).unwrap();
+        let rs = plan.add("scratch", 256 << 20).unwrap();
+        let arena = DeviceArena::new(&ctx, plan).unwrap();
+        let a = |id| arena.ptr(id).0;
+        // SAFETY: each source holds the bytes copied; the arena regions are that large.
+        unsafe {
+            stream
+                .memcpy_htod(arena.ptr(rx), x.as_ptr().cast(), nx * 2)
+                .unwrap();
+            stream
+                .memcpy_htod(arena.ptr(rw), w.as_ptr().cast(), nw * 2)
+                .unwrap();
+            stream
+                .memcpy_htod(arena.ptr(rb), b.as_ptr().cast(), k * 2)
+                .unwrap();
+        }
+        stream.synchronize().unwrap();
+        let pad = (r / 2) as i64;
+        let geo = ConvGeometry {
+            x: [1, c as i64, h as i64, h as i64],
+            w: [k as i64, c as i64, r as i64, r as i64],
+            y: [1, k as i64, p as i64, p as i64],
+            pre: [pad, pad],
+            post: [pad, pad],
+            strides: [st as i64; 2],
+            dilations: [1, 1],
+            align: [a(rx), a(rw), a(ry)].map(alignment),
+            half: true,
+            channels_last: true,
+        };
+        let label = format!("conv {c}->{k} {r}x{r}/{st} at {h}x{h}");
+        // The fastest configuration of `g`: its time and its plan (kept: finalising a fused
+        // plan compiles a kernel, and a second finalisation may fail).
+        let best = |g: &ConvGraph, fused: bool| -> Option<(f32, ConvPlan)> {
+            let mut best: Option<(f32, ConvPlan)> = None;
+            for rank in 0..g.candidates() {
+                let Ok(plan) = g.plan(&handle, rank) else {
+                    continue;
+                };
+                if plan.workspace > 256 << 20 {
+                    continue;
+                }
+                let pack = if fused {
+                    plan.variant_pack_fused(a(rx), a(rw), a(rb), a(ryf), a(rs))
+                } else {
+                    plan.variant_pack(a(rx), a(rw), a(ry), a(rs))
+                };
+                let Ok(pack) = pack else { continue };
+                let (e0, e1) = (
+                    Event::new(&ctx, true, false).unwrap(),
+                    Event::new(&ctx, true, false).unwrap(),
+                );
+                // SAFETY: the pack's addresses are arena regions of the geometry's sizes.
+                let run = || unsafe { plan.execute(&handle, &pack).is_ok() };
+                if !(0..3).all(|_| run()) {
+                    continue;
+                }
+                e0.record(&stream).unwrap();
+                let ok = (0..50).all(|_| run());
+                e1.record(&stream).unwrap();
+                stream.synchronize().unwrap();
+                if !ok {
+                    continue;
+                }
+                let us = Event::elapsed_ms(&e0, &e1).unwrap() * 1e3 / 50.0;
+                drop(pack);
+                if best.as_ref().is_none_or(|(b, _)| us < *b) {
+                    best = Some((us, plan));
+                }
+            }
+            best
+        };
+        let plain = ConvGraph::new(&handle, &geo, Search::Wide, true).ok();
+        let plain_best = plain.as_ref().and_then(|g| best(g, false));
+        let fused = ConvGraph::new_fused(&handle, &geo, Search::Wide, true, FusedEpilogue::Silu);
+        let fused_best = match &fused {
+            Ok(g) => best(g, true),
+            Err(e) => {
+                eprintln!("{label}: fused graph refused: {e}");
+                None
+            }
+        };
+        eprintln!(
+            "{label}: conv alone best {:?} us ({} configurations); conv+bias+SiLU fused best {:?} us ({} configurations)",
+            plain_best.as_ref().map(|b| b.0),
+            plain.as_ref().map_or(0, |g| g.candidates()),
+            fused_best.as_ref().map(|b| b.0),
+            fused.as_ref().map_or(0, |g| g.candidates()),
+        );
+        let (Some((_, pp)), Some((_, fp))) = (plain_best, fused_best) else {
+            continue;
+        };
+        // Run each best once more and compare: host silu(y + b) against the fused output.
+        for (plan, is_fused) in [(&pp, false), (&fp, true)] {
+            let pack = if is_fused {
+                plan.variant_pack_fused(a(rx), a(rw), a(rb), a(ryf), a(rs))
+            } else {
+                plan.variant_pack(a(rx), a(rw), a(ry), a(rs))
+            }
+            .unwrap();
+            // SAFETY: as above.
+            unsafe { plan.execute(&handle, &pack) }.unwrap();
+        }
+        stream.synchronize().unwrap();
+        let mut y = vec![half::f16::ZERO; ny];
+        let mut yf = vec![half::f16::ZERO; ny];
+        // SAFETY: the destinations hold ny halves; the regions were written above.
+        unsafe {
+            stream
+                .memcpy_dtoh(y.as_mut_ptr().cast(), arena.ptr(ry), ny * 2)
+                .unwrap();
+            stream
+                .memcpy_dtoh(yf.as_mut_ptr().cast(), arena.ptr(ryf), ny * 2)
+                .unwrap();
+        }
+        stream.synchronize().unwrap();
+        let mut worst = 0f32;
+        for (i, (&u, &f)) in y.iter().zip(&yf).enumerate() {
+            let s = u.to_f32() + b[i % k].to_f32();
+            let want = s / (1.0 + (-s).exp());
+            let d = (f.to_f32() - want).abs() / (FP16_ATOL * 0.02 + FP16_RTOL * want.abs());
+            worst = worst.max(d);
+        }
+        eprintln!("{label}: fused vs host silu(conv + b): worst {worst:.3} of the bound");
+        assert!(worst <= 1.0, "{label}: fused result differs");
+    }
+}

@@ -1,6 +1,8 @@
 //! cuDNN's graph (backend) API for one forward convolution: an operation graph, the engine
 //! configurations cuDNN's heuristics rank for it (`CUDNN_HEUR_MODE_A`), execution plans, and
-//! variant packs binding the addresses. cuDNN 9 reaches its newer kernels (Hopper and later
+//! variant packs binding the addresses. [`ConvGraph::new_fused`] builds the same convolution
+//! with a bias and activation fused into its graph (runtime fusion); the engine does not use
+//! it yet (`tests/native_gpu.rs` probes it on a GPU). cuDNN 9 reaches its newer kernels (Hopper and later
 //! implicit-GEMM engines) only through this API; the legacy `cudnnConvolutionForward`
 //! algorithms are a fixed subset. On the H200 the legacy API's best fp32 algorithm for a
 //! 64-channel 3x3 convolution at 20x20 took 44 us in the captured graph
@@ -167,6 +169,23 @@ impl Desc {
 const UID_X: i64 = b'x' as i64;
 const UID_W: i64 = b'w' as i64;
 const UID_Y: i64 = b'y' as i64;
+/// The bias of a fused epilogue, and its two virtual (fp32, never stored) intermediates.
+const UID_B: i64 = b'b' as i64;
+const UID_CONV: i64 = b'c' as i64;
+const UID_SUM: i64 = b's' as i64;
+
+/// An epilogue fused into the convolution's operation graph (cuDNN runtime fusion):
+/// `y = act(conv(x, w) + b)` with `b` the per-output-channel bias `[1, k, 1, 1]` in the
+/// storage type (16-byte aligned), computed in fp32 between the operations (virtual tensors)
+/// and stored once. The activations are cuDNN's pointwise modes: `Identity` (bias only) and
+/// `Silu` (`CUDNN_POINTWISE_SWISH_FWD`, beta 1: `x * sigmoid(x)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedEpilogue {
+    /// `conv + b`.
+    Identity,
+    /// `silu(conv + b)`.
+    Silu,
+}
 
 /// Eligible engine configurations kept of each heuristics mode (the first are the likeliest
 /// fastest).
@@ -250,14 +269,70 @@ fn tensor(
     dt: sys::cudnnDataType_t,
     channels_last: bool,
 ) -> Result<Desc, CudnnError> {
+    tensor_desc(uid, dims, align, dt, channels_last, false)
+}
+
+/// A tensor descriptor; `is_virtual`: an intermediate of a fused graph, never in memory.
+fn tensor_desc(
+    uid: i64,
+    dims: [i64; 4],
+    align: i64,
+    dt: sys::cudnnDataType_t,
+    channels_last: bool,
+    is_virtual: bool,
+) -> Result<Desc, CudnnError> {
     let t = Desc::new(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
     t.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, dt)?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &packed(dims, channels_last))?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[align])?;
+    if is_virtual {
+        // SAFETY: one C bool.
+        unsafe {
+            t.set_raw(
+                A::CUDNN_ATTR_TENSOR_IS_VIRTUAL,
+                T::CUDNN_TYPE_BOOLEAN,
+                1,
+                (&true as *const bool).cast(),
+            )
+        }?;
+    }
     t.finalize()?;
     Ok(t)
+}
+
+/// A pointwise operation `y = mode(x[, b])` in fp32.
+fn pointwise(
+    mode: sys::cudnnPointwiseMode_t,
+    x: &Desc,
+    b: Option<&Desc>,
+    y: &Desc,
+) -> Result<(Desc, Desc), CudnnError> {
+    let pw = Desc::new(D::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
+    // SAFETY: one cudnnPointwiseMode_t.
+    unsafe {
+        pw.set_raw(
+            A::CUDNN_ATTR_POINTWISE_MODE,
+            T::CUDNN_TYPE_POINTWISE_MODE,
+            1,
+            (&mode as *const sys::cudnnPointwiseMode_t).cast(),
+        )
+    }?;
+    pw.set_data_type(
+        A::CUDNN_ATTR_POINTWISE_MATH_PREC,
+        sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+    )?;
+    pw.finalize()?;
+    let op = Desc::new(D::CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)?;
+    op.set_descs(A::CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, &[&pw])?;
+    op.set_descs(A::CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &[x])?;
+    if let Some(b) = b {
+        op.set_descs(A::CUDNN_ATTR_OPERATION_POINTWISE_BDESC, &[b])?;
+    }
+    op.set_descs(A::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &[y])?;
+    op.finalize()?;
+    Ok((op, pw))
 }
 
 /// The operation graph of one convolution on a handle, and the engine configurations the
@@ -288,15 +363,49 @@ impl ConvGraph {
         search: Search,
         tensor_cores: bool,
     ) -> Result<Self, CudnnError> {
+        Self::build(handle, g, search, tensor_cores, None)
+    }
+
+    /// As [`ConvGraph::new`] for the convolution with `epilogue` fused into its graph
+    /// (operands x, w, b, y: [`ConvPlan::variant_pack_fused`]). Whether cuDNN has an engine
+    /// for it depends on its version, the GPU and the layout (runtime fusion engines want
+    /// channels-last fp16 and compile their kernel with NVRTC when the plan is finalised).
+    ///
+    /// # Errors
+    /// As [`ConvGraph::new`].
+    pub fn new_fused(
+        handle: &Handle,
+        g: &ConvGeometry,
+        search: Search,
+        tensor_cores: bool,
+        epilogue: FusedEpilogue,
+    ) -> Result<Self, CudnnError> {
+        Self::build(handle, g, search, tensor_cores, Some(epilogue))
+    }
+
+    fn build(
+        handle: &Handle,
+        g: &ConvGeometry,
+        search: Search,
+        tensor_cores: bool,
+        epilogue: Option<FusedEpilogue>,
+    ) -> Result<Self, CudnnError> {
         let dt = if g.half {
             sys::cudnnDataType_t::CUDNN_DATA_HALF
         } else {
             sys::cudnnDataType_t::CUDNN_DATA_FLOAT
         };
+        let f32t = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
         let cl = g.channels_last;
         let x = tensor(UID_X, g.x, g.align[0], dt, cl)?;
         let w = tensor(UID_W, g.w, g.align[1], dt, cl)?;
         let y = tensor(UID_Y, g.y, g.align[2], dt, cl)?;
+        // With an epilogue the convolution writes a virtual fp32 tensor the pointwise
+        // operations read; the last of them writes y.
+        let conv_out = match epilogue {
+            Some(_) => Some(tensor_desc(UID_CONV, g.y, 16, f32t, cl, true)?),
+            None => None,
+        };
         let conv = Desc::new(D::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
         conv.set_data_type(
             A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
@@ -321,7 +430,10 @@ impl ConvGraph {
         let op = Desc::new(D::CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR)?;
         op.set_descs(A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, &[&x])?;
         op.set_descs(A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, &[&w])?;
-        op.set_descs(A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, &[&y])?;
+        op.set_descs(
+            A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+            &[conv_out.as_ref().unwrap_or(&y)],
+        )?;
         op.set_descs(
             A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
             &[&conv],
@@ -343,9 +455,34 @@ impl ConvGraph {
             )?;
         }
         op.finalize()?;
+        // The epilogue's operations and what they refer to (kept alive with the graph).
+        let mut fused: Vec<Desc> = Vec::new();
+        let mut ops: Vec<Desc> = Vec::new();
+        if let (Some(e), Some(c)) = (epilogue, conv_out.as_ref()) {
+            use sys::cudnnPointwiseMode_t as M;
+            let bias = tensor(UID_B, [1, g.y[1], 1, 1], 16, dt, cl)?;
+            let sum = match e {
+                FusedEpilogue::Identity => None,
+                FusedEpilogue::Silu => Some(tensor_desc(UID_SUM, g.y, 16, f32t, cl, true)?),
+            };
+            let (add, add_pw) = pointwise(
+                M::CUDNN_POINTWISE_ADD,
+                c,
+                Some(&bias),
+                sum.as_ref().unwrap_or(&y),
+            )?;
+            ops.push(add);
+            fused.extend([add_pw, bias]);
+            if let Some(sum) = sum {
+                let (act, act_pw) = pointwise(M::CUDNN_POINTWISE_SWISH_FWD, &sum, None, &y)?;
+                ops.push(act);
+                fused.extend([act_pw, sum]);
+            }
+        }
         let graph = Desc::new(D::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
         graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
-        graph.set_descs(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &[&op])?;
+        let all: Vec<&Desc> = std::iter::once(&op).chain(ops.iter()).collect();
+        graph.set_descs(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &all)?;
         graph.finalize()?;
         let mut parts = vec![graph];
         let mut cfgs = Vec::new();
@@ -388,7 +525,10 @@ impl ConvGraph {
             );
             parts.push(heur);
         }
+        parts.extend(ops);
+        parts.extend(fused);
         parts.extend([op, conv, x, w, y]);
+        parts.extend(conv_out);
         Ok(ConvGraph {
             cfgs,
             _parts: parts,
@@ -476,19 +616,36 @@ impl ConvPlan {
     /// # Errors
     /// [`CudnnError`].
     pub fn variant_pack(&self, x: u64, w: u64, y: u64, ws: u64) -> Result<VariantPack, CudnnError> {
+        Self::pack(&[UID_X, UID_W, UID_Y], &[x, w, y], ws)
+    }
+
+    /// As [`ConvPlan::variant_pack`] for a plan of [`ConvGraph::new_fused`]: `b` is the
+    /// bias, `[k]` values of the storage type, 16-byte aligned.
+    ///
+    /// # Errors
+    /// [`CudnnError`].
+    pub fn variant_pack_fused(
+        &self,
+        x: u64,
+        w: u64,
+        b: u64,
+        y: u64,
+        ws: u64,
+    ) -> Result<VariantPack, CudnnError> {
+        Self::pack(&[UID_X, UID_W, UID_B, UID_Y], &[x, w, b, y], ws)
+    }
+
+    fn pack(uids: &[i64], addrs: &[u64], ws: u64) -> Result<VariantPack, CudnnError> {
         let p = Desc::new(D::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
-        p.set_i64s(
-            A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
-            &[UID_X, UID_W, UID_Y],
-        )?;
-        let ptrs: [*mut c_void; 3] = [x as *mut c_void, w as *mut c_void, y as *mut c_void];
+        p.set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
+        let ptrs: Vec<*mut c_void> = addrs.iter().map(|&a| a as *mut c_void).collect();
         let wsp = ws as *mut c_void;
-        // SAFETY: three pointers, then one.
+        // SAFETY: ptrs.len() pointers (one per uid), then one.
         unsafe {
             p.set_raw(
                 A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
                 T::CUDNN_TYPE_VOID_PTR,
-                3,
+                ptrs.len(),
                 ptrs.as_ptr().cast(),
             )?;
             p.set_raw(
