@@ -9,7 +9,9 @@
 //! * zero host allocations (a counting global allocator on the measuring thread) and no
 //!   device-memory growth (`cuMemGetInfo`) over `TETHER_NATIVE_FRAMES` graph launches
 //!   (default 10,000; the evidence run uses 100,000) and over eager enqueues;
-//! * latency of the graph replay (p50 / p99 of launch + synchronise, and GPU time by events).
+//! * latency of the graph replay (p50 / p99 of launch + synchronise, and GPU time by events);
+//! * `cudnn_runtime_fusion_probe`: whether cuDNN fuses conv + bias + SiLU here, its time
+//!   against the convolution alone (printed, not asserted) and its result against the host.
 //!
 //! Build here, run there (no Rust toolchain on the GPU host):
 //! ```text
