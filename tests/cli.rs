@@ -17,6 +17,15 @@ fn tether(args: &[&str]) -> Output {
         .expect("spawn tether")
 }
 
+/// `tether bench B astronaut.png --device cpu --runs RUNS --warmup 0 EXTRA...`.
+fn cpu_bench(b: &str, runs: u32, extra: &[&str]) -> Output {
+    let (img, runs) = (asset("astronaut.png"), runs.to_string());
+    let mut args = vec!["bench", b, &img, "--device", "cpu", "--runs", &runs];
+    args.extend(["--warmup", "0"]);
+    args.extend_from_slice(extra);
+    tether(&args)
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -474,19 +483,7 @@ fn bench_open_loop_counts_missed_deadlines_and_plots() {
         assert!(s.contains(stage), "no {stage} in the SVG");
     }
     // The same as PNG: one row of two charts per stage (total + 5 stages), not blank.
-    let o = tether(&[
-        "bench",
-        &b,
-        &asset("astronaut.png"),
-        "--device",
-        "cpu",
-        "--runs",
-        "2",
-        "--warmup",
-        "0",
-        "--plot",
-        png.to_str().unwrap(),
-    ]);
+    let o = cpu_bench(&b, 2, &["--plot", png.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let img = image::open(&png).unwrap().to_rgb8();
     assert_eq!(img.dimensions(), (1400, 44 + 240 * 6));
@@ -528,19 +525,7 @@ fn bench_usage_errors_exit_2() {
 #[test]
 fn bench_staged_runs_skip_the_copy_in() {
     let b = nudenet_bundle();
-    let o = tether(&[
-        "bench",
-        &b,
-        &asset("astronaut.png"),
-        "--device",
-        "cpu",
-        "--runs",
-        "2",
-        "--warmup",
-        "0",
-        "--staged",
-        "--json",
-    ]);
+    let o = cpu_bench(&b, 2, &["--staged", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["staged"], true);
@@ -564,36 +549,14 @@ fn bench_staged_runs_skip_the_copy_in() {
         "{}",
         stage("model")
     );
-    let o = tether(&[
-        "bench",
-        &b,
-        &asset("astronaut.png"),
-        "--device",
-        "cpu",
-        "--runs",
-        "1",
-        "--warmup",
-        "0",
-        "--staged",
-    ]);
+    let o = cpu_bench(&b, 1, &["--staged"]);
     assert!(
         stdout(&o).contains("closed loop, staged input"),
         "{}",
         stdout(&o)
     );
     // --graph on the CPU says why nothing is captured.
-    let o = tether(&[
-        "bench",
-        &b,
-        &asset("astronaut.png"),
-        "--device",
-        "cpu",
-        "--runs",
-        "1",
-        "--warmup",
-        "0",
-        "--graph",
-    ]);
+    let o = cpu_bench(&b, 1, &["--graph"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stdout(&o).contains("host (--graph asked, but this bundle runs on the CPU"),

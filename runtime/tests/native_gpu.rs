@@ -951,6 +951,14 @@ fn cudnn_runtime_fusion_probe() {
             channels_last: true,
         };
         let label = format!("conv {c}->{k} {r}x{r}/{st} at {h}x{h}");
+        // The addresses of a run: the fused plan writes its own output and reads the bias.
+        let pack = |plan: &ConvPlan, fused: bool| {
+            if fused {
+                plan.variant_pack_fused(a(rx), a(rw), a(rb), a(ryf), a(rs))
+            } else {
+                plan.variant_pack(a(rx), a(rw), a(ry), a(rs))
+            }
+        };
         // The fastest configuration of `g`: its time and its plan (kept: finalising a fused
         // plan compiles a kernel, and a second finalisation may fail).
         let best = |g: &ConvGraph, fused: bool| -> Option<(f32, ConvPlan)> {
@@ -962,12 +970,9 @@ fn cudnn_runtime_fusion_probe() {
                 if plan.workspace > 256 << 20 {
                     continue;
                 }
-                let pack = if fused {
-                    plan.variant_pack_fused(a(rx), a(rw), a(rb), a(ryf), a(rs))
-                } else {
-                    plan.variant_pack(a(rx), a(rw), a(ry), a(rs))
+                let Ok(pack) = pack(&plan, fused) else {
+                    continue;
                 };
-                let Ok(pack) = pack else { continue };
                 let (e0, e1) = (
                     Event::new(&ctx, true, false).unwrap(),
                     Event::new(&ctx, true, false).unwrap(),
@@ -1014,12 +1019,7 @@ fn cudnn_runtime_fusion_probe() {
         };
         // Run each best once more and compare: host silu(y + b) against the fused output.
         for (plan, is_fused) in [(&pp, false), (&fp, true)] {
-            let pack = if is_fused {
-                plan.variant_pack_fused(a(rx), a(rw), a(rb), a(ryf), a(rs))
-            } else {
-                plan.variant_pack(a(rx), a(rw), a(ry), a(rs))
-            }
-            .unwrap();
+            let pack = pack(plan, is_fused).unwrap();
             // SAFETY: as above.
             unsafe { plan.execute(&handle, &pack) }.unwrap();
         }

@@ -495,18 +495,8 @@ impl DeviceSession {
                 self.enqueue(i, Enqueue::Eager)?;
             }
         } else {
-            let n = if self.parity == 1 {
-                self.alt_segments.len()
-            } else {
-                self.segments.len()
-            };
-            for k in 0..n {
-                let segment = if self.parity == 1 {
-                    &self.alt_segments[k]
-                } else {
-                    &self.segments[k]
-                };
-                match segment {
+            for k in 0..self.current_segments().len() {
+                match &self.current_segments()[k] {
                     Segment::Graph(g) => g.launch(&self.stream)?,
                     Segment::Eager(i) => {
                         let i = *i;
@@ -516,10 +506,7 @@ impl DeviceSession {
             }
         }
         self.stream.synchronize()?;
-        // The next run reads the state this one wrote.
-        if !self.ping_pong.is_empty() {
-            self.parity ^= 1;
-        }
+        self.advance_parity();
         if !self.events.is_empty() {
             for (i, t) in self.times.iter_mut().enumerate() {
                 t.1 = Event::elapsed_ms(&self.events[i], &self.events[i + 1])
@@ -899,11 +886,7 @@ impl DeviceSession {
     /// A driver error, or [`RunError::Unsupported`] when the session is not graphs alone
     /// (nothing captured, or engines launched eagerly between graphs).
     pub fn launch_graphs_and_wait(&mut self) -> Result<(), RunError> {
-        let segments = if self.parity == 1 {
-            &self.alt_segments
-        } else {
-            &self.segments
-        };
+        let segments = self.current_segments();
         if segments.is_empty() || segments.iter().any(|s| matches!(s, Segment::Eager(_))) {
             return Err(RunError::Unsupported {
                 what: "a bare graph launch: the session is not captured graphs alone",
@@ -916,10 +899,24 @@ impl DeviceSession {
             }
         }
         self.stream.synchronize()?;
+        self.advance_parity();
+        Ok(())
+    }
+
+    /// The captured segments of the current state parity.
+    fn current_segments(&self) -> &[Segment] {
+        if self.parity == 1 {
+            &self.alt_segments
+        } else {
+            &self.segments
+        }
+    }
+
+    /// After a run: the next one reads the state this one wrote (ping-pong regions swap).
+    fn advance_parity(&mut self) {
         if !self.ping_pong.is_empty() {
             self.parity ^= 1;
         }
-        Ok(())
     }
 
     /// Names of the steps in execution order ("upload", stage names, network names,
