@@ -582,6 +582,13 @@ fn profile(s: &mut Session, file: &str, precision: Precision) {
         }
     }
     kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let fused = steps
+        .iter()
+        .filter(|t| t.label.contains("[fused into step"))
+        .count();
+    eprintln!(
+        "  {fused} convolutions run with their bias/activation step fused in (cuDNN runtime fusion)"
+    );
     eprintln!(
         "  profile {file} {precision:?}: {} steps, sum of step medians inside a graph with an event node between steps {total:.3} ms",
         steps.len()
@@ -885,7 +892,7 @@ fn ppocr_v4_det_fp32() {
 fn cudnn_runtime_fusion_probe() {
     use tether_runtime::native::cudnn::Handle;
     use tether_runtime::native::cudnn_graph::{
-        ConvGeometry, ConvGraph, ConvPlan, FusedEpilogue, Search, alignment,
+        ConvGeometry, ConvGraph, ConvPlan, FusedAct, FusedEpilogue, Search, alignment,
     };
     native::libs::cudnn().expect("cuDNN");
     let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
@@ -954,7 +961,7 @@ fn cudnn_runtime_fusion_probe() {
         // The addresses of a run: the fused plan writes its own output and reads the bias.
         let pack = |plan: &ConvPlan, fused: bool| {
             if fused {
-                plan.variant_pack_fused(a(rx), a(rw), a(rb), a(ryf), a(rs))
+                plan.variant_pack_fused(a(rx), a(rw), a(rb), None, a(ryf), a(rs))
             } else {
                 plan.variant_pack(a(rx), a(rw), a(ry), a(rs))
             }
@@ -999,7 +1006,13 @@ fn cudnn_runtime_fusion_probe() {
         };
         let plain = ConvGraph::new(&handle, &geo, Search::Wide, true).ok();
         let plain_best = plain.as_ref().and_then(|g| best(g, false));
-        let fused = ConvGraph::new_fused(&handle, &geo, Search::Wide, true, FusedEpilogue::Silu);
+        let fused = ConvGraph::new_fused(
+            &handle,
+            &geo,
+            Search::Wide,
+            true,
+            FusedEpilogue::bias_act(FusedAct::Silu),
+        );
         let fused_best = match &fused {
             Ok(g) => best(g, true),
             Err(e) => {

@@ -112,9 +112,23 @@ fn check_network(file: &str, shape: &[usize], precision: Precision, atol: f32, r
     let want = tract_cpu(&onnx, shape, &input);
     let reference = reference::run(g, &compiled.memory, &[&bytes]).unwrap();
     let emulated = emulate::run(&compiled, &[&bytes]).unwrap();
+    // Every convolution that can take its bias/activation (and residual) into cuDNN's graph,
+    // taken, as a GPU executor whose fused plans all won at load runs it. YOLOv8 is built of
+    // conv + bias + SiLU blocks: a network with none found means the detection broke.
+    let fusions = native::fusion::find_all(&compiled);
+    let fusable = fusions.iter().flatten().count();
+    let convs = g
+        .steps
+        .iter()
+        .filter(|s| matches!(s.kind, native::ir::StepKind::Conv(_)))
+        .count();
+    eprintln!(" {fusable} of {convs} convolutions fusable");
+    assert!(fusable > 0, "{file} {precision:?}: no fusable convolution");
+    let fused = emulate::run_with(&compiled, &[&bytes], true).unwrap();
     for (runner, got) in [
         ("host reference", reference),
         ("GPU launch emulation", emulated),
+        ("GPU launch emulation, convolutions fused", fused),
     ] {
         eprintln!(" {runner}:");
         assert_eq!(got.len(), want.len());

@@ -1,8 +1,8 @@
 //! cuDNN's graph (backend) API for one forward convolution: an operation graph, the engine
 //! configurations cuDNN's heuristics rank for it (`CUDNN_HEUR_MODE_A`), execution plans, and
 //! variant packs binding the addresses. [`ConvGraph::new_fused`] builds the same convolution
-//! with a bias and activation fused into its graph (runtime fusion); the engine does not use
-//! it yet (`tests/native_gpu.rs` probes it on a GPU). cuDNN 9 reaches its newer kernels (Hopper and later
+//! with its bias, activation and residual fused into its graph (runtime fusion: the engine
+//! measures it against the convolution plus its `bias_act` kernel, `super::fusion`). cuDNN 9 reaches its newer kernels (Hopper and later
 //! implicit-GEMM engines) only through this API; the legacy `cudnnConvolutionForward`
 //! algorithms are a fixed subset. On the H200 the legacy API's best fp32 algorithm for a
 //! 64-channel 3x3 convolution at 20x20 took 44 us in the captured graph
@@ -169,22 +169,57 @@ impl Desc {
 const UID_X: i64 = b'x' as i64;
 const UID_W: i64 = b'w' as i64;
 const UID_Y: i64 = b'y' as i64;
-/// The bias of a fused epilogue, and its two virtual (fp32, never stored) intermediates.
+/// The bias of a fused epilogue, and its virtual (fp32, never stored) intermediates: the
+/// convolution, the sum with the bias, the activation (before a residual is added).
 const UID_B: i64 = b'b' as i64;
 const UID_CONV: i64 = b'c' as i64;
 const UID_SUM: i64 = b's' as i64;
+const UID_ACT: i64 = b'a' as i64;
+/// The residual of a fused epilogue.
+const UID_R: i64 = b'r' as i64;
+
+/// The activation of a fused epilogue: cuDNN's pointwise modes, computed in fp32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FusedAct {
+    /// None (bias only).
+    Identity,
+    /// SiLU, `x * sigmoid(x)` (`CUDNN_POINTWISE_SWISH_FWD`, beta 1).
+    Silu,
+}
 
 /// An epilogue fused into the convolution's operation graph (cuDNN runtime fusion):
-/// `y = act(conv(x, w) + b)` with `b` the per-output-channel bias `[1, k, 1, 1]` in the
-/// storage type (16-byte aligned), computed in fp32 between the operations (virtual tensors)
-/// and stored once. The activations are cuDNN's pointwise modes: `Identity` (bias only) and
-/// `Silu` (`CUDNN_POINTWISE_SWISH_FWD`, beta 1: `x * sigmoid(x)`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FusedEpilogue {
-    /// `conv + b`.
-    Identity,
-    /// `silu(conv + b)`.
-    Silu,
+/// `y = act(conv(x, w) + b) [+ r]` with `b` the per-output-channel bias `[1, k, 1, 1]` in the
+/// storage type or fp32 (its values contiguous), computed in fp32 between the operations (virtual
+/// tensors, never stored) and stored once. `y` and the residual `r` may be strided views (a
+/// slot of a channel concatenation); their strides are element strides per NCHW-ordered
+/// dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FusedEpilogue {
+    /// The activation.
+    pub act: FusedAct,
+    /// Strides of `y`; `None`: packed in the geometry's layout.
+    pub y_strides: Option<[i64; 4]>,
+    /// Strides of a residual `r` of `y`'s dimensions added after the activation; `None`: no
+    /// residual.
+    pub residual: Option<[i64; 4]>,
+    /// Byte alignment of `b` and `r` (1, 2, 4, 8 or 16).
+    pub align: [i64; 2],
+    /// `b` in fp32 (else in the storage type): the engine keeps biases in fp32 under fp16
+    /// storage (`super::precision`).
+    pub bias_f32: bool,
+}
+
+impl FusedEpilogue {
+    /// `act(conv + b)` into a packed `y`, `b` 16-byte aligned.
+    pub fn bias_act(act: FusedAct) -> Self {
+        FusedEpilogue {
+            act,
+            y_strides: None,
+            residual: None,
+            align: [16, 16],
+            bias_f32: false,
+        }
+    }
 }
 
 /// Eligible engine configurations kept of each heuristics mode (the first are the likeliest
@@ -269,22 +304,22 @@ fn tensor(
     dt: sys::cudnnDataType_t,
     channels_last: bool,
 ) -> Result<Desc, CudnnError> {
-    tensor_desc(uid, dims, align, dt, channels_last, false)
+    tensor_desc(uid, dims, packed(dims, channels_last), align, dt, false)
 }
 
 /// A tensor descriptor; `is_virtual`: an intermediate of a fused graph, never in memory.
 fn tensor_desc(
     uid: i64,
     dims: [i64; 4],
+    strides: [i64; 4],
     align: i64,
     dt: sys::cudnnDataType_t,
-    channels_last: bool,
     is_virtual: bool,
 ) -> Result<Desc, CudnnError> {
     let t = Desc::new(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
     t.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, dt)?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
-    t.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &packed(dims, channels_last))?;
+    t.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &strides)?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[align])?;
     if is_virtual {
@@ -399,11 +434,15 @@ impl ConvGraph {
         let cl = g.channels_last;
         let x = tensor(UID_X, g.x, g.align[0], dt, cl)?;
         let w = tensor(UID_W, g.w, g.align[1], dt, cl)?;
-        let y = tensor(UID_Y, g.y, g.align[2], dt, cl)?;
+        let y_strides = epilogue
+            .and_then(|e| e.y_strides)
+            .unwrap_or(packed(g.y, cl));
+        let y = tensor_desc(UID_Y, g.y, y_strides, g.align[2], dt, false)?;
         // With an epilogue the convolution writes a virtual fp32 tensor the pointwise
         // operations read; the last of them writes y.
+        let virt = |uid| tensor_desc(uid, g.y, packed(g.y, cl), 16, f32t, true);
         let conv_out = match epilogue {
-            Some(_) => Some(tensor_desc(UID_CONV, g.y, 16, f32t, cl, true)?),
+            Some(_) => Some(virt(UID_CONV)?),
             None => None,
         };
         let conv = Desc::new(D::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
@@ -460,24 +499,47 @@ impl ConvGraph {
         let mut ops: Vec<Desc> = Vec::new();
         if let (Some(e), Some(c)) = (epilogue, conv_out.as_ref()) {
             use sys::cudnnPointwiseMode_t as M;
-            let bias = tensor(UID_B, [1, g.y[1], 1, 1], 16, dt, cl)?;
-            let sum = match e {
-                FusedEpilogue::Identity => None,
-                FusedEpilogue::Silu => Some(tensor_desc(UID_SUM, g.y, 16, f32t, cl, true)?),
+            // The chain conv -> + b -> [act] -> [+ r]: every link virtual but the last.
+            let bias_dt = if e.bias_f32 { f32t } else { dt };
+            let bias = tensor(UID_B, [1, g.y[1], 1, 1], e.align[0], bias_dt, cl)?;
+            let with_act = e.act == FusedAct::Silu;
+            let links = 1 + usize::from(with_act) + usize::from(e.residual.is_some());
+            let mut prev: Option<Desc> = None;
+            let mut link = 0usize;
+            let mut step = |mode: M, b: Option<&Desc>, prev: &mut Option<Desc>| {
+                link += 1;
+                let out = if link == links {
+                    None
+                } else {
+                    Some(virt([UID_SUM, UID_ACT][link - 1])?)
+                };
+                let (op, pw) = pointwise(
+                    mode,
+                    prev.as_ref().unwrap_or(c),
+                    b,
+                    out.as_ref().unwrap_or(&y),
+                )?;
+                ops.push(op);
+                fused.push(pw);
+                if let Some(old) = std::mem::replace(prev, out) {
+                    fused.push(old);
+                }
+                Ok::<_, CudnnError>(())
             };
-            let (add, add_pw) = pointwise(
-                M::CUDNN_POINTWISE_ADD,
-                c,
-                Some(&bias),
-                sum.as_ref().unwrap_or(&y),
-            )?;
-            ops.push(add);
-            fused.extend([add_pw, bias]);
-            if let Some(sum) = sum {
-                let (act, act_pw) = pointwise(M::CUDNN_POINTWISE_SWISH_FWD, &sum, None, &y)?;
-                ops.push(act);
-                fused.extend([act_pw, sum]);
+            step(M::CUDNN_POINTWISE_ADD, Some(&bias), &mut prev)?;
+            if with_act {
+                step(M::CUDNN_POINTWISE_SWISH_FWD, None, &mut prev)?;
             }
+            let residual = match e.residual {
+                Some(strides) => Some(tensor_desc(UID_R, g.y, strides, e.align[1], dt, false)?),
+                None => None,
+            };
+            if let Some(r) = &residual {
+                step(M::CUDNN_POINTWISE_ADD, Some(r), &mut prev)?;
+            }
+            fused.push(bias);
+            fused.extend(residual);
+            fused.extend(prev);
         }
         let graph = Desc::new(D::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
         graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
@@ -620,7 +682,7 @@ impl ConvPlan {
     }
 
     /// As [`ConvPlan::variant_pack`] for a plan of [`ConvGraph::new_fused`]: `b` is the
-    /// bias, `[k]` values of the storage type, 16-byte aligned.
+    /// bias, `[k]` values of the storage type; `r` the residual when the epilogue has one.
     ///
     /// # Errors
     /// [`CudnnError`].
@@ -629,10 +691,14 @@ impl ConvPlan {
         x: u64,
         w: u64,
         b: u64,
+        r: Option<u64>,
         y: u64,
         ws: u64,
     ) -> Result<VariantPack, CudnnError> {
-        Self::pack(&[UID_X, UID_W, UID_B, UID_Y], &[x, w, b, y], ws)
+        match r {
+            Some(r) => Self::pack(&[UID_X, UID_W, UID_B, UID_R, UID_Y], &[x, w, b, r, y], ws),
+            None => Self::pack(&[UID_X, UID_W, UID_B, UID_Y], &[x, w, b, y], ws),
+        }
     }
 
     fn pack(uids: &[i64], addrs: &[u64], ws: u64) -> Result<VariantPack, CudnnError> {

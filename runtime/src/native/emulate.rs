@@ -482,6 +482,16 @@ fn store_view(r: &Regions, base: u64, t: &Tensor, values: &[f32]) -> Result<(), 
 /// # Errors
 /// A description of the first launch that fails (an access outside every region included).
 pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
+    run_with(c, inputs, false)
+}
+
+/// [`run`], with every fusion [`super::fusion::find_all`] finds taken (`fuse`) as a GPU
+/// executor with fused graph-API plans for all of them takes it: the convolution computes
+/// `act(conv + b) [+ r]` into the element-wise step's output and that step does nothing.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with(c: &Compiled, inputs: &[&[u8]], fuse: bool) -> Result<Vec<Vec<u8>>, String> {
     let g = &c.graph;
     let uses_gemm = g.steps.iter().any(|s| matches!(s.kind, StepKind::Gemm(_)));
     // Scratch sizes as on a GPU that chose algorithms needing some scratch.
@@ -500,6 +510,8 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
                 find_us: 0,
                 graph: None,
                 graph_workspace: 0,
+                fused: None,
+                fused_workspace: 0,
             })
         })
         .collect();
@@ -551,8 +563,13 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
         inputs: &in_addrs,
         outputs: &out_addrs,
     };
+    let fusions = if fuse {
+        super::fusion::find_all(c)
+    } else {
+        vec![None; g.steps.len()]
+    };
     let mut launches = Vec::new();
-    launch::build(c, &convs, &layout, &bases, &mut launches)?;
+    launch::build(c, &convs, &fusions, &layout, &bases, &mut launches)?;
     for (i, l) in launches.iter().enumerate() {
         let name = &g.steps[i].node;
         let res = match l {
@@ -572,6 +589,7 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
                 x,
                 w,
                 y,
+                epilogue,
                 ws,
                 ws_bytes,
                 ..
@@ -583,9 +601,38 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
                 regions.check(*ws, *ws_bytes)?;
                 let xv = read_view(&regions, *x, xt)?;
                 let wv = read_view(&regions, *w, wt)?;
-                let yv = conv_compute(&xv, &wv, &xt.shape, &wt.shape, &yt.shape, cv);
-                store_view(&regions, *y, yt, &yv)
+                let mut yv = conv_compute(&xv, &wv, &xt.shape, &wt.shape, &yt.shape, cv);
+                match epilogue {
+                    None => store_view(&regions, *y, yt, &yv),
+                    // cuDNN's fused graph: fp32 between the operations, one store.
+                    Some(e) => (|| {
+                        let f = e.fusion;
+                        let bv = read_view(&regions, e.b, g.tensor(f.bias))?;
+                        let rv = match (f.residual, e.r) {
+                            (Some(t), Some(a)) => Some(read_view(&regions, a, g.tensor(t))?),
+                            _ => None,
+                        };
+                        for (k, v) in yv.iter_mut().enumerate() {
+                            *v += bv[k];
+                            if f.silu {
+                                *v = apply(EwOp::Silu, *v, 0.0, 0.0, 0.0);
+                            }
+                            if let Some(rv) = &rv {
+                                *v += rv[k];
+                            }
+                        }
+                        store_view(&regions, *y, g.tensor(f.out), &yv)
+                    })(),
+                }
             }
+            Launch::Fused { into } => match launches.get(*into) {
+                Some(Launch::Conv {
+                    epilogue: Some(e), ..
+                }) if e.fusion.ew == i => Ok(()),
+                _ => Err(format!(
+                    "{name}: fused into step {into}, which does not fuse it"
+                )),
+            },
             Launch::Deconv {
                 step,
                 x,

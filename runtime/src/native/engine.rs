@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::backend::{
     Backend, Bindings, CaptureSafety, DeviceExecutor, DevicePlan, EngineKind, Enqueue, IoSpec,
@@ -26,6 +26,7 @@ use crate::tensor::{DType, IoMode, TensorSpec};
 
 use super::cublas::{self, GemmMath};
 use super::cudnn::{self, ConvMath};
+use super::fusion::{self, Fusion};
 use super::ir::{ElemType, Graph, PoolKind, StepKind, TensorId};
 use super::kernels::{
     BiasActParams, CopyParams, EwParams, GatherParams, KERNEL_IMAGES, KERNEL_SOURCE, Kernels,
@@ -33,7 +34,7 @@ use super::kernels::{
 };
 use super::launch::{self, Bases, ConvChoice, Launch, Layout, address};
 use super::memory::BUFFER_ALIGN;
-use super::{Compiled, LowerError, cudnn_graph, libs};
+use super::{Compiled, LowerError, cudnn_graph, kernels, libs};
 
 const ENGINE: EngineKind = EngineKind::CudaNative;
 
@@ -54,6 +55,11 @@ pub struct NativeOptions {
     /// [`cudnn_graph::Search::Heuristics`]; `TETHER_CUDNN_SEARCH=wide` asks for
     /// [`cudnn_graph::Search::Wide`] (another value: a warning, the default).
     pub cudnn_search: cudnn_graph::Search,
+    /// Most configurations of cuDNN's heuristics measured for a convolution with its bias,
+    /// activation and residual fused in ([`super::fusion`]); 0 turns fusion off. Finalising
+    /// a fused configuration compiles a kernel (NVRTC), so each costs load time. Default 2;
+    /// `TETHER_CUDNN_FUSION=<n>` sets it (another value: a warning, the default).
+    pub fusion_candidates: usize,
     /// Activation layout; `None`: the precision's default
     /// ([`super::ActivationLayout::for_precision`]: NHWC in fp16 and TF32, NCHW in fp32).
     /// `TETHER_NATIVE_LAYOUT=nchw` or `nhwc` sets it (another value: a warning, the default).
@@ -76,6 +82,15 @@ impl Default for NativeOptions {
                 }
                 Err(_) => cudnn_graph::Search::Heuristics,
             },
+            fusion_candidates: match std::env::var("TETHER_CUDNN_FUSION") {
+                Ok(v) => v.parse().unwrap_or_else(|_| {
+                    log::warn!(
+                        "TETHER_CUDNN_FUSION={v:?} is not a count: {DEFAULT_FUSION_CANDIDATES}"
+                    );
+                    DEFAULT_FUSION_CANDIDATES
+                }),
+                Err(_) => DEFAULT_FUSION_CANDIDATES,
+            },
             layout: std::env::var("TETHER_NATIVE_LAYOUT").ok().and_then(|v| {
                 let layout = super::ActivationLayout::parse(&v);
                 if layout.is_none() {
@@ -88,6 +103,9 @@ impl Default for NativeOptions {
         }
     }
 }
+
+/// Default of [`NativeOptions::fusion_candidates`].
+pub const DEFAULT_FUSION_CANDIDATES: usize = 2;
 
 /// The native GPU backend on one device.
 #[derive(Clone, Debug)]
@@ -178,7 +196,27 @@ enum StepDescs {
     },
 }
 
+/// A cuDNN graph-API execution plan of one convolution step, with the operation graph its
+/// configuration belongs to (dropped after the plan).
+struct StepPlan {
+    plan: cudnn_graph::ConvPlan,
+    /// Built with the step's fused epilogue ([`PlanInner::fused_geoms`]).
+    fused: bool,
+    _graph: cudnn_graph::ConvGraph,
+}
+
+/// The plans measured at load and the handle they were built on, kept for the first
+/// executor: it runs exactly the plans that were timed, with no second finalisation (which
+/// recompiles a fused plan's kernel, and once failed to: `docs/evidence/native-h200.md`).
+struct Kept {
+    // Dropped before the handle they belong to.
+    plans: Vec<Option<Arc<StepPlan>>>,
+    handle: cudnn::Handle,
+}
+
 struct PlanInner {
+    // Dropped first (with the context made current, `Drop`): a cuDNN handle.
+    kept: Mutex<Option<Kept>>,
     network: String,
     ctx: Context,
     io: IoSpec,
@@ -190,6 +228,11 @@ struct PlanInner {
     /// Graph-API geometry (with the load-time alignments) of each convolution run through
     /// cuDNN's graph API.
     geoms: Vec<Option<cudnn_graph::ConvGeometry>>,
+    /// Per step: the fusion a convolution runs with ([`ConvChoice::fused`]).
+    fusions: Vec<Option<Fusion>>,
+    /// Per step: the geometry (alignments of x, w and the fused output) and epilogue of a
+    /// fused convolution's graph.
+    fused_geoms: Vec<Option<(cudnn_graph::ConvGeometry, cudnn_graph::FusedEpilogue)>>,
     /// The heuristics the graph-API choices index into (the same query on every handle).
     search: cudnn_graph::Search,
     layout: Layout,
@@ -197,6 +240,16 @@ struct PlanInner {
     uses_cublas: bool,
     // Dropped last: the kernels above are functions of this module.
     _module: KernelModule,
+}
+
+impl Drop for PlanInner {
+    fn drop(&mut self) {
+        // Kept plans never taken by an executor: destroyed with the context current.
+        let kept = self.kept.get_mut().map(Option::take).unwrap_or(None);
+        if kept.is_some() {
+            let _ = self.ctx.bind();
+        }
+    }
 }
 
 /// A prepared network on one device: weights uploaded, kernels loaded, algorithms chosen.
@@ -353,40 +406,29 @@ fn conv_geometry(g: &Graph, i: usize, x: u64, w: u64, y: u64) -> Option<cudnn_gr
     })
 }
 
-/// The fastest of cuDNN's graph-API engine configurations for the forward convolution `geo`
-/// at `operands` (x, w, y, scratch of `limit` bytes) that beats `best_us` (the legacy
-/// algorithm's time, measured the same way): its heuristics rank, scratch bytes and time.
-/// `tensor_cores` false skips the configurations that use tensor cores (fp32, TF32 off: see
-/// [`graph_tensor_cores`]). A geometry or
-/// configuration cuDNN refuses is passed over with a debug line under `label`.
+/// The fastest of the first `max` engine configurations of `cg` (built on `handle`) that
+/// beats `best_us` (the time to beat, measured the same way), each finalised, bound by
+/// `pack` (its operands and a scratch of `limit` bytes) and timed on `stream`: its heuristics
+/// rank, plan and time. A configuration cuDNN refuses is passed over with a debug line under
+/// `label`.
 ///
 /// # Errors
 /// A driver error synchronising the stream after the measurements.
 #[allow(clippy::too_many_arguments)]
-fn fastest_graph_engine(
+fn fastest_plan(
     ctx: &Context,
     stream: &Stream,
     handle: &cudnn::Handle,
-    geo: &cudnn_graph::ConvGeometry,
-    search: cudnn_graph::Search,
-    operands: (u64, u64, u64, u64),
+    cg: &cudnn_graph::ConvGraph,
+    max: usize,
     limit: usize,
-    tensor_cores: bool,
     best_us: f32,
     label: &str,
-) -> Result<Option<(u8, usize, f32)>, crate::cuda::CudaError> {
-    let (xa, wa, ya, scratch) = operands;
-    let cg = match cudnn_graph::ConvGraph::new(handle, geo, search, tensor_cores) {
-        Ok(cg) => cg,
-        Err(e) => {
-            log::debug!("{label}: cuDNN graph API refused the convolution: {e}");
-            return Ok(None);
-        }
-    };
+    pack: impl Fn(&cudnn_graph::ConvPlan) -> Result<cudnn_graph::VariantPack, cudnn::CudnnError>,
+) -> Result<Option<(u8, cudnn_graph::ConvPlan, f32)>, crate::cuda::CudaError> {
     let mut best = None;
     let mut best_us = best_us;
-    for rank in 0..cg.candidates() {
-        // The list holds no tensor-core configuration unless `tensor_cores` (the query filters).
+    for rank in 0..cg.candidates().min(max) {
         let tc = cg.uses_tensor_cores(rank).unwrap_or(true);
         let Ok(plan) = cg.plan(handle, rank) else {
             continue;
@@ -394,7 +436,7 @@ fn fastest_graph_engine(
         if plan.workspace > limit {
             continue;
         }
-        let Ok(pack) = plan.variant_pack(xa, wa, ya, scratch) else {
+        let Ok(pack) = pack(&plan) else {
             continue;
         };
         // SAFETY: the pack's addresses lie in the caller's buffers for this geometry, the
@@ -409,7 +451,7 @@ fn fastest_graph_engine(
         );
         if let Some(us) = us.filter(|&us| us < best_us) {
             best_us = us;
-            best = Some((rank as u8, plan.workspace, us));
+            best = Some((rank as u8, plan, us));
         }
     }
     stream.synchronize()?;
@@ -530,7 +572,7 @@ impl NativePlan {
                 allow_nvrtc: opts.allow_nvrtc,
             },
         )?;
-        let kernels = Kernels::new(&module)?;
+        let kernel_set = Kernels::new(&module)?;
 
         // Weights: one allocation, one upload.
         let stream =
@@ -554,6 +596,10 @@ impl NativePlan {
         // same pointer alignments as at run time).
         let mut convs = vec![None; g.steps.len()];
         let mut geoms: Vec<Option<cudnn_graph::ConvGeometry>> = vec![None; g.steps.len()];
+        let mut fusions: Vec<Option<Fusion>> = vec![None; g.steps.len()];
+        let mut fused_geoms = vec![None; g.steps.len()];
+        let mut kept_plans: Vec<Option<Arc<StepPlan>>> = vec![None; g.steps.len()];
+        let mut kept: Option<Kept> = None;
         let mut cudnn_bytes = 0usize;
         if g.steps
             .iter()
@@ -597,24 +643,45 @@ impl NativePlan {
                 outputs: &out_regions,
             };
             let handle = cudnn::Handle::new().map_err(|e| backend_err(network, e.to_string()))?;
-            let mut measured: HashMap<String, (ConvChoice, Option<cudnn_graph::ConvGeometry>)> =
-                HashMap::new();
+            let _ = handle.set_stream(stream.raw());
+            let addr = |t: TensorId| address(&compiled, &bases, t);
+            let tensor_cores = graph_tensor_cores(options.precision);
+            let fusion_start = std::time::Instant::now();
+            // What one measurement decides, shared by the identical convolutions after it.
+            #[derive(Clone)]
+            struct Measured {
+                choice: ConvChoice,
+                geo: Option<cudnn_graph::ConvGeometry>,
+                fused_geo: Option<(cudnn_graph::ConvGeometry, cudnn_graph::FusedEpilogue)>,
+                plan: Option<Arc<StepPlan>>,
+            }
+            let mut measured: HashMap<String, Measured> = HashMap::new();
             for (i, step) in g.steps.iter().enumerate() {
                 let (StepKind::Conv(c) | StepKind::Deconv(c)) = &step.kind else {
                     continue;
                 };
                 let transposed = matches!(step.kind, StepKind::Deconv(_));
-                // Identical convolutions (views, parameters, operand alignments) are measured
-                // once: repeated blocks of a network share the choice.
+                let (xa, wa, ya) = (addr(c.x), addr(c.w), addr(c.y));
+                // The fusion this convolution could take, its epilogue and output alignment.
+                let fusion = (!transposed && opts.cudnn_graph && opts.fusion_candidates > 0)
+                    .then(|| fusion::find(&compiled, i))
+                    .flatten();
+                let epilogue = fusion.map(|f| {
+                    (
+                        f.epilogue(g, addr(f.bias), f.residual.map(addr)),
+                        cudnn_graph::alignment(addr(f.out)),
+                    )
+                });
+                // Identical convolutions (views, parameters, operand alignments, fusion) are
+                // measured once: repeated blocks of a network share the choice and the plan.
                 let key = {
                     let view = |t: TensorId| {
                         let t = g.tensor(t);
                         format!("{:?}{:?}{:?}", t.shape, t.strides, t.dtype)
                     };
-                    let align = [c.x, c.w, c.y]
-                        .map(|t| cudnn_graph::alignment(address(&compiled, &bases, t)));
+                    let align = [xa, wa, ya].map(cudnn_graph::alignment);
                     format!(
-                        "{transposed} {} {} {} {} {:?} {:?} {:?} {} {align:?}",
+                        "{transposed} {} {} {} {} {:?} {:?} {:?} {} {align:?} {epilogue:?}",
                         c.channels_last,
                         view(c.x),
                         view(c.w),
@@ -625,12 +692,19 @@ impl NativePlan {
                         c.group
                     )
                 };
-                if let Some(&(choice, geo)) = measured.get(&key) {
+                if let Some(m) = measured.get(&key) {
+                    let m = m.clone();
                     cudnn_bytes = cudnn_bytes
-                        .max(choice.workspace)
-                        .max(choice.graph_workspace);
-                    convs[i] = Some(choice);
-                    geoms[i] = geo;
+                        .max(m.choice.workspace)
+                        .max(m.choice.graph_workspace)
+                        .max(m.choice.fused_workspace);
+                    convs[i] = Some(m.choice);
+                    geoms[i] = m.geo;
+                    if m.choice.fused.is_some() {
+                        fusions[i] = fusion;
+                        fused_geoms[i] = m.fused_geo;
+                    }
+                    kept_plans[i] = m.plan;
                     continue;
                 }
                 let StepDescs::Conv { x, w, y, conv } =
@@ -638,6 +712,7 @@ impl NativePlan {
                 else {
                     unreachable!("a convolution step has convolution descriptors")
                 };
+                let scratch_ptr = temp.ptr(scratch).0;
                 // SAFETY: addresses resolve into the temporary arena and the weights, sized
                 // by the memory plan for these descriptors; the scratch holds `limit` bytes.
                 let found = if transposed {
@@ -645,49 +720,41 @@ impl NativePlan {
                         cudnn::find_bwd_data_algo(
                             &handle,
                             &w,
-                            address(&compiled, &bases, c.w),
+                            wa,
                             &x,
-                            address(&compiled, &bases, c.x),
+                            xa,
                             &conv,
                             &y,
-                            address(&compiled, &bases, c.y),
-                            temp.ptr(scratch).0,
+                            ya,
+                            scratch_ptr,
                             limit,
                         )
                     }
                 } else {
                     // SAFETY: as above.
                     unsafe {
-                        cudnn::find_algo(
-                            &handle,
-                            &x,
-                            address(&compiled, &bases, c.x),
-                            &w,
-                            address(&compiled, &bases, c.w),
-                            &conv,
-                            &y,
-                            address(&compiled, &bases, c.y),
-                            temp.ptr(scratch).0,
-                            limit,
-                        )
+                        cudnn::find_algo(&handle, &x, xa, &w, wa, &conv, &y, ya, scratch_ptr, limit)
                     }
                 }
                 .map_err(|e| backend_err(network, format!("step {i} ({}): {e}", step.node)))?;
-                let (xa, wa, ya) = (
-                    address(&compiled, &bases, c.x),
-                    address(&compiled, &bases, c.w),
-                    address(&compiled, &bases, c.y),
-                );
-                let scratch_ptr = temp.ptr(scratch).0;
                 let mut choice = ConvChoice {
                     algo: found.algo,
                     workspace: found.workspace,
                     find_us: found.time_us,
                     graph: None,
                     graph_workspace: 0,
+                    fused: None,
+                    fused_workspace: 0,
+                };
+                let mut m = Measured {
+                    choice,
+                    geo: None,
+                    fused_geo: None,
+                    plan: None,
                 };
                 // The graph API's candidates against the legacy algorithm, each timed the
-                // same way on the real layout; the fastest is kept.
+                // same way on the real layout; the fastest is kept. Then the fused graph
+                // against the fastest plus the `bias_act` launch it would save.
                 if !transposed && opts.cudnn_graph {
                     let _ = handle.set_stream(stream.raw());
                     let legacy_us = time_us(ctx, &stream, 3, 20, || {
@@ -710,25 +777,114 @@ impl NativePlan {
                         .is_ok()
                     });
                     let mut best = legacy_us.unwrap_or(f32::INFINITY);
+                    let label = format!("{network}: {}", step.node);
                     if let Some(geo) = conv_geometry(g, i, xa, wa, ya) {
-                        let operands = (xa, wa, ya, scratch_ptr);
-                        let label = format!("{network}: {}", step.node);
-                        if let Some((rank, workspace, us)) = fastest_graph_engine(
-                            ctx,
-                            &stream,
+                        match cudnn_graph::ConvGraph::new(
                             &handle,
                             &geo,
                             opts.cudnn_search,
-                            operands,
-                            limit,
-                            graph_tensor_cores(options.precision),
-                            best,
-                            &label,
-                        )? {
-                            best = us;
-                            choice.graph = Some(rank);
-                            choice.graph_workspace = workspace;
-                            geoms[i] = Some(geo);
+                            tensor_cores,
+                        ) {
+                            Ok(cg) => {
+                                if let Some((rank, plan, us)) = fastest_plan(
+                                    ctx,
+                                    &stream,
+                                    &handle,
+                                    &cg,
+                                    usize::MAX,
+                                    limit,
+                                    best,
+                                    &label,
+                                    |p| p.variant_pack(xa, wa, ya, scratch_ptr),
+                                )? {
+                                    best = us;
+                                    choice.graph = Some(rank);
+                                    choice.graph_workspace = plan.workspace;
+                                    m.geo = Some(geo);
+                                    m.plan = Some(Arc::new(StepPlan {
+                                        plan,
+                                        fused: false,
+                                        _graph: cg,
+                                    }));
+                                }
+                            }
+                            Err(e) => {
+                                log::debug!("{label}: cuDNN graph API refused the convolution: {e}")
+                            }
+                        }
+                        if let (Some(f), Some((epi, out_align))) = (fusion, epilogue) {
+                            let StepKind::Elementwise {
+                                inputs,
+                                output,
+                                program,
+                            } = &g.steps[f.ew].kind
+                            else {
+                                unreachable!("a fusion's successor is element-wise")
+                            };
+                            let ew_us =
+                                kernels::bias_act_params(g, inputs, *output, program, &addr)
+                                    .and_then(|mut params| {
+                                        let grid = kernels::grid_for(params.threads());
+                                        time_us(ctx, &stream, 3, 20, || {
+                                            let mut args =
+                                                [&mut params as *mut BiasActParams as *mut c_void];
+                                            // SAFETY: the kernel's one parameter struct, every
+                                            // address in the temporary arena or the weights.
+                                            unsafe {
+                                                stream.launch(
+                                                    kernel_set.bias_act,
+                                                    (grid, 1, 1),
+                                                    (256, 1, 1),
+                                                    0,
+                                                    &mut args,
+                                                )
+                                            }
+                                            .is_ok()
+                                        })
+                                    });
+                            let geo_f = cudnn_graph::ConvGeometry {
+                                align: [geo.align[0], geo.align[1], out_align],
+                                ..geo
+                            };
+                            let (ba, ra, oa) = (addr(f.bias), f.residual.map(addr), addr(f.out));
+                            let unfused = best + ew_us.unwrap_or(f32::INFINITY);
+                            match cudnn_graph::ConvGraph::new_fused(
+                                &handle,
+                                &geo_f,
+                                opts.cudnn_search,
+                                tensor_cores,
+                                epi,
+                            ) {
+                                Ok(cg) => {
+                                    if let Some((rank, plan, us)) = fastest_plan(
+                                        ctx,
+                                        &stream,
+                                        &handle,
+                                        &cg,
+                                        opts.fusion_candidates,
+                                        limit,
+                                        unfused,
+                                        &label,
+                                        |p| p.variant_pack_fused(xa, wa, ba, ra, oa, scratch_ptr),
+                                    )? {
+                                        log::debug!(
+                                            "{label}: fused with its bias/activation: {us} us against {best} + {ew_us:?} us"
+                                        );
+                                        best = us;
+                                        choice.fused = Some(rank);
+                                        choice.fused_workspace = plan.workspace;
+                                        m.fused_geo = Some((geo_f, epi));
+                                        m.plan = Some(Arc::new(StepPlan {
+                                            plan,
+                                            fused: true,
+                                            _graph: cg,
+                                        }));
+                                    }
+                                }
+                                Err(e) => log::debug!(
+                                    "{label}: cuDNN graph API refused the fused convolution: {e}"
+                                ),
+                            }
                         }
                     }
                     choice.find_us = best.min(u32::MAX as f32) as u32;
@@ -736,11 +892,14 @@ impl NativePlan {
                 log::debug!(
                     "{network}: {}: {} ({} bytes of workspace, {} us)",
                     step.node,
-                    match choice.graph {
-                        Some(r) => format!("cuDNN graph API, heuristics rank {r}"),
-                        None => format!("cuDNN algorithm {}", choice.algo),
+                    match (choice.fused, choice.graph) {
+                        (Some(r), _) => format!("cuDNN graph API fused, heuristics rank {r}"),
+                        (None, Some(r)) => format!("cuDNN graph API, heuristics rank {r}"),
+                        (None, None) => format!("cuDNN algorithm {}", choice.algo),
                     },
-                    if choice.graph.is_some() {
+                    if choice.fused.is_some() {
+                        choice.fused_workspace
+                    } else if choice.graph.is_some() {
                         choice.graph_workspace
                     } else {
                         choice.workspace
@@ -749,12 +908,27 @@ impl NativePlan {
                 );
                 cudnn_bytes = cudnn_bytes
                     .max(choice.workspace)
-                    .max(choice.graph_workspace);
+                    .max(choice.graph_workspace)
+                    .max(choice.fused_workspace);
+                m.choice = choice;
                 convs[i] = Some(choice);
-                measured.insert(key, (choice, geoms[i]));
+                geoms[i] = m.geo;
+                if choice.fused.is_some() {
+                    fusions[i] = fusion;
+                    fused_geoms[i] = m.fused_geo;
+                }
+                kept_plans[i] = m.plan.clone();
+                measured.insert(key, m);
             }
             ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
-            drop(handle);
+            log::debug!(
+                "{network}: convolution algorithms measured in {:.2} s",
+                fusion_start.elapsed().as_secs_f64()
+            );
+            kept = Some(Kept {
+                plans: kept_plans,
+                handle,
+            });
             drop(temp);
         }
 
@@ -771,14 +945,15 @@ impl NativePlan {
         };
         let layout = Layout::new(compiled.memory.activation_bytes, cudnn_bytes, cublas_bytes);
         log::info!(
-            "{network}: native engine plan: {} steps ({} convolutions, {} matrix products), \
-             weights {} bytes, activations {} bytes, cuDNN scratch {} bytes, cuBLAS workspace \
-             {} bytes, precision {:?}, kernels {}",
+            "{network}: native engine plan: {} steps ({} convolutions, {} with bias/activation \
+             fused, {} matrix products), weights {} bytes, activations {} bytes, cuDNN scratch \
+             {} bytes, cuBLAS workspace {} bytes, precision {:?}, kernels {}",
             g.steps.len(),
             g.steps
                 .iter()
                 .filter(|s| matches!(s.kind, StepKind::Conv(_)))
                 .count(),
+            fusions.iter().flatten().count(),
             g.steps
                 .iter()
                 .filter(|s| matches!(s.kind, StepKind::Gemm(_)))
@@ -791,15 +966,18 @@ impl NativePlan {
             module.image
         );
         Ok(NativePlan(Arc::new(PlanInner {
+            kept: Mutex::new(kept),
             network: network.to_string(),
             ctx: ctx.clone(),
             io,
             compiled,
             precision: options.precision,
             weights,
-            kernels,
+            kernels: kernel_set,
             convs,
             geoms,
+            fusions,
+            fused_geoms,
             search: opts.cudnn_search,
             layout,
             uses_cudnn,
@@ -811,6 +989,61 @@ impl NativePlan {
     /// The lowered graph and its memory plan (for `inspect` and tests).
     pub fn compiled(&self) -> &Compiled {
         &self.0.compiled
+    }
+
+    /// Step `i`'s chosen graph-API plan rebuilt on `h`: the fused configuration when one was
+    /// chosen, else (or when it cannot be rebuilt) the plain one; `None`: the legacy
+    /// algorithm.
+    fn rebuild(&self, h: &cudnn::Handle, i: usize) -> Option<Arc<StepPlan>> {
+        let p = &*self.0;
+        let choice = p.convs.get(i).copied().flatten()?;
+        let tc = graph_tensor_cores(p.precision);
+        let build = |graph: Result<cudnn_graph::ConvGraph, cudnn::CudnnError>,
+                     rank: u8,
+                     fused: bool| {
+            let what = if fused { "fused plan" } else { "plan" };
+            match graph.and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (plan, cg))) {
+                Ok((plan, cg)) if plan.workspace <= p.layout.cudnn_ws.1 => {
+                    Some(Arc::new(StepPlan {
+                        plan,
+                        fused,
+                        _graph: cg,
+                    }))
+                }
+                Ok((plan, _)) => {
+                    log::warn!(
+                        "{}: step {i}: cuDNN graph {what} needs {} bytes of scratch, the plan has {}",
+                        p.network,
+                        plan.workspace,
+                        p.layout.cudnn_ws.1
+                    );
+                    None
+                }
+                Err(e) => {
+                    log::warn!(
+                        "{}: step {i}: cuDNN graph {what} not rebuilt ({e})",
+                        p.network
+                    );
+                    None
+                }
+            }
+        };
+        let fused = match (choice.fused, &p.fused_geoms[i]) {
+            (Some(rank), Some((geo, epi))) => build(
+                cudnn_graph::ConvGraph::new_fused(h, geo, p.search, tc, *epi),
+                rank,
+                true,
+            ),
+            _ => None,
+        };
+        fused.or_else(|| match (choice.graph, &p.geoms[i]) {
+            (Some(rank), Some(geo)) => build(
+                cudnn_graph::ConvGraph::new(h, geo, p.search, tc),
+                rank,
+                false,
+            ),
+            _ => None,
+        })
     }
 }
 
@@ -855,11 +1088,6 @@ impl DevicePlan for NativePlan {
         }
         ctx.bind().map_err(crate::cuda::CudaError::from)?;
         let g = &p.compiled.graph;
-        let cudnn = if p.uses_cudnn {
-            Some(cudnn::Handle::new().map_err(|e| backend_err(&p.network, e.to_string()))?)
-        } else {
-            None
-        };
         let cublas = if p.uses_cublas {
             Some(cublas::Handle::new().map_err(|e| backend_err(&p.network, e.to_string()))?)
         } else {
@@ -869,50 +1097,28 @@ impl DevicePlan for NativePlan {
             .map(|i| step_descs(g, i, p.precision))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|m| backend_err(&p.network, m))?;
-        // Convolutions run through cuDNN's graph API: the chosen configuration rebuilt on this
-        // executor's handle (an execution plan belongs to the handle it was built with). One
-        // that cannot be rebuilt runs the legacy algorithm measured with it.
-        let mut graph_plans = Vec::with_capacity(g.steps.len());
-        for i in 0..g.steps.len() {
-            let rebuilt = match (
-                &cudnn,
-                p.convs[i].and_then(|c| c.graph),
-                p.geoms[i].as_ref(),
-            ) {
-                (Some(h), Some(rank), Some(geo)) => {
-                    match cudnn_graph::ConvGraph::new(
-                        h,
-                        geo,
-                        p.search,
-                        graph_tensor_cores(p.precision),
-                    )
-                    .and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (plan, cg)))
-                    {
-                        Ok((plan, cg)) if plan.workspace <= p.layout.cudnn_ws.1 => Some((plan, cg)),
-                        Ok((plan, _)) => {
-                            log::warn!(
-                                "{}: step {i}: cuDNN graph plan needs {} bytes of scratch, the plan has {}: legacy algorithm",
-                                p.network,
-                                plan.workspace,
-                                p.layout.cudnn_ws.1
-                            );
-                            None
-                        }
-                        Err(e) => {
-                            log::warn!(
-                                "{}: step {i}: cuDNN graph plan not rebuilt ({e}): legacy algorithm",
-                                p.network
-                            );
-                            None
-                        }
-                    }
-                }
-                _ => None,
-            };
-            graph_plans.push(rebuilt);
-        }
+        // The first executor takes the plans measured at load with their handle. Another
+        // rebuilds the chosen configurations on its own handle by their rank in the same
+        // heuristics query (an execution plan belongs to the handle it was built with): the
+        // fused one, else the plain one, else the legacy algorithm measured with them.
+        let kept = p.kept.lock().ok().and_then(|mut k| k.take());
+        let (cudnn, graph_plans) = match kept {
+            Some(k) => (Some(k.handle), k.plans),
+            None => {
+                let cudnn = if p.uses_cudnn {
+                    Some(cudnn::Handle::new().map_err(|e| backend_err(&p.network, e.to_string()))?)
+                } else {
+                    None
+                };
+                let plans = (0..g.steps.len())
+                    .map(|i| cudnn.as_ref().and_then(|h| self.rebuild(h, i)))
+                    .collect();
+                (cudnn, plans)
+            }
+        };
         let packs = (0..g.steps.len()).map(|_| None).collect();
         Ok(Box::new(NativeExecutor {
+            fusions: Vec::with_capacity(g.steps.len()),
             plan: Arc::clone(p),
             cudnn,
             cublas,
@@ -936,9 +1142,12 @@ pub struct NativeExecutor {
     /// Per step: the variant pack (addresses) of the last binding for a graph-API plan;
     /// `None` runs the legacy algorithm.
     packs: Vec<Option<cudnn_graph::VariantPack>>,
-    /// Per step: the cuDNN graph-API operation graph and execution plan of a convolution
-    /// that runs through it.
-    graph_plans: Vec<Option<(cudnn_graph::ConvPlan, cudnn_graph::ConvGraph)>>,
+    /// Per step: the cuDNN graph-API execution plan of a convolution that runs through it
+    /// (shared by identical convolutions).
+    graph_plans: Vec<Option<Arc<StepPlan>>>,
+    /// Per step: the fusion the last binding runs (a fused plan whose operands are aligned
+    /// as at load).
+    fusions: Vec<Option<Fusion>>,
     cudnn: Option<cudnn::Handle>,
     cublas: Option<cublas::Handle>,
     descs: Vec<StepDescs>,
@@ -1008,36 +1217,79 @@ impl NativeExecutor {
             b.workspace.ptr.offset(p.layout.cublas_ws.0).0,
             p.layout.cublas_ws.1,
         );
+        // A graph-API plan runs when the bound addresses are at least as aligned as the ones
+        // it was chosen for; a fused one that cannot runs the legacy algorithm unfused.
+        let aligned = |addrs: &[u64], want: &[i64]| {
+            addrs
+                .iter()
+                .zip(want)
+                .all(|(&a, &w)| cudnn_graph::alignment(a) >= w)
+        };
+        let g = &p.compiled.graph;
+        let addr = |t: TensorId| address(&p.compiled, &bases, t);
+        self.fusions.clear();
+        for (i, sp) in self.graph_plans.iter().enumerate() {
+            let fusion = match (sp, p.fusions[i], &p.fused_geoms[i], &g.steps[i].kind) {
+                (Some(sp), Some(f), Some((geo, epi)), StepKind::Conv(cv)) if sp.fused => {
+                    let operands = [addr(cv.x), addr(cv.w), addr(f.out)];
+                    let extra = [addr(f.bias), f.residual.map_or(16, addr)];
+                    (aligned(&operands, &geo.align) && aligned(&extra, &epi.align)).then_some(f)
+                }
+                _ => None,
+            };
+            if sp.as_ref().is_some_and(|sp| sp.fused) && fusion.is_none() {
+                log::debug!(
+                    "{}: step {i}: bound addresses less aligned than at load: legacy algorithm, unfused",
+                    p.network
+                );
+            }
+            self.fusions.push(fusion);
+        }
         self.launches.clear();
-        launch::build(&p.compiled, &p.convs, &p.layout, &bases, &mut self.launches)?;
-        // Variant packs for the graph-API convolutions, when the bound addresses are at least
-        // as aligned as the ones the plan was chosen for.
+        launch::build(
+            &p.compiled,
+            &p.convs,
+            &self.fusions,
+            &p.layout,
+            &bases,
+            &mut self.launches,
+        )?;
         for pack in &mut self.packs {
             *pack = None;
         }
         let cudnn_ws = b.workspace.ptr.offset(p.layout.cudnn_ws.0).0;
         for l in &self.launches {
-            let Launch::Conv { step, x, w, y, .. } = l else {
+            let Launch::Conv {
+                step,
+                x,
+                w,
+                y,
+                epilogue,
+                ..
+            } = l
+            else {
                 continue;
             };
-            let (Some((plan, _)), Some(geo)) = (&self.graph_plans[*step], &p.geoms[*step]) else {
+            let Some(sp) = &self.graph_plans[*step] else {
                 continue;
             };
-            let aligned = [*x, *w, *y]
-                .iter()
-                .zip(geo.align)
-                .all(|(&a, want)| cudnn_graph::alignment(a) >= want);
-            if !aligned {
-                log::debug!(
-                    "{}: step {step}: bound addresses less aligned than at load: legacy algorithm",
-                    p.network
-                );
-                continue;
-            }
-            self.packs[*step] = Some(
-                plan.variant_pack(*x, *w, *y, cudnn_ws)
-                    .map_err(|e| format!("step {step}: cuDNN variant pack: {e}"))?,
-            );
+            let pack = match (epilogue, sp.fused, &p.geoms[*step]) {
+                (Some(e), true, _) => sp.plan.variant_pack_fused(*x, *w, e.b, e.r, *y, cudnn_ws),
+                (None, false, Some(geo)) if aligned(&[*x, *w, *y], &geo.align) => {
+                    sp.plan.variant_pack(*x, *w, *y, cudnn_ws)
+                }
+                _ => {
+                    if !sp.fused {
+                        log::debug!(
+                            "{}: step {step}: bound addresses less aligned than at load: legacy algorithm",
+                            p.network
+                        );
+                    }
+                    continue;
+                }
+            };
+            self.packs[*step] =
+                Some(pack.map_err(|e| format!("step {step}: cuDNN variant pack: {e}"))?);
         }
         Ok(())
     }
@@ -1094,19 +1346,28 @@ impl NativeExecutor {
                 let w = g.tensor(step.writes());
                 // What this executor runs: the graph-API plan when it rebuilt one, else the
                 // legacy algorithm.
+                let fused = self.fusions.get(i).copied().flatten();
                 let algo = match (
                     self.plan.convs.get(i).copied().flatten(),
-                    self.graph_plans.get(i).is_some_and(Option::is_some),
+                    self.packs.get(i).is_some_and(Option::is_some),
+                    &self.launches[i],
                 ) {
-                    (Some(c), true) => format!(
+                    (_, _, Launch::Fused { into }) => format!(" [fused into step {into}]"),
+                    (Some(c), true, _) if fused.is_some() => format!(
+                        " [cuDNN graph API fused with step {}, heuristics rank {}, {} us at load]",
+                        i + 1,
+                        c.fused.unwrap_or_default(),
+                        c.find_us
+                    ),
+                    (Some(c), true, _) => format!(
                         " [cuDNN graph API, eligible heuristics rank {}, {} us at load]",
                         c.graph.unwrap_or_default(),
                         c.find_us
                     ),
-                    (Some(c), false) => {
+                    (Some(c), false, _) => {
                         format!(" [cuDNN algorithm {}, {} us at load]", c.algo, c.find_us)
                     }
-                    (None, _) => String::new(),
+                    (None, _, _) => String::new(),
                 };
                 StepTime {
                     kind: step.kind_name(),
@@ -1205,11 +1466,13 @@ impl NativeExecutor {
                     // SAFETY: as above.
                     unsafe { stream.launch(k.gather, (*grid, 1, 1), block, 0, &mut args) }?;
                 }
+                Launch::Fused { .. } => {}
                 Launch::Conv {
                     step,
                     x,
                     w,
                     y,
+                    epilogue,
                     algo,
                     ws,
                     ws_bytes,
@@ -1226,16 +1489,20 @@ impl NativeExecutor {
                     else {
                         return Err(self.fail("cudnnConvolutionForward", &"no descriptors"));
                     };
-                    if let (Some((plan, _)), Some(pack)) =
-                        (&self.graph_plans[*step], &self.packs[*step])
-                    {
+                    if let (Some(sp), Some(pack)) = (&self.graph_plans[*step], &self.packs[*step]) {
                         // SAFETY: the pack holds this step's bound addresses and the cuDNN
-                        // scratch region (at least the plan's workspace, checked at executor
-                        // creation); the plan was built on this handle.
-                        if let Err(e) = unsafe { plan.execute(h, pack) } {
+                        // scratch region (at least the plan's workspace, checked at load or
+                        // executor creation); the plan was built on this handle.
+                        if let Err(e) = unsafe { sp.plan.execute(h, pack) } {
                             return Err(self.fail("cudnnBackendExecute", &e));
                         }
                         return Ok(());
+                    }
+                    if epilogue.is_some() {
+                        // Cannot happen: a fusion is bound only with its fused plan's pack.
+                        return Err(
+                            self.fail("cudnnBackendExecute", &"fused step without its plan")
+                        );
                     }
                     // SAFETY: descriptors built for these buffers; addresses resolved from
                     // the bound regions; the scratch region holds ws_bytes.

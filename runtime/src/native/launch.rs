@@ -4,6 +4,7 @@
 //! same list can be run by the host emulator ([`super::emulate`]) in tests.
 
 use super::Compiled;
+use super::fusion::Fusion;
 use super::gemm::{BlasGemm, blas_gemm};
 use super::ir::{ElemType, StepKind, TensorId};
 use super::kernels::{
@@ -81,6 +82,23 @@ pub struct ConvChoice {
     /// Scratch bytes of the graph-API plan (`workspace` is the legacy algorithm's, kept as
     /// the fallback when an executor cannot rebuild the plan).
     pub graph_workspace: usize,
+    /// `Some(rank)`: the step runs with its element-wise successor fused in
+    /// ([`super::fusion`]), the configuration ranked `rank` of the fused graph's heuristics;
+    /// it beat the convolution plus its `bias_act` launch at load.
+    pub fused: Option<u8>,
+    /// Scratch bytes of the fused plan.
+    pub fused_workspace: usize,
+}
+
+/// The fused epilogue of a convolution launch: which fusion, and its operands' addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvEpilogue {
+    /// The fusion ([`super::fusion`]).
+    pub fusion: Fusion,
+    /// The bias.
+    pub b: u64,
+    /// The residual, when the fusion has one.
+    pub r: Option<u64>,
 }
 
 /// One enqueued operation, with every address resolved.
@@ -127,7 +145,8 @@ pub enum Launch {
         /// Bytes.
         bytes: usize,
     },
-    /// `cudnnConvolutionForward` of IR step `step`.
+    /// `cudnnConvolutionForward` of IR step `step`, or its cuDNN graph-API plan (with the
+    /// next step's bias, activation and residual fused in when `epilogue` is set).
     Conv {
         /// The step (its descriptors).
         step: usize,
@@ -135,14 +154,21 @@ pub enum Launch {
         x: u64,
         /// Weights.
         w: u64,
-        /// Output.
+        /// Output: the convolution's, or with `epilogue` the fused element-wise step's.
         y: u64,
+        /// The fused epilogue (only with a fused graph-API plan).
+        epilogue: Option<ConvEpilogue>,
         /// Algorithm.
         algo: u32,
         /// Scratch.
         ws: u64,
         /// Scratch bytes the algorithm needs.
         ws_bytes: usize,
+    },
+    /// Nothing: an element-wise step fused into convolution step `into`.
+    Fused {
+        /// The convolution step that computes it.
+        into: usize,
     },
     /// `cudnnConvolutionBackwardData` of IR step `step` (a transposed convolution).
     Deconv {
@@ -224,13 +250,17 @@ fn step_kind(k: &StepKind) -> &'static str {
     }
 }
 
-/// Resolve every step of `c` against `bases` into `out` (cleared first by the caller).
+/// Resolve every step of `c` against `bases` into `out` (cleared first by the caller), one
+/// launch per step. `fusions[i]` (when `Some`, for a convolution step `i` run by a fused
+/// graph-API plan) fuses step `i`'s element-wise successor into it: that step becomes
+/// [`Launch::Fused`].
 ///
 /// # Errors
 /// A description when a step does not fit the kernels' index ranges or has no algorithm.
 pub fn build(
     c: &Compiled,
     convs: &[Option<ConvChoice>],
+    fusions: &[Option<Fusion>],
     layout: &Layout,
     bases: &Bases<'_>,
     out: &mut Vec<Launch>,
@@ -238,9 +268,14 @@ pub fn build(
     let g = &c.graph;
     let addr = |t: TensorId| address(c, bases, t);
     let cudnn_ws = bases.workspace + layout.cudnn_ws.0 as u64;
+    let fusion = |i: usize| fusions.get(i).copied().flatten();
     for (i, step) in g.steps.iter().enumerate() {
         let name = &step.node;
         let u = |v: usize| u32::try_from(v).map_err(|_| format!("{name}: {v} too large"));
+        if let Some(f) = i.checked_sub(1).and_then(fusion).filter(|f| f.ew == i) {
+            out.push(Launch::Fused { into: f.ew - 1 });
+            continue;
+        }
         let launch = match &step.kind {
             StepKind::Elementwise {
                 inputs,
@@ -290,9 +325,18 @@ pub fn build(
                 if choice.workspace > layout.cudnn_ws.1 {
                     return Err(format!("{name}: algorithm scratch exceeds the workspace"));
                 }
-                let (step, x, w, y) = (i, addr(cv.x), addr(cv.w), addr(cv.y));
+                let (step, x, w) = (i, addr(cv.x), addr(cv.w));
                 let (algo, ws, ws_bytes) = (choice.algo, cudnn_ws, choice.workspace);
+                let epilogue = fusion(i).map(|f| ConvEpilogue {
+                    fusion: f,
+                    b: addr(f.bias),
+                    r: f.residual.map(addr),
+                });
+                let y = epilogue.map_or(addr(cv.y), |e| addr(e.fusion.out));
                 if matches!(step_kind(&g.steps[i].kind), "deconv") {
+                    if epilogue.is_some() {
+                        return Err(format!("{name}: a transposed convolution has no fusion"));
+                    }
                     Launch::Deconv {
                         step,
                         x,
@@ -308,6 +352,7 @@ pub fn build(
                         x,
                         w,
                         y,
+                        epilogue,
                         algo,
                         ws,
                         ws_bytes,

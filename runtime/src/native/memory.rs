@@ -69,6 +69,17 @@ impl MemoryPlan {
                 e.1 = e.1.max(i);
             }
         }
+        // An element-wise step that a convolution may absorb (cuDNN runtime fusion) is then
+        // written at the convolution's step: its output is live from there, so that it never
+        // shares memory with the convolution's input (`super::fusion`).
+        for i in 0..graph.steps.len() {
+            if let Some(f) = super::fusion::candidate(graph, i) {
+                let (root, _) = graph.root(graph.tensor(f.out).buffer);
+                if let Some(e) = live[root.0].as_mut() {
+                    e.0 = e.0.min(i);
+                }
+            }
+        }
         let bytes_of = |b: BufferId| -> Result<usize, String> {
             let buf = graph.buffer(b);
             buf.len

@@ -35,6 +35,7 @@ pub mod cudnn;
 pub mod cudnn_graph;
 pub mod emulate;
 pub mod engine;
+pub mod fusion;
 pub mod gemm;
 pub mod ir;
 pub mod kernels;
