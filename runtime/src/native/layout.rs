@@ -45,7 +45,7 @@ use std::collections::HashMap;
 
 use super::gemm::blas_gemm;
 use super::ir::{
-    BufferId, BufferKind, Gemm, Graph, Step, StepKind, Tensor, TensorId, nhwc_strides,
+    BufferId, BufferKind, Conv, Gemm, Graph, Step, StepKind, Tensor, TensorId, nhwc_strides,
     packed_strides,
 };
 use super::lower::LowerError;
@@ -94,10 +94,76 @@ pub fn apply(g: &mut Graph, layout: ActivationLayout) -> Result<(), LowerError> 
         ActivationLayout::Nhwc => {
             channels_last(g);
             split_transposing_elementwise(g);
+            pointwise_gemms_as_convolutions(g);
             g.validate().map_err(|e| {
                 LowerError::Model(format!("internal: channels-last layout is invalid: {e}"))
             })
         }
+    }
+}
+
+/// A matrix product that is a 1x1 convolution over packed NHWC activations becomes that
+/// convolution again, channels-last: tract's declutter turns every 1x1 convolution into a
+/// matrix product (`lower::declutter`), which cuBLAS runs as fast as cuDNN runs the
+/// convolution, but only a convolution can take its bias and activation into one cuDNN
+/// kernel (`super::fusion`; on the H200 YOLOv8n's 25 pointwise products each had a 2-3 us
+/// `bias_act` launch after them, `docs/evidence/native-h200.md`, seventh run).
+///
+/// Exactly `c[1, K, H, W] = sum_C b[K, C] * a[1, C, H, W]`: `a` and `c` packed NHWC
+/// activations (rows `m = H * W` of stride `C` / `K`, unit stride along `k = C` / `n = K`), `b`
+/// a row-major `[K, C]` weight (unit stride along `k`, stride `C` along `n`), one batch. The
+/// weight's `[K, C]` bytes are its OHWI filter `[K, 1, 1, C]` as they are: no reorder.
+pub fn pointwise_gemms_as_convolutions(g: &mut Graph) {
+    for i in 0..g.steps.len() {
+        let StepKind::Gemm(m) = &g.steps[i].kind else {
+            continue;
+        };
+        let (a, b, c) = (g.tensor(m.a), g.tensor(m.b), g.tensor(m.c));
+        let (Ok([1, ch, h, w]), Ok([1, k, hc, wc])) = (
+            <[usize; 4]>::try_from(a.shape.as_slice()),
+            <[usize; 4]>::try_from(c.shape.as_slice()),
+        ) else {
+            continue;
+        };
+        let activation = |t: TensorId| g.buffer(g.tensor_root(t).0).kind == BufferKind::Activation;
+        let fits = (hc, wc) == (h, w)
+            && b.shape == [k, ch]
+            && b.strides == [ch as isize, 1]
+            && matches!(g.buffer(b.buffer).kind, BufferKind::Weight(_))
+            && a.is_packed_nhwc()
+            && c.is_packed_nhwc()
+            && activation(m.a)
+            && activation(m.c)
+            && a.dtype == c.dtype
+            && b.dtype == c.dtype
+            && a.dtype.is_float()
+            && (m.batch, m.m, m.n, m.k) == (1, h * w, k, ch)
+            && m.sa[1..] == [ch as isize, 1]
+            && m.sb[1..] == [1, ch as isize]
+            && m.sc[1..] == [k as isize, 1];
+        if !fits {
+            continue;
+        }
+        let (x, y) = (m.a, m.c);
+        let filter = Tensor {
+            name: format!("{}.filter", b.name),
+            buffer: b.buffer,
+            dtype: b.dtype,
+            shape: vec![k, ch, 1, 1],
+            offset: b.offset,
+            strides: nhwc_strides(&[k, ch, 1, 1]).to_vec(),
+        };
+        let w = g.add_view(filter);
+        g.steps[i].kind = StepKind::Conv(Conv {
+            x,
+            w,
+            y,
+            pads: vec![0, 0],
+            strides: vec![1, 1],
+            dilations: vec![1, 1],
+            group: 1,
+            channels_last: true,
+        });
     }
 }
 
