@@ -883,8 +883,8 @@ fn ppocr_v4_det_fp32() {
 /// A probe of cuDNN's runtime fusion, not a target: for convolutions of YOLOv8n's shapes in
 /// channels-last fp16, is there an engine for `silu(conv(x, w) + b)` as one operation graph
 /// (`ConvGraph::new_fused`), how fast is its best configuration against the best
-/// configuration of the convolution alone (what the engine runs today, before its separate
-/// `bias_act` step), and does the fused output equal conv + bias + SiLU computed on the host
+/// configuration of the convolution alone (what the engine runs, before its separate
+/// `bias_act` step, when it does not fuse), and does the fused output equal conv + bias + SiLU computed on the host
 /// from the unfused convolution's output (fp16 tolerance)? Prints one line per shape; fails
 /// only on a wrong fused result.
 #[test]

@@ -34,7 +34,10 @@
 //!    filter tensor, in place only when no other step reads it (a filter shared with an NCHW
 //!    convolution is copied). A matrix product takes the new strides, through a packed copy
 //!    only where an operand would have no unit stride.
-//! 4. An element-wise step whose output and inputs are contiguous along different dimensions
+//! 4. A matrix product that is exactly a 1x1 convolution over packed NHWC activations
+//!    becomes that convolution again ([`pointwise_gemms_as_convolutions`]), so that cuDNN can
+//!    fuse its bias and activation.
+//! 5. An element-wise step whose output and inputs are contiguous along different dimensions
 //!    (the network input cast into NHWC, the head's results written into NCHW slots) writes a
 //!    buffer in its inputs' layout instead, and a tiled transposing copy converts it.
 //!

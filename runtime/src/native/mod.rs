@@ -18,9 +18,12 @@
 //! 3. **Precision** ([`precision`]): fp32 by default; fp16 storage opt-in.
 //!    **Layout** ([`layout`]): NCHW by default; channels-last (NHWC) activations around the
 //!    convolutions, poolings and 1x1-convolution GEMMs, with OHWI filters, the default in
-//!    fp16 and TF32.
+//!    fp16 and TF32; there a GEMM that is exactly a 1x1 convolution becomes one again.
 //! 4. **Memory plan** ([`memory`]): every intermediate buffer gets a fixed offset in the
 //!    workspace from a liveness analysis; weights are packed into one blob uploaded once.
+//!    At load the engine may run a convolution with its next step's bias, activation and
+//!    residual as one cuDNN graph ([`fusion`]), so such a step's output is live from the
+//!    convolution on.
 //! 5. **Execution**: the host reference executor ([`mod@reference`], plain loops, used by the
 //!    tests to prove 1-4 against the tract CPU engine without a GPU) or the GPU executor
 //!    ([`engine`]: cuDNN, cuBLAS and `runtime/kernels/native.cu`, libraries loaded at run
