@@ -259,7 +259,7 @@ impl Search {
 /// packed NHWC `x` and `y` and KRSC `w` (dimensions in NCHW order either way; groups follow from
 /// `x[1] / w[1]`), symmetric or asymmetric padding (`pre`, `post`), the byte alignment of each
 /// operand's address (at most 16), fp32 accumulation, fp32 or fp16 storage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConvGeometry {
     /// Input `[n, c, h, w]`.
     pub x: [i64; 4],
@@ -682,7 +682,8 @@ impl ConvPlan {
     }
 
     /// As [`ConvPlan::variant_pack`] for a plan of [`ConvGraph::new_fused`]: `b` is the
-    /// bias, `[k]` values of the storage type; `r` the residual when the epilogue has one.
+    /// bias, `[k]` values of the storage type or fp32 ([`FusedEpilogue::bias_f32`]); `r` the
+    /// residual when the epilogue has one.
     ///
     /// # Errors
     /// [`CudnnError`].

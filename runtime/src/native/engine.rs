@@ -205,6 +205,14 @@ struct StepPlan {
     _graph: cudnn_graph::ConvGraph,
 }
 
+/// What identifies a rebuilt graph-API plan: geometry (with alignments), fused epilogue,
+/// heuristics rank.
+type RebuildKey = (
+    cudnn_graph::ConvGeometry,
+    Option<cudnn_graph::FusedEpilogue>,
+    u8,
+);
+
 /// The plans measured at load and the handle they were built on, kept for the first
 /// executor: it runs exactly the plans that were timed, with no second finalisation (which
 /// recompiles a fused plan's kernel, and once failed to: `docs/evidence/native-h200.md`).
@@ -925,11 +933,31 @@ impl NativePlan {
                 "{network}: convolution algorithms measured in {:.2} s",
                 fusion_start.elapsed().as_secs_f64()
             );
+            // The load stream dies with this function: the first executor sets its own.
+            let _ = handle.set_stream(std::ptr::null_mut());
             kept = Some(Kept {
                 plans: kept_plans,
                 handle,
             });
             drop(temp);
+        }
+
+        // The final memory plan: only the fusions that won keep their outputs live from the
+        // convolution on (the measurement ran on the plan that allows them all, which costs
+        // memory), and each still holds under it.
+        let winners: Vec<usize> = (0..g.steps.len())
+            .filter(|&i| fusions[i].is_some())
+            .collect();
+        let memory = super::memory::MemoryPlan::for_fusions(g, &winners)
+            .and_then(|m| m.check(g).map(|_| m))
+            .map_err(|e| backend_err(network, format!("internal: memory plan: {e}")))?;
+        for &i in &winners {
+            if fusion::find_in(g, &memory, i) != fusions[i] {
+                log::warn!(
+                    "{network}: step {i}: fusion does not hold under the final memory plan: unfused"
+                );
+                fusions[i] = None;
+            }
         }
 
         // Workspace layout.
@@ -943,7 +971,7 @@ impl NativePlan {
         } else {
             0
         };
-        let layout = Layout::new(compiled.memory.activation_bytes, cudnn_bytes, cublas_bytes);
+        let layout = Layout::new(memory.activation_bytes, cudnn_bytes, cublas_bytes);
         log::info!(
             "{network}: native engine plan: {} steps ({} convolutions, {} with bias/activation \
              fused, {} matrix products), weights {} bytes, activations {} bytes, cuDNN scratch \
@@ -958,8 +986,8 @@ impl NativePlan {
                 .iter()
                 .filter(|s| matches!(s.kind, StepKind::Gemm(_)))
                 .count(),
-            compiled.memory.weight_bytes,
-            compiled.memory.activation_bytes,
+            memory.weight_bytes,
+            memory.activation_bytes,
             layout.cudnn_ws.1,
             layout.cublas_ws.1,
             options.precision,
@@ -970,7 +998,10 @@ impl NativePlan {
             network: network.to_string(),
             ctx: ctx.clone(),
             io,
-            compiled,
+            compiled: Compiled {
+                graph: compiled.graph,
+                memory,
+            },
             precision: options.precision,
             weights,
             kernels: kernel_set,
@@ -993,16 +1024,33 @@ impl NativePlan {
 
     /// Step `i`'s chosen graph-API plan rebuilt on `h`: the fused configuration when one was
     /// chosen, else (or when it cannot be rebuilt) the plain one; `None`: the legacy
-    /// algorithm.
-    fn rebuild(&self, h: &cudnn::Handle, i: usize) -> Option<Arc<StepPlan>> {
+    /// algorithm. `built` shares one finalisation between identical convolutions (a fused
+    /// plan's finalisation compiles a kernel).
+    fn rebuild(
+        &self,
+        h: &cudnn::Handle,
+        i: usize,
+        built: &mut HashMap<RebuildKey, Option<Arc<StepPlan>>>,
+    ) -> Option<Arc<StepPlan>> {
         let p = &*self.0;
         let choice = p.convs.get(i).copied().flatten()?;
         let tc = graph_tensor_cores(p.precision);
-        let build = |graph: Result<cudnn_graph::ConvGraph, cudnn::CudnnError>,
-                     rank: u8,
-                     fused: bool| {
+        let mut build = |geo: &cudnn_graph::ConvGeometry,
+                         epi: Option<cudnn_graph::FusedEpilogue>,
+                         rank: u8| {
+            let fused = epi.is_some();
+            let key = (*geo, epi, rank);
+            if let Some(plan) = built.get(&key) {
+                return plan.clone();
+            }
+            let graph = match epi {
+                Some(epi) => cudnn_graph::ConvGraph::new_fused(h, geo, p.search, tc, epi),
+                None => cudnn_graph::ConvGraph::new(h, geo, p.search, tc),
+            };
             let what = if fused { "fused plan" } else { "plan" };
-            match graph.and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (plan, cg))) {
+            let plan = match graph
+                .and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (plan, cg)))
+            {
                 Ok((plan, cg)) if plan.workspace <= p.layout.cudnn_ws.1 => {
                     Some(Arc::new(StepPlan {
                         plan,
@@ -1026,22 +1074,16 @@ impl NativePlan {
                     );
                     None
                 }
-            }
+            };
+            built.insert(key, plan.clone());
+            plan
         };
         let fused = match (choice.fused, &p.fused_geoms[i]) {
-            (Some(rank), Some((geo, epi))) => build(
-                cudnn_graph::ConvGraph::new_fused(h, geo, p.search, tc, *epi),
-                rank,
-                true,
-            ),
+            (Some(rank), Some((geo, epi))) => build(geo, Some(*epi), rank),
             _ => None,
         };
         fused.or_else(|| match (choice.graph, &p.geoms[i]) {
-            (Some(rank), Some(geo)) => build(
-                cudnn_graph::ConvGraph::new(h, geo, p.search, tc),
-                rank,
-                false,
-            ),
+            (Some(rank), Some(geo)) => build(geo, None, rank),
             _ => None,
         })
     }
@@ -1110,8 +1152,9 @@ impl DevicePlan for NativePlan {
                 } else {
                     None
                 };
+                let mut built = HashMap::new();
                 let plans = (0..g.steps.len())
-                    .map(|i| cudnn.as_ref().and_then(|h| self.rebuild(h, i)))
+                    .map(|i| cudnn.as_ref().and_then(|h| self.rebuild(h, i, &mut built)))
                     .collect();
                 (cudnn, plans)
             }

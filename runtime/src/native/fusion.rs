@@ -18,7 +18,7 @@ use super::Compiled;
 use super::cudnn_graph::{FusedAct, FusedEpilogue};
 use super::ir::{ElemType, Graph, StepKind, TensorId};
 use super::kernels;
-use super::memory::Region;
+use super::memory::{MemoryPlan, Region};
 
 /// A convolution step and the element-wise step it absorbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -75,33 +75,45 @@ fn cudnn_strides(g: &Graph, t: TensorId) -> [i64; 4] {
     out
 }
 
-/// Byte range of a view's elements in its region.
-fn extent(c: &Compiled, t: TensorId) -> (Region, usize, usize) {
-    let g = &c.graph;
+/// Byte range `[start, end)` of a view's elements in its region (negative strides
+/// included); `None` for an empty view.
+fn extent(g: &Graph, memory: &MemoryPlan, t: TensorId) -> Option<(Region, usize, usize)> {
     let tensor = g.tensor(t);
-    let (region, start) = c.memory.locate(g, t);
-    let span: usize = tensor
-        .shape
-        .iter()
-        .zip(&tensor.strides)
-        .map(|(&n, &s)| n.saturating_sub(1) * s.unsigned_abs())
-        .sum::<usize>()
-        + 1;
-    (region, start, start + span * tensor.dtype.size())
+    let (region, base) = memory.locate_buffer(g, tensor.buffer);
+    let (first, end) = tensor.extent()?;
+    let es = tensor.dtype.size();
+    Some((region, base + first * es, base + end * es))
+}
+
+/// Whether two views share a byte.
+fn overlap(g: &Graph, memory: &MemoryPlan, a: TensorId, b: TensorId) -> bool {
+    match (extent(g, memory, a), extent(g, memory, b)) {
+        (Some((ra, sa, ea)), Some((rb, sb, eb))) => ra == rb && sa < eb && sb < ea,
+        _ => false,
+    }
 }
 
 /// The fusion of convolution step `i`, when it has one (see the module's conditions).
 pub fn find(c: &Compiled, i: usize) -> Option<Fusion> {
-    let f = candidate(&c.graph, i)?;
-    let StepKind::Conv(cv) = &c.graph.steps[i].kind else {
+    find_in(&c.graph, &c.memory, i)
+}
+
+/// [`find`] under `memory`, a plan of `g`.
+pub fn find_in(g: &Graph, memory: &MemoryPlan, i: usize) -> Option<Fusion> {
+    let f = candidate(g, i)?;
+    let StepKind::Conv(cv) = &g.steps[i].kind else {
         return None;
     };
-    // Written at step i: it must not overlap the convolution's input (which may die at i).
-    // The memory plan keeps every candidate's output live from step i on, so this holds
-    // unless the plan was made otherwise; checked, not assumed.
-    let (ro, so, eo) = extent(c, f.out);
-    let (rx, sx, ex) = extent(c, cv.x);
-    if ro == rx && so < ex && sx < eo {
+    // Written at step i: it must not overlap the convolution's input (which may die at i),
+    // nor what the fused epilogue reads (cuDNN promises nothing for an epilogue reading the
+    // bytes it writes). The memory plan keeps every fused output live from step i on, so
+    // this holds unless the plan was made otherwise; checked, not assumed.
+    let read = [Some(cv.x), Some(f.bias), f.residual];
+    if read
+        .into_iter()
+        .flatten()
+        .any(|t| overlap(g, memory, f.out, t))
+    {
         return None;
     }
     Some(f)
@@ -138,6 +150,18 @@ pub fn candidate(g: &Graph, i: usize) -> Option<Fusion> {
     let residual = (p.flags & 2 != 0).then(|| id_of(p.r));
     let out = *output;
     let same = |t: TensorId| g.tensor(t).dtype == y.dtype && g.tensor(t).shape == y.shape;
+    // A residual of the output's shape in memory (no broadcast axis: cuDNN is given its
+    // strides as they are).
+    let spread = |t: TensorId| {
+        let t = g.tensor(t);
+        t.shape
+            .iter()
+            .zip(&t.strides)
+            .all(|(&n, &s)| n == 1 || s != 0)
+    };
+    if residual.is_some_and(|r| !spread(r)) {
+        return None;
+    }
     // The bias in the storage type or fp32 (fp16 storage keeps biases in fp32).
     let bias_ok = g.tensor(bias).shape == y.shape
         && matches!(g.tensor(bias).dtype, ElemType::F32) | (g.tensor(bias).dtype == y.dtype);
@@ -192,6 +216,14 @@ mod tests {
     /// convolution and `o` is born at the next step, so a plan that ignored the fusion could
     /// place them in the same bytes.
     fn network(extra_reader: bool, residual: bool) -> (Graph, TensorId, TensorId, TensorId) {
+        network_with(extra_reader, residual, EwOp::Silu)
+    }
+
+    fn network_with(
+        extra_reader: bool,
+        residual: bool,
+        act: EwOp,
+    ) -> (Graph, TensorId, TensorId, TensorId) {
         let shape = [1usize, 8, 4, 4];
         let f = ElemType::F32;
         let mut g = Graph::default();
@@ -227,7 +259,7 @@ mod tests {
             Expr::Input(0),
             Expr::Input(1),
             op(EwOp::Add, 0, 1),
-            op(EwOp::Silu, 2, 0),
+            op(act, 2, 0),
         ];
         let mut inputs = vec![y, b];
         if residual {
@@ -279,9 +311,7 @@ mod tests {
         );
         assert_eq!(find_all(&c), vec![None, Some(f), None, None]);
         // The plan keeps `o` live from the convolution on: not in `a`'s bytes.
-        let (_, so, eo) = extent(&c, o);
-        let (_, sa, ea) = extent(&c, a);
-        assert!(eo <= sa || ea <= so, "o {so}..{eo} overlaps a {sa}..{ea}");
+        assert!(!overlap(&c.graph, &c.memory, o, a), "o overlaps a");
         let e = f.epilogue(&c.graph, 0x1000, None);
         assert_eq!(
             (e.act, e.residual, e.bias_f32),
@@ -317,5 +347,94 @@ mod tests {
         c.memory.activation_offset[bo] = c.memory.activation_offset[ba];
         assert!(candidate(&c.graph, 1).is_some());
         assert_eq!(find(&c, 1), None);
+    }
+
+    /// Sigmoid is a `bias_act` activation but not one the fused graph computes: no fusion.
+    #[test]
+    fn no_fusion_of_another_activation() {
+        let (g, ..) = network_with(false, false, EwOp::Sigmoid);
+        assert_eq!(candidate(&g, 1), None);
+    }
+
+    /// The residual broadcast along the spatial axes (one value per channel, as a second
+    /// bias would be) is not given to cuDNN as a strided tensor: no fusion. Channels-last,
+    /// where the `bias_act` kernel itself takes such a residual (one run of stride 0).
+    #[test]
+    fn no_fusion_with_a_broadcast_residual() {
+        let (mut g, a, b, o) = network(false, true);
+        let y = match &mut g.steps[1].kind {
+            StepKind::Conv(c) => {
+                c.channels_last = true;
+                c.y
+            }
+            _ => unreachable!(),
+        };
+        for t in [a, y, o] {
+            g.tensors[t.0].strides = crate::native::ir::nhwc_strides(&[1, 8, 4, 4]).to_vec();
+        }
+        assert!(
+            candidate(&g, 1).is_some(),
+            "channels-last conv + bias + SiLU + r"
+        );
+        let StepKind::Elementwise { inputs, .. } = &mut g.steps[2].kind else {
+            unreachable!()
+        };
+        inputs[2] = b;
+        let StepKind::Elementwise {
+            inputs, program, ..
+        } = &g.steps[2].kind
+        else {
+            unreachable!()
+        };
+        let p = kernels::bias_act_params(&g, inputs, o, program, &|_| 0x100)
+            .expect("the kernel takes a broadcast residual");
+        assert_eq!(p.flags & 3, 3);
+        assert_eq!(candidate(&g, 1), None);
+    }
+
+    /// A plan that puts the output in the residual's bytes (an in-place epilogue) refuses the
+    /// fusion: cuDNN promises nothing for an epilogue that reads what it writes.
+    #[test]
+    fn no_fusion_when_the_output_would_overwrite_the_residual() {
+        let (mut g, a, _, o) = network(false, true);
+        // The residual: a fresh activation written before the convolution.
+        let r = g.add_packed("r", ElemType::F32, &[1, 8, 4, 4], BufferKind::Activation);
+        g.steps.insert(
+            1,
+            Step {
+                node: "r".into(),
+                kind: StepKind::Copy { src: a, dst: r },
+            },
+        );
+        let StepKind::Elementwise { inputs, .. } = &mut g.steps[3].kind else {
+            unreachable!()
+        };
+        inputs[2] = r;
+        let mut c = compiled(g);
+        let f = find(&c, 2).expect("fuses with its own residual buffer");
+        assert_eq!(f.residual, Some(r));
+        let (br, bo) = (c.graph.tensor(r).buffer.0, c.graph.tensor(o).buffer.0);
+        c.memory.activation_offset[bo] = c.memory.activation_offset[br];
+        assert!(candidate(&c.graph, 2).is_some());
+        assert_eq!(find(&c, 2), None);
+    }
+
+    /// Only the fusions a plan is made for keep their outputs live early: without them the
+    /// planner may put the output in the convolution input's bytes, and `find_in` then
+    /// refuses the fusion.
+    #[test]
+    fn the_plan_for_no_fusion_refuses_them() {
+        let (g, a, _, o) = network(false, false);
+        let with = MemoryPlan::for_fusions(&g, &[1]).unwrap();
+        let without = MemoryPlan::for_fusions(&g, &[]).unwrap();
+        with.check(&g).unwrap();
+        without.check(&g).unwrap();
+        assert!(find_in(&g, &with, 1).is_some());
+        assert!(
+            overlap(&g, &without, a, o),
+            "the planner reuses a's bytes for o"
+        );
+        assert_eq!(find_in(&g, &without, 1), None);
+        assert!(without.activation_bytes < with.activation_bytes);
     }
 }
