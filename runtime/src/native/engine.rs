@@ -414,11 +414,12 @@ fn conv_geometry(g: &Graph, i: usize, x: u64, w: u64, y: u64) -> Option<cudnn_gr
     })
 }
 
-/// The fastest of the first `max` engine configurations of `cg` (built on `handle`) that
-/// beats `best_us` (the time to beat, measured the same way), each finalised, bound by
-/// `pack` (its operands and a scratch of `limit` bytes) and timed on `stream`: its heuristics
-/// rank, plan and time. A configuration cuDNN refuses is passed over with a debug line under
-/// `label`.
+/// The fastest of the first `max` engine configurations of `graph` (an operation graph built
+/// on `handle`, `fused` when it carries an epilogue) that beats `best_us` (the time to beat,
+/// measured the same way), each finalised, bound by `pack` (its operands and a scratch of
+/// `limit` bytes) and timed on `stream`: its heuristics rank, plan (with the graph it belongs
+/// to) and time. A graph or configuration cuDNN refuses is passed over with a debug line
+/// under `label`.
 ///
 /// # Errors
 /// A driver error synchronising the stream after the measurements.
@@ -427,13 +428,26 @@ fn fastest_plan(
     ctx: &Context,
     stream: &Stream,
     handle: &cudnn::Handle,
-    cg: &cudnn_graph::ConvGraph,
+    graph: Result<cudnn_graph::ConvGraph, cudnn::CudnnError>,
+    fused: bool,
     max: usize,
     limit: usize,
     best_us: f32,
     label: &str,
     pack: impl Fn(&cudnn_graph::ConvPlan) -> Result<cudnn_graph::VariantPack, cudnn::CudnnError>,
-) -> Result<Option<(u8, cudnn_graph::ConvPlan, f32)>, crate::cuda::CudaError> {
+) -> Result<Option<(u8, Arc<StepPlan>, f32)>, crate::cuda::CudaError> {
+    let cg = match graph {
+        Ok(cg) => cg,
+        Err(e) => {
+            let what = if fused {
+                "fused convolution"
+            } else {
+                "convolution"
+            };
+            log::debug!("{label}: cuDNN graph API refused the {what}: {e}");
+            return Ok(None);
+        }
+    };
     let mut best = None;
     let mut best_us = best_us;
     for rank in 0..cg.candidates().min(max) {
@@ -463,7 +477,14 @@ fn fastest_plan(
         }
     }
     stream.synchronize()?;
-    Ok(best)
+    Ok(best.map(|(rank, plan, us)| {
+        let plan = Arc::new(StepPlan {
+            plan,
+            fused,
+            _graph: cg,
+        });
+        (rank, plan, us)
+    }))
 }
 
 /// Whether the graph-API candidates of a plan at `precision` may use tensor cores: not in
@@ -656,7 +677,6 @@ impl NativePlan {
             let tensor_cores = graph_tensor_cores(options.precision);
             let fusion_start = std::time::Instant::now();
             // What one measurement decides, shared by the identical convolutions after it.
-            #[derive(Clone)]
             struct Measured {
                 choice: ConvChoice,
                 geo: Option<cudnn_graph::ConvGeometry>,
@@ -664,6 +684,21 @@ impl NativePlan {
                 plan: Option<Arc<StepPlan>>,
             }
             let mut measured: HashMap<String, Measured> = HashMap::new();
+            // A measurement's decision recorded for step `i` (with the fusion the step
+            // would take), the same for a fresh measurement and an identical convolution's.
+            let mut record = |i: usize, m: &Measured, fusion: Option<Fusion>| {
+                cudnn_bytes = cudnn_bytes
+                    .max(m.choice.workspace)
+                    .max(m.choice.graph_workspace)
+                    .max(m.choice.fused_workspace);
+                convs[i] = Some(m.choice);
+                geoms[i] = m.geo;
+                if m.choice.fused.is_some() {
+                    fusions[i] = fusion;
+                    fused_geoms[i] = m.fused_geo;
+                }
+                kept_plans[i] = m.plan.clone();
+            };
             for (i, step) in g.steps.iter().enumerate() {
                 let (StepKind::Conv(c) | StepKind::Deconv(c)) = &step.kind else {
                     continue;
@@ -701,18 +736,7 @@ impl NativePlan {
                     )
                 };
                 if let Some(m) = measured.get(&key) {
-                    let m = m.clone();
-                    cudnn_bytes = cudnn_bytes
-                        .max(m.choice.workspace)
-                        .max(m.choice.graph_workspace)
-                        .max(m.choice.fused_workspace);
-                    convs[i] = Some(m.choice);
-                    geoms[i] = m.geo;
-                    if m.choice.fused.is_some() {
-                        fusions[i] = fusion;
-                        fused_geoms[i] = m.fused_geo;
-                    }
-                    kept_plans[i] = m.plan;
+                    record(i, m, fusion);
                     continue;
                 }
                 let StepDescs::Conv { x, w, y, conv } =
@@ -787,38 +811,28 @@ impl NativePlan {
                     let mut best = legacy_us.unwrap_or(f32::INFINITY);
                     let label = format!("{network}: {}", step.node);
                     if let Some(geo) = conv_geometry(g, i, xa, wa, ya) {
-                        match cudnn_graph::ConvGraph::new(
+                        if let Some((rank, plan, us)) = fastest_plan(
+                            ctx,
+                            &stream,
                             &handle,
-                            &geo,
-                            opts.cudnn_search,
-                            tensor_cores,
-                        ) {
-                            Ok(cg) => {
-                                if let Some((rank, plan, us)) = fastest_plan(
-                                    ctx,
-                                    &stream,
-                                    &handle,
-                                    &cg,
-                                    usize::MAX,
-                                    limit,
-                                    best,
-                                    &label,
-                                    |p| p.variant_pack(xa, wa, ya, scratch_ptr),
-                                )? {
-                                    best = us;
-                                    choice.graph = Some(rank);
-                                    choice.graph_workspace = plan.workspace;
-                                    m.geo = Some(geo);
-                                    m.plan = Some(Arc::new(StepPlan {
-                                        plan,
-                                        fused: false,
-                                        _graph: cg,
-                                    }));
-                                }
-                            }
-                            Err(e) => {
-                                log::debug!("{label}: cuDNN graph API refused the convolution: {e}")
-                            }
+                            cudnn_graph::ConvGraph::new(
+                                &handle,
+                                &geo,
+                                opts.cudnn_search,
+                                tensor_cores,
+                            ),
+                            false,
+                            usize::MAX,
+                            limit,
+                            best,
+                            &label,
+                            |p| p.variant_pack(xa, wa, ya, scratch_ptr),
+                        )? {
+                            best = us;
+                            choice.graph = Some(rank);
+                            choice.graph_workspace = plan.plan.workspace;
+                            m.geo = Some(geo);
+                            m.plan = Some(plan);
                         }
                         if let (Some(f), Some((epi, out_align))) = (fusion, epilogue) {
                             let StepKind::Elementwise {
@@ -856,42 +870,32 @@ impl NativePlan {
                             };
                             let (ba, ra, oa) = (addr(f.bias), f.residual.map(addr), addr(f.out));
                             let unfused = best + ew_us.unwrap_or(f32::INFINITY);
-                            match cudnn_graph::ConvGraph::new_fused(
+                            if let Some((rank, plan, us)) = fastest_plan(
+                                ctx,
+                                &stream,
                                 &handle,
-                                &geo_f,
-                                opts.cudnn_search,
-                                tensor_cores,
-                                epi,
-                            ) {
-                                Ok(cg) => {
-                                    if let Some((rank, plan, us)) = fastest_plan(
-                                        ctx,
-                                        &stream,
-                                        &handle,
-                                        &cg,
-                                        opts.fusion_candidates,
-                                        limit,
-                                        unfused,
-                                        &label,
-                                        |p| p.variant_pack_fused(xa, wa, ba, ra, oa, scratch_ptr),
-                                    )? {
-                                        log::debug!(
-                                            "{label}: fused with its bias/activation: {us} us against {best} + {ew_us:?} us"
-                                        );
-                                        best = us;
-                                        choice.fused = Some(rank);
-                                        choice.fused_workspace = plan.workspace;
-                                        m.fused_geo = Some((geo_f, epi));
-                                        m.plan = Some(Arc::new(StepPlan {
-                                            plan,
-                                            fused: true,
-                                            _graph: cg,
-                                        }));
-                                    }
-                                }
-                                Err(e) => log::debug!(
-                                    "{label}: cuDNN graph API refused the fused convolution: {e}"
+                                cudnn_graph::ConvGraph::new_fused(
+                                    &handle,
+                                    &geo_f,
+                                    opts.cudnn_search,
+                                    tensor_cores,
+                                    epi,
                                 ),
+                                true,
+                                opts.fusion_candidates,
+                                limit,
+                                unfused,
+                                &label,
+                                |p| p.variant_pack_fused(xa, wa, ba, ra, oa, scratch_ptr),
+                            )? {
+                                log::debug!(
+                                    "{label}: fused with its bias/activation: {us} us against {best} + {ew_us:?} us"
+                                );
+                                best = us;
+                                choice.fused = Some(rank);
+                                choice.fused_workspace = plan.plan.workspace;
+                                m.fused_geo = Some((geo_f, epi));
+                                m.plan = Some(plan);
                             }
                         }
                     }
@@ -914,18 +918,8 @@ impl NativePlan {
                     },
                     choice.find_us
                 );
-                cudnn_bytes = cudnn_bytes
-                    .max(choice.workspace)
-                    .max(choice.graph_workspace)
-                    .max(choice.fused_workspace);
                 m.choice = choice;
-                convs[i] = Some(choice);
-                geoms[i] = m.geo;
-                if choice.fused.is_some() {
-                    fusions[i] = fusion;
-                    fused_geoms[i] = m.fused_geo;
-                }
-                kept_plans[i] = m.plan.clone();
+                record(i, &m, fusion);
                 measured.insert(key, m);
             }
             ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
