@@ -971,7 +971,7 @@ fn cudnn_runtime_fusion_probe() {
         let best = |g: &ConvGraph, fused: bool| -> Option<(f32, ConvPlan)> {
             let mut best: Option<(f32, ConvPlan)> = None;
             for rank in 0..g.candidates() {
-                let Ok(plan) = g.plan(&handle, rank) else {
+                let Ok(plan) = g.plan(&handle, rank, None) else {
                     continue;
                 };
                 if plan.workspace > 256 << 20 {
@@ -1058,5 +1058,42 @@ fn cudnn_runtime_fusion_probe() {
         }
         eprintln!("{label}: fused vs host silu(conv + b): worst {worst:.3} of the bound");
         assert!(worst <= 1.0, "{label}: fused result differs");
+        // The plan cache's round trip (`native::plan_cache`): the fused plan serialised,
+        // deserialised on a fresh handle and run again gives the same bytes.
+        let text = fp.serialize().expect("a runtime-fusion plan serialises");
+        let handle2 = Handle::new().unwrap();
+        handle2.set_stream(stream.raw()).unwrap();
+        let t0 = Instant::now();
+        let back = ConvPlan::deserialize(&handle2, &text).expect("cuDNN deserialises its own plan");
+        let back_ms = t0.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(
+            back.workspace, fp.workspace,
+            "{label}: workspace after the round trip"
+        );
+        let mut y2 = vec![half::f16::ZERO; ny];
+        // SAFETY: ryf holds ny halves (ny * 2 bytes, a multiple of 4); y2 as many.
+        unsafe {
+            stream.memset_u32(arena.ptr(ryf), 0, ny / 2).unwrap();
+            let pack = pack(&back, true).unwrap();
+            back.execute(&handle2, &pack).unwrap();
+            stream.synchronize().unwrap();
+            stream
+                .memcpy_dtoh(y2.as_mut_ptr().cast(), arena.ptr(ryf), ny * 2)
+                .unwrap();
+        }
+        stream.synchronize().unwrap();
+        let differ = y2
+            .iter()
+            .zip(&yf)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        eprintln!(
+            "{label}: serialised plan {} bytes, deserialised in {back_ms:.1} ms, {differ} of {ny} outputs differ",
+            text.len()
+        );
+        assert_eq!(
+            differ, 0,
+            "{label}: the deserialised plan computes something else"
+        );
     }
 }

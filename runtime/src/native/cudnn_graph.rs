@@ -27,6 +27,7 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as D;
 
 use super::cudnn::{CudnnError, Handle, check};
+use super::plan_cache::PlanCache;
 
 /// One backend descriptor, destroyed on drop.
 pub struct Desc(sys::cudnnBackendDescriptor_t);
@@ -375,6 +376,9 @@ fn pointwise(
 pub struct ConvGraph {
     // Fields drop in declaration order: what refers to another descriptor goes first.
     cfgs: Vec<Desc>,
+    /// Everything the graph was built from, as text: with a configuration's rank and engine,
+    /// the key of its plan in a [`PlanCache`].
+    key: String,
     // The operation graph the configurations refer to, then what it refers to: kept alive
     // with them (dropped in this order).
     _parts: Vec<Desc>,
@@ -593,6 +597,7 @@ impl ConvGraph {
         parts.extend(conv_out);
         Ok(ConvGraph {
             cfgs,
+            key: format!("{g:?} {epilogue:?} {search:?} tensor_cores={tensor_cores}"),
             _parts: parts,
         })
     }
@@ -611,30 +616,70 @@ impl ConvGraph {
         uses_tensor_cores(&self.cfgs[i])
     }
 
-    /// The execution plan of candidate `i` on `handle` (the graph's handle).
+    /// The execution plan of candidate `i` on `handle` (the graph's handle). With a `cache`,
+    /// a plan serialised there for the same graph, rank and engine is deserialised instead of
+    /// finalised (no kernel compiled); one cuDNN refuses is dropped from the cache and built
+    /// afresh; a freshly finalised plan cuDNN can serialise (runtime-compiled engines) is
+    /// added to it.
     ///
     /// # Errors
     /// [`CudnnError`]: the configuration does not finalise for this geometry.
-    pub fn plan(&self, handle: &Handle, i: usize) -> Result<ConvPlan, CudnnError> {
+    pub fn plan(
+        &self,
+        handle: &Handle,
+        i: usize,
+        cache: Option<&PlanCache>,
+    ) -> Result<ConvPlan, CudnnError> {
+        let key = match cache {
+            Some(_) => engine_index(&self.cfgs[i])
+                .ok()
+                .map(|e| format!("{} rank={i} engine={e}", self.key)),
+            None => None,
+        };
+        if let (Some(c), Some(k)) = (cache, &key)
+            && let Some(text) = c.get(k)
+        {
+            match ConvPlan::deserialize(handle, &text) {
+                Ok(plan) => return Ok(plan),
+                Err(e) => {
+                    log::debug!("cuDNN plan cache: {k}: not deserialised ({e}): built afresh");
+                    c.remove(k);
+                }
+            }
+        }
         let plan = Desc::new(D::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
         plan.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
         plan.set_descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[&self.cfgs[i]])?;
         plan.finalize()?;
-        let mut ws = 0i64;
-        // SAFETY: one i64.
-        unsafe {
-            plan.get_raw(
-                A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                T::CUDNN_TYPE_INT64,
-                1,
-                (&mut ws as *mut i64).cast(),
-            )
-        }?;
-        Ok(ConvPlan {
-            plan,
-            workspace: usize::try_from(ws).unwrap_or(usize::MAX),
-        })
+        let plan = ConvPlan::from_finalized(plan)?;
+        if let (Some(c), Some(k)) = (cache, key) {
+            // Engines cuDNN does not serialise (all but runtime-compiled ones) refuse here.
+            if let Ok(text) = plan.serialize() {
+                c.insert(k, text);
+            }
+        }
+        Ok(plan)
     }
+}
+
+/// The global index of an engine configuration's engine (`CUDNN_ATTR_ENGINE_GLOBAL_INDEX`).
+fn engine_index(cfg: &Desc) -> Result<i64, CudnnError> {
+    let engine = Desc::new(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
+    cfg.get_descs(
+        A::CUDNN_ATTR_ENGINECFG_ENGINE,
+        std::slice::from_ref(&engine),
+    )?;
+    let mut index = -1i64;
+    // SAFETY: one i64.
+    unsafe {
+        engine.get_raw(
+            A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+            T::CUDNN_TYPE_INT64,
+            1,
+            (&mut index as *mut i64).cast(),
+        )
+    }?;
+    Ok(index)
 }
 
 /// Whether an engine configuration uses tensor cores (TF32 for fp32 data) or converts its
@@ -673,6 +718,69 @@ pub struct ConvPlan {
 pub struct VariantPack(Desc);
 
 impl ConvPlan {
+    fn from_finalized(plan: Desc) -> Result<Self, CudnnError> {
+        let mut ws = 0i64;
+        // SAFETY: one i64.
+        unsafe {
+            plan.get_raw(
+                A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                T::CUDNN_TYPE_INT64,
+                1,
+                (&mut ws as *mut i64).cast(),
+            )
+        }?;
+        Ok(ConvPlan {
+            plan,
+            workspace: usize::try_from(ws).unwrap_or(usize::MAX),
+        })
+    }
+
+    /// cuDNN's serialisation of the plan (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`,
+    /// text). Only runtime-compiled engines serialise.
+    ///
+    /// # Errors
+    /// [`CudnnError`]: cuDNN does not serialise this plan's engine.
+    pub fn serialize(&self) -> Result<Vec<u8>, CudnnError> {
+        let ty = T::CUDNN_TYPE_CHAR;
+        let name = A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION;
+        let n = self.plan.count(name, ty)?;
+        let mut text = vec![0u8; n];
+        // SAFETY: room for n chars.
+        let got = unsafe { self.plan.get_raw(name, ty, n, text.as_mut_ptr().cast()) }?;
+        // Kept exactly as cuDNN wrote it (a terminating NUL included, if it counts one):
+        // deserialisation is handed the same bytes.
+        text.truncate(got);
+        if text.iter().all(|&b| b == 0) {
+            return Err(CudnnError {
+                call: "cudnnBackendGetAttribute(EXECUTION_PLAN_JSON_REPRESENTATION)",
+                status: 0,
+                name: "empty serialisation",
+            });
+        }
+        Ok(text)
+    }
+
+    /// The plan `text` ([`ConvPlan::serialize`]) describes, on `handle` (of a GPU identical
+    /// to the one it was built on: the caller's [`PlanCache`] identity).
+    ///
+    /// # Errors
+    /// [`CudnnError`]: cuDNN refused the text.
+    pub fn deserialize(handle: &Handle, text: &[u8]) -> Result<Self, CudnnError> {
+        let plan = Desc::new(D::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+        // SAFETY: text.len() chars.
+        unsafe {
+            plan.set_raw(
+                A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                T::CUDNN_TYPE_CHAR,
+                text.len(),
+                text.as_ptr().cast(),
+            )
+        }?;
+        plan.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
+        plan.finalize()?;
+        Self::from_finalized(plan)
+    }
+
     /// Bind addresses (device pointers of the operands and of `workspace` scratch bytes).
     ///
     /// # Errors

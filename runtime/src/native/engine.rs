@@ -34,6 +34,7 @@ use super::kernels::{
 };
 use super::launch::{self, Bases, ConvChoice, Launch, Layout, address};
 use super::memory::BUFFER_ALIGN;
+use super::plan_cache::PlanCache;
 use super::{Compiled, LowerError, cudnn_graph, kernels, libs};
 
 const ENGINE: EngineKind = EngineKind::CudaNative;
@@ -64,6 +65,12 @@ pub struct NativeOptions {
     /// ([`super::ActivationLayout::for_precision`]: NHWC in fp16 and TF32, NCHW in fp32).
     /// `TETHER_NATIVE_LAYOUT=nchw` or `nhwc` sets it (another value: a warning, the default).
     pub layout: Option<super::ActivationLayout>,
+    /// Directory of the cuDNN plan cache ([`super::plan_cache`]): plans of runtime-compiled
+    /// engines (fused convolutions) finalised at one load are deserialised at the next
+    /// instead of compiled again. Default [`super::plan_cache::default_dir`]
+    /// (`TETHER_CACHE_DIR`, empty: off; else `$XDG_CACHE_HOME/tether`, `~/.cache/tether`);
+    /// `None`: kept in memory for this plan's executors only.
+    pub plan_cache: Option<std::path::PathBuf>,
 }
 
 impl Default for NativeOptions {
@@ -100,6 +107,7 @@ impl Default for NativeOptions {
                 }
                 layout
             }),
+            plan_cache: super::plan_cache::default_dir(),
         }
     }
 }
@@ -243,6 +251,8 @@ struct PlanInner {
     fused_geoms: Vec<Option<(cudnn_graph::ConvGeometry, cudnn_graph::FusedEpilogue)>>,
     /// The heuristics the graph-API choices index into (the same query on every handle).
     search: cudnn_graph::Search,
+    /// Serialised plans: the executors after the first deserialise what the load compiled.
+    plan_cache: Arc<PlanCache>,
     layout: Layout,
     uses_cudnn: bool,
     uses_cublas: bool,
@@ -419,7 +429,7 @@ fn conv_geometry(g: &Graph, i: usize, x: u64, w: u64, y: u64) -> Option<cudnn_gr
 /// measured the same way), each finalised, bound by `pack` (its operands and a scratch of
 /// `limit` bytes) and timed on `stream`: its heuristics rank, plan (with the graph it belongs
 /// to) and time. A graph or configuration cuDNN refuses is passed over with a debug line
-/// under `label`.
+/// under `label`. Plans come from (and go to) `cache` ([`cudnn_graph::ConvGraph::plan`]).
 ///
 /// # Errors
 /// A driver error synchronising the stream after the measurements.
@@ -434,6 +444,7 @@ fn fastest_plan(
     limit: usize,
     best_us: f32,
     label: &str,
+    cache: &PlanCache,
     pack: impl Fn(&cudnn_graph::ConvPlan) -> Result<cudnn_graph::VariantPack, cudnn::CudnnError>,
 ) -> Result<Option<(u8, Arc<StepPlan>, f32)>, crate::cuda::CudaError> {
     let cg = match graph {
@@ -452,7 +463,7 @@ fn fastest_plan(
     let mut best_us = best_us;
     for rank in 0..cg.candidates().min(max) {
         let tc = cg.uses_tensor_cores(rank).unwrap_or(true);
-        let Ok(plan) = cg.plan(handle, rank) else {
+        let Ok(plan) = cg.plan(handle, rank, Some(cache)) else {
             continue;
         };
         if plan.workspace > limit {
@@ -492,6 +503,29 @@ fn fastest_plan(
 /// query, so the chosen position in the list names the same configuration.
 fn graph_tensor_cores(precision: Precision) -> bool {
     precision != Precision::Fp32
+}
+
+/// The plan cache for this device and cuDNN: the file in `opts.plan_cache` when there is
+/// one (a file that is not valid is ignored with a warning naming why, and replaced when the
+/// load saves), else in memory.
+fn open_plan_cache(ctx: &Context, opts: &NativeOptions, network: &str) -> PlanCache {
+    let props = ctx.properties();
+    let identity = super::plan_cache::identity(
+        libs::cudnn().map_or(0, |l| l.version_code),
+        &props.name,
+        props.sm(),
+        props.multiprocessors,
+    );
+    match &opts.plan_cache {
+        Some(dir) => {
+            let (cache, err) = PlanCache::open(dir, identity);
+            if let Some(e) = err {
+                log::warn!("{network}: {e}: ignored, replaced at this load's save");
+            }
+            cache
+        }
+        None => PlanCache::in_memory(identity),
+    }
 }
 
 /// Mean GPU time of `runs` back-to-back enqueues of `f` on `stream` after `warmup`, in
@@ -630,10 +664,17 @@ impl NativePlan {
         let mut kept_plans: Vec<Option<Arc<StepPlan>>> = vec![None; g.steps.len()];
         let mut kept: Option<Kept> = None;
         let mut cudnn_bytes = 0usize;
-        if g.steps
+        let has_convs = g
+            .steps
             .iter()
-            .any(|s| matches!(s.kind, StepKind::Conv(_) | StepKind::Deconv(_)))
-        {
+            .any(|s| matches!(s.kind, StepKind::Conv(_) | StepKind::Deconv(_)));
+        // Read only where graph-API plans are built.
+        let plan_cache = Arc::new(if has_convs && opts.cudnn_graph {
+            open_plan_cache(ctx, opts, network)
+        } else {
+            PlanCache::in_memory(String::new())
+        });
+        if has_convs {
             let limit = opts.conv_workspace_limit;
             let mut ap = ArenaPlan::new();
             let act = ap.add(
@@ -826,6 +867,7 @@ impl NativePlan {
                             limit,
                             best,
                             &label,
+                            &plan_cache,
                             |p| p.variant_pack(xa, wa, ya, scratch_ptr),
                         )? {
                             best = us;
@@ -886,6 +928,7 @@ impl NativePlan {
                                 limit,
                                 unfused,
                                 &label,
+                                &plan_cache,
                                 |p| p.variant_pack_fused(xa, wa, ba, ra, oa, scratch_ptr),
                             )? {
                                 log::debug!(
@@ -923,10 +966,20 @@ impl NativePlan {
                 measured.insert(key, m);
             }
             ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
-            log::debug!(
-                "{network}: convolution algorithms measured in {:.2} s",
-                fusion_start.elapsed().as_secs_f64()
+            let (held, hits, added) = plan_cache.counts();
+            log::info!(
+                "{network}: convolution algorithms measured in {:.2} s; cuDNN plan cache {}: \
+                 {hits} plans deserialised, {added} added, {held} held",
+                fusion_start.elapsed().as_secs_f64(),
+                plan_cache
+                    .path()
+                    .map_or_else(|| "in memory".to_string(), |p| p.display().to_string()),
             );
+            match plan_cache.save() {
+                Ok(_) => {}
+                Err(e) => log::warn!("{network}: {e}: plans compiled again at the next load"),
+            }
+            plan_cache.retain_used();
             // The load stream dies with this function: the first executor sets its own.
             let _ = handle.set_stream(std::ptr::null_mut());
             kept = Some(Kept {
@@ -1004,6 +1057,7 @@ impl NativePlan {
             fusions,
             fused_geoms,
             search: opts.cudnn_search,
+            plan_cache,
             layout,
             uses_cudnn,
             uses_cublas,
@@ -1042,9 +1096,10 @@ impl NativePlan {
                 None => cudnn_graph::ConvGraph::new(h, geo, p.search, tc),
             };
             let what = if fused { "fused plan" } else { "plan" };
-            let plan = match graph
-                .and_then(|cg| cg.plan(h, usize::from(rank)).map(|plan| (plan, cg)))
-            {
+            let plan = match graph.and_then(|cg| {
+                cg.plan(h, usize::from(rank), Some(&p.plan_cache))
+                    .map(|plan| (plan, cg))
+            }) {
                 Ok((plan, cg)) if plan.workspace <= p.layout.cudnn_ws.1 => {
                     Some(Arc::new(StepPlan {
                         plan,

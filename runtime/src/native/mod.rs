@@ -48,6 +48,7 @@ pub mod libs;
 pub mod lower;
 pub mod memory;
 pub mod passes;
+pub mod plan_cache;
 pub mod precision;
 pub mod program;
 pub mod reference;

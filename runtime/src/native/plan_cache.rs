@@ -1,0 +1,650 @@
+//! A cache of cuDNN execution plans, kept on disk between loads.
+//!
+//! Finalising a runtime-fusion plan (a convolution with its bias and activation fused,
+//! [`super::fusion`]) compiles a kernel: NVRTC, then the driver. For YOLOv8n in fp16 that is
+//! most of the load (`docs/evidence/native-h200.md`, seventh run: 5-36 s with fusion, 0.4-1.7 s
+//! without). cuDNN serialises a finalised plan of a runtime-compiled engine as text and
+//! deserialises it on a handle of an identical GPU without compiling again
+//! (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`, cuDNN backend API reference, "Execution
+//! plan"; the cuDNN frontend's plan serialisation rests on the same attribute). The engine
+//! keeps those serialisations here, keyed by everything that built the plan, so a later load
+//! (and every executor after the first) deserialises instead of compiling. Plans of engines
+//! cuDNN does not serialise are simply not cached.
+//!
+//! The decisions are not cached: every load still measures the candidates and keeps the
+//! fastest, only their finalisation is cheaper.
+//!
+//! # File
+//! One file per device model, cuDNN version and tether version
+//! ([`PlanCache::file_name`]), in [`default_dir`]. Little-endian:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 8 | magic `TETHRPLN` |
+//! | 4 | format ([`FORMAT`]) |
+//! | 4 + n | identity (UTF-8): what the plans were built for ([`identity`]) |
+//! | 4 | entry count |
+//! | per entry: 4, 4, 4 | key length, plan length, CRC-32 (IEEE, `crc32fast`) of key then plan |
+//! | per entry: k + p | key (UTF-8), serialised plan |
+//!
+//! A file that does not parse, or was written for another identity, is ignored with one
+//! warning naming what was found ([`PlanCacheError`]) and replaced at the next save. Saving
+//! writes a temporary file beside it and renames it over (two processes saving at once: the
+//! last one's entries win; a cache, not a record). Nothing here runs per frame.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Version of the file layout and of what a key means (the operation graph the engine builds
+/// for a key: operand unique ids, virtual tensors). Bump it when either changes, so that
+/// plans built from the old graphs are never bound to the new variant packs.
+pub const FORMAT: u32 = 1;
+
+const MAGIC: &[u8; 8] = b"TETHRPLN";
+
+/// The most bytes of plans one file keeps: beyond it new plans are not added (a cache that
+/// grows without bound on a device with little storage is a fault of its own).
+pub const MAX_BYTES: usize = 256 << 20;
+
+/// Why a cache file was not used.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanCacheError {
+    /// Reading or writing the file failed.
+    #[error("cuDNN plan cache {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The file does not start with the magic.
+    #[error("cuDNN plan cache {path}: not a plan cache (first bytes {found:02x?})")]
+    Magic {
+        /// The file.
+        path: PathBuf,
+        /// Its first bytes (up to 8).
+        found: Vec<u8>,
+    },
+    /// Another layout version.
+    #[error("cuDNN plan cache {path}: format {found}, this build reads format {expected}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// The file's format.
+        found: u32,
+        /// [`FORMAT`].
+        expected: u32,
+    },
+    /// Written for another device, cuDNN or tether.
+    #[error("cuDNN plan cache {path}: written for {found:?}, this process is {expected:?}")]
+    Identity {
+        /// The file.
+        path: PathBuf,
+        /// The file's identity.
+        found: String,
+        /// This process's.
+        expected: String,
+    },
+    /// The file ends inside a field.
+    #[error(
+        "cuDNN plan cache {path}: truncated: {what} at byte {offset} needs {need} bytes, {have} left"
+    )]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        what: &'static str,
+        /// Where it starts.
+        offset: usize,
+        /// Its length.
+        need: usize,
+        /// Bytes left in the file from `offset`.
+        have: usize,
+    },
+    /// An entry's CRC does not match its bytes.
+    #[error(
+        "cuDNN plan cache {path}: entry {index} at byte {offset}: CRC-32 {stored:#010x} stored, {computed:#010x} computed"
+    )]
+    Crc {
+        /// The file.
+        path: PathBuf,
+        /// The entry's position.
+        index: usize,
+        /// Where its header starts.
+        offset: usize,
+        /// The CRC in the file.
+        stored: u32,
+        /// The CRC of the bytes read.
+        computed: u32,
+    },
+    /// A key or identity is not UTF-8.
+    #[error("cuDNN plan cache {path}: {what} at byte {offset} is not UTF-8")]
+    Text {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        what: &'static str,
+        /// Where it starts.
+        offset: usize,
+    },
+}
+
+/// What a plan was built for: tether's version and [`FORMAT`], the cuDNN version
+/// (`cudnnGetVersion`), and the device (name, compute capability, SM count). A plan is only
+/// ever deserialised for the same identity.
+pub fn identity(cudnn_version: u32, device: &str, sm: u32, multiprocessors: u32) -> String {
+    format!(
+        "tether {} plan format {FORMAT}; cuDNN {cudnn_version}; {device} sm_{sm} {multiprocessors} SMs",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// The cache directory: `TETHER_CACHE_DIR` when set (an empty value turns the cache off:
+/// `None`), else `$XDG_CACHE_HOME/tether`, else `$HOME/.cache/tether`; `None` when none of
+/// them is set.
+pub fn default_dir() -> Option<PathBuf> {
+    dir_from(
+        std::env::var_os("TETHER_CACHE_DIR"),
+        std::env::var_os("XDG_CACHE_HOME"),
+        std::env::var_os("HOME"),
+    )
+}
+
+fn dir_from(
+    tether: Option<std::ffi::OsString>,
+    xdg: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    match tether {
+        Some(d) if d.is_empty() => None,
+        Some(d) => Some(PathBuf::from(d)),
+        None => match xdg.filter(|d| !d.is_empty()) {
+            Some(d) => Some(PathBuf::from(d).join("tether")),
+            None => home
+                .filter(|d| !d.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache").join("tether")),
+        },
+    }
+}
+
+struct Inner {
+    entries: HashMap<String, Vec<u8>>,
+    /// Keys looked up with a hit or added since opened.
+    used: HashSet<String>,
+    bytes: usize,
+    added: usize,
+    hits: usize,
+}
+
+/// Serialised plans by key, shared by the load and the executors of one plan (a mutex:
+/// lookups happen at load and at bind, never per frame).
+pub struct PlanCache {
+    path: Option<PathBuf>,
+    identity: String,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for PlanCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanCache")
+            .field("path", &self.path)
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PlanCache {
+    /// An empty cache that is never saved (it still spares later executors a compile).
+    pub fn in_memory(identity: String) -> Self {
+        Self::with(None, identity, HashMap::new())
+    }
+
+    fn with(path: Option<PathBuf>, identity: String, entries: HashMap<String, Vec<u8>>) -> Self {
+        let bytes = entries.iter().map(|(k, v)| k.len() + v.len()).sum();
+        PlanCache {
+            path,
+            identity,
+            inner: Mutex::new(Inner {
+                entries,
+                used: HashSet::new(),
+                bytes,
+                added: 0,
+                hits: 0,
+            }),
+        }
+    }
+
+    /// The file name for `identity` in a cache directory: `cudnn-plans-<crc32>.bin`.
+    pub fn file_name(identity: &str) -> String {
+        format!(
+            "cudnn-plans-{:08x}.bin",
+            crc32fast::hash(identity.as_bytes())
+        )
+    }
+
+    /// The cache kept in `dir` for `identity`: its entries when the file exists and is
+    /// valid; empty when it does not exist, or (with the reason) when it is not valid.
+    pub fn open(dir: &Path, identity: String) -> (Self, Option<PlanCacheError>) {
+        let path = dir.join(Self::file_name(&identity));
+        let (entries, err) = match std::fs::read(&path) {
+            Ok(bytes) => match parse(&bytes, &path, &identity) {
+                Ok(e) => (e, None),
+                Err(e) => (HashMap::new(), Some(e)),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (HashMap::new(), None),
+            Err(source) => (
+                HashMap::new(),
+                Some(PlanCacheError::Io {
+                    path: path.clone(),
+                    source,
+                }),
+            ),
+        };
+        (Self::with(Some(path), identity, entries), err)
+    }
+
+    /// The file it is saved to (`None`: in memory only).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// What the plans are built for ([`identity`]).
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding it cannot leave the map half-updated (one insert or
+        // remove): the data is still consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The serialised plan under `key`.
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let mut inner = self.lock();
+        let plan = inner.entries.get(key).cloned();
+        if plan.is_some() {
+            inner.hits += 1;
+            inner.used.insert(key.to_string());
+        }
+        plan
+    }
+
+    /// Keep `plan` under `key` (replacing what was there); not kept when the cache would
+    /// exceed [`MAX_BYTES`].
+    pub fn insert(&self, key: String, plan: Vec<u8>) {
+        let mut inner = self.lock();
+        let old = inner.entries.get(&key).map_or(0, |v| key.len() + v.len());
+        let new = key.len() + plan.len();
+        if inner.bytes - old + new > MAX_BYTES {
+            return;
+        }
+        inner.bytes = inner.bytes - old + new;
+        inner.used.insert(key.clone());
+        inner.entries.insert(key, plan);
+        inner.added += 1;
+    }
+
+    /// Drop the plan under `key` (cuDNN refused to deserialise it).
+    pub fn remove(&self, key: &str) {
+        let mut inner = self.lock();
+        if let Some(v) = inner.entries.remove(key) {
+            inner.bytes -= key.len() + v.len();
+            inner.added += 1;
+        }
+    }
+
+    /// Forget, in memory, every entry this process has not used (after [`PlanCache::save`]:
+    /// the file keeps them), so that a plan holds only its own convolutions' serialisations.
+    pub fn retain_used(&self) {
+        let mut inner = self.lock();
+        let Inner { entries, used, .. } = &mut *inner;
+        entries.retain(|k, _| used.contains(k));
+        inner.bytes = inner.entries.iter().map(|(k, v)| k.len() + v.len()).sum();
+    }
+
+    /// Entries held, lookups answered, and entries added or removed since opened.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let inner = self.lock();
+        (inner.entries.len(), inner.hits, inner.added)
+    }
+
+    /// The file's bytes for what the cache holds now (entries sorted by key, so the same
+    /// entries give the same bytes).
+    pub fn encode(&self) -> Vec<u8> {
+        let inner = self.lock();
+        let mut keys: Vec<&String> = inner.entries.keys().collect();
+        keys.sort();
+        let mut out = Vec::with_capacity(inner.bytes + 32 + 12 * keys.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT.to_le_bytes());
+        put_len(&mut out, self.identity.len());
+        out.extend_from_slice(self.identity.as_bytes());
+        put_len(&mut out, keys.len());
+        for k in keys {
+            let v = &inner.entries[k];
+            let mut h = crc32fast::Hasher::new();
+            h.update(k.as_bytes());
+            h.update(v);
+            put_len(&mut out, k.len());
+            put_len(&mut out, v.len());
+            out.extend_from_slice(&h.finalize().to_le_bytes());
+            out.extend_from_slice(k.as_bytes());
+            out.extend_from_slice(v);
+        }
+        out
+    }
+
+    /// Write the file when anything was added or removed since it was opened (creating the
+    /// directory); `Ok(false)`: nothing to write, or in memory only.
+    ///
+    /// # Errors
+    /// [`PlanCacheError::Io`]: the directory, the temporary file or the rename failed.
+    pub fn save(&self) -> Result<bool, PlanCacheError> {
+        let Some(path) = &self.path else {
+            return Ok(false);
+        };
+        if self.lock().added == 0 {
+            return Ok(false);
+        }
+        let io = |source| PlanCacheError::Io {
+            path: path.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, self.encode())
+            .and_then(|_| std::fs::rename(&tmp, path))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                io(e)
+            })?;
+        self.lock().added = 0;
+        Ok(true)
+    }
+}
+
+fn put_len(out: &mut Vec<u8>, n: usize) {
+    // Lengths are bounded by MAX_BYTES (entries) and by a key's or identity's text.
+    out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
+}
+
+/// The entries of a cache file's `bytes` written for `identity`.
+///
+/// # Errors
+/// [`PlanCacheError`] naming the field and the values found.
+pub fn parse(
+    bytes: &[u8],
+    path: &Path,
+    identity: &str,
+) -> Result<HashMap<String, Vec<u8>>, PlanCacheError> {
+    let mut r = Reader { bytes, at: 0, path };
+    let magic = r
+        .take("magic", MAGIC.len())
+        .map_err(|_| PlanCacheError::Magic {
+            path: path.to_path_buf(),
+            found: bytes[..bytes.len().min(8)].to_vec(),
+        })?;
+    if magic != MAGIC {
+        return Err(PlanCacheError::Magic {
+            path: path.to_path_buf(),
+            found: magic.to_vec(),
+        });
+    }
+    let format = r.u32("format")?;
+    if format != FORMAT {
+        return Err(PlanCacheError::Format {
+            path: path.to_path_buf(),
+            found: format,
+            expected: FORMAT,
+        });
+    }
+    let n = r.u32("identity length")? as usize;
+    let found = r.text("identity", n)?;
+    if found != identity {
+        return Err(PlanCacheError::Identity {
+            path: path.to_path_buf(),
+            found,
+            expected: identity.to_string(),
+        });
+    }
+    let count = r.u32("entry count")? as usize;
+    // Not with_capacity(count): the count is untrusted until the entries are read.
+    let mut entries = HashMap::new();
+    for index in 0..count {
+        let offset = r.at;
+        let k = r.u32("key length")? as usize;
+        let v = r.u32("plan length")? as usize;
+        let stored = r.u32("entry CRC")?;
+        let key_bytes = r.take("key", k)?;
+        let plan = r.take("plan", v)?;
+        let mut h = crc32fast::Hasher::new();
+        h.update(key_bytes);
+        h.update(plan);
+        let computed = h.finalize();
+        if computed != stored {
+            return Err(PlanCacheError::Crc {
+                path: path.to_path_buf(),
+                index,
+                offset,
+                stored,
+                computed,
+            });
+        }
+        let key = String::from_utf8(key_bytes.to_vec()).map_err(|_| PlanCacheError::Text {
+            path: path.to_path_buf(),
+            what: "key",
+            offset: offset + 12,
+        })?;
+        entries.insert(key, plan.to_vec());
+    }
+    Ok(entries)
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    path: &'a Path,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, what: &'static str, n: usize) -> Result<&'a [u8], PlanCacheError> {
+        let have = self.bytes.len() - self.at;
+        if n > have {
+            return Err(PlanCacheError::Truncated {
+                path: self.path.to_path_buf(),
+                what,
+                offset: self.at,
+                need: n,
+                have,
+            });
+        }
+        let s = &self.bytes[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, PlanCacheError> {
+        let b = self.take(what, 4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn text(&mut self, what: &'static str, n: usize) -> Result<String, PlanCacheError> {
+        let offset = self.at;
+        let b = self.take(what, n)?;
+        String::from_utf8(b.to_vec()).map_err(|_| PlanCacheError::Text {
+            path: self.path.to_path_buf(),
+            what,
+            offset,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("tether-plan-cache-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn id() -> String {
+        identity(91900, "NVIDIA H200", 90, 132)
+    }
+
+    #[test]
+    fn round_trip_through_the_file() {
+        let dir = scratch("round");
+        let (c, err) = PlanCache::open(&dir, id());
+        assert!(err.is_none(), "a missing file is an empty cache: {err:?}");
+        assert_eq!(c.counts(), (0, 0, 0));
+        assert!(!c.save().unwrap(), "nothing added: nothing written");
+        c.insert("conv a".into(), b"{\"plan\":1}".to_vec());
+        c.insert("conv b".into(), vec![0, 255, 7]);
+        assert!(c.save().unwrap());
+        assert!(!c.save().unwrap(), "saved: nothing new");
+        let (d, err) = PlanCache::open(&dir, id());
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(d.get("conv a").as_deref(), Some(&b"{\"plan\":1}"[..]));
+        assert_eq!(d.get("conv b"), Some(vec![0, 255, 7]));
+        assert_eq!(d.get("conv c"), None);
+        assert_eq!(d.counts(), (2, 2, 0));
+        assert_eq!(d.encode(), c.encode(), "same entries, same bytes");
+        d.remove("conv a");
+        assert!(d.save().unwrap());
+        let (e, _) = PlanCache::open(&dir, id());
+        assert_eq!(e.counts().0, 1);
+        // Only what this process used stays in memory.
+        e.insert("conv c".into(), b"c".to_vec());
+        e.retain_used();
+        assert_eq!(e.counts().0, 1);
+        assert_eq!(e.get("conv b"), None, "not used here: dropped from memory");
+        assert_eq!(e.get("conv c"), Some(b"c".to_vec()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn another_identity_is_refused_by_name() {
+        let dir = scratch("identity");
+        let c = PlanCache::in_memory(id());
+        c.insert("k".into(), b"v".to_vec());
+        assert!(!c.save().unwrap(), "in memory: never written");
+        let other = identity(91000, "NVIDIA H200", 90, 132);
+        let path = dir.join("f");
+        match parse(&c.encode(), &path, &other) {
+            Err(PlanCacheError::Identity {
+                found, expected, ..
+            }) => {
+                assert!(found.contains("cuDNN 91900"), "{found}");
+                assert!(expected.contains("cuDNN 91000"), "{expected}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_ne!(PlanCache::file_name(&id()), PlanCache::file_name(&other));
+        // Another device model, another SM count.
+        assert_ne!(id(), identity(91900, "NVIDIA H100", 90, 132));
+        assert_ne!(id(), identity(91900, "NVIDIA H200", 90, 114));
+    }
+
+    #[test]
+    fn every_truncation_and_flipped_byte_is_a_typed_error() {
+        let c = PlanCache::in_memory(id());
+        c.insert("conv geometry".into(), b"serialised plan bytes".to_vec());
+        c.insert("another".into(), vec![1; 40]);
+        let bytes = c.encode();
+        let path = Path::new("/cache/file");
+        assert_eq!(parse(&bytes, path, &id()).unwrap().len(), 2);
+        for n in 0..bytes.len() {
+            let e = parse(&bytes[..n], path, &id()).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    PlanCacheError::Truncated { .. } | PlanCacheError::Magic { .. }
+                ),
+                "cut at {n}: {e}"
+            );
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x40;
+            // A flipped byte is caught (an entry count or length can only shrink the file
+            // read, which shows as a truncation or a CRC error of the entry it cuts).
+            assert!(parse(&b, path, &id()).is_err(), "flip at {i} accepted");
+        }
+        let e = parse(b"NOTACACHEFILE", path, &id()).unwrap_err();
+        assert!(e.to_string().contains("not a plan cache"), "{e}");
+        let mut b = bytes.clone();
+        b[8] = 9;
+        assert!(matches!(
+            parse(&b, path, &id()),
+            Err(PlanCacheError::Format {
+                found: 9,
+                expected: FORMAT,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_corrupt_file_opens_empty_with_its_reason_and_is_replaced() {
+        let dir = scratch("corrupt");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(PlanCache::file_name(&id()));
+        std::fs::write(&path, b"TETHRPLN\x01\x00\x00\x00\xff\xff").unwrap();
+        let (c, err) = PlanCache::open(&dir, id());
+        assert!(
+            matches!(
+                err,
+                Some(PlanCacheError::Truncated {
+                    what: "identity length",
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+        assert_eq!(c.counts().0, 0);
+        c.insert("k".into(), b"v".to_vec());
+        c.save().unwrap();
+        let (d, err) = PlanCache::open(&dir, id());
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(d.get("k"), Some(b"v".to_vec()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_size_bound_holds() {
+        let c = PlanCache::in_memory(id());
+        c.insert("big".into(), vec![0; MAX_BYTES - 3]);
+        assert_eq!(c.counts().0, 1);
+        c.insert("more".into(), vec![0; 16]);
+        assert_eq!(c.get("more"), None, "beyond MAX_BYTES: not kept");
+        c.insert("big".into(), vec![0; 8]);
+        c.insert("more".into(), vec![0; 16]);
+        assert_eq!(c.counts().0, 2, "a smaller replacement frees room");
+    }
+
+    #[test]
+    fn the_directory_follows_the_environment() {
+        let s = |v: &str| Some(std::ffi::OsString::from(v));
+        assert_eq!(
+            dir_from(s("/d"), s("/x"), s("/h")),
+            Some(PathBuf::from("/d"))
+        );
+        assert_eq!(dir_from(s(""), s("/x"), s("/h")), None, "empty: off");
+        assert_eq!(
+            dir_from(None, s("/x"), s("/h")),
+            Some(PathBuf::from("/x/tether"))
+        );
+        assert_eq!(
+            dir_from(None, s(""), s("/h")),
+            Some(PathBuf::from("/h/.cache/tether"))
+        );
+        assert_eq!(dir_from(None, None, None), None);
+    }
+}
