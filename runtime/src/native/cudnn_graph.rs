@@ -597,7 +597,7 @@ impl ConvGraph {
         parts.extend(conv_out);
         Ok(ConvGraph {
             cfgs,
-            key: format!("{g:?} {epilogue:?} {search:?} tensor_cores={tensor_cores}"),
+            key: graph_key(g, epilogue, search, tensor_cores),
             _parts: parts,
         })
     }
@@ -639,8 +639,21 @@ impl ConvGraph {
         if let (Some(c), Some(k)) = (cache, &key)
             && let Some(text) = c.get(k)
         {
+            // The plan must run the configuration the key names: its engine is checked too.
+            let want = engine_index(&self.cfgs[i]).ok();
             match ConvPlan::deserialize(handle, &text) {
-                Ok(plan) => return Ok(plan),
+                Ok(mut plan) if plan.engine_index().ok() == want => {
+                    c.record_hit(k);
+                    plan.cache_key = key;
+                    return Ok(plan);
+                }
+                Ok(plan) => {
+                    log::debug!(
+                        "cuDNN plan cache: {k}: deserialised engine {:?}, not {want:?}: built afresh",
+                        plan.engine_index().ok()
+                    );
+                    c.remove(k);
+                }
                 Err(e) => {
                     log::debug!("cuDNN plan cache: {k}: not deserialised ({e}): built afresh");
                     c.remove(k);
@@ -651,15 +664,29 @@ impl ConvGraph {
         plan.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
         plan.set_descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[&self.cfgs[i]])?;
         plan.finalize()?;
-        let plan = ConvPlan::from_finalized(plan)?;
+        let mut plan = ConvPlan::from_finalized(plan)?;
         if let (Some(c), Some(k)) = (cache, key) {
             // Engines cuDNN does not serialise (all but runtime-compiled ones) refuse here.
             if let Ok(text) = plan.serialize() {
-                c.insert(k, text);
+                c.insert(k.clone(), text);
+                plan.cache_key = Some(k);
             }
         }
         Ok(plan)
     }
+}
+
+/// What a [`ConvGraph`] is built from, as text: the geometry (shapes, paddings, strides,
+/// dilations, operand alignments, storage type, layout), the epilogue (activation, output
+/// and residual strides, alignments, bias type), the heuristics and whether tensor cores are
+/// eligible. With a configuration's rank and engine it keys the plan in a [`PlanCache`].
+pub fn graph_key(
+    g: &ConvGeometry,
+    epilogue: Option<FusedEpilogue>,
+    search: Search,
+    tensor_cores: bool,
+) -> String {
+    format!("{g:?} {epilogue:?} {search:?} tensor_cores={tensor_cores}")
 }
 
 /// The global index of an engine configuration's engine (`CUDNN_ATTR_ENGINE_GLOBAL_INDEX`).
@@ -712,6 +739,8 @@ pub struct ConvPlan {
     plan: Desc,
     /// Scratch bytes it needs.
     pub workspace: usize,
+    /// Its key in the [`PlanCache`] it was deserialised from or added to.
+    pub cache_key: Option<String>,
 }
 
 /// The addresses of one execution: x, w, y and the scratch.
@@ -732,7 +761,21 @@ impl ConvPlan {
         Ok(ConvPlan {
             plan,
             workspace: usize::try_from(ws).unwrap_or(usize::MAX),
+            cache_key: None,
         })
+    }
+
+    /// The global index of the engine the plan runs.
+    ///
+    /// # Errors
+    /// [`CudnnError`].
+    pub fn engine_index(&self) -> Result<i64, CudnnError> {
+        let cfg = Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)?;
+        self.plan.get_descs(
+            A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+            std::slice::from_ref(&cfg),
+        )?;
+        engine_index(&cfg)
     }
 
     /// cuDNN's serialisation of the plan (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`,
@@ -849,5 +892,85 @@ impl ConvPlan {
         check("cudnnBackendExecute", unsafe {
             sys::cudnnBackendExecute(handle.raw(), self.plan.0, pack.0.0)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every input of [`ConvGraph::build`] changes the plan-cache key: a plan is never
+    /// deserialised for a graph it was not built from.
+    #[test]
+    fn every_graph_input_is_in_the_cache_key() {
+        let g = ConvGeometry {
+            x: [1, 16, 20, 20],
+            w: [32, 16, 3, 3],
+            y: [1, 32, 20, 20],
+            pre: [1, 1],
+            post: [1, 1],
+            strides: [1, 1],
+            dilations: [1, 1],
+            align: [16, 16, 16],
+            half: true,
+            channels_last: true,
+        };
+        let e = FusedEpilogue::bias_act(FusedAct::Silu);
+        let mut geos = vec![g];
+        let mut edit = |f: &dyn Fn(&mut ConvGeometry)| {
+            let mut v = g;
+            f(&mut v);
+            geos.push(v);
+        };
+        edit(&|v| v.x[1] = 8);
+        edit(&|v| v.w[1] = 8);
+        edit(&|v| v.y[2] = 10);
+        edit(&|v| v.pre[0] = 0);
+        edit(&|v| v.post[1] = 0);
+        edit(&|v| v.strides[0] = 2);
+        edit(&|v| v.dilations[1] = 2);
+        edit(&|v| v.align[0] = 8);
+        edit(&|v| v.align[1] = 4);
+        edit(&|v| v.align[2] = 2);
+        edit(&|v| v.half = false);
+        edit(&|v| v.channels_last = false);
+        let epis = [
+            None,
+            Some(e),
+            Some(FusedEpilogue::bias_act(FusedAct::Identity)),
+            Some(FusedEpilogue {
+                y_strides: Some([25600, 1, 1280, 64]),
+                ..e
+            }),
+            Some(FusedEpilogue {
+                residual: Some([12800, 1, 640, 32]),
+                ..e
+            }),
+            Some(FusedEpilogue {
+                align: [8, 16],
+                ..e
+            }),
+            Some(FusedEpilogue {
+                align: [16, 8],
+                ..e
+            }),
+            Some(FusedEpilogue {
+                bias_f32: !e.bias_f32,
+                ..e
+            }),
+        ];
+        let mut keys = std::collections::HashSet::new();
+        let mut n = 0;
+        for geo in &geos {
+            for epi in epis {
+                for search in [Search::Heuristics, Search::Wide] {
+                    for tc in [false, true] {
+                        keys.insert(graph_key(geo, epi, search, tc));
+                        n += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(keys.len(), n, "two different graphs share a key");
     }
 }

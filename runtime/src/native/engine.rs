@@ -979,7 +979,13 @@ impl NativePlan {
                 Ok(_) => {}
                 Err(e) => log::warn!("{network}: {e}: plans compiled again at the next load"),
             }
-            plan_cache.retain_used();
+            // In memory, only the chosen plans' serialisations: what a later executor rebuilds.
+            let keep: std::collections::HashSet<&str> = kept_plans
+                .iter()
+                .flatten()
+                .filter_map(|p| p.plan.cache_key.as_deref())
+                .collect();
+            plan_cache.retain(&keep);
             // The load stream dies with this function: the first executor sets its own.
             let _ = handle.set_stream(std::ptr::null_mut());
             kept = Some(Kept {

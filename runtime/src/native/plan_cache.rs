@@ -24,27 +24,33 @@
 //! | 4 | format ([`FORMAT`]) |
 //! | 4 + n | identity (UTF-8): what the plans were built for ([`identity`]) |
 //! | 4 | entry count |
-//! | per entry: 4, 4, 4 | key length, plan length, CRC-32 (IEEE, `crc32fast`) of key then plan |
+//! | per entry: 4, 4, 4 | key length, plan length, CRC-32 (IEEE, `crc32fast`) of the two lengths, the key and the plan |
 //! | per entry: k + p | key (UTF-8), serialised plan |
 //!
-//! A file that does not parse, or was written for another identity, is ignored with one
-//! warning naming what was found ([`PlanCacheError`]) and replaced at the next save. Saving
-//! writes a temporary file beside it and renames it over (two processes saving at once: the
-//! last one's entries win; a cache, not a record). Nothing here runs per frame.
+//! Nothing may follow the last entry. A file that does not parse, is larger than
+//! [`MAX_BYTES`] allows, or was written for another identity is ignored with one warning
+//! naming what was found ([`PlanCacheError`]) and replaced at the next save. Saving writes a
+//! temporary file beside it and renames it over (two processes saving at once: the last
+//! one's entries win; a cache, not a record). When a new plan would pass [`MAX_BYTES`],
+//! plans this process has not used are dropped first. Files of other identities (another
+//! GPU model, cuDNN or tether version) are left alone. Nothing here runs per frame.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// Version of the file layout and of what a key means (the operation graph the engine builds
-/// for a key: operand unique ids, virtual tensors). Bump it when either changes, so that
-/// plans built from the old graphs are never bound to the new variant packs.
-pub const FORMAT: u32 = 1;
+/// Version of the file layout. What a key means (the operation graph the engine builds for
+/// it: operand unique ids, virtual tensors) is pinned by [`identity`], which names a checksum
+/// of `cudnn_graph.rs`'s source, so a plan built from other graphs is never bound to the new
+/// variant packs.
+pub const FORMAT: u32 = 2;
 
 const MAGIC: &[u8; 8] = b"TETHRPLN";
 
-/// The most bytes of plans one file keeps: beyond it new plans are not added (a cache that
-/// grows without bound on a device with little storage is a fault of its own).
+/// The most bytes of keys and plans one cache holds (a cache that grows without bound on a
+/// device with little storage is a fault of its own): a new plan that would pass it first
+/// drops the plans this process has not used, else it is not kept; a larger file is not
+/// read.
 pub const MAX_BYTES: usize = 256 << 20;
 
 /// Why a cache file was not used.
@@ -118,6 +124,30 @@ pub enum PlanCacheError {
         /// The CRC of the bytes read.
         computed: u32,
     },
+    /// Bytes after the last entry (an entry count that does not match the file).
+    #[error(
+        "cuDNN plan cache {path}: {extra} bytes after the last of {count} entries, at byte {offset}"
+    )]
+    Trailing {
+        /// The file.
+        path: PathBuf,
+        /// The entry count the file states.
+        count: usize,
+        /// Where the extra bytes start.
+        offset: usize,
+        /// How many.
+        extra: usize,
+    },
+    /// The file is larger than a cache may be.
+    #[error("cuDNN plan cache {path}: {bytes} bytes, more than the {max} a cache may hold")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+        /// The bound ([`MAX_BYTES`] plus room for the headers).
+        max: u64,
+    },
     /// A key or identity is not UTF-8.
     #[error("cuDNN plan cache {path}: {what} at byte {offset} is not UTF-8")]
     Text {
@@ -130,13 +160,16 @@ pub enum PlanCacheError {
     },
 }
 
-/// What a plan was built for: tether's version and [`FORMAT`], the cuDNN version
-/// (`cudnnGetVersion`), and the device (name, compute capability, SM count). A plan is only
-/// ever deserialised for the same identity.
+/// What a plan was built for: tether's version, [`FORMAT`] and the CRC-32 of
+/// `cudnn_graph.rs` as compiled (where the operation graphs and their operand ids are
+/// written: any edit there starts a new cache), the cuDNN version (`cudnnGetVersion`), and
+/// the device (name, compute capability, SM count). A plan is only ever deserialised for the
+/// same identity.
 pub fn identity(cudnn_version: u32, device: &str, sm: u32, multiprocessors: u32) -> String {
     format!(
-        "tether {} plan format {FORMAT}; cuDNN {cudnn_version}; {device} sm_{sm} {multiprocessors} SMs",
-        env!("CARGO_PKG_VERSION")
+        "tether {} plan format {FORMAT} graphs {:08x}; cuDNN {cudnn_version}; {device} sm_{sm} {multiprocessors} SMs",
+        env!("CARGO_PKG_VERSION"),
+        crc32fast::hash(include_str!("cudnn_graph.rs").as_bytes())
     )
 }
 
@@ -175,6 +208,8 @@ struct Inner {
     bytes: usize,
     added: usize,
     hits: usize,
+    /// Entries added, removed or dropped since the last save.
+    dirty: bool,
 }
 
 /// Serialised plans by key, shared by the load and the executors of one plan (a mutex:
@@ -182,6 +217,8 @@ struct Inner {
 pub struct PlanCache {
     path: Option<PathBuf>,
     identity: String,
+    /// [`MAX_BYTES`] (smaller in tests).
+    max_bytes: usize,
     inner: Mutex<Inner>,
 }
 
@@ -205,12 +242,14 @@ impl PlanCache {
         PlanCache {
             path,
             identity,
+            max_bytes: MAX_BYTES,
             inner: Mutex::new(Inner {
                 entries,
                 used: HashSet::new(),
                 bytes,
                 added: 0,
                 hits: 0,
+                dirty: false,
             }),
         }
     }
@@ -227,6 +266,17 @@ impl PlanCache {
     /// valid; empty when it does not exist, or (with the reason) when it is not valid.
     pub fn open(dir: &Path, identity: String) -> (Self, Option<PlanCacheError>) {
         let path = dir.join(Self::file_name(&identity));
+        let max = (MAX_BYTES + (1 << 20)) as u64;
+        if let Ok(m) = std::fs::metadata(&path)
+            && m.len() > max
+        {
+            let err = PlanCacheError::TooLarge {
+                path: path.clone(),
+                bytes: m.len(),
+                max,
+            };
+            return (Self::with(Some(path), identity, HashMap::new()), Some(err));
+        }
         let (entries, err) = match std::fs::read(&path) {
             Ok(bytes) => match parse(&bytes, &path, &identity) {
                 Ok(e) => (e, None),
@@ -260,30 +310,59 @@ impl PlanCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The serialised plan under `key`.
+    /// The serialised plan under `key` (counted as a hit by [`PlanCache::record_hit`] once
+    /// it deserialised).
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
-        let mut inner = self.lock();
-        let plan = inner.entries.get(key).cloned();
-        if plan.is_some() {
-            inner.hits += 1;
-            inner.used.insert(key.to_string());
-        }
-        plan
+        self.lock().entries.get(key).cloned()
     }
 
-    /// Keep `plan` under `key` (replacing what was there); not kept when the cache would
-    /// exceed [`MAX_BYTES`].
+    /// The plan under `key` was deserialised and is used.
+    pub fn record_hit(&self, key: &str) {
+        let mut inner = self.lock();
+        inner.hits += 1;
+        inner.used.insert(key.to_string());
+    }
+
+    /// Keep `plan` under `key` (replacing what was there). When the cache would pass
+    /// [`MAX_BYTES`], entries this process has not used are dropped first; if that is not
+    /// enough, `plan` is not kept.
     pub fn insert(&self, key: String, plan: Vec<u8>) {
         let mut inner = self.lock();
-        let old = inner.entries.get(&key).map_or(0, |v| key.len() + v.len());
+        let max = self.max_bytes;
+        let Inner {
+            entries,
+            used,
+            bytes,
+            added,
+            dirty,
+            ..
+        } = &mut *inner;
+        let old = entries.get(&key).map_or(0, |v| key.len() + v.len());
         let new = key.len() + plan.len();
-        if inner.bytes - old + new > MAX_BYTES {
-            return;
+        if *bytes - old + new > max {
+            let stale: Vec<String> = entries
+                .keys()
+                .filter(|k| !used.contains(*k) && **k != key)
+                .cloned()
+                .collect();
+            for k in stale {
+                if *bytes - old + new <= max {
+                    break;
+                }
+                if let Some(v) = entries.remove(&k) {
+                    *bytes -= k.len() + v.len();
+                    *dirty = true;
+                }
+            }
+            if *bytes - old + new > max {
+                return;
+            }
         }
-        inner.bytes = inner.bytes - old + new;
-        inner.used.insert(key.clone());
-        inner.entries.insert(key, plan);
-        inner.added += 1;
+        *bytes = *bytes - old + new;
+        used.insert(key.clone());
+        entries.insert(key, plan);
+        *added += 1;
+        *dirty = true;
     }
 
     /// Drop the plan under `key` (cuDNN refused to deserialise it).
@@ -291,23 +370,29 @@ impl PlanCache {
         let mut inner = self.lock();
         if let Some(v) = inner.entries.remove(key) {
             inner.bytes -= key.len() + v.len();
-            inner.added += 1;
+            inner.dirty = true;
         }
+        inner.used.remove(key);
     }
 
-    /// Forget, in memory, every entry this process has not used (after [`PlanCache::save`]:
-    /// the file keeps them), so that a plan holds only its own convolutions' serialisations.
-    pub fn retain_used(&self) {
+    /// Forget, in memory, every entry but those under `keep` (after [`PlanCache::save`]: the
+    /// file keeps them), so that a plan holds only the serialisations its executors rebuild.
+    pub fn retain(&self, keep: &HashSet<&str>) {
         let mut inner = self.lock();
-        let Inner { entries, used, .. } = &mut *inner;
-        entries.retain(|k, _| used.contains(k));
+        inner.entries.retain(|k, _| keep.contains(k.as_str()));
         inner.bytes = inner.entries.iter().map(|(k, v)| k.len() + v.len()).sum();
     }
 
-    /// Entries held, lookups answered, and entries added or removed since opened.
+    /// Entries held, plans deserialised ([`PlanCache::record_hit`]), and entries added since
+    /// opened.
     pub fn counts(&self) -> (usize, usize, usize) {
         let inner = self.lock();
         (inner.entries.len(), inner.hits, inner.added)
+    }
+
+    /// Bytes of keys and plans held (bounded by [`MAX_BYTES`]).
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     /// The file's bytes for what the cache holds now (entries sorted by key, so the same
@@ -324,20 +409,19 @@ impl PlanCache {
         put_len(&mut out, keys.len());
         for k in keys {
             let v = &inner.entries[k];
-            let mut h = crc32fast::Hasher::new();
-            h.update(k.as_bytes());
-            h.update(v);
+            let at = out.len();
             put_len(&mut out, k.len());
             put_len(&mut out, v.len());
-            out.extend_from_slice(&h.finalize().to_le_bytes());
+            let crc = entry_crc(&out[at..at + 8], k.as_bytes(), v);
+            out.extend_from_slice(&crc.to_le_bytes());
             out.extend_from_slice(k.as_bytes());
             out.extend_from_slice(v);
         }
         out
     }
 
-    /// Write the file when anything was added or removed since it was opened (creating the
-    /// directory); `Ok(false)`: nothing to write, or in memory only.
+    /// Write the file when anything was added, removed or dropped since it was opened or last
+    /// saved (creating the directory); `Ok(false)`: nothing to write, or in memory only.
     ///
     /// # Errors
     /// [`PlanCacheError::Io`]: the directory, the temporary file or the rename failed.
@@ -345,7 +429,7 @@ impl PlanCache {
         let Some(path) = &self.path else {
             return Ok(false);
         };
-        if self.lock().added == 0 {
+        if !self.lock().dirty {
             return Ok(false);
         }
         let io = |source| PlanCacheError::Io {
@@ -355,16 +439,28 @@ impl PlanCache {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        // Unique per process and per save: two plans of one process may save at once.
+        static SAVES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
         std::fs::write(&tmp, self.encode())
             .and_then(|_| std::fs::rename(&tmp, path))
             .map_err(|e| {
                 let _ = std::fs::remove_file(&tmp);
                 io(e)
             })?;
-        self.lock().added = 0;
+        self.lock().dirty = false;
         Ok(true)
     }
+}
+
+/// An entry's CRC-32: its two length fields (as stored), its key, its plan.
+fn entry_crc(lengths: &[u8], key: &[u8], plan: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(lengths);
+    h.update(key);
+    h.update(plan);
+    h.finalize()
 }
 
 fn put_len(out: &mut Vec<u8>, n: usize) {
@@ -421,10 +517,7 @@ pub fn parse(
         let stored = r.u32("entry CRC")?;
         let key_bytes = r.take("key", k)?;
         let plan = r.take("plan", v)?;
-        let mut h = crc32fast::Hasher::new();
-        h.update(key_bytes);
-        h.update(plan);
-        let computed = h.finalize();
+        let computed = entry_crc(&bytes[offset..offset + 8], key_bytes, plan);
         if computed != stored {
             return Err(PlanCacheError::Crc {
                 path: path.to_path_buf(),
@@ -440,6 +533,14 @@ pub fn parse(
             offset: offset + 12,
         })?;
         entries.insert(key, plan.to_vec());
+    }
+    if r.at != bytes.len() {
+        return Err(PlanCacheError::Trailing {
+            path: path.to_path_buf(),
+            count,
+            offset: r.at,
+            extra: bytes.len() - r.at,
+        });
     }
     Ok(entries)
 }
@@ -498,6 +599,15 @@ mod tests {
         identity(91900, "NVIDIA H200", 90, 132)
     }
 
+    /// Bytes held, recomputed from what a file of the cache holds.
+    fn held(c: &PlanCache) -> usize {
+        parse(&c.encode(), Path::new("f"), c.identity())
+            .unwrap()
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum()
+    }
+
     #[test]
     fn round_trip_through_the_file() {
         let dir = scratch("round");
@@ -507,6 +617,7 @@ mod tests {
         assert!(!c.save().unwrap(), "nothing added: nothing written");
         c.insert("conv a".into(), b"{\"plan\":1}".to_vec());
         c.insert("conv b".into(), vec![0, 255, 7]);
+        assert_eq!(c.counts(), (2, 0, 2));
         assert!(c.save().unwrap());
         assert!(!c.save().unwrap(), "saved: nothing new");
         let (d, err) = PlanCache::open(&dir, id());
@@ -514,18 +625,21 @@ mod tests {
         assert_eq!(d.get("conv a").as_deref(), Some(&b"{\"plan\":1}"[..]));
         assert_eq!(d.get("conv b"), Some(vec![0, 255, 7]));
         assert_eq!(d.get("conv c"), None);
-        assert_eq!(d.counts(), (2, 2, 0));
+        d.record_hit("conv a");
+        assert_eq!(d.counts(), (2, 1, 0), "a lookup is a hit once recorded");
         assert_eq!(d.encode(), c.encode(), "same entries, same bytes");
         d.remove("conv a");
-        assert!(d.save().unwrap());
+        assert_eq!(d.bytes(), held(&d));
+        assert!(d.save().unwrap(), "a removal is written");
         let (e, _) = PlanCache::open(&dir, id());
         assert_eq!(e.counts().0, 1);
-        // Only what this process used stays in memory.
+        // Only what the plan keeps stays in memory; the file is not touched.
         e.insert("conv c".into(), b"c".to_vec());
-        e.retain_used();
+        e.retain(&HashSet::from(["conv c"]));
         assert_eq!(e.counts().0, 1);
-        assert_eq!(e.get("conv b"), None, "not used here: dropped from memory");
+        assert_eq!(e.get("conv b"), None, "not kept: dropped from memory");
         assert_eq!(e.get("conv c"), Some(b"c".to_vec()));
+        assert_eq!(e.bytes(), held(&e));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -550,10 +664,16 @@ mod tests {
         // Another device model, another SM count.
         assert_ne!(id(), identity(91900, "NVIDIA H100", 90, 132));
         assert_ne!(id(), identity(91900, "NVIDIA H200", 90, 114));
+        // The graphs' source is part of it.
+        let graphs = format!(
+            "graphs {:08x}",
+            crc32fast::hash(include_str!("cudnn_graph.rs").as_bytes())
+        );
+        assert!(id().contains(&graphs), "{}", id());
     }
 
     #[test]
-    fn every_truncation_and_flipped_byte_is_a_typed_error() {
+    fn every_truncation_and_corruption_is_a_typed_error() {
         let c = PlanCache::in_memory(id());
         c.insert("conv geometry".into(), b"serialised plan bytes".to_vec());
         c.insert("another".into(), vec![1; 40]);
@@ -570,13 +690,31 @@ mod tests {
                 "cut at {n}: {e}"
             );
         }
+        // Every byte flipped, raised by one and zeroed: an entry count that grows reads past
+        // the end, one that shrinks leaves bytes after the last entry, a length or a CRC
+        // that changes fails the entry's CRC.
         for i in 0..bytes.len() {
-            let mut b = bytes.clone();
-            b[i] ^= 0x40;
-            // A flipped byte is caught (an entry count or length can only shrink the file
-            // read, which shows as a truncation or a CRC error of the entry it cuts).
-            assert!(parse(&b, path, &id()).is_err(), "flip at {i} accepted");
+            for change in [|b: u8| b ^ 0x40, |b: u8| b.wrapping_add(1), |_| 0u8] {
+                let mut b = bytes.clone();
+                b[i] = change(b[i]);
+                if b[i] != bytes[i] {
+                    assert!(
+                        parse(&b, path, &id()).is_err(),
+                        "byte {i} changed, accepted"
+                    );
+                }
+            }
         }
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(b"junk");
+        assert!(matches!(
+            parse(&longer, path, &id()),
+            Err(PlanCacheError::Trailing {
+                count: 2,
+                extra: 4,
+                ..
+            })
+        ));
         let e = parse(b"NOTACACHEFILE", path, &id()).unwrap_err();
         assert!(e.to_string().contains("not a plan cache"), "{e}");
         let mut b = bytes.clone();
@@ -596,7 +734,7 @@ mod tests {
         let dir = scratch("corrupt");
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(PlanCache::file_name(&id()));
-        std::fs::write(&path, b"TETHRPLN\x01\x00\x00\x00\xff\xff").unwrap();
+        std::fs::write(&path, b"TETHRPLN\x02\x00\x00\x00\xff\xff").unwrap();
         let (c, err) = PlanCache::open(&dir, id());
         assert!(
             matches!(
@@ -614,19 +752,47 @@ mod tests {
         let (d, err) = PlanCache::open(&dir, id());
         assert!(err.is_none(), "{err:?}");
         assert_eq!(d.get("k"), Some(b"v".to_vec()));
+        // A file larger than a cache may be is not read.
+        let f = std::fs::File::options().append(true).open(&path).unwrap();
+        f.set_len((MAX_BYTES + (2 << 20)) as u64).unwrap();
+        let (e, err) = PlanCache::open(&dir, id());
+        assert!(
+            matches!(err, Some(PlanCacheError::TooLarge { .. })),
+            "{err:?}"
+        );
+        assert_eq!(e.counts().0, 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
-    fn the_size_bound_holds() {
-        let c = PlanCache::in_memory(id());
-        c.insert("big".into(), vec![0; MAX_BYTES - 3]);
-        assert_eq!(c.counts().0, 1);
-        c.insert("more".into(), vec![0; 16]);
-        assert_eq!(c.get("more"), None, "beyond MAX_BYTES: not kept");
-        c.insert("big".into(), vec![0; 8]);
-        c.insert("more".into(), vec![0; 16]);
-        assert_eq!(c.counts().0, 2, "a smaller replacement frees room");
+    fn the_size_bound_drops_unused_plans_first() {
+        // Two plans read from a file (not used by this process), under a bound of 4 KiB.
+        let bound = 4096;
+        let big = bound / 2 - 8;
+        let file = HashMap::from([
+            ("old a".to_string(), vec![0; big]),
+            ("old b".to_string(), vec![0; big]),
+        ]);
+        let mut c = PlanCache::with(None, id(), file);
+        c.max_bytes = bound;
+        c.record_hit("old b");
+        assert_eq!(c.bytes(), 2 * (big + 5));
+        // Room for it only without an unused plan: "old a" goes, "old b" (used) stays.
+        c.insert("new".into(), vec![0; 64]);
+        assert_eq!(c.get("old a"), None);
+        assert!(c.get("old b").is_some());
+        assert!(c.get("new").is_some());
+        assert_eq!(c.bytes(), held(&c));
+        // Nothing unused left to drop: a plan that does not fit is not kept.
+        c.insert("too big".into(), vec![0; big]);
+        assert_eq!(c.get("too big"), None);
+        assert_eq!(c.bytes(), held(&c));
+        // A smaller replacement of a kept plan frees room.
+        c.insert("old b".into(), vec![0; 8]);
+        c.insert("too big".into(), vec![0; big]);
+        assert!(c.get("too big").is_some());
+        assert!(c.bytes() <= bound);
+        assert_eq!(c.bytes(), held(&c));
     }
 
     #[test]
