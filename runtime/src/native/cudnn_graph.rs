@@ -666,7 +666,8 @@ impl ConvGraph {
         plan.finalize()?;
         let mut plan = ConvPlan::from_finalized(plan)?;
         if let (Some(c), Some(k)) = (cache, key) {
-            // Engines cuDNN does not serialise (all but runtime-compiled ones) refuse here.
+            // Engines cuDNN does not serialise refuse here (it documents serialisation for
+            // runtime-compiled engines; in practice it serialises more).
             if let Ok(text) = plan.serialize() {
                 c.insert(k.clone(), text);
                 plan.cache_key = Some(k);
