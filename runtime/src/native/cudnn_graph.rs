@@ -619,8 +619,7 @@ impl ConvGraph {
     /// The execution plan of candidate `i` on `handle` (the graph's handle). With a `cache`,
     /// a plan serialised there for the same graph, rank and engine is deserialised instead of
     /// finalised (no kernel compiled); one cuDNN refuses is dropped from the cache and built
-    /// afresh; a freshly finalised plan cuDNN can serialise (runtime-compiled engines) is
-    /// added to it.
+    /// afresh; a freshly finalised plan cuDNN serialises is added to it.
     ///
     /// # Errors
     /// [`CudnnError`]: the configuration does not finalise for this geometry.
@@ -780,7 +779,8 @@ impl ConvPlan {
     }
 
     /// cuDNN's serialisation of the plan (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`,
-    /// text). Only runtime-compiled engines serialise.
+    /// text). cuDNN documents it for runtime-compiled engines (every fused plan); on the H200's
+    /// cuDNN 9.14 most plain plans serialise too.
     ///
     /// # Errors
     /// [`CudnnError`]: cuDNN does not serialise this plan's engine.

@@ -65,9 +65,9 @@ pub struct NativeOptions {
     /// ([`super::ActivationLayout::for_precision`]: NHWC in fp16 and TF32, NCHW in fp32).
     /// `TETHER_NATIVE_LAYOUT=nchw` or `nhwc` sets it (another value: a warning, the default).
     pub layout: Option<super::ActivationLayout>,
-    /// Directory of the cuDNN plan cache ([`super::plan_cache`]): plans of runtime-compiled
-    /// engines (fused convolutions) finalised at one load are deserialised at the next
-    /// instead of compiled again. Default [`super::plan_cache::default_dir`]
+    /// Directory of the cuDNN plan cache ([`super::plan_cache`]): the plans cuDNN serialises
+    /// (every fused convolution's among them) finalised at one load are deserialised at the
+    /// next instead of compiled again. Default [`super::plan_cache::default_dir`]
     /// (`TETHER_CACHE_DIR`, empty: off; else `$XDG_CACHE_HOME/tether`, `~/.cache/tether`);
     /// `None`: kept in memory for this plan's executors only.
     pub plan_cache: Option<std::path::PathBuf>,
@@ -975,9 +975,8 @@ impl NativePlan {
                     .path()
                     .map_or_else(|| "in memory".to_string(), |p| p.display().to_string()),
             );
-            match plan_cache.save() {
-                Ok(_) => {}
-                Err(e) => log::warn!("{network}: {e}: plans compiled again at the next load"),
+            if let Err(e) = plan_cache.save() {
+                log::warn!("{network}: {e}: plans compiled again at the next load");
             }
             // In memory, only the chosen plans' serialisations: what a later executor rebuilds.
             let keep: std::collections::HashSet<&str> = kept_plans
