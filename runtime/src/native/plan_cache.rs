@@ -3,13 +3,14 @@
 //! Finalising a runtime-fusion plan (a convolution with its bias and activation fused,
 //! [`super::fusion`]) compiles a kernel: NVRTC, then the driver. For YOLOv8n in fp16 that is
 //! most of the load (`docs/evidence/native-h200.md`, seventh run: 5-36 s with fusion, 0.4-1.7 s
-//! without). cuDNN serialises a finalised plan of a runtime-compiled engine as text and
-//! deserialises it on a handle of an identical GPU without compiling again
+//! without). cuDNN serialises a finalised plan as text (documented for runtime-compiled
+//! engines; on the H200's cuDNN most plain plans serialise too) and deserialises it on a
+//! handle of an identical GPU without compiling again
 //! (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`, cuDNN backend API reference, "Execution
 //! plan"; the cuDNN frontend's plan serialisation rests on the same attribute). The engine
 //! keeps those serialisations here, keyed by everything that built the plan, so a later load
-//! (and every executor after the first) deserialises instead of compiling. Plans of engines
-//! cuDNN does not serialise are simply not cached.
+//! (and every executor after the first) deserialises instead of compiling (YOLOv8n: 1.2-3.3 s
+//! instead of 5-17 s, eighth run). Plans cuDNN does not serialise are simply not cached.
 //!
 //! The decisions are not cached: every load still measures the candidates and keeps the
 //! fastest, only their finalisation is cheaper.
