@@ -629,35 +629,29 @@ impl ConvGraph {
         i: usize,
         cache: Option<&PlanCache>,
     ) -> Result<ConvPlan, CudnnError> {
-        let key = match cache {
-            Some(_) => engine_index(&self.cfgs[i])
-                .ok()
-                .map(|e| format!("{} rank={i} engine={e}", self.key)),
-            None => None,
-        };
+        // The configuration's engine: part of the key, and checked on what is deserialised.
+        let engine = cache.and_then(|_| engine_index(&self.cfgs[i]).ok());
+        let key = engine.map(|e| format!("{} rank={i} engine={e}", self.key));
         if let (Some(c), Some(k)) = (cache, &key)
             && let Some(text) = c.get(k)
         {
-            // The plan must run the configuration the key names: its engine is checked too.
-            let want = engine_index(&self.cfgs[i]).ok();
             match ConvPlan::deserialize(handle, &text) {
-                Ok(mut plan) if plan.engine_index().ok() == want => {
-                    c.record_hit(k);
-                    plan.cache_key = key;
-                    return Ok(plan);
-                }
-                Ok(plan) => {
+                Ok(mut plan) => {
+                    let got = plan.engine_index().ok();
+                    if got == engine {
+                        c.record_hit(k);
+                        plan.cache_key = key;
+                        return Ok(plan);
+                    }
                     log::debug!(
-                        "cuDNN plan cache: {k}: deserialised engine {:?}, not {want:?}: built afresh",
-                        plan.engine_index().ok()
+                        "cuDNN plan cache: {k}: deserialised engine {got:?}, not {engine:?}: built afresh"
                     );
-                    c.remove(k);
                 }
                 Err(e) => {
                     log::debug!("cuDNN plan cache: {k}: not deserialised ({e}): built afresh");
-                    c.remove(k);
                 }
             }
+            c.remove(k);
         }
         let plan = Desc::new(D::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
         plan.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
