@@ -559,12 +559,35 @@ fn full_check(
         percentile(&mut eager_wall, 0.5),
         s.load_ms
     );
-    profile(&mut s, file, precision);
+    let copies = profile(&mut s, file, precision);
+    // The plan the engine prepared is the options' layout (no fallback to packed
+    // channels-last operands, which would cost a copy around every slice of channels).
+    let layout = NativeOptions::default().layout_for(precision);
+    let compiled = native::compile_fixed(
+        &onnx,
+        &[shape.to_vec()],
+        &[],
+        precision,
+        layout,
+        tether_runtime::backend::DEFAULT_MAX_TENSOR_BYTES,
+    )
+    .unwrap();
+    let want = compiled
+        .graph
+        .steps
+        .iter()
+        .filter(|st| matches!(st.kind, native::ir::StepKind::Copy { .. }))
+        .count();
+    eprintln!("  {copies} copy steps; the {layout:?} layout compiles to {want}");
+    assert_eq!(
+        copies, want,
+        "the engine prepared another layout than {layout:?}"
+    );
 }
 
 /// Where the GPU time goes: per-step medians of eager runs (events between steps), summed per
-/// step kind, and the slowest steps.
-fn profile(s: &mut Session, file: &str, precision: Precision) {
+/// step kind, and the slowest steps. Returns the number of copy steps.
+fn profile(s: &mut Session, file: &str, precision: Precision) -> usize {
     let steps = s
         .exec
         .step_times(&s.stream, 30)
@@ -608,6 +631,7 @@ fn profile(s: &mut Session, file: &str, precision: Precision) {
     for t in slow.iter().take(if all { usize::MAX } else { 12 }) {
         eprintln!("    {:8.1} us  {}", t.ms * 1e3, t.label);
     }
+    steps.iter().filter(|t| t.kind == "copy").count()
 }
 
 const FP32_ATOL: f32 = 1e-3;
@@ -956,6 +980,7 @@ fn cudnn_runtime_fusion_probe() {
             align: [a(rx), a(rw), a(ry)].map(alignment),
             half: true,
             channels_last: true,
+            pitch: [c as i64, k as i64],
         };
         let label = format!("conv {c}->{k} {r}x{r}/{st} at {h}x{h}");
         // The addresses of a run: the fused plan writes its own output and reads the bias.

@@ -206,7 +206,7 @@ fn yolov8n_320_channels_last_equals_nchw() {
         .flat_map(|v| v.to_ne_bytes())
         .collect();
     for precision in [Precision::Fp32, Precision::Fp16] {
-        let (n, spatial) = check_layouts_agree(
+        let c = check_layouts_agree(
             "320n",
             &onnx,
             std::slice::from_ref(&shape),
@@ -218,9 +218,19 @@ fn yolov8n_320_channels_last_equals_nchw() {
         // `layout::pointwise_gemms_as_convolutions`) and 3 max poolings (SPPF): all of them
         // channels-last.
         assert_eq!(
-            (n, spatial),
+            (c.channels_last, c.spatial),
             (66, 66),
             "channels-last convolutions and poolings"
+        );
+        // Pitched operands remove every copy around a slice of channels: the 8 split halves
+        // and 4 concatenation slots that C2f bottlenecks read (12 copies in), and SPPF's 3
+        // poolings reading and writing concatenation slots (3 in, 3 out). What remains: the
+        // input's layout change, the 2 nearest upsamplings, the head's 6 NHWC-to-NCHW
+        // transposes and the DFL softmax's packing.
+        assert_eq!(
+            (c.copies, c.copies_packed),
+            (10, 28),
+            "copies with pitched operands, with packed ones"
         );
     }
 }
@@ -353,15 +363,16 @@ fn check_fixture(file: &str, inputs: &[Input], expect_steps: &dyn Fn(&StepKind) 
 /// The channels-last plan of `onnx` at `precision` computes exactly what the NCHW plan
 /// computes, bit for bit, on the host reference executor and on the GPU launch emulation (both read every
 /// operand through its strides and accumulate convolutions in the same order, so any
-/// difference is a wrong view, a wrong filter reorder or a wrong copy). Returns the number of
-/// channels-last convolutions and poolings, and of the channels-last plan's convolutions and poolings.
+/// difference is a wrong view, a wrong filter reorder or a wrong copy), laid out both with
+/// pitched operands ([`ActivationLayout::Nhwc`]) and with packed ones
+/// ([`ActivationLayout::NhwcPacked`]). Returns what it counted.
 fn check_layouts_agree(
     what: &str,
     onnx: &[u8],
     shapes: &[Vec<usize>],
     inputs: &[Vec<u8>],
     precision: Precision,
-) -> (usize, usize) {
+) -> LayoutCounts {
     let compile = |layout| {
         native::compile_fixed(
             onnx,
@@ -373,12 +384,15 @@ fn check_layouts_agree(
         )
         .unwrap()
     };
-    let (nchw, nhwc) = (
-        compile(ActivationLayout::Nchw),
-        compile(ActivationLayout::Nhwc),
-    );
+    let nchw = compile(ActivationLayout::Nchw);
     let refs: Vec<&[u8]> = inputs.iter().map(|b| b.as_slice()).collect();
     let want = reference::run(&nchw.graph, &nchw.memory, &refs).unwrap();
+    // Packed operands (slices of channels through copies) first, then pitched ones (read and
+    // written in place): both must equal the NCHW plan.
+    let packed = compile(ActivationLayout::NhwcPacked);
+    check_layout_agrees(what, &packed, &nchw, &want, &refs, precision, "packed");
+    let nhwc = compile(ActivationLayout::Nhwc);
+    check_layout_agrees(what, &nhwc, &nchw, &want, &refs, precision, "pitched");
     let channels_last = nhwc
         .graph
         .steps
@@ -389,14 +403,52 @@ fn check_layouts_agree(
             _ => false,
         })
         .count();
-    let copies = |g: &native::ir::Graph| {
-        g.steps
-            .iter()
-            .filter(|s| matches!(s.kind, StepKind::Copy { .. }))
-            .count()
-    };
+    let spatial = nhwc
+        .graph
+        .steps
+        .iter()
+        .filter(|s| matches!(s.kind, StepKind::Conv(_) | StepKind::Pool(_)))
+        .count();
+    LayoutCounts {
+        channels_last,
+        spatial,
+        copies: copies(&nhwc.graph),
+        copies_packed: copies(&packed.graph),
+    }
+}
+
+/// Copy steps of a plan.
+fn copies(g: &native::ir::Graph) -> usize {
+    g.steps
+        .iter()
+        .filter(|s| matches!(s.kind, StepKind::Copy { .. }))
+        .count()
+}
+
+/// What [`check_layouts_agree`] counted in the channels-last plans.
+struct LayoutCounts {
+    /// Convolutions and poolings run channels-last (pitched plan).
+    channels_last: usize,
+    /// Convolutions and poolings.
+    spatial: usize,
+    /// Copy steps of the pitched plan ([`ActivationLayout::Nhwc`]).
+    copies: usize,
+    /// Copy steps of the packed plan ([`ActivationLayout::NhwcPacked`]).
+    copies_packed: usize,
+}
+
+/// One channels-last plan against the NCHW plan's outputs `want`, bit for bit.
+fn check_layout_agrees(
+    what: &str,
+    nhwc: &native::Compiled,
+    nchw: &native::Compiled,
+    want: &[Vec<u8>],
+    refs: &[&[u8]],
+    precision: Precision,
+    kind: &str,
+) {
     eprintln!(
-        "{what} {precision:?}: channels-last {channels_last} of {} steps; copies {} (NCHW {}); activations {} bytes (NCHW {})",
+        "{what} {precision:?} {kind}: {} steps; copies {} (NCHW {}); activations {} bytes (NCHW {})",
         nhwc.graph.steps.len(),
         copies(&nhwc.graph),
         copies(&nchw.graph),
@@ -406,20 +458,20 @@ fn check_layouts_agree(
     let mut runners = vec![
         (
             "host reference",
-            reference::run(&nhwc.graph, &nhwc.memory, &refs).unwrap(),
+            reference::run(&nhwc.graph, &nhwc.memory, refs).unwrap(),
         ),
-        ("GPU launch emulation", emulate::run(&nhwc, &refs).unwrap()),
+        ("GPU launch emulation", emulate::run(nhwc, refs).unwrap()),
     ];
     // Every fusion taken: in fp32 the same bits (in fp16 the fused epilogue skips the
     // convolution output's rounding, so it is checked against tract in `check_network`).
     if precision == Precision::Fp32 {
         runners.push((
             "GPU launch emulation, convolutions fused",
-            emulate::run_with(&nhwc, &refs, true).unwrap(),
+            emulate::run_with(nhwc, refs, true).unwrap(),
         ));
     }
     for (runner, got) in runners {
-        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+        for (o, (g, w)) in got.iter().zip(want).enumerate() {
             let (g, w) = (as_f32(g), as_f32(w));
             let diff = g
                 .iter()
@@ -427,20 +479,13 @@ fn check_layouts_agree(
                 .position(|(a, b)| a.to_bits() != b.to_bits());
             assert!(
                 diff.is_none(),
-                "{what} {precision:?} channels-last {runner} output {o}: element {} is {} (NCHW plan {})",
+                "{what} {precision:?} channels-last ({kind}) {runner} output {o}: element {} is {} (NCHW plan {})",
                 diff.unwrap(),
                 g[diff.unwrap()],
                 w[diff.unwrap()]
             );
         }
     }
-    let spatial = nhwc
-        .graph
-        .steps
-        .iter()
-        .filter(|s| matches!(s.kind, StepKind::Conv(_) | StepKind::Pool(_)))
-        .count();
-    (channels_last, spatial)
 }
 
 fn check_fixture_at(
@@ -532,14 +577,19 @@ fn convolution_variants_at_batch_2_channels_last_equals_nchw() {
     let onnx = std::fs::read(fixture("conv_variants.onnx")).unwrap();
     let input = ramp(&[2, 4, 12, 12], 5).bytes();
     for precision in [Precision::Fp32, Precision::Fp16] {
-        let (n, spatial) = check_layouts_agree(
+        let c = check_layouts_agree(
             "conv_variants batch 2",
             &onnx,
             &[vec![2, 4, 12, 12]],
             std::slice::from_ref(&input),
             precision,
         );
-        assert!(n > 0 && n == spatial, "{n} of {spatial} channels-last");
+        assert!(
+            c.channels_last > 0 && c.channels_last == c.spatial,
+            "{} of {} channels-last",
+            c.channels_last,
+            c.spatial
+        );
     }
 }
 
@@ -650,14 +700,19 @@ fn ppocr_v4_det_channels_last_equals_nchw() {
     let onnx = std::fs::read(asset("ch_PP-OCRv4_det_infer.onnx")).unwrap();
     let input = image_tensor("page.png", 320, 320).bytes();
     for precision in [Precision::Fp32, Precision::Fp16] {
-        let (n, spatial) = check_layouts_agree(
+        let c = check_layouts_agree(
             "ppocr det",
             &onnx,
             &[vec![1, 3, 320, 320]],
             std::slice::from_ref(&input),
             precision,
         );
-        assert!(n > 0, "{n} of {spatial} channels-last");
+        assert!(
+            c.channels_last > 0,
+            "{} of {} channels-last",
+            c.channels_last,
+            c.spatial
+        );
     }
 }
 

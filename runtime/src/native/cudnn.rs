@@ -121,7 +121,7 @@ impl Drop for Handle {
     }
 }
 
-/// A packed NCHW or NHWC tensor descriptor.
+/// A 4-D tensor descriptor: packed NCHW or NHWC, or explicit strides.
 pub struct TensorDesc(sys::cudnnTensorDescriptor_t);
 
 // SAFETY: plain host object, immutable after creation.
@@ -157,6 +157,40 @@ impl TensorDesc {
                 dims[1],
                 dims[2],
                 dims[3],
+            )
+        })?;
+        Ok(this)
+    }
+
+    /// `[n, c, h, w]` (NCHW order) with explicit element `strides` per dimension
+    /// (`cudnnSetTensor4dDescriptorEx`; cuDNN reads the memory order off the strides): a
+    /// channels-last view with a pixel pitch, `[h * w * p, 1, w * p, p]`.
+    ///
+    /// # Errors
+    /// [`CudnnError`], also for a stride that does not fit an `i32`.
+    pub fn strided(
+        dt: sys::cudnnDataType_t,
+        dims: [i32; 4],
+        strides: [i64; 4],
+    ) -> Result<Self, CudnnError> {
+        let s = strides.map(|v| i32::try_from(v).ok());
+        let [Some(s0), Some(s1), Some(s2), Some(s3)] = s else {
+            return Err(CudnnError {
+                call: "cudnnSetTensor4dDescriptorEx",
+                status: 0,
+                name: "a stride does not fit an i32",
+            });
+        };
+        let mut d: sys::cudnnTensorDescriptor_t = std::ptr::null_mut();
+        // SAFETY: writes one descriptor, destroyed in Drop.
+        check("cudnnCreateTensorDescriptor", unsafe {
+            sys::cudnnCreateTensorDescriptor(&mut d)
+        })?;
+        let this = TensorDesc(d);
+        // SAFETY: live descriptor.
+        check("cudnnSetTensor4dDescriptorEx", unsafe {
+            sys::cudnnSetTensor4dDescriptorEx(
+                d, dt, dims[0], dims[1], dims[2], dims[3], s0, s1, s2, s3,
             )
         })?;
         Ok(this)

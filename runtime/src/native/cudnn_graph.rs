@@ -257,8 +257,8 @@ impl Search {
 }
 
 /// One forward convolution: packed NCHW `x` and `y` and KCRS `w`, or with `channels_last`
-/// packed NHWC `x` and `y` and KRSC `w` (dimensions in NCHW order either way; groups follow from
-/// `x[1] / w[1]`), symmetric or asymmetric padding (`pre`, `post`), the byte alignment of each
+/// NHWC `x` and `y` (each with its pixel pitch, `pitch`) and packed KRSC `w` (dimensions in
+/// NCHW order either way; groups follow from `x[1] / w[1]`), symmetric or asymmetric padding (`pre`, `post`), the byte alignment of each
 /// operand's address (at most 16), fp32 accumulation, fp32 or fp16 storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConvGeometry {
@@ -282,6 +282,10 @@ pub struct ConvGeometry {
     pub half: bool,
     /// Channels-last memory order (NHWC, KRSC).
     pub channels_last: bool,
+    /// Channels-last: elements between neighbouring pixels of `x` and of `y` (their channel
+    /// counts when packed; a slice of channels of a wider buffer has the buffer's,
+    /// `super::ir::Tensor::nhwc_pitch`). Ignored in NCHW.
+    pub pitch: [i64; 2],
 }
 
 /// The byte alignment cuDNN is told for an address (its lowest set bit, capped at 16).
@@ -292,9 +296,25 @@ pub fn alignment(addr: u64) -> i64 {
 /// Packed strides of NCHW-ordered `d`: row-major, or channels-last (`[H*W*C, 1, W*C, C]`).
 fn packed(d: [i64; 4], channels_last: bool) -> [i64; 4] {
     if channels_last {
-        [d[1] * d[2] * d[3], 1, d[3] * d[1], d[1]]
+        pitched(d, d[1])
     } else {
         [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
+    }
+}
+
+/// Channels-last strides of NCHW-ordered `d` with `p` elements between neighbouring pixels:
+/// `[H*W*p, 1, W*p, p]` (packed when `p = C`).
+pub fn pitched(d: [i64; 4], p: i64) -> [i64; 4] {
+    [d[2] * d[3] * p, 1, d[3] * p, p]
+}
+
+/// Strides of the convolution's `x` (`which = 0`) or `y` (1) in `g`'s layout.
+fn activation_strides(g: &ConvGeometry, which: usize) -> [i64; 4] {
+    let d = if which == 0 { g.x } else { g.y };
+    if g.channels_last {
+        pitched(d, g.pitch[which])
+    } else {
+        packed(d, false)
     }
 }
 
@@ -436,11 +456,11 @@ impl ConvGraph {
         };
         let f32t = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
         let cl = g.channels_last;
-        let x = tensor(UID_X, g.x, g.align[0], dt, cl)?;
+        let x = tensor_desc(UID_X, g.x, activation_strides(g, 0), g.align[0], dt, false)?;
         let w = tensor(UID_W, g.w, g.align[1], dt, cl)?;
         let y_strides = epilogue
             .and_then(|e| e.y_strides)
-            .unwrap_or(packed(g.y, cl));
+            .unwrap_or(activation_strides(g, 1));
         let y = tensor_desc(UID_Y, g.y, y_strides, g.align[2], dt, false)?;
         // With an epilogue the convolution writes a virtual fp32 tensor the pointwise
         // operations read; the last of them writes y.
@@ -631,7 +651,7 @@ impl ConvGraph {
     ) -> Result<ConvPlan, CudnnError> {
         // The configuration's engine: part of the key, and checked on what is deserialised.
         let engine = cache.and_then(|_| engine_index(&self.cfgs[i]).ok());
-        let key = engine.map(|e| format!("{} rank={i} engine={e}", self.key));
+        let key = engine.map(|e| self.cache_key(i, e));
         if let (Some(c), Some(k)) = (cache, &key)
             && let Some(text) = c.get(k)
         {
@@ -653,11 +673,7 @@ impl ConvGraph {
             }
             c.remove(k);
         }
-        let plan = Desc::new(D::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
-        plan.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
-        plan.set_descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[&self.cfgs[i]])?;
-        plan.finalize()?;
-        let mut plan = ConvPlan::from_finalized(plan)?;
+        let mut plan = self.finalize(handle, i)?;
         if let (Some(c), Some(k)) = (cache, key) {
             // Engines cuDNN does not serialise refuse here (it documents serialisation for
             // runtime-compiled engines; in practice it serialises more).
@@ -667,6 +683,47 @@ impl ConvGraph {
             }
         }
         Ok(plan)
+    }
+}
+
+impl ConvGraph {
+    /// The plan-cache key of candidate `i`, whose engine is `engine`.
+    fn cache_key(&self, i: usize, engine: i64) -> String {
+        format!("{} rank={i} engine={engine}", self.key)
+    }
+
+    /// Candidate `i` finalised on `handle` (for a runtime-compiled engine: its kernel
+    /// compiled).
+    fn finalize(&self, handle: &Handle, i: usize) -> Result<ConvPlan, CudnnError> {
+        let plan = Desc::new(D::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+        plan.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
+        plan.set_descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[&self.cfgs[i]])?;
+        plan.finalize()?;
+        ConvPlan::from_finalized(plan)
+    }
+
+    /// Put candidate `i`'s plan into `cache` without keeping it: finalised on `handle` (this
+    /// graph's) and serialised, unless the cache holds it already. A later
+    /// [`ConvGraph::plan`] of the same graph, rank and engine on another handle then
+    /// deserialises it instead of compiling: the engine compiles a load's candidates on
+    /// several threads this way, each with its own handle and graph, and measures them on
+    /// one. Returns whether a plan was added.
+    ///
+    /// # Errors
+    /// [`CudnnError`]: the configuration does not finalise, or cuDNN does not serialise it.
+    pub fn compile_into(
+        &self,
+        handle: &Handle,
+        i: usize,
+        cache: &PlanCache,
+    ) -> Result<bool, CudnnError> {
+        let key = self.cache_key(i, engine_index(&self.cfgs[i])?);
+        if cache.contains(&key) {
+            return Ok(false);
+        }
+        let text = self.finalize(handle, i)?.serialize()?;
+        cache.insert(key, text);
+        Ok(true)
     }
 }
 
@@ -894,6 +951,32 @@ impl ConvPlan {
 mod tests {
     use super::*;
 
+    /// Channels-last strides: packed is the pitch equal to the channels; a slice of channels
+    /// of a 48-channel buffer steps 48 elements per pixel; NCHW ignores the pitch.
+    #[test]
+    fn pitched_strides() {
+        let d = [1, 16, 4, 5];
+        assert_eq!(packed(d, true), [320, 1, 80, 16]);
+        assert_eq!(pitched(d, 48), [960, 1, 240, 48]);
+        let mut g = ConvGeometry {
+            x: d,
+            w: [8, 16, 3, 3],
+            y: [1, 8, 4, 5],
+            pre: [1, 1],
+            post: [1, 1],
+            strides: [1, 1],
+            dilations: [1, 1],
+            align: [16, 16, 16],
+            half: true,
+            channels_last: true,
+            pitch: [48, 8],
+        };
+        assert_eq!(activation_strides(&g, 0), [960, 1, 240, 48]);
+        assert_eq!(activation_strides(&g, 1), [160, 1, 40, 8]);
+        g.channels_last = false;
+        assert_eq!(activation_strides(&g, 0), [320, 20, 5, 1]);
+    }
+
     /// Every input of [`ConvGraph::build`] changes the plan-cache key: a plan is never
     /// deserialised for a graph it was not built from.
     #[test]
@@ -909,6 +992,7 @@ mod tests {
             align: [16, 16, 16],
             half: true,
             channels_last: true,
+            pitch: [16, 32],
         };
         let e = FusedEpilogue::bias_act(FusedAct::Silu);
         let mut geos = vec![g];
@@ -929,6 +1013,8 @@ mod tests {
         edit(&|v| v.align[2] = 2);
         edit(&|v| v.half = false);
         edit(&|v| v.channels_last = false);
+        edit(&|v| v.pitch[0] = 48);
+        edit(&|v| v.pitch[1] = 64);
         let epis = [
             None,
             Some(e),

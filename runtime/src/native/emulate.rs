@@ -506,6 +506,7 @@ pub fn run_with(c: &Compiled, inputs: &[&[u8]], fuse: bool) -> Result<Vec<Vec<u8
         .map(|s| {
             matches!(s.kind, StepKind::Conv(_) | StepKind::Deconv(_)).then_some(ConvChoice {
                 algo: 1,
+                legacy: true,
                 workspace: 1 << 12,
                 find_us: 0,
                 graph: None,

@@ -63,7 +63,10 @@ pub struct NativeOptions {
     pub fusion_candidates: usize,
     /// Activation layout; `None`: the precision's default
     /// ([`super::ActivationLayout::for_precision`]: NHWC in fp16 and TF32, NCHW in fp32).
-    /// `TETHER_NATIVE_LAYOUT=nchw` or `nhwc` sets it (another value: a warning, the default).
+    /// `TETHER_NATIVE_LAYOUT=nchw`, `nhwc` or `nhwc-packed` sets it (another value: a
+    /// warning, the default). When cuDNN runs nothing on a convolution's or pooling's pitched
+    /// operand in a network laid out [`super::ActivationLayout::Nhwc`], the network is
+    /// prepared again [`super::ActivationLayout::NhwcPacked`], with one warning.
     pub layout: Option<super::ActivationLayout>,
     /// Directory of the cuDNN plan cache ([`super::plan_cache`]): the plans cuDNN serialises
     /// (every fused convolution's among them) finalised at one load are deserialised at the
@@ -71,6 +74,12 @@ pub struct NativeOptions {
     /// (`TETHER_CACHE_DIR`, empty: off; else `$XDG_CACHE_HOME/tether`, `~/.cache/tether`);
     /// `None`: kept in memory for this plan's executors only.
     pub plan_cache: Option<std::path::PathBuf>,
+    /// Threads that compile the cuDNN plans a load measures before it measures them
+    /// (each with its own cuDNN handle; the plans reach the measurement through the plan
+    /// cache). Default the machine's available parallelism, at most 8; 1 compiles on the
+    /// loading thread only, as the measurement goes. `TETHER_LOAD_THREADS=<n>` sets it
+    /// (another value: a warning, the default).
+    pub load_threads: usize,
 }
 
 impl Default for NativeOptions {
@@ -102,14 +111,48 @@ impl Default for NativeOptions {
                 let layout = super::ActivationLayout::parse(&v);
                 if layout.is_none() {
                     log::warn!(
-                        "TETHER_NATIVE_LAYOUT={v:?} is neither `nchw` nor `nhwc`: the precision's default layout"
+                        "TETHER_NATIVE_LAYOUT={v:?} is not `nchw`, `nhwc` or `nhwc-packed`: the precision's default layout"
                     );
                 }
                 layout
             }),
             plan_cache: super::plan_cache::default_dir(),
+            load_threads: match std::env::var("TETHER_LOAD_THREADS") {
+                Ok(v) => v.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
+                    log::warn!(
+                        "TETHER_LOAD_THREADS={v:?} is not a positive count: {}",
+                        default_load_threads()
+                    );
+                    default_load_threads()
+                }),
+                Err(_) => default_load_threads(),
+            },
         }
     }
+}
+
+impl NativeOptions {
+    /// The activation layout a network at `precision` is first prepared with: `layout`, else
+    /// the precision's default; [`super::ActivationLayout::Nhwc`] becomes
+    /// [`super::ActivationLayout::NhwcPacked`] without the graph API (`cudnn_graph` off),
+    /// since pitched operands run through cuDNN's graph API only (its legacy API refuses
+    /// them).
+    pub fn layout_for(&self, precision: Precision) -> super::ActivationLayout {
+        match self
+            .layout
+            .unwrap_or(super::ActivationLayout::for_precision(precision))
+        {
+            super::ActivationLayout::Nhwc if !self.cudnn_graph => {
+                super::ActivationLayout::NhwcPacked
+            }
+            layout => layout,
+        }
+    }
+}
+
+/// Default of [`NativeOptions::load_threads`]: the available parallelism, at most 8.
+pub fn default_load_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
 }
 
 /// Default of [`NativeOptions::fusion_candidates`].
@@ -182,7 +225,35 @@ impl Backend for NativeBackend {
         options: &PrepareOptions,
     ) -> Result<Plan, PrepareError> {
         catch_prepare(ENGINE, source.network, || {
-            let plan = NativePlan::prepare(&self.ctx, &self.options, source, options)?;
+            let layout = self.options.layout_for(options.precision);
+            let mut pitched_refused = false;
+            let plan = match NativePlan::prepare(
+                &self.ctx,
+                &self.options,
+                source,
+                options,
+                layout,
+                &mut pitched_refused,
+            ) {
+                // cuDNN documents no set of strides every algorithm takes: when a convolution
+                // or pooling over a pitched slice of channels has none, the channels are
+                // packed by copies instead (the layout of earlier versions).
+                Err(e) if pitched_refused => {
+                    log::warn!(
+                        "{}: {e}; preparing again with packed channels-last operands",
+                        source.network
+                    );
+                    NativePlan::prepare(
+                        &self.ctx,
+                        &self.options,
+                        source,
+                        options,
+                        super::ActivationLayout::NhwcPacked,
+                        &mut false,
+                    )?
+                }
+                r => r?,
+            };
             Ok(Plan::Device(Arc::new(plan)))
         })
     }
@@ -308,6 +379,44 @@ fn pair(v: &[usize], one: usize) -> Option<[i32; 2]> {
     }
 }
 
+/// The pixel pitch cuDNN is given for channels-last activation `t` of NCHW-ordered dims `d`:
+/// its own ([`super::ir::Tensor::nhwc_pitch`]), else packed (`d[1]`; the IR is validated, so
+/// only a degenerate view has none).
+fn pixel_pitch(t: &super::ir::Tensor, d: [i32; 4]) -> i64 {
+    t.nhwc_pitch().map_or(i64::from(d[1]), |p| p as i64)
+}
+
+/// cuDNN's descriptor of activation `t` (dims `d`, NCHW order) of a convolution or pooling:
+/// packed in the step's layout, or channels-last with the view's pixel pitch.
+fn activation_desc(
+    dt: cudarc::cudnn::sys::cudnnDataType_t,
+    t: &super::ir::Tensor,
+    d: [i32; 4],
+    channels_last: bool,
+) -> Result<cudnn::TensorDesc, cudnn::CudnnError> {
+    let p = pixel_pitch(t, d);
+    if channels_last && p != i64::from(d[1]) {
+        cudnn::TensorDesc::strided(dt, d, cudnn_graph::pitched(d.map(i64::from), p))
+    } else {
+        cudnn::TensorDesc::new(dt, d, channels_last)
+    }
+}
+
+/// Whether convolution or pooling step `i` runs channels-last with an operand that has a
+/// pixel pitch wider than its channels (a slice of channels read or written in place).
+fn has_pitched_operand(g: &Graph, i: usize) -> bool {
+    let (ops, channels_last) = match &g.steps[i].kind {
+        StepKind::Conv(c) => ([c.x, c.y], c.channels_last),
+        StepKind::Pool(p) => ([p.x, p.y], p.channels_last),
+        _ => return false,
+    };
+    channels_last
+        && ops.iter().any(|&t| {
+            let t = g.tensor(t);
+            t.shape.len() == 4 && t.nhwc_pitch() != Some(t.shape[1])
+        })
+}
+
 /// Build the cuDNN descriptors of step `i`.
 fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, String> {
     let e = |e: cudnn::CudnnError| format!("step {i} ({}): {e}", g.steps[i].node);
@@ -333,9 +442,9 @@ fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, St
             let wd = nchw(&wt.shape).ok_or_else(bad)?;
             let yd = nchw(&yt.shape).ok_or_else(bad)?;
             let cl = c.channels_last;
-            let x = cudnn::TensorDesc::new(dt, xd, cl).map_err(e)?;
+            let x = activation_desc(dt, xt, xd, cl).map_err(e)?;
             let w = cudnn::FilterDesc::new(dt, wd, cl).map_err(e)?;
-            let y = cudnn::TensorDesc::new(dt, yd, cl).map_err(e)?;
+            let y = activation_desc(dt, yt, yd, cl).map_err(e)?;
             let conv = cudnn::ConvDesc::new(
                 pair(&c.pads, 0).ok_or_else(bad)?,
                 pair(&c.strides, 1).ok_or_else(bad)?,
@@ -382,8 +491,8 @@ fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, St
             .map_err(e)?;
             let cl = p.channels_last;
             Ok(StepDescs::Pool {
-                x: cudnn::TensorDesc::new(dt, nchw(&xt.shape).ok_or_else(bad)?, cl).map_err(e)?,
-                y: cudnn::TensorDesc::new(dt, nchw(&yt.shape).ok_or_else(bad)?, cl).map_err(e)?,
+                x: activation_desc(dt, xt, nchw(&xt.shape).ok_or_else(bad)?, cl).map_err(e)?,
+                y: activation_desc(dt, yt, nchw(&yt.shape).ok_or_else(bad)?, cl).map_err(e)?,
                 pool,
             })
         }
@@ -421,7 +530,127 @@ fn conv_geometry(g: &Graph, i: usize, x: u64, w: u64, y: u64) -> Option<cudnn_gr
         align: [x, w, y].map(cudnn_graph::alignment),
         half,
         channels_last: c.channels_last,
+        pitch: [
+            pixel_pitch(xt, nchw(&xt.shape)?),
+            pixel_pitch(yt, nchw(&yt.shape)?),
+        ],
     })
+}
+
+/// One cuDNN operation graph whose candidates a load measures: its geometry, its fused
+/// epilogue (`None`: the plain convolution) and how many of its candidates are measured.
+type GraphJob = (
+    cudnn_graph::ConvGeometry,
+    Option<cudnn_graph::FusedEpilogue>,
+    usize,
+);
+
+/// The distinct operation graphs the measurement of `compiled`'s convolutions builds (the
+/// same geometries, epilogues and candidate counts as the measurement loop of
+/// [`NativePlan::prepare`]), with their operands at `addr`.
+fn graph_jobs(
+    compiled: &Compiled,
+    opts: &NativeOptions,
+    addr: &dyn Fn(TensorId) -> u64,
+) -> Vec<GraphJob> {
+    let g = &compiled.graph;
+    let mut seen = std::collections::HashSet::new();
+    let mut jobs = Vec::new();
+    for (i, step) in g.steps.iter().enumerate() {
+        let StepKind::Conv(c) = &step.kind else {
+            continue;
+        };
+        let Some(geo) = conv_geometry(g, i, addr(c.x), addr(c.w), addr(c.y)) else {
+            continue;
+        };
+        let mut push = |job: GraphJob| {
+            if seen.insert((job.0, job.1)) {
+                jobs.push(job);
+            }
+        };
+        push((geo, None, usize::MAX));
+        if opts.fusion_candidates == 0 {
+            continue;
+        }
+        if let Some(f) = fusion::find(compiled, i) {
+            let epi = f.epilogue(g, addr(f.bias), f.residual.map(addr));
+            let geo_f = cudnn_graph::ConvGeometry {
+                align: [
+                    geo.align[0],
+                    geo.align[1],
+                    cudnn_graph::alignment(addr(f.out)),
+                ],
+                ..geo
+            };
+            push((geo_f, Some(epi), opts.fusion_candidates));
+        }
+    }
+    jobs
+}
+
+/// Compile the candidates of `jobs` into `cache` on up to [`NativeOptions::load_threads`]
+/// threads, each with the context bound and its own cuDNN handle (cuDNN is thread-safe with
+/// one handle per thread): finalising a fused configuration compiles a kernel (NVRTC and the
+/// driver's JIT), the bulk of a first load, and those compiles are independent. The
+/// measurement then deserialises every plan cuDNN serialises instead of compiling it, on
+/// its own handle. Nothing here is required: a job that fails (a refused graph or
+/// configuration, a thread without a handle) is measured, or refused, by the loop as before.
+fn compile_in_parallel(
+    ctx: &Context,
+    jobs: &[GraphJob],
+    opts: &NativeOptions,
+    tensor_cores: bool,
+    cache: &PlanCache,
+    network: &str,
+) {
+    let start = std::time::Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let added = std::sync::atomic::AtomicUsize::new(0);
+    let threads = opts.load_threads.min(jobs.len()).max(1);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                if ctx.bind().is_err() {
+                    return;
+                }
+                let Ok(h) = cudnn::Handle::new() else {
+                    return;
+                };
+                loop {
+                    let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((geo, epi, max)) = jobs.get(j) else {
+                        break;
+                    };
+                    let graph = match epi {
+                        Some(e) => cudnn_graph::ConvGraph::new_fused(
+                            &h,
+                            geo,
+                            opts.cudnn_search,
+                            tensor_cores,
+                            *e,
+                        ),
+                        None => {
+                            cudnn_graph::ConvGraph::new(&h, geo, opts.cudnn_search, tensor_cores)
+                        }
+                    };
+                    let Ok(cg) = graph else {
+                        continue;
+                    };
+                    for rank in 0..cg.candidates().min(*max) {
+                        if let Ok(true) = cg.compile_into(&h, rank, cache) {
+                            added.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    log::info!(
+        "{network}: {} cuDNN plans compiled on {threads} threads in {:.2} s for {} operation graphs",
+        added.into_inner(),
+        start.elapsed().as_secs_f64(),
+        jobs.len()
+    );
 }
 
 /// The fastest of the first `max` engine configurations of `graph` (an operation graph built
@@ -563,6 +792,8 @@ impl NativePlan {
         opts: &NativeOptions,
         source: &NetworkSource<'_>,
         options: &PrepareOptions,
+        layout: super::ActivationLayout,
+        pitched_refused: &mut bool,
     ) -> Result<Self, PrepareError> {
         let network = source.network;
         if source.format != SourceFormat::Onnx {
@@ -576,8 +807,7 @@ impl NativePlan {
             &options.input_shapes,
             &options.fixed_inputs,
             options.precision,
-            opts.layout
-                .unwrap_or(super::ActivationLayout::for_precision(options.precision)),
+            layout,
             options.tensor_limit(),
         )
         .map_err(|e| lower_err(network, e))?;
@@ -674,7 +904,9 @@ impl NativePlan {
         } else {
             PlanCache::in_memory(String::new())
         });
-        if has_convs {
+        // Convolutions are measured, and poolings over pitched operands tried, on a scratch
+        // copy of the real layout.
+        if has_convs || (0..g.steps.len()).any(|i| has_pitched_operand(g, i)) {
             let limit = opts.conv_workspace_limit;
             let mut ap = ArenaPlan::new();
             let act = ap.add(
@@ -717,6 +949,16 @@ impl NativePlan {
             let addr = |t: TensorId| address(&compiled, &bases, t);
             let tensor_cores = graph_tensor_cores(options.precision);
             let fusion_start = std::time::Instant::now();
+            // Only where kernels are compiled: with tensor cores (fp16, TF32) cuDNN fuses and
+            // runtime-compiles; in fp32 its plans finalise in milliseconds, and deserialising
+            // them is no cheaper (H200: 320 fp32 loaded 0.7 s slower with 8 threads,
+            // `docs/evidence/native-h200.md`, ninth run).
+            if opts.cudnn_graph && opts.load_threads > 1 && tensor_cores {
+                let jobs = graph_jobs(&compiled, opts, &addr);
+                if !jobs.is_empty() {
+                    compile_in_parallel(ctx, &jobs, opts, tensor_cores, &plan_cache, network);
+                }
+            }
             // What one measurement decides, shared by the identical convolutions after it.
             struct Measured {
                 choice: ConvChoice,
@@ -808,10 +1050,42 @@ impl NativePlan {
                     unsafe {
                         cudnn::find_algo(&handle, &x, xa, &w, wa, &conv, &y, ya, scratch_ptr, limit)
                     }
+                };
+                let step_err = |e: &dyn std::fmt::Display| {
+                    backend_err(network, format!("step {i} ({}): {e}", step.node))
+                };
+                // cuDNN's legacy API runs no algorithm on a channels-last view with a pixel
+                // pitch (a slice of channels read or written in place; H200, cuDNN 9,
+                // `docs/evidence/native-h200.md`, ninth run): such a convolution runs through
+                // the graph API only, and is refused when that has no plan either.
+                let pitched = !transposed && has_pitched_operand(g, i);
+                let (found, legacy_error) = match found {
+                    Ok(found) => (found, None),
+                    Err(e) if pitched && opts.cudnn_graph => (
+                        cudnn::ConvAlgo {
+                            algo: 0,
+                            workspace: 0,
+                            time_us: u32::MAX,
+                        },
+                        Some(e),
+                    ),
+                    Err(e) => {
+                        if pitched {
+                            *pitched_refused = true;
+                            let _ = plan_cache.save();
+                        }
+                        return Err(step_err(&e));
+                    }
+                };
+                if let Some(e) = &legacy_error {
+                    log::debug!(
+                        "{network}: {}: legacy API: {e}; its pitched operands run through the graph API only",
+                        step.node
+                    );
                 }
-                .map_err(|e| backend_err(network, format!("step {i} ({}): {e}", step.node)))?;
                 let mut choice = ConvChoice {
                     algo: found.algo,
+                    legacy: legacy_error.is_none(),
                     workspace: found.workspace,
                     find_us: found.time_us,
                     graph: None,
@@ -830,25 +1104,30 @@ impl NativePlan {
                 // against the fastest plus the `bias_act` launch it would save.
                 if !transposed && opts.cudnn_graph {
                     let _ = handle.set_stream(stream.raw());
-                    let legacy_us = time_us(ctx, &stream, 3, 20, || {
-                        // SAFETY: as for the search above.
-                        unsafe {
-                            cudnn::conv_forward(
-                                &handle,
-                                &x,
-                                xa,
-                                &w,
-                                wa,
-                                &conv,
-                                cudnn::fwd_algo(found.algo),
-                                scratch_ptr,
-                                found.workspace,
-                                &y,
-                                ya,
-                            )
-                        }
-                        .is_ok()
-                    });
+                    let legacy_us = choice
+                        .legacy
+                        .then(|| {
+                            time_us(ctx, &stream, 3, 20, || {
+                                // SAFETY: as for the search above.
+                                unsafe {
+                                    cudnn::conv_forward(
+                                        &handle,
+                                        &x,
+                                        xa,
+                                        &w,
+                                        wa,
+                                        &conv,
+                                        cudnn::fwd_algo(found.algo),
+                                        scratch_ptr,
+                                        found.workspace,
+                                        &y,
+                                        ya,
+                                    )
+                                }
+                                .is_ok()
+                            })
+                        })
+                        .flatten();
                     let mut best = legacy_us.unwrap_or(f32::INFINITY);
                     let label = format!("{network}: {}", step.node);
                     if let Some(geo) = conv_geometry(g, i, xa, wa, ya) {
@@ -944,6 +1223,17 @@ impl NativePlan {
                     }
                     choice.find_us = best.min(u32::MAX as f32) as u32;
                 }
+                if let Some(e) = legacy_error
+                    && choice.graph.is_none()
+                    && choice.fused.is_none()
+                {
+                    *pitched_refused = true;
+                    // What this load compiled serves the packed attempt's identical graphs.
+                    let _ = plan_cache.save();
+                    return Err(step_err(&format!(
+                        "{e}; and no cuDNN graph-API plan runs its pitched channels-last operands"
+                    )));
+                }
                 log::debug!(
                     "{network}: {}: {} ({} bytes of workspace, {} us)",
                     step.node,
@@ -964,6 +1254,30 @@ impl NativePlan {
                 m.choice = choice;
                 record(i, &m, fusion);
                 measured.insert(key, m);
+            }
+            // A pooling over a pitched operand runs once here: cuDNN refusing it is a
+            // load-time error (the engine then lays the channels out packed), never a
+            // failed frame.
+            for (i, step) in g.steps.iter().enumerate() {
+                if !matches!(step.kind, StepKind::Pool(_)) || !has_pitched_operand(g, i) {
+                    continue;
+                }
+                let StepKind::Pool(pl) = &step.kind else {
+                    unreachable!("matched above")
+                };
+                let StepDescs::Pool { x, y, pool } =
+                    step_descs(g, i, options.precision).map_err(|m| backend_err(network, m))?
+                else {
+                    unreachable!("a pooling step has pooling descriptors")
+                };
+                let _ = handle.set_stream(stream.raw());
+                // SAFETY: addresses resolve into the temporary arena, sized by the memory
+                // plan for these descriptors.
+                unsafe { pool.forward(&handle, &x, addr(pl.x), &y, addr(pl.y)) }.map_err(|e| {
+                    *pitched_refused = true;
+                    let _ = plan_cache.save();
+                    backend_err(network, format!("step {i} ({}): {e}", step.node))
+                })?;
             }
             ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
             let (held, hits, added) = plan_cache.counts();
@@ -1196,7 +1510,8 @@ impl DevicePlan for NativePlan {
         // The first executor takes the plans measured at load with their handle. Another
         // rebuilds the chosen configurations on its own handle by their rank in the same
         // heuristics query (an execution plan belongs to the handle it was built with): the
-        // fused one, else the plain one, else the legacy algorithm measured with them.
+        // fused one, else the plain one, else the legacy algorithm measured with them (a
+        // convolution without one, over pitched operands, then fails at bind).
         let kept = p.kept.lock().ok().and_then(|mut k| k.take());
         let (cudnn, graph_plans) = match kept {
             Some(k) => (Some(k.handle), k.plans),
@@ -1237,7 +1552,7 @@ pub struct NativeExecutor {
     // Fields drop in declaration order: the graph-API descriptors, which refer to the cuDNN
     // handle, go before it.
     /// Per step: the variant pack (addresses) of the last binding for a graph-API plan;
-    /// `None` runs the legacy algorithm.
+    /// `None` runs the legacy algorithm (a convolution without one fails at bind instead).
     packs: Vec<Option<cudnn_graph::VariantPack>>,
     /// Per step: the cuDNN graph-API execution plan of a convolution that runs through it
     /// (shared by identical convolutions).
@@ -1315,7 +1630,8 @@ impl NativeExecutor {
             p.layout.cublas_ws.1,
         );
         // A graph-API plan runs when the bound addresses are at least as aligned as the ones
-        // it was chosen for; a fused one that cannot runs the legacy algorithm unfused.
+        // it was chosen for; a fused one that cannot runs the legacy algorithm unfused (and a
+        // convolution without one, over pitched operands, fails the check after the packs).
         let aligned = |addrs: &[u64], want: &[i64]| {
             addrs
                 .iter()
@@ -1387,6 +1703,21 @@ impl NativeExecutor {
             };
             self.packs[*step] =
                 Some(pack.map_err(|e| format!("step {step}: cuDNN variant pack: {e}"))?);
+        }
+        // A convolution the legacy API cannot run (pitched operands) needs its graph-API
+        // plan: rebuilt on this executor's handle, and bound as aligned as at load.
+        for l in &self.launches {
+            if let Launch::Conv { step, .. } = l
+                && self.packs[*step].is_none()
+                && p.convs[*step].is_some_and(|c| !c.legacy)
+            {
+                return Err(format!(
+                    "step {step} ({}): its pitched channels-last operands run through a cuDNN \
+                     graph-API plan only, and this executor has none for them (not rebuilt, or \
+                     bound addresses less aligned than at load)",
+                    g.steps[*step].node
+                ));
+            }
         }
         Ok(())
     }
@@ -1461,9 +1792,10 @@ impl NativeExecutor {
                         c.graph.unwrap_or_default(),
                         c.find_us
                     ),
-                    (Some(c), false, _) => {
+                    (Some(c), false, _) if c.legacy => {
                         format!(" [cuDNN algorithm {}, {} us at load]", c.algo, c.find_us)
                     }
+                    (Some(_), false, _) => " [no algorithm]".to_string(),
                     (None, _, _) => String::new(),
                 };
                 StepTime {

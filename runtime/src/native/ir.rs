@@ -160,6 +160,92 @@ pub fn packed_strides(shape: &[usize]) -> Vec<isize> {
     s
 }
 
+/// A view of a buffer seen through other strides: the view (`shape`, `strides`, and `offset`,
+/// in elements of a packed row-major buffer of dims `d`) re-expressed over the same elements
+/// laid out with strides `q` (one per dimension of `d`), as its strides and offset there, or
+/// `None` when it does not map. Each view dimension must step along one buffer dimension
+/// without carrying into the next (slices, strided slices, splits, broadcasts), or span whole
+/// buffer dimensions that are adjacent under `q` too (`[N, C, H * W]` of an `[N, C, H, W]`
+/// buffer whose H and W stay adjacent). Dimensions of size 1 get stride 0.
+///
+/// Used by the channels-last layout (`q`: NHWC strides of an NCHW buffer) and by copy
+/// write-through (`q`: a copy's strided destination).
+pub fn map_view(
+    shape: &[usize],
+    strides: &[isize],
+    offset: usize,
+    d: &[usize],
+    q: &[isize],
+) -> Option<(Vec<isize>, isize)> {
+    let rank = d.len();
+    if q.len() != rank || strides.len() != shape.len() {
+        return None;
+    }
+    let p = packed_strides(d);
+    let len: usize = d.iter().product();
+    if offset >= len {
+        return None;
+    }
+    // The offset's coordinates.
+    let mut coord = vec![0usize; rank];
+    let mut rem = offset;
+    for j in 0..rank {
+        coord[j] = rem / p[j] as usize;
+        rem %= p[j] as usize;
+    }
+    let mut reach = coord.clone();
+    let mut whole = vec![false; rank];
+    let mut out = vec![0isize; shape.len()];
+    for k in 0..shape.len() {
+        let (n, s) = (shape[k], strides[k]);
+        if n <= 1 || s == 0 {
+            continue;
+        }
+        let s = usize::try_from(s).ok()?;
+        // One buffer dimension: the outermost one whose stride divides `s` (an inner one
+        // would carry on the first step).
+        let j = (0..rank).find(|&j| d[j] > 1 && s % p[j] as usize == 0)?;
+        let m = s / p[j] as usize;
+        if !whole[j] && reach[j] + m * (n - 1) < d[j] {
+            reach[j] += m * (n - 1);
+            out[k] = (m as isize) * q[j];
+            continue;
+        }
+        // Whole buffer dimensions `j0..=j` merged (step 1, starting at coordinate 0), adjacent
+        // under `q` as well.
+        if m != 1 {
+            return None;
+        }
+        let mut span = 1usize;
+        let mut j0 = j + 1;
+        while span < n && j0 > 0 {
+            j0 -= 1;
+            span *= d[j0];
+        }
+        if span != n {
+            return None;
+        }
+        let run: Vec<usize> = (j0..=j).filter(|&i| d[i] > 1).collect();
+        let adjacent = run
+            .windows(2)
+            .all(|w| q[w[0]] == q[w[1]] * d[w[1]] as isize);
+        if !adjacent
+            || run
+                .iter()
+                .any(|&i| coord[i] != 0 || whole[i] || reach[i] != 0)
+        {
+            return None;
+        }
+        for &i in &run {
+            whole[i] = true;
+            reach[i] = d[i] - 1;
+        }
+        out[k] = q[j];
+    }
+    let off = (0..rank).map(|j| coord[j] as isize * q[j]).sum();
+    Some((out, off))
+}
+
 impl Tensor {
     /// Number of elements.
     pub fn numel(&self) -> usize {
@@ -196,6 +282,28 @@ impl Tensor {
         (0..4).all(|d| shape[d] == 1 || self.strides[d] == want[d])
     }
 
+    /// The pixel pitch `p` of a 4-D channels-last view with pitched pixels: strides
+    /// `[H * W * p, 1, W * p, p]` (elements; dimensions of size 1 may have any stride) with
+    /// `p >= C`. A packed NHWC view has `p = C`; a slice of channels of a packed NHWC buffer
+    /// (one input of a channel concatenation, one output of a channel split) has the
+    /// buffer's channel count. `None` for any other view.
+    pub fn nhwc_pitch(&self) -> Option<usize> {
+        let [n, c, h, w] = <[usize; 4]>::try_from(self.shape.as_slice()).ok()?;
+        let s = &self.strides;
+        let p = if w > 1 {
+            usize::try_from(s[3]).ok()?
+        } else if h > 1 {
+            usize::try_from(s[2]).ok()?
+        } else if n > 1 {
+            // H = W = 1: the batch stride is the pitch.
+            usize::try_from(s[0]).ok()?
+        } else {
+            c
+        };
+        let want = [h * w * p, 1, w * p, p];
+        (p >= c && (0..4).all(|d| self.shape[d] == 1 || s[d] == want[d] as isize)).then_some(p)
+    }
+
     /// The range of buffer elements the view touches, `[first, last + 1)`, or `None` for an
     /// empty tensor.
     pub fn extent(&self) -> Option<(usize, usize)> {
@@ -229,8 +337,9 @@ impl Tensor {
 }
 
 /// A convolution (cross-correlation, ONNX `Conv` semantics) over packed NCHW `x` with packed
-/// OIHW weights `w`, writing packed NCHW `y`, or, with `channels_last`, over packed NHWC `x`
-/// and `y` with packed OHWI (cuDNN's KRSC) weights; bias and activation are separate
+/// OIHW weights `w`, writing packed NCHW `y`, or, with `channels_last`, over NHWC `x` and `y`
+/// (packed, or with a pixel pitch: [`Tensor::nhwc_pitch`]) with packed OHWI (cuDNN's KRSC)
+/// weights; bias and activation are separate
 /// element-wise steps (fused with each other, not with the convolution). Shapes are logical
 /// (`[N, C, H, W]`, `[O, C / group, kH, kW]`) in both layouts: only the strides differ.
 #[derive(Clone, Debug, PartialEq)]
@@ -249,8 +358,8 @@ pub struct Conv {
     pub dilations: Vec<usize>,
     /// Group count (`C` for depthwise).
     pub group: usize,
-    /// `x` and `y` packed NHWC, `w` packed OHWI (2-D forward convolutions only; set by
-    /// [`super::layout`]).
+    /// `x` and `y` NHWC (packed or pitched, [`Tensor::nhwc_pitch`]), `w` packed OHWI (2-D
+    /// forward convolutions only; set by [`super::layout`]).
     pub channels_last: bool,
 }
 
@@ -265,7 +374,8 @@ pub enum PoolKind {
     AvgExcludePad,
 }
 
-/// A 2-D (or 1-D) pooling over packed NCHW, or packed NHWC with `channels_last` (2-D only).
+/// A 2-D (or 1-D) pooling over packed NCHW, or NHWC with `channels_last` (2-D only; packed or
+/// pitched, [`Tensor::nhwc_pitch`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pool {
     /// Input `[N, C, H, W]`.
@@ -280,7 +390,7 @@ pub struct Pool {
     pub pads: Vec<usize>,
     /// Stride per spatial axis.
     pub strides: Vec<usize>,
-    /// `x` and `y` packed NHWC (set by [`super::layout`]).
+    /// `x` and `y` NHWC, packed or pitched (set by [`super::layout`]).
     pub channels_last: bool,
 }
 
@@ -751,24 +861,30 @@ impl Graph {
                         ));
                     }
                     // cuDNN is told exactly one layout per convolution or pooling: packed
-                    // NCHW (KCRS filter), or with `channels_last` packed NHWC (KRSC filter).
-                    let (operands, channels_last) = match &s.kind {
-                        StepKind::Conv(c) => (vec![c.x, c.w, c.y], c.channels_last),
-                        StepKind::Pool(p) => (vec![p.x, p.y], p.channels_last),
+                    // NCHW (KCRS filter), or with `channels_last` NHWC activations, packed or
+                    // with a pixel pitch, and a packed KRSC filter.
+                    let (activations, filter, channels_last) = match &s.kind {
+                        StepKind::Conv(c) => (vec![c.x, c.y], Some(c.w), c.channels_last),
+                        StepKind::Pool(p) => (vec![p.x, p.y], None, p.channels_last),
                         StepKind::Deconv(c) if c.channels_last => {
                             return Err(format!("step {si} ({}): channels-last deconv", s.node));
                         }
-                        StepKind::Deconv(c) => (vec![c.x, c.w, c.y], false),
-                        _ => (vec![], false),
+                        StepKind::Deconv(c) => (vec![c.x, c.y], Some(c.w), false),
+                        _ => (vec![], None, false),
                     };
-                    let fits = |t: &Tensor| {
-                        if channels_last {
-                            t.is_packed_nhwc()
-                        } else {
-                            t.is_packed()
+                    let operands = activations
+                        .into_iter()
+                        .map(|t| (t, true))
+                        .chain(filter.map(|t| (t, false)));
+                    let fits = |(t, activation): (TensorId, bool)| {
+                        let t = self.tensor(t);
+                        match (channels_last, activation) {
+                            (true, true) => t.nhwc_pitch().is_some(),
+                            (true, false) => t.is_packed_nhwc(),
+                            (false, _) => t.is_packed(),
                         }
                     };
-                    if let Some(t) = operands.into_iter().find(|&t| !fits(self.tensor(t))) {
+                    if let Some((t, _)) = operands.into_iter().find(|&o| !fits(o)) {
                         let t = self.tensor(t);
                         return Err(format!(
                             "step {si} ({}): {} operand `{}` {:?} has strides {:?}",
@@ -837,5 +953,59 @@ mod tests {
             ..t.clone()
         };
         assert!(p.is_packed());
+    }
+
+    #[test]
+    fn nhwc_pitch_of_packed_sliced_and_other_views() {
+        let view = |shape: &[usize], strides: &[isize]| Tensor {
+            name: "t".into(),
+            buffer: BufferId(0),
+            dtype: ElemType::F16,
+            shape: shape.to_vec(),
+            offset: 0,
+            strides: strides.to_vec(),
+        };
+        // Packed NHWC [1, 16, 4, 5]: pitch 16.
+        let packed = view(&[1, 16, 4, 5], &nhwc_strides(&[1, 16, 4, 5]));
+        assert_eq!(packed.nhwc_pitch(), Some(16));
+        assert!(packed.is_packed_nhwc());
+        // Channels 16..32 of an NHWC [2, 48, 4, 5] buffer: pitch 48.
+        let slice = view(&[2, 16, 4, 5], &[4 * 5 * 48, 1, 5 * 48, 48]);
+        assert_eq!(slice.nhwc_pitch(), Some(48));
+        assert!(!slice.is_packed_nhwc());
+        // W = 1: the pitch is read off H's stride; H = W = 1: off N's.
+        assert_eq!(view(&[1, 8, 3, 1], &[0, 1, 24, 0]).nhwc_pitch(), Some(24));
+        assert_eq!(view(&[2, 8, 1, 1], &[24, 1, 0, 0]).nhwc_pitch(), Some(24));
+        // Not channels-last with a pitch: NCHW, a pitch below the channels, a row stride
+        // that is not W pitches, a batch stride that is not H * W pitches, not 4-D.
+        assert_eq!(
+            view(&[1, 16, 4, 5], &packed_strides(&[1, 16, 4, 5])).nhwc_pitch(),
+            None
+        );
+        assert_eq!(view(&[1, 16, 4, 5], &[0, 1, 40, 8]).nhwc_pitch(), None);
+        assert_eq!(view(&[1, 16, 4, 5], &[0, 1, 250, 48]).nhwc_pitch(), None);
+        assert_eq!(view(&[2, 16, 4, 5], &[999, 1, 240, 48]).nhwc_pitch(), None);
+        assert_eq!(view(&[16, 20], &[1, 16]).nhwc_pitch(), None);
+    }
+
+    #[test]
+    fn map_view_onto_a_strided_destination() {
+        // Channels 2..5 of a packed [1, 5, 2, 2] buffer (seen as [1, 5, 4]) laid out with the
+        // strides of columns 1..5 of a [1, 5, 6] buffer.
+        let d = [1, 5, 4];
+        let q = [30, 6, 1];
+        assert_eq!(
+            map_view(&[1, 3, 2, 2], &[20, 4, 2, 1], 8, &d, &q),
+            Some((vec![0, 6, 2, 1], 12))
+        );
+        // The whole buffer as [1, 20]: rows and columns do not stay adjacent.
+        assert_eq!(map_view(&[1, 20], &[20, 1], 0, &d, &q), None);
+        // A step that carries from one column into the next row.
+        assert_eq!(map_view(&[1, 3], &[0, 3], 0, &d, &q), None);
+        // A transposed view maps element by element.
+        assert_eq!(
+            map_view(&[1, 4, 5], &[20, 1, 4], 0, &d, &q),
+            Some((vec![0, 1, 6], 0))
+        );
     }
 }

@@ -70,17 +70,23 @@ impl Layout {
 /// The cuDNN algorithm chosen for a convolution step and the scratch it needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvChoice {
-    /// `cudnnConvolutionFwdAlgo_t` value.
+    /// `cudnnConvolutionFwdAlgo_t` value (meaningful when `legacy`).
     pub algo: u32,
+    /// The legacy API runs this convolution with `algo`. False for a convolution over a
+    /// pitched channels-last view (`super::ir::Tensor::nhwc_pitch`), which the legacy API
+    /// refuses: it runs through its graph-API plan only.
+    pub legacy: bool,
     /// Scratch bytes.
     pub workspace: usize,
     /// cuDNN's time for it when it was measured at load, microseconds (profiling labels).
     pub find_us: u32,
     /// `Some(rank)`: run through cuDNN's graph API, the configuration the heuristics rank
-    /// `rank` for this convolution (`cudnn_graph`); `None`: the legacy `algo`.
+    /// `rank` for this convolution (`cudnn_graph`); `None`: the legacy `algo` (then
+    /// `legacy` holds).
     pub graph: Option<u8>,
     /// Scratch bytes of the graph-API plan (`workspace` is the legacy algorithm's, kept as
-    /// the fallback when an executor cannot rebuild the plan).
+    /// the fallback when an executor cannot rebuild the plan; there is none without
+    /// `legacy`).
     pub graph_workspace: usize,
     /// `Some(rank)`: the step runs with its element-wise successor fused in
     /// ([`super::fusion`]), the configuration ranked `rank` of the fused graph's heuristics;

@@ -28,9 +28,12 @@
 //!    softmax, a resize, a transposed convolution, a flatten of C with H and W) keeps the
 //!    buffer NCHW.
 //! 3. A convolution or pooling touching an NHWC buffer runs channels-last
-//!    ([`super::ir::Conv::channels_last`]): an operand that is not packed NHWC (a network
-//!    input, a slice of channels, an NCHW buffer) goes through a fresh packed NHWC buffer and
-//!    a strided copy, and the filter is reordered to OHWI (cuDNN's KRSC) at load, once per
+//!    ([`super::ir::Conv::channels_last`]): a slice of channels of an NHWC buffer (C2f's
+//!    split halves and concatenation slots, SPPF's pooled slots) is read or written in place
+//!    as a view with a pixel pitch ([`super::ir::Tensor::nhwc_pitch`]; cuDNN is given its
+//!    strides), an operand that is not NHWC at all (a network input, an NCHW buffer; with
+//!    [`ActivationLayout::NhwcPacked`] a slice of channels too) goes through a fresh packed
+//!    NHWC buffer and a strided copy, and the filter is reordered to OHWI (cuDNN's KRSC) at load, once per
 //!    filter tensor, in place only when no other step reads it (a filter shared with an NCHW
 //!    convolution is copied). A matrix product takes the new strides, through a packed copy
 //!    only where an operand would have no unit stride.
@@ -48,8 +51,8 @@ use std::collections::HashMap;
 
 use super::gemm::blas_gemm;
 use super::ir::{
-    BufferId, BufferKind, Conv, Gemm, Graph, Step, StepKind, Tensor, TensorId, nhwc_strides,
-    packed_strides,
+    BufferId, BufferKind, Conv, Gemm, Graph, Step, StepKind, Tensor, TensorId, map_view,
+    nhwc_strides, packed_strides,
 };
 use super::lower::LowerError;
 use crate::backend::Precision;
@@ -60,8 +63,15 @@ pub enum ActivationLayout {
     /// Row-major `[N, C, H, W]`, the ONNX order: no layout work at all.
     #[default]
     Nchw,
-    /// Channels-last `[N, H, W, C]` where the pass can (see the module documentation).
+    /// Channels-last `[N, H, W, C]` where the pass can (see the module documentation);
+    /// convolutions and poolings read and write slices of channels of an NHWC buffer in
+    /// place, as views with a pixel pitch ([`super::ir::Tensor::nhwc_pitch`]): a C2f block's
+    /// split halves and concatenation slots, SPPF's pooled slots.
     Nhwc,
+    /// [`ActivationLayout::Nhwc`] with every convolution and pooling operand packed: a slice
+    /// of channels goes through a packed copy. The engine's fallback when cuDNN runs no
+    /// algorithm on a pitched operand.
+    NhwcPacked,
 }
 
 impl ActivationLayout {
@@ -77,11 +87,12 @@ impl ActivationLayout {
         }
     }
 
-    /// Parse `nchw` or `nhwc` (the `TETHER_NATIVE_LAYOUT` override).
+    /// Parse `nchw`, `nhwc` or `nhwc-packed` (the `TETHER_NATIVE_LAYOUT` override).
     pub fn parse(s: &str) -> Option<ActivationLayout> {
         match s {
             "nchw" => Some(ActivationLayout::Nchw),
             "nhwc" => Some(ActivationLayout::Nhwc),
+            "nhwc-packed" => Some(ActivationLayout::NhwcPacked),
             _ => None,
         }
     }
@@ -94,8 +105,8 @@ impl ActivationLayout {
 pub fn apply(g: &mut Graph, layout: ActivationLayout) -> Result<(), LowerError> {
     match layout {
         ActivationLayout::Nchw => Ok(()),
-        ActivationLayout::Nhwc => {
-            channels_last(g);
+        ActivationLayout::Nhwc | ActivationLayout::NhwcPacked => {
+            channels_last(g, layout == ActivationLayout::Nhwc);
             split_transposing_elementwise(g);
             pointwise_gemms_as_convolutions(g);
             g.validate().map_err(|e| {
@@ -188,77 +199,15 @@ fn buffer_dims(t: &Tensor, len: usize) -> Option<[usize; 4]> {
 
 /// The NHWC strides and offset of a view (`shape`, `strides`, `offset`, offset in elements
 /// of the root) of an NCHW buffer of logical dims `d`, or `None` when the view does not map
-/// (see the module documentation). Dimensions of size 1 get stride 0.
+/// (see the module documentation and [`map_view`]). Dimensions of size 1 get stride 0.
 fn remap(
     shape: &[usize],
     strides: &[isize],
     offset: usize,
     d: [usize; 4],
 ) -> Option<(Vec<isize>, usize)> {
-    let p = packed_strides(&d);
-    let q = nhwc_strides(&d);
-    let len: usize = d.iter().product();
-    if offset >= len {
-        return None;
-    }
-    // The offset's coordinates.
-    let mut coord = [0usize; 4];
-    let mut rem = offset;
-    for j in 0..4 {
-        coord[j] = rem / p[j] as usize;
-        rem %= p[j] as usize;
-    }
-    let mut reach = coord;
-    let mut whole = [false; 4];
-    let mut out = vec![0isize; shape.len()];
-    for k in 0..shape.len() {
-        let (n, s) = (shape[k], strides[k]);
-        if n <= 1 || s == 0 {
-            continue;
-        }
-        let s = usize::try_from(s).ok()?;
-        // One buffer dimension: the outermost one whose stride divides `s` (an inner one
-        // would carry on the first step).
-        let j = (0..4).find(|&j| d[j] > 1 && s % p[j] as usize == 0)?;
-        let m = s / p[j] as usize;
-        if !whole[j] && reach[j] + m * (n - 1) < d[j] {
-            reach[j] += m * (n - 1);
-            out[k] = (m as isize) * q[j];
-            continue;
-        }
-        // Whole buffer dimensions `j0..=j` merged (step 1, starting at coordinate 0), adjacent
-        // in NHWC as well.
-        if m != 1 {
-            return None;
-        }
-        let mut span = 1usize;
-        let mut j0 = j + 1;
-        while span < n && j0 > 0 {
-            j0 -= 1;
-            span *= d[j0];
-        }
-        if span != n {
-            return None;
-        }
-        let run: Vec<usize> = (j0..=j).filter(|&i| d[i] > 1).collect();
-        let adjacent = run
-            .windows(2)
-            .all(|w| q[w[0]] == q[w[1]] * d[w[1]] as isize);
-        if !adjacent
-            || run
-                .iter()
-                .any(|&i| coord[i] != 0 || whole[i] || reach[i] != 0)
-        {
-            return None;
-        }
-        for &i in &run {
-            whole[i] = true;
-            reach[i] = d[i] - 1;
-        }
-        out[k] = q[j];
-    }
-    let off = (0..4).map(|j| coord[j] * q[j] as usize).sum();
-    Some((out, off))
+    let (strides, offset) = map_view(shape, strides, offset, &d, &nhwc_strides(&d))?;
+    Some((strides, usize::try_from(offset).ok()?))
 }
 
 /// Reorder an OIHW filter's bytes (`es` bytes per element) to OHWI.
@@ -288,7 +237,9 @@ fn spatial_operands(s: &Step) -> Option<[TensorId; 2]> {
     }
 }
 
-fn channels_last(g: &mut Graph) {
+/// Steps 1-3 of the module documentation; `pitched`: a convolution or pooling reads and
+/// writes NHWC views with a pixel pitch in place (else through packed copies).
+fn channels_last(g: &mut Graph, pitched: bool) {
     // Every tensor a step uses, with whether every such use tolerates NHWC strides.
     let mut used: HashMap<TensorId, bool> = HashMap::new();
     for s in &g.steps {
@@ -475,15 +426,22 @@ fn channels_last(g: &mut Graph) {
                 strides: nhwc_strides(&shape).to_vec(),
             })
         };
+        let direct = |t: &Tensor| {
+            if pitched {
+                t.nhwc_pitch().is_some()
+            } else {
+                t.is_packed_nhwc()
+            }
+        };
         let (mut nx, mut ny) = (x, y);
-        if !g.tensor(x).is_packed_nhwc() {
+        if !direct(g.tensor(x)) {
             nx = fresh(g, x, "x");
             out.push(Step {
                 node: format!("{}.to_nhwc", s.node),
                 kind: StepKind::Copy { src: x, dst: nx },
             });
         }
-        if !g.tensor(y).is_packed_nhwc() {
+        if !direct(g.tensor(y)) {
             ny = fresh(g, y, "y");
         }
         match &mut s.kind {

@@ -6,13 +6,14 @@
 //!    writes (a concatenation whose producers write straight into its slices, a network
 //!    output written in place by its producer);
 //! 3. [`write_through`]: a remaining copy into a strided destination is folded into the
-//!    element-wise step that produced its source (the step writes the strided view itself).
+//!    element-wise steps that produced its source (each writes its part of the strided view
+//!    itself).
 //!
 //! [`optimise`] runs them in that order. Every pass keeps [`Graph::validate`] true.
 
 use std::collections::HashSet;
 
-use super::ir::{BufferId, BufferKind, ElemType, Graph, StepKind, Tensor, TensorId};
+use super::ir::{BufferId, BufferKind, ElemType, Graph, StepKind, Tensor, TensorId, map_view};
 use super::program::{MAX_INPUTS, MAX_NODES};
 
 /// Run every pass.
@@ -126,9 +127,10 @@ pub fn fuse_elementwise(g: &mut Graph) {
 /// The element extent `[lo, hi)` of tensor `t` in its root buffer.
 fn root_extent(g: &Graph, t: TensorId) -> Option<(BufferId, usize, usize)> {
     let tensor = g.tensor(t);
+    // The extent counts the view's own offset; the root offset is its buffer's placement.
     let (lo, hi) = tensor.extent()?;
     let (root, off) = g.root(tensor.buffer);
-    Some((root, off + lo - tensor.offset, off + hi - tensor.offset))
+    Some((root, off + lo, off + hi))
 }
 
 /// Remove copies whose source buffer can be placed where they write.
@@ -238,8 +240,16 @@ fn try_place(g: &mut Graph, src: TensorId, dst: TensorId) -> Option<Vec<usize>> 
     Some(elided)
 }
 
-/// Fold a copy into the element-wise step that produced its source: the step writes the
-/// copy's destination view directly (a strided slice of a concatenation, say).
+/// Fold a copy into the element-wise steps that produced its source: each writes its part of
+/// the copy's destination view directly (a strided slice of a concatenation, say).
+///
+/// The source buffer `X` must be an unplaced activation that the copy reads whole and packed,
+/// that nothing else reads (through any view, buffers placed inside it included) and that is
+/// no network output; every step writing into it must be element-wise, come before the copy,
+/// and write a view that maps onto the destination ([`map_view`]: YOLOv8's head writes the
+/// box and class channels of each scale into one buffer, which the output concatenation then
+/// copies into a strided slot). Nothing from the first writer to the copy may touch the
+/// destination's memory except those writes, and no writer may read it.
 pub fn write_through(g: &mut Graph) {
     loop {
         let mut done = false;
@@ -247,69 +257,80 @@ pub fn write_through(g: &mut Graph) {
             let StepKind::Copy { src, dst } = g.steps[ci].kind else {
                 continue;
             };
-            // The source buffer X: an unplaced activation, covered packed by `src`, read by
-            // this copy only, written by one element-wise step whose output covers it packed
-            // too (possibly under another shape: a reshape between producer and copy).
             let x = g.tensor(src).buffer;
             let xb = g.buffer(x);
-            let whole = |t: &Tensor| t.offset == 0 && t.numel() == xb.len && t.is_packed();
+            let s = g.tensor(src);
+            let whole = s.offset == 0 && s.numel() == xb.len && s.is_packed();
             if xb.kind != BufferKind::Activation
                 || xb.placed_in.is_some()
-                || !whole(g.tensor(src))
-                || g.outputs.iter().any(|o| g.tensor(o.tensor).buffer == x)
+                || !whole
+                || g.outputs.iter().any(|o| g.tensor_root(o.tensor).0 == x)
             {
                 continue;
             }
+            let in_x = |t: TensorId| g.tensor_root(t).0 == x;
             let readers: Vec<usize> = (0..g.steps.len())
-                .filter(|&k| g.steps[k].reads().iter().any(|&t| g.tensor(t).buffer == x))
+                .filter(|&k| g.steps[k].reads().into_iter().any(in_x))
                 .collect();
             if readers != vec![ci] {
                 continue;
             }
-            let writers = writers_of(g, x);
-            let &[pi] = writers.as_slice() else { continue };
-            let StepKind::Elementwise { output: out, .. } = g.steps[pi].kind else {
-                continue;
-            };
-            if pi >= ci || !whole(g.tensor(out)) {
+            let writers: Vec<usize> = (0..g.steps.len())
+                .filter(|&k| in_x(g.steps[k].writes()))
+                .collect();
+            if writers.is_empty()
+                || writers
+                    .iter()
+                    .any(|&k| k >= ci || !matches!(g.steps[k].kind, StepKind::Elementwise { .. }))
+            {
                 continue;
             }
-            // The destination seen with the producer's shape.
+            // Each writer's output seen in the destination.
             let d = g.tensor(dst).clone();
-            let out_shape = g.tensor(out).shape.clone();
-            let Some(strides) = reshape_strides(&d.shape, &d.strides, &out_shape) else {
+            let src_shape = s.shape.clone();
+            let mut targets = Vec::with_capacity(writers.len());
+            for &k in &writers {
+                let out = g.tensor(g.steps[k].writes());
+                let (_, off) = g.tensor_root(g.steps[k].writes());
+                let mapped = map_view(&out.shape, &out.strides, off, &src_shape, &d.strides)
+                    .and_then(|(strides, shift)| {
+                        let offset = usize::try_from(d.offset as isize + shift).ok()?;
+                        Some(Tensor {
+                            name: format!("{}.in.{}", out.name, d.name),
+                            buffer: d.buffer,
+                            dtype: d.dtype,
+                            shape: out.shape.clone(),
+                            offset,
+                            strides,
+                        })
+                    });
+                let Some(view) = mapped else { break };
+                targets.push((k, view));
+            }
+            if targets.len() != writers.len() {
                 continue;
-            };
-            // Nothing between the producer and the copy may touch the destination's memory.
+            }
+            // Nothing between the first producer and the copy may touch the destination's
+            // memory (the producers' own writes aside), nor may a producer read it.
             let Some((root, lo, hi)) = root_extent(g, dst) else {
                 continue;
             };
             let overlaps = |t: TensorId| {
                 root_extent(g, t).is_some_and(|(r, a, b)| r == root && a < hi && lo < b)
             };
-            let touched = (pi + 1..ci).any(|k| {
-                let s = &g.steps[k];
-                s.reads()
-                    .into_iter()
-                    .chain(std::iter::once(s.writes()))
-                    .any(overlaps)
+            let touched = (writers[0]..ci).any(|k| {
+                let st = &g.steps[k];
+                st.reads().into_iter().any(overlaps)
+                    || (!writers.contains(&k) && overlaps(st.writes()))
             });
-            // Nor may the producer read it (it would read what it writes).
-            if touched || g.steps[pi].reads().into_iter().any(overlaps) {
+            if touched {
                 continue;
             }
-            let target = if out_shape == d.shape {
-                dst
-            } else {
-                g.add_view(Tensor {
-                    name: format!("{}.reshaped", d.name),
-                    shape: out_shape,
-                    strides,
-                    ..d
-                })
-            };
-            if let StepKind::Elementwise { output, .. } = &mut g.steps[pi].kind {
-                *output = target;
+            for (k, view) in targets {
+                let t = g.add_view(view);
+                if let StepKind::Elementwise { output, .. } = &mut g.steps[k].kind {
+                    *output = t;
+                }
             }
             g.steps.remove(ci);
             done = true;
@@ -500,5 +521,167 @@ mod tests {
         let yb = g.tensor(y).buffer;
         assert_eq!(g.root(g.tensor(a).buffer), (yb, 0));
         assert_eq!(g.root(g.tensor(b).buffer), (yb, 8));
+    }
+
+    /// What [`strided_slot_graph`] adds between the producers and the copy.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Hazard {
+        None,
+        /// A step between the producers and the copy reads the destination slot.
+        ReaderBetween,
+        /// The second producer also reads the destination slot.
+        WriterReadsDst,
+    }
+
+    /// YOLOv8's head in small: two element-wise producers fill the channels of `x`
+    /// `[1, 2 + 3, 2, 2]`, which a reshape `[1, 5, 4]` copies into a strided slot of the output
+    /// `y` `[1, 5, 6]` (columns 1..5); columns 0 and 5 are written before the producers and
+    /// after the copy (the pass tells views apart by their element ranges, which interleave).
+    fn strided_slot_graph(hazard: Hazard) -> Graph {
+        let mut g = Graph::default();
+        let i = g.add_packed("i", ElemType::F32, &[1, 5, 2, 2], BufferKind::Input(0));
+        let x = g.add_packed("x", ElemType::F32, &[1, 5, 2, 2], BufferKind::Activation);
+        let y = g.add_packed("y", ElemType::F32, &[1, 5, 6], BufferKind::Output(0));
+        let scratch = g.add_packed("s", ElemType::F32, &[1, 5, 4], BufferKind::Activation);
+        g.inputs.push(crate::native::ir::Io {
+            name: "i".into(),
+            tensor: i,
+        });
+        g.outputs.push(crate::native::ir::Io {
+            name: "y".into(),
+            tensor: y,
+        });
+        let part = |g: &mut Graph, t: TensorId, c0: usize, n: usize| {
+            g.add_view(Tensor {
+                name: format!("{}.{c0}", g.tensor(t).name),
+                shape: vec![1, n, 2, 2],
+                offset: c0 * 4,
+                ..g.tensor(t).clone()
+            })
+        };
+        let (i0, i1) = (part(&mut g, i, 0, 2), part(&mut g, i, 2, 3));
+        let (x0, x1) = (part(&mut g, x, 0, 2), part(&mut g, x, 2, 3));
+        let xr = g.add_view(Tensor {
+            name: "x.reshape".into(),
+            shape: vec![1, 5, 4],
+            strides: packed_strides(&[1, 5, 4]),
+            ..g.tensor(x).clone()
+        });
+        let slot = g.add_view(Tensor {
+            name: "y.slot".into(),
+            shape: vec![1, 5, 4],
+            offset: 1,
+            ..g.tensor(y).clone()
+        });
+        // The slot's first 3 channels seen as the second producer's operand.
+        let slot1 = g.add_view(Tensor {
+            name: "y.slot.1".into(),
+            shape: vec![1, 3, 2, 2],
+            strides: vec![30, 6, 2, 1],
+            offset: 1,
+            ..g.tensor(y).clone()
+        });
+        let edge = |g: &mut Graph, col: usize| {
+            g.add_view(Tensor {
+                name: format!("y.col{col}"),
+                shape: vec![1, 5, 1],
+                offset: col,
+                ..g.tensor(y).clone()
+            })
+        };
+        let i_col = g.add_view(Tensor {
+            name: "i.col".into(),
+            shape: vec![1, 5, 1],
+            strides: vec![20, 4, 1],
+            ..g.tensor(i).clone()
+        });
+        let (c0, c5) = (edge(&mut g, 0), edge(&mut g, 5));
+        g.steps
+            .push(ew(vec![i_col], c0, Program::unary(EwOp::Neg, 0.0)));
+        g.steps
+            .push(ew(vec![i0], x0, Program::unary(EwOp::Neg, 0.0)));
+        if hazard == Hazard::WriterReadsDst {
+            g.steps
+                .push(ew(vec![i1, slot1], x1, Program::binary(EwOp::Add)));
+        } else {
+            g.steps
+                .push(ew(vec![i1], x1, Program::unary(EwOp::Exp, 0.0)));
+        }
+        if hazard == Hazard::ReaderBetween {
+            g.steps
+                .push(ew(vec![slot], scratch, Program::unary(EwOp::Neg, 0.0)));
+        }
+        g.steps.push(Step {
+            node: "cat".into(),
+            kind: StepKind::Copy { src: xr, dst: slot },
+        });
+        g.steps
+            .push(ew(vec![i_col], c5, Program::unary(EwOp::Exp, 0.0)));
+        g
+    }
+
+    fn run_reference(g: &Graph) -> Vec<Vec<u8>> {
+        let memory = crate::native::memory::MemoryPlan::new(g).unwrap();
+        let input: Vec<u8> = (0..20)
+            .flat_map(|k| (k as f32 * 0.25 - 2.0).to_ne_bytes())
+            .collect();
+        crate::native::reference::run(g, &memory, &[&input]).unwrap()
+    }
+
+    fn copies(g: &Graph) -> usize {
+        g.steps
+            .iter()
+            .filter(|s| matches!(s.kind, StepKind::Copy { .. }))
+            .count()
+    }
+
+    /// Both producers write their parts of the strided slot directly and the copy is gone;
+    /// the host reference gives the same output as before the pass.
+    #[test]
+    fn two_producers_write_through_into_a_strided_slot() {
+        let want = run_reference(&strided_slot_graph(Hazard::None));
+        let mut g = strided_slot_graph(Hazard::None);
+        write_through(&mut g);
+        g.validate().unwrap();
+        assert_eq!(copies(&g), 0, "{}", g.describe());
+        let y = g.outputs[0].tensor;
+        for s in &g.steps[1..3] {
+            let out = g.tensor(s.writes());
+            assert_eq!(out.buffer, g.tensor(y).buffer);
+            assert_eq!(out.strides, vec![0, 6, 2, 1]);
+        }
+        assert_eq!(run_reference(&g), want);
+    }
+
+    /// A step that reads the destination between the producers and the copy, or a producer
+    /// that reads it, would see the producers' values instead of what was there: the copy
+    /// stays.
+    #[test]
+    fn write_through_keeps_the_copy_when_the_destination_is_read_before_it() {
+        for hazard in [Hazard::ReaderBetween, Hazard::WriterReadsDst] {
+            let mut g = strided_slot_graph(hazard);
+            write_through(&mut g);
+            g.validate().unwrap();
+            assert_eq!(copies(&g), 1, "{}", g.describe());
+        }
+    }
+
+    /// Element ranges in the root count a view's own offset and its buffer's placement.
+    #[test]
+    fn root_extent_counts_view_offset_and_placement() {
+        let mut g = Graph::default();
+        let r = g.add_packed("r", ElemType::F32, &[32], BufferKind::Activation);
+        let x = g.add_packed("x", ElemType::F32, &[8], BufferKind::Activation);
+        let rb = g.tensor(r).buffer;
+        let xb = g.tensor(x).buffer;
+        g.buffers[xb.0].placed_in = Some((rb, 10));
+        let v = g.add_view(Tensor {
+            name: "x.tail".into(),
+            shape: vec![3],
+            offset: 5,
+            ..g.tensor(x).clone()
+        });
+        assert_eq!(root_extent(&g, v), Some((rb, 15, 18)));
+        assert_eq!(root_extent(&g, x), Some((rb, 10, 18)));
     }
 }

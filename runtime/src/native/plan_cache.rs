@@ -317,6 +317,11 @@ impl PlanCache {
         self.lock().entries.get(key).cloned()
     }
 
+    /// Whether a plan is kept under `key`.
+    pub fn contains(&self, key: &str) -> bool {
+        self.lock().entries.contains_key(key)
+    }
+
     /// The plan under `key` was deserialised and is used.
     pub fn record_hit(&self, key: &str) {
         let mut inner = self.lock();
