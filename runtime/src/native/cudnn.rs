@@ -141,16 +141,11 @@ impl TensorDesc {
         dims: [i32; 4],
         channels_last: bool,
     ) -> Result<Self, CudnnError> {
-        let mut d: sys::cudnnTensorDescriptor_t = std::ptr::null_mut();
-        // SAFETY: writes one descriptor, destroyed in Drop.
-        check("cudnnCreateTensorDescriptor", unsafe {
-            sys::cudnnCreateTensorDescriptor(&mut d)
-        })?;
-        let this = TensorDesc(d);
+        let this = Self::create()?;
         // SAFETY: live descriptor.
         check("cudnnSetTensor4dDescriptor", unsafe {
             sys::cudnnSetTensor4dDescriptor(
-                d,
+                this.0,
                 format(channels_last),
                 dt,
                 dims[0],
@@ -181,19 +176,24 @@ impl TensorDesc {
                 name: "a stride does not fit an i32",
             });
         };
+        let this = Self::create()?;
+        // SAFETY: live descriptor.
+        check("cudnnSetTensor4dDescriptorEx", unsafe {
+            sys::cudnnSetTensor4dDescriptorEx(
+                this.0, dt, dims[0], dims[1], dims[2], dims[3], s0, s1, s2, s3,
+            )
+        })?;
+        Ok(this)
+    }
+
+    /// A fresh descriptor, destroyed on drop.
+    fn create() -> Result<Self, CudnnError> {
         let mut d: sys::cudnnTensorDescriptor_t = std::ptr::null_mut();
         // SAFETY: writes one descriptor, destroyed in Drop.
         check("cudnnCreateTensorDescriptor", unsafe {
             sys::cudnnCreateTensorDescriptor(&mut d)
         })?;
-        let this = TensorDesc(d);
-        // SAFETY: live descriptor.
-        check("cudnnSetTensor4dDescriptorEx", unsafe {
-            sys::cudnnSetTensor4dDescriptorEx(
-                d, dt, dims[0], dims[1], dims[2], dims[3], s0, s1, s2, s3,
-            )
-        })?;
-        Ok(this)
+        Ok(TensorDesc(d))
     }
 
     /// The raw descriptor.

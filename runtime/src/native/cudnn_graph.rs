@@ -677,8 +677,9 @@ impl ConvGraph {
         if let (Some(c), Some(k)) = (cache, key) {
             // Engines cuDNN does not serialise refuse here (it documents serialisation for
             // runtime-compiled engines; in practice it serialises more).
-            if let Ok(text) = plan.serialize() {
-                c.insert(k.clone(), text);
+            if let Ok(text) = plan.serialize()
+                && c.insert(k.clone(), text)
+            {
                 plan.cache_key = Some(k);
             }
         }
@@ -707,7 +708,8 @@ impl ConvGraph {
     /// [`ConvGraph::plan`] of the same graph, rank and engine on another handle then
     /// deserialises it instead of compiling: the engine compiles a load's candidates on
     /// several threads this way, each with its own handle and graph, and measures them on
-    /// one. Returns whether a plan was added.
+    /// one. A plan the cache holds already is claimed (kept from eviction for this load).
+    /// Returns whether a plan was added.
     ///
     /// # Errors
     /// [`CudnnError`]: the configuration does not finalise, or cuDNN does not serialise it.
@@ -718,12 +720,11 @@ impl ConvGraph {
         cache: &PlanCache,
     ) -> Result<bool, CudnnError> {
         let key = self.cache_key(i, engine_index(&self.cfgs[i])?);
-        if cache.contains(&key) {
+        if cache.claim(&key) {
             return Ok(false);
         }
         let text = self.finalize(handle, i)?.serialize()?;
-        cache.insert(key, text);
-        Ok(true)
+        Ok(cache.insert(key, text))
     }
 }
 
@@ -951,37 +952,9 @@ impl ConvPlan {
 mod tests {
     use super::*;
 
-    /// Channels-last strides: packed is the pitch equal to the channels; a slice of channels
-    /// of a 48-channel buffer steps 48 elements per pixel; NCHW ignores the pitch.
-    #[test]
-    fn pitched_strides() {
-        let d = [1, 16, 4, 5];
-        assert_eq!(packed(d, true), [320, 1, 80, 16]);
-        assert_eq!(pitched(d, 48), [960, 1, 240, 48]);
-        let mut g = ConvGeometry {
-            x: d,
-            w: [8, 16, 3, 3],
-            y: [1, 8, 4, 5],
-            pre: [1, 1],
-            post: [1, 1],
-            strides: [1, 1],
-            dilations: [1, 1],
-            align: [16, 16, 16],
-            half: true,
-            channels_last: true,
-            pitch: [48, 8],
-        };
-        assert_eq!(activation_strides(&g, 0), [960, 1, 240, 48]);
-        assert_eq!(activation_strides(&g, 1), [160, 1, 40, 8]);
-        g.channels_last = false;
-        assert_eq!(activation_strides(&g, 0), [320, 20, 5, 1]);
-    }
-
-    /// Every input of [`ConvGraph::build`] changes the plan-cache key: a plan is never
-    /// deserialised for a graph it was not built from.
-    #[test]
-    fn every_graph_input_is_in_the_cache_key() {
-        let g = ConvGeometry {
+    /// A 3x3 fp16 channels-last convolution 16 -> 32 at 20x20, packed operands.
+    fn geometry() -> ConvGeometry {
+        ConvGeometry {
             x: [1, 16, 20, 20],
             w: [32, 16, 3, 3],
             y: [1, 32, 20, 20],
@@ -993,7 +966,34 @@ mod tests {
             half: true,
             channels_last: true,
             pitch: [16, 32],
+        }
+    }
+
+    /// Channels-last strides: packed is the pitch equal to the channels; a slice of channels
+    /// of a 48-channel buffer steps 48 elements per pixel; NCHW ignores the pitch.
+    #[test]
+    fn pitched_strides() {
+        let d = [1, 16, 4, 5];
+        assert_eq!(packed(d, true), [320, 1, 80, 16]);
+        assert_eq!(pitched(d, 48), [960, 1, 240, 48]);
+        let mut g = ConvGeometry {
+            x: d,
+            w: [8, 16, 3, 3],
+            y: [1, 8, 4, 5],
+            pitch: [48, 8],
+            ..geometry()
         };
+        assert_eq!(activation_strides(&g, 0), [960, 1, 240, 48]);
+        assert_eq!(activation_strides(&g, 1), [160, 1, 40, 8]);
+        g.channels_last = false;
+        assert_eq!(activation_strides(&g, 0), [320, 20, 5, 1]);
+    }
+
+    /// Every input of [`ConvGraph::build`] changes the plan-cache key: a plan is never
+    /// deserialised for a graph it was not built from.
+    #[test]
+    fn every_graph_input_is_in_the_cache_key() {
+        let g = geometry();
         let e = FusedEpilogue::bias_act(FusedAct::Silu);
         let mut geos = vec![g];
         let mut edit = |f: &dyn Fn(&mut ConvGeometry)| {

@@ -33,9 +33,9 @@
 //!    as a view with a pixel pitch ([`super::ir::Tensor::nhwc_pitch`]; cuDNN is given its
 //!    strides), an operand that is not NHWC at all (a network input, an NCHW buffer; with
 //!    [`ActivationLayout::NhwcPacked`] a slice of channels too) goes through a fresh packed
-//!    NHWC buffer and a strided copy, and the filter is reordered to OHWI (cuDNN's KRSC) at load, once per
-//!    filter tensor, in place only when no other step reads it (a filter shared with an NCHW
-//!    convolution is copied). A matrix product takes the new strides, through a packed copy
+//!    NHWC buffer and a strided copy, and the filter is reordered to OHWI (cuDNN's KRSC) at
+//!    load, once per filter tensor, in place only when no other step reads it (a filter
+//!    shared with an NCHW convolution is copied). A matrix product takes the new strides, through a packed copy
 //!    only where an operand would have no unit stride.
 //! 4. A matrix product that is exactly a 1x1 convolution over packed NHWC activations
 //!    becomes that convolution again ([`pointwise_gemms_as_convolutions`]), so that cuDNN can

@@ -317,9 +317,16 @@ impl PlanCache {
         self.lock().entries.get(key).cloned()
     }
 
-    /// Whether a plan is kept under `key`.
-    pub fn contains(&self, key: &str) -> bool {
-        self.lock().entries.contains_key(key)
+    /// Whether a plan is kept under `key`; if so it counts as used by this process (the size
+    /// bound drops unused plans first), though not as a hit: a load that finds a plan it is
+    /// about to deserialise keeps it from being evicted meanwhile.
+    pub fn claim(&self, key: &str) -> bool {
+        let mut inner = self.lock();
+        let held = inner.entries.contains_key(key);
+        if held {
+            inner.used.insert(key.to_string());
+        }
+        held
     }
 
     /// The plan under `key` was deserialised and is used.
@@ -331,8 +338,8 @@ impl PlanCache {
 
     /// Keep `plan` under `key` (replacing what was there). When the cache would pass
     /// [`MAX_BYTES`], entries this process has not used are dropped first; if that is not
-    /// enough, `plan` is not kept.
-    pub fn insert(&self, key: String, plan: Vec<u8>) {
+    /// enough, `plan` is not kept. Returns whether it was kept.
+    pub fn insert(&self, key: String, plan: Vec<u8>) -> bool {
         let mut inner = self.lock();
         let max = self.max_bytes;
         let Inner {
@@ -361,7 +368,7 @@ impl PlanCache {
                 }
             }
             if *bytes - old + new > max {
-                return;
+                return false;
             }
         }
         *bytes = *bytes - old + new;
@@ -369,6 +376,7 @@ impl PlanCache {
         entries.insert(key, plan);
         *added += 1;
         *dirty = true;
+        true
     }
 
     /// Drop the plan under `key` (cuDNN refused to deserialise it).
@@ -770,9 +778,9 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[test]
-    fn the_size_bound_drops_unused_plans_first() {
-        // Two plans read from a file (not used by this process), under a bound of 4 KiB.
+    /// A cache bounded at 4 KiB holding two plans of `big` bytes read from a file (not used
+    /// by this process).
+    fn two_old_plans() -> (PlanCache, usize, usize) {
         let bound = 4096;
         let big = bound / 2 - 8;
         let file = HashMap::from([
@@ -781,6 +789,12 @@ mod tests {
         ]);
         let mut c = PlanCache::with(None, id(), file);
         c.max_bytes = bound;
+        (c, bound, big)
+    }
+
+    #[test]
+    fn the_size_bound_drops_unused_plans_first() {
+        let (c, bound, big) = two_old_plans();
         c.record_hit("old b");
         assert_eq!(c.bytes(), 2 * (big + 5));
         // Room for it only without an unused plan: "old a" goes, "old b" (used) stays.
@@ -795,10 +809,24 @@ mod tests {
         assert_eq!(c.bytes(), held(&c));
         // A smaller replacement of a kept plan frees room.
         c.insert("old b".into(), vec![0; 8]);
-        c.insert("too big".into(), vec![0; big]);
+        assert!(c.insert("too big".into(), vec![0; big]));
         assert!(c.get("too big").is_some());
         assert!(c.bytes() <= bound);
         assert_eq!(c.bytes(), held(&c));
+    }
+
+    #[test]
+    fn a_claimed_plan_is_not_dropped_for_room() {
+        // Both plans claimed by a load about to deserialise them.
+        let (c, _, _) = two_old_plans();
+        assert!(c.claim("old a") && c.claim("old b"));
+        assert!(!c.claim("absent"));
+        // A new plan would need room that only dropping a claimed plan gives: not kept.
+        assert!(!c.insert("new".into(), vec![0; 64]));
+        assert!(c.get("old a").is_some() && c.get("old b").is_some());
+        assert_eq!(c.get("new"), None);
+        // A claim is not a hit.
+        assert_eq!(c.counts().1, 0);
     }
 
     #[test]
