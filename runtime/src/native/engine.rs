@@ -76,9 +76,10 @@ pub struct NativeOptions {
     pub plan_cache: Option<std::path::PathBuf>,
     /// Threads that compile the cuDNN plans a load measures before it measures them
     /// (each with its own cuDNN handle; the plans reach the measurement through the plan
-    /// cache). Default the machine's available parallelism, at most 8; 1 compiles on the
-    /// loading thread only, as the measurement goes. `TETHER_LOAD_THREADS=<n>` sets it
-    /// (another value: a warning, the default).
+    /// cache), with tensor cores (fp16, TF32) and the graph API on: in fp32 nothing is
+    /// runtime-compiled. Default the machine's available parallelism, at most 8; 1 compiles
+    /// on the loading thread only, as the measurement goes. `TETHER_LOAD_THREADS=<n>` sets
+    /// it (any positive count; another value: a warning, the default).
     pub load_threads: usize,
 }
 

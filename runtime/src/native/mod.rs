@@ -14,16 +14,20 @@
 //!    dequantised once, not per run).
 //! 2. **Passes** ([`passes`]): element-wise chains fuse into one kernel (bias + SiLU after a
 //!    convolution), concatenations disappear when their producers can write into the slices
-//!    of the output, network outputs are written in place.
+//!    of the output, network outputs are written in place, and a copy into a strided slice
+//!    is folded into the element-wise steps that produce its source (write-through).
 //! 3. **Precision** ([`precision`]): fp32 by default; fp16 storage opt-in.
 //!    **Layout** ([`layout`]): NCHW by default; channels-last (NHWC) activations around the
 //!    convolutions, poolings and 1x1-convolution GEMMs, with OHWI filters, the default in
-//!    fp16 and TF32; there a GEMM that is exactly a 1x1 convolution becomes one again.
+//!    fp16 and TF32; convolutions and poolings read and write slices of channels in place
+//!    (views with a pixel pitch), and a GEMM that is exactly a 1x1 convolution becomes one
+//!    again.
 //! 4. **Memory plan** ([`memory`]): every intermediate buffer gets a fixed offset in the
 //!    workspace from a liveness analysis; weights are packed into one blob uploaded once.
 //!    At load the engine may run a convolution with its next step's bias, activation and
 //!    residual as one cuDNN graph ([`fusion`]), so such a step's output is live from the
-//!    convolution on.
+//!    convolution on. The engine compiles the candidate cuDNN plans on several threads
+//!    (fp16, TF32), measures them, and lays the network out again for the fusions that won.
 //! 5. **Execution**: the host reference executor ([`mod@reference`], plain loops, used by the
 //!    tests to prove 1-4 against the tract CPU engine without a GPU) or the GPU executor
 //!    ([`engine`]: cuDNN, cuBLAS and `runtime/kernels/native.cu`, libraries loaded at run
