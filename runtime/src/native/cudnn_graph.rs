@@ -258,8 +258,9 @@ impl Search {
 
 /// One forward convolution: packed NCHW `x` and `y` and KCRS `w`, or with `channels_last`
 /// NHWC `x` and `y` (each with its pixel pitch, `pitch`) and packed KRSC `w` (dimensions in
-/// NCHW order either way; groups follow from `x[1] / w[1]`), symmetric or asymmetric padding (`pre`, `post`), the byte alignment of each
-/// operand's address (at most 16), fp32 accumulation, fp32 or fp16 storage.
+/// NCHW order either way; groups follow from `x[1] / w[1]`), symmetric or asymmetric padding
+/// (`pre`, `post`), the byte alignment of each operand's address (at most 16), fp32
+/// accumulation, fp32 or fp16 storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConvGeometry {
     /// Input `[n, c, h, w]`.
@@ -286,6 +287,17 @@ pub struct ConvGeometry {
     /// counts when packed; a slice of channels of a wider buffer has the buffer's,
     /// `super::ir::Tensor::nhwc_pitch`). Ignored in NCHW.
     pub pitch: [i64; 2],
+}
+
+impl ConvGeometry {
+    /// The same convolution storing its output at an address of byte alignment `align` (a
+    /// fused graph's `y` is the element-wise step's output, not the convolution's).
+    pub fn with_output_alignment(self, align: i64) -> Self {
+        ConvGeometry {
+            align: [self.align[0], self.align[1], align],
+            ..self
+        }
+    }
 }
 
 /// The byte alignment cuDNN is told for an address (its lowest set bit, capped at 16).

@@ -538,6 +538,28 @@ fn conv_geometry(g: &Graph, i: usize, x: u64, w: u64, y: u64) -> Option<cudnn_gr
     })
 }
 
+/// The cuDNN epilogue of fusion `f` with its operands at `addr`, and the byte alignment of
+/// the output it stores (the fused graph's `y`).
+fn fused_epilogue(
+    g: &Graph,
+    f: &Fusion,
+    addr: &dyn Fn(TensorId) -> u64,
+) -> (cudnn_graph::FusedEpilogue, i64) {
+    (
+        f.epilogue(g, addr(f.bias), f.residual.map(addr)),
+        cudnn_graph::alignment(addr(f.out)),
+    )
+}
+
+/// A pitched operand cuDNN runs nothing on: the load is refused with `e`, flagged so that the
+/// backend prepares the network again with packed operands, and what this load compiled is
+/// saved first (the packed attempt's identical graphs deserialise it).
+fn pitched_refusal(refused: &mut bool, cache: &PlanCache, e: PrepareError) -> PrepareError {
+    *refused = true;
+    let _ = cache.save();
+    e
+}
+
 /// One cuDNN operation graph whose candidates a load measures: its geometry, its fused
 /// epilogue (`None`: the plain convolution) and how many of its candidates are measured.
 type GraphJob = (
@@ -574,16 +596,12 @@ fn graph_jobs(
             continue;
         }
         if let Some(f) = fusion::find(compiled, i) {
-            let epi = f.epilogue(g, addr(f.bias), f.residual.map(addr));
-            let geo_f = cudnn_graph::ConvGeometry {
-                align: [
-                    geo.align[0],
-                    geo.align[1],
-                    cudnn_graph::alignment(addr(f.out)),
-                ],
-                ..geo
-            };
-            push((geo_f, Some(epi), opts.fusion_candidates));
+            let (epi, out_align) = fused_epilogue(g, &f, addr);
+            push((
+                geo.with_output_alignment(out_align),
+                Some(epi),
+                opts.fusion_candidates,
+            ));
         }
     }
     jobs
@@ -993,12 +1011,7 @@ impl NativePlan {
                 let fusion = (!transposed && opts.cudnn_graph && opts.fusion_candidates > 0)
                     .then(|| fusion::find(&compiled, i))
                     .flatten();
-                let epilogue = fusion.map(|f| {
-                    (
-                        f.epilogue(g, addr(f.bias), f.residual.map(addr)),
-                        cudnn_graph::alignment(addr(f.out)),
-                    )
-                });
+                let epilogue = fusion.map(|f| fused_epilogue(g, &f, &addr));
                 // Identical convolutions (views, parameters, operand alignments, fusion) are
                 // measured once: repeated blocks of a network share the choice and the plan.
                 let key = {
@@ -1070,13 +1083,10 @@ impl NativePlan {
                         },
                         Some(e),
                     ),
-                    Err(e) => {
-                        if pitched {
-                            *pitched_refused = true;
-                            let _ = plan_cache.save();
-                        }
-                        return Err(step_err(&e));
+                    Err(e) if pitched => {
+                        return Err(pitched_refusal(pitched_refused, &plan_cache, step_err(&e)));
                     }
+                    Err(e) => return Err(step_err(&e)),
                 };
                 if let Some(e) = &legacy_error {
                     log::debug!(
@@ -1186,10 +1196,7 @@ impl NativePlan {
                                             .is_ok()
                                         })
                                     });
-                            let geo_f = cudnn_graph::ConvGeometry {
-                                align: [geo.align[0], geo.align[1], out_align],
-                                ..geo
-                            };
+                            let geo_f = geo.with_output_alignment(out_align);
                             let (ba, ra, oa) = (addr(f.bias), f.residual.map(addr), addr(f.out));
                             let unfused = best + ew_us.unwrap_or(f32::INFINITY);
                             if let Some((rank, plan, us)) = fastest_plan(
@@ -1228,12 +1235,13 @@ impl NativePlan {
                     && choice.graph.is_none()
                     && choice.fused.is_none()
                 {
-                    *pitched_refused = true;
-                    // What this load compiled serves the packed attempt's identical graphs.
-                    let _ = plan_cache.save();
-                    return Err(step_err(&format!(
-                        "{e}; and no cuDNN graph-API plan runs its pitched channels-last operands"
-                    )));
+                    return Err(pitched_refusal(
+                        pitched_refused,
+                        &plan_cache,
+                        step_err(&format!(
+                            "{e}; and no cuDNN graph-API plan runs its pitched channels-last operands"
+                        )),
+                    ));
                 }
                 log::debug!(
                     "{network}: {}: {} ({} bytes of workspace, {} us)",
@@ -1260,12 +1268,12 @@ impl NativePlan {
             // load-time error (the engine then lays the channels out packed), never a
             // failed frame.
             for (i, step) in g.steps.iter().enumerate() {
-                if !matches!(step.kind, StepKind::Pool(_)) || !has_pitched_operand(g, i) {
+                let StepKind::Pool(pl) = &step.kind else {
+                    continue;
+                };
+                if !has_pitched_operand(g, i) {
                     continue;
                 }
-                let StepKind::Pool(pl) = &step.kind else {
-                    unreachable!("matched above")
-                };
                 let StepDescs::Pool { x, y, pool } =
                     step_descs(g, i, options.precision).map_err(|m| backend_err(network, m))?
                 else {
@@ -1275,9 +1283,8 @@ impl NativePlan {
                 // SAFETY: addresses resolve into the temporary arena, sized by the memory
                 // plan for these descriptors.
                 unsafe { pool.forward(&handle, &x, addr(pl.x), &y, addr(pl.y)) }.map_err(|e| {
-                    *pitched_refused = true;
-                    let _ = plan_cache.save();
-                    backend_err(network, format!("step {i} ({}): {e}", step.node))
+                    let e = backend_err(network, format!("step {i} ({}): {e}", step.node));
+                    pitched_refusal(pitched_refused, &plan_cache, e)
                 })?;
             }
             ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
