@@ -569,7 +569,10 @@ pub trait DeviceExecutor: Send {
     /// [`RunError::BufferCount`] / [`RunError::BufferSize`] when a region does not fit.
     unsafe fn bind(&mut self, bindings: &Bindings<'_>) -> Result<(), RunError>;
 
-    /// Enqueue one execution on `stream` without synchronising.
+    /// Enqueue one execution on `stream` without synchronising. An executor may spread the
+    /// work over streams of its own, forked from `stream` and joined back into it with
+    /// events before returning, so that everything enqueued on `stream` afterwards (and a
+    /// graph captured from it) comes after the whole execution.
     ///
     /// # Errors
     /// [`RunError::NotBound`], [`RunError::NotCapturable`] (under capture),

@@ -524,6 +524,17 @@ fn full_check(
     eprintln!(
         "  {n} graph frames: {graph_allocs} host allocations; {eager_runs} eager runs: {eager_allocs}; device free {free0} -> {free1}"
     );
+    // Steps on several streams run concurrently: a missing dependency or shared memory would
+    // show as outputs that change from frame to frame. After the frames, poison and replay
+    // once more: the same bytes as the first replay.
+    s.poison_outputs();
+    graph.launch(&s.stream).unwrap();
+    s.stream.synchronize().unwrap();
+    let again = s.download();
+    assert!(
+        again == replay,
+        "{file} {precision:?}: a replay after {n} frames differs from the first"
+    );
     assert_eq!(graph_allocs, 0, "host allocations during graph frames");
     assert_eq!(eager_allocs, 0, "host allocations during eager enqueues");
     assert_eq!(free0, free1, "device memory changed over the frames");

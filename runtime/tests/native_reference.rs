@@ -125,6 +125,62 @@ fn check_network(file: &str, shape: &[usize], precision: Precision, atol: f32, r
     eprintln!(" {fusable} of {convs} convolutions fusable");
     assert!(fusable > 0, "{file} {precision:?}: no fusable convolution");
     let fused = emulate::run_with(&compiled, &[&bytes], true).unwrap();
+    // The plan's streams: YOLOv8's head (box and class chains at three scales) runs beside
+    // the neck. Any order the schedule allows gives the bytes of program order: the
+    // emulation below runs the side streams' steps as early as their events allow (the
+    // head before the rest of the neck), and a rotation among the ready streams, so that a
+    // dependency the schedule missed, or memory shared by steps that may run together,
+    // changes the result.
+    let schedule = &compiled.memory.schedule;
+    let off_main = schedule.stream.iter().filter(|&&s| s != 0).count();
+    eprintln!(
+        " schedule: {} streams, {} events, {off_main} of {} steps off the session's stream",
+        schedule.streams,
+        schedule.events,
+        g.steps.len()
+    );
+    // Six chains in the head beside the neck: at least four streams in use.
+    assert!(
+        schedule.streams >= 4,
+        "{file}: the head's chains run on streams of their own ({} streams)",
+        schedule.streams
+    );
+    let fusable_steps: Vec<usize> = (0..g.steps.len())
+        .filter(|&i| fusions[i].is_some())
+        .collect();
+    for max in [2, 4, 8, 16] {
+        let s = native::schedule::Schedule::new(g, &fusable_steps, max);
+        s.check().unwrap();
+        eprintln!(
+            "  at most {max} streams: {} used, {} events",
+            s.streams, s.events
+        );
+    }
+    let mut turn = 0usize;
+    for (name, order, fuse, want_bytes) in [
+        (
+            "side streams first",
+            schedule.order(|r| r.len() - 1),
+            false,
+            &emulated,
+        ),
+        (
+            "rotating among streams, fused",
+            schedule.order(|r| {
+                turn += 1;
+                turn % r.len()
+            }),
+            true,
+            &fused,
+        ),
+    ] {
+        assert_ne!(order, (0..g.steps.len()).collect::<Vec<_>>(), "{name}");
+        let got = emulate::run_in_order(&compiled, &[&bytes], fuse, Some(&order)).unwrap();
+        assert!(
+            &got == want_bytes,
+            "{file} {precision:?}: emulation in the order `{name}` differs from program order"
+        );
+    }
     // In fp32 the fused epilogue computes what the separate steps compute, bit for bit (no
     // intermediate rounding to drop); in fp16 it skips the convolution output's rounding.
     if precision == Precision::Fp32 {
@@ -600,6 +656,44 @@ fn conv1d_and_transposed_matmul_match_tract_cpu() {
     });
 }
 
+/// The launches run in two other orders the schedule allows (the side streams' steps as
+/// early as their events allow, and a rotation among the ready streams) give the bytes of
+/// program order (see `check_network`); prints the schedule. A network on one stream has no
+/// other order.
+fn check_stream_orders(what: &str, c: &native::Compiled, refs: &[&[u8]], program: &[Vec<u8>]) {
+    let s = &c.memory.schedule;
+    eprintln!(
+        " {what}: {} streams, {} events, {} of {} steps off the session's stream",
+        s.streams,
+        s.events,
+        s.stream.iter().filter(|&&st| st != 0).count(),
+        s.stream.len()
+    );
+    if s.streams == 1 {
+        return;
+    }
+    let mut turn = 0usize;
+    let rotate = s.order(|r| {
+        turn += 1;
+        turn % r.len()
+    });
+    for (name, order) in [
+        ("side streams first", s.order(|r| r.len() - 1)),
+        ("rotating among streams", rotate),
+    ] {
+        assert_ne!(
+            order,
+            (0..s.stream.len()).collect::<Vec<_>>(),
+            "{what}: {name}"
+        );
+        let got = emulate::run_in_order(c, refs, false, Some(&order)).unwrap();
+        assert!(
+            got == program,
+            "{what}: emulation in the order `{name}` differs from program order"
+        );
+    }
+}
+
 /// Lower a real network with the given inputs, run the host reference and the GPU launch
 /// emulation, compare with tract (fp32 tolerance).
 fn check_asset(path: PathBuf, inputs: &[Input]) {
@@ -635,6 +729,7 @@ fn check_asset_at(path: PathBuf, inputs: &[Input], precision: Precision, atol: f
         .unwrap();
     let reference = reference::run(&compiled.graph, &compiled.memory, &refs).unwrap();
     let emulated = emulate::run(&compiled, &refs).unwrap();
+    check_stream_orders(&path.display().to_string(), &compiled, &refs, &emulated);
     for (runner, got) in [
         ("host reference", reference),
         ("GPU launch emulation", emulated),

@@ -245,6 +245,23 @@ impl Stream {
         self.ctx.bind()
     }
 
+    /// Make the work enqueued on this stream after this call wait for the work before
+    /// `event`'s last record (`cuStreamWaitEvent`). During capture, an edge of the graph
+    /// (a stream that waits on an event recorded in the capturing stream joins the capture).
+    ///
+    /// # Errors
+    /// A driver error.
+    #[inline]
+    pub fn wait(&self, event: &Event) -> Result<(), DriverError> {
+        // SAFETY: both handles valid; same context; flags 0 (not CU_EVENT_WAIT_EXTERNAL).
+        unsafe {
+            check(
+                "cuStreamWaitEvent",
+                sys::cuStreamWaitEvent(self.raw, event.raw, 0),
+            )
+        }
+    }
+
     /// Wait until all work enqueued so far has completed, the way the policy says.
     ///
     /// # Errors

@@ -492,14 +492,39 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
 /// # Errors
 /// As [`run`].
 pub fn run_with(c: &Compiled, inputs: &[&[u8]], fuse: bool) -> Result<Vec<Vec<u8>>, String> {
+    run_in_order(c, inputs, fuse, None)
+}
+
+/// [`run_with`], the launches in `order` (every step once) instead of program order: an
+/// order the plan's schedule allows ([`super::schedule::Schedule::order`]) must give the
+/// same bytes, which proves that its streams, events and memory plan never let a step see
+/// another's unfinished work or reuse memory a step that may still run needs.
+///
+/// # Errors
+/// As [`run`]; a description when `order` is not a permutation of the steps.
+pub fn run_in_order(
+    c: &Compiled,
+    inputs: &[&[u8]],
+    fuse: bool,
+    order: Option<&[usize]>,
+) -> Result<Vec<Vec<u8>>, String> {
     let g = &c.graph;
+    let program: Vec<usize> = (0..g.steps.len()).collect();
+    let order = order.unwrap_or(&program);
+    let mut seen = vec![false; g.steps.len()];
+    for &i in order {
+        if i >= seen.len() || std::mem::replace(&mut seen[i], true) {
+            return Err(format!("order names step {i} twice or out of range"));
+        }
+    }
+    if seen.iter().any(|s| !s) {
+        return Err("order misses a step".into());
+    }
     let uses_gemm = g.steps.iter().any(|s| matches!(s.kind, StepKind::Gemm(_)));
     // Scratch sizes as on a GPU that chose algorithms needing some scratch.
-    let layout = Layout::new(
-        c.memory.activation_bytes,
-        1 << 12,
-        if uses_gemm { 1 << 12 } else { 0 },
-    );
+    let (cudnn, cublas) =
+        launch::stream_scratch(c, |_| 1 << 12, if uses_gemm { 1 << 12 } else { 0 });
+    let layout = Layout::new(c.memory.activation_bytes, &cudnn, &cublas);
     let convs: Vec<Option<ConvChoice>> = g
         .steps
         .iter()
@@ -571,7 +596,8 @@ pub fn run_with(c: &Compiled, inputs: &[&[u8]], fuse: bool) -> Result<Vec<Vec<u8
     };
     let mut launches = Vec::new();
     launch::build(c, &convs, &fusions, &layout, &bases, &mut launches)?;
-    for (i, l) in launches.iter().enumerate() {
+    for &i in order {
+        let l = &launches[i];
         let name = &g.steps[i].node;
         let res = match l {
             Launch::Ew { params, .. } => ew(&regions, params),

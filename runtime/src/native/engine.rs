@@ -2,15 +2,18 @@
 //! prepares a [`NativePlan`] (network lowered and laid out, weights uploaded once, kernels
 //! loaded, a cuDNN algorithm measured for every convolution), whose [`NativeExecutor`]s are
 //! bound to regions of the session arena and enqueue the whole network on the session's
-//! stream: no allocation, no synchronisation, capture-safe.
+//! stream, its independent branches on side streams forked from it and joined back into it
+//! with events ([`super::schedule`]): no allocation, no synchronisation, capture-safe.
 //!
 //! # Workspace layout (one region of the session arena, [`DevicePlan::workspace`])
-//! `[0, activations)`: every intermediate tensor at its planned offset;
-//! then cuDNN's scratch (the largest workspace of the chosen algorithms), then cuBLAS's
-//! workspace (when the network has matrix products). Every part is 256-byte aligned.
+//! `[0, activations)`: every intermediate tensor at its planned offset; then each stream's
+//! cuDNN scratch (the most its own convolutions' choices need), then each stream's cuBLAS
+//! workspace (for the streams that run matrix products) ([`launch::Layout`]). Every part is
+//! 256-byte aligned.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
@@ -81,6 +84,15 @@ pub struct NativeOptions {
     /// on the loading thread only, as the measurement goes. `TETHER_LOAD_THREADS=<n>` sets
     /// it (any positive count; another value: a warning, the default).
     pub load_threads: usize,
+    /// Most CUDA streams one run of the network is spread over ([`super::schedule`]):
+    /// independent branches (YOLOv8's head: box and class chains at three scales) run on
+    /// their own streams, forked from and joined into the session's stream with events, so
+    /// that they become parallel branches of the captured graph. Each stream has its own
+    /// slice of cuDNN scratch and cuBLAS workspace. Default
+    /// [`super::schedule::DEFAULT_STREAMS`]; 1 runs every step in program order on the
+    /// session's stream. `TETHER_NATIVE_STREAMS=<n>` sets it (1 to
+    /// [`super::schedule::MAX_STREAMS`]; another value: a warning, the default).
+    pub streams: usize,
 }
 
 impl Default for NativeOptions {
@@ -127,6 +139,21 @@ impl Default for NativeOptions {
                     default_load_threads()
                 }),
                 Err(_) => default_load_threads(),
+            },
+            streams: match std::env::var("TETHER_NATIVE_STREAMS") {
+                Ok(v) => v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=super::schedule::MAX_STREAMS).contains(n))
+                    .unwrap_or_else(|| {
+                        log::warn!(
+                            "TETHER_NATIVE_STREAMS={v:?} is not a count from 1 to {}: {}",
+                            super::schedule::MAX_STREAMS,
+                            super::schedule::DEFAULT_STREAMS
+                        );
+                        super::schedule::DEFAULT_STREAMS
+                    }),
+                Err(_) => super::schedule::DEFAULT_STREAMS,
             },
         }
     }
@@ -912,7 +939,6 @@ impl NativePlan {
         let mut fused_geoms = vec![None; g.steps.len()];
         let mut kept_plans: Vec<Option<Arc<StepPlan>>> = vec![None; g.steps.len()];
         let mut kept: Option<Kept> = None;
-        let mut cudnn_bytes = 0usize;
         let has_convs = g
             .steps
             .iter()
@@ -989,10 +1015,6 @@ impl NativePlan {
             // A measurement's decision recorded for step `i` (with the fusion the step
             // would take), the same for a fresh measurement and an identical convolution's.
             let mut record = |i: usize, m: &Measured, fusion: Option<Fusion>| {
-                cudnn_bytes = cudnn_bytes
-                    .max(m.choice.workspace)
-                    .max(m.choice.graph_workspace)
-                    .max(m.choice.fused_workspace);
                 convs[i] = Some(m.choice);
                 geoms[i] = m.geo;
                 if m.choice.fused.is_some() {
@@ -1322,7 +1344,7 @@ impl NativePlan {
         let winners: Vec<usize> = (0..g.steps.len())
             .filter(|&i| fusions[i].is_some())
             .collect();
-        let memory = super::memory::MemoryPlan::for_fusions(g, &winners)
+        let memory = super::memory::MemoryPlan::for_fusions(g, &winners, opts.streams)
             .and_then(|m| m.check(g).map(|_| m))
             .map_err(|e| backend_err(network, format!("internal: memory plan: {e}")))?;
         for &i in &winners {
@@ -1345,7 +1367,19 @@ impl NativePlan {
         } else {
             0
         };
-        let layout = Layout::new(memory.activation_bytes, cudnn_bytes, cublas_bytes);
+        let compiled = Compiled {
+            graph: compiled.graph,
+            memory,
+        };
+        // Each stream's scratch: the most its own convolutions' choices need
+        // (`ConvChoice::scratch`).
+        let (cudnn_ws, cublas_ws) = launch::stream_scratch(
+            &compiled,
+            |i| convs[i].map_or(0, |c| c.scratch()),
+            cublas_bytes,
+        );
+        let layout = Layout::new(compiled.memory.activation_bytes, &cudnn_ws, &cublas_ws);
+        let (g, memory) = (&compiled.graph, &compiled.memory);
         log::info!(
             "{network}: native engine plan: {} steps ({} convolutions, {} with bias/activation \
              fused, {} matrix products), weights {} bytes, activations {} bytes, cuDNN scratch \
@@ -1362,8 +1396,8 @@ impl NativePlan {
                 .count(),
             memory.weight_bytes,
             memory.activation_bytes,
-            layout.cudnn_ws.1,
-            layout.cublas_ws.1,
+            layout.library_bytes().0,
+            layout.library_bytes().1,
             options.precision,
             module.image
         );
@@ -1372,10 +1406,7 @@ impl NativePlan {
             network: network.to_string(),
             ctx: ctx.clone(),
             io,
-            compiled: Compiled {
-                graph: compiled.graph,
-                memory,
-            },
+            compiled,
             precision: options.precision,
             weights,
             kernels: kernel_set,
@@ -1410,13 +1441,20 @@ impl NativePlan {
         let p = &*self.0;
         let choice = p.convs.get(i).copied().flatten()?;
         let tc = graph_tensor_cores(p.precision);
+        // The scratch of the step's stream.
+        let scratch = p
+            .layout
+            .cudnn_scratch(usize::from(p.compiled.memory.schedule.stream[i]))
+            .1;
         let mut build = |geo: &cudnn_graph::ConvGeometry,
                          epi: Option<cudnn_graph::FusedEpilogue>,
                          rank: u8| {
             let fused = epi.is_some();
             let key = (*geo, epi, rank);
+            // Identical convolutions share a rebuilt plan, but streams' scratch differs:
+            // checked against this step's stream too.
             if let Some(plan) = built.get(&key) {
-                return plan.clone();
+                return plan.clone().filter(|sp| sp.plan.workspace <= scratch);
             }
             let graph = match epi {
                 Some(epi) => cudnn_graph::ConvGraph::new_fused(h, geo, p.search, tc, epi),
@@ -1427,19 +1465,17 @@ impl NativePlan {
                 cg.plan(h, usize::from(rank), Some(&p.plan_cache))
                     .map(|plan| (plan, cg))
             }) {
-                Ok((plan, cg)) if plan.workspace <= p.layout.cudnn_ws.1 => {
-                    Some(Arc::new(StepPlan {
-                        plan,
-                        fused,
-                        _graph: cg,
-                    }))
-                }
+                Ok((plan, cg)) if plan.workspace <= scratch => Some(Arc::new(StepPlan {
+                    plan,
+                    fused,
+                    _graph: cg,
+                })),
                 Ok((plan, _)) => {
                     log::warn!(
                         "{}: step {i}: cuDNN graph {what} needs {} bytes of scratch, the plan has {}",
                         p.network,
                         plan.workspace,
-                        p.layout.cudnn_ws.1
+                        scratch
                     );
                     None
                 }
@@ -1537,6 +1573,18 @@ impl DevicePlan for NativePlan {
             }
         };
         let packs = (0..g.steps.len()).map(|_| None).collect();
+        // The schedule's side streams and events, created once here: a run only records and
+        // waits on them.
+        let schedule = &p.compiled.memory.schedule;
+        let side = (1..schedule.streams)
+            .map(|_| Stream::new(&p.ctx, SyncPolicy::Spin))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(crate::cuda::CudaError::from)?;
+        let events = (0..schedule.events + usize::from(schedule.streams > 1))
+            .map(|_| Event::new(&p.ctx, false, false))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(crate::cuda::CudaError::from)?;
+        let streams = Rc::new(StreamSet { side, events });
         Ok(Box::new(NativeExecutor {
             fusions: Vec::with_capacity(g.steps.len()),
             plan: Arc::clone(p),
@@ -1546,8 +1594,10 @@ impl DevicePlan for NativePlan {
             packs,
             descs,
             launches: Vec::with_capacity(g.steps.len()),
-            cublas_ws: (0, 0),
-            library_stream: None,
+            workspace: 0,
+            cudnn_stream: None,
+            cublas_stream: None,
+            streams,
             bound: false,
         }))
     }
@@ -1572,12 +1622,24 @@ pub struct NativeExecutor {
     cublas: Option<cublas::Handle>,
     descs: Vec<StepDescs>,
     launches: Vec<Launch>,
-    cublas_ws: (u64, usize),
-    /// The stream the library handles were last set to (with the current workspace): set
-    /// again only when it changes, so a captured enqueue after the eager warm-up makes no
-    /// library configuration call at all.
-    library_stream: Option<usize>,
+    /// Device address of the bound workspace.
+    workspace: u64,
+    /// The stream the cuDNN handle was last set to: set again only when it changes.
+    cudnn_stream: Option<usize>,
+    /// The stream and workspace slice the cuBLAS handle was last set to.
+    cublas_stream: Option<(usize, usize)>,
+    /// The schedule's side streams and events (shared with a run, so that its launches may
+    /// borrow the executor mutably; the run's clone never outlives it, so the executor holds
+    /// the only reference whenever it can be sent to another thread).
+    streams: Rc<StreamSet>,
     bound: bool,
+}
+
+/// Streams 1.. of a plan's schedule ([`super::schedule`]; stream 0 is the caller's), and its
+/// events, then (with side streams) the fork event.
+struct StreamSet {
+    side: Vec<Stream>,
+    events: Vec<Event>,
 }
 
 // SAFETY: the descriptors and handles are plain host objects used only through &mut self.
@@ -1633,10 +1695,7 @@ impl NativeExecutor {
             inputs: &inputs,
             outputs: &outputs,
         };
-        self.cublas_ws = (
-            b.workspace.ptr.offset(p.layout.cublas_ws.0).0,
-            p.layout.cublas_ws.1,
-        );
+        self.workspace = b.workspace.ptr.0;
         // A graph-API plan runs when the bound addresses are at least as aligned as the ones
         // it was chosen for; a fused one that cannot runs the legacy algorithm unfused (and a
         // convolution without one, over pitched operands, fails the check after the packs).
@@ -1678,19 +1737,21 @@ impl NativeExecutor {
         for pack in &mut self.packs {
             *pack = None;
         }
-        let cudnn_ws = b.workspace.ptr.offset(p.layout.cudnn_ws.0).0;
         for l in &self.launches {
+            // `ws`: the scratch of the step's stream.
             let Launch::Conv {
                 step,
                 x,
                 w,
                 y,
                 epilogue,
+                ws,
                 ..
             } = l
             else {
                 continue;
             };
+            let cudnn_ws = *ws;
             let Some(sp) = &self.graph_plans[*step] else {
                 continue;
             };
@@ -1738,12 +1799,67 @@ impl NativeExecutor {
         }
     }
 
+    /// Enqueue the run on `stream` and, with a schedule of several streams, on the side
+    /// streams forked from it and joined back into it ([`super::schedule`]).
     fn run(&mut self, stream: &Stream) -> Result<(), RunError> {
         self.begin(stream)?;
-        for i in 0..self.launches.len() {
-            self.launch_one(stream, i)?;
+        let plan = Arc::clone(&self.plan);
+        let schedule = &plan.compiled.memory.schedule;
+        if schedule.streams == 1 {
+            for i in 0..self.launches.len() {
+                self.launch_one(stream, i)?;
+            }
+            return Ok(());
         }
-        Ok(())
+        // Shared for the run (no allocation), so that launches may borrow self mutably. On
+        // an error part-way, the side streams are not joined: the run has failed (eagerly,
+        // its partial work stays unordered with what follows; a capture is invalid anyway).
+        let set = Rc::clone(&self.streams);
+        let (side, events) = (&set.side, &set.events);
+        {
+            let (fork, events) = events.split_last().ok_or(RunError::Backend {
+                engine: ENGINE,
+                what: "schedule without its fork event",
+            })?;
+            let inconsistent = |what| RunError::Backend {
+                engine: ENGINE,
+                what,
+            };
+            let on = |st: u8| -> Result<&Stream, RunError> {
+                match st {
+                    0 => Ok(stream),
+                    k => side
+                        .get(usize::from(k) - 1)
+                        .ok_or(inconsistent("schedule names a stream the executor lacks")),
+                }
+            };
+            let event = |j: u32| -> Result<&Event, RunError> {
+                schedule.event[j as usize]
+                    .and_then(|e| events.get(e as usize))
+                    .ok_or(RunError::Backend {
+                        engine: ENGINE,
+                        what: "schedule waits on a step without an event",
+                    })
+            };
+            fork.record(stream)?;
+            for i in 0..self.launches.len() {
+                let s = on(schedule.stream[i])?;
+                if schedule.starts[i] {
+                    s.wait(fork)?;
+                }
+                for &d in &schedule.waits[i] {
+                    s.wait(event(d)?)?;
+                }
+                self.launch_one(s, i)?;
+                if schedule.event[i].is_some() {
+                    event(i as u32)?.record(s)?;
+                }
+            }
+            for &j in &schedule.joins {
+                stream.wait(event(j)?)?;
+            }
+            Ok(())
+        }
     }
 
     /// Per-step GPU times inside a CUDA graph (see [`DeviceExecutor::step_times`]): the run
@@ -1821,30 +1937,50 @@ impl NativeExecutor {
             .collect())
     }
 
-    /// Check the binding and point the library handles at `stream`.
+    /// Check the binding and make the context current.
     fn begin(&mut self, stream: &Stream) -> Result<(), RunError> {
         if !self.bound {
             return Err(RunError::NotBound { engine: ENGINE });
         }
         stream.bind()?;
-        if self.library_stream != Some(stream.raw() as usize) {
-            self.library_stream = None;
-            if let Some(h) = &self.cudnn {
-                h.set_stream(stream.raw())
-                    .map_err(|e| self.fail("cudnnSetStream", &e))?;
+        Ok(())
+    }
+
+    /// Point the library handle launch `i` uses at `stream` (cuBLAS with the workspace of
+    /// step `i`'s stream in the schedule), when it is not already.
+    fn libraries_for(&mut self, stream: &Stream, i: usize) -> Result<(), RunError> {
+        let key = stream.raw() as usize;
+        let slot = usize::from(self.plan.compiled.memory.schedule.stream[i]);
+        match self.launches[i] {
+            Launch::Conv { .. } | Launch::Deconv { .. } | Launch::Pool { .. }
+                if self.cudnn_stream != Some(key) =>
+            {
+                self.cudnn_stream = None;
+                if let Some(h) = &self.cudnn {
+                    h.set_stream(stream.raw())
+                        .map_err(|e| self.fail("cudnnSetStream", &e))?;
+                }
+                self.cudnn_stream = Some(key);
             }
-            if let Some(h) = &self.cublas {
-                // cublasSetStream resets the workspace to cuBLAS's own pool: set ours after.
-                h.bind(stream.raw(), self.cublas_ws.0, self.cublas_ws.1)
-                    .map_err(|e| self.fail("cublasSetStream/Workspace", &e))?;
+            Launch::Gemm { .. } if self.cublas_stream != Some((key, slot)) => {
+                self.cublas_stream = None;
+                let (off, bytes) = self.plan.layout.cublas_workspace(slot);
+                if let Some(h) = &self.cublas {
+                    // cublasSetStream resets the workspace to cuBLAS's own pool: set ours
+                    // after.
+                    h.bind(stream.raw(), self.workspace + off as u64, bytes)
+                        .map_err(|e| self.fail("cublasSetStream/Workspace", &e))?;
+                }
+                self.cublas_stream = Some((key, slot));
             }
-            self.library_stream = Some(stream.raw() as usize);
+            _ => {}
         }
         Ok(())
     }
 
     /// Enqueue launch `i` of the bound run on `stream` ([`Self::begin`] first).
     fn launch_one(&mut self, stream: &Stream, i: usize) -> Result<(), RunError> {
+        self.libraries_for(stream, i)?;
         let k = self.plan.kernels;
         let precision = self.plan.precision;
         {
@@ -2046,7 +2182,8 @@ impl DeviceExecutor for NativeExecutor {
             });
         }
         self.bound = false;
-        self.library_stream = None;
+        self.cudnn_stream = None;
+        self.cublas_stream = None;
         if let Err(m) = self.resolve(bindings) {
             log::error!("{}: native engine: bind: {m}", self.plan.network);
             return Err(RunError::Backend {

@@ -425,8 +425,8 @@ mod tests {
     #[test]
     fn the_plan_for_no_fusion_refuses_them() {
         let (g, a, _, o) = network(false, false);
-        let with = MemoryPlan::for_fusions(&g, &[1]).unwrap();
-        let without = MemoryPlan::for_fusions(&g, &[]).unwrap();
+        let with = MemoryPlan::for_fusions(&g, &[1], 4).unwrap();
+        let without = MemoryPlan::for_fusions(&g, &[], 4).unwrap();
         with.check(&g).unwrap();
         without.check(&g).unwrap();
         assert!(find_in(&g, &with, 1).is_some());

@@ -12,6 +12,7 @@ use super::kernels::{
     SoftmaxParams, TransposeParams,
 };
 use super::memory::{BUFFER_ALIGN, Region};
+use super::schedule::MAX_STREAMS;
 
 /// Base addresses of every region (device addresses on the GPU, host addresses in the
 /// emulator).
@@ -43,27 +44,92 @@ fn align(v: usize) -> usize {
     v.div_ceil(BUFFER_ALIGN) * BUFFER_ALIGN
 }
 
-/// The workspace layout: activations, then cuDNN scratch, then cuBLAS workspace.
+/// The workspace layout: activations, then the cuDNN scratch of every stream of the
+/// network's schedule ([`super::schedule`]), then the cuBLAS workspace of every stream, each
+/// slice 256-aligned and sized for the steps of its own stream (a stream that runs no
+/// convolution or no matrix product gets an empty slice): steps that may run at the same
+/// time never share scratch, and a stream of small convolutions does not reserve the scratch
+/// of the largest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// (offset, bytes) of cuDNN's scratch.
-    pub cudnn_ws: (usize, usize),
-    /// (offset, bytes) of cuBLAS's workspace.
-    pub cublas_ws: (usize, usize),
+    /// Per stream: (offset, bytes) of its cuDNN scratch.
+    pub cudnn_ws: [(usize, usize); MAX_STREAMS],
+    /// Per stream: (offset, bytes) of its cuBLAS workspace.
+    pub cublas_ws: [(usize, usize); MAX_STREAMS],
     /// Total workspace bytes.
     pub workspace_bytes: usize,
 }
 
+/// Per stream of `c`'s schedule: the most cuDNN scratch bytes `need(step)` gives for its
+/// convolution steps, and `cublas_bytes` when it runs a matrix product (else 0); the
+/// arguments of [`Layout::new`].
+pub fn stream_scratch(
+    c: &Compiled,
+    need: impl Fn(usize) -> usize,
+    cublas_bytes: usize,
+) -> ([usize; MAX_STREAMS], [usize; MAX_STREAMS]) {
+    let (mut cudnn, mut cublas) = ([0usize; MAX_STREAMS], [0usize; MAX_STREAMS]);
+    for (i, (step, &st)) in c
+        .graph
+        .steps
+        .iter()
+        .zip(&c.memory.schedule.stream)
+        .enumerate()
+    {
+        let st = usize::from(st).min(MAX_STREAMS - 1);
+        match step.kind {
+            StepKind::Conv(_) | StepKind::Deconv(_) => cudnn[st] = cudnn[st].max(need(i)),
+            StepKind::Gemm(_) => cublas[st] = cublas_bytes,
+            _ => {}
+        }
+    }
+    (cudnn, cublas)
+}
+
 impl Layout {
-    /// Lay out `activation_bytes`, then `cudnn_bytes`, then `cublas_bytes`, 256-aligned.
-    pub fn new(activation_bytes: usize, cudnn_bytes: usize, cublas_bytes: usize) -> Layout {
-        let cudnn_ws = (align(activation_bytes), align(cudnn_bytes));
-        let cublas_ws = (cudnn_ws.0 + cudnn_ws.1, align(cublas_bytes));
+    /// Lay out `activation_bytes`, then stream `s`'s `cudnn[s]` bytes of cuDNN scratch for
+    /// every stream, then its `cublas[s]` bytes of cuBLAS workspace, 256-aligned
+    /// ([`stream_scratch`]).
+    pub fn new(
+        activation_bytes: usize,
+        cudnn: &[usize; MAX_STREAMS],
+        cublas: &[usize; MAX_STREAMS],
+    ) -> Layout {
+        let mut at = align(activation_bytes);
+        let mut cudnn_ws = [(0, 0); MAX_STREAMS];
+        let mut cublas_ws = [(0, 0); MAX_STREAMS];
+        for (ws, &bytes) in cudnn_ws.iter_mut().zip(cudnn) {
+            *ws = (at, align(bytes));
+            at += ws.1;
+        }
+        for (ws, &bytes) in cublas_ws.iter_mut().zip(cublas) {
+            *ws = (at, align(bytes));
+            at += ws.1;
+        }
         Layout {
             cudnn_ws,
             cublas_ws,
-            workspace_bytes: (cublas_ws.0 + cublas_ws.1).max(BUFFER_ALIGN),
+            workspace_bytes: at.max(BUFFER_ALIGN),
         }
+    }
+
+    /// (offset, bytes) of stream `stream`'s cuDNN scratch (empty for a stream out of range).
+    pub fn cudnn_scratch(&self, stream: usize) -> (usize, usize) {
+        self.cudnn_ws.get(stream).copied().unwrap_or((0, 0))
+    }
+
+    /// (offset, bytes) of stream `stream`'s cuBLAS workspace (empty for a stream out of
+    /// range).
+    pub fn cublas_workspace(&self, stream: usize) -> (usize, usize) {
+        self.cublas_ws.get(stream).copied().unwrap_or((0, 0))
+    }
+
+    /// Total cuDNN scratch and cuBLAS workspace bytes over all streams.
+    pub fn library_bytes(&self) -> (usize, usize) {
+        (
+            self.cudnn_ws.iter().map(|w| w.1).sum(),
+            self.cublas_ws.iter().map(|w| w.1).sum(),
+        )
     }
 }
 
@@ -94,6 +160,24 @@ pub struct ConvChoice {
     pub fused: Option<u8>,
     /// Scratch bytes of the fused plan.
     pub fused_workspace: usize,
+}
+
+/// `cudnnConvolutionFwdAlgo_t` `CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM`: needs no scratch.
+pub const IMPLICIT_GEMM: u32 = 0;
+
+impl ConvChoice {
+    /// Scratch bytes of what runs: the graph-API plans' (fused, and the plain one an
+    /// executor falls back to) when the graph API was chosen, else the legacy algorithm's.
+    /// A stream's scratch is sized by these ([`stream_scratch`]); the legacy algorithm kept
+    /// behind a graph-API choice (an executor whose bound addresses are less aligned than at
+    /// load) runs as [`IMPLICIT_GEMM`] when its own scratch does not fit.
+    pub fn scratch(&self) -> usize {
+        if self.graph.is_some() || self.fused.is_some() {
+            self.graph_workspace.max(self.fused_workspace)
+        } else {
+            self.workspace
+        }
+    }
 }
 
 /// The fused epilogue of a convolution launch: which fusion, and its operands' addresses.
@@ -273,7 +357,14 @@ pub fn build(
 ) -> Result<(), String> {
     let g = &c.graph;
     let addr = |t: TensorId| address(c, bases, t);
-    let cudnn_ws = bases.workspace + layout.cudnn_ws.0 as u64;
+    let schedule = &c.memory.schedule;
+    if schedule.stream.len() != g.steps.len() {
+        return Err(format!(
+            "a schedule of {} steps for a graph of {}",
+            schedule.stream.len(),
+            g.steps.len()
+        ));
+    }
     let fusion = |i: usize| fusions.get(i).copied().flatten();
     for (i, step) in g.steps.iter().enumerate() {
         let name = &step.node;
@@ -328,11 +419,23 @@ pub fn build(
                     .copied()
                     .flatten()
                     .ok_or_else(|| format!("{name}: convolution without an algorithm"))?;
-                if choice.workspace > layout.cudnn_ws.1 {
-                    return Err(format!("{name}: algorithm scratch exceeds the workspace"));
+                let st = usize::from(schedule.stream[i]);
+                let (ws, ws_len) = layout.cudnn_scratch(st);
+                if choice.scratch() > ws_len {
+                    return Err(format!(
+                        "{name}: scratch of {} bytes exceeds stream {st}'s {ws_len}",
+                        choice.scratch()
+                    ));
                 }
+                // The legacy algorithm: what runs when the graph API was not chosen (it then
+                // fits), else the fallback, without scratch when its own does not fit.
+                let (algo, ws_bytes) = if choice.workspace <= ws_len {
+                    (choice.algo, choice.workspace)
+                } else {
+                    (IMPLICIT_GEMM, 0)
+                };
                 let (step, x, w) = (i, addr(cv.x), addr(cv.w));
-                let (algo, ws, ws_bytes) = (choice.algo, cudnn_ws, choice.workspace);
+                let ws = bases.workspace + ws as u64;
                 let epilogue = fusion(i).map(|f| ConvEpilogue {
                     fusion: f,
                     b: addr(f.bias),
@@ -469,4 +572,44 @@ pub fn build(
         out.push(launch);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_stream_has_its_own_aligned_slice_sized_for_it() {
+        let mut cudnn = [0usize; MAX_STREAMS];
+        let mut cublas = [0usize; MAX_STREAMS];
+        cudnn[0] = 1000;
+        cudnn[2] = 64 << 20;
+        cudnn[3] = 1;
+        cublas[1] = 32 << 20;
+        let l = Layout::new(5000, &cudnn, &cublas);
+        // Activations first, then the slices in stream order, each 256-aligned.
+        assert_eq!(l.cudnn_scratch(0), (5120, 1024));
+        assert_eq!(l.cudnn_scratch(1), (6144, 0));
+        assert_eq!(l.cudnn_scratch(2), (6144, 64 << 20));
+        assert_eq!(l.cudnn_scratch(3), (6144 + (64 << 20), 256));
+        assert_eq!(l.cublas_workspace(1), (6400 + (64 << 20), 32 << 20));
+        assert_eq!(l.cublas_workspace(0).1, 0);
+        assert_eq!(l.workspace_bytes, 6400 + (96 << 20));
+        assert_eq!(l.library_bytes(), (1024 + (64 << 20) + 256, 32 << 20));
+        // No two non-empty slices overlap, and all lie inside the workspace.
+        let slices: Vec<(usize, usize)> = l
+            .cudnn_ws
+            .iter()
+            .chain(&l.cublas_ws)
+            .copied()
+            .filter(|s| s.1 > 0)
+            .collect();
+        for (k, a) in slices.iter().enumerate() {
+            assert!(a.0 % BUFFER_ALIGN == 0 && a.0 + a.1 <= l.workspace_bytes);
+            for b in &slices[k + 1..] {
+                assert!(a.0 + a.1 <= b.0 || b.0 + b.1 <= a.0, "{a:?} {b:?}");
+            }
+        }
+        assert_eq!(l.cudnn_scratch(MAX_STREAMS), (0, 0));
+    }
 }

@@ -3,13 +3,17 @@
 //!
 //! Liveness is per *root* buffer (a buffer placed inside another by copy elision lives in its
 //! host): a root is live from the first step that touches any of its views to the last one,
-//! both inclusive, so a step never writes over a buffer it reads. Buffers whose lifetimes
-//! overlap never overlap in memory; the rest share memory. Placement is greedy, largest
+//! both inclusive, so a step never writes over a buffer it reads. Two buffers may share
+//! memory only when every step touching one happens before every step touching the other
+//! under the network's [`Schedule`] (its streams and events): with one stream, when their
+//! lifetimes do not overlap; with several, steps of parallel branches never share memory
+//! while both may run. Placement is greedy, largest
 //! buffer first, each at the lowest aligned offset free of every live-overlapping buffer
 //! already placed (the classic offset-assignment heuristic of TFLite's and ONNX Runtime's
 //! arena planners).
 
 use super::ir::{BufferId, BufferKind, Graph};
+use super::schedule::Schedule;
 
 /// Alignment of every buffer in the workspace and the weight blob, in bytes (cuDNN and
 /// cuBLAS want 16; 256 is what `cuMemAlloc` gives and keeps every vector load aligned).
@@ -34,6 +38,12 @@ pub struct MemoryPlan {
     /// First and last step touching each root buffer (inclusive), for the reference
     /// executor's poisoning of dead buffers.
     pub live: Vec<Option<(usize, usize)>>,
+    /// Per root buffer: the steps touching it (a fused convolution counts for its fused
+    /// step's output), ascending.
+    pub access: Vec<Vec<usize>>,
+    /// The streams and events the plan was made for (sharing memory needs happens-before
+    /// under it).
+    pub schedule: Schedule,
 }
 
 /// Where a byte of a tensor lives.
@@ -52,7 +62,8 @@ pub enum Region {
 impl MemoryPlan {
     /// Lay out `graph`, with the output of every element-wise step a convolution could absorb
     /// ([`super::fusion::candidate`]) live from the convolution's step on, so that any of
-    /// those fusions may be taken ([`MemoryPlan::for_fusions`] with all of them).
+    /// those fusions may be taken ([`MemoryPlan::for_fusions`] with all of them), scheduled on
+    /// [`super::schedule::DEFAULT_STREAMS`] streams.
     ///
     /// # Errors
     /// A description when a buffer size overflows `usize`.
@@ -60,20 +71,28 @@ impl MemoryPlan {
         let candidates: Vec<usize> = (0..graph.steps.len())
             .filter(|&i| super::fusion::candidate(graph, i).is_some())
             .collect();
-        Self::for_fusions(graph, &candidates)
+        Self::for_fusions(graph, &candidates, super::schedule::DEFAULT_STREAMS)
     }
 
     /// Lay out `graph` for the fusions of convolution steps `convs` (the engine's, once it
     /// has measured which win): each absorbed step's output is live from its convolution's
     /// step on, so writing it one step early overwrites nothing; other buffers may share
     /// memory as without fusion (the extension costs memory: YOLOv8n 320 fp16 1.64 -> 2.25 MB
-    /// of activations with all 63 fusions).
+    /// of activations with all 63 fusions). The steps are scheduled on at most `streams`
+    /// streams ([`Schedule::new`]).
     ///
     /// # Errors
     /// A description when a buffer size overflows `usize`.
-    pub fn for_fusions(graph: &Graph, convs: &[usize]) -> Result<Self, String> {
+    pub fn for_fusions(graph: &Graph, convs: &[usize], streams: usize) -> Result<Self, String> {
         let nb = graph.buffers.len();
+        let schedule = Schedule::new(graph, convs, streams);
         let mut live: Vec<Option<(usize, usize)>> = vec![None; nb];
+        let mut access: Vec<Vec<usize>> = vec![Vec::new(); nb];
+        let mut touch = |root: usize, i: usize| {
+            if !access[root].contains(&i) {
+                access[root].push(i);
+            }
+        };
         for (i, step) in graph.steps.iter().enumerate() {
             for t in step
                 .reads()
@@ -84,6 +103,7 @@ impl MemoryPlan {
                 let e = live[root.0].get_or_insert((i, i));
                 e.0 = e.0.min(i);
                 e.1 = e.1.max(i);
+                touch(root.0, i);
             }
         }
         // An element-wise step that a convolution may absorb (cuDNN runtime fusion) is then
@@ -95,8 +115,13 @@ impl MemoryPlan {
                 if let Some(e) = live[root.0].as_mut() {
                     e.0 = e.0.min(i);
                 }
+                touch(root.0, i);
             }
         }
+        for a in &mut access {
+            a.sort_unstable();
+        }
+        let apart = |a: usize, b: usize| time_apart(&schedule, &live, &access, a, b);
         let bytes_of = |b: BufferId| -> Result<usize, String> {
             let buf = graph.buffer(b);
             buf.len
@@ -120,13 +145,9 @@ impl MemoryPlan {
         let mut placed: Vec<(usize, usize, usize)> = Vec::new(); // (offset, end, buffer)
         let mut end = 0usize;
         for &b in &order {
-            let (s, e) = live[b].expect("filtered on live");
             let mut conflicts: Vec<(usize, usize)> = placed
                 .iter()
-                .filter(|&&(_, _, o)| {
-                    let (os, oe) = live[o].expect("placed buffers are live");
-                    os <= e && s <= oe
-                })
+                .filter(|&&(_, _, o)| !apart(b, o))
                 .map(|&(off, end, _)| (off, end))
                 .collect();
             conflicts.sort_unstable();
@@ -162,6 +183,8 @@ impl MemoryPlan {
             activation_bytes: end,
             weight_bytes,
             live,
+            access,
+            schedule,
         })
     }
 
@@ -202,17 +225,28 @@ impl MemoryPlan {
         blob
     }
 
-    /// Check that no two root activation buffers with overlapping lifetimes overlap in
-    /// memory (the planner's invariant, checked independently of how it was reached).
+    /// Check that no two root activation buffers overlap in memory unless every step
+    /// touching one happens before every step touching the other (the planner's invariant,
+    /// checked independently of how it was reached), and that the schedule holds
+    /// ([`Schedule::check`]).
     ///
     /// # Errors
     /// The first pair that collides.
     pub fn check(&self, graph: &Graph) -> Result<(), String> {
-        let spans: Vec<(usize, usize, usize, (usize, usize))> = (0..graph.buffers.len())
+        self.schedule.check()?;
+        if self.schedule.stream.len() != graph.steps.len() {
+            return Err(format!(
+                "schedule of {} steps for a graph of {}",
+                self.schedule.stream.len(),
+                graph.steps.len()
+            ));
+        }
+        let spans: Vec<(usize, usize, usize)> = (0..graph.buffers.len())
             .filter_map(|b| {
                 let off = self.activation_offset[b]?;
+                self.live[b]?;
                 let bytes = graph.buffers[b].len * graph.buffers[b].dtype.size();
-                Some((b, off, off + bytes, self.live[b]?))
+                Some((b, off, off + bytes))
             })
             .collect();
         for (i, a) in spans.iter().enumerate() {
@@ -220,7 +254,7 @@ impl MemoryPlan {
                 return Err(format!("buffer {} ends past the workspace", a.0));
             }
             for b in &spans[i + 1..] {
-                let time = a.3.0 <= b.3.1 && b.3.0 <= a.3.1;
+                let time = !time_apart(&self.schedule, &self.live, &self.access, a.0, b.0);
                 let space = a.1 < b.2 && b.1 < a.2;
                 if time && space {
                     return Err(format!(
@@ -232,6 +266,30 @@ impl MemoryPlan {
         }
         Ok(())
     }
+}
+
+/// Whether root buffers `a` and `b` may share memory: their lifetimes do not overlap and
+/// every step touching the earlier one happens before every step touching the later one.
+fn time_apart(
+    schedule: &Schedule,
+    live: &[Option<(usize, usize)>],
+    access: &[Vec<usize>],
+    a: usize,
+    b: usize,
+) -> bool {
+    let (Some((as_, ae)), Some((bs, be))) = (live[a], live[b]) else {
+        return true;
+    };
+    let (first, second) = if ae < bs {
+        (a, b)
+    } else if be < as_ {
+        (b, a)
+    } else {
+        return false;
+    };
+    access[second]
+        .iter()
+        .all(|&j| access[first].iter().all(|&i| schedule.before(i, j)))
 }
 
 #[cfg(test)]
@@ -261,5 +319,46 @@ mod tests {
         assert_ne!(off(a), off(b));
         assert_ne!(off(b), off(c));
         assert_eq!(off(a), off(c));
+    }
+
+    #[test]
+    fn buffers_of_parallel_branches_never_share_memory() {
+        // x -> a -> b -> y0, x -> c -> d -> y1: a (steps 0-1) and c (steps 2-3) have disjoint
+        // lifetimes, so one stream shares their memory; on two streams the branches may run
+        // together, so they must not.
+        let mut g = Graph::default();
+        let x = g.add_packed("x", ElemType::F32, &[64], BufferKind::Input(0));
+        let [a, b, c, d] = ["a", "b", "c", "d"]
+            .map(|n| g.add_packed(n, ElemType::F32, &[64], BufferKind::Activation));
+        let y0 = g.add_packed("y0", ElemType::F32, &[64], BufferKind::Output(0));
+        let y1 = g.add_packed("y1", ElemType::F32, &[64], BufferKind::Output(1));
+        for (src, dst) in [(x, a), (a, b), (x, c), (c, d), (b, y0), (d, y1)] {
+            g.steps.push(Step {
+                node: "n".into(),
+                kind: StepKind::Copy { src, dst },
+            });
+        }
+        let off = |p: &MemoryPlan, t: crate::native::ir::TensorId| {
+            p.activation_offset[g.tensor(t).buffer.0].unwrap()
+        };
+        let one = MemoryPlan::for_fusions(&g, &[], 1).unwrap();
+        one.check(&g).unwrap();
+        assert_eq!(off(&one, a), off(&one, c));
+        let two = MemoryPlan::for_fusions(&g, &[], 2).unwrap();
+        two.check(&g).unwrap();
+        assert_eq!(two.schedule.streams, 2);
+        let spans: Vec<usize> = [a, b, c, d].iter().map(|&t| off(&two, t)).collect();
+        for (i, s) in spans.iter().enumerate() {
+            assert!(
+                !spans[i + 1..].contains(s),
+                "{spans:?}: branches share memory"
+            );
+        }
+        // The one-stream plan fails the check under the two-stream schedule.
+        let mixed = MemoryPlan {
+            schedule: two.schedule.clone(),
+            ..one
+        };
+        assert!(mixed.check(&g).unwrap_err().contains("overlap"));
     }
 }

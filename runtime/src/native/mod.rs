@@ -22,8 +22,12 @@
 //!    fp16 and TF32; convolutions and poolings read and write slices of channels in place
 //!    (views with a pixel pitch), and a GEMM that is exactly a 1x1 convolution becomes one
 //!    again.
-//! 4. **Memory plan** ([`memory`]): every intermediate buffer gets a fixed offset in the
-//!    workspace from a liveness analysis; weights are packed into one blob uploaded once.
+//! 4. **Streams** ([`schedule`]): independent branches of the network (YOLOv8's head) run on
+//!    their own CUDA streams, ordered by events, so that the captured graph has them as
+//!    parallel paths. **Memory plan** ([`memory`]): every intermediate buffer gets a fixed
+//!    offset in the workspace from a liveness analysis under the schedule's happens-before
+//!    (buffers of steps that may run together never share memory); weights are packed into
+//!    one blob uploaded once.
 //!    At load the engine may run a convolution with its next step's bias, activation and
 //!    residual as one cuDNN graph ([`fusion`]), so such a step's output is live from the
 //!    convolution on. The engine compiles the candidate cuDNN plans on several threads
@@ -56,6 +60,7 @@ pub mod plan_cache;
 pub mod precision;
 pub mod program;
 pub mod reference;
+pub mod schedule;
 
 use crate::backend::Precision;
 
