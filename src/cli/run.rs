@@ -36,7 +36,8 @@ pub struct RunArgs {
     #[arg(long)]
     json: bool,
     /// Write an annotated image per input: a file for one input; a folder for several, or
-    /// when the argument ends in `/` (created if missing; `NAME.annotated.png` each).
+    /// when the argument ends in `/` (created if missing; `NNN-NAME.annotated.png` each,
+    /// numbered in input order so that two inputs of the same name never collide).
     #[arg(long, value_name = "OUT.png|DIR/")]
     annotate: Option<PathBuf>,
     /// Where to run: `auto` (a CUDA GPU when one answers, else the CPU), `cpu`, `cuda`, `cuda:N`.
