@@ -86,7 +86,7 @@ impl MemoryPlan {
     pub fn for_fusions(graph: &Graph, convs: &[usize], streams: usize) -> Result<Self, String> {
         let nb = graph.buffers.len();
         let schedule = Schedule::new(graph, convs, streams);
-        let mut live: Vec<Option<(usize, usize)>> = vec![None; nb];
+        // Per root: the steps touching it; its lifetime is the first to the last of them.
         let mut access: Vec<Vec<usize>> = vec![Vec::new(); nb];
         let mut touch = |root: usize, i: usize| {
             if !access[root].contains(&i) {
@@ -99,11 +99,7 @@ impl MemoryPlan {
                 .into_iter()
                 .chain(std::iter::once(step.writes()))
             {
-                let (root, _) = graph.root(graph.tensor(t).buffer);
-                let e = live[root.0].get_or_insert((i, i));
-                e.0 = e.0.min(i);
-                e.1 = e.1.max(i);
-                touch(root.0, i);
+                touch(graph.root(graph.tensor(t).buffer).0.0, i);
             }
         }
         // An element-wise step that a convolution may absorb (cuDNN runtime fusion) is then
@@ -111,16 +107,16 @@ impl MemoryPlan {
         // shares memory with the convolution's input (`super::fusion`).
         for &i in convs {
             if let Some(f) = super::fusion::candidate(graph, i) {
-                let (root, _) = graph.root(graph.tensor(f.out).buffer);
-                if let Some(e) = live[root.0].as_mut() {
-                    e.0 = e.0.min(i);
-                }
-                touch(root.0, i);
+                touch(graph.root(graph.tensor(f.out).buffer).0.0, i);
             }
         }
         for a in &mut access {
             a.sort_unstable();
         }
+        let live: Vec<Option<(usize, usize)>> = access
+            .iter()
+            .map(|a| Some((*a.first()?, *a.last()?)))
+            .collect();
         let apart = |a: usize, b: usize| time_apart(&schedule, &live, &access, a, b);
         let bytes_of = |b: BufferId| -> Result<usize, String> {
             let buf = graph.buffer(b);

@@ -168,11 +168,6 @@ fn accesses(g: &Graph, i: usize, fused: bool) -> Vec<Access> {
 }
 
 impl Schedule {
-    /// Every step on the session's stream, in program order.
-    pub fn sequential(g: &Graph, fused: &[usize]) -> Schedule {
-        Self::new(g, fused, 1)
-    }
-
     /// Schedule `g` on at most `max_streams` streams (clamped to 1..=[`MAX_STREAMS`]), with
     /// the convolution steps `fused` possibly running their element-wise successor.
     pub fn new(g: &Graph, fused: &[usize], max_streams: usize) -> Schedule {
