@@ -498,6 +498,10 @@ fn bench_usage_errors_exit_2() {
     for (args, says) in [
         (vec!["--plot", "x.jpg"], ".svg or .png"),
         (vec!["--sync", "sometimes"], "spin, yield or block"),
+        (
+            vec!["--staging", "zero-copy"],
+            "auto, copy, mapped or mapped-outputs",
+        ),
         (vec!["--precision", "fp8"], "fp32, tf32 or fp16"),
         (vec!["--graph", "--eager"], "cannot be used with"),
         (vec!["--threads", "0"], "--threads"),

@@ -23,7 +23,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
 use tether_family::family::{
-    Environment, Execution, Family, Input, InputSource, Precision, RunOptions, Runner, SyncPolicy,
+    Environment, Execution, Family, Input, InputSource, Precision, RunOptions, Runner, Staging,
+    SyncPolicy,
 };
 
 use crate::cli::run::{JSON_SCHEMA_VERSION, open_runner, write_atomic};
@@ -73,6 +74,12 @@ pub struct BenchArgs {
     /// (sleep in the driver). Sets the CUDA context's scheduling policy.
     #[arg(long, default_value = "spin", value_parser = parse_sync)]
     sync: SyncPolicy,
+    /// Where a GPU session's input frame and results live: `auto` (mapped on an integrated
+    /// GPU, copied on a discrete one), `copy` (upload and download nodes in the graph),
+    /// `mapped` (zero-copy: kernels read and write the page-locked host buffers over the
+    /// bus), `mapped-outputs` (the frame copied, the results written into host memory).
+    #[arg(long, default_value = "auto", value_parser = parse_staging)]
+    staging: Staging,
     /// Arithmetic of the GPU engines that have a choice: `fp32` (default; TF32 off), `tf32`,
     /// `fp16`. The CPU engine computes in fp32.
     #[arg(long, default_value = "fp32", value_parser = super::run::parse_precision)]
@@ -125,6 +132,10 @@ fn parse_deadline(s: &str) -> Result<f64, String> {
 
 fn parse_sync(s: &str) -> Result<SyncPolicy, String> {
     s.parse::<SyncPolicy>().map_err(|e| e.0)
+}
+
+fn parse_staging(s: &str) -> Result<Staging, String> {
+    s.parse::<Staging>().map_err(|e| e.0)
 }
 
 /// The default of `--threads`: 1 under a real-time scheduling policy (`SCHED_FIFO`,
@@ -420,7 +431,13 @@ struct Machine {
 }
 
 impl Machine {
-    fn probe(env: &Environment, sync: SyncPolicy, precision: Precision, threads_why: &str) -> Self {
+    fn probe(
+        env: &Environment,
+        sync: SyncPolicy,
+        staging: Staging,
+        precision: Precision,
+        threads_why: &str,
+    ) -> Self {
         let report = tether_targets::probe::probe();
         let mut lines: Vec<(&'static str, String)> = Vec::new();
         lines.push(("tether", env!("CARGO_PKG_VERSION").to_string()));
@@ -490,6 +507,7 @@ impl Machine {
         ));
         if env.execution.on_gpu() {
             lines.push(("sync", sync.as_str().to_string()));
+            lines.push(("staging", staging.as_str().to_string()));
             lines.push(("precision", precision.as_str().to_string()));
         }
         lines.push((
@@ -626,6 +644,7 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
         sync: a.sync,
         threads: Some(threads),
         precision: a.precision,
+        staging: a.staging,
     };
     let (bundle, family, first) = open_runner(&a.bundle, matches, &options(!a.eager))?;
     let first_name = if a.eager { "eager" } else { "graph" };
@@ -681,7 +700,13 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
             Some(r) => r?,
         }
     }
-    let machine = Machine::probe(&variants[0].env, a.sync, a.precision, threads_why);
+    let machine = Machine::probe(
+        &variants[0].env,
+        a.sync,
+        a.staging,
+        a.precision,
+        threads_why,
+    );
     for v in &mut variants {
         for _ in 0..a.warmup {
             if stop.load(Ordering::SeqCst) {

@@ -8,7 +8,7 @@
 //   * float arithmetic uses the round-to-nearest intrinsics (__fadd_rn, __fmul_rn, ...), which
 //     are never contracted into FMAs, so results equal what Rust computes (Rust never fuses);
 //   * candidates are ordered by the total order (score descending, anchor ascending) with a
-//     full sort of every anchor's key: no capacity, no atomics deciding what is kept;
+//     full sort of every candidate's key: no capacity, no atomics deciding what is kept;
 //   * an anchor with any non-finite value (NaN, +-Inf) in its box or scores is never a
 //     candidate, and is counted.
 //
@@ -19,7 +19,8 @@
 //   tensor f32 [1, 3, in_h, in_w]      NCHW RGB, normalised
 //   raw    f32 [1, 4 + C, N]           network output: cx, cy, w, h, C class scores
 //   boxes  f32x4 [N], cls u32 [N], scores f32 [N]   per anchor (valid candidates only)
-//   keys   u64 [P]                     sort key per anchor, u64::MAX for non-candidates
+//   keys   u64 [P]                     sort keys of this run's candidates in slots 0..count;
+//                                      slots past the count hold stale keys, read as NO_KEY
 //   state  PostState                   counters, zeroed by a memset node each run
 //   out    DetectOutput                header + up to 300 detections
 #ifdef __CUDACC_RTC__
@@ -136,8 +137,8 @@ struct DecodeParams {
 
 extern "C" __global__ void __launch_bounds__(256) decode_keys(DecodeParams p) {
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
-    // Every key slot holds NO_KEY (a memset node before this kernel); candidates take the
-    // slots 0..candidates in any order: the sort below makes the order exact.
+    // Candidates take the slots 0..candidates in any order: the sort below makes the order
+    // exact. Slots past the count are never cleared: every reader takes them as NO_KEY.
     if (a >= p.num_anchors) return;
     const size_t n = (size_t)p.num_anchors;
     const float cx = p.raw[a], cy = p.raw[n + a], w = p.raw[2 * n + a], h = p.raw[3 * n + a];
@@ -168,11 +169,14 @@ extern "C" __global__ void __launch_bounds__(256) decode_keys(DecodeParams p) {
 // ---------------------------------------------------------------------------------------
 // Postprocessing 2/3: bitonic sort of the keys, ascending (P a power of two >= TILE).
 // Only the prefix that can hold candidates is sorted: S = the least power of two >= TILE and
-// >= the candidate count (at most P). Every key past S is NO_KEY (the largest), so the sorted
-// prefix followed by them is the whole array sorted; the bitonic network restricted to the
-// block [0, S) is the full sort of that block (its direction bit (i & S) is 0: ascending).
+// >= the candidate count (at most P). Every slot past the count is read as NO_KEY (the
+// largest), so the sorted prefix holds the candidates in order, then NO_KEY; nothing reads
+// past S. The bitonic network restricted to the block [0, S) is the full sort of that block
+// (its direction bit (i & S) is 0: ascending).
 // Launches stay the same (the graph is fixed); work beyond S returns at once.
-// sort_tiles: every stage k <= TILE inside one TILE-key block in shared memory;
+// sort_tiles: every stage k <= TILE inside one TILE-key block in shared memory; when the
+//   candidates fit one tile (S = TILE), only the least power of two >= the count is sorted
+//   (the same argument one level down), by one warp when that is at most 64 keys;
 // sort_merge_global: one (k, j) step for j >= TILE across the array;
 // sort_merge_shared: the steps j < TILE of stage k inside each tile.
 // The direction of a compare-exchange is ascending when (global index & k) == 0.
@@ -200,22 +204,57 @@ __device__ __forceinline__ unsigned int sorted_prefix(const SortParams& p) {
     return s;
 }
 
-extern "C" __global__ void __launch_bounds__(TILE_THREADS) sort_tiles(SortParams p) {
-    __shared__ unsigned long long s[TILE];
-    const unsigned int base = blockIdx.x * TILE;
-    if (base >= sorted_prefix(p)) return;  // uniform per block: before any __syncthreads
-    for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) s[i] = p.keys[base + i];
-    __syncthreads();
-    for (unsigned int k = 2; k <= TILE; k <<= 1) {
+// Keys n (a power of two) in shared memory, sorted ascending from global index `base` on,
+// by the threads `first, first + step, ...` below n; a warp (WARP) or block barrier orders
+// each step.
+template <bool WARP>
+__device__ __forceinline__ void bitonic_block(unsigned long long* s, unsigned int n,
+                                              unsigned int base, unsigned int first,
+                                              unsigned int step) {
+    for (unsigned int k = 2; k <= n; k <<= 1) {
         for (unsigned int j = k >> 1; j > 0; j >>= 1) {
-            for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) {
+            for (unsigned int i = first; i < n; i += step) {
                 const unsigned int l = i ^ j;
                 if (l > i) cmp_swap(s, i, l, ((base + i) & k) == 0);
             }
-            __syncthreads();
+            if (WARP) __syncwarp(); else __syncthreads();
         }
     }
-    for (unsigned int i = threadIdx.x; i < TILE; i += blockDim.x) p.keys[base + i] = s[i];
+}
+
+#define WARP_SORT_MAX 64   // candidate counts up to this are sorted by one warp
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS) sort_tiles(SortParams p) {
+    __shared__ unsigned long long s[TILE];
+    const unsigned int c = p.state->candidates;
+    const unsigned int prefix = sorted_prefix(p);
+    const unsigned int base = blockIdx.x * TILE;
+    if (base >= prefix || c <= 1) return;  // uniform per block: before any __syncthreads
+    // One tile holds every candidate: sort the least power of two >= c of it (base 0).
+    unsigned int n = TILE;
+    if (prefix == TILE) {
+        n = 2;
+        while (n < c) n <<= 1;
+    }
+    const unsigned int t = threadIdx.x;
+    if (n <= WARP_SORT_MAX) {  // uniform: one warp, no block barrier
+        if (t >= 32) return;
+        for (unsigned int i = t; i < n; i += 32) s[i] = i < c ? p.keys[i] : NO_KEY;
+        __syncwarp();
+        bitonic_block<true>(s, n, 0, t, 32);
+        for (unsigned int i = t; i < c; i += 32) p.keys[i] = s[i];
+        return;
+    }
+    for (unsigned int i = t; i < n; i += blockDim.x) s[i] = base + i < c ? p.keys[base + i] : NO_KEY;
+    __syncthreads();
+    if (n == TILE) {
+        // A whole tile: constant bounds, the code this kernel had before the candidate-sized
+        // sort (a constant step as well made it slower: 38 against 28 us under ncu).
+        bitonic_block<false>(s, TILE, base, t, blockDim.x);
+    } else {
+        bitonic_block<false>(s, n, base, t, blockDim.x);
+    }
+    for (unsigned int i = t; i < n; i += blockDim.x) p.keys[base + i] = s[i];
 }
 
 extern "C" __global__ void __launch_bounds__(256) sort_merge_global(SortParams p) {
@@ -246,11 +285,18 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS) sort_merge_shared(Sor
 // Postprocessing 3/3: greedy class-wise NMS in sorted order, exactly the CPU's loop, and the
 // mapping back to source pixels. One block. Candidates are decided NMS_CHUNK at a time: each
 // thread tests its candidate against every box kept so far and builds its column of the
-// chunk's IoU mask; thread 0 then walks the chunk in order. Stops at max_det.
+// chunk's IoU mask; thread 0 then walks the chunk in order, with nothing on that serial path
+// but the mask test (the kept bits in registers); every thread then copies a share of the
+// chunk's kept boxes and writes their records. Stops at max_det.
 // ---------------------------------------------------------------------------------------
 __device__ __forceinline__ float iou(float4 a, float4 b) {
     const float iw = fmaxf(__fsub_rn(fminf(a.z, b.z), fmaxf(a.x, b.x)), 0.0f);
+    // Most pairs of a crowded frame do not overlap: then the intersection is +0 and the IoU
+    // is exactly 0 whatever the areas (0 / den, or 0 for den <= 0 or NaN), as the full
+    // computation below gives. Saves the areas and the division.
+    if (iw == 0.0f) return 0.0f;
     const float ih = fmaxf(__fsub_rn(fminf(a.w, b.w), fmaxf(a.y, b.y)), 0.0f);
+    if (ih == 0.0f) return 0.0f;
     const float inter = __fmul_rn(iw, ih);
     // area() = max(x2 - x1, 0) * max(y2 - y1, 0), as decode.rs BoundingBox::area
     const float area_a =
@@ -276,6 +322,10 @@ struct NmsParams {
 
 #define CHUNK_WORDS (NMS_CHUNK / 64)
 
+#if NMS_CHUNK != 256
+#error "nms_greedy's walk keeps the chunk's kept bits in four registers: NMS_CHUNK must be 256"
+#endif
+
 extern "C" __global__ void __launch_bounds__(NMS_CHUNK) nms_greedy(NmsParams p) {
     __shared__ float4 kept_box[MAX_DET_CAP];
     __shared__ unsigned int kept_cls[MAX_DET_CAP];
@@ -286,6 +336,8 @@ extern "C" __global__ void __launch_bounds__(NMS_CHUNK) nms_greedy(NmsParams p) 
     // cmask[t][w]: bit u of word w set when candidate u < t of the chunk (same class) would
     // suppress candidate t if u is kept.
     __shared__ unsigned long long cmask[NMS_CHUNK][CHUNK_WORDS];
+    // The chunk positions kept by this chunk's walk, in order.
+    __shared__ unsigned short kidx[NMS_CHUNK];
     __shared__ unsigned int kept_shared;
     const unsigned int t = threadIdx.x;
     const unsigned int total = p.state->candidates;
@@ -321,30 +373,42 @@ extern "C" __global__ void __launch_bounds__(NMS_CHUNK) nms_greedy(NmsParams p) 
         }
         cvalid[t] = valid;
         __syncthreads();
+        // The greedy walk, in order: one thread, the kept bits in registers, nothing else on
+        // its path (the kept boxes and the output records follow in parallel below).
         if (t == 0) {
-            unsigned long long kept_bits[CHUNK_WORDS] = {0};
+            unsigned long long k0 = 0, k1 = 0, k2 = 0, k3 = 0;
             unsigned int k = kept;
             const unsigned int n = min(total - base, (unsigned int)NMS_CHUNK);
             for (unsigned int u = 0; u < n && k < cap; ++u) {
                 if (!cvalid[u]) continue;
-                bool hit = false;
-                for (unsigned int w = 0; w < CHUNK_WORDS; ++w) hit = hit || (cmask[u][w] & kept_bits[w]);
-                if (hit) continue;
-                kept_bits[u / 64] |= 1ull << (u % 64);
-                kept_box[k] = cbox[u];
-                kept_cls[k] = ccls[u];
-                const float4 b = cbox[u];
-                GpuDetection d;
-                d.x1 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.x, p.left), p.ratio), 0.0f), p.src_w);
-                d.y1 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.y, p.top), p.ratio), 0.0f), p.src_h);
-                d.x2 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.z, p.left), p.ratio), 0.0f), p.src_w);
-                d.y2 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.w, p.top), p.ratio), 0.0f), p.src_h);
-                d.score = cscore[u];
-                d.class_id = ccls[u];
-                p.out->det[k] = d;
+                const unsigned long long* m = cmask[u];
+                if ((m[0] & k0) | (m[1] & k1) | (m[2] & k2) | (m[3] & k3)) continue;
+                const unsigned long long bit = 1ull << (u & 63);
+                const unsigned int w = u >> 6;
+                k0 |= w == 0 ? bit : 0;
+                k1 |= w == 1 ? bit : 0;
+                k2 |= w == 2 ? bit : 0;
+                k3 |= w == 3 ? bit : 0;
+                kidx[k - kept] = (unsigned short)u;
                 ++k;
             }
             kept_shared = k;
+        }
+        __syncthreads();
+        const unsigned int now = kept_shared;
+        for (unsigned int q = kept + t; q < now; q += NMS_CHUNK) {
+            const unsigned int u = kidx[q - kept];
+            const float4 b = cbox[u];
+            kept_box[q] = b;
+            kept_cls[q] = ccls[u];
+            GpuDetection d;
+            d.x1 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.x, p.left), p.ratio), 0.0f), p.src_w);
+            d.y1 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.y, p.top), p.ratio), 0.0f), p.src_h);
+            d.x2 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.z, p.left), p.ratio), 0.0f), p.src_w);
+            d.y2 = fminf(fmaxf(__fdiv_rn(__fsub_rn(b.w, p.top), p.ratio), 0.0f), p.src_h);
+            d.score = cscore[u];
+            d.class_id = ccls[u];
+            p.out->det[q] = d;
         }
         __syncthreads();
     }

@@ -314,8 +314,8 @@ impl Stage for PostStage {
         // and replay; the state block is 16 bytes, 4-byte aligned.
         unsafe {
             stream.memset_u32(l.state.ptr, 0, 4)?;
-            // Every key slot NO_KEY (all ones); the decode puts candidates first.
-            stream.memset_u32(l.sort.keys, u32::MAX, padded as usize * 2)?;
+            // No memset of the keys: the decode puts this run's candidates first and the sort
+            // reads every slot past their count as NO_KEY.
             let (f, p) = &l.decode;
             stream.launch_params(*f, (padded.div_ceil(256), 1, 1), (256, 1, 1), 0, p)?;
             let tiles = padded / SORT_TILE;
@@ -621,6 +621,8 @@ mod sort_tests {
     use super::{SORT_TILE, padded_anchors};
 
     const NO_KEY: u64 = u64::MAX;
+    /// `WARP_SORT_MAX` of `kernels/detect.cu`.
+    const WARP_SORT_MAX: usize = 64;
 
     /// `kernels/detect.cu`'s `sorted_prefix`, transcribed.
     fn sorted_prefix(candidates: u32, padded: u32) -> u32 {
@@ -637,32 +639,52 @@ mod sort_tests {
         }
     }
 
+    /// `bitonic_block`: `s` (a power of two long) sorted ascending, the direction of each
+    /// compare-exchange from the global index `base + i`.
+    fn bitonic_block(s: &mut [u64], base: usize) {
+        let n = s.len();
+        let mut k = 2;
+        while k <= n {
+            let mut j = k >> 1;
+            while j > 0 {
+                for i in 0..n {
+                    let l = i ^ j;
+                    if l > i {
+                        cmp_swap(s, i, l, ((base + i) & k) == 0);
+                    }
+                }
+                j >>= 1;
+            }
+            k <<= 1;
+        }
+    }
+
     /// The launch sequence of `PostLaunches::enqueue` over the kernels' bodies, with their
-    /// early returns past the sorted prefix (`sort_tiles`, `sort_merge_global`,
-    /// `sort_merge_shared`), run on the host.
+    /// early returns (`sort_tiles`, `sort_merge_global`, `sort_merge_shared`), run on the
+    /// host. Slots past `candidates` hold stale keys, as on the device (no memset).
     fn device_sort(keys: &mut [u64], candidates: u32) {
         let padded = keys.len() as u32;
         let prefix = sorted_prefix(candidates, padded);
         let tile = SORT_TILE as usize;
+        let c = candidates as usize;
         // sort_tiles
         for base in (0..padded as usize).step_by(tile) {
-            if base as u32 >= prefix {
+            if base as u32 >= prefix || candidates <= 1 {
                 continue;
             }
-            let mut k = 2;
-            while k <= tile {
-                let mut j = k >> 1;
-                while j > 0 {
-                    for i in 0..tile {
-                        let l = i ^ j;
-                        if l > i {
-                            cmp_swap(keys, base + i, base + l, ((base + i) & k) == 0);
-                        }
-                    }
-                    j >>= 1;
-                }
-                k <<= 1;
-            }
+            let n = if prefix == SORT_TILE {
+                c.next_power_of_two()
+            } else {
+                tile
+            };
+            // Shared memory: slots past the count read as NO_KEY.
+            let mut s: Vec<u64> = (base..base + n)
+                .map(|i| if i < c { keys[i] } else { NO_KEY })
+                .collect();
+            bitonic_block(&mut s, base);
+            // The warp path writes back the candidates only, the block path all n.
+            let back = if n <= WARP_SORT_MAX { c } else { n };
+            keys[base..base + back].copy_from_slice(&s[..back]);
         }
         let mut k = SORT_TILE * 2;
         while k <= padded {
@@ -698,9 +720,12 @@ mod sort_tests {
         }
     }
 
-    /// Sorting only the prefix that can hold the candidates sorts the whole key array, for
-    /// every candidate count from none to every slot: the candidates (unique keys, in the
-    /// arbitrary order the decode's atomic slots give them) first, then `NO_KEY`.
+    /// Sorting only the prefix that can hold the candidates (and, within one tile, only the
+    /// least power of two that holds them) puts every candidate in order in slots
+    /// `0..count`, for every candidate count from none to every slot: the candidates (unique
+    /// keys, in the arbitrary order the decode's atomic slots give them) first, the slots
+    /// past them holding stale keys of an earlier run (smaller and larger than any
+    /// candidate), as they do on the device.
     #[test]
     fn the_sorted_prefix_sorts_every_candidate_count() {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -712,16 +737,42 @@ mod sort_tests {
         };
         for anchors in [2100u32, 8400, 21504] {
             let padded = padded_anchors(anchors);
-            for count in [0, 1, 2, 2047, 2048, 2049, 4096, 4097, anchors - 1, anchors] {
-                let mut keys = vec![NO_KEY; padded as usize];
+            let counts = [
+                0,
+                1,
+                2,
+                3,
+                31,
+                32,
+                33,
+                63,
+                64,
+                65,
+                100,
+                1000,
+                2047,
+                2048,
+                2049,
+                4096,
+                4097,
+                anchors - 1,
+                anchors,
+            ];
+            for count in counts.into_iter().filter(|&c| c <= anchors) {
+                // Stale keys everywhere, then this run's candidates in the first slots.
+                let mut keys: Vec<u64> = (0..padded).map(|_| next()).collect();
                 for (slot, key) in keys.iter_mut().take(count as usize).enumerate() {
                     // Score bits above, the anchor (unique) below: as decode_keys builds them.
                     *key = (next() >> 32) << 32 | slot as u64;
                 }
-                let mut want = keys.clone();
+                let mut want = keys[..count as usize].to_vec();
                 want.sort_unstable();
                 device_sort(&mut keys, count);
-                assert_eq!(keys, want, "{anchors} anchors, {count} candidates");
+                assert_eq!(
+                    &keys[..count as usize],
+                    &want[..],
+                    "{anchors} anchors, {count} candidates"
+                );
             }
         }
     }

@@ -473,13 +473,19 @@ fn a_capture_safe_network_makes_the_whole_frame_one_graph() {
 fn copy_and_mapped_staging_agree_under_every_sync_policy() {
     let ctx = ctx();
     let mut first: Option<Vec<u8>> = None;
-    for mapped in [MappedIo::Never, MappedIo::Always] {
+    for mapped in [MappedIo::Never, MappedIo::Always, MappedIo::Outputs] {
         for sync in [SyncPolicy::Spin, SyncPolicy::Yield, SyncPolicy::Blocking] {
             let (mut sess, r, cpu, _, spec) = replay_session(&ctx, mapped, sync, hd());
-            assert_eq!(
-                sess.device().unwrap().is_mapped(),
-                mapped == MappedIo::Always
-            );
+            let d = sess.device().unwrap();
+            assert_eq!(d.is_mapped(), mapped != MappedIo::Never);
+            let b = d.memory_budget();
+            // Outputs only: the result record mapped, the frame (much larger) copied.
+            let want_mapped = match mapped {
+                MappedIo::Always => b.pinned,
+                MappedIo::Outputs => std::mem::size_of::<DetectOutput>(),
+                _ => 0,
+            };
+            assert_eq!(b.mapped, want_mapped, "{mapped:?}: {b:?}");
             let frame = random_frame(&mut Rng(2), &spec);
             sess.input_mut(r.frame).unwrap().copy_from_slice(&frame);
             sess.run().unwrap();
@@ -607,6 +613,17 @@ fn rgb(path: &std::path::Path) -> (Vec<u8>, u32, u32) {
 
 /// `Detector` on the GPU (whatever engine selection picks) against `Detector` on the CPU.
 fn gpu_detector_matches_cpu(model: &str, image: &str, size: Option<(u32, u32)>, score_tol: f32) {
+    gpu_detector_matches_cpu_staged(model, image, size, score_tol, MappedIo::Auto);
+}
+
+/// As [`gpu_detector_matches_cpu`], with the GPU session's staging `mapped`.
+fn gpu_detector_matches_cpu_staged(
+    model: &str,
+    image: &str,
+    size: Option<(u32, u32)>,
+    score_tol: f32,
+    mapped: MappedIo,
+) {
     let bundle = build_bundle(&asset(model), size);
     let (px, w, h) = rgb(&asset(image));
     let view = ImageView::new(&px, w, h, PixelFormat::Rgb8).unwrap();
@@ -618,10 +635,13 @@ fn gpu_detector_matches_cpu(model: &str, image: &str, size: Option<(u32, u32)>, 
         },
     )
     .unwrap();
+    let mut model_options = tether_runtime::ModelOptions::default();
+    model_options.session.mapped = mapped;
     let mut gpu = Detector::open(
         &bundle,
         &DetectorOptions {
             device: Device::Cuda(0),
+            model: model_options,
             ..Default::default()
         },
     )
@@ -630,7 +650,7 @@ fn gpu_detector_matches_cpu(model: &str, image: &str, size: Option<(u32, u32)>, 
     for run in 0..2 {
         let got = gpu.detect(&view).unwrap().clone();
         println!(
-            "{model} on {image}: {} engine, run {run}: {} vs {} detections",
+            "{model} on {image}: {} engine, {mapped:?} staging, run {run}: {} vs {} detections",
             gpu.engine(),
             got.len(),
             want.len()
@@ -880,9 +900,25 @@ fn main() {
             Box::new(|| hot_path(MappedIo::Always)),
         ),
         (
+            "hot_path_mapped_outputs_allocates_nothing",
+            Box::new(|| hot_path(MappedIo::Outputs)),
+        ),
+        (
             "real_model::nudenet_320n_gpu_matches_cpu",
             Box::new(|| {
                 gpu_detector_matches_cpu("320n.onnx", "astronaut.png", Some((320, 320)), 2e-4)
+            }),
+        ),
+        (
+            "real_model::nudenet_320n_mapped_outputs_matches_cpu",
+            Box::new(|| {
+                gpu_detector_matches_cpu_staged(
+                    "320n.onnx",
+                    "astronaut.png",
+                    Some((320, 320)),
+                    2e-4,
+                    MappedIo::Outputs,
+                )
             }),
         ),
         (

@@ -282,6 +282,51 @@ impl SyncPolicy {
     }
 }
 
+/// Where a GPU session's host staging lives (`--staging`): the input frame and the results
+/// in page-locked host memory, copied by nodes of the graph or mapped into the device's
+/// address space (zero-copy: kernels read and write them over the bus).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Staging {
+    /// Mapped on an integrated GPU (Jetson, DRIVE), copied on a discrete one.
+    #[default]
+    Auto,
+    /// Copied: an upload node before the first stage, a download node after the last.
+    Copy,
+    /// Inputs and outputs mapped (no copy nodes; on a discrete GPU every read of the frame
+    /// crosses the bus).
+    Mapped,
+    /// Outputs mapped, inputs copied: the stage that writes a result writes it into host
+    /// memory and the download node goes; the frame still arrives in one bulk copy.
+    MappedOutputs,
+}
+
+impl std::str::FromStr for Staging {
+    type Err = UsageError;
+    fn from_str(s: &str) -> Result<Self, UsageError> {
+        match s {
+            "auto" => Ok(Staging::Auto),
+            "copy" => Ok(Staging::Copy),
+            "mapped" => Ok(Staging::Mapped),
+            "mapped-outputs" => Ok(Staging::MappedOutputs),
+            other => Err(UsageError(format!(
+                "--staging `{other}`: expected auto, copy, mapped or mapped-outputs"
+            ))),
+        }
+    }
+}
+
+impl Staging {
+    /// `auto`, `copy`, `mapped`, `mapped-outputs`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Staging::Auto => "auto",
+            Staging::Copy => "copy",
+            Staging::Mapped => "mapped",
+            Staging::MappedOutputs => "mapped-outputs",
+        }
+    }
+}
+
 /// Arithmetic precision of the GPU engines that have a choice (`--precision`); the CPU
 /// engine computes in fp32 whatever is asked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -338,6 +383,8 @@ pub struct RunOptions {
     pub threads: Option<usize>,
     /// Arithmetic precision of the GPU engines that have a choice.
     pub precision: Precision,
+    /// Where a GPU session's host staging lives.
+    pub staging: Staging,
 }
 
 impl Default for RunOptions {
@@ -350,6 +397,7 @@ impl Default for RunOptions {
             sync: SyncPolicy::Spin,
             threads: None,
             precision: Precision::Fp32,
+            staging: Staging::Auto,
         }
     }
 }
@@ -384,6 +432,12 @@ impl RunOptions {
             use tether_runtime::cuda::SyncPolicy as R;
             model.session.graphs = self.graphs;
             model.session.step_timing = self.step_timing;
+            model.session.mapped = match self.staging {
+                Staging::Auto => tether_runtime::session::MappedIo::Auto,
+                Staging::Copy => tether_runtime::session::MappedIo::Never,
+                Staging::Mapped => tether_runtime::session::MappedIo::Always,
+                Staging::MappedOutputs => tether_runtime::session::MappedIo::Outputs,
+            };
             model.session.sync = match self.sync {
                 SyncPolicy::Spin => R::Spin,
                 SyncPolicy::Yield => R::Yield,

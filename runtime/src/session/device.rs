@@ -8,8 +8,8 @@
 //! * one [`DeviceArena`]: every region of the spec and every executor's workspace, planned
 //!   with [`ArenaPlan`] and taken in one `cuMemAlloc`; page-locked staging for the input and
 //!   output regions — *mapped* into the device address space on an integrated GPU (or with
-//!   [`MappedIo::Always`]), where kernels then read and write the host buffers in place and
-//!   the copies disappear;
+//!   [`MappedIo::Always`]; outputs alone with [`MappedIo::Outputs`]), where kernels then
+//!   read and write the host buffers in place and the copies disappear;
 //! * the executors, bound to their regions and workspaces;
 //! * an eager warm-up run (first-run initialisation is illegal under capture: field.md 1),
 //!   then the capture of the whole frame — upload, stages, networks, download — into one CUDA
@@ -43,6 +43,11 @@ pub enum MappedIo {
     Always,
     /// Never mapped: explicit copies inside the graph.
     Never,
+    /// Outputs mapped, inputs copied. On a discrete GPU the stage or network that writes an
+    /// output writes it over the bus into the host staging, and the download node goes; the
+    /// input still arrives in one bulk copy. For outputs a kernel writes sparsely (a
+    /// detection list): an output a network writes in full is better copied.
+    Outputs,
 }
 
 /// How a device session is built.
@@ -248,16 +253,24 @@ impl DeviceSession {
         };
 
         // --- memory plan: regions, then workspaces
-        let mapped = match options.mapped {
-            MappedIo::Auto => props.integrated && props.can_map_host_memory,
-            MappedIo::Always => true,
-            MappedIo::Never => false,
+        let (map_inputs, map_outputs) = match options.mapped {
+            MappedIo::Auto => {
+                let m = props.integrated && props.can_map_host_memory;
+                (m, m)
+            }
+            MappedIo::Always => (true, true),
+            MappedIo::Never => (false, false),
+            MappedIo::Outputs => (false, true),
+        };
+        let mapped = |kind: RegionKind| match kind {
+            RegionKind::Input => map_inputs,
+            RegionKind::Output => map_outputs,
+            RegionKind::Internal => false,
         };
         let mut plan = ArenaPlan::new();
         let mut arena_ids: Vec<Option<ArenaRegionId>> = Vec::with_capacity(regions.len());
         for r in &regions {
-            let staged = r.kind != RegionKind::Internal;
-            arena_ids.push(if staged && mapped {
+            arena_ids.push(if mapped(r.kind) {
                 None
             } else {
                 Some(plan.add(r.name.clone(), r.bytes)?)
@@ -303,7 +316,7 @@ impl DeviceSession {
             let id = RegionId(i as u16);
             let staging = match r.kind {
                 RegionKind::Internal => None,
-                _ => Some(PinnedBuffer::new(&ctx, r.bytes, mapped)?),
+                _ => Some(PinnedBuffer::new(&ctx, r.bytes, mapped(r.kind))?),
             };
             let dev = match (&staging, arena_ids[i]) {
                 (_, Some(a)) => arena.region(a),
@@ -316,7 +329,7 @@ impl DeviceSession {
                     region: id,
                     host,
                     device: dev,
-                    mapped,
+                    mapped: mapped(r.kind),
                 };
                 match r.kind {
                     RegionKind::Input => inputs.push(st),
@@ -400,6 +413,12 @@ impl DeviceSession {
         };
 
         let pinned: usize = inputs.iter().chain(&outputs).map(|s| s.host.len()).sum();
+        let pinned_mapped: usize = inputs
+            .iter()
+            .chain(&outputs)
+            .filter(|s| s.mapped)
+            .map(|s| s.host.len())
+            .sum();
         let mut session = DeviceSession {
             segments: Vec::new(),
             alt_segments: Vec::new(),
@@ -443,7 +462,7 @@ impl DeviceSession {
             workspaces: workspace_bytes,
             weights,
             pinned,
-            mapped: if mapped { pinned } else { 0 },
+            mapped: pinned_mapped,
             device_used_by_load: free_before as isize - free_after as isize,
         };
         log::info!(
@@ -462,7 +481,11 @@ impl DeviceSession {
             session.budget.workspaces,
             session.budget.weights,
             session.budget.pinned,
-            if mapped { " (mapped)" } else { "" },
+            if pinned_mapped == 0 {
+                String::new()
+            } else {
+                format!(" ({pinned_mapped} B mapped)")
+            },
             session.budget.device_used_by_load
         );
         Ok(session)
