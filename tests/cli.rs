@@ -567,6 +567,21 @@ fn bench_staged_runs_skip_the_copy_in() {
         "{}",
         stdout(&o)
     );
+    // So does --staging: nothing is staged on the CPU; the default says nothing.
+    let o = cpu_bench(&b, 1, &["--staging", "mapped-outputs", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["environment"]["staging"],
+        "mapped-outputs asked, but this bundle runs on the CPU: nothing is staged"
+    );
+    let o = cpu_bench(&b, 1, &["--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["environment"].get("staging").is_none(),
+        "{}",
+        v["environment"]
+    );
 }
 
 /// Ctrl-C (SIGINT) stops a long benchmark after the run in flight: the summary and the JSON

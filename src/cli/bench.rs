@@ -507,8 +507,22 @@ impl Machine {
         ));
         if env.execution.on_gpu() {
             lines.push(("sync", sync.as_str().to_string()));
-            lines.push(("staging", staging.as_str().to_string()));
+            lines.push((
+                "staging",
+                match env.staging {
+                    Some(s) if s != staging => format!("{} ({})", staging.as_str(), s.as_str()),
+                    _ => staging.as_str().to_string(),
+                },
+            ));
             lines.push(("precision", precision.as_str().to_string()));
+        } else if staging != Staging::Auto && env.execution == Execution::Host {
+            lines.push((
+                "staging",
+                format!(
+                    "{} asked, but this bundle runs on the CPU: nothing is staged",
+                    staging.as_str()
+                ),
+            ));
         }
         lines.push((
             "cpu threads",

@@ -462,6 +462,14 @@ impl Runner for DetectRunner {
                 ExecMode::Eager => Execution::Eager,
             };
             env.execution_note = note.to_string();
+            let b = d.memory_budget();
+            env.staging = Some(if b.mapped == 0 {
+                tether_family::family::Staging::Copy
+            } else if b.mapped == b.pinned {
+                tether_family::family::Staging::Mapped
+            } else {
+                tether_family::family::Staging::MappedOutputs
+            });
             if model.session_options().step_timing {
                 env.gpu_timed = d.step_names().map(str::to_string).collect();
             }

@@ -243,6 +243,9 @@ pub struct Environment {
     pub cpu_threads: usize,
     /// `(network, why that engine)`: the selection record of each network.
     pub engine_choice: Vec<(String, String)>,
+    /// Where the GPU session's staging was placed (`auto` resolved), when the runner reports
+    /// its session; `None` otherwise.
+    pub staging: Option<Staging>,
 }
 
 /// How the host waits for the GPU (the CUDA context's scheduling policy and the wait loop).
