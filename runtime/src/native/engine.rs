@@ -111,15 +111,12 @@ impl Default for NativeOptions {
                 }
                 Err(_) => cudnn_graph::Search::Heuristics,
             },
-            fusion_candidates: match std::env::var("TETHER_CUDNN_FUSION") {
-                Ok(v) => v.parse().unwrap_or_else(|_| {
-                    log::warn!(
-                        "TETHER_CUDNN_FUSION={v:?} is not a count: {DEFAULT_FUSION_CANDIDATES}"
-                    );
-                    DEFAULT_FUSION_CANDIDATES
-                }),
-                Err(_) => DEFAULT_FUSION_CANDIDATES,
-            },
+            fusion_candidates: env_count(
+                "TETHER_CUDNN_FUSION",
+                "a count",
+                |_| true,
+                DEFAULT_FUSION_CANDIDATES,
+            ),
             layout: std::env::var("TETHER_NATIVE_LAYOUT").ok().and_then(|v| {
                 let layout = super::ActivationLayout::parse(&v);
                 if layout.is_none() {
@@ -130,32 +127,31 @@ impl Default for NativeOptions {
                 layout
             }),
             plan_cache: super::plan_cache::default_dir(),
-            load_threads: match std::env::var("TETHER_LOAD_THREADS") {
-                Ok(v) => v.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
-                    log::warn!(
-                        "TETHER_LOAD_THREADS={v:?} is not a positive count: {}",
-                        default_load_threads()
-                    );
-                    default_load_threads()
-                }),
-                Err(_) => default_load_threads(),
-            },
-            streams: match std::env::var("TETHER_NATIVE_STREAMS") {
-                Ok(v) => v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=super::schedule::MAX_STREAMS).contains(n))
-                    .unwrap_or_else(|| {
-                        log::warn!(
-                            "TETHER_NATIVE_STREAMS={v:?} is not a count from 1 to {}: {}",
-                            super::schedule::MAX_STREAMS,
-                            super::schedule::DEFAULT_STREAMS
-                        );
-                        super::schedule::DEFAULT_STREAMS
-                    }),
-                Err(_) => super::schedule::DEFAULT_STREAMS,
-            },
+            load_threads: env_count(
+                "TETHER_LOAD_THREADS",
+                "a positive count",
+                |n| n > 0,
+                default_load_threads(),
+            ),
+            streams: env_count(
+                "TETHER_NATIVE_STREAMS",
+                &format!("a count from 1 to {}", super::schedule::MAX_STREAMS),
+                |n| (1..=super::schedule::MAX_STREAMS).contains(&n),
+                super::schedule::DEFAULT_STREAMS,
+            ),
         }
+    }
+}
+
+/// The count environment variable `var` sets: `default` when unset; when set to anything
+/// but `what` (a number `ok` accepts), a warning and `default`.
+fn env_count(var: &str, what: &str, ok: impl Fn(usize) -> bool, default: usize) -> usize {
+    match std::env::var(var) {
+        Ok(v) => v.parse().ok().filter(|&n| ok(n)).unwrap_or_else(|| {
+            log::warn!("{var}={v:?} is not {what}: {default}");
+            default
+        }),
+        Err(_) => default,
     }
 }
 
@@ -1815,51 +1811,46 @@ impl NativeExecutor {
         // an error part-way, the side streams are not joined: the run has failed (eagerly,
         // its partial work stays unordered with what follows; a capture is invalid anyway).
         let set = Rc::clone(&self.streams);
-        let (side, events) = (&set.side, &set.events);
-        {
-            let (fork, events) = events.split_last().ok_or(RunError::Backend {
-                engine: ENGINE,
-                what: "schedule without its fork event",
-            })?;
-            let inconsistent = |what| RunError::Backend {
-                engine: ENGINE,
-                what,
-            };
-            let on = |st: u8| -> Result<&Stream, RunError> {
-                match st {
-                    0 => Ok(stream),
-                    k => side
-                        .get(usize::from(k) - 1)
-                        .ok_or(inconsistent("schedule names a stream the executor lacks")),
-                }
-            };
-            let event = |j: u32| -> Result<&Event, RunError> {
-                schedule.event[j as usize]
-                    .and_then(|e| events.get(e as usize))
-                    .ok_or(RunError::Backend {
-                        engine: ENGINE,
-                        what: "schedule waits on a step without an event",
-                    })
-            };
-            fork.record(stream)?;
-            for i in 0..self.launches.len() {
-                let s = on(schedule.stream[i])?;
-                if schedule.starts[i] {
-                    s.wait(fork)?;
-                }
-                for &d in &schedule.waits[i] {
-                    s.wait(event(d)?)?;
-                }
-                self.launch_one(s, i)?;
-                if schedule.event[i].is_some() {
-                    event(i as u32)?.record(s)?;
-                }
+        let inconsistent = |what| RunError::Backend {
+            engine: ENGINE,
+            what,
+        };
+        let (fork, events) = set
+            .events
+            .split_last()
+            .ok_or(inconsistent("schedule without its fork event"))?;
+        let on = |st: u8| -> Result<&Stream, RunError> {
+            match st {
+                0 => Ok(stream),
+                k => set
+                    .side
+                    .get(usize::from(k) - 1)
+                    .ok_or(inconsistent("schedule names a stream the executor lacks")),
             }
-            for &j in &schedule.joins {
-                stream.wait(event(j)?)?;
+        };
+        let event = |j: u32| -> Result<&Event, RunError> {
+            schedule.event[j as usize]
+                .and_then(|e| events.get(e as usize))
+                .ok_or(inconsistent("schedule waits on a step without an event"))
+        };
+        fork.record(stream)?;
+        for i in 0..self.launches.len() {
+            let s = on(schedule.stream[i])?;
+            if schedule.starts[i] {
+                s.wait(fork)?;
             }
-            Ok(())
+            for &d in &schedule.waits[i] {
+                s.wait(event(d)?)?;
+            }
+            self.launch_one(s, i)?;
+            if schedule.event[i].is_some() {
+                event(i as u32)?.record(s)?;
+            }
         }
+        for &j in &schedule.joins {
+            stream.wait(event(j)?)?;
+        }
+        Ok(())
     }
 
     /// Per-step GPU times inside a CUDA graph (see [`DeviceExecutor::step_times`]): the run

@@ -96,16 +96,16 @@ impl Layout {
         cublas: &[usize; MAX_STREAMS],
     ) -> Layout {
         let mut at = align(activation_bytes);
-        let mut cudnn_ws = [(0, 0); MAX_STREAMS];
-        let mut cublas_ws = [(0, 0); MAX_STREAMS];
-        for (ws, &bytes) in cudnn_ws.iter_mut().zip(cudnn) {
-            *ws = (at, align(bytes));
-            at += ws.1;
-        }
-        for (ws, &bytes) in cublas_ws.iter_mut().zip(cublas) {
-            *ws = (at, align(bytes));
-            at += ws.1;
-        }
+        // Each slice from `at` on, in stream order.
+        let mut slices = |bytes: &[usize; MAX_STREAMS]| {
+            bytes.map(|b| {
+                let ws = (at, align(b));
+                at += ws.1;
+                ws
+            })
+        };
+        let cudnn_ws = slices(cudnn);
+        let cublas_ws = slices(cublas);
         Layout {
             cudnn_ws,
             cublas_ws,

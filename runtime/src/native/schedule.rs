@@ -228,8 +228,7 @@ impl Schedule {
                 s.waits[j].push(d as u32);
                 record[d] = true;
                 put(&mut before, d);
-                let from = s.before[d].clone();
-                union(&mut before, &from);
+                union(&mut before, &s.before[d]);
             }
             s.before[j] = before;
             last[st] = Some(j);
