@@ -23,7 +23,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
 use tether_family::family::{
-    Environment, Execution, Family, Input, InputSource, Precision, RunOptions, Runner, Staging,
+    Environment, Execution, Family, Input, InputSource, MappedIo, Precision, RunOptions, Runner,
     SyncPolicy,
 };
 
@@ -79,7 +79,7 @@ pub struct BenchArgs {
     /// `mapped` (zero-copy: kernels read and write the page-locked host buffers over the
     /// bus), `mapped-outputs` (the frame copied, the results written into host memory).
     #[arg(long, default_value = "auto", value_parser = parse_staging)]
-    staging: Staging,
+    staging: MappedIo,
     /// Arithmetic of the GPU engines that have a choice: `fp32` (default; TF32 off), `tf32`,
     /// `fp16`. The CPU engine computes in fp32.
     #[arg(long, default_value = "fp32", value_parser = super::run::parse_precision)]
@@ -131,11 +131,11 @@ fn parse_deadline(s: &str) -> Result<f64, String> {
 }
 
 fn parse_sync(s: &str) -> Result<SyncPolicy, String> {
-    s.parse::<SyncPolicy>().map_err(|e| e.0)
+    s.parse::<SyncPolicy>().map_err(|e| format!("--sync {e}"))
 }
 
-fn parse_staging(s: &str) -> Result<Staging, String> {
-    s.parse::<Staging>().map_err(|e| e.0)
+fn parse_staging(s: &str) -> Result<MappedIo, String> {
+    s.parse::<MappedIo>().map_err(|e| format!("--staging {e}"))
 }
 
 /// The default of `--threads`: 1 under a real-time scheduling policy (`SCHED_FIFO`,
@@ -434,7 +434,7 @@ impl Machine {
     fn probe(
         env: &Environment,
         sync: SyncPolicy,
-        staging: Staging,
+        staging: MappedIo,
         precision: Precision,
         threads_why: &str,
     ) -> Self {
@@ -515,7 +515,7 @@ impl Machine {
                 },
             ));
             lines.push(("precision", precision.as_str().to_string()));
-        } else if staging != Staging::Auto && env.execution == Execution::Host {
+        } else if staging != MappedIo::Auto && env.execution == Execution::Host {
             lines.push((
                 "staging",
                 format!(

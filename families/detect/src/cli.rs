@@ -464,11 +464,11 @@ impl Runner for DetectRunner {
             env.execution_note = note.to_string();
             let b = d.memory_budget();
             env.staging = Some(if b.mapped == 0 {
-                tether_family::family::Staging::Copy
+                tether_family::family::MappedIo::Never
             } else if b.mapped == b.pinned {
-                tether_family::family::Staging::Mapped
+                tether_family::family::MappedIo::Always
             } else {
-                tether_family::family::Staging::MappedOutputs
+                tether_family::family::MappedIo::Outputs
             });
             if model.session_options().step_timing {
                 env.gpu_timed = d.step_names().map(str::to_string).collect();

@@ -245,128 +245,12 @@ pub struct Environment {
     pub engine_choice: Vec<(String, String)>,
     /// Where the GPU session's staging was placed (`auto` resolved), when the runner reports
     /// its session; `None` otherwise.
-    pub staging: Option<Staging>,
+    pub staging: Option<MappedIo>,
 }
 
-/// How the host waits for the GPU (the CUDA context's scheduling policy and the wait loop).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SyncPolicy {
-    /// Busy-poll: lowest latency, one core busy while the GPU works.
-    #[default]
-    Spin,
-    /// Poll and yield the core between polls.
-    Yield,
-    /// Sleep in the driver until the GPU signals: frees the core, adds wake-up latency.
-    Block,
-}
-
-impl std::str::FromStr for SyncPolicy {
-    type Err = UsageError;
-    fn from_str(s: &str) -> Result<Self, UsageError> {
-        match s {
-            "spin" => Ok(SyncPolicy::Spin),
-            "yield" => Ok(SyncPolicy::Yield),
-            "block" => Ok(SyncPolicy::Block),
-            other => Err(UsageError(format!(
-                "--sync `{other}`: expected spin, yield or block"
-            ))),
-        }
-    }
-}
-
-impl SyncPolicy {
-    /// `spin`, `yield`, `block`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncPolicy::Spin => "spin",
-            SyncPolicy::Yield => "yield",
-            SyncPolicy::Block => "block",
-        }
-    }
-}
-
-/// Where a GPU session's host staging lives (`--staging`): the input frame and the results
-/// in page-locked host memory, copied by nodes of the graph or mapped into the device's
-/// address space (zero-copy: kernels read and write them over the bus).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Staging {
-    /// Mapped on an integrated GPU (Jetson, DRIVE), copied on a discrete one.
-    #[default]
-    Auto,
-    /// Copied: an upload node before the first stage, a download node after the last.
-    Copy,
-    /// Inputs and outputs mapped (no copy nodes; on a discrete GPU every read of the frame
-    /// crosses the bus).
-    Mapped,
-    /// Outputs mapped, inputs copied: the stage that writes a result writes it into host
-    /// memory and the download node goes; the frame still arrives in one bulk copy.
-    MappedOutputs,
-}
-
-impl std::str::FromStr for Staging {
-    type Err = UsageError;
-    fn from_str(s: &str) -> Result<Self, UsageError> {
-        match s {
-            "auto" => Ok(Staging::Auto),
-            "copy" => Ok(Staging::Copy),
-            "mapped" => Ok(Staging::Mapped),
-            "mapped-outputs" => Ok(Staging::MappedOutputs),
-            other => Err(UsageError(format!(
-                "--staging `{other}`: expected auto, copy, mapped or mapped-outputs"
-            ))),
-        }
-    }
-}
-
-impl Staging {
-    /// `auto`, `copy`, `mapped`, `mapped-outputs`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Staging::Auto => "auto",
-            Staging::Copy => "copy",
-            Staging::Mapped => "mapped",
-            Staging::MappedOutputs => "mapped-outputs",
-        }
-    }
-}
-
-/// Arithmetic precision of the GPU engines that have a choice (`--precision`); the CPU
-/// engine computes in fp32 whatever is asked.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Precision {
-    /// fp32 storage and arithmetic, TF32 tensor cores off (the default).
-    #[default]
-    Fp32,
-    /// fp32 storage, TF32 tensor-core arithmetic for convolutions and matrix products.
-    Tf32,
-    /// fp16 storage, fp32 accumulation (opt-in; tolerances per family in its README).
-    Fp16,
-}
-
-impl std::str::FromStr for Precision {
-    type Err = UsageError;
-    fn from_str(s: &str) -> Result<Self, UsageError> {
-        match s {
-            "fp32" => Ok(Precision::Fp32),
-            "tf32" => Ok(Precision::Tf32),
-            "fp16" => Ok(Precision::Fp16),
-            other => Err(UsageError(format!(
-                "--precision `{other}`: expected fp32, tf32 or fp16"
-            ))),
-        }
-    }
-}
-
-impl Precision {
-    /// `fp32`, `tf32`, `fp16`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Tf32 => "tf32",
-            Precision::Fp16 => "fp16",
-        }
-    }
-}
+/// The run-time vocabulary the options below use (one definition, in the runtime:
+/// [`tether_runtime::vocab`]), re-exported for families and tools.
+pub use tether_runtime::vocab::{MappedIo, ParseVocabError, Precision, SyncPolicy};
 
 /// Options every runner honours.
 #[derive(Clone, Debug)]
@@ -387,7 +271,7 @@ pub struct RunOptions {
     /// Arithmetic precision of the GPU engines that have a choice.
     pub precision: Precision,
     /// Where a GPU session's host staging lives.
-    pub staging: Staging,
+    pub staging: MappedIo,
 }
 
 impl Default for RunOptions {
@@ -400,7 +284,7 @@ impl Default for RunOptions {
             sync: SyncPolicy::Spin,
             threads: None,
             precision: Precision::Fp32,
-            staging: Staging::Auto,
+            staging: MappedIo::Auto,
         }
     }
 }
@@ -423,29 +307,15 @@ impl RunOptions {
         #[allow(unused_mut)]
         let mut model = tether_runtime::ModelOptions {
             cpu_threads: self.threads.unwrap_or(1),
-            precision: match self.precision {
-                Precision::Fp32 => tether_runtime::Precision::Fp32,
-                Precision::Tf32 => tether_runtime::Precision::Tf32,
-                Precision::Fp16 => tether_runtime::Precision::Fp16,
-            },
+            precision: self.precision,
             ..tether_runtime::ModelOptions::default()
         };
         #[cfg(feature = "cuda")]
         {
-            use tether_runtime::cuda::SyncPolicy as R;
             model.session.graphs = self.graphs;
             model.session.step_timing = self.step_timing;
-            model.session.mapped = match self.staging {
-                Staging::Auto => tether_runtime::session::MappedIo::Auto,
-                Staging::Copy => tether_runtime::session::MappedIo::Never,
-                Staging::Mapped => tether_runtime::session::MappedIo::Always,
-                Staging::MappedOutputs => tether_runtime::session::MappedIo::Outputs,
-            };
-            model.session.sync = match self.sync {
-                SyncPolicy::Spin => R::Spin,
-                SyncPolicy::Yield => R::Yield,
-                SyncPolicy::Block => R::Blocking,
-            };
+            model.session.mapped = self.staging;
+            model.session.sync = self.sync;
         }
         model
     }
