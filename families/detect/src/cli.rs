@@ -7,21 +7,18 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Arg, ArgMatches, value_parser};
-use embedded_graphics::mono_font::{MonoFont, MonoTextStyle, ascii::FONT_6X10, ascii::FONT_10X20};
-use embedded_graphics::pixelcolor::Rgb888;
-use embedded_graphics::prelude::*;
-use embedded_graphics::primitives::{
-    PrimitiveStyle, PrimitiveStyleBuilder, Rectangle, StrokeAlignment,
-};
-use embedded_graphics::text::{Baseline, Text};
 use image::RgbImage;
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
+pub use tether_family::annotate::MAX_ANNOTATED_SIDE;
+use tether_family::annotate::{Annotation, Colour};
 use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
     BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource, Outcome,
-    PlanSource, RunOptions, Runner, UsageError,
+    PlanSource, Report, RunOptions, Runner, SelfTest, UsageError, WRONG_FAMILY_HINT,
+    describe_self_test, file_stem,
 };
+use tether_family::selftest::Role;
 
 use crate::config::{CONFIG_SECTION, LABELS_SECTION};
 use crate::recipe::{self, BuildOptions};
@@ -69,6 +66,18 @@ impl Family for Detect {
 
     fn about(&self) -> &'static str {
         "YOLOv8 object detection (Ultralytics export): image in, boxes out"
+    }
+
+    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+        use crate::DetectError as D;
+        Some(match error.downcast_ref::<D>()? {
+            D::WrongFamily { .. } => WRONG_FAMILY_HINT,
+            D::Labels(_) | D::Network(_) => {
+                "the ONNX file must be an Ultralytics YOLOv8 detection export (input [1,3,H,W] f32, output [1,4+C,N] f32, metadata `names`)"
+            }
+            D::Config { .. } => "see `tether build --family detect --help` for the accepted ranges",
+            _ => return None,
+        })
     }
 
     fn annotates(&self) -> bool {

@@ -47,10 +47,10 @@ pub const MAX_DETECTIONS: usize = 300;
 #[non_exhaustive]
 pub enum DetectError {
     /// The bundle could not be opened or read.
-    #[error(transparent)]
+    #[error("{0}")]
     Bundle(#[from] tether_bundle::BundleError),
     /// The runtime could not prepare the model or a session.
-    #[error(transparent)]
+    #[error("{0}")]
     Runtime(#[from] tether_runtime::Error),
     /// The bundle belongs to another family.
     #[error("bundle `{bundle}` is a `{family}` bundle, not a `detect` bundle")]

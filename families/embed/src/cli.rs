@@ -20,17 +20,17 @@ use clap::{Arg, ArgMatches, value_parser};
 use serde_json::json;
 use tether_bundle::Bundle;
 use tether_family::family::{
-    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, RunOptions, Runner,
-    UsageError,
+    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
+    Runner, SelfTest, UsageError, WRONG_FAMILY_HINT, describe_self_test, file_stem,
 };
+use tether_family::selftest::Role;
 
 use crate::config::{
     CONFIG_SECTION, DEFAULT_MAX_BATCH, DEFAULT_MAX_SEQ_LEN, MAX_BATCH, MAX_SEQ_LEN,
-    SELFTEST_SECTION,
 };
 use crate::net::NETWORK;
 use crate::recipe::{self, BuildOptions};
-use crate::selftest::SelfTest;
+use crate::selftest::{MIN_COSINE, TEXT};
 use crate::{
     EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, Embedding, FAMILY, cosine,
 };
@@ -63,6 +63,13 @@ impl Family for EmbedFamily {
 
     fn about(&self) -> &'static str {
         "Sentence embeddings (all-MiniLM-L6-v2, sentence-transformers pipeline): texts in, 384-d vectors and similarities out"
+    }
+
+    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+        match error.downcast_ref::<EmbedError>()? {
+            EmbedError::WrongFamily { .. } => Some(WRONG_FAMILY_HINT),
+            _ => None,
+        }
     }
 
     fn build_args(&self) -> Vec<Arg> {

@@ -57,11 +57,11 @@ pub type Embedding = [f32; EMBEDDING_DIM];
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
     /// The bundle could not be opened or read.
-    #[error(transparent)]
+    #[error("{0}")]
     Bundle(#[from] tether_bundle::BundleError),
     /// The runtime could not open the model, prepare a bucket or build its
     /// session (no usable engine on this device, device unavailable, ...).
-    #[error(transparent)]
+    #[error("{0}")]
     Runtime(#[from] tether_runtime::Error),
     /// An engine call failed.
     #[error(transparent)]

@@ -13,11 +13,16 @@ use std::sync::Arc;
 
 use tether_bundle::{Bundle, BundleWriter, TensorDesc};
 
+pub use crate::selftest::{Report, SelfTest};
+
 /// A command-line value that parses but is out of range (`--score-threshold -1`): tools exit
 /// with their usage status (2) for it, as for a value that does not parse.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
+
+/// The hint for a bundle of another family ([`Family::hint`] of each family's `WrongFamily`).
+pub const WRONG_FAMILY_HINT: &str = "check the bundle's family with `tether inspect`";
 
 /// Check that an optional `--NAME` value lies in `[lo, hi]`.
 ///
@@ -364,18 +369,43 @@ pub trait Family: Send + Sync {
     fn annotates(&self) -> bool {
         false
     }
-    /// Run the self-test the bundle carries on `options.device`: `Ok(None)` when the bundle
-    /// (or the family) carries none.
+    /// Run `test`, the self-test `bundle` carries ([`crate::selftest`]), on
+    /// `options.device`: the family's pipeline on the reference input, its output compared
+    /// with the recorded one within the recorded tolerances.
     ///
     /// # Errors
-    /// The bundle cannot be opened on that device, or its self-test section is malformed.
+    /// The bundle cannot be opened on that device; the test lacks an entry the family needs.
+    fn run_self_test(
+        &self,
+        bundle: Arc<Bundle>,
+        options: &RunOptions,
+        test: &SelfTest,
+    ) -> anyhow::Result<Report>;
+    /// Run the self-test the bundle carries (`tether verify --self-test`): `Ok(None)` when it
+    /// carries none. Reads the section ([`SelfTest::of_bundle`]) and runs it with
+    /// [`Family::run_self_test`].
+    ///
+    /// # Errors
+    /// The section is unreadable (a format version this build does not read is named), or
+    /// as [`Family::run_self_test`].
     fn self_test(
         &self,
         bundle: Arc<Bundle>,
         options: &RunOptions,
-    ) -> anyhow::Result<Option<SelfTest>> {
-        let _ = (bundle, options);
-        Ok(None)
+    ) -> anyhow::Result<Option<Report>> {
+        let Some(test) = SelfTest::of_bundle(&bundle, self.name())? else {
+            return Ok(None);
+        };
+        self.run_self_test(bundle, options, &test).map(Some)
+    }
+    /// A one-line hint for `error` (one link of a failed command's error chain) when it is
+    /// one of this family's own errors and a hint fits; the CLI prints it as `hint:`. The
+    /// bundle's and the runtime's errors are not the family's to explain: a family error
+    /// wrapping one exposes it as its `source()`, the next link, and the CLI hints at it
+    /// itself.
+    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+        let _ = error;
+        None
     }
 }
 

@@ -19,26 +19,25 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, value_parser};
-use embedded_graphics::mono_font::{MonoFont, MonoTextStyle, ascii::FONT_6X10, ascii::FONT_10X20};
-use embedded_graphics::pixelcolor::Rgb888;
-use embedded_graphics::prelude::*;
-use embedded_graphics::primitives::{Line, PrimitiveStyle, Rectangle};
-use embedded_graphics::text::{Baseline, Text};
 use image::RgbImage;
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
+pub use tether_family::annotate::MAX_ANNOTATED_SIDE;
+use tether_family::annotate::{Annotation, Colour};
 use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
-    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, RunOptions,
-    Runner, UsageError, check_range,
+    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, Report,
+    RunOptions, Runner, SelfTest, UsageError, WRONG_FAMILY_HINT, check_range, describe_self_test,
+    file_stem,
 };
+use tether_family::selftest::Role;
 
-use crate::config::{CONFIG_SECTION, DICT_SECTION, SELFTEST_SECTION};
+use crate::config::{CONFIG_SECTION, DICT_SECTION};
 use crate::ctc::Dictionary;
 use crate::network::{CLS, DET, REC};
 use crate::recipe::{self, BuildOptions, Networks};
-use crate::selftest::{SelfTest, SelfTestReport};
-use crate::{FAMILY, ImageView, Ocr, OcrConfig, OcrOptions, TextLine};
+use crate::selftest;
+use crate::{FAMILY, Ocr, OcrConfig, OcrOptions, TextLine};
 
 /// The OCR family.
 pub struct OcrFamily;
@@ -106,6 +105,13 @@ impl Family for OcrFamily {
 
     fn about(&self) -> &'static str {
         "PP-OCR text detection and recognition (rapidocr-onnxruntime pipeline): image in, text lines out"
+    }
+
+    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+        match error.downcast_ref::<crate::OcrError>()? {
+            crate::OcrError::WrongFamily { .. } => Some(WRONG_FAMILY_HINT),
+            _ => None,
+        }
     }
 
     fn annotates(&self) -> bool {

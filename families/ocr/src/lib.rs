@@ -78,11 +78,11 @@ pub const MAX_LINES: usize = 1000;
 #[derive(Debug, thiserror::Error)]
 pub enum OcrError {
     /// The bundle could not be opened or read.
-    #[error(transparent)]
+    #[error("{0}")]
     Bundle(#[from] tether_bundle::BundleError),
     /// The runtime could not open the model, prepare a network for a shape or
     /// build its session (no usable engine, device unavailable, ...).
-    #[error(transparent)]
+    #[error("{0}")]
     Runtime(#[from] tether_runtime::Error),
     /// An engine call failed.
     #[error(transparent)]

@@ -19,14 +19,15 @@ use clap::{Arg, ArgAction, ArgMatches, value_parser};
 use serde_json::json;
 use tether_bundle::Bundle;
 use tether_family::family::{
-    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, RunOptions, Runner,
-    UsageError, check_range,
+    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
+    Runner, SelfTest, UsageError, WRONG_FAMILY_HINT, check_range, describe_self_test, file_stem,
 };
+use tether_family::selftest::Role;
 
-use crate::config::{CONFIG_SECTION, SELFTEST_SECTION};
+use crate::config::CONFIG_SECTION;
 use crate::net::NETWORK;
 use crate::recipe::{self, BuildOptions};
-use crate::selftest::SelfTest;
+use crate::selftest::{MAX_ABS_DIFF, PROBABILITIES};
 use crate::{
     Audio, CHUNK_SAMPLES, Detection, FAMILY, SAMPLE_RATE, Vad, VadConfig, VadError, VadOptions,
 };
@@ -131,6 +132,13 @@ impl Family for VadFamily {
 
     fn about(&self) -> &'static str {
         "Silero voice activity detection (silero-vad pipeline): a WAV file in, speech segments out"
+    }
+
+    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+        match error.downcast_ref::<VadError>()? {
+            VadError::WrongFamily { .. } => Some(WRONG_FAMILY_HINT),
+            _ => None,
+        }
     }
 
     fn build_args(&self) -> Vec<Arg> {

@@ -74,11 +74,11 @@ pub const CHUNK_MS: f64 = 32.0;
 #[derive(Debug, thiserror::Error)]
 pub enum VadError {
     /// The bundle could not be opened or read.
-    #[error(transparent)]
+    #[error("{0}")]
     Bundle(#[from] tether_bundle::BundleError),
     /// The runtime could not open the model or build its session (no usable
     /// engine on this device, device unavailable, preparation failed).
-    #[error(transparent)]
+    #[error("{0}")]
     Runtime(#[from] tether_runtime::Error),
     /// An engine call failed.
     #[error(transparent)]
