@@ -5,8 +5,7 @@
 //!
 //! Images are decoded with [`tether_family::decode::decode_file`] (size
 //! checked before decoding, EXIF orientation applied unless
-//! `--ignore-orientation`) and handed to [`Ocr::detect_text`] through the
-//! family's own [`crate::ImageView`] (see `image.rs` for why it keeps one).
+//! `--ignore-orientation`) and handed to [`Ocr::detect_text`] as they are.
 //! Two ways the CLI's input differs from `rapidocr-onnxruntime` reading the
 //! same file: the reference (PIL `Image.open`, no `exif_transpose`) ignores
 //! the EXIF orientation, so `--ignore-orientation` reproduces it exactly; and
@@ -535,7 +534,7 @@ impl Runner for OcrRunner {
     fn run(&mut self, input: &dyn Input) -> Result<()> {
         let img = ImageInput::of(input, FAMILY)?;
         self.ocr
-            .detect_text(&ImageView::from(img.image.view()))
+            .detect_text(&img.image.view())
             .with_context(|| format!("reading text in {}", img.label))?;
         Ok(())
     }
