@@ -487,131 +487,34 @@ impl Runner for DetectRunner {
     }
 }
 
-/// Largest side of an annotated image, in pixels: larger inputs are annotated on a
-/// downscaled copy (memory stays bounded whatever the input size).
-pub const MAX_ANNOTATED_SIDE: u32 = 4096;
-
-/// `embedded-graphics` draw target over an `image` RGB buffer (clips at the edges).
-struct Canvas<'a>(&'a mut RgbImage);
-
-impl OriginDimensions for Canvas<'_> {
-    fn size(&self) -> Size {
-        Size::new(self.0.width(), self.0.height())
-    }
-}
-
-impl DrawTarget for Canvas<'_> {
-    type Color = Rgb888;
-    type Error = std::convert::Infallible;
-
-    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(
-        &mut self,
-        pixels: I,
-    ) -> Result<(), Self::Error> {
-        let (w, h) = (self.0.width() as i32, self.0.height() as i32);
-        for Pixel(p, c) in pixels {
-            if (0..w).contains(&p.x) && (0..h).contains(&p.y) {
-                self.0
-                    .put_pixel(p.x as u32, p.y as u32, image::Rgb([c.r(), c.g(), c.b()]));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// A distinct colour per class (the Ultralytics palette's first entries, cycled;
 /// ultralytics/utils/plotting.py `Colors`).
-fn colour(class_id: u16) -> Rgb888 {
+fn colour(class_id: u16) -> Colour {
     const PALETTE: [u32; 10] = [
         0xFF3838, 0xFF9D97, 0xFF701F, 0xFFB21D, 0xCFD231, 0x48F90A, 0x92CC17, 0x3DDB86, 0x1A9334,
         0x00D4BB,
     ];
     let c = PALETTE[usize::from(class_id) % PALETTE.len()];
-    Rgb888::new((c >> 16) as u8, (c >> 8) as u8, c as u8)
+    Colour::new((c >> 16) as u8, (c >> 8) as u8, c as u8)
 }
 
-/// Draw every detection (box, "name score" label) on an RGB copy of `image`, at most
-/// [`MAX_ANNOTATED_SIDE`] pixels a side. Line width and label size grow with the image
-/// (about 1/400 of the long side, at least 2 px; the 10x20 font from 800 px up).
+/// Draw every detection (box in its class colour, "name score" label above it) on an RGB
+/// copy of `image` ([`Annotation`]: at most [`MAX_ANNOTATED_SIDE`] pixels a side). Line
+/// width grows with the image (1/400 of the long side, at least 2 px).
 pub fn draw(image: &DecodedImage, dets: &[Detection], labels: &[String]) -> RgbImage {
-    let long = image.width.max(image.height);
-    let shrink = if long > MAX_ANNOTATED_SIDE {
-        f64::from(MAX_ANNOTATED_SIDE) / f64::from(long)
-    } else {
-        1.0
-    };
-    let mut out = if shrink < 1.0 {
-        let w = ((f64::from(image.width) * shrink).round() as u32).max(1);
-        let h = ((f64::from(image.height) * shrink).round() as u32).max(1);
-        // Decimate straight from the source (nearest): one output-sized buffer, no full-size
-        // RGB copy of a huge input.
-        let view = image.view();
-        let ch = view.format().channels();
-        let offs = view.format().rgb_offsets();
-        let mut o = RgbImage::new(w, h);
-        for (x, y, px) in o.enumerate_pixels_mut() {
-            let sx = ((f64::from(x) + 0.5) / shrink) as usize;
-            let sy = ((f64::from(y) + 0.5) / shrink) as usize;
-            let i = sy.min(image.height as usize - 1) * view.stride()
-                + sx.min(image.width as usize - 1) * ch;
-            let d = view.data();
-            *px = image::Rgb([d[i + offs[0]], d[i + offs[1]], d[i + offs[2]]]);
-        }
-        o
-    } else {
-        image.to_rgb8()
-    };
-    let k = shrink as f32;
-    let out_long = out.width().max(out.height());
-    let stroke = (out_long / 400).max(2);
-    let font: &MonoFont<'_> = if out_long >= 800 {
-        &FONT_10X20
-    } else {
-        &FONT_6X10
-    };
-    let (fw, fh) = (
-        font.character_size.width + font.character_spacing,
-        font.character_size.height,
-    );
-    let mut canvas = Canvas(&mut out);
+    let mut a = Annotation::new(image);
+    let stroke = a.stroke(400, 2);
     for d in dets {
         let c = colour(d.class_id);
-        let (x1, y1) = (
-            (d.bbox.x1 * k).round() as i32,
-            (d.bbox.y1 * k).round() as i32,
-        );
-        let (x2, y2) = (
-            (d.bbox.x2 * k).round() as i32,
-            (d.bbox.y2 * k).round() as i32,
-        );
-        let size = Size::new((x2 - x1).max(1) as u32, (y2 - y1).max(1) as u32);
-        let _ = Rectangle::new(Point::new(x1, y1), size)
-            .into_styled(
-                PrimitiveStyleBuilder::new()
-                    .stroke_color(c)
-                    .stroke_width(stroke)
-                    .stroke_alignment(StrokeAlignment::Inside)
-                    .build(),
-            )
-            .draw(&mut canvas);
+        let b = &d.bbox;
+        a.outline_box([b.x1, b.y1, b.x2, b.y2].map(f64::from), c, stroke);
         let name = labels
             .get(usize::from(d.class_id))
             .map_or("?", String::as_str);
-        let text = format!("{name} {:.2}", d.score);
-        let (tw, th) = (fw * text.len() as u32 + 4, fh + 2);
-        let ty = if y1 >= th as i32 { y1 - th as i32 } else { y1 };
-        let _ = Rectangle::new(Point::new(x1, ty), Size::new(tw, th))
-            .into_styled(PrimitiveStyle::with_fill(c))
-            .draw(&mut canvas);
-        let _ = Text::with_baseline(
-            &text,
-            Point::new(x1 + 2, ty + 1),
-            MonoTextStyle::new(font, Rgb888::BLACK),
-            Baseline::Top,
-        )
-        .draw(&mut canvas);
+        let corner = a.point(f64::from(b.x1), f64::from(b.y1));
+        a.label(corner, &format!("{name} {:.2}", d.score), c);
     }
-    out
+    a.into_image()
 }
 
 #[cfg(test)]

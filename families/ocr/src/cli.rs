@@ -623,123 +623,22 @@ impl Runner for OcrRunner {
     }
 }
 
-/// Largest side of an annotated image, in pixels: larger inputs are
-/// annotated on a downscaled copy (memory stays bounded whatever the input).
-pub const MAX_ANNOTATED_SIDE: u32 = 4096;
-
 /// Outline and label colour.
-const COLOUR: Rgb888 = Rgb888::new(0x00, 0xC8, 0x53);
+const COLOUR: Colour = Colour::new(0x00, 0xC8, 0x53);
 
-/// `embedded-graphics` draw target over an `image` RGB buffer (clips at the edges).
-struct Canvas<'a>(&'a mut RgbImage);
-
-impl OriginDimensions for Canvas<'_> {
-    fn size(&self) -> Size {
-        Size::new(self.0.width(), self.0.height())
-    }
-}
-
-impl DrawTarget for Canvas<'_> {
-    type Color = Rgb888;
-    type Error = std::convert::Infallible;
-
-    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(
-        &mut self,
-        pixels: I,
-    ) -> Result<(), Self::Error> {
-        let (w, h) = (self.0.width() as i32, self.0.height() as i32);
-        for Pixel(p, c) in pixels {
-            if (0..w).contains(&p.x) && (0..h).contains(&p.y) {
-                self.0
-                    .put_pixel(p.x as u32, p.y as u32, image::Rgb([c.r(), c.g(), c.b()]));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// An RGB copy of `image` at most [`MAX_ANNOTATED_SIDE`] a side (decimated
-/// straight from the source when larger: no full-size copy), and the scale.
-fn canvas_of(image: &DecodedImage) -> (RgbImage, f64) {
-    let long = image.width.max(image.height);
-    if long <= MAX_ANNOTATED_SIDE {
-        return (image.to_rgb8(), 1.0);
-    }
-    let shrink = f64::from(MAX_ANNOTATED_SIDE) / f64::from(long);
-    let w = ((f64::from(image.width) * shrink).round() as u32).max(1);
-    let h = ((f64::from(image.height) * shrink).round() as u32).max(1);
-    let view = image.view();
-    let ch = view.format().channels();
-    let offs = view.format().rgb_offsets();
-    let d = view.data();
-    let mut o = RgbImage::new(w, h);
-    for (x, y, px) in o.enumerate_pixels_mut() {
-        let sx = ((f64::from(x) + 0.5) / shrink) as usize;
-        let sy = ((f64::from(y) + 0.5) / shrink) as usize;
-        let i = sy.min(image.height as usize - 1) * view.stride()
-            + sx.min(image.width as usize - 1) * ch;
-        *px = image::Rgb([d[i + offs[0]], d[i + offs[1]], d[i + offs[2]]]);
-    }
-    (o, shrink)
-}
-
-/// Draw every line (its polygon, and "text score" above its first corner)
-/// on an RGB copy of `image`, at most [`MAX_ANNOTATED_SIDE`] pixels a side.
-/// Line width and label size grow with the image (about 1/500 of the long
-/// side, at least 1 px; the 10x20 font from 800 px up). The fonts are ASCII:
-/// other characters are drawn as `?`.
+/// Draw every line (its polygon, and "text score" above its first corner) on an RGB copy
+/// of `image` ([`Annotation`]: at most [`MAX_ANNOTATED_SIDE`] pixels a side). Line width
+/// grows with the image (1/500 of the long side, at least 1 px).
 pub fn draw<'a>(image: &DecodedImage, lines: impl Iterator<Item = TextLine<'a>>) -> RgbImage {
-    let (mut out, k) = canvas_of(image);
-    let out_long = out.width().max(out.height());
-    let stroke = (out_long / 500).max(1);
-    let font: &MonoFont<'_> = if out_long >= 800 {
-        &FONT_10X20
-    } else {
-        &FONT_6X10
-    };
-    let (fw, fh) = (
-        font.character_size.width + font.character_spacing,
-        font.character_size.height,
-    );
-    let mut canvas = Canvas(&mut out);
-    let style = PrimitiveStyle::with_stroke(COLOUR, stroke);
+    let mut a = Annotation::new(image);
+    let stroke = a.stroke(500, 1);
     for l in lines {
-        let pts = l.polygon.map(|p| {
-            Point::new(
-                (f64::from(p[0]) * k).round() as i32,
-                (f64::from(p[1]) * k).round() as i32,
-            )
-        });
-        for i in 0..4 {
-            let _ = Line::new(pts[i], pts[(i + 1) % 4])
-                .into_styled(style)
-                .draw(&mut canvas);
-        }
-        let text: String = format!("{} {:.2}", l.text, l.score)
-            .chars()
-            .map(|c| {
-                if c.is_ascii_graphic() || c == ' ' {
-                    c
-                } else {
-                    '?'
-                }
-            })
-            .collect();
-        let (tw, th) = (fw * text.chars().count() as u32 + 4, fh + 2);
-        let (x, y) = (pts[0].x, pts[0].y);
-        let ty = if y >= th as i32 { y - th as i32 } else { y };
-        let _ = Rectangle::new(Point::new(x, ty), Size::new(tw, th))
-            .into_styled(PrimitiveStyle::with_fill(COLOUR))
-            .draw(&mut canvas);
-        let _ = Text::with_baseline(
-            &text,
-            Point::new(x + 2, ty + 1),
-            MonoTextStyle::new(font, Rgb888::BLACK),
-            Baseline::Top,
-        )
-        .draw(&mut canvas);
+        let corners = l.polygon.map(|p| p.map(f64::from));
+        a.outline_polygon(&corners, COLOUR, stroke);
+        let first = a.point(corners[0][0], corners[0][1]);
+        a.label(first, &format!("{} {:.2}", l.text, l.score), COLOUR);
     }
-    out
+    a.into_image()
 }
 
 #[cfg(test)]
@@ -777,7 +676,7 @@ mod tests {
         ];
         let out = draw(&black(500, 500), std::iter::once(line(quad)));
         assert_eq!(out.dimensions(), (500, 500), "no silent upscaling");
-        let c = [COLOUR.r(), COLOUR.g(), COLOUR.b()];
+        let c = [0x00, 0xC8, 0x53];
         assert_eq!(out.get_pixel(200, 140).0, c, "bottom edge");
         assert_eq!(out.get_pixel(300, 120).0, c, "right edge");
         assert_eq!(out.get_pixel(200, 120).0, [0, 0, 0], "inside untouched");
@@ -795,7 +694,7 @@ mod tests {
         ];
         let out = draw(&black(8192, 2048), std::iter::once(line(quad)));
         assert_eq!(out.dimensions(), (4096, 1024));
-        let c = [COLOUR.r(), COLOUR.g(), COLOUR.b()];
+        let c = [0x00, 0xC8, 0x53];
         // Drawn at half scale: the bottom edge at y = 768.
         assert_eq!(out.get_pixel(2500, 768).0, c);
         assert_eq!(out.get_pixel(2500, 700).0, [0, 0, 0]);
