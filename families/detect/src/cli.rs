@@ -132,20 +132,12 @@ impl Family for Detect {
         }
         let path: &PathBuf = args.get_one("onnx").context("--onnx is required")?;
         let onnx = tether_bundle::files::read_regular(path)?;
-        let name = common.name.clone().unwrap_or_else(|| {
-            path.file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("model")
-                .to_string()
-        });
         let options = BuildOptions {
-            name,
-            model_version: common.model_version.clone(),
+            common: common.clone().or_name(file_stem(path, "model")),
             input_size: args.get_one::<(u32, u32)>("input-size").copied(),
             score_threshold: args.get_one::<f32>("score-threshold").copied(),
             iou_threshold: args.get_one::<f32>("iou-threshold").copied(),
             max_detections,
-            created_unix_s: common.created_unix_s,
         };
         let (writer, report) = recipe::build(&onnx, &options, progress)
             .with_context(|| format!("building from {}", path.display()))?;

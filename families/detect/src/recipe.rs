@@ -47,14 +47,14 @@ pub fn metadata_imgsz(info: &OnnxInfo) -> Option<(u32, u32)> {
 /// YOLOv8's largest stride; input sides must be multiples of it.
 pub const STRIDE: u32 = 32;
 
+pub use tether_family::recipe::BuildCommon;
+
 /// What to build.
 #[derive(Clone, Debug, Default)]
 pub struct BuildOptions {
-    /// Bundle name (default: the caller's choice, usually the file stem).
-    pub name: String,
-    /// Model version string recorded in the identity (default: the ONNX
-    /// metadata `version`/`date` when present).
-    pub model_version: Option<String>,
+    /// Name, model version and creation time of the bundle identity (the model version's
+    /// default: the ONNX metadata `version`/`date` when present, else `unspecified`).
+    pub common: BuildCommon,
     /// Network input `(width, height)` for a dynamic-size model; must match
     /// the model for a static one.
     pub input_size: Option<(u32, u32)>,
@@ -64,8 +64,6 @@ pub struct BuildOptions {
     pub iou_threshold: Option<f32>,
     /// Maximum detections (default 300).
     pub max_detections: Option<u32>,
-    /// Creation time, seconds since the Unix epoch.
-    pub created_unix_s: u64,
 }
 
 /// What the recipe decided, for the build log.
@@ -230,28 +228,21 @@ pub fn build(
     }
     config.validate()?;
 
-    let model_version = options
-        .model_version
-        .clone()
-        .or_else(|| {
+    progress("writing the bundle");
+    let mut writer = BundleWriter::new(options.common.identity(
+        FAMILY,
+        concat!("tether-detect ", env!("CARGO_PKG_VERSION")),
+        || {
             let v = info.metadata("version");
             let d = info.metadata("date");
             match (v, d) {
-                (Some(v), Some(d)) => Some(format!("ultralytics {v}, exported {d}")),
-                (Some(v), None) => Some(format!("ultralytics {v}")),
-                (None, Some(d)) => Some(format!("exported {d}")),
-                (None, None) => None,
+                (Some(v), Some(d)) => format!("ultralytics {v}, exported {d}"),
+                (Some(v), None) => format!("ultralytics {v}"),
+                (None, Some(d)) => format!("exported {d}"),
+                (None, None) => "unspecified".into(),
             }
-        })
-        .unwrap_or_else(|| "unspecified".into());
-    progress("writing the bundle");
-    let mut writer = BundleWriter::new(IdentityDesc {
-        name: options.name.clone(),
-        family: FAMILY.into(),
-        model_version,
-        tool_version: concat!("tether-detect ", env!("CARGO_PKG_VERSION")).into(),
-        created_unix_s: options.created_unix_s,
-    });
+        },
+    ));
     let target = writer.add_target(TargetDesc {
         name: "portable".into(),
         arch: CpuArch::Any,

@@ -67,7 +67,7 @@ fn check(golden_name: &str) {
     let (writer, report) = build(
         &onnx,
         &BuildOptions {
-            name: golden_name.into(),
+            common: BuildCommon::named(golden_name),
             input_size: Some((input_size[0], input_size[1])),
             ..BuildOptions::default()
         },

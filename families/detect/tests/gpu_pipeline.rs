@@ -589,7 +589,7 @@ fn build_bundle(onnx: &std::path::Path, size: Option<(u32, u32)>) -> PathBuf {
     let (w, _) = tether_detect::recipe::build(
         &bytes,
         &tether_detect::recipe::BuildOptions {
-            name: "gpu-test".into(),
+            common: tether_detect::recipe::BuildCommon::named("gpu-test"),
             input_size: size,
             ..Default::default()
         },

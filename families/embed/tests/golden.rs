@@ -183,7 +183,7 @@ fn bundle_round_trip_and_self_test() {
         &onnx,
         &tok,
         &BuildOptions {
-            name: "all-minilm-l6-v2".into(),
+            common: BuildCommon::named("all-minilm-l6-v2"),
             ..BuildOptions::default()
         },
         &mut |_| {},

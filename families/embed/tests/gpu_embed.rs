@@ -133,7 +133,7 @@ fn self_test_passes() {
         &onnx,
         &tok,
         &BuildOptions {
-            name: "minilm".into(),
+            common: BuildCommon::named("minilm"),
             ..BuildOptions::default()
         },
         &mut |_| {},

@@ -37,16 +37,9 @@ pub fn check_range(name: &str, value: Option<f32>, lo: f32, hi: f32) -> Result<(
     }
 }
 
-/// The common part of `tether build`, given to every recipe.
-#[derive(Clone, Debug, Default)]
-pub struct BuildCommon {
-    /// `--name`, if given (else the family picks, usually the model file stem).
-    pub name: Option<String>,
-    /// `--model-version`, if given.
-    pub model_version: Option<String>,
-    /// Creation time, seconds since the Unix epoch (`SOURCE_DATE_EPOCH` when set).
-    pub created_unix_s: u64,
-}
+/// The common part of `tether build`, given to every recipe (defined with the recipes'
+/// other shared parts, [`crate::recipe`]).
+pub use crate::recipe::{BuildCommon, file_stem};
 
 /// A network of a built bundle that TensorRT plans may be added for (`--engine tensorrt`):
 /// its ONNX file and its I/O at the shapes the bundle runs at.

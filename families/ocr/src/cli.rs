@@ -168,20 +168,11 @@ impl Family for OcrFamily {
         let det = read(&det_path)?;
         let rec = read(&rec_path)?;
         let cls = cls_path.as_ref().map(read).transpose()?;
-        let name = common.name.clone().unwrap_or_else(|| {
-            rec_path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("ocr")
-                .to_string()
-        });
         let options = BuildOptions {
-            name,
-            model_version: common.model_version.clone(),
+            common: common.clone().or_name(file_stem(&rec_path, "ocr")),
             rec_widths: args.get_one::<Vec<u32>>("rec-widths").cloned(),
             text_score,
             no_self_test: args.get_flag("no-self-test"),
-            created_unix_s: common.created_unix_s,
         };
         let (writer, report) = recipe::build(
             Networks {

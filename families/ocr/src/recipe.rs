@@ -15,23 +15,21 @@
 //! is chosen per image at run time (the detector's height and width, the
 //! recogniser's width bucket and its step count).
 
-use sha2::{Digest, Sha256};
 use tether_build::{OnnxInfo, inspect_onnx};
 use tether_bundle::{
-    BundleWriter, CpuArch, DType, DYNAMIC_DIM, EngineKind, IdentityDesc, Layout, SectionKind,
-    TargetDesc, TensorDesc,
+    BundleWriter, CpuArch, DType, DYNAMIC_DIM, EngineKind, Layout, SectionKind, TargetDesc,
+    TensorDesc,
 };
+use tether_family::recipe::sha256_hex;
 use tether_runtime::Backend as _;
 use tether_runtime::IoSpec;
 use tether_runtime::backend::{NetworkSource, PrepareOptions, SourceFormat};
 
-use crate::config::{
-    CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, REC_SECTION, SELFTEST_SECTION,
-};
+use crate::config::{CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, REC_SECTION};
 use crate::ctc::Dictionary;
 use crate::network::{CLS, DET, REC};
-use crate::selftest::SelfTest;
 use crate::{FAMILY, OcrConfig, OcrError};
+use tether_family::selftest::Role;
 
 /// The committed self-test and the digests of the networks it belongs to.
 const SELFTEST_GOLDEN: &str = include_str!("../golden/selftest.txt");
@@ -48,22 +46,20 @@ pub struct Networks<'a> {
     pub cls: Option<&'a [u8]>,
 }
 
+pub use tether_family::recipe::BuildCommon;
+
 /// What to build.
 #[derive(Clone, Debug, Default)]
 pub struct BuildOptions {
-    /// Bundle name.
-    pub name: String,
-    /// Model version recorded in the identity (default: the pinned models'
-    /// name when the digests match, else `unspecified`).
-    pub model_version: Option<String>,
+    /// Name, model version and creation time of the bundle identity (the model version's
+    /// default: the pinned models' name when the digests match, else `unspecified`).
+    pub common: BuildCommon,
     /// Recognition width buckets (default [`crate::config::DEFAULT_REC_WIDTHS`]).
     pub rec_widths: Option<Vec<u32>>,
     /// Minimum text score (default 0.5).
     pub text_score: Option<f32>,
     /// Leave the self-test out even when the networks are the pinned ones.
     pub no_self_test: bool,
-    /// Creation time, seconds since the Unix epoch.
-    pub created_unix_s: u64,
 }
 
 /// What the recipe decided, for the build log.
@@ -81,13 +77,6 @@ pub struct BuildReport {
     pub cls: Option<OnnxInfo>,
     /// Why the self-test is absent, or `None` when it was embedded.
     pub self_test_skipped: Option<String>,
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn dim(d: i64) -> Option<usize> {
@@ -290,37 +279,34 @@ pub fn build(
     }
 
     // The self-test belongs to the pinned weights.
-    let (selftest, rec_sha, cls_sha) = SelfTest::from_golden(SELFTEST_GOLDEN)?;
+    let (selftest, rec_sha, cls_sha) = crate::selftest::from_golden(SELFTEST_GOLDEN)?;
+    let rec_width = selftest.u32_scalar(Role::Input, crate::selftest::REC_WIDTH)?;
     let pinned =
         sha256_hex(nets.rec) == rec_sha && nets.cls.is_some_and(|c| sha256_hex(c) == cls_sha);
     let self_test_skipped = if options.no_self_test {
         Some("left out on request".to_string())
     } else if !pinned {
         Some("the rec/cls networks are not the pinned rapidocr-onnxruntime 1.4.4 ones".into())
-    } else if !config.rec_widths.contains(&selftest.rec_width) {
+    } else if !config.rec_widths.contains(&rec_width) {
         Some(format!(
-            "its line needs width bucket {}, which the configuration lacks",
-            selftest.rec_width
+            "its line needs width bucket {rec_width}, which the configuration lacks"
         ))
     } else {
         None
     };
 
-    let model_version = options.model_version.clone().unwrap_or_else(|| {
-        if pinned {
-            "PP-OCRv4 det/rec + ppocr mobile v2.0 cls (rapidocr-onnxruntime 1.4.4)".into()
-        } else {
-            "unspecified".into()
-        }
-    });
     progress("writing the bundle");
-    let mut writer = BundleWriter::new(IdentityDesc {
-        name: options.name.clone(),
-        family: FAMILY.into(),
-        model_version,
-        tool_version: concat!("tether-ocr ", env!("CARGO_PKG_VERSION")).into(),
-        created_unix_s: options.created_unix_s,
-    });
+    let mut writer = BundleWriter::new(options.common.identity(
+        FAMILY,
+        concat!("tether-ocr ", env!("CARGO_PKG_VERSION")),
+        || {
+            if pinned {
+                "PP-OCRv4 det/rec + ppocr mobile v2.0 cls (rapidocr-onnxruntime 1.4.4)".into()
+            } else {
+                "unspecified".into()
+            }
+        },
+    ));
     let target = writer.add_target(TargetDesc {
         name: "portable".into(),
         arch: CpuArch::Any,

@@ -59,7 +59,7 @@ fn cpu_latency() {
             cls: Some(&cls),
         },
         &BuildOptions {
-            name: "bench".into(),
+            common: BuildCommon::named("bench"),
             ..BuildOptions::default()
         },
         &mut |_| {},

@@ -167,19 +167,11 @@ impl Family for VadFamily {
             .context("--onnx is required")?;
         let onnx = tether_bundle::files::read_regular(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let name = common.name.clone().unwrap_or_else(|| {
-            path.file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("vad")
-                .to_string()
-        });
         let (writer, report) = recipe::build(
             &onnx,
             &BuildOptions {
-                name,
-                model_version: common.model_version.clone(),
+                common: common.clone().or_name(file_stem(&path, "vad")),
                 config: Some(config),
-                created_unix_s: common.created_unix_s,
             },
             progress,
         )

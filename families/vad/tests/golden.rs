@@ -339,7 +339,7 @@ fn bundle_round_trip_and_self_test() {
     let (writer, report) = build(
         &onnx,
         &BuildOptions {
-            name: "silero-vad".into(),
+            common: BuildCommon::named("silero-vad"),
             ..BuildOptions::default()
         },
         &mut |_| {},

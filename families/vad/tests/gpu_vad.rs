@@ -146,7 +146,7 @@ fn self_test_passes() {
     let (writer, _) = build(
         &model(),
         &BuildOptions {
-            name: "silero-vad".into(),
+            common: BuildCommon::named("silero-vad"),
             ..BuildOptions::default()
         },
         &mut |_| {},

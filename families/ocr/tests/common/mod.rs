@@ -60,7 +60,7 @@ pub fn bundle() -> Arc<Bundle> {
             cls: Some(&cls),
         },
         &BuildOptions {
-            name: "ppocr-v4".into(),
+            common: BuildCommon::named("ppocr-v4"),
             ..BuildOptions::default()
         },
         &mut |_| {},
