@@ -747,9 +747,6 @@ fn field_cases_are_equal_on_every_engine_and_run() {
     }
 }
 
-/// A named test body.
-type Test = (&'static str, Box<dyn Fn() + Send + Sync>);
-
 /// The full pipeline on a real model with the engine selection picks on this GPU (the native
 /// engine where it lowers the network): `TETHER_REAL_HOT_FRAMES` frames (default 10,000)
 /// through `Detector::detect`, then as many on the staged frame (`Detector::detect_staged`),

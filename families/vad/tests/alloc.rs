@@ -11,7 +11,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::path::PathBuf;
 
 use tether_vad::{CHUNK_SAMPLES, SegmentTracker, Vad, VadConfig, read_wav};
 
