@@ -184,6 +184,7 @@ impl Family for Detect {
                     c.max_detections
                 ),
                 format!("classes: {}", report.labels.join(", ")),
+                format!("self-test: embedded (detect/selftest): {}", report.selftest),
             ],
         })
     }
@@ -205,6 +206,21 @@ impl Family for Detect {
         let labels =
             crate::labels::decode_labels(bundle.section_bytes(&bundle.section(LABELS_SECTION)?)?)?;
         let c = &config;
+        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+            let (w, h, format) = crate::selftest::input(t).map_or((0, 0, "?"), |v| {
+                (v.width(), v.height(), v.format().as_str())
+            });
+            let n = t
+                .u32s(Role::Expected, crate::selftest::CLASS_IDS)
+                .map_or(0, <[u32]>::len);
+            (
+                format!(
+                    "{w}x{h} {format} image, expects {n} detections (expected values from {})",
+                    t.source
+                ),
+                json!({ "width": w, "height": h, "pixel_format": format, "detections": n }),
+            )
+        });
         Ok(Description {
             lines: vec![
                 (
@@ -232,6 +248,7 @@ impl Family for Detect {
                     "classes".into(),
                     format!("{}: {}", labels.len(), labels.join(", ")),
                 ),
+                ("self-test".into(), selftest_line),
             ],
             json: json!({
                 "input_width": c.input_width,
@@ -245,6 +262,7 @@ impl Family for Detect {
                 "std": c.std,
                 "pad_value": c.pad_value,
                 "class_names": labels,
+                "self_test": selftest_json,
             }),
         })
     }
@@ -289,6 +307,24 @@ impl Family for Detect {
             Orientation::Apply
         };
         Ok(Box::new(DetectRunner { det, orientation }))
+    }
+
+    fn run_self_test(
+        &self,
+        bundle: Arc<Bundle>,
+        options: &RunOptions,
+        test: &SelfTest,
+    ) -> Result<Report> {
+        let mut det = Detector::from_bundle(
+            bundle,
+            &DetectorOptions {
+                device: options.device()?,
+                verify_eagerly: options.verify_eagerly,
+                model: options.model_options(),
+                ..DetectorOptions::default()
+            },
+        )?;
+        Ok(det.run_self_test(test)?)
     }
 }
 

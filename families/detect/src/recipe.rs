@@ -12,17 +12,30 @@
 //! | `detect/model/model.onnx` | `Onnx` (target `portable`) | the ONNX file, byte for byte |
 //! | `detect/labels` | `Labels` | class names, one per line |
 //! | `detect/config` | `FamilyConfig` | [`crate::config::DetectConfigRecord`] |
+//! | `detect/selftest` | `Reference` | [`crate::selftest`]: the page image and its detections |
+//!
+//! The self-test's expected detections are the onnxruntime reference pipeline's (committed
+//! golden) when the model is the pinned YOLOv8n-DocLayNet at the golden's input size and
+//! thresholds; the build fails if the CPU engine does not reproduce them. For any other model
+//! or settings they are the CPU engine's at build time (the section's source says so), and the
+//! self-test then checks that the deployed device agrees with the build host.
 
+use std::sync::Arc;
 use tether_build::{OnnxInfo, inspect_onnx};
+
 use tether_bundle::{
-    BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc,
+    Bundle, BundleWriter, CpuArch, DType, EngineKind, SectionKind, TargetDesc, Verify,
 };
+use tether_family::recipe::sha256_hex;
+use tether_family::selftest::{self, Report};
+use tether_family::vision::{ImageView, PixelFormat};
 use tether_runtime::Backend as _;
 use tether_runtime::backend::{NetworkSource, PrepareOptions, SourceFormat};
 
 use crate::config::{CONFIG_SECTION, LABELS_SECTION, ONNX_SECTION};
 use crate::labels::{encode_labels, parse_ultralytics_names};
-use crate::{DetectConfig, DetectError, FAMILY};
+use crate::selftest::reference;
+use crate::{DetectConfig, DetectError, Detector, DetectorOptions, Device, FAMILY};
 
 /// Input side used for a model with a dynamic input size when neither the options nor the
 /// model's `imgsz` metadata give one: Ultralytics' default `imgsz`
@@ -77,6 +90,8 @@ pub struct BuildReport {
     pub onnx: OnnxInfo,
     /// Whether the input size came from the model (static) or the options.
     pub input_is_dynamic: bool,
+    /// The self-test run on the CPU engine at build time.
+    pub selftest: Report,
 }
 
 fn dim(d: i64) -> Option<u32> {
@@ -270,6 +285,8 @@ pub fn build(
         None,
         zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
     )?;
+    progress("running the self-test on the CPU engine");
+    let selftest = add_self_test(&mut writer, onnx, &config)?;
     Ok((
         writer,
         BuildReport {
@@ -277,8 +294,63 @@ pub fn build(
             labels,
             onnx: info,
             input_is_dynamic,
+            selftest,
         },
     ))
+}
+
+/// Run the self-test's reference image through the bundle `writer` holds, on the CPU
+/// engine, and add the self-test ([`crate::selftest`]): the onnxruntime golden's detections
+/// when the model and `config` are the golden's (which the CPU engine must reproduce), else
+/// the detections found here.
+fn add_self_test(
+    writer: &mut BundleWriter,
+    onnx: &[u8],
+    config: &DetectConfig,
+) -> Result<Report, DetectError> {
+    let model_sha256 = sha256_hex(onnx);
+    let golden = reference::golden_for(&model_sha256, config)?;
+    let page = reference::page()?;
+    let image = ImageView::new(
+        page.as_raw(),
+        page.width(),
+        page.height(),
+        PixelFormat::Gray8,
+    )?;
+    let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
+    let mut detector = Detector::from_bundle(
+        Arc::new(bundle),
+        &DetectorOptions {
+            device: Device::Cpu,
+            ..DetectorOptions::default()
+        },
+    )?;
+    if golden.is_none() {
+        log::info!(
+            "model SHA-256 {model_sha256} at {}x{} is not the golden's pinned YOLOv8n-DocLayNet at 1024x1024 with the default thresholds; the self-test expects this build host's CPU detections",
+            config.input_width,
+            config.input_height
+        );
+    }
+    let pinned = golden.is_some();
+    let (expected, source) = golden.unwrap_or_default();
+    let (payload, report) = selftest::for_recipe(
+        pinned,
+        crate::selftest::payload(&image, &expected, source),
+        &mut detector,
+        Detector::run_self_test,
+        |detector, _| {
+            let found = detector.detect(&image)?.to_vec();
+            Ok(crate::selftest::payload(
+                &image,
+                &found,
+                selftest::host_source(&format!("model SHA-256 {model_sha256}")),
+            ))
+        },
+        |report| DetectError::ReferenceMismatch(Box::new(report)),
+    )?;
+    payload.add_to(writer, FAMILY)?;
+    Ok(report)
 }
 
 /// The network's I/O at the shapes a bundle of this configuration runs at: input

@@ -172,10 +172,19 @@ impl Family for EmbedFamily {
 
     fn describe(&self, bundle: &Bundle) -> Result<Description> {
         let c = EmbedConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
-        let selftest = match bundle.section_data(SELFTEST_SECTION) {
-            Ok(bytes) => Some(SelfTest::from_section(bytes)?),
-            Err(_) => None,
-        };
+        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+            let text = t.text(Role::Input, TEXT).unwrap_or("?");
+            let min_cosine = t
+                .f32_scalar(Role::Tolerance, MIN_COSINE)
+                .unwrap_or(f32::NAN);
+            (
+                format!(
+                    "{text:?}, cosine >= {min_cosine} (expected values from {})",
+                    t.source
+                ),
+                json!({ "text": text, "min_cosine": min_cosine }),
+            )
+        });
         let seq = c.seq_buckets();
         let batch = c.batch_buckets();
         let lines = vec![
@@ -199,16 +208,7 @@ impl Family for EmbedFamily {
                 "buckets".into(),
                 format!("sequence {seq:?} x batch {batch:?} (each prepared once, on first use)"),
             ),
-            (
-                "self-test".into(),
-                match &selftest {
-                    Some(t) => format!(
-                        "{:?}, cosine >= {} (expected values from {})",
-                        t.text, t.min_cosine, t.source
-                    ),
-                    None => "none".into(),
-                },
-            ),
+            ("self-test".into(), selftest_line),
         ];
         Ok(Description {
             lines,
@@ -221,11 +221,7 @@ impl Family for EmbedFamily {
                 "max_batch": c.max_batch,
                 "seq_buckets": seq.as_slice(),
                 "batch_buckets": batch.as_slice(),
-                "self_test": selftest.as_ref().map(|t| json!({
-                    "text": t.text,
-                    "min_cosine": t.min_cosine,
-                    "source": t.source,
-                })),
+                "self_test": selftest_json,
             }),
         })
     }
@@ -244,33 +240,14 @@ impl Family for EmbedFamily {
         }))
     }
 
-    fn self_test(
+    fn run_self_test(
         &self,
         bundle: Arc<Bundle>,
         options: &RunOptions,
-    ) -> Result<Option<tether_family::family::SelfTest>> {
-        if bundle.section(SELFTEST_SECTION).is_err() {
-            return Ok(None);
-        }
+        test: &SelfTest,
+    ) -> Result<Report> {
         let mut e = Embedder::from_bundle(bundle, &embedder_options(options)?)?;
-        let r = e.self_test()?;
-        Ok(Some(tether_family::family::SelfTest {
-            passed: r.passed,
-            summary: format!(
-                "embedding of the reference sentence on {}: cosine {:.6} (minimum {}), worst |diff| {:.2e}",
-                e.engine(),
-                r.cosine,
-                r.min_cosine,
-                r.worst_abs_diff
-            ),
-            json: json!({
-                "engine": e.engine().id(),
-                "cosine": r.cosine,
-                "min_cosine": r.min_cosine,
-                "worst_abs_diff": r.worst_abs_diff,
-                "source": r.source,
-            }),
-        }))
+        Ok(e.run_self_test(test)?)
     }
 }
 

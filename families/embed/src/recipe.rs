@@ -85,7 +85,7 @@ pub struct BuildReport {
 /// # Errors
 /// [`EmbedError::Network`] for a network that is not a BERT encoder or fails
 /// to prepare; [`EmbedError::Tokenizer`]; [`EmbedError::Config`];
-/// [`EmbedError::SelfTest`] when the pinned files do not reach the
+/// [`EmbedError::ReferenceMismatch`] when the pinned files do not reach the
 /// reference's minimum cosine on the CPU engine; [`EmbedError::Bundle`].
 pub fn build(
     onnx: &[u8],
@@ -128,41 +128,35 @@ pub fn build(
             ..EmbedderOptions::default()
         },
     )?;
-    let reference = SelfTest::reference()?;
-    let fits = embedder.token_ids(&reference.text)?.len() < config.max_seq_len as usize;
-    let (payload, selftest) = if pinned_model && fits {
-        let report = embedder.run_self_test(&reference)?;
-        if !report.passed {
-            return Err(EmbedError::SelfTest(format!(
-                "the CPU engine does not reproduce the reference: {report}"
-            )));
-        }
-        (reference, report)
-    } else {
+    let reference = crate::selftest::reference()?;
+    let text = crate::selftest::input(&reference)?.to_string();
+    let fits = embedder.token_ids(&text)?.len() < config.max_seq_len as usize;
+    if !(pinned_model && fits) {
         log::warn!(
             "the ONNX file or tokenizer is not the pinned all-MiniLM-L6-v2 pair (or the sentence is truncated); the self-test expects this build host's CPU result"
         );
-        let expected = embedder.embed(&reference.text)?.to_vec();
-        let payload = SelfTest {
-            text: reference.text,
-            expected,
-            min_cosine: HOST_SELFTEST_MIN_COSINE,
-            source: "the tract CPU engine at build time (not the pinned all-MiniLM-L6-v2 files)"
-                .into(),
-        };
-        let report = embedder.run_self_test(&payload)?;
-        (payload, report)
-    };
+    }
+    let (payload, selftest) = selftest::for_recipe(
+        pinned_model && fits,
+        reference,
+        &mut embedder,
+        Embedder::run_self_test,
+        |embedder, _| {
+            let expected = embedder.embed(&text)?.to_vec();
+            Ok(crate::selftest::payload(
+                text.clone(),
+                expected,
+                HOST_SELFTEST_MIN_COSINE,
+                selftest::host_source("not the pinned all-MiniLM-L6-v2 files"),
+            ))
+        },
+        |report| EmbedError::ReferenceMismatch(Box::new(report)),
+    )?;
     let seq_buckets = embedder.seq_buckets().to_vec();
     drop(embedder);
 
     progress("writing the bundle");
-    writer.add_section(
-        SectionKind::Reference,
-        SELFTEST_SECTION,
-        None,
-        payload.to_section(),
-    )?;
+    payload.add_to(&mut writer, FAMILY)?;
     Ok((
         writer,
         BuildReport {

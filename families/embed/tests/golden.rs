@@ -189,9 +189,11 @@ fn bundle_round_trip_and_self_test() {
     );
     let mut e = Embedder::from_bundle(bundle, &EmbedderOptions::default()).expect("embedder");
     let r = e.self_test().expect("self-test");
-    assert!(r.passed && r.cosine >= 0.999, "{r}");
-    let mut wrong = e.bundled_self_test().expect("payload").clone();
-    wrong.expected.reverse();
+    assert!(r.passed && r.checks[0].value >= 0.999, "{r}");
+    let mut wrong = e.bundled_self_test().expect("readable").expect("payload");
+    let mut reversed = wrong.f32s(Role::Expected, EMBEDDING).unwrap().to_vec();
+    reversed.reverse();
+    wrong.set(Role::Expected, EMBEDDING, &[384], Values::F32(reversed));
     assert!(!e.run_self_test(&wrong).expect("run").passed);
     // Out-of-range options are refused by name.
     let e = build(

@@ -74,6 +74,35 @@ pub struct Description {
     pub json: serde_json::Value,
 }
 
+/// The `self-test` line and JSON of a family's [`Description`]: `describe` turns the
+/// bundle's readable self-test into its own summary line and JSON object (the JSON gains
+/// `format_version` and `source`); `none` (JSON null) without one; an unreadable one (an old
+/// format version) is described, not an error, so that `inspect` still shows the rest.
+pub fn describe_self_test(
+    bundle: &Bundle,
+    family: &str,
+    describe: impl FnOnce(&SelfTest) -> (String, serde_json::Value),
+) -> (String, serde_json::Value) {
+    match SelfTest::of_bundle(bundle, family) {
+        Ok(None) => ("none".into(), serde_json::Value::Null),
+        Ok(Some(t)) => {
+            let (line, mut json) = describe(&t);
+            if let Some(o) = json.as_object_mut() {
+                o.insert(
+                    "format_version".into(),
+                    crate::selftest::FORMAT_VERSION.into(),
+                );
+                o.insert("source".into(), t.source.clone().into());
+            }
+            (line, json)
+        }
+        Err(e) => (
+            format!("unreadable: {e}"),
+            serde_json::json!({ "error": e.to_string() }),
+        ),
+    }
+}
+
 /// Where one input of `run`/`bench` comes from.
 #[derive(Clone, Copy, Debug)]
 pub enum InputSource<'a> {
@@ -103,19 +132,6 @@ pub struct Outcome {
     pub json: serde_json::Value,
     /// An annotated image when the family has one (`--annotate`).
     pub annotated: Option<image::RgbImage>,
-}
-
-/// What a bundle's embedded self-test found (`tether verify --self-test`): the bundle's
-/// reference input run on this device and compared with the output the reference pipeline
-/// produced at build time, within the tolerance recorded beside it.
-pub struct SelfTest {
-    /// Every compared value within tolerance.
-    pub passed: bool,
-    /// One line: what was compared, the worst deviation and the tolerance
-    /// (`8 chunk probabilities, worst |diff| 3.1e-6 <= 1e-4`).
-    pub summary: String,
-    /// The same as JSON (an object).
-    pub json: serde_json::Value,
 }
 
 /// A bundle opened for `run` and `bench`.

@@ -269,10 +269,24 @@ impl Family for OcrFamily {
                 ) && tether_bundle::network_of(s.name) == n
             })
         };
-        let selftest = match bundle.section_data(SELFTEST_SECTION) {
-            Ok(bytes) => Some(SelfTest::from_section(bytes)?),
-            Err(_) => None,
-        };
+        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+            let (w, h) = crate::selftest::line(t).map_or((0, 0), |(_, w, h)| (w, h));
+            let text = t.text(Role::Expected, selftest::TEXT).unwrap_or("?");
+            let score = t
+                .f32_scalar(Role::Expected, selftest::SCORE)
+                .unwrap_or(f32::NAN);
+            let tolerance = t.tolerance(selftest::MAX_SCORE_DIFF).unwrap_or(f32::NAN);
+            (
+                format!("{w}x{h} line, expects {text:?} (score {score}, tolerance {tolerance})"),
+                json!({
+                    "width": w,
+                    "height": h,
+                    "text": text,
+                    "score": score,
+                    "tolerance": tolerance,
+                }),
+            )
+        });
         let mut networks = vec![
             format!(
                 "det (DB text detection, input [1, 3, H, W], short side -> {} px)",
@@ -358,16 +372,7 @@ impl Family for OcrFamily {
                         .join(", ")
                 ),
             ),
-            (
-                "self-test".into(),
-                match &selftest {
-                    Some(t) => format!(
-                        "{}x{} line, expects {:?} (score {}, tolerance {})",
-                        t.width, t.height, t.text, t.score, t.tolerance
-                    ),
-                    None => "none".into(),
-                },
-            ),
+            ("self-test".into(), selftest_line),
         ];
         Ok(Description {
             lines,
@@ -401,13 +406,7 @@ impl Family for OcrFamily {
                 "rec_image_shape": [3, c.rec_height, c.rec_min_width],
                 "rec_batch_num": c.rec_batch,
                 "rec_widths": c.rec_widths,
-                "self_test": selftest.as_ref().map(|t| json!({
-                    "width": t.width,
-                    "height": t.height,
-                    "text": t.text,
-                    "score": t.score,
-                    "tolerance": t.tolerance,
-                })),
+                "self_test": selftest_json,
             }),
         })
     }
@@ -445,31 +444,14 @@ impl Family for OcrFamily {
         Ok(Box::new(OcrRunner { ocr, orientation }))
     }
 
-    fn self_test(
+    fn run_self_test(
         &self,
         bundle: Arc<Bundle>,
         options: &RunOptions,
-    ) -> Result<Option<tether_family::family::SelfTest>> {
-        Ok(self_test(bundle, options)?.map(|r| {
-            let summary = format!(
-                "text {:?} (expected {:?}), worst score deviation {:.2e} (tolerance {:.0e})",
-                r.text,
-                r.expected_text,
-                r.worst_deviation(),
-                r.tolerance
-            );
-            tether_family::family::SelfTest {
-                passed: r.passed,
-                summary,
-                json: json!({
-                    "text": r.text,
-                    "expected_text": r.expected_text,
-                    "score_deviation": r.score_deviation,
-                    "cls": r.cls.map(|(label, d)| json!({"label": label, "deviation": d})),
-                    "tolerance": r.tolerance,
-                }),
-            }
-        }))
+        test: &SelfTest,
+    ) -> Result<Report> {
+        let mut ocr = Ocr::from_bundle(bundle, &ocr_options(options)?)?;
+        Ok(crate::selftest::run_test(&mut ocr, test)?)
     }
 }
 
@@ -482,18 +464,6 @@ fn ocr_options(options: &RunOptions) -> Result<OcrOptions> {
         model: options.model_options(),
         ..OcrOptions::default()
     })
-}
-
-/// Run the bundle's self-test (`ocr/selftest`: one line image through the
-/// classifier and recogniser on the device `options` names) for `tether
-/// verify --self-test`. `Ok(None)` when the bundle carries none.
-///
-/// # Errors
-/// The bundle cannot be opened for OCR on that device, or the self-test
-/// section is malformed.
-pub fn self_test(bundle: Arc<Bundle>, options: &RunOptions) -> Result<Option<SelfTestReport>> {
-    let mut ocr = Ocr::from_bundle(bundle, &ocr_options(options)?)?;
-    Ok(crate::selftest::run(&mut ocr)?)
 }
 
 struct OcrRunner {

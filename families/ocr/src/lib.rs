@@ -157,7 +157,7 @@ pub enum OcrError {
         /// Buffer capacity in bytes.
         capacity: usize,
     },
-    /// The self-test section is malformed.
-    #[error("self-test: {0}")]
-    SelfTest(String),
+    /// The self-test section is unreadable or lacks an entry this family needs.
+    #[error("ocr self-test: {0}")]
+    SelfTest(#[from] tether_family::selftest::SelfTestError),
 }

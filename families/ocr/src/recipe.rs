@@ -337,12 +337,7 @@ pub fn build(
         zerocopy::IntoBytes::as_bytes(&config.to_record()?).to_vec(),
     )?;
     if self_test_skipped.is_none() {
-        writer.add_section(
-            SectionKind::Reference,
-            SELFTEST_SECTION,
-            None,
-            selftest.to_section(),
-        )?;
+        selftest.add_to(&mut writer, FAMILY)?;
     }
     Ok((
         writer,

@@ -218,10 +218,19 @@ impl Family for VadFamily {
 
     fn describe(&self, bundle: &Bundle) -> Result<Description> {
         let c = VadConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
-        let selftest = match bundle.section_data(SELFTEST_SECTION) {
-            Ok(bytes) => Some(SelfTest::from_section(bytes)?),
-            Err(_) => None,
-        };
+        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+            let chunks = t
+                .f32s(Role::Expected, PROBABILITIES)
+                .map_or(0, <[f32]>::len);
+            let tolerance = t.tolerance(MAX_ABS_DIFF).unwrap_or(f32::NAN);
+            (
+                format!(
+                    "{chunks} chunks, tolerance {tolerance:.0e} (expected values from {})",
+                    t.source
+                ),
+                json!({ "chunks": chunks, "tolerance": tolerance }),
+            )
+        });
         let lines = vec![
             (
                 "networks".into(),
@@ -246,18 +255,7 @@ impl Family for VadFamily {
                     c.speech_pad_ms
                 ),
             ),
-            (
-                "self-test".into(),
-                match &selftest {
-                    Some(t) => format!(
-                        "{} chunks, tolerance {:.0e} (expected values from {})",
-                        t.chunks(),
-                        t.tolerance,
-                        t.source
-                    ),
-                    None => "none".into(),
-                },
-            ),
+            ("self-test".into(), selftest_line),
         ];
         Ok(Description {
             lines,
@@ -271,11 +269,7 @@ impl Family for VadFamily {
                 "min_speech_ms": c.min_speech_ms,
                 "min_silence_ms": c.min_silence_ms,
                 "speech_pad_ms": c.speech_pad_ms,
-                "self_test": selftest.as_ref().map(|t| json!({
-                    "chunks": t.chunks(),
-                    "tolerance": t.tolerance,
-                    "source": t.source,
-                })),
+                "self_test": selftest_json,
             }),
         })
     }
@@ -306,35 +300,14 @@ impl Family for VadFamily {
         }))
     }
 
-    fn self_test(
+    fn run_self_test(
         &self,
         bundle: Arc<Bundle>,
         options: &RunOptions,
-    ) -> Result<Option<tether_family::family::SelfTest>> {
-        if bundle.section(SELFTEST_SECTION).is_err() {
-            return Ok(None);
-        }
+        test: &SelfTest,
+    ) -> Result<Report> {
         let mut vad = Vad::from_bundle(bundle, &vad_options(options)?)?;
-        let r = vad.self_test()?;
-        Ok(Some(tether_family::family::SelfTest {
-            passed: r.passed,
-            summary: format!(
-                "{} chunk probabilities on {}, worst |diff| {:.2e} at chunk {} (tolerance {:.0e})",
-                r.chunks,
-                vad.engine(),
-                r.worst_abs_diff,
-                r.worst_chunk,
-                r.tolerance
-            ),
-            json: json!({
-                "chunks": r.chunks,
-                "engine": vad.engine().id(),
-                "worst_abs_diff": r.worst_abs_diff,
-                "worst_chunk": r.worst_chunk,
-                "tolerance": r.tolerance,
-                "source": r.source,
-            }),
-        }))
+        Ok(vad.run_self_test(test)?)
     }
 }
 

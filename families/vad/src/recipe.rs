@@ -106,7 +106,7 @@ fn check_io(info: &OnnxInfo) -> Result<(), VadError> {
 /// # Errors
 /// [`VadError::Network`] for a network without Silero's streaming I/O or
 /// that fails to prepare; [`VadError::Config`] for out-of-range options;
-/// [`VadError::SelfTest`] when the pinned network does not reproduce the
+/// [`VadError::ReferenceMismatch`] when the pinned network does not reproduce the
 /// package's probabilities on the CPU engine; [`VadError::Bundle`] from the
 /// writer.
 pub fn build(

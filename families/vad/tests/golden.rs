@@ -340,12 +340,14 @@ fn bundle_round_trip_and_self_test() {
     );
     let mut vad = Vad::from_bundle(bundle.clone(), &VadOptions::default()).expect("vad");
     let r = vad.self_test().expect("self-test");
-    assert!(r.passed && r.worst_abs_diff <= 1e-4, "{r}");
+    assert!(r.passed && r.checks[0].value <= 1e-4, "{r}");
     // A payload the network cannot meet fails, naming the chunk.
-    let mut wrong = SelfTest::reference().expect("reference");
-    wrong.expected[3] += 1e-3;
+    let mut wrong = tether_vad::selftest::reference().expect("reference");
+    let mut probs = wrong.f32s(Role::Expected, PROBABILITIES).unwrap().to_vec();
+    probs[3] += 1e-3;
+    wrong.set(Role::Expected, PROBABILITIES, &[8], Values::F32(probs));
     let r = vad.run_self_test(&wrong).expect("run");
-    assert!(!r.passed && r.worst_chunk == 3, "{r}");
+    assert!(!r.passed && r.checks[0].at == Some(3), "{r}");
     // The bundle's parameters and the package's agree.
     assert_eq!(*vad.config(), VadConfig::default());
     let det = vad.process_wav(asset("Front_Center.wav")).expect("process");
