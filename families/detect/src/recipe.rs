@@ -23,10 +23,8 @@
 use std::sync::Arc;
 use tether_build::{OnnxInfo, inspect_onnx};
 
-use tether_bundle::{
-    Bundle, BundleWriter, CpuArch, DType, EngineKind, SectionKind, TargetDesc, Verify,
-};
-use tether_family::recipe::sha256_hex;
+use tether_bundle::{Bundle, BundleWriter, DType, SectionKind, Verify};
+use tether_family::recipe::{add_portable_target, sha256_hex};
 use tether_family::selftest::{self, Report};
 use tether_family::vision::{ImageView, PixelFormat};
 use tether_runtime::Backend as _;
@@ -98,7 +96,9 @@ fn dim(d: i64) -> Option<u32> {
     u32::try_from(d).ok().filter(|&v| v > 0)
 }
 
-/// Build a `detect` bundle writer from ONNX bytes.
+/// Build a `detect` bundle writer from ONNX bytes: check the network's I/O and class names,
+/// choose the input size, prepare the network on the CPU engine to learn its anchors, write
+/// the sections, then run and add the self-test.
 ///
 /// `progress` receives a short message before each long step.
 ///
@@ -106,7 +106,8 @@ fn dim(d: i64) -> Option<u32> {
 /// [`DetectError::Network`] for a network that is not a YOLOv8 detector or
 /// fails to prepare; [`DetectError::Labels`] for missing or malformed class
 /// names; [`DetectError::Config`] for out-of-range options;
-/// [`DetectError::Bundle`] from the writer.
+/// [`DetectError::ReferenceMismatch`] when the pinned model does not reproduce the
+/// reference's detections on the CPU engine; [`DetectError::Bundle`] from the writer.
 pub fn build(
     onnx: &[u8],
     options: &BuildOptions,
@@ -114,6 +115,70 @@ pub fn build(
 ) -> Result<(BundleWriter, BuildReport), DetectError> {
     progress("reading the ONNX graph");
     let info = inspect_onnx(onnx).map_err(|e| DetectError::Network(e.to_string()))?;
+    let labels = check_io(&info)?;
+    let num_classes = labels.len() as u32;
+    let ((w, h), input_is_dynamic) = input_size(&info, options.input_size)?;
+    progress("preparing the network on the CPU engine");
+    let num_anchors = count_anchors(onnx, w, h, num_classes)?;
+
+    let mut config = DetectConfig::ultralytics(w, h, num_classes, num_anchors);
+    if let Some(v) = options.score_threshold {
+        config.score_threshold = v;
+    }
+    if let Some(v) = options.iou_threshold {
+        config.iou_threshold = v;
+    }
+    if let Some(v) = options.max_detections {
+        config.max_detections = v;
+    }
+    config.validate()?;
+
+    progress("writing the bundle");
+    let mut writer = BundleWriter::new(options.common.identity(
+        FAMILY,
+        concat!("tether-detect ", env!("CARGO_PKG_VERSION")),
+        || default_model_version(&info),
+    ));
+    let target = add_portable_target(&mut writer)?;
+    let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
+    // The tensors at the shapes the bundle runs at (the manifest records the concrete
+    // input size, not the model's dynamic declaration).
+    for t in run_tensors(&info, w, h, num_classes, num_anchors) {
+        writer.add_tensor(model, t)?;
+    }
+    writer.add_section(
+        SectionKind::Labels,
+        LABELS_SECTION,
+        None,
+        encode_labels(&labels)?,
+    )?;
+    writer.add_section(
+        SectionKind::FamilyConfig,
+        CONFIG_SECTION,
+        None,
+        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
+    )?;
+    progress("running the self-test on the CPU engine");
+    let selftest = add_self_test(&mut writer, onnx, &config)?;
+    Ok((
+        writer,
+        BuildReport {
+            config,
+            labels,
+            onnx: info,
+            input_is_dynamic,
+            selftest,
+        },
+    ))
+}
+
+/// Check that `info` is a YOLOv8 detection export: one f32 image input `[1 or dynamic, 3,
+/// H, W]`, f32 outputs, the first `[batch, 4 + C, N]`, and the class names of the
+/// Ultralytics metadata key `names` (C of them). Returns the class names.
+///
+/// # Errors
+/// [`DetectError::Network`] naming the tensor and what it is; [`DetectError::Labels`].
+fn check_io(info: &OnnxInfo) -> Result<Vec<String>, DetectError> {
     let [input] = info.inputs.as_slice() else {
         return Err(DetectError::Network(format!(
             "expected one image input, found {}",
@@ -155,9 +220,24 @@ pub fn build(
             output.name, output.dims
         )));
     }
+    Ok(labels)
+}
+
+/// The network input size `(width, height)` and whether the model's is dynamic: the model's
+/// own when static (a `requested` size must equal it); else `requested`; else the training
+/// size of the metadata key `imgsz`; else [`DEFAULT_DYNAMIC_SIDE`]. Each side a positive
+/// multiple of [`STRIDE`].
+///
+/// # Errors
+/// [`DetectError::Config`] naming the size.
+fn input_size(
+    info: &OnnxInfo,
+    requested: Option<(u32, u32)>,
+) -> Result<((u32, u32), bool), DetectError> {
+    let input = &info.inputs[0];
     let declared = (dim(input.dims[3]), dim(input.dims[2]));
     let input_is_dynamic = declared.0.is_none() || declared.1.is_none();
-    let (w, h) = match (declared, options.input_size) {
+    let (w, h) = match (declared, requested) {
         ((Some(w), Some(h)), None) => (w, h),
         ((Some(w), Some(h)), Some(req)) if req == (w, h) => (w, h),
         ((Some(w), Some(h)), Some((rw, rh))) => {
@@ -167,7 +247,7 @@ pub fn build(
             });
         }
         (_, Some(req)) => req,
-        (_, None) => match metadata_imgsz(&info) {
+        (_, None) => match metadata_imgsz(info) {
             Some(size) => {
                 log::info!(
                     "input `{}` has a dynamic size; using the model's training size {}x{} (metadata `imgsz`)",
@@ -192,7 +272,16 @@ pub fn build(
             value: format!("{w}x{h} (each side must be a positive multiple of {STRIDE})"),
         });
     }
-    progress("preparing the network on the CPU engine");
+    Ok(((w, h), input_is_dynamic))
+}
+
+/// Prepare the network once with the CPU engine at `w x h`, proving it runs, and return its
+/// anchor count `N` (the output's `[1, 4 + C, N]`).
+///
+/// # Errors
+/// [`DetectError::Runtime`] when it does not prepare; [`DetectError::Network`] for an output
+/// of another shape or type.
+fn count_anchors(onnx: &[u8], w: u32, h: u32, num_classes: u32) -> Result<u32, DetectError> {
     let plan = tether_runtime::backends::tract_cpu::TractCpu
         .prepare(
             &NetworkSource {
@@ -229,74 +318,18 @@ pub fn build(
             out.name, out.dtype
         )));
     }
-    drop(plan);
+    Ok(num_anchors)
+}
 
-    let mut config = DetectConfig::ultralytics(w, h, num_classes, num_anchors);
-    if let Some(v) = options.score_threshold {
-        config.score_threshold = v;
+/// The model version an Ultralytics export records (metadata `version` and `date`), or
+/// `unspecified`.
+fn default_model_version(info: &OnnxInfo) -> String {
+    match (info.metadata("version"), info.metadata("date")) {
+        (Some(v), Some(d)) => format!("ultralytics {v}, exported {d}"),
+        (Some(v), None) => format!("ultralytics {v}"),
+        (None, Some(d)) => format!("exported {d}"),
+        (None, None) => "unspecified".into(),
     }
-    if let Some(v) = options.iou_threshold {
-        config.iou_threshold = v;
-    }
-    if let Some(v) = options.max_detections {
-        config.max_detections = v;
-    }
-    config.validate()?;
-
-    progress("writing the bundle");
-    let mut writer = BundleWriter::new(options.common.identity(
-        FAMILY,
-        concat!("tether-detect ", env!("CARGO_PKG_VERSION")),
-        || {
-            let v = info.metadata("version");
-            let d = info.metadata("date");
-            match (v, d) {
-                (Some(v), Some(d)) => format!("ultralytics {v}, exported {d}"),
-                (Some(v), None) => format!("ultralytics {v}"),
-                (None, Some(d)) => format!("exported {d}"),
-                (None, None) => "unspecified".into(),
-            }
-        },
-    ));
-    let target = writer.add_target(TargetDesc {
-        name: "portable".into(),
-        arch: CpuArch::Any,
-        sm: None,
-        engine: EngineKind::TractCpu,
-        tensorrt_version: 0,
-        hardware_compat: 0,
-        flags: 0,
-    })?;
-    let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
-    // The tensors at the shapes the bundle runs at (the manifest records the concrete
-    // input size, not the model's dynamic declaration).
-    for t in run_tensors(&info, w, h, num_classes, num_anchors) {
-        writer.add_tensor(model, t)?;
-    }
-    writer.add_section(
-        SectionKind::Labels,
-        LABELS_SECTION,
-        None,
-        encode_labels(&labels)?,
-    )?;
-    writer.add_section(
-        SectionKind::FamilyConfig,
-        CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
-    )?;
-    progress("running the self-test on the CPU engine");
-    let selftest = add_self_test(&mut writer, onnx, &config)?;
-    Ok((
-        writer,
-        BuildReport {
-            config,
-            labels,
-            onnx: info,
-            input_is_dynamic,
-            selftest,
-        },
-    ))
 }
 
 /// Run the self-test's reference image through the bundle `writer` holds, on the CPU

@@ -29,9 +29,7 @@
 use std::sync::Arc;
 
 use tether_build::{OnnxInfo, inspect_onnx};
-use tether_bundle::{
-    Bundle, BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc, Verify,
-};
+use tether_bundle::{Bundle, BundleWriter, DType, IdentityDesc, SectionKind, Verify};
 use tether_family::recipe::sha256_hex;
 use tether_runtime::Device;
 
@@ -236,15 +234,7 @@ fn writer_of(
 ) -> Result<BundleWriter, EmbedError> {
     check_io(info)?;
     let mut writer = BundleWriter::new(identity);
-    let target = writer.add_target(TargetDesc {
-        name: "portable".into(),
-        arch: CpuArch::Any,
-        sm: None,
-        engine: EngineKind::TractCpu,
-        tensorrt_version: 0,
-        hardware_compat: 0,
-        flags: 0,
-    })?;
+    let target = tether_family::recipe::add_portable_target(&mut writer)?;
     let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
     let dynamic = tether_bundle::DYNAMIC_DIM;
     for t in &info.inputs {

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
-use tether_bundle::IdentityDesc;
+use tether_bundle::{BundleError, BundleWriter, CpuArch, EngineKind, IdentityDesc, TargetDesc};
 
 /// The part of every recipe's options that becomes the bundle identity.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -60,6 +60,24 @@ impl BuildCommon {
             created_unix_s: self.created_unix_s,
         }
     }
+}
+
+/// Add the target a recipe files its ONNX networks under and return its index: `portable`
+/// (any CPU architecture, no SM, the tract CPU engine's kind), which every engine that reads
+/// ONNX offers itself for at load (tract CPU, tract-cuda, the native GPU engine).
+///
+/// # Errors
+/// The writer's ([`BundleError`]).
+pub fn add_portable_target(writer: &mut BundleWriter) -> Result<u32, BundleError> {
+    writer.add_target(TargetDesc {
+        name: "portable".into(),
+        arch: CpuArch::Any,
+        sm: None,
+        engine: EngineKind::TractCpu,
+        tensorrt_version: 0,
+        hardware_compat: 0,
+        flags: 0,
+    })
 }
 
 /// The stem of a model file's name (`yolov8n` of `/m/yolov8n.onnx`), the default bundle

@@ -16,10 +16,7 @@
 //! recogniser's width bucket and its step count).
 
 use tether_build::{OnnxInfo, inspect_onnx};
-use tether_bundle::{
-    BundleWriter, CpuArch, DType, DYNAMIC_DIM, EngineKind, Layout, SectionKind, TargetDesc,
-    TensorDesc,
-};
+use tether_bundle::{BundleWriter, DType, DYNAMIC_DIM, Layout, SectionKind, TensorDesc};
 use tether_family::recipe::sha256_hex;
 use tether_runtime::Backend as _;
 use tether_runtime::IoSpec;
@@ -307,15 +304,7 @@ pub fn build(
             }
         },
     ));
-    let target = writer.add_target(TargetDesc {
-        name: "portable".into(),
-        arch: CpuArch::Any,
-        sm: None,
-        engine: EngineKind::TractCpu,
-        tensorrt_version: 0,
-        hardware_compat: 0,
-        flags: 0,
-    })?;
+    let target = tether_family::recipe::add_portable_target(&mut writer)?;
     let mut add_net =
         |network: &str, section: &str, bytes: &[u8], info: &OnnxInfo| -> Result<(), OcrError> {
             let s = writer.add_section(SectionKind::Onnx, section, Some(target), bytes.to_vec())?;

@@ -3,10 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use tether_bundle::{
-    Bundle, BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc, TensorDesc,
-    Verify,
-};
+use tether_bundle::{Bundle, BundleWriter, IdentityDesc, SectionKind, TensorDesc, Verify};
 use tether_runtime::{Device, ModelOptions};
 
 use crate::config::{CONFIG_SECTION, ONNX_SECTION};
@@ -522,15 +519,7 @@ pub(crate) fn bundle_with_identity(
 ) -> Result<BundleWriter, VadError> {
     use tether_bundle::{DType, IoMode, Layout};
     let mut writer = BundleWriter::new(identity);
-    let target = writer.add_target(TargetDesc {
-        name: "portable".into(),
-        arch: CpuArch::Any,
-        sm: None,
-        engine: EngineKind::TractCpu,
-        tensorrt_version: 0,
-        hardware_compat: 0,
-        flags: 0,
-    })?;
+    let target = tether_family::recipe::add_portable_target(&mut writer)?;
     let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
     let state = vec![2, 1, (STATE_LEN / 2) as i64];
     for (name, mode, dtype, dims) in [
