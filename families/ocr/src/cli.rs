@@ -233,9 +233,9 @@ impl Family for OcrFamily {
             ),
             format!("width buckets: {:?}", c.rec_widths),
         ];
-        summary.push(match &report.self_test_skipped {
-            None => "self-test: embedded (ocr/selftest)".into(),
-            Some(why) => format!("self-test: not embedded: {why}"),
+        summary.push(match (&report.selftest, &report.self_test_skipped) {
+            (Some(r), _) => format!("self-test: embedded (ocr/selftest): {r}"),
+            (None, why) => format!("self-test: not embedded: {}", why.as_deref().unwrap_or("?")),
         });
         Ok(Built {
             writer,
@@ -261,14 +261,12 @@ impl Family for OcrFamily {
     fn describe(&self, bundle: &Bundle) -> Result<Description> {
         let c = OcrConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
         let dict = Dictionary::from_section(bundle.section_data(DICT_SECTION)?)?;
-        let has = |n: &str| {
-            bundle.sections().any(|s| {
-                matches!(
-                    s.kind,
-                    tether_bundle::SectionKind::Onnx | tether_bundle::SectionKind::TensorRtPlan
-                ) && tether_bundle::network_of(s.name) == n
-            })
-        };
+        let has_cls = bundle.sections().any(|s| {
+            matches!(
+                s.kind,
+                tether_bundle::SectionKind::Onnx | tether_bundle::SectionKind::TensorRtPlan
+            ) && tether_bundle::network_of(s.name) == CLS
+        });
         let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
             let (w, h) = crate::selftest::line(t).map_or((0, 0), |(_, w, h)| (w, h));
             let text = t.text(Role::Expected, selftest::TEXT).unwrap_or("?");
@@ -287,128 +285,11 @@ impl Family for OcrFamily {
                 }),
             )
         });
-        let mut networks = vec![
-            format!(
-                "det (DB text detection, input [1, 3, H, W], short side -> {} px)",
-                c.det_limit_side_len
-            ),
-            format!(
-                "rec (CTC recognition, input [1, 3, {}, W], {} classes)",
-                c.rec_height, c.rec_classes
-            ),
-        ];
-        if has(CLS) {
-            networks.push(format!(
-                "cls (180-degree classifier, input [1, 3, {}, {}]{})",
-                c.cls_height,
-                c.cls_width,
-                if c.use_cls { "" } else { ", off by default" }
-            ));
-        }
-        let lines = vec![
-            ("networks".into(), networks.join("; ")),
-            (
-                "dictionary".into(),
-                format!(
-                    "{} entries (+ CTC blank; the last is the space)",
-                    dict.len()
-                ),
-            ),
-            (
-                "image".into(),
-                format!(
-                    "long side <= {} and short side >= {} px (rescaled otherwise); padded when <= {} px tall or wider than {} x its height",
-                    c.max_side_len, c.min_side_len, c.min_height, c.width_height_ratio
-                ),
-            ),
-            (
-                "detector".into(),
-                format!(
-                    "limit {} {} px (multiples of 32), mean {:?}, std {:?}, thresh {}, box thresh {}, unclip {}, min size {}, <= {} boxes, dilation {}, score {}",
-                    if c.det_limit_max {
-                        "long side"
-                    } else {
-                        "short side"
-                    },
-                    c.det_limit_side_len,
-                    c.det_mean,
-                    c.det_std,
-                    c.det_thresh,
-                    c.det_box_thresh,
-                    c.det_unclip_ratio,
-                    c.det_min_size,
-                    c.det_max_candidates,
-                    if c.det_dilation { "on" } else { "off" },
-                    if c.det_score_slow { "slow" } else { "fast" }
-                ),
-            ),
-            (
-                "classifier".into(),
-                if c.use_cls {
-                    format!(
-                        "{}x{}, a line labelled '180' with score > {} is turned",
-                        c.cls_width, c.cls_height, c.cls_thresh
-                    )
-                } else {
-                    "off".into()
-                },
-            ),
-            (
-                "recogniser".into(),
-                format!(
-                    "height {}, lines grouped by {} for padding, min width {} px, text score >= {}",
-                    c.rec_height, c.rec_batch, c.rec_min_width, c.text_score
-                ),
-            ),
-            (
-                "buckets".into(),
-                format!(
-                    "{} recogniser widths (px): {}",
-                    c.rec_widths.len(),
-                    c.rec_widths
-                        .iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ),
-            ("self-test".into(), selftest_line),
-        ];
-        Ok(Description {
-            lines,
-            json: json!({
-                "networks": {
-                    "det": true,
-                    "rec": true,
-                    "cls": has(CLS),
-                },
-                "dictionary_entries": dict.len(),
-                "rec_classes": c.rec_classes,
-                "use_cls": c.use_cls,
-                "max_side_len": c.max_side_len,
-                "min_side_len": c.min_side_len,
-                "min_height": c.min_height,
-                "width_height_ratio": c.width_height_ratio,
-                "text_score": c.text_score,
-                "det_limit_side_len": c.det_limit_side_len,
-                "det_limit_type": if c.det_limit_max { "max" } else { "min" },
-                "det_mean": c.det_mean,
-                "det_std": c.det_std,
-                "det_thresh": c.det_thresh,
-                "det_box_thresh": c.det_box_thresh,
-                "det_max_candidates": c.det_max_candidates,
-                "det_unclip_ratio": c.det_unclip_ratio,
-                "det_min_size": c.det_min_size,
-                "det_use_dilation": c.det_dilation,
-                "det_score_mode": if c.det_score_slow { "slow" } else { "fast" },
-                "cls_image_shape": [3, c.cls_height, c.cls_width],
-                "cls_thresh": c.cls_thresh,
-                "rec_image_shape": [3, c.rec_height, c.rec_min_width],
-                "rec_batch_num": c.rec_batch,
-                "rec_widths": c.rec_widths,
-                "self_test": selftest_json,
-            }),
-        })
+        let mut lines = config_lines(&c, dict.len(), has_cls);
+        lines.push(("self-test".into(), selftest_line));
+        let mut json = config_json(&c, dict.len(), has_cls);
+        json["self_test"] = selftest_json;
+        Ok(Description { lines, json })
     }
 
     fn open(
@@ -453,6 +334,129 @@ impl Family for OcrFamily {
         let mut ocr = Ocr::from_bundle(bundle, &ocr_options(options)?)?;
         Ok(crate::selftest::run_test(&mut ocr, test)?)
     }
+}
+
+/// The configuration of an OCR bundle as `inspect` prints it (`dict_len` dictionary
+/// entries; `has_cls`: the bundle has a classifier network).
+fn config_lines(c: &OcrConfig, dict_len: usize, has_cls: bool) -> Vec<(String, String)> {
+    let mut networks = vec![
+        format!(
+            "det (DB text detection, input [1, 3, H, W], short side -> {} px)",
+            c.det_limit_side_len
+        ),
+        format!(
+            "rec (CTC recognition, input [1, 3, {}, W], {} classes)",
+            c.rec_height, c.rec_classes
+        ),
+    ];
+    if has_cls {
+        networks.push(format!(
+            "cls (180-degree classifier, input [1, 3, {}, {}]{})",
+            c.cls_height,
+            c.cls_width,
+            if c.use_cls { "" } else { ", off by default" }
+        ));
+    }
+    vec![
+        ("networks".into(), networks.join("; ")),
+        (
+            "dictionary".into(),
+            format!("{} entries (+ CTC blank; the last is the space)", dict_len),
+        ),
+        (
+            "image".into(),
+            format!(
+                "long side <= {} and short side >= {} px (rescaled otherwise); padded when <= {} px tall or wider than {} x its height",
+                c.max_side_len, c.min_side_len, c.min_height, c.width_height_ratio
+            ),
+        ),
+        (
+            "detector".into(),
+            format!(
+                "limit {} {} px (multiples of 32), mean {:?}, std {:?}, thresh {}, box thresh {}, unclip {}, min size {}, <= {} boxes, dilation {}, score {}",
+                if c.det_limit_max {
+                    "long side"
+                } else {
+                    "short side"
+                },
+                c.det_limit_side_len,
+                c.det_mean,
+                c.det_std,
+                c.det_thresh,
+                c.det_box_thresh,
+                c.det_unclip_ratio,
+                c.det_min_size,
+                c.det_max_candidates,
+                if c.det_dilation { "on" } else { "off" },
+                if c.det_score_slow { "slow" } else { "fast" }
+            ),
+        ),
+        (
+            "classifier".into(),
+            if c.use_cls {
+                format!(
+                    "{}x{}, a line labelled '180' with score > {} is turned",
+                    c.cls_width, c.cls_height, c.cls_thresh
+                )
+            } else {
+                "off".into()
+            },
+        ),
+        (
+            "recogniser".into(),
+            format!(
+                "height {}, lines grouped by {} for padding, min width {} px, text score >= {}",
+                c.rec_height, c.rec_batch, c.rec_min_width, c.text_score
+            ),
+        ),
+        (
+            "buckets".into(),
+            format!(
+                "{} recogniser widths (px): {}",
+                c.rec_widths.len(),
+                c.rec_widths
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+    ]
+}
+
+/// The same as JSON (`family_config` of `inspect --json`).
+fn config_json(c: &OcrConfig, dict_len: usize, has_cls: bool) -> serde_json::Value {
+    json!({
+        "networks": {
+            "det": true,
+            "rec": true,
+            "cls": has_cls,
+        },
+        "dictionary_entries": dict_len,
+        "rec_classes": c.rec_classes,
+        "use_cls": c.use_cls,
+        "max_side_len": c.max_side_len,
+        "min_side_len": c.min_side_len,
+        "min_height": c.min_height,
+        "width_height_ratio": c.width_height_ratio,
+        "text_score": c.text_score,
+        "det_limit_side_len": c.det_limit_side_len,
+        "det_limit_type": if c.det_limit_max { "max" } else { "min" },
+        "det_mean": c.det_mean,
+        "det_std": c.det_std,
+        "det_thresh": c.det_thresh,
+        "det_box_thresh": c.det_box_thresh,
+        "det_max_candidates": c.det_max_candidates,
+        "det_unclip_ratio": c.det_unclip_ratio,
+        "det_min_size": c.det_min_size,
+        "det_use_dilation": c.det_dilation,
+        "det_score_mode": if c.det_score_slow { "slow" } else { "fast" },
+        "cls_image_shape": [3, c.cls_height, c.cls_width],
+        "cls_thresh": c.cls_thresh,
+        "rec_image_shape": [3, c.rec_height, c.rec_min_width],
+        "rec_batch_num": c.rec_batch,
+        "rec_widths": c.rec_widths,
+    })
 }
 
 /// The [`OcrOptions`] of the common run options (device, verification).

@@ -160,4 +160,8 @@ pub enum OcrError {
     /// The self-test section is unreadable or lacks an entry this family needs.
     #[error("ocr self-test: {0}")]
     SelfTest(#[from] tether_family::selftest::SelfTestError),
+    /// At build time, the CPU engine does not reproduce the pinned networks' reference
+    /// answer (the report says by how much).
+    #[error("the CPU engine does not reproduce the reference: {0}")]
+    ReferenceMismatch(Box<tether_family::selftest::Report>),
 }

@@ -6,9 +6,9 @@
 //! `get_rotate_crop_image`; the expected classifier label/score and text/score
 //! are the reference's (`rapidocr-onnxruntime` 1.4.4, onnxruntime CPU,
 //! `golden/reference.py`, committed as `golden/selftest.txt`). The recipe
-//! embeds it only when the bundle's rec and cls networks are the pinned ones
-//! (same SHA-256 as in that file), since the answer belongs to those weights; for other
-//! networks the bundle carries no self-test (the build log says why).
+//! embeds it when the bundle's rec and cls networks are the pinned ones (same SHA-256 as in
+//! that file), since the answer belongs to those weights; for other networks the expected
+//! answer is the build host's CPU engine's ([`from_host`], the source says so).
 //!
 //! Entries: inputs [`LINE`] (u8 `[height, width, 3]`, BGR, rows top to bottom) and
 //! [`REC_WIDTH`] (the reference's padded recognition width for this line alone); expected
@@ -134,6 +134,59 @@ pub fn from_golden(text: &str) -> Result<(SelfTest, String, String), OcrError> {
     ))
 }
 
+/// What the pipeline answers for one line: its text, recognition score and, when the
+/// bundle has a classifier, the classifier's label and score.
+struct Answer {
+    text: String,
+    score: f32,
+    cls: Option<(u32, f32)>,
+}
+
+/// The line of `test` through the classifier (when the bundle has one) and the recogniser
+/// at width `rec_width`.
+fn answer(ocr: &mut crate::Ocr, test: &SelfTest, rec_width: u32) -> Result<Answer, OcrError> {
+    let (pixels, w, h) = line(test)?;
+    ocr.set_crop(pixels, w as usize, h as usize);
+    let outcome = ocr.recognize_line(rec_width)?;
+    Ok(Answer {
+        text: ocr.line_text().to_string(),
+        score: outcome.score as f32,
+        cls: outcome.cls_label.map(|l| (l as u32, outcome.cls_score)),
+    })
+}
+
+/// The build host's payload: `reference`'s line at width `rec_width`, with the answer
+/// `ocr` (on the CPU engine) gives as the expected values, the reference's tolerance, and
+/// `source`.
+///
+/// # Errors
+/// As [`run_test`].
+pub fn from_host(
+    ocr: &mut crate::Ocr,
+    reference: &SelfTest,
+    rec_width: u32,
+    source: String,
+) -> Result<SelfTest, OcrError> {
+    let a = answer(ocr, reference, rec_width)?;
+    let (pixels, w, h) = line(reference)?;
+    let mut t = SelfTest::new(source)
+        .with(Role::Input, LINE, &[h, w, 3], Values::U8(pixels.to_vec()))
+        .with(Role::Input, REC_WIDTH, &[1], Values::U32(vec![rec_width]))
+        .with(Role::Expected, TEXT, &[], Values::Text(a.text))
+        .with(Role::Expected, SCORE, &[1], Values::F32(vec![a.score]))
+        .with(
+            Role::Tolerance,
+            MAX_SCORE_DIFF,
+            &[],
+            Values::F32(vec![reference.tolerance(MAX_SCORE_DIFF)?]),
+        );
+    if let Some((label, score)) = a.cls {
+        t.set(Role::Expected, CLS_LABEL, &[1], Values::U32(vec![label]));
+        t.set(Role::Expected, CLS_SCORE, &[1], Values::F32(vec![score]));
+    }
+    Ok(t)
+}
+
 /// Run `test` on `ocr`: the line through the classifier (when the bundle has one) and the
 /// recogniser at the test's width, compared with the expected text and scores.
 ///
@@ -141,7 +194,6 @@ pub fn from_golden(text: &str) -> Result<(SelfTest, String, String), OcrError> {
 /// [`OcrError::SelfTest`] for a test without the family's entries; engine errors as
 /// [`crate::Ocr::detect_text`].
 pub fn run_test(ocr: &mut crate::Ocr, test: &SelfTest) -> Result<Report, OcrError> {
-    let (pixels, w, h) = line(test)?;
     let rec_width = test.u32_scalar(Role::Input, REC_WIDTH)?;
     let want_text = test.text(Role::Expected, TEXT)?;
     let want_score = test.f32_scalar(Role::Expected, SCORE)?;
@@ -154,26 +206,25 @@ pub fn run_test(ocr: &mut crate::Ocr, test: &SelfTest) -> Result<Report, OcrErro
         None
     };
     let tolerance = test.tolerance(MAX_SCORE_DIFF)?;
-    ocr.set_crop(pixels, w as usize, h as usize);
-    let outcome = ocr.recognize_line(rec_width)?;
-    let text = ocr.line_text().to_string();
+    let got = answer(ocr, test, rec_width)?;
     let mut checks = vec![Check::at_most(
         "|recognition score diff|",
-        (f64::from(outcome.score as f32) - f64::from(want_score)).abs(),
+        (f64::from(got.score) - f64::from(want_score)).abs(),
         f64::from(tolerance),
     )];
     let mut labels_equal = true;
-    if let (Some((label, score)), Some(seen)) = (want_cls, outcome.cls_label) {
-        labels_equal = seen as u32 == label;
+    if let (Some((label, score)), Some((seen, seen_score))) = (want_cls, got.cls) {
+        labels_equal = seen == label;
         checks.push(Check::at_most(
             "|classifier score diff|",
-            (f64::from(outcome.cls_score) - f64::from(score)).abs(),
+            (f64::from(seen_score) - f64::from(score)).abs(),
             f64::from(tolerance),
         ));
     }
     let worst = checks.iter().map(|c| c.value).fold(0.0, f64::max);
     let summary = format!(
-        "text {text:?} (expected {want_text:?}){}, worst score deviation {worst:.2e} (tolerance {tolerance:.0e})",
+        "text {:?} (expected {want_text:?}){}, worst score deviation {worst:.2e} (tolerance {tolerance:.0e})",
+        got.text,
         if labels_equal {
             ""
         } else {
@@ -183,7 +234,7 @@ pub fn run_test(ocr: &mut crate::Ocr, test: &SelfTest) -> Result<Report, OcrErro
     Ok(Report::new(
         FAMILY,
         test,
-        text == want_text && labels_equal,
+        got.text == want_text && labels_equal,
         checks,
         summary,
     ))
