@@ -1544,7 +1544,10 @@ fn ocr_builds_inspects_and_reads_page_png_like_the_reference() {
     let t = &v["family_config"]["self_test"];
     assert_eq!(t["pixel_format"], "gray8", "{t}");
     assert!(
-        t["source"].as_str().unwrap().contains("CPU engine at build time"),
+        t["source"]
+            .as_str()
+            .unwrap()
+            .contains("CPU engine at build time"),
         "{t}"
     );
 }

@@ -15,8 +15,7 @@ use tether_family::annotate::{Annotation, Colour};
 use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
     BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource, Outcome,
-    PlanSource, Report, RunOptions, Runner, SelfTest, UsageError, WRONG_FAMILY_HINT,
-    describe_self_test, file_stem,
+    PlanSource, Report, RunOptions, Runner, SelfTest, UsageError, describe_self_test, file_stem,
 };
 use tether_family::selftest::Role;
 
@@ -71,7 +70,7 @@ impl Family for Detect {
     fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
         use crate::DetectError as D;
         Some(match error.downcast_ref::<D>()? {
-            D::WrongFamily { .. } => WRONG_FAMILY_HINT,
+            D::WrongFamily { .. } => "check the bundle's family with `tether inspect`",
             D::Labels(_) | D::Network(_) => {
                 "the ONNX file must be an Ultralytics YOLOv8 detection export (input [1,3,H,W] f32, output [1,4+C,N] f32, metadata `names`)"
             }
@@ -379,10 +378,7 @@ impl Runner for DetectRunner {
     }
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
-        match source {
-            InputSource::File(path) => Ok(Box::new(ImageInput::load(path, self.orientation)?)),
-            InputSource::Text(_) => bail!("the detect family reads images, not text"),
-        }
+        ImageInput::from_source(source, self.orientation, FAMILY)
     }
 
     fn run(&mut self, input: &dyn Input) -> Result<()> {
@@ -445,33 +441,23 @@ impl Runner for DetectRunner {
                 })
             })
             .collect();
-        let mut summary = format!(
-            "{} detections ({}x{}",
-            dets.len(),
-            img.image.width,
-            img.image.height
-        );
-        if img.image.orientation.is_some() {
-            summary.push_str(", EXIF orientation applied");
-        }
-        summary.push(')');
+        let mut summary = img.summary(&format!("{} detections", dets.len()));
         if stats.nonfinite > 0 {
             summary.push_str(&format!(
                 "; {} anchors had non-finite network outputs and were dropped",
                 stats.nonfinite
             ));
         }
+        let mut json = json!({
+            "candidates": stats.candidates,
+            "nonfinite_anchors": stats.nonfinite,
+            "detections": list,
+        });
+        img.add_to_json(&mut json);
         Ok(Outcome {
             summary,
             lines,
-            json: json!({
-                "image_width": img.image.width,
-                "image_height": img.image.height,
-                "orientation_applied": img.image.orientation,
-                "candidates": stats.candidates,
-                "nonfinite_anchors": stats.nonfinite,
-                "detections": list,
-            }),
+            json,
             annotated: annotate.then(|| draw(&img.image, dets, self.det.labels())),
         })
     }
@@ -552,13 +538,7 @@ mod tests {
     use tether_family::vision::PixelFormat;
 
     fn black(w: u32, h: u32) -> DecodedImage {
-        DecodedImage {
-            data: vec![0; (w * h * 3) as usize],
-            width: w,
-            height: h,
-            format: PixelFormat::Rgb8,
-            orientation: None,
-        }
+        DecodedImage::new(vec![0; (w * h * 3) as usize], w, h, PixelFormat::Rgb8).unwrap()
     }
 
     fn det(x1: f32, y1: f32, x2: f32, y2: f32) -> Detection {

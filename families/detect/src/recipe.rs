@@ -20,11 +20,9 @@
 //! or settings they are the CPU engine's at build time (the section's source says so), and the
 //! self-test then checks that the deployed device agrees with the build host.
 
-use std::sync::Arc;
 use tether_build::{OnnxInfo, inspect_onnx};
-
-use tether_bundle::{Bundle, BundleWriter, DType, SectionKind, Verify};
-use tether_family::recipe::{add_portable_target, sha256_hex};
+use tether_bundle::{BundleWriter, DType, SectionKind};
+use tether_family::recipe::{add_portable_target, in_memory, sha256_hex};
 use tether_family::selftest::{self, Report};
 use tether_family::vision::{ImageView, PixelFormat};
 use tether_runtime::Backend as _;
@@ -350,9 +348,8 @@ fn add_self_test(
         page.height(),
         PixelFormat::Gray8,
     )?;
-    let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
     let mut detector = Detector::from_bundle(
-        Arc::new(bundle),
+        in_memory(writer)?,
         &DetectorOptions {
             device: Device::Cpu,
             ..DetectorOptions::default()

@@ -11,7 +11,6 @@
 //! the first text of every earlier input of the same command (so
 //! `--text a --text b` prints the similarity of `a` and `b`).
 
-use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,7 +20,7 @@ use serde_json::json;
 use tether_bundle::Bundle;
 use tether_family::family::{
     BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
-    Runner, SelfTest, UsageError, WRONG_FAMILY_HINT, describe_self_test, file_stem,
+    Runner, SelfTest, UsageError, describe_self_test, file_stem, input_as,
 };
 use tether_family::selftest::Role;
 
@@ -63,13 +62,6 @@ impl Family for EmbedFamily {
 
     fn about(&self) -> &'static str {
         "Sentence embeddings (all-MiniLM-L6-v2, sentence-transformers pipeline): texts in, 384-d vectors and similarities out"
-    }
-
-    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
-        match error.downcast_ref::<EmbedError>()? {
-            EmbedError::WrongFamily { .. } => Some(WRONG_FAMILY_HINT),
-            _ => None,
-        }
     }
 
     fn build_args(&self) -> Vec<Arg> {
@@ -289,16 +281,10 @@ impl Input for TextInput {
             self.tokens.iter().sum::<usize>()
         )
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 fn text_of(input: &dyn Input) -> Result<&TextInput> {
-    input
-        .as_any()
-        .downcast_ref::<TextInput>()
-        .context("not a text input of the embed family")
+    input_as(input, "a text input of the embed family")
 }
 
 impl Runner for EmbedRunner {

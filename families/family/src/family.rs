@@ -21,9 +21,6 @@ pub use crate::selftest::{Report, SelfTest};
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-/// The hint for a bundle of another family ([`Family::hint`] of each family's `WrongFamily`).
-pub const WRONG_FAMILY_HINT: &str = "check the bundle's family with `tether inspect`";
-
 /// Check that an optional `--NAME` value lies in `[lo, hi]`.
 ///
 /// # Errors
@@ -112,14 +109,24 @@ pub enum InputSource<'a> {
     Text(&'a str),
 }
 
-/// A decoded input, ready to run (decoding is not part of the timed run).
-pub trait Input: Send {
+/// A decoded input, ready to run (decoding is not part of the timed run). The family that
+/// loaded it gets its own type back with [`input_as`].
+pub trait Input: Any + Send {
     /// What to call it in output (the path, or the text).
     fn label(&self) -> &str;
     /// A short description of what was decoded (`1280x720 RGB`, `16 kHz, 3.2 s`).
     fn describe(&self) -> String;
-    /// For the family's own downcast.
-    fn as_any(&self) -> &dyn Any;
+}
+
+/// `input` as the family's own input type `T`, or an error saying it is not `what` (an input
+/// another family loaded).
+///
+/// # Errors
+/// `input` is not a `T`.
+pub fn input_as<'a, T: Input>(input: &'a dyn Input, what: &str) -> anyhow::Result<&'a T> {
+    (input as &dyn Any)
+        .downcast_ref::<T>()
+        .ok_or_else(|| anyhow::anyhow!("not {what}"))
 }
 
 /// The result of one run, for output.

@@ -7,9 +7,12 @@
 //! `SOURCE_DATE_EPOCH`.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
-use tether_bundle::{BundleError, BundleWriter, CpuArch, EngineKind, IdentityDesc, TargetDesc};
+use tether_bundle::{
+    Bundle, BundleError, BundleWriter, CpuArch, EngineKind, IdentityDesc, TargetDesc, Verify,
+};
 
 /// The part of every recipe's options that becomes the bundle identity.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -78,6 +81,24 @@ pub fn add_portable_target(writer: &mut BundleWriter) -> Result<u32, BundleError
         hardware_compat: 0,
         flags: 0,
     })
+}
+
+/// The model version a recipe records when none is given: `version` for the pinned model
+/// file(s) it recognises, else `unspecified`.
+pub fn pinned_version(pinned: bool, version: &str) -> String {
+    if pinned { version } else { "unspecified" }.to_string()
+}
+
+/// The bundle `writer` holds, opened in memory with every checksum verified: what a recipe
+/// runs on the CPU engine before the bundle is written (its self-test).
+///
+/// # Errors
+/// The writer's or the reader's ([`BundleError`]).
+pub fn in_memory(writer: &BundleWriter) -> Result<Arc<Bundle>, BundleError> {
+    Ok(Arc::new(Bundle::from_vec(
+        writer.to_bytes()?,
+        Verify::Eager,
+    )?))
 }
 
 /// The stem of a model file's name (`yolov8n` of `/m/yolov8n.onnx`), the default bundle

@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use clap::{Arg, ArgAction, ArgMatches, value_parser};
 use image::RgbImage;
 use serde_json::{Value, json};
@@ -26,8 +26,7 @@ use tether_family::annotate::{Annotation, Colour};
 use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
     BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, Report,
-    RunOptions, Runner, SelfTest, UsageError, WRONG_FAMILY_HINT, check_range, describe_self_test,
-    file_stem,
+    RunOptions, Runner, SelfTest, UsageError, check_range, describe_self_test, file_stem,
 };
 use tether_family::selftest::Role;
 
@@ -104,13 +103,6 @@ impl Family for OcrFamily {
 
     fn about(&self) -> &'static str {
         "PP-OCR text detection and recognition (rapidocr-onnxruntime pipeline): image in, text lines out"
-    }
-
-    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
-        match error.downcast_ref::<crate::OcrError>()? {
-            crate::OcrError::WrongFamily { .. } => Some(WRONG_FAMILY_HINT),
-            _ => None,
-        }
     }
 
     fn annotates(&self) -> bool {
@@ -490,10 +482,7 @@ impl Runner for OcrRunner {
     }
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
-        match source {
-            InputSource::File(path) => Ok(Box::new(ImageInput::load(path, self.orientation)?)),
-            InputSource::Text(_) => bail!("the ocr family reads images, not text"),
-        }
+        ImageInput::from_source(source, self.orientation, FAMILY)
     }
 
     fn run(&mut self, input: &dyn Input) -> Result<()> {
@@ -540,36 +529,29 @@ impl Runner for OcrRunner {
                 })
             })
             .collect();
-        let mut summary = format!(
-            "{} text line{} ({}x{}",
+        let mut summary = img.summary(&format!(
+            "{} text line{}",
             result.len(),
-            if result.len() == 1 { "" } else { "s" },
-            img.image.width,
-            img.image.height
-        );
-        if img.image.orientation.is_some() {
-            summary.push_str(", EXIF orientation applied");
-        }
-        summary.push(')');
+            if result.len() == 1 { "" } else { "s" }
+        ));
         if stats.squeezed > 0 {
             summary.push_str(&format!(
                 "; {} line(s) wider than the largest width bucket were squeezed into it",
                 stats.squeezed
             ));
         }
+        let mut json = json!({
+            "det_input": [stats.det_input.0, stats.det_input.1],
+            "boxes": stats.boxes,
+            "rotated": stats.rotated,
+            "squeezed": stats.squeezed,
+            "lines": list,
+        });
+        img.add_to_json(&mut json);
         Ok(Outcome {
             summary,
             lines,
-            json: json!({
-                "image_width": img.image.width,
-                "image_height": img.image.height,
-                "orientation_applied": img.image.orientation,
-                "det_input": [stats.det_input.0, stats.det_input.1],
-                "boxes": stats.boxes,
-                "rotated": stats.rotated,
-                "squeezed": stats.squeezed,
-                "lines": list,
-            }),
+            json,
             annotated: annotate.then(|| draw(&img.image, result.lines())),
         })
     }
@@ -612,13 +594,7 @@ mod tests {
     use tether_family::vision::PixelFormat;
 
     fn black(w: u32, h: u32) -> DecodedImage {
-        DecodedImage {
-            data: vec![0; (w * h * 3) as usize],
-            width: w,
-            height: h,
-            format: PixelFormat::Rgb8,
-            orientation: None,
-        }
+        DecodedImage::new(vec![0; (w * h * 3) as usize], w, h, PixelFormat::Rgb8).unwrap()
     }
 
     fn line(polygon: [[f32; 2]; 4]) -> TextLine<'static> {

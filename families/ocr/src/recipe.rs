@@ -16,13 +16,9 @@
 //! is chosen per image at run time (the detector's height and width, the
 //! recogniser's width bucket and its step count).
 
-use std::sync::Arc;
-
 use tether_build::{OnnxInfo, inspect_onnx};
-use tether_bundle::{
-    Bundle, BundleWriter, DType, DYNAMIC_DIM, Layout, SectionKind, TensorDesc, Verify,
-};
-use tether_family::recipe::sha256_hex;
+use tether_bundle::{BundleWriter, DType, DYNAMIC_DIM, Layout, SectionKind, TensorDesc};
+use tether_family::recipe::{in_memory, pinned_version, sha256_hex};
 use tether_family::selftest::{self, Report, Role, SelfTest};
 use tether_runtime::Backend as _;
 use tether_runtime::IoSpec;
@@ -228,11 +224,10 @@ pub fn build(
         FAMILY,
         concat!("tether-ocr ", env!("CARGO_PKG_VERSION")),
         || {
-            if pinned {
-                "PP-OCRv4 det/rec + ppocr mobile v2.0 cls (rapidocr-onnxruntime 1.4.4)".into()
-            } else {
-                "unspecified".into()
-            }
+            pinned_version(
+                pinned,
+                "PP-OCRv4 det/rec + ppocr mobile v2.0 cls (rapidocr-onnxruntime 1.4.4)",
+            )
         },
     ));
     let target = tether_family::recipe::add_portable_target(&mut writer)?;
@@ -393,9 +388,8 @@ fn add_self_test(
         .copied()
         .find(|&w| w >= width)
         .unwrap_or(config.rec_widths[config.rec_widths.len() - 1]);
-    let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
     let mut ocr = Ocr::from_bundle(
-        Arc::new(bundle),
+        in_memory(writer)?,
         &OcrOptions {
             device: Device::Cpu,
             ..OcrOptions::default()

@@ -9,7 +9,6 @@
 //! segments in seconds; decoding and resampling happen in `load`, outside
 //! the timed run.
 
-use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +19,7 @@ use serde_json::json;
 use tether_bundle::Bundle;
 use tether_family::family::{
     BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
-    Runner, SelfTest, UsageError, WRONG_FAMILY_HINT, check_range, describe_self_test, file_stem,
+    Runner, SelfTest, UsageError, check_range, describe_self_test, file_stem, input_as,
 };
 use tether_family::selftest::Role;
 
@@ -132,13 +131,6 @@ impl Family for VadFamily {
 
     fn about(&self) -> &'static str {
         "Silero voice activity detection (silero-vad pipeline): a WAV file in, speech segments out"
-    }
-
-    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
-        match error.downcast_ref::<VadError>()? {
-            VadError::WrongFamily { .. } => Some(WRONG_FAMILY_HINT),
-            _ => None,
-        }
     }
 
     fn build_args(&self) -> Vec<Arg> {
@@ -351,16 +343,10 @@ impl Input for WavInput {
             self.audio.duration_ms() / 1e3
         )
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 fn wav_of(input: &dyn Input) -> Result<&WavInput> {
-    input
-        .as_any()
-        .downcast_ref::<WavInput>()
-        .context("not a WAV input of the vad family")
+    input_as(input, "a WAV input of the vad family")
 }
 
 impl Runner for VadRunner {

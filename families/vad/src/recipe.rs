@@ -21,11 +21,9 @@
 //! payload's source says so), and the self-test then checks that the
 //! deployed device agrees with the build host.
 
-use std::sync::Arc;
-
 use tether_build::{OnnxInfo, inspect_onnx};
-use tether_bundle::{Bundle, BundleWriter, Verify};
-use tether_family::recipe::sha256_hex;
+use tether_bundle::BundleWriter;
+use tether_family::recipe::{in_memory, pinned_version, sha256_hex};
 use tether_runtime::Device;
 
 use tether_family::selftest::{self, Report};
@@ -129,19 +127,17 @@ pub fn build(
             FAMILY,
             concat!("tether-vad ", env!("CARGO_PKG_VERSION")),
             || {
-                if pinned_model {
-                    "silero-vad 6.2.3 (silero_vad_op18_ifless.onnx)".into()
-                } else {
-                    "unspecified".into()
-                }
+                pinned_version(
+                    pinned_model,
+                    "silero-vad 6.2.3 (silero_vad_op18_ifless.onnx)",
+                )
             },
         ),
     )?;
 
     progress("preparing the network on the CPU engine and running the self-test");
-    let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
     let mut vad = Vad::from_bundle(
-        Arc::new(bundle),
+        in_memory(&writer)?,
         &VadOptions {
             device: Device::Cpu,
             ..VadOptions::default()
