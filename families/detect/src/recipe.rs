@@ -150,12 +150,7 @@ pub fn build(
         None,
         encode_labels(&labels)?,
     )?;
-    writer.add_section(
-        SectionKind::FamilyConfig,
-        CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
-    )?;
+    tether_family::recipe::add_config(&mut writer, CONFIG_SECTION, &config.to_record())?;
     progress("running the self-test on the CPU engine");
     let selftest = add_self_test(&mut writer, onnx, &config)?;
     Ok((

@@ -250,11 +250,6 @@ fn writer_of(
         None,
         tokenizer_json.to_vec(),
     )?;
-    writer.add_section(
-        SectionKind::FamilyConfig,
-        CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
-    )?;
+    tether_family::recipe::add_config(&mut writer, CONFIG_SECTION, &config.to_record())?;
     Ok(writer)
 }

@@ -180,13 +180,7 @@ fn bundle_round_trip_and_self_test() {
     assert!(report.selftest.passed, "{}", report.selftest);
     println!("{}", report.selftest);
     assert_eq!(report.seq_buckets, [16, 32, 64, 128, 256]);
-    let bundle = std::sync::Arc::new(
-        tether_bundle::Bundle::from_vec(
-            writer.to_bytes().expect("bytes"),
-            tether_bundle::Verify::Eager,
-        )
-        .expect("open"),
-    );
+    let bundle = tether_family::recipe::in_memory(&writer).expect("open");
     let mut e = Embedder::from_bundle(bundle, &EmbedderOptions::default()).expect("embedder");
     let r = e.self_test().expect("self-test");
     assert!(r.passed && r.checks[0].value >= 0.999, "{r}");

@@ -124,13 +124,8 @@ fn self_test_passes() {
         &mut |_| {},
     )
     .expect("build");
-    let bundle = tether_bundle::Bundle::from_vec(
-        writer.to_bytes().expect("bytes"),
-        tether_bundle::Verify::Eager,
-    )
-    .expect("bundle");
-    let mut e =
-        Embedder::from_bundle(std::sync::Arc::new(bundle), &gpu(Prepare::Lazy)).expect("embedder");
+    let bundle = tether_family::recipe::in_memory(&writer).expect("bundle");
+    let mut e = Embedder::from_bundle(bundle, &gpu(Prepare::Lazy)).expect("embedder");
     let r = e.self_test().expect("self-test");
     eprintln!("on {}: {r}", e.engine());
     assert!(r.passed, "{r}");

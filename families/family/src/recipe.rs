@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use tether_bundle::{
-    Bundle, BundleError, BundleWriter, CpuArch, EngineKind, IdentityDesc, TargetDesc, Verify,
+    Bundle, BundleError, BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc,
+    Verify,
 };
+use zerocopy::{Immutable, IntoBytes};
 
 /// The part of every recipe's options that becomes the bundle identity.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -81,6 +83,25 @@ pub fn add_portable_target(writer: &mut BundleWriter) -> Result<u32, BundleError
         hardware_compat: 0,
         flags: 0,
     })
+}
+
+/// Add a family's configuration record (zerocopy, little-endian, versioned) as section
+/// `name`, kind `FamilyConfig`.
+///
+/// # Errors
+/// The writer's ([`BundleError`]).
+pub fn add_config<T: IntoBytes + Immutable>(
+    writer: &mut BundleWriter,
+    name: &str,
+    record: &T,
+) -> Result<(), BundleError> {
+    writer.add_section(
+        SectionKind::FamilyConfig,
+        name,
+        None,
+        record.as_bytes().to_vec(),
+    )?;
+    Ok(())
 }
 
 /// The model version a recipe records when none is given: `version` for the pinned model

@@ -245,12 +245,7 @@ pub fn build(
         add_net(CLS, CLS_SECTION, bytes, info)?;
     }
     writer.add_section(SectionKind::Labels, DICT_SECTION, None, dict.to_section()?)?;
-    writer.add_section(
-        SectionKind::FamilyConfig,
-        CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()?).to_vec(),
-    )?;
+    tether_family::recipe::add_config(&mut writer, CONFIG_SECTION, &config.to_record()?)?;
     let (selftest, self_test_skipped) = if options.no_self_test {
         (None, Some("left out on request".to_string()))
     } else {

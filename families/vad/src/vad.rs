@@ -545,11 +545,6 @@ pub(crate) fn bundle_with_identity(
             },
         )?;
     }
-    writer.add_section(
-        SectionKind::FamilyConfig,
-        CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
-    )?;
+    tether_family::recipe::add_config(&mut writer, CONFIG_SECTION, &config.to_record())?;
     Ok(writer)
 }

@@ -334,10 +334,7 @@ fn bundle_round_trip_and_self_test() {
     assert!(report.pinned_model, "{}", report.model_sha256);
     assert!(report.selftest.passed, "{}", report.selftest);
     println!("{}", report.selftest);
-    let bytes = writer.to_bytes().expect("bundle bytes");
-    let bundle = std::sync::Arc::new(
-        tether_bundle::Bundle::from_vec(bytes, tether_bundle::Verify::Eager).expect("open"),
-    );
+    let bundle = tether_family::recipe::in_memory(&writer).expect("open");
     let mut vad = Vad::from_bundle(bundle.clone(), &VadOptions::default()).expect("vad");
     let r = vad.self_test().expect("self-test");
     assert!(r.passed && r.checks[0].value <= 1e-4, "{r}");

@@ -137,12 +137,8 @@ fn self_test_passes() {
         &mut |_| {},
     )
     .expect("build");
-    let bundle = tether_bundle::Bundle::from_vec(
-        writer.to_bytes().expect("bytes"),
-        tether_bundle::Verify::Eager,
-    )
-    .expect("bundle");
-    let mut vad = Vad::from_bundle(std::sync::Arc::new(bundle), &gpu()).expect("vad");
+    let bundle = tether_family::recipe::in_memory(&writer).expect("bundle");
+    let mut vad = Vad::from_bundle(bundle, &gpu()).expect("vad");
     let r = vad.self_test().expect("self-test");
     eprintln!("on {}: {r}", vad.engine());
     assert!(r.passed, "{r}");
