@@ -124,7 +124,12 @@ fn inspect_json_describes_the_manifest() {
         .collect();
     assert_eq!(
         names,
-        ["detect/model/model.onnx", "detect/labels", "detect/config"]
+        [
+            "detect/model/model.onnx",
+            "detect/labels",
+            "detect/config",
+            "detect/selftest"
+        ]
     );
     for s in sections {
         assert_eq!(
