@@ -11,6 +11,8 @@
 //! - [`tensor`]: tensor descriptors, typed views, aligned host buffers.
 //! - [`cuda`] (feature `cuda`): the CUDA device layer (driver loaded at run time).
 //! - [`tensorrt`]: TensorRT loaded at run time through its interface tables.
+//! - [`vocab`]: the run-time vocabulary ([`Precision`], [`SyncPolicy`], [`MappedIo`]) the model
+//!   API, sessions, families and the CLI share.
 //!
 //! Nothing here is used only to build bundles: ONNX inspection, `trtexec` and plan assembly
 //! live in the `tether-build` crate.
@@ -24,6 +26,7 @@ pub mod model;
 pub mod session;
 pub mod tensor;
 pub mod tensorrt;
+pub mod vocab;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -42,3 +45,4 @@ pub use error::Error;
 pub use model::{Model, ModelOptions, Module, Network};
 pub use session::{PipelineSpec, RegionId, RegionKind, Session, Stage};
 pub use tensor::{DType, Element, HostBuffer, IoMode, TensorSpec};
+pub use vocab::{MappedIo, ParseVocabError, SyncPolicy};

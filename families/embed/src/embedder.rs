@@ -4,11 +4,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tether_bundle::{Bundle, IoMode, Verify};
+use tether_family::selftest::{Report, SelfTest};
 use tether_runtime::{Device, EngineKind, Model, ModelOptions};
 
-use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION, TOKENIZER_SECTION};
+use crate::config::{CONFIG_SECTION, ONNX_SECTION, TOKENIZER_SECTION};
 use crate::net::{Bucket, NETWORK};
-use crate::selftest::{SelfTest, SelfTestReport};
 use crate::tokenize::WordPiece;
 use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedding, FAMILY, mean_pool_normalize};
 
@@ -68,7 +68,6 @@ pub struct Embedder {
     lens: Vec<usize>,
     /// The bucket of the last run.
     last: Option<usize>,
-    selftest: Option<SelfTest>,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -97,7 +96,7 @@ impl Embedder {
     /// # Errors
     /// [`EmbedError::Bundle`], [`EmbedError::WrongFamily`],
     /// [`EmbedError::Config`], [`EmbedError::Tokenizer`],
-    /// [`EmbedError::SelfTest`] (malformed payload), [`EmbedError::Runtime`]
+    /// [`EmbedError::Runtime`]
     /// (no engine for the network on this device, device unavailable,
     /// preparation failed), [`EmbedError::Network`] (not a BERT encoder).
     pub fn open(path: impl AsRef<Path>, options: &EmbedderOptions) -> Result<Self, EmbedError> {
@@ -109,9 +108,9 @@ impl Embedder {
         Self::from_bundle(Arc::new(Bundle::open(path, verify)?), options)
     }
 
-    /// Prepare from an opened bundle. The tokenizer, the configuration and
-    /// the self-test payload are copied out at load; the model keeps the
-    /// bundle for buckets prepared later.
+    /// Prepare from an opened bundle. The tokenizer and the configuration are copied out at
+    /// load; the model keeps the bundle for buckets prepared later (and the self-test, read
+    /// only when run).
     ///
     /// # Errors
     /// As [`Embedder::open`].
@@ -129,12 +128,6 @@ impl Embedder {
         let max_seq = config.max_seq_len as usize;
         let max_batch = config.max_batch as usize;
         let tokenizer = WordPiece::from_json(bundle.section_data(TOKENIZER_SECTION)?, max_seq)?;
-        let selftest = match bundle.section(SELFTEST_SECTION) {
-            Ok(_) => Some(SelfTest::from_section(
-                bundle.section_data(SELFTEST_SECTION)?,
-            )?),
-            Err(_) => None,
-        };
         // The encoder's inputs, as the recipe recorded them (each `[batch, seq]`).
         let section = bundle.section(ONNX_SECTION)?;
         let inputs = bundle
@@ -164,7 +157,6 @@ impl Embedder {
             tokens: vec![0; max_batch * max_seq],
             lens: vec![0; max_batch],
             last: None,
-            selftest,
         };
         // The plan prepared at open is bucket (batch 1, smallest sequence).
         let opened = e.model.network(NETWORK)?.plan().clone();
@@ -414,32 +406,33 @@ impl Embedder {
         Ok(())
     }
 
-    /// The self-test payload of the bundle this was opened from, if any.
-    pub fn bundled_self_test(&self) -> Option<&SelfTest> {
-        self.selftest.as_ref()
-    }
-
-    /// Embed `test.text` and compare with the expected embedding.
+    /// The self-test the bundle this was opened from carries, if any (read from the
+    /// bundle when asked: a bundle whose self-test this build cannot read still opens).
     ///
     /// # Errors
-    /// As [`Embedder::embed`].
-    pub fn run_self_test(&mut self, test: &SelfTest) -> Result<SelfTestReport, EmbedError> {
-        let got = self.embed(&test.text)?;
-        Ok(test.compare(&got))
+    /// [`EmbedError::SelfTest`] for an unreadable section.
+    pub fn bundled_self_test(&self) -> Result<Option<SelfTest>, EmbedError> {
+        Ok(SelfTest::of_bundle(self.model.bundle(), FAMILY)?)
     }
 
-    /// Run the bundle's own self-test payload (what `tether verify
-    /// --self-test` runs on the device).
+    /// Embed the test's text and compare with the expected embedding.
     ///
     /// # Errors
-    /// [`EmbedError::SelfTest`] when the bundle has no payload; as
+    /// [`EmbedError::SelfTest`] for a test without the family's entries; as
     /// [`Embedder::embed`].
-    pub fn self_test(&mut self) -> Result<SelfTestReport, EmbedError> {
-        let test = self.selftest.take().ok_or_else(|| {
-            EmbedError::SelfTest(format!("the bundle has no `{SELFTEST_SECTION}` section"))
-        })?;
-        let r = self.run_self_test(&test);
-        self.selftest = Some(test);
-        r
+    pub fn run_self_test(&mut self, test: &SelfTest) -> Result<Report, EmbedError> {
+        let got = self.embed(crate::selftest::input(test)?)?;
+        crate::selftest::compare(test, &got, &self.engine().to_string())
+    }
+
+    /// Run the bundle's own self-test (what `tether verify --self-test` runs on the
+    /// device).
+    ///
+    /// # Errors
+    /// [`EmbedError::SelfTest`] when the bundle has none or it is unreadable; as
+    /// [`Embedder::run_self_test`].
+    pub fn self_test(&mut self) -> Result<Report, EmbedError> {
+        let test = SelfTest::required(self.model.bundle(), FAMILY)?;
+        self.run_self_test(&test)
     }
 }

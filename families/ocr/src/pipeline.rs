@@ -188,6 +188,21 @@ struct LinePlan {
     rec_width: u32,
 }
 
+/// Where the detector's image is after preprocessing, and how its coordinates map back to
+/// the source image.
+struct Geometry {
+    /// The source image's `(width, height)` in pixels.
+    raw: (usize, usize),
+    /// The preprocessed image's `(width, height)` (padding included).
+    size: (usize, usize),
+    /// The preprocessed image is `self.scaled` (else the converted source, `self.image`).
+    use_scaled: bool,
+    /// Source pixels per preprocessed pixel, `(x, y)`.
+    ratio: (f64, f64),
+    /// Rows of black padding added above (and below) the image.
+    pad_top: usize,
+}
+
 /// Outcome of recognising one line image.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct LineOutcome {
@@ -431,6 +446,22 @@ impl Ocr {
         self.stats = OcrStats::default();
         self.times = StageTimes::default();
         self.image.convert_from(image);
+        let geometry = self.preprocess()?;
+        if self.detect_boxes(&geometry, t0)? {
+            self.recognize_lines(&geometry)?;
+        }
+        self.stats.lines = self.result.len();
+        self.times.total = t0.elapsed();
+        Ok(&self.result)
+    }
+
+    /// `RapidOCR.preprocess` and `maybe_add_letterbox` on the converted image: the side
+    /// limits (rescaled into `self.scaled` when outside them) and the black bands of a very
+    /// short or very wide image. Returns where the detector's image is and how it maps back.
+    ///
+    /// # Errors
+    /// [`OcrError::Image`] when a rescale leaves no pixels.
+    fn preprocess(&mut self) -> Result<Geometry, OcrError> {
         let (raw_w, raw_h) = (self.image.width, self.image.height);
         let bad = |reason: &'static str| OcrError::Image {
             width: raw_w as u32,
@@ -524,10 +555,27 @@ impl Ocr {
             h += 2 * pad_top;
             use_scaled = true;
         }
+        Ok(Geometry {
+            raw: (raw_w, raw_h),
+            size: (w, h),
+            use_scaled,
+            ratio: (ratio_w, ratio_h),
+            pad_top,
+        })
+    }
+
+    /// The detector on the preprocessed image (resized to its input size, normalised), then
+    /// the DB post-processing into `self.boxes`. Returns whether there are boxes to read
+    /// (`false`: none, or an image too small for the detector).
+    ///
+    /// # Errors
+    /// As [`Ocr::detect_text`].
+    fn detect_boxes(&mut self, g: &Geometry, t0: Instant) -> Result<bool, OcrError> {
+        let c = &self.config;
+        let (w, h, use_scaled) = (g.size.0, g.size.1, g.use_scaled);
         // The detector.
         let Some((dw, dh)) = db::det_input_size(w, h, c) else {
-            self.times.total = t0.elapsed();
-            return Ok(&self.result);
+            return Ok(false);
         };
         self.stats.det_input = (dw, dh);
         let src = if use_scaled {
@@ -569,11 +617,19 @@ impl Ocr {
         self.times.preprocess = t1 - t0;
         self.times.det = t2 - t1;
         self.times.postprocess = t3 - t2;
-        if self.boxes.is_empty() {
-            self.times.total = t0.elapsed();
-            return Ok(&self.result);
-        }
+        Ok(!self.boxes.is_empty())
+    }
 
+    /// Each box of `self.boxes`: its line cut out, classified and recognised at the
+    /// reference's padded width; lines above the text score go into `self.result`, their
+    /// polygons mapped back to source pixels.
+    ///
+    /// # Errors
+    /// As [`Ocr::detect_text`].
+    fn recognize_lines(&mut self, g: &Geometry) -> Result<(), OcrError> {
+        let (raw_w, raw_h) = g.raw;
+        let (ratio_w, ratio_h) = g.ratio;
+        let (use_scaled, pad_top) = (g.use_scaled, g.pad_top);
         // Line sizes and the reference's per-batch padded widths.
         self.plans.clear();
         for b in &self.boxes {
@@ -639,9 +695,7 @@ impl Ocr {
                 rotated: outcome.rotated,
             });
         }
-        self.stats.lines = self.result.len();
-        self.times.total = t0.elapsed();
-        Ok(&self.result)
+        Ok(())
     }
 
     /// Classify and recognise the line image in `self.crop` (BGR, the

@@ -33,22 +33,7 @@ use crate::error::Error;
 use super::spec::{Check, PipelineSpec, RegionDecl, RegionKind, SpecError, Step};
 use super::{RegionId, Stage};
 
-/// Whether host staging is mapped into the device address space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MappedIo {
-    /// Mapped on integrated GPUs (Jetson, DRIVE), copied on discrete ones.
-    #[default]
-    Auto,
-    /// Always mapped (works on discrete GPUs too: kernels then read over the bus).
-    Always,
-    /// Never mapped: explicit copies inside the graph.
-    Never,
-    /// Outputs mapped, inputs copied. On a discrete GPU the stage or network that writes an
-    /// output writes it over the bus into the host staging, and the download node goes; the
-    /// input still arrives in one bulk copy. For outputs a kernel writes sparsely (a
-    /// detection list): an output a network writes in full is better copied.
-    Outputs,
-}
+pub use crate::vocab::MappedIo;
 
 /// How a device session is built.
 #[derive(Debug, Clone)]
