@@ -22,6 +22,7 @@ pub mod device;
 pub mod error;
 pub mod model;
 pub mod session;
+pub mod shapes;
 pub mod tensor;
 pub mod tensorrt;
 
@@ -41,4 +42,5 @@ pub use device::{COMPILED_BACKENDS, Device};
 pub use error::Error;
 pub use model::{Model, ModelOptions, Module, Network};
 pub use session::{PipelineSpec, RegionId, RegionKind, Session, Stage};
+pub use shapes::{ShapePolicy, ShapeSessions};
 pub use tensor::{DType, Element, HostBuffer, IoMode, TensorSpec};
