@@ -49,13 +49,18 @@
 //! Why the host and not a kernel advances it: the host must know every position anyway, to
 //! refuse a run before it overflows (a kernel cannot return a typed error), and a host-written
 //! cursor makes reset a host store instead of a device operation. The price is the cursor's
-//! upload, one 8-byte-per-slot copy node at the head of the graph (none with mapped staging).
+//! upload, one small copy node per state (8 bytes a slot) at the head of the graph, none with
+//! mapped staging.
 //!
 //! # Slots
 //!
 //! An appendable state holds `slots` independent sequences (a batch of requests): rows
 //! `[slot * capacity, (slot + 1) * capacity)` and cursor `slot` are that sequence's; each is
 //! reset and advanced on its own.
+//!
+//! [`PipelineSpec::recurrent_state`]: super::PipelineSpec::recurrent_state
+//! [`PipelineSpec::append_state`]: super::PipelineSpec::append_state
+//! [`PipelineSpec::append_rows`]: super::PipelineSpec::append_rows
 
 use std::fmt;
 
