@@ -345,6 +345,9 @@ pub enum RunError {
         /// What was asked.
         what: &'static str,
     },
+    /// A request state operation that cannot be done (a run that would overflow a cache).
+    #[error(transparent)]
+    State(#[from] crate::session::StateError),
     /// A CUDA driver call failed.
     #[cfg(feature = "cuda")]
     #[error(transparent)]

@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tether_bundle::{Bundle, SectionKind, Verify};
-use tether_runtime::{Device, Model, ModelOptions};
+use tether_runtime::{Device, Model, ModelOptions, ShapePolicy};
 
 use crate::config::{CONFIG_SECTION, DICT_SECTION};
 use crate::ctc::{self, Dictionary};
 use crate::db::{self, DbPostprocessor, DbStats, DetBox};
 use crate::geometry::decimal_f64;
 use crate::image::{BgrImage, ImageView};
-use crate::net::{Prepared, ShapeCache};
+use crate::net::{self, Prepared, Sessions};
 use crate::network::{CLS, DET, REC};
 use crate::resize::{ResizeScratch, resize_linear};
 use crate::warp::{perspective_transform, rotate90_ccw, rotate180, warp_perspective_cubic};
@@ -233,8 +233,8 @@ pub struct Ocr {
     model: Model,
     config: OcrConfig,
     dict: Dictionary,
-    det: ShapeCache,
-    rec: ShapeCache,
+    det: Sessions,
+    rec: Sessions,
     cls: Option<Prepared>,
     image: BgrImage,
     scaled: BgrImage,
@@ -374,8 +374,21 @@ impl Ocr {
             None
         };
         let mut ocr = Self {
-            det: ShapeCache::new(&model, DET, options.det_cache),
-            rec: ShapeCache::new(&model, REC, config.rec_widths.len()),
+            det: net::sessions(
+                &model,
+                DET,
+                ShapePolicy::Exact {
+                    capacity: options.det_cache,
+                },
+            ),
+            rec: net::sessions(
+                &model,
+                REC,
+                ShapePolicy::Buckets([
+                    vec![config.rec_height as usize],
+                    config.rec_widths.iter().map(|&w| w as usize).collect(),
+                ]),
+            ),
             cls,
             model,
             image: BgrImage::default(),
@@ -856,7 +869,7 @@ impl Ocr {
 
     /// Recogniser widths prepared so far.
     pub fn prepared_rec_widths(&self) -> Vec<usize> {
-        self.rec.held().map(|(_, w)| w).collect()
+        self.rec.keys().map(|[_, w]| w).collect()
     }
 
     /// The opened bundle.
@@ -869,11 +882,11 @@ impl Ocr {
 /// `[1, 1, dh, dw]` (a probability map).
 fn det_engine<'a>(
     model: &Model,
-    cache: &'a mut ShapeCache,
+    cache: &'a mut Sessions,
     dw: usize,
     dh: usize,
 ) -> Result<&'a mut Prepared, OcrError> {
-    let p = cache.get(model, dh, dw)?;
+    let p = net::session(cache, model, DET, dh, dw)?;
     match p.output_shape() {
         [1, 1, oh, ow] if *oh == dh && *ow == dw => Ok(p),
         s => Err(OcrError::OutputShape {
@@ -887,12 +900,12 @@ fn det_engine<'a>(
 /// The recogniser prepared for `width`, its output checked to be `[1, T, C]`.
 fn rec_engine<'a>(
     model: &Model,
-    cache: &'a mut ShapeCache,
+    cache: &'a mut Sessions,
     config: &OcrConfig,
     width: usize,
 ) -> Result<&'a mut Prepared, OcrError> {
     let classes = config.rec_classes as usize;
-    let p = cache.get(model, config.rec_height as usize, width)?;
+    let p = net::session(cache, model, REC, config.rec_height as usize, width)?;
     match p.output_shape() {
         [1, t, c] if *c == classes && *t > 0 => Ok(p),
         s => Err(OcrError::Network {
