@@ -1152,3 +1152,90 @@ fn scan_longer_than_the_unroll_bound_is_refused_naming_node_and_count() {
         other => panic!("expected a refusal, got {other}"),
     }
 }
+
+/// The memory plans and schedules of YOLOv8n 320 and DocLayNet 1024 in fp32 and fp16 (each
+/// at its precision's default layout), as the engine makes them on the host: the trial plan
+/// its convolutions are measured on (every fusion candidate live, the default streams), and
+/// the final plan for no fusion, for every candidate fused (what an H200 load of fp16 ends
+/// with, 62-63 of 63), and on one stream. Printed with a digest of every offset and of the
+/// schedule, so that two versions of the engine can be compared line for line; each plan
+/// must pass its own check (no two buffers that may be live together share bytes).
+#[test]
+fn memory_plans_and_schedules_print_and_check() {
+    use native::memory::MemoryPlan;
+    // FNV-1a over the plan's offsets and the schedule (streams, waits, events, joins).
+    fn digest(p: &MemoryPlan) -> u64 {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        let mut eat = |v: u64| {
+            for b in v.to_le_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+        };
+        for o in &p.activation_offset {
+            eat(o.map_or(u64::MAX, |v| v as u64));
+        }
+        for o in &p.weight_offset {
+            eat(o.map_or(u64::MAX, |v| v as u64));
+        }
+        let s = &p.schedule;
+        for (j, &st) in s.stream.iter().enumerate() {
+            eat(u64::from(st));
+            eat(u64::from(s.starts[j]));
+            eat(s.event[j].map_or(u64::MAX, u64::from));
+            for &w in &s.waits[j] {
+                eat(u64::from(w));
+            }
+            eat(u64::MAX - 1);
+        }
+        for &j in &s.joins {
+            eat(u64::from(j));
+        }
+        h
+    }
+    for (file, shape) in [
+        ("320n.onnx", [1, 3, 320, 320]),
+        ("yolov8n-doclaynet.onnx", [1, 3, 1024, 1024]),
+    ] {
+        let onnx = std::fs::read(asset(file)).unwrap();
+        for precision in [Precision::Fp32, Precision::Fp16] {
+            let c = native::compile(&onnx, &[shape.to_vec()], precision).unwrap();
+            let g = &c.graph;
+            let candidates: Vec<usize> = (0..g.steps.len())
+                .filter(|&i| native::fusion::candidate(g, i).is_some())
+                .collect();
+            let plans = [
+                ("trial (all candidates, 8 streams)", c.memory.clone()),
+                (
+                    "final, no fusion, 8 streams",
+                    MemoryPlan::for_fusions(g, &[], 8).unwrap(),
+                ),
+                (
+                    "final, every candidate fused, 8 streams",
+                    MemoryPlan::for_fusions(g, &candidates, 8).unwrap(),
+                ),
+                (
+                    "final, no fusion, 1 stream",
+                    MemoryPlan::for_fusions(g, &[], 1).unwrap(),
+                ),
+            ];
+            eprintln!(
+                "{file} {precision:?}: {} steps, {} fusion candidates",
+                g.steps.len(),
+                candidates.len()
+            );
+            for (what, p) in plans {
+                p.check(g).unwrap();
+                let s = &p.schedule;
+                eprintln!(
+                    "  {what}: activations {} bytes, weights {} bytes, {} streams, {} events, {} joins, digest {:016x}",
+                    p.activation_bytes,
+                    p.weight_bytes,
+                    s.streams,
+                    s.events,
+                    s.joins.len(),
+                    digest(&p)
+                );
+            }
+        }
+    }
+}
