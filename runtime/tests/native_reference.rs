@@ -10,8 +10,9 @@
 use std::path::PathBuf;
 
 use tether_runtime::backend::Precision;
+use tether_runtime::native::exec::{emulate, reference};
 use tether_runtime::native::ir::{BufferKind, StepKind};
-use tether_runtime::native::{self, ActivationLayout, LowerError, emulate, reference};
+use tether_runtime::native::{self, ActivationLayout, LowerError};
 use tract_onnx::prelude::*;
 
 fn asset(name: &str) -> PathBuf {
@@ -115,7 +116,7 @@ fn check_network(file: &str, shape: &[usize], precision: Precision, atol: f32, r
     // Every convolution that can take its bias/activation (and residual) into cuDNN's graph,
     // taken, as a GPU executor whose fused plans all won at load runs it. YOLOv8 is built of
     // conv + bias + SiLU blocks: a network with none found means the detection broke.
-    let fusions = native::fusion::find_all(&compiled);
+    let fusions = native::passes::fusion::find_all(&compiled);
     let fusable = fusions.iter().flatten().count();
     let convs = g
         .steps
@@ -149,7 +150,7 @@ fn check_network(file: &str, shape: &[usize], precision: Precision, atol: f32, r
         .filter(|&i| fusions[i].is_some())
         .collect();
     for max in [2, 4, 8, 16] {
-        let s = native::schedule::Schedule::new(g, &fusable_steps, max);
+        let s = native::plan::schedule::Schedule::new(g, &fusable_steps, max);
         s.check().unwrap();
         eprintln!(
             "  at most {max} streams: {} used, {} events",
@@ -1141,7 +1142,7 @@ fn lstm_with_clip_is_refused_naming_node_and_attribute() {
 #[test]
 fn scan_longer_than_the_unroll_bound_is_refused_naming_node_and_count() {
     let onnx = std::fs::read(fixture("scan_cumsum.onnx")).unwrap();
-    let n = native::lower::MAX_SCAN_ITERATIONS + 1;
+    let n = native::front::MAX_SCAN_ITERATIONS + 1;
     let err = native::compile(&onnx, &[vec![3], vec![n, 3]], Precision::Fp32).unwrap_err();
     match err {
         LowerError::Unsupported { node, op, detail } => {
@@ -1162,7 +1163,7 @@ fn scan_longer_than_the_unroll_bound_is_refused_naming_node_and_count() {
 /// must pass its own check (no two buffers that may be live together share bytes).
 #[test]
 fn memory_plans_and_schedules_print_and_check() {
-    use native::memory::MemoryPlan;
+    use native::plan::memory::MemoryPlan;
     // FNV-1a over the plan's offsets and the schedule (streams, waits, events, joins).
     fn digest(p: &MemoryPlan) -> u64 {
         let mut h = 0xcbf2_9ce4_8422_2325u64;
@@ -1201,7 +1202,7 @@ fn memory_plans_and_schedules_print_and_check() {
             let c = native::compile(&onnx, &[shape.to_vec()], precision).unwrap();
             let g = &c.graph;
             let candidates: Vec<usize> = (0..g.steps.len())
-                .filter(|&i| native::fusion::candidate(g, i).is_some())
+                .filter(|&i| native::passes::fusion::candidate(g, i).is_some())
                 .collect();
             let plans = [
                 ("trial (all candidates, 8 streams)", c.memory.clone()),

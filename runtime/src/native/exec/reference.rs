@@ -11,12 +11,12 @@
 //!
 //! Not fast: convolution is a direct loop (a few seconds for YOLOv8n at 640).
 
-use super::ir::{
+use crate::native::ir::program::{load_f32, store_f32};
+use crate::native::ir::{
     BufferKind, Conv, ElemType, Gather, Gemm, Graph, Pool, PoolKind, Reduce, ReduceKind, Softmax,
     StepKind, TensorId,
 };
-use super::memory::{MemoryPlan, Region};
-use super::program::{load_f32, store_f32};
+use crate::native::plan::memory::{MemoryPlan, Region};
 
 /// Host memory for one run.
 struct Memory<'a> {
@@ -259,7 +259,7 @@ fn conv(ex: &Exec<'_, '_>, c: &Conv) -> Vec<f32> {
 /// rows first, then columns, zero-weight taps skipped, as tract resamples.
 pub fn resize_compute(
     x: &[f32],
-    r: &super::ir::Resize,
+    r: &crate::native::ir::Resize,
     iy: &[f32],
     wy: &[f32],
     ix: &[f32],

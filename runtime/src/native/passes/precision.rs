@@ -16,10 +16,10 @@
 //! another type is cast into an fp16 twin first (and an fp32 result is written through an
 //! fp16 twin and cast after), so every step sees uniform types.
 
-use super::ir::{BufferKind, ElemType, Graph, Step, StepKind, Tensor, TensorId};
-use super::lower::LowerError;
-use super::program::Program;
 use crate::backend::Precision;
+use crate::native::front::LowerError;
+use crate::native::ir::program::Program;
+use crate::native::ir::{BufferKind, ElemType, Graph, Step, StepKind, Tensor, TensorId};
 
 /// Apply `precision` to a lowered, optimised graph.
 ///
@@ -65,7 +65,7 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
         if g.buffers[b].dtype != ElemType::F32 {
             continue;
         }
-        let (root, _) = g.root(super::ir::BufferId(b));
+        let (root, _) = g.root(crate::native::ir::BufferId(b));
         let in_output = matches!(g.buffers[root.0].kind, BufferKind::Output(_));
         let convert = match &g.buffers[b].kind {
             BufferKind::Activation => !in_output,

@@ -2,9 +2,9 @@
 //! buffers.
 //!
 //! The IR knows nothing about tract or CUDA. A [`Graph`] is built by the front end
-//! ([`super::lower`]), rewritten by the passes ([`super::passes`]: element-wise fusion, copy
-//! elision, precision), laid out by the memory planner ([`super::memory`]) and executed by the
-//! host reference executor ([`super::reference`]) or the GPU executor.
+//! ([`crate::native::front`]), rewritten by the passes ([`crate::native::passes::rewrite`]: element-wise fusion, copy
+//! elision, precision), laid out by the memory planner ([`crate::native::plan::memory`]) and executed by the
+//! host reference executor ([`crate::native::exec::reference`]) or the GPU executor.
 //!
 //! # Tensors, views, buffers
 //! A [`Buffer`] is a span of memory of one element type: an activation (placed in the
@@ -22,7 +22,9 @@
 
 use std::fmt;
 
-use super::program::Program;
+pub mod program;
+
+use program::Program;
 
 /// Largest tensor rank the IR represents (ONNX models in scope use at most 6).
 pub const MAX_RANK: usize = 8;
@@ -359,7 +361,7 @@ pub struct Conv {
     /// Group count (`C` for depthwise).
     pub group: usize,
     /// `x` and `y` NHWC (packed or pitched, [`Tensor::nhwc_pitch`]), `w` packed OHWI (2-D
-    /// forward convolutions only; set by [`super::layout`]).
+    /// forward convolutions only; set by [`crate::native::passes::layout`]).
     pub channels_last: bool,
 }
 
@@ -390,7 +392,7 @@ pub struct Pool {
     pub pads: Vec<usize>,
     /// Stride per spatial axis.
     pub strides: Vec<usize>,
-    /// `x` and `y` NHWC, packed or pitched (set by [`super::layout`]).
+    /// `x` and `y` NHWC, packed or pitched (set by [`crate::native::passes::layout`]).
     pub channels_last: bool,
 }
 

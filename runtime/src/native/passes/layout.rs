@@ -28,9 +28,9 @@
 //!    softmax, a resize, a transposed convolution, a flatten of C with H and W) keeps the
 //!    buffer NCHW.
 //! 3. A convolution or pooling touching an NHWC buffer runs channels-last
-//!    ([`super::ir::Conv::channels_last`]): a slice of channels of an NHWC buffer (C2f's
+//!    ([`crate::native::ir::Conv::channels_last`]): a slice of channels of an NHWC buffer (C2f's
 //!    split halves and concatenation slots, SPPF's pooled slots) is read or written in place
-//!    as a view with a pixel pitch ([`super::ir::Tensor::nhwc_pitch`]; cuDNN is given its
+//!    as a view with a pixel pitch ([`crate::native::ir::Tensor::nhwc_pitch`]; cuDNN is given its
 //!    strides), an operand that is not NHWC at all (a network input, an NCHW buffer; with
 //!    [`ActivationLayout::NhwcPacked`] a slice of channels too) goes through a fresh packed
 //!    NHWC buffer and a strided copy, and the filter is reordered to OHWI (cuDNN's KRSC) at
@@ -49,13 +49,13 @@
 
 use std::collections::HashMap;
 
-use super::gemm::blas_gemm;
-use super::ir::{
+use crate::backend::Precision;
+use crate::native::front::LowerError;
+use crate::native::ir::{
     BufferId, BufferKind, Conv, Gemm, Graph, Step, StepKind, Tensor, TensorId, map_view,
     nhwc_strides, packed_strides,
 };
-use super::lower::LowerError;
-use crate::backend::Precision;
+use crate::native::ops::gemm::blas_gemm;
 
 /// Memory order of the activations convolutions and poolings read and write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub enum ActivationLayout {
     Nchw,
     /// Channels-last `[N, H, W, C]` where the pass can (see the module documentation);
     /// convolutions and poolings read and write slices of channels of an NHWC buffer in
-    /// place, as views with a pixel pitch ([`super::ir::Tensor::nhwc_pitch`]): a C2f block's
+    /// place, as views with a pixel pitch ([`crate::native::ir::Tensor::nhwc_pitch`]): a C2f block's
     /// split halves and concatenation slots, SPPF's pooled slots.
     Nhwc,
     /// [`ActivationLayout::Nhwc`] with every convolution and pooling operand packed: a slice
@@ -120,7 +120,7 @@ pub fn apply(g: &mut Graph, layout: ActivationLayout) -> Result<(), LowerError> 
 /// convolution again, channels-last: tract's declutter turns every 1x1 convolution into a
 /// matrix product (`lower::declutter`), which cuBLAS runs as fast as cuDNN runs the
 /// convolution, but only a convolution can take its bias and activation into one cuDNN
-/// kernel (`super::fusion`; on the H200 YOLOv8n's 25 pointwise products each had a 2-3 us
+/// kernel (`crate::native::passes::fusion`; on the H200 YOLOv8n's 25 pointwise products each had a 2-3 us
 /// `bias_act` launch after them, `docs/evidence/native-h200.md`, seventh run).
 ///
 /// Exactly `c[1, K, H, W] = sum_C b[K, C] * a[1, C, H, W]`: `a` and `c` packed NHWC
@@ -774,10 +774,10 @@ mod tests {
     /// the NCHW one keeps the OIHW bytes, and both compute what the NCHW plan computes.
     #[test]
     fn a_filter_shared_with_an_nchw_convolution_is_copied_not_reordered() {
+        use crate::native::exec::reference;
+        use crate::native::ir::program::Program;
         use crate::native::ir::{Conv, ElemType};
-        use crate::native::memory::MemoryPlan;
-        use crate::native::program::Program;
-        use crate::native::reference;
+        use crate::native::plan::memory::MemoryPlan;
         let f32s = |n: usize, seed: u32| -> Vec<u8> {
             (0..n as u32)
                 .flat_map(|i| {
@@ -819,7 +819,7 @@ mod tests {
                 StepKind::Elementwise {
                     inputs: vec![x],
                     output: a,
-                    program: Program::unary(crate::native::program::EwOp::LeakyRelu, 0.1),
+                    program: Program::unary(crate::native::ir::program::EwOp::LeakyRelu, 0.1),
                 },
             ),
             step("conv_nhwc", StepKind::Conv(conv(a, b))),

@@ -30,13 +30,13 @@ use tract_onnx::tract_core::ops::nn::{
 use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
 use tract_onnx::tract_core::ops::source::TypedSource;
 
-use super::gemm;
-use super::ir::Tensor as View;
-use super::ir::{
+use crate::native::ir::Tensor as View;
+use crate::native::ir::program::{EwOp, Program};
+use crate::native::ir::{
     self, BufferKind, ElemType, Graph, Io, PoolKind, ReduceKind, Step, StepKind, TensorId,
     packed_strides,
 };
-use super::program::{EwOp, Program};
+use crate::native::ops::gemm;
 
 /// Why a network could not be lowered.
 #[derive(Debug, thiserror::Error)]
@@ -863,7 +863,7 @@ impl<'m> Lowering<'m> {
     /// tanh(g)` and `Ht = sigmoid(o) * tanh(Ct)`: two element-wise steps over gate views of
     /// the packed pre-activations.
     fn lstm_epilogue(&mut self, node: &TypedNode, hidden: usize) -> Result<(), LowerError> {
-        use super::program::Expr;
+        use crate::native::ir::program::Expr;
         let pre = self.float_input(node, 0)?;
         let pre = self.packed(pre, &node.name);
         let c = self.float_input(node, 1)?;
@@ -1502,7 +1502,7 @@ impl<'m> Lowering<'m> {
                 inputs: vec![],
                 output: y,
                 program: Program {
-                    nodes: vec![super::program::Expr::Imm(value)],
+                    nodes: vec![crate::native::ir::program::Expr::Imm(value)],
                 },
             },
         );
@@ -2032,7 +2032,7 @@ impl<'m> Lowering<'m> {
             }),
         );
         let msb = self.broadcast_to(ms, &xt.shape, node)?;
-        use super::program::Expr;
+        use crate::native::ir::program::Expr;
         let op = |op, a, b| Expr::Op {
             op,
             args: [a, b, 0],

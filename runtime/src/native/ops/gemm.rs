@@ -14,7 +14,7 @@
 //! any stride. Pure logic, no CUDA: the front end asks [`blas_gemm`] whether a product fits
 //! (and packs its operands when not), the GPU executor makes the call.
 
-use super::ir::Gemm;
+use crate::native::ir::Gemm;
 
 /// One column-major strided-batched GEMM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

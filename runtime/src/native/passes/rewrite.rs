@@ -13,8 +13,10 @@
 
 use std::collections::HashSet;
 
-use super::ir::{BufferId, BufferKind, ElemType, Graph, StepKind, Tensor, TensorId, map_view};
-use super::program::{MAX_INPUTS, MAX_NODES};
+use crate::native::ir::program::{MAX_INPUTS, MAX_NODES};
+use crate::native::ir::{
+    BufferId, BufferKind, ElemType, Graph, StepKind, Tensor, TensorId, map_view,
+};
 
 /// Run every pass.
 pub fn optimise(g: &mut Graph) {
@@ -436,7 +438,7 @@ mod tests {
         // Transposed view cannot be re-split differently.
         assert_eq!(reshape_strides(&[3, 2], &[1, 3], &[6]), None);
     }
-    use crate::native::program::{EwOp, Program};
+    use crate::native::ir::program::{EwOp, Program};
 
     fn ew(inputs: Vec<TensorId>, output: TensorId, program: Program) -> Step {
         Step {
@@ -621,11 +623,11 @@ mod tests {
     }
 
     fn run_reference(g: &Graph) -> Vec<Vec<u8>> {
-        let memory = crate::native::memory::MemoryPlan::new(g).unwrap();
+        let memory = crate::native::plan::memory::MemoryPlan::new(g).unwrap();
         let input: Vec<u8> = (0..20)
             .flat_map(|k| (k as f32 * 0.25 - 2.0).to_ne_bytes())
             .collect();
-        crate::native::reference::run(g, &memory, &[&input]).unwrap()
+        crate::native::exec::reference::run(g, &memory, &[&input]).unwrap()
     }
 
     fn copies(g: &Graph) -> usize {
