@@ -587,7 +587,7 @@ fn full_check(
         .graph
         .steps
         .iter()
-        .filter(|st| matches!(st.kind, native::ir::StepKind::Copy { .. }))
+        .filter(|st| matches!(st.kind, native::graph::StepKind::Copy(_)))
         .count();
     eprintln!("  {copies} copy steps; the {layout:?} layout compiles to {want}");
     assert_eq!(

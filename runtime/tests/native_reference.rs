@@ -11,7 +11,8 @@ use std::path::PathBuf;
 
 use tether_runtime::backend::Precision;
 use tether_runtime::native::exec::{emulate, reference};
-use tether_runtime::native::ir::{BufferKind, StepKind};
+use tether_runtime::native::graph::StepKind;
+use tether_runtime::native::ir::BufferKind;
 use tether_runtime::native::{self, ActivationLayout, LowerError};
 use tract_onnx::prelude::*;
 
@@ -121,7 +122,7 @@ fn check_network(file: &str, shape: &[usize], precision: Precision, atol: f32, r
     let convs = g
         .steps
         .iter()
-        .filter(|s| matches!(s.kind, native::ir::StepKind::Conv(_)))
+        .filter(|s| matches!(s.kind, native::graph::StepKind::Conv(_)))
         .count();
     eprintln!(" {fusable} of {convs} convolutions fusable");
     assert!(fusable > 0, "{file} {precision:?}: no fusable convolution");
@@ -300,8 +301,8 @@ fn yolov8n_lowering_has_no_concat_copies_and_fuses_silu() {
     let count = |f: &dyn Fn(&StepKind) -> bool| g.steps.iter().filter(|s| f(&s.kind)).count();
     let convs = count(&|k| matches!(k, StepKind::Conv(_)));
     let gemms = count(&|k| matches!(k, StepKind::Gemm(_)));
-    let elementwise = count(&|k| matches!(k, StepKind::Elementwise { .. }));
-    let copies = count(&|k| matches!(k, StepKind::Copy { .. }));
+    let elementwise = count(&|k| matches!(k, StepKind::Elementwise(_)));
+    let copies = count(&|k| matches!(k, StepKind::Copy(_)));
     eprintln!("{}", g.describe());
     eprintln!("conv {convs}, gemm {gemms}, elementwise {elementwise}, copy {copies}");
     // Every convolution (3x3 through cuDNN, 1x1 as a matrix product) is followed by at most
@@ -475,10 +476,10 @@ fn check_layouts_agree(
 }
 
 /// Copy steps of a plan.
-fn copies(g: &native::ir::Graph) -> usize {
+fn copies(g: &native::graph::Graph) -> usize {
     g.steps
         .iter()
-        .filter(|s| matches!(s.kind, StepKind::Copy { .. }))
+        .filter(|s| matches!(s.kind, StepKind::Copy(_)))
         .count()
 }
 

@@ -43,6 +43,7 @@
 
 pub mod exec;
 pub mod front;
+pub mod graph;
 pub mod ir;
 pub mod libs;
 pub mod ops;
@@ -52,7 +53,7 @@ pub mod plan;
 use crate::backend::Precision;
 
 pub use exec::engine::{NativeBackend, NativeExecutor, NativeOptions, NativePlan};
-pub use front::LowerError;
+pub use ir::error::LowerError;
 pub use libs::load::{LibraryError, LibraryVersions, library_versions};
 pub use passes::layout::ActivationLayout;
 
@@ -60,7 +61,7 @@ pub use passes::layout::ActivationLayout;
 #[derive(Clone, Debug)]
 pub struct Compiled {
     /// The IR.
-    pub graph: ir::Graph,
+    pub graph: graph::Graph,
     /// Offsets of every buffer.
     pub memory: plan::memory::MemoryPlan,
 }

@@ -16,8 +16,10 @@ use crate::native::exec::kernels::{
 };
 use crate::native::exec::launch::{self, Bases, ConvChoice, Launch, Layout};
 use crate::native::exec::reference::{conv_compute, deconv_compute, for_each_offset, pool_compute};
+use crate::native::graph::StepKind;
 use crate::native::ir::program::{EwOp, apply, load_f32, store_f32};
-use crate::native::ir::{ElemType, StepKind, Tensor};
+use crate::native::ir::{ElemType, Tensor};
+use crate::native::ops::deconv::Deconv;
 use crate::native::ops::gemm::BlasGemm;
 
 /// 8-byte aligned host memory.
@@ -669,7 +671,7 @@ pub fn run_in_order(
                 ws_bytes,
                 ..
             } => {
-                let StepKind::Deconv(cv) = &g.steps[*step].kind else {
+                let StepKind::Deconv(Deconv(cv)) = &g.steps[*step].kind else {
                     return Err(format!("{name}: launch is not a transposed convolution"));
                 };
                 let (xt, wt, yt) = (g.tensor(cv.x), g.tensor(cv.w), g.tensor(cv.y));

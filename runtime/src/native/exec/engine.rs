@@ -33,11 +33,14 @@ use crate::native::exec::kernels::{
     ReduceParams, ResizeParams, SoftmaxParams, TransposeParams,
 };
 use crate::native::exec::launch::{self, Bases, ConvChoice, Launch, Layout, address};
-use crate::native::ir::{ElemType, Graph, PoolKind, StepKind, TensorId};
+use crate::native::graph::{Graph, StepKind};
+use crate::native::ir::{ElemType, TensorId};
 use crate::native::libs::cublas::{self, GemmMath};
 use crate::native::libs::cudnn::{self, ConvMath};
 use crate::native::libs::plan_cache::PlanCache;
 use crate::native::libs::{cudnn_graph, load as libs};
+use crate::native::ops::pool::PoolKind;
+use crate::native::ops::{deconv::Deconv, elementwise::Elementwise};
 use crate::native::passes::fusion::{self, Fusion};
 use crate::native::plan::memory::BUFFER_ALIGN;
 use crate::native::{Compiled, LowerError};
@@ -447,7 +450,7 @@ fn has_pitched_operand(g: &Graph, i: usize) -> bool {
 fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, String> {
     let e = |e: cudnn::CudnnError| format!("step {i} ({}): {e}", g.steps[i].node);
     match &g.steps[i].kind {
-        StepKind::Conv(c) | StepKind::Deconv(c) => {
+        StepKind::Conv(c) | StepKind::Deconv(Deconv(c)) => {
             let transposed = matches!(g.steps[i].kind, StepKind::Deconv(_));
             let (xt, wt, yt) = (g.tensor(c.x), g.tensor(c.w), g.tensor(c.y));
             let dt = cudnn::data_type(xt.dtype)
@@ -1022,7 +1025,7 @@ impl NativePlan {
                 kept_plans[i] = m.plan.clone();
             };
             for (i, step) in g.steps.iter().enumerate() {
-                let (StepKind::Conv(c) | StepKind::Deconv(c)) = &step.kind else {
+                let (StepKind::Conv(c) | StepKind::Deconv(Deconv(c))) = &step.kind else {
                     continue;
                 };
                 let transposed = matches!(step.kind, StepKind::Deconv(_));
@@ -1187,11 +1190,11 @@ impl NativePlan {
                             m.plan = Some(plan);
                         }
                         if let (Some(f), Some((epi, out_align))) = (fusion, epilogue) {
-                            let StepKind::Elementwise {
+                            let StepKind::Elementwise(Elementwise {
                                 inputs,
                                 output,
                                 program,
-                            } = &g.steps[f.ew].kind
+                            }) = &g.steps[f.ew].kind
                             else {
                                 unreachable!("a fusion's successor is element-wise")
                             };

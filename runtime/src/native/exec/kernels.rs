@@ -4,8 +4,9 @@
 
 use crate::cuda::{CudaError, Function, KernelImage, KernelModule};
 
+use crate::native::graph::Graph;
 use crate::native::ir::program::{Expr, MAX_INPUTS, MAX_NODES, Program};
-use crate::native::ir::{ElemType, Graph, Tensor, TensorId};
+use crate::native::ir::{ElemType, Tensor, TensorId};
 
 /// Rank of the kernels' index space (after collapsing).
 pub const MAX_RANK: usize = 8;

@@ -8,8 +8,10 @@ use crate::native::exec::kernels::{
     self, BiasActParams, CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams,
     SoftmaxParams, TransposeParams,
 };
-use crate::native::ir::{ElemType, StepKind, TensorId};
+use crate::native::graph::StepKind;
+use crate::native::ir::{ElemType, TensorId};
 use crate::native::ops::gemm::{BlasGemm, blas_gemm};
+use crate::native::ops::{copy, deconv::Deconv, elementwise::Elementwise};
 use crate::native::passes::fusion::Fusion;
 use crate::native::plan::memory::{BUFFER_ALIGN, Region};
 use crate::native::plan::schedule::MAX_STREAMS;
@@ -374,11 +376,11 @@ pub fn build(
             continue;
         }
         let launch = match &step.kind {
-            StepKind::Elementwise {
+            StepKind::Elementwise(Elementwise {
                 inputs,
                 output,
                 program,
-            } => {
+            }) => {
                 if let Some(params) = kernels::bias_act_params(g, inputs, *output, program, &addr) {
                     Launch::BiasAct {
                         grid: kernels::grid_for(params.threads()),
@@ -393,7 +395,7 @@ pub fn build(
                     }
                 }
             }
-            StepKind::Copy { src, dst } => {
+            StepKind::Copy(copy::Copy { src, dst }) => {
                 if kernels::is_block_copy(g, *src, *dst) {
                     let t = g.tensor(*dst);
                     Launch::Memcpy {
@@ -413,7 +415,7 @@ pub fn build(
                     }
                 }
             }
-            StepKind::Conv(cv) | StepKind::Deconv(cv) => {
+            StepKind::Conv(cv) | StepKind::Deconv(Deconv(cv)) => {
                 let choice = convs
                     .get(i)
                     .copied()

@@ -30,35 +30,15 @@ use tract_onnx::tract_core::ops::nn::{
 use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
 use tract_onnx::tract_core::ops::source::TypedSource;
 
+use crate::native::graph::{Graph, Io, Step, StepKind};
 use crate::native::ir::Tensor as View;
+pub use crate::native::ir::error::LowerError;
 use crate::native::ir::program::{EwOp, Program};
-use crate::native::ir::{
-    self, BufferKind, ElemType, Graph, Io, PoolKind, ReduceKind, Step, StepKind, TensorId,
-    packed_strides,
-};
+use crate::native::ir::{self, BufferKind, ElemType, TensorId, packed_strides};
 use crate::native::ops::gemm;
-
-/// Why a network could not be lowered.
-#[derive(Debug, thiserror::Error)]
-pub enum LowerError {
-    /// An operator or attribute the engine does not lower.
-    #[error("node `{node}` ({op}): {detail}")]
-    Unsupported {
-        /// The node's name.
-        node: String,
-        /// The operator.
-        op: String,
-        /// What is not supported.
-        detail: String,
-    },
-    /// tract could not parse, type or simplify the network at the requested shapes.
-    #[error("{0}")]
-    Model(String),
-    /// A tensor of the network over the size limit, or with a negative dimension, refused
-    /// before tract materialised it (`backends/onnx_front.rs`, `into_typed_bounded`).
-    #[error(transparent)]
-    TooLarge(#[from] Box<crate::backend::TensorTooLarge>),
-}
+use crate::native::ops::pool::PoolKind;
+use crate::native::ops::reduce::ReduceKind;
+use crate::native::ops::{conv, copy, deconv, elementwise, gather, pool, reduce, resize, softmax};
 
 /// Parse `onnx` with tract, fix every input to `input_shapes` (element type from the model),
 /// type and declutter it.
@@ -263,7 +243,7 @@ pub fn lower(model: &TypedModel) -> Result<Graph, LowerError> {
             l.g.add_packed(&name, src.dtype, &src.shape, BufferKind::Output(i));
         l.g.steps.push(Step {
             node: name.clone(),
-            kind: StepKind::Copy { src: t, dst: o },
+            kind: StepKind::Copy(copy::Copy { src: t, dst: o }),
         });
         l.g.outputs.push(Io { name, tensor: o });
     }
@@ -443,7 +423,7 @@ impl<'m> Lowering<'m> {
         );
         self.g.steps.push(Step {
             node: node.to_string(),
-            kind: StepKind::Copy { src: t, dst: p },
+            kind: StepKind::Copy(copy::Copy { src: t, dst: p }),
         });
         self.packed.insert(t, p);
         p
@@ -831,10 +811,10 @@ impl<'m> Lowering<'m> {
                     );
                     self.push(
                         node,
-                        StepKind::Copy {
+                        StepKind::Copy(copy::Copy {
                             src: outs[ix],
                             dst: slice,
-                        },
+                        }),
                     );
                 }
                 if i + 1 == iters
@@ -927,11 +907,11 @@ impl<'m> Lowering<'m> {
         self.map.insert(OutletId::new(node.id, 1), ct);
         self.push(
             node,
-            StepKind::Elementwise {
+            StepKind::Elementwise(elementwise::Elementwise {
                 inputs: vec![gates[0], gates[2], gates[3], c],
                 output: ct,
                 program: ct_program,
-            },
+            }),
         );
         // Ht = sigmoid(o) * tanh(Ct); inputs: o, Ct.
         let ht_program = Program {
@@ -952,11 +932,11 @@ impl<'m> Lowering<'m> {
         self.map.insert(OutletId::new(node.id, 0), ht);
         self.push(
             node,
-            StepKind::Elementwise {
+            StepKind::Elementwise(elementwise::Elementwise {
                 inputs: vec![gates[1], ct],
                 output: ht,
                 program: ht_program,
-            },
+            }),
         );
         Ok(())
     }
@@ -1040,11 +1020,11 @@ impl<'m> Lowering<'m> {
         self.map.insert(OutletId::new(node.id, 0), y);
         self.push(
             node,
-            StepKind::Elementwise {
+            StepKind::Elementwise(elementwise::Elementwise {
                 inputs: operands,
                 output: y,
                 program,
-            },
+            }),
         );
         Ok(())
     }
@@ -1118,11 +1098,11 @@ impl<'m> Lowering<'m> {
         let y = self.new_output(node, 0)?;
         self.push(
             node,
-            StepKind::Elementwise {
+            StepKind::Elementwise(elementwise::Elementwise {
                 inputs: vec![x],
                 output: y,
                 program: Program::unary(ew, imm),
-            },
+            }),
         );
         Ok(())
     }
@@ -1146,11 +1126,11 @@ impl<'m> Lowering<'m> {
         let y = self.new_output(node, 0)?;
         self.push(
             node,
-            StepKind::Elementwise {
+            StepKind::Elementwise(elementwise::Elementwise {
                 inputs: vec![x],
                 output: y,
                 program: Program::identity(),
-            },
+            }),
         );
         Ok(())
     }
@@ -1169,11 +1149,11 @@ impl<'m> Lowering<'m> {
         let y = self.new_output(node, 0)?;
         self.push(
             node,
-            StepKind::Elementwise {
+            StepKind::Elementwise(elementwise::Elementwise {
                 inputs: ins,
                 output: y,
                 program: Program::select(),
-            },
+            }),
         );
         Ok(())
     }
@@ -1324,7 +1304,7 @@ impl<'m> Lowering<'m> {
                 offset,
                 out.strides.clone(),
             );
-            self.push(node, StepKind::Copy { src: x, dst: slot });
+            self.push(node, StepKind::Copy(copy::Copy { src: x, dst: slot }));
         }
         Ok(())
     }
@@ -1365,7 +1345,7 @@ impl<'m> Lowering<'m> {
         let xv = self.view(x, format!("{}.src", node.name), xs, src.offset, xst);
         let ystr = packed_strides(&ys);
         let yv = self.view(y, format!("{}.dst", node.name), ys, out.offset, ystr);
-        self.push(node, StepKind::Copy { src: xv, dst: yv });
+        self.push(node, StepKind::Copy(copy::Copy { src: xv, dst: yv }));
         Ok(())
     }
 
@@ -1453,7 +1433,7 @@ impl<'m> Lowering<'m> {
         let y = self.new_output(node, 0)?;
         self.push(
             node,
-            StepKind::Resize(ir::Resize {
+            StepKind::Resize(resize::Resize {
                 x,
                 y,
                 iy,
@@ -1498,13 +1478,13 @@ impl<'m> Lowering<'m> {
         let out = self.g.tensor(y).clone();
         self.push(
             node,
-            StepKind::Elementwise {
+            StepKind::Elementwise(elementwise::Elementwise {
                 inputs: vec![],
                 output: y,
                 program: Program {
                     nodes: vec![crate::native::ir::program::Expr::Imm(value)],
                 },
-            },
+            }),
         );
         let src = self.g.tensor(x).clone();
         let mut offset = out.offset;
@@ -1518,7 +1498,7 @@ impl<'m> Lowering<'m> {
             offset,
             out.strides.clone(),
         );
-        self.push(node, StepKind::Copy { src: x, dst: inner });
+        self.push(node, StepKind::Copy(copy::Copy { src: x, dst: inner }));
         Ok(())
     }
 
@@ -1592,7 +1572,7 @@ impl<'m> Lowering<'m> {
             };
             self.push(
                 node,
-                StepKind::Gather(ir::Gather {
+                StepKind::Gather(gather::Gather {
                     data: cur,
                     indices,
                     y,
@@ -1702,7 +1682,7 @@ impl<'m> Lowering<'m> {
         );
         self.push(
             node,
-            StepKind::Conv(ir::Conv {
+            StepKind::Conv(conv::Conv {
                 x,
                 w,
                 y,
@@ -1764,11 +1744,11 @@ impl<'m> Lowering<'m> {
         self.map.insert(OutletId::new(node.id, 0), out);
         self.push(
             node,
-            StepKind::Elementwise {
+            StepKind::Elementwise(elementwise::Elementwise {
                 inputs: vec![y, bview],
                 output: out,
                 program: Program::binary(EwOp::Add),
-            },
+            }),
         );
         Ok(())
     }
@@ -1877,7 +1857,7 @@ impl<'m> Lowering<'m> {
         );
         self.push(
             node,
-            StepKind::Deconv(ir::Conv {
+            StepKind::Deconv(deconv::Deconv(conv::Conv {
                 x,
                 w,
                 y,
@@ -1886,7 +1866,7 @@ impl<'m> Lowering<'m> {
                 dilations: spec.dilations().to_vec(),
                 group: g,
                 channels_last: false,
-            }),
+            })),
         );
         self.bias(node, y, &shape, dt)
     }
@@ -1910,7 +1890,7 @@ impl<'m> Lowering<'m> {
         let y = self.new_output(node, 0)?;
         self.push(
             node,
-            StepKind::Pool(ir::Pool {
+            StepKind::Pool(pool::Pool {
                 x,
                 y,
                 kind,
@@ -1940,7 +1920,7 @@ impl<'m> Lowering<'m> {
         let y = self.new_output(node, 0)?;
         self.push(
             node,
-            StepKind::Softmax(ir::Softmax {
+            StepKind::Softmax(softmax::Softmax {
                 x,
                 y,
                 outer: shape[..ax].iter().product(),
@@ -1976,7 +1956,7 @@ impl<'m> Lowering<'m> {
         let y = self.new_output(node, 0)?;
         self.push(
             node,
-            StepKind::Reduce(ir::Reduce {
+            StepKind::Reduce(reduce::Reduce {
                 x,
                 y,
                 outer: shape[..first].iter().product(),
@@ -2022,7 +2002,7 @@ impl<'m> Lowering<'m> {
         );
         self.push(
             node,
-            StepKind::Reduce(ir::Reduce {
+            StepKind::Reduce(reduce::Reduce {
                 x,
                 y: ms,
                 outer: xt.shape[..axis].iter().product(),
@@ -2071,11 +2051,11 @@ impl<'m> Lowering<'m> {
         let y = self.new_output(node, 0)?;
         self.push(
             node,
-            StepKind::Elementwise {
+            StepKind::Elementwise(elementwise::Elementwise {
                 inputs,
                 output: y,
                 program: Program { nodes },
-            },
+            }),
         );
         Ok(())
     }
@@ -2135,7 +2115,7 @@ impl<'m> Lowering<'m> {
         let y = self.new_output(node, 0)?;
         self.push(
             node,
-            StepKind::Gather(ir::Gather {
+            StepKind::Gather(gather::Gather {
                 data,
                 indices: idx,
                 y,
@@ -2170,7 +2150,7 @@ impl<'m> Lowering<'m> {
         let ax = op.axis;
         self.push(
             node,
-            StepKind::Gather(ir::Gather {
+            StepKind::Gather(gather::Gather {
                 data,
                 indices: idx,
                 y,
@@ -2354,7 +2334,7 @@ impl<'m> Lowering<'m> {
             let packed_a = [(m * k) as isize, k as isize, 1];
             let packed_b = [(k * n) as isize, n as isize, 1];
             let packed_c = [(m * n) as isize, n as isize, 1];
-            gemm::blas_gemm(&ir::Gemm {
+            gemm::blas_gemm(&gemm::Gemm {
                 a,
                 b,
                 c: y,
@@ -2452,7 +2432,7 @@ impl<'m> Lowering<'m> {
             Some(sc) => {
                 self.push(
                     node,
-                    StepKind::Gemm(ir::Gemm {
+                    StepKind::Gemm(gemm::Gemm {
                         a,
                         b,
                         c: y,
@@ -2475,7 +2455,7 @@ impl<'m> Lowering<'m> {
                 );
                 self.push(
                     node,
-                    StepKind::Gemm(ir::Gemm {
+                    StepKind::Gemm(gemm::Gemm {
                         a,
                         b,
                         c: tmp,
@@ -2507,7 +2487,7 @@ impl<'m> Lowering<'m> {
                     0,
                     strides,
                 );
-                self.push(node, StepKind::Copy { src: v, dst: y });
+                self.push(node, StepKind::Copy(copy::Copy { src: v, dst: y }));
             }
         }
         Ok(())

@@ -14,7 +14,57 @@
 //! any stride. Pure logic, no CUDA: the front end asks [`blas_gemm`] whether a product fits
 //! (and packs its operands when not), the GPU executor makes the call.
 
-use crate::native::ir::Gemm;
+use crate::native::ir::{TensorId, Views};
+use crate::native::ops::op::{Op, one_float_type};
+
+/// A batched matrix product `c[b, m, n] = sum_k a[b, m, k] * b[b, k, n]`, every operand
+/// addressed through its own strides (in elements, from its tensor's offset). A batch stride
+/// of 0 broadcasts an operand over the batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gemm {
+    /// Left operand.
+    pub a: TensorId,
+    /// Right operand.
+    pub b: TensorId,
+    /// Result.
+    pub c: TensorId,
+    /// Batch count.
+    pub batch: usize,
+    /// Rows of `c`.
+    pub m: usize,
+    /// Columns of `c`.
+    pub n: usize,
+    /// Contracted length.
+    pub k: usize,
+    /// `a` strides: batch, m, k.
+    pub sa: [isize; 3],
+    /// `b` strides: batch, k, n.
+    pub sb: [isize; 3],
+    /// `c` strides: batch, m, n.
+    pub sc: [isize; 3],
+}
+
+impl Op for Gemm {
+    const NAME: &'static str = "gemm";
+
+    fn reads(&self) -> Vec<TensorId> {
+        vec![self.a, self.b]
+    }
+
+    fn writes(&self) -> TensorId {
+        self.c
+    }
+
+    fn operands_mut(&mut self, f: &mut dyn FnMut(&mut TensorId, bool)) {
+        f(&mut self.a, false);
+        f(&mut self.b, false);
+        f(&mut self.c, true);
+    }
+
+    fn check(&self, g: &dyn Views) -> Result<(), String> {
+        one_float_type(g, Self::NAME, &self.reads(), self.c)
+    }
+}
 
 /// One column-major strided-batched GEMM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,8 +16,10 @@
 
 use crate::native::Compiled;
 use crate::native::exec::kernels;
-use crate::native::ir::{ElemType, Graph, StepKind, TensorId};
+use crate::native::graph::{Graph, StepKind};
+use crate::native::ir::{ElemType, TensorId};
 use crate::native::libs::cudnn_graph::{FusedAct, FusedEpilogue};
+use crate::native::ops::elementwise::Elementwise;
 use crate::native::plan::memory::{MemoryPlan, Region};
 
 /// A convolution step and the element-wise step it absorbs.
@@ -127,11 +129,11 @@ pub fn candidate(g: &Graph, i: usize) -> Option<Fusion> {
         return None;
     };
     let j = i + 1;
-    let StepKind::Elementwise {
+    let StepKind::Elementwise(Elementwise {
         inputs,
         output,
         program,
-    } = &g.steps.get(j)?.kind
+    }) = &g.steps.get(j)?.kind
     else {
         return None;
     };
@@ -208,8 +210,11 @@ pub fn find_all(c: &Compiled) -> Vec<Option<Fusion>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::native::graph::{Io, Step};
     use crate::native::ir::program::{EwOp, Expr, Program};
-    use crate::native::ir::{BufferKind, Conv, Io, Step, Tensor};
+    use crate::native::ir::{BufferKind, Tensor};
+    use crate::native::ops::conv::Conv;
+    use crate::native::ops::copy;
     use crate::native::plan::memory::MemoryPlan;
 
     /// `input -> copy a -> conv y -> silu(y + b) o [+ r] -> copy out`: `a` dies at the
@@ -270,7 +275,8 @@ mod tests {
             node: "n".into(),
             kind,
         };
-        g.steps.push(step(StepKind::Copy { src: input, dst: a }));
+        g.steps
+            .push(step(StepKind::Copy(copy::Copy { src: input, dst: a })));
         g.steps.push(step(StepKind::Conv(Conv {
             x: a,
             w,
@@ -281,15 +287,17 @@ mod tests {
             group: 1,
             channels_last: false,
         })));
-        g.steps.push(step(StepKind::Elementwise {
+        g.steps.push(step(StepKind::Elementwise(Elementwise {
             inputs,
             output: o,
             program: Program { nodes },
-        }));
-        g.steps.push(step(StepKind::Copy { src: o, dst: out }));
+        })));
+        g.steps
+            .push(step(StepKind::Copy(copy::Copy { src: o, dst: out })));
         if extra_reader {
             let z = g.add_packed("z", f, &shape, BufferKind::Activation);
-            g.steps.push(step(StepKind::Copy { src: y, dst: z }));
+            g.steps
+                .push(step(StepKind::Copy(copy::Copy { src: y, dst: z })));
         }
         (g, a, b, o)
     }
@@ -376,13 +384,13 @@ mod tests {
             candidate(&g, 1).is_some(),
             "channels-last conv + bias + SiLU + r"
         );
-        let StepKind::Elementwise { inputs, .. } = &mut g.steps[2].kind else {
+        let StepKind::Elementwise(Elementwise { inputs, .. }) = &mut g.steps[2].kind else {
             unreachable!()
         };
         inputs[2] = b;
-        let StepKind::Elementwise {
+        let StepKind::Elementwise(Elementwise {
             inputs, program, ..
-        } = &g.steps[2].kind
+        }) = &g.steps[2].kind
         else {
             unreachable!()
         };
@@ -403,10 +411,10 @@ mod tests {
             1,
             Step {
                 node: "r".into(),
-                kind: StepKind::Copy { src: a, dst: r },
+                kind: StepKind::Copy(copy::Copy { src: a, dst: r }),
             },
         );
-        let StepKind::Elementwise { inputs, .. } = &mut g.steps[3].kind else {
+        let StepKind::Elementwise(Elementwise { inputs, .. }) = &mut g.steps[3].kind else {
             unreachable!()
         };
         inputs[2] = r;

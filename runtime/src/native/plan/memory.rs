@@ -12,7 +12,8 @@
 //! already placed (the classic offset-assignment heuristic of TFLite's and ONNX Runtime's
 //! arena planners).
 
-use crate::native::ir::{BufferId, BufferKind, Graph};
+use crate::native::graph::Graph;
+use crate::native::ir::{BufferId, BufferKind};
 use crate::native::plan::schedule::Schedule;
 
 /// Alignment of every buffer in the workspace and the weight blob, in bytes (cuDNN and
@@ -295,7 +296,9 @@ fn time_apart(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::ir::{ElemType, Step, StepKind};
+    use crate::native::graph::{Step, StepKind};
+    use crate::native::ir::ElemType;
+    use crate::native::ops::copy;
 
     #[test]
     fn buffers_with_disjoint_lifetimes_share_memory() {
@@ -308,7 +311,7 @@ mod tests {
         for (src, dst) in [(x, a), (a, b), (b, c), (c, y)] {
             g.steps.push(Step {
                 node: "n".into(),
-                kind: StepKind::Copy { src, dst },
+                kind: StepKind::Copy(copy::Copy { src, dst }),
             });
         }
         let p = MemoryPlan::new(&g).unwrap();
@@ -335,7 +338,7 @@ mod tests {
         for (src, dst) in [(x, a), (a, b), (x, c), (c, d), (b, y0), (d, y1)] {
             g.steps.push(Step {
                 node: "n".into(),
-                kind: StepKind::Copy { src, dst },
+                kind: StepKind::Copy(copy::Copy { src, dst }),
             });
         }
         let off = |p: &MemoryPlan, t: crate::native::ir::TensorId| {

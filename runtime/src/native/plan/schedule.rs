@@ -34,7 +34,8 @@
 //! access to the other ([`Schedule::before`]); with one stream that is program order, which is
 //! what [`crate::native::plan::memory`] assumed before streams.
 
-use crate::native::ir::{Graph, Tensor, TensorId};
+use crate::native::graph::Graph;
+use crate::native::ir::{Tensor, TensorId};
 
 /// Default most streams a network runs on (`NativeOptions::streams`). YOLOv8's head has
 /// six independent chains beside the neck; on the H200 (tenth run of
@@ -414,12 +415,14 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::ir::{BufferKind, ElemType, Step, StepKind};
+    use crate::native::graph::{Step, StepKind};
+    use crate::native::ir::{BufferKind, ElemType};
+    use crate::native::ops::copy;
 
     fn copy(g: &mut Graph, src: TensorId, dst: TensorId) {
         g.steps.push(Step {
             node: format!("c{}", g.steps.len()),
-            kind: StepKind::Copy { src, dst },
+            kind: StepKind::Copy(copy::Copy { src, dst }),
         });
     }
 
