@@ -14,8 +14,14 @@
 //! any stride. Pure logic, no CUDA: the front end asks [`blas_gemm`] whether a product fits
 //! (and packs its operands when not), the GPU executor makes the call.
 
-use crate::native::ir::{TensorId, Views};
-use crate::native::ops::op::{Op, one_float_type};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::einsum::EinSum;
+
+use crate::native::ir::error::LowerError;
+use crate::native::ir::Tensor as View;
+use crate::native::ir::{BufferKind, TensorId, Views};
+use crate::native::ops::copy::Copy;
+use crate::native::ops::op::{Lower, Op, one_float_type, unsupported};
 
 /// A batched matrix product `c[b, m, n] = sum_k a[b, m, k] * b[b, k, n]`, every operand
 /// addressed through its own strides (in elements, from its tensor's offset). A batch stride
@@ -206,6 +212,351 @@ pub fn reference_blas(p: &BlasGemm, a: &[f32], b: &[f32], c: &mut [f32]) {
             }
         }
     }
+}
+
+
+/// Lower `node` when it is tract's `EinSum` over two operands (ONNX `MatMul`, `Gemm`, and
+/// the 1x1 convolutions tract's declutter turns into products): one strided-batched BLAS
+/// call, its operands packed by copies only where their strides fit none; `None` for
+/// anything else.
+pub fn lower<L: Lower>(l: &mut L, node: &TypedNode) -> Option<Result<(), LowerError>>
+where
+    L::Step: From<Gemm> + From<Copy>,
+{
+    let op = node.op_as::<EinSum>()?;
+    Some(einsum(l, node, op))
+}
+
+fn einsum<L: Lower>(
+    l: &mut L, node: &TypedNode, op: &EinSum) -> Result<(), LowerError>
+where
+    L::Step: From<Gemm> + From<Copy>,
+{
+    if op.q_params.is_some() {
+        return Err(unsupported(node, "quantised matrix product"));
+    }
+    if node.inputs.len() != 2 {
+        return Err(unsupported(
+            node,
+            format!("einsum over {} inputs", node.inputs.len()),
+        ));
+    }
+    if !matches!(op.operating_dt, DatumType::F32 | DatumType::F16) {
+        return Err(unsupported(
+            node,
+            format!("einsum in {:?}", op.operating_dt),
+        ));
+    }
+    let a = l.float_input(node, 0)?;
+    let b = l.float_input(node, 1)?;
+    let y = l.new_output(node, 0)?;
+    let (at, bt, ct) = (
+        l.tensor(a).clone(),
+        l.tensor(b).clone(),
+        l.tensor(y).clone(),
+    );
+    // Classify every axis: batch (a, b, c), m (a, c), n (b, c), k (a, b).
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Cat {
+        Batch,
+        M,
+        N,
+        K,
+    }
+    struct Ax {
+        cat: Cat,
+        pa: Option<usize>,
+        pb: Option<usize>,
+        pc: Option<usize>,
+    }
+    let mut axes = Vec::new();
+    for axis in op.axes.iter_all_axes() {
+        let one = |v: &[usize]| -> Result<Option<usize>, LowerError> {
+            match v.len() {
+                0 => Ok(None),
+                1 => Ok(Some(v[0])),
+                _ => Err(unsupported(
+                    node,
+                    format!("axis {} repeated in an operand", axis.repr),
+                )),
+            }
+        };
+        let pa = one(&axis.inputs[0])?;
+        let pb = one(&axis.inputs[1])?;
+        let pc = one(&axis.outputs[0])?;
+        let dim = |t: &View, p: Option<usize>| p.map(|p| t.shape[p]).unwrap_or(1);
+        let (da, db, dc) = (dim(&at, pa), dim(&bt, pb), dim(&ct, pc));
+        // Dimensions of 1 take part in nothing.
+        let pa = pa.filter(|_| da != 1);
+        let pb = pb.filter(|_| db != 1);
+        let pc = pc.filter(|_| dc != 1);
+        let cat = match (pa.is_some(), pb.is_some(), pc.is_some()) {
+            (_, _, false) if pa.is_none() && pb.is_none() => continue,
+            (true, true, true) => Cat::Batch,
+            (true, false, true) => Cat::M,
+            (false, true, true) => Cat::N,
+            (true, true, false) => {
+                if da != db {
+                    return Err(unsupported(
+                        node,
+                        format!("contracted axis {} of {da} vs {db}", axis.repr),
+                    ));
+                }
+                Cat::K
+            }
+            (false, false, true) => {
+                return Err(unsupported(
+                    node,
+                    format!("output axis {} broadcast from nothing", axis.repr),
+                ));
+            }
+            _ => {
+                return Err(unsupported(
+                    node,
+                    format!("axis {} summed within one operand", axis.repr),
+                ));
+            }
+        };
+        axes.push(Ax { cat, pa, pb, pc });
+    }
+    // Merged (size, stride) of one category in one operand, in the output's order (k: in
+    // a's order); None when the axes do not form one run of memory.
+    let order = |cat: Cat| -> Vec<usize> {
+        let mut ix: Vec<usize> = (0..axes.len()).filter(|&i| axes[i].cat == cat).collect();
+        ix.sort_by_key(|&i| {
+            if cat == Cat::K {
+                axes[i].pa
+            } else {
+                axes[i].pc
+            }
+        });
+        ix
+    };
+    let merged = |t: &View,
+                  pos: &dyn Fn(&Ax) -> Option<usize>,
+                  ix: &[usize],
+                  size: &dyn Fn(&Ax) -> usize|
+     -> Option<(usize, isize)> {
+        let mut dims: Vec<(usize, isize)> = Vec::new();
+        for &i in ix {
+            let d = size(&axes[i]);
+            let s = pos(&axes[i]).map(|p| t.strides[p]).unwrap_or(0);
+            dims.push((d, s));
+        }
+        let total: usize = dims.iter().map(|d| d.0).product();
+        let dims: Vec<(usize, isize)> = dims.into_iter().filter(|d| d.0 != 1).collect();
+        if dims.is_empty() {
+            return Some((1, 0));
+        }
+        if !dims.windows(2).all(|w| w[0].1 == w[1].1 * w[1].0 as isize) {
+            return None;
+        }
+        Some((total, dims.last().expect("non-empty").1))
+    };
+    let size_c = |x: &Ax| x.pc.map(|p| ct.shape[p]).unwrap_or(1);
+    let size_k = |x: &Ax| x.pa.map(|p| at.shape[p]).unwrap_or(1);
+    let (ob, om, on, ok) = (
+        order(Cat::Batch),
+        order(Cat::M),
+        order(Cat::N),
+        order(Cat::K),
+    );
+    let pa = |x: &Ax| x.pa;
+    let pb = |x: &Ax| x.pb;
+    let pc = |x: &Ax| x.pc;
+    let batch: usize = ob.iter().map(|&i| size_c(&axes[i])).product();
+    let m: usize = om.iter().map(|&i| size_c(&axes[i])).product();
+    let n: usize = on.iter().map(|&i| size_c(&axes[i])).product();
+    let k: usize = ok.iter().map(|&i| size_k(&axes[i])).product();
+    // Batch axes of a and b may be broadcast (size 1 in the operand): stride 0.
+    let size_in = |t: &View, p: Option<usize>| p.map(|p| t.shape[p]).unwrap_or(1);
+    for &i in &ob {
+        let x = &axes[i];
+        for (t, p) in [(&at, x.pa), (&bt, x.pb)] {
+            if size_in(t, p) != size_c(x) {
+                return Err(unsupported(node, "batch axis broadcast inside an operand"));
+            }
+        }
+    }
+    let plan_a = (|| {
+        let (_, sb) = merged(&at, &pa, &ob, &size_c)?;
+        let (_, sm) = merged(&at, &pa, &om, &size_c)?;
+        let (_, sk) = merged(&at, &pa, &ok, &size_k)?;
+        Some([sb, sm, sk])
+    })();
+    let plan_b = (|| {
+        let (_, sb) = merged(&bt, &pb, &ob, &size_c)?;
+        let (_, sk) = merged(&bt, &pb, &ok, &size_k)?;
+        let (_, sn) = merged(&bt, &pb, &on, &size_c)?;
+        Some([sb, sk, sn])
+    })();
+    let plan_c = (|| {
+        let (_, sb) = merged(&ct, &pc, &ob, &size_c)?;
+        let (_, sm) = merged(&ct, &pc, &om, &size_c)?;
+        let (_, sn) = merged(&ct, &pc, &on, &size_c)?;
+        Some([sb, sm, sn])
+    })();
+    // Which of a, b, c go through a packed copy: none if the strides fit one BLAS call,
+    // else the fewest that make it fit (packed operands always do).
+    let fits = |sa: Option<[isize; 3]>, sb: Option<[isize; 3]>, sc: Option<[isize; 3]>| {
+        let packed_a = [(m * k) as isize, k as isize, 1];
+        let packed_b = [(k * n) as isize, n as isize, 1];
+        let packed_c = [(m * n) as isize, n as isize, 1];
+        blas_gemm(&Gemm {
+            a,
+            b,
+            c: y,
+            batch,
+            m,
+            n,
+            k,
+            sa: sa.unwrap_or(packed_a),
+            sb: sb.unwrap_or(packed_b),
+            sc: sc.unwrap_or(packed_c),
+        })
+        .is_some()
+    };
+    let choices: [(bool, bool, bool); 8] = [
+        (false, false, false),
+        (true, false, false),
+        (false, true, false),
+        (false, false, true),
+        (true, true, false),
+        (true, false, true),
+        (false, true, true),
+        (true, true, true),
+    ];
+    let (pack_a, pack_b, pack_c) = choices
+        .into_iter()
+        .find(|&(xa, xb, xc)| {
+            (xa || plan_a.is_some())
+                && (xb || plan_b.is_some())
+                && (xc || plan_c.is_some())
+                && fits(
+                    if xa { None } else { plan_a },
+                    if xb { None } else { plan_b },
+                    if xc { None } else { plan_c },
+                )
+        })
+        .expect("packed operands always fit one BLAS call");
+    let plan_a = if pack_a { None } else { plan_a };
+    let plan_b = if pack_b { None } else { plan_b };
+    let plan_c = if pack_c { None } else { plan_c };
+    // Operands that do not fit are packed in [batch, m, k] / [batch, k, n] order first;
+    // a result that does not fit goes through a packed [batch, m, n] tensor.
+    let pack = |l: &mut L,
+                t: TensorId,
+                tt: &View,
+                groups: [&[usize]; 3],
+                pos: &dyn Fn(&Ax) -> Option<usize>,
+                sizes: [&dyn Fn(&Ax) -> usize; 3]|
+     -> (TensorId, [isize; 3]) {
+        let mut shape = Vec::new();
+        let mut strides = Vec::new();
+        for (g, size) in groups.iter().zip(sizes) {
+            for &i in g.iter() {
+                shape.push(size(&axes[i]));
+                strides.push(pos(&axes[i]).map(|p| tt.strides[p]).unwrap_or(0));
+            }
+        }
+        let v = l.view(
+            t,
+            format!("{}.gemm_order", tt.name),
+            shape.clone(),
+            tt.offset,
+            strides,
+        );
+        let p = l.packed(v, &node.name);
+        let d: Vec<usize> = groups
+            .iter()
+            .zip(sizes)
+            .map(|(g, size)| g.iter().map(|&i| size(&axes[i])).product())
+            .collect();
+        (p, [(d[1] * d[2]) as isize, d[2] as isize, 1])
+    };
+    let (a, sa) = match plan_a {
+        Some(s) => (a, s),
+        None => pack(l,
+            a,
+            &at,
+            [&ob, &om, &ok],
+            &pa,
+            [&size_c, &size_c, &size_k],
+        ),
+    };
+    let (b, sb) = match plan_b {
+        Some(s) => (b, s),
+        None => pack(l,
+            b,
+            &bt,
+            [&ob, &ok, &on],
+            &pb,
+            [&size_c, &size_k, &size_c],
+        ),
+    };
+    match plan_c {
+        Some(sc) => {
+            l.push(
+                node,
+                L::Step::from(Gemm {
+                    a,
+                    b,
+                    c: y,
+                    batch,
+                    m,
+                    n,
+                    k,
+                    sa,
+                    sb,
+                    sc,
+                }),
+            );
+        }
+        None => {
+            let tmp = l.add_packed(
+                format!("{}.gemm", node.name),
+                ct.dtype,
+                &[batch, m, n],
+                BufferKind::Activation,
+            );
+            l.push(
+                node,
+                L::Step::from(Gemm {
+                    a,
+                    b,
+                    c: tmp,
+                    batch,
+                    m,
+                    n,
+                    k,
+                    sa,
+                    sb,
+                    sc: [(m * n) as isize, n as isize, 1],
+                }),
+            );
+            // View tmp with the output's shape: each output axis gets its stride inside
+            // its category's block.
+            let mut strides = vec![0isize; ct.shape.len()];
+            for (g, base) in [(&ob, (m * n) as isize), (&om, n as isize), (&on, 1isize)] {
+                let mut acc = base;
+                for &i in g.iter().rev() {
+                    if let Some(p) = axes[i].pc {
+                        strides[p] = acc;
+                    }
+                    acc *= size_c(&axes[i]) as isize;
+                }
+            }
+            let v = l.view(
+                tmp,
+                format!("{}.gemm_view", node.name),
+                ct.shape.clone(),
+                0,
+                strides,
+            );
+            l.push(node, L::Step::from(Copy { src: v, dst: y }));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

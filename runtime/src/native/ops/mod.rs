@@ -11,8 +11,11 @@
 
 pub mod op;
 
+use tract_onnx::prelude::TypedNode;
+
+use crate::native::ir::error::LowerError;
 use crate::native::ir::{TensorId, Views};
-use op::Op;
+use op::{Lower, Op};
 
 /// Declares the operator modules and [`StepKind`] with its dispatch.
 macro_rules! operators {
@@ -35,6 +38,20 @@ macro_rules! operators {
                 }
             }
         )*
+
+        /// Lower `node` with the first operator whose lowering takes it (each takes the tract
+        /// operators it realises); `None` when none does.
+        pub fn lower<L: Lower<Step = StepKind>>(
+            l: &mut L,
+            node: &TypedNode,
+        ) -> Option<Result<(), LowerError>> {
+            $(
+                if let Some(lowered) = $module::lower(l, node) {
+                    return Some(lowered);
+                }
+            )*
+            None
+        }
 
         impl StepKind {
             /// Short name of the step kind ([`Op::NAME`]).

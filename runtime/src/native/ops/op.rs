@@ -6,7 +6,12 @@
 //! operator once and dispatches to them, so a new operator that leaves out part of the
 //! contract does not compile.
 
-use crate::native::ir::{ElemType, TensorId, Views};
+use std::sync::Arc;
+
+use tract_onnx::prelude::{OutletId, TypedNode};
+
+use crate::native::ir::error::LowerError;
+use crate::native::ir::{BufferId, BufferKind, ElemType, Tensor, TensorId, Views};
 
 /// One operator of the engine (a step kind of the IR).
 pub trait Op: Clone + std::fmt::Debug + PartialEq {
@@ -95,4 +100,110 @@ pub fn cudnn_layout(
 /// True for the element types of indices (`i32`, `i64`).
 pub fn is_index(dt: ElemType) -> bool {
     matches!(dt, ElemType::I32 | ElemType::I64)
+}
+
+/// What an operator's lowering works with: the network being lowered (its tract model, the
+/// graph built so far) as the front end ([`crate::native::front`]) holds it. An operator's
+/// `lower` function is generic over it, with the step type `Step` convertible from every
+/// operator it pushes.
+pub trait Lower: Views {
+    /// The graph's step kind (the registry's [`crate::native::ops::StepKind`]).
+    type Step;
+
+    /// The tensor of `outlet`; a constant becomes a weight buffer the first time it is asked
+    /// for.
+    ///
+    /// # Errors
+    /// [`LowerError`] when the outlet is not lowered yet or its constant has a type the
+    /// engine does not hold.
+    fn outlet(&mut self, outlet: OutletId) -> Result<TensorId, LowerError>;
+
+    /// The constant value of `outlet`: tract's fact, or a value folded at load.
+    fn konst(&self, outlet: OutletId) -> Option<Arc<tract_onnx::prelude::Tensor>>;
+
+    /// The value of `outlet` when it is a one-element f32 or f16 constant.
+    fn scalar_const(&self, outlet: OutletId) -> Option<f32>;
+
+    /// Shape and element type of output `slot` of `node`.
+    ///
+    /// # Errors
+    /// [`LowerError::Unsupported`] for a symbolic shape or a type the engine does not hold.
+    fn output_fact(
+        &self,
+        node: &TypedNode,
+        slot: usize,
+    ) -> Result<(Vec<usize>, ElemType), LowerError>;
+
+    /// A fresh packed activation for output `slot` of `node`, mapped as that outlet.
+    ///
+    /// # Errors
+    /// As [`Lower::output_fact`].
+    fn new_output(&mut self, node: &TypedNode, slot: usize) -> Result<TensorId, LowerError>;
+
+    /// Map output `slot` of `node` onto tensor `t`.
+    fn set_output(&mut self, node: &TypedNode, slot: usize, t: TensorId);
+
+    /// Append a step named after `node`.
+    fn push(&mut self, node: &TypedNode, step: Self::Step);
+
+    /// A new view of `of`'s buffer.
+    fn view(
+        &mut self,
+        of: TensorId,
+        name: String,
+        shape: Vec<usize>,
+        offset: usize,
+        strides: Vec<isize>,
+    ) -> TensorId;
+
+    /// A packed version of `t`: `t` itself when its view is packed, else a copy (made once)
+    /// named after `node`.
+    fn packed(&mut self, t: TensorId, node: &str) -> TensorId;
+
+    /// `t` broadcast to `shape` (same rank; dimensions of 1 get stride 0).
+    ///
+    /// # Errors
+    /// [`LowerError::Unsupported`] when the shapes do not broadcast.
+    fn broadcast_to(
+        &mut self,
+        t: TensorId,
+        shape: &[usize],
+        node: &TypedNode,
+    ) -> Result<TensorId, LowerError>;
+
+    /// Input `slot` of `node`, refused unless it is f32 or f16.
+    ///
+    /// # Errors
+    /// [`LowerError::Unsupported`] naming the input's type.
+    fn float_input(&mut self, node: &TypedNode, slot: usize) -> Result<TensorId, LowerError>;
+
+    /// Add a buffer.
+    fn add_buffer(
+        &mut self,
+        name: String,
+        dtype: ElemType,
+        len: usize,
+        kind: BufferKind,
+    ) -> BufferId;
+
+    /// Add a packed tensor over a new buffer of its size.
+    fn add_packed(
+        &mut self,
+        name: impl Into<String>,
+        dtype: ElemType,
+        shape: &[usize],
+        kind: BufferKind,
+    ) -> TensorId;
+
+    /// Add a view.
+    fn add_view(&mut self, t: Tensor) -> TensorId;
+}
+
+/// The refusal of `node`: an operator or attribute the engine does not lower.
+pub fn unsupported(node: &TypedNode, detail: impl Into<String>) -> LowerError {
+    LowerError::Unsupported {
+        node: node.name.clone(),
+        op: node.op.name().to_string(),
+        detail: detail.into(),
+    }
 }

@@ -1,7 +1,12 @@
 //! Poolings through cuDNN (`cudnnPoolingForward`): max and average.
 
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::cnn::{MaxPool, PoolSpec, SumPool};
+
+use crate::native::ir::error::LowerError;
 use crate::native::ir::{TensorId, Views};
-use crate::native::ops::op::{Op, cudnn_layout, one_float_type};
+use crate::native::ops::conv::spatial;
+use crate::native::ops::op::{Lower, Op, cudnn_layout, one_float_type, unsupported};
 
 /// Pooling kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,4 +59,65 @@ impl Op for Pool {
         one_float_type(g, Self::NAME, &self.reads(), self.y)?;
         cudnn_layout(g, &[self.x, self.y], None, self.channels_last)
     }
+}
+
+/// Lower `node` when it is tract's `MaxPool` or normalised `SumPool` (ONNX `MaxPool`,
+/// `AveragePool`); `None` for anything else.
+pub fn lower<L: Lower>(l: &mut L, node: &TypedNode) -> Option<Result<(), LowerError>>
+where
+    L::Step: From<Pool>,
+{
+    if let Some(op) = node.op_as::<MaxPool>() {
+        if op.with_index_outputs.is_some() {
+            return Some(Err(unsupported(node, "MaxPool with an indices output")));
+        }
+        return Some(pool(l, node, &op.pool_spec, PoolKind::Max));
+    }
+    if let Some(op) = node.op_as::<SumPool>() {
+        if !op.normalize {
+            return Some(Err(unsupported(node, "SumPool without normalisation")));
+        }
+        let kind = if op.count_include_pad {
+            PoolKind::AvgIncludePad
+        } else {
+            PoolKind::AvgExcludePad
+        };
+        return Some(pool(l, node, &op.pool_spec, kind));
+    }
+    None
+}
+
+fn pool<L: Lower>(
+    l: &mut L,
+    node: &TypedNode,
+    spec: &PoolSpec,
+    kind: PoolKind,
+) -> Result<(), LowerError>
+where
+    L::Step: From<Pool>,
+{
+    let x = l.float_input(node, 0)?;
+    let xs = l.tensor(x).shape.clone();
+    let (pads, strides, dilations) = spatial(node, spec, &xs)?;
+    if dilations.iter().any(|&d| d != 1) {
+        return Err(unsupported(
+            node,
+            format!("pooling dilations {dilations:?}"),
+        ));
+    }
+    let x = l.packed(x, &node.name);
+    let y = l.new_output(node, 0)?;
+    l.push(
+        node,
+        L::Step::from(Pool {
+            x,
+            y,
+            kind,
+            kernel: spec.kernel_shape.to_vec(),
+            pads,
+            strides,
+            channels_last: false,
+        }),
+    );
+    Ok(())
 }
