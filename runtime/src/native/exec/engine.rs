@@ -3,7 +3,7 @@
 //! loaded, a cuDNN algorithm measured for every convolution), whose [`NativeExecutor`]s are
 //! bound to regions of the session arena and enqueue the whole network on the session's
 //! stream, its independent branches on side streams forked from it and joined back into it
-//! with events ([`super::schedule`]): no allocation, no synchronisation, capture-safe.
+//! with events ([`crate::native::plan::schedule`]): no allocation, no synchronisation, capture-safe.
 //!
 //! # Workspace layout (one region of the session arena, [`DevicePlan::workspace`])
 //! `[0, activations)`: every intermediate tensor at its planned offset; then each stream's
@@ -27,18 +27,23 @@ use crate::cuda::{
 };
 use crate::tensor::{DType, IoMode, TensorSpec};
 
-use super::cublas::{self, GemmMath};
-use super::cudnn::{self, ConvMath};
-use super::fusion::{self, Fusion};
-use super::ir::{ElemType, Graph, PoolKind, StepKind, TensorId};
-use super::kernels::{
+use crate::native::exec::kernels;
+use crate::native::exec::kernels::{
     BiasActParams, CopyParams, EwParams, GatherParams, KERNEL_IMAGES, KERNEL_SOURCE, Kernels,
     ReduceParams, ResizeParams, SoftmaxParams, TransposeParams,
 };
-use super::launch::{self, Bases, ConvChoice, Launch, Layout, address};
-use super::memory::BUFFER_ALIGN;
-use super::plan_cache::PlanCache;
-use super::{Compiled, LowerError, cudnn_graph, kernels, libs};
+use crate::native::exec::launch::{self, Bases, ConvChoice, Launch, Layout, address};
+use crate::native::graph::{Graph, StepKind};
+use crate::native::ir::{ElemType, TensorId};
+use crate::native::libs::cublas::{self, GemmMath};
+use crate::native::libs::cudnn::{self, ConvMath};
+use crate::native::libs::plan_cache::PlanCache;
+use crate::native::libs::{cudnn_graph, load as libs};
+use crate::native::ops::pool::PoolKind;
+use crate::native::ops::{deconv::Deconv, elementwise::Elementwise};
+use crate::native::passes::fusion::{self, Fusion};
+use crate::native::plan::memory::BUFFER_ALIGN;
+use crate::native::{Compiled, LowerError};
 
 const ENGINE: EngineKind = EngineKind::CudaNative;
 
@@ -60,20 +65,20 @@ pub struct NativeOptions {
     /// [`cudnn_graph::Search::Wide`] (another value: a warning, the default).
     pub cudnn_search: cudnn_graph::Search,
     /// Most configurations of cuDNN's heuristics measured for a convolution with its bias,
-    /// activation and residual fused in ([`super::fusion`]); 0 turns fusion off. Finalising
+    /// activation and residual fused in ([`crate::native::passes::fusion`]); 0 turns fusion off. Finalising
     /// a fused configuration compiles a kernel (NVRTC), so each costs load time. Default 2;
     /// `TETHER_CUDNN_FUSION=<n>` sets it (another value: a warning, the default).
     pub fusion_candidates: usize,
     /// Activation layout; `None`: the precision's default
-    /// ([`super::ActivationLayout::for_precision`]: NHWC in fp16 and TF32, NCHW in fp32).
+    /// ([`crate::native::ActivationLayout::for_precision`]: NHWC in fp16 and TF32, NCHW in fp32).
     /// `TETHER_NATIVE_LAYOUT=nchw`, `nhwc` or `nhwc-packed` sets it (another value: a
     /// warning, the default). When cuDNN runs nothing on a convolution's or pooling's pitched
-    /// operand in a network laid out [`super::ActivationLayout::Nhwc`], the network is
-    /// prepared again [`super::ActivationLayout::NhwcPacked`], with one warning.
-    pub layout: Option<super::ActivationLayout>,
-    /// Directory of the cuDNN plan cache ([`super::plan_cache`]): the plans cuDNN serialises
+    /// operand in a network laid out [`crate::native::ActivationLayout::Nhwc`], the network is
+    /// prepared again [`crate::native::ActivationLayout::NhwcPacked`], with one warning.
+    pub layout: Option<crate::native::ActivationLayout>,
+    /// Directory of the cuDNN plan cache ([`crate::native::libs::plan_cache`]): the plans cuDNN serialises
     /// (every fused convolution's among them) finalised at one load are deserialised at the
-    /// next instead of compiled again. Default [`super::plan_cache::default_dir`]
+    /// next instead of compiled again. Default [`crate::native::libs::plan_cache::default_dir`]
     /// (`TETHER_CACHE_DIR`, empty: off; else `$XDG_CACHE_HOME/tether`, `~/.cache/tether`);
     /// `None`: kept in memory for this plan's executors only.
     pub plan_cache: Option<std::path::PathBuf>,
@@ -84,14 +89,14 @@ pub struct NativeOptions {
     /// on the loading thread only, as the measurement goes. `TETHER_LOAD_THREADS=<n>` sets
     /// it (any positive count; another value: a warning, the default).
     pub load_threads: usize,
-    /// Most CUDA streams one run of the network is spread over ([`super::schedule`]):
+    /// Most CUDA streams one run of the network is spread over ([`crate::native::plan::schedule`]):
     /// independent branches (YOLOv8's head: box and class chains at three scales) run on
     /// their own streams, forked from and joined into the session's stream with events, so
     /// that they become parallel branches of the captured graph. Each stream has its own
     /// slice of cuDNN scratch and cuBLAS workspace. Default
-    /// [`super::schedule::DEFAULT_STREAMS`]; 1 runs every step in program order on the
+    /// [`crate::native::plan::schedule::DEFAULT_STREAMS`]; 1 runs every step in program order on the
     /// session's stream. `TETHER_NATIVE_STREAMS=<n>` sets it (1 to
-    /// [`super::schedule::MAX_STREAMS`]; another value: a warning, the default).
+    /// [`crate::native::plan::schedule::MAX_STREAMS`]; another value: a warning, the default).
     pub streams: usize,
 }
 
@@ -118,7 +123,7 @@ impl Default for NativeOptions {
                 DEFAULT_FUSION_CANDIDATES,
             ),
             layout: std::env::var("TETHER_NATIVE_LAYOUT").ok().and_then(|v| {
-                let layout = super::ActivationLayout::parse(&v);
+                let layout = crate::native::ActivationLayout::parse(&v);
                 if layout.is_none() {
                     log::warn!(
                         "TETHER_NATIVE_LAYOUT={v:?} is not `nchw`, `nhwc` or `nhwc-packed`: the precision's default layout"
@@ -126,7 +131,7 @@ impl Default for NativeOptions {
                 }
                 layout
             }),
-            plan_cache: super::plan_cache::default_dir(),
+            plan_cache: crate::native::libs::plan_cache::default_dir(),
             load_threads: env_count(
                 "TETHER_LOAD_THREADS",
                 "a positive count",
@@ -135,9 +140,9 @@ impl Default for NativeOptions {
             ),
             streams: env_count(
                 "TETHER_NATIVE_STREAMS",
-                &format!("a count from 1 to {}", super::schedule::MAX_STREAMS),
-                |n| (1..=super::schedule::MAX_STREAMS).contains(&n),
-                super::schedule::DEFAULT_STREAMS,
+                &format!("a count from 1 to {}", crate::native::plan::schedule::MAX_STREAMS),
+                |n| (1..=crate::native::plan::schedule::MAX_STREAMS).contains(&n),
+                crate::native::plan::schedule::DEFAULT_STREAMS,
             ),
         }
     }
@@ -157,17 +162,17 @@ fn env_count(var: &str, what: &str, ok: impl Fn(usize) -> bool, default: usize) 
 
 impl NativeOptions {
     /// The activation layout a network at `precision` is first prepared with: `layout`, else
-    /// the precision's default; [`super::ActivationLayout::Nhwc`] becomes
-    /// [`super::ActivationLayout::NhwcPacked`] without the graph API (`cudnn_graph` off),
+    /// the precision's default; [`crate::native::ActivationLayout::Nhwc`] becomes
+    /// [`crate::native::ActivationLayout::NhwcPacked`] without the graph API (`cudnn_graph` off),
     /// since pitched operands run through cuDNN's graph API only (its legacy API refuses
     /// them).
-    pub fn layout_for(&self, precision: Precision) -> super::ActivationLayout {
+    pub fn layout_for(&self, precision: Precision) -> crate::native::ActivationLayout {
         match self
             .layout
-            .unwrap_or(super::ActivationLayout::for_precision(precision))
+            .unwrap_or(crate::native::ActivationLayout::for_precision(precision))
         {
-            super::ActivationLayout::Nhwc if !self.cudnn_graph => {
-                super::ActivationLayout::NhwcPacked
+            crate::native::ActivationLayout::Nhwc if !self.cudnn_graph => {
+                crate::native::ActivationLayout::NhwcPacked
             }
             layout => layout,
         }
@@ -272,7 +277,7 @@ impl Backend for NativeBackend {
                         &self.options,
                         source,
                         options,
-                        super::ActivationLayout::NhwcPacked,
+                        crate::native::ActivationLayout::NhwcPacked,
                         &mut false,
                     )?
                 }
@@ -404,9 +409,9 @@ fn pair(v: &[usize], one: usize) -> Option<[i32; 2]> {
 }
 
 /// The pixel pitch cuDNN is given for channels-last activation `t` of NCHW-ordered dims `d`:
-/// its own ([`super::ir::Tensor::nhwc_pitch`]), else packed (`d[1]`; the IR is validated, so
+/// its own ([`crate::native::ir::Tensor::nhwc_pitch`]), else packed (`d[1]`; the IR is validated, so
 /// only a degenerate view has none).
-fn pixel_pitch(t: &super::ir::Tensor, d: [i32; 4]) -> i64 {
+fn pixel_pitch(t: &crate::native::ir::Tensor, d: [i32; 4]) -> i64 {
     t.nhwc_pitch().map_or(i64::from(d[1]), |p| p as i64)
 }
 
@@ -414,7 +419,7 @@ fn pixel_pitch(t: &super::ir::Tensor, d: [i32; 4]) -> i64 {
 /// packed in the step's layout, or channels-last with the view's pixel pitch.
 fn activation_desc(
     dt: cudarc::cudnn::sys::cudnnDataType_t,
-    t: &super::ir::Tensor,
+    t: &crate::native::ir::Tensor,
     d: [i32; 4],
     channels_last: bool,
 ) -> Result<cudnn::TensorDesc, cudnn::CudnnError> {
@@ -445,7 +450,7 @@ fn has_pitched_operand(g: &Graph, i: usize) -> bool {
 fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, String> {
     let e = |e: cudnn::CudnnError| format!("step {i} ({}): {e}", g.steps[i].node);
     match &g.steps[i].kind {
-        StepKind::Conv(c) | StepKind::Deconv(c) => {
+        StepKind::Conv(c) | StepKind::Deconv(Deconv(c)) => {
             let transposed = matches!(g.steps[i].kind, StepKind::Deconv(_));
             let (xt, wt, yt) = (g.tensor(c.x), g.tensor(c.w), g.tensor(c.y));
             let dt = cudnn::data_type(xt.dtype)
@@ -781,7 +786,7 @@ fn graph_tensor_cores(precision: Precision) -> bool {
 /// load saves), else in memory.
 fn open_plan_cache(ctx: &Context, opts: &NativeOptions, network: &str) -> PlanCache {
     let props = ctx.properties();
-    let identity = super::plan_cache::identity(
+    let identity = crate::native::libs::plan_cache::identity(
         libs::cudnn().map_or(0, |l| l.version_code),
         &props.name,
         props.sm(),
@@ -834,7 +839,7 @@ impl NativePlan {
         opts: &NativeOptions,
         source: &NetworkSource<'_>,
         options: &PrepareOptions,
-        layout: super::ActivationLayout,
+        layout: crate::native::ActivationLayout,
         pitched_refused: &mut bool,
     ) -> Result<Self, PrepareError> {
         let network = source.network;
@@ -844,7 +849,7 @@ impl NativePlan {
                 "the native engine runs ONNX networks only",
             ));
         }
-        let compiled = super::compile_fixed(
+        let compiled = crate::native::compile_fixed(
             source.bytes,
             &options.input_shapes,
             &options.fixed_inputs,
@@ -1020,7 +1025,7 @@ impl NativePlan {
                 kept_plans[i] = m.plan.clone();
             };
             for (i, step) in g.steps.iter().enumerate() {
-                let (StepKind::Conv(c) | StepKind::Deconv(c)) = &step.kind else {
+                let (StepKind::Conv(c) | StepKind::Deconv(Deconv(c))) = &step.kind else {
                     continue;
                 };
                 let transposed = matches!(step.kind, StepKind::Deconv(_));
@@ -1185,11 +1190,11 @@ impl NativePlan {
                             m.plan = Some(plan);
                         }
                         if let (Some(f), Some((epi, out_align))) = (fusion, epilogue) {
-                            let StepKind::Elementwise {
+                            let StepKind::Elementwise(Elementwise {
                                 inputs,
                                 output,
                                 program,
-                            } = &g.steps[f.ew].kind
+                            }) = &g.steps[f.ew].kind
                             else {
                                 unreachable!("a fusion's successor is element-wise")
                             };
@@ -1340,9 +1345,10 @@ impl NativePlan {
         let winners: Vec<usize> = (0..g.steps.len())
             .filter(|&i| fusions[i].is_some())
             .collect();
-        let memory = super::memory::MemoryPlan::for_fusions(g, &winners, opts.streams)
-            .and_then(|m| m.check(g).map(|_| m))
-            .map_err(|e| backend_err(network, format!("internal: memory plan: {e}")))?;
+        let memory =
+            crate::native::plan::memory::MemoryPlan::for_fusions(g, &winners, opts.streams)
+                .and_then(|m| m.check(g).map(|_| m))
+                .map_err(|e| backend_err(network, format!("internal: memory plan: {e}")))?;
         for &i in &winners {
             if fusion::find_in(g, &memory, i) != fusions[i] {
                 log::warn!(
@@ -1631,7 +1637,7 @@ pub struct NativeExecutor {
     bound: bool,
 }
 
-/// Streams 1.. of a plan's schedule ([`super::schedule`]; stream 0 is the caller's), and its
+/// Streams 1.. of a plan's schedule ([`crate::native::plan::schedule`]; stream 0 is the caller's), and its
 /// events, then (with side streams) the fork event.
 struct StreamSet {
     side: Vec<Stream>,
@@ -1796,7 +1802,7 @@ impl NativeExecutor {
     }
 
     /// Enqueue the run on `stream` and, with a schedule of several streams, on the side
-    /// streams forked from it and joined back into it ([`super::schedule`]).
+    /// streams forked from it and joined back into it ([`crate::native::plan::schedule`]).
     fn run(&mut self, stream: &Stream) -> Result<(), RunError> {
         self.begin(stream)?;
         let plan = Arc::clone(&self.plan);

@@ -1,7 +1,7 @@
 //! A cache of cuDNN execution plans, kept on disk between loads.
 //!
 //! Finalising a runtime-fusion plan (a convolution with its bias and activation fused,
-//! [`super::fusion`]) compiles a kernel: NVRTC, then the driver. For YOLOv8n in fp16 that is
+//! [`crate::native::passes::fusion`]) compiles a kernel: NVRTC, then the driver. For YOLOv8n in fp16 that is
 //! most of the load (`docs/evidence/native-h200.md`, seventh run: 5-36 s with fusion, 0.4-1.7 s
 //! without). cuDNN serialises a finalised plan as text (documented for runtime-compiled
 //! engines; on the H200's cuDNN most plain plans serialise too) and deserialises it on a

@@ -1,5 +1,5 @@
 //! Host emulation of the GPU executor: the launch list the executor enqueues
-//! ([`super::launch::build`], with host addresses standing in for device addresses) run by a
+//! ([`crate::native::exec::launch::build`], with host addresses standing in for device addresses) run by a
 //! line-for-line host transcription of each kernel of `runtime/kernels/native.cu`, and by
 //! plain loops for the cuDNN and cuBLAS calls (convolution from the IR step, BLAS from the
 //! exact column-major arguments the executor passes).
@@ -9,16 +9,18 @@
 //! types, program encoding), the copy/memcpy decision and the BLAS argument mapping. Only
 //! the CUDA code itself and the libraries' own arithmetic remain for the GPU run.
 
-use super::Compiled;
-use super::gemm::BlasGemm;
-use super::ir::{ElemType, StepKind, Tensor};
-use super::kernels::{
+use crate::native::Compiled;
+use crate::native::exec::kernels::{
     BiasActParams, CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams, SoftmaxParams,
     TransposeParams,
 };
-use super::launch::{self, Bases, ConvChoice, Launch, Layout};
-use super::program::{EwOp, apply, load_f32, store_f32};
-use super::reference::{conv_compute, deconv_compute, for_each_offset, pool_compute};
+use crate::native::exec::launch::{self, Bases, ConvChoice, Launch, Layout};
+use crate::native::exec::reference::{conv_compute, deconv_compute, for_each_offset, pool_compute};
+use crate::native::graph::StepKind;
+use crate::native::ir::program::{EwOp, apply, load_f32, store_f32};
+use crate::native::ir::{ElemType, Tensor};
+use crate::native::ops::deconv::Deconv;
+use crate::native::ops::gemm::BlasGemm;
 
 /// 8-byte aligned host memory.
 struct Mem(Vec<u64>);
@@ -485,7 +487,7 @@ pub fn run(c: &Compiled, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
     run_with(c, inputs, false)
 }
 
-/// [`run`], with every fusion [`super::fusion::find_all`] finds taken (`fuse`) as a GPU
+/// [`run`], with every fusion [`crate::native::passes::fusion::find_all`] finds taken (`fuse`) as a GPU
 /// executor with fused graph-API plans for all of them takes it: the convolution computes
 /// `act(conv + b) [+ r]` into the element-wise step's output and that step does nothing.
 ///
@@ -496,7 +498,7 @@ pub fn run_with(c: &Compiled, inputs: &[&[u8]], fuse: bool) -> Result<Vec<Vec<u8
 }
 
 /// [`run_with`], the launches in `order` (every step once) instead of program order: an
-/// order the plan's schedule allows ([`super::schedule::Schedule::order`]) must give the
+/// order the plan's schedule allows ([`crate::native::plan::schedule::Schedule::order`]) must give the
 /// same bytes, which proves that its streams, events and memory plan never let a step see
 /// another's unfinished work or reuse memory a step that may still run needs.
 ///
@@ -590,7 +592,7 @@ pub fn run_in_order(
         outputs: &out_addrs,
     };
     let fusions = if fuse {
-        super::fusion::find_all(c)
+        crate::native::passes::fusion::find_all(c)
     } else {
         vec![None; g.steps.len()]
     };
@@ -669,7 +671,7 @@ pub fn run_in_order(
                 ws_bytes,
                 ..
             } => {
-                let StepKind::Deconv(cv) = &g.steps[*step].kind else {
+                let StepKind::Deconv(Deconv(cv)) = &g.steps[*step].kind else {
                     return Err(format!("{name}: launch is not a transposed convolution"));
                 };
                 let (xt, wt, yt) = (g.tensor(cv.x), g.tensor(cv.w), g.tensor(cv.y));

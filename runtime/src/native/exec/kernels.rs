@@ -4,8 +4,9 @@
 
 use crate::cuda::{CudaError, Function, KernelImage, KernelModule};
 
-use super::ir::{ElemType, Graph, Tensor, TensorId};
-use super::program::{Expr, MAX_INPUTS, MAX_NODES, Program};
+use crate::native::graph::Graph;
+use crate::native::ir::program::{Expr, MAX_INPUTS, MAX_NODES, Program};
+use crate::native::ir::{ElemType, Tensor, TensorId};
 
 /// Rank of the kernels' index space (after collapsing).
 pub const MAX_RANK: usize = 8;
@@ -17,30 +18,30 @@ pub static KERNEL_IMAGES: &[KernelImage] = &[
         name: "native.cu13.fatbin",
         cuda_major: 13,
         sm: None,
-        bytes: include_bytes!("../../kernels/bin/native.cu13.fatbin"),
+        bytes: include_bytes!("../../../kernels/bin/native.cu13.fatbin"),
     },
     KernelImage {
         name: "native.cu12.sm_87.cubin",
         cuda_major: 12,
         sm: Some(87),
-        bytes: include_bytes!("../../kernels/bin/native.cu12.sm_87.cubin"),
+        bytes: include_bytes!("../../../kernels/bin/native.cu12.sm_87.cubin"),
     },
     KernelImage {
         name: "native.cu12.sm_90.cubin",
         cuda_major: 12,
         sm: Some(90),
-        bytes: include_bytes!("../../kernels/bin/native.cu12.sm_90.cubin"),
+        bytes: include_bytes!("../../../kernels/bin/native.cu12.sm_90.cubin"),
     },
     KernelImage {
         name: "native.cu12.sm_100.cubin",
         cuda_major: 12,
         sm: Some(100),
-        bytes: include_bytes!("../../kernels/bin/native.cu12.sm_100.cubin"),
+        bytes: include_bytes!("../../../kernels/bin/native.cu12.sm_100.cubin"),
     },
 ];
 
 /// The kernels' CUDA C source (for the opt-in NVRTC fallback).
-pub const KERNEL_SOURCE: &str = include_str!("../../kernels/native.cu");
+pub const KERNEL_SOURCE: &str = include_str!("../../../kernels/native.cu");
 
 /// One operand of [`EwParams`] (`struct ew_operand`).
 #[repr(C)]
@@ -209,7 +210,7 @@ impl BiasActParams {
 /// The `[outer, C, inner]` form of a view (rank >= 2, channel axis 1):
 /// `(outer, C, inner, channel stride, outer stride)`, strides in elements (0 along an axis of
 /// size 1). Channels-first: the axes after the channel axis are packed (`inner` their
-/// product), `outer` is axis 0. Channels-last (NHWC, [`super::layout`]): every axis but the
+/// product), `outer` is axis 0. Channels-last (NHWC, [`crate::native::passes::layout`]): every axis but the
 /// channel axis walks as one run of stride `os` (`outer` their product, `inner` 1), as in
 /// `[N, H, W]` with strides `[H * W * os, W * os, os]`.
 fn channel_form(t: &Tensor) -> Option<(u32, u32, u32, u32, u32)> {
@@ -261,7 +262,7 @@ pub fn bias_act_params(
     program: &Program,
     addr: &dyn Fn(TensorId) -> u64,
 ) -> Option<BiasActParams> {
-    use super::program::EwOp;
+    use crate::native::ir::program::EwOp;
     let nodes = &program.nodes;
     let out = g.tensor(output);
     let float = |dt: ElemType| matches!(dt, ElemType::F32 | ElemType::F16);
@@ -884,7 +885,7 @@ mod tests {
     /// tile nearly empty); a plain slice stays a strided copy.
     #[test]
     fn layout_conversions_take_the_tiled_transpose_or_the_source_order() {
-        use super::super::ir::BufferKind;
+        use crate::native::ir::BufferKind;
         let mut g = Graph::default();
         let view = |g: &mut Graph, shape: &[usize], strides: &[isize], offset: usize| {
             let b = g.add_buffer("b", ElemType::F16, 1 << 20, BufferKind::Activation);
@@ -929,8 +930,8 @@ mod tests {
     /// output planes keep the generic kernel.
     #[test]
     fn bias_act_takes_exactly_a_per_channel_bias_and_activation() {
-        use super::super::ir::{BufferKind, packed_strides};
-        use super::super::program::EwOp;
+        use crate::native::ir::program::EwOp;
+        use crate::native::ir::{BufferKind, packed_strides};
         let shape = [1usize, 16, 8, 8];
         let mut g = Graph::default();
         let x = g.add_packed("x", ElemType::F32, &shape, BufferKind::Activation);

@@ -16,10 +16,12 @@
 //! another type is cast into an fp16 twin first (and an fp32 result is written through an
 //! fp16 twin and cast after), so every step sees uniform types.
 
-use super::ir::{BufferKind, ElemType, Graph, Step, StepKind, Tensor, TensorId};
-use super::lower::LowerError;
-use super::program::Program;
 use crate::backend::Precision;
+use crate::native::front::LowerError;
+use crate::native::graph::{Graph, Step, StepKind};
+use crate::native::ir::program::Program;
+use crate::native::ir::{BufferKind, ElemType, Tensor, TensorId};
+use crate::native::ops::{copy, deconv::Deconv, elementwise::Elementwise};
 
 /// Apply `precision` to a lowered, optimised graph.
 ///
@@ -48,7 +50,7 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
     // Buffers read by convolutions and matrix products as weights.
     let mut library_weight = vec![false; g.buffers.len()];
     for s in &g.steps {
-        if let StepKind::Conv(c) | StepKind::Deconv(c) = &s.kind {
+        if let StepKind::Conv(c) | StepKind::Deconv(Deconv(c)) = &s.kind {
             library_weight[g.tensor(c.w).buffer.0] = true;
         }
         if let StepKind::Gemm(m) = &s.kind {
@@ -65,7 +67,7 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
         if g.buffers[b].dtype != ElemType::F32 {
             continue;
         }
-        let (root, _) = g.root(super::ir::BufferId(b));
+        let (root, _) = g.root(crate::native::ir::BufferId(b));
         let in_output = matches!(g.buffers[root.0].kind, BufferKind::Output(_));
         let convert = match &g.buffers[b].kind {
             BufferKind::Activation => !in_output,
@@ -95,14 +97,14 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
     }
     // Copies between types become casts.
     for s in &mut g.steps {
-        if let StepKind::Copy { src, dst } = s.kind
+        if let StepKind::Copy(copy::Copy { src, dst }) = s.kind
             && g.tensors[src.0].dtype != g.tensors[dst.0].dtype
         {
-            s.kind = StepKind::Elementwise {
+            s.kind = StepKind::Elementwise(Elementwise {
                 inputs: vec![src],
                 output: dst,
                 program: Program::identity(),
-            };
+            });
         }
     }
     // Library steps get uniform fp16 operands.
@@ -121,11 +123,11 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
                 out.push(s);
                 out.push(Step {
                     node,
-                    kind: StepKind::Elementwise {
+                    kind: StepKind::Elementwise(Elementwise {
                         inputs: vec![twin],
                         output: y,
                         program: Program::identity(),
-                    },
+                    }),
                 });
                 continue;
             }
@@ -141,11 +143,11 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
                 let twin = twin_f16(g, t);
                 out.push(Step {
                     node: format!("{}.to_fp16", s.node),
-                    kind: StepKind::Elementwise {
+                    kind: StepKind::Elementwise(Elementwise {
                         inputs: vec![t],
                         output: twin,
                         program: Program::identity(),
-                    },
+                    }),
                 });
                 replace_read(&mut s.kind, t, twin);
             }
@@ -156,11 +158,11 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
             replace_write(&mut s.kind, twin);
             Some(Step {
                 node: format!("{}.to_fp32", s.node),
-                kind: StepKind::Elementwise {
+                kind: StepKind::Elementwise(Elementwise {
                     inputs: vec![twin],
                     output: w,
                     program: Program::identity(),
-                },
+                }),
             })
         } else {
             None
@@ -199,7 +201,7 @@ fn replace_read(k: &mut StepKind, from: TensorId, to: TensorId) {
         }
     };
     match k {
-        StepKind::Conv(c) | StepKind::Deconv(c) => {
+        StepKind::Conv(c) | StepKind::Deconv(Deconv(c)) => {
             r(&mut c.x);
             r(&mut c.w);
         }
@@ -216,7 +218,7 @@ fn replace_read(k: &mut StepKind, from: TensorId, to: TensorId) {
 
 fn replace_write(k: &mut StepKind, to: TensorId) {
     match k {
-        StepKind::Conv(c) | StepKind::Deconv(c) => c.y = to,
+        StepKind::Conv(c) | StepKind::Deconv(Deconv(c)) => c.y = to,
         StepKind::Pool(p) => p.y = to,
         StepKind::Gemm(m) => m.c = to,
         StepKind::Softmax(s) => s.y = to,

@@ -28,9 +28,9 @@
 //!    softmax, a resize, a transposed convolution, a flatten of C with H and W) keeps the
 //!    buffer NCHW.
 //! 3. A convolution or pooling touching an NHWC buffer runs channels-last
-//!    ([`super::ir::Conv::channels_last`]): a slice of channels of an NHWC buffer (C2f's
+//!    ([`crate::native::ir::Conv::channels_last`]): a slice of channels of an NHWC buffer (C2f's
 //!    split halves and concatenation slots, SPPF's pooled slots) is read or written in place
-//!    as a view with a pixel pitch ([`super::ir::Tensor::nhwc_pitch`]; cuDNN is given its
+//!    as a view with a pixel pitch ([`crate::native::ir::Tensor::nhwc_pitch`]; cuDNN is given its
 //!    strides), an operand that is not NHWC at all (a network input, an NCHW buffer; with
 //!    [`ActivationLayout::NhwcPacked`] a slice of channels too) goes through a fresh packed
 //!    NHWC buffer and a strided copy, and the filter is reordered to OHWI (cuDNN's KRSC) at
@@ -49,13 +49,16 @@
 
 use std::collections::HashMap;
 
-use super::gemm::blas_gemm;
-use super::ir::{
-    BufferId, BufferKind, Conv, Gemm, Graph, Step, StepKind, Tensor, TensorId, map_view,
-    nhwc_strides, packed_strides,
-};
-use super::lower::LowerError;
 use crate::backend::Precision;
+use crate::native::front::LowerError;
+use crate::native::graph::{Graph, Step, StepKind};
+use crate::native::ir::{
+    BufferId, BufferKind, Tensor, TensorId, map_view, nhwc_strides, packed_strides,
+};
+use crate::native::ops::conv::Conv;
+use crate::native::ops::gemm::Gemm;
+use crate::native::ops::gemm::blas_gemm;
+use crate::native::ops::{copy, elementwise::Elementwise};
 
 /// Memory order of the activations convolutions and poolings read and write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,7 +68,7 @@ pub enum ActivationLayout {
     Nchw,
     /// Channels-last `[N, H, W, C]` where the pass can (see the module documentation);
     /// convolutions and poolings read and write slices of channels of an NHWC buffer in
-    /// place, as views with a pixel pitch ([`super::ir::Tensor::nhwc_pitch`]): a C2f block's
+    /// place, as views with a pixel pitch ([`crate::native::ir::Tensor::nhwc_pitch`]): a C2f block's
     /// split halves and concatenation slots, SPPF's pooled slots.
     Nhwc,
     /// [`ActivationLayout::Nhwc`] with every convolution and pooling operand packed: a slice
@@ -120,7 +123,7 @@ pub fn apply(g: &mut Graph, layout: ActivationLayout) -> Result<(), LowerError> 
 /// convolution again, channels-last: tract's declutter turns every 1x1 convolution into a
 /// matrix product (`lower::declutter`), which cuBLAS runs as fast as cuDNN runs the
 /// convolution, but only a convolution can take its bias and activation into one cuDNN
-/// kernel (`super::fusion`; on the H200 YOLOv8n's 25 pointwise products each had a 2-3 us
+/// kernel (`crate::native::passes::fusion`; on the H200 YOLOv8n's 25 pointwise products each had a 2-3 us
 /// `bias_act` launch after them, `docs/evidence/native-h200.md`, seventh run).
 ///
 /// Exactly `c[1, K, H, W] = sum_C b[K, C] * a[1, C, H, W]`: `a` and `c` packed NHWC
@@ -247,7 +250,7 @@ fn channels_last(g: &mut Graph, pitched: bool) {
         let four_d = spatial.is_some_and(|ops| ops.iter().all(|&t| g.tensor(t).shape.len() == 4));
         for t in s.reads().into_iter().chain(std::iter::once(s.writes())) {
             let ok = match &s.kind {
-                StepKind::Elementwise { .. } | StepKind::Copy { .. } | StepKind::Gemm(_) => true,
+                StepKind::Elementwise(_) | StepKind::Copy(_) | StepKind::Gemm(_) => true,
                 StepKind::Conv(_) | StepKind::Pool(_) => {
                     four_d && spatial.is_some_and(|ops| ops.contains(&t))
                 }
@@ -438,7 +441,7 @@ fn channels_last(g: &mut Graph, pitched: bool) {
             nx = fresh(g, x, "x");
             out.push(Step {
                 node: format!("{}.to_nhwc", s.node),
-                kind: StepKind::Copy { src: x, dst: nx },
+                kind: StepKind::Copy(copy::Copy { src: x, dst: nx }),
             });
         }
         if !direct(g.tensor(y)) {
@@ -467,7 +470,7 @@ fn channels_last(g: &mut Graph, pitched: bool) {
         if ny != y {
             out.push(Step {
                 node: format!("{node}.from_nhwc"),
-                kind: StepKind::Copy { src: ny, dst: y },
+                kind: StepKind::Copy(copy::Copy { src: ny, dst: y }),
             });
         }
     }
@@ -551,18 +554,18 @@ fn fit_gemm(g: &mut Graph, out: &mut Vec<Step>, mut s: Step) {
         if slot == 2 {
             after = Some(Step {
                 node,
-                kind: StepKind::Copy {
+                kind: StepKind::Copy(copy::Copy {
                     src: packed,
                     dst: view,
-                },
+                }),
             });
         } else {
             out.push(Step {
                 node,
-                kind: StepKind::Copy {
+                kind: StepKind::Copy(copy::Copy {
                     src: view,
                     dst: packed,
-                },
+                }),
             });
         }
     }
@@ -585,7 +588,7 @@ fn split_transposing_elementwise(g: &mut Graph) {
     let steps = std::mem::take(&mut g.steps);
     let mut out = Vec::with_capacity(steps.len());
     for mut s in steps {
-        let StepKind::Elementwise { inputs, output, .. } = &mut s.kind else {
+        let StepKind::Elementwise(Elementwise { inputs, output, .. }) = &mut s.kind else {
             out.push(s);
             continue;
         };
@@ -634,7 +637,7 @@ fn split_transposing_elementwise(g: &mut Graph) {
         out.push(s);
         out.push(Step {
             node,
-            kind: StepKind::Copy { src: tmp, dst },
+            kind: StepKind::Copy(copy::Copy { src: tmp, dst }),
         });
     }
     g.steps = out;
@@ -774,10 +777,11 @@ mod tests {
     /// the NCHW one keeps the OIHW bytes, and both compute what the NCHW plan computes.
     #[test]
     fn a_filter_shared_with_an_nchw_convolution_is_copied_not_reordered() {
-        use crate::native::ir::{Conv, ElemType};
-        use crate::native::memory::MemoryPlan;
-        use crate::native::program::Program;
-        use crate::native::reference;
+        use crate::native::exec::reference;
+        use crate::native::ir::ElemType;
+        use crate::native::ir::program::Program;
+        use crate::native::ops::conv::Conv;
+        use crate::native::plan::memory::MemoryPlan;
         let f32s = |n: usize, seed: u32| -> Vec<u8> {
             (0..n as u32)
                 .flat_map(|i| {
@@ -816,18 +820,18 @@ mod tests {
         g.steps = vec![
             step(
                 "relu",
-                StepKind::Elementwise {
+                StepKind::Elementwise(Elementwise {
                     inputs: vec![x],
                     output: a,
-                    program: Program::unary(crate::native::program::EwOp::LeakyRelu, 0.1),
-                },
+                    program: Program::unary(crate::native::ir::program::EwOp::LeakyRelu, 0.1),
+                }),
             ),
             step("conv_nhwc", StepKind::Conv(conv(a, b))),
-            step("out", StepKind::Copy { src: b, dst: out0 }),
+            step("out", StepKind::Copy(copy::Copy { src: b, dst: out0 })),
             step("conv_nchw", StepKind::Conv(conv(x, out1))),
         ];
         for (i, name) in [(0, "x"), (1, "out0"), (2, "out1")] {
-            let io = crate::native::ir::Io {
+            let io = crate::native::graph::Io {
                 name: name.into(),
                 tensor: [x, out0, out1][i],
             };

@@ -13,8 +13,10 @@
 
 use std::collections::HashSet;
 
-use super::ir::{BufferId, BufferKind, ElemType, Graph, StepKind, Tensor, TensorId, map_view};
-use super::program::{MAX_INPUTS, MAX_NODES};
+use crate::native::graph::{Graph, StepKind};
+use crate::native::ir::program::{MAX_INPUTS, MAX_NODES};
+use crate::native::ir::{BufferId, BufferKind, ElemType, Tensor, TensorId, map_view};
+use crate::native::ops::{copy, elementwise::Elementwise};
 
 /// Run every pass.
 pub fn optimise(g: &mut Graph) {
@@ -68,7 +70,7 @@ pub fn fuse_elementwise(g: &mut Graph) {
     loop {
         let mut merged = false;
         'search: for j in 0..g.steps.len() {
-            let StepKind::Elementwise { inputs, .. } = &g.steps[j].kind else {
+            let StepKind::Elementwise(Elementwise { inputs, .. }) = &g.steps[j].kind else {
                 continue;
             };
             for (slot, &t) in inputs.iter().enumerate() {
@@ -83,19 +85,19 @@ pub fn fuse_elementwise(g: &mut Graph) {
                 if i >= j || readers_of(g, t) != vec![j] {
                     continue;
                 }
-                let StepKind::Elementwise {
+                let StepKind::Elementwise(Elementwise {
                     inputs: p_inputs,
                     program: p_program,
                     ..
-                } = &g.steps[i].kind
+                }) = &g.steps[i].kind
                 else {
                     continue;
                 };
-                let StepKind::Elementwise {
+                let StepKind::Elementwise(Elementwise {
                     inputs: c_inputs,
                     output,
                     program: c_program,
-                } = &g.steps[j].kind
+                }) = &g.steps[j].kind
                 else {
                     unreachable!("checked above")
                 };
@@ -107,11 +109,11 @@ pub fn fuse_elementwise(g: &mut Graph) {
                 }
                 let output = *output;
                 let node = format!("{}+{}", g.steps[i].node, g.steps[j].node);
-                g.steps[j].kind = StepKind::Elementwise {
+                g.steps[j].kind = StepKind::Elementwise(Elementwise {
                     inputs: new_inputs,
                     output,
                     program,
-                };
+                });
                 g.steps[j].node = node;
                 g.steps.remove(i);
                 merged = true;
@@ -144,7 +146,7 @@ pub fn elide_copies(g: &mut Graph) {
     loop {
         let mut done = false;
         for ci in 0..g.steps.len() {
-            let StepKind::Copy { src, dst } = g.steps[ci].kind else {
+            let StepKind::Copy(copy::Copy { src, dst }) = g.steps[ci].kind else {
                 continue;
             };
             if let Some(remove) = try_place(g, src, dst) {
@@ -193,7 +195,7 @@ fn try_place(g: &mut Graph, src: TensorId, dst: TensorId) -> Option<Vec<usize>> 
     // Copies from views of X onto matching views of R (the ones that disappear).
     let mut elided = Vec::new();
     for (i, step) in g.steps.iter().enumerate() {
-        if let StepKind::Copy { src: s2, dst: d2 } = step.kind {
+        if let StepKind::Copy(copy::Copy { src: s2, dst: d2 }) = step.kind {
             let (st, dt) = (g.tensor(s2), g.tensor(d2));
             if st.buffer != x || g.tensor_root(d2).0 != root {
                 continue;
@@ -254,7 +256,7 @@ pub fn write_through(g: &mut Graph) {
     loop {
         let mut done = false;
         for ci in 0..g.steps.len() {
-            let StepKind::Copy { src, dst } = g.steps[ci].kind else {
+            let StepKind::Copy(copy::Copy { src, dst }) = g.steps[ci].kind else {
                 continue;
             };
             let x = g.tensor(src).buffer;
@@ -281,7 +283,7 @@ pub fn write_through(g: &mut Graph) {
             if writers.is_empty()
                 || writers
                     .iter()
-                    .any(|&k| k >= ci || !matches!(g.steps[k].kind, StepKind::Elementwise { .. }))
+                    .any(|&k| k >= ci || !matches!(g.steps[k].kind, StepKind::Elementwise(_)))
             {
                 continue;
             }
@@ -328,7 +330,7 @@ pub fn write_through(g: &mut Graph) {
             }
             for (k, view) in targets {
                 let t = g.add_view(view);
-                if let StepKind::Elementwise { output, .. } = &mut g.steps[k].kind {
+                if let StepKind::Elementwise(Elementwise { output, .. }) = &mut g.steps[k].kind {
                     *output = t;
                 }
             }
@@ -417,7 +419,8 @@ fn drop_dead_tensors(_g: &mut Graph) {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::ir::{Step, packed_strides};
+    use crate::native::graph::Step;
+    use crate::native::ir::packed_strides;
 
     #[test]
     fn reshape_strides_split_and_merge_contiguous_runs() {
@@ -436,16 +439,16 @@ mod tests {
         // Transposed view cannot be re-split differently.
         assert_eq!(reshape_strides(&[3, 2], &[1, 3], &[6]), None);
     }
-    use crate::native::program::{EwOp, Program};
+    use crate::native::ir::program::{EwOp, Program};
 
     fn ew(inputs: Vec<TensorId>, output: TensorId, program: Program) -> Step {
         Step {
             node: "n".into(),
-            kind: StepKind::Elementwise {
+            kind: StepKind::Elementwise(Elementwise {
                 inputs,
                 output,
                 program,
-            },
+            }),
         }
     }
 
@@ -467,9 +470,9 @@ mod tests {
         fuse_elementwise(&mut g);
         g.validate().unwrap();
         assert_eq!(g.steps.len(), 1);
-        let StepKind::Elementwise {
+        let StepKind::Elementwise(Elementwise {
             inputs, program, ..
-        } = &g.steps[0].kind
+        }) = &g.steps[0].kind
         else {
             panic!()
         };
@@ -512,7 +515,7 @@ mod tests {
             });
             g.steps.push(Step {
                 node: "cat".into(),
-                kind: StepKind::Copy { src: t, dst: slot },
+                kind: StepKind::Copy(copy::Copy { src: t, dst: slot }),
             });
         }
         optimise(&mut g);
@@ -543,11 +546,11 @@ mod tests {
         let x = g.add_packed("x", ElemType::F32, &[1, 5, 2, 2], BufferKind::Activation);
         let y = g.add_packed("y", ElemType::F32, &[1, 5, 6], BufferKind::Output(0));
         let scratch = g.add_packed("s", ElemType::F32, &[1, 5, 4], BufferKind::Activation);
-        g.inputs.push(crate::native::ir::Io {
+        g.inputs.push(crate::native::graph::Io {
             name: "i".into(),
             tensor: i,
         });
-        g.outputs.push(crate::native::ir::Io {
+        g.outputs.push(crate::native::graph::Io {
             name: "y".into(),
             tensor: y,
         });
@@ -613,7 +616,7 @@ mod tests {
         }
         g.steps.push(Step {
             node: "cat".into(),
-            kind: StepKind::Copy { src: xr, dst: slot },
+            kind: StepKind::Copy(copy::Copy { src: xr, dst: slot }),
         });
         g.steps
             .push(ew(vec![i_col], c5, Program::unary(EwOp::Exp, 0.0)));
@@ -621,17 +624,17 @@ mod tests {
     }
 
     fn run_reference(g: &Graph) -> Vec<Vec<u8>> {
-        let memory = crate::native::memory::MemoryPlan::new(g).unwrap();
+        let memory = crate::native::plan::memory::MemoryPlan::new(g).unwrap();
         let input: Vec<u8> = (0..20)
             .flat_map(|k| (k as f32 * 0.25 - 2.0).to_ne_bytes())
             .collect();
-        crate::native::reference::run(g, &memory, &[&input]).unwrap()
+        crate::native::exec::reference::run(g, &memory, &[&input]).unwrap()
     }
 
     fn copies(g: &Graph) -> usize {
         g.steps
             .iter()
-            .filter(|s| matches!(s.kind, StepKind::Copy { .. }))
+            .filter(|s| matches!(s.kind, StepKind::Copy(_)))
             .count()
     }
 

@@ -2,7 +2,7 @@
 //! drop, and the calls the engine makes (legacy API: `cudnnConvolutionForward`,
 //! `cudnnPoolingForward`, algorithm search with `cudnnFindConvolutionForwardAlgorithmEx`).
 //!
-//! Every call goes through `cudarc::cudnn::sys` after [`super::libs::cudnn`] has loaded and
+//! Every call goes through `cudarc::cudnn::sys` after [`crate::native::libs::load::cudnn`] has loaded and
 //! checked the library (cuDNN 9). Errors are [`CudnnError`]: the call and cuDNN's status
 //! code, `Copy`, so a failing enqueue does not allocate.
 
@@ -10,7 +10,7 @@ use std::ffi::c_void;
 
 use cudarc::cudnn::sys;
 
-use super::ir::ElemType;
+use crate::native::ir::ElemType;
 
 /// A cuDNN call that did not return `CUDNN_STATUS_SUCCESS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,8 +12,9 @@
 //! already placed (the classic offset-assignment heuristic of TFLite's and ONNX Runtime's
 //! arena planners).
 
-use super::ir::{BufferId, BufferKind, Graph};
-use super::schedule::Schedule;
+use crate::native::graph::Graph;
+use crate::native::ir::{BufferId, BufferKind};
+use crate::native::plan::schedule::Schedule;
 
 /// Alignment of every buffer in the workspace and the weight blob, in bytes (cuDNN and
 /// cuBLAS want 16; 256 is what `cuMemAlloc` gives and keeps every vector load aligned).
@@ -61,17 +62,21 @@ pub enum Region {
 
 impl MemoryPlan {
     /// Lay out `graph`, with the output of every element-wise step a convolution could absorb
-    /// ([`super::fusion::candidate`]) live from the convolution's step on, so that any of
+    /// ([`crate::native::passes::fusion::candidate`]) live from the convolution's step on, so that any of
     /// those fusions may be taken ([`MemoryPlan::for_fusions`] with all of them), scheduled on
-    /// [`super::schedule::DEFAULT_STREAMS`] streams.
+    /// [`crate::native::plan::schedule::DEFAULT_STREAMS`] streams.
     ///
     /// # Errors
     /// A description when a buffer size overflows `usize`.
     pub fn new(graph: &Graph) -> Result<Self, String> {
         let candidates: Vec<usize> = (0..graph.steps.len())
-            .filter(|&i| super::fusion::candidate(graph, i).is_some())
+            .filter(|&i| crate::native::passes::fusion::candidate(graph, i).is_some())
             .collect();
-        Self::for_fusions(graph, &candidates, super::schedule::DEFAULT_STREAMS)
+        Self::for_fusions(
+            graph,
+            &candidates,
+            crate::native::plan::schedule::DEFAULT_STREAMS,
+        )
     }
 
     /// Lay out `graph` for the fusions of convolution steps `convs` (the engine's, once it
@@ -104,9 +109,9 @@ impl MemoryPlan {
         }
         // An element-wise step that a convolution may absorb (cuDNN runtime fusion) is then
         // written at the convolution's step: its output is live from there, so that it never
-        // shares memory with the convolution's input (`super::fusion`).
+        // shares memory with the convolution's input (`crate::native::passes::fusion`).
         for &i in convs {
-            if let Some(f) = super::fusion::candidate(graph, i) {
+            if let Some(f) = crate::native::passes::fusion::candidate(graph, i) {
                 touch(graph.root(graph.tensor(f.out).buffer).0.0, i);
             }
         }
@@ -204,7 +209,7 @@ impl MemoryPlan {
     }
 
     /// The region and byte offset of element `[0, 0, ...]` of tensor `t`.
-    pub fn locate(&self, graph: &Graph, t: super::ir::TensorId) -> (Region, usize) {
+    pub fn locate(&self, graph: &Graph, t: crate::native::ir::TensorId) -> (Region, usize) {
         let tensor = graph.tensor(t);
         let (r, off) = self.locate_buffer(graph, tensor.buffer);
         (r, off + tensor.offset * tensor.dtype.size())
@@ -291,7 +296,9 @@ fn time_apart(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::ir::{ElemType, Step, StepKind};
+    use crate::native::graph::{Step, StepKind};
+    use crate::native::ir::ElemType;
+    use crate::native::ops::copy;
 
     #[test]
     fn buffers_with_disjoint_lifetimes_share_memory() {
@@ -304,7 +311,7 @@ mod tests {
         for (src, dst) in [(x, a), (a, b), (b, c), (c, y)] {
             g.steps.push(Step {
                 node: "n".into(),
-                kind: StepKind::Copy { src, dst },
+                kind: StepKind::Copy(copy::Copy { src, dst }),
             });
         }
         let p = MemoryPlan::new(&g).unwrap();
@@ -331,7 +338,7 @@ mod tests {
         for (src, dst) in [(x, a), (a, b), (x, c), (c, d), (b, y0), (d, y1)] {
             g.steps.push(Step {
                 node: "n".into(),
-                kind: StepKind::Copy { src, dst },
+                kind: StepKind::Copy(copy::Copy { src, dst }),
             });
         }
         let off = |p: &MemoryPlan, t: crate::native::ir::TensorId| {

@@ -11,12 +11,17 @@
 //!
 //! Not fast: convolution is a direct loop (a few seconds for YOLOv8n at 640).
 
-use super::ir::{
-    BufferKind, Conv, ElemType, Gather, Gemm, Graph, Pool, PoolKind, Reduce, ReduceKind, Softmax,
-    StepKind, TensorId,
-};
-use super::memory::{MemoryPlan, Region};
-use super::program::{load_f32, store_f32};
+use crate::native::graph::{Graph, StepKind};
+use crate::native::ir::program::{load_f32, store_f32};
+use crate::native::ir::{BufferKind, ElemType, TensorId};
+use crate::native::ops::conv::Conv;
+use crate::native::ops::gather::Gather;
+use crate::native::ops::gemm::Gemm;
+use crate::native::ops::pool::{Pool, PoolKind};
+use crate::native::ops::reduce::{Reduce, ReduceKind};
+use crate::native::ops::softmax::Softmax;
+use crate::native::ops::{copy, deconv::Deconv, elementwise::Elementwise};
+use crate::native::plan::memory::{MemoryPlan, Region};
 
 /// Host memory for one run.
 struct Memory<'a> {
@@ -185,11 +190,11 @@ pub fn run(graph: &Graph, plan: &MemoryPlan, inputs: &[&[u8]]) -> Result<Vec<Vec
     };
     for (i, step) in graph.steps.iter().enumerate() {
         match &step.kind {
-            StepKind::Elementwise {
+            StepKind::Elementwise(Elementwise {
                 inputs,
                 output,
                 program,
-            } => {
+            }) => {
                 let vals: Vec<Vec<f32>> = inputs.iter().map(|&t| ex.read(t)).collect();
                 let n = graph.tensor(*output).numel();
                 let mut out = vec![0f32; n];
@@ -202,12 +207,12 @@ pub fn run(graph: &Graph, plan: &MemoryPlan, inputs: &[&[u8]]) -> Result<Vec<Vec
                 }
                 ex.write(*output, &out);
             }
-            StepKind::Copy { src, dst } => ex.copy(*src, *dst),
+            StepKind::Copy(copy::Copy { src, dst }) => ex.copy(*src, *dst),
             StepKind::Conv(c) => {
                 let y = conv(&ex, c);
                 ex.write(c.y, &y);
             }
-            StepKind::Deconv(c) => {
+            StepKind::Deconv(Deconv(c)) => {
                 let (xt, wt, yt) = (graph.tensor(c.x), graph.tensor(c.w), graph.tensor(c.y));
                 let y = deconv_compute(
                     &ex.read(c.x),
@@ -259,7 +264,7 @@ fn conv(ex: &Exec<'_, '_>, c: &Conv) -> Vec<f32> {
 /// rows first, then columns, zero-weight taps skipped, as tract resamples.
 pub fn resize_compute(
     x: &[f32],
-    r: &super::ir::Resize,
+    r: &crate::native::ops::resize::Resize,
     iy: &[f32],
     wy: &[f32],
     ix: &[f32],

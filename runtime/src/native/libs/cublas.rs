@@ -1,6 +1,6 @@
 //! cuBLAS, thinly: a handle (freed on drop) bound to the session's stream and to a workspace
 //! inside the session arena, and the one call the engine makes
-//! (`cublasGemmStridedBatchedEx`, see [`super::gemm`] for the mapping).
+//! (`cublasGemmStridedBatchedEx`, see [`crate::native::ops::gemm`] for the mapping).
 //!
 //! Capture rules, from the cuBLAS documentation: `cublasSetStream` resets the workspace to
 //! cuBLAS's own pool, so the workspace is set again after every stream change; with a user
@@ -10,8 +10,8 @@ use std::ffi::c_void;
 
 use cudarc::cublas::sys;
 
-use super::gemm::BlasGemm;
-use super::ir::ElemType;
+use crate::native::ir::ElemType;
+use crate::native::ops::gemm::BlasGemm;
 
 /// A cuBLAS call that did not return `CUBLAS_STATUS_SUCCESS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,7 +16,7 @@
 //! element ranges are disjoint, or when, for some period `p`, every element of each lies in
 //! a residue interval modulo `p` and the two intervals are disjoint (slices of channels of
 //! one channels-last buffer: the inputs of a concatenation, written in place). A convolution
-//! that may absorb its element-wise successor ([`super::fusion`]) is given that step's
+//! that may absorb its element-wise successor ([`crate::native::passes::fusion`]) is given that step's
 //! accesses too (bias, residual, output), as the fused plan makes them.
 //!
 //! # Streams
@@ -32,15 +32,16 @@
 //! # Memory
 //! Sharing memory between two buffers needs every access to one to happen before every
 //! access to the other ([`Schedule::before`]); with one stream that is program order, which is
-//! what [`super::memory`] assumed before streams.
+//! what [`crate::native::plan::memory`] assumed before streams.
 
-use super::ir::{Graph, Tensor, TensorId};
+use crate::native::graph::Graph;
+use crate::native::ir::{Tensor, TensorId};
 
 /// Default most streams a network runs on (`NativeOptions::streams`). YOLOv8's head has
 /// six independent chains beside the neck; on the H200 (tenth run of
 /// `docs/evidence/native-h200.md`) 8 streams beat 4, which beat 1, in every precision. A
 /// stream costs a slice of cuDNN scratch when it runs convolutions, and one of cuBLAS
-/// workspace when it runs matrix products ([`super::launch::Layout`]).
+/// workspace when it runs matrix products ([`crate::native::exec::launch::Layout`]).
 pub const DEFAULT_STREAMS: usize = 8;
 
 /// Most streams a schedule may use (stream indices are stored in `u8`, and the executor's
@@ -146,7 +147,7 @@ fn accesses(g: &Graph, i: usize, fused: bool) -> Vec<Access> {
     let step = &g.steps[i];
     let mut tensors: Vec<(TensorId, bool)> = step.reads().into_iter().map(|t| (t, false)).collect();
     tensors.push((step.writes(), true));
-    if fused && let Some(f) = super::fusion::candidate(g, i) {
+    if fused && let Some(f) = crate::native::passes::fusion::candidate(g, i) {
         tensors.push((f.bias, false));
         if let Some(r) = f.residual {
             tensors.push((r, false));
@@ -414,12 +415,14 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::ir::{BufferKind, ElemType, Step, StepKind};
+    use crate::native::graph::{Step, StepKind};
+    use crate::native::ir::{BufferKind, ElemType};
+    use crate::native::ops::copy;
 
     fn copy(g: &mut Graph, src: TensorId, dst: TensorId) {
         g.steps.push(Step {
             node: format!("c{}", g.steps.len()),
-            kind: StepKind::Copy { src, dst },
+            kind: StepKind::Copy(copy::Copy { src, dst }),
         });
     }
 

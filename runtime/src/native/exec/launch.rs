@@ -1,18 +1,20 @@
 //! The executor's launch list: every step of the IR turned into one operation with every
 //! address resolved (kernel parameter structs, cuDNN buffers and algorithm, BLAS arguments).
 //! Built at bind time from the bound regions' base addresses; pure logic, no CUDA, so the
-//! same list can be run by the host emulator ([`super::emulate`]) in tests.
+//! same list can be run by the host emulator ([`crate::native::exec::emulate`]) in tests.
 
-use super::Compiled;
-use super::fusion::Fusion;
-use super::gemm::{BlasGemm, blas_gemm};
-use super::ir::{ElemType, StepKind, TensorId};
-use super::kernels::{
+use crate::native::Compiled;
+use crate::native::exec::kernels::{
     self, BiasActParams, CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams,
     SoftmaxParams, TransposeParams,
 };
-use super::memory::{BUFFER_ALIGN, Region};
-use super::schedule::MAX_STREAMS;
+use crate::native::graph::StepKind;
+use crate::native::ir::{ElemType, TensorId};
+use crate::native::ops::gemm::{BlasGemm, blas_gemm};
+use crate::native::ops::{copy, deconv::Deconv, elementwise::Elementwise};
+use crate::native::passes::fusion::Fusion;
+use crate::native::plan::memory::{BUFFER_ALIGN, Region};
+use crate::native::plan::schedule::MAX_STREAMS;
 
 /// Base addresses of every region (device addresses on the GPU, host addresses in the
 /// emulator).
@@ -45,7 +47,7 @@ fn align(v: usize) -> usize {
 }
 
 /// The workspace layout: activations, then the cuDNN scratch of every stream of the
-/// network's schedule ([`super::schedule`]), then the cuBLAS workspace of every stream, each
+/// network's schedule ([`crate::native::plan::schedule`]), then the cuBLAS workspace of every stream, each
 /// slice 256-aligned and sized for the steps of its own stream (a stream that runs no
 /// convolution or no matrix product gets an empty slice): steps that may run at the same
 /// time never share scratch, and a stream of small convolutions does not reserve the scratch
@@ -139,7 +141,7 @@ pub struct ConvChoice {
     /// `cudnnConvolutionFwdAlgo_t` value (meaningful when `legacy`).
     pub algo: u32,
     /// The legacy API runs this convolution with `algo`. False for a convolution over a
-    /// pitched channels-last view (`super::ir::Tensor::nhwc_pitch`), which the legacy API
+    /// pitched channels-last view (`crate::native::ir::Tensor::nhwc_pitch`), which the legacy API
     /// refuses: it runs through its graph-API plan only.
     pub legacy: bool,
     /// Scratch bytes.
@@ -155,7 +157,7 @@ pub struct ConvChoice {
     /// `legacy`).
     pub graph_workspace: usize,
     /// `Some(rank)`: the step runs with its element-wise successor fused in
-    /// ([`super::fusion`]), the configuration ranked `rank` of the fused graph's heuristics;
+    /// ([`crate::native::passes::fusion`]), the configuration ranked `rank` of the fused graph's heuristics;
     /// it beat the convolution plus its `bias_act` launch at load.
     pub fused: Option<u8>,
     /// Scratch bytes of the fused plan.
@@ -183,7 +185,7 @@ impl ConvChoice {
 /// The fused epilogue of a convolution launch: which fusion, and its operands' addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvEpilogue {
-    /// The fusion ([`super::fusion`]).
+    /// The fusion ([`crate::native::passes::fusion`]).
     pub fusion: Fusion,
     /// The bias.
     pub b: u64,
@@ -374,11 +376,11 @@ pub fn build(
             continue;
         }
         let launch = match &step.kind {
-            StepKind::Elementwise {
+            StepKind::Elementwise(Elementwise {
                 inputs,
                 output,
                 program,
-            } => {
+            }) => {
                 if let Some(params) = kernels::bias_act_params(g, inputs, *output, program, &addr) {
                     Launch::BiasAct {
                         grid: kernels::grid_for(params.threads()),
@@ -393,7 +395,7 @@ pub fn build(
                     }
                 }
             }
-            StepKind::Copy { src, dst } => {
+            StepKind::Copy(copy::Copy { src, dst }) => {
                 if kernels::is_block_copy(g, *src, *dst) {
                     let t = g.tensor(*dst);
                     Launch::Memcpy {
@@ -413,7 +415,7 @@ pub fn build(
                     }
                 }
             }
-            StepKind::Conv(cv) | StepKind::Deconv(cv) => {
+            StepKind::Conv(cv) | StepKind::Deconv(Deconv(cv)) => {
                 let choice = convs
                     .get(i)
                     .copied()

@@ -1,9 +1,9 @@
 //! Which convolutions can take their bias, activation and residual into cuDNN's operation
-//! graph (runtime fusion, [`super::cudnn_graph::ConvGraph::new_fused`]): pure logic over the
+//! graph (runtime fusion, [`crate::native::libs::cudnn_graph::ConvGraph::new_fused`]): pure logic over the
 //! lowered graph and its memory plan, so the host tests prove it without a GPU.
 //!
 //! A convolution step `i` fuses with step `i + 1` when that step is the `bias_act` kernel's
-//! `act(y + b) [+ r]` ([`super::kernels::bias_act_params`]) over the convolution's output `y`
+//! `act(y + b) [+ r]` ([`crate::native::exec::kernels::bias_act_params`]) over the convolution's output `y`
 //! with a per-channel bias (in the storage type or fp32), act none or SiLU, the residual and
 //! the output in the convolution's storage type;
 //! when nothing else reads or aliases `y` (it is then never stored); and when writing the
@@ -14,11 +14,13 @@
 //! element-wise step then enqueues nothing. Whether a fusion is used is measured at load
 //! (`engine`): the fused plan must beat the convolution plus its `bias_act` launch.
 
-use super::Compiled;
-use super::cudnn_graph::{FusedAct, FusedEpilogue};
-use super::ir::{ElemType, Graph, StepKind, TensorId};
-use super::kernels;
-use super::memory::{MemoryPlan, Region};
+use crate::native::Compiled;
+use crate::native::exec::kernels;
+use crate::native::graph::{Graph, StepKind};
+use crate::native::ir::{ElemType, TensorId};
+use crate::native::libs::cudnn_graph::{FusedAct, FusedEpilogue};
+use crate::native::ops::elementwise::Elementwise;
+use crate::native::plan::memory::{MemoryPlan, Region};
 
 /// A convolution step and the element-wise step it absorbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -39,7 +41,7 @@ impl Fusion {
     /// The cuDNN epilogue of this fusion, the bias and residual at `b` and `r` (their
     /// addresses give the alignments cuDNN is told).
     pub fn epilogue(&self, g: &Graph, b: u64, r: Option<u64>) -> FusedEpilogue {
-        use super::cudnn_graph::alignment;
+        use crate::native::libs::cudnn_graph::alignment;
         FusedEpilogue {
             act: if self.silu {
                 FusedAct::Silu
@@ -120,18 +122,18 @@ pub fn find_in(g: &Graph, memory: &MemoryPlan, i: usize) -> Option<Fusion> {
 }
 
 /// The conditions of [`find`] that depend on the graph alone (not on the memory plan): the
-/// memory plan ([`super::memory`]) keeps the output of every candidate live from the
+/// memory plan ([`crate::native::plan::memory`]) keeps the output of every candidate live from the
 /// convolution's step on.
 pub fn candidate(g: &Graph, i: usize) -> Option<Fusion> {
     let StepKind::Conv(cv) = &g.steps.get(i)?.kind else {
         return None;
     };
     let j = i + 1;
-    let StepKind::Elementwise {
+    let StepKind::Elementwise(Elementwise {
         inputs,
         output,
         program,
-    } = &g.steps.get(j)?.kind
+    }) = &g.steps.get(j)?.kind
     else {
         return None;
     };
@@ -208,9 +210,12 @@ pub fn find_all(c: &Compiled) -> Vec<Option<Fusion>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::ir::{BufferKind, Conv, Io, Step, Tensor};
-    use crate::native::memory::MemoryPlan;
-    use crate::native::program::{EwOp, Expr, Program};
+    use crate::native::graph::{Io, Step};
+    use crate::native::ir::program::{EwOp, Expr, Program};
+    use crate::native::ir::{BufferKind, Tensor};
+    use crate::native::ops::conv::Conv;
+    use crate::native::ops::copy;
+    use crate::native::plan::memory::MemoryPlan;
 
     /// `input -> copy a -> conv y -> silu(y + b) o [+ r] -> copy out`: `a` dies at the
     /// convolution and `o` is born at the next step, so a plan that ignored the fusion could
@@ -270,7 +275,8 @@ mod tests {
             node: "n".into(),
             kind,
         };
-        g.steps.push(step(StepKind::Copy { src: input, dst: a }));
+        g.steps
+            .push(step(StepKind::Copy(copy::Copy { src: input, dst: a })));
         g.steps.push(step(StepKind::Conv(Conv {
             x: a,
             w,
@@ -281,15 +287,17 @@ mod tests {
             group: 1,
             channels_last: false,
         })));
-        g.steps.push(step(StepKind::Elementwise {
+        g.steps.push(step(StepKind::Elementwise(Elementwise {
             inputs,
             output: o,
             program: Program { nodes },
-        }));
-        g.steps.push(step(StepKind::Copy { src: o, dst: out }));
+        })));
+        g.steps
+            .push(step(StepKind::Copy(copy::Copy { src: o, dst: out })));
         if extra_reader {
             let z = g.add_packed("z", f, &shape, BufferKind::Activation);
-            g.steps.push(step(StepKind::Copy { src: y, dst: z }));
+            g.steps
+                .push(step(StepKind::Copy(copy::Copy { src: y, dst: z })));
         }
         (g, a, b, o)
     }
@@ -376,13 +384,13 @@ mod tests {
             candidate(&g, 1).is_some(),
             "channels-last conv + bias + SiLU + r"
         );
-        let StepKind::Elementwise { inputs, .. } = &mut g.steps[2].kind else {
+        let StepKind::Elementwise(Elementwise { inputs, .. }) = &mut g.steps[2].kind else {
             unreachable!()
         };
         inputs[2] = b;
-        let StepKind::Elementwise {
+        let StepKind::Elementwise(Elementwise {
             inputs, program, ..
-        } = &g.steps[2].kind
+        }) = &g.steps[2].kind
         else {
             unreachable!()
         };
@@ -403,10 +411,10 @@ mod tests {
             1,
             Step {
                 node: "r".into(),
-                kind: StepKind::Copy { src: a, dst: r },
+                kind: StepKind::Copy(copy::Copy { src: a, dst: r }),
             },
         );
-        let StepKind::Elementwise { inputs, .. } = &mut g.steps[3].kind else {
+        let StepKind::Elementwise(Elementwise { inputs, .. }) = &mut g.steps[3].kind else {
             unreachable!()
         };
         inputs[2] = r;

@@ -523,8 +523,8 @@ fn erf(x: f32) -> f32 {
 /// Convert an fp32 register to an element of type `dtype` the way the kernel stores it:
 /// floats round to nearest, integers truncate toward zero and saturate (NaN gives 0), like
 /// Rust's `as` and PTX `cvt.rzi.sat`; booleans are `v != 0`.
-pub fn store_f32(v: f32, dtype: super::ir::ElemType, out: &mut [u8]) {
-    use super::ir::ElemType::*;
+pub fn store_f32(v: f32, dtype: crate::native::ir::ElemType, out: &mut [u8]) {
+    use crate::native::ir::ElemType::*;
     match dtype {
         F32 => out.copy_from_slice(&v.to_ne_bytes()),
         F16 => out.copy_from_slice(&half::f16::from_f32(v).to_bits().to_ne_bytes()),
@@ -537,8 +537,8 @@ pub fn store_f32(v: f32, dtype: super::ir::ElemType, out: &mut [u8]) {
 }
 
 /// Read an element of type `dtype` as fp32 the way the kernel loads it.
-pub fn load_f32(dtype: super::ir::ElemType, bytes: &[u8]) -> f32 {
-    use super::ir::ElemType::*;
+pub fn load_f32(dtype: crate::native::ir::ElemType, bytes: &[u8]) -> f32 {
+    use crate::native::ir::ElemType::*;
     match dtype {
         F32 => f32::from_ne_bytes(bytes[..4].try_into().expect("4 bytes")),
         F16 => half::f16::from_bits(u16::from_ne_bytes(bytes[..2].try_into().expect("2 bytes")))
@@ -598,12 +598,12 @@ mod tests {
     #[test]
     fn store_truncates_and_saturates_like_rust_as() {
         let mut b = [0u8; 8];
-        store_f32(-2.7, super::super::ir::ElemType::I64, &mut b);
+        store_f32(-2.7, crate::native::ir::ElemType::I64, &mut b);
         assert_eq!(i64::from_ne_bytes(b), -2);
         let mut one = [0u8; 1];
-        store_f32(300.0, super::super::ir::ElemType::U8, &mut one);
+        store_f32(300.0, crate::native::ir::ElemType::U8, &mut one);
         assert_eq!(one[0], 255);
-        store_f32(f32::NAN, super::super::ir::ElemType::U8, &mut one);
+        store_f32(f32::NAN, crate::native::ir::ElemType::U8, &mut one);
         assert_eq!(one[0], 0);
     }
 
