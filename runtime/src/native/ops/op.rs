@@ -430,6 +430,10 @@ pub enum Library {
 }
 
 /// What one step enqueues.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "built once per step at bind and moved into the launch list; a kernel's parameter block is the common case, boxing it would allocate per step"
+)]
 #[derive(Clone, Copy, Debug)]
 pub enum Call {
     /// One kernel of `native.cu`.
