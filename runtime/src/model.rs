@@ -68,6 +68,11 @@ pub struct ModelOptions {
     /// [`crate::backend::DEFAULT_MAX_TENSOR_BYTES`], 4 GiB): a bundle whose network asks for
     /// more is refused at open ([`PrepareOptions::max_tensor_bytes`]).
     pub max_tensor_bytes: Option<u64>,
+    /// Options of the native CUDA engine ([`crate::native::NativeOptions`]): `None` (the
+    /// default) takes [`crate::native::NativeOptions::from_env`] (the `TETHER_*` environment
+    /// variables over the defaults) with `session.allow_nvrtc`; `Some` is used as given.
+    #[cfg(feature = "cuda-native")]
+    pub native: Option<crate::native::NativeOptions>,
 }
 
 /// One network of a model: its name, its plan and why that engine was chosen.
@@ -130,6 +135,8 @@ pub struct Model {
     session: crate::session::SessionOptions,
     fixed_inputs: Vec<(String, Vec<FixedInput>)>,
     max_tensor_bytes: Option<u64>,
+    #[cfg(feature = "cuda-native")]
+    native: Option<crate::native::NativeOptions>,
 }
 
 impl std::fmt::Debug for Model {
@@ -250,6 +257,8 @@ impl Model {
             session: options.session.clone(),
             fixed_inputs: options.fixed_inputs.clone(),
             max_tensor_bytes: options.max_tensor_bytes,
+            #[cfg(feature = "cuda-native")]
+            native: options.native.clone(),
         };
         for net in group_networks(&bundle) {
             let shapes = match options.input_shapes.iter().find(|(n, _)| *n == net.name) {
@@ -428,10 +437,12 @@ impl Model {
                 let ctx = self.context.clone().ok_or_else(missing)?;
                 Ok(Box::new(crate::native::NativeBackend::new(
                     ctx,
-                    crate::native::NativeOptions {
-                        allow_nvrtc: self.session.allow_nvrtc,
-                        ..Default::default()
-                    },
+                    self.native
+                        .clone()
+                        .unwrap_or_else(|| crate::native::NativeOptions {
+                            allow_nvrtc: self.session.allow_nvrtc,
+                            ..crate::native::NativeOptions::from_env()
+                        }),
                 )))
             }
             #[cfg(feature = "tensorrt")]
