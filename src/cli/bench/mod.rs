@@ -110,7 +110,7 @@ pub struct BenchArgs {
     device: String,
     /// Time runs on the frame the first (untimed) run left in the session's input staging:
     /// no copy of the frame per run, the runtime's share when a producer writes its frames
-    /// into the staging in place (`Detector::staging_mut`; the producer's writes are not
+    /// into the staging in place (a family API's `staging_mut`; the producer's writes are not
     /// timed). A family without such a path says so.
     #[arg(long)]
     staged: bool,
