@@ -7,9 +7,25 @@
 //! - [`quant`]: tensor element types (F32, F16, BF16 and ggml's block quantisations Q8_0,
 //!   Q4_0, Q4_1, Q4_K, Q6_K): block geometry, scalar dequantisation (the reference), and the
 //!   SIMD dot products the forward pass uses.
+//! - [`config`]: the hyper-parameters ([`LlmConfig`]) read from a checkpoint by definition.
+//! - [`tensor`]: read-only tensors with canonical (GGUF) names ([`TensorRef`], [`Weights`],
+//!   [`ModelTensors`]), the only way the forward pass sees weights.
+//! - [`gguf`], [`safetensors`]: the checkpoint file readers.
+//! - [`error`]: the front end's errors ([`LlmError`]).
 #![warn(missing_docs)]
 
+pub mod config;
+pub mod error;
+pub mod gguf;
 pub mod quant;
+pub mod safetensors;
+pub mod tensor;
+#[doc(hidden)]
+pub mod testing;
+
+pub use config::LlmConfig;
+pub use error::LlmError;
+pub use tensor::{ModelTensors, TensorRef, Weights};
 
 /// Family name recorded in the bundle identity.
 pub const FAMILY: &str = "llm";
