@@ -11,9 +11,14 @@
 //! - [`tensor`]: read-only tensors with canonical (GGUF) names ([`TensorRef`], [`Weights`],
 //!   [`ModelTensors`]), the only way the forward pass sees weights.
 //! - [`gguf`], [`safetensors`]: the checkpoint file readers.
+//! - [`tokenizer`]: byte-level BPE with llama.cpp's special-token semantics, streaming
+//!   UTF-8-safe detokenisation ([`Tokenizer`], [`StreamDecoder`]).
+//! - [`checkpoint`]: a GGUF file or Hugging Face directory in canonical form
+//!   ([`Checkpoint`]).
 //! - [`error`]: the front end's errors ([`LlmError`]).
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod gguf;
@@ -22,10 +27,13 @@ pub mod safetensors;
 pub mod tensor;
 #[doc(hidden)]
 pub mod testing;
+pub mod tokenizer;
 
+pub use checkpoint::Checkpoint;
 pub use config::LlmConfig;
 pub use error::LlmError;
 pub use tensor::{ModelTensors, TensorRef, Weights};
+pub use tokenizer::{StreamDecoder, Tokenizer};
 
 /// Family name recorded in the bundle identity.
 pub const FAMILY: &str = "llm";
