@@ -13,6 +13,8 @@
 //! - [`gguf`], [`safetensors`]: the checkpoint file readers.
 //! - [`tokenizer`]: byte-level BPE with llama.cpp's special-token semantics, streaming
 //!   UTF-8-safe detokenisation ([`Tokenizer`], [`StreamDecoder`]).
+//! - [`template`]: the checkpoint's chat template through `minijinja`, Hugging Face
+//!   conventions ([`ChatTemplate`]).
 //! - [`checkpoint`]: a GGUF file or Hugging Face directory in canonical form
 //!   ([`Checkpoint`]).
 //! - [`error`]: the front end's errors ([`LlmError`]).
@@ -24,6 +26,7 @@ pub mod error;
 pub mod gguf;
 pub mod quant;
 pub mod safetensors;
+pub mod template;
 pub mod tensor;
 #[doc(hidden)]
 pub mod testing;
@@ -32,6 +35,7 @@ pub mod tokenizer;
 pub use checkpoint::Checkpoint;
 pub use config::LlmConfig;
 pub use error::LlmError;
+pub use template::{ChatMessage, ChatTemplate};
 pub use tensor::{ModelTensors, TensorRef, Weights};
 pub use tokenizer::{StreamDecoder, Tokenizer};
 
