@@ -17,14 +17,19 @@
 //!   conventions ([`ChatTemplate`]).
 //! - [`checkpoint`]: a GGUF file or Hugging Face directory in canonical form
 //!   ([`Checkpoint`]).
+//! - [`bundle`]: the `llm` bundle's sections, reading them back, `describe` for `inspect`;
+//!   `recipe` (feature `build`): checkpoint -> bundle.
 //! - [`error`]: the front end's errors ([`LlmError`]).
 #![warn(missing_docs)]
 
+pub mod bundle;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod gguf;
 pub mod quant;
+#[cfg(feature = "build")]
+pub mod recipe;
 pub mod safetensors;
 pub mod template;
 pub mod tensor;

