@@ -394,6 +394,16 @@ pub struct Description {
     pub generation: GenerationDefaults,
 }
 
+/// `134.5 M`, `35.1 K`, `12`.
+fn count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2} G", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.1} M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.1} K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
+
 impl std::fmt::Display for Description {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let tok = |t: &Option<(u32, String)>| {
@@ -403,15 +413,15 @@ impl std::fmt::Display for Description {
         writeln!(f, "architecture    {}", self.architecture)?;
         writeln!(
             f,
-            "parameters      {} ({:.1} M), {} bytes of weights",
+            "parameters      {} ({}), {} bytes of weights",
             self.parameters,
-            self.parameters as f64 / 1e6,
+            count(self.parameters),
             self.weight_bytes
         )?;
         let q: Vec<String> = self
             .quantization
             .iter()
-            .map(|(t, n, p)| format!("{} x{n} ({:.1} M)", t.name(), *p as f64 / 1e6))
+            .map(|(t, n, p)| format!("{} x{n} ({})", t.name(), count(*p)))
             .collect();
         writeln!(f, "quantization    {}", q.join(", "))?;
         writeln!(

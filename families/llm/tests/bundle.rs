@@ -37,7 +37,7 @@ fn smollm2_bundle_round_trips_zero_copy() {
     assert_eq!(d.eos, Some((2, "<|im_end|>".into())));
     let text = d.to_string();
     assert!(
-        text.contains("q4_1 x210") && text.contains("q8_0 x1") && text.contains("f32 x61"),
+        text.contains("q4_1 x210") && text.contains("q8_0 x1") && text.contains("f32 x61 (35.1 K)"),
         "{text}"
     );
     println!("{text}");
