@@ -9,6 +9,7 @@
 //!   SIMD dot products the forward pass uses.
 #![warn(missing_docs)]
 
+pub mod kernels;
 pub mod quant;
 
 /// Family name recorded in the bundle identity.
