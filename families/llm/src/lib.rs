@@ -9,6 +9,8 @@
 //!   SIMD dot products the forward pass uses.
 #![warn(missing_docs)]
 
+pub mod cache;
+pub mod forward;
 pub mod kernels;
 pub mod quant;
 

@@ -170,14 +170,18 @@ impl Acts<'_> {
     }
 }
 
-/// Where a matrix product writes: element `(t, r)` at `ptr + t * stride + r`. Several
-/// threads write disjoint row ranges of the same output, so it is a raw pointer.
+/// Where a matrix product writes: element `(t, r)` at `ptr + t * stride + r`, plus an
+/// optional bias `bias[r]`, stored or added to what is there (`accumulate`: a residual
+/// connection). Several threads write disjoint row ranges of the same output, so it is a
+/// raw pointer.
 #[derive(Clone, Copy, Debug)]
 pub struct OutMatrix {
     ptr: *mut f32,
     stride: usize,
     tokens: usize,
     rows: usize,
+    bias: *const f32,
+    accumulate: bool,
 }
 
 // SAFETY: an `OutMatrix` is only a description of memory that the forward pass owns for the
@@ -199,16 +203,66 @@ impl OutMatrix {
             stride,
             tokens,
             rows,
+            bias: std::ptr::null(),
+            accumulate: false,
         }
+    }
+
+    /// As [`new`](Self::new), from a raw pointer, for threads that each write their own rows
+    /// of one output (no thread may hold a reference to the whole of it).
+    ///
+    /// # Safety
+    /// `ptr` is valid for writes of `(tokens - 1) * stride + rows` values for as long as the
+    /// `OutMatrix` is used, and no reference to those values is live meanwhile.
+    pub(crate) unsafe fn from_raw(
+        ptr: *mut f32,
+        tokens: usize,
+        rows: usize,
+        stride: usize,
+    ) -> OutMatrix {
+        assert!(rows <= stride);
+        OutMatrix {
+            ptr,
+            stride,
+            tokens,
+            rows,
+            bias: std::ptr::null(),
+            accumulate: false,
+        }
+    }
+
+    /// Adds `bias[r]` to every product of row `r`, and adds the result into the output
+    /// instead of storing it when `accumulate`.
+    ///
+    /// # Panics
+    /// When `bias` is shorter than the rows.
+    pub fn with_epilogue(mut self, bias: Option<&[f32]>, accumulate: bool) -> OutMatrix {
+        if let Some(b) = bias {
+            assert!(b.len() >= self.rows);
+            self.bias = b.as_ptr();
+        }
+        self.accumulate = accumulate;
+        self
     }
 
     /// # Safety
     /// `t < tokens`, `r < rows`, and no other thread writes `(t, r)` concurrently.
     #[inline(always)]
-    unsafe fn write(&self, t: usize, r: usize, v: f32) {
+    unsafe fn write(&self, t: usize, r: usize, mut v: f32) {
         debug_assert!(t < self.tokens && r < self.rows);
-        // SAFETY: in bounds by `new`'s check and the caller's contract.
-        unsafe { *self.ptr.add(t * self.stride + r) = v }
+        // SAFETY: in bounds by the constructors' checks and the caller's contract; the bias
+        // holds `rows` values.
+        unsafe {
+            if !self.bias.is_null() {
+                v += *self.bias.add(r);
+            }
+            let p = self.ptr.add(t * self.stride + r);
+            if self.accumulate {
+                *p += v;
+            } else {
+                *p = v;
+            }
+        }
     }
 }
 
