@@ -23,10 +23,13 @@
 #![warn(missing_docs)]
 
 pub mod bundle;
+pub mod cache;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod forward;
 pub mod gguf;
+pub mod kernels;
 pub mod quant;
 #[cfg(feature = "build")]
 pub mod recipe;
