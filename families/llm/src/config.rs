@@ -202,7 +202,7 @@ impl LlmConfig {
         range("n_ff", self.n_ff, 1, MAX_DIM)?;
         range("n_vocab", self.n_vocab, 1, MAX_DIM)?;
         range("n_ctx_train (context length)", self.n_ctx_train, 1, MAX_DIM)?;
-        if self.n_head % self.n_head_kv != 0 {
+        if !self.n_head.is_multiple_of(self.n_head_kv) {
             return Err(LlmError::config(
                 "n_head_kv",
                 format!(
@@ -211,7 +211,7 @@ impl LlmConfig {
                 ),
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(LlmError::config(
                 "head_dim",
                 format!("{} is odd (RoPE rotates lane pairs)", self.head_dim),

@@ -348,7 +348,8 @@ fn sharded_safetensors_are_read_and_checked() {
     let one = Checkpoint::from_hf_dir(&dir).unwrap();
     // Split model.safetensors into two shards with an index.
     let st = tether_llm::safetensors::SafetensorsFile::open(dir.join("model.safetensors")).unwrap();
-    let mut shards: [Vec<(String, Vec<u64>, Vec<u8>)>; 2] = [vec![], vec![]];
+    type Shard = Vec<(String, Vec<u64>, Vec<u8>)>;
+    let mut shards: [Shard; 2] = [vec![], vec![]];
     for (i, t) in st.tensors.iter().enumerate() {
         shards[i % 2].push((t.name.clone(), t.shape.clone(), st.data(t).to_vec()));
     }
