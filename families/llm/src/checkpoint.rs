@@ -113,6 +113,42 @@ impl Checkpoint {
         check_vocab(&self.tokenizer, self.config.n_vocab)
     }
 
+    /// Open whatever `path` is: a Hugging Face directory, a GGUF file (magic `GGUF`) or an
+    /// `llm` bundle (memory-mapped, sections CRC-checked on first access).
+    ///
+    /// # Errors
+    /// [`LlmError::Io`] when the file cannot be read; [`LlmError::Section`] for a file that
+    /// is neither; the errors of the reader it is.
+    pub fn open(path: impl AsRef<Path>) -> Result<Checkpoint, LlmError> {
+        use std::io::Read as _;
+        let path = path.as_ref();
+        if path.is_dir() {
+            return Self::from_hf_dir(path);
+        }
+        let mut magic = [0u8; 8];
+        let n = std::fs::File::open(path)
+            .and_then(|mut f| f.read(&mut magic))
+            .map_err(|source| LlmError::Io {
+                path: path.to_path_buf(),
+                op: "reading",
+                source,
+            })?;
+        if n >= 4 && magic[..4] == crate::gguf::MAGIC {
+            Self::from_gguf(path)
+        } else if n == 8 && magic == tether_bundle::MAGIC {
+            let b = tether_bundle::Bundle::open(path, tether_bundle::Verify::Lazy)?;
+            Self::from_bundle(std::sync::Arc::new(b))
+        } else {
+            Err(LlmError::section(
+                path.display().to_string(),
+                format!(
+                    "neither a GGUF file nor a bundle nor a directory (starts with {:02x?})",
+                    &magic[..n]
+                ),
+            ))
+        }
+    }
+
     /// The checkpoint's chat template compiled, with its BOS and EOS texts as `bos_token` and
     /// `eos_token` (empty when the model has none); `None` when it has no template.
     ///

@@ -68,6 +68,12 @@ fn smollm2_bundle_round_trips_zero_copy() {
             src.tokenizer.encode(text, true, true).unwrap()
         );
     }
+    // Checkpoint::open tells the three apart.
+    assert_eq!(Checkpoint::open(&path).unwrap().config, src.config);
+    assert_eq!(Checkpoint::open(&gguf).unwrap().config, src.config);
+    std::fs::write(dir.join("x.txt"), b"hello").unwrap();
+    let e = Checkpoint::open(dir.join("x.txt")).unwrap_err().to_string();
+    assert!(e.contains("neither a GGUF file nor a bundle"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
