@@ -86,7 +86,7 @@ fn corrupt_and_foreign_bundles_are_refused() {
         family: "embed".into(),
         ..IdentityDesc::default()
     });
-    w.add_section(SectionKind::FamilyConfig, "llm/config", None, vec![0; 160])
+    w.add_section(SectionKind::FamilyConfig, "llm/config", None, vec![0; 192])
         .unwrap();
     let e = tether_llm::recipe::verify_bytes(w.to_bytes().unwrap()).unwrap_err();
     assert!(e.to_string().contains("family is `embed`"), "{e}");
@@ -101,5 +101,5 @@ fn corrupt_and_foreign_bundles_are_refused() {
     w.add_section(SectionKind::FamilyConfig, "llm/config", None, vec![1, 0, 0])
         .unwrap();
     let e = tether_llm::recipe::verify_bytes(w.to_bytes().unwrap()).unwrap_err();
-    assert!(e.to_string().contains("3 bytes, need 160"), "{e}");
+    assert!(e.to_string().contains("3 bytes, need 192"), "{e}");
 }
