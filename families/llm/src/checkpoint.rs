@@ -928,18 +928,26 @@ pub fn config_from_hf(v: &serde_json::Value, has_lm_head: bool) -> Result<LlmCon
             format!("{p}: partial rotary embedding is not supported"),
         ));
     }
-    let rope_theta = v
-        .get("rope_theta")
+    // transformers 5 writes `rope_parameters` (`rope_theta`, `rope_type` and the scaling
+    // fields in one map); transformers 4 writes `rope_theta` and `rope_scaling` apart.
+    let params = v.get("rope_parameters").filter(|p| p.is_object());
+    let rope_theta = params
+        .and_then(|p| p.get("rope_theta"))
+        .or_else(|| v.get("rope_theta"))
         .and_then(|t| t.as_f64())
         .unwrap_or(10000.0) as f32;
-    let rope_scaling = match v.get("rope_scaling") {
-        None | Some(serde_json::Value::Null) => RopeScaling::None,
+    let scaling = match params {
+        Some(p) => Some(p),
+        None => v.get("rope_scaling").filter(|s| !s.is_null()),
+    };
+    let rope_scaling = match scaling {
+        None => RopeScaling::None,
         Some(s) => {
             let ty = s
                 .get("rope_type")
                 .or_else(|| s.get("type"))
                 .and_then(|t| t.as_str())
-                .unwrap_or("");
+                .unwrap_or("default");
             let fl = |k: &str| s.get(k).and_then(|x| x.as_f64()).map(|x| x as f32);
             match ty {
                 "default" => RopeScaling::None,

@@ -110,10 +110,16 @@ fn config_and_tensors() -> Result<(), Failed> {
     Ok(())
 }
 
-/// bfloat16 weights against the Q4_1 ones they were rounded from: the logits may differ by
-/// the rounding (relative 2^-9 per weight) carried through 30 layers.
-const HF_MAX_ABS: f32 = 1.0;
-const HF_MEAN_ABS: f32 = 0.1;
+/// Tolerance of the safetensors (bf16) model against the GGUF (Q4_1) one. Two things differ:
+/// the weights (the Q4_1 values rounded to bf16, relative error up to 2^-9) and, above all,
+/// the arithmetic: a Q4_1 product quantises its input to 8-bit blocks as llama.cpp does,
+/// a bf16 product multiplies f32 inputs. The second alone is what separates PyTorch (f32,
+/// same dequantised weights) from llama.cpp on this text: top-1 289/296, max 0.86, mean
+/// 0.136 (measured with transformers 5.24). Measured here over 128 positions: top-1
+/// 123/128, max 1.34, mean 0.159.
+const HF_MIN_TOP1_PERCENT: usize = 95;
+const HF_MAX_ABS: f32 = 2.0;
+const HF_MEAN_ABS: f32 = 0.25;
 
 fn logits_close_to_gguf() -> Result<(), Failed> {
     let (g, h) = open();
@@ -145,7 +151,7 @@ fn logits_close_to_gguf() -> Result<(), Failed> {
         "safetensors (bf16) vs GGUF (Q4_1): top-1 {agree}/{}, |logit difference| max {max:.4}, mean {mean:.5}",
         tokens.len()
     );
-    if agree * 100 < 95 * tokens.len() || max > HF_MAX_ABS || mean > HF_MEAN_ABS {
+    if agree * 100 < HF_MIN_TOP1_PERCENT * tokens.len() || max > HF_MAX_ABS || mean > HF_MEAN_ABS {
         return Err(format!("top-1 {agree}/{}, max {max}, mean {mean}", tokens.len()).into());
     }
     Ok(())
