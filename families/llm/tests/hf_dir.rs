@@ -180,6 +180,34 @@ fn tokenizer_matches_llama_cpp() -> Result<(), Failed> {
     Ok(())
 }
 
+fn bundle_round_trips() -> Result<(), Failed> {
+    use tether_llm::recipe::{BuildOptions, Input, build};
+    let dir = hf_dir().expect("dir");
+    let h = Checkpoint::from_hf_dir(&dir).expect("hf dir");
+    let (w, report) = build(
+        &Input::detect(&dir),
+        &BuildOptions {
+            name: "smollm2-hf".into(),
+            ..BuildOptions::default()
+        },
+        &mut |_| {},
+    )
+    .map_err(|e| e.to_string())?;
+    println!("{}", report.description);
+    let b = tether_llm::recipe::verify_bytes(w.to_bytes().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    assert_eq!(b.config, h.config);
+    for (name, ty, _) in h.weights.infos() {
+        let (x, y) = (
+            h.weights.require(name).unwrap(),
+            b.weights.require(name).unwrap(),
+        );
+        assert_eq!(y.ty, ty);
+        assert!(x.data == y.data, "{name}");
+    }
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let present = hf_dir().is_some();
@@ -203,6 +231,7 @@ fn main() {
                 "hf_dir_tokenizer_matches_llama_cpp",
                 tokenizer_matches_llama_cpp,
             ),
+            trial("hf_dir_bundle_round_trips", bundle_round_trips),
         ],
     )
     .exit();
