@@ -29,6 +29,7 @@ pub mod gguf;
 pub mod kernels;
 pub mod quant;
 pub mod safetensors;
+pub mod sample;
 pub mod template;
 pub mod tensor;
 #[doc(hidden)]
