@@ -1335,5 +1335,94 @@ fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
+/// A weight matrix view of a canonical tensor (`ne = [cols, rows]`).
+fn matrix_of<'w>(t: &crate::tensor::TensorRef<'w>) -> Matrix<'w> {
+    Matrix {
+        ty: t.ty,
+        rows: t.rows(),
+        cols: t.row_len(),
+        data: t.data,
+    }
+}
+
+/// A norm weight or bias (f32, f16 or bf16) as f32 values.
+fn vector_of(t: &crate::tensor::TensorRef<'_>) -> Result<Vec<f32>, ForwardError> {
+    let mut v = vec![0.0f32; t.elems()];
+    crate::quant::dequantize_row(t.ty, t.data, &mut v).map_err(|e| ForwardError::Weight {
+        name: t.name.to_owned(),
+        detail: e.to_string(),
+    })?;
+    Ok(v)
+}
+
+impl Hparams {
+    /// The forward pass's view of a checkpoint's hyper-parameters; `rope_freqs` is the
+    /// `rope_freqs.weight` tensor when the configuration scales frequencies with it.
+    ///
+    /// # Errors
+    /// [`ForwardError::Hparam`] when the RoPE frequencies cannot be formed
+    /// ([`crate::config::LlmConfig::rope_inv_freq`]).
+    pub fn from_config(
+        cfg: &crate::config::LlmConfig,
+        rope_freqs: Option<&[f32]>,
+    ) -> Result<Hparams, ForwardError> {
+        let rope_inv_freq = cfg
+            .rope_inv_freq(rope_freqs)
+            .map_err(|e| ForwardError::Hparam {
+                field: "rope",
+                detail: e.to_string(),
+            })?;
+        Ok(Hparams {
+            n_layer: cfg.n_layer as usize,
+            n_embd: cfg.n_embd as usize,
+            n_head: cfg.n_head as usize,
+            n_head_kv: cfg.n_head_kv as usize,
+            head_dim: cfg.head_dim as usize,
+            n_ff: cfg.n_ff as usize,
+            n_vocab: cfg.n_vocab as usize,
+            norm_eps: cfg.norm_eps,
+            rope_inv_freq,
+        })
+    }
+}
+
+impl<'w> ModelParts<'w> {
+    /// The parts of a checkpoint's canonical tensors ([`crate::tensor::Weights::model`]):
+    /// matrices borrowed, norms and biases converted to f32.
+    ///
+    /// # Errors
+    /// [`ForwardError::Weight`] when a vector's bytes do not match its dimensions.
+    pub fn from_tensors(
+        t: &crate::tensor::ModelTensors<'w>,
+    ) -> Result<ModelParts<'w>, ForwardError> {
+        let opt = |v: &Option<crate::tensor::TensorRef<'w>>| v.as_ref().map(vector_of).transpose();
+        let mut layers = Vec::with_capacity(t.layers.len());
+        for l in &t.layers {
+            layers.push(LayerParts {
+                attn_norm: vector_of(&l.attn_norm)?,
+                wq: matrix_of(&l.attn_q),
+                wk: matrix_of(&l.attn_k),
+                wv: matrix_of(&l.attn_v),
+                bq: opt(&l.attn_q_bias)?,
+                bk: opt(&l.attn_k_bias)?,
+                bv: opt(&l.attn_v_bias)?,
+                q_norm: opt(&l.attn_q_norm)?,
+                k_norm: opt(&l.attn_k_norm)?,
+                wo: matrix_of(&l.attn_output),
+                ffn_norm: vector_of(&l.ffn_norm)?,
+                w_gate: matrix_of(&l.ffn_gate),
+                w_up: matrix_of(&l.ffn_up),
+                w_down: matrix_of(&l.ffn_down),
+            });
+        }
+        Ok(ModelParts {
+            token_embd: matrix_of(&t.token_embd),
+            output: t.output.as_ref().map(matrix_of),
+            output_norm: vector_of(&t.output_norm)?,
+            layers,
+        })
+    }
+}
+
 /// Element types a [`Model`] accepts for matrices (every [`TensorType`]).
 pub const MATRIX_TYPES: [TensorType; 8] = TensorType::ALL;

@@ -20,11 +20,13 @@
 //! - [`error`]: the front end's errors ([`LlmError`]).
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod cache;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod forward;
+pub mod generate;
 pub mod gguf;
 pub mod kernels;
 pub mod quant;

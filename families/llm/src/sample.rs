@@ -64,7 +64,12 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 /// first output word, so the value is exact in f32 on every device.
 pub fn uniform(seed: u64, request: u64, step: u64) -> f32 {
     let r = philox4x32_10(
-        [step as u32, (step >> 32) as u32, request as u32, (request >> 32) as u32],
+        [
+            step as u32,
+            (step >> 32) as u32,
+            request as u32,
+            (request >> 32) as u32,
+        ],
         [seed as u32, (seed >> 32) as u32],
     );
     (r[0] >> 8) as f32 * (1.0 / (1u32 << 24) as f32)
@@ -110,7 +115,11 @@ impl Default for SamplerParams {
 impl SamplerParams {
     /// Greedy decoding (temperature 0, no penalty).
     pub fn greedy() -> SamplerParams {
-        SamplerParams { temperature: 0.0, repeat_penalty: 1.0, ..SamplerParams::default() }
+        SamplerParams {
+            temperature: 0.0,
+            repeat_penalty: 1.0,
+            ..SamplerParams::default()
+        }
     }
 
     /// Checks every value's range.
@@ -118,9 +127,19 @@ impl SamplerParams {
     /// # Errors
     /// [`SamplerError`] naming the parameter and the value.
     pub fn validate(&self) -> Result<(), SamplerError> {
-        let bad = |name: &'static str, value: f32, accepted: &'static str| Err(SamplerError { name, value, accepted });
+        let bad = |name: &'static str, value: f32, accepted: &'static str| {
+            Err(SamplerError {
+                name,
+                value,
+                accepted,
+            })
+        };
         if !self.temperature.is_finite() {
-            return bad("temperature", self.temperature, "a finite number (<= 0 for greedy)");
+            return bad(
+                "temperature",
+                self.temperature,
+                "a finite number (<= 0 for greedy)",
+            );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return bad("top_p", self.top_p, "0 < top_p <= 1");
@@ -173,7 +192,10 @@ pub struct Sampler {
 
 impl std::fmt::Debug for Sampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sampler").field("n_vocab", &self.n_vocab).field("window", &self.history.len()).finish()
+        f.debug_struct("Sampler")
+            .field("n_vocab", &self.n_vocab)
+            .field("window", &self.history.len())
+            .finish()
     }
 }
 
@@ -224,7 +246,10 @@ impl Sampler {
             return argmax(logits);
         }
         for (i, (c, &l)) in self.candidates.iter_mut().zip(logits.iter()).enumerate() {
-            *c = Candidate { id: i as u32, logit: l };
+            *c = Candidate {
+                id: i as u32,
+                logit: l,
+            };
         }
         let mut n = self.n_vocab;
         let mut sorted = false;
@@ -355,8 +380,16 @@ mod tests {
         // Random123 `tests/kat_vectors`, the three "philox4x32 10" lines: counter, key,
         // expected output.
         let kat: [([u32; 4], [u32; 2], [u32; 4]); 3] = [
-            ([0, 0, 0, 0], [0, 0], [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]),
-            ([u32::MAX; 4], [u32::MAX; 2], [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]),
+            (
+                [0, 0, 0, 0],
+                [0, 0],
+                [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8],
+            ),
+            (
+                [u32::MAX; 4],
+                [u32::MAX; 2],
+                [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd],
+            ),
             (
                 [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
                 [0xa4093822, 0x299f31d0],
@@ -386,7 +419,16 @@ mod tests {
     }
 
     fn params(temperature: f32) -> SamplerParams {
-        SamplerParams { temperature, top_k: 0, top_p: 1.0, min_p: 0.0, repeat_penalty: 1.0, repeat_last_n: 0, seed: 1, request: 0 }
+        SamplerParams {
+            temperature,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 0,
+            seed: 1,
+            request: 0,
+        }
     }
 
     #[test]
@@ -435,7 +477,10 @@ mod tests {
         for step in 0..n {
             counts[s.sample(&mut logits.clone(), &params(0.5), step) as usize] += 1;
         }
-        assert!((counts[2] as f64 / n as f64 - 9.0 / 14.0).abs() < 0.01, "{counts:?}");
+        assert!(
+            (counts[2] as f64 / n as f64 - 9.0 / 14.0).abs() < 0.01,
+            "{counts:?}"
+        );
     }
 
     #[test]
@@ -483,17 +528,27 @@ mod tests {
         for step in 0..2000 {
             seen.insert(s.sample(&mut logits.clone(), &p, step));
         }
-        assert!(seen.iter().all(|id| [49_999, 7, 31_000, 123].contains(id)), "{seen:?}");
+        assert!(
+            seen.iter().all(|id| [49_999, 7, 31_000, 123].contains(id)),
+            "{seen:?}"
+        );
         assert!(seen.contains(&49_999) && seen.contains(&7));
     }
 
     #[test]
     fn same_seed_same_tokens() {
-        let logits: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
+        let logits: Vec<f32> = (0..1000)
+            .map(|i| ((i * 7919) % 1000) as f32 / 100.0)
+            .collect();
         let run = |seed| {
             let mut s = Sampler::new(1000, 64);
-            let p = SamplerParams { seed, ..SamplerParams::default() };
-            (0..50).map(|step| s.sample(&mut logits.clone(), &p, step)).collect::<Vec<_>>()
+            let p = SamplerParams {
+                seed,
+                ..SamplerParams::default()
+            };
+            (0..50)
+                .map(|step| s.sample(&mut logits.clone(), &p, step))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(5), run(5));
         assert_ne!(run(5), run(6));
@@ -503,11 +558,23 @@ mod tests {
     fn parameters_are_checked() {
         let mut p = SamplerParams::default();
         p.top_p = 0.0;
-        assert_eq!(p.validate().unwrap_err().to_string(), "sampling parameter `top_p` = 0: accepted 0 < top_p <= 1");
-        p = SamplerParams { min_p: 1.0, ..SamplerParams::default() };
+        assert_eq!(
+            p.validate().unwrap_err().to_string(),
+            "sampling parameter `top_p` = 0: accepted 0 < top_p <= 1"
+        );
+        p = SamplerParams {
+            min_p: 1.0,
+            ..SamplerParams::default()
+        };
         assert!(p.validate().is_err());
-        p = SamplerParams { temperature: f32::NAN, ..SamplerParams::default() };
+        p = SamplerParams {
+            temperature: f32::NAN,
+            ..SamplerParams::default()
+        };
         assert!(p.validate().is_err());
-        assert!(SamplerParams::default().validate().is_ok() && SamplerParams::greedy().validate().is_ok());
+        assert!(
+            SamplerParams::default().validate().is_ok()
+                && SamplerParams::greedy().validate().is_ok()
+        );
     }
 }
