@@ -299,16 +299,29 @@ impl std::fmt::Debug for Generator {
     }
 }
 
+/// Whether the file starts with the bundle magic (unreadable files are left to the GGUF
+/// reader, whose error names them).
+fn is_bundle(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == tether_bundle::MAGIC
+}
+
 /// Tokens of penalty window the sampler keeps at most.
 const MAX_PENALTY_WINDOW: usize = 4096;
 
 impl Generator {
-    /// Opens a GGUF file or a Hugging Face directory (weights memory-mapped, zero-copy
-    /// where the layout allows).
+    /// Opens an `llm` bundle (weights memory-mapped from their sections, zero-copy, each
+    /// section's CRC checked the first time the load reads it), a GGUF file (memory-mapped;
+    /// zero-copy but for the un-permuted Q/K of `llama` files) or a Hugging Face directory.
+    /// A bundle is recognised by its magic bytes, a directory by being one.
     ///
     /// # Errors
-    /// [`GenerateError::Checkpoint`] for anything the front end refuses; as
-    /// [`from_checkpoint`](Self::from_checkpoint).
+    /// [`GenerateError::Checkpoint`] for anything the front end or the bundle reader
+    /// refuses; as [`from_checkpoint`](Self::from_checkpoint).
     pub fn open(
         path: impl AsRef<Path>,
         options: &GeneratorOptions,
@@ -316,6 +329,10 @@ impl Generator {
         let path = path.as_ref();
         let ckpt = if path.is_dir() {
             Checkpoint::from_hf_dir(path)?
+        } else if is_bundle(path) {
+            let bundle = tether_bundle::Bundle::open(path, tether_bundle::Verify::Lazy)
+                .map_err(LlmError::from)?;
+            Checkpoint::from_bundle(Arc::new(bundle))?
         } else {
             Checkpoint::from_gguf(path)?
         };
