@@ -33,6 +33,7 @@
 //! as transformers' `LlamaRotaryEmbedding`).
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::cache::{CacheShape, ContextFull, KvCache};
 use crate::kernels::pool::{Ctx, ThreadPool, split_range};
@@ -443,6 +444,8 @@ pub struct Model<'w> {
     isa: Isa,
     needs_q8: bool,
     needs_q8k: bool,
+    /// The program grouped into the CPU engine's parallel steps.
+    steps: Vec<Step>,
 }
 
 impl std::fmt::Debug for Model<'_> {
@@ -584,6 +587,7 @@ impl<'w> Model<'w> {
                 }
             }
         }
+        let steps = Step::plan(&program);
         Ok(Model {
             hp,
             program,
@@ -592,6 +596,7 @@ impl<'w> Model<'w> {
             isa,
             needs_q8,
             needs_q8k,
+            steps,
         })
     }
 
@@ -708,14 +713,137 @@ impl<'w> Model<'w> {
         state.tokens[..n].copy_from_slice(tokens);
         let frame = Frame::new(self, state, n, pos0, logit_tokens, logit_row);
         state.pool.run(&|ctx: &Ctx<'_>| {
-            frame.rope_angles(ctx);
-            ctx.barrier();
-            for op in &self.program.ops {
-                frame.exec(ctx, op);
-                ctx.barrier();
+            for (i, step) in self.steps.iter().enumerate() {
+                frame.run_step(ctx, i, step);
+                if i + 1 < self.steps.len() {
+                    ctx.barrier();
+                }
             }
         });
         state.cache.advance(n);
+    }
+}
+
+/// A step of the CPU engine: consecutive operations of the [`Program`] run in one parallel
+/// region, one barrier after it. Grouping is an execution detail of this engine (the program
+/// stays the definition): an RMSNorm feeding a projection, the q/k norms, RoPE and the
+/// cache write of one block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Embed {
+        table: MatId,
+    },
+    /// `RmsNorm(src) -> input` (when `norm`), then the projections of `input`.
+    Linear {
+        norm: Option<(Buf, VecId)>,
+        input: Buf,
+        projs: [Option<Proj>; 3],
+        tokens: Tokens,
+    },
+    /// `[HeadNorm(Q), HeadNorm(K),] Rope(Q), Rope(K), StoreKv`.
+    QkRopeStore {
+        layer: usize,
+        q_norm: Option<VecId>,
+        k_norm: Option<VecId>,
+    },
+    Attention {
+        layer: usize,
+    },
+    SwiGlu,
+}
+
+impl Step {
+    /// Groups the program's operations into steps.
+    ///
+    /// # Panics
+    /// On a sequence the CPU engine does not group (the programs [`Program::build`] makes
+    /// are always grouped completely).
+    fn plan(p: &Program) -> Vec<Step> {
+        let ops = &p.ops;
+        let mut steps = Vec::new();
+        let mut i = 0;
+        while i < ops.len() {
+            match ops[i] {
+                Op::Embed { table } => {
+                    steps.push(Step::Embed { table });
+                    i += 1;
+                }
+                Op::RmsNorm {
+                    input: src,
+                    weight,
+                    out,
+                    tokens,
+                } => match ops.get(i + 1) {
+                    Some(&Op::Linear {
+                        input,
+                        projs,
+                        tokens: lt,
+                    }) if input == out && lt == tokens => {
+                        steps.push(Step::Linear {
+                            norm: Some((src, weight)),
+                            input,
+                            projs,
+                            tokens,
+                        });
+                        i += 2;
+                    }
+                    other => {
+                        panic!("RMSNorm not followed by a projection of its output: {other:?}")
+                    }
+                },
+                Op::Linear {
+                    input,
+                    projs,
+                    tokens,
+                } => {
+                    steps.push(Step::Linear {
+                        norm: None,
+                        input,
+                        projs,
+                        tokens,
+                    });
+                    i += 1;
+                }
+                Op::HeadNorm { .. } | Op::Rope { .. } => {
+                    let mut q_norm = None;
+                    let mut k_norm = None;
+                    let mut j = i;
+                    while let Some(&Op::HeadNorm { buf, weight, .. }) = ops.get(j) {
+                        match buf {
+                            Buf::Q => q_norm = Some(weight),
+                            Buf::K => k_norm = Some(weight),
+                            other => panic!("head norm of {other:?}"),
+                        }
+                        j += 1;
+                    }
+                    match (ops.get(j), ops.get(j + 1), ops.get(j + 2)) {
+                        (
+                            Some(Op::Rope { buf: Buf::Q, .. }),
+                            Some(Op::Rope { buf: Buf::K, .. }),
+                            Some(&Op::StoreKv { layer }),
+                        ) => {
+                            steps.push(Step::QkRopeStore {
+                                layer,
+                                q_norm,
+                                k_norm,
+                            });
+                            i = j + 3;
+                        }
+                        other => panic!("RoPE sequence not grouped: {other:?}"),
+                    }
+                }
+                Op::StoreKv { .. } => panic!("StoreKv without RoPE before it"),
+                Op::Attention { layer } => {
+                    steps.push(Step::Attention { layer });
+                    i += 1;
+                }
+                Op::SwiGlu => {
+                    steps.push(Step::SwiGlu);
+                    i += 1;
+                }
+            }
+        }
+        steps
     }
 }
 
@@ -741,9 +869,16 @@ pub struct State {
     bufs: [Vec<f32>; 9],
     q8: Vec<BlockQ8>,
     q8k: Vec<BlockQ8K>,
+    /// Per thread: one normalised row and its quantised blocks (single-token steps).
+    private: Vec<f32>,
+    private_q8: Vec<BlockQ8>,
+    private_q8k: Vec<BlockQ8K>,
+    max_in: usize,
     rope: Vec<f32>,
     scores: Vec<f32>,
     tokens: Vec<u32>,
+    /// One work counter per CPU step.
+    counters: Vec<AtomicUsize>,
     hp: Hparams,
 }
 
@@ -831,6 +966,8 @@ impl State {
             head_dim: hp.head_dim,
             context,
         });
+        let threads = pool.n_threads();
+        let (per_q8, per_q8k) = (max_in.div_ceil(QK), max_in.div_ceil(QK_K));
         Ok(State {
             cache,
             max_batch,
@@ -839,6 +976,21 @@ impl State {
             bufs,
             q8,
             q8k,
+            private: vec![0.0; threads * max_in],
+            private_q8: if model.needs_q8 {
+                vec![BlockQ8::default(); threads * per_q8]
+            } else {
+                Vec::new()
+            },
+            private_q8k: if model.needs_q8k {
+                vec![BlockQ8K::default(); threads * per_q8k]
+            } else {
+                Vec::new()
+            },
+            max_in,
+            counters: (0..model.steps.len())
+                .map(|_| AtomicUsize::new(0))
+                .collect(),
             rope: vec![0.0; max_batch * hp.head_dim],
             scores: vec![0.0; pool.n_threads() * context],
             tokens: vec![0; max_batch],
@@ -853,6 +1005,7 @@ impl State {
             "a State runs only the model it was created for"
         );
         assert!(!model.needs_q8 || !self.q8.is_empty());
+        assert_eq!(self.counters.len(), model.steps.len());
         assert!(!model.needs_q8k || !self.q8k.is_empty());
     }
 
@@ -904,11 +1057,17 @@ impl State {
 }
 
 /// A raw view of one buffer for the parallel region.
-#[derive(Clone, Copy)]
 struct Raw<T> {
     ptr: *mut T,
     len: usize,
 }
+
+impl<T> Clone for Raw<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Raw<T> {}
 
 impl<T> Raw<T> {
     fn of(v: &mut [T]) -> Raw<T> {
@@ -945,12 +1104,17 @@ struct Frame<'m, 'w> {
     bufs: [Raw<f32>; 9],
     q8: Raw<BlockQ8>,
     q8k: Raw<BlockQ8K>,
+    private: Raw<f32>,
+    private_q8: Raw<BlockQ8>,
+    private_q8k: Raw<BlockQ8K>,
+    max_in: usize,
     rope: Raw<f32>,
     scores: Raw<f32>,
     keys: Raw<u16>,
     values: Raw<u16>,
     cache_shape: CacheShape,
     tokens: Raw<u32>,
+    counters: Raw<AtomicUsize>,
     n: usize,
     pos0: usize,
     logit_tokens: Range<usize>,
@@ -975,6 +1139,9 @@ impl<'m, 'w> Frame<'m, 'w> {
         let cache_len = cache_shape.n_layer * cache_shape.layer_elems();
         let (k, v) = s.cache.raw();
         let [b0, b1, b2, b3, b4, b5, b6, b7, b8] = &mut s.bufs;
+        for c in &s.counters {
+            c.store(0, Ordering::Relaxed);
+        }
         Frame {
             model,
             bufs: [
@@ -990,6 +1157,10 @@ impl<'m, 'w> Frame<'m, 'w> {
             ],
             q8: Raw::of(&mut s.q8),
             q8k: Raw::of(&mut s.q8k),
+            private: Raw::of(&mut s.private),
+            private_q8: Raw::of(&mut s.private_q8),
+            private_q8k: Raw::of(&mut s.private_q8k),
+            max_in: s.max_in,
             rope: Raw::of(&mut s.rope),
             scores: Raw::of(&mut s.scores),
             keys: Raw {
@@ -1002,6 +1173,7 @@ impl<'m, 'w> Frame<'m, 'w> {
             },
             cache_shape,
             tokens: Raw::of(&mut s.tokens),
+            counters: Raw::of(&mut s.counters),
             n,
             pos0,
             logit_tokens,
@@ -1025,119 +1197,30 @@ impl<'m, 'w> Frame<'m, 'w> {
         }
     }
 
-    /// The cosine and sine of every (token, pair) angle of the chunk: `rope[t][i]` = cos,
-    /// `rope[t][half + i]` = sin. Threads split tokens.
-    fn rope_angles(&self, ctx: &Ctx<'_>) {
-        let half = self.hp().head_dim / 2;
-        for t in ctx.split(self.n, 1) {
-            // SAFETY: this thread owns token `t`'s row.
-            let row = unsafe { self.rope.get_mut(t * 2 * half..(t + 1) * 2 * half) };
-            let pos = (self.pos0 + t) as f32;
-            for (i, &f) in self.hp().rope_inv_freq.iter().enumerate() {
-                let (s, c) = (pos * f).sin_cos();
-                row[i] = c;
-                row[half + i] = s;
-            }
-        }
+    /// The shared work counter of step `i` (reset to 0 before the region).
+    fn counter(&self, i: usize) -> &AtomicUsize {
+        // SAFETY: counters are only ever accessed through shared references (atomics).
+        unsafe { &self.counters.get(i..i + 1)[0] }
     }
 
-    fn exec(&self, ctx: &Ctx<'_>, op: &Op) {
-        let hp = self.hp();
-        match *op {
-            Op::Embed { table } => {
-                let m = self.model.matrix(table);
-                let e = hp.n_embd;
-                for t in ctx.split(self.n, 1) {
-                    // SAFETY: `tokens` is only read in the region; row `t` of Residual is
-                    // this thread's.
-                    let (token, out) = unsafe {
-                        (
-                            self.tokens.get(t..t + 1)[0] as usize,
-                            self.buf(Buf::Residual).get_mut(t * e..(t + 1) * e),
-                        )
-                    };
-                    crate::quant::dequantize_row(m.ty, m.row(token), out)
-                        .expect("row shape checked at load");
-                }
-            }
-            Op::RmsNorm {
+    /// Runs step `i` on this thread.
+    fn run_step(&self, ctx: &Ctx<'_>, i: usize, step: &Step) {
+        match *step {
+            Step::Embed { table } => self.embed(ctx, table),
+            Step::Linear {
+                norm,
                 input,
-                weight,
-                out,
+                ref projs,
                 tokens,
-            } => {
-                let w = self.model.vector(weight);
-                let width = hp.width(input);
-                let range = self.token_range(tokens);
-                let mine = split_range(range.len(), 1, ctx.thread, ctx.n_threads);
-                for t in mine.start + range.start..mine.end + range.start {
-                    // SAFETY: rows `t` of the input (read) and output (written) are this
-                    // thread's; input and output are different buffers.
-                    let (x, y) = unsafe {
-                        (
-                            self.buf(input).get(t * width..(t + 1) * width),
-                            self.buf(out).get_mut(t * width..(t + 1) * width),
-                        )
-                    };
-                    rms_norm(x, w, hp.norm_eps, y);
-                }
-            }
-            Op::HeadNorm { buf, heads, weight } => {
-                let w = self.model.vector(weight);
-                let (hd, width) = (hp.head_dim, hp.width(buf));
-                let items = self.n * heads;
-                for i in ctx.split(items, 1) {
-                    let (t, h) = (i / heads, i % heads);
-                    let at = t * width + h * hd;
-                    // SAFETY: head `h` of token `t` is this thread's.
-                    let x = unsafe { self.buf(buf).get_mut(at..at + hd) };
-                    rms_norm_in_place(x, w, hp.norm_eps);
-                }
-            }
-            Op::Rope { buf, heads } => {
-                let (hd, width) = (hp.head_dim, hp.width(buf));
-                let half = hd / 2;
-                for i in ctx.split(self.n * heads, 1) {
-                    let (t, h) = (i / heads, i % heads);
-                    let at = t * width + h * hd;
-                    // SAFETY: head `h` of token `t` is this thread's; the angles were
-                    // written before the barrier.
-                    let (x, cs) = unsafe {
-                        (
-                            self.buf(buf).get_mut(at..at + hd),
-                            self.rope.get(t * hd..(t + 1) * hd),
-                        )
-                    };
-                    let (x0, x1) = x.split_at_mut(half);
-                    for ((a, b), (&c, &s)) in x0
-                        .iter_mut()
-                        .zip(x1.iter_mut())
-                        .zip(cs[..half].iter().zip(&cs[half..]))
-                    {
-                        let (u, v) = (*a, *b);
-                        *a = u * c - v * s;
-                        *b = v * c + u * s;
-                    }
-                }
-            }
-            Op::StoreKv { layer } => {
-                let (hd, kv) = (hp.head_dim, hp.kv_dim());
-                for i in ctx.split(self.n * hp.n_head_kv, 1) {
-                    let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
-                    let o = KvCache::offset_in(&self.cache_shape, layer, g, self.pos0 + t);
-                    // SAFETY: K/V head `g` of token `t` (read) and its cache rows (written)
-                    // are this thread's.
-                    unsafe {
-                        let k = self.buf(Buf::K).get(t * kv + g * hd..t * kv + (g + 1) * hd);
-                        let v = self.buf(Buf::V).get(t * kv + g * hd..t * kv + (g + 1) * hd);
-                        kernels::to_f16(k, self.keys.get_mut(o..o + hd));
-                        kernels::to_f16(v, self.values.get_mut(o..o + hd));
-                    }
-                }
-            }
-            Op::Attention { layer } => self.attention(ctx, layer),
-            Op::SwiGlu => {
-                let ff = hp.n_ff;
+            } => self.linear(ctx, i, norm, input, projs, tokens),
+            Step::QkRopeStore {
+                layer,
+                q_norm,
+                k_norm,
+            } => self.qk_rope_store(ctx, layer, q_norm, k_norm),
+            Step::Attention { layer } => self.attention(ctx, i, layer),
+            Step::SwiGlu => {
+                let ff = self.hp().n_ff;
                 let r = ctx.split(self.n * ff, 16);
                 // SAFETY: elements `r` of Gate (written) and Up (read) are this thread's.
                 let (g, u) = unsafe {
@@ -1150,15 +1233,80 @@ impl<'m, 'w> Frame<'m, 'w> {
                     *g = *g / (1.0 + (-*g).exp()) * u;
                 }
             }
-            Op::Linear {
-                input,
-                projs,
-                tokens,
-            } => self.linear(ctx, input, &projs, tokens),
         }
     }
 
-    fn attention(&self, ctx: &Ctx<'_>, layer: usize) {
+    /// Embedding rows and the RoPE angles of this thread's tokens: `rope[t][i]` = cos,
+    /// `rope[t][half + i]` = sin of `(pos0 + t) * inv_freq[i]`.
+    fn embed(&self, ctx: &Ctx<'_>, table: MatId) {
+        let hp = self.hp();
+        let m = self.model.matrix(table);
+        let (e, half) = (hp.n_embd, hp.head_dim / 2);
+        for t in ctx.split(self.n, 1) {
+            // SAFETY: token ids are only read in the region; row `t` of Residual and of the
+            // angles are this thread's.
+            let (token, out, angles) = unsafe {
+                (
+                    self.tokens.get(t..t + 1)[0] as usize,
+                    self.buf(Buf::Residual).get_mut(t * e..(t + 1) * e),
+                    self.rope.get_mut(t * 2 * half..(t + 1) * 2 * half),
+                )
+            };
+            crate::quant::dequantize_row(m.ty, m.row(token), out)
+                .expect("row shape checked at load");
+            let pos = (self.pos0 + t) as f32;
+            for (i, &f) in hp.rope_inv_freq.iter().enumerate() {
+                let (s, c) = (pos * f).sin_cos();
+                angles[i] = c;
+                angles[half + i] = s;
+            }
+        }
+    }
+
+    /// Optional q/k head norms, RoPE of Q and K, and the K/V rows into the cache: item
+    /// `(t, g)` is KV head `g` of token `t` and the query heads of its group.
+    fn qk_rope_store(
+        &self,
+        ctx: &Ctx<'_>,
+        layer: usize,
+        q_norm: Option<VecId>,
+        k_norm: Option<VecId>,
+    ) {
+        let hp = self.hp();
+        let (hd, q_dim, kv) = (hp.head_dim, hp.q_dim(), hp.kv_dim());
+        let group = hp.n_head / hp.n_head_kv;
+        let qn = q_norm.map(|v| self.model.vector(v));
+        let kn = k_norm.map(|v| self.model.vector(v));
+        for i in ctx.split(self.n * hp.n_head_kv, 1) {
+            let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
+            // SAFETY: the angles of token `t` are read-only; the query heads of group `g`,
+            // K/V head `g` of token `t` and their cache rows are this item's, and items are
+            // split between threads.
+            let angles = unsafe { self.rope.get(t * hd..(t + 1) * hd) };
+            for h in g * group..(g + 1) * group {
+                let at = t * q_dim + h * hd;
+                let q = unsafe { self.buf(Buf::Q).get_mut(at..at + hd) };
+                if let Some(w) = qn {
+                    rms_norm_in_place(q, w, hp.norm_eps);
+                }
+                rope(q, angles);
+            }
+            let at = t * kv + g * hd;
+            let k = unsafe { self.buf(Buf::K).get_mut(at..at + hd) };
+            if let Some(w) = kn {
+                rms_norm_in_place(k, w, hp.norm_eps);
+            }
+            rope(k, angles);
+            let o = KvCache::offset_in(&self.cache_shape, layer, g, self.pos0 + t);
+            unsafe {
+                let v = self.buf(Buf::V).get(at..at + hd);
+                kernels::to_f16(k, self.keys.get_mut(o..o + hd));
+                kernels::to_f16(v, self.values.get_mut(o..o + hd));
+            }
+        }
+    }
+
+    fn attention(&self, ctx: &Ctx<'_>, step: usize, layer: usize) {
         let hp = self.hp();
         let (hd, q_dim) = (hp.head_dim, hp.q_dim());
         let group = hp.n_head / hp.n_head_kv;
@@ -1170,19 +1318,24 @@ impl<'m, 'w> Frame<'m, 'w> {
             self.scores
                 .get_mut(ctx.thread * context..(ctx.thread + 1) * context)
         };
-        // Items (token, head) dealt round-robin: neighbouring items cost about the same
-        // (causal attention grows with the token index), so threads get equal work.
+        // Items (token, head) taken one at a time from a shared counter, the last token
+        // (the longest causal span) first, so threads finish together even when one of them
+        // is slowed by another process.
         let items = self.n * hp.n_head;
-        let mut i = ctx.thread;
-        while i < items {
-            let (t, h) = (i / hp.n_head, i % hp.n_head);
+        let counter = self.counter(step);
+        loop {
+            let i = counter.fetch_add(1, Ordering::Relaxed);
+            if i >= items {
+                break;
+            }
+            let (t, h) = (self.n - 1 - i / hp.n_head, i % hp.n_head);
             let g = h / group;
             let len = self.pos0 + t + 1;
-            // SAFETY: Q is read-only here; head `h` of token `t` in Attn is this item's,
-            // and items are dealt to exactly one thread; the cache rows were written
-            // before the barrier.
             let base = KvCache::offset_in(&self.cache_shape, layer, g, 0);
             let at = t * q_dim + h * hd;
+            // SAFETY: Q is read-only here; head `h` of token `t` in Attn is this item's, and
+            // the counter hands each item to one thread; the cache rows were written before
+            // the barrier.
             let (q, out, keys, values) = unsafe {
                 (
                     self.buf(Buf::Q).get(at..at + hd),
@@ -1210,11 +1363,24 @@ impl<'m, 'w> Frame<'m, 'w> {
             for o in out.iter_mut() {
                 *o *= inv;
             }
-            i += ctx.n_threads;
         }
     }
 
-    fn linear(&self, ctx: &Ctx<'_>, input: Buf, projs: &[Option<Proj>; 3], tokens: Tokens) {
+    /// An optional RMSNorm and up to three projections of its output.
+    ///
+    /// One token (generation): every thread normalises and quantises the row itself into
+    /// its private scratch (no barrier), then takes chunks of output rows from the step's
+    /// counter. Several tokens: threads normalise (into `Normed`) and quantise their share
+    /// of the tokens, a barrier, then chunks of rows.
+    fn linear(
+        &self,
+        ctx: &Ctx<'_>,
+        step: usize,
+        norm: Option<(Buf, VecId)>,
+        input: Buf,
+        projs: &[Option<Proj>; 3],
+        tokens: Tokens,
+    ) {
         let hp = self.hp();
         let range = self.token_range(tokens);
         if range.is_empty() {
@@ -1231,14 +1397,63 @@ impl<'m, 'w> Frame<'m, 'w> {
                 ActFormat::F32 => {}
             }
         }
-        // 1. Quantise the input rows once (threads split tokens).
-        if q8 || q8k {
-            let mine = split_range(range.len(), 1, ctx.thread, ctx.n_threads);
+        let n_tok = range.len();
+        let private = n_tok == 1;
+        let (x_f32, q8_acts, q8k_acts): (&[f32], &[BlockQ8], &[BlockQ8K]) = if private {
+            let t = range.start;
+            let mi = self.max_in;
+            // SAFETY: this thread's private scratch; the input rows are read-only in this step.
+            let x = unsafe {
+                match norm {
+                    Some((src, w)) => {
+                        let y = self
+                            .private
+                            .get_mut(ctx.thread * mi..ctx.thread * mi + cols);
+                        let x = self.buf(src).get(t * cols..(t + 1) * cols);
+                        rms_norm(x, model.vector(w), hp.norm_eps, y);
+                        &*y
+                    }
+                    None => self.buf(input).get(t * cols..(t + 1) * cols),
+                }
+            };
+            let (mut a8, mut a8k): (&[BlockQ8], &[BlockQ8K]) = (&[], &[]);
+            if q8 {
+                let per = mi.div_ceil(QK);
+                // SAFETY: this thread's private blocks.
+                let out = unsafe {
+                    self.private_q8
+                        .get_mut(ctx.thread * per..ctx.thread * per + cols / QK)
+                };
+                kernels::quantize_q8(model.isa, x, cols, 0..1, cols, out);
+                a8 = out;
+            }
+            if q8k {
+                let per = mi.div_ceil(QK_K);
+                // SAFETY: this thread's private super-blocks.
+                let out = unsafe {
+                    self.private_q8k
+                        .get_mut(ctx.thread * per..ctx.thread * per + cols / QK_K)
+                };
+                kernels::quantize_q8k(x, cols, 0..1, cols, out);
+                a8k = out;
+            }
+            (x, a8, a8k)
+        } else {
+            let mine = split_range(n_tok, 1, ctx.thread, ctx.n_threads);
             let rows = mine.start + range.start..mine.end + range.start;
             if !rows.is_empty() {
-                // SAFETY: input rows `rows` are read-only now; their quantised blocks are
-                // this thread's.
-                let x = unsafe { self.buf(input).get(rows.start * cols..rows.end * cols) };
+                // SAFETY: rows `rows` of `Normed` (written) and of the norm's input (read),
+                // and their quantised blocks, are this thread's.
+                let x = unsafe {
+                    if let Some((src, w)) = norm {
+                        for t in rows.clone() {
+                            let x = self.buf(src).get(t * cols..(t + 1) * cols);
+                            let y = self.buf(input).get_mut(t * cols..(t + 1) * cols);
+                            rms_norm(x, model.vector(w), hp.norm_eps, y);
+                        }
+                    }
+                    self.buf(input).get(rows.start * cols..rows.end * cols)
+                };
                 if q8 {
                     let per = cols / QK;
                     let out = unsafe { self.q8.get_mut(rows.start * per..rows.end * per) };
@@ -1251,69 +1466,103 @@ impl<'m, 'w> Frame<'m, 'w> {
                 }
             }
             ctx.barrier();
-        }
-        // 2. Every projection's rows, concatenated, split between threads.
+            // SAFETY: read-only after the barrier.
+            unsafe {
+                (
+                    self.buf(input).get(range.start * cols..range.end * cols),
+                    if q8 {
+                        self.q8
+                            .get(range.start * (cols / QK)..range.end * (cols / QK))
+                    } else {
+                        &[]
+                    },
+                    if q8k {
+                        self.q8k
+                            .get(range.start * (cols / QK_K)..range.end * (cols / QK_K))
+                    } else {
+                        &[]
+                    },
+                )
+            }
+        };
+        // Chunks of the projections' rows (concatenated) from the step's counter.
         let total: usize = projs
             .iter()
             .flatten()
             .map(|p| model.matrix(p.weight).rows)
             .sum();
-        let mine = ctx.split(total, 16);
-        let mut first = 0;
-        for p in projs.iter().flatten() {
-            let w = model.matrix(p.weight);
-            let rows = mine.start.max(first).saturating_sub(first)
-                ..mine.end.min(first + w.rows).saturating_sub(first);
-            first += w.rows;
-            if rows.is_empty() {
-                continue;
+        let chunk = if n_tok == 1 {
+            (total / (8 * ctx.n_threads))
+                .clamp(16, 256)
+                .next_multiple_of(16)
+        } else {
+            64
+        };
+        let counter = self.counter(step);
+        loop {
+            let c = counter.fetch_add(1, Ordering::Relaxed);
+            let mine = c * chunk..((c + 1) * chunk).min(total);
+            if mine.start >= total {
+                break;
             }
-            let n_tok = range.len();
-            // SAFETY (activations): read-only after the barrier above.
-            let acts = unsafe {
-                match w.ty.act_format() {
+            let mut first = 0;
+            for p in projs.iter().flatten() {
+                let w = model.matrix(p.weight);
+                let rows = mine.start.max(first).saturating_sub(first)
+                    ..mine.end.min(first + w.rows).saturating_sub(first);
+                first += w.rows;
+                if rows.is_empty() {
+                    continue;
+                }
+                let acts = match w.ty.act_format() {
                     ActFormat::F32 => Acts::F32 {
-                        data: self.buf(input).get(range.start * cols..range.end * cols),
+                        data: x_f32,
                         per_row: cols,
                     },
-                    ActFormat::Q8 => {
-                        let per = cols / QK;
-                        Acts::Q8 {
-                            data: self.q8.get(range.start * per..range.end * per),
-                            per_row: per,
-                        }
-                    }
-                    ActFormat::Q8K => {
-                        let per = cols / QK_K;
-                        Acts::Q8K {
-                            data: self.q8k.get(range.start * per..range.end * per),
-                            per_row: per,
-                        }
-                    }
+                    ActFormat::Q8 => Acts::Q8 {
+                        data: q8_acts,
+                        per_row: cols / QK,
+                    },
+                    ActFormat::Q8K => Acts::Q8K {
+                        data: q8k_acts,
+                        per_row: cols / QK_K,
+                    },
+                };
+                let out_rows = w.rows;
+                let out_first_token = if p.out == Buf::Logits {
+                    self.logit_row
+                } else {
+                    range.start
+                };
+                let ob = self.buf(p.out);
+                assert!((out_first_token + n_tok) * out_rows <= ob.len);
+                let bias = p.bias.map(|b| model.vector(b));
+                // SAFETY: in bounds (asserted); the counter hands each chunk of rows to one
+                // thread, and no reference to the output buffer is live in this step.
+                let om = unsafe {
+                    OutMatrix::from_raw(
+                        ob.ptr.add(out_first_token * out_rows),
+                        n_tok,
+                        out_rows,
+                        out_rows,
+                    )
                 }
-            };
-            let out_rows = w.rows;
-            let out_first_token = if p.out == Buf::Logits {
-                self.logit_row
-            } else {
-                range.start
-            };
-            let ob = self.buf(p.out);
-            assert!((out_first_token + n_tok) * out_rows <= ob.len);
-            let bias = p.bias.map(|b| model.vector(b));
-            // SAFETY: in bounds (asserted); each thread writes only its own rows `rows` of
-            // these tokens, and no reference to the output buffer is live in this op.
-            let om = unsafe {
-                OutMatrix::from_raw(
-                    ob.ptr.add(out_first_token * out_rows),
-                    n_tok,
-                    out_rows,
-                    out_rows,
-                )
+                .with_epilogue(bias, p.accumulate);
+                kernels::matmul(model.isa, w, rows, &acts, 0..n_tok, &om);
             }
-            .with_epilogue(bias, p.accumulate);
-            kernels::matmul(model.isa, w, rows, &acts, 0..n_tok, &om);
         }
+    }
+}
+
+/// Rotate-half RoPE of one head with the angles' `[cos; half] ++ [sin; half]`.
+fn rope(x: &mut [f32], angles: &[f32]) {
+    let half = x.len() / 2;
+    let (x0, x1) = x.split_at_mut(half);
+    let (cos, sin) = angles.split_at(half);
+    for ((a, b), (&c, &s)) in x0.iter_mut().zip(x1.iter_mut()).zip(cos.iter().zip(sin)) {
+        let (u, v) = (*a, *b);
+        *a = u * c - v * s;
+        *b = v * c + u * s;
     }
 }
 
@@ -1332,6 +1581,95 @@ fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     let scale = 1.0 / (ss / x.len() as f32 + eps).sqrt();
     for (x, &w) in x.iter_mut().zip(w) {
         *x = *x * scale * w;
+    }
+}
+
+/// A weight matrix view of a canonical tensor (`ne = [cols, rows]`).
+fn matrix_of<'w>(t: &crate::tensor::TensorRef<'w>) -> Matrix<'w> {
+    Matrix {
+        ty: t.ty,
+        rows: t.rows(),
+        cols: t.row_len(),
+        data: t.data,
+    }
+}
+
+/// A norm weight or bias (f32, f16 or bf16) as f32 values.
+fn vector_of(t: &crate::tensor::TensorRef<'_>) -> Result<Vec<f32>, ForwardError> {
+    let mut v = vec![0.0f32; t.elems()];
+    crate::quant::dequantize_row(t.ty, t.data, &mut v).map_err(|e| ForwardError::Weight {
+        name: t.name.to_owned(),
+        detail: e.to_string(),
+    })?;
+    Ok(v)
+}
+
+impl Hparams {
+    /// The forward pass's view of a checkpoint's hyper-parameters; `rope_freqs` is the
+    /// `rope_freqs.weight` tensor when the configuration scales frequencies with it.
+    ///
+    /// # Errors
+    /// [`ForwardError::Hparam`] when the RoPE frequencies cannot be formed
+    /// ([`crate::config::LlmConfig::rope_inv_freq`]).
+    pub fn from_config(
+        cfg: &crate::config::LlmConfig,
+        rope_freqs: Option<&[f32]>,
+    ) -> Result<Hparams, ForwardError> {
+        let rope_inv_freq = cfg
+            .rope_inv_freq(rope_freqs)
+            .map_err(|e| ForwardError::Hparam {
+                field: "rope",
+                detail: e.to_string(),
+            })?;
+        Ok(Hparams {
+            n_layer: cfg.n_layer as usize,
+            n_embd: cfg.n_embd as usize,
+            n_head: cfg.n_head as usize,
+            n_head_kv: cfg.n_head_kv as usize,
+            head_dim: cfg.head_dim as usize,
+            n_ff: cfg.n_ff as usize,
+            n_vocab: cfg.n_vocab as usize,
+            norm_eps: cfg.norm_eps,
+            rope_inv_freq,
+        })
+    }
+}
+
+impl<'w> ModelParts<'w> {
+    /// The parts of a checkpoint's canonical tensors ([`crate::tensor::Weights::model`]):
+    /// matrices borrowed, norms and biases converted to f32.
+    ///
+    /// # Errors
+    /// [`ForwardError::Weight`] when a vector's bytes do not match its dimensions.
+    pub fn from_tensors(
+        t: &crate::tensor::ModelTensors<'w>,
+    ) -> Result<ModelParts<'w>, ForwardError> {
+        let opt = |v: &Option<crate::tensor::TensorRef<'w>>| v.as_ref().map(vector_of).transpose();
+        let mut layers = Vec::with_capacity(t.layers.len());
+        for l in &t.layers {
+            layers.push(LayerParts {
+                attn_norm: vector_of(&l.attn_norm)?,
+                wq: matrix_of(&l.attn_q),
+                wk: matrix_of(&l.attn_k),
+                wv: matrix_of(&l.attn_v),
+                bq: opt(&l.attn_q_bias)?,
+                bk: opt(&l.attn_k_bias)?,
+                bv: opt(&l.attn_v_bias)?,
+                q_norm: opt(&l.attn_q_norm)?,
+                k_norm: opt(&l.attn_k_norm)?,
+                wo: matrix_of(&l.attn_output),
+                ffn_norm: vector_of(&l.ffn_norm)?,
+                w_gate: matrix_of(&l.ffn_gate),
+                w_up: matrix_of(&l.ffn_up),
+                w_down: matrix_of(&l.ffn_down),
+            });
+        }
+        Ok(ModelParts {
+            token_embd: matrix_of(&t.token_embd),
+            output: t.output.as_ref().map(matrix_of),
+            output_norm: vector_of(&t.output_norm)?,
+            layers,
+        })
     }
 }
 

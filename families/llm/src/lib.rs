@@ -22,18 +22,21 @@
 //! - [`error`]: the front end's errors ([`LlmError`]).
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod bundle;
 pub mod cache;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod forward;
+pub mod generate;
 pub mod gguf;
 pub mod kernels;
 pub mod quant;
 #[cfg(feature = "build")]
 pub mod recipe;
 pub mod safetensors;
+pub mod sample;
 pub mod template;
 pub mod tensor;
 #[doc(hidden)]
