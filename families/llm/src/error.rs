@@ -112,6 +112,13 @@ pub enum LlmError {
         /// What is wrong, with the value seen.
         message: String,
     },
+    /// The self-test section is unreadable or lacks an entry ([`crate::selftest`]).
+    #[error(transparent)]
+    SelfTest(#[from] tether_family::selftest::SelfTestError),
+    /// The pinned model's greedy tokens differ from llama.cpp's at build time: the build
+    /// host's CPU engine does not reproduce the reference (the bundle is not written).
+    #[error("the CPU engine does not reproduce llama.cpp's greedy tokens: {0}")]
+    ReferenceMismatch(Box<tether_family::selftest::Report>),
 }
 
 impl LlmError {

@@ -20,12 +20,16 @@
 //! - [`bundle`]: the `llm` bundle's sections, reading them back, `describe` for `inspect`;
 //!   `recipe` (feature `build`): checkpoint -> bundle.
 //! - [`error`]: the front end's errors ([`LlmError`]).
+//! - [`selftest`]: the bundle's self-test (llama.cpp's greedy tokens for a short chat).
+//! - `cli` (feature `cli`): the family as the `tether` CLI sees it.
 #![warn(missing_docs)]
 
 pub mod bench;
 pub mod bundle;
 pub mod cache;
 pub mod checkpoint;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod forward;
@@ -37,6 +41,7 @@ pub mod quant;
 pub mod recipe;
 pub mod safetensors;
 pub mod sample;
+pub mod selftest;
 pub mod template;
 pub mod tensor;
 #[doc(hidden)]

@@ -24,6 +24,7 @@ use crate::bundle::{
 };
 use crate::checkpoint::Checkpoint;
 use crate::error::LlmError;
+use crate::generate::{GenerateError, Generator, GeneratorOptions};
 
 /// What to build from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +56,10 @@ pub struct BuildOptions {
     pub model_version: Option<String>,
     /// Creation time, seconds since the Unix epoch.
     pub created_unix_s: u64,
+    /// Embed the self-test ([`crate::selftest`]), run on this CPU first: llama.cpp's greedy
+    /// tokens for the pinned GGUF (the build fails if they are not reproduced), this host's
+    /// for any other checkpoint.
+    pub self_test: bool,
 }
 
 /// What the recipe built, for the build log.
@@ -64,6 +69,26 @@ pub struct BuildReport {
     pub description: Description,
     /// Tensor sections written.
     pub tensors: usize,
+    /// The embedded self-test's run on this CPU (when asked for).
+    pub self_test: Option<tether_family::selftest::Report>,
+}
+
+/// Whether `input` is the pinned GGUF the llama.cpp goldens belong to (its SHA-256).
+///
+/// # Errors
+/// [`LlmError::Io`] when the file cannot be read.
+pub fn is_pinned(input: &Input) -> Result<bool, LlmError> {
+    match input {
+        Input::HfDir(_) => Ok(false),
+        Input::Gguf(p) => {
+            let bytes = std::fs::read(p).map_err(|source| LlmError::Io {
+                path: p.clone(),
+                op: "reading",
+                source,
+            })?;
+            Ok(tether_family::recipe::sha256_hex(&bytes) == crate::selftest::PINNED_GGUF_SHA256)
+        }
+    }
 }
 
 /// Open `input` in canonical form and lay out the bundle; the result is checked by reading
@@ -107,12 +132,51 @@ pub fn build(
         },
     )?;
     progress("checking the bundle as a load reads it");
+    let mut writer = writer;
     let back = verify_bytes(writer.to_bytes()?)?;
+    let description = back.describe();
+    let tensors = back.weights.len();
+    let self_test = if options.self_test {
+        progress("running the self-test on this CPU");
+        let pinned = is_pinned(input)?;
+        let context = (back.config.n_ctx_train as usize).min(SELF_TEST_CONTEXT);
+        let mut g = Generator::from_checkpoint(
+            back,
+            &GeneratorOptions {
+                context: Some(context),
+                ..GeneratorOptions::default()
+            },
+        )
+        .map_err(generate_error)?;
+        let (payload, report) =
+            crate::selftest::for_recipe(pinned, &mut g).map_err(generate_error)?;
+        drop(g);
+        payload.add_to(&mut writer, crate::FAMILY)?;
+        Some(report)
+    } else {
+        None
+    };
     let report = BuildReport {
-        description: back.describe(),
-        tensors: back.weights.len(),
+        description,
+        tensors,
+        self_test,
     };
     Ok((writer, report))
+}
+
+/// Context of the generator the build-time self-test runs on (the reference needs 59
+/// positions; a host payload at most its prompt plus as many tokens).
+const SELF_TEST_CONTEXT: usize = 1024;
+
+/// A generator error as the recipe's: the front end's as it is, the rest (a prompt longer
+/// than the context, the thread pool) as a self-test failure naming it.
+fn generate_error(e: GenerateError) -> LlmError {
+    match e {
+        GenerateError::Checkpoint(e) => e,
+        other => LlmError::SelfTest(tether_family::selftest::SelfTestError::Malformed(format!(
+            "running it on this CPU: {other}"
+        ))),
+    }
 }
 
 /// Read bundle bytes back as a load would (every section CRC-checked, everything
