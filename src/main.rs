@@ -72,6 +72,13 @@ fn main() -> ExitCode {
             };
         }
         Err(e) => {
+            // Another family's option on this bundle: say whose it is.
+            if e.kind() == clap::error::ErrorKind::UnknownArgument
+                && let Some(m) = cli::family_args::foreign_option(&argv)
+            {
+                cli::report(&anyhow::Error::new(cli::UsageError(m)));
+                return ExitCode::from(2);
+            }
             let _ = e.print();
             return ExitCode::from(2);
         }

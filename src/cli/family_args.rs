@@ -91,3 +91,35 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
         _ => cmd,
     }
 }
+
+/// When parsing `run`/`bench` found an unknown option that another family defines
+/// (`--score-threshold` on an llm bundle, `--prompt` on a detect bundle): a message naming
+/// the option, the family that has it and the bundle's family. `None` otherwise (clap's own
+/// message stands).
+pub fn foreign_option(argv: &[OsString]) -> Option<String> {
+    let (pos, name) = subcommand_position(argv)?;
+    if !matches!(name, "run" | "bench") {
+        return None;
+    }
+    let family = bundle_family(argv, pos + 1)?;
+    let has = |f: &dyn Family, opt: &str| {
+        f.run_args().iter().any(|a| {
+            a.get_long() == Some(opt) || a.get_all_aliases().is_some_and(|v| v.contains(&opt))
+        })
+    };
+    argv[pos + 1..].iter().find_map(|a| {
+        let opt = a.to_str()?.strip_prefix("--")?;
+        let opt = opt.split_once('=').map_or(opt, |(o, _)| o);
+        if opt.is_empty() || has(family, opt) {
+            return None;
+        }
+        let other = REGISTRY
+            .iter()
+            .find(|f| f.name() != family.name() && has(**f, opt))?;
+        Some(format!(
+            "--{opt} is an option of the {} family; this bundle is of the {} family, which does not take it (`tether {name} BUNDLE --help` lists its options)",
+            other.name(),
+            family.name()
+        ))
+    })
+}
