@@ -261,8 +261,17 @@ def cmd_hf_dir(args):
     d, name = os.path.split(os.path.abspath(args.gguf))
     tok = AutoTokenizer.from_pretrained(d, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, torch_dtype=torch.bfloat16)
+    # transformers 5 marks a GGUF-loaded model as quantised and refuses to save it: the
+    # weights are already dequantised, so move them into a plain model of the same config.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    plain = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
+    assert not unexpected and all("lm_head" in k for k in missing), (missing, unexpected)
+    plain.tie_weights()
     os.makedirs(args.dir, exist_ok=True)
-    model.save_pretrained(args.dir, safe_serialization=True)
+    plain.save_pretrained(args.dir, safe_serialization=True)
     tok.save_pretrained(args.dir)
     with open(os.path.join(args.dir, "tether-reference.json"), "w") as f:
         json.dump(

@@ -3,7 +3,7 @@
 //!
 //! | section | kind | content |
 //! |---|---|---|
-//! | `llm/config` | `FamilyConfig` | [`LlmConfigRecord`](crate::config::LlmConfigRecord) (160 bytes) |
+//! | `llm/config` | `FamilyConfig` | [`LlmConfigRecord`](crate::config::LlmConfigRecord) (192 bytes) |
 //! | `llm/generation` | `FamilyConfig` | [`GenerationRecord`] (32 bytes) |
 //! | `llm/tokenizer` | `Tokenizer` | `tokenizer.json` (Hugging Face format; for a GGUF, the tokenizer built from its vocabulary, merges and pre-tokenizer) |
 //! | `llm/chat_template` | `Tokenizer` | the chat template, UTF-8 (absent when the checkpoint has none) |

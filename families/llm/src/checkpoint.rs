@@ -18,6 +18,7 @@
 //! presents ([`crate::config`]). `qwen2`/`qwen3` GGUFs are not permuted (llama.cpp runs them
 //! with NeoX RoPE).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::{
@@ -34,19 +35,146 @@ use crate::tokenizer::{Tokenizer, pre_tokenizer};
 /// Architecture names whose definition this family implements.
 pub const ARCHITECTURES: [&str; 3] = ["llama", "qwen2", "qwen3"];
 
-/// Token texts llama.cpp treats as end of generation when the vocabulary has them as
-/// control tokens (`llama-vocab.cpp`, the `special_eog_ids` text list; the subset that
-/// concerns the supported architectures).
-pub const EOG_TEXTS: [&str; 8] = [
+/// Token texts llama.cpp treats as end of generation, whatever their type
+/// (`llama-vocab.cpp`, the `special_eog_ids` text list of llama.cpp as vendored by
+/// llama-cpp-python 0.3.36).
+pub const EOG_TEXTS: [&str; 22] = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+
+/// Texts llama.cpp takes for the end-of-turn token when `tokenizer.ggml.eot_token_id` is
+/// absent (first found).
+pub const EOT_TEXTS: [&str; 11] = [
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
     "<end_of_turn>",
     "<|endoftext|>",
-    "<|eom_id|>",
-    "<EOT>",
     "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
 ];
+
+/// Fill-in-the-middle padding, repository and file-separator texts: llama.cpp makes these
+/// tokens end generation too (`special_fim_pad_id`, `special_fim_rep_id`,
+/// `special_fim_sep_id`, found by these texts when the GGUF keys are absent).
+pub const FIM_EOG_TEXTS: [&[&str]; 3] = [
+    &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
+    &[
+        "<|fim_repo|>",
+        "<|repo_name|>",
+        "<fim-repo>",
+        "<REPO>",
+        "<reponame>",
+    ],
+    &["<|file_sep|>"],
+];
+
+/// Fill-in-the-middle prefix/suffix/middle texts: llama.cpp forces these tokens to control
+/// type (they do not end generation).
+pub const FIM_CONTROL_TEXTS: [&str; 24] = [
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+];
+
+/// Whether llama.cpp forces a token with this text to control type when loading a GGUF
+/// ("control-looking token ... its type will be overridden"): the end-of-turn,
+/// end-of-message, fill-in-the-middle and end-of-generation texts.
+pub fn llama_cpp_control_text(text: &str) -> bool {
+    EOG_TEXTS.contains(&text)
+        || EOT_TEXTS.contains(&text)
+        || FIM_EOG_TEXTS.iter().any(|l| l.contains(&text))
+        || FIM_CONTROL_TEXTS.contains(&text)
+}
+
+/// Ids given by the checkpoint's own keys (GGUF `tokenizer.ggml.*_token_id`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyedIds {
+    /// EOS.
+    pub eos: Option<u32>,
+    /// End of turn.
+    pub eot: Option<u32>,
+    /// End of message.
+    pub eom: Option<u32>,
+    /// FIM pad, repository, file separator.
+    pub fim: [Option<u32>; 3],
+}
+
+/// llama.cpp's end-of-turn id and end-of-generation set: the keyed EOS/EOT/EOM, the FIM
+/// pad/repository/separator tokens (keyed, else found by [`FIM_EOG_TEXTS`]), the EOT found by
+/// [`EOT_TEXTS`] when not keyed, and every token whose text is in [`EOG_TEXTS`]. `find` maps a
+/// text to its id. Where llama.cpp takes "the first found" in hash order, the first text of
+/// the list that is present is taken here. Sorted ascending.
+pub fn llama_cpp_eog(
+    find: &dyn Fn(&str) -> Option<u32>,
+    keyed: KeyedIds,
+) -> (Option<u32>, Vec<u32>) {
+    let first = |list: &[&str]| list.iter().find_map(|t| find(t));
+    let eot = keyed.eot.or_else(|| first(&EOT_TEXTS));
+    let eom = keyed.eom.or_else(|| find("<|eom_id|>"));
+    let mut eog = Vec::new();
+    for (k, list) in keyed.fim.iter().zip(FIM_EOG_TEXTS) {
+        if let Some(id) = k.or_else(|| first(list)) {
+            push_unique(&mut eog, id);
+        }
+    }
+    for t in EOG_TEXTS {
+        if let Some(id) = find(t) {
+            push_unique(&mut eog, id);
+        }
+    }
+    for id in [keyed.eos, eot, eom].into_iter().flatten() {
+        push_unique(&mut eog, id);
+    }
+    eog.sort_unstable();
+    (eot, eog)
+}
 
 /// Sampling defaults the checkpoint recommends (Hugging Face `generation_config.json`);
 /// `None` where it says nothing. A GGUF carries none.
@@ -111,6 +239,42 @@ impl Checkpoint {
         self.config.validate()?;
         self.weights.model(&self.config)?;
         check_vocab(&self.tokenizer, self.config.n_vocab)
+    }
+
+    /// Open whatever `path` is: a Hugging Face directory, a GGUF file (magic `GGUF`) or an
+    /// `llm` bundle (memory-mapped, sections CRC-checked on first access).
+    ///
+    /// # Errors
+    /// [`LlmError::Io`] when the file cannot be read; [`LlmError::Section`] for a file that
+    /// is neither; the errors of the reader it is.
+    pub fn open(path: impl AsRef<Path>) -> Result<Checkpoint, LlmError> {
+        use std::io::Read as _;
+        let path = path.as_ref();
+        if path.is_dir() {
+            return Self::from_hf_dir(path);
+        }
+        let mut magic = [0u8; 8];
+        let n = std::fs::File::open(path)
+            .and_then(|mut f| f.read(&mut magic))
+            .map_err(|source| LlmError::Io {
+                path: path.to_path_buf(),
+                op: "reading",
+                source,
+            })?;
+        if n >= 4 && magic[..4] == crate::gguf::MAGIC {
+            Self::from_gguf(path)
+        } else if n == 8 && magic == tether_bundle::MAGIC {
+            let b = tether_bundle::Bundle::open(path, tether_bundle::Verify::Lazy)?;
+            Self::from_bundle(std::sync::Arc::new(b))
+        } else {
+            Err(LlmError::section(
+                path.display().to_string(),
+                format!(
+                    "neither a GGUF file nor a bundle nor a directory (starts with {:02x?})",
+                    &magic[..n]
+                ),
+            ))
+        }
     }
 
     /// The checkpoint's chat template compiled, with its BOS and EOS texts as `bos_token` and
@@ -316,21 +480,29 @@ impl Checkpoint {
             .get("add_eos_token")
             .and_then(|v| v.as_bool())
             .unwrap_or(false);
-        let mut eog: Vec<u32> = Vec::new();
-        for id in eos.into_iter().chain(eos_list) {
+        // End of generation: the generation config's EOS list, and llama.cpp's rules over
+        // the special (added) tokens, so a model gives the same set from either source.
+        let added: HashMap<String, u32> = probe.special_tokens().collect();
+        let (eot, mut eog) = llama_cpp_eog(
+            &|t| added.get(t).copied(),
+            KeyedIds {
+                eos,
+                ..KeyedIds::default()
+            },
+        );
+        for id in eos_list {
             push_unique(&mut eog, id);
         }
-        for t in EOG_TEXTS {
-            if let Some(id) = probe.token_to_id(t)
-                && probe.kind(id) == Some(crate::tokenizer::TokenKind::Control)
-            {
-                push_unique(&mut eog, id);
-            }
+        eog.sort_unstable();
+        if eog.len() > MAX_EOG {
+            return Err(LlmError::config(
+                "eog",
+                format!(
+                    "{} end-of-generation ids {eog:?} (at most {MAX_EOG})",
+                    eog.len()
+                ),
+            ));
         }
-        let eot = probe
-            .token_to_id("<|eot_id|>")
-            .or_else(|| probe.token_to_id("<|im_end|>"));
-        eog.truncate(MAX_EOG);
         config.special = SpecialTokens {
             bos,
             eos,
@@ -590,9 +762,17 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<LlmConfig, LlmError> {
     };
     let bos = tid("tokenizer.ggml.bos_token_id")?;
     let eos = tid("tokenizer.ggml.eos_token_id")?;
-    let mut eot = tid("tokenizer.ggml.eot_token_id")?;
-    let eom = tid("tokenizer.ggml.eom_token_id")?;
     let pad = tid("tokenizer.ggml.padding_token_id")?;
+    let keyed = KeyedIds {
+        eos,
+        eot: tid("tokenizer.ggml.eot_token_id")?,
+        eom: tid("tokenizer.ggml.eom_token_id")?,
+        fim: [
+            tid("tokenizer.ggml.fim_pad_token_id")?,
+            tid("tokenizer.ggml.fim_rep_token_id")?,
+            tid("tokenizer.ggml.fim_sep_token_id")?,
+        ],
+    };
     // llama.cpp: add_bos defaults to true for the Llama 3 pre-tokenizer, false for other
     // byte-level BPE; `tokenizer.ggml.add_bos_token` overrides.
     let pre_default = h
@@ -603,32 +783,25 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<LlmConfig, LlmError> {
         .opt_bool("tokenizer.ggml.add_bos_token")?
         .unwrap_or(pre_default);
     let add_eos = h.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
-    let mut eog = Vec::new();
-    // EOG by text among control tokens, as llama.cpp finds them.
-    if let (Some(tokens), Some(types)) = (
-        h.opt_array("tokenizer.ggml.tokens")?,
-        h.opt_array("tokenizer.ggml.token_type")?,
-    ) {
-        for (i, (t, ty)) in tokens.iter().zip(types).enumerate() {
-            if let Some(s) = t.as_str()
-                && EOG_TEXTS.contains(&s)
-                && ty.as_u64() == Some(3)
-            {
-                if eot.is_none() && s != "<|endoftext|>" && s != "<|eom_id|>" {
-                    eot = Some(i as u32);
-                }
-                push_unique(&mut eog, i as u32);
+    let mut by_text: HashMap<&str, u32> = HashMap::new();
+    if let Some(tokens) = h.opt_array("tokenizer.ggml.tokens")? {
+        for (i, t) in tokens.iter().enumerate() {
+            if let Some(s) = t.as_str() {
+                by_text.insert(s, i as u32); // a later duplicate wins, as in llama.cpp
             }
         }
     }
-    let mut all = Vec::new();
-    for id in [eos, eot, eom].into_iter().flatten() {
-        push_unique(&mut all, id);
+    let (eot, eog) = llama_cpp_eog(&|t| by_text.get(t).copied(), keyed);
+    if eog.len() > MAX_EOG {
+        return Err(LlmError::config(
+            "eog",
+            format!(
+                "{} end-of-generation ids {eog:?} (at most {MAX_EOG})",
+                eog.len()
+            ),
+        ));
     }
-    for id in eog {
-        push_unique(&mut all, id);
-    }
-    all.truncate(MAX_EOG);
+    let all = eog;
     let c = LlmConfig {
         architecture: arch.to_owned(),
         n_layer,
@@ -755,18 +928,26 @@ pub fn config_from_hf(v: &serde_json::Value, has_lm_head: bool) -> Result<LlmCon
             format!("{p}: partial rotary embedding is not supported"),
         ));
     }
-    let rope_theta = v
-        .get("rope_theta")
+    // transformers 5 writes `rope_parameters` (`rope_theta`, `rope_type` and the scaling
+    // fields in one map); transformers 4 writes `rope_theta` and `rope_scaling` apart.
+    let params = v.get("rope_parameters").filter(|p| p.is_object());
+    let rope_theta = params
+        .and_then(|p| p.get("rope_theta"))
+        .or_else(|| v.get("rope_theta"))
         .and_then(|t| t.as_f64())
         .unwrap_or(10000.0) as f32;
-    let rope_scaling = match v.get("rope_scaling") {
-        None | Some(serde_json::Value::Null) => RopeScaling::None,
+    let scaling = match params {
+        Some(p) => Some(p),
+        None => v.get("rope_scaling").filter(|s| !s.is_null()),
+    };
+    let rope_scaling = match scaling {
+        None => RopeScaling::None,
         Some(s) => {
             let ty = s
                 .get("rope_type")
                 .or_else(|| s.get("type"))
                 .and_then(|t| t.as_str())
-                .unwrap_or("");
+                .unwrap_or("default");
             let fl = |k: &str| s.get(k).and_then(|x| x.as_f64()).map(|x| x as f32);
             match ty {
                 "default" => RopeScaling::None,

@@ -31,7 +31,7 @@ pub const MAX_LAYERS: u32 = 1024;
 /// Largest width, FFN width, vocabulary or context accepted (2^24; bounds allocations).
 pub const MAX_DIM: u32 = 1 << 24;
 /// Most end-of-generation ids recorded.
-pub const MAX_EOG: usize = 8;
+pub const MAX_EOG: usize = 16;
 
 /// How the rotary frequencies are scaled beyond the base `theta^(-2i/d)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -202,7 +202,7 @@ impl LlmConfig {
         range("n_ff", self.n_ff, 1, MAX_DIM)?;
         range("n_vocab", self.n_vocab, 1, MAX_DIM)?;
         range("n_ctx_train (context length)", self.n_ctx_train, 1, MAX_DIM)?;
-        if self.n_head % self.n_head_kv != 0 {
+        if !self.n_head.is_multiple_of(self.n_head_kv) {
             return Err(LlmError::config(
                 "n_head_kv",
                 format!(
@@ -211,7 +211,7 @@ impl LlmConfig {
                 ),
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(LlmError::config(
                 "head_dim",
                 format!("{} is odd (RoPE rotates lane pairs)", self.head_dim),
@@ -485,7 +485,7 @@ const ROPE_LINEAR: u32 = 1;
 const ROPE_FREQ_FACTORS: u32 = 2;
 const ROPE_LLAMA3: u32 = 3;
 
-/// On-disk record of the `llm/config` section (little-endian, 160 bytes, alignment 1).
+/// On-disk record of the `llm/config` section (little-endian, 192 bytes, alignment 1).
 /// Optional token ids are -1 when absent; RoPE scaling codes: 0 none, 1 linear, 2 frequency
 /// factors (`rope_freqs.weight`), 3 Llama 3 (factors from the recorded parameters, also
 /// stored as `rope_freqs.weight`).
@@ -579,7 +579,7 @@ mod tests {
 
     #[test]
     fn record_round_trips() {
-        assert_eq!(size_of::<LlmConfigRecord>(), 160);
+        assert_eq!(size_of::<LlmConfigRecord>(), 192);
         let mut c = smollm2();
         c.validate().expect("valid");
         assert_eq!(LlmConfig::from_record(c.to_record().as_bytes()).unwrap(), c);
@@ -595,7 +595,7 @@ mod tests {
         c.special.add_bos = true;
         assert_eq!(LlmConfig::from_record(c.to_record().as_bytes()).unwrap(), c);
         let e = LlmConfig::from_record(&c.to_record().as_bytes()[..40]).unwrap_err();
-        assert!(e.to_string().contains("40 bytes, need 160"), "{e}");
+        assert!(e.to_string().contains("40 bytes, need 192"), "{e}");
     }
 
     #[test]
@@ -612,7 +612,7 @@ mod tests {
         bad(&|c| c.head_dim = 63, "63 is odd");
         bad(&|c| c.norm_eps = f32::NAN, "norm_eps");
         bad(&|c| c.special.bos = Some(49152), "bos = 49152");
-        bad(&|c| c.special.eog = vec![1; 9], "9 end-of-generation ids");
+        bad(&|c| c.special.eog = vec![1; 17], "17 end-of-generation ids");
         bad(
             &|c| c.rope_scaling = RopeScaling::Linear { factor: 0.0 },
             "rope_scaling.factor",

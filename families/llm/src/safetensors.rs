@@ -413,7 +413,7 @@ pub fn write(tensors: &[(&str, TensorType, &[u64], &[u8])]) -> Vec<u8> {
     }
     let mut json = serde_json::to_vec(&header).expect("a JSON map serialises");
     // Pad with spaces so the data starts 8-byte aligned (as the reference writer does).
-    while (8 + json.len()) % 8 != 0 {
+    while !(8 + json.len()).is_multiple_of(8) {
         json.push(b' ');
     }
     let mut out = (json.len() as u64).to_le_bytes().to_vec();

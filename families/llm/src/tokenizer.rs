@@ -270,6 +270,8 @@ impl Tokenizer {
             // 5 unused, 6 byte.
             let kind = match ty {
                 2 | 3 => TokenKind::Control,
+                // llama.cpp forces end-of-turn/generation and FIM texts to control type.
+                _ if crate::checkpoint::llama_cpp_control_text(t) => TokenKind::Control,
                 4 => TokenKind::UserDefined,
                 _ => TokenKind::Normal,
             };
@@ -396,6 +398,15 @@ impl Tokenizer {
     /// The id of `text` when it is one token (vocabulary or added token).
     pub fn token_to_id(&self, text: &str) -> Option<u32> {
         self.inner.token_to_id(text)
+    }
+
+    /// The added tokens that are special (control) tokens: (text, id).
+    pub fn special_tokens(&self) -> impl Iterator<Item = (String, u32)> + '_ {
+        self.inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, t)| (t.content, id))
     }
 
     /// How `id` renders; `None` beyond the vocabulary.

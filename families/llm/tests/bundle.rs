@@ -68,6 +68,12 @@ fn smollm2_bundle_round_trips_zero_copy() {
             src.tokenizer.encode(text, true, true).unwrap()
         );
     }
+    // Checkpoint::open tells the three apart.
+    assert_eq!(Checkpoint::open(&path).unwrap().config, src.config);
+    assert_eq!(Checkpoint::open(&gguf).unwrap().config, src.config);
+    std::fs::write(dir.join("x.txt"), b"hello").unwrap();
+    let e = Checkpoint::open(dir.join("x.txt")).unwrap_err().to_string();
+    assert!(e.contains("neither a GGUF file nor a bundle"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -80,7 +86,7 @@ fn corrupt_and_foreign_bundles_are_refused() {
         family: "embed".into(),
         ..IdentityDesc::default()
     });
-    w.add_section(SectionKind::FamilyConfig, "llm/config", None, vec![0; 160])
+    w.add_section(SectionKind::FamilyConfig, "llm/config", None, vec![0; 192])
         .unwrap();
     let e = tether_llm::recipe::verify_bytes(w.to_bytes().unwrap()).unwrap_err();
     assert!(e.to_string().contains("family is `embed`"), "{e}");
@@ -95,5 +101,5 @@ fn corrupt_and_foreign_bundles_are_refused() {
     w.add_section(SectionKind::FamilyConfig, "llm/config", None, vec![1, 0, 0])
         .unwrap();
     let e = tether_llm::recipe::verify_bytes(w.to_bytes().unwrap()).unwrap_err();
-    assert!(e.to_string().contains("3 bytes, need 160"), "{e}");
+    assert!(e.to_string().contains("3 bytes, need 192"), "{e}");
 }

@@ -337,6 +337,23 @@ fn bad_hf_directories_are_named() {
     assert_eq!(f.dims, [8]);
     let inv = c.config.rope_inv_freq(f.as_f32()).unwrap();
     assert_eq!(inv.len(), 8);
+    // transformers 5's `rope_parameters` (theta and scaling in one map).
+    let mut v = base.clone();
+    v.as_object_mut().unwrap().remove("rope_theta");
+    v["rope_parameters"] = serde_json::json!({"rope_theta": 500000.0, "rope_type": "default"});
+    std::fs::write(dir.join("config.json"), v.to_string()).unwrap();
+    let c = Checkpoint::from_hf_dir(&dir).unwrap();
+    assert_eq!(
+        (c.config.rope_theta, c.config.rope_scaling),
+        (500000.0, RopeScaling::None)
+    );
+    v["rope_parameters"] = serde_json::json!({"rope_theta": 500000.0, "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64});
+    std::fs::write(dir.join("config.json"), v.to_string()).unwrap();
+    let c = Checkpoint::from_hf_dir(&dir).unwrap();
+    assert!(
+        matches!(c.config.rope_scaling, RopeScaling::FreqFactors { llama3: Some(p) } if p.factor == 32.0)
+    );
+    assert!(c.weights.get("rope_freqs.weight").unwrap().is_some());
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -348,7 +365,8 @@ fn sharded_safetensors_are_read_and_checked() {
     let one = Checkpoint::from_hf_dir(&dir).unwrap();
     // Split model.safetensors into two shards with an index.
     let st = tether_llm::safetensors::SafetensorsFile::open(dir.join("model.safetensors")).unwrap();
-    let mut shards: [Vec<(String, Vec<u64>, Vec<u8>)>; 2] = [vec![], vec![]];
+    type Shard = Vec<(String, Vec<u64>, Vec<u8>)>;
+    let mut shards: [Shard; 2] = [vec![], vec![]];
     for (i, t) in st.tensors.iter().enumerate() {
         shards[i % 2].push((t.name.clone(), t.shape.clone(), st.data(t).to_vec()));
     }

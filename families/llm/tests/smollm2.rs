@@ -92,3 +92,46 @@ fn streaming_detokenisation_emits_split_characters_once_whole() {
     assert_eq!(s.push(2), "<|im_end|>");
     assert_eq!(s.push(1_000_000), "\u{fffd}");
 }
+
+#[test]
+fn truncated_and_corrupt_copies_of_the_real_file_are_typed_errors() {
+    use tether_llm::gguf::GgufFile;
+    let bytes = std::fs::read(asset(GGUF)).unwrap();
+    let header_end = GgufFile::from_vec(bytes.clone())
+        .unwrap()
+        .header
+        .data_offset as usize;
+    for cut in [
+        0,
+        3,
+        10,
+        24,
+        1000,
+        100_000,
+        header_end - 1,
+        header_end + 5,
+        bytes.len() - 1,
+    ] {
+        let e = Checkpoint::from_gguf_file(match GgufFile::from_vec(bytes[..cut].to_vec()) {
+            Ok(f) => f,
+            Err(e) => {
+                let s = e.to_string();
+                assert!(
+                    s.contains("truncated") || s.contains("magic") || s.contains("past the end"),
+                    "cut {cut}: {s}"
+                );
+                continue;
+            }
+        });
+        panic!(
+            "cut at {cut} of {} parsed: {:?}",
+            bytes.len(),
+            e.map(|_| ())
+        );
+    }
+    // The tensor count made huge: refused before anything is allocated for it.
+    let mut x = bytes[..header_end].to_vec();
+    x[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    let e = GgufFile::from_vec(x).unwrap_err().to_string();
+    assert!(e.contains("truncated GGUF"), "{e}");
+}

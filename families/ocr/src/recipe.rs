@@ -6,8 +6,9 @@
 //! reference's `OrtInferSession.get_character_list` does), prepares each
 //! network once with the CPU engine to prove it runs and to learn the
 //! recogniser's class count, and lays out the sections listed in
-//! [`crate::config`]. The self-test ([`crate::selftest`]) is embedded when the
-//! rec and cls networks are the pinned rapidocr-onnxruntime 1.4.4 ones.
+//! [`crate::config`]. The self-test ([`crate::selftest`]) expects the reference's answer
+//! when the rec and cls networks are the pinned rapidocr-onnxruntime 1.4.4 ones, else the
+//! CPU engine's at build time (`no_self_test` leaves it out).
 //!
 //! Each engine section records its tensors at the shapes the bundle runs
 //! them at ([`run_tensors`]): batch 1, the fixed heights and widths of the
@@ -15,23 +16,18 @@
 //! is chosen per image at run time (the detector's height and width, the
 //! recogniser's width bucket and its step count).
 
-use sha2::{Digest, Sha256};
 use tether_build::{OnnxInfo, inspect_onnx};
-use tether_bundle::{
-    BundleWriter, CpuArch, DType, DYNAMIC_DIM, EngineKind, IdentityDesc, Layout, SectionKind,
-    TargetDesc, TensorDesc,
-};
+use tether_bundle::{BundleWriter, DType, DYNAMIC_DIM, Layout, SectionKind, TensorDesc};
+use tether_family::recipe::{in_memory, pinned_version, sha256_hex};
+use tether_family::selftest::{self, Report, Role, SelfTest};
 use tether_runtime::Backend as _;
 use tether_runtime::IoSpec;
 use tether_runtime::backend::{NetworkSource, PrepareOptions, SourceFormat};
 
-use crate::config::{
-    CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, REC_SECTION, SELFTEST_SECTION,
-};
+use crate::config::{CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, REC_SECTION};
 use crate::ctc::Dictionary;
 use crate::network::{CLS, DET, REC};
-use crate::selftest::SelfTest;
-use crate::{FAMILY, OcrConfig, OcrError};
+use crate::{Device, FAMILY, Ocr, OcrConfig, OcrError, OcrOptions};
 
 /// The committed self-test and the digests of the networks it belongs to.
 const SELFTEST_GOLDEN: &str = include_str!("../golden/selftest.txt");
@@ -48,22 +44,20 @@ pub struct Networks<'a> {
     pub cls: Option<&'a [u8]>,
 }
 
+pub use tether_family::recipe::BuildCommon;
+
 /// What to build.
 #[derive(Clone, Debug, Default)]
 pub struct BuildOptions {
-    /// Bundle name.
-    pub name: String,
-    /// Model version recorded in the identity (default: the pinned models'
-    /// name when the digests match, else `unspecified`).
-    pub model_version: Option<String>,
+    /// Name, model version and creation time of the bundle identity (the model version's
+    /// default: the pinned models' name when the digests match, else `unspecified`).
+    pub common: BuildCommon,
     /// Recognition width buckets (default [`crate::config::DEFAULT_REC_WIDTHS`]).
     pub rec_widths: Option<Vec<u32>>,
     /// Minimum text score (default 0.5).
     pub text_score: Option<f32>,
     /// Leave the self-test out even when the networks are the pinned ones.
     pub no_self_test: bool,
-    /// Creation time, seconds since the Unix epoch.
-    pub created_unix_s: u64,
 }
 
 /// What the recipe decided, for the build log.
@@ -81,13 +75,8 @@ pub struct BuildReport {
     pub cls: Option<OnnxInfo>,
     /// Why the self-test is absent, or `None` when it was embedded.
     pub self_test_skipped: Option<String>,
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    /// The self-test run on the CPU engine at build time, when it was embedded.
+    pub selftest: Option<Report>,
 }
 
 fn dim(d: i64) -> Option<usize> {
@@ -196,7 +185,9 @@ pub fn run_tensors(network: &str, info: &OnnxInfo, config: &OcrConfig) -> Vec<Te
     v
 }
 
-/// Build an `ocr` bundle writer.
+/// Build an `ocr` bundle writer: check each network against its role and read the
+/// dictionary, make the configuration, prepare each network once on the CPU engine, write
+/// the sections, then run and add the self-test.
 ///
 /// `progress` receives a short message before each long step.
 ///
@@ -204,7 +195,8 @@ pub fn run_tensors(network: &str, info: &OnnxInfo, config: &OcrConfig) -> Vec<Te
 /// [`OcrError::Network`] for a network whose I/O does not fit its role or
 /// that fails to prepare; [`OcrError::Dictionary`] for a missing or
 /// inconsistent `character` metadata; [`OcrError::Config`] for out-of-range
-/// options; [`OcrError::Bundle`] from the writer.
+/// options; [`OcrError::ReferenceMismatch`] when the pinned networks do not reproduce the
+/// reference's answer on the CPU engine; [`OcrError::Bundle`] from the writer.
 pub fn build(
     nets: Networks<'_>,
     options: &BuildOptions,
@@ -215,22 +207,86 @@ pub fn build(
     let rec = inspect("rec", nets.rec)?;
     let cls = nets.cls.map(|b| inspect("cls", b)).transpose()?;
     image_input("det", &det)?;
-    let (rec_h, _) = image_input("rec", &rec)?;
-    let cls_hw = match &cls {
-        Some(info) => Some(image_input("cls", info)?),
-        None => None,
-    };
     let character = rec.metadata("character").ok_or_else(|| {
         OcrError::Dictionary("the rec model's ONNX metadata has no `character` entry".into())
     })?;
     let dict = Dictionary::from_metadata(character)?;
-    let classes = dict.len() + 1;
+    let config = config_of(options, &rec, cls.as_ref(), dict.len() + 1)?;
+    prepare_each(nets, &config, progress)?;
 
+    // The golden self-test belongs to the pinned weights.
+    let (reference, rec_sha, cls_sha) = crate::selftest::from_golden(SELFTEST_GOLDEN)?;
+    let pinned =
+        sha256_hex(nets.rec) == rec_sha && nets.cls.is_some_and(|c| sha256_hex(c) == cls_sha);
+
+    progress("writing the bundle");
+    let mut writer = BundleWriter::new(options.common.identity(
+        FAMILY,
+        concat!("tether-ocr ", env!("CARGO_PKG_VERSION")),
+        || {
+            pinned_version(
+                pinned,
+                "PP-OCRv4 det/rec + ppocr mobile v2.0 cls (rapidocr-onnxruntime 1.4.4)",
+            )
+        },
+    ));
+    let target = tether_family::recipe::add_portable_target(&mut writer)?;
+    let mut add_net =
+        |network: &str, section: &str, bytes: &[u8], info: &OnnxInfo| -> Result<(), OcrError> {
+            let s = writer.add_section(SectionKind::Onnx, section, Some(target), bytes.to_vec())?;
+            for t in run_tensors(network, info, &config) {
+                writer.add_tensor(s, t)?;
+            }
+            Ok(())
+        };
+    add_net(DET, DET_SECTION, nets.det, &det)?;
+    add_net(REC, REC_SECTION, nets.rec, &rec)?;
+    if let (Some(bytes), Some(info)) = (nets.cls, &cls) {
+        add_net(CLS, CLS_SECTION, bytes, info)?;
+    }
+    writer.add_section(SectionKind::Labels, DICT_SECTION, None, dict.to_section()?)?;
+    tether_family::recipe::add_config(&mut writer, CONFIG_SECTION, &config.to_record()?)?;
+    let (selftest, self_test_skipped) = if options.no_self_test {
+        (None, Some("left out on request".to_string()))
+    } else {
+        progress("running the self-test on the CPU engine");
+        (
+            Some(add_self_test(&mut writer, reference, pinned, &config)?),
+            None,
+        )
+    };
+    Ok((
+        writer,
+        BuildReport {
+            config,
+            dictionary_entries: dict.len(),
+            det,
+            rec,
+            cls,
+            self_test_skipped,
+            selftest,
+        },
+    ))
+}
+
+/// The configuration: rapidocr's, with the recogniser's and classifier's input sizes of the
+/// networks where they declare them, the class count, the classifier on when there is one,
+/// and the options' width buckets and text score.
+///
+/// # Errors
+/// [`OcrError::Network`] for an image input of the wrong form; [`OcrError::Config`].
+fn config_of(
+    options: &BuildOptions,
+    rec: &OnnxInfo,
+    cls: Option<&OnnxInfo>,
+    classes: usize,
+) -> Result<OcrConfig, OcrError> {
     let mut config = OcrConfig::rapidocr(classes as u32);
-    if let Some(h) = rec_h {
+    if let (Some(h), _) = image_input("rec", rec)? {
         config.rec_height = h as u32;
     }
-    if let Some((h, w)) = cls_hw {
+    if let Some(info) = cls {
+        let (h, w) = image_input("cls", info)?;
         if let Some(h) = h {
             config.cls_height = h as u32;
         }
@@ -238,7 +294,7 @@ pub fn build(
             config.cls_width = w as u32;
         }
     }
-    config.use_cls = nets.cls.is_some();
+    config.use_cls = cls.is_some();
     if let Some(w) = &options.rec_widths {
         config.rec_widths.clone_from(w);
     }
@@ -246,7 +302,21 @@ pub fn build(
         config.text_score = v;
     }
     config.validate()?;
+    Ok(config)
+}
 
+/// Prepare each network once on the CPU engine, proving it runs and has its role's output:
+/// the detector a `[1, 1, H, W]` probability map, the recogniser `[1, T, classes]`, the
+/// classifier `[1, 2]`.
+///
+/// # Errors
+/// [`OcrError::Network`] naming the network and the shape seen.
+fn prepare_each(
+    nets: Networks<'_>,
+    config: &OcrConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), OcrError> {
+    let classes = config.rec_classes as usize;
     progress("preparing the detector on the CPU engine");
     let io = prepare_on_cpu(DET, nets.det, 64, 64)?;
     if output_shape(&io) != [1, 1, 64, 64] {
@@ -288,85 +358,53 @@ pub fn build(
             });
         }
     }
+    Ok(())
+}
 
-    // The self-test belongs to the pinned weights.
-    let (selftest, rec_sha, cls_sha) = SelfTest::from_golden(SELFTEST_GOLDEN)?;
-    let pinned =
-        sha256_hex(nets.rec) == rec_sha && nets.cls.is_some_and(|c| sha256_hex(c) == cls_sha);
-    let self_test_skipped = if options.no_self_test {
-        Some("left out on request".to_string())
-    } else if !pinned {
-        Some("the rec/cls networks are not the pinned rapidocr-onnxruntime 1.4.4 ones".into())
-    } else if !config.rec_widths.contains(&selftest.rec_width) {
-        Some(format!(
-            "its line needs width bucket {}, which the configuration lacks",
-            selftest.rec_width
-        ))
-    } else {
-        None
-    };
-
-    let model_version = options.model_version.clone().unwrap_or_else(|| {
-        if pinned {
-            "PP-OCRv4 det/rec + ppocr mobile v2.0 cls (rapidocr-onnxruntime 1.4.4)".into()
-        } else {
-            "unspecified".into()
-        }
-    });
-    progress("writing the bundle");
-    let mut writer = BundleWriter::new(IdentityDesc {
-        name: options.name.clone(),
-        family: FAMILY.into(),
-        model_version,
-        tool_version: concat!("tether-ocr ", env!("CARGO_PKG_VERSION")).into(),
-        created_unix_s: options.created_unix_s,
-    });
-    let target = writer.add_target(TargetDesc {
-        name: "portable".into(),
-        arch: CpuArch::Any,
-        sm: None,
-        engine: EngineKind::TractCpu,
-        tensorrt_version: 0,
-        hardware_compat: 0,
-        flags: 0,
-    })?;
-    let mut add_net =
-        |network: &str, section: &str, bytes: &[u8], info: &OnnxInfo| -> Result<(), OcrError> {
-            let s = writer.add_section(SectionKind::Onnx, section, Some(target), bytes.to_vec())?;
-            for t in run_tensors(network, info, &config) {
-                writer.add_tensor(s, t)?;
-            }
-            Ok(())
-        };
-    add_net(DET, DET_SECTION, nets.det, &det)?;
-    add_net(REC, REC_SECTION, nets.rec, &rec)?;
-    if let (Some(bytes), Some(info)) = (nets.cls, &cls) {
-        add_net(CLS, CLS_SECTION, bytes, info)?;
-    }
-    writer.add_section(SectionKind::Labels, DICT_SECTION, None, dict.to_section()?)?;
-    writer.add_section(
-        SectionKind::FamilyConfig,
-        CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()?).to_vec(),
-    )?;
-    if self_test_skipped.is_none() {
-        writer.add_section(
-            SectionKind::Reference,
-            SELFTEST_SECTION,
-            None,
-            selftest.to_section(),
-        )?;
-    }
-    Ok((
-        writer,
-        BuildReport {
-            config,
-            dictionary_entries: dict.len(),
-            det,
-            rec,
-            cls,
-            self_test_skipped,
+/// Run the self-test's line through the bundle `writer` holds, on the CPU engine, and add
+/// the self-test ([`crate::selftest`]): the reference's answer when the networks are the
+/// pinned ones and the configuration has the reference's width bucket (the CPU engine must
+/// reproduce it), else the answer found here at the smallest bucket that holds the line.
+///
+/// # Errors
+/// [`OcrError::ReferenceMismatch`]; as [`crate::Ocr::from_bundle`] and
+/// [`crate::selftest::run_test`].
+fn add_self_test(
+    writer: &mut BundleWriter,
+    reference: SelfTest,
+    pinned: bool,
+    config: &OcrConfig,
+) -> Result<Report, OcrError> {
+    let width = reference.u32_scalar(Role::Input, crate::selftest::REC_WIDTH)?;
+    let golden = pinned && config.rec_widths.contains(&width);
+    let bucket = config
+        .rec_widths
+        .iter()
+        .copied()
+        .find(|&w| w >= width)
+        .unwrap_or(config.rec_widths[config.rec_widths.len() - 1]);
+    let mut ocr = Ocr::from_bundle(
+        in_memory(writer)?,
+        &OcrOptions {
+            device: Device::Cpu,
+            ..OcrOptions::default()
         },
-    ))
+    )?;
+    let why = if pinned {
+        format!("the configuration lacks the reference's width bucket {width}")
+    } else {
+        "not the pinned rapidocr-onnxruntime 1.4.4 rec/cls networks".to_string()
+    };
+    let (payload, report) = selftest::for_recipe(
+        golden,
+        reference,
+        &mut ocr,
+        crate::selftest::run_test,
+        |ocr, reference| {
+            crate::selftest::from_host(ocr, &reference, bucket, selftest::host_source(&why))
+        },
+        |report| OcrError::ReferenceMismatch(Box::new(report)),
+    )?;
+    payload.add_to(writer, FAMILY)?;
+    Ok(report)
 }

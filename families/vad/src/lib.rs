@@ -11,8 +11,8 @@
 //! - [`audio`]: WAV files of any sample rate and channel count to 16 kHz mono
 //!   (channel mean, then torchaudio's windowed-sinc resampler, re-implemented).
 //! - [`config`]: the family's bundle sections and configuration record.
-//! - [`selftest`]: the bundle's self-test payload (reference PCM + expected
-//!   probabilities from the package) and its runner.
+//! - [`selftest`]: the bundle's self-test (reference PCM + expected probabilities from the
+//!   package) in the shared format, and its comparison.
 //! - `recipe` (feature `build`): ONNX -> `.bundle`; `cli` (feature `cli`):
 //!   the family as the `tether` CLI sees it (build, inspect, run, bench,
 //!   `verify --self-test`).
@@ -41,7 +41,7 @@ mod vad;
 pub use audio::{Audio, SincResampler, read_wav, read_wav_bytes};
 pub use config::VadConfig;
 pub use segments::{SegmentEvent, SegmentTracker, SpeechSegment};
-pub use selftest::{SelfTest, SelfTestReport};
+pub use tether_family::selftest::{Report as SelfTestReport, SelfTest};
 pub use tether_runtime::{Device, EngineKind};
 pub use vad::{ChunkResult, Detection, StreamEnd, Vad, VadOptions, bundle_of};
 
@@ -74,11 +74,11 @@ pub const CHUNK_MS: f64 = 32.0;
 #[derive(Debug, thiserror::Error)]
 pub enum VadError {
     /// The bundle could not be opened or read.
-    #[error(transparent)]
+    #[error("{0}")]
     Bundle(#[from] tether_bundle::BundleError),
     /// The runtime could not open the model or build its session (no usable
     /// engine on this device, device unavailable, preparation failed).
-    #[error(transparent)]
+    #[error("{0}")]
     Runtime(#[from] tether_runtime::Error),
     /// An engine call failed.
     #[error(transparent)]
@@ -149,7 +149,11 @@ pub enum VadError {
         /// What is wrong.
         reason: &'static str,
     },
-    /// The self-test payload is malformed.
-    #[error("vad self-test payload: {0}")]
-    SelfTest(String),
+    /// The self-test section is unreadable or lacks an entry this family needs.
+    #[error("vad self-test: {0}")]
+    SelfTest(#[from] tether_family::selftest::SelfTestError),
+    /// At build time, the CPU engine does not reproduce the pinned model's reference output
+    /// (the report says by how much).
+    #[error("the CPU engine does not reproduce the reference: {0}")]
+    ReferenceMismatch(Box<tether_family::selftest::Report>),
 }
