@@ -509,14 +509,14 @@ impl<'w> Model<'w> {
         if hp.n_layer == 0 || hp.n_embd == 0 || hp.n_head == 0 || hp.n_ff == 0 || hp.n_vocab == 0 {
             return bad("dimensions", format!("{hp:?} has a zero dimension"));
         }
-        if hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0 {
+        if hp.n_head_kv == 0 || !hp.n_head.is_multiple_of(hp.n_head_kv) {
             return bad(
                 "n_head_kv",
                 format!("{} does not divide n_head {}", hp.n_head_kv, hp.n_head),
             );
         }
         let max_hd = crate::config::MAX_HEAD_DIM as usize;
-        if hp.head_dim == 0 || hp.head_dim % 2 != 0 || hp.head_dim > max_hd {
+        if hp.head_dim == 0 || !hp.head_dim.is_multiple_of(2) || hp.head_dim > max_hd {
             return bad(
                 "head_dim",
                 format!("{} (must be even, > 0 and <= {max_hd})", hp.head_dim),

@@ -9,6 +9,8 @@
 //! (`mul_add` is fused), so the NEON and AVX2 paths, which perform the same operations on the
 //! same lanes, give identical results.
 
+#![allow(clippy::needless_range_loop)] // lanes and block elements are indexed as in the SIMD kernels
+
 use std::ops::Range;
 
 use super::{Acts, Matrix, OutMatrix, RowKernel, tiled};
