@@ -97,7 +97,7 @@ impl TensorType {
     /// blocks.
     pub const fn row_bytes(self, elems: usize) -> Option<usize> {
         let b = self.block_elems();
-        if elems % b != 0 {
+        if !elems.is_multiple_of(b) {
             return None;
         }
         Some(elems / b * self.block_bytes())
@@ -559,7 +559,6 @@ pub fn dot_ref(ty: TensorType, w: &[u8], act: ActRow<'_>) -> f32 {
 }
 
 #[cfg(test)]
-
 mod tests {
     use super::*;
 

@@ -556,8 +556,10 @@ mod tests {
 
     #[test]
     fn parameters_are_checked() {
-        let mut p = SamplerParams::default();
-        p.top_p = 0.0;
+        let mut p = SamplerParams {
+            top_p: 0.0,
+            ..SamplerParams::default()
+        };
         assert_eq!(
             p.validate().unwrap_err().to_string(),
             "sampling parameter `top_p` = 0: accepted 0 < top_p <= 1"

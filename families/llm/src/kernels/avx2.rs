@@ -121,7 +121,7 @@ impl RowKernel for Q4_1K {
                     let sumi = dot_u8_i8(q, load_qs(a));
                     acc[i] =
                         _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(sumi), acc[i]);
-                    summ[i] += m * a.s;
+                    summ[i] = m.mul_add(a.s, summ[i]);
                 }
             }
             let mut out = summ;

@@ -11,10 +11,10 @@ use std::ops::Range;
 use super::{Acts, Matrix, OutMatrix, RowKernel, tiled};
 use crate::quant::{BlockQ8, BlockQ8K, QK, TensorType, q4k_scale_min, round_f16};
 
-/// Sums of products of signed bytes, accumulated into 4 x i32 (which lane holds which product
-/// differs between implementations; callers only use the total).
+/// Sums of products of signed bytes in 4 lanes, lane `i` = the sum over bytes `4i .. 4i + 4`
+/// (the lane layout of `sdot`, and of AVX2's `vpmaddubsw` + `vpmaddwd`).
 pub(crate) trait I8Dot {
-    /// `acc + dot(a, b)` spread over 4 lanes.
+    /// `acc + dot4(a, b)` lane by lane.
     ///
     /// # Safety
     /// The implementation's instructions are available.
@@ -23,7 +23,7 @@ pub(crate) trait I8Dot {
 
 /// With `sdot` (ARMv8.2 dotprod).
 pub(crate) struct Sdot;
-/// With `smull` + `sadalp` (ARMv8.0).
+/// With `smull` and pairwise adds (ARMv8.0).
 pub(crate) struct Smull;
 
 /// `sdot acc.4s, a.16b, b.16b`.
@@ -52,11 +52,12 @@ impl I8Dot for Sdot {
 impl I8Dot for Smull {
     #[inline(always)]
     unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-        // SAFETY: base NEON.
+        // SAFETY: base NEON. Products fit i16; pair sums fit i16 (|a| <= 128, |b| <= 127).
         unsafe {
             let lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
             let hi = vmull_high_s8(a, b);
-            vpadalq_s16(vpadalq_s16(acc, lo), hi)
+            let pairs = vpaddq_s16(lo, hi);
+            vaddq_s32(acc, vpaddlq_s16(pairs))
         }
     }
 }
@@ -77,6 +78,47 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
     crate::quant::f16_at(b, at)
 }
 
+/// Eight f32 lanes as two registers: lanes 0-3 and 4-7.
+#[derive(Clone, Copy)]
+struct Lanes8 {
+    lo: float32x4_t,
+    hi: float32x4_t,
+}
+
+impl Lanes8 {
+    #[inline(always)]
+    unsafe fn zero() -> Lanes8 {
+        // SAFETY: base NEON.
+        unsafe {
+            Lanes8 {
+                lo: vdupq_n_f32(0.0),
+                hi: vdupq_n_f32(0.0),
+            }
+        }
+    }
+
+    /// `self = d * float(s) + self`, fused, lane by lane.
+    #[inline(always)]
+    unsafe fn fma_i32(&mut self, d: f32, s_lo: int32x4_t, s_hi: int32x4_t) {
+        // SAFETY: base NEON.
+        unsafe {
+            self.lo = vfmaq_n_f32(self.lo, vcvtq_f32_s32(s_lo), d);
+            self.hi = vfmaq_n_f32(self.hi, vcvtq_f32_s32(s_hi), d);
+        }
+    }
+
+    /// The fixed lane sum of [`super::scalar::hsum8`].
+    #[inline(always)]
+    unsafe fn hsum(self) -> f32 {
+        // SAFETY: base NEON.
+        unsafe {
+            let t = vaddq_f32(self.lo, self.hi);
+            (vgetq_lane_f32::<0>(t) + vgetq_lane_f32::<2>(t))
+                + (vgetq_lane_f32::<1>(t) + vgetq_lane_f32::<3>(t))
+        }
+    }
+}
+
 pub(crate) struct Q4_0K<D>(std::marker::PhantomData<D>);
 impl<D: I8Dot> RowKernel for Q4_0K<D> {
     type Act = BlockQ8;
@@ -84,7 +126,7 @@ impl<D: I8Dot> RowKernel for Q4_0K<D> {
     unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
         // SAFETY: NEON (+ D's extension) by contract; `w` holds the blocks `acts` do.
         unsafe {
-            let mut acc = [vdupq_n_f32(0.0); N];
+            let mut acc = [Lanes8::zero(); N];
             let m4 = vdupq_n_u8(0x0F);
             let eight = vdupq_n_s8(8);
             for b in 0..acts[0].len() {
@@ -96,17 +138,17 @@ impl<D: I8Dot> RowKernel for Q4_0K<D> {
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
                     let y = a.qs.as_ptr();
-                    let s = D::dot(
-                        D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)),
-                        hi,
-                        vld1q_s8(y.add(16)),
+                    let z = vdupq_n_s32(0);
+                    acc[i].fma_i32(
+                        d * a.d,
+                        D::dot(z, lo, vld1q_s8(y)),
+                        D::dot(z, hi, vld1q_s8(y.add(16))),
                     );
-                    acc[i] = vfmaq_n_f32(acc[i], vcvtq_f32_s32(s), d * a.d);
                 }
             }
             let mut out = [0.0f32; N];
             for i in 0..N {
-                out[i] = vaddvq_f32(acc[i]);
+                out[i] = acc[i].hsum();
             }
             out
         }
@@ -120,7 +162,7 @@ impl<D: I8Dot> RowKernel for Q4_1K<D> {
     unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
         // SAFETY: as `Q4_0K`.
         unsafe {
-            let mut acc = [vdupq_n_f32(0.0); N];
+            let mut acc = [Lanes8::zero(); N];
             let mut summ = [0.0f32; N];
             let m4 = vdupq_n_u8(0x0F);
             for b in 0..acts[0].len() {
@@ -132,18 +174,18 @@ impl<D: I8Dot> RowKernel for Q4_1K<D> {
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
                     let y = a.qs.as_ptr();
-                    let s = D::dot(
-                        D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)),
-                        hi,
-                        vld1q_s8(y.add(16)),
+                    let z = vdupq_n_s32(0);
+                    acc[i].fma_i32(
+                        d * a.d,
+                        D::dot(z, lo, vld1q_s8(y)),
+                        D::dot(z, hi, vld1q_s8(y.add(16))),
                     );
-                    acc[i] = vfmaq_n_f32(acc[i], vcvtq_f32_s32(s), d * a.d);
-                    summ[i] += m * a.s;
+                    summ[i] = m.mul_add(a.s, summ[i]);
                 }
             }
-            let mut out = summ;
+            let mut out = [0.0f32; N];
             for i in 0..N {
-                out[i] += vaddvq_f32(acc[i]);
+                out[i] = acc[i].hsum() + summ[i];
             }
             out
         }
@@ -157,7 +199,7 @@ impl<D: I8Dot> RowKernel for Q8_0K<D> {
     unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
         // SAFETY: as `Q4_0K`.
         unsafe {
-            let mut acc = [vdupq_n_f32(0.0); N];
+            let mut acc = [Lanes8::zero(); N];
             for b in 0..acts[0].len() {
                 let blk = &w[34 * b..34 * b + 34];
                 let d = f16_at(blk, 0);
@@ -166,17 +208,17 @@ impl<D: I8Dot> RowKernel for Q8_0K<D> {
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
                     let y = a.qs.as_ptr();
-                    let s = D::dot(
-                        D::dot(vdupq_n_s32(0), x0, vld1q_s8(y)),
-                        x1,
-                        vld1q_s8(y.add(16)),
+                    let z = vdupq_n_s32(0);
+                    acc[i].fma_i32(
+                        d * a.d,
+                        D::dot(z, x0, vld1q_s8(y)),
+                        D::dot(z, x1, vld1q_s8(y.add(16))),
                     );
-                    acc[i] = vfmaq_n_f32(acc[i], vcvtq_f32_s32(s), d * a.d);
                 }
             }
             let mut out = [0.0f32; N];
             for i in 0..N {
-                out[i] = vaddvq_f32(acc[i]);
+                out[i] = acc[i].hsum();
             }
             out
         }
@@ -190,17 +232,17 @@ impl<D: I8Dot> RowKernel for Q4KK<D> {
     unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8K]; N]) -> [f32; N] {
         // SAFETY: as `Q4_0K`; `w` holds 144-byte super-blocks.
         unsafe {
-            let mut out = [0.0f32; N];
+            let mut acc = [Lanes8::zero(); N];
+            let mut accm = [0.0f32; N];
             let m4 = vdupq_n_u8(0x0F);
             for b in 0..acts[0].len() {
                 let blk = &w[144 * b..144 * b + 144];
                 let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
-                let scales = &blk[4..16];
                 let mut sm = [(0u8, 0u8); 8];
                 for (j, s) in sm.iter_mut().enumerate() {
-                    *s = q4k_scale_min(scales, j);
+                    *s = q4k_scale_min(&blk[4..16], j);
                 }
-                let mut sumi = [0i32; N];
+                let mut sumi = [(vdupq_n_s32(0), vdupq_n_s32(0)); N];
                 for j in 0..4 {
                     let qp = blk.as_ptr().add(16 + 32 * j);
                     let (q0, q1) = (vld1q_u8(qp), vld1q_u8(qp.add(16)));
@@ -208,31 +250,32 @@ impl<D: I8Dot> RowKernel for Q4KK<D> {
                     let lo1 = vreinterpretq_s8_u8(vandq_u8(q1, m4));
                     let hi0 = vreinterpretq_s8_u8(vshrq_n_u8::<4>(q0));
                     let hi1 = vreinterpretq_s8_u8(vshrq_n_u8::<4>(q1));
+                    let (s0, s1) = (i32::from(sm[2 * j].0), i32::from(sm[2 * j + 1].0));
                     for i in 0..N {
                         let y = acts[i].get_unchecked(b).qs.as_ptr().add(64 * j);
-                        let s0 = D::dot(
-                            D::dot(vdupq_n_s32(0), lo0, vld1q_s8(y)),
-                            lo1,
-                            vld1q_s8(y.add(16)),
-                        );
-                        let s1 = D::dot(
-                            D::dot(vdupq_n_s32(0), hi0, vld1q_s8(y.add(32))),
-                            hi1,
-                            vld1q_s8(y.add(48)),
-                        );
-                        sumi[i] += vaddvq_s32(s0) * i32::from(sm[2 * j].0)
-                            + vaddvq_s32(s1) * i32::from(sm[2 * j + 1].0);
+                        let z = vdupq_n_s32(0);
+                        let l0 = vmulq_n_s32(D::dot(z, lo0, vld1q_s8(y)), s0);
+                        let l1 = vmulq_n_s32(D::dot(z, lo1, vld1q_s8(y.add(16))), s0);
+                        let h0 = vmulq_n_s32(D::dot(z, hi0, vld1q_s8(y.add(32))), s1);
+                        let h1 = vmulq_n_s32(D::dot(z, hi1, vld1q_s8(y.add(48))), s1);
+                        sumi[i].0 = vaddq_s32(sumi[i].0, vaddq_s32(l0, h0));
+                        sumi[i].1 = vaddq_s32(sumi[i].1, vaddq_s32(l1, h1));
                     }
                 }
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
+                    acc[i].fma_i32(a.d * d, sumi[i].0, sumi[i].1);
                     let mut summ = 0i32;
                     for (j, &(_, mn)) in sm.iter().enumerate() {
                         summ += i32::from(mn)
                             * (i32::from(a.bsums[2 * j]) + i32::from(a.bsums[2 * j + 1]));
                     }
-                    out[i] += a.d * d * sumi[i] as f32 - a.d * dmin * summ as f32;
+                    accm[i] += a.d * dmin * summ as f32;
                 }
+            }
+            let mut out = [0.0f32; N];
+            for i in 0..N {
+                out[i] = acc[i].hsum() - accm[i];
             }
             out
         }
@@ -246,55 +289,72 @@ impl<D: I8Dot> RowKernel for Q6KK<D> {
     unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8K]; N]) -> [f32; N] {
         // SAFETY: as `Q4_0K`; `w` holds 210-byte super-blocks.
         unsafe {
-            let mut out = [0.0f32; N];
+            let mut acc = [Lanes8::zero(); N];
+            let mut acc_off = [0.0f32; N];
             let m4 = vdupq_n_u8(0x0F);
             let m3 = vdupq_n_u8(3);
-            let off = vdupq_n_s8(32);
             for b in 0..acts[0].len() {
                 let blk = &w[210 * b..210 * b + 210];
                 let d = f16_at(blk, 208);
-                let mut sumi = [0i32; N];
+                let sc = |j: usize| i32::from(blk[192 + j] as i8);
+                let mut sumi = [(vdupq_n_s32(0), vdupq_n_s32(0)); N];
                 for h in 0..2 {
                     let ql = blk.as_ptr().add(64 * h);
                     let qh = blk.as_ptr().add(128 + 32 * h);
+                    // Unsigned 6-bit values (the offset of 32 goes through the block sums).
+                    let mut q = [[vdupq_n_s8(0); 2]; 4];
                     for half16 in 0..2 {
-                        // Lanes l = 16 * half16 .. + 16 of the four 32-value groups.
                         let l0 = vld1q_u8(ql.add(16 * half16));
                         let l1 = vld1q_u8(ql.add(32 + 16 * half16));
                         let hb = vld1q_u8(qh.add(16 * half16));
-                        let q = [
-                            vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8::<4>(vandq_u8(hb, m3))),
-                            vorrq_u8(
-                                vandq_u8(l1, m4),
-                                vshlq_n_u8::<4>(vandq_u8(vshrq_n_u8::<2>(hb), m3)),
-                            ),
-                            vorrq_u8(
-                                vshrq_n_u8::<4>(l0),
-                                vshlq_n_u8::<4>(vandq_u8(vshrq_n_u8::<4>(hb), m3)),
-                            ),
-                            vorrq_u8(vshrq_n_u8::<4>(l1), vshlq_n_u8::<4>(vshrq_n_u8::<6>(hb))),
-                        ];
-                        for (k, &q) in q.iter().enumerate() {
-                            let qs = vsubq_s8(vreinterpretq_s8_u8(q), off);
-                            let pos = 128 * h + 32 * k + 16 * half16;
-                            let sc = i32::from(blk[192 + pos / 16] as i8);
-                            for i in 0..N {
-                                let y = acts[i].get_unchecked(b).qs.as_ptr().add(pos);
-                                sumi[i] += sc * vaddvq_s32(D::dot(vdupq_n_s32(0), qs, vld1q_s8(y)));
-                            }
+                        q[0][half16] = vreinterpretq_s8_u8(vorrq_u8(
+                            vandq_u8(l0, m4),
+                            vshlq_n_u8::<4>(vandq_u8(hb, m3)),
+                        ));
+                        q[1][half16] = vreinterpretq_s8_u8(vorrq_u8(
+                            vandq_u8(l1, m4),
+                            vshlq_n_u8::<4>(vandq_u8(vshrq_n_u8::<2>(hb), m3)),
+                        ));
+                        q[2][half16] = vreinterpretq_s8_u8(vorrq_u8(
+                            vshrq_n_u8::<4>(l0),
+                            vshlq_n_u8::<4>(vandq_u8(vshrq_n_u8::<4>(hb), m3)),
+                        ));
+                        q[3][half16] = vreinterpretq_s8_u8(vorrq_u8(
+                            vshrq_n_u8::<4>(l1),
+                            vshlq_n_u8::<4>(vshrq_n_u8::<6>(hb)),
+                        ));
+                    }
+                    for (k, qk) in q.iter().enumerate() {
+                        let j = 8 * h + 2 * k;
+                        let (s_lo, s_hi) = (sc(j), sc(j + 1));
+                        for i in 0..N {
+                            let y = acts[i].get_unchecked(b).qs.as_ptr().add(128 * h + 32 * k);
+                            let z = vdupq_n_s32(0);
+                            let lo = vmulq_n_s32(D::dot(z, qk[0], vld1q_s8(y)), s_lo);
+                            let hi = vmulq_n_s32(D::dot(z, qk[1], vld1q_s8(y.add(16))), s_hi);
+                            sumi[i].0 = vaddq_s32(sumi[i].0, lo);
+                            sumi[i].1 = vaddq_s32(sumi[i].1, hi);
                         }
                     }
                 }
                 for i in 0..N {
-                    out[i] += acts[i].get_unchecked(b).d * d * sumi[i] as f32;
+                    let a = acts[i].get_unchecked(b);
+                    acc[i].fma_i32(a.d * d, sumi[i].0, sumi[i].1);
+                    let off: i32 = (0..16).map(|j| sc(j) * i32::from(a.bsums[j])).sum();
+                    acc_off[i] += a.d * d * (32 * off) as f32;
                 }
+            }
+            let mut out = [0.0f32; N];
+            for i in 0..N {
+                out[i] = acc[i].hsum() - acc_off[i];
             }
             out
         }
     }
 }
 
-/// Float weights against f32 activations, 4 columns at a time.
+/// Float weights against f32 activations: 8 lanes (two registers) over 8-column chunks, then
+/// the remaining columns one by one (the order of the scalar and AVX2 kernels).
 macro_rules! float_kernel {
     ($name:ident, $bytes:expr, $load:ident, $scalar:ident) => {
         pub(crate) struct $name;
@@ -305,18 +365,22 @@ macro_rules! float_kernel {
                 let cols = acts[0].len();
                 // SAFETY: NEON; `w` holds `cols` elements of `$bytes` bytes.
                 unsafe {
-                    let mut acc = [vdupq_n_f32(0.0); N];
+                    let mut acc = [Lanes8::zero(); N];
                     let mut c = 0;
-                    while c + 4 <= cols {
-                        let wv = $load(w.as_ptr().add($bytes * c));
+                    while c + 8 <= cols {
+                        let w0 = $load(w.as_ptr().add($bytes * c));
+                        let w1 = $load(w.as_ptr().add($bytes * (c + 4)));
                         for i in 0..N {
-                            acc[i] = vfmaq_f32(acc[i], wv, vld1q_f32(acts[i].as_ptr().add(c)));
+                            acc[i].lo =
+                                vfmaq_f32(acc[i].lo, w0, vld1q_f32(acts[i].as_ptr().add(c)));
+                            acc[i].hi =
+                                vfmaq_f32(acc[i].hi, w1, vld1q_f32(acts[i].as_ptr().add(c + 4)));
                         }
-                        c += 4;
+                        c += 8;
                     }
                     let mut out = [0.0f32; N];
                     for i in 0..N {
-                        out[i] = vaddvq_f32(acc[i]);
+                        out[i] = acc[i].hsum();
                     }
                     for c in c..cols {
                         let wv = $scalar(w, c);

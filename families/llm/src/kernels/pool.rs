@@ -114,7 +114,7 @@ impl Shared {
 #[inline]
 fn spin(spins: &mut u32) {
     *spins += 1;
-    if *spins % SPINS_BEFORE_YIELD == 0 {
+    if (*spins).is_multiple_of(SPINS_BEFORE_YIELD) {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();
@@ -246,7 +246,7 @@ fn worker(s: &Shared, thread: usize) {
                 break;
             }
             spins += 1;
-            if spins % 256 == 0 && idle_since.elapsed() > IDLE_SPIN {
+            if spins.is_multiple_of(256) && idle_since.elapsed() > IDLE_SPIN {
                 let mut sleepers = s.sleepers.lock().unwrap_or_else(|e| e.into_inner());
                 while s.epoch.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire)
                 {
@@ -257,7 +257,7 @@ fn worker(s: &Shared, thread: usize) {
                 break;
             }
             std::hint::spin_loop();
-            if spins % SPINS_BEFORE_YIELD == 0 {
+            if spins.is_multiple_of(SPINS_BEFORE_YIELD) {
                 std::thread::yield_now();
             }
         }
@@ -312,7 +312,7 @@ mod tests {
                     for t in 0..threads {
                         let r = split_range(n, align, t, threads);
                         assert_eq!(r.start, next, "n {n} threads {threads} align {align}");
-                        assert!(r.start % align == 0 || r.start == n);
+                        assert!(r.start.is_multiple_of(align) || r.start == n);
                         next = r.end;
                     }
                     assert_eq!(next, n);

@@ -91,7 +91,7 @@ impl ActBuf {
         quantize_row_q8_ref(&x, &mut q8);
         let mut q8k = vec![
             BlockQ8K::default();
-            if cols % QK_K == 0 {
+            if cols.is_multiple_of(QK_K) {
                 tokens * cols / QK_K
             } else {
                 0
