@@ -1346,30 +1346,23 @@ impl<'m, 'w> Frame<'m, 'w> {
                 )
             };
             let scores = &mut scores_all[..len];
-            // llama.cpp's attention without flash attention (`build_attn_mha`): the scores
-            // are a matrix product of the f16 key cache with the query rounded to f16 (the
-            // `vec_dot_type` of F16 weights is F16), then softmax in f32 with the sum in
-            // f64 (`ggml_vec_soft_max_f32`), normalised, and the probabilities rounded to
-            // f16 for the product with the f16 value cache.
-            let mut qh = [0f32; crate::config::MAX_HEAD_DIM as usize];
-            for (a, &b) in qh.iter_mut().zip(q) {
-                *a = crate::quant::round_f16(b);
-            }
-            let q = &qh[..hd];
             let mut max = f32::NEG_INFINITY;
             for (s, k) in scores.iter_mut().zip(keys.chunks_exact(hd)) {
                 *s = kernels::dot_f16(isa, q, k) * scale;
                 max = max.max(*s);
             }
-            let mut sum = 0.0f64;
+            let mut sum = 0.0f32;
             for s in scores.iter_mut() {
                 *s = (*s - max).exp();
-                sum += f64::from(*s);
+                sum += *s;
             }
-            let inv = (1.0 / sum) as f32;
             out.fill(0.0);
-            for (&e, v) in scores.iter().zip(values.chunks_exact(hd)) {
-                kernels::axpy_f16(isa, out, crate::quant::round_f16(e * inv), v);
+            for (&p, v) in scores.iter().zip(values.chunks_exact(hd)) {
+                kernels::axpy_f16(isa, out, p, v);
+            }
+            let inv = 1.0 / sum;
+            for o in out.iter_mut() {
+                *o *= inv;
             }
         }
     }
