@@ -40,7 +40,7 @@ fn teacher_forced(c: &Checkpoint, tokens: &[u32]) -> Vec<f32> {
 }
 
 #[test]
-#[ignore = "compute side (H4b): attention-path numerics differ from llama.cpp's (top-1 291/296, mean |diff| 0.16); run with --ignored"]
+#[ignore = "known gap, issue 25: the CPU forward pass differs from llama.cpp's (top-1 291/296, mean |diff| 0.16); run with --ignored"]
 fn teacher_forced_logits_match_llama_cpp() {
     let g = golden("logits.json");
     let c = Checkpoint::from_gguf(asset(GGUF)).expect("open");
@@ -81,7 +81,7 @@ fn teacher_forced_logits_match_llama_cpp() {
 }
 
 #[test]
-#[ignore = "compute side (H4b): greedy tokens diverge from llama.cpp's at token 21 of prompt 1; run with --ignored"]
+#[ignore = "known gap, issue 25: greedy tokens diverge from llama.cpp's at token 21 of prompt 1; run with --ignored"]
 fn greedy_generation_equals_llama_cpp() {
     let g = golden("chat.json");
     let c = Checkpoint::from_gguf(asset(GGUF)).expect("open");
