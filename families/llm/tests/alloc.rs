@@ -98,10 +98,10 @@ fn main() {
     // The handed model, 1000 tokens (several requests' worth of cache positions): named
     // `smollm2_allocations` for libtest's `--skip` (cross/ci-aarch64.sh skips it under QEMU,
     // where 1000 emulated tokens take over 15 minutes; ./tests/run runs it natively).
-    let args: Vec<String> = std::env::args().collect();
-    let skipped = args
-        .windows(2)
-        .any(|w| w[0] == "--skip" && "smollm2_allocations".contains(w[1].as_str()));
+    let skipped = libtest_mimic::Arguments::from_args()
+        .skip
+        .iter()
+        .any(|s| "smollm2_allocations".contains(s.as_str()));
     if skipped {
         eprintln!(
             "smollm2_allocations: skipped (--skip); tiny model: 0 allocations over {steps} tokens: ok"
