@@ -126,6 +126,7 @@ fn detect_model<'a>(m: &'a mut tether_model, call: &str) -> Result<&'a mut Detec
     }
 }
 
+/// `v` as a pixel format; `what` names the struct it came from (no allocation unless bad).
 fn pixel_format(v: u32, what: &str) -> Result<PixelFormat> {
     Ok(match v {
         1 => PixelFormat::Rgb8,
@@ -134,7 +135,7 @@ fn pixel_format(v: u32, what: &str) -> Result<PixelFormat> {
         4 => PixelFormat::Gray8,
         v => {
             return Err(Failure::invalid(format!(
-                "{what} is {v}; expected TETHER_PIXEL_RGB8 (1), _BGR8 (2), _RGBA8 (3) or _GRAY8 (4)"
+                "{what}.format is {v}; expected TETHER_PIXEL_RGB8 (1), _BGR8 (2), _RGBA8 (3) or _GRAY8 (4)"
             )));
         }
     })
@@ -152,7 +153,7 @@ fn format_code(f: PixelFormat) -> u32 {
 
 /// Check a geometry the way `ImageView` does, before any arithmetic on it.
 fn frame_spec(width: u32, height: u32, pitch: usize, format: u32, what: &str) -> Result<FrameSpec> {
-    let format = pixel_format(format, &format!("{what}.format"))?;
+    let format = pixel_format(format, what)?;
     for (name, v) in [("width", width), ("height", height)] {
         if v == 0 || v > MAX_IMAGE_SIDE {
             return Err(Failure::invalid(format!(

@@ -64,6 +64,14 @@ impl Failure {
         Self::new(tether_status::TETHER_ERR_INVALID_ARGUMENT, message)
     }
 
+    /// The same failure with `what: ` before its message.
+    pub(crate) fn context(self, what: &str) -> Self {
+        Failure {
+            status: self.status,
+            message: format!("{what}: {}", self.message),
+        }
+    }
+
     /// A caller array of `capacity` elements where `needed` were needed.
     pub(crate) fn capacity(what: &str, capacity: usize, needed: usize) -> Self {
         Self::new(

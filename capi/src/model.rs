@@ -205,8 +205,12 @@ pub unsafe extern "C" fn tether_model_open(
         let path = std::path::Path::new(
             <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes),
         );
-        let bundle = Bundle::open(path, verify_of(options)?)?;
-        let model = open_bundle(bundle, options)?;
+        let verify = verify_of(options)?;
+        // The CLI's words: `loading PATH: <the error>`.
+        let model = Bundle::open(path, verify)
+            .map_err(Failure::from)
+            .and_then(|b| open_bundle(b, options))
+            .map_err(|e| e.context(&format!("loading {}", path.display())))?;
         // SAFETY: as above.
         unsafe { out.write(Box::into_raw(Box::new(model))) };
         Ok(())
@@ -234,8 +238,11 @@ pub unsafe extern "C" fn tether_model_open_memory(
         non_null(data, "data")?;
         // SAFETY: `data` holds `size` readable bytes (contract; checked non-null).
         let bytes = unsafe { std::slice::from_raw_parts(data, size) }.to_vec();
-        let bundle = Bundle::from_vec(bytes, verify_of(options)?)?;
-        let model = open_bundle(bundle, options)?;
+        let verify = verify_of(options)?;
+        let model = Bundle::from_vec(bytes, verify)
+            .map_err(Failure::from)
+            .and_then(|b| open_bundle(b, options))
+            .map_err(|e| e.context(&format!("loading a bundle from memory ({size} bytes)")))?;
         // SAFETY: as above.
         unsafe { out.write(Box::into_raw(Box::new(model))) };
         Ok(())

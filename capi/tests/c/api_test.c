@@ -395,6 +395,33 @@ static int cmd_errors(const char *detect, const char *vad, const char *embed, co
     return 0;
 }
 
+/* A result array one element too small on a real frame. */
+static int cmd_detect_small(const char *bundle, const char *frame, int w, int h) {
+    size_t size = 0;
+    unsigned char *rgb = read_file(frame, &size);
+    tether_model *m = NULL;
+    CHECK(tether_model_open(bundle, NULL, &m));
+    tether_detection all[300], some[300];
+    size_t n = 0, count = 0;
+    tether_image_view view = {rgb, (uint32_t)w, (uint32_t)h, (size_t)w * 3, TETHER_PIXEL_RGB8};
+    CHECK(tether_detect(m, &view, all, 300, &n));
+    if (n == 0) {
+        fprintf(stderr, "api_test: no detection to make an array too small for\n");
+        return 1;
+    }
+    int s = tether_detect(m, &view, some, n - 1, &count);
+    printf("{\"all\":");
+    print_detections(m, all, n);
+    printf(",\"written\":");
+    print_detections(m, some, count < n - 1 ? count : n - 1);
+    printf(",\"count\":%zu,\"status\":\"%s\",\"message\":", count, tether_status_name(s));
+    json_string(tether_last_error());
+    printf("}\n");
+    tether_model_close(m);
+    free(rgb);
+    return 0;
+}
+
 #ifdef TETHER_COUNT_ALLOCS
 static int cmd_alloc(const char *bundle, const char *frame, int w, int h) {
     size_t size = 0;
@@ -441,6 +468,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (argc == 6 && strcmp(argv[1], "detect") == 0) return cmd_detect(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
+    if (argc == 6 && strcmp(argv[1], "detect_small") == 0) return cmd_detect_small(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
     if (argc == 4 && strcmp(argv[1], "vad") == 0) return cmd_vad(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "embed") == 0) return cmd_embed(argv[2], argv[3]);
     if (argc == 7 && strcmp(argv[1], "errors") == 0) return cmd_errors(argv[2], argv[3], argv[4], argv[5], argv[6]);
