@@ -5,11 +5,13 @@
 //! Front_Center.wav, embeddings of a few sentences), the error paths' statuses and
 //! messages, the same program under AddressSanitizer + UndefinedBehaviorSanitizer (no
 //! report), and the allocations of `tether_detect` counted from C against the Rust
-//! detector's on the same frame.
+//! detector's on the same frame. The C++ wrapper (`tests/cpp/wrapper_test.cpp`) and the
+//! C++ fixed-rate example (`examples/cpp/detect_loop.cpp`, its detections against the CLI's,
+//! Ctrl-C) are built with `c++ -std=c++17` and run the same way.
 //!
 //! Needs `target/<profile>/tether` (the CLI; `cargo test --workspace` builds it, else
 //! `cargo build --release --bin tether`) and the assets (`tests/fetch-assets`). Without
-//! `cc` every test is reported ignored with the reason, never passed.
+//! `cc` or `c++` every test is reported ignored with the reason, never passed.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -231,6 +233,10 @@ enum Variant {
     Plain,
     Sanitized,
     CountingAllocs,
+    /// `tests/cpp/wrapper_test.cpp` (C++17).
+    CppWrapper,
+    /// `examples/cpp/detect_loop.cpp` (C++17, -O2).
+    CppDetectLoop,
 }
 
 /// The folder where the shared library is `libtether.so` (as `install.sh` lays it out): a
@@ -265,21 +271,32 @@ fn program(v: Variant) -> PathBuf {
     let f = fixture();
     let lib = lib_dir();
     let out = f.dir.join(format!("api_test_{v:?}"));
-    let mut cmd = Command::new("cc");
-    cmd.args([
-        "-std=c11",
-        "-D_POSIX_C_SOURCE=200809L",
-        "-O1",
-        "-g",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-    ])
-    .arg("-I")
-    .arg(crate_dir().join("include"))
-    .arg(crate_dir().join("tests/c/api_test.c"));
+    let mut cmd = match v {
+        Variant::CppWrapper | Variant::CppDetectLoop => {
+            let src = if v == Variant::CppWrapper {
+                crate_dir().join("tests/cpp/wrapper_test.cpp")
+            } else {
+                crate_dir().join("../examples/cpp/detect_loop.cpp")
+            };
+            let mut cmd = Command::new("c++");
+            cmd.args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"])
+                .arg("-I")
+                .arg(crate_dir().join("include"))
+                .arg(src);
+            cmd
+        }
+        _ => {
+            let mut cmd = Command::new("cc");
+            cmd.args(["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O1", "-g"])
+                .args(["-Wall", "-Wextra", "-Werror"])
+                .arg("-I")
+                .arg(crate_dir().join("include"))
+                .arg(crate_dir().join("tests/c/api_test.c"));
+            cmd
+        }
+    };
     match v {
-        Variant::Plain => {}
+        Variant::Plain | Variant::CppWrapper | Variant::CppDetectLoop => {}
         Variant::Sanitized => {
             cmd.args([
                 "-fsanitize=address,undefined",
@@ -300,12 +317,13 @@ fn program(v: Variant) -> PathBuf {
         .arg("-Wl,--disable-new-dtags")
         .arg("-o")
         .arg(&out);
-    ok(&format!("cc ({v:?})"), &run(&mut cmd));
+    ok(&format!("compiling {v:?}"), &run(&mut cmd));
     list.push((v, out.clone()));
     out
 }
 
-/// Run the program; under the sanitizers any report fails the run (exit code 23).
+/// Run the program (the variant's); under the sanitizers any report fails the run (exit
+/// code 23).
 fn api_test(v: Variant, args: &[&dyn AsRef<std::ffi::OsStr>]) -> String {
     let mut cmd = Command::new(program(v));
     for a in args {
@@ -592,15 +610,121 @@ fn detect_allocations() {
     );
 }
 
+/// The C++ wrapper: exceptions carry the status and the message, handles move, results
+/// as through C.
+fn cpp_wrapper() {
+    let f = fixture();
+    let (w, h) = (f.frame_w.to_string(), f.frame_h.to_string());
+    let c = json(&api_test(
+        Variant::CppWrapper,
+        &[&f.detect, &f.vad, &f.embed, &f.frame, &w, &h],
+    ));
+    assert_eq!(c["missing"]["status"], "TETHER_ERR_IO", "{c}");
+    assert!(
+        c["missing"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/missing.bundle"),
+        "{c}"
+    );
+    assert_eq!(
+        c["wrong_family"]["status"], "TETHER_ERR_WRONG_FAMILY",
+        "{c}"
+    );
+    assert!(
+        c["wrong_family"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is a `detect` bundle, not a `vad` bundle"),
+        "{c}"
+    );
+    let cli = cli_result(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    let want = detections(&cli["detections"]);
+    assert_eq!(c["detections"], want.len(), "{c}");
+    assert_eq!(c["first_class"], want[0].1.as_str(), "{c}");
+    assert_eq!(c["capacity"], "TETHER_ERR_CAPACITY", "{c}");
+    // 1600 samples: 3 chunks pushed, the 64 left over run by finish.
+    assert_eq!(
+        (
+            c["vad_chunks"].clone(),
+            c["vad_last"].clone(),
+            c["vad_samples"].clone()
+        ),
+        (3.into(), 1.into(), 1600.into())
+    );
+    assert_eq!(c["embed_dim"], 384);
+    assert!(
+        (c["embed_norm"].as_f64().unwrap() - 1.0).abs() < 1e-5,
+        "{c}"
+    );
+}
+
+/// The C++ fixed-rate loop: its last frame's detections equal the CLI's.
+fn cpp_detect_loop_matches_cli() {
+    let f = fixture();
+    let size = format!("{}x{}", f.frame_w, f.frame_h);
+    let c = json(&api_test(
+        Variant::CppDetectLoop,
+        &[
+            &f.detect,
+            &"--raw",
+            &f.frame,
+            &"--size",
+            &size,
+            &"--frames",
+            &"3",
+            &"--json",
+        ],
+    ));
+    assert_eq!(c["frames"], 3, "{c}");
+    assert_eq!(c["stopped_by_signal"], false, "{c}");
+    let misses = c["deadline_misses"].as_u64().expect("misses");
+    assert!(misses <= 3, "{c}");
+    let cli = cli_result(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    assert_eq!(detections(&c["detections"]), detections(&cli["detections"]));
+}
+
+/// Ctrl-C stops the endless loop cleanly: exit 0 and the summary.
+fn cpp_detect_loop_sigint() {
+    let f = fixture();
+    let exe = program(Variant::CppDetectLoop);
+    let child = Command::new(&exe)
+        .arg(&f.detect)
+        .arg("--json")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn detect_loop");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let kill = run(Command::new("kill").arg("-INT").arg(child.id().to_string()));
+    ok("kill -INT", &kill);
+    let o = child.wait_with_output().expect("wait detect_loop");
+    let c = json(&ok("detect_loop (SIGINT)", &o));
+    assert_eq!(c["stopped_by_signal"], true, "{c}");
+    assert!(c["frames"].as_u64().unwrap() > 0, "{c}");
+}
+
 // ------------------------------------------------------------------ harness
 
 /// Why the C tests cannot run here (`cc` missing), if so.
 fn skip_reason() -> Option<String> {
-    match Command::new("cc").arg("--version").output() {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!("`cc --version` failed: {}", text(&o.stderr))),
-        Err(e) => Some(format!("no C compiler: `cc` cannot be run ({e})")),
+    for compiler in ["cc", "c++"] {
+        match Command::new(compiler).arg("--version").output() {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                return Some(format!(
+                    "`{compiler} --version` failed: {}",
+                    text(&o.stderr)
+                ));
+            }
+            Err(e) => {
+                return Some(format!(
+                    "no C/C++ compiler: `{compiler}` cannot be run ({e})"
+                ));
+            }
+        }
     }
+    None
 }
 
 fn main() {
@@ -631,6 +755,15 @@ fn main() {
         (
             "detect_allocations_match_rust",
             Arc::new(detect_allocations),
+        ),
+        ("cpp::wrapper", Arc::new(cpp_wrapper)),
+        (
+            "cpp::detect_loop_matches_cli",
+            Arc::new(cpp_detect_loop_matches_cli),
+        ),
+        (
+            "cpp::detect_loop_stops_on_sigint",
+            Arc::new(cpp_detect_loop_sigint),
         ),
         (
             "sanitizers::asan_ubsan_no_report",
