@@ -704,6 +704,106 @@ fn cpp_detect_loop_sigint() {
     assert!(c["frames"].as_u64().unwrap() > 0, "{c}");
 }
 
+/// `capi/install.sh PREFIX --from <this test's deps dir>`, once: the installed layout.
+fn installed() -> &'static Path {
+    static PREFIX: OnceLock<PathBuf> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let prefix = fixture().dir.join("prefix");
+        let deps = std::env::current_exe()
+            .expect("test executable path")
+            .parent()
+            .expect("deps dir")
+            .to_path_buf();
+        let o = run(Command::new("bash")
+            .arg(crate_dir().join("install.sh"))
+            .arg(&prefix)
+            .arg("--from")
+            .arg(&deps));
+        ok("capi/install.sh", &o);
+        for f in [
+            "include/tether/tether.h",
+            "include/tether/tether.hpp",
+            "lib/libtether.so",
+            "lib/libtether.a",
+            "lib/cmake/tether/tetherConfig.cmake",
+            "lib/cmake/tether/tetherConfigVersion.cmake",
+            "lib/pkgconfig/tether.pc",
+        ] {
+            assert!(prefix.join(f).is_file(), "install.sh did not install {f}");
+        }
+        prefix
+    })
+}
+
+/// Run an installed consumer of detect_loop on the test frame; its detections equal the
+/// CLI's.
+fn consumer_matches_cli(exe: &Path) {
+    let f = fixture();
+    let size = format!("{}x{}", f.frame_w, f.frame_h);
+    let o = run(Command::new(exe)
+        .arg(&f.detect)
+        .args(["--raw"])
+        .arg(&f.frame)
+        .args(["--size", &size, "--frames", "2", "--json"]));
+    let c = json(&ok(&exe.display().to_string(), &o));
+    let cli = cli_result(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    assert_eq!(
+        detections(&c["detections"]),
+        detections(&cli["detections"]),
+        "{}",
+        exe.display()
+    );
+}
+
+/// `pkg-config --cflags --libs tether` builds the C++ example against the install.
+fn install_pkg_config() {
+    let prefix = installed();
+    let pc = run(Command::new("pkg-config")
+        .args(["--cflags", "--libs", "tether"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")));
+    let flags = ok("pkg-config tether", &pc);
+    let exe = fixture().dir.join("detect_loop_pkg_config");
+    let o = run(Command::new("c++")
+        .args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"])
+        .arg(crate_dir().join("../examples/cpp/detect_loop.cpp"))
+        .args(flags.split_whitespace())
+        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
+        .arg("-Wl,--disable-new-dtags")
+        .arg("-o")
+        .arg(&exe));
+    ok("c++ with pkg-config flags", &o);
+    consumer_matches_cli(&exe);
+}
+
+/// `find_package(tether)`: examples/cpp/CMakeLists.txt builds detect_loop against
+/// tether::tether (shared) and tether::tether_static; both run.
+fn install_cmake() {
+    let prefix = installed();
+    let build = fixture().dir.join("cmake-build");
+    let o = run(Command::new("cmake")
+        .arg("-S")
+        .arg(crate_dir().join("../examples/cpp"))
+        .arg("-B")
+        .arg(&build)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
+        .arg("-DCMAKE_BUILD_TYPE=Release"));
+    ok("cmake configure", &o);
+    ok(
+        "cmake --build",
+        &run(Command::new("cmake").arg("--build").arg(&build)),
+    );
+    consumer_matches_cli(&build.join("detect_loop"));
+    consumer_matches_cli(&build.join("detect_loop_static"));
+}
+
+/// Why `tool` cannot be used here, if so.
+fn missing_tool(tool: &str) -> Option<String> {
+    match Command::new(tool).arg("--version").output() {
+        Ok(o) if o.status.success() => None,
+        _ => Some(format!("`{tool}` is not installed")),
+    }
+}
+
 // ------------------------------------------------------------------ harness
 
 /// Why the C tests cannot run here (`cc` missing), if so.
@@ -776,9 +876,29 @@ fn main() {
             }),
         ),
     ];
+    let mut checks: Vec<(&str, Check, Option<String>)> = checks
+        .into_iter()
+        .map(|(name, check)| (name, check, skip.clone()))
+        .collect();
+    // The install layout's consumers need their tools too (each ignored, with the reason,
+    // where its tool is missing).
+    for (name, tool, check) in [
+        (
+            "install::pkg_config",
+            "pkg-config",
+            Arc::new(install_pkg_config) as Check,
+        ),
+        ("install::cmake", "cmake", Arc::new(install_cmake) as Check),
+    ] {
+        let why = skip.clone().or_else(|| missing_tool(tool));
+        if let Some(w) = &why {
+            eprintln!("c_api: {name} ignored: {w}");
+        }
+        checks.push((name, check, why));
+    }
     let trials = checks
         .into_iter()
-        .map(|(name, check)| {
+        .map(|(name, check, why)| {
             Trial::test(name, move || {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check())).map_err(|p| {
                     Failed::from(
@@ -789,7 +909,7 @@ fn main() {
                     )
                 })
             })
-            .with_ignored_flag(skip.is_some())
+            .with_ignored_flag(why.is_some())
         })
         .collect();
     libtest_mimic::run(&args, trials).exit();
