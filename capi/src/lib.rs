@@ -16,6 +16,7 @@
 
 // The C names (`tether_model`, `TETHER_OK`) are the ABI; cbindgen writes them as spelled.
 #![allow(non_camel_case_types)]
+#![warn(missing_docs)]
 
 mod detect;
 mod embed;
