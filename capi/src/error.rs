@@ -249,7 +249,8 @@ fn runtime_status(e: &tether_runtime::Error) -> tether_status {
 }
 
 impl Failure {
-    fn from_ref(e: &tether_bundle::BundleError) -> tether_status {
+    /// The status of a bundle error (I/O or the bundle's content).
+    pub(crate) fn from_ref(e: &tether_bundle::BundleError) -> tether_status {
         use tether_bundle::BundleError as B;
         match e {
             B::Io { .. } | B::File(_) => tether_status::TETHER_ERR_IO,

@@ -4,6 +4,8 @@
 //! One opaque handle, [`tether_model`], holds a family pipeline opened from a bundle (a path
 //! or bytes in memory): detection ([`tether_detect`], the staging buffer for frames written
 //! in place), voice activity ([`tether_vad_push`]) and text embeddings ([`tether_embed`]).
+//! A second handle, [`tether_generator`], generates text from an `llm` bundle with pieces
+//! streamed to a callback ([`tether_generate`]) and cancel from any thread.
 //! Every function returns a [`tether_status`]; on failure the calling thread's last-error
 //! message ([`tether_last_error`]) holds the Rust error's text. No Rust panic crosses the
 //! boundary: each entry point catches it and returns [`tether_status::TETHER_ERR_PANIC`].
@@ -21,6 +23,7 @@
 mod detect;
 mod embed;
 mod error;
+mod generate;
 mod model;
 mod options;
 mod vad;
@@ -28,6 +31,7 @@ mod vad;
 pub use detect::*;
 pub use embed::*;
 pub use error::*;
+pub use generate::*;
 pub use model::*;
 pub use options::*;
 pub use vad::*;

@@ -120,6 +120,7 @@ struct Fixture {
     frame_h: u32,
     pcm: PathBuf,
     texts: PathBuf,
+    llm: PathBuf,
 }
 
 const SENTENCES: &str = "A robot arm picks a red cube from the table.\n\
@@ -182,6 +183,16 @@ fn fixture() -> &'static Fixture {
                 &asset("all-minilm-l6-v2-tokenizer.json"),
             ],
         );
+        let llm = dir.join("llm.bundle");
+        build(
+            &llm,
+            &[
+                "--family",
+                "llm",
+                "--gguf",
+                &asset("SmolLM2-135M-Instruct.Q4_1.gguf"),
+            ],
+        );
         let bytes = std::fs::read(&detect).expect("detect bundle");
         let truncated = dir.join("truncated.bundle");
         std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("truncated bundle");
@@ -209,6 +220,7 @@ fn fixture() -> &'static Fixture {
             frame_h: img.height(),
             pcm,
             texts,
+            llm,
         }
     })
 }
@@ -287,11 +299,17 @@ fn program(v: Variant) -> PathBuf {
         }
         _ => {
             let mut cmd = Command::new("cc");
-            cmd.args(["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O1", "-g"])
-                .args(["-Wall", "-Wextra", "-Werror"])
-                .arg("-I")
-                .arg(crate_dir().join("include"))
-                .arg(crate_dir().join("tests/c/api_test.c"));
+            cmd.args([
+                "-std=c11",
+                "-D_POSIX_C_SOURCE=200809L",
+                "-pthread",
+                "-O1",
+                "-g",
+            ])
+            .args(["-Wall", "-Wextra", "-Werror"])
+            .arg("-I")
+            .arg(crate_dir().join("include"))
+            .arg(crate_dir().join("tests/c/api_test.c"));
             cmd
         }
     };
@@ -531,6 +549,73 @@ fn error_paths(v: Variant) {
     let dim_msg = get("embed_dim_null")["message"].as_str().unwrap();
     assert_eq!(copy["extra"], dim_msg.len() + 1);
     assert_eq!(copy["message"], dim_msg[..7]);
+}
+
+const PROMPT: &str = "What is a robot?";
+
+/// Greedy generation streamed through the callback equals `tether run --prompt ...
+/// --temperature 0` (the same chat template, text and token ids).
+fn generate_matches_cli(v: Variant) {
+    let f = fixture();
+    let c = json(&api_test(v, &[&"generate", &f.llm, &PROMPT, &"24"]));
+    let o = run(Command::new(&f.tether)
+        .arg("run")
+        .arg(&f.llm)
+        .args([
+            "--prompt",
+            PROMPT,
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "24",
+        ])
+        .args(["--threads", "1", "--json"])
+        .env_remove("RUST_LOG"));
+    let v: Value = serde_json::from_str(&ok("tether run --prompt", &o)).expect("CLI JSON");
+    let cli = &v["results"][0]["result"];
+    assert_eq!(c["text"], cli["text"], "text");
+    assert_eq!(c["tokens"], cli["tokens"], "token ids");
+    assert_eq!(
+        c["prompt_tokens"],
+        cli["prompt_tokens"].as_array().expect("prompt").len()
+    );
+    let finish = ["stop", "length", "cancelled"][c["finish_reason"].as_u64().unwrap() as usize];
+    assert_eq!(finish, cli["finish_reason"], "finish reason");
+}
+
+/// Cancel from the callback (exactly 3 tokens) and from another thread; the next request
+/// runs to its end; errors of the generator.
+fn generate_cancel(v: Variant) {
+    let f = fixture();
+    let c = json(&api_test(v, &[&"generate_cancel", &f.llm, &PROMPT]));
+    let cb = &c["callback"];
+    assert_eq!(cb["status"], "TETHER_ERR_CANCELLED", "{c}");
+    assert_eq!(
+        (cb["finish_reason"].clone(), cb["generated_tokens"].clone()),
+        (2.into(), 3.into()),
+        "{c}"
+    );
+    assert_eq!(cb["tokens"].as_array().unwrap().len(), 3, "{c}");
+    assert_eq!(cb["message"], "generation cancelled after 3 tokens");
+    let th = &c["thread"];
+    assert_eq!(th["status"], "TETHER_ERR_CANCELLED", "{c}");
+    assert!(th["generated_tokens"].as_u64().unwrap() < 200, "{c}");
+    assert_eq!(c["after"]["status"], "TETHER_OK", "{c}");
+    assert_eq!(c["after"]["generated_tokens"], 4, "{c}");
+    #[rustfmt::skip]
+    let expect: &[(&str, &str, &str)] = &[
+        ("not_utf8", "TETHER_ERR_INVALID_ARGUMENT", "prompt is not UTF-8: invalid byte at offset 0"),
+        ("zero_max_tokens", "TETHER_ERR_INVALID_ARGUMENT", "max_tokens is 0"),
+        ("open_missing", "TETHER_ERR_IO", "loading /nonexistent/model.gguf: "),
+        ("cancel_null", "TETHER_ERR_INVALID_ARGUMENT", "`generator` is null"),
+    ];
+    for (name, status, words) in expect {
+        assert_eq!(c[name]["status"], *status, "{name}: {c}");
+        assert!(
+            c[name]["message"].as_str().unwrap().contains(words),
+            "{name}: {c}"
+        );
+    }
 }
 
 /// A result array too small on a real frame: the status says so, `count` is the number
@@ -849,6 +934,14 @@ fn main() {
         ),
         ("error_paths", Arc::new(|| error_paths(Variant::Plain))),
         (
+            "generate_matches_cli",
+            Arc::new(|| generate_matches_cli(Variant::Plain)),
+        ),
+        (
+            "generate_cancel",
+            Arc::new(|| generate_cancel(Variant::Plain)),
+        ),
+        (
             "small_result_array",
             Arc::new(|| small_result_array(Variant::Plain)),
         ),
@@ -872,6 +965,7 @@ fn main() {
                 vad_matches_cli(Variant::Sanitized);
                 embed_matches_cli(Variant::Sanitized);
                 error_paths(Variant::Sanitized);
+                generate_cancel(Variant::Sanitized);
                 small_result_array(Variant::Sanitized);
             }),
         ),

@@ -214,6 +214,12 @@ typedef uint32_t tether_family;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// A text generator (an `llm` bundle, a GGUF file or a Hugging Face directory, on the CPU).
+// Opaque; `tether_generator_open`, `tether_generator_close`. Used by one thread at a time,
+// except `tether_generator_cancel`, which any thread may call at any time while the handle
+// is open.
+typedef struct tether_generator tether_generator;
+
 // A family pipeline opened from a bundle: a detector, a voice-activity stream or an
 // embedder (`tether_model_family` says which). Opaque; created by `tether_model_open` or
 // `tether_model_open_memory`, destroyed by `tether_model_close`.
@@ -283,6 +289,68 @@ typedef struct {
   // Bytes.
   size_t size;
 } tether_text;
+
+// Options of `tether_generator_open`; fill with `tether_generator_options_init`. Later
+// versions only append fields (`struct_size`, as `tether_options`).
+typedef struct {
+  // `sizeof(tether_generator_options)` as the caller compiled it.
+  uint32_t struct_size;
+  // KV-cache positions; 0: the model's training context.
+  uint32_t context;
+  // Threads of the forward pass; 0: the CPUs this process may use.
+  uint32_t threads;
+} tether_generator_options;
+
+// Parameters of one request; fill with `tether_generate_params_init` (the model's
+// recommended sampling over llama.cpp's defaults, as `tether run` does), then change fields.
+typedef struct {
+  // `sizeof(tether_generate_params)` as the caller compiled it.
+  uint32_t struct_size;
+  // Most tokens to generate (at least 1).
+  uint32_t max_tokens;
+  // Softmax temperature; 0 or below: greedy decoding.
+  float temperature;
+  // Top-k (0: off).
+  uint32_t top_k;
+  // Nucleus mass in (0, 1] (1: off).
+  float top_p;
+  // Min-p in [0, 1) (0: off).
+  float min_p;
+  // Repetition penalty (1: none).
+  float repeat_penalty;
+  // Tokens the repetition penalty looks back over.
+  uint32_t repeat_last_n;
+  // Seed of the sampler (the same seed, prompt and parameters give the same text).
+  uint64_t seed;
+  // Nonzero: tokenise the prompt as it is; zero: send it as the user message of a chat in
+  // the model's template (as `tether run --prompt` does).
+  uint32_t raw;
+} tether_generate_params;
+
+// Receives each piece of a generation, in order: `text` (`size` bytes of UTF-8, not
+// NUL-terminated, possibly empty: part of a character, a control token, text held back as
+// a possible stop) is valid during the call only; `token` is the token id, or -1 for the
+// final flush of held-back text. Return 0 to continue, nonzero to stop the generation
+// (it ends as `TETHER_FINISH_CANCELLED`). Called on the thread that called
+// `tether_generate`; it must not unwind (throw a C++ exception, longjmp) into the library
+// and must not call `tether_generate` on the same generator.
+typedef int32_t (*tether_piece_fn)(void *user, const char *text, size_t size, int32_t token);
+
+// What a generation produced besides its pieces.
+typedef struct {
+  // A `tether_finish_reason` value.
+  uint32_t finish_reason;
+  // Prompt tokens.
+  uint32_t prompt_tokens;
+  // Tokens generated (the end-of-generation token included).
+  uint32_t generated_tokens;
+  // Prompt processing, milliseconds.
+  double prompt_ms;
+  // From the request's start to the first generated token, milliseconds.
+  double time_to_first_token_ms;
+  // From the first generated token to the last, milliseconds.
+  double generation_ms;
+} tether_generate_result;
 
 // Options of [`crate::tether_model_open`]. Fill with [`tether_options_init`] (defaults,
 // and `struct_size` set to this header's `sizeof(tether_options)`), then change fields.
@@ -499,6 +567,72 @@ tether_status tether_last_error_copy(char *buffer, size_t capacity, size_t *need
 // A short name of `status` (`"TETHER_ERR_IO"`), a static NUL-terminated string owned by
 // the library; `"TETHER_ERR_UNKNOWN"` for a value that is no status.
 const char *tether_status_name(int32_t status);
+
+// Fill `options` with the defaults (the model's context, every CPU) and `struct_size`.
+//
+// # Safety
+// `options` is null or points to a writable `tether_generator_options`.
+tether_status tether_generator_options_init(tether_generator_options *options);
+
+// Open a generator on `path`: an `llm` bundle (weights memory-mapped), a GGUF file or a
+// Hugging Face checkpoint directory; `options` null for the defaults. On success `*out`
+// receives a handle owned by the caller (`tether_generator_close`); on failure null, and
+// the last error names the path and the problem (`TETHER_ERR_IO`, `TETHER_ERR_BUNDLE`,
+// `TETHER_ERR_INVALID_ARGUMENT`).
+//
+// # Safety
+// `path` is null or NUL-terminated; `options` null or a `tether_generator_options` of at
+// least its `struct_size` bytes; `out` null or a writable `tether_generator*`.
+tether_status tether_generator_open(const char *path,
+                                    const tether_generator_options *options,
+                                    tether_generator **out);
+
+// Release a generator. Null does nothing.
+//
+// # Safety
+// `generator` is null or an open handle no thread is using (no `tether_generate` running,
+// no `tether_generator_cancel` racing with the close).
+void tether_generator_close(tether_generator *generator);
+
+// Ask the generation running on `generator` (on another thread) to stop before its next
+// token; it then returns `TETHER_ERR_CANCELLED`. Any thread, any time while the handle is
+// open; a no-op when nothing runs (the next `tether_generate` starts uncancelled).
+//
+// # Safety
+// `generator` is null or an open handle.
+tether_status tether_generator_cancel(const tether_generator *generator);
+
+// Fill `params` with the request defaults of `generator`'s model: llama.cpp's sampling
+// defaults with the checkpoint's recommendations (`generation_config.json`) over them, as
+// `tether run` does; `raw` 0.
+//
+// # Safety
+// `generator` is null or an open handle used by no other thread; `params` null or
+// writable.
+tether_status tether_generate_params_init(tether_generator *generator,
+                                          tether_generate_params *params);
+
+// Generate from `prompt` (`prompt_size` bytes of UTF-8), streaming each piece to
+// `on_piece` (may be null: pieces dropped), then fill `*result` (may be null).
+//
+// Returns `TETHER_OK` when the generation ended by itself (`TETHER_FINISH_STOP` or
+// `_LENGTH`), `TETHER_ERR_CANCELLED` when the callback returned nonzero or
+// `tether_generator_cancel` was called (`*result` is filled either way);
+// `TETHER_ERR_INVALID_ARGUMENT` for a prompt that is not UTF-8, empty, or longer than the
+// context (never cut), or parameters out of range (the message names the field).
+//
+// # Safety
+// `generator` is an open handle used by no other thread (but `tether_generator_cancel`);
+// `prompt` points to `prompt_size` readable bytes; `params` is null (defaults) or a
+// `tether_generate_params` of at least its `struct_size` bytes; `result` is null or
+// writable; `on_piece` follows `tether_piece_fn`'s rules; `user` is passed to it as is.
+tether_status tether_generate(tether_generator *generator,
+                              const uint8_t *prompt,
+                              size_t prompt_size,
+                              const tether_generate_params *params,
+                              tether_piece_fn on_piece,
+                              void *user,
+                              tether_generate_result *result);
 
 // Open the bundle at `path` (memory-mapped) and prepare its family's pipeline on the
 // device `options` asks for (null: defaults, see `tether_options_init`).

@@ -8,7 +8,11 @@
  *   api_test embed BUNDLE TEXTS.txt                  one embedding per line
  *   api_test errors DETECT VAD EMBED TRUNCATED JUNK  one JSON line per error case
  *   api_test alloc BUNDLE FRAME.rgb WIDTH HEIGHT     allocations per call (alloc_count.c)
+ *   api_test generate BUNDLE PROMPT MAX_TOKENS       greedy text, streamed (JSON)
+ *   api_test generate_cancel BUNDLE PROMPT           cancel from the callback, from a thread
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,6 +269,13 @@ static void report(const char *name, int status, long long extra) {
     printf("}\n");
 }
 
+/* An error as a JSON member of the enclosing object. */
+static void report_inline(const char *name, int status) {
+    printf(",\"%s\":{\"status\":\"%s\",\"message\":", name, tether_status_name(status));
+    json_string(tether_last_error());
+    printf("}");
+}
+
 static int cmd_errors(const char *detect, const char *vad, const char *embed, const char *truncated,
                       const char *junk) {
     tether_model *m = (tether_model *)(uintptr_t)1; /* open must reset it to null */
@@ -422,6 +433,131 @@ static int cmd_detect_small(const char *bundle, const char *frame, int w, int h)
     return 0;
 }
 
+/* The streamed pieces, gathered by the callback. */
+struct stream {
+    char text[65536];
+    size_t size;
+    long long tokens[4096];
+    size_t n_tokens;
+    size_t stop_after; /* 0: never stop */
+    atomic_int seen;
+};
+
+static int32_t on_piece(void *user, const char *text, size_t size, int32_t token) {
+    struct stream *s = user;
+    if (s->size + size < sizeof s->text) {
+        memcpy(s->text + s->size, text, size);
+        s->size += size;
+    }
+    if (token >= 0 && s->n_tokens < 4096) s->tokens[s->n_tokens++] = token;
+    atomic_fetch_add(&s->seen, 1);
+    return s->stop_after && s->n_tokens >= s->stop_after;
+}
+
+static void print_stream(const struct stream *s) {
+    printf("\"text\":");
+    char *t = malloc(s->size + 1);
+    memcpy(t, s->text, s->size);
+    t[s->size] = 0;
+    json_string(t);
+    free(t);
+    printf(",\"tokens\":[");
+    for (size_t i = 0; i < s->n_tokens; i++) printf("%s%lld", i ? "," : "", s->tokens[i]);
+    printf("]");
+}
+
+static int cmd_generate(const char *bundle, const char *prompt, int max_tokens) {
+    tether_generator_options options;
+    CHECK(tether_generator_options_init(&options));
+    options.threads = 1;
+    tether_generator *g = NULL;
+    CHECK(tether_generator_open(bundle, &options, &g));
+    tether_generate_params params;
+    CHECK(tether_generate_params_init(g, &params));
+    params.temperature = 0.0f;
+    params.max_tokens = (uint32_t)max_tokens;
+    struct stream *s = calloc(1, sizeof *s);
+    tether_generate_result r;
+    CHECK(tether_generate(g, (const uint8_t *)prompt, strlen(prompt), &params, on_piece, s, &r));
+    printf("{");
+    print_stream(s);
+    printf(",\"finish_reason\":%u,\"prompt_tokens\":%u,\"generated_tokens\":%u}\n", r.finish_reason,
+           r.prompt_tokens, r.generated_tokens);
+    free(s);
+    tether_generator_close(g);
+    return 0;
+}
+
+struct canceller {
+    tether_generator *g;
+    struct stream *s;
+};
+
+static void *cancel_when_streaming(void *arg) {
+    struct canceller *c = arg;
+    while (atomic_load(&c->s->seen) < 2) {
+    }
+    tether_generator_cancel(c->g);
+    return NULL;
+}
+
+static int cmd_generate_cancel(const char *bundle, const char *prompt) {
+    tether_generator *g = NULL;
+    tether_generator_options options;
+    CHECK(tether_generator_options_init(&options));
+    options.threads = 1;
+    CHECK(tether_generator_open(bundle, &options, &g));
+    tether_generate_params params;
+    CHECK(tether_generate_params_init(g, &params));
+    params.temperature = 0.0f;
+    params.max_tokens = 200;
+
+    /* 1. The callback asks to stop after 3 tokens. */
+    struct stream *s = calloc(1, sizeof *s);
+    s->stop_after = 3;
+    tether_generate_result r;
+    int st = tether_generate(g, (const uint8_t *)prompt, strlen(prompt), &params, on_piece, s, &r);
+    printf("{\"callback\":{\"status\":\"%s\",\"finish_reason\":%u,\"generated_tokens\":%u,\"message\":",
+           tether_status_name(st), r.finish_reason, r.generated_tokens);
+    json_string(tether_last_error());
+    printf(",");
+    print_stream(s);
+    printf("}");
+
+    /* 2. Another thread cancels once pieces flow. */
+    memset(s, 0, sizeof *s);
+    struct canceller c = {g, s};
+    pthread_t t;
+    pthread_create(&t, NULL, cancel_when_streaming, &c);
+    st = tether_generate(g, (const uint8_t *)prompt, strlen(prompt), &params, on_piece, s, &r);
+    pthread_join(t, NULL);
+    printf(",\"thread\":{\"status\":\"%s\",\"finish_reason\":%u,\"generated_tokens\":%u}",
+           tether_status_name(st), r.finish_reason, r.generated_tokens);
+
+    /* 3. The next request runs to its end (the cancel flag is reset). */
+    params.max_tokens = 4;
+    memset(s, 0, sizeof *s);
+    st = tether_generate(g, (const uint8_t *)prompt, strlen(prompt), &params, on_piece, s, &r);
+    printf(",\"after\":{\"status\":\"%s\",\"generated_tokens\":%u}", tether_status_name(st), r.generated_tokens);
+
+    /* 4. Errors: a prompt that is not UTF-8, max_tokens 0, a missing file, null. */
+    st = tether_generate(g, (const uint8_t *)"\xff", 1, &params, NULL, NULL, NULL);
+    report_inline("not_utf8", st);
+    params.max_tokens = 0;
+    st = tether_generate(g, (const uint8_t *)prompt, strlen(prompt), &params, NULL, NULL, NULL);
+    report_inline("zero_max_tokens", st);
+    tether_generator *missing = (tether_generator *)(uintptr_t)1;
+    st = tether_generator_open("/nonexistent/model.gguf", NULL, &missing);
+    report_inline("open_missing", st);
+    st = tether_generator_cancel(NULL);
+    report_inline("cancel_null", st);
+    printf("}\n");
+    free(s);
+    tether_generator_close(g);
+    tether_generator_close(NULL);
+    return 0;
+}
+
 #ifdef TETHER_COUNT_ALLOCS
 static int cmd_alloc(const char *bundle, const char *frame, int w, int h) {
     size_t size = 0;
@@ -469,6 +605,8 @@ int main(int argc, char **argv) {
     }
     if (argc == 6 && strcmp(argv[1], "detect") == 0) return cmd_detect(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
     if (argc == 6 && strcmp(argv[1], "detect_small") == 0) return cmd_detect_small(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
+    if (argc == 5 && strcmp(argv[1], "generate") == 0) return cmd_generate(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 4 && strcmp(argv[1], "generate_cancel") == 0) return cmd_generate_cancel(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "vad") == 0) return cmd_vad(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "embed") == 0) return cmd_embed(argv[2], argv[3]);
     if (argc == 7 && strcmp(argv[1], "errors") == 0) return cmd_errors(argv[2], argv[3], argv[4], argv[5], argv[6]);
