@@ -11,7 +11,8 @@
 //!
 //! Needs `target/<profile>/tether` (the CLI; `cargo test --workspace` builds it, else
 //! `cargo build --release --bin tether`) and the assets (`tests/fetch-assets`). Without
-//! `cc` or `c++` every test is reported ignored with the reason, never passed.
+//! `cc` or `c++`, or when `cc` builds for another architecture than this test's (a cross
+//! build run under emulation), every test is reported ignored with the reason, never passed.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -891,14 +892,26 @@ fn missing_tool(tool: &str) -> Option<String> {
 
 // ------------------------------------------------------------------ harness
 
-/// Why the C tests cannot run here (`cc` missing), if so.
+/// Why the C tests cannot run here, if so: `cc` or `c++` missing, or building for another
+/// architecture than the one this test runs as (a cross build run under emulation, as
+/// `cross/ci-aarch64.sh` runs the suite: the host's `cc` cannot link the target's library;
+/// these tests run natively in `./tests/run`).
 fn skip_reason() -> Option<String> {
     for compiler in ["cc", "c++"] {
-        match Command::new(compiler).arg("--version").output() {
-            Ok(o) if o.status.success() => {}
+        match Command::new(compiler).arg("-dumpmachine").output() {
+            Ok(o) if o.status.success() => {
+                let machine = text(&o.stdout).trim().to_string();
+                let arch = std::env::consts::ARCH;
+                if !machine.starts_with(arch) {
+                    return Some(format!(
+                        "`{compiler}` builds for {machine}, this test runs as {arch} (a cross \
+                         build under emulation); the C and C++ tests run natively"
+                    ));
+                }
+            }
             Ok(o) => {
                 return Some(format!(
-                    "`{compiler} --version` failed: {}",
+                    "`{compiler} -dumpmachine` failed: {}",
                     text(&o.stderr)
                 ));
             }
