@@ -102,6 +102,11 @@ impl DetectModel {
         })
     }
 
+    /// The engine running the network.
+    pub(crate) fn engine(&self) -> tether_runtime::EngineKind {
+        self.detector.engine()
+    }
+
     /// Prepare for `spec` (a no-op when it is the prepared one), keeping `self.spec` true.
     fn prepare(&mut self, spec: FrameSpec) -> Result<()> {
         if self.spec == Some(spec) {

@@ -290,6 +290,38 @@ pub unsafe extern "C" fn tether_model_family(
     })
 }
 
+/// The engine running `model`'s network into `*engine`: `"tensorrt"`, `"cuda-native"`,
+/// `"tract-cuda"` or `"tract-cpu"` (the identifiers `tether run --json` reports under
+/// `engines`); a static string owned by the library.
+///
+/// # Safety
+/// `model` is null or a live handle used by no other thread during the call; `engine` is
+/// null or points to a writable `const char*`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tether_model_engine(
+    model: *const tether_model,
+    engine: *mut *const c_char,
+) -> tether_status {
+    use tether_runtime::EngineKind;
+    with_model(model.cast_mut(), |m| {
+        non_null(engine, "engine")?;
+        let kind = match &m.family {
+            Family::Detect(d) => d.engine(),
+            Family::Vad(v) => v.vad.engine(),
+            Family::Embed(e) => e.engine(),
+        };
+        let name = match kind {
+            EngineKind::TensorRt => c"tensorrt",
+            EngineKind::CudaNative => c"cuda-native",
+            EngineKind::TractCuda => c"tract-cuda",
+            EngineKind::TractCpu => c"tract-cpu",
+        };
+        // SAFETY: writable (contract; checked non-null).
+        unsafe { engine.write(name.as_ptr()) };
+        Ok(())
+    })
+}
+
 /// A NUL-terminated copy of a Rust string (for names handed to C once, at open).
 pub(crate) fn c_string(s: &str) -> CString {
     CString::new(s.replace('\0', "\u{fffd}")).unwrap_or_default()

@@ -228,6 +228,11 @@ fn fixture() -> &'static Fixture {
 
 /// `tether run BUNDLE INPUT --json EXTRA...`: the first result's `result` object.
 fn cli_result(bundle: &Path, input: &Path, extra: &[&str]) -> Value {
+    cli_doc(bundle, input, extra)["results"][0]["result"].clone()
+}
+
+/// `tether run BUNDLE INPUT --json EXTRA...`: the whole document.
+fn cli_doc(bundle: &Path, input: &Path, extra: &[&str]) -> Value {
     let f = fixture();
     let o = run(Command::new(&f.tether)
         .arg("run")
@@ -236,8 +241,7 @@ fn cli_result(bundle: &Path, input: &Path, extra: &[&str]) -> Value {
         .arg("--json")
         .args(extra)
         .env_remove("RUST_LOG"));
-    let v: Value = serde_json::from_str(&ok("tether run --json", &o)).expect("CLI JSON");
-    v["results"][0]["result"].clone()
+    serde_json::from_str(&ok("tether run --json", &o)).expect("CLI JSON")
 }
 
 /// Compiler flags of the program variants.
@@ -402,9 +406,11 @@ fn detect_matches_cli(v: Variant) {
     let f = fixture();
     let (w, h) = (f.frame_w.to_string(), f.frame_h.to_string());
     let c = json(&api_test(v, &[&"detect", &f.detect, &f.frame, &w, &h]));
-    let cli = cli_result(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    let doc = cli_doc(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    let cli = &doc["results"][0]["result"];
     let want = detections(&cli["detections"]);
     assert!(!want.is_empty(), "the CLI found nothing: {cli}");
+    assert_eq!(c["engine"], doc["engines"]["model"], "engine");
     for way in ["rgb", "bgr_pitched", "staged", "memory"] {
         assert_eq!(
             detections(&c[way]),

@@ -683,6 +683,15 @@ void tether_model_close(tether_model *model);
 // `model` is null or a live handle; `family` is null or points to a writable `uint32_t`.
 tether_status tether_model_family(const tether_model *model, uint32_t *family);
 
+// The engine running `model`'s network into `*engine`: `"tensorrt"`, `"cuda-native"`,
+// `"tract-cuda"` or `"tract-cpu"` (the identifiers `tether run --json` reports under
+// `engines`); a static string owned by the library.
+//
+// # Safety
+// `model` is null or a live handle used by no other thread during the call; `engine` is
+// null or points to a writable `const char*`.
+tether_status tether_model_engine(const tether_model *model, const char **engine);
+
 // Fill `options` with the defaults (automatic device, fp32, the calling thread, spin
 // wait, automatic staging, lazy verification, graphs on) and `struct_size`.
 //

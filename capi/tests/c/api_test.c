@@ -104,11 +104,13 @@ static int cmd_detect(const char *bundle, const char *frame, int w, int h) {
     }
     tether_detection dets[300];
     size_t n = 0;
+    const char *engine = NULL;
+    CHECK(tether_model_engine(m, &engine));
 
     /* 1. A tightly packed RGB8 view. */
     tether_image_view view = {rgb, (uint32_t)w, (uint32_t)h, (size_t)w * 3, TETHER_PIXEL_RGB8};
     CHECK(tether_detect(m, &view, dets, 300, &n));
-    printf("{\"rgb\":");
+    printf("{\"engine\":\"%s\",\"rgb\":", engine);
     print_detections(m, dets, n);
 
     /* 2. The same pixels as BGR8 rows 40 bytes apart more than their pixels: another
@@ -591,7 +593,9 @@ static int cmd_alloc(const char *bundle, const char *frame, int w, int h) {
         if (s != TETHER_OK) die("tether_detect_staged", s);
         printf("%s%llu", i ? "," : "", c);
     }
-    printf("],\"detections\":%zu}\n", n);
+    const char *engine = NULL;
+    CHECK(tether_model_engine(m, &engine));
+    printf("],\"detections\":%zu,\"engine\":\"%s\"}\n", n, engine);
     tether_model_close(m);
     free(rgb);
     return 0;
