@@ -227,12 +227,7 @@ pub extern "C" fn tether_status_name(status: i32) -> *const c_char {
 
 impl From<tether_bundle::BundleError> for Failure {
     fn from(e: tether_bundle::BundleError) -> Self {
-        use tether_bundle::BundleError as B;
-        let status = match e {
-            B::Io { .. } | B::File(_) => tether_status::TETHER_ERR_IO,
-            _ => tether_status::TETHER_ERR_BUNDLE,
-        };
-        Failure::new(status, e.to_string())
+        Failure::new(Failure::from_ref(&e), e.to_string())
     }
 }
 

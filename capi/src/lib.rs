@@ -2,8 +2,8 @@
 //! (generated from this source by cbindgen; `tests/header.rs` checks it is current).
 //!
 //! One opaque handle, [`tether_model`], holds a family pipeline opened from a bundle (a path
-//! or bytes in memory): detection ([`tether_detect`], the staging buffer for frames written
-//! in place), voice activity ([`tether_vad_push`]) and text embeddings ([`tether_embed`]).
+//! or bytes in memory): detection ([`tether_detect()`], the staging buffer for frames written
+//! in place), voice activity ([`tether_vad_push`]) and text embeddings ([`tether_embed()`]).
 //! A second handle, [`tether_generator`], generates text from an `llm` bundle with pieces
 //! streamed to a callback ([`tether_generate`]) and cancel from any thread.
 //! Every function returns a [`tether_status`]; on failure the calling thread's last-error
