@@ -709,7 +709,7 @@ fn cpp_wrapper() {
     let (w, h) = (f.frame_w.to_string(), f.frame_h.to_string());
     let c = json(&api_test(
         Variant::CppWrapper,
-        &[&f.detect, &f.vad, &f.embed, &f.frame, &w, &h],
+        &[&f.detect, &f.vad, &f.embed, &f.frame, &w, &h, &f.llm],
     ));
     assert_eq!(c["missing"]["status"], "TETHER_ERR_IO", "{c}");
     assert!(

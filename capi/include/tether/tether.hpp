@@ -1,7 +1,7 @@
 // tether C++ wrapper: header-only, C++17, over the C API in tether.h (libtether).
 //
 // - RAII, move-only handles: Detector, VoiceActivity, Embedder each own one tether_model and
-//   close it in their destructor. Copying is deleted (a handle is one pipeline's state).
+//   close it in their destructor; Generator owns a tether_generator. Copying is deleted (a handle is one pipeline's state).
 // - Inputs are views: ImageView over caller pixels, pointer + size for samples and results,
 //   std::string_view for texts. Nothing is copied into the wrapper; the hot-path calls
 //   (detect, detect_staged, push) allocate nothing in the wrapper or the C layer.
@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -284,6 +285,71 @@ public:
 
 private:
     detail::Handle h_;
+};
+
+/// A text generator (an `llm` bundle, a GGUF file or a Hugging Face directory). Move-only;
+/// cancel() may be called from any thread while another runs generate().
+class Generator {
+public:
+    explicit Generator(const std::string &path, uint32_t threads = 0, uint32_t context = 0) {
+        tether_generator_options o{};
+        detail::check(tether_generator_options_init(&o));
+        o.threads = threads;
+        o.context = context;
+        detail::check(tether_generator_open(path.c_str(), &o, &g_));
+    }
+    Generator(Generator &&o) noexcept : g_(std::exchange(o.g_, nullptr)) {}
+    Generator &operator=(Generator &&o) noexcept {
+        if (this != &o) {
+            tether_generator_close(g_);
+            g_ = std::exchange(o.g_, nullptr);
+        }
+        return *this;
+    }
+    Generator(const Generator &) = delete;
+    Generator &operator=(const Generator &) = delete;
+    ~Generator() { tether_generator_close(g_); }
+
+    /// The model's request defaults (tether_generate_params_init).
+    tether_generate_params defaults() const {
+        tether_generate_params p{};
+        detail::check(tether_generate_params_init(g_, &p));
+        return p;
+    }
+
+    /// Generate from `prompt`, calling `on_piece(std::string_view text, int32_t token)` for
+    /// each piece; it returns true to go on, false to stop. Returns the result; a stop
+    /// (by on_piece or cancel()) throws Error(TETHER_ERR_CANCELLED). An exception thrown by
+    /// on_piece stops the generation and is rethrown here (it never crosses the C library).
+    template <class F>
+    tether_generate_result generate(std::string_view prompt, const tether_generate_params &params, F &&on_piece) {
+        struct Ctx {
+            F *f;
+            std::exception_ptr error;
+        } ctx{&on_piece, nullptr};
+        auto trampoline = [](void *user, const char *text, std::size_t size, int32_t token) -> int32_t {
+            auto *c = static_cast<Ctx *>(user);
+            try {
+                return (*c->f)(std::string_view(text, size), token) ? 0 : 1;
+            } catch (...) {
+                c->error = std::current_exception();
+                return 1;
+            }
+        };
+        tether_generate_result r{};
+        tether_status s = tether_generate(g_, reinterpret_cast<const uint8_t *>(prompt.data()), prompt.size(),
+                                          &params, trampoline, &ctx, &r);
+        if (ctx.error) std::rethrow_exception(ctx.error);
+        detail::check(s);
+        return r;
+    }
+
+    /// Stop the generation running on another thread (thread-safe).
+    void cancel() const noexcept { tether_generator_cancel(g_); }
+    tether_generator *handle() const noexcept { return g_; }
+
+private:
+    tether_generator *g_ = nullptr;
 };
 
 } // namespace tether

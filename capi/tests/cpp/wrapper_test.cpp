@@ -1,7 +1,8 @@
 // The C++ wrapper (tether.hpp) from C++17, driven by capi/tests/c_api.rs:
-//   wrapper_test DETECT_BUNDLE VAD_BUNDLE EMBED_BUNDLE FRAME.rgb WIDTH HEIGHT
+//   wrapper_test DETECT_BUNDLE VAD_BUNDLE EMBED_BUNDLE FRAME.rgb WIDTH HEIGHT LLM_BUNDLE
 // prints one JSON object: exceptions' statuses and messages, detections after a move, an
-// embedding's norm.
+// embedding's norm, a generation streamed through a lambda, one stopped by it, and an
+// exception thrown by it carried back.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +24,7 @@ static void print_error(const char *key, const tether::Error &e) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 7) return 2;
+    if (argc != 8) return 2;
     std::ifstream f(argv[4], std::ios::binary);
     std::vector<uint8_t> rgb((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     uint32_t w = uint32_t(std::atoi(argv[5])), h = uint32_t(std::atoi(argv[6]));
@@ -61,6 +62,46 @@ int main(int argc, char **argv) {
     std::vector<float> e = emb.embed({"A robot arm picks a red cube from the table."});
     double norm = 0;
     for (float x : e) norm += double(x) * x;
-    std::printf("\"embed_dim\":%zu,\"embed_norm\":%.6f}\n", e.size(), std::sqrt(norm));
+    std::printf("\"embed_dim\":%zu,\"embed_norm\":%.6f,", e.size(), std::sqrt(norm));
+
+    tether::Generator gen(argv[7], 1);
+    tether_generate_params p = gen.defaults();
+    p.temperature = 0.0f;
+    p.max_tokens = 24;
+    std::string text;
+    std::vector<int32_t> tokens;
+    tether_generate_result r = gen.generate("What is a robot?", p, [&](std::string_view t, int32_t token) {
+        text += t;
+        if (token >= 0) tokens.push_back(token);
+        return true;
+    });
+    std::printf("\"generated\":%u,\"tokens\":[", r.generated_tokens);
+    for (std::size_t i = 0; i < tokens.size(); i++) std::printf("%s%d", i ? "," : "", tokens[i]);
+    std::printf("],\"text\":\"");
+    for (char c : text) {
+        if (c == '"' || c == '\\') std::putchar('\\');
+        if (c == '\n') {
+            std::printf("\\n");
+            continue;
+        }
+        std::putchar(c);
+    }
+    std::printf("\",");
+    std::size_t seen = 0;
+    try {
+        gen.generate("What is a robot?", p, [&](std::string_view, int32_t) { return ++seen < 2; });
+    } catch (const tether::Error &e) {
+        std::printf("\"stopped\":\"%s\",\"stopped_after\":%zu,", e.status_name(), seen);
+    }
+    try {
+        gen.generate("What is a robot?", p, [&](std::string_view, int32_t) -> bool { throw std::runtime_error("from the lambda"); });
+    } catch (const tether::Error &e) {
+        std::printf("\"rethrown\":\"wrong: %s\"}\n", e.status_name());
+        return 0;
+    } catch (const std::runtime_error &e) {
+        std::printf("\"rethrown\":\"%s\"}\n", e.what());
+        return 0;
+    }
+    std::printf("\"rethrown\":\"nothing\"}\n");
     return 0;
 }
