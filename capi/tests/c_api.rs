@@ -124,6 +124,12 @@ struct Fixture {
     llm: PathBuf,
 }
 
+/// This process's scratch folder (bundles, inputs, programs): removed when every test
+/// passed, kept (and named) when one failed.
+fn scratch_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("tether-capi-{}", std::process::id()))
+}
+
 const SENTENCES: &str = "A robot arm picks a red cube from the table.\n\
                          The weather in Lyon is sunny today.\n\
                          Grasp the red block on the desk.\n";
@@ -131,7 +137,7 @@ const SENTENCES: &str = "A robot arm picks a red cube from the table.\n\
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("tether-capi-{}", std::process::id()));
+        let dir = scratch_dir();
         std::fs::create_dir_all(&dir).expect("scratch dir");
         let tether = profile_dir().join("tether");
         assert!(
@@ -1025,5 +1031,14 @@ fn main() {
             .with_ignored_flag(why.is_some())
         })
         .collect();
-    libtest_mimic::run(&args, trials).exit();
+    let conclusion = libtest_mimic::run(&args, trials);
+    let dir = scratch_dir();
+    if dir.exists() {
+        if conclusion.has_failed() {
+            eprintln!("c_api: scratch files kept in {}", dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    conclusion.exit();
 }
