@@ -902,6 +902,43 @@ fn missing_tool(tool: &str) -> Option<String> {
     }
 }
 
+/// `tether_vad_push` of one chunk allocates, per call after warm-up, what the Rust stream's
+/// `Vad::push_chunk` allocates for the same chunks (the C layer adds nothing), every call.
+fn vad_allocations() {
+    let f = fixture();
+    let c = json(&api_test(
+        Variant::CountingAllocs,
+        &[&"alloc_vad", &f.vad, &f.pcm],
+    ));
+    let c_push: Vec<u64> = serde_json::from_value(c["push"].clone()).expect("counts");
+    let audio = tether_vad::read_wav(tether_testkit::asset("Front_Center.wav")).expect("wav");
+    let chunks: Vec<&[f32]> = audio
+        .samples
+        .chunks_exact(tether_vad::CHUNK_SAMPLES)
+        .collect();
+    let mut vad = tether_vad::Vad::load(&f.vad).expect("vad");
+    for i in 0..20 {
+        vad.push_chunk(chunks[i % chunks.len()]).expect("chunk");
+    }
+    let rust: Vec<u64> = (20..60)
+        .map(|i| count_allocs(|| vad.push_chunk(chunks[i % chunks.len()]).map(|r| r.index)).1)
+        .collect();
+    println!(
+        "allocations per chunk after warm-up: C tether_vad_push {c_push:?}, Rust Vad::push_chunk {rust:?}"
+    );
+    let (lo, hi) = (c_push.iter().min().unwrap(), c_push.iter().max().unwrap());
+    assert_eq!(
+        lo, hi,
+        "C tether_vad_push: allocations per call vary: {c_push:?}"
+    );
+    let (rlo, rhi) = (rust.iter().min().unwrap(), rust.iter().max().unwrap());
+    assert_eq!(
+        rlo, rhi,
+        "Rust push_chunk: allocations per call vary: {rust:?}"
+    );
+    assert_eq!(lo, rlo, "tether_vad_push allocates more than the stream");
+}
+
 // ------------------------------------------------------------------ harness
 
 /// Why the C tests cannot run here, if so: `cc` or `c++` missing, or building for another
@@ -974,6 +1011,7 @@ fn main() {
             "detect_allocations_match_rust",
             Arc::new(detect_allocations),
         ),
+        ("vad_allocations_match_rust", Arc::new(vad_allocations)),
         ("cpp::wrapper", Arc::new(cpp_wrapper)),
         (
             "cpp::detect_loop_matches_cli",

@@ -8,6 +8,7 @@
  *   api_test embed BUNDLE TEXTS.txt                  one embedding per line
  *   api_test errors DETECT VAD EMBED TRUNCATED JUNK  one JSON line per error case
  *   api_test alloc BUNDLE FRAME.rgb WIDTH HEIGHT     allocations per call (alloc_count.c)
+ *   api_test alloc_vad BUNDLE PCM.f32                allocations per tether_vad_push of a chunk
  *   api_test generate BUNDLE PROMPT MAX_TOKENS       greedy text, streamed (JSON)
  *   api_test generate_cancel BUNDLE PROMPT           cancel from the callback, from a thread
  */
@@ -600,6 +601,33 @@ static int cmd_alloc(const char *bundle, const char *frame, int w, int h) {
     free(rgb);
     return 0;
 }
+
+/* Allocations per tether_vad_push of one 512-sample chunk, after warm-up. */
+static int cmd_alloc_vad(const char *bundle, const char *pcm_path) {
+    size_t size = 0;
+    unsigned char *raw = read_file(pcm_path, &size);
+    size_t count = size / sizeof(float);
+    float *pcm = malloc(count * sizeof(float) + 1);
+    memcpy(pcm, raw, count * sizeof(float));
+    free(raw);
+    tether_model *m = NULL;
+    CHECK(tether_model_open(bundle, NULL, &m));
+    tether_vad_chunk chunk;
+    size_t written = 0, chunks = count / 512;
+    for (size_t i = 0; i < 20; i++) CHECK(tether_vad_push(m, pcm + (i % chunks) * 512, 512, 16000, &chunk, 1, &written));
+    printf("{\"push\":[");
+    for (size_t i = 0; i < 40; i++) {
+        alloc_count_start();
+        int s = tether_vad_push(m, pcm + ((20 + i) % chunks) * 512, 512, 16000, &chunk, 1, &written);
+        unsigned long long c = alloc_count_stop();
+        if (s != TETHER_OK || written != 1) die("tether_vad_push", s);
+        printf("%s%llu", i ? "," : "", c);
+    }
+    printf("]}\n");
+    tether_model_close(m);
+    free(pcm);
+    return 0;
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -616,6 +644,7 @@ int main(int argc, char **argv) {
     if (argc == 7 && strcmp(argv[1], "errors") == 0) return cmd_errors(argv[2], argv[3], argv[4], argv[5], argv[6]);
 #ifdef TETHER_COUNT_ALLOCS
     if (argc == 6 && strcmp(argv[1], "alloc") == 0) return cmd_alloc(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
+    if (argc == 4 && strcmp(argv[1], "alloc_vad") == 0) return cmd_alloc_vad(argv[2], argv[3]);
 #endif
     fprintf(stderr, "usage: api_test detect|vad|embed|errors|alloc ... (tether %s)\n", tether_version());
     return 2;
