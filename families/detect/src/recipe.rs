@@ -14,6 +14,7 @@
 //! | `detect/config` | `FamilyConfig` | [`crate::config::DetectConfigRecord`] |
 
 use tether_build::{OnnxInfo, inspect_onnx};
+use tether_family::io::{Candidate, Role, SelectError, select, select_with};
 use tether_bundle::{
     BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc,
 };
@@ -119,9 +120,9 @@ pub fn build(
             input.name, input.dims[0], input.dims
         )));
     }
-    let Some(output) = info.outputs.first() else {
+    if info.outputs.is_empty() {
         return Err(DetectError::Network("the model has no output".into()));
-    };
+    }
     for t in info.outputs.iter() {
         if t.dtype != DType::F32 {
             return Err(DetectError::Network(format!(
@@ -136,11 +137,33 @@ pub fn build(
     let labels = parse_ultralytics_names(names_text)?;
     let num_classes = u32::try_from(labels.len())
         .map_err(|_| DetectError::Labels(format!("{} classes", labels.len())))?;
-    if output.dims.len() != 3 || dim(output.dims[1]).is_some_and(|c| c != 4 + num_classes) {
-        return Err(DetectError::Network(format!(
-            "output `{}` is {:?}; expected [batch, 4 + {num_classes}, anchors] for {num_classes} classes",
-            output.name, output.dims
-        )));
+    // The head among the declared outputs: by name, then by shape (a tie is settled after
+    // preparation, by the values of a test run).
+    let rows = i64::from(4 + num_classes);
+    let declared_fits = move |d: &[i64]| d.len() == 3 && d[0] <= 1 && (d[1] < 0 || d[1] == rows);
+    let declared: Vec<Candidate<'_>> = info
+        .outputs
+        .iter()
+        .map(|t| Candidate {
+            name: &t.name,
+            dims: &t.dims,
+        })
+        .collect();
+    let expected = format!("[1, 4 + {num_classes}, anchors] for {num_classes} classes");
+    let head_role = Role {
+        what: "the detection head",
+        kind: "output",
+        names: HEAD_NAMES,
+        expected: &expected,
+        fits: &declared_fits,
+    };
+    // Several candidates by the declared shapes are settled below, once their sizes are
+    // known; the error then names them.
+    let declared_head = select(&head_role, &declared);
+    if let Err(e @ (SelectError::Missing { .. } | SelectError::NamedMismatch { .. })) =
+        &declared_head
+    {
+        return Err(DetectError::Network(e.to_string()));
     }
     let declared = (dim(input.dims[3]), dim(input.dims[2]));
     let input_is_dynamic = declared.0.is_none() || declared.1.is_none();
@@ -194,31 +217,62 @@ pub fn build(
             },
         )
         .map_err(|e| DetectError::Runtime(e.into()))?;
-    let Some(out) = plan.io().outputs.first() else {
-        return Err(DetectError::Network(
-            "the prepared network has no output".into(),
-        ));
+    // The same rule on the prepared shapes; a tie between outputs of the head's shape is
+    // settled by a test run: the head's class rows are scores in [0, 1] and its box rows are
+    // finite.
+    let shapes: Vec<Vec<i64>> = plan
+        .io()
+        .outputs
+        .iter()
+        .map(|t| t.shape.iter().map(|&d| d as i64).collect())
+        .collect();
+    let prepared: Vec<Candidate<'_>> = plan
+        .io()
+        .outputs
+        .iter()
+        .zip(&shapes)
+        .map(|(t, d)| Candidate {
+            name: &t.name,
+            dims: d,
+        })
+        .collect();
+    let prepared_fits = move |d: &[i64]| d.len() == 3 && d[0] == 1 && d[1] == rows && d[2] > 0;
+    let prepared_role = Role {
+        fits: &prepared_fits,
+        ..head_role
     };
-    let num_anchors = match out.shape.as_slice() {
-        [1, c, n] if *c == 4 + num_classes as usize => u32::try_from(*n).ok(),
-        _ => None,
-    }
-    .ok_or_else(|| {
-        DetectError::Network(format!(
-            "at input {w}x{h} the output is {:?}; expected [1, {}, anchors]",
-            out.shape,
-            4 + num_classes
-        ))
-    })?;
+    let mut values: Option<Vec<Vec<f32>>> = None;
+    let head = select_with(&prepared_role, &prepared, |k| {
+        let outs = values.get_or_insert_with(|| test_run(&plan, w, h).unwrap_or_default());
+        outs.get(k)
+            .is_some_and(|v| looks_like_head(v, num_classes as usize))
+    })
+    .map_err(|e| DetectError::Network(format!("at input {w}x{h}: {e}")))?;
+    let out = &plan.io().outputs[head];
+    let num_anchors = u32::try_from(out.shape[2])
+        .map_err(|_| DetectError::Network(format!("{} anchors", out.shape[2])))?;
     if out.dtype != DType::F32 {
         return Err(DetectError::Network(format!(
             "output `{}` is {} after preparation; the detection head must be f32",
             out.name, out.dtype
         )));
     }
+    let head_output = u8::try_from(head).map_err(|_| {
+        DetectError::Network(format!(
+            "the detection head is output {head} of {}; tether reads a head among the first 256 outputs",
+            plan.io().outputs.len()
+        ))
+    })?;
+    if head != 0 {
+        log::info!(
+            "the detection head is output {head} `{}` (not the first output)",
+            out.name
+        );
+    }
     drop(plan);
 
     let mut config = DetectConfig::ultralytics(w, h, num_classes, num_anchors);
+    config.head_output = head_output;
     if let Some(v) = options.score_threshold {
         config.score_threshold = v;
     }
@@ -264,7 +318,7 @@ pub fn build(
     let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
     // The tensors at the shapes the bundle runs at (the manifest records the concrete
     // input size, not the model's dynamic declaration).
-    for t in run_tensors(&info, w, h, num_classes, num_anchors) {
+    for t in run_tensors(&info, w, h, num_classes, num_anchors, head) {
         writer.add_tensor(model, t)?;
     }
     writer.add_section(
@@ -290,14 +344,59 @@ pub fn build(
     ))
 }
 
+/// Names the Ultralytics export gives the detection head (`model.export(format="onnx")`:
+/// `output_names=["output0"]`, and `output1` the segmentation prototypes).
+pub const HEAD_NAMES: &[&str] = &["output0"];
+
+/// Run the prepared plan once on a mid-grey image (the letterbox's pad colour, 114 / 255)
+/// and return every output's values; `None` when the plan does not run on the host.
+fn test_run(plan: &tether_runtime::Plan, w: u32, h: u32) -> Option<Vec<Vec<f32>>> {
+    let tether_runtime::Plan::Host(p) = plan else {
+        return None;
+    };
+    let mut exec = p.executor().ok()?;
+    let input: Vec<u8> = std::iter::repeat_n(114.0f32 / 255.0, 3 * (w as usize) * (h as usize))
+        .flat_map(f32::to_ne_bytes)
+        .collect();
+    let mut outs: Vec<Vec<u8>> = plan
+        .io()
+        .outputs
+        .iter()
+        .map(|t| vec![0u8; t.byte_len().unwrap_or(0)])
+        .collect();
+    let mut views: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+    exec.run(&[&input], &mut views).ok()?;
+    Some(
+        outs.iter()
+            .map(|b| {
+                b.chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
+/// The values of a `[1, 4 + C, N]` output look like a YOLOv8 head: box rows finite, class
+/// rows scores in `[0, 1]` (sigmoid outputs).
+fn looks_like_head(v: &[f32], num_classes: usize) -> bool {
+    let n = v.len() / (4 + num_classes).max(1);
+    if n == 0 || v.len() != n * (4 + num_classes) {
+        return false;
+    }
+    v[..4 * n].iter().all(|x| x.is_finite())
+        && v[4 * n..].iter().all(|x| (0.0..=1.0).contains(x))
+}
+
 /// The network's I/O at the shapes a bundle of this configuration runs at: input
-/// `[1, 3, h, w]`, output `[1, 4 + C, N]` (further outputs as declared).
+/// `[1, 3, h, w]`, the head (output `head`) `[1, 4 + C, N]`, further outputs as declared.
 pub fn run_tensors(
     info: &OnnxInfo,
     w: u32,
     h: u32,
     num_classes: u32,
     num_anchors: u32,
+    head: usize,
 ) -> Vec<tether_bundle::TensorDesc> {
     let mut v = Vec::new();
     for t in &info.inputs {
@@ -308,7 +407,7 @@ pub fn run_tensors(
     }
     for (i, t) in info.outputs.iter().enumerate() {
         let mut t = t.clone();
-        if i == 0 {
+        if i == head {
             t.dims = vec![1, 4 + i64::from(num_classes), i64::from(num_anchors)];
         }
         v.push(t);
