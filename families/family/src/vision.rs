@@ -11,10 +11,14 @@ pub enum PixelFormat {
     Gray8,
     /// R, G, B.
     Rgb8,
-    /// R, G, B, alpha (alpha ignored).
+    /// R, G, B, alpha. What alpha means is the family's reference's rule
+    /// ([`crate::decode`], "Transparency"): detection ignores it, OCR applies rapidocr's.
     Rgba8,
     /// B, G, R (OpenCV and many camera drivers).
     Bgr8,
+    /// Luminance, alpha (a gray PNG with transparency). Families that read colour replicate
+    /// the luminance; alpha as for [`PixelFormat::Rgba8`].
+    GrayAlpha8,
 }
 
 impl PixelFormat {
@@ -22,15 +26,17 @@ impl PixelFormat {
     pub const fn channels(self) -> usize {
         match self {
             PixelFormat::Gray8 => 1,
+            PixelFormat::GrayAlpha8 => 2,
             PixelFormat::Rgb8 | PixelFormat::Bgr8 => 3,
             PixelFormat::Rgba8 => 4,
         }
     }
 
-    /// Byte offsets of R, G and B within a pixel (`[0, 0, 0]` for gray).
+    /// Byte offsets of R, G and B within a pixel (`[0, 0, 0]` for gray, with or without
+    /// alpha).
     pub const fn rgb_offsets(self) -> [usize; 3] {
         match self {
-            PixelFormat::Gray8 => [0, 0, 0],
+            PixelFormat::Gray8 | PixelFormat::GrayAlpha8 => [0, 0, 0],
             PixelFormat::Rgb8 | PixelFormat::Rgba8 => [0, 1, 2],
             PixelFormat::Bgr8 => [2, 1, 0],
         }

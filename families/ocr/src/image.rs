@@ -6,15 +6,11 @@
 //! channels, RGB is reordered, BGR is taken as is, and images with an alpha
 //! channel are flattened the way that file does it (see [`PixelFormat`]).
 //!
-//! Why the family keeps its own view type instead of
-//! [`tether_family::vision::ImageView`]: the reference reads two layouts the
-//! shared type does not express the same way: two-channel gray + alpha
-//! ([`PixelFormat::GrayAlpha8`], which the shared type has no format for) and
-//! four-channel images, which the reference masks by alpha and inverts
-//! ([`PixelFormat::Rgba8`]) where the shared type's `Rgba8` means "alpha
-//! ignored". Every shared view converts losslessly (`From`): its `Rgba8`
-//! then gets the reference's four-channel treatment, as a 4-channel file
-//! does in `rapidocr-onnxruntime`.
+//! Every shared view ([`tether_family::vision::ImageView`]) converts losslessly
+//! (`From`): its `GrayAlpha8` and `Rgba8` get the reference's two- and
+//! four-channel treatment, as such files do in `rapidocr-onnxruntime` (the
+//! shared decoder keeps the alpha channel for that; detection, whose
+//! reference drops alpha, ignores it).
 
 use crate::OcrError;
 
@@ -152,8 +148,8 @@ impl<'a> ImageView<'a> {
 impl<'a> From<tether_family::vision::ImageView<'a>> for ImageView<'a> {
     /// The same pixels (no copy). The shared view checks the same invariants
     /// (sides `1..=MAX_IMAGE_SIDE`, stride, buffer length), so this cannot
-    /// fail. `Rgba8` gets the reference's four-channel conversion (see the
-    /// module docs).
+    /// fail. `GrayAlpha8` and `Rgba8` get the reference's two- and
+    /// four-channel conversions (see the module docs).
     fn from(v: tether_family::vision::ImageView<'a>) -> Self {
         use tether_family::vision::PixelFormat as Shared;
         Self {
@@ -163,6 +159,7 @@ impl<'a> From<tether_family::vision::ImageView<'a>> for ImageView<'a> {
             stride: v.stride(),
             format: match v.format() {
                 Shared::Gray8 => PixelFormat::Gray8,
+                Shared::GrayAlpha8 => PixelFormat::GrayAlpha8,
                 Shared::Rgb8 => PixelFormat::Rgb8,
                 Shared::Rgba8 => PixelFormat::Rgba8,
                 Shared::Bgr8 => PixelFormat::Bgr8,

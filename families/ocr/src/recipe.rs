@@ -14,9 +14,17 @@
 //! configuration, and `-1` ([`tether_bundle::DYNAMIC_DIM`]) where the size
 //! is chosen per image at run time (the detector's height and width, the
 //! recogniser's width bucket and its step count).
+//!
+//! The recogniser is stored as it runs: with its padding masked
+//! (`tether_build::mask_width_padding`: every convolution, pool and attention
+//! sees only the columns of the reference's width, through a new input
+//! `valid_widths`), and with its output steps and valid widths for every input
+//! width from its own shape inference (`ocr/rec_widths`). The self-test's
+//! pinned digest is the original file's.
 
 use sha2::{Digest, Sha256};
-use tether_build::{OnnxInfo, inspect_onnx};
+use tether_build::{OnnxInfo, inspect_onnx, mask_width_padding, output_dim_table};
+use tether_family::io::{Candidate, select};
 use tether_bundle::{
     BundleWriter, CpuArch, DType, DYNAMIC_DIM, EngineKind, IdentityDesc, Layout, SectionKind,
     TargetDesc, TensorDesc,
@@ -26,10 +34,11 @@ use tether_runtime::IoSpec;
 use tether_runtime::backend::{NetworkSource, PrepareOptions, SourceFormat};
 
 use crate::config::{
-    CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, REC_SECTION, SELFTEST_SECTION,
+    CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, MAX_REC_WIDTH, REC_SECTION,
+    REC_WIDTHS_SECTION, RecWidths, SELFTEST_SECTION,
 };
 use crate::ctc::Dictionary;
-use crate::network::{CLS, DET, REC};
+use crate::network::{CLS, DET, REC, VALID_WIDTHS};
 use crate::selftest::SelfTest;
 use crate::{FAMILY, OcrConfig, OcrError};
 
@@ -81,6 +90,11 @@ pub struct BuildReport {
     pub cls: Option<OnnxInfo>,
     /// Why the self-test is absent, or `None` when it was embedded.
     pub self_test_skipped: Option<String>,
+    /// Sites of the recogniser where the padding is masked (convolutions and pools that
+    /// look across columns, global pools, attentions); 0: not masked (a warning said why).
+    pub rec_masked_sites: usize,
+    /// The recogniser's output steps and valid widths per input width (`ocr/rec_widths`).
+    pub rec_widths: RecWidths,
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -124,8 +138,9 @@ fn inspect(network: &'static str, onnx: &[u8]) -> Result<OnnxInfo, OcrError> {
     })
 }
 
-/// Prepare `onnx` on the tract CPU engine for input `[1, 3, h, w]` and
-/// return its I/O at that shape (the plan is dropped).
+/// Prepare `onnx` on the tract CPU engine for input `[1, 3, h, w]` (and
+/// `valid_steps` `[1]` when it has one) and return its I/O at that shape (the
+/// plan is dropped).
 fn prepare_on_cpu(
     network: &'static str,
     onnx: &[u8],
@@ -133,6 +148,18 @@ fn prepare_on_cpu(
     w: usize,
 ) -> Result<IoSpec, OcrError> {
     let shape = vec![1, 3, h, w];
+    let info = inspect(network, onnx)?;
+    let shapes: Vec<Vec<usize>> = info
+        .inputs
+        .iter()
+        .map(|t| {
+            if t.name == VALID_WIDTHS {
+                t.dims.iter().map(|&d| d.max(1) as usize).collect()
+            } else {
+                shape.clone()
+            }
+        })
+        .collect();
     let plan = tether_runtime::backends::tract_cpu::TractCpu
         .prepare(
             &NetworkSource {
@@ -142,7 +169,7 @@ fn prepare_on_cpu(
                 target: None,
             },
             &PrepareOptions {
-                input_shapes: vec![shape.clone()],
+                input_shapes: shapes,
                 ..PrepareOptions::default()
             },
         )
@@ -153,9 +180,40 @@ fn prepare_on_cpu(
     Ok(plan.io().clone())
 }
 
-/// The first output's shape of a prepared network.
-fn output_shape(io: &IoSpec) -> &[usize] {
-    io.outputs.first().map_or(&[], |t| t.shape.as_slice())
+/// The shape of the output that plays `network`'s role (`crate::network::output`)
+/// in a prepared network; empty when none (or several) does.
+fn output_shape<'a>(network: &str, io: &'a IoSpec) -> &'a [usize] {
+    let dims: Vec<Vec<i64>> = io
+        .outputs
+        .iter()
+        .map(|t| t.shape.iter().map(|&d| d as i64).collect())
+        .collect();
+    let c: Vec<Candidate<'_>> = io
+        .outputs
+        .iter()
+        .zip(&dims)
+        .map(|(t, d)| Candidate { name: &t.name, dims: d })
+        .collect();
+    select(&crate::network::output(network), &c).map_or(&[], |i| io.outputs[i].shape.as_slice())
+}
+
+/// The declared output of `info` that plays `network`'s role.
+///
+/// # Errors
+/// [`OcrError::Network`] naming the outputs when none or several could.
+fn role_output(network: &'static str, info: &OnnxInfo) -> Result<usize, OcrError> {
+    let c: Vec<Candidate<'_>> = info
+        .outputs
+        .iter()
+        .map(|t| Candidate {
+            name: &t.name,
+            dims: &t.dims,
+        })
+        .collect();
+    select(&crate::network::output(network), &c).map_err(|e| OcrError::Network {
+        network,
+        reason: e.to_string(),
+    })
 }
 
 /// A network's I/O at the shapes an `ocr` bundle runs it at: inputs
@@ -164,7 +222,8 @@ fn output_shape(io: &IoSpec) -> &[usize] {
 /// chosen at run time (recorded as [`DYNAMIC_DIM`]).
 ///
 /// For the networks of `config`: det `x [1, 3, -1, -1] -> [1, 1, -1, -1]`,
-/// rec `x [1, 3, rec_height, -1] -> [1, -1, rec_classes]`, cls
+/// rec `x [1, 3, rec_height, -1]` (and `valid_steps [1]` when the build
+/// masked its attention) `-> [1, -1, rec_classes]`, cls
 /// `x [1, 3, cls_height, cls_width] -> [1, 2]`.
 pub fn run_tensors(network: &str, info: &OnnxInfo, config: &OcrConfig) -> Vec<TensorDesc> {
     let d = |v: Option<u32>| v.map_or(DYNAMIC_DIM, i64::from);
@@ -182,13 +241,26 @@ pub fn run_tensors(network: &str, info: &OnnxInfo, config: &OcrConfig) -> Vec<Te
     let mut v = Vec::new();
     for t in &info.inputs {
         let mut t = t.clone();
-        t.dims = vec![1, 3, d(input[0]), d(input[1])];
-        t.layout = Layout::Nchw;
+        if t.name == VALID_WIDTHS {
+            // [K] as declared.
+        } else {
+            t.dims = vec![1, 3, d(input[0]), d(input[1])];
+            t.layout = Layout::Nchw;
+        }
         v.push(t);
     }
+    let role = role_output(
+        match network {
+            DET => DET,
+            REC => REC,
+            _ => CLS,
+        },
+        info,
+    )
+    .unwrap_or(0);
     for (i, t) in info.outputs.iter().enumerate() {
         let mut t = t.clone();
-        if i == 0 {
+        if i == role {
             t.dims = output.iter().map(|&x| d(x)).collect();
         }
         v.push(t);
@@ -247,21 +319,94 @@ pub fn build(
     }
     config.validate()?;
 
+    // The output that plays each network's role: by the rule every family applies
+    // (`tether_family::io`), never by position.
+    role_output(DET, &det)?;
+    let rec_output = role_output(REC, &rec)?;
+    if let Some(info) = &cls {
+        role_output(CLS, info)?;
+    }
+
     progress("preparing the detector on the CPU engine");
     let io = prepare_on_cpu(DET, nets.det, 64, 64)?;
-    if output_shape(&io) != [1, 1, 64, 64] {
+    if output_shape(DET, &io) != [1, 1, 64, 64] {
         return Err(OcrError::Network {
             network: "det",
             reason: format!(
                 "at input 64x64 the output is {:?}; expected [1, 1, 64, 64] (a probability map)",
-                output_shape(&io)
+                output_shape(DET, &io)
             ),
         });
     }
+
+    // The recogniser as the bundle runs it: padded to a width bucket, with the padding
+    // made invisible (SVTR mixes the whole sequence and its convolutions and pools see
+    // past a line's end, so padding would change the text): every site that looks across
+    // columns sees only the columns of the reference's width. The output steps and the
+    // valid widths for every input width come from the network's own shape inference.
+    progress("masking the recogniser's padding; reading its widths per input width");
+    let rec_h_fixed = config.rec_height as usize;
+    let widths = i64::from(config.rec_min_width)..=i64::from(MAX_REC_WIDTH);
+    let rec_err = |what: &str, e: tether_build::OnnxError| OcrError::Network {
+        network: "rec",
+        reason: format!("{what}: {e}"),
+    };
+    let steps = output_dim_table(
+        nets.rec,
+        &[Some(1), Some(3), Some(rec_h_fixed), None],
+        rec_output,
+        1,
+        widths.clone(),
+    )
+    .map_err(|e| rec_err("the output steps per input width", e))?;
+    let masked = match mask_width_padding(
+        nets.rec,
+        &[Some(1), Some(3), Some(rec_h_fixed), None],
+        widths,
+        VALID_WIDTHS,
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            log::warn!(
+                "the recogniser's padding cannot be masked ({e}); lines padded to a width bucket may read differently from rapidocr"
+            );
+            None
+        }
+    };
+    let to_u16 = |t: &[i64]| -> Result<Vec<u16>, OcrError> {
+        t.iter()
+            .map(|&v| u16::try_from(v).ok().filter(|&v| v > 0))
+            .collect::<Option<Vec<u16>>>()
+            .ok_or_else(|| OcrError::Network {
+                network: "rec",
+                reason: "a width table holds values outside 1..=65535".into(),
+            })
+    };
+    let rec_widths_table = RecWidths {
+        first: config.rec_min_width,
+        steps: to_u16(&steps)?,
+        valid: masked
+            .as_ref()
+            .map_or(Ok(Vec::new()), |m| m.tables.iter().map(|t| to_u16(t)).collect())?,
+    };
+    let masked_sites = masked.as_ref().map_or(0, |m| m.sites);
+    let rec_bytes: &[u8] = masked.as_ref().map_or(nets.rec, |m| &m.onnx);
+    let rec_run = inspect("rec", rec_bytes)?;
+
     progress("preparing the recogniser on the CPU engine");
     let w0 = config.rec_widths[0] as usize;
-    let io = prepare_on_cpu(REC, nets.rec, config.rec_height as usize, w0)?;
-    match output_shape(&io) {
+    let io = prepare_on_cpu(REC, rec_bytes, config.rec_height as usize, w0)?;
+    let steps_w0 = output_shape(REC, &io).get(1).copied();
+    if steps_w0 != rec_widths_table.steps_at(w0 as u32) {
+        return Err(OcrError::Network {
+            network: "rec",
+            reason: format!(
+                "at input width {w0} the prepared network emits {steps_w0:?} steps, its shape inference says {:?}",
+                rec_widths_table.steps_at(w0 as u32)
+            ),
+        });
+    }
+    match output_shape(REC, &io) {
         [1, t, c] if *c == classes && *t > 0 => {}
         s => {
             return Err(OcrError::Network {
@@ -281,10 +426,10 @@ pub fn build(
             config.cls_height as usize,
             config.cls_width as usize,
         )?;
-        if output_shape(&io) != [1, 2] {
+        if output_shape(CLS, &io) != [1, 2] {
             return Err(OcrError::Network {
                 network: "cls",
-                reason: format!("output is {:?}; expected [1, 2]", output_shape(&io)),
+                reason: format!("output is {:?}; expected [1, 2]", output_shape(CLS, &io)),
             });
         }
     }
@@ -339,11 +484,17 @@ pub fn build(
             Ok(())
         };
     add_net(DET, DET_SECTION, nets.det, &det)?;
-    add_net(REC, REC_SECTION, nets.rec, &rec)?;
+    add_net(REC, REC_SECTION, rec_bytes, &rec_run)?;
     if let (Some(bytes), Some(info)) = (nets.cls, &cls) {
         add_net(CLS, CLS_SECTION, bytes, info)?;
     }
     writer.add_section(SectionKind::Labels, DICT_SECTION, None, dict.to_section()?)?;
+    writer.add_section(
+        SectionKind::FamilyConfig,
+        REC_WIDTHS_SECTION,
+        None,
+        rec_widths_table.to_section(),
+    )?;
     writer.add_section(
         SectionKind::FamilyConfig,
         CONFIG_SECTION,
@@ -367,6 +518,8 @@ pub fn build(
             rec,
             cls,
             self_test_skipped,
+            rec_masked_sites: masked_sites,
+            rec_widths: rec_widths_table,
         },
     ))
 }
