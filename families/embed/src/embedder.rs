@@ -129,6 +129,20 @@ impl Embedder {
         let max_seq = config.max_seq_len as usize;
         let max_batch = config.max_batch as usize;
         let tokenizer = WordPiece::from_json(bundle.section_data(TOKENIZER_SECTION)?, max_seq)?;
+        // The build checked the tokenizer against the network's embedding table and
+        // recorded its rows; a bundle whose tokenizer was replaced since is refused here,
+        // not by the engine on the first out-of-range id.
+        if let Some(rows) = crate::config::vocab_rows(bundle.section_data(CONFIG_SECTION)?)
+            && let Some((id, token)) = tokenizer.max_id()
+            && id >= rows
+        {
+            return Err(EmbedError::Vocabulary {
+                id,
+                token,
+                rows: u64::from(rows),
+                table: "input_ids's embedding table (rows recorded at build)".into(),
+            });
+        }
         let selftest = match bundle.section(SELFTEST_SECTION) {
             Ok(_) => Some(SelfTest::from_section(
                 bundle.section_data(SELFTEST_SECTION)?,
@@ -306,6 +320,15 @@ impl Embedder {
         self.buckets[slot]
             .as_mut()
             .ok_or_else(|| EmbedError::Network("bucket preparation lost".into()))
+    }
+
+    /// Where `text` is cut when it is longer than the maximum sequence length
+    /// (`None` when it fits); see [`crate::tokenize::Truncated`].
+    ///
+    /// # Errors
+    /// [`EmbedError::Tokenizer`].
+    pub fn truncation(&self, text: &str) -> Result<Option<crate::tokenize::Truncated>, EmbedError> {
+        self.tokenizer.truncation(text)
     }
 
     /// Token ids of `text` as the network sees them (special tokens included,

@@ -109,6 +109,21 @@ pub enum EmbedError {
         /// Bytes present.
         actual: usize,
     },
+    /// The tokenizer produces ids the network's token embedding table has no row for
+    /// (a tokenizer of another model, or added tokens the model was not resized for).
+    #[error(
+        "the tokenizer's id {id} (`{token}`) is outside the network's token embedding table `{table}` of {rows} rows (ids 0..{rows}): the tokenizer does not belong to this network (or it has added tokens the model was not resized for)"
+    )]
+    Vocabulary {
+        /// The largest id the tokenizer produces.
+        id: u32,
+        /// Its token.
+        token: String,
+        /// Rows of the embedding table (the vocabulary size the network accepts).
+        rows: u64,
+        /// The table's name in the network.
+        table: String,
+    },
     /// The self-test payload is malformed.
     #[error("embed self-test payload: {0}")]
     SelfTest(String),

