@@ -50,6 +50,10 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // Ctrl-C, SIGTERM, SIGHUP and SIGPIPE remove the temporary files of unfinished outputs
+    // (bundles, reports, plots) before ending the process: the library leaves the signals to
+    // the application, which opts in here (`bench` then takes Ctrl-C over for itself).
+    tether_bundle::files::remove_temp_files_on_signal();
     // A panic inside an engine is caught at its boundary and reported as one `error:` line;
     // keep the default panic message out of stderr for those.
     tether_runtime::backend::quiet_engine_panics();

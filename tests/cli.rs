@@ -124,7 +124,12 @@ fn inspect_json_describes_the_manifest() {
         .collect();
     assert_eq!(
         names,
-        ["detect/model/model.onnx", "detect/labels", "detect/config"]
+        [
+            "detect/model/model.onnx",
+            "detect/labels",
+            "detect/config",
+            "detect/selftest"
+        ]
     );
     for s in sections {
         assert_eq!(
@@ -1507,14 +1512,89 @@ fn ocr_builds_inspects_and_reads_page_png_like_the_reference() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("self-test passed on cpu: text"), "{out}");
-    // A bundle whose family carries no self-test says so (exit 1), after the checksums.
-    let detect = nudenet_bundle();
-    let o = tether(&["verify", &detect, "--self-test"]);
+    // A bundle built without its self-test says so (exit 1), after the checksums.
+    let bare = scratch().join("ppocr-bare.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "ocr",
+        "--det",
+        &asset("ch_PP-OCRv4_det_infer.onnx"),
+        "--rec",
+        &asset("ch_PP-OCRv4_rec_infer.onnx"),
+        "--no-self-test",
+        "-o",
+        bare.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("self-test: not embedded: left out on request"));
+    let o = tether(&["verify", bare.to_str().unwrap(), "--self-test"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("carries no self-test"),
         "{}",
         stderr(&o)
+    );
+    // A detect bundle carries one too (the nudenet model is not the golden's: the expected
+    // detections are the build host's CPU engine's, and the source says so).
+    let detect = nudenet_bundle();
+    let o = tether(&["verify", &detect, "--self-test", "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("self-test passed on cpu: ") && stdout(&o).contains(" detections on "),
+        "{}",
+        stdout(&o)
+    );
+    let v = json(&tether(&["inspect", &detect, "--json"]));
+    let t = &v["family_config"]["self_test"];
+    assert_eq!(t["pixel_format"], "gray8", "{t}");
+    assert!(
+        t["source"]
+            .as_str()
+            .unwrap()
+            .contains("CPU engine at build time"),
+        "{t}"
+    );
+}
+
+/// A bundle whose self-test section is in the per-family layout of earlier tethers (format
+/// version 1) still opens and runs; `inspect` shows the self-test as unreadable and
+/// `verify --self-test` fails (exit 1) naming the version and what to do.
+#[test]
+fn an_old_format_self_test_is_named_and_the_bundle_still_runs() {
+    let onnx = std::fs::read(asset("silero_vad_op18_ifless.onnx")).unwrap();
+    let mut w = tether::vad::bundle_of(&onnx, &tether::vad::VadConfig::default(), "old", 0)
+        .expect("writer");
+    // The first bytes of a version-1 `vad/selftest` section: u16 version 1, u16 reserved,
+    // u32 chunks 8, u32 chunk samples 512 (then the tolerance, the PCM and probabilities).
+    let mut old = vec![1u8, 0, 0, 0, 8, 0, 0, 0, 0, 2, 0, 0];
+    old.resize(32 + (8 * 512 + 8) * 4, 0);
+    w.add_section(
+        tether::bundle::SectionKind::Reference,
+        "vad/selftest",
+        None,
+        old,
+    )
+    .unwrap();
+    let b = scratch().join("vad-old-selftest.bundle");
+    w.write(&b).unwrap();
+    let b = b.to_str().unwrap();
+    let o = tether(&["run", b, &asset("Noise.wav"), "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tether(&["inspect", b]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("unreadable: self-test format version 1"),
+        "{}",
+        stdout(&o)
+    );
+    let o = tether(&["verify", b, "--self-test", "--device", "cpu"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("self-test format version 1 (the per-family layout of earlier tethers)")
+            && e.contains("rebuild the bundle with `tether build`"),
+        "{e}"
     );
 }
 

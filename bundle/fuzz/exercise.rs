@@ -32,7 +32,7 @@ pub fn exercise(bytes: Vec<u8>, verify: Verify) {
     for t in b.targets() {
         assert_eq!(b.target(t.index).ok(), Some(t));
         let _ = (
-            t.is_lean(),
+            t.excludes_lean_runtime(),
             t.is_version_compatible(),
             t.tensorrt_version_parts(),
         );

@@ -19,7 +19,7 @@ fn writer(sections: usize) -> BundleWriter {
             engine: EngineKind::TensorRt,
             tensorrt_version: 100300,
             hardware_compat: 0,
-            flags: TARGET_FLAG_LEAN,
+            flags: TARGET_FLAG_EXCLUDE_LEAN_RUNTIME,
         })
         .unwrap();
     let kinds = [

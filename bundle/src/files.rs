@@ -24,12 +24,16 @@
 //!      file over it and `fsync`s the directory.
 //!
 //!   The temporary file is removed when the `AtomicFile` is dropped without
-//!   `persist` (an error, an early return, a panic that unwinds) and when
-//!   the process is killed by `SIGINT`, `SIGTERM`, `SIGHUP` or `SIGPIPE`
-//!   (see [`remove_temp_files_on_signal`]). A process killed by `SIGKILL` or
-//!   a crash cannot clean up; the first `AtomicFile` created in a directory
-//!   afterwards removes temporary files of this naming whose process no
-//!   longer exists ([`sweep_stale_temp_files`]).
+//!   `persist` (an error, an early return, a panic that unwinds). When the
+//!   process is killed by `SIGINT`, `SIGTERM`, `SIGHUP` or `SIGPIPE`, it is
+//!   removed if the application asked for it: the signals are the
+//!   application's, so this crate installs no handler for them by itself;
+//!   the application either calls [`remove_temp_files_on_signal`] at start
+//!   (the `tether` CLI does) or calls [`remove_unfinished_temp_files`] from
+//!   its own handler. A process killed by `SIGKILL` or a crash cannot clean
+//!   up; the first `AtomicFile` created in a directory afterwards removes
+//!   temporary files of this naming whose process no longer exists
+//!   ([`sweep_stale_temp_files`]).
 //!
 //! ```no_run
 //! use std::io::Write as _;
@@ -464,21 +468,35 @@ fn sweep_once(dir: &Path) {
 }
 
 /// Makes `SIGINT`, `SIGTERM`, `SIGHUP` and `SIGPIPE` remove the temporary
-/// files of unfinished [`AtomicFile`]s before they kill the process.
+/// files of unfinished [`AtomicFile`]s before they kill the process: a
+/// process-wide change an **application** makes (at the start of `main`, as
+/// the `tether` CLI does); the library never calls it.
 ///
 /// Only signals whose disposition is the default (kill the process) are
 /// covered: a program that handles or ignores a signal keeps its
-/// disposition, and its `AtomicFile`s are cleaned up when they are dropped.
+/// disposition (it can call [`remove_unfinished_temp_files`] from its own
+/// handler), and a handler installed later replaces this one for its signal.
 /// The handler unlinks the registered files, restores the default action and
 /// re-raises the signal, so the process still dies of it (a shell reports
 /// exit status 128 + signal number: 130 for `SIGINT`, 143 for `SIGTERM`).
 ///
-/// [`AtomicFile::create`] calls this; a program can call it earlier (at the
-/// start of `main`) so that its own later handlers take precedence. Calls
-/// after the first do nothing. Returns how many of the four signals are
-/// covered.
+/// Calls after the first do nothing. Returns how many of the four signals
+/// are covered.
 pub fn remove_temp_files_on_signal() -> usize {
     sys::install_cleanup_handler().len()
+}
+
+/// Removes the temporary files of every unfinished [`AtomicFile`] of this
+/// process now, and returns how many were removed: for an application that
+/// handles `SIGINT`/`SIGTERM` itself and is about to exit without dropping
+/// them. The `AtomicFile`s themselves stay valid to drop (a later `persist`
+/// fails: its file is gone).
+///
+/// Async-signal-safe (atomics, a stack buffer, `unlink`): it may be called
+/// from inside a signal handler as well as from a thread woken by one
+/// (`ctrlc`, `signal-hook`).
+pub fn remove_unfinished_temp_files() -> usize {
+    sys::remove_registered_temp_files()
 }
 
 /// A file being written next to its destination, renamed over it by
@@ -512,7 +530,6 @@ impl AtomicFile {
         let dest = destination(path)?;
         let dir = parent_dir(&dest.target).to_path_buf();
         let file_name = dest.target.file_name().unwrap_or(OsStr::new("file"));
-        remove_temp_files_on_signal();
         sweep_once(&dir);
 
         let temp = dir.join(temp_name(

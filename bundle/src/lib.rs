@@ -143,4 +143,4 @@ pub const TARGET_FLAG_VERSION_COMPATIBLE: u32 = tether_targets::FLAG_VERSION_COM
 /// embedded lean runtime (`kEXCLUDE_LEAN_RUNTIME`), so it needs a TensorRT of
 /// its own version. The platform vocabulary's
 /// [`tether_targets::FLAG_EXCLUDE_LEAN_RUNTIME`].
-pub const TARGET_FLAG_LEAN: u32 = tether_targets::FLAG_EXCLUDE_LEAN_RUNTIME;
+pub const TARGET_FLAG_EXCLUDE_LEAN_RUNTIME: u32 = tether_targets::FLAG_EXCLUDE_LEAN_RUNTIME;

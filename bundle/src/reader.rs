@@ -23,7 +23,7 @@ use crate::raw::{
 use crate::sys::{MapGuard, try_flock};
 use crate::{
     ArchCode, DType, EngineCode, FORMAT_MAJOR, FORMAT_MINOR, IoMode, Layout, MAGIC, MAX_NAME_LEN,
-    MAX_RANK, MAX_SECTIONS, SECTION_ALIGN, SectionKind, TARGET_FLAG_LEAN,
+    MAX_RANK, MAX_SECTIONS, SECTION_ALIGN, SectionKind, TARGET_FLAG_EXCLUDE_LEAN_RUNTIME,
     TARGET_FLAG_VERSION_COMPATIBLE,
 };
 
@@ -102,9 +102,9 @@ impl Target<'_> {
         self.flags & TARGET_FLAG_VERSION_COMPATIBLE != 0
     }
 
-    /// `flags` has [`TARGET_FLAG_LEAN`].
-    pub fn is_lean(&self) -> bool {
-        self.flags & TARGET_FLAG_LEAN != 0
+    /// `flags` has [`TARGET_FLAG_EXCLUDE_LEAN_RUNTIME`].
+    pub fn excludes_lean_runtime(&self) -> bool {
+        self.flags & TARGET_FLAG_EXCLUDE_LEAN_RUNTIME != 0
     }
 
     /// The record as engine selection takes it

@@ -1,14 +1,21 @@
 //! Operating-system glue (Unix): advisory file locks, the non-blocking
-//! flag, process liveness, and the two process-wide signal handlers the
-//! crate installs:
+//! flag, process liveness, and two signal handlers:
 //!
-//! * a `SIGBUS` handler that turns a fault inside a registered bundle
-//!   mapping (the file was truncated under us) into zero-filled pages and a
-//!   per-mapping flag, instead of killing the process;
+//! * a `SIGBUS` handler, installed by the crate on the first bundle mapping,
+//!   that turns a fault inside a registered bundle mapping (the file was
+//!   truncated under us) into zero-filled pages and a per-mapping flag,
+//!   instead of killing the process. A fault anywhere else goes to the
+//!   handler installed before it (or kills the process, as without it): the
+//!   crate takes only the faults of the memory it mapped itself;
 //! * a handler for the terminating signals (`SIGINT`, `SIGTERM`, `SIGHUP`,
 //!   `SIGPIPE`) that removes the temporary files of unfinished
 //!   [`AtomicFile`](crate::files::AtomicFile)s, then lets the signal kill the
-//!   process as it would have.
+//!   process as it would have. Those signals are the application's: the
+//!   crate installs this handler only when the application asks
+//!   ([`remove_temp_files_on_signal`](crate::files::remove_temp_files_on_signal):
+//!   the `tether` CLI does, at start); an application with handlers of its
+//!   own calls [`remove_registered_temp_files`] from them instead
+//!   ([`remove_unfinished_temp_files`](crate::files::remove_unfinished_temp_files)).
 //!
 //! Both handlers only read fixed-size static tables through atomics and make
 //! raw system calls (`mmap`, `unlink`, `sigaction`, `raise`); they never
@@ -410,7 +417,8 @@ const CLEANUP_SIGNALS: [libc::c_int; 4] =
 
 /// Installs the cleanup handler for each of [`CLEANUP_SIGNALS`] whose
 /// disposition is the default one (a program that handles or ignores a
-/// signal keeps doing so). Returns the signals now covered.
+/// signal keeps doing so). Returns the signals now covered. Only on the
+/// application's request: nothing in the crate calls it.
 pub(crate) fn install_cleanup_handler() -> &'static [libc::c_int] {
     static COVERED: OnceLock<Vec<libc::c_int>> = OnceLock::new();
     COVERED.get_or_init(|| {
@@ -433,6 +441,20 @@ pub(crate) fn install_cleanup_handler() -> &'static [libc::c_int] {
 }
 
 extern "C" fn on_terminating_signal(sig: libc::c_int) {
+    remove_registered_temp_files();
+    // The disposition is the default again (SA_RESETHAND): die of `sig`.
+    // SAFETY: raise and _exit are async-signal-safe.
+    unsafe {
+        libc::raise(sig);
+        libc::_exit(128 + sig);
+    }
+}
+
+/// Unlinks every registered temporary file; returns how many were unlinked.
+/// Async-signal-safe: reads the static table through atomics, copies each
+/// path into a stack buffer and calls `unlink`; no allocation, no lock.
+pub(crate) fn remove_registered_temp_files() -> usize {
+    let mut removed = 0;
     let mut buf = [0u8; TEMP_PATH_MAX + 1];
     for t in &TEMPS {
         if !t.claimed.load(Ordering::Acquire) {
@@ -456,16 +478,11 @@ extern "C" fn on_terminating_signal(sig: libc::c_int) {
         // SAFETY: `buf` is NUL-terminated at `len`; unlink is
         // async-signal-safe. The path is one of our temporary files (names
         // are never reused), so at worst it is already gone (ENOENT).
-        unsafe {
-            libc::unlink(buf.as_ptr().cast());
+        if unsafe { libc::unlink(buf.as_ptr().cast()) } == 0 {
+            removed += 1;
         }
     }
-    // The disposition is the default again (SA_RESETHAND): die of `sig`.
-    // SAFETY: raise and _exit are async-signal-safe.
-    unsafe {
-        libc::raise(sig);
-        libc::_exit(128 + sig);
-    }
+    removed
 }
 
 /// A temporary file registered for removal on a terminating signal;

@@ -381,8 +381,10 @@ impl BundleWriter {
     /// `path`. A reader never sees a partial file, and a bundle mapped by
     /// another `Bundle` keeps its old contents. The destination must be a
     /// regular file or not exist; a symbolic link is followed; an existing
-    /// file's permissions are kept. On any error, or a terminating signal,
-    /// the temporary file is removed and `path` is untouched.
+    /// file's permissions are kept. On any error the temporary file is
+    /// removed and `path` is untouched; on a terminating signal too when the
+    /// application asked for it
+    /// ([`files::remove_temp_files_on_signal`](crate::files::remove_temp_files_on_signal)).
     ///
     /// The destination is checked before the layout is computed, so an
     /// impossible destination fails fast.

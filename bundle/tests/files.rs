@@ -278,13 +278,21 @@ fn stale_temp_files_of_dead_processes_are_swept() {
     assert_eq!(removed, [dir.path().join(&stale)]);
 }
 
-/// Child half of the signal test: creates an `AtomicFile`, writes to it,
-/// says where, and waits to be killed.
+/// Child half of the signal tests: installs the cleanup handler when
+/// `TETHER_TEST_OPT_IN` is 1 (as the `tether` CLI does at start), creates an
+/// `AtomicFile`, writes to it, says where, and waits to be killed.
 #[test]
 fn child_writes_until_killed() {
     let Some(dest) = std::env::var_os("TETHER_TEST_ATOMIC_DEST") else {
-        return; // only meaningful when spawned by `temp_file_is_removed_on_signals`
+        return; // only meaningful when spawned by the signal tests
     };
+    if std::env::var_os("TETHER_TEST_OPT_IN").is_some_and(|v| v == "1") {
+        assert_eq!(
+            files::remove_temp_files_on_signal(),
+            3,
+            "SIGPIPE is ignored by libtest"
+        );
+    }
     let mut f = AtomicFile::create(PathBuf::from(dest)).unwrap();
     f.write_all(&[7u8; 1 << 20]).unwrap();
     f.flush().unwrap();
@@ -294,37 +302,126 @@ fn child_writes_until_killed() {
     panic!("not killed");
 }
 
-#[test]
-fn temp_file_is_removed_on_signals() {
+/// Spawns `child_writes_until_killed`, kills it with `sig` once its temporary
+/// file exists, and returns that file's path.
+fn kill_writer(dest: &Path, sig: libc::c_int, opt_in: bool) -> PathBuf {
     use std::io::BufRead as _;
     use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_writes_until_killed", "--nocapture"])
+        .env("TETHER_TEST_ATOMIC_DEST", dest)
+        .env("TETHER_TEST_OPT_IN", if opt_in { "1" } else { "0" })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let temp = loop {
+        let line = lines.next().expect("child output").unwrap();
+        // libtest may print `test child_writes_until_killed ... ` first.
+        if let Some((_, t)) = line.split_once("TEMP ") {
+            break PathBuf::from(t);
+        }
+    };
+    assert!(temp.exists(), "{}", temp.display());
+    // SAFETY: kill with a valid signal number to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(sig), "dies of the signal: {status:?}");
+    temp
+}
+
+/// With the cleanup the application asked for, a terminating signal removes
+/// the temporary file and leaves the destination untouched.
+#[test]
+fn temp_file_is_removed_on_signals() {
     let dir = TempDir::new("dest-signal");
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         let dest = dir.path().join(format!("out-{sig}.bundle"));
         std::fs::write(&dest, b"old").unwrap();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_writes_until_killed", "--nocapture"])
-            .env("TETHER_TEST_ATOMIC_DEST", &dest)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let temp = loop {
-            let line = lines.next().expect("child output").unwrap();
-            // libtest may print `test child_writes_until_killed ... ` first.
-            if let Some((_, t)) = line.split_once("TEMP ") {
-                break PathBuf::from(t);
-            }
-        };
-        assert!(temp.exists(), "{}", temp.display());
-        // SAFETY: kill with a valid signal number to our own child.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
-        let status = child.wait().unwrap();
-        assert_eq!(status.signal(), Some(sig), "dies of the signal: {status:?}");
+        let temp = kill_writer(&dest, sig, true);
         assert!(!temp.exists(), "temp file left after signal {sig}");
         assert_eq!(std::fs::read(&dest).unwrap(), b"old");
     }
+    assert!(temp_files(dir.path()).is_empty(), "{:?}", names(dir.path()));
+}
+
+/// The library takes no signal of the application's: without the opt-in,
+/// `AtomicFile` installs no handler, so a signal kills the process as it
+/// would have, leaving the temporary file for the next sweep.
+#[test]
+fn the_library_installs_no_handler_for_terminating_signals() {
+    let dir = TempDir::new("dest-no-handler");
+    let dest = dir.path().join("out.bundle");
+    std::fs::write(&dest, b"old").unwrap();
+    let temp = kill_writer(&dest, libc::SIGTERM, false);
+    assert!(
+        temp.exists(),
+        "removed without a handler? {}",
+        temp.display()
+    );
+    assert_eq!(std::fs::read(&dest).unwrap(), b"old");
+    // The next AtomicFile in that directory sweeps it (its process is gone).
+    let removed = files::sweep_stale_temp_files(dir.path()).unwrap();
+    assert_eq!(removed, [temp]);
+}
+
+/// Child half of `unfinished_temp_files_are_removed_on_request` (its own
+/// process: the call removes every unfinished temporary file of the process).
+#[test]
+fn child_removes_unfinished_temp_files() {
+    let Some(dir) = std::env::var_os("TETHER_TEST_UNFINISHED_DIR") else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let mut a = AtomicFile::create(dir.join("a.bin")).unwrap();
+    let b = AtomicFile::create(dir.join("b.bin")).unwrap();
+    a.write_all(b"partial").unwrap();
+    let temps = [a.temp_path().to_path_buf(), b.temp_path().to_path_buf()];
+    assert!(temps.iter().all(|t| t.exists()));
+    assert_eq!(files::remove_unfinished_temp_files(), 2);
+    assert!(temps.iter().all(|t| !t.exists()), "{temps:?}");
+    assert!(a.persist().is_err(), "its file is gone");
+    drop(b);
+    assert_eq!(
+        files::remove_unfinished_temp_files(),
+        0,
+        "none registered now"
+    );
+    // What the library changed about SIGINT, SIGTERM and SIGHUP: nothing.
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction is valid; with a null `act`, sigaction
+        // only reads the current disposition into `old`.
+        let handler = unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            assert_eq!(libc::sigaction(sig, std::ptr::null(), &mut old), 0);
+            old.sa_sigaction
+        };
+        assert_eq!(handler, libc::SIG_DFL, "signal {sig}");
+    }
+    println!("CHILD OK");
+}
+
+/// An application with signal handlers of its own removes the unfinished
+/// temporary files itself, with one async-signal-safe call.
+#[test]
+fn unfinished_temp_files_are_removed_on_request() {
+    let dir = TempDir::new("unfinished");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_removes_unfinished_temp_files",
+            "--nocapture",
+        ])
+        .env("TETHER_TEST_UNFINISHED_DIR", dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("CHILD OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(temp_files(dir.path()).is_empty(), "{:?}", names(dir.path()));
 }
 

@@ -47,7 +47,7 @@ fn round_trip_every_field() {
     assert_eq!(orin.tensorrt_version, 100300);
     assert_eq!(orin.tensorrt_version_parts(), Some((10, 3, 0)));
     assert_eq!(orin.hardware_compat, 1);
-    assert!(orin.is_version_compatible() && orin.is_lean());
+    assert!(orin.is_version_compatible() && orin.excludes_lean_runtime());
     // The record as engine selection takes it: the same fields, the one
     // vocabulary.
     let offer = orin.offer().unwrap();
@@ -60,7 +60,7 @@ fn round_trip_every_field() {
             sm: Some(tether_targets::Sm::new(8, 7)),
             tensorrt_version: 100300,
             hardware_compat: 1,
-            flags: TARGET_FLAG_VERSION_COMPATIBLE | TARGET_FLAG_LEAN,
+            flags: TARGET_FLAG_VERSION_COMPATIBLE | TARGET_FLAG_EXCLUDE_LEAN_RUNTIME,
         }
     );
     assert_eq!(
@@ -547,7 +547,7 @@ fn format_md_example_matches_writer() {
         engine: EngineKind::TensorRt,
         tensorrt_version: 100300,
         hardware_compat: 0,
-        flags: TARGET_FLAG_LEAN,
+        flags: TARGET_FLAG_EXCLUDE_LEAN_RUNTIME,
     })
     .unwrap();
     assert_eq!(w.to_bytes().unwrap(), expected);

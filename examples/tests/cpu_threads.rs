@@ -54,7 +54,7 @@ fn two_threads_detect_what_one_thread_detects() {
     let (writer, _) = tether_detect::recipe::build(
         &onnx,
         &tether_detect::recipe::BuildOptions {
-            name: "320n".into(),
+            common: tether_detect::recipe::BuildCommon::named("320n"),
             input_size: Some((320, 320)),
             ..Default::default()
         },

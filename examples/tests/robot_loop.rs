@@ -31,7 +31,7 @@ fn bundle() -> PathBuf {
         let (writer, _) = tether_detect::recipe::build(
             &onnx,
             &tether_detect::recipe::BuildOptions {
-                name: "320n".into(),
+                common: tether_detect::recipe::BuildCommon::named("320n"),
                 input_size: Some((320, 320)),
                 ..Default::default()
             },

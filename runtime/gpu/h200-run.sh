@@ -33,6 +33,10 @@ if want device && have cuda_device; then
   step "runtime: the CUDA device layer"
   "$B/bin/cuda_device" --test-threads=1 2>&1 | grep --line-buffered -v INFO
 fi
+if want device && have gpu_state; then
+  step "runtime: the sessions' request state (append kernel in one captured graph, every position)"
+  "$B/bin/gpu_state" --test-threads=1 2>&1 | grep --line-buffered -v INFO
+fi
 if want standin && have trt_standin; then
   step "TensorRT stand-in (NOT TensorRT): tether's layer, the model API and the device session"
   TETHER_TRT_STANDIN_DIR="$B/trt-standin" "$B/bin/trt_standin" --include-ignored --nocapture --test-threads=1 2>&1 | grep --line-buffered -v " INFO "

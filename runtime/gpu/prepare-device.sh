@@ -4,12 +4,12 @@
 # carries at most 64 MiB a call, so the binaries travel as one .tar.xz and only the assets
 # the chosen steps use are copied.
 #
-#   TESTS="cuda_device trt_standin gpu_pipeline native_gpu gpu_ocr" (test binaries, default all)
+#   TESTS="cuda_device gpu_state trt_standin gpu_pipeline native_gpu gpu_ocr" (test binaries, default all)
 #   ASSETS="320n.onnx ..." (default: the YOLO and OCR models and images, the onnx2torch wheel)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"; cd "$ROOT"
 A="${TETHER_ASSETS:-$ROOT/.assets}"
-TESTS="${TESTS:-cuda_device trt_standin gpu_pipeline native_gpu gpu_ocr}"
+TESTS="${TESTS:-cuda_device gpu_state trt_standin gpu_pipeline native_gpu gpu_ocr}"
 ASSETS="${ASSETS:-320n.onnx astronaut.png yolov8n-doclaynet.onnx page.png text.png ch_PP-OCRv4_det_infer.onnx ch_PP-OCRv4_rec_infer.onnx ch_ppocr_mobile_v2.0_cls_infer.onnx}"
 D=.device; rm -rf "$D"; mkdir -p "$D/pack/bin" "$D/assets"
 json="$(mktemp)"; trap 'rm -f "$json"' EXIT

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Compile a kernel source to one cubin per SM with NVRTC (libnvrtc.so.N from a PyPI wheel).
 
+The program is named after the source file (`native.cu`, `detect.cu`): NVRTC records the
+name with the line info, so the name is part of the image.
+
 Used by build-kernels.sh for the CUDA 12 images: PyPI's `nvidia-cuda-nvcc-cu12` 12.9 wheel
 ships ptxas and libnvvm but no `nvcc` driver, while `nvidia-cuda-nvrtc-cu12` 12.9 compiles
 straight to SASS (nvrtcGetCUBIN) with no GPU and no host compiler. The options mirror the

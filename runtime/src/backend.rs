@@ -76,17 +76,7 @@ pub struct NetworkSource<'a> {
     pub target: Option<tether_targets::Offer>,
 }
 
-/// Arithmetic precision a backend may use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Precision {
-    /// IEEE fp32 throughout (TF32 tensor-core math off).
-    #[default]
-    Fp32,
-    /// fp32 storage with TF32 tensor-core math where the backend supports it.
-    Tf32,
-    /// fp16 storage and math where the backend supports it (opt-in).
-    Fp16,
-}
+pub use crate::vocab::Precision;
 
 /// How a network is prepared.
 #[derive(Clone, Debug, Default)]
@@ -355,6 +345,9 @@ pub enum RunError {
         /// What was asked.
         what: &'static str,
     },
+    /// A request state operation that cannot be done (a run that would overflow a cache).
+    #[error(transparent)]
+    State(#[from] crate::session::StateError),
     /// A CUDA driver call failed.
     #[cfg(feature = "cuda")]
     #[error(transparent)]

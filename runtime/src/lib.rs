@@ -11,6 +11,8 @@
 //! - [`tensor`]: tensor descriptors, typed views, aligned host buffers.
 //! - [`cuda`] (feature `cuda`): the CUDA device layer (driver loaded at run time).
 //! - [`tensorrt`]: TensorRT loaded at run time through its interface tables.
+//! - [`vocab`]: the run-time vocabulary ([`Precision`], [`SyncPolicy`], [`MappedIo`]) the model
+//!   API, sessions, families and the CLI share.
 //!
 //! Nothing here is used only to build bundles: ONNX inspection, `trtexec` and plan assembly
 //! live in the `tether-build` crate.
@@ -22,8 +24,10 @@ pub mod device;
 pub mod error;
 pub mod model;
 pub mod session;
+pub mod shapes;
 pub mod tensor;
 pub mod tensorrt;
+pub mod vocab;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -41,4 +45,6 @@ pub use device::{COMPILED_BACKENDS, Device};
 pub use error::Error;
 pub use model::{Model, ModelOptions, Module, Network};
 pub use session::{PipelineSpec, RegionId, RegionKind, Session, Stage};
+pub use shapes::{ShapePolicy, ShapeSessions};
 pub use tensor::{DType, Element, HostBuffer, IoMode, TensorSpec};
+pub use vocab::{MappedIo, ParseVocabError, SyncPolicy};

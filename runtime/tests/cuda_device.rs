@@ -3,11 +3,11 @@
 //! pass. Run on the GPU host by runtime/gpu/h200-run.sh.
 
 use cudarc::driver::sys;
-use libtest_mimic::{Arguments, Trial};
 use tether_runtime::cuda::{
     Context, CudaError, DevicePtr, Graph, KernelImage, KernelModule, ModuleSource, PinnedBuffer,
     Stream, SyncPolicy, skip_reason,
 };
+use tether_testkit::GpuTests;
 
 /// The test kernels as PTX (JIT-compiled by the driver for whatever GPU runs the tests),
 /// NUL-terminated as `cuModuleLoadData` wants PTX text.
@@ -195,43 +195,23 @@ fn mapped_pinned_memory_is_read_and_written_in_place() {
 }
 
 fn main() {
-    let args = Arguments::from_args();
-    let skip = skip_reason();
-    if let Some(why) = &skip {
-        eprintln!(
-            "GPU tests ignored: no usable CUDA device: {}",
-            why.lines().next().unwrap_or("")
-        );
-    }
-    let tests: [(&str, fn()); 5] = [
-        ("properties_are_read", properties_are_read),
-        (
+    GpuTests::new(skip_reason())
+        .test("properties_are_read", properties_are_read)
+        .test(
             "primary_context_works_from_any_thread",
             primary_context_works_from_any_thread,
-        ),
-        (
+        )
+        .test(
             "every_sync_policy_waits_for_the_work",
             every_sync_policy_waits_for_the_work,
-        ),
-        (
+        )
+        .test(
             "graph_capture_replays_and_rejects_uncapturable_work",
             graph_capture_replays_and_rejects_uncapturable_work,
-        ),
-        (
+        )
+        .test(
             "mapped_pinned_memory_is_read_and_written_in_place",
             mapped_pinned_memory_is_read_and_written_in_place,
-        ),
-    ];
-    let trials = tests
-        .into_iter()
-        .map(|(name, f)| {
-            Trial::test(name, move || {
-                f();
-                Ok(())
-            })
-            .with_kind("gpu")
-            .with_ignored_flag(skip.is_some())
-        })
-        .collect();
-    libtest_mimic::run(&args, trials).exit();
+        )
+        .run()
 }

@@ -587,7 +587,7 @@ fn full_check(
         .graph
         .steps
         .iter()
-        .filter(|st| matches!(st.kind, native::ir::StepKind::Copy { .. }))
+        .filter(|st| matches!(st.kind, native::graph::StepKind::Copy(_)))
         .count();
     eprintln!("  {copies} copy steps; the {layout:?} layout compiles to {want}");
     assert_eq!(
@@ -761,7 +761,7 @@ fn host_reference_and_gpu_agree_on_noise() {
     let onnx = std::fs::read(asset("320n.onnx")).unwrap();
     let compiled = native::compile(&onnx, &[shape.to_vec()], Precision::Fp32).unwrap();
     let bytes: Vec<u8> = input.iter().flat_map(|v| v.to_ne_bytes()).collect();
-    let host = native::reference::run(&compiled.graph, &compiled.memory, &[&bytes]).unwrap();
+    let host = native::exec::reference::run(&compiled.graph, &compiled.memory, &[&bytes]).unwrap();
     let (e, abs, at) = worst(&gpu[0], &as_f32(&host[0]), FP32_ATOL, FP32_RTOL);
     eprintln!("gpu vs host reference: ratio {e:.3}, max |diff| {abs:.3e} at {at}");
     assert!(e <= 1.0);
@@ -925,11 +925,11 @@ fn ppocr_v4_det_fp32() {
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
 fn cudnn_runtime_fusion_probe() {
-    use tether_runtime::native::cudnn::Handle;
-    use tether_runtime::native::cudnn_graph::{
+    use tether_runtime::native::libs::cudnn::Handle;
+    use tether_runtime::native::libs::cudnn_graph::{
         ConvGeometry, ConvGraph, ConvPlan, FusedAct, FusedEpilogue, Search, alignment,
     };
-    native::libs::cudnn().expect("cuDNN");
+    native::libs::load::cudnn().expect("cuDNN");
     let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
     let stream = Stream::new(&ctx, SyncPolicy::Spin).unwrap();
     let handle = Handle::new().unwrap();

@@ -10,8 +10,10 @@
 use std::path::PathBuf;
 
 use tether_runtime::backend::Precision;
-use tether_runtime::native::ir::{BufferKind, StepKind};
-use tether_runtime::native::{self, ActivationLayout, LowerError, emulate, reference};
+use tether_runtime::native::exec::{emulate, reference};
+use tether_runtime::native::graph::StepKind;
+use tether_runtime::native::ir::BufferKind;
+use tether_runtime::native::{self, ActivationLayout, LowerError};
 use tract_onnx::prelude::*;
 
 fn asset(name: &str) -> PathBuf {
@@ -115,12 +117,12 @@ fn check_network(file: &str, shape: &[usize], precision: Precision, atol: f32, r
     // Every convolution that can take its bias/activation (and residual) into cuDNN's graph,
     // taken, as a GPU executor whose fused plans all won at load runs it. YOLOv8 is built of
     // conv + bias + SiLU blocks: a network with none found means the detection broke.
-    let fusions = native::fusion::find_all(&compiled);
+    let fusions = native::passes::fusion::find_all(&compiled);
     let fusable = fusions.iter().flatten().count();
     let convs = g
         .steps
         .iter()
-        .filter(|s| matches!(s.kind, native::ir::StepKind::Conv(_)))
+        .filter(|s| matches!(s.kind, native::graph::StepKind::Conv(_)))
         .count();
     eprintln!(" {fusable} of {convs} convolutions fusable");
     assert!(fusable > 0, "{file} {precision:?}: no fusable convolution");
@@ -149,7 +151,7 @@ fn check_network(file: &str, shape: &[usize], precision: Precision, atol: f32, r
         .filter(|&i| fusions[i].is_some())
         .collect();
     for max in [2, 4, 8, 16] {
-        let s = native::schedule::Schedule::new(g, &fusable_steps, max);
+        let s = native::plan::schedule::Schedule::new(g, &fusable_steps, max);
         s.check().unwrap();
         eprintln!(
             "  at most {max} streams: {} used, {} events",
@@ -299,8 +301,8 @@ fn yolov8n_lowering_has_no_concat_copies_and_fuses_silu() {
     let count = |f: &dyn Fn(&StepKind) -> bool| g.steps.iter().filter(|s| f(&s.kind)).count();
     let convs = count(&|k| matches!(k, StepKind::Conv(_)));
     let gemms = count(&|k| matches!(k, StepKind::Gemm(_)));
-    let elementwise = count(&|k| matches!(k, StepKind::Elementwise { .. }));
-    let copies = count(&|k| matches!(k, StepKind::Copy { .. }));
+    let elementwise = count(&|k| matches!(k, StepKind::Elementwise(_)));
+    let copies = count(&|k| matches!(k, StepKind::Copy(_)));
     eprintln!("{}", g.describe());
     eprintln!("conv {convs}, gemm {gemms}, elementwise {elementwise}, copy {copies}");
     // Every convolution (3x3 through cuDNN, 1x1 as a matrix product) is followed by at most
@@ -474,10 +476,10 @@ fn check_layouts_agree(
 }
 
 /// Copy steps of a plan.
-fn copies(g: &native::ir::Graph) -> usize {
+fn copies(g: &native::graph::Graph) -> usize {
     g.steps
         .iter()
-        .filter(|s| matches!(s.kind, StepKind::Copy { .. }))
+        .filter(|s| matches!(s.kind, StepKind::Copy(_)))
         .count()
 }
 
@@ -1141,7 +1143,7 @@ fn lstm_with_clip_is_refused_naming_node_and_attribute() {
 #[test]
 fn scan_longer_than_the_unroll_bound_is_refused_naming_node_and_count() {
     let onnx = std::fs::read(fixture("scan_cumsum.onnx")).unwrap();
-    let n = native::lower::MAX_SCAN_ITERATIONS + 1;
+    let n = native::front::MAX_SCAN_ITERATIONS + 1;
     let err = native::compile(&onnx, &[vec![3], vec![n, 3]], Precision::Fp32).unwrap_err();
     match err {
         LowerError::Unsupported { node, op, detail } => {
@@ -1150,5 +1152,92 @@ fn scan_longer_than_the_unroll_bound_is_refused_naming_node_and_count() {
             assert!(detail.contains(&format!("{n} iterations")), "{detail}");
         }
         other => panic!("expected a refusal, got {other}"),
+    }
+}
+
+/// The memory plans and schedules of YOLOv8n 320 and DocLayNet 1024 in fp32 and fp16 (each
+/// at its precision's default layout), as the engine makes them on the host: the trial plan
+/// its convolutions are measured on (every fusion candidate live, the default streams), and
+/// the final plan for no fusion, for every candidate fused (what an H200 load of fp16 ends
+/// with, 62-63 of 63), and on one stream. Printed with a digest of every offset and of the
+/// schedule, so that two versions of the engine can be compared line for line; each plan
+/// must pass its own check (no two buffers that may be live together share bytes).
+#[test]
+fn memory_plans_and_schedules_print_and_check() {
+    use native::plan::memory::MemoryPlan;
+    // FNV-1a over the plan's offsets and the schedule (streams, waits, events, joins).
+    fn digest(p: &MemoryPlan) -> u64 {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        let mut eat = |v: u64| {
+            for b in v.to_le_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+        };
+        for o in &p.activation_offset {
+            eat(o.map_or(u64::MAX, |v| v as u64));
+        }
+        for o in &p.weight_offset {
+            eat(o.map_or(u64::MAX, |v| v as u64));
+        }
+        let s = &p.schedule;
+        for (j, &st) in s.stream.iter().enumerate() {
+            eat(u64::from(st));
+            eat(u64::from(s.starts[j]));
+            eat(s.event[j].map_or(u64::MAX, u64::from));
+            for &w in &s.waits[j] {
+                eat(u64::from(w));
+            }
+            eat(u64::MAX - 1);
+        }
+        for &j in &s.joins {
+            eat(u64::from(j));
+        }
+        h
+    }
+    for (file, shape) in [
+        ("320n.onnx", [1, 3, 320, 320]),
+        ("yolov8n-doclaynet.onnx", [1, 3, 1024, 1024]),
+    ] {
+        let onnx = std::fs::read(asset(file)).unwrap();
+        for precision in [Precision::Fp32, Precision::Fp16] {
+            let c = native::compile(&onnx, &[shape.to_vec()], precision).unwrap();
+            let g = &c.graph;
+            let candidates: Vec<usize> = (0..g.steps.len())
+                .filter(|&i| native::passes::fusion::candidate(g, i).is_some())
+                .collect();
+            let plans = [
+                ("trial (all candidates, 8 streams)", c.memory.clone()),
+                (
+                    "final, no fusion, 8 streams",
+                    MemoryPlan::for_fusions(g, &[], 8).unwrap(),
+                ),
+                (
+                    "final, every candidate fused, 8 streams",
+                    MemoryPlan::for_fusions(g, &candidates, 8).unwrap(),
+                ),
+                (
+                    "final, no fusion, 1 stream",
+                    MemoryPlan::for_fusions(g, &[], 1).unwrap(),
+                ),
+            ];
+            eprintln!(
+                "{file} {precision:?}: {} steps, {} fusion candidates",
+                g.steps.len(),
+                candidates.len()
+            );
+            for (what, p) in plans {
+                p.check(g).unwrap();
+                let s = &p.schedule;
+                eprintln!(
+                    "  {what}: activations {} bytes, weights {} bytes, {} streams, {} events, {} joins, digest {:016x}",
+                    p.activation_bytes,
+                    p.weight_bytes,
+                    s.streams,
+                    s.events,
+                    s.joins.len(),
+                    digest(&p)
+                );
+            }
+        }
     }
 }

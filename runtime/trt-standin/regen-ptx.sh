@@ -6,7 +6,7 @@
 #   runtime/trt-standin/regen-ptx.sh --check  # regenerate into a temp file and compare
 #
 # nvcc 13.0 comes from PyPI into a private venv under /tmp (the one
-# families/detect/kernels/build-kernels.sh uses; override with NVCC=/path/to/nvcc).
+# runtime/kernels/build-kernels.sh uses; override with NVCC=/path/to/nvcc).
 # nvcc 13 emits PTX ISA 9.0 for compute_75 at the oldest; the kernels use nothing newer than
 # ISA 7.0 and sm_52, so the header is lowered to `.version 7.0` / `.target sm_52` (any
 # CUDA 11+ driver JITs it for its GPU), and ptxas checks the lowered text for sm_75, sm_87,

@@ -94,29 +94,15 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
         if let Some(b) = cause.downcast_ref::<BundleError>() {
             return Some(bundle_hint(b));
         }
-        if let Some(d) = cause.downcast_ref::<tether_detect::DetectError>() {
-            use tether_detect::DetectError as D;
-            match d {
-                D::Bundle(b) => return Some(bundle_hint(b)),
-                D::WrongFamily { .. } => {
-                    return Some("check the bundle's family with `tether inspect`");
-                }
-                D::Labels(_) | D::Network(_) => {
-                    return Some(
-                        "the ONNX file must be an Ultralytics YOLOv8 detection export (input [1,3,H,W] f32, output [1,4+C,N] f32, metadata `names`)",
-                    );
-                }
-                D::Config { .. } => {
-                    return Some(
-                        "see `tether build --family detect --help` for the accepted ranges",
-                    );
-                }
-                _ => {}
-            }
+        // A family's own errors: the family explains them (the CLI names no family).
+        if let Some(h) = tether::families::REGISTRY
+            .iter()
+            .find_map(|f| f.hint(cause))
+        {
+            return Some(h);
         }
         if let Some(h) = cause
             .downcast_ref::<tether_runtime::Error>()
-            .or_else(|| family_runtime_error(cause))
             .and_then(runtime_hint)
         {
             return Some(h);
@@ -138,26 +124,6 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
         if let Some(w) = cause.downcast_ref::<OutputError>() {
             return Some(w.hint());
         }
-    }
-    None
-}
-
-/// The runtime error inside a family's own error type. The families wrap it transparently
-/// (`#[error(transparent)]`), so it is not a separate link of the error chain.
-fn family_runtime_error<'a>(
-    cause: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a tether_runtime::Error> {
-    if let Some(tether_detect::DetectError::Runtime(r)) = cause.downcast_ref() {
-        return Some(r);
-    }
-    if let Some(tether_ocr::OcrError::Runtime(r)) = cause.downcast_ref() {
-        return Some(r);
-    }
-    if let Some(tether_vad::VadError::Runtime(r)) = cause.downcast_ref() {
-        return Some(r);
-    }
-    if let Some(tether_embed::EmbedError::Runtime(r)) = cause.downcast_ref() {
-        return Some(r);
     }
     None
 }

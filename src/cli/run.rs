@@ -50,7 +50,8 @@ pub struct RunArgs {
 }
 
 pub(crate) fn parse_precision(s: &str) -> Result<Precision, String> {
-    s.parse::<Precision>().map_err(|e| e.0)
+    s.parse::<Precision>()
+        .map_err(|e| format!("--precision {e}"))
 }
 
 /// An opened bundle, its family and the family's runner.

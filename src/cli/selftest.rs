@@ -45,6 +45,7 @@ use tether_bundle::{
 };
 use tether_runtime::tensorrt::TensorRt;
 use tether_runtime::{Device, ModelOptions, Module};
+use tether_targets::probe::GpuDevice;
 
 /// Exit status: every step ran and passed; TensorRT is usable here.
 pub const EXIT_USABLE: u8 = 0;
@@ -256,11 +257,31 @@ pub fn run(tensorrt_lib: Option<&std::path::Path>) -> Report {
             onnx.len()
         ),
     );
-
     // 2. The CPU reference.
     let x = input();
-    let expected = reference_output(&x);
-    let cpu = match run_cpu(&onnx, &x) {
+    let cpu = cpu_step(&mut steps, &onnx, &x);
+    // 3. What this machine has; 4. build, eager, graph where it can.
+    let found = probe_steps(&mut steps, &mut missing, tensorrt_lib);
+    device_steps(&mut steps, &found, &onnx, &x, cpu.as_deref());
+    #[cfg(not(feature = "tensorrt"))]
+    missing.push("tether built without the `tensorrt` feature".into());
+
+    let steps = steps.0;
+    let (verdict, exit_code) = verdict(&steps, &missing);
+    Report {
+        steps,
+        missing,
+        verdict,
+        exit_code,
+        cpu_checksum: cpu.as_deref().map(checksum),
+    }
+}
+
+/// Step 2: the model on the tract CPU engine against the formula; the output when it
+/// matches.
+fn cpu_step(steps: &mut Steps, onnx: &[u8], x: &[f32]) -> Option<Vec<f32>> {
+    let expected = reference_output(x);
+    match run_cpu(onnx, x) {
         Ok(y) => {
             let (err, at) = worst(&y, &expected);
             let sum = checksum(&y);
@@ -281,9 +302,23 @@ pub fn run(tensorrt_lib: Option<&std::path::Path>) -> Report {
             steps.push("cpu", Status::Fail, format!("{e:#}"));
             None
         }
-    };
+    }
+}
 
-    // 3. What this machine has.
+/// What step 3 found: the first CUDA device, the TensorRT library, `trtexec`.
+struct Found {
+    gpu: Option<GpuDevice>,
+    trt: Result<TensorRt, tether_runtime::tensorrt::LoadError>,
+    trtexec: Result<std::path::PathBuf, tether_build::trtexec::TrtexecError>,
+}
+
+/// Step 3: what this machine has (a CUDA GPU, the TensorRT library, `trtexec`), each a step;
+/// what is missing is noted.
+fn probe_steps(
+    steps: &mut Steps,
+    missing: &mut Vec<String>,
+    tensorrt_lib: Option<&std::path::Path>,
+) -> Found {
     let probe = tether_targets::probe::probe();
     let gpu = probe.cuda.devices.first().cloned();
     match &gpu {
@@ -337,13 +372,18 @@ pub fn run(tensorrt_lib: Option<&std::path::Path>) -> Report {
             missing.push("no trtexec (a TensorRT builder)".into());
         }
     }
+    Found { gpu, trt, trtexec }
+}
 
-    // 4. Build, eager, graph.
+/// Step 4: build a plan, run it eagerly and from a captured graph, when the machine has
+/// everything that needs (else the three steps are skipped, saying what is missing).
+fn device_steps(steps: &mut Steps, found: &Found, onnx: &[u8], x: &[f32], cpu: Option<&[f32]>) {
+    let Found { gpu, trt, trtexec } = found;
     #[cfg(feature = "tensorrt")]
     {
         let ready = gpu.is_some() && trtexec.is_ok();
-        match (ready, &trt, &cpu) {
-            (true, Ok(_), Some(cpu)) => device::run(&mut steps, &onnx, &x, cpu),
+        match (ready, trt, cpu) {
+            (true, Ok(_), Some(cpu)) => device::run(steps, onnx, x, cpu),
             _ => {
                 let mut needs = Vec::new();
                 if gpu.is_none() {
@@ -371,18 +411,20 @@ pub fn run(tensorrt_lib: Option<&std::path::Path>) -> Report {
     }
     #[cfg(not(feature = "tensorrt"))]
     {
-        let _ = (&gpu, &trt, &trtexec, &cpu);
+        let _ = (gpu, trt, trtexec, onnx, x, cpu);
         let why = "this tether was built without the `tensorrt` feature";
         for name in ["build", "eager", "graph"] {
             steps.push(name, Status::Skip, why);
         }
-        missing.push("tether built without the `tensorrt` feature".into());
     }
+}
 
-    let steps = steps.0;
+/// The verdict line and exit status: failed when a step failed, cannot-check when steps
+/// were skipped (saying what is missing), usable otherwise.
+fn verdict(steps: &[Step], missing: &[String]) -> (String, u8) {
     let failed: Vec<&Step> = steps.iter().filter(|s| s.status == Status::Fail).collect();
     let skipped = steps.iter().any(|s| s.status == Status::Skip);
-    let (verdict, exit_code) = if let Some(f) = failed.first() {
+    if let Some(f) = failed.first() {
         (
             format!(
                 "FAILED: {} step(s) failed, first `{}`: {}",
@@ -400,7 +442,7 @@ pub fn run(tensorrt_lib: Option<&std::path::Path>) -> Report {
                 .map(|s| format!("{}: {}", s.name, s.detail))
                 .collect::<Vec<_>>()
         } else {
-            missing.clone()
+            missing.to_vec()
         };
         (
             format!(
@@ -414,13 +456,6 @@ pub fn run(tensorrt_lib: Option<&std::path::Path>) -> Report {
             "TensorRT works on this device: a plan built here runs through tether's layer, eager and CUDA-graph replay match the CPU".to_string(),
             EXIT_USABLE,
         )
-    };
-    Report {
-        steps,
-        missing,
-        verdict,
-        exit_code,
-        cpu_checksum: cpu.as_deref().map(checksum),
     }
 }
 

@@ -60,7 +60,7 @@ pub fn sample_writer() -> BundleWriter {
             engine: EngineKind::TensorRt,
             tensorrt_version: 100300,
             hardware_compat: 1,
-            flags: TARGET_FLAG_VERSION_COMPATIBLE | TARGET_FLAG_LEAN,
+            flags: TARGET_FLAG_VERSION_COMPATIBLE | TARGET_FLAG_EXCLUDE_LEAN_RUNTIME,
         })
         .unwrap();
     let onnx = w
@@ -211,7 +211,11 @@ pub fn touch_everything(b: &Bundle) {
     let _ = (id.name.len(), id.content_digest_hex());
     let _ = (b.format_version(), b.file_len(), b.path());
     for t in b.targets() {
-        let _ = (t.is_lean(), t.tensorrt_version_parts(), b.target(t.index));
+        let _ = (
+            t.excludes_lean_runtime(),
+            t.tensorrt_version_parts(),
+            b.target(t.index),
+        );
     }
     let _ = b.target(u32::MAX);
     for s in b.sections() {

@@ -7,21 +7,17 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Arg, ArgMatches, value_parser};
-use embedded_graphics::mono_font::{MonoFont, MonoTextStyle, ascii::FONT_6X10, ascii::FONT_10X20};
-use embedded_graphics::pixelcolor::Rgb888;
-use embedded_graphics::prelude::*;
-use embedded_graphics::primitives::{
-    PrimitiveStyle, PrimitiveStyleBuilder, Rectangle, StrokeAlignment,
-};
-use embedded_graphics::text::{Baseline, Text};
 use image::RgbImage;
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
+pub use tether_family::annotate::MAX_ANNOTATED_SIDE;
+use tether_family::annotate::{Annotation, Colour};
 use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
     BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource, Outcome,
-    PlanSource, RunOptions, Runner, UsageError,
+    PlanSource, Report, RunOptions, Runner, SelfTest, UsageError, describe_self_test, file_stem,
 };
+use tether_family::selftest::Role;
 
 use crate::config::{CONFIG_SECTION, LABELS_SECTION};
 use crate::recipe::{self, BuildOptions};
@@ -69,6 +65,18 @@ impl Family for Detect {
 
     fn about(&self) -> &'static str {
         "YOLOv8 object detection (Ultralytics export): image in, boxes out"
+    }
+
+    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+        use crate::DetectError as D;
+        Some(match error.downcast_ref::<D>()? {
+            D::WrongFamily { .. } => "check the bundle's family with `tether inspect`",
+            D::Labels(_) | D::Network(_) => {
+                "the ONNX file must be an Ultralytics YOLOv8 detection export (input [1,3,H,W] f32, output [1,4+C,N] f32, metadata `names`)"
+            }
+            D::Config { .. } => "see `tether build --family detect --help` for the accepted ranges",
+            _ => return None,
+        })
     }
 
     fn annotates(&self) -> bool {
@@ -123,20 +131,12 @@ impl Family for Detect {
         }
         let path: &PathBuf = args.get_one("onnx").context("--onnx is required")?;
         let onnx = tether_bundle::files::read_regular(path)?;
-        let name = common.name.clone().unwrap_or_else(|| {
-            path.file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("model")
-                .to_string()
-        });
         let options = BuildOptions {
-            name,
-            model_version: common.model_version.clone(),
+            common: common.clone().or_name(file_stem(path, "model")),
             input_size: args.get_one::<(u32, u32)>("input-size").copied(),
             score_threshold: args.get_one::<f32>("score-threshold").copied(),
             iou_threshold: args.get_one::<f32>("iou-threshold").copied(),
             max_detections,
-            created_unix_s: common.created_unix_s,
         };
         let (writer, report) = recipe::build(&onnx, &options, progress)
             .with_context(|| format!("building from {}", path.display()))?;
@@ -184,6 +184,7 @@ impl Family for Detect {
                     c.max_detections
                 ),
                 format!("classes: {}", report.labels.join(", ")),
+                format!("self-test: embedded (detect/selftest): {}", report.selftest),
             ],
         })
     }
@@ -205,6 +206,21 @@ impl Family for Detect {
         let labels =
             crate::labels::decode_labels(bundle.section_bytes(&bundle.section(LABELS_SECTION)?)?)?;
         let c = &config;
+        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+            let (w, h, format) = crate::selftest::input(t).map_or((0, 0, "?"), |v| {
+                (v.width(), v.height(), v.format().as_str())
+            });
+            let n = t
+                .u32s(Role::Expected, crate::selftest::CLASS_IDS)
+                .map_or(0, <[u32]>::len);
+            (
+                format!(
+                    "{w}x{h} {format} image, expects {n} detections (expected values from {})",
+                    t.source
+                ),
+                json!({ "width": w, "height": h, "pixel_format": format, "detections": n }),
+            )
+        });
         Ok(Description {
             lines: vec![
                 (
@@ -232,6 +248,7 @@ impl Family for Detect {
                     "classes".into(),
                     format!("{}: {}", labels.len(), labels.join(", ")),
                 ),
+                ("self-test".into(), selftest_line),
             ],
             json: json!({
                 "input_width": c.input_width,
@@ -245,6 +262,7 @@ impl Family for Detect {
                 "std": c.std,
                 "pad_value": c.pad_value,
                 "class_names": labels,
+                "self_test": selftest_json,
             }),
         })
     }
@@ -289,6 +307,24 @@ impl Family for Detect {
             Orientation::Apply
         };
         Ok(Box::new(DetectRunner { det, orientation }))
+    }
+
+    fn run_self_test(
+        &self,
+        bundle: Arc<Bundle>,
+        options: &RunOptions,
+        test: &SelfTest,
+    ) -> Result<Report> {
+        let mut det = Detector::from_bundle(
+            bundle,
+            &DetectorOptions {
+                device: options.device()?,
+                verify_eagerly: options.verify_eagerly,
+                model: options.model_options(),
+                ..DetectorOptions::default()
+            },
+        )?;
+        Ok(det.run_self_test(test)?)
     }
 }
 
@@ -343,10 +379,7 @@ impl Runner for DetectRunner {
     }
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
-        match source {
-            InputSource::File(path) => Ok(Box::new(ImageInput::load(path, self.orientation)?)),
-            InputSource::Text(_) => bail!("the detect family reads images, not text"),
-        }
+        ImageInput::from_source(source, self.orientation, FAMILY)
     }
 
     fn run(&mut self, input: &dyn Input) -> Result<()> {
@@ -409,33 +442,23 @@ impl Runner for DetectRunner {
                 })
             })
             .collect();
-        let mut summary = format!(
-            "{} detections ({}x{}",
-            dets.len(),
-            img.image.width,
-            img.image.height
-        );
-        if img.image.orientation.is_some() {
-            summary.push_str(", EXIF orientation applied");
-        }
-        summary.push(')');
+        let mut summary = img.summary(&format!("{} detections", dets.len()));
         if stats.nonfinite > 0 {
             summary.push_str(&format!(
                 "; {} anchors had non-finite network outputs and were dropped",
                 stats.nonfinite
             ));
         }
+        let mut json = json!({
+            "candidates": stats.candidates,
+            "nonfinite_anchors": stats.nonfinite,
+            "detections": list,
+        });
+        img.add_to_json(&mut json);
         Ok(Outcome {
             summary,
             lines,
-            json: json!({
-                "image_width": img.image.width,
-                "image_height": img.image.height,
-                "orientation_applied": img.image.orientation,
-                "candidates": stats.candidates,
-                "nonfinite_anchors": stats.nonfinite,
-                "detections": list,
-            }),
+            json,
             annotated: annotate.then(|| draw(&img.image, dets, self.det.labels())),
         })
     }
@@ -465,11 +488,11 @@ impl Runner for DetectRunner {
             env.execution_note = note.to_string();
             let b = d.memory_budget();
             env.staging = Some(if b.mapped == 0 {
-                tether_family::family::Staging::Copy
+                tether_family::family::MappedIo::Never
             } else if b.mapped == b.pinned {
-                tether_family::family::Staging::Mapped
+                tether_family::family::MappedIo::Always
             } else {
-                tether_family::family::Staging::MappedOutputs
+                tether_family::family::MappedIo::Outputs
             });
             if model.session_options().step_timing {
                 env.gpu_timed = d.step_names().map(str::to_string).collect();
@@ -479,131 +502,34 @@ impl Runner for DetectRunner {
     }
 }
 
-/// Largest side of an annotated image, in pixels: larger inputs are annotated on a
-/// downscaled copy (memory stays bounded whatever the input size).
-pub const MAX_ANNOTATED_SIDE: u32 = 4096;
-
-/// `embedded-graphics` draw target over an `image` RGB buffer (clips at the edges).
-struct Canvas<'a>(&'a mut RgbImage);
-
-impl OriginDimensions for Canvas<'_> {
-    fn size(&self) -> Size {
-        Size::new(self.0.width(), self.0.height())
-    }
-}
-
-impl DrawTarget for Canvas<'_> {
-    type Color = Rgb888;
-    type Error = std::convert::Infallible;
-
-    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(
-        &mut self,
-        pixels: I,
-    ) -> Result<(), Self::Error> {
-        let (w, h) = (self.0.width() as i32, self.0.height() as i32);
-        for Pixel(p, c) in pixels {
-            if (0..w).contains(&p.x) && (0..h).contains(&p.y) {
-                self.0
-                    .put_pixel(p.x as u32, p.y as u32, image::Rgb([c.r(), c.g(), c.b()]));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// A distinct colour per class (the Ultralytics palette's first entries, cycled;
 /// ultralytics/utils/plotting.py `Colors`).
-fn colour(class_id: u16) -> Rgb888 {
+fn colour(class_id: u16) -> Colour {
     const PALETTE: [u32; 10] = [
         0xFF3838, 0xFF9D97, 0xFF701F, 0xFFB21D, 0xCFD231, 0x48F90A, 0x92CC17, 0x3DDB86, 0x1A9334,
         0x00D4BB,
     ];
     let c = PALETTE[usize::from(class_id) % PALETTE.len()];
-    Rgb888::new((c >> 16) as u8, (c >> 8) as u8, c as u8)
+    Colour::new((c >> 16) as u8, (c >> 8) as u8, c as u8)
 }
 
-/// Draw every detection (box, "name score" label) on an RGB copy of `image`, at most
-/// [`MAX_ANNOTATED_SIDE`] pixels a side. Line width and label size grow with the image
-/// (about 1/400 of the long side, at least 2 px; the 10x20 font from 800 px up).
+/// Draw every detection (box in its class colour, "name score" label above it) on an RGB
+/// copy of `image` ([`Annotation`]: at most [`MAX_ANNOTATED_SIDE`] pixels a side). Line
+/// width grows with the image (1/400 of the long side, at least 2 px).
 pub fn draw(image: &DecodedImage, dets: &[Detection], labels: &[String]) -> RgbImage {
-    let long = image.width.max(image.height);
-    let shrink = if long > MAX_ANNOTATED_SIDE {
-        f64::from(MAX_ANNOTATED_SIDE) / f64::from(long)
-    } else {
-        1.0
-    };
-    let mut out = if shrink < 1.0 {
-        let w = ((f64::from(image.width) * shrink).round() as u32).max(1);
-        let h = ((f64::from(image.height) * shrink).round() as u32).max(1);
-        // Decimate straight from the source (nearest): one output-sized buffer, no full-size
-        // RGB copy of a huge input.
-        let view = image.view();
-        let ch = view.format().channels();
-        let offs = view.format().rgb_offsets();
-        let mut o = RgbImage::new(w, h);
-        for (x, y, px) in o.enumerate_pixels_mut() {
-            let sx = ((f64::from(x) + 0.5) / shrink) as usize;
-            let sy = ((f64::from(y) + 0.5) / shrink) as usize;
-            let i = sy.min(image.height as usize - 1) * view.stride()
-                + sx.min(image.width as usize - 1) * ch;
-            let d = view.data();
-            *px = image::Rgb([d[i + offs[0]], d[i + offs[1]], d[i + offs[2]]]);
-        }
-        o
-    } else {
-        image.to_rgb8()
-    };
-    let k = shrink as f32;
-    let out_long = out.width().max(out.height());
-    let stroke = (out_long / 400).max(2);
-    let font: &MonoFont<'_> = if out_long >= 800 {
-        &FONT_10X20
-    } else {
-        &FONT_6X10
-    };
-    let (fw, fh) = (
-        font.character_size.width + font.character_spacing,
-        font.character_size.height,
-    );
-    let mut canvas = Canvas(&mut out);
+    let mut a = Annotation::new(image);
+    let stroke = a.stroke(400, 2);
     for d in dets {
         let c = colour(d.class_id);
-        let (x1, y1) = (
-            (d.bbox.x1 * k).round() as i32,
-            (d.bbox.y1 * k).round() as i32,
-        );
-        let (x2, y2) = (
-            (d.bbox.x2 * k).round() as i32,
-            (d.bbox.y2 * k).round() as i32,
-        );
-        let size = Size::new((x2 - x1).max(1) as u32, (y2 - y1).max(1) as u32);
-        let _ = Rectangle::new(Point::new(x1, y1), size)
-            .into_styled(
-                PrimitiveStyleBuilder::new()
-                    .stroke_color(c)
-                    .stroke_width(stroke)
-                    .stroke_alignment(StrokeAlignment::Inside)
-                    .build(),
-            )
-            .draw(&mut canvas);
+        let b = &d.bbox;
+        a.outline_box([b.x1, b.y1, b.x2, b.y2].map(f64::from), c, stroke);
         let name = labels
             .get(usize::from(d.class_id))
             .map_or("?", String::as_str);
-        let text = format!("{name} {:.2}", d.score);
-        let (tw, th) = (fw * text.len() as u32 + 4, fh + 2);
-        let ty = if y1 >= th as i32 { y1 - th as i32 } else { y1 };
-        let _ = Rectangle::new(Point::new(x1, ty), Size::new(tw, th))
-            .into_styled(PrimitiveStyle::with_fill(c))
-            .draw(&mut canvas);
-        let _ = Text::with_baseline(
-            &text,
-            Point::new(x1 + 2, ty + 1),
-            MonoTextStyle::new(font, Rgb888::BLACK),
-            Baseline::Top,
-        )
-        .draw(&mut canvas);
+        let corner = a.point(f64::from(b.x1), f64::from(b.y1));
+        a.label(corner, &format!("{name} {:.2}", d.score), c);
     }
-    out
+    a.into_image()
 }
 
 #[cfg(test)]
@@ -613,13 +539,7 @@ mod tests {
     use tether_family::vision::PixelFormat;
 
     fn black(w: u32, h: u32) -> DecodedImage {
-        DecodedImage {
-            data: vec![0; (w * h * 3) as usize],
-            width: w,
-            height: h,
-            format: PixelFormat::Rgb8,
-            orientation: None,
-        }
+        DecodedImage::new(vec![0; (w * h * 3) as usize], w, h, PixelFormat::Rgb8).unwrap()
     }
 
     fn det(x1: f32, y1: f32, x2: f32, y2: f32) -> Detection {

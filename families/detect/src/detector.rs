@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tether_bundle::{Bundle, Verify};
+use tether_family::selftest::{Report, SelfTest};
 use tether_runtime::{Model, ModelOptions, Session};
 
 pub use tether_runtime::Device;
@@ -379,6 +380,39 @@ impl Detector {
     /// The bundle's name.
     pub fn bundle_name(&self) -> &str {
         &self.bundle_name
+    }
+
+    /// The self-test the bundle carries, if any (read from the bundle when asked: a bundle
+    /// whose self-test this build cannot read still opens and runs).
+    ///
+    /// # Errors
+    /// [`DetectError::SelfTest`] for an unreadable section.
+    pub fn bundled_self_test(&self) -> Result<Option<SelfTest>, DetectError> {
+        Ok(SelfTest::of_bundle(self.model.bundle(), FAMILY)?)
+    }
+
+    /// Detect in the test's image and compare with the expected detections
+    /// ([`crate::selftest::compare`]). The session is prepared for the test image's
+    /// geometry.
+    ///
+    /// # Errors
+    /// [`DetectError::SelfTest`] for a test without the family's entries; as
+    /// [`Detector::detect`].
+    pub fn run_self_test(&mut self, test: &SelfTest) -> Result<Report, DetectError> {
+        let image = crate::selftest::input(test)?;
+        let got = self.detect(&image)?.to_vec();
+        crate::selftest::compare(test, &got, &self.engine().to_string())
+    }
+
+    /// Run the bundle's own self-test (what `tether verify --self-test` runs on the
+    /// device).
+    ///
+    /// # Errors
+    /// [`DetectError::SelfTest`] when the bundle has none or it is unreadable; as
+    /// [`Detector::run_self_test`].
+    pub fn self_test(&mut self) -> Result<Report, DetectError> {
+        let test = SelfTest::required(self.model.bundle(), FAMILY)?;
+        self.run_self_test(&test)
     }
 
     /// The session of the prepared geometry (placement, device session details).

@@ -3,8 +3,9 @@
 
 use tether_runtime::cuda::{DevicePtr, KernelImage, ModuleSource};
 
-/// The embedded kernel images (rebuilt by `kernels/build-kernels.sh`, digests in
-/// `kernels/bin/SHA256SUMS`, architectures checked by `kernels/list-archs.sh` in CI).
+/// The embedded kernel images (rebuilt by `runtime/kernels/build-kernels.sh
+/// families/detect/kernels/detect.cu`, digests in `kernels/bin/SHA256SUMS`, architectures
+/// checked by `runtime/kernels/list-archs.sh families/detect/kernels/bin` in CI).
 pub static KERNEL_IMAGES: &[KernelImage] = &[
     KernelImage {
         name: "detect.cu13.fatbin",

@@ -6,7 +6,8 @@
 //! - [`stages`]: both as session stages (host code and CUDA kernels computing the same
 //!   thing) around the network; [`output`]: the result record they write;
 //! - [`Detector`]: the semantic API, `Detector::load(path)?.detect(&image)`;
-//! - [`recipe`] (feature `build`): ONNX + metadata -> `.bundle`;
+//! - [`recipe`] (feature `build`): ONNX + metadata -> `.bundle`, with a [`selftest`] (the
+//!   reference page image and its detections) in the shared format;
 //! - [`cli`] (feature `cli`): the family as the `tether` CLI sees it.
 //!
 //! Golden evidence lives in `families/detect/golden/` (onnxruntime reference).
@@ -24,6 +25,7 @@ pub mod letterbox;
 pub mod output;
 #[cfg(feature = "build")]
 pub mod recipe;
+pub mod selftest;
 pub mod stages;
 
 pub use config::DetectConfig;
@@ -47,10 +49,10 @@ pub const MAX_DETECTIONS: usize = 300;
 #[non_exhaustive]
 pub enum DetectError {
     /// The bundle could not be opened or read.
-    #[error(transparent)]
+    #[error("{0}")]
     Bundle(#[from] tether_bundle::BundleError),
     /// The runtime could not prepare the model or a session.
-    #[error(transparent)]
+    #[error("{0}")]
     Runtime(#[from] tether_runtime::Error),
     /// The bundle belongs to another family.
     #[error("bundle `{bundle}` is a `{family}` bundle, not a `detect` bundle")]
@@ -85,6 +87,13 @@ pub enum DetectError {
         /// Values present.
         actual: usize,
     },
+    /// The self-test section is unreadable or lacks an entry this family needs.
+    #[error("detect self-test: {0}")]
+    SelfTest(#[from] tether_family::selftest::SelfTestError),
+    /// At build time, the CPU engine does not reproduce the pinned model's reference output
+    /// (the report says by how much).
+    #[error("the CPU engine does not reproduce the reference: {0}")]
+    ReferenceMismatch(Box<tether_family::selftest::Report>),
     /// The network input buffer has the wrong length (host pre-processing).
     #[error("network input buffer holds {actual} values, expected {expected}")]
     InputBuffer {

@@ -12,18 +12,27 @@
 //! | `detect/model/model.onnx` | `Onnx` (target `portable`) | the ONNX file, byte for byte |
 //! | `detect/labels` | `Labels` | class names, one per line |
 //! | `detect/config` | `FamilyConfig` | [`crate::config::DetectConfigRecord`] |
+//! | `detect/selftest` | `Reference` | [`crate::selftest`]: the page image and its detections |
+//!
+//! The self-test's expected detections are the onnxruntime reference pipeline's (committed
+//! golden) when the model is the pinned YOLOv8n-DocLayNet at the golden's input size and
+//! thresholds; the build fails if the CPU engine does not reproduce them. For any other model
+//! or settings they are the CPU engine's at build time (the section's source says so), and the
+//! self-test then checks that the deployed device agrees with the build host.
 
 use tether_build::{OnnxInfo, inspect_onnx};
 use tether_family::io::{Candidate, Role, SelectError, select, select_with};
-use tether_bundle::{
-    BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc,
-};
+use tether_bundle::{BundleWriter, DType, SectionKind};
+use tether_family::recipe::{add_portable_target, in_memory, sha256_hex};
+use tether_family::selftest::{self, Report};
+use tether_family::vision::{ImageView, PixelFormat};
 use tether_runtime::Backend as _;
 use tether_runtime::backend::{NetworkSource, PrepareOptions, SourceFormat};
 
 use crate::config::{CONFIG_SECTION, LABELS_SECTION, ONNX_SECTION};
 use crate::labels::{encode_labels, parse_ultralytics_names};
-use crate::{DetectConfig, DetectError, FAMILY};
+use crate::selftest::reference;
+use crate::{DetectConfig, DetectError, Detector, DetectorOptions, Device, FAMILY};
 
 /// Input side used for a model with a dynamic input size when neither the options nor the
 /// model's `imgsz` metadata give one: Ultralytics' default `imgsz`
@@ -48,14 +57,14 @@ pub fn metadata_imgsz(info: &OnnxInfo) -> Option<(u32, u32)> {
 /// YOLOv8's largest stride; input sides must be multiples of it.
 pub const STRIDE: u32 = 32;
 
+pub use tether_family::recipe::BuildCommon;
+
 /// What to build.
 #[derive(Clone, Debug, Default)]
 pub struct BuildOptions {
-    /// Bundle name (default: the caller's choice, usually the file stem).
-    pub name: String,
-    /// Model version string recorded in the identity (default: the ONNX
-    /// metadata `version`/`date` when present).
-    pub model_version: Option<String>,
+    /// Name, model version and creation time of the bundle identity (the model version's
+    /// default: the ONNX metadata `version`/`date` when present, else `unspecified`).
+    pub common: BuildCommon,
     /// Network input `(width, height)` for a dynamic-size model; must match
     /// the model for a static one.
     pub input_size: Option<(u32, u32)>,
@@ -65,8 +74,6 @@ pub struct BuildOptions {
     pub iou_threshold: Option<f32>,
     /// Maximum detections (default 300).
     pub max_detections: Option<u32>,
-    /// Creation time, seconds since the Unix epoch.
-    pub created_unix_s: u64,
 }
 
 /// What the recipe decided, for the build log.
@@ -80,13 +87,17 @@ pub struct BuildReport {
     pub onnx: OnnxInfo,
     /// Whether the input size came from the model (static) or the options.
     pub input_is_dynamic: bool,
+    /// The self-test run on the CPU engine at build time.
+    pub selftest: Report,
 }
 
 fn dim(d: i64) -> Option<u32> {
     u32::try_from(d).ok().filter(|&v| v > 0)
 }
 
-/// Build a `detect` bundle writer from ONNX bytes.
+/// Build a `detect` bundle writer from ONNX bytes: check the network's I/O and class names,
+/// choose the input size, prepare the network on the CPU engine to learn its anchors, write
+/// the sections, then run and add the self-test.
 ///
 /// `progress` receives a short message before each long step.
 ///
@@ -94,7 +105,8 @@ fn dim(d: i64) -> Option<u32> {
 /// [`DetectError::Network`] for a network that is not a YOLOv8 detector or
 /// fails to prepare; [`DetectError::Labels`] for missing or malformed class
 /// names; [`DetectError::Config`] for out-of-range options;
-/// [`DetectError::Bundle`] from the writer.
+/// [`DetectError::ReferenceMismatch`] when the pinned model does not reproduce the
+/// reference's detections on the CPU engine; [`DetectError::Bundle`] from the writer.
 pub fn build(
     onnx: &[u8],
     options: &BuildOptions,
@@ -102,6 +114,71 @@ pub fn build(
 ) -> Result<(BundleWriter, BuildReport), DetectError> {
     progress("reading the ONNX graph");
     let info = inspect_onnx(onnx).map_err(|e| DetectError::Network(e.to_string()))?;
+    let labels = check_io(&info)?;
+    let num_classes = labels.len() as u32;
+    let ((w, h), input_is_dynamic) = input_size(&info, options.input_size)?;
+    progress("preparing the network on the CPU engine");
+    let (num_anchors, head) = count_anchors(onnx, w, h, num_classes)?;
+    let head_output = u8::try_from(head).map_err(|_| {
+        DetectError::Network(format!(
+            "the detection head is output {head}; tether reads a head among the first 256 outputs"
+        ))
+    })?;
+
+    let mut config = DetectConfig::ultralytics(w, h, num_classes, num_anchors);
+    config.head_output = head_output;
+    if let Some(v) = options.score_threshold {
+        config.score_threshold = v;
+    }
+    if let Some(v) = options.iou_threshold {
+        config.iou_threshold = v;
+    }
+    if let Some(v) = options.max_detections {
+        config.max_detections = v;
+    }
+    config.validate()?;
+
+    progress("writing the bundle");
+    let mut writer = BundleWriter::new(options.common.identity(
+        FAMILY,
+        concat!("tether-detect ", env!("CARGO_PKG_VERSION")),
+        || default_model_version(&info),
+    ));
+    let target = add_portable_target(&mut writer)?;
+    let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
+    // The tensors at the shapes the bundle runs at (the manifest records the concrete
+    // input size, not the model's dynamic declaration).
+    for t in run_tensors(&info, w, h, num_classes, num_anchors, head) {
+        writer.add_tensor(model, t)?;
+    }
+    writer.add_section(
+        SectionKind::Labels,
+        LABELS_SECTION,
+        None,
+        encode_labels(&labels)?,
+    )?;
+    tether_family::recipe::add_config(&mut writer, CONFIG_SECTION, &config.to_record())?;
+    progress("running the self-test on the CPU engine");
+    let selftest = add_self_test(&mut writer, onnx, &config)?;
+    Ok((
+        writer,
+        BuildReport {
+            config,
+            labels,
+            onnx: info,
+            input_is_dynamic,
+            selftest,
+        },
+    ))
+}
+
+/// Check that `info` is a YOLOv8 detection export: one f32 image input `[1 or dynamic, 3,
+/// H, W]`, f32 outputs, one of them the head `[batch, 4 + C, N]` ([`head_role`]), and the class names of the
+/// Ultralytics metadata key `names` (C of them). Returns the class names.
+///
+/// # Errors
+/// [`DetectError::Network`] naming the tensor and what it is; [`DetectError::Labels`].
+fn check_io(info: &OnnxInfo) -> Result<Vec<String>, DetectError> {
     let [input] = info.inputs.as_slice() else {
         return Err(DetectError::Network(format!(
             "expected one image input, found {}",
@@ -140,7 +217,7 @@ pub fn build(
     // The head among the declared outputs: by name, then by shape (a tie is settled after
     // preparation, by the values of a test run).
     let rows = i64::from(4 + num_classes);
-    let declared_fits = move |d: &[i64]| d.len() == 3 && d[0] <= 1 && (d[1] < 0 || d[1] == rows);
+    let fits = move |d: &[i64]| d.len() == 3 && d[0] <= 1 && (d[1] < 0 || d[1] == rows);
     let declared: Vec<Candidate<'_>> = info
         .outputs
         .iter()
@@ -150,24 +227,29 @@ pub fn build(
         })
         .collect();
     let expected = format!("[1, 4 + {num_classes}, anchors] for {num_classes} classes");
-    let head_role = Role {
-        what: "the detection head",
-        kind: "output",
-        names: HEAD_NAMES,
-        expected: &expected,
-        fits: &declared_fits,
-    };
-    // Several candidates by the declared shapes are settled below, once their sizes are
-    // known; the error then names them.
-    let declared_head = select(&head_role, &declared);
     if let Err(e @ (SelectError::Missing { .. } | SelectError::NamedMismatch { .. })) =
-        &declared_head
+        select(&head_role(&expected, &fits), &declared)
     {
         return Err(DetectError::Network(e.to_string()));
     }
+    Ok(labels)
+}
+
+/// The network input size `(width, height)` and whether the model's is dynamic: the model's
+/// own when static (a `requested` size must equal it); else `requested`; else the training
+/// size of the metadata key `imgsz`; else [`DEFAULT_DYNAMIC_SIDE`]. Each side a positive
+/// multiple of [`STRIDE`].
+///
+/// # Errors
+/// [`DetectError::Config`] naming the size.
+fn input_size(
+    info: &OnnxInfo,
+    requested: Option<(u32, u32)>,
+) -> Result<((u32, u32), bool), DetectError> {
+    let input = &info.inputs[0];
     let declared = (dim(input.dims[3]), dim(input.dims[2]));
     let input_is_dynamic = declared.0.is_none() || declared.1.is_none();
-    let (w, h) = match (declared, options.input_size) {
+    let (w, h) = match (declared, requested) {
         ((Some(w), Some(h)), None) => (w, h),
         ((Some(w), Some(h)), Some(req)) if req == (w, h) => (w, h),
         ((Some(w), Some(h)), Some((rw, rh))) => {
@@ -177,7 +259,7 @@ pub fn build(
             });
         }
         (_, Some(req)) => req,
-        (_, None) => match metadata_imgsz(&info) {
+        (_, None) => match metadata_imgsz(info) {
             Some(size) => {
                 log::info!(
                     "input `{}` has a dynamic size; using the model's training size {}x{} (metadata `imgsz`)",
@@ -202,7 +284,23 @@ pub fn build(
             value: format!("{w}x{h} (each side must be a positive multiple of {STRIDE})"),
         });
     }
-    progress("preparing the network on the CPU engine");
+    Ok(((w, h), input_is_dynamic))
+}
+
+/// Prepare the network once with the CPU engine at `w x h`, proving it runs, and return its
+/// anchor count `N` (the head's `[1, 4 + C, N]`) and the head's output index: by name, then by
+/// the prepared shape; a tie between outputs of the head's shape is settled by a test run (the
+/// head's class rows are scores in [0, 1], its box rows finite), else refused naming them.
+///
+/// # Errors
+/// [`DetectError::Runtime`] when it does not prepare; [`DetectError::Network`] for an output
+/// of another shape or type.
+fn count_anchors(
+    onnx: &[u8],
+    w: u32,
+    h: u32,
+    num_classes: u32,
+) -> Result<(u32, usize), DetectError> {
     let plan = tether_runtime::backends::tract_cpu::TractCpu
         .prepare(
             &NetworkSource {
@@ -217,9 +315,7 @@ pub fn build(
             },
         )
         .map_err(|e| DetectError::Runtime(e.into()))?;
-    // The same rule on the prepared shapes; a tie between outputs of the head's shape is
-    // settled by a test run: the head's class rows are scores in [0, 1] and its box rows are
-    // finite.
+    let rows = i64::from(4 + num_classes);
     let shapes: Vec<Vec<i64>> = plan
         .io()
         .outputs
@@ -236,13 +332,10 @@ pub fn build(
             dims: d,
         })
         .collect();
-    let prepared_fits = move |d: &[i64]| d.len() == 3 && d[0] == 1 && d[1] == rows && d[2] > 0;
-    let prepared_role = Role {
-        fits: &prepared_fits,
-        ..head_role
-    };
+    let fits = move |d: &[i64]| d.len() == 3 && d[0] == 1 && d[1] == rows && d[2] > 0;
+    let expected = format!("[1, {rows}, anchors]");
     let mut values: Option<Vec<Vec<f32>>> = None;
-    let head = select_with(&prepared_role, &prepared, |k| {
+    let head = select_with(&head_role(&expected, &fits), &prepared, |k| {
         let outs = values.get_or_insert_with(|| test_run(&plan, w, h).unwrap_or_default());
         outs.get(k)
             .is_some_and(|v| looks_like_head(v, num_classes as usize))
@@ -257,96 +350,29 @@ pub fn build(
             out.name, out.dtype
         )));
     }
-    let head_output = u8::try_from(head).map_err(|_| {
-        DetectError::Network(format!(
-            "the detection head is output {head} of {}; tether reads a head among the first 256 outputs",
-            plan.io().outputs.len()
-        ))
-    })?;
     if head != 0 {
         log::info!(
             "the detection head is output {head} `{}` (not the first output)",
             out.name
         );
     }
-    drop(plan);
-
-    let mut config = DetectConfig::ultralytics(w, h, num_classes, num_anchors);
-    config.head_output = head_output;
-    if let Some(v) = options.score_threshold {
-        config.score_threshold = v;
-    }
-    if let Some(v) = options.iou_threshold {
-        config.iou_threshold = v;
-    }
-    if let Some(v) = options.max_detections {
-        config.max_detections = v;
-    }
-    config.validate()?;
-
-    let model_version = options
-        .model_version
-        .clone()
-        .or_else(|| {
-            let v = info.metadata("version");
-            let d = info.metadata("date");
-            match (v, d) {
-                (Some(v), Some(d)) => Some(format!("ultralytics {v}, exported {d}")),
-                (Some(v), None) => Some(format!("ultralytics {v}")),
-                (None, Some(d)) => Some(format!("exported {d}")),
-                (None, None) => None,
-            }
-        })
-        .unwrap_or_else(|| "unspecified".into());
-    progress("writing the bundle");
-    let mut writer = BundleWriter::new(IdentityDesc {
-        name: options.name.clone(),
-        family: FAMILY.into(),
-        model_version,
-        tool_version: concat!("tether-detect ", env!("CARGO_PKG_VERSION")).into(),
-        created_unix_s: options.created_unix_s,
-    });
-    let target = writer.add_target(TargetDesc {
-        name: "portable".into(),
-        arch: CpuArch::Any,
-        sm: None,
-        engine: EngineKind::TractCpu,
-        tensorrt_version: 0,
-        hardware_compat: 0,
-        flags: 0,
-    })?;
-    let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
-    // The tensors at the shapes the bundle runs at (the manifest records the concrete
-    // input size, not the model's dynamic declaration).
-    for t in run_tensors(&info, w, h, num_classes, num_anchors, head) {
-        writer.add_tensor(model, t)?;
-    }
-    writer.add_section(
-        SectionKind::Labels,
-        LABELS_SECTION,
-        None,
-        encode_labels(&labels)?,
-    )?;
-    writer.add_section(
-        SectionKind::FamilyConfig,
-        CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
-    )?;
-    Ok((
-        writer,
-        BuildReport {
-            config,
-            labels,
-            onnx: info,
-            input_is_dynamic,
-        },
-    ))
+    Ok((num_anchors, head))
 }
 
 /// Names the Ultralytics export gives the detection head (`model.export(format="onnx")`:
 /// `output_names=["output0"]`, and `output1` the segmentation prototypes).
 pub const HEAD_NAMES: &[&str] = &["output0"];
+
+/// The detection head's role ([`tether_family::io`]) with the shape `fits` accepts.
+fn head_role<'a>(expected: &'a str, fits: &'a dyn Fn(&[i64]) -> bool) -> Role<'a> {
+    Role {
+        what: "the detection head",
+        kind: "output",
+        names: HEAD_NAMES,
+        expected,
+        fits,
+    }
+}
 
 /// Run the prepared plan once on a mid-grey image (the letterbox's pad colour, 114 / 255)
 /// and return every output's values; `None` when the plan does not run on the host.
@@ -386,6 +412,70 @@ fn looks_like_head(v: &[f32], num_classes: usize) -> bool {
     }
     v[..4 * n].iter().all(|x| x.is_finite())
         && v[4 * n..].iter().all(|x| (0.0..=1.0).contains(x))
+}
+
+/// The model version an Ultralytics export records (metadata `version` and `date`), or
+/// `unspecified`.
+fn default_model_version(info: &OnnxInfo) -> String {
+    match (info.metadata("version"), info.metadata("date")) {
+        (Some(v), Some(d)) => format!("ultralytics {v}, exported {d}"),
+        (Some(v), None) => format!("ultralytics {v}"),
+        (None, Some(d)) => format!("exported {d}"),
+        (None, None) => "unspecified".into(),
+    }
+}
+
+/// Run the self-test's reference image through the bundle `writer` holds, on the CPU
+/// engine, and add the self-test ([`crate::selftest`]): the onnxruntime golden's detections
+/// when the model and `config` are the golden's (which the CPU engine must reproduce), else
+/// the detections found here.
+fn add_self_test(
+    writer: &mut BundleWriter,
+    onnx: &[u8],
+    config: &DetectConfig,
+) -> Result<Report, DetectError> {
+    let model_sha256 = sha256_hex(onnx);
+    let golden = reference::golden_for(&model_sha256, config)?;
+    let page = reference::page()?;
+    let image = ImageView::new(
+        page.as_raw(),
+        page.width(),
+        page.height(),
+        PixelFormat::Gray8,
+    )?;
+    let mut detector = Detector::from_bundle(
+        in_memory(writer)?,
+        &DetectorOptions {
+            device: Device::Cpu,
+            ..DetectorOptions::default()
+        },
+    )?;
+    if golden.is_none() {
+        log::info!(
+            "model SHA-256 {model_sha256} at {}x{} is not the golden's pinned YOLOv8n-DocLayNet at 1024x1024 with the default thresholds; the self-test expects this build host's CPU detections",
+            config.input_width,
+            config.input_height
+        );
+    }
+    let pinned = golden.is_some();
+    let (expected, source) = golden.unwrap_or_default();
+    let (payload, report) = selftest::for_recipe(
+        pinned,
+        crate::selftest::payload(&image, &expected, source),
+        &mut detector,
+        Detector::run_self_test,
+        |detector, _| {
+            let found = detector.detect(&image)?.to_vec();
+            Ok(crate::selftest::payload(
+                &image,
+                &found,
+                selftest::host_source(&format!("model SHA-256 {model_sha256}")),
+            ))
+        },
+        |report| DetectError::ReferenceMismatch(Box::new(report)),
+    )?;
+    payload.add_to(writer, FAMILY)?;
+    Ok(report)
 }
 
 /// The network's I/O at the shapes a bundle of this configuration runs at: input

@@ -15,24 +15,9 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use tether_detect::recipe::{BuildOptions, build};
+use tether_detect::recipe::{BuildCommon, BuildOptions, build};
 use tether_detect::{Detector, DetectorOptions, Device, ImageView, PixelFormat};
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS")
-        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheels)",
-        p.display()
-    );
-    p
-}
+use tether_testkit::asset;
 
 fn golden(name: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -67,7 +52,7 @@ fn check(golden_name: &str) {
     let (writer, report) = build(
         &onnx,
         &BuildOptions {
-            name: golden_name.into(),
+            common: BuildCommon::named(golden_name),
             input_size: Some((input_size[0], input_size[1])),
             ..BuildOptions::default()
         },

@@ -26,7 +26,6 @@ use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use libtest_mimic::{Arguments, Trial};
 use tether_detect::output::{DetectOutput, parse};
 use tether_detect::stages::{letterbox_pipeline, pipeline, post_pipeline};
 use tether_detect::{
@@ -42,6 +41,8 @@ use tether_runtime::cuda::{
 };
 use tether_runtime::session::{ExecMode, MappedIo, SessionOptions};
 use tether_runtime::{DType, IoMode, Plan, Session, TensorSpec};
+use tether_testkit::GpuTests;
+use tether_testkit::asset;
 use zerocopy::FromBytes;
 
 // ------------------------------------------------------------------ allocation counter
@@ -113,18 +114,6 @@ impl Rng {
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS")
-        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing asset {} (tests/fetch-assets)",
-        p.display()
-    );
-    p
 }
 
 fn field_case(name: &str) -> PathBuf {
@@ -589,7 +578,7 @@ fn build_bundle(onnx: &std::path::Path, size: Option<(u32, u32)>) -> PathBuf {
     let (w, _) = tether_detect::recipe::build(
         &bytes,
         &tether_detect::recipe::BuildOptions {
-            name: "gpu-test".into(),
+            common: tether_detect::recipe::BuildCommon::named("gpu-test"),
             input_size: size,
             ..Default::default()
         },
@@ -758,9 +747,6 @@ fn field_cases_are_equal_on_every_engine_and_run() {
     }
 }
 
-/// A named test body.
-type Test = (&'static str, Box<dyn Fn() + Send + Sync>);
-
 /// The full pipeline on a real model with the engine selection picks on this GPU (the native
 /// engine where it lowers the network): `TETHER_REAL_HOT_FRAMES` frames (default 10,000)
 /// through `Detector::detect`, then as many on the staged frame (`Detector::detect_staged`),
@@ -865,53 +851,39 @@ fn real_model_hot_path(model: &str, image: &str, size: Option<(u32, u32)>) {
 }
 
 fn main() {
-    let args = Arguments::from_args();
-    let skip = skip_reason();
-    if let Some(why) = &skip {
-        eprintln!(
-            "GPU tests ignored: no usable CUDA device: {}",
-            why.lines().next().unwrap_or("")
-        );
-    }
     let _ = env_logger::builder().is_test(true).try_init();
-    let tests: Vec<Test> = vec![
-        (
+    GpuTests::new(skip_reason())
+        .test(
             "preprocessing_equals_the_cpu_bit_for_bit",
-            Box::new(preprocessing_equals_the_cpu_bit_for_bit),
-        ),
-        (
+            preprocessing_equals_the_cpu_bit_for_bit,
+        )
+        .test(
             "postprocessing_equals_the_cpu_exactly",
-            Box::new(postprocessing_equals_the_cpu_exactly),
-        ),
-        (
+            postprocessing_equals_the_cpu_exactly,
+        )
+        .test(
             "a_capture_safe_network_makes_the_whole_frame_one_graph",
-            Box::new(a_capture_safe_network_makes_the_whole_frame_one_graph),
-        ),
-        (
+            a_capture_safe_network_makes_the_whole_frame_one_graph,
+        )
+        .test(
             "copy_and_mapped_staging_agree_under_every_sync_policy",
-            Box::new(copy_and_mapped_staging_agree_under_every_sync_policy),
-        ),
-        (
-            "hot_path_copy_staging_allocates_nothing",
-            Box::new(|| hot_path(MappedIo::Never)),
-        ),
-        (
-            "hot_path_mapped_staging_allocates_nothing",
-            Box::new(|| hot_path(MappedIo::Always)),
-        ),
-        (
-            "hot_path_mapped_outputs_allocates_nothing",
-            Box::new(|| hot_path(MappedIo::Outputs)),
-        ),
-        (
-            "real_model::nudenet_320n_gpu_matches_cpu",
-            Box::new(|| {
-                gpu_detector_matches_cpu("320n.onnx", "astronaut.png", Some((320, 320)), 2e-4)
-            }),
-        ),
-        (
+            copy_and_mapped_staging_agree_under_every_sync_policy,
+        )
+        .test("hot_path_copy_staging_allocates_nothing", || {
+            hot_path(MappedIo::Never)
+        })
+        .test("hot_path_mapped_staging_allocates_nothing", || {
+            hot_path(MappedIo::Always)
+        })
+        .test("hot_path_mapped_outputs_allocates_nothing", || {
+            hot_path(MappedIo::Outputs)
+        })
+        .test("real_model::nudenet_320n_gpu_matches_cpu", || {
+            gpu_detector_matches_cpu("320n.onnx", "astronaut.png", Some((320, 320)), 2e-4)
+        })
+        .test(
             "real_model::nudenet_320n_mapped_outputs_matches_cpu",
-            Box::new(|| {
+            || {
                 gpu_detector_matches_cpu_staged(
                     "320n.onnx",
                     "astronaut.png",
@@ -919,31 +891,18 @@ fn main() {
                     2e-4,
                     MappedIo::Outputs,
                 )
-            }),
-        ),
-        (
-            "real_model::doclaynet_gpu_matches_cpu",
-            Box::new(|| gpu_detector_matches_cpu("yolov8n-doclaynet.onnx", "page.png", None, 2e-4)),
-        ),
-        (
-            "real_model::nudenet_320n_hot_path_allocates_nothing",
-            Box::new(|| real_model_hot_path("320n.onnx", "astronaut.png", Some((320, 320)))),
-        ),
-        (
-            "real_model::field_cases_are_equal_on_every_engine_and_run",
-            Box::new(field_cases_are_equal_on_every_engine_and_run),
-        ),
-    ];
-    let trials = tests
-        .into_iter()
-        .map(|(name, f)| {
-            Trial::test(name, move || {
-                f();
-                Ok(())
-            })
-            .with_kind("gpu")
-            .with_ignored_flag(skip.is_some())
+            },
+        )
+        .test("real_model::doclaynet_gpu_matches_cpu", || {
+            gpu_detector_matches_cpu("yolov8n-doclaynet.onnx", "page.png", None, 2e-4)
         })
-        .collect();
-    libtest_mimic::run(&args, trials).exit();
+        .test(
+            "real_model::nudenet_320n_hot_path_allocates_nothing",
+            || real_model_hot_path("320n.onnx", "astronaut.png", Some((320, 320))),
+        )
+        .test(
+            "real_model::field_cases_are_equal_on_every_engine_and_run",
+            field_cases_are_equal_on_every_engine_and_run,
+        )
+        .run()
 }

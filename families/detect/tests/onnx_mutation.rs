@@ -120,7 +120,7 @@ fn mutated_networks_in_valid_bundles_never_panic() {
     let (w, _) = tether_detect::recipe::build(
         &onnx,
         &tether_detect::recipe::BuildOptions {
-            name: "mutation".into(),
+            common: tether_detect::recipe::BuildCommon::named("mutation"),
             input_size: Some((64, 64)),
             ..Default::default()
         },

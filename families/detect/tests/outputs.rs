@@ -21,7 +21,7 @@ fn detect(model: &str) -> Result<(u8, Vec<(u16, f32, [f32; 4])>), String> {
     let (writer, report) = build(
         &onnx,
         &BuildOptions {
-            name: model.into(),
+            common: tether_detect::recipe::BuildCommon::named(model),
             input_size: Some((640, 640)),
             ..BuildOptions::default()
         },

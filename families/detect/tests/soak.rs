@@ -47,7 +47,7 @@ fn bundle(side: u32) -> PathBuf {
     let (w, _) = tether_detect::recipe::build(
         &onnx,
         &tether_detect::recipe::BuildOptions {
-            name: "soak".into(),
+            common: tether_detect::recipe::BuildCommon::named("soak"),
             input_size: Some((side, side)),
             ..Default::default()
         },

@@ -7,31 +7,18 @@
 
 use std::path::PathBuf;
 
-use tether_detect::recipe::{BuildOptions, build};
+use tether_detect::recipe::{BuildCommon, BuildOptions, build};
 use tether_detect::{
     Detector, DetectorOptions, Device, FrameError, FrameSpec, ImageView, PixelFormat,
 };
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.assets"),
-        PathBuf::from,
-    );
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: run `tests/fetch-assets` first",
-        p.display()
-    );
-    p
-}
+use tether_testkit::asset;
 
 fn detector() -> (Detector, PathBuf) {
     let onnx = std::fs::read(asset("320n.onnx")).expect("model bytes");
     let (writer, _) = build(
         &onnx,
         &BuildOptions {
-            name: "staged".into(),
+            common: BuildCommon::named("staged"),
             input_size: Some((320, 320)),
             ..BuildOptions::default()
         },

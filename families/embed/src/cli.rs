@@ -27,7 +27,6 @@
 //! cosine instead (within each input and with every earlier text), for at most
 //! [`MAX_ALL_PAIRS_TEXTS`] texts. The JSON holds each text's full embedding.
 
-use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -36,17 +35,17 @@ use clap::{Arg, ArgMatches, value_parser};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
 use tether_family::family::{
-    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, RunOptions, Runner,
-    UsageError,
+    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
+    Runner, SelfTest, UsageError, describe_self_test, file_stem, input_as,
 };
+use tether_family::selftest::Role;
 
 use crate::config::{
     CONFIG_SECTION, DEFAULT_MAX_BATCH, DEFAULT_MAX_SEQ_LEN, MAX_BATCH, MAX_SEQ_LEN,
-    SELFTEST_SECTION,
 };
 use crate::net::NETWORK;
 use crate::recipe::{self, BuildOptions};
-use crate::selftest::SelfTest;
+use crate::selftest::{MIN_COSINE, TEXT};
 use crate::{
     EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, Embedding, FAMILY,
 };
@@ -148,21 +147,12 @@ impl Family for EmbedFamily {
                 .with_context(|| format!("reading {}", p.display()))
         };
         let (onnx, tokenizer) = (read(&onnx_path)?, read(&tok_path)?);
-        let name = common.name.clone().unwrap_or_else(|| {
-            onnx_path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("embed")
-                .to_string()
-        });
         let (writer, report) = recipe::build(
             &onnx,
             &tokenizer,
             &BuildOptions {
-                name,
-                model_version: common.model_version.clone(),
+                common: common.clone().or_name(file_stem(&onnx_path, "embed")),
                 config: Some(config),
-                created_unix_s: common.created_unix_s,
             },
             progress,
         )
@@ -209,10 +199,19 @@ impl Family for EmbedFamily {
 
     fn describe(&self, bundle: &Bundle) -> Result<Description> {
         let c = EmbedConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
-        let selftest = match bundle.section_data(SELFTEST_SECTION) {
-            Ok(bytes) => Some(SelfTest::from_section(bytes)?),
-            Err(_) => None,
-        };
+        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+            let text = t.text(Role::Input, TEXT).unwrap_or("?");
+            let min_cosine = t
+                .f32_scalar(Role::Tolerance, MIN_COSINE)
+                .unwrap_or(f32::NAN);
+            (
+                format!(
+                    "{text:?}, cosine >= {min_cosine} (expected values from {})",
+                    t.source
+                ),
+                json!({ "text": text, "min_cosine": min_cosine }),
+            )
+        });
         let seq = c.seq_buckets();
         let batch = c.batch_buckets();
         let lines = vec![
@@ -236,16 +235,7 @@ impl Family for EmbedFamily {
                 "buckets".into(),
                 format!("sequence {seq:?} x batch {batch:?} (each prepared once, on first use)"),
             ),
-            (
-                "self-test".into(),
-                match &selftest {
-                    Some(t) => format!(
-                        "{:?}, cosine >= {} (expected values from {})",
-                        t.text, t.min_cosine, t.source
-                    ),
-                    None => "none".into(),
-                },
-            ),
+            ("self-test".into(), selftest_line),
         ];
         Ok(Description {
             lines,
@@ -258,11 +248,7 @@ impl Family for EmbedFamily {
                 "max_batch": c.max_batch,
                 "seq_buckets": seq.as_slice(),
                 "batch_buckets": batch.as_slice(),
-                "self_test": selftest.as_ref().map(|t| json!({
-                    "text": t.text,
-                    "min_cosine": t.min_cosine,
-                    "source": t.source,
-                })),
+                "self_test": selftest_json,
             }),
         })
     }
@@ -296,33 +282,14 @@ impl Family for EmbedFamily {
         }))
     }
 
-    fn self_test(
+    fn run_self_test(
         &self,
         bundle: Arc<Bundle>,
         options: &RunOptions,
-    ) -> Result<Option<tether_family::family::SelfTest>> {
-        if bundle.section(SELFTEST_SECTION).is_err() {
-            return Ok(None);
-        }
+        test: &SelfTest,
+    ) -> Result<Report> {
         let mut e = Embedder::from_bundle(bundle, &embedder_options(options)?)?;
-        let r = e.self_test()?;
-        Ok(Some(tether_family::family::SelfTest {
-            passed: r.passed,
-            summary: format!(
-                "embedding of the reference sentence on {}: cosine {:.6} (minimum {}), worst |diff| {:.2e}",
-                e.engine(),
-                r.cosine,
-                r.min_cosine,
-                r.worst_abs_diff
-            ),
-            json: json!({
-                "engine": e.engine().id(),
-                "cosine": r.cosine,
-                "min_cosine": r.min_cosine,
-                "worst_abs_diff": r.worst_abs_diff,
-                "source": r.source,
-            }),
-        }))
+        Ok(e.run_self_test(test)?)
     }
 }
 
@@ -427,9 +394,6 @@ impl Input for TextInput {
             }
         )
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 /// The dot product of two embeddings, eight lanes at a time in f32 (vectorised by the
@@ -469,10 +433,7 @@ fn keep_top<K: Copy>(top: &mut Vec<(f32, K)>, k: usize, cos: f32, key: K) {
 }
 
 fn text_of(input: &dyn Input) -> Result<&TextInput> {
-    input
-        .as_any()
-        .downcast_ref::<TextInput>()
-        .context("not a text input of the embed family")
+    input_as(input, "a text input of the embed family")
 }
 
 impl Runner for EmbedRunner {

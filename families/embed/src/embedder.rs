@@ -4,11 +4,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tether_bundle::{Bundle, IoMode, Verify};
-use tether_runtime::{Device, EngineKind, Model, ModelOptions};
+use tether_family::selftest::{Report, SelfTest};
+use tether_runtime::{Device, EngineKind, Model, ModelOptions, ShapePolicy, ShapeSessions};
 
-use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION, TOKENIZER_SECTION};
+use crate::config::{CONFIG_SECTION, ONNX_SECTION, TOKENIZER_SECTION};
 use crate::net::{Bucket, NETWORK};
-use crate::selftest::{SelfTest, SelfTestReport};
 use crate::tokenize::WordPiece;
 use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedding, FAMILY, mean_pool_normalize};
 
@@ -61,14 +61,14 @@ pub struct Embedder {
     config: EmbedConfig,
     seq_buckets: heapless::Vec<usize, { crate::config::MAX_BUCKETS }>,
     batch_buckets: heapless::Vec<usize, 2>,
-    /// Prepared buckets, `[batch bucket][sequence bucket]` flattened.
-    buckets: Vec<Option<Bucket>>,
+    /// Prepared buckets, keyed `[batch, sequence]` (the runtime's sessions keyed by shape
+    /// under the (batch, sequence) bucket policy).
+    buckets: ShapeSessions<Bucket, 2>,
     /// Token ids of the current group, `max_seq` per row.
     tokens: Vec<i64>,
     lens: Vec<usize>,
     /// The bucket of the last run.
-    last: Option<usize>,
-    selftest: Option<SelfTest>,
+    last: Option<[usize; 2]>,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -97,7 +97,7 @@ impl Embedder {
     /// # Errors
     /// [`EmbedError::Bundle`], [`EmbedError::WrongFamily`],
     /// [`EmbedError::Config`], [`EmbedError::Tokenizer`],
-    /// [`EmbedError::SelfTest`] (malformed payload), [`EmbedError::Runtime`]
+    /// [`EmbedError::Runtime`]
     /// (no engine for the network on this device, device unavailable,
     /// preparation failed), [`EmbedError::Network`] (not a BERT encoder).
     pub fn open(path: impl AsRef<Path>, options: &EmbedderOptions) -> Result<Self, EmbedError> {
@@ -109,9 +109,9 @@ impl Embedder {
         Self::from_bundle(Arc::new(Bundle::open(path, verify)?), options)
     }
 
-    /// Prepare from an opened bundle. The tokenizer, the configuration and
-    /// the self-test payload are copied out at load; the model keeps the
-    /// bundle for buckets prepared later.
+    /// Prepare from an opened bundle. The tokenizer and the configuration are copied out at
+    /// load; the model keeps the bundle for buckets prepared later (and the self-test, read
+    /// only when run).
     ///
     /// # Errors
     /// As [`Embedder::open`].
@@ -143,12 +143,6 @@ impl Embedder {
                 table: "input_ids's embedding table (rows recorded at build)".into(),
             });
         }
-        let selftest = match bundle.section(SELFTEST_SECTION) {
-            Ok(_) => Some(SelfTest::from_section(
-                bundle.section_data(SELFTEST_SECTION)?,
-            )?),
-            Err(_) => None,
-        };
         // The encoder's inputs, as the recipe recorded them (each `[batch, seq]`).
         let section = bundle.section(ONNX_SECTION)?;
         let inputs = bundle
@@ -166,8 +160,12 @@ impl Embedder {
         model_options.device = options.device;
         model_options.input_shapes = vec![(NETWORK.into(), vec![vec![1, seq_buckets[0]]; inputs])];
         let model = Model::from_bundle(bundle, &model_options)?;
-        let mut buckets = Vec::new();
-        buckets.resize_with(seq_buckets.len() * batch_buckets.len(), || None);
+        let buckets = ShapeSessions::new(
+            &model,
+            NETWORK,
+            ShapePolicy::Buckets([batch_buckets.to_vec(), seq_buckets.to_vec()]),
+            move |&[batch, seq]| vec![vec![batch, seq]; inputs],
+        );
         let mut e = Self {
             model,
             tokenizer,
@@ -178,16 +176,12 @@ impl Embedder {
             tokens: vec![0; max_batch * max_seq],
             lens: vec![0; max_batch],
             last: None,
-            selftest,
         };
         // The plan prepared at open is bucket (batch 1, smallest sequence).
-        let opened = e.model.network(NETWORK)?.plan().clone();
-        e.buckets[0] = Some(Bucket::new(&e.model, opened, 1, e.seq_buckets[0])?);
+        e.bucket([1, e.seq_buckets[0]])?;
         if options.prepare == Prepare::All {
-            for b in 0..e.batch_buckets.len() {
-                for s in 0..e.seq_buckets.len() {
-                    e.bucket(b, s)?;
-                }
+            for key in e.buckets.policy().buckets() {
+                e.bucket(key)?;
             }
         }
         log::info!(
@@ -271,7 +265,7 @@ impl Embedder {
     /// time, or GPU time with step timing); empty before the first run.
     pub fn step_times(&self) -> &[(String, f64)] {
         self.last
-            .and_then(|i| self.buckets[i].as_ref())
+            .and_then(|key| self.buckets.held(key))
             .map_or(&[], |b| b.step_times())
     }
 
@@ -297,29 +291,16 @@ impl Embedder {
 
     /// `(batch, sequence)` shapes prepared so far (each once).
     pub fn prepared(&self) -> Vec<(usize, usize)> {
-        self.buckets.iter().flatten().map(Bucket::shape).collect()
+        self.buckets.keys().map(|[b, s]| (b, s)).collect()
     }
 
-    /// The bucket `(b, s)`, prepared on first use (on the engine chosen at
-    /// open) and kept.
-    fn bucket(&mut self, b: usize, s: usize) -> Result<&mut Bucket, EmbedError> {
-        let slot = b * self.seq_buckets.len() + s;
-        if self.buckets[slot].is_none() {
-            let (batch, seq) = (self.batch_buckets[b], self.seq_buckets[s]);
-            let inputs = self.model.network(NETWORK)?.io().inputs.len();
-            let plan = self
-                .model
-                .prepare(NETWORK, &vec![vec![batch, seq]; inputs])?;
-            let bucket = Bucket::new(&self.model, plan, batch, seq)?;
-            log::debug!(
-                "embed: prepared the network for batch {batch}, sequence {seq} on {}",
-                bucket.engine()
-            );
-            self.buckets[slot] = Some(bucket);
-        }
-        self.buckets[slot]
-            .as_mut()
-            .ok_or_else(|| EmbedError::Network("bucket preparation lost".into()))
+    /// The bucket of `[batch, sequence]`, prepared on first use (on the
+    /// engine chosen at open; the plan from open for its own bucket) and kept.
+    fn bucket(&mut self, shape: [usize; 2]) -> Result<&mut Bucket, EmbedError> {
+        let model = &self.model;
+        self.buckets.get(model, shape, |plan, [batch, seq]| {
+            make_bucket(model, plan, batch, seq)
+        })
     }
 
     /// Where `text` is cut when it is longer than the maximum sequence length
@@ -387,26 +368,19 @@ impl Embedder {
             self.lens[r] = self.tokenizer.encode_into(text.as_ref(), row)?;
             longest = longest.max(self.lens[r]);
         }
-        let b = if n == 1 {
-            0
-        } else {
-            self.batch_buckets.len() - 1
-        };
-        let s = self
-            .seq_buckets
-            .iter()
-            .position(|&len| len >= longest)
-            .unwrap_or(self.seq_buckets.len() - 1);
-        let (batch, seq) = (self.batch_buckets[b], self.seq_buckets[s]);
-        let slot = b * self.seq_buckets.len() + s;
-        self.bucket(b, s)?;
-        self.last = Some(slot);
+        // The smallest (batch, sequence) bucket holding the group: batch 1 for
+        // one text, else the maximum batch; the longest text's tokens, else the
+        // maximum sequence.
+        let key = self.buckets.policy().fit([n, longest]);
+        let [batch, seq] = key;
+        self.last = Some(key);
         let pad = i64::from(self.tokenizer.pad_id());
         // Disjoint fields: the bucket mutably, the token rows shared.
         let (tokens, lens) = (&self.tokens, &self.lens);
-        let Some(bucket) = self.buckets[slot].as_mut() else {
-            return Err(EmbedError::Network("bucket preparation lost".into()));
-        };
+        let model = &self.model;
+        let bucket = self.buckets.get(model, key, |plan, [batch, seq]| {
+            make_bucket(model, plan, batch, seq)
+        })?;
         // Rows past the texts repeat row 0 (valid input, output ignored).
         let row_len = |r: usize| lens[if r < n { r } else { 0 }].min(seq);
         bucket.fill(
@@ -437,32 +411,49 @@ impl Embedder {
         Ok(())
     }
 
-    /// The self-test payload of the bundle this was opened from, if any.
-    pub fn bundled_self_test(&self) -> Option<&SelfTest> {
-        self.selftest.as_ref()
-    }
-
-    /// Embed `test.text` and compare with the expected embedding.
+    /// The self-test the bundle this was opened from carries, if any (read from the
+    /// bundle when asked: a bundle whose self-test this build cannot read still opens).
     ///
     /// # Errors
-    /// As [`Embedder::embed`].
-    pub fn run_self_test(&mut self, test: &SelfTest) -> Result<SelfTestReport, EmbedError> {
-        let got = self.embed(&test.text)?;
-        Ok(test.compare(&got))
+    /// [`EmbedError::SelfTest`] for an unreadable section.
+    pub fn bundled_self_test(&self) -> Result<Option<SelfTest>, EmbedError> {
+        Ok(SelfTest::of_bundle(self.model.bundle(), FAMILY)?)
     }
 
-    /// Run the bundle's own self-test payload (what `tether verify
-    /// --self-test` runs on the device).
+    /// Embed the test's text and compare with the expected embedding.
     ///
     /// # Errors
-    /// [`EmbedError::SelfTest`] when the bundle has no payload; as
+    /// [`EmbedError::SelfTest`] for a test without the family's entries; as
     /// [`Embedder::embed`].
-    pub fn self_test(&mut self) -> Result<SelfTestReport, EmbedError> {
-        let test = self.selftest.take().ok_or_else(|| {
-            EmbedError::SelfTest(format!("the bundle has no `{SELFTEST_SECTION}` section"))
-        })?;
-        let r = self.run_self_test(&test);
-        self.selftest = Some(test);
-        r
+    pub fn run_self_test(&mut self, test: &SelfTest) -> Result<Report, EmbedError> {
+        let got = self.embed(crate::selftest::input(test)?)?;
+        crate::selftest::compare(test, &got, &self.engine().to_string())
     }
+
+    /// Run the bundle's own self-test (what `tether verify --self-test` runs on the
+    /// device).
+    ///
+    /// # Errors
+    /// [`EmbedError::SelfTest`] when the bundle has none or it is unreadable; as
+    /// [`Embedder::run_self_test`].
+    pub fn self_test(&mut self) -> Result<Report, EmbedError> {
+        let test = SelfTest::required(self.model.bundle(), FAMILY)?;
+        self.run_self_test(&test)
+    }
+}
+
+/// The session of one (batch, sequence) bucket around its plan (or the
+/// preparation's error).
+fn make_bucket(
+    model: &Model,
+    plan: Result<tether_runtime::Plan, tether_runtime::Error>,
+    batch: usize,
+    seq: usize,
+) -> Result<Bucket, EmbedError> {
+    let bucket = Bucket::new(model, plan?, batch, seq)?;
+    log::debug!(
+        "embed: session for batch {batch}, sequence {seq} on {}",
+        bucket.engine()
+    );
+    Ok(bucket)
 }

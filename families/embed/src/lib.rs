@@ -39,7 +39,7 @@ pub mod tokenize;
 pub use config::EmbedConfig;
 pub use embedder::{Embedder, EmbedderOptions, Prepare};
 pub use pool::{cosine, mean_pool_normalize};
-pub use selftest::{SelfTest, SelfTestReport};
+pub use tether_family::selftest::{Report as SelfTestReport, SelfTest};
 pub use tether_runtime::{Device, EngineKind};
 pub use tokenize::WordPiece;
 
@@ -57,11 +57,11 @@ pub type Embedding = [f32; EMBEDDING_DIM];
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
     /// The bundle could not be opened or read.
-    #[error(transparent)]
+    #[error("{0}")]
     Bundle(#[from] tether_bundle::BundleError),
     /// The runtime could not open the model, prepare a bucket or build its
     /// session (no usable engine on this device, device unavailable, ...).
-    #[error(transparent)]
+    #[error("{0}")]
     Runtime(#[from] tether_runtime::Error),
     /// An engine call failed.
     #[error(transparent)]
@@ -124,7 +124,11 @@ pub enum EmbedError {
         /// The table's name in the network.
         table: String,
     },
-    /// The self-test payload is malformed.
-    #[error("embed self-test payload: {0}")]
-    SelfTest(String),
+    /// The self-test section is unreadable or lacks an entry this family needs.
+    #[error("embed self-test: {0}")]
+    SelfTest(#[from] tether_family::selftest::SelfTestError),
+    /// At build time, the CPU engine does not reproduce the pinned model's reference output
+    /// (the report says by how much).
+    #[error("the CPU engine does not reproduce the reference: {0}")]
+    ReferenceMismatch(Box<tether_family::selftest::Report>),
 }

@@ -4,7 +4,9 @@
 //! the real device), which prepares the encoder once at open for the smallest
 //! (batch, sequence) bucket. Every other bucket is a plan from
 //! [`Model::prepare`] on that same engine, prepared on first use (or all at
-//! open) and kept with its [`Session`]: a bucket is never prepared twice.
+//! open) and kept with its [`Session`] in the runtime's
+//! [`tether_runtime::ShapeSessions`] under the (batch, sequence) bucket
+//! policy: a bucket is never prepared twice.
 //!
 //! A [`Bucket`]'s session has the network's i64 inputs (`input_ids`,
 //! `attention_mask`, optional `token_type_ids`, `[batch, seq]`) as input
@@ -136,11 +138,6 @@ impl Bucket {
             seq,
             engine,
         })
-    }
-
-    /// `(batch, seq)`.
-    pub(crate) fn shape(&self) -> (usize, usize) {
-        (self.batch, self.seq)
     }
 
     /// The engine running this bucket.

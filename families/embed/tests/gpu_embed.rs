@@ -15,30 +15,15 @@
 //! tokenizer come from `$TETHER_ASSETS`. On the GPU host:
 //! `TETHER_ASSETS=DIR gpu_embed --test-threads=1 --nocapture`.
 
-use std::path::PathBuf;
-
-use libtest_mimic::{Arguments, Trial};
 use serde_json::Value;
 use tether_embed::config::EmbedConfig;
-use tether_embed::recipe::{BuildOptions, build};
+use tether_embed::recipe::{BuildCommon, BuildOptions, build};
 use tether_embed::{Device, EMBEDDING_DIM, Embedder, EmbedderOptions, EngineKind, Prepare, cosine};
 use tether_runtime::cuda::skip_reason;
+use tether_testkit::GpuTests;
+use tether_testkit::asset;
 
 const GOLDEN: &str = include_str!("../golden/embeddings.json");
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.assets"),
-        PathBuf::from,
-    );
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: set TETHER_ASSETS (tests/fetch-assets)",
-        p.display()
-    );
-    p
-}
 
 fn parts() -> (Vec<u8>, Vec<u8>) {
     (
@@ -133,54 +118,29 @@ fn self_test_passes() {
         &onnx,
         &tok,
         &BuildOptions {
-            name: "minilm".into(),
+            common: BuildCommon::named("minilm"),
             ..BuildOptions::default()
         },
         &mut |_| {},
     )
     .expect("build");
-    let bundle = tether_bundle::Bundle::from_vec(
-        writer.to_bytes().expect("bytes"),
-        tether_bundle::Verify::Eager,
-    )
-    .expect("bundle");
-    let mut e =
-        Embedder::from_bundle(std::sync::Arc::new(bundle), &gpu(Prepare::Lazy)).expect("embedder");
+    let bundle = tether_family::recipe::in_memory(&writer).expect("bundle");
+    let mut e = Embedder::from_bundle(bundle, &gpu(Prepare::Lazy)).expect("embedder");
     let r = e.self_test().expect("self-test");
     eprintln!("on {}: {r}", e.engine());
     assert!(r.passed, "{r}");
 }
 
 fn main() {
-    let args = Arguments::from_args();
-    let skip = skip_reason();
-    if let Some(why) = &skip {
-        eprintln!(
-            "GPU tests ignored: no usable CUDA device: {}",
-            why.lines().next().unwrap_or("")
-        );
-    }
-    let tests: Vec<(&str, fn())> = vec![
-        (
+    GpuTests::new(skip_reason())
+        .test(
             "real_model::matches_sentence_transformers_and_onnxruntime",
             matches_sentence_transformers_and_onnxruntime,
-        ),
-        (
+        )
+        .test(
             "real_model::batches_equal_single_texts",
             batches_equal_single_texts,
-        ),
-        ("real_model::self_test_passes", self_test_passes),
-    ];
-    let trials = tests
-        .into_iter()
-        .map(|(name, f)| {
-            Trial::test(name, move || {
-                f();
-                Ok(())
-            })
-            .with_kind("gpu")
-            .with_ignored_flag(skip.is_some())
-        })
-        .collect();
-    libtest_mimic::run(&args, trials).exit();
+        )
+        .test("real_model::self_test_passes", self_test_passes)
+        .run()
 }

@@ -40,7 +40,7 @@ fn tokenizer_with_extra_token() -> Vec<u8> {
 
 fn options(name: &str) -> BuildOptions {
     BuildOptions {
-        name: name.into(),
+        common: tether_embed::recipe::BuildCommon::named(name),
         ..BuildOptions::default()
     }
 }

@@ -99,6 +99,27 @@ pub struct DecodedImage {
 }
 
 impl DecodedImage {
+    /// An image of `data` (`width * height * channels` bytes, packed rows), no orientation
+    /// applied.
+    ///
+    /// # Errors
+    /// [`crate::vision::ImageError`] when `data` is not a valid image of that size.
+    pub fn new(
+        data: Vec<u8>,
+        width: u32,
+        height: u32,
+        format: PixelFormat,
+    ) -> Result<Self, crate::vision::ImageError> {
+        ImageView::new(&data, width, height, format)?;
+        Ok(DecodedImage {
+            data,
+            width,
+            height,
+            format,
+            orientation: None,
+        })
+    }
+
     /// The image as an [`ImageView`].
     pub fn view(&self) -> ImageView<'_> {
         ImageView::new(&self.data, self.width, self.height, self.format)
@@ -227,16 +248,57 @@ impl ImageInput {
         })
     }
 
+    /// The input `source` names, for the image family `family`: a file, decoded with
+    /// `orientation`; text is refused.
+    ///
+    /// # Errors
+    /// [`DecodeError`] naming the file; text.
+    pub fn from_source(
+        source: crate::family::InputSource<'_>,
+        orientation: Orientation,
+        family: &str,
+    ) -> anyhow::Result<Box<dyn crate::family::Input>> {
+        match source {
+            crate::family::InputSource::File(path) => {
+                Ok(Box::new(ImageInput::load(path, orientation)?))
+            }
+            crate::family::InputSource::Text(_) => {
+                anyhow::bail!("the {family} family reads images, not text")
+            }
+        }
+    }
+
+    /// A result's one-line summary: `counted` (`3 detections`), then the image's size and
+    /// whether its orientation tag was applied (`3 detections (640x480, EXIF orientation
+    /// applied)`).
+    pub fn summary(&self, counted: &str) -> String {
+        format!(
+            "{counted} ({}x{}{})",
+            self.image.width,
+            self.image.height,
+            if self.image.orientation.is_some() {
+                ", EXIF orientation applied"
+            } else {
+                ""
+            }
+        )
+    }
+
+    /// Add the image's part of a result's JSON object to `json`: `image_width`,
+    /// `image_height`, `orientation_applied`.
+    pub fn add_to_json(&self, json: &mut serde_json::Value) {
+        json["image_width"] = self.image.width.into();
+        json["image_height"] = self.image.height.into();
+        json["orientation_applied"] = self.image.orientation.clone().into();
+    }
+
     /// `input` as an image input, or an error naming `family` (an input another family
     /// loaded).
     ///
     /// # Errors
     /// `input` is not an [`ImageInput`].
     pub fn of<'a>(input: &'a dyn crate::family::Input, family: &str) -> anyhow::Result<&'a Self> {
-        input
-            .as_any()
-            .downcast_ref::<ImageInput>()
-            .ok_or_else(|| anyhow::anyhow!("not an image input of the {family} family"))
+        crate::family::input_as(input, &format!("an image input of the {family} family"))
     }
 }
 
@@ -253,8 +315,5 @@ impl crate::family::Input for ImageInput {
             s.push_str(&format!(", EXIF orientation applied ({o})"));
         }
         s
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }

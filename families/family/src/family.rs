@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use tether_bundle::{Bundle, BundleWriter, TensorDesc};
 
+pub use crate::selftest::{Report, SelfTest};
+
 /// A command-line value that parses but is out of range (`--score-threshold -1`): tools exit
 /// with their usage status (2) for it, as for a value that does not parse.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -32,16 +34,9 @@ pub fn check_range(name: &str, value: Option<f32>, lo: f32, hi: f32) -> Result<(
     }
 }
 
-/// The common part of `tether build`, given to every recipe.
-#[derive(Clone, Debug, Default)]
-pub struct BuildCommon {
-    /// `--name`, if given (else the family picks, usually the model file stem).
-    pub name: Option<String>,
-    /// `--model-version`, if given.
-    pub model_version: Option<String>,
-    /// Creation time, seconds since the Unix epoch (`SOURCE_DATE_EPOCH` when set).
-    pub created_unix_s: u64,
-}
+/// The common part of `tether build`, given to every recipe (defined with the recipes'
+/// other shared parts, [`crate::recipe`]).
+pub use crate::recipe::{BuildCommon, file_stem};
 
 /// A network of a built bundle that TensorRT plans may be added for (`--engine tensorrt`):
 /// its ONNX file and its I/O at the shapes the bundle runs at.
@@ -76,6 +71,35 @@ pub struct Description {
     pub json: serde_json::Value,
 }
 
+/// The `self-test` line and JSON of a family's [`Description`]: `describe` turns the
+/// bundle's readable self-test into its own summary line and JSON object (the JSON gains
+/// `format_version` and `source`); `none` (JSON null) without one; an unreadable one (an old
+/// format version) is described, not an error, so that `inspect` still shows the rest.
+pub fn describe_self_test(
+    bundle: &Bundle,
+    family: &str,
+    describe: impl FnOnce(&SelfTest) -> (String, serde_json::Value),
+) -> (String, serde_json::Value) {
+    match SelfTest::of_bundle(bundle, family) {
+        Ok(None) => ("none".into(), serde_json::Value::Null),
+        Ok(Some(t)) => {
+            let (line, mut json) = describe(&t);
+            if let Some(o) = json.as_object_mut() {
+                o.insert(
+                    "format_version".into(),
+                    crate::selftest::FORMAT_VERSION.into(),
+                );
+                o.insert("source".into(), t.source.clone().into());
+            }
+            (line, json)
+        }
+        Err(e) => (
+            format!("unreadable: {e}"),
+            serde_json::json!({ "error": e.to_string() }),
+        ),
+    }
+}
+
 /// Where one input of `run`/`bench` comes from.
 #[derive(Clone, Copy, Debug)]
 pub enum InputSource<'a> {
@@ -85,14 +109,24 @@ pub enum InputSource<'a> {
     Text(&'a str),
 }
 
-/// A decoded input, ready to run (decoding is not part of the timed run).
-pub trait Input: Send {
+/// A decoded input, ready to run (decoding is not part of the timed run). The family that
+/// loaded it gets its own type back with [`input_as`].
+pub trait Input: Any + Send {
     /// What to call it in output (the path, or the text).
     fn label(&self) -> &str;
     /// A short description of what was decoded (`1280x720 RGB`, `16 kHz, 3.2 s`).
     fn describe(&self) -> String;
-    /// For the family's own downcast.
-    fn as_any(&self) -> &dyn Any;
+}
+
+/// `input` as the family's own input type `T`, or an error saying it is not `what` (an input
+/// another family loaded).
+///
+/// # Errors
+/// `input` is not a `T`.
+pub fn input_as<'a, T: Input>(input: &'a dyn Input, what: &str) -> anyhow::Result<&'a T> {
+    (input as &dyn Any)
+        .downcast_ref::<T>()
+        .ok_or_else(|| anyhow::anyhow!("not {what}"))
 }
 
 /// The result of one run, for output.
@@ -105,19 +139,6 @@ pub struct Outcome {
     pub json: serde_json::Value,
     /// An annotated image when the family has one (`--annotate`).
     pub annotated: Option<image::RgbImage>,
-}
-
-/// What a bundle's embedded self-test found (`tether verify --self-test`): the bundle's
-/// reference input run on this device and compared with the output the reference pipeline
-/// produced at build time, within the tolerance recorded beside it.
-pub struct SelfTest {
-    /// Every compared value within tolerance.
-    pub passed: bool,
-    /// One line: what was compared, the worst deviation and the tolerance
-    /// (`8 chunk probabilities, worst |diff| 3.1e-6 <= 1e-4`).
-    pub summary: String,
-    /// The same as JSON (an object).
-    pub json: serde_json::Value,
 }
 
 /// A bundle opened for `run` and `bench`.
@@ -245,128 +266,12 @@ pub struct Environment {
     pub engine_choice: Vec<(String, String)>,
     /// Where the GPU session's staging was placed (`auto` resolved), when the runner reports
     /// its session; `None` otherwise.
-    pub staging: Option<Staging>,
+    pub staging: Option<MappedIo>,
 }
 
-/// How the host waits for the GPU (the CUDA context's scheduling policy and the wait loop).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SyncPolicy {
-    /// Busy-poll: lowest latency, one core busy while the GPU works.
-    #[default]
-    Spin,
-    /// Poll and yield the core between polls.
-    Yield,
-    /// Sleep in the driver until the GPU signals: frees the core, adds wake-up latency.
-    Block,
-}
-
-impl std::str::FromStr for SyncPolicy {
-    type Err = UsageError;
-    fn from_str(s: &str) -> Result<Self, UsageError> {
-        match s {
-            "spin" => Ok(SyncPolicy::Spin),
-            "yield" => Ok(SyncPolicy::Yield),
-            "block" => Ok(SyncPolicy::Block),
-            other => Err(UsageError(format!(
-                "--sync `{other}`: expected spin, yield or block"
-            ))),
-        }
-    }
-}
-
-impl SyncPolicy {
-    /// `spin`, `yield`, `block`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncPolicy::Spin => "spin",
-            SyncPolicy::Yield => "yield",
-            SyncPolicy::Block => "block",
-        }
-    }
-}
-
-/// Where a GPU session's host staging lives (`--staging`): the input frame and the results
-/// in page-locked host memory, copied by nodes of the graph or mapped into the device's
-/// address space (zero-copy: kernels read and write them over the bus).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Staging {
-    /// Mapped on an integrated GPU (Jetson, DRIVE), copied on a discrete one.
-    #[default]
-    Auto,
-    /// Copied: an upload node before the first stage, a download node after the last.
-    Copy,
-    /// Inputs and outputs mapped (no copy nodes; on a discrete GPU every read of the frame
-    /// crosses the bus).
-    Mapped,
-    /// Outputs mapped, inputs copied: the stage that writes a result writes it into host
-    /// memory and the download node goes; the frame still arrives in one bulk copy.
-    MappedOutputs,
-}
-
-impl std::str::FromStr for Staging {
-    type Err = UsageError;
-    fn from_str(s: &str) -> Result<Self, UsageError> {
-        match s {
-            "auto" => Ok(Staging::Auto),
-            "copy" => Ok(Staging::Copy),
-            "mapped" => Ok(Staging::Mapped),
-            "mapped-outputs" => Ok(Staging::MappedOutputs),
-            other => Err(UsageError(format!(
-                "--staging `{other}`: expected auto, copy, mapped or mapped-outputs"
-            ))),
-        }
-    }
-}
-
-impl Staging {
-    /// `auto`, `copy`, `mapped`, `mapped-outputs`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Staging::Auto => "auto",
-            Staging::Copy => "copy",
-            Staging::Mapped => "mapped",
-            Staging::MappedOutputs => "mapped-outputs",
-        }
-    }
-}
-
-/// Arithmetic precision of the GPU engines that have a choice (`--precision`); the CPU
-/// engine computes in fp32 whatever is asked.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Precision {
-    /// fp32 storage and arithmetic, TF32 tensor cores off (the default).
-    #[default]
-    Fp32,
-    /// fp32 storage, TF32 tensor-core arithmetic for convolutions and matrix products.
-    Tf32,
-    /// fp16 storage, fp32 accumulation (opt-in; tolerances per family in its README).
-    Fp16,
-}
-
-impl std::str::FromStr for Precision {
-    type Err = UsageError;
-    fn from_str(s: &str) -> Result<Self, UsageError> {
-        match s {
-            "fp32" => Ok(Precision::Fp32),
-            "tf32" => Ok(Precision::Tf32),
-            "fp16" => Ok(Precision::Fp16),
-            other => Err(UsageError(format!(
-                "--precision `{other}`: expected fp32, tf32 or fp16"
-            ))),
-        }
-    }
-}
-
-impl Precision {
-    /// `fp32`, `tf32`, `fp16`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Tf32 => "tf32",
-            Precision::Fp16 => "fp16",
-        }
-    }
-}
+/// The run-time vocabulary the options below use (one definition, in the runtime:
+/// [`tether_runtime::vocab`]), re-exported for families and tools.
+pub use tether_runtime::vocab::{MappedIo, ParseVocabError, Precision, SyncPolicy};
 
 /// Options every runner honours.
 #[derive(Clone, Debug)]
@@ -387,7 +292,7 @@ pub struct RunOptions {
     /// Arithmetic precision of the GPU engines that have a choice.
     pub precision: Precision,
     /// Where a GPU session's host staging lives.
-    pub staging: Staging,
+    pub staging: MappedIo,
 }
 
 impl Default for RunOptions {
@@ -400,7 +305,7 @@ impl Default for RunOptions {
             sync: SyncPolicy::Spin,
             threads: None,
             precision: Precision::Fp32,
-            staging: Staging::Auto,
+            staging: MappedIo::Auto,
         }
     }
 }
@@ -423,29 +328,15 @@ impl RunOptions {
         #[allow(unused_mut)]
         let mut model = tether_runtime::ModelOptions {
             cpu_threads: self.threads.unwrap_or(1),
-            precision: match self.precision {
-                Precision::Fp32 => tether_runtime::Precision::Fp32,
-                Precision::Tf32 => tether_runtime::Precision::Tf32,
-                Precision::Fp16 => tether_runtime::Precision::Fp16,
-            },
+            precision: self.precision,
             ..tether_runtime::ModelOptions::default()
         };
         #[cfg(feature = "cuda")]
         {
-            use tether_runtime::cuda::SyncPolicy as R;
             model.session.graphs = self.graphs;
             model.session.step_timing = self.step_timing;
-            model.session.mapped = match self.staging {
-                Staging::Auto => tether_runtime::session::MappedIo::Auto,
-                Staging::Copy => tether_runtime::session::MappedIo::Never,
-                Staging::Mapped => tether_runtime::session::MappedIo::Always,
-                Staging::MappedOutputs => tether_runtime::session::MappedIo::Outputs,
-            };
-            model.session.sync = match self.sync {
-                SyncPolicy::Spin => R::Spin,
-                SyncPolicy::Yield => R::Yield,
-                SyncPolicy::Block => R::Blocking,
-            };
+            model.session.mapped = self.staging;
+            model.session.sync = self.sync;
         }
         model
     }
@@ -494,18 +385,43 @@ pub trait Family: Send + Sync {
     fn annotates(&self) -> bool {
         false
     }
-    /// Run the self-test the bundle carries on `options.device`: `Ok(None)` when the bundle
-    /// (or the family) carries none.
+    /// Run `test`, the self-test `bundle` carries ([`crate::selftest`]), on
+    /// `options.device`: the family's pipeline on the reference input, its output compared
+    /// with the recorded one within the recorded tolerances.
     ///
     /// # Errors
-    /// The bundle cannot be opened on that device, or its self-test section is malformed.
+    /// The bundle cannot be opened on that device; the test lacks an entry the family needs.
+    fn run_self_test(
+        &self,
+        bundle: Arc<Bundle>,
+        options: &RunOptions,
+        test: &SelfTest,
+    ) -> anyhow::Result<Report>;
+    /// Run the self-test the bundle carries (`tether verify --self-test`): `Ok(None)` when it
+    /// carries none. Reads the section ([`SelfTest::of_bundle`]) and runs it with
+    /// [`Family::run_self_test`].
+    ///
+    /// # Errors
+    /// The section is unreadable (a format version this build does not read is named), or
+    /// as [`Family::run_self_test`].
     fn self_test(
         &self,
         bundle: Arc<Bundle>,
         options: &RunOptions,
-    ) -> anyhow::Result<Option<SelfTest>> {
-        let _ = (bundle, options);
-        Ok(None)
+    ) -> anyhow::Result<Option<Report>> {
+        let Some(test) = SelfTest::of_bundle(&bundle, self.name())? else {
+            return Ok(None);
+        };
+        self.run_self_test(bundle, options, &test).map(Some)
+    }
+    /// A one-line hint for `error` (one link of a failed command's error chain) when it is
+    /// one of this family's own errors and a hint fits; the CLI prints it as `hint:`. The
+    /// bundle's and the runtime's errors are not the family's to explain: a family error
+    /// wrapping one exposes it as its `source()`, the next link, and the CLI hints at it
+    /// itself.
+    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+        let _ = error;
+        None
     }
 }
 

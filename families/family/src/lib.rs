@@ -4,6 +4,11 @@
 //!   refused), the one rule every family applies to its network's inputs and outputs.
 //! - [`vision`]: borrowed 8-bit images ([`vision::ImageView`]) and their pixel formats, for
 //!   every family that takes an image (detection, OCR).
+//! - [`recipe`]: what every build recipe shares ([`recipe::BuildCommon`]: the bundle
+//!   identity's name, version and time) and the digests that recognise pinned models.
+//! - [`selftest`]: the one self-test format every family writes into its bundles (reference
+//!   input, recorded output, tolerances, source) and the report of a run.
+//! - [`annotate`] (feature `cli`): annotated copies of image inputs (`run --annotate`).
 //! - [`family`] (feature `cli`): the [`family::Family`] interface a family implements for
 //!   tools — `tether build --family NAME` arguments and recipe, the `inspect` description,
 //!   `run`/`bench` on input files with text and JSON output and annotation — and the
@@ -13,8 +18,12 @@
 #![warn(missing_docs)]
 
 pub mod io;
+pub mod recipe;
+pub mod selftest;
 pub mod vision;
 
+#[cfg(feature = "cli")]
+pub mod annotate;
 #[cfg(feature = "cli")]
 pub mod decode;
 #[cfg(feature = "cli")]

@@ -1,4 +1,7 @@
-//! Borrowed 8-bit images in the layouts cameras and decoders produce.
+//! Borrowed 8-bit images in the layouts cameras and decoders produce: one [`ImageView`] for
+//! every family that takes an image. A [`PixelFormat`] names a byte layout; what a family
+//! makes of alpha is the family's (detection ignores it, OCR converts the way its reference
+//! does: each family's documentation says).
 
 /// Largest accepted image side, in pixels (2^15). One limit for every family and every
 /// entry point (decoders check it before decoding).
@@ -11,13 +14,12 @@ pub enum PixelFormat {
     Gray8,
     /// R, G, B.
     Rgb8,
-    /// R, G, B, alpha. What alpha means is the family's reference's rule
-    /// ([`crate::decode`], "Transparency"): detection ignores it, OCR applies rapidocr's.
+    /// R, G, B, alpha (detection ignores alpha; OCR flattens it as its reference does).
     Rgba8,
     /// B, G, R (OpenCV and many camera drivers).
     Bgr8,
-    /// Luminance, alpha (a gray PNG with transparency). Families that read colour replicate
-    /// the luminance; alpha as for [`PixelFormat::Rgba8`].
+    /// Luminance, alpha (PIL mode `LA`; detection reads the luminance as gray, OCR flattens
+    /// alpha as its reference does).
     GrayAlpha8,
 }
 
@@ -30,6 +32,31 @@ impl PixelFormat {
             PixelFormat::Rgb8 | PixelFormat::Bgr8 => 3,
             PixelFormat::Rgba8 => 4,
         }
+    }
+
+    /// Every format.
+    pub const ALL: [PixelFormat; 5] = [
+        PixelFormat::Gray8,
+        PixelFormat::Rgb8,
+        PixelFormat::Rgba8,
+        PixelFormat::Bgr8,
+        PixelFormat::GrayAlpha8,
+    ];
+
+    /// `gray8`, `rgb8`, `rgba8`, `bgr8`, `gray-alpha8` (the names files and records use).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PixelFormat::Gray8 => "gray8",
+            PixelFormat::Rgb8 => "rgb8",
+            PixelFormat::Rgba8 => "rgba8",
+            PixelFormat::Bgr8 => "bgr8",
+            PixelFormat::GrayAlpha8 => "gray-alpha8",
+        }
+    }
+
+    /// The format named `name` ([`PixelFormat::as_str`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.as_str() == name)
     }
 
     /// Byte offsets of R, G and B within a pixel (`[0, 0, 0]` for gray, with or without
@@ -181,6 +208,14 @@ impl<'a> ImageView<'a> {
     pub fn data(&self) -> &'a [u8] {
         self.data
     }
+    /// The pixels of row `y` (`width * channels` bytes, the row padding left out).
+    ///
+    /// # Panics
+    /// When `y >= height`.
+    pub fn row(&self, y: usize) -> &'a [u8] {
+        let start = y * self.stride;
+        &self.data[start..start + self.width as usize * self.format.channels()]
+    }
     /// The bytes the image covers: full rows, the last one up to its pixels.
     pub fn used(&self) -> &'a [u8] {
         let n =
@@ -256,5 +291,16 @@ mod tests {
         assert_eq!(v.used().len(), 14);
         assert_eq!(v.spec().bytes(), 16);
         assert!(ImageView::with_stride(&[0u8; 13], 2, 2, 8, PixelFormat::Rgb8).is_err());
+        assert_eq!(v.row(1), &[0u8; 6]);
+    }
+
+    #[test]
+    fn formats_are_named_and_found_by_name() {
+        for f in PixelFormat::ALL {
+            assert_eq!(PixelFormat::from_name(f.as_str()), Some(f));
+        }
+        assert_eq!(PixelFormat::from_name("yuv"), None);
+        assert_eq!(PixelFormat::GrayAlpha8.channels(), 2);
+        assert_eq!(PixelFormat::GrayAlpha8.rgb_offsets(), [0, 0, 0]);
     }
 }

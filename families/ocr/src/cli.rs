@@ -5,8 +5,7 @@
 //!
 //! Images are decoded with [`tether_family::decode::decode_file`] (size
 //! checked before decoding, EXIF orientation applied unless
-//! `--ignore-orientation`) and handed to [`Ocr::detect_text`] through the
-//! family's own [`crate::ImageView`] (see `image.rs` for why it keeps one).
+//! `--ignore-orientation`) and handed to [`Ocr::detect_text`] as they are.
 //! Transparency follows the reference: the shared decoder keeps the alpha
 //! channel and the family applies `LoadImage`'s `cvt_two_to_three` (gray +
 //! alpha) and `cvt_four_to_three` (RGBA). One way the CLI's input differs from
@@ -17,28 +16,26 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use clap::{Arg, ArgAction, ArgMatches, value_parser};
-use embedded_graphics::mono_font::{MonoFont, MonoTextStyle, ascii::FONT_6X10, ascii::FONT_10X20};
-use embedded_graphics::pixelcolor::Rgb888;
-use embedded_graphics::prelude::*;
-use embedded_graphics::primitives::{Line, PrimitiveStyle, Rectangle};
-use embedded_graphics::text::{Baseline, Text};
 use image::RgbImage;
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
+pub use tether_family::annotate::MAX_ANNOTATED_SIDE;
+use tether_family::annotate::{Annotation, Colour};
 use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
-    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, RunOptions,
-    Runner, UsageError, check_range,
+    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, Report,
+    RunOptions, Runner, SelfTest, UsageError, check_range, describe_self_test, file_stem,
 };
+use tether_family::selftest::Role;
 
-use crate::config::{CONFIG_SECTION, DICT_SECTION, SELFTEST_SECTION};
+use crate::config::{CONFIG_SECTION, DICT_SECTION};
 use crate::ctc::Dictionary;
 use crate::network::{CLS, DET, REC};
 use crate::recipe::{self, BuildOptions, Networks};
-use crate::selftest::{SelfTest, SelfTestReport};
-use crate::{FAMILY, ImageView, Ocr, OcrConfig, OcrOptions, TextLine};
+use crate::selftest;
+use crate::{FAMILY, Ocr, OcrConfig, OcrOptions, TextLine};
 
 /// The OCR family.
 pub struct OcrFamily;
@@ -163,20 +160,11 @@ impl Family for OcrFamily {
         let det = read(&det_path)?;
         let rec = read(&rec_path)?;
         let cls = cls_path.as_ref().map(read).transpose()?;
-        let name = common.name.clone().unwrap_or_else(|| {
-            rec_path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("ocr")
-                .to_string()
-        });
         let options = BuildOptions {
-            name,
-            model_version: common.model_version.clone(),
+            common: common.clone().or_name(file_stem(&rec_path, "ocr")),
             rec_widths: args.get_one::<Vec<u32>>("rec-widths").cloned(),
             text_score,
             no_self_test: args.get_flag("no-self-test"),
-            created_unix_s: common.created_unix_s,
         };
         let (writer, report) = recipe::build(
             Networks {
@@ -237,9 +225,9 @@ impl Family for OcrFamily {
             ),
             format!("width buckets: {:?}", c.rec_widths),
         ];
-        summary.push(match &report.self_test_skipped {
-            None => "self-test: embedded (ocr/selftest)".into(),
-            Some(why) => format!("self-test: not embedded: {why}"),
+        summary.push(match (&report.selftest, &report.self_test_skipped) {
+            (Some(r), _) => format!("self-test: embedded (ocr/selftest): {r}"),
+            (None, why) => format!("self-test: not embedded: {}", why.as_deref().unwrap_or("?")),
         });
         Ok(Built {
             writer,
@@ -265,155 +253,35 @@ impl Family for OcrFamily {
     fn describe(&self, bundle: &Bundle) -> Result<Description> {
         let c = OcrConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
         let dict = Dictionary::from_section(bundle.section_data(DICT_SECTION)?)?;
-        let has = |n: &str| {
-            bundle.sections().any(|s| {
-                matches!(
-                    s.kind,
-                    tether_bundle::SectionKind::Onnx | tether_bundle::SectionKind::TensorRtPlan
-                ) && tether_bundle::network_of(s.name) == n
-            })
-        };
-        let selftest = match bundle.section_data(SELFTEST_SECTION) {
-            Ok(bytes) => Some(SelfTest::from_section(bytes)?),
-            Err(_) => None,
-        };
-        let mut networks = vec![
-            format!(
-                "det (DB text detection, input [1, 3, H, W], short side -> {} px)",
-                c.det_limit_side_len
-            ),
-            format!(
-                "rec (CTC recognition, input [1, 3, {}, W], {} classes)",
-                c.rec_height, c.rec_classes
-            ),
-        ];
-        if has(CLS) {
-            networks.push(format!(
-                "cls (180-degree classifier, input [1, 3, {}, {}]{})",
-                c.cls_height,
-                c.cls_width,
-                if c.use_cls { "" } else { ", off by default" }
-            ));
-        }
-        let lines = vec![
-            ("networks".into(), networks.join("; ")),
+        let has_cls = bundle.sections().any(|s| {
+            matches!(
+                s.kind,
+                tether_bundle::SectionKind::Onnx | tether_bundle::SectionKind::TensorRtPlan
+            ) && tether_bundle::network_of(s.name) == CLS
+        });
+        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+            let (w, h) = crate::selftest::line(t).map_or((0, 0), |(_, w, h)| (w, h));
+            let text = t.text(Role::Expected, selftest::TEXT).unwrap_or("?");
+            let score = t
+                .f32_scalar(Role::Expected, selftest::SCORE)
+                .unwrap_or(f32::NAN);
+            let tolerance = t.tolerance(selftest::MAX_SCORE_DIFF).unwrap_or(f32::NAN);
             (
-                "dictionary".into(),
-                format!(
-                    "{} entries (+ CTC blank; the last is the space)",
-                    dict.len()
-                ),
-            ),
-            (
-                "image".into(),
-                format!(
-                    "long side <= {} and short side >= {} px (rescaled otherwise); padded when <= {} px tall or wider than {} x its height",
-                    c.max_side_len, c.min_side_len, c.min_height, c.width_height_ratio
-                ),
-            ),
-            (
-                "detector".into(),
-                format!(
-                    "limit {} {} px (multiples of 32), mean {:?}, std {:?}, thresh {}, box thresh {}, unclip {}, min size {}, <= {} boxes, dilation {}, score {}",
-                    if c.det_limit_max {
-                        "long side"
-                    } else {
-                        "short side"
-                    },
-                    c.det_limit_side_len,
-                    c.det_mean,
-                    c.det_std,
-                    c.det_thresh,
-                    c.det_box_thresh,
-                    c.det_unclip_ratio,
-                    c.det_min_size,
-                    c.det_max_candidates,
-                    if c.det_dilation { "on" } else { "off" },
-                    if c.det_score_slow { "slow" } else { "fast" }
-                ),
-            ),
-            (
-                "classifier".into(),
-                if c.use_cls {
-                    format!(
-                        "{}x{}, a line labelled '180' with score > {} is turned",
-                        c.cls_width, c.cls_height, c.cls_thresh
-                    )
-                } else {
-                    "off".into()
-                },
-            ),
-            (
-                "recogniser".into(),
-                format!(
-                    "height {}, lines grouped by {} for padding, min width {} px, text score >= {}",
-                    c.rec_height, c.rec_batch, c.rec_min_width, c.text_score
-                ),
-            ),
-            (
-                "buckets".into(),
-                format!(
-                    "{} recogniser widths (px): {}",
-                    c.rec_widths.len(),
-                    c.rec_widths
-                        .iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ),
-            (
-                "self-test".into(),
-                match &selftest {
-                    Some(t) => format!(
-                        "{}x{} line, expects {:?} (score {}, tolerance {})",
-                        t.width, t.height, t.text, t.score, t.tolerance
-                    ),
-                    None => "none".into(),
-                },
-            ),
-        ];
-        Ok(Description {
-            lines,
-            json: json!({
-                "networks": {
-                    "det": true,
-                    "rec": true,
-                    "cls": has(CLS),
-                },
-                "dictionary_entries": dict.len(),
-                "rec_classes": c.rec_classes,
-                "use_cls": c.use_cls,
-                "max_side_len": c.max_side_len,
-                "min_side_len": c.min_side_len,
-                "min_height": c.min_height,
-                "width_height_ratio": c.width_height_ratio,
-                "text_score": c.text_score,
-                "det_limit_side_len": c.det_limit_side_len,
-                "det_limit_type": if c.det_limit_max { "max" } else { "min" },
-                "det_mean": c.det_mean,
-                "det_std": c.det_std,
-                "det_thresh": c.det_thresh,
-                "det_box_thresh": c.det_box_thresh,
-                "det_max_candidates": c.det_max_candidates,
-                "det_unclip_ratio": c.det_unclip_ratio,
-                "det_min_size": c.det_min_size,
-                "det_use_dilation": c.det_dilation,
-                "det_score_mode": if c.det_score_slow { "slow" } else { "fast" },
-                "cls_image_shape": [3, c.cls_height, c.cls_width],
-                "cls_thresh": c.cls_thresh,
-                "rec_image_shape": [3, c.rec_height, c.rec_min_width],
-                "rec_batch_num": c.rec_batch,
-                "rec_widths": c.rec_widths,
-                "self_test": selftest.as_ref().map(|t| json!({
-                    "width": t.width,
-                    "height": t.height,
-                    "text": t.text,
-                    "score": t.score,
-                    "tolerance": t.tolerance,
-                })),
-            }),
-        })
+                format!("{w}x{h} line, expects {text:?} (score {score}, tolerance {tolerance})"),
+                json!({
+                    "width": w,
+                    "height": h,
+                    "text": text,
+                    "score": score,
+                    "tolerance": tolerance,
+                }),
+            )
+        });
+        let mut lines = config_lines(&c, dict.len(), has_cls);
+        lines.push(("self-test".into(), selftest_line));
+        let mut json = config_json(&c, dict.len(), has_cls);
+        json["self_test"] = selftest_json;
+        Ok(Description { lines, json })
     }
 
     fn open(
@@ -449,32 +317,138 @@ impl Family for OcrFamily {
         Ok(Box::new(OcrRunner { ocr, orientation }))
     }
 
-    fn self_test(
+    fn run_self_test(
         &self,
         bundle: Arc<Bundle>,
         options: &RunOptions,
-    ) -> Result<Option<tether_family::family::SelfTest>> {
-        Ok(self_test(bundle, options)?.map(|r| {
-            let summary = format!(
-                "text {:?} (expected {:?}), worst score deviation {:.2e} (tolerance {:.0e})",
-                r.text,
-                r.expected_text,
-                r.worst_deviation(),
-                r.tolerance
-            );
-            tether_family::family::SelfTest {
-                passed: r.passed,
-                summary,
-                json: json!({
-                    "text": r.text,
-                    "expected_text": r.expected_text,
-                    "score_deviation": r.score_deviation,
-                    "cls": r.cls.map(|(label, d)| json!({"label": label, "deviation": d})),
-                    "tolerance": r.tolerance,
-                }),
-            }
-        }))
+        test: &SelfTest,
+    ) -> Result<Report> {
+        let mut ocr = Ocr::from_bundle(bundle, &ocr_options(options)?)?;
+        Ok(crate::selftest::run_test(&mut ocr, test)?)
     }
+}
+
+/// The configuration of an OCR bundle as `inspect` prints it (`dict_len` dictionary
+/// entries; `has_cls`: the bundle has a classifier network).
+fn config_lines(c: &OcrConfig, dict_len: usize, has_cls: bool) -> Vec<(String, String)> {
+    let mut networks = vec![
+        format!(
+            "det (DB text detection, input [1, 3, H, W], short side -> {} px)",
+            c.det_limit_side_len
+        ),
+        format!(
+            "rec (CTC recognition, input [1, 3, {}, W], {} classes)",
+            c.rec_height, c.rec_classes
+        ),
+    ];
+    if has_cls {
+        networks.push(format!(
+            "cls (180-degree classifier, input [1, 3, {}, {}]{})",
+            c.cls_height,
+            c.cls_width,
+            if c.use_cls { "" } else { ", off by default" }
+        ));
+    }
+    vec![
+        ("networks".into(), networks.join("; ")),
+        (
+            "dictionary".into(),
+            format!("{} entries (+ CTC blank; the last is the space)", dict_len),
+        ),
+        (
+            "image".into(),
+            format!(
+                "long side <= {} and short side >= {} px (rescaled otherwise); padded when <= {} px tall or wider than {} x its height",
+                c.max_side_len, c.min_side_len, c.min_height, c.width_height_ratio
+            ),
+        ),
+        (
+            "detector".into(),
+            format!(
+                "limit {} {} px (multiples of 32), mean {:?}, std {:?}, thresh {}, box thresh {}, unclip {}, min size {}, <= {} boxes, dilation {}, score {}",
+                if c.det_limit_max {
+                    "long side"
+                } else {
+                    "short side"
+                },
+                c.det_limit_side_len,
+                c.det_mean,
+                c.det_std,
+                c.det_thresh,
+                c.det_box_thresh,
+                c.det_unclip_ratio,
+                c.det_min_size,
+                c.det_max_candidates,
+                if c.det_dilation { "on" } else { "off" },
+                if c.det_score_slow { "slow" } else { "fast" }
+            ),
+        ),
+        (
+            "classifier".into(),
+            if c.use_cls {
+                format!(
+                    "{}x{}, a line labelled '180' with score > {} is turned",
+                    c.cls_width, c.cls_height, c.cls_thresh
+                )
+            } else {
+                "off".into()
+            },
+        ),
+        (
+            "recogniser".into(),
+            format!(
+                "height {}, lines grouped by {} for padding, min width {} px, text score >= {}",
+                c.rec_height, c.rec_batch, c.rec_min_width, c.text_score
+            ),
+        ),
+        (
+            "buckets".into(),
+            format!(
+                "{} recogniser widths (px): {}",
+                c.rec_widths.len(),
+                c.rec_widths
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+    ]
+}
+
+/// The same as JSON (`family_config` of `inspect --json`).
+fn config_json(c: &OcrConfig, dict_len: usize, has_cls: bool) -> serde_json::Value {
+    json!({
+        "networks": {
+            "det": true,
+            "rec": true,
+            "cls": has_cls,
+        },
+        "dictionary_entries": dict_len,
+        "rec_classes": c.rec_classes,
+        "use_cls": c.use_cls,
+        "max_side_len": c.max_side_len,
+        "min_side_len": c.min_side_len,
+        "min_height": c.min_height,
+        "width_height_ratio": c.width_height_ratio,
+        "text_score": c.text_score,
+        "det_limit_side_len": c.det_limit_side_len,
+        "det_limit_type": if c.det_limit_max { "max" } else { "min" },
+        "det_mean": c.det_mean,
+        "det_std": c.det_std,
+        "det_thresh": c.det_thresh,
+        "det_box_thresh": c.det_box_thresh,
+        "det_max_candidates": c.det_max_candidates,
+        "det_unclip_ratio": c.det_unclip_ratio,
+        "det_min_size": c.det_min_size,
+        "det_use_dilation": c.det_dilation,
+        "det_score_mode": if c.det_score_slow { "slow" } else { "fast" },
+        "cls_image_shape": [3, c.cls_height, c.cls_width],
+        "cls_thresh": c.cls_thresh,
+        "rec_image_shape": [3, c.rec_height, c.rec_min_width],
+        "rec_batch_num": c.rec_batch,
+        "rec_widths": c.rec_widths,
+    })
 }
 
 /// The [`OcrOptions`] of the common run options (device, verification).
@@ -486,18 +460,6 @@ fn ocr_options(options: &RunOptions) -> Result<OcrOptions> {
         model: options.model_options(),
         ..OcrOptions::default()
     })
-}
-
-/// Run the bundle's self-test (`ocr/selftest`: one line image through the
-/// classifier and recogniser on the device `options` names) for `tether
-/// verify --self-test`. `Ok(None)` when the bundle carries none.
-///
-/// # Errors
-/// The bundle cannot be opened for OCR on that device, or the self-test
-/// section is malformed.
-pub fn self_test(bundle: Arc<Bundle>, options: &RunOptions) -> Result<Option<SelfTestReport>> {
-    let mut ocr = Ocr::from_bundle(bundle, &ocr_options(options)?)?;
-    Ok(crate::selftest::run(&mut ocr)?)
 }
 
 struct OcrRunner {
@@ -520,16 +482,13 @@ impl Runner for OcrRunner {
     }
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
-        match source {
-            InputSource::File(path) => Ok(Box::new(ImageInput::load(path, self.orientation)?)),
-            InputSource::Text(_) => bail!("the ocr family reads images, not text"),
-        }
+        ImageInput::from_source(source, self.orientation, FAMILY)
     }
 
     fn run(&mut self, input: &dyn Input) -> Result<()> {
         let img = ImageInput::of(input, FAMILY)?;
         self.ocr
-            .detect_text(&ImageView::from(img.image.view()))
+            .detect_text(&img.image.view())
             .with_context(|| format!("reading text in {}", img.label))?;
         Ok(())
     }
@@ -570,17 +529,11 @@ impl Runner for OcrRunner {
                 })
             })
             .collect();
-        let mut summary = format!(
-            "{} text line{} ({}x{}",
+        let mut summary = img.summary(&format!(
+            "{} text line{}",
             result.len(),
-            if result.len() == 1 { "" } else { "s" },
-            img.image.width,
-            img.image.height
-        );
-        if img.image.orientation.is_some() {
-            summary.push_str(", EXIF orientation applied");
-        }
-        summary.push(')');
+            if result.len() == 1 { "" } else { "s" }
+        ));
         if stats.squeezed > 0 {
             summary.push_str(&format!(
                 "; warning: {} line(s) wider than the widest recogniser width ({} px) were squeezed into it and may read differently from rapidocr",
@@ -588,20 +541,19 @@ impl Runner for OcrRunner {
                 crate::config::MAX_REC_WIDTH
             ));
         }
+        let mut json = json!({
+            "det_input": [stats.det_input.0, stats.det_input.1],
+            "boxes": stats.boxes,
+            "rotated": stats.rotated,
+            "widened": stats.widened,
+            "squeezed": stats.squeezed,
+            "lines": list,
+        });
+        img.add_to_json(&mut json);
         Ok(Outcome {
             summary,
             lines,
-            json: json!({
-                "image_width": img.image.width,
-                "image_height": img.image.height,
-                "orientation_applied": img.image.orientation,
-                "det_input": [stats.det_input.0, stats.det_input.1],
-                "boxes": stats.boxes,
-                "rotated": stats.rotated,
-                "widened": stats.widened,
-                "squeezed": stats.squeezed,
-                "lines": list,
-            }),
+            json,
             annotated: annotate.then(|| draw(&img.image, result.lines())),
         })
     }
@@ -620,123 +572,22 @@ impl Runner for OcrRunner {
     }
 }
 
-/// Largest side of an annotated image, in pixels: larger inputs are
-/// annotated on a downscaled copy (memory stays bounded whatever the input).
-pub const MAX_ANNOTATED_SIDE: u32 = 4096;
-
 /// Outline and label colour.
-const COLOUR: Rgb888 = Rgb888::new(0x00, 0xC8, 0x53);
+const COLOUR: Colour = Colour::new(0x00, 0xC8, 0x53);
 
-/// `embedded-graphics` draw target over an `image` RGB buffer (clips at the edges).
-struct Canvas<'a>(&'a mut RgbImage);
-
-impl OriginDimensions for Canvas<'_> {
-    fn size(&self) -> Size {
-        Size::new(self.0.width(), self.0.height())
-    }
-}
-
-impl DrawTarget for Canvas<'_> {
-    type Color = Rgb888;
-    type Error = std::convert::Infallible;
-
-    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(
-        &mut self,
-        pixels: I,
-    ) -> Result<(), Self::Error> {
-        let (w, h) = (self.0.width() as i32, self.0.height() as i32);
-        for Pixel(p, c) in pixels {
-            if (0..w).contains(&p.x) && (0..h).contains(&p.y) {
-                self.0
-                    .put_pixel(p.x as u32, p.y as u32, image::Rgb([c.r(), c.g(), c.b()]));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// An RGB copy of `image` at most [`MAX_ANNOTATED_SIDE`] a side (decimated
-/// straight from the source when larger: no full-size copy), and the scale.
-fn canvas_of(image: &DecodedImage) -> (RgbImage, f64) {
-    let long = image.width.max(image.height);
-    if long <= MAX_ANNOTATED_SIDE {
-        return (image.to_rgb8(), 1.0);
-    }
-    let shrink = f64::from(MAX_ANNOTATED_SIDE) / f64::from(long);
-    let w = ((f64::from(image.width) * shrink).round() as u32).max(1);
-    let h = ((f64::from(image.height) * shrink).round() as u32).max(1);
-    let view = image.view();
-    let ch = view.format().channels();
-    let offs = view.format().rgb_offsets();
-    let d = view.data();
-    let mut o = RgbImage::new(w, h);
-    for (x, y, px) in o.enumerate_pixels_mut() {
-        let sx = ((f64::from(x) + 0.5) / shrink) as usize;
-        let sy = ((f64::from(y) + 0.5) / shrink) as usize;
-        let i = sy.min(image.height as usize - 1) * view.stride()
-            + sx.min(image.width as usize - 1) * ch;
-        *px = image::Rgb([d[i + offs[0]], d[i + offs[1]], d[i + offs[2]]]);
-    }
-    (o, shrink)
-}
-
-/// Draw every line (its polygon, and "text score" above its first corner)
-/// on an RGB copy of `image`, at most [`MAX_ANNOTATED_SIDE`] pixels a side.
-/// Line width and label size grow with the image (about 1/500 of the long
-/// side, at least 1 px; the 10x20 font from 800 px up). The fonts are ASCII:
-/// other characters are drawn as `?`.
+/// Draw every line (its polygon, and "text score" above its first corner) on an RGB copy
+/// of `image` ([`Annotation`]: at most [`MAX_ANNOTATED_SIDE`] pixels a side). Line width
+/// grows with the image (1/500 of the long side, at least 1 px).
 pub fn draw<'a>(image: &DecodedImage, lines: impl Iterator<Item = TextLine<'a>>) -> RgbImage {
-    let (mut out, k) = canvas_of(image);
-    let out_long = out.width().max(out.height());
-    let stroke = (out_long / 500).max(1);
-    let font: &MonoFont<'_> = if out_long >= 800 {
-        &FONT_10X20
-    } else {
-        &FONT_6X10
-    };
-    let (fw, fh) = (
-        font.character_size.width + font.character_spacing,
-        font.character_size.height,
-    );
-    let mut canvas = Canvas(&mut out);
-    let style = PrimitiveStyle::with_stroke(COLOUR, stroke);
+    let mut a = Annotation::new(image);
+    let stroke = a.stroke(500, 1);
     for l in lines {
-        let pts = l.polygon.map(|p| {
-            Point::new(
-                (f64::from(p[0]) * k).round() as i32,
-                (f64::from(p[1]) * k).round() as i32,
-            )
-        });
-        for i in 0..4 {
-            let _ = Line::new(pts[i], pts[(i + 1) % 4])
-                .into_styled(style)
-                .draw(&mut canvas);
-        }
-        let text: String = format!("{} {:.2}", l.text, l.score)
-            .chars()
-            .map(|c| {
-                if c.is_ascii_graphic() || c == ' ' {
-                    c
-                } else {
-                    '?'
-                }
-            })
-            .collect();
-        let (tw, th) = (fw * text.chars().count() as u32 + 4, fh + 2);
-        let (x, y) = (pts[0].x, pts[0].y);
-        let ty = if y >= th as i32 { y - th as i32 } else { y };
-        let _ = Rectangle::new(Point::new(x, ty), Size::new(tw, th))
-            .into_styled(PrimitiveStyle::with_fill(COLOUR))
-            .draw(&mut canvas);
-        let _ = Text::with_baseline(
-            &text,
-            Point::new(x + 2, ty + 1),
-            MonoTextStyle::new(font, Rgb888::BLACK),
-            Baseline::Top,
-        )
-        .draw(&mut canvas);
+        let corners = l.polygon.map(|p| p.map(f64::from));
+        a.outline_polygon(&corners, COLOUR, stroke);
+        let first = a.point(corners[0][0], corners[0][1]);
+        a.label(first, &format!("{} {:.2}", l.text, l.score), COLOUR);
     }
-    out
+    a.into_image()
 }
 
 #[cfg(test)]
@@ -745,13 +596,7 @@ mod tests {
     use tether_family::vision::PixelFormat;
 
     fn black(w: u32, h: u32) -> DecodedImage {
-        DecodedImage {
-            data: vec![0; (w * h * 3) as usize],
-            width: w,
-            height: h,
-            format: PixelFormat::Rgb8,
-            orientation: None,
-        }
+        DecodedImage::new(vec![0; (w * h * 3) as usize], w, h, PixelFormat::Rgb8).unwrap()
     }
 
     fn line(polygon: [[f32; 2]; 4]) -> TextLine<'static> {
@@ -774,7 +619,7 @@ mod tests {
         ];
         let out = draw(&black(500, 500), std::iter::once(line(quad)));
         assert_eq!(out.dimensions(), (500, 500), "no silent upscaling");
-        let c = [COLOUR.r(), COLOUR.g(), COLOUR.b()];
+        let c = [0x00, 0xC8, 0x53];
         assert_eq!(out.get_pixel(200, 140).0, c, "bottom edge");
         assert_eq!(out.get_pixel(300, 120).0, c, "right edge");
         assert_eq!(out.get_pixel(200, 120).0, [0, 0, 0], "inside untouched");
@@ -792,7 +637,7 @@ mod tests {
         ];
         let out = draw(&black(8192, 2048), std::iter::once(line(quad)));
         assert_eq!(out.dimensions(), (4096, 1024));
-        let c = [COLOUR.r(), COLOUR.g(), COLOUR.b()];
+        let c = [0x00, 0xC8, 0x53];
         // Drawn at half scale: the bottom edge at y = 768.
         assert_eq!(out.get_pixel(2500, 768).0, c);
         assert_eq!(out.get_pixel(2500, 700).0, [0, 0, 0]);

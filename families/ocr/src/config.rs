@@ -466,6 +466,22 @@ impl OcrConfig {
             })
     }
 
+    /// Every width [`OcrConfig::rec_bucket`] returns: the buckets, then the grid continued
+    /// past the largest up to [`MAX_REC_WIDTH`] ([`overflow_bucket`]).
+    pub fn rec_width_grid(&self) -> Vec<u32> {
+        let mut grid = self.rec_widths.clone();
+        let mut b = grid.last().copied().unwrap_or(self.rec_min_width);
+        while b < MAX_REC_WIDTH {
+            let next = overflow_bucket(b, b + 1);
+            if next <= b {
+                break;
+            }
+            grid.push(next);
+            b = next;
+        }
+        grid
+    }
+
     /// Read and validate the record at the start of `bytes`.
     ///
     /// # Errors

@@ -6,167 +6,13 @@
 //! channels, RGB is reordered, BGR is taken as is, and images with an alpha
 //! channel are flattened the way that file does it (see [`PixelFormat`]).
 //!
-//! Every shared view ([`tether_family::vision::ImageView`]) converts losslessly
-//! (`From`): its `GrayAlpha8` and `Rgba8` get the reference's two- and
-//! four-channel treatment, as such files do in `rapidocr-onnxruntime` (the
-//! shared decoder keeps the alpha channel for that; detection, whose
-//! reference drops alpha, ignores it).
+//! The view is the shared [`tether_family::vision::ImageView`]; what this family does
+//! with each [`PixelFormat`] is the reference's: two-channel gray + alpha
+//! ([`PixelFormat::GrayAlpha8`]: `cvt_two_to_three`) and four-channel images masked by
+//! alpha and inverted ([`PixelFormat::Rgba8`]: `cvt_four_to_three`), as
+//! `rapidocr-onnxruntime` treats such files.
 
-use crate::OcrError;
-
-/// Largest accepted image side, in pixels (the shared limit,
-/// [`tether_family::vision::MAX_IMAGE_SIDE`]).
-pub const MAX_IMAGE_SIDE: u32 = tether_family::vision::MAX_IMAGE_SIDE;
-
-/// Pixel layout of an [`ImageView`]: 8 bits per channel, interleaved (HWC).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PixelFormat {
-    /// One luminance channel (PIL mode `L`), replicated to B, G and R.
-    Gray8,
-    /// Luminance and alpha (PIL `LA`): `gray` where alpha is non-zero, else 0,
-    /// plus `255 - alpha`, saturating (`cvt_two_to_three`).
-    GrayAlpha8,
-    /// R, G, B (a decoded PNG/JPEG file, as the reference reads files).
-    Rgb8,
-    /// B, G, R (OpenCV / many camera drivers; the reference's ndarray input).
-    Bgr8,
-    /// R, G, B, alpha: pixels with zero alpha become black; then, if the image
-    /// is not all black, it is inverted, else `255 - alpha` is added
-    /// (`cvt_four_to_three`, meant for dark text on a transparent background).
-    Rgba8,
-}
-
-impl PixelFormat {
-    /// Bytes per pixel.
-    pub const fn channels(self) -> usize {
-        match self {
-            PixelFormat::Gray8 => 1,
-            PixelFormat::GrayAlpha8 => 2,
-            PixelFormat::Rgb8 | PixelFormat::Bgr8 => 3,
-            PixelFormat::Rgba8 => 4,
-        }
-    }
-}
-
-/// A borrowed 8-bit image, rows top to bottom, `stride` bytes apart.
-#[derive(Clone, Copy, Debug)]
-pub struct ImageView<'a> {
-    data: &'a [u8],
-    width: u32,
-    height: u32,
-    stride: usize,
-    format: PixelFormat,
-}
-
-impl<'a> ImageView<'a> {
-    /// A tightly packed image (`stride = width * channels`).
-    ///
-    /// # Errors
-    /// [`OcrError::Image`] when a side is 0 or above [`MAX_IMAGE_SIDE`], or
-    /// `data` is shorter than `width * height * channels` bytes.
-    pub fn new(
-        data: &'a [u8],
-        width: u32,
-        height: u32,
-        format: PixelFormat,
-    ) -> Result<Self, OcrError> {
-        let stride = (width as usize).saturating_mul(format.channels());
-        Self::with_stride(data, width, height, stride, format)
-    }
-
-    /// An image whose rows are `stride` bytes apart.
-    ///
-    /// # Errors
-    /// As [`ImageView::new`], and when `stride < width * channels`.
-    pub fn with_stride(
-        data: &'a [u8],
-        width: u32,
-        height: u32,
-        stride: usize,
-        format: PixelFormat,
-    ) -> Result<Self, OcrError> {
-        let err = |reason: &'static str| {
-            Err(OcrError::Image {
-                width,
-                height,
-                reason,
-            })
-        };
-        if width == 0 || height == 0 || width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE {
-            return err("each side must be 1..=32768 pixels");
-        }
-        let row = width as usize * format.channels();
-        if stride < row {
-            return err("the row stride is smaller than a row of pixels");
-        }
-        let need = stride
-            .checked_mul(height as usize - 1)
-            .and_then(|v| v.checked_add(row));
-        match need {
-            Some(n) if data.len() >= n => Ok(Self {
-                data,
-                width,
-                height,
-                stride,
-                format,
-            }),
-            _ => err("the buffer is shorter than height rows of pixels"),
-        }
-    }
-
-    /// Width in pixels.
-    pub fn width(&self) -> u32 {
-        self.width
-    }
-
-    /// Height in pixels.
-    pub fn height(&self) -> u32 {
-        self.height
-    }
-
-    /// Pixel layout.
-    pub fn format(&self) -> PixelFormat {
-        self.format
-    }
-
-    /// Bytes between row starts.
-    pub fn stride(&self) -> usize {
-        self.stride
-    }
-
-    /// The pixel bytes.
-    pub fn data(&self) -> &'a [u8] {
-        self.data
-    }
-
-    fn row(&self, y: usize) -> &'a [u8] {
-        let start = y * self.stride;
-        &self.data[start..start + self.width as usize * self.format.channels()]
-    }
-}
-
-impl<'a> From<tether_family::vision::ImageView<'a>> for ImageView<'a> {
-    /// The same pixels (no copy). The shared view checks the same invariants
-    /// (sides `1..=MAX_IMAGE_SIDE`, stride, buffer length), so this cannot
-    /// fail. `GrayAlpha8` and `Rgba8` get the reference's two- and
-    /// four-channel conversions (see the module docs).
-    fn from(v: tether_family::vision::ImageView<'a>) -> Self {
-        use tether_family::vision::PixelFormat as Shared;
-        Self {
-            data: v.data(),
-            width: v.width(),
-            height: v.height(),
-            stride: v.stride(),
-            format: match v.format() {
-                Shared::Gray8 => PixelFormat::Gray8,
-                Shared::GrayAlpha8 => PixelFormat::GrayAlpha8,
-                Shared::Rgb8 => PixelFormat::Rgb8,
-                Shared::Rgba8 => PixelFormat::Rgba8,
-                Shared::Bgr8 => PixelFormat::Bgr8,
-            },
-        }
-    }
-}
+pub use tether_family::vision::{ImageView, MAX_IMAGE_SIDE, PixelFormat};
 
 /// An owned 8-bit BGR image (HWC, tightly packed) whose buffer is kept and
 /// reused: it reallocates only when an image larger than any before arrives.
@@ -212,10 +58,10 @@ impl BgrImage {
     /// Copy `src` (any [`PixelFormat`]) into this buffer as BGR, as the
     /// reference's `LoadImage.convert_img` does.
     pub fn convert_from(&mut self, src: &ImageView<'_>) {
-        let (w, h) = (src.width as usize, src.height as usize);
+        let (w, h) = (src.width() as usize, src.height() as usize);
         self.resize(w, h);
         let dst = &mut self.data[..w * h * 3];
-        match src.format {
+        match src.format() {
             PixelFormat::Gray8 => {
                 for y in 0..h {
                     let row = src.row(y);
@@ -238,7 +84,7 @@ impl BgrImage {
                 }
             }
             PixelFormat::Rgb8 | PixelFormat::Bgr8 => {
-                let swap = src.format == PixelFormat::Rgb8;
+                let swap = src.format() == PixelFormat::Rgb8;
                 for y in 0..h {
                     let row = src.row(y);
                     for (d, p) in dst[y * w * 3..(y + 1) * w * 3]
@@ -331,34 +177,11 @@ mod tests {
     }
 
     #[test]
-    fn shared_views_convert_without_copying() {
-        use tether_family::vision::{ImageView as Shared, PixelFormat as SharedFormat};
-        let px = [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
-        let shared = Shared::with_stride(&px, 2, 2, 8, SharedFormat::Rgb8).unwrap();
-        let v = ImageView::from(shared);
-        assert_eq!((v.width(), v.height(), v.stride()), (2, 2, 8));
-        assert_eq!(v.format(), PixelFormat::Rgb8);
-        assert_eq!(v.data().as_ptr(), px.as_ptr());
+    fn converts_a_padded_view_row_by_row() {
+        // Two 2-pixel RGB rows, 8 bytes apart: the padding is never read.
+        let px = [1u8, 2, 3, 4, 5, 6, 99, 99, 7, 8, 9, 10, 11, 12];
         let mut out = BgrImage::default();
-        out.convert_from(&v);
-        assert_eq!(out.pixels(), &[3, 2, 1, 6, 5, 4, 11, 10, 9, 14, 13, 12]);
-        for (s, o) in [
-            (SharedFormat::Gray8, PixelFormat::Gray8),
-            (SharedFormat::Bgr8, PixelFormat::Bgr8),
-            (SharedFormat::Rgba8, PixelFormat::Rgba8),
-        ] {
-            let v = ImageView::from(Shared::new(&px[..4], 1, 1, s).unwrap());
-            assert_eq!(v.format(), o);
-        }
-    }
-
-    #[test]
-    fn rejects_bad_views() {
-        let d = [0u8; 11];
-        let e = ImageView::new(&d, 2, 2, PixelFormat::Rgb8).unwrap_err();
-        assert!(e.to_string().contains("2x2"), "{e}");
-        assert!(ImageView::new(&d, 0, 2, PixelFormat::Gray8).is_err());
-        assert!(ImageView::with_stride(&d, 4, 2, 3, PixelFormat::Gray8).is_err());
-        assert!(ImageView::with_stride(&d, 4, 2, 6, PixelFormat::Gray8).is_ok());
+        out.convert_from(&ImageView::with_stride(&px, 2, 2, 8, PixelFormat::Rgb8).unwrap());
+        assert_eq!(out.pixels(), &[3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10]);
     }
 }

@@ -139,11 +139,11 @@ pub const MAX_LINES: usize = 1000;
 #[derive(Debug, thiserror::Error)]
 pub enum OcrError {
     /// The bundle could not be opened or read.
-    #[error(transparent)]
+    #[error("{0}")]
     Bundle(#[from] tether_bundle::BundleError),
     /// The runtime could not open the model, prepare a network for a shape or
     /// build its session (no usable engine, device unavailable, ...).
-    #[error(transparent)]
+    #[error("{0}")]
     Runtime(#[from] tether_runtime::Error),
     /// An engine call failed.
     #[error(transparent)]
@@ -218,7 +218,11 @@ pub enum OcrError {
         /// Buffer capacity in bytes.
         capacity: usize,
     },
-    /// The self-test section is malformed.
-    #[error("self-test: {0}")]
-    SelfTest(String),
+    /// The self-test section is unreadable or lacks an entry this family needs.
+    #[error("ocr self-test: {0}")]
+    SelfTest(#[from] tether_family::selftest::SelfTestError),
+    /// At build time, the CPU engine does not reproduce the pinned networks' reference
+    /// answer (the report says by how much).
+    #[error("the CPU engine does not reproduce the reference: {0}")]
+    ReferenceMismatch(Box<tether_family::selftest::Report>),
 }

@@ -4,11 +4,12 @@
 //! network for the real device (a TensorRT plan for this GPU, a GPU engine,
 //! or the tract CPU engine) and prepares each network once at open for one
 //! shape. Every other shape is a plan from [`Model::prepare`] on that same
-//! engine: the detector one per input size (a bounded cache, since the size
-//! follows the image's), the recogniser one per width bucket, the classifier
-//! only the one prepared at open. Each plan gets one [`Session`] (its input
-//! and outputs as host-visible regions; on a GPU one captured CUDA graph per
-//! run), kept with it: a plan is never prepared again while it is held.
+//! engine, kept with its [`Session`] in the runtime's [`ShapeSessions`] under
+//! the network's bucket policy: the detector one per input size (a bounded
+//! cache, since the size follows the image's), the recogniser one per width
+//! bucket, the classifier only the one prepared at open. Each session has its
+//! input and outputs as host-visible regions (on a GPU one captured CUDA graph
+//! per run): a plan is never prepared again while it is held.
 //!
 //! The session path allocates nothing per run on a GPU; on the CPU the tract
 //! engine allocates its intermediate tensors inside every run (documented in
@@ -17,7 +18,10 @@
 
 use tether_runtime::session::Check;
 use tether_runtime::tensor::{view, view_mut};
-use tether_runtime::{DType, EngineKind, Model, PipelineSpec, Plan, RegionId, RegionKind, Session};
+use tether_runtime::{
+    DType, EngineKind, Model, PipelineSpec, Plan, RegionId, RegionKind, Session, ShapePolicy,
+    ShapeSessions,
+};
 
 use tether_family::io::{Candidate, select};
 
@@ -174,124 +178,52 @@ impl Prepared {
     }
 }
 
-/// Plans and sessions of one network keyed by input size `(h, w)`, prepared
-/// on first use and kept; at most `capacity` held (the least recently used
-/// one is dropped for a new size). The plan the model prepared at open is
-/// adopted for its own shape instead of being prepared again.
-pub(crate) struct ShapeCache {
-    network: &'static str,
-    capacity: usize,
-    entries: Vec<((usize, usize), Prepared, u64)>,
-    opened: Option<((usize, usize), Plan)>,
-    clock: u64,
-    prepared: usize,
-}
+/// The sessions of one network keyed by input size `[h, w]` (the runtime's
+/// [`ShapeSessions`] under the network's bucket policy): the detector one per
+/// input size, at most `capacity` held (`Exact`), the recogniser one per width
+/// bucket (`Buckets`).
+pub(crate) type Sessions = ShapeSessions<Prepared, 2>;
 
-impl ShapeCache {
-    /// A cache for `network` holding at most `capacity` sizes; `opened` is
-    /// the network's plan from [`Model::open`] when its input is `[1, 3, h,
-    /// w]` (it counts as one prepared plan).
-    pub(crate) fn new(model: &Model, network: &'static str, capacity: usize) -> Self {
-        let opened = model.network(network).ok().and_then(|n| {
-            let plan = n.plan();
-            let image = plan
-                .io()
+/// The sessions of `network`, whose image input is `[1, 3, h, w]`, under `policy`. Every
+/// input in the network's order: the image, and the recogniser's `valid_widths` (`[K]`,
+/// fixed) when the bundle added it.
+pub(crate) fn sessions(model: &Model, network: &'static str, policy: ShapePolicy<2>) -> Sessions {
+    let fixed: Vec<Option<Vec<usize>>> = model.network(network).map_or_else(
+        |_| vec![None],
+        |n| {
+            n.io()
                 .inputs
                 .iter()
-                .find(|t| t.name != crate::network::VALID_WIDTHS)?;
-            match image.shape.as_slice() {
-                [1, 3, h, w] => Some(((*h, *w), plan.clone())),
-                _ => None,
-            }
-        });
-        Self {
+                .map(|t| (t.name == crate::network::VALID_WIDTHS).then(|| t.shape.clone()))
+                .collect()
+        },
+    );
+    ShapeSessions::new(model, network, policy, move |&[h, w]| {
+        fixed
+            .iter()
+            .map(|f| f.clone().unwrap_or_else(|| vec![1, 3, h, w]))
+            .collect()
+    })
+}
+
+/// The session of `network` for input `h x w` (its bucket), prepared with
+/// `model` (on the engine chosen at open) when none is held.
+///
+/// # Errors
+/// [`OcrError::Network`] when preparation fails; [`OcrError::Runtime`] when
+/// the session cannot be built.
+pub(crate) fn session<'a>(
+    sessions: &'a mut Sessions,
+    model: &Model,
+    network: &'static str,
+    h: usize,
+    w: usize,
+) -> Result<&'a mut Prepared, OcrError> {
+    sessions.get(model, [h, w], |plan, [h, w]| {
+        let plan = plan.map_err(|e| OcrError::Network {
             network,
-            capacity: capacity.max(1),
-            entries: Vec::with_capacity(capacity.max(1)),
-            prepared: usize::from(opened.is_some()),
-            opened,
-            clock: 0,
-        }
-    }
-
-    /// The session for input `h x w`, preparing a plan with `model` (on the
-    /// engine chosen at open) when none is held.
-    ///
-    /// # Errors
-    /// [`OcrError::Runtime`] / [`OcrError::Network`] when preparation fails.
-    pub(crate) fn get(
-        &mut self,
-        model: &Model,
-        h: usize,
-        w: usize,
-    ) -> Result<&mut Prepared, OcrError> {
-        self.clock += 1;
-        let pos = match self.entries.iter().position(|e| e.0 == (h, w)) {
-            Some(i) => i,
-            None => {
-                if self.entries.len() >= self.capacity {
-                    let lru = self
-                        .entries
-                        .iter()
-                        .enumerate()
-                        .min_by_key(|(_, e)| e.2)
-                        .map_or(0, |(i, _)| i);
-                    let old = self.entries.swap_remove(lru);
-                    log::warn!(
-                        "{}: dropping the plan for {}x{} to prepare {w}x{h} (cache of {}; raise it when input sizes alternate)",
-                        self.network,
-                        old.0.1,
-                        old.0.0,
-                        self.capacity
-                    );
-                }
-                let plan = match &self.opened {
-                    Some((shape, plan)) if *shape == (h, w) => plan.clone(),
-                    _ => {
-                        let shape = vec![1, 3, h, w];
-                        // Every input in the network's order: the image, and the
-                        // recogniser's `valid_widths` ([K], fixed) when the bundle added it.
-                        let shapes: Vec<Vec<usize>> = model
-                            .network(self.network)?
-                            .io()
-                            .inputs
-                            .iter()
-                            .map(|t| {
-                                if t.name == crate::network::VALID_WIDTHS {
-                                    t.shape.clone()
-                                } else {
-                                    shape.clone()
-                                }
-                            })
-                            .collect();
-                        let plan = model
-                            .prepare(self.network, &shapes)
-                            .map_err(|e| OcrError::Network {
-                                network: self.network,
-                                reason: format!("cannot prepare for input {shape:?}: {e}"),
-                            })?;
-                        self.prepared += 1;
-                        plan
-                    }
-                };
-                let p = Prepared::new(model, self.network, plan)?;
-                self.entries.push(((h, w), p, self.clock));
-                self.entries.len() - 1
-            }
-        };
-        let e = &mut self.entries[pos];
-        e.2 = self.clock;
-        Ok(&mut e.1)
-    }
-
-    /// Plans prepared so far, the one prepared at open included (a cache hit,
-    /// or adopting the plan from open, prepares nothing).
-    pub(crate) fn prepared_count(&self) -> usize {
-        self.prepared
-    }
-
-    /// Input sizes `(h, w)` with a session now.
-    pub(crate) fn held(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.entries.iter().map(|e| e.0)
-    }
+            reason: format!("cannot prepare for input {:?}: {e}", [1, 3, h, w]),
+        })?;
+        Prepared::new(model, network, plan)
+    })
 }

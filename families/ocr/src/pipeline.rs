@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tether_bundle::{Bundle, SectionKind, Verify};
-use tether_runtime::{Device, Model, ModelOptions};
+use tether_runtime::{Device, Model, ModelOptions, ShapePolicy};
 
 use crate::config::{CONFIG_SECTION, DICT_SECTION, REC_WIDTHS_SECTION, RecWidths};
 use crate::ctc::{self, Dictionary};
 use crate::db::{self, DbPostprocessor, DbStats, DetBox};
 use crate::geometry::decimal_f64;
 use crate::image::{BgrImage, ImageView};
-use crate::net::{Prepared, ShapeCache};
+use crate::net::{self, Prepared, Sessions};
 use crate::network::{CLS, DET, REC};
 use crate::resize::{ResizeScratch, resize_linear};
 use crate::warp::{perspective_transform, rotate90_ccw, rotate180, warp_perspective_cubic};
@@ -192,6 +192,21 @@ struct LinePlan {
     rec_width: u32,
 }
 
+/// Where the detector's image is after preprocessing, and how its coordinates map back to
+/// the source image.
+struct Geometry {
+    /// The source image's `(width, height)` in pixels.
+    raw: (usize, usize),
+    /// The preprocessed image's `(width, height)` (padding included).
+    size: (usize, usize),
+    /// The preprocessed image is `self.scaled` (else the converted source, `self.image`).
+    use_scaled: bool,
+    /// Source pixels per preprocessed pixel, `(x, y)`.
+    ratio: (f64, f64),
+    /// Rows of black padding added above (and below) the image.
+    pad_top: usize,
+}
+
 /// Outcome of recognising one line image.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct LineOutcome {
@@ -226,8 +241,8 @@ pub struct Ocr {
     model: Model,
     config: OcrConfig,
     dict: Dictionary,
-    det: ShapeCache,
-    rec: ShapeCache,
+    det: Sessions,
+    rec: Sessions,
     /// The recogniser's output steps and valid widths per input width (bundles
     /// built before it: `None`, every step the network emits is decoded).
     rec_widths: Option<RecWidths>,
@@ -405,9 +420,21 @@ impl Ocr {
             None
         };
         let mut ocr = Self {
-            det: ShapeCache::new(&model, DET, options.det_cache),
-            // The buckets, and a few widths past the largest for long lines.
-            rec: ShapeCache::new(&model, REC, config.rec_widths.len() + 4),
+            det: net::sessions(
+                &model,
+                DET,
+                ShapePolicy::Exact {
+                    capacity: options.det_cache,
+                },
+            ),
+            rec: net::sessions(
+                &model,
+                REC,
+                ShapePolicy::Buckets([
+                    vec![config.rec_height as usize],
+                    config.rec_width_grid().into_iter().map(|w| w as usize).collect(),
+                ]),
+            ),
             rec_widths,
             cls,
             model,
@@ -479,6 +506,22 @@ impl Ocr {
         self.stats = OcrStats::default();
         self.times = StageTimes::default();
         self.image.convert_from(image);
+        let geometry = self.preprocess()?;
+        if self.detect_boxes(&geometry, t0)? {
+            self.recognize_lines(&geometry)?;
+        }
+        self.stats.lines = self.result.len();
+        self.times.total = t0.elapsed();
+        Ok(&self.result)
+    }
+
+    /// `RapidOCR.preprocess` and `maybe_add_letterbox` on the converted image: the side
+    /// limits (rescaled into `self.scaled` when outside them) and the black bands of a very
+    /// short or very wide image. Returns where the detector's image is and how it maps back.
+    ///
+    /// # Errors
+    /// [`OcrError::Image`] when a rescale leaves no pixels.
+    fn preprocess(&mut self) -> Result<Geometry, OcrError> {
         let (raw_w, raw_h) = (self.image.width, self.image.height);
         let bad = |reason: &'static str| OcrError::Image {
             width: raw_w as u32,
@@ -572,10 +615,27 @@ impl Ocr {
             h += 2 * pad_top;
             use_scaled = true;
         }
+        Ok(Geometry {
+            raw: (raw_w, raw_h),
+            size: (w, h),
+            use_scaled,
+            ratio: (ratio_w, ratio_h),
+            pad_top,
+        })
+    }
+
+    /// The detector on the preprocessed image (resized to its input size, normalised), then
+    /// the DB post-processing into `self.boxes`. Returns whether there are boxes to read
+    /// (`false`: none, or an image too small for the detector).
+    ///
+    /// # Errors
+    /// As [`Ocr::detect_text`].
+    fn detect_boxes(&mut self, g: &Geometry, t0: Instant) -> Result<bool, OcrError> {
+        let c = &self.config;
+        let (w, h, use_scaled) = (g.size.0, g.size.1, g.use_scaled);
         // The detector.
         let Some((dw, dh)) = db::det_input_size(w, h, c) else {
-            self.times.total = t0.elapsed();
-            return Ok(&self.result);
+            return Ok(false);
         };
         self.stats.det_input = (dw, dh);
         let src = if use_scaled {
@@ -617,11 +677,19 @@ impl Ocr {
         self.times.preprocess = t1 - t0;
         self.times.det = t2 - t1;
         self.times.postprocess = t3 - t2;
-        if self.boxes.is_empty() {
-            self.times.total = t0.elapsed();
-            return Ok(&self.result);
-        }
+        Ok(!self.boxes.is_empty())
+    }
 
+    /// Each box of `self.boxes`: its line cut out, classified and recognised at the
+    /// reference's padded width; lines above the text score go into `self.result`, their
+    /// polygons mapped back to source pixels.
+    ///
+    /// # Errors
+    /// As [`Ocr::detect_text`].
+    fn recognize_lines(&mut self, g: &Geometry) -> Result<(), OcrError> {
+        let (raw_w, raw_h) = g.raw;
+        let (ratio_w, ratio_h) = g.ratio;
+        let (use_scaled, pad_top) = (g.use_scaled, g.pad_top);
         // Line sizes and the reference's per-batch padded widths.
         self.plans.clear();
         for b in &self.boxes {
@@ -690,9 +758,7 @@ impl Ocr {
                 rotated: outcome.rotated,
             });
         }
-        self.stats.lines = self.result.len();
-        self.times.total = t0.elapsed();
-        Ok(&self.result)
+        Ok(())
     }
 
     /// Classify and recognise the line image in `self.crop` (BGR, the
@@ -878,7 +944,7 @@ impl Ocr {
 
     /// Recogniser widths prepared so far.
     pub fn prepared_rec_widths(&self) -> Vec<usize> {
-        self.rec.held().map(|(_, w)| w).collect()
+        self.rec.keys().map(|[_, w]| w).collect()
     }
 
     /// The opened bundle.
@@ -891,11 +957,11 @@ impl Ocr {
 /// `[1, 1, dh, dw]` (a probability map).
 fn det_engine<'a>(
     model: &Model,
-    cache: &'a mut ShapeCache,
+    cache: &'a mut Sessions,
     dw: usize,
     dh: usize,
 ) -> Result<&'a mut Prepared, OcrError> {
-    let p = cache.get(model, dh, dw)?;
+    let p = net::session(cache, model, DET, dh, dw)?;
     match p.output_shape() {
         [1, 1, oh, ow] if *oh == dh && *ow == dw => Ok(p),
         s => Err(OcrError::OutputShape {
@@ -909,12 +975,12 @@ fn det_engine<'a>(
 /// The recogniser prepared for `width`, its output checked to be `[1, T, C]`.
 fn rec_engine<'a>(
     model: &Model,
-    cache: &'a mut ShapeCache,
+    cache: &'a mut Sessions,
     config: &OcrConfig,
     width: usize,
 ) -> Result<&'a mut Prepared, OcrError> {
     let classes = config.rec_classes as usize;
-    let p = cache.get(model, config.rec_height as usize, width)?;
+    let p = net::session(cache, model, REC, config.rec_height as usize, width)?;
     match p.output_shape() {
         [1, t, c] if *c == classes && *t > 0 => Ok(p),
         s => Err(OcrError::Network {

@@ -10,27 +10,13 @@
 //! is single-threaded, like the onnxruntime reference in `golden/bench_ort.py`.
 //! The image is decoded once, outside the timed region.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tether_bundle::{Bundle, Verify};
-use tether_ocr::recipe::{BuildOptions, Networks, build};
+use tether_ocr::recipe::{BuildCommon, BuildOptions, Networks, build};
 use tether_ocr::{Device, ImageView, Ocr, OcrOptions, PixelFormat};
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.assets"),
-        PathBuf::from,
-    );
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing {}: run tests/fetch-assets",
-        p.display()
-    );
-    p
-}
+use tether_testkit::asset;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -59,7 +45,7 @@ fn cpu_latency() {
             cls: Some(&cls),
         },
         &BuildOptions {
-            name: "bench".into(),
+            common: BuildCommon::named("bench"),
             ..BuildOptions::default()
         },
         &mut |_| {},

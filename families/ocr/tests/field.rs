@@ -24,7 +24,7 @@ fn field_golden() -> Value {
 fn path_of(name: &str) -> PathBuf {
     match name.strip_suffix("@180") {
         Some(asset) => common::asset(asset),
-        None => common::repo_root().join("tests/field").join(name),
+        None => tether_testkit::repo_root().join("tests/field").join(name),
     }
 }
 

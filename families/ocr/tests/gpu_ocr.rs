@@ -11,9 +11,9 @@
 
 mod common;
 
-use libtest_mimic::{Arguments, Trial};
 use tether_ocr::{Device, EngineKind, Ocr, OcrOptions};
 use tether_runtime::cuda::skip_reason;
+use tether_testkit::GpuTests;
 
 fn gpu_ocr(options: OcrOptions) -> Ocr {
     let ocr = Ocr::from_bundle(
@@ -74,35 +74,15 @@ fn self_test_passes() {
 }
 
 fn main() {
-    let args = Arguments::from_args();
-    let skip = skip_reason();
-    if let Some(why) = &skip {
-        eprintln!(
-            "GPU tests ignored: no usable CUDA device: {}",
-            why.lines().next().unwrap_or("")
-        );
-    }
-    let tests: Vec<(&str, fn())> = vec![
-        (
+    GpuTests::new(skip_reason())
+        .test(
             "real_model::page_and_text_match_rapidocr",
             page_and_text_match_rapidocr,
-        ),
-        (
+        )
+        .test(
             "real_model::every_detected_line_matches_before_the_score_filter",
             every_detected_line_matches_before_the_score_filter,
-        ),
-        ("real_model::self_test_passes", self_test_passes),
-    ];
-    let trials = tests
-        .into_iter()
-        .map(|(name, f)| {
-            Trial::test(name, move || {
-                f();
-                Ok(())
-            })
-            .with_kind("gpu")
-            .with_ignored_flag(skip.is_some())
-        })
-        .collect();
-    libtest_mimic::run(&args, trials).exit();
+        )
+        .test("real_model::self_test_passes", self_test_passes)
+        .run()
 }

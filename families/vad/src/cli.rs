@@ -9,7 +9,6 @@
 //! segments in seconds; decoding and resampling happen in `load`, outside
 //! the timed run.
 
-use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,14 +18,15 @@ use clap::{Arg, ArgAction, ArgMatches, value_parser};
 use serde_json::json;
 use tether_bundle::Bundle;
 use tether_family::family::{
-    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, RunOptions, Runner,
-    UsageError,
+    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
+    Runner, SelfTest, UsageError, check_range, describe_self_test, file_stem, input_as,
 };
+use tether_family::selftest::Role;
 
-use crate::config::{CONFIG_SECTION, SELFTEST_SECTION};
+use crate::config::CONFIG_SECTION;
 use crate::net::NETWORK;
 use crate::recipe::{self, BuildOptions};
-use crate::selftest::SelfTest;
+use crate::selftest::{MAX_ABS_DIFF, PROBABILITIES};
 use crate::{
     Audio, CHUNK_SAMPLES, Detection, FAMILY, SAMPLE_RATE, Vad, VadConfig, VadError, VadOptions,
 };
@@ -167,19 +167,11 @@ impl Family for VadFamily {
             .context("--onnx is required")?;
         let onnx = tether_bundle::files::read_regular(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let name = common.name.clone().unwrap_or_else(|| {
-            path.file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("vad")
-                .to_string()
-        });
         let (writer, report) = recipe::build(
             &onnx,
             &BuildOptions {
-                name,
-                model_version: common.model_version.clone(),
+                common: common.clone().or_name(file_stem(&path, "vad")),
                 config: Some(config),
-                created_unix_s: common.created_unix_s,
             },
             progress,
         )
@@ -226,10 +218,19 @@ impl Family for VadFamily {
 
     fn describe(&self, bundle: &Bundle) -> Result<Description> {
         let c = VadConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
-        let selftest = match bundle.section_data(SELFTEST_SECTION) {
-            Ok(bytes) => Some(SelfTest::from_section(bytes)?),
-            Err(_) => None,
-        };
+        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+            let chunks = t
+                .f32s(Role::Expected, PROBABILITIES)
+                .map_or(0, <[f32]>::len);
+            let tolerance = t.tolerance(MAX_ABS_DIFF).unwrap_or(f32::NAN);
+            (
+                format!(
+                    "{chunks} chunks, tolerance {tolerance:.0e} (expected values from {})",
+                    t.source
+                ),
+                json!({ "chunks": chunks, "tolerance": tolerance }),
+            )
+        });
         let lines = vec![
             (
                 "networks".into(),
@@ -254,18 +255,7 @@ impl Family for VadFamily {
                     c.speech_pad_ms
                 ),
             ),
-            (
-                "self-test".into(),
-                match &selftest {
-                    Some(t) => format!(
-                        "{} chunks, tolerance {:.0e} (expected values from {})",
-                        t.chunks(),
-                        t.tolerance,
-                        t.source
-                    ),
-                    None => "none".into(),
-                },
-            ),
+            ("self-test".into(), selftest_line),
         ];
         Ok(Description {
             lines,
@@ -279,11 +269,7 @@ impl Family for VadFamily {
                 "min_speech_ms": c.min_speech_ms,
                 "min_silence_ms": c.min_silence_ms,
                 "speech_pad_ms": c.speech_pad_ms,
-                "self_test": selftest.as_ref().map(|t| json!({
-                    "chunks": t.chunks(),
-                    "tolerance": t.tolerance,
-                    "source": t.source,
-                })),
+                "self_test": selftest_json,
             }),
         })
     }
@@ -314,35 +300,14 @@ impl Family for VadFamily {
         }))
     }
 
-    fn self_test(
+    fn run_self_test(
         &self,
         bundle: Arc<Bundle>,
         options: &RunOptions,
-    ) -> Result<Option<tether_family::family::SelfTest>> {
-        if bundle.section(SELFTEST_SECTION).is_err() {
-            return Ok(None);
-        }
+        test: &SelfTest,
+    ) -> Result<Report> {
         let mut vad = Vad::from_bundle(bundle, &vad_options(options)?)?;
-        let r = vad.self_test()?;
-        Ok(Some(tether_family::family::SelfTest {
-            passed: r.passed,
-            summary: format!(
-                "{} chunk probabilities on {}, worst |diff| {:.2e} at chunk {} (tolerance {:.0e})",
-                r.chunks,
-                vad.engine(),
-                r.worst_abs_diff,
-                r.worst_chunk,
-                r.tolerance
-            ),
-            json: json!({
-                "chunks": r.chunks,
-                "engine": vad.engine().id(),
-                "worst_abs_diff": r.worst_abs_diff,
-                "worst_chunk": r.worst_chunk,
-                "tolerance": r.tolerance,
-                "source": r.source,
-            }),
-        }))
+        Ok(vad.run_self_test(test)?)
     }
 }
 
@@ -436,16 +401,10 @@ impl Input for WavInput {
             }
         )
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 fn wav_of(input: &dyn Input) -> Result<&WavInput> {
-    input
-        .as_any()
-        .downcast_ref::<WavInput>()
-        .context("not a WAV input of the vad family")
+    input_as(input, "a WAV input of the vad family")
 }
 
 impl Runner for VadRunner {

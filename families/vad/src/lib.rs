@@ -13,8 +13,8 @@
 //!   whole or streamed block by block; [`wav`]: the RIFF/WAVE reader (what
 //!   libsndfile reads: PCM, float, A-law, mu-law; cut-off and streaming files).
 //! - [`config`]: the family's bundle sections and configuration record.
-//! - [`selftest`]: the bundle's self-test payload (reference PCM + expected
-//!   probabilities from the package) and its runner.
+//! - [`selftest`]: the bundle's self-test (reference PCM + expected probabilities from the
+//!   package) in the shared format, and its comparison.
 //! - `recipe` (feature `build`): ONNX -> `.bundle`; `cli` (feature `cli`):
 //!   the family as the `tether` CLI sees it (build, inspect, run, bench,
 //!   `verify --self-test`).
@@ -44,7 +44,7 @@ pub mod wav;
 pub use audio::{Audio, AudioStream, ResampleStream, SincResampler, read_wav, read_wav_bytes};
 pub use config::VadConfig;
 pub use segments::{SegmentEvent, SegmentTracker, SpeechSegment};
-pub use selftest::{SelfTest, SelfTestReport};
+pub use tether_family::selftest::{Report as SelfTestReport, SelfTest};
 pub use tether_runtime::{Device, EngineKind};
 pub use vad::{ChunkResult, Detection, StreamEnd, Vad, VadOptions, bundle_of};
 
@@ -77,11 +77,11 @@ pub const CHUNK_MS: f64 = 32.0;
 #[derive(Debug, thiserror::Error)]
 pub enum VadError {
     /// The bundle could not be opened or read.
-    #[error(transparent)]
+    #[error("{0}")]
     Bundle(#[from] tether_bundle::BundleError),
     /// The runtime could not open the model or build its session (no usable
     /// engine on this device, device unavailable, preparation failed).
-    #[error(transparent)]
+    #[error("{0}")]
     Runtime(#[from] tether_runtime::Error),
     /// An engine call failed.
     #[error(transparent)]
@@ -153,7 +153,11 @@ pub enum VadError {
         /// What is wrong.
         reason: &'static str,
     },
-    /// The self-test payload is malformed.
-    #[error("vad self-test payload: {0}")]
-    SelfTest(String),
+    /// The self-test section is unreadable or lacks an entry this family needs.
+    #[error("vad self-test: {0}")]
+    SelfTest(#[from] tether_family::selftest::SelfTestError),
+    /// At build time, the CPU engine does not reproduce the pinned model's reference output
+    /// (the report says by how much).
+    #[error("the CPU engine does not reproduce the reference: {0}")]
+    ReferenceMismatch(Box<tether_family::selftest::Report>),
 }

@@ -9,18 +9,19 @@
 //! `[2, 1, 128]`.
 //!
 //! One [`Session`] runs it: the window as an input region, the probability as an output
-//! region, and the recurrent state as two internal regions declared a ping-pong pair
-//! ([`PipelineSpec::ping_pong`]): the network reads `state` from one and writes `stateN`
-//! into the other, and they exchange places after every chunk. On the CPU the two host
-//! buffers are swapped (the tract engine copies the 1 KiB state into its own input tensor);
-//! on a GPU the state never leaves the device: the session holds one executor per parity,
-//! each bound once, and one captured CUDA graph per parity, so a chunk is one graph launch
-//! (upload 2.3 KiB, network, download 4 bytes) and one wait, with no allocation.
+//! region, and the LSTM state as the session's recurrent request state
+//! ([`PipelineSpec::recurrent_state`]): the network reads `state` from its current region and
+//! writes `stateN` into its next one, and the two exchange places after every chunk. On the
+//! CPU the two host buffers are swapped (the tract engine copies the 1 KiB state into its own
+//! input tensor); on a GPU the state never leaves the device: the session holds one executor
+//! per parity, each bound once, and one captured CUDA graph per parity, so a chunk is one
+//! graph launch (upload 2.3 KiB, network, download 4 bytes) and one wait, with no
+//! allocation. A new stream resets it ([`Session::reset_state`]).
 
 use std::sync::Arc;
 
 use tether_bundle::Bundle;
-use tether_runtime::session::Check;
+use tether_runtime::session::{Check, RecurrentState};
 use tether_runtime::tensor::{view, view_mut};
 use tether_runtime::{
     DType, EngineKind, FixedInput, Model, ModelOptions, PipelineSpec, RegionId, RegionKind, Session,
@@ -55,7 +56,7 @@ pub(crate) struct Network {
     model: Model,
     session: Session,
     window: RegionId,
-    state: RegionId,
+    state: RecurrentState,
     probability: RegionId,
     engine: EngineKind,
 }
@@ -149,33 +150,26 @@ impl Network {
             RegionKind::Input,
             Check::Exact,
         )?;
-        let state = region(
-            &mut spec,
-            &io.inputs[i_state],
-            RegionKind::Internal,
-            Check::F32Abs(REPLAY_TOLERANCE),
-        )?;
+        let state = spec
+            .recurrent_state(
+                format!("{NETWORK}:{}", io.inputs[i_state]),
+                STATE_LEN * 4,
+                Check::F32Abs(REPLAY_TOLERANCE),
+            )
+            .map_err(tether_runtime::Error::from)?;
         let probability = region(
             &mut spec,
             &io.outputs[o_output],
             RegionKind::Output,
             Check::F32Abs(REPLAY_TOLERANCE),
         )?;
-        let state_next = region(
-            &mut spec,
-            &io.outputs[o_state],
-            RegionKind::Internal,
-            Check::F32Abs(REPLAY_TOLERANCE),
-        )?;
         let mut ins = [window; 2];
-        ins[i_state] = state;
+        ins[i_state] = state.current;
         ins[i_input] = window;
         let mut outs = [probability; 2];
-        outs[o_state] = state_next;
+        outs[o_state] = state.next;
         outs[o_output] = probability;
         spec.network(NETWORK, plan, &ins, &outs)
-            .map_err(tether_runtime::Error::from)?;
-        spec.ping_pong(state, state_next)
             .map_err(tether_runtime::Error::from)?;
         spec.warmup(window, Box::new(warmup_window));
         let session = model.session(spec)?;
@@ -216,7 +210,7 @@ impl Network {
     }
 
     /// Run on the current window: the speech probability; the next state replaces the
-    /// current one (ping-pong). No allocation on a GPU.
+    /// current one (the regions swap). No allocation on a GPU.
     ///
     /// # Errors
     /// [`VadError::Run`] when the engine fails.
@@ -235,8 +229,7 @@ impl Network {
     /// # Errors
     /// [`VadError::Run`] on a device error.
     pub(crate) fn reset_state(&mut self) -> Result<(), VadError> {
-        const ZEROS: [u8; STATE_LEN * 4] = [0; STATE_LEN * 4];
-        self.session.write_region(self.state, &ZEROS)?;
+        self.session.reset_state(self.state.id)?;
         Ok(())
     }
 
@@ -246,7 +239,7 @@ impl Network {
     /// [`VadError::Run`] on a device error.
     pub(crate) fn read_state(&mut self, out: &mut [f32; STATE_LEN]) -> Result<(), VadError> {
         let mut bytes = [0u8; STATE_LEN * 4];
-        self.session.read_region(self.state, &mut bytes)?;
+        self.session.read_region(self.state.current, &mut bytes)?;
         for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
             *o = f32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
         }

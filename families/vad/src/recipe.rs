@@ -21,35 +21,32 @@
 //! payload's source says so), and the self-test then checks that the
 //! deployed device agrees with the build host.
 
-use std::sync::Arc;
-
-use sha2::{Digest, Sha256};
 use tether_build::{OnnxInfo, inspect_onnx};
-use tether_bundle::{Bundle, BundleWriter, IdentityDesc, SectionKind, Verify};
+use tether_bundle::BundleWriter;
+use tether_family::recipe::{in_memory, pinned_version, sha256_hex};
 use tether_runtime::Device;
 
-use crate::config::SELFTEST_SECTION;
-use crate::selftest::{SelfTest, SelfTestReport};
+use tether_family::selftest::{self, Report};
+
 use crate::vad::bundle_with_identity;
-use crate::{CHUNK_SAMPLES, FAMILY, Vad, VadConfig, VadError, VadOptions};
+use crate::{FAMILY, Vad, VadConfig, VadError, VadOptions};
 
 /// SHA-256 of `silero_vad/data/silero_vad_op18_ifless.onnx` in the
 /// `silero-vad==6.2.3` wheel (also in `tests/assets.sha256`).
 pub const PINNED_MODEL_SHA256: &str =
     "7671cd04b004e9076da0d4a7b1a5aec36adf161c39230c1cb94a4fd5db6bbd28";
 
+pub use tether_family::recipe::BuildCommon;
+
 /// What to build.
 #[derive(Clone, Debug, Default)]
 pub struct BuildOptions {
-    /// Bundle name.
-    pub name: String,
-    /// Model version recorded in the identity (default: "silero-vad 6.2.3
-    /// (silero_vad_op18_ifless.onnx)" for the pinned file, else "unspecified").
-    pub model_version: Option<String>,
+    /// Name, model version and creation time of the bundle identity (the model version's
+    /// default: "silero-vad 6.2.3 (silero_vad_op18_ifless.onnx)" for the pinned file, else
+    /// "unspecified").
+    pub common: BuildCommon,
     /// Segment parameters (default: the package's).
     pub config: Option<VadConfig>,
-    /// Creation time, seconds since the Unix epoch.
-    pub created_unix_s: u64,
 }
 
 /// What the recipe decided, for the build log.
@@ -64,11 +61,7 @@ pub struct BuildReport {
     /// Whether the file is the pinned silero-vad 6.2.3 network.
     pub pinned_model: bool,
     /// The self-test run on the CPU engine at build time.
-    pub selftest: SelfTestReport,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    pub selftest: Report,
 }
 
 fn check_io(info: &OnnxInfo) -> Result<(), VadError> {
@@ -111,7 +104,7 @@ fn check_io(info: &OnnxInfo) -> Result<(), VadError> {
 /// # Errors
 /// [`VadError::Network`] for a network without Silero's streaming I/O or
 /// that fails to prepare; [`VadError::Config`] for out-of-range options;
-/// [`VadError::SelfTest`] when the pinned network does not reproduce the
+/// [`VadError::ReferenceMismatch`] when the pinned network does not reproduce the
 /// package's probabilities on the CPU engine; [`VadError::Bundle`] from the
 /// writer.
 pub fn build(
@@ -124,76 +117,60 @@ pub fn build(
     check_io(&info)?;
     let config = options.config.unwrap_or_default();
     config.validate()?;
-    let model_sha256 = hex(&Sha256::digest(onnx));
+    let model_sha256 = sha256_hex(onnx);
     let pinned_model = model_sha256 == PINNED_MODEL_SHA256;
 
-    let model_version = options.model_version.clone().unwrap_or_else(|| {
-        if pinned_model {
-            "silero-vad 6.2.3 (silero_vad_op18_ifless.onnx)".into()
-        } else {
-            "unspecified".into()
-        }
-    });
     let mut writer = bundle_with_identity(
         onnx,
         &config,
-        IdentityDesc {
-            name: options.name.clone(),
-            family: FAMILY.into(),
-            model_version,
-            tool_version: concat!("tether-vad ", env!("CARGO_PKG_VERSION")).into(),
-            created_unix_s: options.created_unix_s,
-        },
+        options.common.identity(
+            FAMILY,
+            concat!("tether-vad ", env!("CARGO_PKG_VERSION")),
+            || {
+                pinned_version(
+                    pinned_model,
+                    "silero-vad 6.2.3 (silero_vad_op18_ifless.onnx)",
+                )
+            },
+        ),
     )?;
 
     progress("preparing the network on the CPU engine and running the self-test");
-    let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
     let mut vad = Vad::from_bundle(
-        Arc::new(bundle),
+        in_memory(&writer)?,
         &VadOptions {
             device: Device::Cpu,
             ..VadOptions::default()
         },
     )?;
-    let reference = SelfTest::reference()?;
-    let (payload, selftest) = if pinned_model {
-        let report = vad.run_self_test(&reference)?;
-        if !report.passed {
-            return Err(VadError::SelfTest(format!(
-                "the CPU engine does not reproduce the reference: {report}"
-            )));
-        }
-        (reference, report)
-    } else {
+    if !pinned_model {
         log::warn!(
             "model SHA-256 {model_sha256} is not silero-vad 6.2.3's; the self-test expects this build host's CPU results"
         );
-        let mut expected = Vec::with_capacity(reference.chunks());
-        vad.reset()?;
-        for chunk in reference.pcm.chunks_exact(CHUNK_SAMPLES) {
-            expected.push(vad.push_chunk(chunk)?.probability);
-        }
-        vad.reset()?;
-        let payload = SelfTest {
-            pcm: reference.pcm,
-            expected,
-            tolerance: reference.tolerance,
-            source: format!(
-                "the tract CPU engine at build time (model SHA-256 {model_sha256}, not the pinned silero-vad 6.2.3 file)"
-            ),
-        };
-        let report = vad.run_self_test(&payload)?;
-        (payload, report)
-    };
+    }
+    let (payload, selftest) = selftest::for_recipe(
+        pinned_model,
+        crate::selftest::reference()?,
+        &mut vad,
+        Vad::run_self_test,
+        |vad, reference| {
+            let pcm = crate::selftest::input(&reference)?.to_vec();
+            let expected = vad.chunk_probabilities(&pcm)?;
+            Ok(crate::selftest::payload(
+                pcm,
+                expected,
+                reference.tolerance(crate::selftest::MAX_ABS_DIFF)?,
+                selftest::host_source(&format!(
+                    "model SHA-256 {model_sha256}, not the pinned silero-vad 6.2.3 file"
+                )),
+            ))
+        },
+        |report| VadError::ReferenceMismatch(Box::new(report)),
+    )?;
     drop(vad);
 
     progress("writing the bundle");
-    writer.add_section(
-        SectionKind::Reference,
-        SELFTEST_SECTION,
-        None,
-        payload.to_section(),
-    )?;
+    payload.add_to(&mut writer, FAMILY)?;
     Ok((
         writer,
         BuildReport {

@@ -4,20 +4,17 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
-use tether_bundle::{
-    Bundle, BundleWriter, CpuArch, EngineKind, IdentityDesc, SectionKind, TargetDesc, TensorDesc,
-    Verify,
-};
+use tether_bundle::{Bundle, BundleWriter, IdentityDesc, SectionKind, TensorDesc, Verify};
 use tether_runtime::{Device, ModelOptions};
 
 use crate::audio::AudioStream;
-use crate::config::{CONFIG_SECTION, ONNX_SECTION, SELFTEST_SECTION};
+use crate::config::{CONFIG_SECTION, ONNX_SECTION};
 use crate::net::Network;
 use crate::segments::{ChunkEvents, SegmentEvent, SegmentTracker, SpeechSegment};
-use crate::selftest::{SelfTest, SelfTestReport};
 use crate::{
     CHUNK_SAMPLES, CONTEXT_SAMPLES, FAMILY, STATE_LEN, VadConfig, VadError, WINDOW_SAMPLES,
 };
+use tether_family::selftest::{Report, SelfTest};
 
 /// Options of [`Vad::open`].
 #[derive(Clone, Debug, Default)]
@@ -112,7 +109,6 @@ pub struct Vad {
     samples: u64,
     /// Time spent in the network since open.
     network_time: std::time::Duration,
-    selftest: Option<SelfTest>,
 }
 
 impl Vad {
@@ -129,8 +125,7 @@ impl Vad {
     ///
     /// # Errors
     /// [`VadError::Bundle`] (unreadable or corrupt bundle, missing section),
-    /// [`VadError::WrongFamily`], [`VadError::Config`], [`VadError::SelfTest`]
-    /// (malformed payload), [`VadError::Runtime`] (no engine for the network
+    /// [`VadError::WrongFamily`], [`VadError::Config`], [`VadError::Runtime`] (no engine for the network
     /// on this device, device unavailable), [`VadError::Network`] (not
     /// Silero's streaming I/O).
     pub fn open(path: impl AsRef<Path>, options: &VadOptions) -> Result<Self, VadError> {
@@ -143,8 +138,8 @@ impl Vad {
         Self::from_bundle(bundle, options)
     }
 
-    /// Prepare from an opened bundle. The configuration and the self-test
-    /// payload are copied out at load; the model keeps the bundle.
+    /// Prepare from an opened bundle. The configuration is copied out at load; the model
+    /// keeps the bundle (the self-test is read from it only when run).
     ///
     /// # Errors
     /// As [`Vad::open`].
@@ -162,12 +157,6 @@ impl Vad {
             None => VadConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?,
         };
         config.validate()?;
-        let selftest = match bundle.section(SELFTEST_SECTION) {
-            Ok(_) => Some(SelfTest::from_section(
-                bundle.section_data(SELFTEST_SECTION)?,
-            )?),
-            Err(_) => None,
-        };
         let mut model = options.model.clone();
         model.device = options.device;
         let net = Network::open(bundle, model)?;
@@ -189,7 +178,6 @@ impl Vad {
             pending_len: 0,
             samples: 0,
             network_time: std::time::Duration::ZERO,
-            selftest,
         })
     }
 
@@ -513,20 +501,36 @@ impl Vad {
         Ok(end)
     }
 
-    /// The self-test payload of the bundle this was opened from, if any.
-    pub fn bundled_self_test(&self) -> Option<&SelfTest> {
-        self.selftest.as_ref()
+    /// The self-test the bundle this was opened from carries, if any (read from the
+    /// bundle when asked: a bundle whose self-test this build cannot read still opens).
+    ///
+    /// # Errors
+    /// [`VadError::SelfTest`] for an unreadable section.
+    pub fn bundled_self_test(&self) -> Result<Option<SelfTest>, VadError> {
+        Ok(SelfTest::of_bundle(self.model().bundle(), FAMILY)?)
     }
 
     /// Run `test` on a fresh stream and compare (the stream is reset before
     /// and after).
     ///
     /// # Errors
+    /// [`VadError::SelfTest`] for a test without the family's entries; as
+    /// [`Vad::push_chunk`].
+    pub fn run_self_test(&mut self, test: &SelfTest) -> Result<Report, VadError> {
+        let pcm = crate::selftest::input(test)?;
+        let got = self.chunk_probabilities(pcm)?;
+        crate::selftest::compare(test, &got, &self.engine().to_string())
+    }
+
+    /// The probability of each whole chunk of `pcm` from a fresh stream (the stream is reset
+    /// before and after, also when a chunk fails).
+    ///
+    /// # Errors
     /// As [`Vad::push_chunk`].
-    pub fn run_self_test(&mut self, test: &SelfTest) -> Result<SelfTestReport, VadError> {
+    pub fn chunk_probabilities(&mut self, pcm: &[f32]) -> Result<Vec<f32>, VadError> {
         self.reset()?;
-        let mut got = Vec::with_capacity(test.chunks());
-        for chunk in test.pcm.chunks_exact(CHUNK_SAMPLES) {
+        let mut got = Vec::with_capacity(pcm.len() / CHUNK_SAMPLES);
+        for chunk in pcm.chunks_exact(CHUNK_SAMPLES) {
             match self.push_chunk(chunk) {
                 Ok(r) => got.push(r.probability),
                 Err(e) => {
@@ -536,22 +540,18 @@ impl Vad {
             }
         }
         self.reset()?;
-        Ok(test.compare(&got))
+        Ok(got)
     }
 
-    /// Run the bundle's own self-test payload (what `tether verify
-    /// --self-test` runs on the device).
+    /// Run the bundle's own self-test (what `tether verify --self-test` runs on the
+    /// device).
     ///
     /// # Errors
-    /// [`VadError::SelfTest`] when the bundle has no payload; as
+    /// [`VadError::SelfTest`] when the bundle has none or it is unreadable; as
     /// [`Vad::run_self_test`].
-    pub fn self_test(&mut self) -> Result<SelfTestReport, VadError> {
-        let test = self.selftest.take().ok_or_else(|| {
-            VadError::SelfTest(format!("the bundle has no `{SELFTEST_SECTION}` section"))
-        })?;
-        let r = self.run_self_test(&test);
-        self.selftest = Some(test);
-        r
+    pub fn self_test(&mut self) -> Result<Report, VadError> {
+        let test = SelfTest::required(self.model().bundle(), FAMILY)?;
+        self.run_self_test(&test)
     }
 }
 
@@ -590,15 +590,7 @@ pub(crate) fn bundle_with_identity(
 ) -> Result<BundleWriter, VadError> {
     use tether_bundle::{DType, IoMode, Layout};
     let mut writer = BundleWriter::new(identity);
-    let target = writer.add_target(TargetDesc {
-        name: "portable".into(),
-        arch: CpuArch::Any,
-        sm: None,
-        engine: EngineKind::TractCpu,
-        tensorrt_version: 0,
-        hardware_compat: 0,
-        flags: 0,
-    })?;
+    let target = tether_family::recipe::add_portable_target(&mut writer)?;
     let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
     let state = vec![2, 1, (STATE_LEN / 2) as i64];
     for (name, mode, dtype, dims) in [
@@ -624,11 +616,6 @@ pub(crate) fn bundle_with_identity(
             },
         )?;
     }
-    writer.add_section(
-        SectionKind::FamilyConfig,
-        CONFIG_SECTION,
-        None,
-        zerocopy::IntoBytes::as_bytes(&config.to_record()).to_vec(),
-    )?;
+    tether_family::recipe::add_config(&mut writer, CONFIG_SECTION, &config.to_record())?;
     Ok(writer)
 }

@@ -11,7 +11,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::path::PathBuf;
 
 use tether_vad::{CHUNK_SAMPLES, SegmentTracker, Vad, VadConfig, read_wav};
 
@@ -65,17 +64,8 @@ fn segment_tracker_never_allocates() {
 
 #[test]
 fn push_chunk_allocations_are_the_engines_and_do_not_grow() {
-    let dir = std::env::var_os("TETHER_ASSETS").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.assets"),
-        PathBuf::from,
-    );
-    let model = dir.join("silero_vad_op18_ifless.onnx");
-    let wav = dir.join("Front_Center.wav");
-    assert!(
-        model.is_file() && wav.is_file(),
-        "missing test assets in {}: run `tests/fetch-assets` first",
-        dir.display()
-    );
+    let model = tether_testkit::asset("silero_vad_op18_ifless.onnx");
+    let wav = tether_testkit::asset("Front_Center.wav");
     let onnx = std::fs::read(model).expect("model");
     let audio = read_wav(wav).expect("wav");
     let mut vad = Vad::from_onnx(&onnx, VadConfig::default()).expect("vad");

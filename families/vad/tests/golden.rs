@@ -16,10 +16,12 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use tether_vad::recipe::{BuildOptions, build};
+use tether_family::selftest::{Role, Values};
+use tether_testkit::asset;
+use tether_vad::recipe::{BuildCommon, BuildOptions, build};
+use tether_vad::selftest::PROBABILITIES;
 use tether_vad::{
-    CHUNK_SAMPLES, SegmentEvent, SelfTest, SpeechSegment, Vad, VadConfig, VadError, VadOptions,
-    read_wav,
+    CHUNK_SAMPLES, SegmentEvent, SpeechSegment, Vad, VadConfig, VadError, VadOptions, read_wav,
 };
 
 const ALSA: [&str; 9] = [
@@ -34,24 +36,8 @@ const ALSA: [&str; 9] = [
     "Noise",
 ];
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden")
-}
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS")
-        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheel and the alsa-utils package)",
-        p.display()
-    );
-    p
 }
 
 fn golden(name: &str) -> Value {
@@ -339,7 +325,7 @@ fn bundle_round_trip_and_self_test() {
     let (writer, report) = build(
         &onnx,
         &BuildOptions {
-            name: "silero-vad".into(),
+            common: BuildCommon::named("silero-vad"),
             ..BuildOptions::default()
         },
         &mut |_| {},
@@ -348,18 +334,17 @@ fn bundle_round_trip_and_self_test() {
     assert!(report.pinned_model, "{}", report.model_sha256);
     assert!(report.selftest.passed, "{}", report.selftest);
     println!("{}", report.selftest);
-    let bytes = writer.to_bytes().expect("bundle bytes");
-    let bundle = std::sync::Arc::new(
-        tether_bundle::Bundle::from_vec(bytes, tether_bundle::Verify::Eager).expect("open"),
-    );
+    let bundle = tether_family::recipe::in_memory(&writer).expect("open");
     let mut vad = Vad::from_bundle(bundle.clone(), &VadOptions::default()).expect("vad");
     let r = vad.self_test().expect("self-test");
-    assert!(r.passed && r.worst_abs_diff <= 1e-4, "{r}");
+    assert!(r.passed && r.checks[0].value <= 1e-4, "{r}");
     // A payload the network cannot meet fails, naming the chunk.
-    let mut wrong = SelfTest::reference().expect("reference");
-    wrong.expected[3] += 1e-3;
+    let mut wrong = tether_vad::selftest::reference().expect("reference");
+    let mut probs = wrong.f32s(Role::Expected, PROBABILITIES).unwrap().to_vec();
+    probs[3] += 1e-3;
+    wrong.set(Role::Expected, PROBABILITIES, &[8], Values::F32(probs));
     let r = vad.run_self_test(&wrong).expect("run");
-    assert!(!r.passed && r.worst_chunk == 3, "{r}");
+    assert!(!r.passed && r.checks[0].at == Some(3), "{r}");
     // The bundle's parameters and the package's agree.
     assert_eq!(*vad.config(), VadConfig::default());
     let det = vad.process_wav(asset("Front_Center.wav")).expect("process");

@@ -11,12 +11,11 @@
 //! the alsa-utils WAVs come from `$TETHER_ASSETS`. On the GPU host:
 //! `TETHER_ASSETS=DIR gpu_vad --test-threads=1 --nocapture`.
 
-use std::path::PathBuf;
-
-use libtest_mimic::{Arguments, Trial};
 use serde_json::Value;
 use tether_runtime::cuda::skip_reason;
-use tether_vad::recipe::{BuildOptions, build};
+use tether_testkit::GpuTests;
+use tether_testkit::asset;
+use tether_vad::recipe::{BuildCommon, BuildOptions, build};
 use tether_vad::{CHUNK_SAMPLES, Device, EngineKind, Vad, VadConfig, VadOptions, read_wav};
 
 /// `(name, golden)`: the package's probabilities and segments per file.
@@ -25,20 +24,6 @@ const GOLDENS: [(&str, &str); 3] = [
     ("Rear_Left", include_str!("../golden/Rear_Left.json")),
     ("Noise", include_str!("../golden/Noise.json")),
 ];
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.assets"),
-        PathBuf::from,
-    );
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: set TETHER_ASSETS (tests/fetch-assets)",
-        p.display()
-    );
-    p
-}
 
 fn model() -> Vec<u8> {
     std::fs::read(asset("silero_vad_op18_ifless.onnx")).expect("model bytes")
@@ -146,53 +131,29 @@ fn self_test_passes() {
     let (writer, _) = build(
         &model(),
         &BuildOptions {
-            name: "silero-vad".into(),
+            common: BuildCommon::named("silero-vad"),
             ..BuildOptions::default()
         },
         &mut |_| {},
     )
     .expect("build");
-    let bundle = tether_bundle::Bundle::from_vec(
-        writer.to_bytes().expect("bytes"),
-        tether_bundle::Verify::Eager,
-    )
-    .expect("bundle");
-    let mut vad = Vad::from_bundle(std::sync::Arc::new(bundle), &gpu()).expect("vad");
+    let bundle = tether_family::recipe::in_memory(&writer).expect("bundle");
+    let mut vad = Vad::from_bundle(bundle, &gpu()).expect("vad");
     let r = vad.self_test().expect("self-test");
     eprintln!("on {}: {r}", vad.engine());
     assert!(r.passed, "{r}");
 }
 
 fn main() {
-    let args = Arguments::from_args();
-    let skip = skip_reason();
-    if let Some(why) = &skip {
-        eprintln!(
-            "GPU tests ignored: no usable CUDA device: {}",
-            why.lines().next().unwrap_or("")
-        );
-    }
-    let tests: Vec<(&str, fn())> = vec![
-        (
+    GpuTests::new(skip_reason())
+        .test(
             "real_model::probabilities_and_segments_match_the_package",
             probabilities_and_segments_match_the_package,
-        ),
-        (
+        )
+        .test(
             "real_model::state_ping_pong_and_reset_on_the_device",
             state_ping_pong_and_reset_on_the_device,
-        ),
-        ("real_model::self_test_passes", self_test_passes),
-    ];
-    let trials = tests
-        .into_iter()
-        .map(|(name, f)| {
-            Trial::test(name, move || {
-                f();
-                Ok(())
-            })
-            .with_kind("gpu")
-            .with_ignored_flag(skip.is_some())
-        })
-        .collect();
-    libtest_mimic::run(&args, trials).exit();
+        )
+        .test("real_model::self_test_passes", self_test_passes)
+        .run()
 }

@@ -15,7 +15,16 @@ use cudarc::driver::sys;
 
 use super::error::{CudaError, DriverError, check};
 use super::loader;
-use super::stream::SyncPolicy;
+use crate::vocab::SyncPolicy;
+
+/// The primary context's scheduling flag (`CU_CTX_SCHED_*`) for `policy`.
+fn ctx_flags(policy: SyncPolicy) -> u32 {
+    match policy {
+        SyncPolicy::Spin => sys::CUctx_flags::CU_CTX_SCHED_SPIN as u32,
+        SyncPolicy::Yield => sys::CUctx_flags::CU_CTX_SCHED_YIELD as u32,
+        SyncPolicy::Blocking => sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32,
+    }
+}
 
 /// What a device is and what it can do, read once at load.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +211,7 @@ impl Context {
                 sys::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active),
             )
         }?;
-        let want = policy.ctx_flags();
+        let want = ctx_flags(policy);
         if flags & 0x7 != want {
             // SAFETY: valid device; flags are a CU_CTX_SCHED_* value.
             let res = unsafe { sys::cuDevicePrimaryCtxSetFlags_v2(dev, want) };

@@ -22,6 +22,9 @@ mod memory;
 mod module;
 mod stream;
 
+/// The wait policy, defined with the rest of the run-time vocabulary ([`crate::vocab`]);
+/// re-exported here where the device layer's users have always found it.
+pub use crate::vocab::SyncPolicy;
 pub use device::{Context, DeviceProperties, device_count, properties};
 pub use error::{CudaError, DriverError, error_name};
 pub use graph::Graph;
@@ -30,7 +33,7 @@ pub use memory::{
     ArenaPlan, DEFAULT_ALIGN, DeviceArena, DevicePtr, DeviceRegion, PinnedBuffer, Region, RegionId,
 };
 pub use module::{Function, KernelImage, KernelModule, ModuleSource, image_order};
-pub use stream::{Event, Stream, SyncPolicy};
+pub use stream::{Event, Stream};
 
 /// Whether tests and tools should attempt GPU work: a driver loads and reports a device.
 /// Prints nothing; use [`skip_reason`] to say why not.

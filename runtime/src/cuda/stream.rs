@@ -1,4 +1,5 @@
-//! Streams, events, and the host synchronisation policy.
+//! Streams and events; the host waits as the [`SyncPolicy`] (the run-time vocabulary,
+//! `crate::vocab`) asks.
 
 use std::ffi::c_void;
 
@@ -8,41 +9,15 @@ use super::device::Context;
 use super::error::{DriverError, check};
 use super::memory::DevicePtr;
 use super::module::Function;
+use crate::vocab::SyncPolicy;
 
-/// How the host waits for the GPU.
-///
-/// The trade-off is latency against a CPU core: spinning answers within a microsecond of the
-/// GPU finishing but burns the core; blocking frees it but pays a wake-up (tens of
-/// microseconds, more on Tegra after idle periods); yielding is in between. The policy is
-/// applied twice: as the primary context's scheduling flag (`CU_CTX_SCHED_*`, see
-/// [`Context::new`]) and, independently of whoever set that flag, by how
-/// [`Stream::synchronize`] waits on its completion event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SyncPolicy {
-    /// Busy-poll the completion event (`cuEventQuery` in a loop). Lowest latency. Default.
-    #[default]
-    Spin,
-    /// Poll and `std::thread::yield_now()` between polls.
-    Yield,
-    /// Sleep in the driver until the event fires (`CU_EVENT_BLOCKING_SYNC` +
-    /// `cuEventSynchronize`). Frees the CPU; wake-up latency.
-    Blocking,
-}
-
-impl SyncPolicy {
-    pub(crate) fn ctx_flags(self) -> u32 {
-        match self {
-            SyncPolicy::Spin => sys::CUctx_flags::CU_CTX_SCHED_SPIN as u32,
-            SyncPolicy::Yield => sys::CUctx_flags::CU_CTX_SCHED_YIELD as u32,
-            SyncPolicy::Blocking => sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32,
-        }
-    }
-    fn event_flags(self) -> u32 {
-        let base = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-        match self {
-            SyncPolicy::Blocking => base | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32,
-            _ => base,
-        }
+/// The completion-event flags that implement `policy`'s wait: timing off, and the driver's
+/// blocking wait for [`SyncPolicy::Blocking`].
+fn event_flags(policy: SyncPolicy) -> u32 {
+    let base = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+    match policy {
+        SyncPolicy::Blocking => base | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32,
+        SyncPolicy::Spin | SyncPolicy::Yield => base,
     }
 }
 
@@ -212,7 +187,7 @@ impl Stream {
                 sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32),
             )
         }?;
-        let done = Event::with_flags(ctx, policy.event_flags())?;
+        let done = Event::with_flags(ctx, event_flags(policy))?;
         Ok(Stream {
             raw,
             done,

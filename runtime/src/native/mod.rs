@@ -41,41 +41,29 @@
 //!
 //! Operator coverage, precision modes and tolerances: `runtime/src/native/README.md`.
 
-pub mod cublas;
-pub mod cudnn;
-pub mod cudnn_graph;
-pub mod emulate;
-pub mod engine;
-pub mod fusion;
-pub mod gemm;
+pub mod exec;
+pub mod front;
+pub mod graph;
 pub mod ir;
-pub mod kernels;
-pub mod launch;
-pub mod layout;
 pub mod libs;
-pub mod lower;
-pub mod memory;
+pub mod ops;
 pub mod passes;
-pub mod plan_cache;
-pub mod precision;
-pub mod program;
-pub mod reference;
-pub mod schedule;
+pub mod plan;
 
 use crate::backend::Precision;
 
-pub use engine::{NativeBackend, NativeExecutor, NativeOptions, NativePlan};
-pub use layout::ActivationLayout;
-pub use libs::{LibraryError, LibraryVersions, library_versions};
-pub use lower::LowerError;
+pub use exec::engine::{NativeBackend, NativeExecutor, NativeOptions, NativePlan};
+pub use ir::error::LowerError;
+pub use libs::load::{LibraryError, LibraryVersions, library_versions};
+pub use passes::layout::ActivationLayout;
 
 /// A network lowered, optimised and laid out: what a plan is built from.
 #[derive(Clone, Debug)]
 pub struct Compiled {
     /// The IR.
-    pub graph: ir::Graph,
+    pub graph: graph::Graph,
     /// Offsets of every buffer.
-    pub memory: memory::MemoryPlan,
+    pub memory: plan::memory::MemoryPlan,
 }
 
 /// Lower `onnx` at `input_shapes` into the IR, optimise it, apply `precision` and its default
@@ -115,16 +103,16 @@ pub fn compile_fixed(
     layout: ActivationLayout,
     max_tensor_bytes: u64,
 ) -> Result<Compiled, LowerError> {
-    let model = lower::load_model_fixed(onnx, input_shapes, fixed, max_tensor_bytes)?;
-    let mut graph = lower::lower(&model)?;
+    let model = front::load_model_fixed(onnx, input_shapes, fixed, max_tensor_bytes)?;
+    let mut graph = front::lower(&model)?;
     drop(model);
-    passes::optimise(&mut graph);
-    precision::apply(&mut graph, precision)?;
-    layout::apply(&mut graph, layout)?;
+    passes::rewrite::optimise(&mut graph);
+    passes::precision::apply(&mut graph, precision)?;
+    passes::layout::apply(&mut graph, layout)?;
     graph
         .validate()
         .map_err(|e| LowerError::Model(format!("internal: optimised graph is invalid: {e}")))?;
-    let memory = memory::MemoryPlan::new(&graph).map_err(LowerError::Model)?;
+    let memory = plan::memory::MemoryPlan::new(&graph).map_err(LowerError::Model)?;
     memory
         .check(&graph)
         .map_err(|e| LowerError::Model(format!("internal: memory plan: {e}")))?;

@@ -5,6 +5,7 @@ use std::time::Instant;
 use heapless::Vec as HVec;
 
 use super::spec::{MAX_NETWORK_IO, MAX_REGIONS, PipelineSpec, RegionDecl, RegionKind, Step};
+use super::state::{AppendStep, StateBook, StateId, StateKind};
 use super::{RegionId, Stage};
 use crate::backend::{HostExecutor, Plan, RunError};
 use crate::error::Error;
@@ -91,6 +92,7 @@ enum HostStep {
         /// Keeps the plan alive as long as its executor.
         _plan: Plan,
     },
+    AppendRows(AppendStep),
 }
 
 pub(crate) struct HostSession {
@@ -98,8 +100,9 @@ pub(crate) struct HostSession {
     buffers: Vec<HostBuffer>,
     steps: Vec<HostStep>,
     times: Vec<(String, f64)>,
-    /// Region pairs whose buffers are swapped after every run.
-    ping_pong: Vec<(RegionId, RegionId)>,
+    /// The request state: positions, and the recurrent pairs whose buffers are swapped
+    /// after every run.
+    states: StateBook,
 }
 
 impl std::fmt::Debug for HostSession {
@@ -117,7 +120,7 @@ impl HostSession {
             regions,
             steps,
             warmups,
-            ping_pong,
+            states,
             ..
         } = spec;
         let mut buffers: Vec<HostBuffer> = regions
@@ -129,7 +132,7 @@ impl HostSession {
         for step in steps {
             match step {
                 Step::Stage(stage) => {
-                    super::spec::check_stage_regions(stage.as_ref(), &regions, &ping_pong)?;
+                    super::spec::check_stage_regions(stage.as_ref(), &regions, &states)?;
                     times.push((stage.name().to_string(), 0.0));
                     host_steps.push(HostStep::Stage(stage));
                 }
@@ -152,6 +155,10 @@ impl HostSession {
                         _plan: n.plan,
                     });
                 }
+                Step::AppendRows(a) => {
+                    times.push((format!("append `{}`", region_name(&regions, a.0.rows)), 0.0));
+                    host_steps.push(HostStep::AppendRows(a.0));
+                }
             }
         }
         for (id, fill) in &warmups {
@@ -164,13 +171,14 @@ impl HostSession {
             buffers,
             steps: host_steps,
             times,
-            ping_pong,
+            states: StateBook::new(states),
         })
     }
 
     fn region_of_kind(&self, id: RegionId, kind: RegionKind) -> Result<usize, RunError> {
         match self.regions.get(id.index()) {
-            Some(r) if r.kind == kind => Ok(id.index()),
+            // A state's cursor is an input region the session writes itself.
+            Some(r) if r.kind == kind && r.state.is_none() => Ok(id.index()),
             _ => Err(RunError::NoSuchRegion {
                 index: id.index(),
                 what: if kind == RegionKind::Input {
@@ -233,7 +241,45 @@ impl HostSession {
         &self.times
     }
 
+    pub(crate) fn states(&self) -> &StateBook {
+        &self.states
+    }
+
+    pub(crate) fn states_mut(&mut self) -> &mut StateBook {
+        &mut self.states
+    }
+
+    pub(crate) fn reset_states(&mut self) -> Result<(), RunError> {
+        self.states.reset_appends();
+        for (a, b) in self.states.recurrent_pairs() {
+            self.buffers[a.index()].as_bytes_mut().fill(0);
+            self.buffers[b.index()].as_bytes_mut().fill(0);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn reset_state(&mut self, id: StateId) -> Result<(), RunError> {
+        match self.states.decl(id)?.kind {
+            StateKind::Recurrent { current, next } => {
+                self.buffers[current.index()].as_bytes_mut().fill(0);
+                self.buffers[next.index()].as_bytes_mut().fill(0);
+            }
+            StateKind::Append { slots, .. } => {
+                for slot in 0..slots {
+                    self.states.reset_slot(id, slot)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn run(&mut self) -> Result<(), RunError> {
+        // The cursors of this run (checked against the capacities first).
+        let buffers = &mut self.buffers;
+        self.states.begin(|region, fill| {
+            fill(buffers[region.index()].as_bytes_mut());
+            Ok(())
+        })?;
         for (step, time) in self.steps.iter_mut().zip(self.times.iter_mut()) {
             let t0 = Instant::now();
             match step {
@@ -251,16 +297,28 @@ impl HostSession {
                 } => {
                     run_network(executor.as_mut(), &mut self.buffers, inputs, outputs)?;
                 }
+                HostStep::AppendRows(a) => {
+                    let mut io = HostIo {
+                        buffers: &mut self.buffers,
+                    };
+                    let ([src, cursor], [rows]) = io.split([a.src, a.cursor], [a.rows])?;
+                    a.run_host(src, cursor, rows);
+                }
             }
             time.1 = t0.elapsed().as_secs_f64() * 1e3;
         }
         // The state just written becomes the state the next run reads (no copy: the
-        // buffers, not their bytes, change places).
-        for &(a, b) in &self.ping_pong {
+        // buffers, not their bytes, change places); the rows appended are valid.
+        for (a, b) in self.states.recurrent_pairs() {
             self.buffers.swap(a.index(), b.index());
         }
+        self.states.commit();
         Ok(())
     }
+}
+
+fn region_name(regions: &[RegionDecl], id: RegionId) -> &str {
+    regions.get(id.index()).map_or("?", |r| r.name.as_str())
 }
 
 /// Run a host executor with its input regions borrowed immutably and its output regions
@@ -366,29 +424,28 @@ mod tests {
         }
     }
 
-    fn session() -> (Session, [crate::session::RegionId; 4]) {
+    fn session() -> (
+        Session,
+        crate::session::RecurrentState,
+        [crate::session::RegionId; 2],
+    ) {
         let plan = Plan::Host(Arc::new(Accumulate(IoSpec {
             inputs: vec![spec("x", IoMode::Input), spec("state", IoMode::Input)],
             outputs: vec![spec("y", IoMode::Output), spec("stateN", IoMode::Output)],
         })));
         let mut s = PipelineSpec::new();
         let x = s.region("x", 16, RegionKind::Input, Check::Exact).unwrap();
-        let st = s
-            .region("state", 16, RegionKind::Internal, Check::Exact)
-            .unwrap();
+        let st = s.recurrent_state("state", 16, Check::Exact).unwrap();
         let y = s.region("y", 16, RegionKind::Output, Check::Exact).unwrap();
-        let next = s
-            .region("stateN", 16, RegionKind::Internal, Check::Exact)
+        s.network("acc", plan, &[x, st.current], &[y, st.next])
             .unwrap();
-        s.network("acc", plan, &[x, st], &[y, next]).unwrap();
-        s.ping_pong(st, next).unwrap();
         let session = Session::new(
             s,
             #[cfg(feature = "cuda")]
             &SessionOptions::default(),
         )
         .unwrap();
-        (session, [x, st, y, next])
+        (session, st, [x, y])
     }
 
     fn read(session: &mut Session, id: crate::session::RegionId) -> Vec<f32> {
@@ -398,10 +455,11 @@ mod tests {
     }
 
     /// The state a run writes is the state the next run reads, under the same region id,
-    /// without a copy; `write_region` sets it (a reset).
+    /// without a copy; `write_region` sets it, `reset_state` zeroes it.
     #[test]
-    fn ping_pong_regions_carry_the_state_between_runs() {
-        let (mut session, [x, st, y, _]) = session();
+    fn a_recurrent_state_is_carried_between_runs() {
+        let (mut session, state, [x, y]) = session();
+        let st = state.current;
         assert_eq!(read(&mut session, st), [0.0; N], "a fresh state is zero");
         for run in 1..=3 {
             session
@@ -422,7 +480,7 @@ mod tests {
         assert_eq!(
             read(&mut session, st),
             [1.0, 2.0, 3.0, 4.0],
-            "reset by write_region"
+            "set by write_region"
         );
         let e = session.write_region(st, &[0u8; 8]).unwrap_err();
         assert!(
@@ -436,33 +494,61 @@ mod tests {
             ),
             "{e}"
         );
+        // A new request: both regions zeroed, whichever holds the current state.
+        session.reset_state(state.id).unwrap();
+        assert_eq!(read(&mut session, st), [0.0; N]);
+        assert_eq!(read(&mut session, state.next), [0.0; N]);
+        session.run().unwrap();
+        session.run().unwrap();
+        session.reset_states().unwrap();
+        assert_eq!(
+            read(&mut session, st),
+            [0.0; N],
+            "reset_states zeroes it too"
+        );
+        assert_eq!(session.state_name(state.id).unwrap(), "state");
+        assert!(matches!(
+            session.cursor(state.id, 0),
+            Err(crate::session::StateError::NotAppendable { state: 0 })
+        ));
     }
 
     fn bytes(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|f| f.to_ne_bytes()).collect()
     }
 
+    /// Only networks name a recurrent state's regions: a stage would see one buffer under
+    /// both parities.
     #[test]
-    fn ping_pong_refuses_what_cannot_swap() {
+    fn a_stage_may_not_name_a_recurrent_state() {
+        struct Peek([crate::session::RegionId; 1]);
+        impl crate::session::Stage for Peek {
+            fn name(&self) -> &str {
+                "peek"
+            }
+            fn reads(&self) -> &[crate::session::RegionId] {
+                &self.0
+            }
+            fn writes(&self) -> &[crate::session::RegionId] {
+                &[]
+            }
+            fn run_host(&mut self, _: &mut crate::session::HostIo<'_>) -> Result<(), RunError> {
+                Ok(())
+            }
+        }
         let mut s = PipelineSpec::new();
-        let a = s
-            .region("a", 16, RegionKind::Internal, Check::Exact)
-            .unwrap();
-        let b = s
-            .region("b", 8, RegionKind::Internal, Check::Exact)
-            .unwrap();
-        let c = s.region("c", 16, RegionKind::Input, Check::Exact).unwrap();
-        let d = s
-            .region("d", 16, RegionKind::Internal, Check::Exact)
-            .unwrap();
-        let e = s
-            .region("e", 16, RegionKind::Internal, Check::Exact)
-            .unwrap();
-        let msg = |r: Result<(), crate::session::SpecError>| r.unwrap_err().to_string();
-        assert!(msg(s.ping_pong(a, b)).contains("16 and 8 bytes"));
-        assert!(msg(s.ping_pong(a, c)).contains("only internal regions swap"));
-        assert!(msg(s.ping_pong(a, a)).contains("itself"));
-        s.ping_pong(a, d).unwrap();
-        assert!(msg(s.ping_pong(d, e)).contains("already swaps"));
+        let st = s.recurrent_state("h", 16, Check::Exact).unwrap();
+        s.stage(Box::new(Peek([st.next])));
+        let e = Session::new(
+            s,
+            #[cfg(feature = "cuda")]
+            &SessionOptions::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("request state `h`: stage `peek` names a region of this recurrent state"),
+            "{e}"
+        );
     }
 }

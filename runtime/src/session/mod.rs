@@ -20,20 +20,28 @@
 //!
 //! Either way the caller's path is the same: write [`Session::input_mut`] (in place, or with
 //! [`Session::copy_to_input`]), call [`Session::run`], read [`Session::output`].
+//!
+//! What runs carry from one to the next (a recurrent state, a KV cache) is the session's
+//! request state ([`state`]): declared in the spec, sized at load, reset per request
+//! ([`Session::reset_states`]), with positions a captured graph reads from device memory.
 
 mod host;
 mod spec;
 mod stage_copy;
+pub mod state;
 
 #[cfg(feature = "cuda")]
 mod device;
 
 pub use host::HostIo;
 pub use spec::{
-    Check, MAX_NETWORK_IO, MAX_REGIONS, NetworkStep, PipelineSpec, RegionDecl, RegionId,
-    RegionKind, SpecError, Step, Warmup,
+    AppendRows, Check, MAX_NETWORK_IO, MAX_REGIONS, NetworkStep, PipelineSpec, RegionDecl,
+    RegionId, RegionKind, SpecError, Step, Warmup,
 };
 pub use stage_copy::{STREAM_MIN_BYTES, copy_to_staging};
+pub use state::{
+    AppendDecl, AppendState, CURSOR_BYTES, Cursor, RecurrentState, StateError, StateId,
+};
 
 #[cfg(feature = "cuda")]
 pub use device::{
@@ -235,11 +243,11 @@ impl Session {
         }
     }
 
-    /// Overwrite any region's current bytes with `src` (a recurrent state reset to zeros, a
-    /// state restored; not for per-run inputs, which [`Session::input_mut`] stages: an
-    /// input region written here is overwritten by the next run's upload). Blocks on a
-    /// device session. A region of a [`PipelineSpec::ping_pong`] pair is the logical one
-    /// (the buffer the next run reads under that id).
+    /// Overwrite any region's current bytes with `src` (a state restored; not for per-run
+    /// inputs, which [`Session::input_mut`] stages: an input region written here is
+    /// overwritten by the next run's upload, and so is a state's cursor). Blocks on a device
+    /// session. A region of a recurrent state is the logical one (the buffer the next run
+    /// reads under that id).
     ///
     /// # Errors
     /// [`RunError::NoSuchRegion`], [`RunError::BufferSize`] or a driver error.
@@ -248,6 +256,93 @@ impl Session {
             Imp::Host(h) => h.write_region(id, src),
             #[cfg(feature = "cuda")]
             Imp::Device(d) => d.write_region(id, src),
+        }
+    }
+
+    /// Reset every request state for a new request: appendable states to no valid rows in
+    /// every slot (a host store: the next run's cursor says so), recurrent states to zeros
+    /// (blocks on a device session). No allocation.
+    ///
+    /// # Errors
+    /// A driver error.
+    pub fn reset_states(&mut self) -> Result<(), RunError> {
+        match &mut self.imp {
+            Imp::Host(h) => h.reset_states(),
+            #[cfg(feature = "cuda")]
+            Imp::Device(d) => d.reset_states(),
+        }
+    }
+
+    /// Reset one request state (every slot of an appendable one; a recurrent one to zeros,
+    /// blocking on a device session). No allocation.
+    ///
+    /// # Errors
+    /// [`StateError::NoSuchState`], a driver error.
+    pub fn reset_state(&mut self, id: StateId) -> Result<(), RunError> {
+        match &mut self.imp {
+            Imp::Host(h) => h.reset_state(id),
+            #[cfg(feature = "cuda")]
+            Imp::Device(d) => d.reset_state(id),
+        }
+    }
+
+    /// Reset one slot of an appendable state (a new request in that slot; the others keep
+    /// theirs). No allocation, nothing on the device.
+    ///
+    /// # Errors
+    /// [`StateError::NoSuchState`], [`StateError::NoSuchSlot`],
+    /// [`StateError::NotAppendable`].
+    pub fn reset_slot(&mut self, id: StateId, slot: usize) -> Result<(), StateError> {
+        self.states_mut().reset_slot(id, slot)
+    }
+
+    /// Rows the next run appends to `slot` of an appendable state (a prompt's length, then
+    /// each decode step's 1): for that run only, then the state's `rows_per_run` again.
+    /// Checked now and again when the run starts. No allocation.
+    ///
+    /// # Errors
+    /// [`StateError::Full`] when the rows would pass the capacity,
+    /// [`StateError::TooManyRows`] past the state's `max_rows`, and the errors of a wrong
+    /// id or slot.
+    pub fn set_next_rows(
+        &mut self,
+        id: StateId,
+        slot: usize,
+        rows: usize,
+    ) -> Result<(), StateError> {
+        self.states_mut().set_next_rows(id, slot, rows)
+    }
+
+    /// The cursor the next run sees in `slot` of an appendable state: `position` = rows
+    /// valid now, `length` = rows valid after it.
+    ///
+    /// # Errors
+    /// The errors of a wrong id or slot, [`StateError::NotAppendable`].
+    pub fn cursor(&self, id: StateId, slot: usize) -> Result<Cursor, StateError> {
+        self.states().cursor(id, slot)
+    }
+
+    /// A request state's name (errors carry its index).
+    ///
+    /// # Errors
+    /// [`StateError::NoSuchState`].
+    pub fn state_name(&self, id: StateId) -> Result<&str, StateError> {
+        self.states().name(id)
+    }
+
+    fn states(&self) -> &state::StateBook {
+        match &self.imp {
+            Imp::Host(h) => h.states(),
+            #[cfg(feature = "cuda")]
+            Imp::Device(d) => d.states(),
+        }
+    }
+
+    fn states_mut(&mut self) -> &mut state::StateBook {
+        match &mut self.imp {
+            Imp::Host(h) => h.states_mut(),
+            #[cfg(feature = "cuda")]
+            Imp::Device(d) => d.states_mut(),
         }
     }
 

@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+use super::state::{
+    AppendDecl, AppendState, CURSOR_BYTES, RecurrentState, StateDecl, StateId, StateKind,
+};
 use crate::backend::Plan;
 
 /// Handle to a region of a [`PipelineSpec`].
@@ -115,6 +118,16 @@ pub struct RegionDecl {
     pub kind: RegionKind,
     /// How the graph replay is checked against the eager run.
     pub check: Check,
+    /// The request state this region belongs to, if any (its regions are declared by
+    /// [`PipelineSpec::recurrent_state`] and [`PipelineSpec::append_state`]).
+    pub(crate) state: Option<StateId>,
+}
+
+impl RegionDecl {
+    /// The request state this region belongs to.
+    pub fn state(&self) -> Option<StateId> {
+        self.state
+    }
 }
 
 /// A network step: a prepared plan bound to regions.
@@ -129,12 +142,19 @@ pub struct NetworkStep {
     pub outputs: Vec<RegionId>,
 }
 
+/// The step that appends rows to an appendable request state
+/// ([`PipelineSpec::append_rows`]).
+#[derive(Clone, Copy, Debug)]
+pub struct AppendRows(pub(crate) super::state::AppendStep);
+
 /// One step of a pipeline, in execution order.
 pub enum Step {
     /// A family stage (kernels on the device, host code on the host).
     Stage(Box<dyn super::Stage>),
     /// A network.
     Network(NetworkStep),
+    /// Rows appended to a request state at its cursor.
+    AppendRows(AppendRows),
 }
 
 /// Fills an input region for the warm-up run and the load-time check.
@@ -155,8 +175,8 @@ pub struct PipelineSpec {
     pub(crate) warmups: Vec<(RegionId, Warmup)>,
     #[cfg(feature = "cuda")]
     pub(crate) kernels: Option<crate::cuda::ModuleSource>,
-    /// Pairs of regions that exchange places after every run ([`PipelineSpec::ping_pong`]).
-    pub(crate) ping_pong: Vec<(RegionId, RegionId)>,
+    /// The request state ([`PipelineSpec::recurrent_state`], [`PipelineSpec::append_state`]).
+    pub(crate) states: Vec<StateDecl>,
 }
 
 impl fmt::Debug for PipelineSpec {
@@ -164,6 +184,7 @@ impl fmt::Debug for PipelineSpec {
         f.debug_struct("PipelineSpec")
             .field("regions", &self.regions)
             .field("steps", &self.steps.len())
+            .field("states", &self.states)
             .finish()
     }
 }
@@ -198,8 +219,36 @@ impl PipelineSpec {
             bytes,
             kind,
             check,
+            state: None,
         });
         Ok(RegionId((self.regions.len() - 1) as u16))
+    }
+
+    fn decl(&self, r: RegionId) -> Result<&RegionDecl, SpecError> {
+        self.regions.get(r.index()).ok_or(SpecError::NoSuchRegion {
+            index: r.index(),
+            count: self.regions.len(),
+        })
+    }
+
+    /// A region of the request state `state`.
+    fn state_region(
+        &mut self,
+        state: StateId,
+        name: String,
+        bytes: usize,
+        kind: RegionKind,
+        check: Check,
+    ) -> Result<RegionId, SpecError> {
+        let id = self.region(name, bytes, kind, check)?;
+        self.regions[id.index()].state = Some(state);
+        Ok(id)
+    }
+
+    fn next_state_id(&self) -> Result<StateId, SpecError> {
+        u16::try_from(self.states.len())
+            .map(StateId)
+            .map_err(|_| SpecError::TooManyRegions { max: MAX_REGIONS })
     }
 
     /// Append a family stage.
@@ -234,16 +283,23 @@ impl PipelineSpec {
                 max: MAX_NETWORK_IO,
             });
         }
+        for r in outputs {
+            if self.is_cursor(*r) {
+                return Err(SpecError::State {
+                    state: self.decl(*r)?.name.clone(),
+                    detail: format!(
+                        "network `{name}` writes a cursor region (the session writes it)"
+                    ),
+                });
+            }
+        }
         for (t, r) in io
             .inputs
             .iter()
             .zip(inputs)
             .chain(io.outputs.iter().zip(outputs))
         {
-            let decl = self.regions.get(r.index()).ok_or(SpecError::NoSuchRegion {
-                index: r.index(),
-                count: self.regions.len(),
-            })?;
+            let decl = self.decl(*r)?;
             let need = t.byte_len().ok_or_else(|| SpecError::TensorSize {
                 tensor: t.to_string(),
             })?;
@@ -315,63 +371,191 @@ impl PipelineSpec {
         self.warmups.push((region, fill));
     }
 
-    /// Make regions `a` and `b` exchange places after every run: a recurrent state's
-    /// ping-pong, with nothing copied.
+    /// Declare a recurrent request state of `bytes` bytes: two internal regions, `name` (the
+    /// state the next run reads) and `name` + " (next)" (where the run writes the next one),
+    /// that exchange places after every run, with nothing copied (module [`super::state`]).
     ///
-    /// A network reading its state from `a` and writing the next state to `b` reads, on the
-    /// next run, what it just wrote, and writes over the state it read. Region ids stay
-    /// logical: after each run, `a` names the buffer the next run reads as `a` (the state
-    /// just produced), so [`super::Session::read_region`] and
-    /// [`super::Session::write_region`] on `a` read and set the current state.
+    /// A network reading its state from [`RecurrentState::current`] and writing the next
+    /// state to [`RecurrentState::next`] reads, on the next run, what it just wrote, and
+    /// writes over the state it read. Region ids stay logical: after each run `current`
+    /// names the buffer holding the state just produced, so [`super::Session::read_region`]
+    /// and [`super::Session::write_region`] on it read and set the current state. Both start
+    /// zeroed, and [`super::Session::reset_state`] zeroes them again.
     ///
-    /// Both regions start zeroed (a fresh state). On the host the two buffers are swapped
-    /// after each run; on a device the session holds one executor per parity for the
-    /// networks bound to them (each bound once) and captures one set of CUDA graphs per
-    /// parity, so the state never leaves the device and a run is still one launch.
-    ///
-    /// Both must be [`RegionKind::Internal`] regions of the same size, in no other pair;
-    /// stages may not name them (only networks), which [`super::Session::new`] checks.
+    /// Only networks may name the two regions (a stage may not: it would see one buffer
+    /// under both parities), which [`super::Session::new`] checks.
     ///
     /// # Errors
-    /// [`SpecError::PingPong`] naming the regions and what does not fit.
-    pub fn ping_pong(&mut self, a: RegionId, b: RegionId) -> Result<(), SpecError> {
-        let decl = |r: RegionId| {
-            self.regions.get(r.index()).ok_or(SpecError::NoSuchRegion {
-                index: r.index(),
-                count: self.regions.len(),
-            })
-        };
-        let (da, db) = (decl(a)?, decl(b)?);
-        let refuse = |detail: String| SpecError::PingPong {
-            regions: format!("`{}` and `{}`", da.name, db.name),
+    /// [`SpecError::TooManyRegions`].
+    pub fn recurrent_state(
+        &mut self,
+        name: impl Into<String>,
+        bytes: usize,
+        check: Check,
+    ) -> Result<RecurrentState, SpecError> {
+        let name = name.into();
+        let id = self.next_state_id()?;
+        let current = self.state_region(id, name.clone(), bytes, RegionKind::Internal, check)?;
+        let next = self.state_region(
+            id,
+            format!("{name} (next)"),
+            bytes,
+            RegionKind::Internal,
+            check,
+        )?;
+        self.states.push(StateDecl {
+            name,
+            kind: StateKind::Recurrent { current, next },
+        });
+        Ok(RecurrentState { id, current, next })
+    }
+
+    /// Declare an appendable request state (a KV cache): `capacity` rows of `row_bytes` for
+    /// each of `slots` sequences, allocated with the session, never reallocated, and one
+    /// [`super::Cursor`] per slot (module [`super::state`]: where the position lives, who
+    /// advances it, how reset works).
+    ///
+    /// The rows region is internal; the cursor region (`i32 [slots, 2]`) is written by the
+    /// session before every run (on a device: staged and uploaded by the graph). Networks
+    /// and stages may read both and write the rows; nothing but the session writes the
+    /// cursor. Rows are appended by [`PipelineSpec::append_rows`] or by a network's in-place
+    /// operator.
+    ///
+    /// # Errors
+    /// [`SpecError::State`] for a zero size, capacity, slot count or `max_rows`,
+    /// `rows_per_run` above `max_rows` or `max_rows` above the capacity, a capacity past
+    /// `i32::MAX`, or a region size that overflows; [`SpecError::TooManyRegions`].
+    pub fn append_state(&mut self, decl: AppendDecl) -> Result<AppendState, SpecError> {
+        let AppendDecl {
+            name,
+            row_bytes,
+            capacity,
+            slots,
+            max_rows,
+            rows_per_run,
+            check,
+        } = decl;
+        let refuse = |detail: String| SpecError::State {
+            state: name.clone(),
             detail,
         };
-        if a == b {
-            return Err(refuse("a region cannot swap with itself".into()));
-        }
-        if da.kind != RegionKind::Internal || db.kind != RegionKind::Internal {
+        if row_bytes == 0 || capacity == 0 || slots == 0 || max_rows == 0 {
             return Err(refuse(format!(
-                "they are {:?} and {:?} regions; only internal regions swap",
-                da.kind, db.kind
+                "{row_bytes} bytes a row, {capacity} rows, {slots} slots, {max_rows} rows a run: none may be 0"
             )));
         }
-        if da.bytes != db.bytes {
+        if rows_per_run > max_rows || max_rows > capacity {
             return Err(refuse(format!(
-                "they hold {} and {} bytes",
-                da.bytes, db.bytes
+                "{rows_per_run} rows a run by default, at most {max_rows} in one run, capacity {capacity}: each must be at most the next"
             )));
         }
-        if self
-            .ping_pong
-            .iter()
-            .any(|&(x, y)| [x, y].contains(&a) || [x, y].contains(&b))
-        {
-            return Err(refuse(
-                "one of them already swaps with another region".into(),
-            ));
+        if i32::try_from(capacity).is_err() {
+            return Err(refuse(format!(
+                "capacity {capacity} rows; positions are i32, at most {}",
+                i32::MAX
+            )));
         }
-        self.ping_pong.push((a, b));
+        let bytes = row_bytes
+            .checked_mul(capacity)
+            .and_then(|b| b.checked_mul(slots))
+            .ok_or_else(|| {
+                refuse(format!(
+                    "{slots} x {capacity} rows of {row_bytes} bytes overflow"
+                ))
+            })?;
+        let id = self.next_state_id()?;
+        let rows = self.state_region(id, name.clone(), bytes, RegionKind::Internal, check)?;
+        let cursor = self.state_region(
+            id,
+            format!("{name} (cursor)"),
+            slots * CURSOR_BYTES,
+            RegionKind::Input,
+            Check::Exact,
+        )?;
+        self.states.push(StateDecl {
+            name,
+            kind: StateKind::Append {
+                rows,
+                cursor,
+                row_bytes,
+                capacity,
+                slots,
+                max_rows,
+                rows_per_run,
+            },
+        });
+        Ok(AppendState { id, rows, cursor })
+    }
+
+    /// Append a step that copies this run's rows from `src` into the appendable state
+    /// `state` at its cursor: for each slot `s`, the first `cursor.length -
+    /// cursor.position` rows of `src`'s block `s` (`src` holds `[slots, max_rows,
+    /// row_bytes]` bytes) go to rows `[position, length)` of slot `s`. On the host a copy;
+    /// on a device one kernel that reads the cursor from device memory, so one captured
+    /// graph appends at every position.
+    ///
+    /// # Errors
+    /// [`SpecError::State`] when `state` is not an appendable state of this spec or `src`
+    /// is not `slots * max_rows * row_bytes` bytes or is a region of a state.
+    pub fn append_rows(&mut self, state: StateId, src: RegionId) -> Result<(), SpecError> {
+        let decl = self
+            .states
+            .get(state.index())
+            .ok_or(SpecError::NoSuchState {
+                index: state.index(),
+                count: self.states.len(),
+            })?;
+        let StateKind::Append {
+            rows,
+            cursor,
+            row_bytes,
+            capacity,
+            slots,
+            max_rows,
+            ..
+        } = decl.kind
+        else {
+            return Err(SpecError::State {
+                state: decl.name.clone(),
+                detail: "rows are appended to an appendable state; this one is recurrent".into(),
+            });
+        };
+        let name = decl.name.clone();
+        let src_decl = self.decl(src)?;
+        let want = slots * max_rows * row_bytes;
+        if src_decl.bytes != want || src_decl.state.is_some() {
+            return Err(SpecError::State {
+                state: name,
+                detail: format!(
+                    "the rows to append come from region `{}` ({} bytes{}); it must be a region of no state holding {slots} slots x {max_rows} rows x {row_bytes} bytes = {want}",
+                    src_decl.name,
+                    src_decl.bytes,
+                    if src_decl.state.is_some() {
+                        ", a state's"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        self.steps
+            .push(Step::AppendRows(AppendRows(super::state::AppendStep {
+                src,
+                rows,
+                cursor,
+                row_bytes,
+                capacity,
+                slots,
+                max_rows,
+            })));
         Ok(())
+    }
+
+    /// Whether `r` is the cursor region of an appendable state.
+    fn is_cursor(&self, r: RegionId) -> bool {
+        self.states
+            .iter()
+            .any(|s| matches!(s.kind, StateKind::Append { cursor, .. } if cursor == r))
     }
 
     /// The kernels the device flavour of this spec's stages launches.
@@ -457,13 +641,21 @@ pub enum SpecError {
         /// What was mixed.
         detail: String,
     },
-    /// Regions that cannot exchange places ([`PipelineSpec::ping_pong`]).
-    #[error("regions {regions} cannot ping-pong: {detail}")]
-    PingPong {
-        /// The two regions.
-        regions: String,
+    /// A request state that cannot be declared or used as asked.
+    #[error("request state `{state}`: {detail}")]
+    State {
+        /// The state's name.
+        state: String,
         /// Why not.
         detail: String,
+    },
+    /// A request state id from another spec.
+    #[error("request state {index} does not exist (the spec has {count})")]
+    NoSuchState {
+        /// The index.
+        index: usize,
+        /// States in the spec.
+        count: usize,
     },
     /// A stage has no implementation for the session's placement.
     #[error("stage `{stage}` has no {placement} implementation")]
@@ -475,28 +667,34 @@ pub enum SpecError {
     },
 }
 
-/// Check a stage's declared regions: each exists and appears once, and none is a region of
-/// a ping-pong pair (only networks swap).
+/// Check a stage's declared regions: each exists and appears once; none is a region of a
+/// recurrent state (only networks swap) and none it writes is a cursor (the session's).
 pub(crate) fn check_stage_regions(
     stage: &dyn super::Stage,
     regions: &[RegionDecl],
-    ping_pong: &[(RegionId, RegionId)],
+    states: &[StateDecl],
 ) -> Result<(), SpecError> {
     let mut seen = [false; MAX_REGIONS];
-    for r in stage.reads().iter().chain(stage.writes()) {
+    let writes = stage.writes();
+    for r in stage.reads().iter().chain(writes) {
         let decl = regions.get(r.index()).ok_or(SpecError::NoSuchRegion {
             index: r.index(),
             count: regions.len(),
         })?;
-        if let Some(&(a, b)) = ping_pong.iter().find(|(a, b)| a == r || b == r) {
-            return Err(SpecError::PingPong {
-                regions: format!(
-                    "`{}` and `{}`",
-                    regions[a.index()].name,
-                    regions[b.index()].name
-                ),
-                detail: format!("stage `{}` names one of them", stage.name()),
-            });
+        if let Some(s) = decl.state.and_then(|s| states.get(s.index())) {
+            let refused = match s.kind {
+                StateKind::Recurrent { .. } => Some("names a region of this recurrent state"),
+                StateKind::Append { cursor, .. } if cursor == *r && writes.contains(r) => {
+                    Some("writes its cursor (the session writes it)")
+                }
+                StateKind::Append { .. } => None,
+            };
+            if let Some(why) = refused {
+                return Err(SpecError::State {
+                    state: s.name.clone(),
+                    detail: format!("stage `{}` {why}", stage.name()),
+                });
+            }
         }
         if std::mem::replace(&mut seen[r.index()], true) {
             return Err(SpecError::RegionTwice {

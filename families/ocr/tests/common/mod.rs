@@ -3,30 +3,14 @@
 //! image's lines with the reference's ([`tether_ocr::compare`]).
 #![allow(dead_code)] // each test binary uses a part
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::Value;
 use tether_bundle::{Bundle, Verify};
 use tether_ocr::compare::{MAX_CER, MIN_IOU, compare};
-use tether_ocr::recipe::{BuildOptions, Networks, build};
+use tether_ocr::recipe::{BuildCommon, BuildOptions, Networks, build};
 use tether_ocr::{ImageView, Ocr, PixelFormat};
-
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-pub fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TETHER_ASSETS")
-        .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheels)",
-        p.display()
-    );
-    p
-}
+pub use tether_testkit::asset;
 
 /// A committed golden, embedded so the test binaries run anywhere (the GPU
 /// host has no checkout).
@@ -60,7 +44,7 @@ pub fn bundle() -> Arc<Bundle> {
             cls: Some(&cls),
         },
         &BuildOptions {
-            name: "ppocr-v4".into(),
+            common: BuildCommon::named("ppocr-v4"),
             ..BuildOptions::default()
         },
         &mut |_| {},

