@@ -58,6 +58,10 @@ fn main() -> ExitCode {
     // keep the default panic message out of stderr for those.
     tether_runtime::backend::quiet_engine_panics();
     let argv: Vec<OsString> = std::env::args_os().collect();
+    if let Some(msg) = cli::family_args::foreign_option(&argv) {
+        eprintln!("error: {msg}");
+        return ExitCode::from(2);
+    }
     let command = cli::family_args::augment(Args::command(), &argv);
     let matches = match command.try_get_matches_from(&argv) {
         Ok(m) => m,

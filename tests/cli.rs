@@ -367,6 +367,75 @@ fn bad_inputs_are_one_line_errors() {
 }
 
 #[test]
+fn run_and_bench_share_threads() {
+    let b = nudenet_bundle();
+    let img = asset("astronaut.png");
+    let o = tether(&["run", &b, &img, "--device", "cpu", "--json", "--threads", "2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["cpu_threads"], 2);
+    assert_eq!(v["cpu_threads_why"], "--threads");
+    // The default is bench's default (the same function), and both print it.
+    let o = tether(&["run", &b, &img, "--device", "cpu"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("CPU engine threads: "), "{}", stderr(&o));
+    let run_default = json(&tether(&["run", &b, &img, "--device", "cpu", "--json"]))
+        ["cpu_threads"]
+        .as_u64()
+        .expect("a count");
+    let o = cpu_bench(&b, 1, &["--json"]);
+    let v = json(&o);
+    let bench = v["environment"]["cpu_threads"].as_str().expect("text").to_string();
+    assert!(bench.starts_with(&format!("{run_default} (")), "{bench} vs {run_default}");
+}
+
+#[test]
+fn json_prints_f32_without_noise_digits() {
+    let b = nudenet_bundle();
+    let v = json(&tether(&["inspect", &b, "--json"]));
+    // 0.7f32 widened to f64 would print 0.699999988079071.
+    assert_eq!(v["family_config"]["iou_threshold"].to_string(), "0.7");
+    assert_eq!(v["family_config"]["score_threshold"].to_string(), "0.25");
+}
+
+#[test]
+fn first_mistakes_name_what_to_do() {
+    // An unknown family, even followed by another family's flags: the known families, not
+    // "unexpected argument"; `build --help` lists them too.
+    let out = scratch().join("never-yolo.bundle");
+    let onnx = asset("320n.onnx");
+    let o = tether(&[
+        "build", "--family", "yolo", "--onnx", &onnx, "-o", out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("yolo"), "{e}");
+    for f in ["detect", "ocr", "vad", "embed"] {
+        assert!(e.contains(f), "{f} not listed: {e}");
+    }
+    assert!(!e.contains("unexpected argument"), "{e}");
+    let help = stdout(&tether(&["build", "--help"]));
+    for f in ["detect", "ocr", "vad", "embed"] {
+        assert!(help.contains(f), "{f} not in build --help: {help}");
+    }
+    // Another family's option on a bundle: the family named, no look-alike suggestion.
+    let b = nudenet_bundle();
+    let o = tether(&["run", &b, &asset("astronaut.png"), "--text-score", "0.5"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("--text-score is an option of the ocr family"), "{e}");
+    assert!(e.contains("this bundle is a detect bundle"), "{e}");
+    assert!(!e.contains("similar argument"), "{e}");
+    // An ONNX model where a bundle belongs: say so and what to type, no magic-number dump.
+    let o = tether(&["run", &onnx, &asset("astronaut.png")]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("is an ONNX model, not a tether bundle"), "{e}");
+    assert!(e.contains("tether build"), "{e}");
+    assert!(!e.to_lowercase().contains("magic"), "{e}");
+}
+
+#[test]
 fn bench_reports_percentiles() {
     let b = nudenet_bundle();
     let v = json(&tether(&[

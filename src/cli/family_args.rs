@@ -23,6 +23,24 @@ fn subcommand_position(argv: &[OsString]) -> Option<(usize, &str)> {
     })
 }
 
+/// The help command for the subcommand of `argv`, with what selects the family's own
+/// options: `tether build --family NAME --help`, `tether run BUNDLE --help`, `tether inspect
+/// --help`; `None` without a subcommand.
+pub fn help_command(argv: &[OsString]) -> Option<String> {
+    let (pos, name) = subcommand_position(argv)?;
+    Some(match name {
+        "build" => match family_flag(argv, pos + 1) {
+            Some(f) if find(REGISTRY, &f).is_some() => format!("tether build --family {f} --help"),
+            _ => "tether build --help".to_string(),
+        },
+        "run" | "bench" => match bundle_and_family(argv, pos + 1) {
+            Some((bundle, _)) => format!("tether {name} {bundle} --help"),
+            None => format!("tether {name} --help"),
+        },
+        other => format!("tether {other} --help"),
+    })
+}
+
 /// The value of `--family` after position `from`.
 fn family_flag(argv: &[OsString], from: usize) -> Option<String> {
     let mut it = argv[from..].iter();
@@ -40,6 +58,11 @@ fn family_flag(argv: &[OsString], from: usize) -> Option<String> {
 
 /// The family of the first argument after `from` that opens as a bundle.
 fn bundle_family(argv: &[OsString], from: usize) -> Option<&'static dyn Family> {
+    bundle_and_family(argv, from).map(|(_, f)| f)
+}
+
+/// [`bundle_family`] with the bundle's argument.
+fn bundle_and_family(argv: &[OsString], from: usize) -> Option<(&str, &'static dyn Family)> {
     for a in &argv[from..] {
         let Some(s) = a.to_str() else { continue };
         if s.starts_with('-') {
@@ -50,7 +73,45 @@ fn bundle_family(argv: &[OsString], from: usize) -> Option<&'static dyn Family> 
             continue;
         }
         if let Ok(b) = tether_bundle::Bundle::open(p, tether_bundle::Verify::Lazy) {
-            return find(REGISTRY, b.identity().family);
+            return find(REGISTRY, b.identity().family).map(|f| (s, f));
+        }
+    }
+    None
+}
+
+/// For `run` / `bench` on a bundle of a known family: the first option that belongs to
+/// another family only (`--text-score`, an `ocr` option, on a `vad` bundle), as a message
+/// naming both families and the help command, instead of clap's look-alike suggestion.
+pub fn foreign_option(argv: &[OsString]) -> Option<String> {
+    let (pos, name) = subcommand_position(argv)?;
+    if !matches!(name, "run" | "bench") {
+        return None;
+    }
+    let (bundle, family) = bundle_and_family(argv, pos + 1)?;
+    let own: Vec<String> = family
+        .run_args()
+        .iter()
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
+    for a in &argv[pos + 1..] {
+        let Some(long) = a.to_str().and_then(|s| s.strip_prefix("--")) else {
+            continue;
+        };
+        let long = long.split('=').next().unwrap_or(long);
+        if long.is_empty() || own.iter().any(|o| o == long) {
+            continue;
+        }
+        let owner = REGISTRY.iter().find(|f| {
+            f.run_args()
+                .iter()
+                .any(|x| x.get_long() == Some(long))
+        });
+        if let Some(other) = owner {
+            return Some(format!(
+                "--{long} is an option of the {} family; this bundle is a {} bundle (`tether {name} {bundle} --help` lists its options)",
+                other.name(),
+                family.name()
+            ));
         }
     }
     None
