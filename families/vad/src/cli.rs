@@ -19,7 +19,7 @@ use serde_json::json;
 use tether_bundle::Bundle;
 use tether_family::family::{
     BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
-    Runner, SelfTest, UsageError, check_range, describe_self_test, file_stem, input_as,
+    Runner, SelfTest, UsageError, describe_self_test, file_stem, input_as,
 };
 use tether_family::selftest::Role;
 
