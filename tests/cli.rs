@@ -370,7 +370,16 @@ fn bad_inputs_are_one_line_errors() {
 fn run_and_bench_share_threads() {
     let b = nudenet_bundle();
     let img = asset("astronaut.png");
-    let o = tether(&["run", &b, &img, "--device", "cpu", "--json", "--threads", "2"]);
+    let o = tether(&[
+        "run",
+        &b,
+        &img,
+        "--device",
+        "cpu",
+        "--json",
+        "--threads",
+        "2",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v = json(&o);
     assert_eq!(v["cpu_threads"], 2);
@@ -378,15 +387,24 @@ fn run_and_bench_share_threads() {
     // The default is bench's default (the same function), and both print it.
     let o = tether(&["run", &b, &img, "--device", "cpu"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stderr(&o).contains("CPU engine threads: "), "{}", stderr(&o));
-    let run_default = json(&tether(&["run", &b, &img, "--device", "cpu", "--json"]))
-        ["cpu_threads"]
+    assert!(
+        stderr(&o).contains("CPU engine threads: "),
+        "{}",
+        stderr(&o)
+    );
+    let run_default = json(&tether(&["run", &b, &img, "--device", "cpu", "--json"]))["cpu_threads"]
         .as_u64()
         .expect("a count");
     let o = cpu_bench(&b, 1, &["--json"]);
     let v = json(&o);
-    let bench = v["environment"]["cpu_threads"].as_str().expect("text").to_string();
-    assert!(bench.starts_with(&format!("{run_default} (")), "{bench} vs {run_default}");
+    let bench = v["environment"]["cpu_threads"]
+        .as_str()
+        .expect("text")
+        .to_string();
+    assert!(
+        bench.starts_with(&format!("{run_default} (")),
+        "{bench} vs {run_default}"
+    );
 }
 
 #[test]
@@ -405,7 +423,13 @@ fn first_mistakes_name_what_to_do() {
     let out = scratch().join("never-yolo.bundle");
     let onnx = asset("320n.onnx");
     let o = tether(&[
-        "build", "--family", "yolo", "--onnx", &onnx, "-o", out.to_str().unwrap(),
+        "build",
+        "--family",
+        "yolo",
+        "--onnx",
+        &onnx,
+        "-o",
+        out.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
@@ -423,7 +447,10 @@ fn first_mistakes_name_what_to_do() {
     let o = tether(&["run", &b, &asset("astronaut.png"), "--text-score", "0.5"]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
-    assert!(e.contains("--text-score is an option of the ocr family"), "{e}");
+    assert!(
+        e.contains("--text-score is an option of the ocr family"),
+        "{e}"
+    );
     assert!(e.contains("this bundle is a detect bundle"), "{e}");
     assert!(!e.contains("similar argument"), "{e}");
     // An ONNX model where a bundle belongs: say so and what to type, no magic-number dump.
@@ -2019,28 +2046,51 @@ fn issue_28_field_inputs_through_the_cli() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| [s["start_sample"].as_u64().unwrap(), s["end_sample"].as_u64().unwrap()])
+        .map(|s| {
+            [
+                s["start_sample"].as_u64().unwrap(),
+                s["end_sample"].as_u64().unwrap(),
+            ]
+        })
         .collect();
     assert_eq!(segs, [[7712, 15840], [18464, 38880]]);
     let cut = scratch().join("vad_truncated.wav");
-    std::fs::write(&cut, &std::fs::read(field("vad_control_pcm16.wav")).unwrap()[..75_060]).unwrap();
+    std::fs::write(
+        &cut,
+        &std::fs::read(field("vad_control_pcm16.wav")).unwrap()[..75_060],
+    )
+    .unwrap();
     let o = tether(&["run", &b, cut.to_str().unwrap(), "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v = json(&o);
     let r = &v["results"][0]["result"];
     assert_eq!(r["samples_16k"], 37_508);
     assert_eq!(r["truncated"]["declared_data_bytes"], 100_022);
-    assert!(stderr(&o).contains("shorter than its header says"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("shorter than its header says"),
+        "{}",
+        stderr(&o)
+    );
     for t in ["0.01", "0.005", "0"] {
         let o = tether(&["run", &b, &field("vad_control_pcm16.wav"), "--threshold", t]);
         assert!(o.status.success(), "--threshold {t}: {}", stderr(&o));
     }
-    let o = tether(&["run", &b, &field("vad_control_pcm16.wav"), "--threshold", "1.5"]);
+    let o = tether(&[
+        "run",
+        &b,
+        &field("vad_control_pcm16.wav"),
+        "--threshold",
+        "1.5",
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(!stderr(&o).contains("neg-threshold"), "{}", stderr(&o));
     let o = tether(&["run", &b, &field("red_square.png")]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("not a WAV file (it looks like a PNG image)"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not a WAV file (it looks like a PNG image)"),
+        "{}",
+        stderr(&o)
+    );
 
     // embed: lone CR line ends are three texts, each with its line.
     let emb = scratch().join("embed28.bundle");
@@ -2057,11 +2107,25 @@ fn issue_28_field_inputs_through_the_cli() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let e = emb.to_string_lossy().into_owned();
-    let v = json(&tether(&["run", &e, &field("embed_cr_only_lines.txt"), "--json"]));
-    let texts = v["results"][0]["result"]["texts"].as_array().unwrap().clone();
-    let tokens: Vec<u64> = texts.iter().map(|t| t["tokens"].as_u64().unwrap()).collect();
+    let v = json(&tether(&[
+        "run",
+        &e,
+        &field("embed_cr_only_lines.txt"),
+        "--json",
+    ]));
+    let texts = v["results"][0]["result"]["texts"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let tokens: Vec<u64> = texts
+        .iter()
+        .map(|t| t["tokens"].as_u64().unwrap())
+        .collect();
     assert_eq!(tokens, [8, 11, 7]);
-    let lines: Vec<u64> = texts.iter().map(|t| t["source"]["line"].as_u64().unwrap()).collect();
+    let lines: Vec<u64> = texts
+        .iter()
+        .map(|t| t["source"]["line"].as_u64().unwrap())
+        .collect();
     assert_eq!(lines, [1, 2, 3]);
     let m = &texts[0]["matches"][0];
     assert_eq!(m["text"], 1);
@@ -2070,16 +2134,20 @@ fn issue_28_field_inputs_through_the_cli() {
     // embed: 4,096 short lines (as the field file: random robot words): memory bounded by
     // the batch, an output of embeddings and top matches (no pairwise matrix).
     let words = [
-        "floor", "door", "forward", "cup", "table", "camera", "wait", "gripper", "left",
-        "station", "charging", "stop", "arm", "robot", "right", "kitchen",
+        "floor", "door", "forward", "cup", "table", "camera", "wait", "gripper", "left", "station",
+        "charging", "stop", "arm", "robot", "right", "kitchen",
     ];
     let mut seed = 28u64;
     let mut text = String::new();
     for _ in 0..4096 {
-        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1442695040888963407);
         let n = 4 + (seed >> 60) as usize;
         for k in 0..n {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1442695040888963407);
             text.push_str(words[(seed >> 59) as usize % words.len()]);
             text.push(if k + 1 == n { '\n' } else { ' ' });
         }
@@ -2090,7 +2158,11 @@ fn issue_28_field_inputs_through_the_cli() {
     let (code, rss) = tether_rss(&["run", &e, big.to_str().unwrap(), "--json"], &out);
     assert_eq!(code, 0);
     let size = std::fs::metadata(&out).unwrap().len();
-    println!("4096 lines: peak RSS {} MiB, output {} MiB", rss >> 20, size >> 20);
+    println!(
+        "4096 lines: peak RSS {} MiB, output {} MiB",
+        rss >> 20,
+        size >> 20
+    );
     assert!(rss < 1 << 30, "peak RSS {rss} bytes");
     assert!(size < 64 << 20, "output {size} bytes");
     let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();

@@ -14,6 +14,6 @@ pub mod selftest_model;
 pub mod trtexec;
 
 pub use onnx::{
-    GatherTable, OnnxError, OnnxInfo, WidthMasked, gather_tables, inspect_onnx,
-    mask_width_padding, output_dim_table,
+    GatherTable, OnnxError, OnnxInfo, WidthMasked, gather_tables, inspect_onnx, mask_width_padding,
+    output_dim_table,
 };

@@ -165,7 +165,12 @@ pub fn gather_tables(onnx: &[u8], input: &str) -> Result<Vec<GatherTable>, OnnxE
         .graph
         .as_ref()
         .ok_or_else(|| OnnxError("the model has no graph".into()))?;
-    let producer = |name: &str| graph.node.iter().find(|n| n.output.iter().any(|o| o == name));
+    let producer = |name: &str| {
+        graph
+            .node
+            .iter()
+            .find(|n| n.output.iter().any(|o| o == name))
+    };
     // The values that carry the ids: the input and what index-preserving ops make of it.
     let mut ids: Vec<&str> = vec![input];
     let mut i = 0;
@@ -374,7 +379,9 @@ pub fn mask_width_padding(
         .as_mut()
         .ok_or_else(|| OnnxError("the model has no graph".into()))?;
     if graph.input.iter().any(|i| i.name == input_name) {
-        return Err(OnnxError(format!("the model already has an input `{input_name}`")));
+        return Err(OnnxError(format!(
+            "the model already has an input `{input_name}`"
+        )));
     }
     let attr_ints = |n: &pb::NodeProto, name: &str| -> Vec<i64> {
         n.attribute
@@ -387,7 +394,9 @@ pub fn mask_width_padding(
         n.attribute.iter().find(|a| a.name == name).map(|a| a.i)
     };
     let producer = |g: &pb::GraphProto, name: &str| -> Option<usize> {
-        g.node.iter().position(|n| n.output.iter().any(|o| o == name))
+        g.node
+            .iter()
+            .position(|n| n.output.iter().any(|o| o == name))
     };
     let is_attention = |g: &pb::GraphProto, name: &str| -> bool {
         let mut cur = name.to_string();
@@ -398,13 +407,17 @@ pub fn mask_width_padding(
             let n = &g.node[i];
             match n.op_type.as_str() {
                 "MatMul" => {
-                    return n.input.get(1).and_then(|k| producer(g, k)).is_some_and(|t| {
-                        let t = &g.node[t];
-                        t.op_type == "Transpose"
-                            && t.attribute
-                                .iter()
-                                .any(|a| a.name == "perm" && a.ints == [0, 1, 3, 2])
-                    });
+                    return n
+                        .input
+                        .get(1)
+                        .and_then(|k| producer(g, k))
+                        .is_some_and(|t| {
+                            let t = &g.node[t];
+                            t.op_type == "Transpose"
+                                && t.attribute
+                                    .iter()
+                                    .any(|a| a.name == "perm" && a.ints == [0, 1, 3, 2])
+                        });
                 }
                 "Mul" | "Div" | "Add" => match n.input.first() {
                     Some(x) => cur = x.clone(),
@@ -463,7 +476,8 @@ pub fn mask_width_padding(
             "Softmax" => {
                 let axis = attr_int(n, "axis").unwrap_or(-1);
                 if along_width(axis) {
-                    if shape.len() == 4 && (axis == -1 || axis == 3) && is_attention(graph, &input) {
+                    if shape.len() == 4 && (axis == -1 || axis == 3) && is_attention(graph, &input)
+                    {
                         sites.push((i, input, Kind::Keys, last));
                     } else {
                         return cannot("normalises over the width");
@@ -559,26 +573,86 @@ pub fn mask_width_padding(
         let k = exprs.iter().position(|e| e == expr).unwrap_or(0);
         let q = format!("{p}{j}/");
         let mut nodes = vec![
-            node("Gather", format!("{q}valid"), vec![input_name.into(), format!("{p}k{k}")], vec![int_attr("axis", 0)]),
+            node(
+                "Gather",
+                format!("{q}valid"),
+                vec![input_name.into(), format!("{p}k{k}")],
+                vec![int_attr("axis", 0)],
+            ),
             node("Shape", format!("{q}shape"), vec![tensor.clone()], vec![]),
-            node("Gather", format!("{q}cols_i64"), vec![format!("{q}shape"), format!("{p}last")], vec![int_attr("axis", 0)]),
-            node("Cast", format!("{q}cols_1"), vec![format!("{q}cols_i64")], vec![int_attr("to", pb::tensor_proto::DataType::Float as i64)]),
-            node("ReduceMax", format!("{q}cols"), vec![format!("{q}cols_1")], vec![int_attr("keepdims", 0)]),
-            node("Range", format!("{q}index"), vec![format!("{p}zero"), format!("{q}cols"), format!("{p}one")], vec![]),
+            node(
+                "Gather",
+                format!("{q}cols_i64"),
+                vec![format!("{q}shape"), format!("{p}last")],
+                vec![int_attr("axis", 0)],
+            ),
+            node(
+                "Cast",
+                format!("{q}cols_1"),
+                vec![format!("{q}cols_i64")],
+                vec![int_attr("to", pb::tensor_proto::DataType::Float as i64)],
+            ),
+            node(
+                "ReduceMax",
+                format!("{q}cols"),
+                vec![format!("{q}cols_1")],
+                vec![int_attr("keepdims", 0)],
+            ),
+            node(
+                "Range",
+                format!("{q}index"),
+                vec![format!("{p}zero"), format!("{q}cols"), format!("{p}one")],
+                vec![],
+            ),
             // keep[c] = clip(valid - c, 0, 1): 1 for c < valid, 0 from there on.
-            node("Sub", format!("{q}left"), vec![format!("{q}valid"), format!("{q}index")], vec![]),
-            node("Max", format!("{q}lo"), vec![format!("{q}left"), format!("{p}zero")], vec![]),
-            node("Min", format!("{q}keep"), vec![format!("{q}lo"), format!("{p}one")], vec![]),
+            node(
+                "Sub",
+                format!("{q}left"),
+                vec![format!("{q}valid"), format!("{q}index")],
+                vec![],
+            ),
+            node(
+                "Max",
+                format!("{q}lo"),
+                vec![format!("{q}left"), format!("{p}zero")],
+                vec![],
+            ),
+            node(
+                "Min",
+                format!("{q}keep"),
+                vec![format!("{q}lo"), format!("{p}one")],
+                vec![],
+            ),
         ];
         let masked = format!("{q}masked");
         match kind {
             Kind::Zero | Kind::Mean => {
-                nodes.push(node("Mul", masked.clone(), vec![tensor.clone(), format!("{q}keep")], vec![]));
+                nodes.push(node(
+                    "Mul",
+                    masked.clone(),
+                    vec![tensor.clone(), format!("{q}keep")],
+                    vec![],
+                ));
             }
             Kind::Keys => {
-                nodes.push(node("Sub", format!("{q}drop"), vec![format!("{q}keep"), format!("{p}one")], vec![]));
-                nodes.push(node("Mul", format!("{q}bias"), vec![format!("{q}drop"), format!("{p}big")], vec![]));
-                nodes.push(node("Add", masked.clone(), vec![tensor.clone(), format!("{q}bias")], vec![]));
+                nodes.push(node(
+                    "Sub",
+                    format!("{q}drop"),
+                    vec![format!("{q}keep"), format!("{p}one")],
+                    vec![],
+                ));
+                nodes.push(node(
+                    "Mul",
+                    format!("{q}bias"),
+                    vec![format!("{q}drop"), format!("{p}big")],
+                    vec![],
+                ));
+                nodes.push(node(
+                    "Add",
+                    masked.clone(),
+                    vec![tensor.clone(), format!("{q}bias")],
+                    vec![],
+                ));
             }
         }
         let n_new = nodes.len();
@@ -594,7 +668,12 @@ pub fn mask_width_padding(
             let raw = format!("{q}sum_mean");
             graph.node[site].output[0] = raw.clone();
             let extra = vec![
-                node("Div", format!("{q}scale"), vec![format!("{q}cols"), format!("{q}valid")], vec![]),
+                node(
+                    "Div",
+                    format!("{q}scale"),
+                    vec![format!("{q}cols"), format!("{q}valid")],
+                    vec![],
+                ),
                 pb::NodeProto {
                     name: format!("{q}mean"),
                     op_type: "Mul".into(),

@@ -54,9 +54,11 @@ pub struct BuildArgs {
 /// refused naming the known ones, before any family argument is parsed, and `--help` lists
 /// them.
 fn family_names() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(REGISTRY.iter().map(|f| {
-        clap::builder::PossibleValue::new(f.name()).help(f.about())
-    }))
+    clap::builder::PossibleValuesParser::new(
+        REGISTRY
+            .iter()
+            .map(|f| clap::builder::PossibleValue::new(f.name()).help(f.about())),
+    )
 }
 
 /// Which engines `tether build` writes.

@@ -101,11 +101,9 @@ pub fn foreign_option(argv: &[OsString]) -> Option<String> {
         if long.is_empty() || own.iter().any(|o| o == long) {
             continue;
         }
-        let owner = REGISTRY.iter().find(|f| {
-            f.run_args()
-                .iter()
-                .any(|x| x.get_long() == Some(long))
-        });
+        let owner = REGISTRY
+            .iter()
+            .find(|f| f.run_args().iter().any(|x| x.get_long() == Some(long)));
         if let Some(other) = owner {
             return Some(format!(
                 "--{long} is an option of the {} family; this bundle is a {} bundle (`tether {name} {bundle} --help` lists its options)",

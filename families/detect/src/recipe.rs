@@ -21,8 +21,8 @@
 //! self-test then checks that the deployed device agrees with the build host.
 
 use tether_build::{OnnxInfo, inspect_onnx};
-use tether_family::io::{Candidate, Role, SelectError, select, select_with};
 use tether_bundle::{BundleWriter, DType, SectionKind};
+use tether_family::io::{Candidate, Role, SelectError, select, select_with};
 use tether_family::recipe::{add_portable_target, in_memory, sha256_hex};
 use tether_family::selftest::{self, Report};
 use tether_family::vision::{ImageView, PixelFormat};
@@ -410,8 +410,7 @@ fn looks_like_head(v: &[f32], num_classes: usize) -> bool {
     if n == 0 || v.len() != n * (4 + num_classes) {
         return false;
     }
-    v[..4 * n].iter().all(|x| x.is_finite())
-        && v[4 * n..].iter().all(|x| (0.0..=1.0).contains(x))
+    v[..4 * n].iter().all(|x| x.is_finite()) && v[4 * n..].iter().all(|x| (0.0..=1.0).contains(x))
 }
 
 /// The model version an Ultralytics export records (metadata `version` and `date`), or

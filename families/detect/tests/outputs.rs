@@ -28,7 +28,10 @@ fn detect(model: &str) -> Result<(u8, Vec<(u16, f32, [f32; 4])>), String> {
         &mut |_| {},
     )
     .map_err(|e| e.to_string())?;
-    let path = std::env::temp_dir().join(format!("tether-outputs-{}-{model}.bundle", std::process::id()));
+    let path = std::env::temp_dir().join(format!(
+        "tether-outputs-{}-{model}.bundle",
+        std::process::id()
+    ));
     writer.write(&path).expect("write bundle");
     let mut det = Detector::open(
         &path,
@@ -38,13 +41,22 @@ fn detect(model: &str) -> Result<(u8, Vec<(u16, f32, [f32; 4])>), String> {
         },
     )
     .expect("open");
-    let img = image::open(field("red_square.png")).expect("image").to_rgb8();
-    let view = ImageView::new(img.as_raw(), img.width(), img.height(), PixelFormat::Rgb8).expect("view");
+    let img = image::open(field("red_square.png"))
+        .expect("image")
+        .to_rgb8();
+    let view =
+        ImageView::new(img.as_raw(), img.width(), img.height(), PixelFormat::Rgb8).expect("view");
     let boxes = det
         .detect(&view)
         .expect("detect")
         .iter()
-        .map(|d| (d.class_id, d.score, [d.bbox.x1, d.bbox.y1, d.bbox.x2, d.bbox.y2]))
+        .map(|d| {
+            (
+                d.class_id,
+                d.score,
+                [d.bbox.x1, d.bbox.y1, d.bbox.x2, d.bbox.y2],
+            )
+        })
         .collect();
     let _ = std::fs::remove_file(&path);
     Ok((report.config.head_output, boxes))
@@ -68,5 +80,8 @@ fn the_head_is_chosen_by_name_then_values_never_by_position() {
 fn two_outputs_that_could_each_be_the_head_are_refused_by_name() {
     let e = detect("ambiguous.onnx").expect_err("ambiguous");
     assert!(e.contains("`head_a`") && e.contains("`head_b`"), "{e}");
-    assert!(e.contains("output0"), "the message says what would settle it: {e}");
+    assert!(
+        e.contains("output0"),
+        "the message says what would settle it: {e}"
+    );
 }

@@ -46,9 +46,7 @@ use crate::config::{
 use crate::net::NETWORK;
 use crate::recipe::{self, BuildOptions};
 use crate::selftest::{MIN_COSINE, TEXT};
-use crate::{
-    EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, Embedding, FAMILY,
-};
+use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, Embedding, FAMILY};
 
 /// The text-embedding family.
 pub struct EmbedFamily;
@@ -361,7 +359,11 @@ pub fn universal_lines(text: &str) -> Vec<(usize, &str)> {
             }
             b'\r' => {
                 out.push((number, &text[start..i]));
-                i += if bytes.get(i + 1) == Some(&b'\n') { 2 } else { 1 };
+                i += if bytes.get(i + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
+                };
             }
             _ => {
                 i += 1;
@@ -608,7 +610,11 @@ impl Runner for EmbedRunner {
                 })
                 .collect();
             for &(c, key) in &top[i] {
-                lines.push(format!("  cosine({:?}, {}) = {c:.4}", t.texts[i], text_of_key(key)));
+                lines.push(format!(
+                    "  cosine({:?}, {}) = {c:.4}",
+                    t.texts[i],
+                    text_of_key(key)
+                ));
             }
             texts.push(json!({
                 "text": t.texts[i],
@@ -697,13 +703,19 @@ mod tests {
     #[test]
     fn lines_are_cut_as_pythons_universal_newlines_cut_them() {
         let cut = universal_lines;
-        assert_eq!(cut("a\nb\r\nc\rd"), [(1, "a"), (2, "b"), (3, "c"), (4, "d")]);
+        assert_eq!(
+            cut("a\nb\r\nc\rd"),
+            [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+        );
         // A final line end starts no line; empty lines keep their numbers.
         assert_eq!(cut("a\r\n\r\nb\n"), [(1, "a"), (2, ""), (3, "b")]);
         assert_eq!(cut("\r\r"), [(1, ""), (2, "")]);
         assert_eq!(cut(""), []);
         // Not line ends in a text file: form feed, NEL, U+2028 stay inside the text.
-        assert_eq!(cut("a\u{c}b\u{85}c\u{2028}d"), [(1, "a\u{c}b\u{85}c\u{2028}d")]);
+        assert_eq!(
+            cut("a\u{c}b\u{85}c\u{2028}d"),
+            [(1, "a\u{c}b\u{85}c\u{2028}d")]
+        );
     }
 
     #[test]

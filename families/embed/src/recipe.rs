@@ -235,7 +235,8 @@ pub fn check_vocabulary(
     config: &EmbedConfig,
 ) -> Result<Option<u64>, EmbedError> {
     let tokenizer = WordPiece::from_json(tokenizer_json, config.max_seq_len as usize)?;
-    let tables = gather_tables(onnx, "input_ids").map_err(|e| EmbedError::Network(e.to_string()))?;
+    let tables =
+        gather_tables(onnx, "input_ids").map_err(|e| EmbedError::Network(e.to_string()))?;
     let Some(table) = tables
         .iter()
         .filter(|t| t.rows().is_some())

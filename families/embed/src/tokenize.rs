@@ -143,12 +143,9 @@ impl WordPiece {
                 .count()
         };
         let specials = enc.len() - content(&enc);
-        let tokens = content(&enc)
-            + enc.get_overflowing().iter().map(content).sum::<usize>()
-            + specials;
-        let kept_chars = text
-            .get(..kept_bytes)
-            .map_or(0, |s| s.chars().count());
+        let tokens =
+            content(&enc) + enc.get_overflowing().iter().map(content).sum::<usize>() + specials;
+        let kept_chars = text.get(..kept_bytes).map_or(0, |s| s.chars().count());
         Ok(Some(Truncated {
             tokens,
             kept_tokens: enc.len(),

@@ -31,10 +31,13 @@ fn asset(name: &str) -> Vec<u8> {
 /// all-MiniLM-L6-v2's word embeddings.
 fn tokenizer_with_extra_token() -> Vec<u8> {
     let mut t: Value = serde_json::from_slice(&asset("all-minilm-l6-v2-tokenizer.json")).unwrap();
-    t["added_tokens"].as_array_mut().expect("added_tokens").push(serde_json::json!({
-        "id": 30522, "content": "[ROBOT]", "single_word": false, "lstrip": false,
-        "rstrip": false, "normalized": false, "special": true
-    }));
+    t["added_tokens"]
+        .as_array_mut()
+        .expect("added_tokens")
+        .push(serde_json::json!({
+            "id": 30522, "content": "[ROBOT]", "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": false, "special": true
+        }));
     serde_json::to_vec(&t).unwrap()
 }
 
@@ -53,7 +56,17 @@ fn a_tokenizer_past_the_embedding_table_is_refused_naming_the_id_and_the_size() 
         panic!("built with a tokenizer past the embedding table");
     };
     let m = e.to_string();
-    assert!(matches!(e, EmbedError::Vocabulary { id: 30522, rows: 30522, .. }), "{m}");
+    assert!(
+        matches!(
+            e,
+            EmbedError::Vocabulary {
+                id: 30522,
+                rows: 30522,
+                ..
+            }
+        ),
+        "{m}"
+    );
     assert!(m.contains("30522") && m.contains("[ROBOT]"), "{m}");
 
     // A bundle built with the right tokenizer, then given the bad one (the writer seals it
@@ -64,7 +77,11 @@ fn a_tokenizer_past_the_embedding_table_is_refused_naming_the_id_and_the_size() 
     let swapped = with_section(&good, TOKENIZER_SECTION, &bad);
     let b = Arc::new(Bundle::from_vec(swapped, Verify::Eager).unwrap());
     match Embedder::from_bundle(b, &EmbedderOptions::default()) {
-        Err(EmbedError::Vocabulary { id: 30522, rows: 30522, .. }) => {}
+        Err(EmbedError::Vocabulary {
+            id: 30522,
+            rows: 30522,
+            ..
+        }) => {}
         other => panic!("{:?}", other.map(|_| ())),
     }
 }

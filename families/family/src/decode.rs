@@ -214,7 +214,9 @@ pub fn decode_file(path: &Path, orientation: Orientation) -> Result<DecodedImage
         DynamicImage::ImageLumaA8(b) => (b.into_raw(), PixelFormat::GrayAlpha8),
         DynamicImage::ImageRgb8(b) => (b.into_raw(), PixelFormat::Rgb8),
         DynamicImage::ImageRgba8(b) => (b.into_raw(), PixelFormat::Rgba8),
-        DynamicImage::ImageLumaA16(_) => (img.into_luma_alpha8().into_raw(), PixelFormat::GrayAlpha8),
+        DynamicImage::ImageLumaA16(_) => {
+            (img.into_luma_alpha8().into_raw(), PixelFormat::GrayAlpha8)
+        }
         other if other.color().has_alpha() => (other.into_rgba8().into_raw(), PixelFormat::Rgba8),
         other => (other.into_rgb8().into_raw(), PixelFormat::Rgb8),
     };

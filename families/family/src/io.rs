@@ -54,7 +54,9 @@ pub enum SelectError {
         expected: String,
     },
     /// No tensor has the role's name or shape.
-    #[error("no {kind} is {what} (named {names}, or the only one shaped {expected}); the {kind}s are {all}")]
+    #[error(
+        "no {kind} is {what} (named {names}, or the only one shaped {expected}); the {kind}s are {all}"
+    )]
     Missing {
         /// `input` or `output`.
         kind: String,
@@ -68,7 +70,9 @@ pub enum SelectError {
         all: String,
     },
     /// Several tensors fit the role's shape and none has its name.
-    #[error("{count} {kind}s could be {what} ({candidates}: each shaped {expected}, none named {names}); re-export the model with one such {kind}, or with it named {names}")]
+    #[error(
+        "{count} {kind}s could be {what} ({candidates}: each shaped {expected}, none named {names}); re-export the model with one such {kind}, or with it named {names}"
+    )]
     Ambiguous {
         /// `input` or `output`.
         kind: String,
@@ -194,31 +198,61 @@ mod tests {
         let proto = [1i64, 32, 160, 160];
         // The name wins over the position.
         let t = [
-            Candidate { name: "aux", dims: &aux },
-            Candidate { name: "output0", dims: &a },
+            Candidate {
+                name: "aux",
+                dims: &aux,
+            },
+            Candidate {
+                name: "output0",
+                dims: &a,
+            },
         ];
         assert_eq!(select(&head(), &t), Ok(1));
         // No name: the only fitting shape, wherever it is.
         let t = [
-            Candidate { name: "protos", dims: &proto },
-            Candidate { name: "head", dims: &a },
+            Candidate {
+                name: "protos",
+                dims: &proto,
+            },
+            Candidate {
+                name: "head",
+                dims: &a,
+            },
         ];
         assert_eq!(select(&head(), &t), Ok(1));
         // Two fit, none named: refused, both named in the message.
         let t = [
-            Candidate { name: "aux", dims: &aux },
-            Candidate { name: "head", dims: &a },
+            Candidate {
+                name: "aux",
+                dims: &aux,
+            },
+            Candidate {
+                name: "head",
+                dims: &a,
+            },
         ];
         let e = select(&head(), &t).unwrap_err().to_string();
-        assert!(e.contains("`aux` [1, 84, 8400], `head` [1, 84, 8400]"), "{e}");
+        assert!(
+            e.contains("`aux` [1, 84, 8400], `head` [1, 84, 8400]"),
+            "{e}"
+        );
         // ... unless a tie-break settles it.
         assert_eq!(select_with(&head(), &t, |i| i == 1), Ok(1));
         // The named one must fit.
-        let t = [Candidate { name: "output0", dims: &proto }];
+        let t = [Candidate {
+            name: "output0",
+            dims: &proto,
+        }];
         let e = select(&head(), &t).unwrap_err().to_string();
-        assert!(e.contains("`output0`") && e.contains("[1, 32, 160, 160]"), "{e}");
+        assert!(
+            e.contains("`output0`") && e.contains("[1, 32, 160, 160]"),
+            "{e}"
+        );
         // None fits.
-        let t = [Candidate { name: "protos", dims: &proto }];
+        let t = [Candidate {
+            name: "protos",
+            dims: &proto,
+        }];
         let e = select(&head(), &t).unwrap_err().to_string();
         assert!(e.contains("no output is the detection head"), "{e}");
     }

@@ -626,7 +626,10 @@ mod tests {
             valid: vec![vec![320, 321, 322], vec![80, 80, 81]],
         };
         assert_eq!(RecWidths::from_section(&t.to_section()).unwrap(), t);
-        assert_eq!((t.steps_at(319), t.steps_at(322), t.steps_at(323)), (None, Some(41), None));
+        assert_eq!(
+            (t.steps_at(319), t.steps_at(322), t.steps_at(323)),
+            (None, Some(41), None)
+        );
         let mut v = [0f32; 2];
         assert!(t.valid_at(321, &mut v));
         assert_eq!(v, [321.0, 80.0]);

@@ -71,15 +71,27 @@ impl Prepared {
         };
         let in_dims: Vec<Vec<i64>> = io.inputs.iter().map(dims).collect();
         let out_dims: Vec<Vec<i64>> = io.outputs.iter().map(dims).collect();
-        fn candidates<'a>(ts: &'a [tether_runtime::TensorSpec], d: &'a [Vec<i64>]) -> Vec<Candidate<'a>> {
+        fn candidates<'a>(
+            ts: &'a [tether_runtime::TensorSpec],
+            d: &'a [Vec<i64>],
+        ) -> Vec<Candidate<'a>> {
             ts.iter()
                 .zip(d)
-                .map(|(t, d)| Candidate { name: &t.name, dims: d })
+                .map(|(t, d)| Candidate {
+                    name: &t.name,
+                    dims: d,
+                })
                 .collect()
         }
-        let image = select(&crate::network::image_input(), &candidates(&io.inputs, &in_dims))
-            .map_err(|e| bad(e.to_string()))?;
-        let valid = io.inputs.iter().position(|t| t.name == crate::network::VALID_WIDTHS);
+        let image = select(
+            &crate::network::image_input(),
+            &candidates(&io.inputs, &in_dims),
+        )
+        .map_err(|e| bad(e.to_string()))?;
+        let valid = io
+            .inputs
+            .iter()
+            .position(|t| t.name == crate::network::VALID_WIDTHS);
         if let Some(extra) = (0..io.inputs.len()).find(|&i| i != image && Some(i) != valid) {
             return Err(bad(format!(
                 "input `{}` is neither the image nor `{}`",
@@ -139,7 +151,10 @@ impl Prepared {
     /// [`OcrError::Run`] / [`OcrError::View`] on an engine bug.
     pub(crate) fn valid_widths_mut(&mut self) -> Result<Option<&mut [f32]>, OcrError> {
         match self.valid_widths {
-            Some(r) => Ok(Some(view_mut::<f32>(DType::F32, self.session.input_mut(r)?)?)),
+            Some(r) => Ok(Some(view_mut::<f32>(
+                DType::F32,
+                self.session.input_mut(r)?,
+            )?)),
             None => Ok(None),
         }
     }

@@ -432,7 +432,11 @@ impl Ocr {
                 REC,
                 ShapePolicy::Buckets([
                     vec![config.rec_height as usize],
-                    config.rec_width_grid().into_iter().map(|w| w as usize).collect(),
+                    config
+                        .rec_width_grid()
+                        .into_iter()
+                        .map(|w| w as usize)
+                        .collect(),
                 ]),
             ),
             rec_widths,

@@ -524,9 +524,9 @@ fn mask_recogniser(
     let widths = RecWidths {
         first: config.rec_min_width,
         steps: to_u16(&steps)?,
-        valid: masked
-            .as_ref()
-            .map_or(Ok(Vec::new()), |m| m.tables.iter().map(|t| to_u16(t)).collect())?,
+        valid: masked.as_ref().map_or(Ok(Vec::new()), |m| {
+            m.tables.iter().map(|t| to_u16(t)).collect()
+        })?,
     };
     Ok(MaskedRecogniser {
         sites: masked.as_ref().map_or(0, |m| m.sites),

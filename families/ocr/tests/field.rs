@@ -60,7 +60,12 @@ fn field_inputs_read_as_rapidocr_reads_them() {
             .as_array()
             .expect("results")
             .iter()
-            .map(|r| (common::quad(&r["box"]), r["text"].as_str().expect("text").into()))
+            .map(|r| {
+                (
+                    common::quad(&r["box"]),
+                    r["text"].as_str().expect("text").into(),
+                )
+            })
             .collect();
         let stats = ocr.stats();
         let r: Vec<_> = reference.iter().map(|(p, t)| (*p, t.as_str())).collect();
@@ -69,7 +74,10 @@ fn field_inputs_read_as_rapidocr_reads_them() {
         eprintln!("{name}: {} lines, {} edits, {stats:?}", ours.len(), c.edits);
         for p in &c.pairs {
             if p.edits > 0 {
-                eprintln!("  {:?} vs ours {:?}", reference[p.reference].1, ours[p.ours].1);
+                eprintln!(
+                    "  {:?} vs ours {:?}",
+                    reference[p.reference].1, ours[p.ours].1
+                );
             }
         }
         if c.edits > 0 || !c.missing.is_empty() || !c.extra.is_empty() {
@@ -77,5 +85,8 @@ fn field_inputs_read_as_rapidocr_reads_them() {
         }
         assert_eq!(stats.squeezed, 0, "{name}: no line is squeezed");
     }
-    assert!(failures.is_empty(), "not as rapidocr reads them: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "not as rapidocr reads them: {failures:?}"
+    );
 }

@@ -594,7 +594,10 @@ mod tests {
                 (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
             })
             .collect();
-        for (from, pieces) in [(48_000, [1usize, 7, 512, 4096]), (22_050, [3, 100, 999, 5000])] {
+        for (from, pieces) in [
+            (48_000, [1usize, 7, 512, 4096]),
+            (22_050, [3, 100, 999, 5000]),
+        ] {
             let r = SincResampler::new(from, 16_000).expect("rates");
             let whole = r.process(&x);
             let mut stream = ResampleStream::new(r);

@@ -355,9 +355,7 @@ impl WavInput {
     fn open(path: &std::path::Path) -> Result<Self> {
         let stream = crate::AudioStream::open(path)?;
         let format = *stream.format();
-        let small = stream
-            .samples_16k()
-            .is_some_and(|n| n <= IN_MEMORY_SAMPLES);
+        let small = stream.samples_16k().is_some_and(|n| n <= IN_MEMORY_SAMPLES);
         let (frames, truncation, audio) = if small {
             let audio = stream.collect()?;
             (Some(audio.source_frames), audio.truncation, Some(audio))

@@ -126,7 +126,10 @@ impl VadConfig {
         // does not order the two thresholds (`--threshold 0.01` gives an exit threshold
         // of 0.01 >= 0.01 - 0.15; below 0.01 the exit threshold is above the speech one).
         if !(0.0..=1.0).contains(&self.threshold) {
-            return bad("threshold", format!("{} (must be in [0, 1])", self.threshold));
+            return bad(
+                "threshold",
+                format!("{} (must be in [0, 1])", self.threshold),
+            );
         }
         if !(0.0..=1.0).contains(&self.neg_threshold) {
             return bad(

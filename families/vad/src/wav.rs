@@ -199,7 +199,10 @@ pub fn sniff(head: &[u8]) -> &'static str {
         "Ogg audio (Vorbis or Opus)"
     } else if starts(b"ID3") || (head.len() >= 2 && head[0] == 0xFF && head[1] & 0xE0 == 0xE0) {
         "MP3 audio"
-    } else if starts(b"FORM") && head.len() >= 12 && (&head[8..12] == b"AIFF" || &head[8..12] == b"AIFC") {
+    } else if starts(b"FORM")
+        && head.len() >= 12
+        && (&head[8..12] == b"AIFF" || &head[8..12] == b"AIFC")
+    {
         "AIFF audio"
     } else if starts(b".snd") {
         "Sun/NeXT AU audio"
@@ -215,7 +218,10 @@ pub fn sniff(head: &[u8]) -> &'static str {
         "a PDF document"
     } else if head.is_empty() {
         "an empty file"
-    } else if head.iter().all(|&b| b == b'\n' || b == b'\r' || b == b'\t' || (0x20..0x7F).contains(&b)) {
+    } else if head
+        .iter()
+        .all(|&b| b == b'\n' || b == b'\r' || b == b'\t' || (0x20..0x7F).contains(&b))
+    {
         "text"
     } else {
         "data of an unknown kind"
@@ -756,7 +762,12 @@ mod tests {
     use super::*;
 
     /// A canonical 44-byte-header WAV (or with extra chunks before `data`).
-    fn wav(fmt: &[u8], extra: &[(&[u8; 4], &[u8])], data: &[u8], data_size: Option<u32>) -> Vec<u8> {
+    fn wav(
+        fmt: &[u8],
+        extra: &[(&[u8; 4], &[u8])],
+        data: &[u8],
+        data_size: Option<u32>,
+    ) -> Vec<u8> {
         let mut v = b"RIFF\0\0\0\0WAVE".to_vec();
         v.extend_from_slice(b"fmt ");
         v.extend_from_slice(&(fmt.len() as u32).to_le_bytes());
@@ -799,7 +810,10 @@ mod tests {
         f
     }
 
-    fn read_all(bytes: &[u8], len: Option<u64>) -> Result<(Vec<f32>, WavFormat, Option<Truncation>), WavError> {
+    fn read_all(
+        bytes: &[u8],
+        len: Option<u64>,
+    ) -> Result<(Vec<f32>, WavFormat, Option<Truncation>), WavError> {
         let mut r = WavReader::new(bytes, len)?;
         let mut out = Vec::new();
         while r.read_mono(&mut out, 3)? > 0 {}
@@ -836,18 +850,33 @@ mod tests {
             .flat_map(|v| v.to_le_bytes())
             .collect::<Vec<_>>();
         let (s, f, _) = read_all(&wav(&fmt(1, 1, 16_000, 16), &[], &pcm16, None), None).unwrap();
-        assert_eq!((s.as_slice(), f.describe().as_str()), ([0.0, 0.5, -1.0].as_slice(), "16-bit PCM"));
+        assert_eq!(
+            (s.as_slice(), f.describe().as_str()),
+            ([0.0, 0.5, -1.0].as_slice(), "16-bit PCM")
+        );
         // 12 bits in a 16-bit container: read as the stored 16-bit values.
         let (s, f, _) = read_all(&wav(&fmt(1, 1, 16_000, 12), &[], &pcm16, None), None).unwrap();
-        assert_eq!((s.as_slice(), f.describe().as_str()), ([0.0, 0.5, -1.0].as_slice(), "12-bit PCM in 16 bits"));
-        let f64s = [0.25f64, -1.0].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>();
+        assert_eq!(
+            (s.as_slice(), f.describe().as_str()),
+            ([0.0, 0.5, -1.0].as_slice(), "12-bit PCM in 16 bits")
+        );
+        let f64s = [0.25f64, -1.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<_>>();
         let (s, _, _) = read_all(&wav(&fmt(3, 1, 16_000, 64), &[], &f64s, None), None).unwrap();
         assert_eq!(s, [0.25, -1.0]);
-        let (s, _, _) = read_all(&wav(&fmt(6, 1, 8_000, 8), &[], &[0xD5, 0xAA], None), None).unwrap();
+        let (s, _, _) =
+            read_all(&wav(&fmt(6, 1, 8_000, 8), &[], &[0xD5, 0xAA], None), None).unwrap();
         assert_eq!(s, [8.0 / 32_768.0, 32_256.0 / 32_768.0]);
-        let (s, _, _) = read_all(&wav(&fmt(7, 1, 8_000, 8), &[], &[0xFF, 0x00], None), None).unwrap();
+        let (s, _, _) =
+            read_all(&wav(&fmt(7, 1, 8_000, 8), &[], &[0xFF, 0x00], None), None).unwrap();
         assert_eq!(s, [0.0, -32_124.0 / 32_768.0]);
-        let (s, _, _) = read_all(&wav(&fmt(1, 2, 16_000, 8), &[], &[192, 64, 128, 0], None), None).unwrap();
+        let (s, _, _) = read_all(
+            &wav(&fmt(1, 2, 16_000, 8), &[], &[192, 64, 128, 0], None),
+            None,
+        )
+        .unwrap();
         assert_eq!(s, [0.0, -0.5]);
         let pcm24 = [0x00, 0x00, 0x40, 0x00, 0x00, 0x80];
         let (s, _, _) = read_all(&wav(&fmt(1, 1, 16_000, 24), &[], &pcm24, None), None).unwrap();
@@ -860,7 +889,11 @@ mod tests {
             (6, 8, 8, vec![0xD5], vec![8.0 / 32_768.0]),
             (7, 8, 8, vec![0xFF], vec![0.0]),
         ] {
-            let (s, f, _) = read_all(&wav(&extensible(sub, 1, bits, valid), &[], &data, None), None).unwrap();
+            let (s, f, _) = read_all(
+                &wav(&extensible(sub, 1, bits, valid), &[], &data, None),
+                None,
+            )
+            .unwrap();
             assert_eq!(s, want, "subformat {sub}");
             assert_eq!((f.format_tag, f.valid_bits), (0xFFFE, valid));
         }
@@ -868,7 +901,9 @@ mod tests {
 
     #[test]
     fn reads_cut_off_streaming_and_padded_files() {
-        let data: Vec<u8> = (0..100u8).flat_map(|v| i16::from(v).to_le_bytes()).collect();
+        let data: Vec<u8> = (0..100u8)
+            .flat_map(|v| i16::from(v).to_le_bytes())
+            .collect();
         // Declared larger than the file: the bytes present, whole frames only, and a
         // truncation, whether or not the length is known up front.
         let mut cut = wav(&fmt(1, 1, 16_000, 16), &[], &data, Some(1000));
@@ -876,7 +911,13 @@ mod tests {
         for len in [Some(cut.len() as u64), None] {
             let (s, _, t) = read_all(&cut, len).unwrap();
             assert_eq!(s.len(), 99);
-            assert_eq!(t, Some(Truncation { declared_bytes: 1000, present_bytes: 199 }));
+            assert_eq!(
+                t,
+                Some(Truncation {
+                    declared_bytes: 1000,
+                    present_bytes: 199
+                })
+            );
         }
         // Streaming sizes: to the end of the file, not a truncation.
         for size in [0xFFFF_FFFF, 0x7FFF_FFFF] {
@@ -889,7 +930,12 @@ mod tests {
         let v = wav(&fmt(1, 1, 16_000, 16), &[], &data, Some(0));
         assert_eq!(read_all(&v, Some(v.len() as u64)).unwrap().0.len(), 0);
         // An odd-sized chunk with its pad byte, and one whose writer left it out.
-        let v = wav(&fmt(1, 1, 16_000, 16), &[(b"LIST", b"abc"), (b"fact", &[1, 2, 3, 4])], &data, None);
+        let v = wav(
+            &fmt(1, 1, 16_000, 16),
+            &[(b"LIST", b"abc"), (b"fact", &[1, 2, 3, 4])],
+            &data,
+            None,
+        );
         assert_eq!(read_all(&v, None).unwrap().0.len(), 100);
         let mut v = wav(&fmt(1, 1, 16_000, 16), &[(b"LIST", b"abc")], &data, None);
         let at = 12 + 8 + 16 + 8 + 3;
@@ -904,7 +950,10 @@ mod tests {
     #[test]
     fn refuses_what_no_decoder_here_reads_naming_the_field() {
         let e = read_all(&wav(&fmt(0x11, 1, 16_000, 4), &[], &[0; 8], None), None).unwrap_err();
-        assert!(e.to_string().contains("wFormatTag = 0x0011 (IMA ADPCM)"), "{e}");
+        assert!(
+            e.to_string().contains("wFormatTag = 0x0011 (IMA ADPCM)"),
+            "{e}"
+        );
         let e = read_all(&wav(&fmt(1, 1, 16_000, 40), &[], &[0; 10], None), None).unwrap_err();
         assert!(e.to_string().contains("wBitsPerSample = 40"), "{e}");
         let e = read_all(&wav(&fmt(1, 0, 16_000, 16), &[], &[0; 2], None), None).unwrap_err();
@@ -915,7 +964,11 @@ mod tests {
         let e = read_all(&wav(&ext, &[], &[0; 2], None), None).unwrap_err();
         assert!(e.to_string().contains("SubFormat"), "{e}");
         let e = read_all(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", None).unwrap_err();
-        assert!(e.to_string().contains("not a WAV file (it looks like a PNG image)"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("not a WAV file (it looks like a PNG image)"),
+            "{e}"
+        );
         assert!(e.to_string().contains("ffmpeg"), "{e}");
         let e = read_all(b"RIFF\x04\0\0\0WAVE", None).unwrap_err();
         assert!(e.to_string().contains("without a `fmt ` chunk"), "{e}");

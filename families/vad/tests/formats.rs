@@ -31,7 +31,11 @@ fn asset(name: &str) -> PathBuf {
     let dir = std::env::var_os("TETHER_ASSETS")
         .map_or_else(|| repo_root().join(".assets"), PathBuf::from);
     let p = dir.join(name);
-    assert!(p.is_file(), "missing test asset {}: run `tests/fetch-assets`", p.display());
+    assert!(
+        p.is_file(),
+        "missing test asset {}: run `tests/fetch-assets`",
+        p.display()
+    );
     p
 }
 
@@ -70,7 +74,11 @@ fn every_clip_decodes_to_the_reference_signal_bit_for_bit() {
         }
         assert_eq!(all, audio.samples, "{name}: streamed");
         let cut = name == "cut_off";
-        assert_eq!(audio.truncation.is_some(), cut, "{name}: truncation reported");
+        assert_eq!(
+            audio.truncation.is_some(),
+            cut,
+            "{name}: truncation reported"
+        );
     }
 }
 
@@ -146,8 +154,13 @@ fn a_file_that_is_not_wav_is_named_by_what_it_looks_like() {
     };
     let m = e.to_string();
     assert!(m.contains("red_square.png"), "{m}");
-    assert!(m.contains("not a WAV file (it looks like a PNG image)"), "{m}");
+    assert!(
+        m.contains("not a WAV file (it looks like a PNG image)"),
+        "{m}"
+    );
     assert!(m.contains("ffmpeg"), "a hint: {m}");
-    let e = read_wav(field("embed_cr_only_lines.txt")).unwrap_err().to_string();
+    let e = read_wav(field("embed_cr_only_lines.txt"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("it looks like text"), "{e}");
 }

@@ -111,15 +111,23 @@ fn long_recordings_stream_in_bounded_memory_with_the_same_segments() {
 
     // 1. Streamed = whole, on two minutes at 48 kHz stereo (the resampler streamed too).
     let frames = 2 * 60 * 48_000;
-    let whole = AudioStream::new(Generated::new(clip.clone(), 48_000, 2, frames), None, "2 min")
-        .expect("open")
-        .collect()
-        .expect("decode");
+    let whole = AudioStream::new(
+        Generated::new(clip.clone(), 48_000, 2, frames),
+        None,
+        "2 min",
+    )
+    .expect("open")
+    .collect()
+    .expect("decode");
     let expected = vad.process(&whole.samples).expect("whole");
     let streamed = vad
         .process_stream(
-            &mut AudioStream::new(Generated::new(clip.clone(), 48_000, 2, frames), None, "2 min")
-                .expect("open"),
+            &mut AudioStream::new(
+                Generated::new(clip.clone(), 48_000, 2, frames),
+                None,
+                "2 min",
+            )
+            .expect("open"),
         )
         .expect("streamed");
     assert_eq!(streamed, expected, "streaming changes nothing");
@@ -130,8 +138,12 @@ fn long_recordings_stream_in_bounded_memory_with_the_same_segments() {
     // stream.
     let before = peak_rss();
     let frames = 10 * 3600 * 16_000;
-    let mut s = AudioStream::new(Generated::new(clip.clone(), 16_000, 1, frames), None, "10 h")
-        .expect("open");
+    let mut s = AudioStream::new(
+        Generated::new(clip.clone(), 16_000, 1, frames),
+        None,
+        "10 h",
+    )
+    .expect("open");
     let (mut n, mut block) = (0u64, Vec::new());
     while s.next_block(&mut block).expect("block") {
         n += block.len() as u64;
@@ -146,8 +158,8 @@ fn long_recordings_stream_in_bounded_memory_with_the_same_segments() {
     // 16 kHz, 460 MB as the file's samples).
     let before = peak_rss();
     let frames = 20 * 60 * 48_000;
-    let mut s = AudioStream::new(Generated::new(clip, 48_000, 2, frames), None, "20 min")
-        .expect("open");
+    let mut s =
+        AudioStream::new(Generated::new(clip, 48_000, 2, frames), None, "20 min").expect("open");
     let (mut chunks, mut ends) = (0u64, 0u64);
     let end = vad
         .stream(&mut s, |r| {
@@ -163,6 +175,9 @@ fn long_recordings_stream_in_bounded_memory_with_the_same_segments() {
     assert_eq!(chunks, end.samples.div_ceil(512));
     assert!(ends > 400, "{ends} segments");
     let grown = peak_rss().saturating_sub(before);
-    println!("20 min streamed through the network: peak memory grew by {} KiB", grown / 1024);
+    println!(
+        "20 min streamed through the network: peak memory grew by {} KiB",
+        grown / 1024
+    );
     assert!(grown < 48 << 20, "peak memory grew by {grown} bytes");
 }

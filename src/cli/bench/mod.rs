@@ -33,12 +33,12 @@ use tether_family::family::{
     Execution, Family, Input, InputSource, MappedIo, Precision, RunOptions, SyncPolicy,
 };
 
+use crate::cli::run::ThreadsArg;
 use crate::cli::run::{open_runner, write_atomic};
 use crate::cli::{OutputError, escape};
 use crate::outln;
-use crate::cli::run::ThreadsArg;
-pub(crate) use machine::default_threads;
 use machine::Machine;
+pub(crate) use machine::default_threads;
 use plot::{PlotFormat, plot_format};
 use report::Summary;
 use stats::{BEYOND_FLOOR_OFFSET_NS, Stage};
