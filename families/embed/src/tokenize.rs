@@ -119,7 +119,9 @@ impl WordPiece {
     /// # Errors
     /// [`EmbedError::Tokenizer`] from the tokenizer.
     pub fn truncation(&self, text: &str) -> Result<Option<Truncated>, EmbedError> {
-        let enc = self.inner.encode_fast(text, true).map_err(tok_err)?;
+        // `encode`, not `encode_fast`: the fast path computes no offsets (every token's
+        // is `(0, 0)`), and the cut is read from them (byte offsets into `text`).
+        let enc = self.inner.encode(text, true).map_err(tok_err)?;
         if enc.get_overflowing().is_empty() {
             return Ok(None);
         }
