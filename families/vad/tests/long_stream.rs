@@ -1,8 +1,19 @@
 //! A long recording is streamed in bounded memory, as a VAD on a robot's microphone must
 //! (issue 28: a 10-hour WAV needed 5.66 GB). The WAV files here are generated while they
 //! are read (never written to disk): a streaming header (sizes 0xFFFFFFFF, as ffmpeg writes
-//! to a pipe) and the field control clip repeated. Peak memory is the process's `VmHWM`
-//! (Linux), so this binary holds one test that runs its parts one after the other.
+//! to a pipe) and a recorded clip repeated at its own sample rate. Peak memory is the
+//! process's `VmHWM` (Linux), so this binary holds one test that runs its parts one after
+//! the other.
+//!
+//! The segments are checked against silero-vad's `get_speech_timestamps` on the same clip
+//! (`golden/espeak_robot_stereo.json`: `espeak_robot.wav`, 22.05 kHz, as stereo with
+//! left = s, right = s >> 1, the construction the stream repeats): the first repetition
+//! gives the package's segments. Later repetitions start at another phase of the 512-sample
+//! chunks and with the state the previous one left, so only bounds follow from the
+//! package's segments: at most its three phrases per repetition, and at least two, because
+//! the package separates phrases 2 and 3 by 1.09 s and phrase 3 from the clip's end by
+//! 0.23 s (plus 2 ms before phrase 1), silences several times `min_silence_duration_ms`
+//! (100 ms), while phrases 1 and 2 are 132 ms apart and may be bridged.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -14,7 +25,8 @@ fn repo_root() -> PathBuf {
 }
 
 /// A WAV of `frames` frames at `rate` Hz with `channels` channels, 16-bit PCM, whose samples
-/// repeat `clip` (every channel the same, the second one halved), produced on the fly.
+/// repeat `clip` (recorded at `rate`; every channel the same, the others `s >> 1` as in the
+/// reference's stereo golden), produced on the fly.
 struct Generated {
     header: Vec<u8>,
     at_header: usize,
@@ -59,7 +71,7 @@ impl Read for Generated {
                 buf[n] = b;
             } else if self.frame < self.frames {
                 let s = self.clip[(self.frame % self.clip.len() as u64) as usize];
-                let s = if self.channel == 0 { s } else { s / 2 };
+                let s = if self.channel == 0 { s } else { s >> 1 };
                 let b = s.to_le_bytes();
                 buf[n] = b[0];
                 self.pending = Some(b[1]);
@@ -77,12 +89,38 @@ impl Read for Generated {
     }
 }
 
+/// The field control clip: 16 kHz mono PCM16 (3.13 s of speech).
 fn control_clip() -> Vec<i16> {
     let b = std::fs::read(repo_root().join("tests/field/vad_control_pcm16.wav")).expect("clip");
     b[44..]
         .chunks_exact(2)
         .map(|c| i16::from_le_bytes([c[0], c[1]]))
         .collect()
+}
+
+/// `espeak_robot.wav` (22.05 kHz mono PCM16, 5.09 s, three spoken phrases): its samples and
+/// rate, and the package's segments (16 kHz samples) for its stereo form.
+fn robot_clip() -> (Vec<i16>, u32, Vec<[u64; 2]>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden");
+    let mut r = hound::WavReader::open(dir.join("espeak_robot.wav")).expect("espeak_robot.wav");
+    let spec = r.spec();
+    assert_eq!((spec.channels, spec.bits_per_sample), (1, 16));
+    let samples: Vec<i16> = r.samples::<i16>().collect::<Result<_, _>>().expect("pcm");
+    let g: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join("espeak_robot_stereo.json")).expect("golden"),
+    )
+    .expect("golden JSON");
+    assert_eq!(
+        g["input_sample_rate"].as_u64(),
+        Some(u64::from(spec.sample_rate))
+    );
+    let segments = g["segments_samples"]
+        .as_array()
+        .expect("segments")
+        .iter()
+        .map(|s| [s[0].as_u64().expect("start"), s[1].as_u64().expect("end")])
+        .collect();
+    (samples, spec.sample_rate, segments)
 }
 
 /// Peak resident memory of this process so far, in bytes (`VmHWM`).
@@ -106,13 +144,18 @@ fn model() -> Vec<u8> {
 
 #[test]
 fn long_recordings_stream_in_bounded_memory_with_the_same_segments() {
-    let clip = control_clip();
+    let (robot, robot_rate, want) = robot_clip();
     let mut vad = Vad::from_onnx(&model(), VadConfig::default()).expect("vad");
+    // One repetition of the clip in 16 kHz samples, and the number of whole repetitions in
+    // `frames` frames.
+    let period = robot.len() as f64 * 16_000.0 / f64::from(robot_rate);
+    let clip_frames = robot.len() as u64;
+    let repetitions = |frames: u64| frames / clip_frames;
 
-    // 1. Streamed = whole, on two minutes at 48 kHz stereo (the resampler streamed too).
-    let frames = 2 * 60 * 48_000;
+    // 1. Streamed = whole, on two minutes at 22.05 kHz stereo (the resampler streamed too).
+    let frames = 2 * 60 * u64::from(robot_rate);
     let whole = AudioStream::new(
-        Generated::new(clip.clone(), 48_000, 2, frames),
+        Generated::new(robot.clone(), robot_rate, 2, frames),
         None,
         "2 min",
     )
@@ -123,7 +166,7 @@ fn long_recordings_stream_in_bounded_memory_with_the_same_segments() {
     let streamed = vad
         .process_stream(
             &mut AudioStream::new(
-                Generated::new(clip.clone(), 48_000, 2, frames),
+                Generated::new(robot.clone(), robot_rate, 2, frames),
                 None,
                 "2 min",
             )
@@ -131,7 +174,26 @@ fn long_recordings_stream_in_bounded_memory_with_the_same_segments() {
         )
         .expect("streamed");
     assert_eq!(streamed, expected, "streaming changes nothing");
-    assert!(expected.segments.len() > 40, "{}", expected.segments.len());
+    // The first repetition: the package's segments, edges within one chunk (as in
+    // tests/golden.rs).
+    let first: Vec<_> = expected
+        .segments
+        .iter()
+        .filter(|s| (s.end as f64) < period)
+        .collect();
+    assert_eq!(first.len(), want.len(), "{first:?} vs package {want:?}");
+    for (s, w) in first.iter().zip(&want) {
+        let d = s.start.abs_diff(w[0]).max(s.end.abs_diff(w[1]));
+        assert!(d <= 512, "segment {s:?} vs package {w:?}");
+    }
+    // Every repetition: two or three segments (see the module's documentation).
+    let reps = repetitions(frames);
+    let n = expected.segments.len() as u64;
+    assert!(
+        (2 * reps..=3 * (reps + 1)).contains(&n),
+        "{n} segments in {reps} whole repetitions of a clip with {}",
+        want.len()
+    );
     drop((whole, expected, streamed));
 
     // 2. Ten hours at 16 kHz mono, decoded: 576 M samples (2.3 GB as f32) through a bounded
@@ -139,7 +201,7 @@ fn long_recordings_stream_in_bounded_memory_with_the_same_segments() {
     let before = peak_rss();
     let frames = 10 * 3600 * 16_000;
     let mut s = AudioStream::new(
-        Generated::new(clip.clone(), 16_000, 1, frames),
+        Generated::new(control_clip(), 16_000, 1, frames),
         None,
         "10 h",
     )
@@ -153,13 +215,13 @@ fn long_recordings_stream_in_bounded_memory_with_the_same_segments() {
     println!("10 h decoded: peak memory grew by {} KiB", grown / 1024);
     assert!(grown < 32 << 20, "peak memory grew by {grown} bytes");
 
-    // 3. Twenty minutes of 48 kHz stereo through the network, chunk by chunk, segments as
-    // they close: memory does not grow with the length (the signal alone would be 77 MB at
-    // 16 kHz, 460 MB as the file's samples).
+    // 3. Twenty minutes of 22.05 kHz stereo through the network, chunk by chunk, segments
+    // as they close: memory does not grow with the length (the signal alone would be 77 MB
+    // at 16 kHz, 212 MB as the file's samples).
     let before = peak_rss();
-    let frames = 20 * 60 * 48_000;
-    let mut s =
-        AudioStream::new(Generated::new(clip, 48_000, 2, frames), None, "20 min").expect("open");
+    let frames = 20 * 60 * u64::from(robot_rate);
+    let mut s = AudioStream::new(Generated::new(robot, robot_rate, 2, frames), None, "20 min")
+        .expect("open");
     let (mut chunks, mut ends) = (0u64, 0u64);
     let end = vad
         .stream(&mut s, |r| {
@@ -173,7 +235,12 @@ fn long_recordings_stream_in_bounded_memory_with_the_same_segments() {
         .expect("stream");
     assert_eq!(end.samples, 20 * 60 * 16_000);
     assert_eq!(chunks, end.samples.div_ceil(512));
-    assert!(ends > 400, "{ends} segments");
+    let reps = repetitions(frames);
+    assert!(
+        (2 * reps..=3 * (reps + 1)).contains(&ends),
+        "{ends} segments in {reps} whole repetitions of a clip with {}",
+        want.len()
+    );
     let grown = peak_rss().saturating_sub(before);
     println!(
         "20 min streamed through the network: peak memory grew by {} KiB",
