@@ -258,15 +258,94 @@ fn is_scalar(graph: &pb::GraphProto, name: &str) -> bool {
         .is_some_and(|t| small(&t.dims))
 }
 
+/// Shape values narrowed to 32-bit integers (`Shape` -> `Cast(to = INT32)`, as
+/// paddle2onnx exports a `Reshape` whose target is computed from its input's shape) are
+/// widened to `INT64`, for shape inference only: tract carries an `INT64` cast of a shape
+/// as a symbolic dimension, but cannot cast a symbolic dimension to `i32`, so with a symbol
+/// for the width the `Reshape` target is unknown and typing fails ("shape input is
+/// variable"). The values are the same for any shape below 2^31. Follows the shape through
+/// `Gather`, `Slice`, `Squeeze` and `Unsqueeze` (their data input) up to the `Shape` node.
+/// Returns the number of casts widened.
+fn widen_shape_casts(graph: &mut pb::GraphProto) -> usize {
+    const INT32: i64 = pb::tensor_proto::DataType::Int32 as i64;
+    const INT64: i64 = pb::tensor_proto::DataType::Int64 as i64;
+    fn from_shape<'g>(g: &'g pb::GraphProto, mut name: &'g str) -> bool {
+        for _ in 0..16 {
+            let Some(p) = g.node.iter().find(|n| n.output.iter().any(|o| o == name)) else {
+                return false;
+            };
+            match p.op_type.as_str() {
+                "Shape" => return true,
+                "Gather" | "Slice" | "Squeeze" | "Unsqueeze" => match p.input.first() {
+                    Some(x) => name = x,
+                    None => return false,
+                },
+                _ => return false,
+            }
+        }
+        false
+    }
+    let widen: Vec<usize> = graph
+        .node
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| {
+            n.op_type == "Cast"
+                && n.attribute.iter().any(|a| a.name == "to" && a.i == INT32)
+                && n.input.first().is_some_and(|x| from_shape(graph, x))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    for &i in &widen {
+        for a in &mut graph.node[i].attribute {
+            if a.name == "to" {
+                a.i = INT64;
+            }
+        }
+    }
+    widen.len()
+}
+
+/// The network typed by tract's shape inference with input 0 an f32 tensor of dimensions
+/// `dims` (`None`: the symbol `symbol`), after [`widen_shape_casts`]. For reading shapes
+/// only; the model that runs is not changed.
+fn typed_with_symbol(
+    model_bytes: &[u8],
+    dims: &[Option<usize>],
+    symbol: &str,
+) -> Result<(tract_onnx::prelude::TypedModel, tract_onnx::prelude::Symbol), OnnxError> {
+    use tract_onnx::prelude::*;
+    let err = |e: TractError| OnnxError(format!("{e:#}"));
+    let onnx = tract_onnx::onnx();
+    let mut proto = onnx
+        .proto_model_for_read(&mut &model_bytes[..])
+        .map_err(err)?;
+    if let Some(graph) = proto.graph.as_mut() {
+        widen_shape_casts(graph);
+    }
+    let mut model = onnx.model_for_proto_model(&proto).map_err(err)?;
+    let free = model.symbols.sym(symbol);
+    let shape: TVec<TDim> = dims
+        .iter()
+        .map(|d| d.map_or_else(|| free.to_dim(), |v| v.to_dim()))
+        .collect();
+    model
+        .set_input_fact(0, InferenceFact::dt_shape(f32::datum_type(), shape))
+        .map_err(err)?;
+    Ok((model.into_typed().map_err(err)?, free))
+}
+
 /// The size of dimension `axis` of output `output` for every value of one free dimension of
-/// input 0 (an f32 input), read from the network's own shape inference (tract's, with the free dimension a
-/// symbol): `dims[i]` is `Some(n)` for a fixed dimension and `None` for the free one. The
-/// table is what the network emits, not a formula of ours (e.g. the steps a CTC recogniser
-/// emits for each input width).
+/// input 0 (an f32 input), read from the network's own shape inference (tract's, with the
+/// free dimension a symbol): `dims[i]` is `Some(n)` for a fixed dimension and `None` for
+/// the free one. The table is what the network emits, not a formula of ours (e.g. the
+/// steps a CTC recogniser emits for each input width). The first and last entries are
+/// checked against the network typed with that value as a concrete dimension (the shape
+/// the runtime's tract CPU backend prepares), unchanged.
 ///
 /// # Errors
-/// [`OnnxError`] when the model does not parse or type with the symbol, or the dimension
-/// does not evaluate to an integer.
+/// [`OnnxError`] when the model does not parse or type with the symbol, the dimension
+/// does not evaluate to an integer, or the concrete typing disagrees (naming both).
 pub fn output_dim_table(
     model_bytes: &[u8],
     dims: &[Option<usize>],
@@ -276,18 +355,7 @@ pub fn output_dim_table(
 ) -> Result<Vec<i64>, OnnxError> {
     use tract_onnx::prelude::*;
     let err = |e: TractError| OnnxError(format!("{e:#}"));
-    let mut model = tract_onnx::onnx()
-        .model_for_read(&mut &model_bytes[..])
-        .map_err(err)?;
-    let free = model.symbols.sym("tether_free_dim");
-    let shape: TVec<TDim> = dims
-        .iter()
-        .map(|d| d.map_or_else(|| free.to_dim(), |v| v.to_dim()))
-        .collect();
-    model
-        .set_input_fact(0, InferenceFact::dt_shape(f32::datum_type(), shape))
-        .map_err(err)?;
-    let typed = model.into_typed().map_err(err)?;
+    let (typed, free) = typed_with_symbol(model_bytes, dims, "tether_free_dim")?;
     let fact = typed.output_fact(output).map_err(err)?;
     let dim = fact
         .shape
@@ -295,12 +363,47 @@ pub fn output_dim_table(
         .nth(axis)
         .cloned()
         .ok_or_else(|| OnnxError(format!("output {output} has no axis {axis}")))?;
-    values
+    let table: Vec<i64> = values
+        .clone()
         .map(|v| {
             dim.eval_to_i64(&SymbolValues::default().with(&free, v))
                 .map_err(|e| OnnxError(format!("output {output} axis {axis} is {dim}: {e:#}")))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    // The symbolic table against the unchanged network at a concrete value, at both ends.
+    for (v, want) in [
+        (*values.start(), table.first()),
+        (*values.end(), table.last()),
+    ] {
+        let Some(&want) = want else { continue };
+        let concrete: Vec<usize> = dims
+            .iter()
+            .map(|d| d.unwrap_or(usize::try_from(v).unwrap_or(0)))
+            .collect();
+        let mut model = tract_onnx::onnx()
+            .model_for_read(&mut &model_bytes[..])
+            .map_err(err)?;
+        model
+            .set_input_fact(
+                0,
+                InferenceFact::dt_shape(f32::datum_type(), concrete.iter().copied()),
+            )
+            .map_err(err)?;
+        let model = model.into_typed().map_err(err)?;
+        let got = model
+            .output_fact(output)
+            .map_err(err)?
+            .shape
+            .iter()
+            .nth(axis)
+            .and_then(|d| d.to_i64().ok());
+        if got != Some(want) {
+            return Err(OnnxError(format!(
+                "output {output} axis {axis} at input shape {concrete:?} is {got:?}, the symbolic shape {dim} gives {want}"
+            )));
+        }
+    }
+    Ok(table)
 }
 
 /// A network rewritten so that padding on the right of its width axis does not change what
@@ -350,21 +453,9 @@ pub fn mask_width_padding(
 ) -> Result<Option<WidthMasked>, OnnxError> {
     use prost::Message as _;
     use tract_onnx::prelude::*;
-    let terr = |e: TractError| OnnxError(format!("{e:#}"));
 
     // Symbolic shapes of every tensor.
-    let mut model = tract_onnx::onnx()
-        .model_for_read(&mut &model_bytes[..])
-        .map_err(terr)?;
-    let width = model.symbols.sym("tether_width");
-    let shape: TVec<TDim> = dims
-        .iter()
-        .map(|d| d.map_or_else(|| width.to_dim(), |v| v.to_dim()))
-        .collect();
-    model
-        .set_input_fact(0, InferenceFact::dt_shape(f32::datum_type(), shape))
-        .map_err(terr)?;
-    let typed = model.into_typed().map_err(terr)?;
+    let (typed, width) = typed_with_symbol(model_bytes, dims, "tether_width")?;
     let shape_of = |name: &str| -> Option<TVec<TDim>> {
         let outlet = typed.find_outlet_label(name)?;
         typed.outlet_fact(outlet).ok().map(|f| f.shape.to_tvec())
