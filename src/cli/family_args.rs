@@ -134,9 +134,15 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
     };
     match name {
         "build" => {
-            let family = family_flag(argv, pos + 1).and_then(|f| find(REGISTRY, &f));
-            match family {
-                Some(f) => cmd.mut_subcommand("build", |b| add_args(b, f.build_args())),
+            let flag = family_flag(argv, pos + 1);
+            match flag.as_deref().map(|f| find(REGISTRY, f)) {
+                Some(Some(f)) => cmd.mut_subcommand("build", |b| add_args(b, f.build_args())),
+                // An unknown family: every family's arguments, so that clap reaches the
+                // `--family` value (refused naming the known families) instead of stopping
+                // at the first family argument ("unexpected argument '--onnx'").
+                Some(None) => cmd.mut_subcommand("build", |b| {
+                    add_args(b, REGISTRY.iter().flat_map(|f| f.build_args()).collect())
+                }),
                 None => cmd,
             }
         }

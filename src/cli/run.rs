@@ -225,6 +225,9 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let bar = progress(count as u64, !a.json && count > 1);
     let mut docs = Vec::new();
     let mut failures = 0usize;
+    // An input refused for how the command was given (`--all-pairs` over too many texts):
+    // the exit status is the usage error's, as when the refusal comes before any input.
+    let mut usage_failure = false;
     for (i, src) in sources.iter().enumerate() {
         let label = match src {
             InputSource::File(p) => p.display().to_string(),
@@ -271,6 +274,9 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             }
             Err(e) => {
                 failures += 1;
+                usage_failure |= e
+                    .chain()
+                    .any(|c| c.downcast_ref::<crate::cli::UsageError>().is_some());
                 if a.json {
                     docs.push(json!({ "input": label, "error": crate::cli::message(&e) }));
                 } else {
@@ -300,6 +306,8 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     }
     Ok(if failures == 0 {
         ExitCode::SUCCESS
+    } else if usage_failure {
+        ExitCode::from(crate::cli::EXIT_USAGE)
     } else {
         ExitCode::from(1)
     })
