@@ -359,8 +359,7 @@ pub fn output_dim_table(
     let fact = typed.output_fact(output).map_err(err)?;
     let dim = fact
         .shape
-        .iter()
-        .nth(axis)
+        .get(axis)
         .cloned()
         .ok_or_else(|| OnnxError(format!("output {output} has no axis {axis}")))?;
     let table: Vec<i64> = values
@@ -394,8 +393,7 @@ pub fn output_dim_table(
             .output_fact(output)
             .map_err(err)?
             .shape
-            .iter()
-            .nth(axis)
+            .get(axis)
             .and_then(|d| d.to_i64().ok());
         if got != Some(want) {
             return Err(OnnxError(format!(

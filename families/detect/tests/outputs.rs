@@ -15,8 +15,11 @@ fn field(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// One detection: `(class, score, box)`.
+type Detection = (u16, f32, [f32; 4]);
+
 /// Build `model` at 640x640 and detect in `red_square.png`: `(head output index, boxes)`.
-fn detect(model: &str) -> Result<(u8, Vec<(u16, f32, [f32; 4])>), String> {
+fn detect(model: &str) -> Result<(u8, Vec<Detection>), String> {
     let onnx = std::fs::read(field(model)).expect("model");
     let (writer, report) = build(
         &onnx,

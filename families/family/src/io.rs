@@ -27,7 +27,7 @@ pub struct Role<'a> {
     /// What it is, for messages ("the detection head").
     pub what: &'a str,
     /// `input` or `output`, for messages.
-    pub kind: &'a str,
+    pub kind: &'static str,
     /// Names that identify it, most specific first.
     pub names: &'a [&'a str],
     /// The shape it must have, in words ("[1, 4 + C, anchors] with C = 80").
@@ -43,7 +43,7 @@ pub enum SelectError {
     #[error("{kind} `{name}` ({what} by its name) is {dims}; expected {expected}")]
     NamedMismatch {
         /// `input` or `output`.
-        kind: String,
+        kind: &'static str,
         /// The role.
         what: String,
         /// The tensor.
@@ -59,7 +59,7 @@ pub enum SelectError {
     )]
     Missing {
         /// `input` or `output`.
-        kind: String,
+        kind: &'static str,
         /// The role.
         what: String,
         /// The names looked for.
@@ -75,7 +75,7 @@ pub enum SelectError {
     )]
     Ambiguous {
         /// `input` or `output`.
-        kind: String,
+        kind: &'static str,
         /// The role.
         what: String,
         /// How many fit.
@@ -139,7 +139,7 @@ pub fn select_with(
                 return Ok(i);
             }
             return Err(SelectError::NamedMismatch {
-                kind: role.kind.into(),
+                kind: role.kind,
                 what: role.what.into(),
                 name: t.name.into(),
                 dims: dims_text(t.dims),
@@ -153,7 +153,7 @@ pub fn select_with(
     match fitting.as_slice() {
         [one] => Ok(*one),
         [] => Err(SelectError::Missing {
-            kind: role.kind.into(),
+            kind: role.kind,
             what: role.what.into(),
             names: names_text(role.names),
             expected: role.expected.into(),
@@ -166,7 +166,7 @@ pub fn select_with(
             }
             let shown: Vec<Candidate<'_>> = several.iter().map(|&i| tensors[i]).collect();
             Err(SelectError::Ambiguous {
-                kind: role.kind.into(),
+                kind: role.kind,
                 what: role.what.into(),
                 count: several.len(),
                 candidates: list(&shown),

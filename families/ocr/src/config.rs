@@ -617,7 +617,11 @@ mod tests {
         let mut b = 3008;
         while b < MAX_REC_WIDTH {
             let next = overflow_bucket(b, b + 1);
-            assert!(next > b && next % 16 == 0 && (next == MAX_REC_WIDTH || next * 10 <= b * 11));
+            assert!(
+                next > b
+                    && next.is_multiple_of(16)
+                    && (next == MAX_REC_WIDTH || next * 10 <= b * 11)
+            );
             b = next;
         }
         let t = RecWidths {

@@ -50,7 +50,7 @@ fn field_inputs_read_as_rapidocr_reads_them() {
             let px: Vec<&[u8]> = img.data.chunks_exact(ch).rev().collect();
             img.data = px.concat();
         }
-        let view: tether_ocr::ImageView<'_> = img.view().into();
+        let view: tether_ocr::ImageView<'_> = img.view();
         let result = ocr.detect_text(&view).expect("ocr");
         let ours: Vec<([[f32; 2]; 4], String)> = result
             .lines()
