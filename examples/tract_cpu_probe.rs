@@ -173,6 +173,49 @@ fn report(label: &str, t: &[Duration]) {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = parse_args();
+    print_machine();
+
+    let onnx = std::fs::read(&a.model)?;
+    let mut model = tract_onnx::onnx()
+        .with_ignore_value_info(true)
+        .model_for_read(&mut &onnx[..])?;
+    model.set_input_fact(
+        0,
+        InferenceFact::dt_shape(f32::datum_type(), a.shape.as_slice()),
+    )?;
+    let t0 = Instant::now();
+    let typed = model.into_typed()?.into_optimized()?;
+    println!("optimised in {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
+    print_kernels(&typed);
+
+    let executor = (a.threads > 1).then(|| Executor::multithread_with_name(a.threads, "probe"));
+    let plan =
+        typed
+            .clone()
+            .into_runnable_with_options(&tract_onnx::tract_core::runtime::RunOptions {
+                executor,
+                ..Default::default()
+            })?;
+    let x = input(&a)?;
+    let t = timed(&plan, &x, a.warmup, a.runs)?;
+    report(&format!("run on {} thread(s)", a.threads), &t);
+
+    profile(&plan, &x, typed.nodes().len(), 5)?.print();
+
+    if a.ftz {
+        if set_ftz() {
+            let t = timed(&plan, &x, a.warmup, a.runs)?;
+            report("with FTZ/DAZ (calling thread)", &t);
+        } else {
+            println!("--ftz: not an x86_64 build");
+        }
+    }
+    Ok(())
+}
+
+/// The CPU's name, the instruction set tract detected, its matrix-multiply tiers and the
+/// tract knobs set in the environment.
+fn print_machine() {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -200,20 +243,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("knob {knob}={v}");
         }
     }
+}
 
-    let onnx = std::fs::read(&a.model)?;
-    let mut model = tract_onnx::onnx()
-        .with_ignore_value_info(true)
-        .model_for_read(&mut &onnx[..])?;
-    model.set_input_fact(
-        0,
-        InferenceFact::dt_shape(f32::datum_type(), a.shape.as_slice()),
-    )?;
-    let t0 = Instant::now();
-    let typed = model.into_typed()?.into_optimized()?;
-    println!("optimised in {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
-
-    // Which matrix-multiply kernels the optimised graph runs.
+/// Which matrix-multiply kernels the optimised graph runs, and how many operations each.
+fn print_kernels(typed: &TypedModel) {
     let mut kernels: BTreeMap<String, usize> = BTreeMap::new();
     for node in typed.nodes() {
         for line in node.op().info().unwrap_or_default() {
@@ -227,38 +260,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (k, n) in &kernels {
         println!("  {n:>4}  {k}");
     }
+}
 
-    let executor = (a.threads > 1).then(|| Executor::multithread_with_name(a.threads, "probe"));
-    let plan =
-        typed
-            .clone()
-            .into_runnable_with_options(&tract_onnx::tract_core::runtime::RunOptions {
-                executor,
-                ..Default::default()
-            })?;
-    let x = input(&a)?;
-    let t = timed(&plan, &x, a.warmup, a.runs)?;
-    report(&format!("run on {} thread(s)", a.threads), &t);
+/// Per-operator and per-node times over `runs` runs, and the subnormal f32 values of every
+/// intermediate tensor of the first run.
+struct Profile {
+    runs: usize,
+    per_op: BTreeMap<String, Duration>,
+    per_node: Vec<(Duration, String)>,
+    subnormal: u64,
+    values: u64,
+    /// `(subnormal values, node)` for every node output that has any.
+    worst: Vec<(u64, String)>,
+}
 
-    // Per-operator profile and subnormal census over a few runs.
-    let mut state = TypedSimpleState::new(&plan)?;
-    let mut per_op: BTreeMap<String, Duration> = BTreeMap::new();
-    let mut per_node: Vec<(Duration, String)> =
-        vec![(Duration::ZERO, String::new()); typed.nodes().len()];
-    let (mut subnormal, mut values) = (0u64, 0u64);
-    let mut worst: Vec<(u64, String)> = Vec::new();
-    let profile_runs = 5;
-    for r in 0..profile_runs {
+fn profile(
+    plan: &Arc<TypedSimplePlan>,
+    x: &Tensor,
+    nodes: usize,
+    runs: usize,
+) -> TractResult<Profile> {
+    let mut state = TypedSimpleState::new(plan)?;
+    let mut p = Profile {
+        runs,
+        per_op: BTreeMap::new(),
+        per_node: vec![(Duration::ZERO, String::new()); nodes],
+        subnormal: 0,
+        values: 0,
+        worst: Vec::new(),
+    };
+    for r in 0..runs {
         state.run_plan_with_eval(
             tvec!(x.clone().into_tvalue()),
             |ctx, op_state, node, inputs| {
                 let t0 = Instant::now();
                 let out = tract_onnx::tract_core::plan::eval(ctx, op_state, node, inputs);
                 let dt = t0.elapsed();
-                *per_op.entry(node.op().name().to_string()).or_default() += dt;
-                per_node[node.id].0 += dt;
-                if per_node[node.id].1.is_empty() {
-                    per_node[node.id].1 = format!("{} ({})", node.name, node.op().name());
+                *p.per_op.entry(node.op().name().to_string()).or_default() += dt;
+                p.per_node[node.id].0 += dt;
+                if p.per_node[node.id].1.is_empty() {
+                    p.per_node[node.id].1 = format!("{} ({})", node.name, node.op().name());
                 }
                 if r == 0
                     && let Ok(outs) = &out
@@ -269,10 +310,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             && let Ok(s) = plain.as_slice::<f32>()
                         {
                             let n = s.iter().filter(|f| f.is_subnormal()).count() as u64;
-                            subnormal += n;
-                            values += s.len() as u64;
+                            p.subnormal += n;
+                            p.values += s.len() as u64;
                             if n > 0 {
-                                worst.push((n, format!("{} ({})", node.name, node.op().name())));
+                                p.worst
+                                    .push((n, format!("{} ({})", node.name, node.op().name())));
                             }
                         }
                     }
@@ -281,45 +323,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
         )?;
     }
-    let total: Duration = per_op.values().sum();
-    let mut ops: Vec<(&String, &Duration)> = per_op.iter().collect();
-    ops.sort_by(|x, y| y.1.cmp(x.1));
-    println!(
-        "profile ({profile_runs} runs, {:.2} ms a run in operators):",
-        total.as_secs_f64() * 1e3 / profile_runs as f64
-    );
-    for (op, d) in ops.iter().take(12) {
-        println!(
-            "  {:>6.2} ms  {:>5.1} %  {op}",
-            d.as_secs_f64() * 1e3 / profile_runs as f64,
-            d.as_secs_f64() / total.as_secs_f64().max(1e-12) * 100.0
-        );
-    }
-    per_node.sort_by_key(|x| std::cmp::Reverse(x.0));
-    println!("slowest nodes:");
-    for (d, name) in per_node.iter().take(8) {
-        println!(
-            "  {:>6.2} ms  {name}",
-            d.as_secs_f64() * 1e3 / profile_runs as f64
-        );
-    }
-    worst.sort_by_key(|x| std::cmp::Reverse(x.0));
-    println!(
-        "subnormal f32 values in intermediate tensors: {subnormal} of {values} ({:.4} %){}",
-        subnormal as f64 / values.max(1) as f64 * 100.0,
-        worst
-            .first()
-            .map(|(n, w)| format!("; most in {w}: {n}"))
-            .unwrap_or_default()
-    );
+    Ok(p)
+}
 
-    if a.ftz {
-        if set_ftz() {
-            let t = timed(&plan, &x, a.warmup, a.runs)?;
-            report("with FTZ/DAZ (calling thread)", &t);
-        } else {
-            println!("--ftz: not an x86_64 build");
+impl Profile {
+    fn print(mut self) {
+        let runs = self.runs as f64;
+        let total: Duration = self.per_op.values().sum();
+        let mut ops: Vec<(&String, &Duration)> = self.per_op.iter().collect();
+        ops.sort_by(|x, y| y.1.cmp(x.1));
+        println!(
+            "profile ({} runs, {:.2} ms a run in operators):",
+            self.runs,
+            total.as_secs_f64() * 1e3 / runs
+        );
+        for (op, d) in ops.iter().take(12) {
+            println!(
+                "  {:>6.2} ms  {:>5.1} %  {op}",
+                d.as_secs_f64() * 1e3 / runs,
+                d.as_secs_f64() / total.as_secs_f64().max(1e-12) * 100.0
+            );
         }
+        self.per_node.sort_by_key(|x| std::cmp::Reverse(x.0));
+        println!("slowest nodes:");
+        for (d, name) in self.per_node.iter().take(8) {
+            println!("  {:>6.2} ms  {name}", d.as_secs_f64() * 1e3 / runs);
+        }
+        self.worst.sort_by_key(|x| std::cmp::Reverse(x.0));
+        println!(
+            "subnormal f32 values in intermediate tensors: {} of {} ({:.4} %){}",
+            self.subnormal,
+            self.values,
+            self.subnormal as f64 / self.values.max(1) as f64 * 100.0,
+            self.worst
+                .first()
+                .map(|(n, w)| format!("; most in {w}: {n}"))
+                .unwrap_or_default()
+        );
     }
-    Ok(())
 }

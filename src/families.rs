@@ -9,4 +9,5 @@ pub static REGISTRY: Registry = &[
     &tether_ocr::cli::OCR,
     &tether_vad::cli::VAD,
     &tether_embed::cli::EMBED,
+    &tether_llm::cli::LLM,
 ];

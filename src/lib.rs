@@ -8,6 +8,7 @@
 //! - [`targets`]: what a device is and what it can run;
 //! - [`detect`]: the YOLOv8 detection family (semantic API);
 //! - [`ocr`]: the PP-OCR text detection and recognition family (semantic API);
+//! - [`llm`]: the text-generation family (GGUF / Hugging Face checkpoints, streamed tokens);
 //! - [`family`]: what families share (image types; the tool interface with feature `cli`);
 //! - [`families::REGISTRY`] (feature `cli`): the families the `tether` CLI knows.
 //!
@@ -29,6 +30,7 @@ pub use tether_bundle as bundle;
 pub use tether_detect as detect;
 pub use tether_embed as embed;
 pub use tether_family as family;
+pub use tether_llm as llm;
 pub use tether_ocr as ocr;
 pub use tether_runtime as runtime;
 pub use tether_targets as targets;

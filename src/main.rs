@@ -58,10 +58,6 @@ fn main() -> ExitCode {
     // keep the default panic message out of stderr for those.
     tether_runtime::backend::quiet_engine_panics();
     let argv: Vec<OsString> = std::env::args_os().collect();
-    if let Some(msg) = cli::family_args::foreign_option(&argv) {
-        eprintln!("error: {msg}");
-        return ExitCode::from(2);
-    }
     let command = cli::family_args::augment(Args::command(), &argv);
     let matches = match command.try_get_matches_from(&argv) {
         Ok(m) => m,
@@ -76,6 +72,13 @@ fn main() -> ExitCode {
             };
         }
         Err(e) => {
+            // Another family's option on this bundle: say whose it is.
+            if e.kind() == clap::error::ErrorKind::UnknownArgument
+                && let Some(m) = cli::family_args::foreign_option(&argv)
+            {
+                cli::report(&anyhow::Error::new(cli::UsageError(m)));
+                return ExitCode::from(2);
+            }
             let _ = e.print();
             return ExitCode::from(2);
         }

@@ -2218,3 +2218,222 @@ fn issue_28_field_inputs_through_the_cli() {
         ]
     );
 }
+
+/// The handed SmolLM2-135M-Instruct Q4_1 GGUF built once per test process.
+fn smollm2_bundle() -> String {
+    static B: OnceLock<String> = OnceLock::new();
+    B.get_or_init(|| {
+        let out = scratch().join("smollm2.bundle");
+        let o = tether(&[
+            "build",
+            "--family",
+            "llm",
+            "--gguf",
+            &asset("SmolLM2-135M-Instruct.Q4_1.gguf"),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "build failed: {}", stderr(&o));
+        // The pinned GGUF: llama.cpp's golden is the self-test, reproduced at build.
+        assert!(
+            stdout(&o).contains("llm self-test passed") && stdout(&o).contains("llama.cpp"),
+            "{}",
+            stdout(&o)
+        );
+        out.to_string_lossy().into_owned()
+    })
+    .clone()
+}
+
+/// The golden chat of the llm family's self-test (llama.cpp's greedy answer).
+fn llm_golden_chat() -> Value {
+    let g: Value = serde_json::from_str(include_str!("../families/llm/golden/chat.json")).unwrap();
+    g["chats"][2].clone()
+}
+
+#[test]
+fn llm_builds_inspects_and_self_tests() {
+    let b = smollm2_bundle();
+    let o = tether(&["inspect", &b]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for want in [
+        "architecture",
+        "llama",
+        "Q4_1",
+        "context length",
+        "8192",
+        "vocabulary",
+        "49152",
+        "<|im_end|>",
+        "chat template",
+        "present",
+    ] {
+        assert!(text.contains(want), "{want} not in {text}");
+    }
+    let v = json(&tether(&["inspect", &b, "--json"]));
+    let c = &v["family_config"];
+    assert_eq!(v["identity"]["family"], "llm");
+    assert_eq!(c["architecture"], "llama");
+    assert_eq!(c["context_length"], 8192);
+    assert_eq!(c["vocabulary"], 49152);
+    assert_eq!(c["chat_template"], true);
+    assert_eq!(c["special_tokens"]["eos"]["text"], "<|im_end|>");
+    assert!(c["parameters"].as_u64().unwrap() > 100_000_000);
+    assert_eq!(c["self_test"]["generated_tokens"], 13);
+    let o = tether(&["verify", &b, "--self-test", "--device", "cpu"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("13 of 13 greedy tokens equal"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn llm_run_prompt_greedy_gives_llama_cpp_text() {
+    let b = smollm2_bundle();
+    let chat = llm_golden_chat();
+    let prompt = chat["messages"][0]["content"].as_str().unwrap();
+    // Streamed text on stdout, the summary on stderr.
+    let o = tether(&["run", &b, "--prompt", prompt, "--temperature", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim_end(), chat["text"].as_str().unwrap());
+    assert!(stderr(&o).contains("stop ("), "{}", stderr(&o));
+    // JSON: the text, llama.cpp's token ids (end-of-generation id last), the finish reason.
+    let v = json(&tether(&[
+        "run", &b, "--prompt", prompt, "--temp", "0", "--json",
+    ]));
+    let r = &v["results"][0]["result"];
+    assert_eq!(v["family"], "llm");
+    assert_eq!(r["text"], chat["text"]);
+    assert_eq!(r["tokens"], chat["generated_ids"]);
+    assert_eq!(r["prompt_tokens"], chat["prompt_ids"]);
+    assert_eq!(r["finish_reason"], "stop");
+    assert!(r["timings"]["generation_tokens_per_s"].as_f64().unwrap() > 0.0);
+    // --raw bypasses the template (the text's own 5 tokens); --max-tokens ends with `length`.
+    let v = json(&tether(&[
+        "run",
+        &b,
+        "--prompt",
+        "The capital of France is",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "3",
+        "--raw",
+        "--json",
+    ]));
+    let r = &v["results"][0]["result"];
+    assert_eq!(r["finish_reason"], "length");
+    assert_eq!(r["tokens"].as_array().unwrap().len(), 3);
+    assert_eq!(r["prompt_tokens"].as_array().unwrap().len(), 5);
+    assert!(r["text"].as_str().unwrap().starts_with(" Paris"), "{r}");
+    // Same seed, same sampled text.
+    let sampled = |seed: &str| {
+        json(&tether(&[
+            "run",
+            &b,
+            "--prompt",
+            prompt,
+            "--seed",
+            seed,
+            "--max-tokens",
+            "8",
+            "--json",
+        ]))["results"][0]["result"]["tokens"]
+            .clone()
+    };
+    assert_eq!(sampled("7"), sampled("7"));
+}
+
+#[test]
+fn llm_bad_options_and_other_families_options_are_named() {
+    let b = smollm2_bundle();
+    // Another family's option names that family.
+    let o = tether(&["run", &b, "--prompt", "hi", "--score-threshold", "0.5"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--score-threshold is an option of the detect family")
+            && stderr(&o).contains("llm family"),
+        "{}",
+        stderr(&o)
+    );
+    // Out-of-range sampling values are usage errors naming the option.
+    let o = tether(&["run", &b, "--prompt", "hi", "--top-p", "1.5"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--top-p 1.5"), "{}", stderr(&o));
+    // A context beyond the model's.
+    let o = tether(&["run", &b, "--prompt", "hi", "--context", "100000"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("context of 100000 tokens"),
+        "{}",
+        stderr(&o)
+    );
+    // A prompt longer than the context is an error, never cut.
+    let long = "word ".repeat(200);
+    let o = tether(&["run", &b, "--prompt", &long, "--context", "64"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    // A prompt file that is not UTF-8.
+    let f = scratch().join("latin1.txt");
+    std::fs::write(&f, b"caf\xe9").unwrap();
+    let o = tether(&["run", &b, f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not UTF-8"), "{}", stderr(&o));
+    // No prompt at all.
+    let o = tether(&["run", &b]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn llm_bench_reports_pp_and_tg_tokens_per_second() {
+    let b = smollm2_bundle();
+    let o = tether(&[
+        "bench",
+        &b,
+        "--runs",
+        "1",
+        "--n-prompt",
+        "16,32",
+        "--n-gen",
+        "8",
+        "--threads",
+        "2",
+        "--json",
+        "-",
+    ]);
+    let v = json(&o);
+    assert_eq!(v["mode"], "throughput");
+    let names: Vec<&str> = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["pp16", "pp32", "tg8"]);
+    for t in v["tests"].as_array().unwrap() {
+        assert!(t["mean_per_s"].as_f64().unwrap() > 0.0, "{t}");
+        assert_eq!(t["runs_per_s"].as_array().unwrap().len(), 1);
+    }
+    assert_eq!(v["notes"]["threads"], "2");
+    // Text report; an option of the latency benchmark is refused, not ignored.
+    let o = tether(&[
+        "bench",
+        &b,
+        "--runs",
+        "1",
+        "--n-prompt",
+        "8",
+        "--n-gen",
+        "4",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("pp8") && stdout(&o).contains("tg4"),
+        "{}",
+        stdout(&o)
+    );
+    let o = tether(&["bench", &b, "--rate", "10"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}

@@ -394,7 +394,45 @@ fn table_span(t: &Table) -> Range<usize> {
     t.offset..t.offset.saturating_add(len)
 }
 
+/// Reads and checks the header, the manifest and the tables' places (FORMAT.md sections
+/// 2-3), then every record ([`validate_records`]).
 fn parse(bytes: &[u8]) -> Result<Parsed, BundleError> {
+    let header = parse_header(bytes)?;
+    let hdr = header.fields;
+    let manifest = locate_manifest(bytes, hdr, header.size)?;
+    let tables = locate_tables(hdr, manifest)?;
+    let p = Parsed {
+        major: header.major,
+        minor: header.minor,
+        header_size: header.size,
+        manifest,
+        manifest_crc32: hdr.manifest_crc32.get(),
+        file_crc32: hdr.file_crc32.get(),
+        header_crc32: hdr.header_crc32.get(),
+        identity: tables.identity,
+        targets: tables.targets,
+        sections: tables.sections,
+        tensors: tables.tensors,
+        strings: tables.strings,
+        tensors_grouped: false,
+    };
+    let tensors_grouped = validate_records(bytes, &p)?;
+    Ok(Parsed {
+        tensors_grouped,
+        ..p
+    })
+}
+
+/// The header, checked: magic, major version, size, CRC and the declared file length.
+struct Header<'a> {
+    fields: &'a FileHeader,
+    major: u16,
+    minor: u16,
+    /// Its size in bytes (at least [`HEADER_SIZE_V1`]; more from a newer minor).
+    size: usize,
+}
+
+fn parse_header(bytes: &[u8]) -> Result<Header<'_>, BundleError> {
     let actual = bytes.len() as u64;
     let truncated = |what, needed: u64| BundleError::Truncated {
         what,
@@ -454,8 +492,22 @@ fn parse(bytes: &[u8]) -> Result<Parsed, BundleError> {
              reading the fields it knows"
         );
     }
+    Ok(Header {
+        fields: hdr,
+        major,
+        minor,
+        size: header_size,
+    })
+}
 
-    // Manifest.
+/// The manifest's byte range `(start, end)`, after the header and inside the file, its CRC
+/// checked.
+fn locate_manifest(
+    bytes: &[u8],
+    hdr: &FileHeader,
+    header_size: usize,
+) -> Result<(usize, usize), BundleError> {
+    let actual = bytes.len() as u64;
     let m_off = hdr.manifest_offset.get();
     let m_len = hdr.manifest_length.get();
     let m_end = m_off.checked_add(m_len);
@@ -480,8 +532,23 @@ fn parse(bytes: &[u8]) -> Result<Parsed, BundleError> {
             computed,
         });
     }
+    Ok(manifest)
+}
 
-    // Tables.
+/// The tables' places in the manifest, as the header declares them.
+struct Tables {
+    identity: Table,
+    targets: Table,
+    sections: Table,
+    tensors: Table,
+    /// The string table's `(offset, length)`.
+    strings: (usize, usize),
+}
+
+/// Each table inside the manifest with records at least this version's size, at most
+/// [`MAX_SECTIONS`] sections, one identity record, a byte-record string table, and no two
+/// tables overlapping.
+fn locate_tables(hdr: &FileHeader, manifest: (usize, usize)) -> Result<Tables, BundleError> {
     let sec_count = hdr.sections.count.get();
     if sec_count as usize > MAX_SECTIONS {
         return Err(BundleError::TooManySections {
@@ -534,25 +601,12 @@ fn parse(bytes: &[u8]) -> Result<Parsed, BundleError> {
         }
     }
 
-    let p = Parsed {
-        major,
-        minor,
-        header_size,
-        manifest,
-        manifest_crc32: hdr.manifest_crc32.get(),
-        file_crc32: hdr.file_crc32.get(),
-        header_crc32: hdr.header_crc32.get(),
+    Ok(Tables {
         identity,
         targets,
         sections,
         tensors,
         strings,
-        tensors_grouped: false,
-    };
-    let tensors_grouped = validate_records(bytes, &p)?;
-    Ok(Parsed {
-        tensors_grouped,
-        ..p
     })
 }
 

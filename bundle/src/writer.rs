@@ -118,14 +118,47 @@ pub struct BundleWriter {
     newer_minor: Option<NewerMinor>,
 }
 
-/// Everything computed before any byte is written.
-struct Plan {
+/// The file's layout: everything computed before any byte is written.
+struct FileLayout {
     header: Vec<u8>,
     manifest_offset: u64,
     manifest: Vec<u8>,
     section_offsets: Vec<u64>,
     file_len: u64,
     file_crc32: u32,
+    digest: [u8; 32],
+}
+
+/// The string table and the reference of every name in it, in table order.
+struct Names {
+    /// Name, family, model version, tool version.
+    identity: [StrRef; 4],
+    targets: Vec<StrRef>,
+    sections: Vec<StrRef>,
+    /// Every section's tensors, in section order.
+    tensors: Vec<StrRef>,
+    /// The string table's bytes.
+    strings: Vec<u8>,
+}
+
+/// Where the manifest and each of its tables lie in the file.
+struct Tables {
+    /// The manifest's first byte (after the header, 8-aligned).
+    offset: u64,
+    /// One past its last byte.
+    end: u64,
+    identity: TableRef,
+    targets: TableRef,
+    sections: TableRef,
+    tensors: TableRef,
+    strings: TableRef,
+}
+
+/// Where each section lies in the file, its CRC, the file's length and the content digest.
+struct Sections {
+    offsets: Vec<u64>,
+    crcs: Vec<crc32fast::Hasher>,
+    file_len: u64,
     digest: [u8; 32],
 }
 
@@ -364,9 +397,9 @@ impl BundleWriter {
     /// Identity validation errors ([`BundleError::EmptyName`],
     /// [`BundleError::NameTooLong`]) and [`BundleError::TooLarge`].
     pub fn to_bytes(&self) -> Result<Vec<u8>, BundleError> {
-        let plan = self.plan()?;
-        let mut out = Vec::with_capacity(usize::try_from(plan.file_len).unwrap_or(0));
-        self.emit(&plan, &mut out)
+        let layout = self.file_layout()?;
+        let mut out = Vec::with_capacity(usize::try_from(layout.file_len).unwrap_or(0));
+        self.emit(&layout, &mut out)
             .map_err(|source| BundleError::Io {
                 path: PathBuf::new(),
                 op: "writing to memory",
@@ -396,11 +429,11 @@ impl BundleWriter {
     pub fn write(&self, path: impl AsRef<Path>) -> Result<WriteSummary, BundleError> {
         let path = path.as_ref();
         let mut out = AtomicFile::create(path)?;
-        let plan = self.plan()?;
-        self.emit(&plan, &mut out)
+        let layout = self.file_layout()?;
+        self.emit(&layout, &mut out)
             .map_err(|e| BundleError::from(out.io_error("writing", e)))?;
         out.persist()?;
-        Ok(self.summary(&plan, path.to_path_buf()))
+        Ok(self.summary(&layout, path.to_path_buf()))
     }
 
     /// Writes the bundle to `w` (e.g. standard output) in one pass, without
@@ -411,29 +444,32 @@ impl BundleWriter {
     /// As [`to_bytes`](Self::to_bytes); [`BundleError::Io`] (with an empty
     /// path) when `w` fails.
     pub fn write_to(&self, mut w: impl Write) -> Result<WriteSummary, BundleError> {
-        let plan = self.plan()?;
+        let layout = self.file_layout()?;
         let io = |source| BundleError::Io {
             path: PathBuf::new(),
             op: "writing",
             source,
         };
         let mut buf = BufWriter::with_capacity(1 << 20, &mut w);
-        self.emit(&plan, &mut buf).map_err(io)?;
+        self.emit(&layout, &mut buf).map_err(io)?;
         buf.flush().map_err(io)?;
-        Ok(self.summary(&plan, PathBuf::new()))
+        Ok(self.summary(&layout, PathBuf::new()))
     }
 
-    fn summary(&self, plan: &Plan, path: PathBuf) -> WriteSummary {
+    fn summary(&self, layout: &FileLayout, path: PathBuf) -> WriteSummary {
         WriteSummary {
             path,
-            file_len: plan.file_len,
+            file_len: layout.file_len,
             sections: self.sections.len() as u32,
-            file_crc32: plan.file_crc32,
-            content_digest: plan.digest,
+            file_crc32: layout.file_crc32,
+            content_digest: layout.digest,
         }
     }
 
-    fn plan(&self) -> Result<Plan, BundleError> {
+    /// The file's layout: names checked, strings interned, the manifest's tables and the
+    /// sections placed, every CRC and the content digest computed, the header encoded
+    /// (FORMAT.md sections 2-4). Nothing is written.
+    fn file_layout(&self) -> Result<FileLayout, BundleError> {
         let id = &self.identity;
         check_name("bundle name", &id.name, true)?;
         check_name("family", &id.family, false)?;
@@ -444,181 +480,21 @@ impl BundleWriter {
             Some(n) => (n.extra as usize, n.fill, n.minor),
             None => (0, 0, FORMAT_MINOR),
         };
-
-        // Strings.
-        let mut strings = Strings {
-            bytes: Vec::new(),
-            seen: HashMap::new(),
-        };
-        let id_refs = [
-            strings.intern(&id.name)?,
-            strings.intern(&id.family)?,
-            strings.intern(&id.model_version)?,
-            strings.intern(&id.tool_version)?,
-        ];
-        let target_names = self
-            .targets
-            .iter()
-            .map(|t| strings.intern(&t.name))
-            .collect::<Result<Vec<_>, _>>()?;
-        let section_names = self
-            .sections
-            .iter()
-            .map(|s| strings.intern(&s.name))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut tensor_names = Vec::new();
-        for s in &self.sections {
-            for t in &s.tensors {
-                tensor_names.push(strings.intern(&t.name)?);
-            }
-        }
-
-        // Manifest layout: header, then the tables, each 8-aligned.
+        let names = self.intern_names()?;
         let header_size = crate::raw::HEADER_SIZE_V1 + extra;
-        let rs = |base: usize| base + extra;
-        let manifest_offset = align_up(header_size as u64, 8)?;
-        let mut cursor = manifest_offset;
-        let mut place = |count: usize, record_size: usize| -> Result<TableRef, BundleError> {
-            let offset = align_up(cursor, 8)?;
-            let len = (count as u64)
-                .checked_mul(record_size as u64)
-                .ok_or(BundleError::TooLarge { what: "manifest" })?;
-            cursor = add(offset, len)?;
-            Ok(TableRef {
-                offset: U64::new(offset),
-                count: U32::new(u32_of(count, "table")?),
-                record_size: U32::new(u32_of(record_size, "record size")?),
-            })
-        };
-        let identity_t = place(1, rs(size_of::<IdentityRecord>()))?;
-        let targets_t = place(self.targets.len(), rs(size_of::<TargetRecord>()))?;
-        let sections_t = place(self.sections.len(), rs(size_of::<SectionRecord>()))?;
-        let tensors_t = place(tensor_names.len(), rs(size_of::<TensorRecord>()))?;
-        let strings_t = place(strings.bytes.len(), 1)?;
-        let manifest_end = cursor;
-
-        // Section layout, CRCs and digest.
-        let mut section_offsets = Vec::with_capacity(self.sections.len());
-        let mut section_crcs = Vec::with_capacity(self.sections.len());
-        let mut sha = Sha256::new();
-        let mut pos = manifest_end;
-        for s in &self.sections {
-            let offset = align_up(pos, SECTION_ALIGN)?;
-            let mut h = crc32fast::Hasher::new();
-            h.update(&s.data);
-            sha.update(&s.data);
-            section_crcs.push(h);
-            section_offsets.push(offset);
-            pos = add(offset, s.data.len() as u64)?;
-        }
-        let file_len = pos;
-        let digest: [u8; 32] = sha.finalize().into();
-
-        // Manifest bytes.
-        let mut manifest = Vec::new();
-        let m_base = manifest_offset;
-        let mut put = |at: &TableRef, rec: &[u8], with_extra: bool| {
-            let target = (at.offset.get() - m_base) as usize;
-            if manifest.len() < target {
-                manifest.resize(target, 0);
-            }
-            manifest.extend_from_slice(rec);
-            if with_extra {
-                manifest.resize(manifest.len() + extra, fill);
-            }
-        };
-        let [n, f, mv, tv] = id_refs;
-        let idr = IdentityRecord {
-            name: n,
-            family: f,
-            model_version: mv,
-            tool_version: tv,
-            created_unix_s: U64::new(id.created_unix_s),
-            content_digest: digest,
-        };
-        put(&identity_t, idr.as_bytes(), true);
-        for (i, (t, name)) in self.targets.iter().zip(&target_names).enumerate() {
-            let (sm_major, sm_minor) = t.sm.unwrap_or((0, 0));
-            let r = TargetRecord {
-                name: *name,
-                arch: U16::new(crate::arch_code(t.arch)),
-                engine: U16::new(crate::engine_code(t.engine)),
-                sm_major,
-                sm_minor,
-                reserved0: [0; 2],
-                tensorrt_version: U32::new(t.tensorrt_version),
-                hardware_compat: U32::new(t.hardware_compat),
-                flags: U32::new(t.flags),
-                reserved1: [0; 4],
-            };
-            let at = TableRef {
-                offset: U64::new(
-                    targets_t.offset.get() + (i * rs(size_of::<TargetRecord>())) as u64,
-                ),
-                ..targets_t
-            };
-            put(&at, r.as_bytes(), true);
-        }
-        for (i, s) in self.sections.iter().enumerate() {
-            let r = SectionRecord {
-                name: section_names.get(i).copied().unwrap_or_default(),
-                kind: U32::new(s.kind.raw()),
-                target: U32::new(s.target.unwrap_or(NO_TARGET)),
-                offset: U64::new(section_offsets.get(i).copied().unwrap_or_default()),
-                length: U64::new(s.data.len() as u64),
-                crc32: U32::new(
-                    section_crcs
-                        .get(i)
-                        .map(|h| h.clone().finalize())
-                        .unwrap_or(0),
-                ),
-                flags: U32::new(s.flags),
-            };
-            let at = TableRef {
-                offset: U64::new(
-                    sections_t.offset.get() + (i * rs(size_of::<SectionRecord>())) as u64,
-                ),
-                ..sections_t
-            };
-            put(&at, r.as_bytes(), true);
-        }
-        let mut ti = 0usize;
-        for (si, s) in self.sections.iter().enumerate() {
-            for t in &s.tensors {
-                let mut dims = [I64::new(0); MAX_RANK];
-                for (d, v) in dims.iter_mut().zip(&t.dims) {
-                    *d = I64::new(*v);
-                }
-                let r = TensorRecord {
-                    name: tensor_names.get(ti).copied().unwrap_or_default(),
-                    section: U32::new(si as u32),
-                    mode: t.mode.raw(),
-                    dtype: t.dtype.raw(),
-                    layout: t.layout.raw(),
-                    rank: t.dims.len() as u8,
-                    dims,
-                };
-                let at = TableRef {
-                    offset: U64::new(
-                        tensors_t.offset.get() + (ti * rs(size_of::<TensorRecord>())) as u64,
-                    ),
-                    ..tensors_t
-                };
-                put(&at, r.as_bytes(), true);
-                ti += 1;
-            }
-        }
-        put(&strings_t, &strings.bytes, false);
-        debug_assert_eq!(manifest.len() as u64, manifest_end - manifest_offset);
+        let tables = self.place_tables(header_size, extra, &names)?;
+        let sections = self.place_sections(tables.end)?;
+        let manifest = self.manifest_bytes(&tables, &names, &sections, extra, fill);
+        debug_assert_eq!(manifest.len() as u64, tables.end - tables.offset);
         let manifest_crc32 = crc32fast::hash(&manifest);
 
         // Whole-file CRC over [header_size, file_len), without re-reading
         // the payloads: combine the per-section CRCs.
         let mut fh = crc32fast::Hasher::new();
-        crc_zeros(&mut fh, manifest_offset - header_size as u64);
+        crc_zeros(&mut fh, tables.offset - header_size as u64);
         fh.update(&manifest);
-        let mut pos = manifest_end;
-        for (off, h) in section_offsets.iter().zip(&section_crcs) {
+        let mut pos = tables.end;
+        for (off, h) in sections.offsets.iter().zip(&sections.crcs) {
             crc_zeros(&mut fh, off - pos);
             fh.combine(h);
             pos = off + h.total_len();
@@ -632,16 +508,16 @@ impl BundleWriter {
             header_size: U32::new(u32_of(header_size, "header")?),
             header_crc32: U32::new(0),
             flags: U32::new(0),
-            file_length: U64::new(file_len),
-            manifest_offset: U64::new(manifest_offset),
-            manifest_length: U64::new(manifest_end - manifest_offset),
+            file_length: U64::new(sections.file_len),
+            manifest_offset: U64::new(tables.offset),
+            manifest_length: U64::new(tables.end - tables.offset),
             manifest_crc32: U32::new(manifest_crc32),
             file_crc32: U32::new(file_crc32),
-            identity: identity_t,
-            targets: targets_t,
-            sections: sections_t,
-            tensors: tensors_t,
-            strings: strings_t,
+            identity: tables.identity,
+            targets: tables.targets,
+            sections: tables.sections,
+            tensors: tables.tensors,
+            strings: tables.strings,
             reserved: [0; 8],
         };
         let mut header = hdr.as_bytes().to_vec();
@@ -651,23 +527,215 @@ impl BundleWriter {
             slot.copy_from_slice(&crc.to_le_bytes());
         }
 
-        Ok(Plan {
+        Ok(FileLayout {
             header,
-            manifest_offset,
+            manifest_offset: tables.offset,
             manifest,
-            section_offsets,
-            file_len,
+            section_offsets: sections.offsets,
+            file_len: sections.file_len,
             file_crc32,
-            digest,
+            digest: sections.digest,
         })
     }
 
-    fn emit(&self, plan: &Plan, w: &mut impl Write) -> io::Result<()> {
-        w.write_all(&plan.header)?;
-        write_zeros(w, plan.manifest_offset - plan.header.len() as u64)?;
-        w.write_all(&plan.manifest)?;
-        let mut pos = plan.manifest_offset + plan.manifest.len() as u64;
-        for (s, &off) in self.sections.iter().zip(&plan.section_offsets) {
+    /// Every name into the string table, each once, in the order the tables list them.
+    fn intern_names(&self) -> Result<Names, BundleError> {
+        let id = &self.identity;
+        let mut strings = Strings {
+            bytes: Vec::new(),
+            seen: HashMap::new(),
+        };
+        let identity = [
+            strings.intern(&id.name)?,
+            strings.intern(&id.family)?,
+            strings.intern(&id.model_version)?,
+            strings.intern(&id.tool_version)?,
+        ];
+        let targets = self
+            .targets
+            .iter()
+            .map(|t| strings.intern(&t.name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sections = self
+            .sections
+            .iter()
+            .map(|s| strings.intern(&s.name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut tensors = Vec::new();
+        for s in &self.sections {
+            for t in &s.tensors {
+                tensors.push(strings.intern(&t.name)?);
+            }
+        }
+        Ok(Names {
+            identity,
+            targets,
+            sections,
+            tensors,
+            strings: strings.bytes,
+        })
+    }
+
+    /// The manifest's tables after the header, each 8-aligned, records `extra` bytes longer
+    /// than this version's when writing as a newer minor.
+    fn place_tables(
+        &self,
+        header_size: usize,
+        extra: usize,
+        names: &Names,
+    ) -> Result<Tables, BundleError> {
+        let rs = |base: usize| base + extra;
+        let offset = align_up(header_size as u64, 8)?;
+        let mut cursor = offset;
+        let mut place = |count: usize, record_size: usize| -> Result<TableRef, BundleError> {
+            let offset = align_up(cursor, 8)?;
+            let len = (count as u64)
+                .checked_mul(record_size as u64)
+                .ok_or(BundleError::TooLarge { what: "manifest" })?;
+            cursor = add(offset, len)?;
+            Ok(TableRef {
+                offset: U64::new(offset),
+                count: U32::new(u32_of(count, "table")?),
+                record_size: U32::new(u32_of(record_size, "record size")?),
+            })
+        };
+        let identity = place(1, rs(size_of::<IdentityRecord>()))?;
+        let targets = place(self.targets.len(), rs(size_of::<TargetRecord>()))?;
+        let sections = place(self.sections.len(), rs(size_of::<SectionRecord>()))?;
+        let tensors = place(names.tensors.len(), rs(size_of::<TensorRecord>()))?;
+        let strings = place(names.strings.len(), 1)?;
+        Ok(Tables {
+            offset,
+            end: cursor,
+            identity,
+            targets,
+            sections,
+            tensors,
+            strings,
+        })
+    }
+
+    /// The sections after the manifest (from `manifest_end`), each at [`SECTION_ALIGN`], with
+    /// the CRC of each and the SHA-256 content digest over all their bytes.
+    fn place_sections(&self, manifest_end: u64) -> Result<Sections, BundleError> {
+        let mut offsets = Vec::with_capacity(self.sections.len());
+        let mut crcs = Vec::with_capacity(self.sections.len());
+        let mut sha = Sha256::new();
+        let mut pos = manifest_end;
+        for s in &self.sections {
+            let offset = align_up(pos, SECTION_ALIGN)?;
+            let mut h = crc32fast::Hasher::new();
+            h.update(&s.data);
+            sha.update(&s.data);
+            crcs.push(h);
+            offsets.push(offset);
+            pos = add(offset, s.data.len() as u64)?;
+        }
+        Ok(Sections {
+            offsets,
+            crcs,
+            file_len: pos,
+            digest: sha.finalize().into(),
+        })
+    }
+
+    /// The manifest's bytes: every record at its table's place (`extra` bytes of `fill` after
+    /// each record when writing as a newer minor), then the string table.
+    fn manifest_bytes(
+        &self,
+        tables: &Tables,
+        names: &Names,
+        sections: &Sections,
+        extra: usize,
+        fill: u8,
+    ) -> Vec<u8> {
+        let mut manifest = Vec::new();
+        let mut put = |table: &TableRef, index: usize, rec: &[u8], with_extra: bool| {
+            let at = table.offset.get() + index as u64 * u64::from(table.record_size.get());
+            let target = (at - tables.offset) as usize;
+            if manifest.len() < target {
+                manifest.resize(target, 0);
+            }
+            manifest.extend_from_slice(rec);
+            if with_extra {
+                manifest.resize(manifest.len() + extra, fill);
+            }
+        };
+        let id = &self.identity;
+        let [n, f, mv, tv] = names.identity;
+        let idr = IdentityRecord {
+            name: n,
+            family: f,
+            model_version: mv,
+            tool_version: tv,
+            created_unix_s: U64::new(id.created_unix_s),
+            content_digest: sections.digest,
+        };
+        put(&tables.identity, 0, idr.as_bytes(), true);
+        for (i, (t, name)) in self.targets.iter().zip(&names.targets).enumerate() {
+            let (sm_major, sm_minor) = t.sm.unwrap_or((0, 0));
+            let r = TargetRecord {
+                name: *name,
+                arch: U16::new(crate::arch_code(t.arch)),
+                engine: U16::new(crate::engine_code(t.engine)),
+                sm_major,
+                sm_minor,
+                reserved0: [0; 2],
+                tensorrt_version: U32::new(t.tensorrt_version),
+                hardware_compat: U32::new(t.hardware_compat),
+                flags: U32::new(t.flags),
+                reserved1: [0; 4],
+            };
+            put(&tables.targets, i, r.as_bytes(), true);
+        }
+        for (i, s) in self.sections.iter().enumerate() {
+            let r = SectionRecord {
+                name: names.sections.get(i).copied().unwrap_or_default(),
+                kind: U32::new(s.kind.raw()),
+                target: U32::new(s.target.unwrap_or(NO_TARGET)),
+                offset: U64::new(sections.offsets.get(i).copied().unwrap_or_default()),
+                length: U64::new(s.data.len() as u64),
+                crc32: U32::new(
+                    sections
+                        .crcs
+                        .get(i)
+                        .map(|h| h.clone().finalize())
+                        .unwrap_or(0),
+                ),
+                flags: U32::new(s.flags),
+            };
+            put(&tables.sections, i, r.as_bytes(), true);
+        }
+        let mut ti = 0usize;
+        for (si, s) in self.sections.iter().enumerate() {
+            for t in &s.tensors {
+                let mut dims = [I64::new(0); MAX_RANK];
+                for (d, v) in dims.iter_mut().zip(&t.dims) {
+                    *d = I64::new(*v);
+                }
+                let r = TensorRecord {
+                    name: names.tensors.get(ti).copied().unwrap_or_default(),
+                    section: U32::new(si as u32),
+                    mode: t.mode.raw(),
+                    dtype: t.dtype.raw(),
+                    layout: t.layout.raw(),
+                    rank: t.dims.len() as u8,
+                    dims,
+                };
+                put(&tables.tensors, ti, r.as_bytes(), true);
+                ti += 1;
+            }
+        }
+        put(&tables.strings, 0, &names.strings, false);
+        manifest
+    }
+
+    fn emit(&self, layout: &FileLayout, w: &mut impl Write) -> io::Result<()> {
+        w.write_all(&layout.header)?;
+        write_zeros(w, layout.manifest_offset - layout.header.len() as u64)?;
+        w.write_all(&layout.manifest)?;
+        let mut pos = layout.manifest_offset + layout.manifest.len() as u64;
+        for (s, &off) in self.sections.iter().zip(&layout.section_offsets) {
             write_zeros(w, off - pos)?;
             w.write_all(&s.data)?;
             pos = off + s.data.len() as u64;

@@ -302,12 +302,31 @@ fn child_writes_until_killed() {
     panic!("not killed");
 }
 
+/// The child's SIGINT, SIGTERM and SIGHUP set back to their default action before it
+/// starts: the signal tests model an application started from a terminal, while a test
+/// run may inherit ignored ones (`nohup` ignores SIGHUP; a shell's background job
+/// ignores SIGINT), which the library rightly leaves alone.
+fn with_default_signals(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Spawns `child_writes_until_killed`, kills it with `sig` once its temporary
 /// file exists, and returns that file's path.
 fn kill_writer(dest: &Path, sig: libc::c_int, opt_in: bool) -> PathBuf {
     use std::io::BufRead as _;
     use std::os::unix::process::ExitStatusExt;
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let mut child = with_default_signals(&mut Command::new(std::env::current_exe().unwrap()))
         .args(["--exact", "child_writes_until_killed", "--nocapture"])
         .env("TETHER_TEST_ATOMIC_DEST", dest)
         .env("TETHER_TEST_OPT_IN", if opt_in { "1" } else { "0" })
@@ -407,7 +426,7 @@ fn child_removes_unfinished_temp_files() {
 #[test]
 fn unfinished_temp_files_are_removed_on_request() {
     let dir = TempDir::new("unfinished");
-    let out = Command::new(std::env::current_exe().unwrap())
+    let out = with_default_signals(&mut Command::new(std::env::current_exe().unwrap()))
         .args([
             "--exact",
             "child_removes_unfinished_temp_files",

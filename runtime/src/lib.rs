@@ -1,7 +1,7 @@
 //! tether runtime: everything that runs on the device.
 //!
 //! - [`model`]: a bundle's networks, each prepared on the engine chosen for the real device
-//!   ([`Model`]), and the module API ([`Module`]: named tensors).
+//!   ([`Model`]), and the named-tensor API ([`NetworkSession`]: one network).
 //! - [`backend`]: the shape every engine has: a [`Backend`] prepares an immutable, shared
 //!   [`Plan`] per network; plans create host or device executors.
 //! - [`backends`]: the engines compiled into this build (features `tract-cpu`, `tract-cuda`,
@@ -43,7 +43,7 @@ pub use backend::{
 pub use backend::{Bindings, DeviceExecutor, DevicePlan, Enqueue, StepTime};
 pub use device::{COMPILED_BACKENDS, Device};
 pub use error::Error;
-pub use model::{Model, ModelOptions, Module, Network};
+pub use model::{Model, ModelOptions, Network, NetworkSession};
 pub use session::{PipelineSpec, RegionId, RegionKind, Session, Stage};
 pub use shapes::{ShapePolicy, ShapeSessions};
 pub use tensor::{DType, Element, HostBuffer, IoMode, TensorSpec};

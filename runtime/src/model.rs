@@ -1,5 +1,5 @@
 //! The model API: a bundle's networks, each prepared on the engine chosen for the real
-//! device, and the module API (named tensors) on top.
+//! device, and the named-tensor API ([`NetworkSession`]) on top.
 //!
 //! [`Model::open`] maps the bundle, resolves the [`Device`] (a CUDA context when a GPU is
 //! asked for or found), and for every network picks an engine with
@@ -11,12 +11,12 @@
 //! each choice.
 //!
 //! Families build their sessions from the model's plans ([`Model::session`]);
-//! applications that bring their own pre/post-processing use a [`Module`]:
+//! applications that bring their own pre/post-processing use a [`NetworkSession`]:
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use tether_runtime::{Module, ModelOptions};
-//! let mut m = Module::open("model.bundle", &ModelOptions::default())?;
+//! use tether_runtime::{ModelOptions, NetworkSession};
+//! let mut m = NetworkSession::open("model.bundle", &ModelOptions::default())?;
 //! m.input_mut::<f32>("images")?.fill(0.5);
 //! m.run()?;
 //! let out = m.output::<f32>("output0")?;
@@ -68,6 +68,11 @@ pub struct ModelOptions {
     /// [`crate::backend::DEFAULT_MAX_TENSOR_BYTES`], 4 GiB): a bundle whose network asks for
     /// more is refused at open ([`PrepareOptions::max_tensor_bytes`]).
     pub max_tensor_bytes: Option<u64>,
+    /// Options of the native CUDA engine ([`crate::native::NativeOptions`]): `None` (the
+    /// default) takes [`crate::native::NativeOptions::from_env`] (the `TETHER_*` environment
+    /// variables over the defaults) with `session.allow_nvrtc`; `Some` is used as given.
+    #[cfg(feature = "cuda-native")]
+    pub native: Option<crate::native::NativeOptions>,
 }
 
 /// One network of a model: its name, its plan and why that engine was chosen.
@@ -130,6 +135,8 @@ pub struct Model {
     session: crate::session::SessionOptions,
     fixed_inputs: Vec<(String, Vec<FixedInput>)>,
     max_tensor_bytes: Option<u64>,
+    #[cfg(feature = "cuda-native")]
+    native: Option<crate::native::NativeOptions>,
 }
 
 impl std::fmt::Debug for Model {
@@ -250,6 +257,8 @@ impl Model {
             session: options.session.clone(),
             fixed_inputs: options.fixed_inputs.clone(),
             max_tensor_bytes: options.max_tensor_bytes,
+            #[cfg(feature = "cuda-native")]
+            native: options.native.clone(),
         };
         for net in group_networks(&bundle) {
             let shapes = match options.input_shapes.iter().find(|(n, _)| *n == net.name) {
@@ -428,10 +437,12 @@ impl Model {
                 let ctx = self.context.clone().ok_or_else(missing)?;
                 Ok(Box::new(crate::native::NativeBackend::new(
                     ctx,
-                    crate::native::NativeOptions {
-                        allow_nvrtc: self.session.allow_nvrtc,
-                        ..Default::default()
-                    },
+                    self.native
+                        .clone()
+                        .unwrap_or_else(|| crate::native::NativeOptions {
+                            allow_nvrtc: self.session.allow_nvrtc,
+                            ..crate::native::NativeOptions::from_env()
+                        }),
                 )))
             }
             #[cfg(feature = "tensorrt")]
@@ -558,14 +569,14 @@ impl Model {
         )
     }
 
-    /// The module API for network `name`: its inputs and outputs as host buffers, run on
+    /// A session of network `name` alone: its inputs and outputs as host buffers, run on
     /// the network's engine (on the GPU through one captured CUDA graph per run).
     ///
     /// # Errors
     /// [`Error::NoSuchNetwork`], session errors.
-    pub fn module(&self, name: &str) -> Result<Module, Error> {
+    pub fn network_session(&self, name: &str) -> Result<NetworkSession, Error> {
         let n = self.network(name)?.clone();
-        Module::new(self, n)
+        NetworkSession::new(self, n)
     }
 }
 
@@ -659,12 +670,13 @@ fn tensorrt_version() -> Option<tether_targets::TrtLibrary> {
     None
 }
 
-/// One network's inputs and outputs as named host buffers (the module API).
+/// A session of one network, its inputs and outputs as named host buffers (the named-tensor
+/// API, for applications that bring their own pre- and post-processing).
 ///
 /// On the CPU the buffers are the session's host buffers; on a GPU they are page-locked
-/// staging buffers and [`Module::run`] is one graph launch (upload, network, download) and
-/// one wait.
-pub struct Module {
+/// staging buffers and [`NetworkSession::run`] is one graph launch (upload, network,
+/// download) and one wait.
+pub struct NetworkSession {
     session: Session,
     network: String,
     engine: EngineKind,
@@ -674,9 +686,9 @@ pub struct Module {
     bundle: Arc<Bundle>,
 }
 
-impl std::fmt::Debug for Module {
+impl std::fmt::Debug for NetworkSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Module")
+        f.debug_struct("NetworkSession")
             .field("bundle", &self.bundle.identity().name)
             .field("network", &self.network)
             .field("engine", &self.engine)
@@ -685,16 +697,16 @@ impl std::fmt::Debug for Module {
     }
 }
 
-impl Module {
-    /// Open a single-network bundle and its module.
+impl NetworkSession {
+    /// Open a single-network bundle and a session of its network.
     ///
     /// # Errors
     /// As [`Model::open`]; [`Error::NoSuchNetwork`] for a bundle with several networks (use
-    /// [`Model::module`]).
+    /// [`Model::network_session`]).
     pub fn open(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Self, Error> {
         let model = Model::open(path, options)?;
         let n = model.single_network()?.clone();
-        Module::new(&model, n)
+        NetworkSession::new(&model, n)
     }
 
     fn new(model: &Model, n: Network) -> Result<Self, Error> {
@@ -707,7 +719,7 @@ impl Module {
             Check::Exact,
         )?;
         let session = model.session(spec)?;
-        Ok(Module {
+        Ok(NetworkSession {
             session,
             engine: n.plan.kind(),
             io: n.plan.io().clone(),
@@ -739,7 +751,7 @@ impl Module {
             })
     }
 
-    /// Input `name` as a mutable `[T]` (row-major, the shape in [`Module::inputs`]).
+    /// Input `name` as a mutable `[T]` (row-major, the shape in [`NetworkSession::inputs`]).
     ///
     /// # Errors
     /// [`Error::NoSuchTensor`], [`Error::View`] (wrong element type).
@@ -750,7 +762,7 @@ impl Module {
         Ok(view_mut::<T>(dtype, bytes)?)
     }
 
-    /// Output `name` as `[T]`, valid after [`Module::run`].
+    /// Output `name` as `[T]`, valid after [`NetworkSession::run`].
     ///
     /// # Errors
     /// [`Error::NoSuchTensor`], [`Error::View`].

@@ -32,7 +32,7 @@ fn arena_explicit_alignment_and_errors() {
     assert_eq!(plan.region(b).offset, 4096);
     assert!(matches!(
         plan.add_aligned("c", 1, 24),
-        Err(CudaError::Plan(_))
+        Err(CudaError::Arena(_))
     ));
     let mut big = ArenaPlan::new();
     big.add("x", usize::MAX - 8).unwrap();

@@ -304,7 +304,7 @@ impl Session {
         let t0 = Instant::now();
         let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
         let onnx = std::fs::read(asset(file)).unwrap();
-        let backend = NativeBackend::new(ctx.clone(), NativeOptions::default());
+        let backend = NativeBackend::new(ctx.clone(), NativeOptions::from_env());
         let plan = backend
             .prepare(
                 &NetworkSource {
@@ -573,7 +573,7 @@ fn full_check(
     let copies = profile(&mut s, file, precision);
     // The plan the engine prepared is the options' layout (no fallback to packed
     // channels-last operands, which would cost a copy around every slice of channels).
-    let layout = NativeOptions::default().layout_for(precision);
+    let layout = NativeOptions::from_env().layout_for(precision);
     let compiled = native::compile_fixed(
         &onnx,
         &[shape.to_vec()],

@@ -117,7 +117,7 @@ fn check_network(file: &str, shape: &[usize], precision: Precision, atol: f32, r
     // Every convolution that can take its bias/activation (and residual) into cuDNN's graph,
     // taken, as a GPU executor whose fused plans all won at load runs it. YOLOv8 is built of
     // conv + bias + SiLU blocks: a network with none found means the detection broke.
-    let fusions = native::passes::fusion::find_all(&compiled);
+    let fusions = compiled.memory.fusions(&compiled.graph);
     let fusable = fusions.iter().flatten().count();
     let convs = g
         .steps

@@ -932,7 +932,7 @@ mod gpu {
     /// The TensorRT executor through the same model API and device session as every other
     /// engine: selection picks the plan, the session binds its workspace and I/O in its arena,
     /// runs eagerly, captures one graph (upload, enqueueV3, download) and checks the replay on
-    /// poisoned buffers against the eager run before handing the module out.
+    /// poisoned buffers against the eager run before handing the session out.
     #[test]
     #[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
     fn standin_runs_through_the_model_api_and_session_on_the_gpu() {
@@ -969,8 +969,12 @@ mod gpu {
         println!("selection: {}", net.choice());
 
         // Two modules on one plan (two cameras): two execution contexts, one engine.
-        let mut m1 = model.module("model").unwrap_or_else(|e| panic!("{e}"));
-        let mut m2 = model.module("model").unwrap_or_else(|e| panic!("{e}"));
+        let mut m1 = model
+            .network_session("model")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut m2 = model
+            .network_session("model")
+            .unwrap_or_else(|e| panic!("{e}"));
         for m in [&m1, &m2] {
             let d = m.session().device().expect("a device session");
             let (mode, note) = d.exec_mode();
@@ -999,12 +1003,12 @@ mod gpu {
             assert_eq!(
                 mismatches(&y1, &expected(&plan, &x1)),
                 0,
-                "module 1, round {round}"
+                "session 1, round {round}"
             );
             assert_eq!(
                 mismatches(&y2, &expected(&plan, &x2)),
                 0,
-                "module 2, round {round}"
+                "session 2, round {round}"
             );
         }
         println!(

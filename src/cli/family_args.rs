@@ -79,42 +79,6 @@ fn bundle_and_family(argv: &[OsString], from: usize) -> Option<(&str, &'static d
     None
 }
 
-/// For `run` / `bench` on a bundle of a known family: the first option that belongs to
-/// another family only (`--text-score`, an `ocr` option, on a `vad` bundle), as a message
-/// naming both families and the help command, instead of clap's look-alike suggestion.
-pub fn foreign_option(argv: &[OsString]) -> Option<String> {
-    let (pos, name) = subcommand_position(argv)?;
-    if !matches!(name, "run" | "bench") {
-        return None;
-    }
-    let (bundle, family) = bundle_and_family(argv, pos + 1)?;
-    let own: Vec<String> = family
-        .run_args()
-        .iter()
-        .filter_map(|a| a.get_long().map(str::to_string))
-        .collect();
-    for a in &argv[pos + 1..] {
-        let Some(long) = a.to_str().and_then(|s| s.strip_prefix("--")) else {
-            continue;
-        };
-        let long = long.split('=').next().unwrap_or(long);
-        if long.is_empty() || own.iter().any(|o| o == long) {
-            continue;
-        }
-        let owner = REGISTRY
-            .iter()
-            .find(|f| f.run_args().iter().any(|x| x.get_long() == Some(long)));
-        if let Some(other) = owner {
-            return Some(format!(
-                "--{long} is an option of the {} family; this bundle is a {} bundle (`tether {name} {bundle} --help` lists its options)",
-                other.name(),
-                family.name()
-            ));
-        }
-    }
-    None
-}
-
 fn add_args(cmd: Command, args: Vec<Arg>) -> Command {
     let mut cmd = cmd;
     for a in args {
@@ -155,4 +119,37 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
         }
         _ => cmd,
     }
+}
+
+/// When parsing `run`/`bench` found an unknown option that another family defines
+/// (`--score-threshold` on an llm bundle, `--text-score` on a vad bundle): a message naming
+/// the option, the family that has it, the bundle's family and the help command, instead of
+/// clap's look-alike suggestion. `None` otherwise (clap's own
+/// message stands).
+pub fn foreign_option(argv: &[OsString]) -> Option<String> {
+    let (pos, name) = subcommand_position(argv)?;
+    if !matches!(name, "run" | "bench") {
+        return None;
+    }
+    let (bundle, family) = bundle_and_family(argv, pos + 1)?;
+    let has = |f: &dyn Family, opt: &str| {
+        f.run_args().iter().any(|a| {
+            a.get_long() == Some(opt) || a.get_all_aliases().is_some_and(|v| v.contains(&opt))
+        })
+    };
+    argv[pos + 1..].iter().find_map(|a| {
+        let opt = a.to_str()?.strip_prefix("--")?;
+        let opt = opt.split_once('=').map_or(opt, |(o, _)| o);
+        if opt.is_empty() || has(family, opt) {
+            return None;
+        }
+        let other = REGISTRY
+            .iter()
+            .find(|f| f.name() != family.name() && has(**f, opt))?;
+        Some(format!(
+            "--{opt} is an option of the {} family; this bundle is a {f} bundle and the {f} family does not take it (`tether {name} {bundle} --help` lists its options)",
+            other.name(),
+            f = family.name()
+        ))
+    })
 }

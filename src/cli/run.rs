@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -26,7 +27,8 @@ pub const JSON_SCHEMA_VERSION: u32 = 2;
 pub struct RunArgs {
     /// The bundle.
     bundle: PathBuf,
-    /// Inputs (images for detection; the family says).
+    /// Inputs (images for detection, prompt files for llm, `-` for standard input where the
+    /// family reads text; the family says).
     #[arg(value_name = "INPUT")]
     inputs: Vec<PathBuf>,
     /// Literal text inputs, for families that take text.
@@ -162,8 +164,11 @@ fn annotate_path(arg: &Path, input: &str, index: usize, dir_mode: bool) -> PathB
 /// Run `tether run`.
 pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let count = a.inputs.len() + a.text.len();
-    if count == 0 {
-        crate::usage!("give at least one INPUT (or --text for text families)");
+    // Without INPUTs the family may take its input from its own options (`--prompt`): known
+    // only once the bundle opens; a bundle that does not even open is the usage error.
+    let no_input = "give at least one INPUT (or --text for text families; `tether run BUNDLE --help` lists the family's own)";
+    if count == 0 && Bundle::open(&a.bundle, Verify::Lazy).is_err() {
+        crate::usage!("{no_input}");
     }
     // A family without images has nothing to annotate: refuse the option, never ignore it
     // (the family is read from the mapped manifest; opening for real comes later).
@@ -213,15 +218,35 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         ..RunOptions::default()
     };
     let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &options)?;
-    let sources: Vec<InputSource<'_>> = a
+    let mut arg_inputs = runner.arg_inputs()?.into_iter();
+    let count = count + arg_inputs.len();
+    if count == 0 {
+        crate::usage!("{no_input}");
+    }
+    let sources: Vec<Option<InputSource<'_>>> = a
         .inputs
         .iter()
-        .map(|p| InputSource::File(p))
-        .chain(a.text.iter().map(|t| InputSource::Text(t)))
+        .map(|p| Some(InputSource::File(p)))
+        .chain(a.text.iter().map(|t| Some(InputSource::Text(t))))
+        .chain((0..arg_inputs.len()).map(|_| None))
         .collect();
     if !a.json {
         eprintln!("CPU engine threads: {threads} ({threads_why})");
     }
+    // Ctrl-C ends a cancellable run early with what it produced (exit 130); without a
+    // canceller the default disposition stays (the process ends).
+    let interrupted = Arc::new(AtomicBool::new(false));
+    if let Some(cancel) = runner.canceller() {
+        let flag = Arc::clone(&interrupted);
+        // One handler per process; when one is already set (tests), Ctrl-C keeps it.
+        let _ = ctrlc::set_handler(move || {
+            flag.store(true, Ordering::SeqCst);
+            cancel();
+        });
+    }
+    // Streamed output (a text generator's tokens) goes to stdout as it comes, one input at
+    // a time; the summary line then follows on stderr.
+    let stream = !a.json;
     let bar = progress(count as u64, !a.json && count > 1);
     let mut docs = Vec::new();
     let mut failures = 0usize;
@@ -229,23 +254,60 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     // the exit status is the usage error's, as when the refusal comes before any input.
     let mut usage_failure = false;
     for (i, src) in sources.iter().enumerate() {
+        if interrupted.load(Ordering::SeqCst) {
+            break;
+        }
+        let mut from_args = None;
         let label = match src {
-            InputSource::File(p) => p.display().to_string(),
-            InputSource::Text(t) => (*t).to_string(),
+            Some(InputSource::File(p)) => p.display().to_string(),
+            Some(InputSource::Text(t)) => (*t).to_string(),
+            None => {
+                let input = arg_inputs.next().expect("one per remaining source");
+                let l = input.label().to_string();
+                from_args = Some(input);
+                l
+            }
         };
         let result = (|| -> Result<(Value, Vec<String>)> {
-            let input = runner.load(*src)?;
+            let input = match (from_args, src) {
+                (Some(input), _) => input,
+                (None, Some(s)) => runner.load(*s)?,
+                (None, None) => unreachable!("an argument input is taken above"),
+            };
             let t0 = Instant::now();
-            runner.run(input.as_ref())?;
+            let streamed = if stream {
+                let mut sink = |piece: &str| write_piece(piece);
+                match runner.run_streaming(input.as_ref(), &mut sink) {
+                    Some(r) => {
+                        // End the streamed text's line whatever happened.
+                        outln!()?;
+                        r?;
+                        true
+                    }
+                    None => false,
+                }
+            } else {
+                false
+            };
+            if !streamed {
+                runner.run(input.as_ref())?;
+            }
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             let out = runner.outcome(input.as_ref(), a.annotate.is_some())?;
-            let mut text = vec![format!(
+            let mut text = Vec::new();
+            let summary = format!(
                 "{}: {} ({:.1} ms)",
                 escape(input.label()),
                 escape(&out.summary),
                 ms
-            )];
-            text.extend(out.lines.iter().map(|l| format!("  {}", escape(l))));
+            );
+            if streamed {
+                // The output is on stdout already: the summary goes to stderr.
+                eprintln!("[{summary}]");
+            } else {
+                text.push(summary);
+                text.extend(out.lines.iter().map(|l| format!("  {}", escape(l))));
+            }
             let mut doc = json!({ "input": input.label(), "latency_ms": ms, "result": out.json });
             if let (Some(arg), Some(img)) = (&a.annotate, &out.annotated) {
                 let path = annotate_path(arg, input.label(), i, dir_mode);
@@ -304,13 +366,40 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             })))?
         )?;
     }
-    Ok(if failures == 0 {
+    Ok(if interrupted.load(Ordering::SeqCst) {
+        ExitCode::from(130)
+    } else if failures == 0 {
         ExitCode::SUCCESS
     } else if usage_failure {
         ExitCode::from(crate::cli::EXIT_USAGE)
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Write one streamed piece of output text to stdout and flush it: line breaks and tabs as
+/// they are, every other control character escaped (model output is untrusted text).
+fn write_piece(piece: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let r = if piece
+        .chars()
+        .any(|c| c != '\n' && c != '\t' && crate::cli::text::needs_escape(c))
+    {
+        let mut s = String::with_capacity(piece.len() + 8);
+        for c in piece.chars() {
+            if c == '\n' || c == '\t' {
+                s.push(c);
+            } else {
+                s.push_str(&escape(c.encode_utf8(&mut [0; 4])));
+            }
+        }
+        out.write_all(s.as_bytes())
+    } else {
+        out.write_all(piece.as_bytes())
+    };
+    r.and_then(|()| out.flush())
+        .map_err(|e| anyhow::anyhow!("writing to stdout: {e}"))
 }
 
 fn progress(len: u64, show: bool) -> ProgressBar {

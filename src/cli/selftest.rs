@@ -44,7 +44,7 @@ use tether_bundle::{
     TargetDesc, TensorDesc, Verify,
 };
 use tether_runtime::tensorrt::TensorRt;
-use tether_runtime::{Device, ModelOptions, Module};
+use tether_runtime::{Device, ModelOptions, NetworkSession};
 use tether_targets::probe::GpuDevice;
 
 /// Exit status: every step ran and passed; TensorRT is usable here.
@@ -201,21 +201,21 @@ fn bundle_writer(onnx: &[u8]) -> Result<BundleWriter> {
     Ok(w)
 }
 
-/// Run `bundle` once through the module API on `options`' device.
+/// Run `bundle` once through the named-tensor API on `options`' device.
 fn run_module(
     bundle: Arc<Bundle>,
     options: &ModelOptions,
     x: &[f32],
-) -> Result<(Vec<f32>, Module)> {
+) -> Result<(Vec<f32>, NetworkSession)> {
     let model = tether_runtime::Model::from_bundle(bundle, options)?;
-    let mut m = model.module("model")?;
+    let mut m = model.network_session("model")?;
     m.input_mut::<f32>(INPUT_NAME)?.copy_from_slice(x);
     m.run()?;
     let y = m.output::<f32>(OUTPUT_NAME)?.to_vec();
     Ok((y, m))
 }
 
-/// Runs the CPU step: tract on the generated model, through the module API.
+/// Runs the CPU step: tract on the generated model, through the named-tensor API.
 fn run_cpu(onnx: &[u8], x: &[f32]) -> Result<Vec<f32>> {
     let bundle = Arc::new(Bundle::from_vec(
         bundle_writer(onnx)?.to_bytes()?,

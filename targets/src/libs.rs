@@ -368,7 +368,7 @@ impl SearchEnv {
 
 fn l4t_userspace_dir(root: &Path) -> Option<PathBuf> {
     let text = std::fs::read_to_string(under(root, Path::new("/etc/nv_tegra_release"))).ok()?;
-    crate::probe::parse_nv_tegra_release(&text)
+    crate::probe::l4t::parse_nv_tegra_release(&text)
         .ok()?
         .userspace_lib_dir
         .map(PathBuf::from)

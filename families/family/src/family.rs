@@ -169,6 +169,47 @@ pub trait Runner {
     fn launch_floor(&mut self) -> Option<anyhow::Result<()>> {
         None
     }
+    /// Inputs given through the family's own run arguments (a text generator's `--prompt`
+    /// or `--chat-file`), decoded: `tether run` runs them after the INPUTs and `--text`s.
+    /// Default: none.
+    ///
+    /// # Errors
+    /// An input that cannot be read (named), or a family option that does not apply to
+    /// `run` (a [`UsageError`]).
+    fn arg_inputs(&self) -> anyhow::Result<Vec<Box<dyn Input>>> {
+        Ok(Vec::new())
+    }
+    /// Run once on `input` as [`Runner::run`] does, handing the output text to `sink` piece
+    /// by piece as it is produced (a text generator's tokens), so that `tether run` can
+    /// print it as it comes. `None`: the family has no streamed output (use
+    /// [`Runner::run`]).
+    fn run_streaming(
+        &mut self,
+        input: &dyn Input,
+        sink: &mut dyn FnMut(&str) -> anyhow::Result<()>,
+    ) -> Option<anyhow::Result<()>> {
+        let _ = (input, sink);
+        None
+    }
+    /// A function any thread may call (on Ctrl-C) to end the run in progress early; that
+    /// run then returns normally with what it produced and its outcome says it was
+    /// cancelled. `None`: runs are not cancellable (they are short).
+    fn canceller(&self) -> Option<Box<dyn Fn() + Send + Sync>> {
+        None
+    }
+    /// The family's own benchmark, for a family measured by throughput tests rather than
+    /// the latency of a run on one input (a text generator: llama-bench's prompt-processing
+    /// and generation tests); `tether bench B` without an INPUT runs it. `stop` is set on
+    /// Ctrl-C: the benchmark ends after the test in progress and reports what ran. `None`:
+    /// the family is benchmarked per input (`tether bench B INPUT`).
+    fn throughput_bench(
+        &mut self,
+        options: &ThroughputOptions,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Option<anyhow::Result<ThroughputReport>> {
+        let _ = (options, stop);
+        None
+    }
     /// The outcome of the last run on `input`.
     fn outcome(&self, input: &dyn Input, annotate: bool) -> anyhow::Result<Outcome>;
     /// Milliseconds per stage of the last run (`upload`, `pre`, network names, `post`,
@@ -178,6 +219,63 @@ pub trait Runner {
     fn environment(&self) -> Environment {
         Environment::default()
     }
+}
+
+/// What `tether bench` asks of a family's throughput benchmark
+/// ([`Runner::throughput_bench`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThroughputOptions {
+    /// Timed repetitions of each test (`--runs`), after the family's warm-up.
+    pub repetitions: usize,
+}
+
+/// Percentiles of a latency in milliseconds (nearest rank), for the report of a throughput
+/// benchmark.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LatencySummary {
+    /// What was timed (`time to first token`, `inter-token`).
+    pub name: String,
+    /// Samples.
+    pub count: usize,
+    /// Median, ms.
+    pub p50: f64,
+    /// 99th percentile, ms.
+    pub p99: f64,
+    /// 99.9th percentile, ms.
+    pub p999: f64,
+    /// Largest, ms.
+    pub max: f64,
+    /// Mean, ms.
+    pub mean: f64,
+}
+
+/// One throughput test: `per_run` units of work per repetition, the rate of each
+/// repetition, their mean and sample standard deviation (llama-bench's `avg ± stddev`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThroughputTest {
+    /// Test name (`pp512`, `tg128`).
+    pub name: String,
+    /// Units of work per repetition (tokens).
+    pub per_run: u64,
+    /// The unit (`tokens`); rates are in units per second.
+    pub unit: &'static str,
+    /// Each timed repetition's rate, units per second.
+    pub runs: Vec<f64>,
+    /// Mean rate, units per second.
+    pub mean: f64,
+    /// Sample standard deviation (n - 1) of the rates, units per second.
+    pub stddev: f64,
+}
+
+/// What a family's throughput benchmark measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ThroughputReport {
+    /// The tests, in the order run.
+    pub tests: Vec<ThroughputTest>,
+    /// Latencies measured along (`time to first token`, `inter-token`).
+    pub latencies_ms: Vec<LatencySummary>,
+    /// `(key, value)` lines describing how it ran (threads, instruction set, context).
+    pub notes: Vec<(String, String)>,
 }
 
 #[cfg(feature = "cli")]

@@ -180,9 +180,9 @@ impl OcrResult {
     }
 }
 
-/// What the recogniser does with one cut-out line.
+/// The shape of one cut-out line and the width the recogniser pads it to.
 #[derive(Clone, Copy, Debug, Default)]
-struct LinePlan {
+struct LineShape {
     /// Crop size after the optional 90-degree turn.
     width: usize,
     height: usize,
@@ -256,7 +256,7 @@ pub struct Ocr {
     resize: ResizeScratch,
     db: DbPostprocessor,
     boxes: Vec<DetBox>,
-    plans: Vec<LinePlan>,
+    shapes: Vec<LineShape>,
     order: Vec<usize>,
     line_text: String,
     result: OcrResult,
@@ -451,7 +451,7 @@ impl Ocr {
             resize: ResizeScratch::default(),
             db: DbPostprocessor::with_capacity(0, MAX_LINES),
             boxes: Vec::with_capacity(MAX_LINES),
-            plans: Vec::with_capacity(MAX_LINES),
+            shapes: Vec::with_capacity(MAX_LINES),
             order: Vec::with_capacity(MAX_LINES),
             line_text: String::with_capacity(ctc::max_text_bytes(&dict, max_steps)),
             result: OcrResult::with_capacity(options.text_capacity),
@@ -695,37 +695,37 @@ impl Ocr {
         let (ratio_w, ratio_h) = g.ratio;
         let (use_scaled, pad_top) = (g.use_scaled, g.pad_top);
         // Line sizes and the reference's per-batch padded widths.
-        self.plans.clear();
+        self.shapes.clear();
         for b in &self.boxes {
             let (cw, ch) = crop_size(&b.points);
             let tall = ch as f64 / cw as f64 >= 1.5;
             let (width, height) = if tall { (ch, cw) } else { (cw, ch) };
-            self.plans.push(LinePlan {
+            self.shapes.push(LineShape {
                 width,
                 height,
                 tall,
                 rec_width: 0,
             });
         }
-        assign_rec_widths(&mut self.plans, &mut self.order, &self.config);
+        assign_rec_widths(&mut self.shapes, &mut self.order, &self.config);
 
         // Each line: cut out, classify, recognise.
         let text_score = decimal_f64(self.config.text_score);
         for i in 0..self.boxes.len() {
             let b = self.boxes[i];
-            let plan = self.plans[i];
+            let shape = self.shapes[i];
             let ta = Instant::now();
             cut_line(
                 src_image(use_scaled, &self.scaled, &self.image),
                 &b.points,
-                plan.tall,
+                shape.tall,
                 &mut self.crop,
                 &mut self.turned,
             );
             let tb = Instant::now();
             self.times.crop += tb - ta;
             self.line_text.clear();
-            let outcome = self.recognize_line(plan.rec_width)?;
+            let outcome = self.recognize_line(shape.rec_width)?;
             if outcome.rotated {
                 self.stats.rotated += 1;
             }
@@ -1051,20 +1051,20 @@ fn cut_line(
 /// aspect ratio (stable), in batches of `rec_batch`; a batch is padded to
 /// `int(rec_height * max(rec_min_width / rec_height, its widest ratio))`
 /// (`TextRecognizer.__call__`).
-fn assign_rec_widths(plans: &mut [LinePlan], order: &mut Vec<usize>, c: &OcrConfig) {
-    let ratio = |p: &LinePlan| p.width as f64 / p.height as f64;
+fn assign_rec_widths(shapes: &mut [LineShape], order: &mut Vec<usize>, c: &OcrConfig) {
+    let ratio = |p: &LineShape| p.width as f64 / p.height as f64;
     order.clear();
-    order.extend(0..plans.len());
-    db::stable_sort_by(order, |&a, &b| ratio(&plans[a]) < ratio(&plans[b]));
+    order.extend(0..shapes.len());
+    db::stable_sort_by(order, |&a, &b| ratio(&shapes[a]) < ratio(&shapes[b]));
     let (img_h, img_w) = (f64::from(c.rec_height), f64::from(c.rec_min_width));
     for batch in order.chunks(c.rec_batch as usize) {
         let mut m = img_w / img_h;
         for &i in batch {
-            m = m.max(ratio(&plans[i]));
+            m = m.max(ratio(&shapes[i]));
         }
         let width = (img_h * m) as u32;
         for &i in batch {
-            plans[i].rec_width = width;
+            shapes[i].rec_width = width;
         }
     }
 }

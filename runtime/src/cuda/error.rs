@@ -138,9 +138,16 @@ pub enum CudaError {
         /// The driver error.
         source: DriverError,
     },
-    /// An arena plan did not fit `usize` or a buffer was asked for with an impossible size.
-    #[error("memory plan: {0}")]
-    Plan(String),
+    /// A region of a device arena's layout ([`ArenaPlan`](super::ArenaPlan)) with an
+    /// alignment that is not a power of two, or an offset or end that overflows `usize`; the
+    /// text names the region and the values.
+    #[error("device arena: {0}")]
+    Arena(String),
+    /// An argument the device layer cannot take: a kernel name with a NUL byte, a region id
+    /// from another spec, more slots than a launch grid holds, a launch whose kernels are not
+    /// loaded; the text names the thing and the value.
+    #[error("{0}")]
+    Invalid(String),
     /// A stream capture failed; the reason says which stage was not capture-safe.
     #[error("CUDA graph capture failed: {0}")]
     Capture(String),

@@ -91,7 +91,7 @@ impl ArenaPlan {
     /// Add a region of `bytes` bytes aligned to [`DEFAULT_ALIGN`].
     ///
     /// # Errors
-    /// [`CudaError::Plan`] when the arena would exceed `usize`.
+    /// [`CudaError::Arena`] when the arena would exceed `usize`.
     pub fn add(&mut self, name: impl Into<String>, bytes: usize) -> Result<RegionId, CudaError> {
         self.add_aligned(name, bytes, DEFAULT_ALIGN)
     }
@@ -99,7 +99,7 @@ impl ArenaPlan {
     /// Add a region with an explicit alignment (a power of two).
     ///
     /// # Errors
-    /// [`CudaError::Plan`] on a bad alignment or when the arena would exceed `usize`.
+    /// [`CudaError::Arena`] on a bad alignment or when the arena would exceed `usize`.
     pub fn add_aligned(
         &mut self,
         name: impl Into<String>,
@@ -108,7 +108,7 @@ impl ArenaPlan {
     ) -> Result<RegionId, CudaError> {
         let name = name.into();
         if !align.is_power_of_two() {
-            return Err(CudaError::Plan(format!(
+            return Err(CudaError::Arena(format!(
                 "region `{name}`: alignment {align} is not a power of two"
             )));
         }
@@ -116,9 +116,9 @@ impl ArenaPlan {
             .end
             .checked_add(align - 1)
             .map(|v| v & !(align - 1))
-            .ok_or_else(|| CudaError::Plan(format!("region `{name}`: offset overflows usize")))?;
+            .ok_or_else(|| CudaError::Arena(format!("region `{name}`: offset overflows usize")))?;
         let end = offset.checked_add(bytes).ok_or_else(|| {
-            CudaError::Plan(format!(
+            CudaError::Arena(format!(
                 "region `{name}`: {bytes} bytes at offset {offset} overflow usize"
             ))
         })?;

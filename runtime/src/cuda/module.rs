@@ -196,10 +196,12 @@ impl KernelModule {
     /// Look up a kernel by its `extern "C"` name.
     ///
     /// # Errors
-    /// [`CudaError::MissingKernel`].
+    /// [`CudaError::MissingKernel`]; [`CudaError::Invalid`] for a name with a NUL byte.
     pub fn function(&self, name: &str) -> Result<Function, CudaError> {
         self.ctx.bind()?;
-        let c = CString::new(name).map_err(|e| CudaError::Plan(e.to_string()))?;
+        let c = CString::new(name).map_err(|e| {
+            CudaError::Invalid(format!("kernel name `{}`: {e}", name.escape_debug()))
+        })?;
         let mut f: sys::CUfunction = std::ptr::null_mut();
         // SAFETY: module loaded in this context; c is NUL-terminated.
         unsafe {

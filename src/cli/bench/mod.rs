@@ -17,6 +17,7 @@ mod machine;
 mod plot;
 mod report;
 mod stats;
+mod throughput;
 mod timing;
 
 use std::collections::BTreeMap;
@@ -50,8 +51,9 @@ use timing::{Schedule, Variant, run_timed, variant};
 pub struct BenchArgs {
     /// The bundle.
     bundle: PathBuf,
-    /// The input (decoded once, before timing).
-    input: PathBuf,
+    /// The input (decoded once, before timing). Without one, the family's throughput tests
+    /// (a text generator: llama-bench's `pp`/`tg`; `--runs` repetitions each, default 5).
+    input: Option<PathBuf>,
     /// Timed runs (1 to 1,000,000,000; with --compare, runs of each). Default 200, or no
     /// limit with --duration.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
@@ -110,7 +112,7 @@ pub struct BenchArgs {
     device: String,
     /// Time runs on the frame the first (untimed) run left in the session's input staging:
     /// no copy of the frame per run, the runtime's share when a producer writes its frames
-    /// into the staging in place (`Detector::staging_mut`; the producer's writes are not
+    /// into the staging in place (a family API's `staging_mut`; the producer's writes are not
     /// timed). A family without such a path says so.
     #[arg(long)]
     staged: bool,
@@ -169,10 +171,16 @@ fn check_output(path: &Path) -> Result<()> {
 /// Run `tether bench`: check the outputs, open the variants and prepare them on the input,
 /// warm up, time the runs, then write the JSON, the plot and the text report.
 pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
+    let (threads, threads_why) = a.threads.resolve();
+    let Some(input) = &a.input else {
+        if let Some(p) = a.json.as_ref().filter(|p| p.as_os_str() != "-") {
+            check_output(p)?;
+        }
+        return throughput::bench(a, matches, threads, threads_why);
+    };
     let plot = check_outputs(a)?;
     let stop = stop_on_ctrl_c();
-    let (threads, threads_why) = a.threads.resolve();
-    let opened = open_variants(a, matches, threads)?;
+    let opened = open_variants(a, input, matches, threads)?;
     let (bundle, family, input) = (&opened.bundle, opened.family, opened.input.as_ref());
     let mut variants = opened.variants;
     let machine = Machine::probe(
@@ -272,7 +280,12 @@ struct Opened {
 /// Open the bundle's runner(s) as the arguments ask (graphs, eager, or both with
 /// `--compare`), load the input, prepare each runner on it, and check that what
 /// `--compare`, `--floor` and `--staged` need is there (usage errors otherwise).
-fn open_variants(a: &BenchArgs, matches: &ArgMatches, threads: usize) -> Result<Opened> {
+fn open_variants(
+    a: &BenchArgs,
+    input_path: &Path,
+    matches: &ArgMatches,
+    threads: usize,
+) -> Result<Opened> {
     let options = |graphs: bool| RunOptions {
         device: a.device.clone(),
         verify_eagerly: false,
@@ -286,7 +299,7 @@ fn open_variants(a: &BenchArgs, matches: &ArgMatches, threads: usize) -> Result<
     let (bundle, family, first) = open_runner(&a.bundle, matches, &options(!a.eager))?;
     let first_name = if a.eager { "eager" } else { "graph" };
     let mut variants = vec![variant(first_name, first)];
-    let input = variants[0].runner.load(InputSource::File(&a.input))?;
+    let input = variants[0].runner.load(InputSource::File(input_path))?;
     // The first run prepares the session for the input (a GPU session captures its graph
     // then): never timed, and only after it does the runner know how it executes.
     variants[0].prepare(input.as_ref())?;

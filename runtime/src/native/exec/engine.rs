@@ -27,23 +27,23 @@ use crate::cuda::{
 };
 use crate::tensor::{DType, IoMode, TensorSpec};
 
-use crate::native::exec::kernels;
-use crate::native::exec::kernels::{
-    BiasActParams, CopyParams, EwParams, GatherParams, KERNEL_IMAGES, KERNEL_SOURCE, Kernels,
-    ReduceParams, ResizeParams, SoftmaxParams, TransposeParams,
-};
+use crate::native::exec::kernels::{KERNEL_IMAGES, KERNEL_SOURCE, Kernels};
 use crate::native::exec::launch::{self, Bases, ConvChoice, Launch, Layout, address};
 use crate::native::graph::{Graph, StepKind};
+use crate::native::ir::error::LowerError;
 use crate::native::ir::{ElemType, TensorId};
 use crate::native::libs::cublas::{self, GemmMath};
 use crate::native::libs::cudnn::{self, ConvMath};
 use crate::native::libs::plan_cache::PlanCache;
 use crate::native::libs::{cudnn_graph, load as libs};
+use crate::native::ops;
+use crate::native::ops::deconv::Deconv;
+use crate::native::ops::elementwise;
+use crate::native::ops::op::Uses;
 use crate::native::ops::pool::PoolKind;
-use crate::native::ops::{deconv::Deconv, elementwise::Elementwise};
-use crate::native::passes::fusion::{self, Fusion};
+use crate::native::passes::fusion::Fusion;
+use crate::native::pipeline::Compiled;
 use crate::native::plan::memory::BUFFER_ALIGN;
-use crate::native::{Compiled, LowerError};
 
 const ENGINE: EngineKind = EngineKind::CudaNative;
 
@@ -70,17 +70,17 @@ pub struct NativeOptions {
     /// `TETHER_CUDNN_FUSION=<n>` sets it (another value: a warning, the default).
     pub fusion_candidates: usize,
     /// Activation layout; `None`: the precision's default
-    /// ([`crate::native::ActivationLayout::for_precision`]: NHWC in fp16 and TF32, NCHW in fp32).
+    /// ([`crate::native::passes::layout::ActivationLayout::for_precision`]: NHWC in fp16 and TF32, NCHW in fp32).
     /// `TETHER_NATIVE_LAYOUT=nchw`, `nhwc` or `nhwc-packed` sets it (another value: a
     /// warning, the default). When cuDNN runs nothing on a convolution's or pooling's pitched
-    /// operand in a network laid out [`crate::native::ActivationLayout::Nhwc`], the network is
-    /// prepared again [`crate::native::ActivationLayout::NhwcPacked`], with one warning.
-    pub layout: Option<crate::native::ActivationLayout>,
+    /// operand in a network laid out [`crate::native::passes::layout::ActivationLayout::Nhwc`], the network is
+    /// prepared again [`crate::native::passes::layout::ActivationLayout::NhwcPacked`], with one warning.
+    pub layout: Option<crate::native::passes::layout::ActivationLayout>,
     /// Directory of the cuDNN plan cache ([`crate::native::libs::plan_cache`]): the plans cuDNN serialises
     /// (every fused convolution's among them) finalised at one load are deserialised at the
-    /// next instead of compiled again. Default [`crate::native::libs::plan_cache::default_dir`]
-    /// (`TETHER_CACHE_DIR`, empty: off; else `$XDG_CACHE_HOME/tether`, `~/.cache/tether`);
-    /// `None`: kept in memory for this plan's executors only.
+    /// next instead of compiled again. `None` (the default): kept in memory for this plan's
+    /// executors only; [`NativeOptions::from_env`] takes [`crate::native::libs::plan_cache::cache_dir`]
+    /// (`TETHER_CACHE_DIR`, empty: off; else `$XDG_CACHE_HOME/tether`, `~/.cache/tether`).
     pub plan_cache: Option<std::path::PathBuf>,
     /// Threads that compile the cuDNN plans a load measures before it measures them
     /// (each with its own cuDNN handle; the plans reach the measurement through the plan
@@ -100,30 +100,58 @@ pub struct NativeOptions {
     pub streams: usize,
 }
 
+/// The defaults, from constants only (nothing is read from the environment): the graph API
+/// on, cuDNN's default heuristics, [`DEFAULT_FUSION_CANDIDATES`], the precision's layout, no
+/// plan cache on disk, [`default_load_threads`],
+/// [`crate::native::plan::schedule::DEFAULT_STREAMS`].
 impl Default for NativeOptions {
     fn default() -> Self {
         NativeOptions {
             allow_nvrtc: false,
             conv_workspace_limit: 64 << 20,
-            cudnn_graph: std::env::var("TETHER_CUDNN_GRAPH").map_or(true, |v| v != "0"),
+            cudnn_graph: true,
+            cudnn_search: cudnn_graph::Search::Heuristics,
+            fusion_candidates: DEFAULT_FUSION_CANDIDATES,
+            layout: None,
+            plan_cache: None,
+            load_threads: default_load_threads(),
+            streams: crate::native::plan::schedule::DEFAULT_STREAMS,
+        }
+    }
+}
+
+impl NativeOptions {
+    /// The defaults with the environment's overrides: the one place the native engine reads
+    /// environment variables. `TETHER_CUDNN_GRAPH=0` turns [`NativeOptions::cudnn_graph`]
+    /// off; `TETHER_CUDNN_SEARCH=wide`, `TETHER_CUDNN_FUSION=<n>`,
+    /// `TETHER_NATIVE_LAYOUT=nchw|nhwc|nhwc-packed`, `TETHER_LOAD_THREADS=<n>` and
+    /// `TETHER_NATIVE_STREAMS=<n>` set the fields documented with them (a value out of range:
+    /// a warning and the default); the plan cache directory is `TETHER_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/tether`, else `$HOME/.cache/tether`
+    /// ([`crate::native::libs::plan_cache::cache_dir`]). [`crate::Model`] uses it unless
+    /// [`crate::ModelOptions::native`] is set.
+    pub fn from_env() -> Self {
+        let d = NativeOptions::default();
+        NativeOptions {
+            cudnn_graph: std::env::var("TETHER_CUDNN_GRAPH").map_or(d.cudnn_graph, |v| v != "0"),
             cudnn_search: match std::env::var("TETHER_CUDNN_SEARCH").as_deref() {
                 Ok("wide") => cudnn_graph::Search::Wide,
                 Ok(other) => {
                     log::warn!(
                         "TETHER_CUDNN_SEARCH={other:?} is not `wide`: cuDNN's default heuristics"
                     );
-                    cudnn_graph::Search::Heuristics
+                    d.cudnn_search
                 }
-                Err(_) => cudnn_graph::Search::Heuristics,
+                Err(_) => d.cudnn_search,
             },
             fusion_candidates: env_count(
                 "TETHER_CUDNN_FUSION",
                 "a count",
                 |_| true,
-                DEFAULT_FUSION_CANDIDATES,
+                d.fusion_candidates,
             ),
             layout: std::env::var("TETHER_NATIVE_LAYOUT").ok().and_then(|v| {
-                let layout = crate::native::ActivationLayout::parse(&v);
+                let layout = crate::native::passes::layout::ActivationLayout::parse(&v);
                 if layout.is_none() {
                     log::warn!(
                         "TETHER_NATIVE_LAYOUT={v:?} is not `nchw`, `nhwc` or `nhwc-packed`: the precision's default layout"
@@ -131,19 +159,24 @@ impl Default for NativeOptions {
                 }
                 layout
             }),
-            plan_cache: crate::native::libs::plan_cache::default_dir(),
+            plan_cache: crate::native::libs::plan_cache::cache_dir(
+                std::env::var_os("TETHER_CACHE_DIR"),
+                std::env::var_os("XDG_CACHE_HOME"),
+                std::env::var_os("HOME"),
+            ),
             load_threads: env_count(
                 "TETHER_LOAD_THREADS",
                 "a positive count",
                 |n| n > 0,
-                default_load_threads(),
+                d.load_threads,
             ),
             streams: env_count(
                 "TETHER_NATIVE_STREAMS",
                 &format!("a count from 1 to {}", crate::native::plan::schedule::MAX_STREAMS),
                 |n| (1..=crate::native::plan::schedule::MAX_STREAMS).contains(&n),
-                crate::native::plan::schedule::DEFAULT_STREAMS,
+                d.streams,
             ),
+            ..d
         }
     }
 }
@@ -162,17 +195,20 @@ fn env_count(var: &str, what: &str, ok: impl Fn(usize) -> bool, default: usize) 
 
 impl NativeOptions {
     /// The activation layout a network at `precision` is first prepared with: `layout`, else
-    /// the precision's default; [`crate::native::ActivationLayout::Nhwc`] becomes
-    /// [`crate::native::ActivationLayout::NhwcPacked`] without the graph API (`cudnn_graph` off),
+    /// the precision's default; [`crate::native::passes::layout::ActivationLayout::Nhwc`] becomes
+    /// [`crate::native::passes::layout::ActivationLayout::NhwcPacked`] without the graph API (`cudnn_graph` off),
     /// since pitched operands run through cuDNN's graph API only (its legacy API refuses
     /// them).
-    pub fn layout_for(&self, precision: Precision) -> crate::native::ActivationLayout {
+    pub fn layout_for(
+        &self,
+        precision: Precision,
+    ) -> crate::native::passes::layout::ActivationLayout {
         match self
             .layout
-            .unwrap_or(crate::native::ActivationLayout::for_precision(precision))
+            .unwrap_or(crate::native::passes::layout::ActivationLayout::for_precision(precision))
         {
-            crate::native::ActivationLayout::Nhwc if !self.cudnn_graph => {
-                crate::native::ActivationLayout::NhwcPacked
+            crate::native::passes::layout::ActivationLayout::Nhwc if !self.cudnn_graph => {
+                crate::native::passes::layout::ActivationLayout::NhwcPacked
             }
             layout => layout,
         }
@@ -277,7 +313,7 @@ impl Backend for NativeBackend {
                         &self.options,
                         source,
                         options,
-                        crate::native::ActivationLayout::NhwcPacked,
+                        crate::native::passes::layout::ActivationLayout::NhwcPacked,
                         &mut false,
                     )?
                 }
@@ -437,7 +473,14 @@ fn has_pitched_operand(g: &Graph, i: usize) -> bool {
     let (ops, channels_last) = match &g.steps[i].kind {
         StepKind::Conv(c) => ([c.x, c.y], c.channels_last),
         StepKind::Pool(p) => ([p.x, p.y], p.channels_last),
-        _ => return false,
+        StepKind::Elementwise(_)
+        | StepKind::Copy(_)
+        | StepKind::Deconv(_)
+        | StepKind::Gemm(_)
+        | StepKind::Softmax(_)
+        | StepKind::Reduce(_)
+        | StepKind::Gather(_)
+        | StepKind::Resize(_) => return false,
     };
     channels_last
         && ops.iter().any(|&t| {
@@ -449,9 +492,14 @@ fn has_pitched_operand(g: &Graph, i: usize) -> bool {
 /// Build the cuDNN descriptors of step `i`.
 fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, String> {
     let e = |e: cudnn::CudnnError| format!("step {i} ({}): {e}", g.steps[i].node);
-    match &g.steps[i].kind {
-        StepKind::Conv(c) | StepKind::Deconv(Deconv(c)) => {
-            let transposed = matches!(g.steps[i].kind, StepKind::Deconv(_));
+    let kind = &g.steps[i].kind;
+    let other = || format!("step {i}: a {} is no cuDNN step", kind.name());
+    match kind.uses() {
+        Uses::CudnnConvolution => {
+            let (StepKind::Conv(c) | StepKind::Deconv(Deconv(c))) = kind else {
+                return Err(other());
+            };
+            let transposed = matches!(kind, StepKind::Deconv(_));
             let (xt, wt, yt) = (g.tensor(c.x), g.tensor(c.w), g.tensor(c.y));
             let dt = cudnn::data_type(xt.dtype)
                 .filter(|_| wt.dtype == xt.dtype && yt.dtype == xt.dtype)
@@ -499,7 +547,10 @@ fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, St
             }
             Ok(StepDescs::Conv { x, w, y, conv })
         }
-        StepKind::Pool(p) => {
+        Uses::CudnnPooling => {
+            let StepKind::Pool(p) = kind else {
+                return Err(other());
+            };
             let (xt, yt) = (g.tensor(p.x), g.tensor(p.y));
             let dt = cudnn::data_type(xt.dtype)
                 .filter(|_| yt.dtype == xt.dtype)
@@ -525,7 +576,7 @@ fn step_descs(g: &Graph, i: usize, precision: Precision) -> Result<StepDescs, St
                 pool,
             })
         }
-        _ => Ok(StepDescs::None),
+        Uses::Kernels | Uses::Cublas => Ok(StepDescs::None),
     }
 }
 
@@ -566,6 +617,46 @@ fn conv_geometry(g: &Graph, i: usize, x: u64, w: u64, y: u64) -> Option<cudnn_gr
     })
 }
 
+/// The cuDNN epilogue of fusion `f` of `g`, the bias and residual at `b` and `r` (their
+/// addresses give the alignments cuDNN is told).
+pub fn epilogue_of(f: &Fusion, g: &Graph, b: u64, r: Option<u64>) -> cudnn_graph::FusedEpilogue {
+    cudnn_graph::FusedEpilogue {
+        act: if f.silu {
+            cudnn_graph::FusedAct::Silu
+        } else {
+            cudnn_graph::FusedAct::Identity
+        },
+        y_strides: Some(cudnn_strides(g, f.out)),
+        residual: f.residual.map(|t| cudnn_strides(g, t)),
+        align: [
+            cudnn_graph::alignment(b),
+            r.map_or(16, cudnn_graph::alignment),
+        ],
+        bias_f32: g.tensor(f.bias).dtype == ElemType::F32,
+    }
+}
+
+/// Element strides of a 4-D view as cuDNN takes them: an axis of size 1 (stride 0 or
+/// anything in the IR) gets the view's extent, a valid stride it never steps.
+fn cudnn_strides(g: &Graph, t: TensorId) -> [i64; 4] {
+    let t = g.tensor(t);
+    let extent = t
+        .shape
+        .iter()
+        .zip(&t.strides)
+        .map(|(&n, &s)| n as i64 * s as i64)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut out = [extent; 4];
+    for (d, o) in out.iter_mut().enumerate() {
+        if t.shape.get(d).copied().unwrap_or(1) > 1 {
+            *o = t.strides[d] as i64;
+        }
+    }
+    out
+}
+
 /// The cuDNN epilogue of fusion `f` with its operands at `addr`, and the byte alignment of
 /// the output it stores (the fused graph's `y`).
 fn fused_epilogue(
@@ -574,7 +665,7 @@ fn fused_epilogue(
     addr: &dyn Fn(TensorId) -> u64,
 ) -> (cudnn_graph::FusedEpilogue, i64) {
     (
-        f.epilogue(g, addr(f.bias), f.residual.map(addr)),
+        epilogue_of(f, g, addr(f.bias), f.residual.map(addr)),
         cudnn_graph::alignment(addr(f.out)),
     )
 }
@@ -623,7 +714,7 @@ fn graph_jobs(
         if opts.fusion_candidates == 0 {
             continue;
         }
-        if let Some(f) = fusion::find(compiled, i) {
+        if let Some(f) = compiled.memory.fusion(&compiled.graph, i) {
             let (epi, out_align) = fused_epilogue(g, &f, addr);
             push((
                 geo.with_output_alignment(out_align),
@@ -839,7 +930,7 @@ impl NativePlan {
         opts: &NativeOptions,
         source: &NetworkSource<'_>,
         options: &PrepareOptions,
-        layout: crate::native::ActivationLayout,
+        layout: crate::native::passes::layout::ActivationLayout,
         pitched_refused: &mut bool,
     ) -> Result<Self, PrepareError> {
         let network = source.network;
@@ -849,7 +940,7 @@ impl NativePlan {
                 "the native engine runs ONNX networks only",
             ));
         }
-        let compiled = crate::native::compile_fixed(
+        let compiled = crate::native::pipeline::compile_fixed(
             source.bytes,
             &options.input_shapes,
             &options.fixed_inputs,
@@ -859,13 +950,9 @@ impl NativePlan {
         )
         .map_err(|e| lower_err(network, e))?;
         let g = &compiled.graph;
-        let uses_cudnn = g.steps.iter().any(|s| {
-            matches!(
-                s.kind,
-                StepKind::Conv(_) | StepKind::Deconv(_) | StepKind::Pool(_)
-            )
-        });
-        let uses_cublas = g.steps.iter().any(|s| matches!(s.kind, StepKind::Gemm(_)));
+        let uses = |u: Uses| g.steps.iter().any(|s| s.kind.uses() == u);
+        let uses_cudnn = uses(Uses::CudnnConvolution) || uses(Uses::CudnnPooling);
+        let uses_cublas = uses(Uses::Cublas);
         // Libraries first: a missing cuDNN is a refusal with the paths tried, not a panic.
         if uses_cudnn {
             libs::cudnn().map_err(|e| backend_err(network, e.to_string()))?;
@@ -940,10 +1027,7 @@ impl NativePlan {
         let mut fused_geoms = vec![None; g.steps.len()];
         let mut kept_plans: Vec<Option<Arc<StepPlan>>> = vec![None; g.steps.len()];
         let mut kept: Option<Kept> = None;
-        let has_convs = g
-            .steps
-            .iter()
-            .any(|s| matches!(s.kind, StepKind::Conv(_) | StepKind::Deconv(_)));
+        let has_convs = uses(Uses::CudnnConvolution);
         // Read only where graph-API plans are built.
         let plan_cache = Arc::new(if has_convs && opts.cudnn_graph {
             open_plan_cache(ctx, opts, network)
@@ -1032,7 +1116,7 @@ impl NativePlan {
                 let (xa, wa, ya) = (addr(c.x), addr(c.w), addr(c.y));
                 // The fusion this convolution could take, its epilogue and output alignment.
                 let fusion = (!transposed && opts.cudnn_graph && opts.fusion_candidates > 0)
-                    .then(|| fusion::find(&compiled, i))
+                    .then(|| compiled.memory.fusion(&compiled.graph, i))
                     .flatten();
                 let epilogue = fusion.map(|f| fused_epilogue(g, &f, &addr));
                 // Identical convolutions (views, parameters, operand alignments, fusion) are
@@ -1190,35 +1274,24 @@ impl NativePlan {
                             m.plan = Some(plan);
                         }
                         if let (Some(f), Some((epi, out_align))) = (fusion, epilogue) {
-                            let StepKind::Elementwise(Elementwise {
-                                inputs,
-                                output,
-                                program,
-                            }) = &g.steps[f.ew].kind
-                            else {
+                            let StepKind::Elementwise(e) = &g.steps[f.ew].kind else {
                                 unreachable!("a fusion's successor is element-wise")
                             };
-                            let ew_us =
-                                kernels::bias_act_params(g, inputs, *output, program, &addr)
-                                    .and_then(|mut params| {
-                                        let grid = kernels::grid_for(params.threads());
-                                        time_us(ctx, &stream, 3, 20, || {
-                                            let mut args =
-                                                [&mut params as *mut BiasActParams as *mut c_void];
-                                            // SAFETY: the kernel's one parameter struct, every
-                                            // address in the temporary arena or the weights.
-                                            unsafe {
-                                                stream.launch(
-                                                    kernel_set.bias_act,
-                                                    (grid, 1, 1),
-                                                    (256, 1, 1),
-                                                    0,
-                                                    &mut args,
-                                                )
-                                            }
-                                            .is_ok()
-                                        })
-                                    });
+                            let ew_us = elementwise::bias_act(g, e, &addr).and_then(|mut call| {
+                                let f = ops::kernel_index(call.kernel)
+                                    .and_then(|k| kernel_set.get(k))?;
+                                let [gx, gy, gz] = call.grid;
+                                let [bx, by, bz] = call.block;
+                                time_us(ctx, &stream, 3, 20, || {
+                                    let mut args = [call.params.as_mut_ptr() as *mut c_void];
+                                    // SAFETY: the kernel's one parameter struct, every address in
+                                    // the temporary arena or the weights.
+                                    unsafe {
+                                        stream.launch(f, (gx, gy, gz), (bx, by, bz), 0, &mut args)
+                                    }
+                                    .is_ok()
+                                })
+                            });
                             let geo_f = geo.with_output_alignment(out_align);
                             let (ba, ra, oa) = (addr(f.bias), f.residual.map(addr), addr(f.out));
                             let unfused = best + ew_us.unwrap_or(f32::INFINITY);
@@ -1350,7 +1423,7 @@ impl NativePlan {
                 .and_then(|m| m.check(g).map(|_| m))
                 .map_err(|e| backend_err(network, format!("internal: memory plan: {e}")))?;
         for &i in &winners {
-            if fusion::find_in(g, &memory, i) != fusions[i] {
+            if memory.fusion(g, i) != fusions[i] {
                 log::warn!(
                     "{network}: step {i}: fusion does not hold under the final memory plan: unfused"
                 );
@@ -1949,28 +2022,30 @@ impl NativeExecutor {
         let key = stream.raw() as usize;
         let slot = usize::from(self.plan.compiled.memory.schedule.stream[i]);
         match self.launches[i] {
-            Launch::Conv { .. } | Launch::Deconv { .. } | Launch::Pool { .. }
-                if self.cudnn_stream != Some(key) =>
-            {
-                self.cudnn_stream = None;
-                if let Some(h) = &self.cudnn {
-                    h.set_stream(stream.raw())
-                        .map_err(|e| self.fail("cudnnSetStream", &e))?;
+            Launch::Conv { .. } | Launch::Deconv { .. } | Launch::Pool { .. } => {
+                if self.cudnn_stream != Some(key) {
+                    self.cudnn_stream = None;
+                    if let Some(h) = &self.cudnn {
+                        h.set_stream(stream.raw())
+                            .map_err(|e| self.fail("cudnnSetStream", &e))?;
+                    }
+                    self.cudnn_stream = Some(key);
                 }
-                self.cudnn_stream = Some(key);
             }
-            Launch::Gemm { .. } if self.cublas_stream != Some((key, slot)) => {
-                self.cublas_stream = None;
-                let (off, bytes) = self.plan.layout.cublas_workspace(slot);
-                if let Some(h) = &self.cublas {
-                    // cublasSetStream resets the workspace to cuBLAS's own pool: set ours
-                    // after.
-                    h.bind(stream.raw(), self.workspace + off as u64, bytes)
-                        .map_err(|e| self.fail("cublasSetStream/Workspace", &e))?;
+            Launch::Gemm { .. } => {
+                if self.cublas_stream != Some((key, slot)) {
+                    self.cublas_stream = None;
+                    let (off, bytes) = self.plan.layout.cublas_workspace(slot);
+                    if let Some(h) = &self.cublas {
+                        // cublasSetStream resets the workspace to cuBLAS's own pool: set ours
+                        // after.
+                        h.bind(stream.raw(), self.workspace + off as u64, bytes)
+                            .map_err(|e| self.fail("cublasSetStream/Workspace", &e))?;
+                    }
+                    self.cublas_stream = Some((key, slot));
                 }
-                self.cublas_stream = Some((key, slot));
             }
-            _ => {}
+            Launch::Kernel { .. } | Launch::Memcpy { .. } | Launch::Fused { .. } => {}
         }
         Ok(())
     }
@@ -1978,63 +2053,25 @@ impl NativeExecutor {
     /// Enqueue launch `i` of the bound run on `stream` ([`Self::begin`] first).
     fn launch_one(&mut self, stream: &Stream, i: usize) -> Result<(), RunError> {
         self.libraries_for(stream, i)?;
-        let k = self.plan.kernels;
+        let k = &self.plan.kernels;
         let precision = self.plan.precision;
         {
-            let block = (256, 1, 1);
             match &mut self.launches[i] {
-                Launch::Ew { params, grid } => {
-                    let mut args = [params as *mut EwParams as *mut c_void];
-                    // SAFETY: one parameter, the struct the kernel takes by value; every
-                    // address in it was resolved from the bound regions at bind time.
-                    unsafe { stream.launch(k.ew, (*grid, 1, 1), block, 0, &mut args) }?;
-                }
-                Launch::BiasAct { params, grid } => {
-                    let mut args = [params as *mut BiasActParams as *mut c_void];
-                    // SAFETY: one parameter, the struct the kernel takes by value; every
-                    // address in it was resolved from the bound regions at bind time.
-                    unsafe { stream.launch(k.bias_act, (*grid, 1, 1), block, 0, &mut args) }?;
-                }
-                Launch::Copy { params, grid } => {
-                    let mut args = [params as *mut CopyParams as *mut c_void];
-                    // SAFETY: as above.
-                    unsafe { stream.launch(k.copy, (*grid, 1, 1), block, 0, &mut args) }?;
-                }
-                Launch::Transpose { params, grid } => {
-                    let mut args = [params as *mut TransposeParams as *mut c_void];
-                    let [x, y, z] = *grid;
-                    // SAFETY: as above; 32 x 8 threads, the tile the kernel assumes.
-                    unsafe { stream.launch(k.transpose, (x, y, z), (32, 8, 1), 0, &mut args) }?;
+                Launch::Kernel { kernel, call } => {
+                    let Some(f) = k.get(*kernel) else {
+                        return Err(self.fail("cuLaunchKernel", &"kernel not loaded"));
+                    };
+                    let [gx, gy, gz] = call.grid;
+                    let [bx, by, bz] = call.block;
+                    let mut args = [call.params.as_mut_ptr() as *mut c_void];
+                    // SAFETY: one parameter, the struct the kernel takes by value (its operator
+                    // mirrors the CUDA struct); every address in it was resolved from the
+                    // bound regions at bind time.
+                    unsafe { stream.launch(f, (gx, gy, gz), (bx, by, bz), 0, &mut args) }?;
                 }
                 Launch::Memcpy { dst, src, bytes } => {
                     // SAFETY: both ranges lie in bound regions (or the plan's weights).
                     unsafe { stream.memcpy_dtod(DevicePtr(*dst), DevicePtr(*src), *bytes) }?;
-                }
-                Launch::Softmax { params, rows, grid } => {
-                    let f = if *rows {
-                        k.softmax_rows
-                    } else {
-                        k.softmax_cols
-                    };
-                    let mut args = [params as *mut SoftmaxParams as *mut c_void];
-                    // SAFETY: as above.
-                    unsafe { stream.launch(f, (*grid, 1, 1), block, 0, &mut args) }?;
-                }
-                Launch::Reduce { params, rows, grid } => {
-                    let f = if *rows { k.reduce_rows } else { k.reduce_cols };
-                    let mut args = [params as *mut ReduceParams as *mut c_void];
-                    // SAFETY: as above.
-                    unsafe { stream.launch(f, (*grid, 1, 1), block, 0, &mut args) }?;
-                }
-                Launch::Resize { params, grid } => {
-                    let mut args = [params as *mut ResizeParams as *mut c_void];
-                    // SAFETY: as above.
-                    unsafe { stream.launch(k.resize, (*grid, 1, 1), block, 0, &mut args) }?;
-                }
-                Launch::Gather { params, grid } => {
-                    let mut args = [params as *mut GatherParams as *mut c_void];
-                    // SAFETY: as above.
-                    unsafe { stream.launch(k.gather, (*grid, 1, 1), block, 0, &mut args) }?;
                 }
                 Launch::Fused { .. } => {}
                 Launch::Conv {

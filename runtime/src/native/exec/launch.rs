@@ -3,16 +3,11 @@
 //! Built at bind time from the bound regions' base addresses; pure logic, no CUDA, so the
 //! same list can be run by the host emulator ([`crate::native::exec::emulate`]) in tests.
 
-use crate::native::Compiled;
-use crate::native::exec::kernels::{
-    self, BiasActParams, CopyParams, EwParams, GatherParams, ReduceParams, ResizeParams,
-    SoftmaxParams, TransposeParams,
-};
-use crate::native::graph::StepKind;
 use crate::native::ir::{ElemType, TensorId};
-use crate::native::ops::gemm::{BlasGemm, blas_gemm};
-use crate::native::ops::{copy, deconv::Deconv, elementwise::Elementwise};
+use crate::native::ops;
+use crate::native::ops::op::{BlasGemm, Call, KernelCall, Library, Uses};
 use crate::native::passes::fusion::Fusion;
+use crate::native::pipeline::Compiled;
 use crate::native::plan::memory::{BUFFER_ALIGN, Region};
 use crate::native::plan::schedule::MAX_STREAMS;
 
@@ -79,10 +74,10 @@ pub fn stream_scratch(
         .enumerate()
     {
         let st = usize::from(st).min(MAX_STREAMS - 1);
-        match step.kind {
-            StepKind::Conv(_) | StepKind::Deconv(_) => cudnn[st] = cudnn[st].max(need(i)),
-            StepKind::Gemm(_) => cublas[st] = cublas_bytes,
-            _ => {}
+        match step.kind.uses() {
+            Uses::CudnnConvolution => cudnn[st] = cudnn[st].max(need(i)),
+            Uses::Cublas => cublas[st] = cublas_bytes,
+            Uses::CudnnPooling | Uses::Kernels => {}
         }
     }
     (cudnn, cublas)
@@ -199,34 +194,12 @@ pub struct ConvEpilogue {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Launch {
-    /// `ew_program`.
-    Ew {
-        /// Parameters.
-        params: EwParams,
-        /// Blocks of 256 threads (grid-stride).
-        grid: u32,
-    },
-    /// `bias_act`: an element-wise step that is a convolution's bias and activation.
-    BiasAct {
-        /// Parameters.
-        params: BiasActParams,
-        /// Blocks of 256 threads (grid-stride).
-        grid: u32,
-    },
-    /// `strided_copy`.
-    Copy {
-        /// Parameters.
-        params: CopyParams,
-        /// Blocks (grid-stride).
-        grid: u32,
-    },
-    /// `tiled_transpose`: a copy between layouts (blocks of 32 x 8 threads).
-    Transpose {
-        /// Parameters.
-        params: TransposeParams,
-        /// Grid: tiles along the destination's and the source's contiguous dimension, and
-        /// planes of the others.
-        grid: [u32; 3],
+    /// A kernel of `native.cu` ([`Call::Kernel`]).
+    Kernel {
+        /// Its position in the registry's kernels ([`ops::kernel_index`]).
+        kernel: usize,
+        /// Grid, block and parameters.
+        call: KernelCall,
     },
     /// `cuMemcpyDtoDAsync`.
     Memcpy {
@@ -301,51 +274,13 @@ pub enum Launch {
         /// Result.
         c: u64,
     },
-    /// `softmax_rows` (rows) or `softmax_cols`.
-    Softmax {
-        /// Parameters.
-        params: SoftmaxParams,
-        /// Warp per row (inner == 1).
-        rows: bool,
-        /// Blocks of 256 threads covering every row / column.
-        grid: u32,
-    },
-    /// `reduce_rows` (rows) or `reduce_cols`.
-    Reduce {
-        /// Parameters.
-        params: ReduceParams,
-        /// Warp per row (inner == 1).
-        rows: bool,
-        /// Blocks of 256 threads covering every row / column.
-        grid: u32,
-    },
-    /// `gather`.
-    Gather {
-        /// Parameters.
-        params: GatherParams,
-        /// Blocks (grid-stride).
-        grid: u32,
-    },
-    /// `resize2d`.
-    Resize {
-        /// Parameters.
-        params: ResizeParams,
-        /// Blocks (grid-stride).
-        grid: u32,
-    },
-}
-
-fn step_kind(k: &StepKind) -> &'static str {
-    match k {
-        StepKind::Deconv(_) => "deconv",
-        _ => "other",
-    }
 }
 
 /// Resolve every step of `c` against `bases` into `out` (cleared first by the caller), one
-/// launch per step. `fusions[i]` (when `Some`, for a convolution step `i` run by a fused
-/// graph-API plan) fuses step `i`'s element-wise successor into it: that step becomes
-/// [`Launch::Fused`].
+/// launch per step: what the step's operator enqueues ([`crate::native::ops::op::Op::call`]),
+/// with the algorithm and scratch the executor chose for a library call. `fusions[i]` (when
+/// `Some`, for a convolution step `i` run by a fused graph-API plan) fuses step `i`'s
+/// element-wise successor into it: that step becomes [`Launch::Fused`].
 ///
 /// # Errors
 /// A description when a step does not fit the kernels' index ranges or has no algorithm.
@@ -370,52 +305,26 @@ pub fn build(
     let fusion = |i: usize| fusions.get(i).copied().flatten();
     for (i, step) in g.steps.iter().enumerate() {
         let name = &step.node;
-        let u = |v: usize| u32::try_from(v).map_err(|_| format!("{name}: {v} too large"));
         if let Some(f) = i.checked_sub(1).and_then(fusion).filter(|f| f.ew == i) {
             out.push(Launch::Fused { into: f.ew - 1 });
             continue;
         }
-        let launch = match &step.kind {
-            StepKind::Elementwise(Elementwise {
-                inputs,
-                output,
-                program,
-            }) => {
-                if let Some(params) = kernels::bias_act_params(g, inputs, *output, program, &addr) {
-                    Launch::BiasAct {
-                        grid: kernels::grid_for(params.threads()),
-                        params,
-                    }
-                } else {
-                    let params = kernels::ew_params(g, name, inputs, *output, program, &addr)
-                        .map_err(|e| e.to_string())?;
-                    Launch::Ew {
-                        grid: kernels::grid_for(params.n),
-                        params,
-                    }
-                }
+        let launch = match step.kind.call(g, name, &addr).map_err(|e| e.to_string())? {
+            Call::Kernel(call) => Launch::Kernel {
+                kernel: ops::kernel_index(call.kernel).ok_or_else(|| {
+                    format!("{name}: kernel `{}` is not in the registry", call.kernel)
+                })?,
+                call,
+            },
+            Call::Memcpy { dst, src, bytes } => Launch::Memcpy { dst, src, bytes },
+            Call::Library(Library::Pooling { x, y }) => Launch::Pool { step: i, x, y },
+            Call::Library(Library::Gemm { p, dtype, a, b, c }) => {
+                Launch::Gemm { p, dtype, a, b, c }
             }
-            StepKind::Copy(copy::Copy { src, dst }) => {
-                if kernels::is_block_copy(g, *src, *dst) {
-                    let t = g.tensor(*dst);
-                    Launch::Memcpy {
-                        dst: addr(*dst),
-                        src: addr(*src),
-                        bytes: t.numel() * t.dtype.size(),
-                    }
-                } else {
-                    let params = kernels::copy_params(g, name, *src, *dst, &addr)
-                        .map_err(|e| e.to_string())?;
-                    match kernels::transpose_params(&params) {
-                        Some((params, grid)) => Launch::Transpose { params, grid },
-                        None => Launch::Copy {
-                            grid: kernels::grid_for(params.n),
-                            params,
-                        },
-                    }
-                }
-            }
-            StepKind::Conv(cv) | StepKind::Deconv(Deconv(cv)) => {
+            Call::Library(
+                lib @ (Library::Convolution { x, w, y }
+                | Library::TransposedConvolution { x, w, y }),
+            ) => {
                 let choice = convs
                     .get(i)
                     .copied()
@@ -436,20 +345,19 @@ pub fn build(
                 } else {
                     (IMPLICIT_GEMM, 0)
                 };
-                let (step, x, w) = (i, addr(cv.x), addr(cv.w));
                 let ws = bases.workspace + ws as u64;
                 let epilogue = fusion(i).map(|f| ConvEpilogue {
                     fusion: f,
                     b: addr(f.bias),
                     r: f.residual.map(addr),
                 });
-                let y = epilogue.map_or(addr(cv.y), |e| addr(e.fusion.out));
-                if matches!(step_kind(&g.steps[i].kind), "deconv") {
+                let y = epilogue.map_or(y, |e| addr(e.fusion.out));
+                if let Library::TransposedConvolution { .. } = lib {
                     if epilogue.is_some() {
                         return Err(format!("{name}: a transposed convolution has no fusion"));
                     }
                     Launch::Deconv {
-                        step,
+                        step: i,
                         x,
                         w,
                         y,
@@ -459,7 +367,7 @@ pub fn build(
                     }
                 } else {
                     Launch::Conv {
-                        step,
+                        step: i,
                         x,
                         w,
                         y,
@@ -470,106 +378,6 @@ pub fn build(
                     }
                 }
             }
-            StepKind::Pool(pl) => Launch::Pool {
-                step: i,
-                x: addr(pl.x),
-                y: addr(pl.y),
-            },
-            StepKind::Gemm(gm) => {
-                let bp = blas_gemm(gm)
-                    .ok_or_else(|| format!("{name}: a matrix product that fits no BLAS call"))?;
-                let (a, b) = if bp.swapped {
-                    (addr(gm.b), addr(gm.a))
-                } else {
-                    (addr(gm.a), addr(gm.b))
-                };
-                Launch::Gemm {
-                    p: bp,
-                    dtype: g.tensor(gm.c).dtype,
-                    a,
-                    b,
-                    c: addr(gm.c),
-                }
-            }
-            StepKind::Softmax(s) => {
-                let rows = s.inner == 1;
-                let threads = if rows {
-                    s.outer * 32
-                } else {
-                    s.outer * s.inner
-                };
-                Launch::Softmax {
-                    params: SoftmaxParams {
-                        x: addr(s.x),
-                        y: addr(s.y),
-                        outer: u(s.outer)?,
-                        n: u(s.n)?,
-                        inner: u(s.inner)?,
-                        dtype: g.tensor(s.x).dtype as u32,
-                        log: s.log as u32,
-                        pad: 0,
-                    },
-                    rows,
-                    grid: u(threads.div_ceil(256))?.max(1),
-                }
-            }
-            StepKind::Reduce(r) => {
-                let rows = r.inner == 1;
-                let threads = if rows {
-                    r.outer * 32
-                } else {
-                    r.outer * r.inner
-                };
-                Launch::Reduce {
-                    params: ReduceParams {
-                        x: addr(r.x),
-                        y: addr(r.y),
-                        outer: u(r.outer)?,
-                        n: u(r.n)?,
-                        inner: u(r.inner)?,
-                        kind: r.kind as u32,
-                        dtype: g.tensor(r.x).dtype as u32,
-                        pad: 0,
-                    },
-                    rows,
-                    grid: u(threads.div_ceil(256))?.max(1),
-                }
-            }
-            StepKind::Gather(gt) => Launch::Gather {
-                params: GatherParams {
-                    data: addr(gt.data),
-                    indices: addr(gt.indices),
-                    y: addr(gt.y),
-                    outer: u(gt.outer)?,
-                    n: u(gt.n)?,
-                    inner: u(gt.inner)?,
-                    count: u(gt.count)?,
-                    elem_bytes: g.tensor(gt.data).dtype.size() as u32,
-                    index_bytes: g.tensor(gt.indices).dtype.size() as u32,
-                },
-                grid: kernels::grid_for(u(gt.outer * gt.count * gt.inner)?),
-            },
-            StepKind::Resize(r) => Launch::Resize {
-                params: ResizeParams {
-                    x: addr(r.x),
-                    y: addr(r.y),
-                    iy: addr(r.iy),
-                    wy: addr(r.wy),
-                    ix: addr(r.ix),
-                    wx: addr(r.wx),
-                    outer: u(r.outer)?,
-                    h_in: u(r.h_in)?,
-                    w_in: u(r.w_in)?,
-                    h_out: u(r.h_out)?,
-                    w_out: u(r.w_out)?,
-                    win_h: u(r.win_h)?,
-                    win_w: u(r.win_w)?,
-                    x_dtype: g.tensor(r.x).dtype as u32,
-                    y_dtype: g.tensor(r.y).dtype as u32,
-                    pad: 0,
-                },
-                grid: kernels::grid_for(u(r.outer * r.h_out * r.w_out)?),
-            },
         };
         out.push(launch);
     }

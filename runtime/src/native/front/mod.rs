@@ -25,7 +25,7 @@ use crate::native::ir::Tensor as View;
 pub use crate::native::ir::error::LowerError;
 use crate::native::ir::program::{EwOp, Program};
 use crate::native::ir::{Buffer, BufferId, BufferKind, ElemType, TensorId, Views, packed_strides};
-use crate::native::ops::op::{Lower, unsupported};
+use crate::native::ops::op::{Lower, elem_type, unsupported};
 use crate::native::ops::{copy, elementwise, gather};
 
 /// Parse `onnx` with tract, fix every input to `input_shapes` (element type from the model),
@@ -161,20 +161,6 @@ pub fn declutter(model: &mut TypedModel) -> TractResult<()> {
         .any(|n| name.starts_with(n))
     });
     optimizer.optimize(model)
-}
-
-/// The IR element type of a tract datum type.
-pub fn elem_type(dt: DatumType) -> Option<ElemType> {
-    Some(match dt {
-        DatumType::F32 => ElemType::F32,
-        DatumType::F16 => ElemType::F16,
-        DatumType::I32 => ElemType::I32,
-        DatumType::I64 => ElemType::I64,
-        DatumType::U8 => ElemType::U8,
-        DatumType::I8 => ElemType::I8,
-        DatumType::Bool => ElemType::Bool,
-        _ => return None,
-    })
 }
 
 /// Lower a typed, decluttered model.

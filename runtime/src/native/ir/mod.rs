@@ -334,6 +334,30 @@ impl Tensor {
     }
 }
 
+/// Visit every element of a view in row-major order of its shape: `f(linear index, element
+/// offset from the tensor's element 0)`.
+pub fn for_each_offset(shape: &[usize], strides: &[isize], mut f: impl FnMut(usize, isize)) {
+    let n: usize = shape.iter().product();
+    if n == 0 {
+        return;
+    }
+    let rank = shape.len();
+    let mut idx = vec![0usize; rank];
+    let mut off = 0isize;
+    for lin in 0..n {
+        f(lin, off);
+        for d in (0..rank).rev() {
+            idx[d] += 1;
+            off += strides[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            off -= strides[d] * shape[d] as isize;
+            idx[d] = 0;
+        }
+    }
+}
+
 /// Read access to the tensors and buffers of a network (what an operator sees of the
 /// [`crate::native::graph::Graph`] it belongs to).
 pub trait Views {
@@ -365,6 +389,13 @@ pub trait Views {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offsets_walk_a_transposed_view() {
+        let mut seen = Vec::new();
+        for_each_offset(&[2, 3], &[1, 2], |i, off| seen.push((i, off)));
+        assert_eq!(seen, vec![(0, 0), (1, 2), (2, 4), (3, 1), (4, 3), (5, 5)]);
+    }
 
     #[test]
     fn packed_strides_and_extent() {

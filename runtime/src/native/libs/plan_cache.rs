@@ -17,7 +17,7 @@
 //!
 //! # File
 //! One file per device model, cuDNN version and tether version
-//! ([`PlanCache::file_name`]), in [`default_dir`]. Little-endian:
+//! ([`PlanCache::file_name`]), in [`cache_dir`]. Little-endian:
 //!
 //! | bytes | field |
 //! |---|---|
@@ -174,18 +174,11 @@ pub fn identity(cudnn_version: u32, device: &str, sm: u32, multiprocessors: u32)
     )
 }
 
-/// The cache directory: `TETHER_CACHE_DIR` when set (an empty value turns the cache off:
-/// `None`), else `$XDG_CACHE_HOME/tether`, else `$HOME/.cache/tether`; `None` when none of
-/// them is set.
-pub fn default_dir() -> Option<PathBuf> {
-    dir_from(
-        std::env::var_os("TETHER_CACHE_DIR"),
-        std::env::var_os("XDG_CACHE_HOME"),
-        std::env::var_os("HOME"),
-    )
-}
-
-fn dir_from(
+/// The cache directory from the values of `TETHER_CACHE_DIR`, `XDG_CACHE_HOME` and `HOME`
+/// (read by [`crate::native::NativeOptions::from_env`]): `tether` when set (an empty value
+/// turns the cache off: `None`), else `$XDG_CACHE_HOME/tether`, else `$HOME/.cache/tether`;
+/// `None` when none of them is set.
+pub fn cache_dir(
     tether: Option<std::ffi::OsString>,
     xdg: Option<std::ffi::OsString>,
     home: Option<std::ffi::OsString>,
@@ -833,18 +826,18 @@ mod tests {
     fn the_directory_follows_the_environment() {
         let s = |v: &str| Some(std::ffi::OsString::from(v));
         assert_eq!(
-            dir_from(s("/d"), s("/x"), s("/h")),
+            cache_dir(s("/d"), s("/x"), s("/h")),
             Some(PathBuf::from("/d"))
         );
-        assert_eq!(dir_from(s(""), s("/x"), s("/h")), None, "empty: off");
+        assert_eq!(cache_dir(s(""), s("/x"), s("/h")), None, "empty: off");
         assert_eq!(
-            dir_from(None, s("/x"), s("/h")),
+            cache_dir(None, s("/x"), s("/h")),
             Some(PathBuf::from("/x/tether"))
         );
         assert_eq!(
-            dir_from(None, s(""), s("/h")),
+            cache_dir(None, s(""), s("/h")),
             Some(PathBuf::from("/h/.cache/tether"))
         );
-        assert_eq!(dir_from(None, None, None), None);
+        assert_eq!(cache_dir(None, None, None), None);
     }
 }

@@ -9,7 +9,10 @@ use crate::native::ir::error::LowerError;
 use crate::native::ir::program::{EwOp, Program};
 use crate::native::ir::{BufferKind, ElemType, TensorId, Views};
 use crate::native::ops::elementwise::Elementwise;
-use crate::native::ops::op::{Lower, Op, cudnn_layout, one_float_type, unsupported};
+use crate::native::ops::op::{
+    Call, HostMemory, Kernel, Library, Lower, Op, ParamError, Uses, cudnn_layout, one_float_type,
+    unsupported,
+};
 
 /// Padding, strides and dilations per spatial axis.
 pub type Spatial = (Vec<usize>, Vec<usize>, Vec<usize>);
@@ -62,6 +65,107 @@ impl Op for Conv {
         one_float_type(g, Self::NAME, &self.reads(), self.y)?;
         cudnn_layout(g, &[self.x, self.y], Some(self.w), self.channels_last)
     }
+
+    const USES: Uses = Uses::CudnnConvolution;
+
+    const KERNELS: &'static [Kernel] = &[];
+
+    /// A direct convolution, fp32 accumulation in input-channel order.
+    fn reference(&self, mem: &mut dyn HostMemory) -> Result<(), String> {
+        let g = mem.views();
+        let (xs, ws, ys) = (
+            g.tensor(self.x).shape.clone(),
+            g.tensor(self.w).shape.clone(),
+            g.tensor(self.y).shape.clone(),
+        );
+        let y = conv_compute(&mem.read(self.x), &mem.read(self.w), &xs, &ws, &ys, self);
+        mem.write(self.y, &y);
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        _g: &dyn Views,
+        _node: &str,
+        addr: &dyn Fn(TensorId) -> u64,
+    ) -> Result<Call, ParamError> {
+        Ok(Call::Library(Library::Convolution {
+            x: addr(self.x),
+            w: addr(self.w),
+            y: addr(self.y),
+        }))
+    }
+}
+
+/// Direct convolution of packed `x` (`xs`) with packed `w` (`ws`) into packed `ys`.
+pub fn conv_compute(
+    x: &[f32],
+    w: &[f32],
+    xs: &[usize],
+    ws: &[usize],
+    ys: &[usize],
+    c: &Conv,
+) -> Vec<f32> {
+    let (xt_shape, wt_shape, yt_shape) = (xs, ws, ys);
+    let spatial = xt_shape.len() - 2;
+    // View 1-D as 2-D with H = 1.
+    let dims = |s: &[usize]| -> (usize, usize, usize, usize) {
+        if spatial == 1 {
+            (s[0], s[1], 1, s[2])
+        } else {
+            (s[0], s[1], s[2], s[3])
+        }
+    };
+    let (n, ci, h, wd) = dims(xt_shape);
+    let (_, co, oh, ow) = dims(yt_shape);
+    let (kh, kw) = if spatial == 1 {
+        (1, wt_shape[2])
+    } else {
+        (wt_shape[2], wt_shape[3])
+    };
+    let two = |v: &[usize], one: usize| -> (usize, usize) {
+        if spatial == 1 {
+            (one, v[0])
+        } else {
+            (v[0], v[1])
+        }
+    };
+    let (ph, pw) = two(&c.pads, 0);
+    let (sh, sw) = two(&c.strides, 1);
+    let (dh, dw) = two(&c.dilations, 1);
+    let cig = ci / c.group;
+    let cog = co / c.group;
+    let mut y = vec![0f32; n * co * oh * ow];
+    for b in 0..n {
+        for o in 0..co {
+            let grp = o / cog;
+            let acc = &mut y[(b * co + o) * oh * ow..(b * co + o + 1) * oh * ow];
+            for i in 0..cig {
+                let ic = grp * cig + i;
+                let xp = &x[(b * ci + ic) * h * wd..(b * ci + ic + 1) * h * wd];
+                for r in 0..kh {
+                    for s in 0..kw {
+                        let wv = w[((o * cig + i) * kh + r) * kw + s];
+                        for yy in 0..oh {
+                            let iy = (yy * sh + r * dh) as isize - ph as isize;
+                            if iy < 0 || iy >= h as isize {
+                                continue;
+                            }
+                            let row = &xp[iy as usize * wd..(iy as usize + 1) * wd];
+                            let out = &mut acc[yy * ow..(yy + 1) * ow];
+                            for (xx, o) in out.iter_mut().enumerate() {
+                                let ix = (xx * sw + s * dw) as isize - pw as isize;
+                                if ix >= 0 && ix < wd as isize {
+                                    *o += wv * row[ix as usize];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    y
 }
 
 /// Lower `node` when it is tract's `Conv` (ONNX `Conv`): the convolution, then its bias as

@@ -9,7 +9,10 @@ use crate::native::ir::error::LowerError;
 use crate::native::ir::{BufferKind, ElemType, TensorId, Views};
 use crate::native::ops::conv::{Conv, bias};
 use crate::native::ops::elementwise::Elementwise;
-use crate::native::ops::op::{Lower, Op, cudnn_layout, one_float_type, unsupported};
+use crate::native::ops::op::{
+    Call, HostMemory, Kernel, Library, Lower, Op, ParamError, Uses, cudnn_layout, one_float_type,
+    unsupported,
+};
 
 /// cuDNN transposed convolution (`cudnnConvolutionBackwardData`): ONNX `ConvTranspose`.
 /// `w` is the *forward* filter `[C_in, C_out / group, kH, kW]` (ONNX's own layout), `x` is
@@ -41,6 +44,104 @@ impl Op for Deconv {
         }
         cudnn_layout(g, &[self.0.x, self.0.y], Some(self.0.w), false)
     }
+
+    const USES: Uses = Uses::CudnnConvolution;
+
+    const KERNELS: &'static [Kernel] = &[];
+
+    fn reference(&self, mem: &mut dyn HostMemory) -> Result<(), String> {
+        let c = &self.0;
+        let g = mem.views();
+        let (xs, ws, ys) = (
+            g.tensor(c.x).shape.clone(),
+            g.tensor(c.w).shape.clone(),
+            g.tensor(c.y).shape.clone(),
+        );
+        let y = deconv_compute(&mem.read(c.x), &mem.read(c.w), &xs, &ws, &ys, c);
+        mem.write(c.y, &y);
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        _g: &dyn Views,
+        _node: &str,
+        addr: &dyn Fn(TensorId) -> u64,
+    ) -> Result<Call, ParamError> {
+        Ok(Call::Library(Library::TransposedConvolution {
+            x: addr(self.0.x),
+            w: addr(self.0.w),
+            y: addr(self.0.y),
+        }))
+    }
+}
+
+/// Transposed convolution (ONNX `ConvTranspose`) of packed `x` `[N, Ci, H, W]` with the
+/// forward filter `w` `[Ci, Co / g, kH, kW]` into packed `y` `[N, Co, oH, oW]`:
+/// `y[n, g*Cog + o, iy*s + r*d - p, ...] += x[n, g*Cig + i, iy, ...] * w[g*Cig + i, o, r, ...]`.
+pub fn deconv_compute(
+    x: &[f32],
+    w: &[f32],
+    xs: &[usize],
+    ws: &[usize],
+    ys: &[usize],
+    c: &Conv,
+) -> Vec<f32> {
+    let spatial = xs.len() - 2;
+    let dims = |s: &[usize]| -> (usize, usize, usize, usize) {
+        if spatial == 1 {
+            (s[0], s[1], 1, s[2])
+        } else {
+            (s[0], s[1], s[2], s[3])
+        }
+    };
+    let (n, ci, h, wd) = dims(xs);
+    let (_, co, oh, ow) = dims(ys);
+    let (kh, kw) = if spatial == 1 {
+        (1, ws[2])
+    } else {
+        (ws[2], ws[3])
+    };
+    let two = |v: &[usize], one: usize| -> (usize, usize) {
+        if spatial == 1 {
+            (one, v[0])
+        } else {
+            (v[0], v[1])
+        }
+    };
+    let (ph, pw) = two(&c.pads, 0);
+    let (sh, sw) = two(&c.strides, 1);
+    let (dh, dw) = two(&c.dilations, 1);
+    let (cig, cog) = (ci / c.group, co / c.group);
+    let mut y = vec![0f32; n * co * oh * ow];
+    for b in 0..n {
+        for ic in 0..ci {
+            let grp = ic / cig;
+            for o in 0..cog {
+                let oc = grp * cog + o;
+                for r in 0..kh {
+                    for s in 0..kw {
+                        let wv = w[((ic * cog + o) * kh + r) * kw + s];
+                        for iy in 0..h {
+                            let oy = (iy * sh + r * dh) as isize - ph as isize;
+                            if oy < 0 || oy >= oh as isize {
+                                continue;
+                            }
+                            for ix in 0..wd {
+                                let ox = (ix * sw + s * dw) as isize - pw as isize;
+                                if ox < 0 || ox >= ow as isize {
+                                    continue;
+                                }
+                                y[((b * co + oc) * oh + oy as usize) * ow + ox as usize] +=
+                                    wv * x[((b * ci + ic) * h + iy) * wd + ix];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    y
 }
 
 /// Lower `node` when it is tract's `Deconv` (ONNX `ConvTranspose`): the transposed

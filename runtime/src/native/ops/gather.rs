@@ -3,9 +3,14 @@
 
 use tract_onnx::prelude::*;
 
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
 use crate::native::ir::error::LowerError;
 use crate::native::ir::{BufferKind, ElemType, TensorId, Views};
-use crate::native::ops::op::{Lower, Op, is_index, unsupported};
+use crate::native::ops::op::{
+    Call, DeviceMemory, HostMemory, Kernel, KernelCall, Lower, Op, ParamError, Uses, count,
+    grid_for, is_index, params, unsupported,
+};
 
 /// `y = data.take(indices, axis)` over packed `data` `[outer, n, inner]` and packed `i64`
 /// indices (`[count]`, negative counted from the end), writing packed `[outer, count, inner]`.
@@ -55,6 +60,128 @@ impl Op for Gather {
         }
         Ok(())
     }
+
+    const USES: Uses = Uses::Kernels;
+
+    const KERNELS: &'static [Kernel] = &[Kernel {
+        name: "gather",
+        emulate: emulate_gather,
+    }];
+
+    /// Rows copied as raw elements; an index outside the axis (after adding its length to a
+    /// negative one) is an error here, where the kernel clamps it.
+    fn reference(&self, mem: &mut dyn HostMemory) -> Result<(), String> {
+        let views = mem.views();
+        let es = views.tensor(self.data).dtype.size();
+        let wide = views.tensor(self.indices).dtype == ElemType::I64;
+        let raw = mem.read_raw(self.indices);
+        let idx: Vec<i64> = (0..self.count)
+            .map(|k| {
+                if wide {
+                    i64::from_ne_bytes(raw[8 * k..8 * k + 8].try_into().expect("8 bytes"))
+                } else {
+                    i32::from_ne_bytes(raw[4 * k..4 * k + 4].try_into().expect("4 bytes")) as i64
+                }
+            })
+            .collect();
+        let data = mem.read_raw(self.data);
+        let mut out = vec![0u8; self.outer * self.count * self.inner * es];
+        for o in 0..self.outer {
+            for (k, &ix) in idx.iter().enumerate() {
+                let ix = if ix < 0 { ix + self.n as i64 } else { ix };
+                if ix < 0 || ix >= self.n as i64 {
+                    return Err(format!(
+                        "gather index {ix} out of range 0..{} (the kernel clamps)",
+                        self.n
+                    ));
+                }
+                let src = ((o * self.n + ix as usize) * self.inner) * es;
+                let dst = ((o * self.count + k) * self.inner) * es;
+                out[dst..dst + self.inner * es].copy_from_slice(&data[src..src + self.inner * es]);
+            }
+        }
+        mem.write_raw(self.y, &out);
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        g: &dyn Views,
+        node: &str,
+        addr: &dyn Fn(TensorId) -> u64,
+    ) -> Result<Call, ParamError> {
+        let params = GatherParams {
+            data: addr(self.data),
+            indices: addr(self.indices),
+            y: addr(self.y),
+            outer: count(self.outer, node)?,
+            n: count(self.n, node)?,
+            inner: count(self.inner, node)?,
+            count: count(self.count, node)?,
+            elem_bytes: g.tensor(self.data).dtype.size() as u32,
+            index_bytes: g.tensor(self.indices).dtype.size() as u32,
+        };
+        let grid = grid_for(count(self.outer * self.count * self.inner, node)?);
+        Ok(Call::Kernel(KernelCall::linear("gather", grid, &params)))
+    }
+}
+
+/// Parameters of `gather` (`struct gather_params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, IntoBytes, FromBytes, Immutable)]
+pub struct GatherParams {
+    /// Data.
+    pub data: u64,
+    /// Indices.
+    pub indices: u64,
+    /// Output.
+    pub y: u64,
+    /// Rows before the axis.
+    pub outer: u32,
+    /// Axis length.
+    pub n: u32,
+    /// Elements after the axis.
+    pub inner: u32,
+    /// Number of indices.
+    pub count: u32,
+    /// Bytes per data element.
+    pub elem_bytes: u32,
+    /// Bytes per index (4 or 8).
+    pub index_bytes: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<GatherParams>() == 48);
+
+/// `gather`, transcribed: an index past the axis is clamped (negative ones count from the
+/// end), so the kernel never reads outside the data.
+fn emulate_gather(call: &KernelCall, r: &dyn DeviceMemory) -> Result<(), String> {
+    let p = &params::<GatherParams>(call)?;
+    let es = p.elem_bytes as usize;
+    let total = p.outer * p.count * p.inner;
+    let mut e = [0u8; 8];
+    for t in 0..total {
+        let i = t % p.inner;
+        let k = (t / p.inner) % p.count;
+        let o = t / (p.inner * p.count);
+        let ia = p.indices + k as u64 * p.index_bytes as u64;
+        let mut b = [0u8; 8];
+        r.read(ia, &mut b[..p.index_bytes as usize])?;
+        let mut ix = if p.index_bytes == 8 {
+            i64::from_ne_bytes(b)
+        } else {
+            i32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as i64
+        };
+        if ix < 0 {
+            ix += p.n as i64;
+        }
+        ix = ix.clamp(0, p.n as i64 - 1);
+        let src = p.data
+            + (((o as i64 * p.n as i64 + ix) * p.inner as i64 + i as i64) as u64) * es as u64;
+        let dst = p.y + t as u64 * es as u64;
+        r.read(src, &mut e[..es])?;
+        r.write(dst, &e[..es])?;
+    }
+    Ok(())
 }
 
 /// Lower `node` when it is tract's `Gather` or a `GatherNd` with constant indices and no

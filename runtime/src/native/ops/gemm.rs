@@ -21,7 +21,10 @@ use crate::native::ir::error::LowerError;
 use crate::native::ir::Tensor as View;
 use crate::native::ir::{BufferKind, TensorId, Views};
 use crate::native::ops::copy::Copy;
-use crate::native::ops::op::{Lower, Op, one_float_type, unsupported};
+pub use crate::native::ops::op::BlasGemm;
+use crate::native::ops::op::{
+    Call, HostMemory, Kernel, Library, Lower, Op, ParamError, Uses, one_float_type, unsupported,
+};
 
 /// A batched matrix product `c[b, m, n] = sum_k a[b, m, k] * b[b, k, n]`, every operand
 /// addressed through its own strides (in elements, from its tensor's offset). A batch stride
@@ -70,37 +73,65 @@ impl Op for Gemm {
     fn check(&self, g: &dyn Views) -> Result<(), String> {
         one_float_type(g, Self::NAME, &self.reads(), self.c)
     }
-}
 
-/// One column-major strided-batched GEMM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlasGemm {
-    /// The IR's `b` is BLAS's first operand (`C' = c^T`).
-    pub swapped: bool,
-    /// `op(A')` is the transpose.
-    pub trans_a: bool,
-    /// `op(B')` is the transpose.
-    pub trans_b: bool,
-    /// Rows of `C'`.
-    pub m: i32,
-    /// Columns of `C'`.
-    pub n: i32,
-    /// Contracted length.
-    pub k: i32,
-    /// Leading dimension of `A'`.
-    pub lda: i32,
-    /// Leading dimension of `B'`.
-    pub ldb: i32,
-    /// Leading dimension of `C'`.
-    pub ldc: i32,
-    /// Batch strides (elements) of `A'`, `B'`, `C'`.
-    pub stride_a: i64,
-    /// See `stride_a`.
-    pub stride_b: i64,
-    /// See `stride_a`.
-    pub stride_c: i64,
-    /// Batch count.
-    pub batch: i32,
+    const USES: Uses = Uses::Cublas;
+
+    const KERNELS: &'static [Kernel] = &[];
+
+    /// Through the operands' own strides, fp32 accumulation in `k` order; the whole result
+    /// computed before it is stored through `c`'s strides.
+    fn reference(&self, mem: &mut dyn HostMemory) -> Result<(), String> {
+        let g = self;
+        let mut c = vec![0f32; g.batch * g.m * g.n];
+        for bt in 0..g.batch {
+            for i in 0..g.m {
+                for j in 0..g.n {
+                    let mut acc = 0f32;
+                    for k in 0..g.k {
+                        let ia =
+                            bt as isize * g.sa[0] + i as isize * g.sa[1] + k as isize * g.sa[2];
+                        let ib =
+                            bt as isize * g.sb[0] + k as isize * g.sb[1] + j as isize * g.sb[2];
+                        acc += mem.load(g.a, ia) * mem.load(g.b, ib);
+                    }
+                    c[(bt * g.m + i) * g.n + j] = acc;
+                }
+            }
+        }
+        for bt in 0..g.batch {
+            for i in 0..g.m {
+                for j in 0..g.n {
+                    let off = bt as isize * g.sc[0] + i as isize * g.sc[1] + j as isize * g.sc[2];
+                    mem.store(g.c, off, c[(bt * g.m + i) * g.n + j]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        g: &dyn Views,
+        node: &str,
+        addr: &dyn Fn(TensorId) -> u64,
+    ) -> Result<Call, ParamError> {
+        let p = blas_gemm(self).ok_or_else(|| ParamError {
+            step: node.into(),
+            detail: "a matrix product that fits no BLAS call".into(),
+        })?;
+        let (a, b) = if p.swapped {
+            (addr(self.b), addr(self.a))
+        } else {
+            (addr(self.a), addr(self.b))
+        };
+        Ok(Call::Library(Library::Gemm {
+            p,
+            dtype: g.tensor(self.c).dtype,
+            a,
+            b,
+            c: addr(self.c),
+        }))
+    }
 }
 
 /// One stored operand: (`trans`, `ld`) for a matrix providing `(rows, cols)` with strides

@@ -15,7 +15,7 @@ use tract_onnx::prelude::TypedNode;
 
 use crate::native::ir::error::LowerError;
 use crate::native::ir::{TensorId, Views};
-use op::{Lower, Op};
+use op::{Call, HostMemory, Kernel, Lower, Op, ParamError, Uses};
 
 /// Declares the operator modules and [`StepKind`] with its dispatch.
 macro_rules! operators {
@@ -91,8 +91,59 @@ macro_rules! operators {
                     $(StepKind::$op(op) => op.check(g),)*
                 }
             }
+
+            /// The library the step runs through ([`Op::USES`]).
+            pub fn uses(&self) -> Uses {
+                match self {
+                    $(StepKind::$op(_) => <$module::$op as Op>::USES,)*
+                }
+            }
+
+            /// Run the step on the host reference executor's memory ([`Op::reference`]).
+            ///
+            /// # Errors
+            /// A description when the step's data is out of range.
+            pub fn reference(&self, mem: &mut dyn HostMemory) -> Result<(), String> {
+                match self {
+                    $(StepKind::$op(op) => op.reference(mem),)*
+                }
+            }
+
+            /// What the step enqueues with its tensors at `addr` ([`Op::call`]).
+            ///
+            /// # Errors
+            /// [`ParamError`] when it does not fit the kernels' index space.
+            pub fn call(
+                &self,
+                g: &dyn Views,
+                node: &str,
+                addr: &dyn Fn(TensorId) -> u64,
+            ) -> Result<Call, ParamError> {
+                match self {
+                    $(StepKind::$op(op) => op.call(g, node, addr),)*
+                }
+            }
         }
+
+        /// Every operator's kernels, in registry order.
+        static KERNEL_LISTS: &[&[Kernel]] = &[$(<$module::$op as Op>::KERNELS,)*];
     };
+}
+
+/// Every kernel of `runtime/kernels/native.cu` the operators launch, in registry order: the
+/// executor's kernel table and the emulator are indexed the same way ([`kernel_index`]).
+pub fn kernels() -> impl Iterator<Item = &'static Kernel> {
+    KERNEL_LISTS.iter().flat_map(|k| k.iter())
+}
+
+/// The position of kernel `name` in [`kernels`].
+pub fn kernel_index(name: &str) -> Option<usize> {
+    kernels().position(|k| k.name == name)
+}
+
+/// The kernel at position `i` of [`kernels`].
+pub fn kernel(i: usize) -> Option<&'static Kernel> {
+    kernels().nth(i)
 }
 
 operators! {

@@ -6,7 +6,10 @@ use tract_onnx::tract_core::ops::cnn::{MaxPool, PoolSpec, SumPool};
 use crate::native::ir::error::LowerError;
 use crate::native::ir::{TensorId, Views};
 use crate::native::ops::conv::spatial;
-use crate::native::ops::op::{Lower, Op, cudnn_layout, one_float_type, unsupported};
+use crate::native::ops::op::{
+    Call, HostMemory, Kernel, Library, Lower, Op, ParamError, Uses, cudnn_layout, one_float_type,
+    unsupported,
+};
 
 /// Pooling kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +62,89 @@ impl Op for Pool {
         one_float_type(g, Self::NAME, &self.reads(), self.y)?;
         cudnn_layout(g, &[self.x, self.y], None, self.channels_last)
     }
+
+    const USES: Uses = Uses::CudnnPooling;
+
+    const KERNELS: &'static [Kernel] = &[];
+
+    fn reference(&self, mem: &mut dyn HostMemory) -> Result<(), String> {
+        let g = mem.views();
+        let (xs, ys) = (g.tensor(self.x).shape.clone(), g.tensor(self.y).shape.clone());
+        let y = pool_compute(&mem.read(self.x), &xs, &ys, self);
+        mem.write(self.y, &y);
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        _g: &dyn Views,
+        _node: &str,
+        addr: &dyn Fn(TensorId) -> u64,
+    ) -> Result<Call, ParamError> {
+        Ok(Call::Library(Library::Pooling {
+            x: addr(self.x),
+            y: addr(self.y),
+        }))
+    }
+}
+
+/// Pooling of packed `x` (`xs`) into packed `ys`.
+pub fn pool_compute(x: &[f32], xs: &[usize], ys: &[usize], p: &Pool) -> Vec<f32> {
+    let spatial = xs.len() - 2;
+    let get = |s: &[usize]| -> (usize, usize, usize) {
+        if spatial == 1 {
+            (s[0] * s[1], 1, s[2])
+        } else {
+            (s[0] * s[1], s[2], s[3])
+        }
+    };
+    let (planes, h, w) = get(xs);
+    let (_, oh, ow) = get(ys);
+    let two = |v: &[usize], one: usize| -> (usize, usize) {
+        if spatial == 1 {
+            (one, v[0])
+        } else {
+            (v[0], v[1])
+        }
+    };
+    let (kh, kw) = two(&p.kernel, 1);
+    let (ph, pw) = two(&p.pads, 0);
+    let (sh, sw) = two(&p.strides, 1);
+    let mut y = vec![0f32; planes * oh * ow];
+    for pl in 0..planes {
+        for yy in 0..oh {
+            for xx in 0..ow {
+                let mut acc = if p.kind == PoolKind::Max {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                };
+                let mut count = 0usize;
+                for r in 0..kh {
+                    let iy = (yy * sh + r) as isize - ph as isize;
+                    for s in 0..kw {
+                        let ix = (xx * sw + s) as isize - pw as isize;
+                        if iy < 0 || iy >= h as isize || ix < 0 || ix >= w as isize {
+                            continue;
+                        }
+                        let v = x[pl * h * w + iy as usize * w + ix as usize];
+                        count += 1;
+                        if p.kind == PoolKind::Max {
+                            acc = acc.max(v);
+                        } else {
+                            acc += v;
+                        }
+                    }
+                }
+                y[(pl * oh + yy) * ow + xx] = match p.kind {
+                    PoolKind::Max => acc,
+                    PoolKind::AvgIncludePad => acc / (kh * kw) as f32,
+                    PoolKind::AvgExcludePad => acc / count.max(1) as f32,
+                };
+            }
+        }
+    }
+    y
 }
 
 /// Lower `node` when it is tract's `MaxPool` or normalised `SumPool` (ONNX `MaxPool`,

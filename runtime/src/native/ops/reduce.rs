@@ -4,11 +4,16 @@
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::nn::{Reduce as TractReduce, Reducer, RmsNorm, ScaledRmsNorm};
 
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
 use crate::native::ir::error::LowerError;
 use crate::native::ir::program::{EwOp, Expr, Program};
 use crate::native::ir::{BufferKind, TensorId, Views};
 use crate::native::ops::elementwise::Elementwise;
-use crate::native::ops::op::{Lower, Op, one_float_type, unsupported};
+use crate::native::ops::op::{
+    Call, DeviceMemory, HostMemory, Kernel, KernelCall, Lower, Op, ParamError, Uses, count,
+    one_float_type, params, unsupported,
+};
 
 /// Reduction kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +68,122 @@ impl Op for Reduce {
     fn check(&self, g: &dyn Views) -> Result<(), String> {
         one_float_type(g, Self::NAME, &self.reads(), self.y)
     }
+
+    const USES: Uses = Uses::Kernels;
+
+    const KERNELS: &'static [Kernel] = &[
+        Kernel {
+            name: "reduce_rows",
+            emulate: emulate_reduce,
+        },
+        Kernel {
+            name: "reduce_cols",
+            emulate: emulate_reduce,
+        },
+    ];
+
+    fn reference(&self, mem: &mut dyn HostMemory) -> Result<(), String> {
+        let x = mem.read(self.x);
+        let mut y = vec![0f32; self.outer * self.inner];
+        for o in 0..self.outer {
+            for i in 0..self.inner {
+                let vals = (0..self.n).map(|k| x[(o * self.n + k) * self.inner + i]);
+                y[o * self.inner + i] = match self.kind {
+                    ReduceKind::Sum => vals.sum(),
+                    ReduceKind::MeanOfSquares => {
+                        vals.map(|v| v * v).sum::<f32>() / self.n as f32
+                    }
+                    ReduceKind::Max => vals.fold(f32::NEG_INFINITY, f32::max),
+                    ReduceKind::Min => vals.fold(f32::INFINITY, f32::min),
+                    ReduceKind::Prod => vals.product(),
+                };
+            }
+        }
+        mem.write(self.y, &y);
+        Ok(())
+    }
+
+    /// A warp per row (`reduce_rows`) when the reduced axes are innermost, else a thread per
+    /// column (`reduce_cols`).
+    fn call(
+        &self,
+        g: &dyn Views,
+        node: &str,
+        addr: &dyn Fn(TensorId) -> u64,
+    ) -> Result<Call, ParamError> {
+        let rows = self.inner == 1;
+        let threads = if rows {
+            self.outer * 32
+        } else {
+            self.outer * self.inner
+        };
+        let params = ReduceParams {
+            x: addr(self.x),
+            y: addr(self.y),
+            outer: count(self.outer, node)?,
+            n: count(self.n, node)?,
+            inner: count(self.inner, node)?,
+            kind: self.kind as u32,
+            dtype: g.tensor(self.x).dtype as u32,
+            pad: 0,
+        };
+        let grid = count(threads.div_ceil(256), node)?.max(1);
+        let kernel = if rows { "reduce_rows" } else { "reduce_cols" };
+        Ok(Call::Kernel(KernelCall::linear(kernel, grid, &params)))
+    }
+}
+
+/// Parameters of `reduce_rows` / `reduce_cols` (`struct reduce_params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, IntoBytes, FromBytes, Immutable)]
+pub struct ReduceParams {
+    /// Input.
+    pub x: u64,
+    /// Output.
+    pub y: u64,
+    /// Rows before the axes.
+    pub outer: u32,
+    /// Reduced length.
+    pub n: u32,
+    /// Elements after the axes.
+    pub inner: u32,
+    /// `ReduceKind` discriminant.
+    pub kind: u32,
+    /// Element type of x and y.
+    pub dtype: u32,
+    /// Padding.
+    pub pad: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<ReduceParams>() == 40);
+
+/// `reduce_rows` and `reduce_cols`, transcribed.
+fn emulate_reduce(call: &KernelCall, r: &dyn DeviceMemory) -> Result<(), String> {
+    let p = &params::<ReduceParams>(call)?;
+    for o in 0..p.outer as i64 {
+        for i in 0..p.inner as i64 {
+            let base = o * p.n as i64 * p.inner as i64 + i;
+            let mut acc = match p.kind {
+                2 => f32::NEG_INFINITY,
+                3 => f32::INFINITY,
+                4 => 1.0,
+                _ => 0.0,
+            };
+            for k in 0..p.n as i64 {
+                let v = r.load(p.x, base + k * p.inner as i64, p.dtype)?;
+                acc = match p.kind {
+                    2 => acc.max(v),
+                    3 => acc.min(v),
+                    4 => acc * v,
+                    1 => acc + v * v,
+                    _ => acc + v,
+                };
+            }
+            let v = if p.kind == 1 { acc / p.n as f32 } else { acc };
+            r.store(p.y, o * p.inner as i64 + i, p.dtype, v)?;
+        }
+    }
+    Ok(())
 }
 
 /// Lower `node` when it is tract's `Reduce` over adjacent axes, or an RMS norm (ONNX

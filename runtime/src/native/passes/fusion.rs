@@ -1,6 +1,8 @@
 //! Which convolutions can take their bias, activation and residual into cuDNN's operation
 //! graph (runtime fusion, [`crate::native::libs::cudnn_graph::ConvGraph::new_fused`]): pure logic over the
-//! lowered graph and its memory plan, so the host tests prove it without a GPU.
+//! lowered graph ([`candidate`], an IR fact); the condition on the memory plan is
+//! [`crate::native::plan::memory::MemoryPlan::fusion`], the cuDNN epilogue
+//! `crate::native::exec::engine::epilogue_of`. The host tests prove them without a GPU.
 //!
 //! A convolution step `i` fuses with step `i + 1` when that step is the `bias_act` kernel's
 //! `act(y + b) [+ r]` ([`crate::native::exec::kernels::bias_act_params`]) over the convolution's output `y`
@@ -14,13 +16,10 @@
 //! element-wise step then enqueues nothing. Whether a fusion is used is measured at load
 //! (`engine`): the fused plan must beat the convolution plus its `bias_act` launch.
 
-use crate::native::Compiled;
-use crate::native::exec::kernels;
 use crate::native::graph::{Graph, StepKind};
 use crate::native::ir::{ElemType, TensorId};
-use crate::native::libs::cudnn_graph::{FusedAct, FusedEpilogue};
+use crate::native::ops::elementwise;
 use crate::native::ops::elementwise::Elementwise;
-use crate::native::plan::memory::{MemoryPlan, Region};
 
 /// A convolution step and the element-wise step it absorbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,93 +36,9 @@ pub struct Fusion {
     pub silu: bool,
 }
 
-impl Fusion {
-    /// The cuDNN epilogue of this fusion, the bias and residual at `b` and `r` (their
-    /// addresses give the alignments cuDNN is told).
-    pub fn epilogue(&self, g: &Graph, b: u64, r: Option<u64>) -> FusedEpilogue {
-        use crate::native::libs::cudnn_graph::alignment;
-        FusedEpilogue {
-            act: if self.silu {
-                FusedAct::Silu
-            } else {
-                FusedAct::Identity
-            },
-            y_strides: Some(cudnn_strides(g, self.out)),
-            residual: self.residual.map(|t| cudnn_strides(g, t)),
-            align: [alignment(b), r.map_or(16, alignment)],
-            bias_f32: g.tensor(self.bias).dtype == ElemType::F32,
-        }
-    }
-}
-
-/// Element strides of a 4-D view as cuDNN takes them: an axis of size 1 (stride 0 or
-/// anything in the IR) gets the view's extent, a valid stride it never steps.
-fn cudnn_strides(g: &Graph, t: TensorId) -> [i64; 4] {
-    let t = g.tensor(t);
-    let extent = t
-        .shape
-        .iter()
-        .zip(&t.strides)
-        .map(|(&n, &s)| n as i64 * s as i64)
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let mut out = [extent; 4];
-    for (d, o) in out.iter_mut().enumerate() {
-        if t.shape.get(d).copied().unwrap_or(1) > 1 {
-            *o = t.strides[d] as i64;
-        }
-    }
-    out
-}
-
-/// Byte range `[start, end)` of a view's elements in its region (negative strides
-/// included); `None` for an empty view.
-fn extent(g: &Graph, memory: &MemoryPlan, t: TensorId) -> Option<(Region, usize, usize)> {
-    let tensor = g.tensor(t);
-    let (region, base) = memory.locate_buffer(g, tensor.buffer);
-    let (first, end) = tensor.extent()?;
-    let es = tensor.dtype.size();
-    Some((region, base + first * es, base + end * es))
-}
-
-/// Whether two views share a byte.
-fn overlap(g: &Graph, memory: &MemoryPlan, a: TensorId, b: TensorId) -> bool {
-    match (extent(g, memory, a), extent(g, memory, b)) {
-        (Some((ra, sa, ea)), Some((rb, sb, eb))) => ra == rb && sa < eb && sb < ea,
-        _ => false,
-    }
-}
-
-/// The fusion of convolution step `i`, when it has one (see the module's conditions).
-pub fn find(c: &Compiled, i: usize) -> Option<Fusion> {
-    find_in(&c.graph, &c.memory, i)
-}
-
-/// [`find`] under `memory`, a plan of `g`.
-pub fn find_in(g: &Graph, memory: &MemoryPlan, i: usize) -> Option<Fusion> {
-    let f = candidate(g, i)?;
-    let StepKind::Conv(cv) = &g.steps[i].kind else {
-        return None;
-    };
-    // Written at step i: it must not overlap the convolution's input (which may die at i),
-    // nor what the fused epilogue reads (cuDNN promises nothing for an epilogue reading the
-    // bytes it writes). The memory plan keeps every fused output live from step i on, so
-    // this holds unless the plan was made otherwise; checked, not assumed.
-    let read = [Some(cv.x), Some(f.bias), f.residual];
-    if read
-        .into_iter()
-        .flatten()
-        .any(|t| overlap(g, memory, f.out, t))
-    {
-        return None;
-    }
-    Some(f)
-}
-
-/// The conditions of [`find`] that depend on the graph alone (not on the memory plan): the
+/// The conditions of a fusion that depend on the graph alone (not on the memory plan): the
 /// memory plan ([`crate::native::plan::memory`]) keeps the output of every candidate live from the
-/// convolution's step on.
+/// convolution's step on, and [`crate::native::plan::memory::MemoryPlan::fusion`] checks the rest.
 pub fn candidate(g: &Graph, i: usize) -> Option<Fusion> {
     let StepKind::Conv(cv) = &g.steps.get(i)?.kind else {
         return None;
@@ -144,7 +59,7 @@ pub fn candidate(g: &Graph, i: usize) -> Option<Fusion> {
     // Read the operands back from the parameters: every tensor addressed by its id.
     let id_addr = |t: TensorId| (t.0 as u64 + 1) << 8;
     let id_of = |a: u64| TensorId((a >> 8) as usize - 1);
-    let p = kernels::bias_act_params(g, inputs, *output, program, &id_addr)?;
+    let p = elementwise::bias_act_params(g, inputs, *output, program, &id_addr)?;
     if p.x != id_addr(cv.y) || p.flags & 1 == 0 || p.act > 1 {
         return None;
     }
@@ -202,14 +117,27 @@ pub fn candidate(g: &Graph, i: usize) -> Option<Fusion> {
     })
 }
 
-/// [`find`] for every step (`None` for steps that are no fusable convolution).
-pub fn find_all(c: &Compiled) -> Vec<Option<Fusion>> {
-    (0..c.graph.steps.len()).map(|i| find(c, i)).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::native::libs::cudnn_graph::FusedAct;
+    use crate::native::pipeline::Compiled;
+
+    fn find(c: &Compiled, i: usize) -> Option<Fusion> {
+        c.memory.fusion(&c.graph, i)
+    }
+
+    fn find_in(g: &Graph, memory: &MemoryPlan, i: usize) -> Option<Fusion> {
+        memory.fusion(g, i)
+    }
+
+    fn find_all(c: &Compiled) -> Vec<Option<Fusion>> {
+        c.memory.fusions(&c.graph)
+    }
+
+    fn overlap(g: &Graph, memory: &MemoryPlan, a: TensorId, b: TensorId) -> bool {
+        memory.overlap(g, a, b)
+    }
     use crate::native::graph::{Io, Step};
     use crate::native::ir::program::{EwOp, Expr, Program};
     use crate::native::ir::{BufferKind, Tensor};
@@ -320,7 +248,7 @@ mod tests {
         assert_eq!(find_all(&c), vec![None, Some(f), None, None]);
         // The plan keeps `o` live from the convolution on: not in `a`'s bytes.
         assert!(!overlap(&c.graph, &c.memory, o, a), "o overlaps a");
-        let e = f.epilogue(&c.graph, 0x1000, None);
+        let e = crate::native::exec::engine::epilogue_of(&f, &c.graph, 0x1000, None);
         assert_eq!(
             (e.act, e.residual, e.bias_f32),
             (FusedAct::Silu, None, true)
@@ -394,7 +322,7 @@ mod tests {
         else {
             unreachable!()
         };
-        let p = kernels::bias_act_params(&g, inputs, o, program, &|_| 0x100)
+        let p = elementwise::bias_act_params(&g, inputs, o, program, &|_| 0x100)
             .expect("the kernel takes a broadcast residual");
         assert_eq!(p.flags & 3, 3);
         assert_eq!(candidate(&g, 1), None);

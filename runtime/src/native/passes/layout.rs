@@ -50,8 +50,8 @@
 use std::collections::HashMap;
 
 use crate::backend::Precision;
-use crate::native::front::LowerError;
 use crate::native::graph::{Graph, Step, StepKind};
+use crate::native::ir::error::LowerError;
 use crate::native::ir::{
     BufferId, BufferKind, Tensor, TensorId, map_view, nhwc_strides, packed_strides,
 };
@@ -236,7 +236,14 @@ fn spatial_operands(s: &Step) -> Option<[TensorId; 2]> {
     match &s.kind {
         StepKind::Conv(c) => Some([c.x, c.y]),
         StepKind::Pool(p) => Some([p.x, p.y]),
-        _ => None,
+        StepKind::Elementwise(_)
+        | StepKind::Copy(_)
+        | StepKind::Deconv(_)
+        | StepKind::Gemm(_)
+        | StepKind::Softmax(_)
+        | StepKind::Reduce(_)
+        | StepKind::Gather(_)
+        | StepKind::Resize(_) => None,
     }
 }
 
@@ -254,7 +261,13 @@ fn channels_last(g: &mut Graph, pitched: bool) {
                 StepKind::Conv(_) | StepKind::Pool(_) => {
                     four_d && spatial.is_some_and(|ops| ops.contains(&t))
                 }
-                _ => false,
+                // Packed NCHW operands only (transposed convolutions, kernels that walk
+                // a logical axis).
+                StepKind::Deconv(_)
+                | StepKind::Softmax(_)
+                | StepKind::Reduce(_)
+                | StepKind::Gather(_)
+                | StepKind::Resize(_) => false,
             };
             let e = used.entry(t).or_insert(true);
             *e &= ok;
@@ -265,13 +278,21 @@ fn channels_last(g: &mut Graph, pitched: bool) {
     // would put a transposition into the element-wise step on either side).
     let mut dims: HashMap<BufferId, Option<[usize; 4]>> = HashMap::new();
     for s in &g.steps {
-        let ops: Vec<TensorId> = match (&s.kind, spatial_operands(s)) {
-            (_, Some(ops)) => ops.to_vec(),
-            (StepKind::Gemm(m), None) => [m.a, m.b, m.c]
+        let ops: Vec<TensorId> = match &s.kind {
+            StepKind::Conv(_) | StepKind::Pool(_) => spatial_operands(s)
+                .expect("a convolution or pooling")
+                .to_vec(),
+            StepKind::Gemm(m) => [m.a, m.b, m.c]
                 .into_iter()
                 .filter(|&t| g.tensor(t).shape.len() == 4)
                 .collect(),
-            _ => continue,
+            StepKind::Elementwise(_)
+            | StepKind::Copy(_)
+            | StepKind::Deconv(_)
+            | StepKind::Softmax(_)
+            | StepKind::Reduce(_)
+            | StepKind::Gather(_)
+            | StepKind::Resize(_) => continue,
         };
         for t in ops {
             let (root, off) = g.tensor_root(t);
@@ -377,8 +398,16 @@ fn channels_last(g: &mut Graph, pitched: bool) {
     let mut in_place: HashMap<BufferId, bool> = HashMap::new();
     for s in &g.steps {
         let cl_filter = match &s.kind {
-            StepKind::Conv(c) if runs_nhwc(g, s) => Some(c.w),
-            _ => None,
+            StepKind::Conv(c) => runs_nhwc(g, s).then_some(c.w),
+            StepKind::Elementwise(_)
+            | StepKind::Copy(_)
+            | StepKind::Deconv(_)
+            | StepKind::Pool(_)
+            | StepKind::Gemm(_)
+            | StepKind::Softmax(_)
+            | StepKind::Reduce(_)
+            | StepKind::Gather(_)
+            | StepKind::Resize(_) => None,
         };
         for t in s.reads().into_iter().chain(std::iter::once(s.writes())) {
             let b = g.tensor(t).buffer;
@@ -463,7 +492,14 @@ fn channels_last(g: &mut Graph, pitched: bool) {
                 p.y = ny;
                 p.channels_last = true;
             }
-            _ => unreachable!("spatial_operands matched"),
+            StepKind::Elementwise(_)
+            | StepKind::Copy(_)
+            | StepKind::Deconv(_)
+            | StepKind::Gemm(_)
+            | StepKind::Softmax(_)
+            | StepKind::Reduce(_)
+            | StepKind::Gather(_)
+            | StepKind::Resize(_) => unreachable!("spatial_operands matched"),
         }
         let node = s.node.clone();
         out.push(s);

@@ -17,8 +17,8 @@
 //! fp16 twin and cast after), so every step sees uniform types.
 
 use crate::backend::Precision;
-use crate::native::front::LowerError;
 use crate::native::graph::{Graph, Step, StepKind};
+use crate::native::ir::error::LowerError;
 use crate::native::ir::program::Program;
 use crate::native::ir::{BufferKind, ElemType, Tensor, TensorId};
 use crate::native::ops::{copy, deconv::Deconv, elementwise::Elementwise};
@@ -34,33 +34,47 @@ pub fn apply(g: &mut Graph, precision: Precision) -> Result<(), LowerError> {
     }
 }
 
+/// Whether step kind `k` needs one element type for all its operands (a library call or a
+/// kernel over one float type); element-wise steps compute in fp32 whatever they load, copies
+/// and gathers move raw elements. Every kind is named: a new operator must decide.
 fn is_library(k: &StepKind) -> bool {
-    matches!(
-        k,
+    match k {
         StepKind::Conv(_)
-            | StepKind::Deconv(_)
-            | StepKind::Pool(_)
-            | StepKind::Gemm(_)
-            | StepKind::Softmax(_)
-            | StepKind::Reduce(_)
-    )
+        | StepKind::Deconv(_)
+        | StepKind::Pool(_)
+        | StepKind::Gemm(_)
+        | StepKind::Softmax(_)
+        | StepKind::Reduce(_) => true,
+        StepKind::Elementwise(_)
+        | StepKind::Copy(_)
+        | StepKind::Gather(_)
+        | StepKind::Resize(_) => false,
+    }
+}
+
+/// The buffers step kind `k` reads as weights stored in the library's type (fp16 in fp16
+/// mode): convolution filters, matrix product operands, gathered tables (embeddings, fp16
+/// like the activations they become). Every kind is named: a new operator must decide.
+fn library_weights(k: &StepKind) -> Vec<TensorId> {
+    match k {
+        StepKind::Conv(c) | StepKind::Deconv(Deconv(c)) => vec![c.w],
+        StepKind::Gemm(m) => vec![m.a, m.b],
+        StepKind::Gather(m) => vec![m.data],
+        StepKind::Elementwise(_)
+        | StepKind::Copy(_)
+        | StepKind::Pool(_)
+        | StepKind::Softmax(_)
+        | StepKind::Reduce(_)
+        | StepKind::Resize(_) => Vec::new(),
+    }
 }
 
 fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
     // Buffers read by convolutions and matrix products as weights.
     let mut library_weight = vec![false; g.buffers.len()];
     for s in &g.steps {
-        if let StepKind::Conv(c) | StepKind::Deconv(Deconv(c)) = &s.kind {
-            library_weight[g.tensor(c.w).buffer.0] = true;
-        }
-        if let StepKind::Gemm(m) = &s.kind {
-            for t in [m.a, m.b] {
-                library_weight[g.tensor(t).buffer.0] = true;
-            }
-        }
-        // Gathered tables (embeddings): fp16 like the activations they become.
-        if let StepKind::Gather(m) = &s.kind {
-            library_weight[g.tensor(m.data).buffer.0] = true;
+        for t in library_weights(&s.kind) {
+            library_weight[g.tensor(t).buffer.0] = true;
         }
     }
     for (b, &weight_of_library) in library_weight.iter().enumerate() {
@@ -194,35 +208,20 @@ fn twin_of(g: &mut Graph, t: TensorId, dtype: ElemType) -> TensorId {
     })
 }
 
+/// Replace the read operand `from` of `k` by `to`.
 fn replace_read(k: &mut StepKind, from: TensorId, to: TensorId) {
-    let r = |t: &mut TensorId| {
-        if *t == from {
+    k.operands_mut(&mut |t, written| {
+        if !written && *t == from {
             *t = to;
         }
-    };
-    match k {
-        StepKind::Conv(c) | StepKind::Deconv(Deconv(c)) => {
-            r(&mut c.x);
-            r(&mut c.w);
-        }
-        StepKind::Pool(p) => r(&mut p.x),
-        StepKind::Gemm(m) => {
-            r(&mut m.a);
-            r(&mut m.b);
-        }
-        StepKind::Softmax(s) => r(&mut s.x),
-        StepKind::Reduce(s) => r(&mut s.x),
-        _ => {}
-    }
+    });
 }
 
+/// Replace the operand `k` writes by `to`.
 fn replace_write(k: &mut StepKind, to: TensorId) {
-    match k {
-        StepKind::Conv(c) | StepKind::Deconv(Deconv(c)) => c.y = to,
-        StepKind::Pool(p) => p.y = to,
-        StepKind::Gemm(m) => m.c = to,
-        StepKind::Softmax(s) => s.y = to,
-        StepKind::Reduce(s) => s.y = to,
-        _ => {}
-    }
+    k.operands_mut(&mut |t, written| {
+        if written {
+            *t = to;
+        }
+    });
 }

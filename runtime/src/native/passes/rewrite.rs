@@ -9,7 +9,9 @@
 //!    element-wise steps that produced its source (each writes its part of the strided view
 //!    itself).
 //!
-//! [`optimise`] runs them in that order. Every pass keeps [`Graph::validate`] true.
+//! [`optimise`] runs them in that order. Every pass keeps [`Graph::validate`] true. No pass
+//! drops unused tensors: the memory plan gives no workspace to an activation buffer no step
+//! touches (weights are all kept in the weight blob).
 
 use std::collections::HashSet;
 
@@ -23,7 +25,6 @@ pub fn optimise(g: &mut Graph) {
     fuse_elementwise(g);
     elide_copies(g);
     write_through(g);
-    drop_dead_tensors(g);
 }
 
 /// Steps that write any view of `b` (directly, not through placement).
@@ -412,9 +413,6 @@ pub fn reshape_strides(
     }
     Some(out)
 }
-
-/// Nothing to do for now: tensors no step uses are simply never placed by the planner.
-fn drop_dead_tensors(_g: &mut Graph) {}
 
 #[cfg(test)]
 mod tests {

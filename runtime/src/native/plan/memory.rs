@@ -12,8 +12,9 @@
 //! already placed (the classic offset-assignment heuristic of TFLite's and ONNX Runtime's
 //! arena planners).
 
-use crate::native::graph::Graph;
-use crate::native::ir::{BufferId, BufferKind};
+use crate::native::graph::{Graph, StepKind};
+use crate::native::ir::{BufferId, BufferKind, TensorId};
+use crate::native::passes::fusion::{self, Fusion};
 use crate::native::plan::schedule::Schedule;
 
 /// Alignment of every buffer in the workspace and the weight blob, in bytes (cuDNN and
@@ -70,7 +71,7 @@ impl MemoryPlan {
     /// A description when a buffer size overflows `usize`.
     pub fn new(graph: &Graph) -> Result<Self, String> {
         let candidates: Vec<usize> = (0..graph.steps.len())
-            .filter(|&i| crate::native::passes::fusion::candidate(graph, i).is_some())
+            .filter(|&i| fusion::candidate(graph, i).is_some())
             .collect();
         Self::for_fusions(
             graph,
@@ -111,7 +112,7 @@ impl MemoryPlan {
         // written at the convolution's step: its output is live from there, so that it never
         // shares memory with the convolution's input (`crate::native::passes::fusion`).
         for &i in convs {
-            if let Some(f) = crate::native::passes::fusion::candidate(graph, i) {
+            if let Some(f) = fusion::candidate(graph, i) {
                 touch(graph.root(graph.tensor(f.out).buffer).0.0, i);
             }
         }
@@ -187,6 +188,54 @@ impl MemoryPlan {
             access,
             schedule,
         })
+    }
+
+    /// The fusion of convolution step `i` of `graph` under this plan, when it has one: a
+    /// [`crate::native::passes::fusion::candidate`] whose output, written at step `i`,
+    /// overlaps neither the convolution's input (which may die at `i`) nor what the fused
+    /// epilogue reads (cuDNN promises nothing for an epilogue reading the bytes it writes).
+    /// The plan keeps every candidate's output live from step `i` on, so this holds unless
+    /// the plan was made otherwise; checked, not assumed.
+    pub fn fusion(&self, graph: &Graph, i: usize) -> Option<Fusion> {
+        let f = fusion::candidate(graph, i)?;
+        let StepKind::Conv(cv) = &graph.steps[i].kind else {
+            return None;
+        };
+        let read = [Some(cv.x), Some(f.bias), f.residual];
+        if read
+            .into_iter()
+            .flatten()
+            .any(|t| self.overlap(graph, f.out, t))
+        {
+            return None;
+        }
+        Some(f)
+    }
+
+    /// [`MemoryPlan::fusion`] for every step (`None` for steps that are no fusable
+    /// convolution).
+    pub fn fusions(&self, graph: &Graph) -> Vec<Option<Fusion>> {
+        (0..graph.steps.len())
+            .map(|i| self.fusion(graph, i))
+            .collect()
+    }
+
+    /// Byte range `[start, end)` of a view's elements in its region (negative strides
+    /// included); `None` for an empty view.
+    fn extent(&self, graph: &Graph, t: TensorId) -> Option<(Region, usize, usize)> {
+        let tensor = graph.tensor(t);
+        let (region, base) = self.locate_buffer(graph, tensor.buffer);
+        let (first, end) = tensor.extent()?;
+        let es = tensor.dtype.size();
+        Some((region, base + first * es, base + end * es))
+    }
+
+    /// Whether views `a` and `b` of `graph` share a byte under this plan.
+    pub fn overlap(&self, graph: &Graph, a: TensorId, b: TensorId) -> bool {
+        match (self.extent(graph, a), self.extent(graph, b)) {
+            (Some((ra, sa, ea)), Some((rb, sb, eb))) => ra == rb && sa < eb && sb < ea,
+            _ => false,
+        }
     }
 
     /// The region and byte offset of element 0 of buffer `b` (following placements).

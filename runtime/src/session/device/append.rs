@@ -57,7 +57,7 @@ impl AppendLaunch {
     /// size and every address.
     ///
     /// # Errors
-    /// A missing kernel; [`CudaError::Plan`] for more slots than a grid holds.
+    /// A missing kernel; [`CudaError::Invalid`] for more slots than a grid holds.
     pub(super) fn new(
         module: &KernelModule,
         step: &AppendStep,
@@ -79,7 +79,7 @@ impl AppendLaunch {
             .ok()
             .filter(|&s| s <= 65_535)
             .ok_or_else(|| {
-                CudaError::Plan(format!(
+                CudaError::Invalid(format!(
                     "an appendable state of {} slots: a grid holds at most 65535",
                     step.slots
                 ))

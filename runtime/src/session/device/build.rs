@@ -293,7 +293,7 @@ fn bind_steps(ctx: &Context, steps: Vec<Step>, c: &StepEnv<'_>) -> Result<Vec<DS
             }
             Step::AppendRows(a) => {
                 let module = c.state_module.ok_or_else(|| {
-                    CudaError::Plan("the request state's kernels are not loaded".into())
+                    CudaError::Invalid("the request state's kernels are not loaded".into())
                 })?;
                 DStep::AppendRows {
                     name: format!("append `{}`", c.regions[a.0.rows.index()].name),

@@ -16,14 +16,14 @@ use super::{DStep, DeviceSession, ExecMode, Segment, enqueue_step};
 
 /// A run split into segments: `Ok((a, b))` steps `a..b` captured as one graph, `Err(i)` step
 /// `i` launched eagerly between graphs.
-type SegmentPlan = Vec<Result<(usize, usize), usize>>;
+type RunSplit = Vec<Result<(usize, usize), usize>>;
 
 impl DeviceSession {
     /// Capture the run's graphs (one set per state parity), then check a replay against the
     /// eager run; sets the execution mode and its note.
     pub(super) fn capture(&mut self) -> Result<(), Error> {
         let parities = if self.pairs.is_empty() { 1 } else { 2 };
-        let (plan, eager_reasons) = self.segment_plan();
+        let (split, eager_reasons) = self.split_segments();
         let mut eager = Vec::with_capacity(parities);
         let mut sets: Vec<Vec<Segment>> = Vec::with_capacity(parities);
         for parity in 0..parities {
@@ -35,7 +35,7 @@ impl DeviceSession {
                 self.run()?;
             }
             eager.push(self.snapshot()?);
-            match self.capture_set(&plan, parity) {
+            match self.capture_set(&split, parity) {
                 Ok(segments) => sets.push(segments),
                 Err(e) => {
                     self.note = format!("graph capture failed, running eagerly: {e}");
@@ -79,8 +79,8 @@ impl DeviceSession {
     }
 
     /// Runs of capturable steps, split at executors that are not (with the reasons).
-    fn segment_plan(&self) -> (SegmentPlan, Vec<String>) {
-        let mut plan = Vec::new();
+    fn split_segments(&self) -> (RunSplit, Vec<String>) {
+        let mut split = Vec::new();
         let mut start = 0;
         let mut eager_reasons = Vec::new();
         for (i, s) in self.steps.iter().enumerate() {
@@ -91,27 +91,23 @@ impl DeviceSession {
             } = s
             {
                 if start < i {
-                    plan.push(Ok((start, i)));
+                    split.push(Ok((start, i)));
                 }
-                plan.push(Err(i));
+                split.push(Err(i));
                 eager_reasons.push(format!("`{name}` runs eagerly: {why}"));
                 start = i + 1;
             }
         }
         if start < self.steps.len() {
-            plan.push(Ok((start, self.steps.len())));
+            split.push(Ok((start, self.steps.len())));
         }
-        (plan, eager_reasons)
+        (split, eager_reasons)
     }
 
     /// The graphs of one state parity.
-    fn capture_set(
-        &mut self,
-        plan: &SegmentPlan,
-        parity: usize,
-    ) -> Result<Vec<Segment>, CudaError> {
-        let mut segments = Vec::with_capacity(plan.len());
-        for seg in plan {
+    fn capture_set(&mut self, split: &RunSplit, parity: usize) -> Result<Vec<Segment>, CudaError> {
+        let mut segments = Vec::with_capacity(split.len());
+        for seg in split {
             match *seg {
                 Err(i) => segments.push(Segment::Eager(i)),
                 Ok((a, b)) => {

@@ -116,12 +116,12 @@ impl DeviceRegions {
     /// Region `id`'s address and length.
     ///
     /// # Errors
-    /// [`CudaError::Plan`] for an id from another spec.
+    /// [`CudaError::Invalid`] for an id from another spec.
     pub fn get(&self, id: RegionId) -> Result<DeviceRegion, CudaError> {
         self.regions
             .get(id.index())
             .copied()
-            .ok_or_else(|| CudaError::Plan(format!("region {} does not exist", id.index())))
+            .ok_or_else(|| CudaError::Invalid(format!("region {} does not exist", id.index())))
     }
 }
 

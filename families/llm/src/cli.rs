@@ -1,0 +1,910 @@
+//! The text-generation family as the `tether` CLI sees it (feature `cli`): build arguments
+//! and recipe (`--gguf FILE` or `--hf-dir DIR`), the `inspect` description, the bundle's
+//! self-test for `tether verify --self-test`, `run` with a prompt (tokens streamed as they
+//! come, Ctrl-C cancels) and `bench` (llama-bench's `pp`/`tg` tests).
+//!
+//! `run`'s prompt: `--prompt TEXT`, `--chat-file FILE` (JSON: an array of `{"role",
+//! "content"}` messages, or an object with such a `messages` array), `--text TEXT`, a text
+//! file given as INPUT, or `-` (standard input). A prompt is sent as the user message of a
+//! chat rendered by the checkpoint's template (after `--system TEXT` when given), unless
+//! `--raw`, which tokenises it as it is. The sampling options are llama-cli's, under the
+//! names of issue 25 (`--temperature` also answers to llama-cli's `--temp`, `--context` to
+//! `--ctx-size`); their defaults are llama.cpp's (temperature 0.8, top-k 40, top-p 0.95,
+//! min-p 0.05, repeat penalty 1.0 over the last 64 tokens) with the checkpoint's
+//! `generation_config.json` values over them; `--temperature 0` is greedy decoding.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Arg, ArgAction, ArgMatches, value_parser};
+use serde_json::{Value, json};
+use tether_bundle::Bundle;
+use tether_family::family::{
+    BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource,
+    LatencySummary, Outcome, Report, RunOptions, Runner, SelfTest, ThroughputOptions,
+    ThroughputReport, ThroughputTest, UsageError, describe_self_test, input_as,
+};
+use tether_family::selftest::Role;
+
+use crate::bench::{BenchOptions, Latency};
+use crate::bundle::Description as LlmDescription;
+use crate::generate::{
+    CancelHandle, Finished, GenerateError, GenerateParams, Generator, GeneratorOptions, Prompt,
+};
+use crate::recipe::{self, BuildOptions};
+use crate::selftest::{GENERATED_IDS, PROMPT_IDS};
+use crate::{ChatMessage, Checkpoint, FAMILY};
+
+/// The text-generation family.
+pub struct LlmFamily;
+
+/// The registry entry.
+pub static LLM: LlmFamily = LlmFamily;
+
+/// Largest prompt file (`INPUT`, `-`, `--chat-file`), bytes.
+pub const MAX_PROMPT_BYTES: u64 = 16 << 20;
+
+/// `pp` tests of `bench` by default (llama-bench's `-p 512` plus the issue's `pp128`).
+pub const DEFAULT_N_PROMPT: [usize; 2] = [128, 512];
+/// `tg` test of `bench` by default (llama-bench's `-n 128`).
+pub const DEFAULT_N_GEN: usize = 128;
+/// Timed repetitions of each `bench` test by default (llama-bench's `-r 5`).
+pub const DEFAULT_REPETITIONS: usize = 5;
+
+fn num(
+    name: &'static str,
+    value_name: &'static str,
+    parser: impl clap::builder::IntoResettable<clap::builder::ValueParser>,
+    help: &'static str,
+) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .value_name(value_name)
+        .allow_negative_numbers(true)
+        .value_parser(parser)
+        .help(help)
+}
+
+impl Family for LlmFamily {
+    fn name(&self) -> &'static str {
+        FAMILY
+    }
+
+    fn about(&self) -> &'static str {
+        "Text generation: decoder-only transformers (Llama, Qwen2, Qwen3) from a GGUF file or a Hugging Face directory, tokens streamed"
+    }
+
+    fn build_args(&self) -> Vec<Arg> {
+        vec![
+            Arg::new("gguf")
+                .long("gguf")
+                .value_name("MODEL.gguf")
+                .value_parser(value_parser!(PathBuf))
+                .conflicts_with("hf-dir")
+                .help("A GGUF v3 file (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K tensors), e.g. SmolLM2-135M-Instruct.Q4_1.gguf"),
+            Arg::new("hf-dir")
+                .long("hf-dir")
+                .value_name("DIR")
+                .value_parser(value_parser!(PathBuf))
+                .help("A Hugging Face directory: config.json, *.safetensors (sharded too), tokenizer.json, tokenizer_config.json, generation_config.json"),
+        ]
+    }
+
+    fn build(
+        &self,
+        args: &ArgMatches,
+        common: &BuildCommon,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Built> {
+        let input = match (
+            args.get_one::<PathBuf>("gguf"),
+            args.get_one::<PathBuf>("hf-dir"),
+        ) {
+            (Some(p), None) => {
+                if p.is_dir() {
+                    return Err(UsageError(format!(
+                        "--gguf {}: a directory (give a Hugging Face directory with --hf-dir)",
+                        p.display()
+                    ))
+                    .into());
+                }
+                recipe::Input::Gguf(p.clone())
+            }
+            (None, Some(p)) => {
+                if !p.is_dir() {
+                    return Err(
+                        UsageError(format!("--hf-dir {}: not a directory", p.display())).into(),
+                    );
+                }
+                recipe::Input::HfDir(p.clone())
+            }
+            _ => return Err(UsageError("give --gguf FILE or --hf-dir DIR".into()).into()),
+        };
+        let path = match &input {
+            recipe::Input::Gguf(p) | recipe::Input::HfDir(p) => p.clone(),
+        };
+        let options = BuildOptions {
+            name: common
+                .name
+                .clone()
+                .unwrap_or_else(|| tether_family::family::file_stem(&path, FAMILY)),
+            model_version: common.model_version.clone(),
+            created_unix_s: common.created_unix_s,
+            self_test: true,
+        };
+        let (writer, report) = recipe::build(&input, &options, progress)
+            .with_context(|| format!("building the llm bundle from {}", path.display()))?;
+        let mut summary = vec![format!("family llm: {} tensor sections", report.tensors)];
+        summary.extend(report.description.to_string().lines().map(str::to_string));
+        if let Some(r) = &report.self_test {
+            summary.push(format!("self-test: embedded (llm/selftest): {r}"));
+        }
+        Ok(Built {
+            writer,
+            networks: Vec::new(),
+            summary,
+        })
+    }
+
+    fn run_args(&self) -> Vec<Arg> {
+        vec![
+            Arg::new("prompt")
+                .long("prompt")
+                .short('p')
+                .value_name("TEXT")
+                .help("The prompt (llm): the user message of a chat in the model's template, or raw text with --raw"),
+            Arg::new("chat-file")
+                .long("chat-file")
+                .value_name("FILE.json")
+                .value_parser(value_parser!(PathBuf))
+                .help("Chat messages (llm): a JSON array of {\"role\", \"content\"} objects (or {\"messages\": [...]})"),
+            Arg::new("system")
+                .long("system")
+                .value_name("TEXT")
+                .help("System message before the prompt (llm)"),
+            Arg::new("raw")
+                .long("raw")
+                .action(ArgAction::SetTrue)
+                .help("Tokenise the prompt as it is, without the chat template (llm)"),
+            num(
+                "max-tokens",
+                "N",
+                value_parser!(u64).range(1..=1_000_000),
+                "Most tokens to generate (llm; default 256, or the checkpoint's max_new_tokens)",
+            ),
+            num(
+                "temperature",
+                "T",
+                value_parser!(f32),
+                "Sampling temperature; 0 or below: greedy (llm; default 0.8)",
+            )
+            .visible_alias("temp"),
+            num(
+                "top-k",
+                "K",
+                value_parser!(u64).range(0..=1_000_000),
+                "Keep the K most likely tokens; 0: off (llm; default 40)",
+            ),
+            num(
+                "top-p",
+                "P",
+                value_parser!(f32),
+                "Nucleus sampling mass, 0 < P <= 1; 1: off (llm; default 0.95)",
+            ),
+            num(
+                "min-p",
+                "P",
+                value_parser!(f32),
+                "Minimum probability relative to the most likely token, 0 <= P < 1; 0: off (llm; default 0.05)",
+            ),
+            num(
+                "repeat-penalty",
+                "R",
+                value_parser!(f32),
+                "Repetition penalty over the last --repeat-last-n tokens; 1: off (llm; default 1.0)",
+            ),
+            num(
+                "repeat-last-n",
+                "N",
+                value_parser!(u64).range(0..=4096),
+                "Tokens the repetition penalty looks back over (llm; default 64)",
+            ),
+            num(
+                "seed",
+                "S",
+                value_parser!(u64),
+                "Random seed of the sampler: the same seed, prompt and options give the same text (llm; default 0)",
+            ),
+            Arg::new("stop")
+                .long("stop")
+                .value_name("TEXT")
+                .action(ArgAction::Append)
+                .help("End generation when TEXT appears (not printed); repeatable (llm)"),
+            num(
+                "context",
+                "N",
+                value_parser!(u64).range(1..=1 << 24),
+                "KV cache positions (llm; default and maximum: the model's training context)",
+            )
+            .visible_alias("ctx-size"),
+            num(
+                "threads",
+                "N",
+                value_parser!(u64).range(1..=1024),
+                "Threads of the forward pass (llm; default: the cores available)",
+            ),
+            Arg::new("n-prompt")
+                .long("n-prompt")
+                .value_name("N,N,...")
+                .value_delimiter(',')
+                .value_parser(value_parser!(u64).range(1..=1 << 20))
+                .help("bench (llm): prompt-processing tests, tokens each (default 128,512)"),
+            num(
+                "n-gen",
+                "N",
+                value_parser!(u64).range(0..=1 << 20),
+                "bench (llm): generation test, tokens (default 128; 0 skips it)",
+            ),
+        ]
+    }
+
+    fn describe(&self, bundle: &Bundle) -> Result<Description> {
+        // The checkpoint holds its bundle shared (`Arc`): open the file again (mapped, lazy).
+        let path = bundle
+            .path()
+            .context("describing an llm bundle needs its file (this one was read from memory)")?;
+        let ckpt =
+            Checkpoint::from_bundle(Arc::new(Bundle::open(path, tether_bundle::Verify::Lazy)?))?;
+        let d = ckpt.describe();
+        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+            let n = |role, name| t.u32s(role, name).map_or(0, <[u32]>::len);
+            let (p, g) = (n(Role::Input, PROMPT_IDS), n(Role::Expected, GENERATED_IDS));
+            (
+                format!(
+                    "{p} prompt tokens, {g} greedy tokens expected (from {})",
+                    t.source
+                ),
+                json!({ "prompt_tokens": p, "generated_tokens": g }),
+            )
+        });
+        let mut lines: Vec<(String, String)> = d
+            .to_string()
+            .lines()
+            .map(|l| match l.split_once("  ") {
+                Some((k, v)) => (k.trim().to_string(), v.trim().to_string()),
+                None => (l.trim().to_string(), String::new()),
+            })
+            .collect();
+        lines.push(("self-test".into(), selftest_line));
+        let mut json = description_json(&d);
+        json["self_test"] = selftest_json;
+        Ok(Description { lines, json })
+    }
+
+    fn open(
+        &self,
+        bundle: Arc<Bundle>,
+        args: &ArgMatches,
+        options: &RunOptions,
+    ) -> Result<Box<dyn Runner>> {
+        check_device(options)?;
+        let params = params_of(args)?;
+        let threads = options
+            .threads
+            .or_else(|| arg_u64(args, "threads").map(|n| n as usize));
+        let generator = Generator::from_checkpoint(
+            Checkpoint::from_bundle(bundle)?,
+            &GeneratorOptions {
+                context: arg_u64(args, "context").map(|n| n as usize),
+                threads,
+                ..GeneratorOptions::default()
+            },
+        )?;
+        let params = params.apply(GenerateParams::with_defaults(
+            generator.generation_defaults(),
+        ))?;
+        let cancel = generator.cancel_handle();
+        Ok(Box::new(LlmRunner {
+            generator,
+            params,
+            raw: args.get_flag("raw"),
+            system: arg_str(args, "system"),
+            prompt: arg_str(args, "prompt"),
+            chat_file: args.get_one::<PathBuf>("chat-file").cloned(),
+            n_prompt: args
+                .get_many::<u64>("n-prompt")
+                .map(|v| v.map(|&n| n as usize).collect()),
+            n_gen: arg_u64(args, "n-gen").map(|n| n as usize),
+            cancel,
+            last: None,
+        }))
+    }
+
+    fn run_self_test(
+        &self,
+        bundle: Arc<Bundle>,
+        options: &RunOptions,
+        test: &SelfTest,
+    ) -> Result<Report> {
+        check_device(options)?;
+        let ckpt = Checkpoint::from_bundle(bundle)?;
+        let context = (ckpt.config.n_ctx_train as usize).min(
+            crate::selftest::input(test)
+                .map(|(p, g)| p.len() + g.len() + 1)
+                .unwrap_or(1),
+        );
+        let mut g = Generator::from_checkpoint(
+            ckpt,
+            &GeneratorOptions {
+                context: Some(context.max(1)),
+                threads: options.threads,
+                ..GeneratorOptions::default()
+            },
+        )?;
+        Ok(crate::selftest::run(&mut g, test)?)
+    }
+
+    fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+        use crate::LlmError as E;
+        let llm =
+            error
+                .downcast_ref::<E>()
+                .or_else(|| match error.downcast_ref::<GenerateError>() {
+                    Some(GenerateError::Checkpoint(e)) => Some(e),
+                    _ => None,
+                });
+        if let Some(e) = llm {
+            return Some(match e {
+                E::Gguf(_) | E::Safetensors(_) => {
+                    "the checkpoint file is truncated, corrupt or uses a tensor type this build does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"
+                }
+                E::VocabMismatch { .. } => {
+                    "the tokenizer belongs to another model: use the checkpoint's own tokenizer"
+                }
+                E::ReferenceMismatch(_) => {
+                    "this CPU engine does not reproduce llama.cpp on the pinned model: report it with `tether doctor` output"
+                }
+                _ => return None,
+            });
+        }
+        match error.downcast_ref::<GenerateError>()? {
+            GenerateError::Context { .. } => Some(
+                "--context accepts 1 to the model's training context (`tether inspect` shows it)",
+            ),
+            GenerateError::Forward(_) => Some(
+                "a prompt longer than the context is an error, never cut: shorten it or raise --context",
+            ),
+            GenerateError::NoChatTemplate => Some("give --raw: this model has no chat template"),
+            _ => None,
+        }
+    }
+}
+
+/// The CPU is this family's only device in this build.
+fn check_device(options: &RunOptions) -> Result<()> {
+    match options.device.as_str() {
+        "auto" | "cpu" => Ok(()),
+        d => bail!(
+            "--device {d}: the llm family runs on the CPU in this build (give --device cpu or auto)"
+        ),
+    }
+}
+
+fn arg_u64(args: &ArgMatches, name: &str) -> Option<u64> {
+    args.try_get_one::<u64>(name).ok().flatten().copied()
+}
+
+fn arg_f32(args: &ArgMatches, name: &str) -> Option<f32> {
+    args.try_get_one::<f32>(name).ok().flatten().copied()
+}
+
+fn arg_str(args: &ArgMatches, name: &str) -> Option<String> {
+    args.try_get_one::<String>(name).ok().flatten().cloned()
+}
+
+/// The generation options given on the command line (each `None` when not given).
+#[derive(Clone, Debug, Default)]
+struct ParamArgs {
+    max_tokens: Option<u64>,
+    temperature: Option<f32>,
+    top_k: Option<u64>,
+    top_p: Option<f32>,
+    min_p: Option<f32>,
+    repeat_penalty: Option<f32>,
+    repeat_last_n: Option<u64>,
+    seed: Option<u64>,
+    stop: Vec<String>,
+}
+
+fn params_of(args: &ArgMatches) -> Result<ParamArgs> {
+    Ok(ParamArgs {
+        max_tokens: arg_u64(args, "max-tokens"),
+        temperature: arg_f32(args, "temperature"),
+        top_k: arg_u64(args, "top-k"),
+        top_p: arg_f32(args, "top-p"),
+        min_p: arg_f32(args, "min-p"),
+        repeat_penalty: arg_f32(args, "repeat-penalty"),
+        repeat_last_n: arg_u64(args, "repeat-last-n"),
+        seed: arg_u64(args, "seed"),
+        stop: args
+            .try_get_many::<String>("stop")
+            .ok()
+            .flatten()
+            .map(|v| v.cloned().collect())
+            .unwrap_or_default(),
+    })
+}
+
+impl ParamArgs {
+    /// `base` (the checkpoint's defaults over llama.cpp's) with the options given; out of
+    /// range values are usage errors naming the option.
+    fn apply(self, mut p: GenerateParams) -> Result<GenerateParams> {
+        if let Some(n) = self.max_tokens {
+            p.max_tokens = n as usize;
+        }
+        let s = &mut p.sampler;
+        if let Some(v) = self.temperature {
+            s.temperature = v;
+        }
+        if let Some(v) = self.top_k {
+            s.top_k = v as usize;
+        }
+        if let Some(v) = self.top_p {
+            s.top_p = v;
+        }
+        if let Some(v) = self.min_p {
+            s.min_p = v;
+        }
+        if let Some(v) = self.repeat_penalty {
+            s.repeat_penalty = v;
+        }
+        if let Some(v) = self.repeat_last_n {
+            s.repeat_last_n = v as usize;
+        }
+        if let Some(v) = self.seed {
+            s.seed = v;
+        }
+        p.stop = self.stop;
+        if p.stop.iter().any(String::is_empty) {
+            return Err(UsageError("--stop: an empty text".into()).into());
+        }
+        if let Err(e) = s.validate() {
+            return Err(UsageError(format!(
+                "--{} {}: accepted {}",
+                e.name.replace('_', "-"),
+                e.value,
+                e.accepted
+            ))
+            .into());
+        }
+        Ok(p)
+    }
+}
+
+/// The JSON of `inspect`'s `family_config`.
+fn description_json(d: &LlmDescription) -> Value {
+    let tok = |t: &Option<(u32, String)>| {
+        t.as_ref()
+            .map_or(Value::Null, |(id, text)| json!({ "id": id, "text": text }))
+    };
+    json!({
+        "architecture": d.architecture,
+        "parameters": d.parameters,
+        "weight_bytes": d.weight_bytes,
+        "quantization": d.quantization.iter().map(|(t, n, p)| json!({
+            "type": t.name(), "tensors": n, "parameters": p,
+        })).collect::<Vec<_>>(),
+        "context_length": d.context_length,
+        "vocabulary": d.vocabulary,
+        "tokenizer_tokens": d.tokenizer_tokens,
+        "layers": d.layers,
+        "width": d.width,
+        "heads": d.heads.0,
+        "kv_heads": d.heads.1,
+        "head_dim": d.heads.2,
+        "ffn": d.ffn,
+        "rope_theta": d.rope_theta,
+        "features": d.features,
+        "special_tokens": {
+            "bos": tok(&d.bos),
+            "eos": tok(&d.eos),
+            "eot": tok(&d.eot),
+            "eog": d.eog.iter().map(|(id, text)| json!({ "id": id, "text": text })).collect::<Vec<_>>(),
+            "add_bos": d.add_bos,
+        },
+        "chat_template": d.chat_template,
+    })
+}
+
+/// A prompt to run.
+struct PromptInput {
+    label: String,
+    what: PromptKind,
+}
+
+enum PromptKind {
+    /// Tokenised as it is (`--raw`).
+    Raw(String),
+    /// Chat messages for the template.
+    Chat(Vec<ChatMessage>),
+}
+
+impl Input for PromptInput {
+    fn label(&self) -> &str {
+        &self.label
+    }
+    fn describe(&self) -> String {
+        match &self.what {
+            PromptKind::Raw(t) => format!("raw prompt of {} bytes", t.len()),
+            PromptKind::Chat(m) => format!("chat of {} message(s)", m.len()),
+        }
+    }
+}
+
+fn prompt_of(input: &dyn Input) -> Result<&PromptInput> {
+    input_as(input, "a prompt of the llm family")
+}
+
+/// Read a prompt file (`-`: standard input) as UTF-8, at most [`MAX_PROMPT_BYTES`].
+fn read_text(path: &Path) -> Result<String> {
+    let bytes = if path.as_os_str() == "-" {
+        let mut b = Vec::new();
+        std::io::stdin()
+            .take(MAX_PROMPT_BYTES + 1)
+            .read_to_end(&mut b)
+            .context("reading the prompt from standard input")?;
+        b
+    } else {
+        tether_bundle::files::read_regular(path)
+            .with_context(|| format!("reading {}", path.display()))?
+    };
+    if bytes.len() as u64 > MAX_PROMPT_BYTES {
+        bail!(
+            "{}: more than {MAX_PROMPT_BYTES} bytes of prompt",
+            path.display()
+        );
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not UTF-8 text (invalid byte at offset {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// Chat messages from a `--chat-file` document.
+fn read_chat(path: &Path) -> Result<Vec<ChatMessage>> {
+    let text = read_text(path)?;
+    let doc: Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    let list = match &doc {
+        Value::Array(a) => a,
+        Value::Object(o) => match o.get("messages") {
+            Some(Value::Array(a)) => a,
+            _ => bail!("{}: an object without a `messages` array", path.display()),
+        },
+        _ => bail!(
+            "{}: neither an array of messages nor an object with `messages`",
+            path.display()
+        ),
+    };
+    if list.is_empty() {
+        bail!("{}: no messages", path.display());
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let field = |k: &str| {
+                m.get(k).and_then(Value::as_str).ok_or_else(|| {
+                    anyhow::anyhow!("{}: message {i} has no text `{k}`", path.display())
+                })
+            };
+            Ok(ChatMessage::new(field("role")?, field("content")?))
+        })
+        .collect()
+}
+
+struct LlmRunner {
+    generator: Generator,
+    params: GenerateParams,
+    raw: bool,
+    system: Option<String>,
+    prompt: Option<String>,
+    chat_file: Option<PathBuf>,
+    n_prompt: Option<Vec<usize>>,
+    n_gen: Option<usize>,
+    cancel: CancelHandle,
+    /// The last run's text and outcome.
+    last: Option<(String, Finished)>,
+}
+
+impl LlmRunner {
+    /// A prompt text as this runner's options make it: raw, or the user message of a chat.
+    fn prompt_input(&self, label: String, text: String) -> PromptInput {
+        let what = if self.raw {
+            PromptKind::Raw(text)
+        } else {
+            let mut m = Vec::new();
+            if let Some(s) = &self.system {
+                m.push(ChatMessage::new("system", s));
+            }
+            m.push(ChatMessage::new("user", &text));
+            PromptKind::Chat(m)
+        };
+        PromptInput { label, what }
+    }
+
+    /// Generate from `input`, handing each piece of text to `sink`.
+    fn generate(
+        &mut self,
+        input: &dyn Input,
+        sink: &mut dyn FnMut(&str) -> Result<()>,
+    ) -> Result<()> {
+        let p = prompt_of(input)?;
+        let prompt = match &p.what {
+            PromptKind::Raw(t) => Prompt::Text(t),
+            PromptKind::Chat(m) => Prompt::Chat(m),
+        };
+        self.last = None;
+        let mut run = self.generator.generate(prompt, &self.params)?;
+        let mut text = String::new();
+        while let Some(piece) = run.next_piece()? {
+            text.push_str(piece.text);
+            if !piece.text.is_empty() {
+                sink(piece.text)?;
+            }
+        }
+        self.last = Some((text, run.finish()));
+        Ok(())
+    }
+}
+
+fn latency_summary(name: &str, l: &Latency) -> LatencySummary {
+    LatencySummary {
+        name: name.into(),
+        count: l.count,
+        p50: l.p50,
+        p99: l.p99,
+        p999: l.p999,
+        max: l.max,
+        mean: l.mean,
+    }
+}
+
+impl Runner for LlmRunner {
+    fn engines(&self) -> Vec<(String, String)> {
+        vec![(
+            FAMILY.to_string(),
+            format!("tether-llm CPU ({})", self.generator.model().isa().name()),
+        )]
+    }
+
+    fn environment(&self) -> Environment {
+        Environment {
+            device: "cpu".into(),
+            execution: Execution::Host,
+            cpu_threads: self.generator.state().threads(),
+            engine_choice: vec![(
+                FAMILY.to_string(),
+                format!(
+                    "the llm family's own CPU kernels ({}; the only engine of this family in this build)",
+                    self.generator.model().isa().name()
+                ),
+            )],
+            ..Environment::default()
+        }
+    }
+
+    fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
+        let (label, text) = match source {
+            InputSource::Text(t) => (t.to_string(), t.to_string()),
+            InputSource::File(p) => (p.display().to_string(), read_text(p)?),
+        };
+        if text.trim().is_empty() {
+            bail!("{label:?}: the prompt holds no text");
+        }
+        Ok(Box::new(self.prompt_input(label, text)))
+    }
+
+    fn arg_inputs(&self) -> Result<Vec<Box<dyn Input>>> {
+        if self.n_prompt.is_some() || self.n_gen.is_some() {
+            return Err(UsageError(
+                "--n-prompt and --n-gen are options of `tether bench`, not of `run`".into(),
+            )
+            .into());
+        }
+        let mut out: Vec<Box<dyn Input>> = Vec::new();
+        if let Some(p) = &self.prompt {
+            if p.trim().is_empty() {
+                return Err(UsageError("--prompt: an empty prompt".into()).into());
+            }
+            out.push(Box::new(self.prompt_input(p.clone(), p.clone())));
+        }
+        if let Some(f) = &self.chat_file {
+            if self.raw {
+                return Err(UsageError(
+                    "--raw with --chat-file: chat messages need the template".into(),
+                )
+                .into());
+            }
+            let mut m = Vec::new();
+            if let Some(s) = &self.system {
+                m.push(ChatMessage::new("system", s));
+            }
+            m.extend(read_chat(f)?);
+            out.push(Box::new(PromptInput {
+                label: f.display().to_string(),
+                what: PromptKind::Chat(m),
+            }));
+        }
+        Ok(out)
+    }
+
+    fn run(&mut self, input: &dyn Input) -> Result<()> {
+        self.generate(input, &mut |_| Ok(()))
+    }
+
+    fn run_streaming(
+        &mut self,
+        input: &dyn Input,
+        sink: &mut dyn FnMut(&str) -> Result<()>,
+    ) -> Option<Result<()>> {
+        Some(self.generate(input, sink))
+    }
+
+    fn canceller(&self) -> Option<Box<dyn Fn() + Send + Sync>> {
+        let c = self.cancel.clone();
+        Some(Box::new(move || c.cancel()))
+    }
+
+    fn throughput_bench(
+        &mut self,
+        options: &ThroughputOptions,
+        stop: &AtomicBool,
+    ) -> Option<Result<ThroughputReport>> {
+        Some(self.bench(options, stop))
+    }
+
+    fn outcome(&self, input: &dyn Input, _annotate: bool) -> Result<Outcome> {
+        let _ = prompt_of(input)?;
+        let Some((text, f)) = &self.last else {
+            bail!("no generation has run");
+        };
+        let t = &f.timings;
+        let itl = Latency::of(&t.inter_token_ms);
+        Ok(Outcome {
+            summary: format!(
+                "{} ({} prompt tokens in {:.1} ms, {:.1} tok/s; {} tokens generated, {:.1} tok/s; first token after {:.1} ms)",
+                f.finish_reason.as_str(),
+                t.prompt_tokens,
+                t.prompt_ms,
+                t.prompt_tokens_per_s(),
+                t.generated_tokens,
+                t.generation_tokens_per_s(),
+                t.time_to_first_token_ms
+            ),
+            lines: text.lines().map(str::to_string).collect(),
+            json: json!({
+                "text": text,
+                "finish_reason": f.finish_reason.as_str(),
+                "prompt_tokens": f.prompt_tokens,
+                "tokens": f.tokens,
+                "seed": f.seed,
+                "timings": {
+                    "prompt_tokens": t.prompt_tokens,
+                    "prompt_ms": t.prompt_ms,
+                    "prompt_tokens_per_s": t.prompt_tokens_per_s(),
+                    "time_to_first_token_ms": t.time_to_first_token_ms,
+                    "generated_tokens": t.generated_tokens,
+                    "generation_ms": t.generation_ms,
+                    "generation_tokens_per_s": t.generation_tokens_per_s(),
+                    "inter_token_ms": { "p50": itl.p50, "p99": itl.p99, "max": itl.max, "mean": itl.mean },
+                },
+            }),
+            annotated: None,
+        })
+    }
+
+    fn stage_times(&self) -> Vec<(String, f64)> {
+        self.last.as_ref().map_or_else(Vec::new, |(_, f)| {
+            vec![
+                ("prompt".into(), f.timings.prompt_ms),
+                ("generation".into(), f.timings.generation_ms),
+            ]
+        })
+    }
+}
+
+impl LlmRunner {
+    /// llama-bench's tests, one at a time so that Ctrl-C ends the benchmark between them.
+    fn bench(
+        &mut self,
+        options: &ThroughputOptions,
+        stop: &AtomicBool,
+    ) -> Result<ThroughputReport> {
+        use std::sync::atomic::Ordering;
+        if self.prompt.is_some() || self.chat_file.is_some() {
+            return Err(UsageError(
+                "--prompt and --chat-file are options of `tether run`: the benchmark's tokens are pseudo-random ids (llama-bench's method)".into(),
+            )
+            .into());
+        }
+        let n_prompt = self
+            .n_prompt
+            .clone()
+            .unwrap_or_else(|| DEFAULT_N_PROMPT.to_vec());
+        let n_gen = self.n_gen.unwrap_or(DEFAULT_N_GEN);
+        let repetitions = options.repetitions.max(1);
+        let mut tests = Vec::new();
+        let mut latencies = Vec::new();
+        let add = |r: &crate::bench::BenchReport, tests: &mut Vec<ThroughputTest>| {
+            tests.extend(r.throughput.iter().map(|t| ThroughputTest {
+                name: t.name.clone(),
+                per_run: t.tokens as u64,
+                unit: "tokens",
+                runs: t.runs.clone(),
+                mean: t.mean,
+                stddev: t.stddev,
+            }));
+        };
+        let (model, state) = self.generator.model_and_state();
+        let one = |prompt: Vec<usize>,
+                   generate: usize,
+                   ttft: usize,
+                   state: &mut crate::forward::State| {
+            crate::bench::run(
+                model,
+                state,
+                &BenchOptions {
+                    prompt,
+                    generate,
+                    repetitions,
+                    ttft_prompt: ttft,
+                },
+            )
+        };
+        for &n in &n_prompt {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            add(&one(vec![n], 0, 0, state)?, &mut tests);
+        }
+        if n_gen > 0 && !stop.load(Ordering::SeqCst) {
+            let r = one(Vec::new(), n_gen, 0, state)?;
+            add(&r, &mut tests);
+            latencies.push(latency_summary("inter-token", &r.inter_token_ms));
+        }
+        let ttft = n_prompt.first().copied().unwrap_or(DEFAULT_N_PROMPT[0]);
+        if !stop.load(Ordering::SeqCst) {
+            let r = one(Vec::new(), 0, ttft, state)?;
+            latencies.insert(
+                0,
+                latency_summary(
+                    &format!("time to first token (pp{ttft})"),
+                    &r.time_to_first_token_ms,
+                ),
+            );
+        }
+        let threads = state.threads();
+        let context = state.cache().shape().context;
+        Ok(ThroughputReport {
+            tests,
+            latencies_ms: latencies,
+            notes: vec![
+                (
+                    "method".into(),
+                    format!(
+                        "llama-bench's: pseudo-random token ids, an empty KV cache per run, 1 warm-up and {repetitions} timed runs per test; t/s = tokens / run time, mean ± sample sd"
+                    ),
+                ),
+                ("threads".into(), threads.to_string()),
+                ("kernels".into(), model.isa().name().to_string()),
+                ("context".into(), context.to_string()),
+            ],
+        })
+    }
+}

@@ -1,0 +1,524 @@
+//! x86-64 kernels: AVX2 integer dot products over the ggml blocks (`vpmaddubsw` of an
+//! unsigned and a signed byte vector, `vpmaddwd` to 32-bit sums, one FMA per block with the
+//! product of the scales), F16C for f16 weights and the f16 key/value cache.
+//!
+//! Every function here needs AVX2, FMA and F16C; [`super::Isa::available`] checks them at run
+//! time before [`super::Isa::Avx2`] is ever chosen.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::{Acts, Matrix, OutMatrix, RowKernel, tiled};
+use crate::quant::{BlockQ8, BlockQ8K, QK, TensorType, round_f16};
+
+/// Horizontal sum of 8 f32 lanes.
+#[inline(always)]
+unsafe fn hsum(v: __m256) -> f32 {
+    // SAFETY: AVX is implied by the caller's AVX2 contract.
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+}
+
+/// Horizontal sum of 8 i32 lanes.
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    // SAFETY: AVX2 by the caller's contract.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// The f16 at `p` (little-endian bits) as f32.
+#[inline(always)]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: `p` points at 2 readable bytes (caller); F16C by contract.
+    unsafe {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
+            p.cast::<u16>().read_unaligned(),
+        ))))
+    }
+}
+
+/// The 32 nibbles of the 16 bytes at `p` as bytes 0..=15: lanes 0-15 the low nibbles, lanes
+/// 16-31 the high nibbles (the order of weights in a Q4_0/Q4_1 block).
+#[inline(always)]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    // SAFETY: `p` points at 16 readable bytes (caller); AVX2 by contract.
+    unsafe {
+        let q = _mm_loadu_si128(p.cast());
+        let m = _mm_set1_epi8(0x0F);
+        _mm256_set_m128i(
+            _mm_and_si128(_mm_srli_epi16::<4>(q), m),
+            _mm_and_si128(q, m),
+        )
+    }
+}
+
+/// Sums of adjacent products of unsigned bytes `u` and signed bytes `s`, widened to 8 x i32.
+#[inline(always)]
+unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+    // SAFETY: AVX2 by contract. No 16-bit saturation: callers keep |u * s| * 2 < 32768.
+    unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
+}
+
+#[inline(always)]
+unsafe fn load_qs(a: &BlockQ8) -> __m256i {
+    // SAFETY: `qs` is 32 bytes.
+    unsafe { _mm256_loadu_si256(a.qs.as_ptr().cast()) }
+}
+
+pub(crate) struct Q4_0K;
+impl RowKernel for Q4_0K {
+    type Act = BlockQ8;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
+        // SAFETY: AVX2 by contract; `w` holds `acts[i].len()` blocks of 18 bytes.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); N];
+            for b in 0..acts[0].len() {
+                let p = w.as_ptr().add(18 * b);
+                let d = f16_at(p);
+                let x = _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8));
+                let ax = _mm256_sign_epi8(x, x);
+                for i in 0..N {
+                    let a = acts[i].get_unchecked(b);
+                    let sumi = dot_u8_i8(ax, _mm256_sign_epi8(load_qs(a), x));
+                    acc[i] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(sumi), acc[i]);
+                }
+            }
+            let mut out = [0.0f32; N];
+            for i in 0..N {
+                out[i] = hsum(acc[i]);
+            }
+            out
+        }
+    }
+}
+
+pub(crate) struct Q4_1K;
+impl RowKernel for Q4_1K {
+    type Act = BlockQ8;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
+        // SAFETY: AVX2 by contract; `w` holds `acts[i].len()` blocks of 20 bytes.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); N];
+            let mut summ = [0.0f32; N];
+            for b in 0..acts[0].len() {
+                let p = w.as_ptr().add(20 * b);
+                let (d, m) = (f16_at(p), f16_at(p.add(2)));
+                let q = nibbles(p.add(4));
+                for i in 0..N {
+                    let a = acts[i].get_unchecked(b);
+                    let sumi = dot_u8_i8(q, load_qs(a));
+                    acc[i] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(sumi), acc[i]);
+                    summ[i] = m.mul_add(a.s, summ[i]);
+                }
+            }
+            let mut out = summ;
+            for i in 0..N {
+                out[i] += hsum(acc[i]);
+            }
+            out
+        }
+    }
+}
+
+pub(crate) struct Q8_0K;
+impl RowKernel for Q8_0K {
+    type Act = BlockQ8;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
+        // SAFETY: AVX2 by contract; `w` holds `acts[i].len()` blocks of 34 bytes.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); N];
+            for b in 0..acts[0].len() {
+                let p = w.as_ptr().add(34 * b);
+                let d = f16_at(p);
+                let x = _mm256_loadu_si256(p.add(2).cast());
+                let ax = _mm256_sign_epi8(x, x);
+                for i in 0..N {
+                    let a = acts[i].get_unchecked(b);
+                    let sumi = dot_u8_i8(ax, _mm256_sign_epi8(load_qs(a), x));
+                    acc[i] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(sumi), acc[i]);
+                }
+            }
+            let mut out = [0.0f32; N];
+            for i in 0..N {
+                out[i] = hsum(acc[i]);
+            }
+            out
+        }
+    }
+}
+
+pub(crate) struct Q4KK;
+impl RowKernel for Q4KK {
+    type Act = BlockQ8K;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8K]; N]) -> [f32; N] {
+        // SAFETY: AVX2 by contract; `w` holds `acts[i].len()` super-blocks of 144 bytes.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); N];
+            let mut accm = [0.0f32; N];
+            let m4 = _mm256_set1_epi8(0x0F);
+            for b in 0..acts[0].len() {
+                let p = w.as_ptr().add(144 * b);
+                let (d, dmin) = (f16_at(p), f16_at(p.add(2)));
+                let scales = std::slice::from_raw_parts(p.add(4), 12);
+                let sm: [(u8, u8); 8] =
+                    std::array::from_fn(|j| crate::quant::q4k_scale_min(scales, j));
+                let mut sumi = [_mm256_setzero_si256(); N];
+                for j in 0..4 {
+                    let q = _mm256_loadu_si256(p.add(16 + 32 * j).cast());
+                    let lo = _mm256_and_si256(q, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                    let s0 = _mm256_set1_epi16(i16::from(sm[2 * j].0));
+                    let s1 = _mm256_set1_epi16(i16::from(sm[2 * j + 1].0));
+                    for i in 0..N {
+                        let y = acts[i].get_unchecked(b).qs.as_ptr().add(64 * j);
+                        let p0 = _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(lo, _mm256_loadu_si256(y.cast())),
+                            s0,
+                        );
+                        let p1 = _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(hi, _mm256_loadu_si256(y.add(32).cast())),
+                            s1,
+                        );
+                        sumi[i] = _mm256_add_epi32(sumi[i], _mm256_add_epi32(p0, p1));
+                    }
+                }
+                for i in 0..N {
+                    let a = acts[i].get_unchecked(b);
+                    acc[i] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(a.d * d),
+                        _mm256_cvtepi32_ps(sumi[i]),
+                        acc[i],
+                    );
+                    let summ: i32 = (0..8)
+                        .map(|j| {
+                            i32::from(sm[j].1)
+                                * (i32::from(a.bsums[2 * j]) + i32::from(a.bsums[2 * j + 1]))
+                        })
+                        .sum();
+                    accm[i] += a.d * dmin * summ as f32;
+                }
+            }
+            let mut out = [0.0f32; N];
+            for i in 0..N {
+                out[i] = hsum(acc[i]) - accm[i];
+            }
+            out
+        }
+    }
+}
+
+/// Bits `SHIFT..SHIFT + 2` of each byte of `hb`, moved to bits 4..6 (the high part of a
+/// Q6_K value).
+#[inline(always)]
+unsafe fn q6_high<const SHIFT: i32>(hb: __m256i, m3: __m256i) -> __m256i {
+    // SAFETY: AVX2 by contract. The 16-bit shifts cannot carry across bytes: the masked
+    // value is at most 3 before moving up by 4.
+    unsafe { _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<SHIFT>(hb), m3)) }
+}
+
+pub(crate) struct Q6KK;
+impl RowKernel for Q6KK {
+    type Act = BlockQ8K;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8K]; N]) -> [f32; N] {
+        // SAFETY: AVX2 by contract; `w` holds `acts[i].len()` super-blocks of 210 bytes.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); N];
+            let mut acc_off = [0.0f32; N];
+            let m4 = _mm256_set1_epi8(0x0F);
+            let m3 = _mm256_set1_epi8(3);
+            for b in 0..acts[0].len() {
+                let p = w.as_ptr().add(210 * b);
+                let d = f16_at(p.add(208));
+                let sc = std::slice::from_raw_parts(p.add(192).cast::<i8>(), 16);
+                let mut sumi = [_mm256_setzero_si256(); N];
+                for h in 0..2 {
+                    let l0 = _mm256_loadu_si256(p.add(64 * h).cast());
+                    let l1 = _mm256_loadu_si256(p.add(64 * h + 32).cast());
+                    let hb = _mm256_loadu_si256(p.add(128 + 32 * h).cast());
+                    let q = [
+                        _mm256_or_si256(_mm256_and_si256(l0, m4), q6_high::<0>(hb, m3)),
+                        _mm256_or_si256(_mm256_and_si256(l1, m4), q6_high::<2>(hb, m3)),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(l0), m4),
+                            q6_high::<4>(hb, m3),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(l1), m4),
+                            q6_high::<6>(hb, m3),
+                        ),
+                    ];
+                    for (k, &q) in q.iter().enumerate() {
+                        let j = 8 * h + 2 * k;
+                        let s = _mm256_set_m128i(
+                            _mm_set1_epi16(i16::from(sc[j + 1])),
+                            _mm_set1_epi16(i16::from(sc[j])),
+                        );
+                        for i in 0..N {
+                            let y = acts[i].get_unchecked(b).qs.as_ptr().add(128 * h + 32 * k);
+                            let prod = _mm256_madd_epi16(
+                                _mm256_maddubs_epi16(q, _mm256_loadu_si256(y.cast())),
+                                s,
+                            );
+                            sumi[i] = _mm256_add_epi32(sumi[i], prod);
+                        }
+                    }
+                }
+                for i in 0..N {
+                    let a = acts[i].get_unchecked(b);
+                    acc[i] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(a.d * d),
+                        _mm256_cvtepi32_ps(sumi[i]),
+                        acc[i],
+                    );
+                    let off: i32 = (0..16)
+                        .map(|j| i32::from(sc[j]) * i32::from(a.bsums[j]))
+                        .sum();
+                    acc_off[i] += a.d * d * (32 * off) as f32;
+                }
+            }
+            let mut out = [0.0f32; N];
+            for i in 0..N {
+                out[i] = hsum(acc[i]) - acc_off[i];
+            }
+            out
+        }
+    }
+}
+
+/// Float weights of 2 or 4 bytes against f32 activations, 8 columns at a time.
+macro_rules! float_kernel {
+    ($name:ident, $bytes:expr, $load:ident, $scalar:ident) => {
+        pub(crate) struct $name;
+        impl RowKernel for $name {
+            type Act = f32;
+            #[inline(always)]
+            unsafe fn dot<const N: usize>(w: &[u8], acts: [&[f32]; N]) -> [f32; N] {
+                let cols = acts[0].len();
+                // SAFETY: AVX2/F16C by contract; `w` holds `cols` elements of `$bytes` bytes.
+                unsafe {
+                    let mut acc = [_mm256_setzero_ps(); N];
+                    let mut c = 0;
+                    while c + 8 <= cols {
+                        let wv: __m256 = $load(w.as_ptr().add($bytes * c));
+                        for i in 0..N {
+                            acc[i] = _mm256_fmadd_ps(
+                                wv,
+                                _mm256_loadu_ps(acts[i].as_ptr().add(c)),
+                                acc[i],
+                            );
+                        }
+                        c += 8;
+                    }
+                    let mut out = [0.0f32; N];
+                    for i in 0..N {
+                        out[i] = hsum(acc[i]);
+                    }
+                    for c in c..cols {
+                        let wv: f32 = $scalar(w, c);
+                        for i in 0..N {
+                            out[i] += wv * acts[i][c];
+                        }
+                    }
+                    out
+                }
+            }
+        }
+    };
+}
+
+#[inline(always)]
+unsafe fn load_f32(p: *const u8) -> __m256 {
+    // SAFETY: 32 readable bytes at `p` (caller); AVX by contract.
+    unsafe { _mm256_loadu_ps(p.cast()) }
+}
+#[inline(always)]
+unsafe fn load_f16(p: *const u8) -> __m256 {
+    // SAFETY: 16 readable bytes at `p` (caller); F16C by contract.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+}
+#[inline(always)]
+unsafe fn load_bf16(p: *const u8) -> __m256 {
+    // SAFETY: 16 readable bytes at `p` (caller); AVX2 by contract. bf16 is the top half of
+    // an f32.
+    unsafe {
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+            _mm_loadu_si128(p.cast()),
+        )))
+    }
+}
+fn scalar_f32(w: &[u8], c: usize) -> f32 {
+    f32::from_le_bytes([w[4 * c], w[4 * c + 1], w[4 * c + 2], w[4 * c + 3]])
+}
+fn scalar_f16(w: &[u8], c: usize) -> f32 {
+    crate::quant::f16_at(w, 2 * c)
+}
+fn scalar_bf16(w: &[u8], c: usize) -> f32 {
+    f32::from_bits(u32::from(u16::from_le_bytes([w[2 * c], w[2 * c + 1]])) << 16)
+}
+
+float_kernel!(F32K, 4, load_f32, scalar_f32);
+float_kernel!(F16K, 2, load_f16, scalar_f16);
+float_kernel!(Bf16K, 2, load_bf16, scalar_bf16);
+
+/// The AVX2 matrix product (see [`super::matmul`]).
+///
+/// # Safety
+/// AVX2, FMA and F16C are available; shapes checked by `super::matmul`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn matmul(
+    w: &Matrix<'_>,
+    rows: Range<usize>,
+    acts: &Acts<'_>,
+    tokens: Range<usize>,
+    out: &OutMatrix,
+) {
+    // SAFETY (every call): this function's features; the caller's shape checks.
+    unsafe {
+        match (w.ty, *acts) {
+            (TensorType::F32, Acts::F32 { data, per_row }) => {
+                tiled::<F32K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::F16, Acts::F32 { data, per_row }) => {
+                tiled::<F16K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Bf16, Acts::F32 { data, per_row }) => {
+                tiled::<Bf16K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Q8_0, Acts::Q8 { data, per_row }) => {
+                tiled::<Q8_0K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Q4_0, Acts::Q8 { data, per_row }) => {
+                tiled::<Q4_0K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Q4_1, Acts::Q8 { data, per_row }) => {
+                tiled::<Q4_1K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Q4K, Acts::Q8K { data, per_row }) => {
+                tiled::<Q4KK>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Q6K, Acts::Q8K { data, per_row }) => {
+                tiled::<Q6KK>(w, rows, data, per_row, tokens, out)
+            }
+            (ty, a) => unreachable!(
+                "{ty:?} with {:?} activations (checked by matmul)",
+                a.format()
+            ),
+        }
+    }
+}
+
+/// Quantises one row to [`BlockQ8`], bit-identical to [`crate::quant::quantize_block_q8`]
+/// (same `127 / max` multiplier, same round-to-nearest-even).
+///
+/// # Safety
+/// AVX2 available; `x.len() == out.len() * 32`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_row_q8(x: &[f32], out: &mut [BlockQ8]) {
+    debug_assert_eq!(x.len(), out.len() * QK);
+    // SAFETY: AVX2 by this function's features; 32 floats per block in bounds.
+    unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        for (b, blk) in out.iter_mut().enumerate() {
+            let p = x.as_ptr().add(QK * b);
+            let v = [
+                _mm256_loadu_ps(p),
+                _mm256_loadu_ps(p.add(8)),
+                _mm256_loadu_ps(p.add(16)),
+                _mm256_loadu_ps(p.add(24)),
+            ];
+            let mut m = _mm256_andnot_ps(sign, v[0]);
+            for v in &v[1..] {
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *v));
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+            let d = amax / 127.0;
+            let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+            let mut r = [_mm256_setzero_si256(); 4];
+            for (r, v) in r.iter_mut().zip(v) {
+                let scaled = _mm256_mul_ps(v, id);
+                *r = _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(scaled));
+            }
+            let sum = hsum_i32(_mm256_add_epi32(
+                _mm256_add_epi32(r[0], r[1]),
+                _mm256_add_epi32(r[2], r[3]),
+            ));
+            let p16a = _mm256_packs_epi32(r[0], r[1]);
+            let p16b = _mm256_packs_epi32(r[2], r[3]);
+            let p8 = _mm256_packs_epi16(p16a, p16b);
+            let p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(blk.qs.as_mut_ptr().cast(), p8);
+            blk.d = round_f16(d);
+            blk.s = round_f16(d * sum as f32);
+        }
+    }
+}
+
+/// f32 · f16 dot product, 16 columns per step.
+///
+/// # Safety
+/// AVX2/FMA/F16C available; equal lengths.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_f16(q: &[f32], k: &[u16]) -> f32 {
+    let n = q.len();
+    // SAFETY: features of this function; indices below `n` for both slices.
+    unsafe {
+        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut c = 0;
+        while c + 16 <= n {
+            let k0 = _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(c).cast()));
+            let k1 = _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(c + 8).cast()));
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(c)), k0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(c + 8)), k1, a1);
+            c += 16;
+        }
+        let mut s = hsum(_mm256_add_ps(a0, a1));
+        for c in c..n {
+            s += q[c] * half::f16::from_bits(k[c]).to_f32();
+        }
+        s
+    }
+}
+
+/// `out += p * v` over f16 `v`, 8 columns per step.
+///
+/// # Safety
+/// AVX2/FMA/F16C available; equal lengths.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_f16(out: &mut [f32], p: f32, v: &[u16]) {
+    let n = out.len();
+    // SAFETY: features of this function; indices below `n` for both slices.
+    unsafe {
+        let pv = _mm256_set1_ps(p);
+        let mut c = 0;
+        while c + 8 <= n {
+            let o = out.as_mut_ptr().add(c);
+            let vv = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(c).cast()));
+            _mm256_storeu_ps(o, _mm256_fmadd_ps(pv, vv, _mm256_loadu_ps(o)));
+            c += 8;
+        }
+        for c in c..n {
+            out[c] += p * half::f16::from_bits(v[c]).to_f32();
+        }
+    }
+}

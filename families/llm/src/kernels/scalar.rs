@@ -1,0 +1,334 @@
+//! Portable kernels in **lane form**: the canonical arithmetic every instruction set
+//! reproduces bit for bit, and the fallback on CPUs without SIMD.
+//!
+//! A dot product keeps 8 f32 lanes, as the AVX2 kernels (and llama.cpp's, whose results
+//! these equal) do: per block, lane `l` receives the exact integer sum of the products of
+//! elements `4l .. 4l + 4` of the block (as `vpmaddubsw` + `vpmaddwd` leave them), converted
+//! to f32 and accumulated with one fused multiply-add by the product of the scales. At the
+//! end the lanes are summed in the fixed order [`hsum8`]. Every step is one IEEE operation
+//! (`mul_add` is fused), so the NEON and AVX2 paths, which perform the same operations on the
+//! same lanes, give identical results.
+
+#![allow(clippy::needless_range_loop)] // lanes and block elements are indexed as in the SIMD kernels
+
+use std::ops::Range;
+
+use super::{Acts, Matrix, OutMatrix, RowKernel, tiled};
+use crate::quant::{BlockQ8, BlockQ8K, TensorType, f16_at, q4k_scale_min};
+
+/// The fixed sum of 8 lanes: `t_i = l_i + l_{i+4}`, then `(t_0 + t_2) + (t_1 + t_3)` (the
+/// order of an AVX2 `extract/add`, `movehl/add`, `movehdup/add_ss` reduction).
+#[inline(always)]
+pub(crate) fn hsum8(l: &[f32; 8]) -> f32 {
+    let t = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
+    (t[0] + t[2]) + (t[1] + t[3])
+}
+
+/// The 32 weight values of a Q4_0/Q4_1 block's nibbles, in element order.
+#[inline(always)]
+fn nibbles(qs: &[u8]) -> [i32; 32] {
+    let mut w = [0i32; 32];
+    for i in 0..16 {
+        w[i] = i32::from(qs[i] & 0x0F);
+        w[i + 16] = i32::from(qs[i] >> 4);
+    }
+    w
+}
+
+/// Lane sums of a 32-element block: lane `l` = `sum(w[4l..4l+4] * y[4l..4l+4])`.
+#[inline(always)]
+fn lanes32(w: &[i32; 32], y: &[i8; 32]) -> [i32; 8] {
+    let mut s = [0i32; 8];
+    for (l, s) in s.iter_mut().enumerate() {
+        for e in 4 * l..4 * l + 4 {
+            *s += w[e] * i32::from(y[e]);
+        }
+    }
+    s
+}
+
+#[inline(always)]
+fn fma_lanes(acc: &mut [f32; 8], d: f32, s: &[i32; 8]) {
+    for (a, &s) in acc.iter_mut().zip(s) {
+        *a = d.mul_add(s as f32, *a);
+    }
+}
+
+pub(crate) struct Q4_0K;
+impl RowKernel for Q4_0K {
+    type Act = BlockQ8;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
+        let mut acc = [[0.0f32; 8]; N];
+        for (b, blk) in w.chunks_exact(18).enumerate() {
+            let d = f16_at(blk, 0);
+            let mut q = nibbles(&blk[2..]);
+            q.iter_mut().for_each(|v| *v -= 8);
+            for i in 0..N {
+                let a = &acts[i][b];
+                fma_lanes(&mut acc[i], d * a.d, &lanes32(&q, &a.qs));
+            }
+        }
+        acc.map(|a| hsum8(&a))
+    }
+}
+
+pub(crate) struct Q4_1K;
+impl RowKernel for Q4_1K {
+    type Act = BlockQ8;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
+        let mut acc = [[0.0f32; 8]; N];
+        let mut summ = [0.0f32; N];
+        for (b, blk) in w.chunks_exact(20).enumerate() {
+            let (d, m) = (f16_at(blk, 0), f16_at(blk, 2));
+            let q = nibbles(&blk[4..]);
+            for i in 0..N {
+                let a = &acts[i][b];
+                fma_lanes(&mut acc[i], d * a.d, &lanes32(&q, &a.qs));
+                summ[i] = m.mul_add(a.s, summ[i]);
+            }
+        }
+        let mut out = [0.0f32; N];
+        for i in 0..N {
+            out[i] = hsum8(&acc[i]) + summ[i];
+        }
+        out
+    }
+}
+
+pub(crate) struct Q8_0K;
+impl RowKernel for Q8_0K {
+    type Act = BlockQ8;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
+        let mut acc = [[0.0f32; 8]; N];
+        for (b, blk) in w.chunks_exact(34).enumerate() {
+            let d = f16_at(blk, 0);
+            let mut q = [0i32; 32];
+            for (q, &v) in q.iter_mut().zip(&blk[2..]) {
+                *q = i32::from(v as i8);
+            }
+            for i in 0..N {
+                let a = &acts[i][b];
+                fma_lanes(&mut acc[i], d * a.d, &lanes32(&q, &a.qs));
+            }
+        }
+        acc.map(|a| hsum8(&a))
+    }
+}
+
+pub(crate) struct Q4KK;
+impl RowKernel for Q4KK {
+    type Act = BlockQ8K;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8K]; N]) -> [f32; N] {
+        let mut acc = [[0.0f32; 8]; N];
+        let mut accm = [0.0f32; N];
+        for (b, blk) in w.chunks_exact(144).enumerate() {
+            let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+            let sm: [(u8, u8); 8] = std::array::from_fn(|j| q4k_scale_min(&blk[4..16], j));
+            for i in 0..N {
+                let a = &acts[i][b];
+                let mut sumi = [0i32; 8];
+                for j in 0..4 {
+                    let qs = &blk[16 + 32 * j..16 + 32 * j + 32];
+                    for l in 0..8 {
+                        let (mut lo, mut hi) = (0i32, 0i32);
+                        for e in 4 * l..4 * l + 4 {
+                            lo += i32::from(qs[e] & 0x0F) * i32::from(a.qs[64 * j + e]);
+                            hi += i32::from(qs[e] >> 4) * i32::from(a.qs[64 * j + 32 + e]);
+                        }
+                        sumi[l] += lo * i32::from(sm[2 * j].0) + hi * i32::from(sm[2 * j + 1].0);
+                    }
+                }
+                fma_lanes(&mut acc[i], a.d * d, &sumi);
+                let summ: i32 = (0..8)
+                    .map(|j| {
+                        i32::from(sm[j].1)
+                            * (i32::from(a.bsums[2 * j]) + i32::from(a.bsums[2 * j + 1]))
+                    })
+                    .sum();
+                accm[i] += a.d * dmin * summ as f32;
+            }
+        }
+        let mut out = [0.0f32; N];
+        for i in 0..N {
+            out[i] = hsum8(&acc[i]) - accm[i];
+        }
+        out
+    }
+}
+
+pub(crate) struct Q6KK;
+impl RowKernel for Q6KK {
+    type Act = BlockQ8K;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8K]; N]) -> [f32; N] {
+        let mut acc = [[0.0f32; 8]; N];
+        let mut acc_off = [0.0f32; N];
+        for (b, blk) in w.chunks_exact(210).enumerate() {
+            let d = f16_at(blk, 208);
+            let sc = |j: usize| i32::from(blk[192 + j] as i8);
+            // Unsigned 6-bit values (0..=63) in element order; the offset of 32 is applied
+            // through the activation block sums, as the SIMD kernels do.
+            let mut q = [0i32; 256];
+            for h in 0..2 {
+                let (ql, qh) = (
+                    &blk[64 * h..64 * h + 64],
+                    &blk[128 + 32 * h..128 + 32 * h + 32],
+                );
+                for l in 0..32 {
+                    let hb = qh[l];
+                    q[128 * h + l] = i32::from((ql[l] & 0x0F) | ((hb & 3) << 4));
+                    q[128 * h + l + 32] = i32::from((ql[l + 32] & 0x0F) | (((hb >> 2) & 3) << 4));
+                    q[128 * h + l + 64] = i32::from((ql[l] >> 4) | (((hb >> 4) & 3) << 4));
+                    q[128 * h + l + 96] = i32::from((ql[l + 32] >> 4) | (((hb >> 6) & 3) << 4));
+                }
+            }
+            for i in 0..N {
+                let a = &acts[i][b];
+                let mut sumi = [0i32; 8];
+                for g in 0..8 {
+                    // 32-element group g: lanes 0-3 take sub-block 2g, lanes 4-7 sub-block 2g + 1.
+                    for l in 0..8 {
+                        let mut s = 0i32;
+                        for e in 32 * g + 4 * l..32 * g + 4 * l + 4 {
+                            s += q[e] * i32::from(a.qs[e]);
+                        }
+                        sumi[l] += s * sc(2 * g + l / 4);
+                    }
+                }
+                fma_lanes(&mut acc[i], a.d * d, &sumi);
+                let off: i32 = (0..16).map(|j| sc(j) * i32::from(a.bsums[j])).sum();
+                acc_off[i] += a.d * d * (32 * off) as f32;
+            }
+        }
+        let mut out = [0.0f32; N];
+        for i in 0..N {
+            out[i] = hsum8(&acc[i]) - acc_off[i];
+        }
+        out
+    }
+}
+
+/// Float weights against f32 activations: 8 lanes over 8-column chunks (lane = column mod
+/// 8), then the remaining columns added one by one (not fused).
+macro_rules! float_kernel {
+    ($name:ident, $get:expr) => {
+        pub(crate) struct $name;
+        impl RowKernel for $name {
+            type Act = f32;
+            #[inline(always)]
+            unsafe fn dot<const N: usize>(w: &[u8], acts: [&[f32]; N]) -> [f32; N] {
+                let cols = acts[0].len();
+                let full = cols / 8 * 8;
+                let mut acc = [[0.0f32; 8]; N];
+                for c in (0..full).step_by(8) {
+                    for l in 0..8 {
+                        let wv: f32 = $get(w, c + l);
+                        for i in 0..N {
+                            acc[i][l] = wv.mul_add(acts[i][c + l], acc[i][l]);
+                        }
+                    }
+                }
+                let mut out = acc.map(|a| hsum8(&a));
+                for c in full..cols {
+                    let wv: f32 = $get(w, c);
+                    for i in 0..N {
+                        out[i] += wv * acts[i][c];
+                    }
+                }
+                out
+            }
+        }
+    };
+}
+
+float_kernel!(F32K, |w: &[u8], c: usize| f32::from_le_bytes([
+    w[4 * c],
+    w[4 * c + 1],
+    w[4 * c + 2],
+    w[4 * c + 3]
+]));
+float_kernel!(F16K, |w: &[u8], c: usize| f16_at(w, 2 * c));
+float_kernel!(Bf16K, |w: &[u8], c: usize| f32::from_bits(
+    u32::from(u16::from_le_bytes([w[2 * c], w[2 * c + 1]])) << 16
+));
+
+/// The scalar matrix product (see [`super::matmul`]).
+pub(crate) fn matmul(
+    w: &Matrix<'_>,
+    rows: Range<usize>,
+    acts: &Acts<'_>,
+    tokens: Range<usize>,
+    out: &OutMatrix,
+) {
+    // SAFETY (every call below): portable code; shapes checked by `super::matmul`.
+    unsafe {
+        match (w.ty, *acts) {
+            (TensorType::F32, Acts::F32 { data, per_row }) => {
+                tiled::<F32K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::F16, Acts::F32 { data, per_row }) => {
+                tiled::<F16K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Bf16, Acts::F32 { data, per_row }) => {
+                tiled::<Bf16K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Q8_0, Acts::Q8 { data, per_row }) => {
+                tiled::<Q8_0K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Q4_0, Acts::Q8 { data, per_row }) => {
+                tiled::<Q4_0K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Q4_1, Acts::Q8 { data, per_row }) => {
+                tiled::<Q4_1K>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Q4K, Acts::Q8K { data, per_row }) => {
+                tiled::<Q4KK>(w, rows, data, per_row, tokens, out)
+            }
+            (TensorType::Q6K, Acts::Q8K { data, per_row }) => {
+                tiled::<Q6KK>(w, rows, data, per_row, tokens, out)
+            }
+            (ty, a) => unreachable!(
+                "{ty:?} with {:?} activations (checked by matmul)",
+                a.format()
+            ),
+        }
+    }
+}
+
+/// f32 · f16 dot product (see [`super::dot_f16`]): two groups of 8 lanes over 16-column
+/// chunks (fused multiply-adds), the groups added lane by lane, [`hsum8`], then the
+/// remaining columns one by one, as the AVX2 kernel.
+pub(crate) fn dot_f16(q: &[f32], k: &[u16]) -> f32 {
+    let n = q.len();
+    let (mut a0, mut a1) = ([0.0f32; 8], [0.0f32; 8]);
+    let mut c = 0;
+    while c + 16 <= n {
+        for l in 0..8 {
+            a0[l] = q[c + l].mul_add(f16_bits(k[c + l]), a0[l]);
+            a1[l] = q[c + 8 + l].mul_add(f16_bits(k[c + 8 + l]), a1[l]);
+        }
+        c += 16;
+    }
+    let lanes: [f32; 8] = std::array::from_fn(|l| a0[l] + a1[l]);
+    let mut s = hsum8(&lanes);
+    for c in c..n {
+        s += q[c] * f16_bits(k[c]);
+    }
+    s
+}
+
+/// `out += p * v` over f16 `v` (see [`super::axpy_f16`]): fused for every column.
+pub(crate) fn axpy_f16(out: &mut [f32], p: f32, v: &[u16]) {
+    for (o, &v) in out.iter_mut().zip(v) {
+        *o = p.mul_add(f16_bits(v), *o);
+    }
+}
+
+#[inline(always)]
+fn f16_bits(b: u16) -> f32 {
+    half::f16::from_bits(b).to_f32()
+}

@@ -1,0 +1,105 @@
+//! The `llm` bundle: SmolLM2 (`tests/fetch-assets`) built from its GGUF, written atomically,
+//! opened memory-mapped, read back tensor for tensor; bad bundles refused.
+
+use std::sync::Arc;
+
+use tether_bundle::{Bundle, Verify};
+use tether_llm::Checkpoint;
+use tether_llm::recipe::{BuildOptions, Input, build};
+
+#[path = "common/mod.rs"]
+mod common;
+
+#[test]
+fn smollm2_bundle_round_trips_zero_copy() {
+    let gguf = common::asset(common::GGUF);
+    let src = Checkpoint::from_gguf(&gguf).expect("gguf");
+    let mut steps = Vec::new();
+    let (writer, report) = build(
+        &Input::detect(&gguf),
+        &BuildOptions {
+            name: "smollm2".into(),
+            created_unix_s: 1,
+            ..BuildOptions::default()
+        },
+        &mut |s| steps.push(s.to_owned()),
+    )
+    .expect("build");
+    assert_eq!(steps.len(), 3);
+    assert_eq!(report.tensors, 272);
+    let d = &report.description;
+    assert_eq!(d.architecture, "llama");
+    assert_eq!(d.parameters, 134_515_008);
+    assert_eq!(d.context_length, 8192);
+    assert_eq!(d.vocabulary, 49152);
+    assert!(d.chat_template);
+    assert_eq!(d.bos, Some((1, "<|im_start|>".into())));
+    assert_eq!(d.eos, Some((2, "<|im_end|>".into())));
+    let text = d.to_string();
+    assert!(
+        text.contains("q4_1 x210") && text.contains("q8_0 x1") && text.contains("f32 x61 (35.1 K)"),
+        "{text}"
+    );
+    println!("{text}");
+
+    let dir = std::env::temp_dir().join(format!("tether-llm-bundle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("smollm2.bundle");
+    writer.write(&path).expect("write");
+    let bundle = Arc::new(Bundle::open(&path, Verify::Lazy).expect("open"));
+    let back = Checkpoint::from_bundle(bundle.clone()).expect("read back");
+    assert_eq!(back.config, src.config);
+    assert_eq!(back.chat_template, src.chat_template);
+    for (name, ty, dims) in src.weights.infos() {
+        let a = src.weights.require(name).unwrap();
+        let b = back.weights.require(name).unwrap();
+        assert_eq!((b.ty, b.dims), (ty, dims), "{name}");
+        assert!(a.data == b.data, "{name}: bytes differ");
+        // Zero-copy: the tensor is the mapped section, page-aligned.
+        assert_eq!(b.data.as_ptr() as usize % 4096, 0, "{name}");
+        assert!(
+            bundle.as_bytes().as_ptr_range().contains(&b.data.as_ptr()),
+            "{name}"
+        );
+    }
+    for text in ["Hello, world!", "<|im_start|>user\nhi<|im_end|>\n"] {
+        assert_eq!(
+            back.tokenizer.encode(text, true, true).unwrap(),
+            src.tokenizer.encode(text, true, true).unwrap()
+        );
+    }
+    // Checkpoint::open tells the three apart.
+    assert_eq!(Checkpoint::open(&path).unwrap().config, src.config);
+    assert_eq!(Checkpoint::open(&gguf).unwrap().config, src.config);
+    std::fs::write(dir.join("x.txt"), b"hello").unwrap();
+    let e = Checkpoint::open(dir.join("x.txt")).unwrap_err().to_string();
+    assert!(e.contains("neither a GGUF file nor a bundle"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn corrupt_and_foreign_bundles_are_refused() {
+    use tether_bundle::{BundleWriter, IdentityDesc, SectionKind};
+    // Another family.
+    let mut w = BundleWriter::new(IdentityDesc {
+        name: "x".into(),
+        family: "embed".into(),
+        ..IdentityDesc::default()
+    });
+    w.add_section(SectionKind::FamilyConfig, "llm/config", None, vec![0; 192])
+        .unwrap();
+    let e = tether_llm::recipe::verify_bytes(w.to_bytes().unwrap()).unwrap_err();
+    assert!(e.to_string().contains("family is `embed`"), "{e}");
+    // An llm bundle without its sections, then with a short config.
+    let mut w = BundleWriter::new(IdentityDesc {
+        name: "x".into(),
+        family: "llm".into(),
+        ..IdentityDesc::default()
+    });
+    let e = tether_llm::recipe::verify_bytes(w.to_bytes().unwrap()).unwrap_err();
+    assert!(e.to_string().contains("`llm/config`: missing"), "{e}");
+    w.add_section(SectionKind::FamilyConfig, "llm/config", None, vec![1, 0, 0])
+        .unwrap();
+    let e = tether_llm::recipe::verify_bytes(w.to_bytes().unwrap()).unwrap_err();
+    assert!(e.to_string().contains("3 bytes, need 192"), "{e}");
+}

@@ -1,0 +1,272 @@
+//! The generator: streaming, stop strings across token boundaries, end of generation,
+//! max tokens, a full context, cancelling from another thread, a prompt longer than the
+//! context, the same seed giving the same text (tiny synthetic model, then SmolLM2).
+
+use tether_llm::Checkpoint;
+use tether_llm::generate::{
+    FinishReason, GenerateError, GenerateParams, Generator, GeneratorOptions, Prompt,
+};
+use tether_llm::gguf::GgufFile;
+use tether_llm::sample::SamplerParams;
+use tether_llm::testing::{tiny_config, tiny_gguf};
+
+#[path = "common/mod.rs"]
+mod common;
+
+fn tiny(context: usize) -> Generator {
+    let cfg = tiny_config();
+    let bytes = tiny_gguf(&cfg).to_bytes();
+    let ckpt =
+        Checkpoint::from_gguf_file(GgufFile::from_vec(bytes).expect("gguf")).expect("checkpoint");
+    Generator::from_checkpoint(
+        ckpt,
+        &GeneratorOptions {
+            context: Some(context),
+            threads: Some(2),
+            ..GeneratorOptions::default()
+        },
+    )
+    .expect("generator")
+}
+
+fn sampled(max_tokens: usize, seed: u64) -> GenerateParams {
+    GenerateParams {
+        sampler: SamplerParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed,
+            ..SamplerParams::default()
+        },
+        max_tokens,
+        ignore_eos: true,
+        ..GenerateParams::default()
+    }
+}
+
+#[test]
+fn pieces_concatenate_to_the_decoded_tokens() {
+    let mut g = tiny(128);
+    let mut run = g
+        .generate(Prompt::Text("Hello"), &sampled(40, 1))
+        .expect("start");
+    let mut text = String::new();
+    let mut tokens = Vec::new();
+    while let Some(p) = run.next_piece().expect("step") {
+        text.push_str(p.text);
+        tokens.extend(p.token);
+    }
+    let done = run.finish();
+    assert_eq!(done.finish_reason, FinishReason::Length);
+    assert_eq!(done.tokens, tokens);
+    assert_eq!(done.tokens.len(), 40);
+    assert_eq!(text, g.tokenizer().decode(&done.tokens, false));
+    assert_eq!(
+        done.prompt_tokens,
+        g.tokenizer().encode("Hello", true, true).unwrap()
+    );
+    let t = &done.timings;
+    assert_eq!(
+        (t.prompt_tokens, t.generated_tokens, t.inter_token_ms.len()),
+        (5, 40, 39)
+    );
+    assert!(
+        t.prompt_ms > 0.0
+            && t.time_to_first_token_ms >= t.prompt_ms
+            && t.generation_tokens_per_s() > 0.0
+    );
+}
+
+#[test]
+fn a_stop_string_split_across_tokens_ends_generation_and_is_not_emitted() {
+    let mut g = tiny(128);
+    let (full, _) = g
+        .generate_text(Prompt::Text("abc"), &sampled(30, 7))
+        .expect("run");
+    assert!(full.chars().count() >= 12, "{full:?}");
+    // Every token of the tiny vocabulary is one character: a 3-character stop string spans
+    // three tokens.
+    let start = full.char_indices().nth(5).unwrap().0;
+    let end = full.char_indices().nth(8).unwrap().0;
+    let stop = full[start..end].to_owned();
+    let first = full.find(&stop).unwrap();
+    let mut p = sampled(30, 7);
+    p.stop = vec!["#never#".into(), stop.clone()];
+    let mut run = g.generate(Prompt::Text("abc"), &p).expect("start");
+    let mut text = String::new();
+    let mut emitted_during = Vec::new();
+    while let Some(piece) = run.next_piece().expect("step") {
+        text.push_str(piece.text);
+        emitted_during.push(text.clone());
+    }
+    let done = run.finish();
+    assert_eq!(done.finish_reason, FinishReason::Stop);
+    assert_eq!(text, full[..first], "stop {stop:?} in {full:?}");
+    // Nothing of the stop string was ever shown, even partially.
+    assert!(
+        emitted_during.iter().all(|t| t.len() <= first),
+        "{emitted_during:?}"
+    );
+}
+
+#[test]
+fn end_of_generation_stops_unless_ignored() {
+    let mut g = tiny(128);
+    // The end-of-generation set is llama.cpp's (EOS 2 `<|im_end|>` and, by its text,
+    // 0 `<|endoftext|>`); which of them a sampled stream meets first depends on the last bits
+    // of the logits, which differ between instruction sets (AVX2, NEON), so either may end it.
+    let eog = g.config().special.eog.clone();
+    assert!(eog.contains(&2) && eog.contains(&0), "eog {eog:?}");
+    // Find a seed whose sampled stream meets an end-of-generation token with EOS not ignored.
+    let mut found = false;
+    for seed in 0..200 {
+        let mut p = sampled(60, seed);
+        p.ignore_eos = false;
+        let (_, done) = g.generate_text(Prompt::Text("x"), &p).expect("run");
+        if done.finish_reason == FinishReason::Stop {
+            let last = *done.tokens.last().expect("a token");
+            assert!(eog.contains(&last), "stopped on {last}, eog {eog:?}");
+            let ends = done.tokens.iter().filter(|t| eog.contains(t)).count();
+            assert_eq!(ends, 1, "tokens {:?}", done.tokens);
+            found = true;
+            break;
+        }
+        assert!(!done.tokens.iter().any(|t| eog.contains(t)));
+    }
+    assert!(
+        found,
+        "no seed of 200 sampled an end-of-generation token in 60 tokens"
+    );
+}
+
+#[test]
+fn a_full_context_ends_with_length_and_a_long_prompt_is_an_error() {
+    let mut g = tiny(16);
+    let (_, done) = g
+        .generate_text(Prompt::Text("abcd"), &sampled(100, 3))
+        .expect("run");
+    assert_eq!(done.finish_reason, FinishReason::Length);
+    // 4 prompt tokens + 12 generated fill 16 positions; the 13th token is sampled from the
+    // last position's logits and never run.
+    assert_eq!(done.tokens.len(), 13);
+    let e = g
+        .generate(Prompt::Text("abcdefghijklmnopq"), &sampled(4, 3))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "17 tokens do not fit the context of 16 tokens (0 already in the cache)"
+    );
+    assert!(matches!(
+        g.generate(Prompt::Text(""), &sampled(4, 3)),
+        Err(GenerateError::EmptyPrompt)
+    ));
+    let mut p = sampled(4, 3);
+    p.sampler.top_p = 2.0;
+    assert!(matches!(
+        g.generate(Prompt::Text("a"), &p),
+        Err(GenerateError::Sampler(_))
+    ));
+    let e = Generator::from_checkpoint(
+        Checkpoint::from_gguf_file(
+            GgufFile::from_vec(tiny_gguf(&tiny_config()).to_bytes()).unwrap(),
+        )
+        .unwrap(),
+        &GeneratorOptions {
+            context: Some(129),
+            ..GeneratorOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "context of 129 tokens: accepted 1 to 128 (the model's training context)"
+    );
+}
+
+#[test]
+fn cancelling_from_another_thread_stops_before_the_next_token() {
+    let mut g = tiny(128);
+    let cancel = g.cancel_handle();
+    let mut run = g
+        .generate(Prompt::Text("abc"), &sampled(100, 5))
+        .expect("start");
+    let mut n = 0;
+    while let Some(p) = run.next_piece().expect("step") {
+        n += usize::from(p.token.is_some());
+        if n == 5 {
+            let c = cancel.clone();
+            std::thread::spawn(move || c.cancel()).join().unwrap();
+        }
+    }
+    let done = run.finish();
+    assert_eq!(done.finish_reason, FinishReason::Cancelled);
+    assert_eq!(done.tokens.len(), 5);
+    // The next request is not cancelled.
+    let (_, done) = g
+        .generate_text(Prompt::Text("abc"), &sampled(8, 5))
+        .expect("run");
+    assert_eq!(done.finish_reason, FinishReason::Length);
+}
+
+#[test]
+fn chat_prompts_render_the_template() {
+    let mut g = tiny(128);
+    let chat = [tether_llm::ChatMessage::new("user", "hi")];
+    let ids = g.tokenize(Prompt::Chat(&chat)).expect("chat");
+    assert_eq!(
+        ids,
+        g.tokenizer()
+            .encode(
+                "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+                true,
+                true
+            )
+            .unwrap()
+    );
+    let (_, done) = g
+        .generate_text(Prompt::Chat(&chat), &sampled(4, 1))
+        .expect("run");
+    assert_eq!(done.prompt_tokens, ids);
+}
+
+#[test]
+fn smollm2_same_seed_same_text_and_greedy_paris() {
+    let mut g = Generator::open(
+        common::asset(common::GGUF),
+        &GeneratorOptions {
+            context: Some(512),
+            threads: Some(2),
+            ..GeneratorOptions::default()
+        },
+    )
+    .expect("open");
+    let (text, done) = g
+        .generate_text(
+            Prompt::Text("The capital of France is"),
+            &GenerateParams::greedy(4),
+        )
+        .expect("greedy");
+    assert!(text.starts_with(" Paris"), "{text:?}");
+    assert_eq!(done.finish_reason, FinishReason::Length);
+    let chat = [tether_llm::ChatMessage::new(
+        "user",
+        "Write a short poem about robots.",
+    )];
+    let p = GenerateParams {
+        sampler: SamplerParams {
+            seed: 42,
+            ..SamplerParams::default()
+        },
+        max_tokens: 24,
+        ..GenerateParams::default()
+    };
+    let (a, da) = g.generate_text(Prompt::Chat(&chat), &p).expect("a");
+    let (b, db) = g.generate_text(Prompt::Chat(&chat), &p).expect("b");
+    assert_eq!((&a, &da.tokens), (&b, &db.tokens));
+    let mut other = p.clone();
+    other.sampler.seed = 43;
+    let (c, _) = g.generate_text(Prompt::Chat(&chat), &other).expect("c");
+    assert_ne!(a, c, "seeds 42 and 43 gave the same 24 tokens");
+    eprintln!("seed 42: {a:?}\nseed 43: {c:?}");
+}

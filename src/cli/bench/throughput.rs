@@ -1,0 +1,176 @@
+//! `tether bench BUNDLE` without an INPUT: the family's throughput tests
+//! ([`Runner::throughput_bench`]; a text generator's llama-bench `pp`/`tg` tests), reported
+//! in the style of the latency report (the machine header, one table) and as JSON
+//! (`docs/cli-json.md`, `"mode": "throughput"`).
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+use anyhow::Result;
+use clap::ArgMatches;
+use clap::parser::ValueSource;
+use serde_json::json;
+use tether_family::family::{RunOptions, ThroughputOptions, ThroughputReport};
+
+use super::BenchArgs;
+use super::machine::Machine;
+use crate::cli::escape;
+use crate::cli::run::{JSON_SCHEMA_VERSION, open_runner, write_atomic};
+use crate::outln;
+
+/// Options of the latency benchmark that have no meaning for throughput tests: given
+/// explicitly, they are refused rather than ignored.
+const LATENCY_ONLY: [&str; 10] = [
+    "duration", "warmup", "rate", "deadline", "graph", "eager", "compare", "plot", "staged",
+    "floor",
+];
+
+/// Run the throughput tests of the bundle's family.
+pub(super) fn bench(
+    a: &BenchArgs,
+    matches: &ArgMatches,
+    threads: usize,
+    threads_why: &str,
+) -> Result<ExitCode> {
+    let options = RunOptions {
+        device: a.device.clone(),
+        threads: Some(threads),
+        precision: a.precision,
+        sync: a.sync,
+        staging: a.staging,
+        ..RunOptions::default()
+    };
+    if let Some(name) = LATENCY_ONLY
+        .iter()
+        .find(|n| matches.value_source(n) == Some(ValueSource::CommandLine))
+    {
+        crate::usage!(
+            "--{name} times runs on an INPUT (`tether bench BUNDLE INPUT`); without one, bench runs the family's throughput tests, where it has no meaning"
+        );
+    }
+    let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &options)?;
+    let stop = super::stop_on_ctrl_c();
+    let repetitions = a.runs.unwrap_or(DEFAULT_REPETITIONS) as usize;
+    let Some(report) = runner.throughput_bench(&ThroughputOptions { repetitions }, &stop) else {
+        crate::usage!(
+            "give an INPUT: the {} family is benchmarked on an input (`tether bench BUNDLE INPUT`)",
+            family.name()
+        );
+    };
+    let report = report?;
+    let interrupted = stop.load(Ordering::SeqCst);
+    let env = runner.environment();
+    let machine = Machine::probe(&env, a.sync, a.staging, a.precision, threads_why);
+    let engines: BTreeMap<String, String> = runner.engines().into_iter().collect();
+    let doc = json!({
+        "schema_version": JSON_SCHEMA_VERSION,
+        "command": "bench",
+        "mode": "throughput",
+        "bundle": { "path": a.bundle.display().to_string(), "name": bundle.identity().name },
+        "family": family.name(),
+        "engines": engines,
+        "environment": machine.json(),
+        "repetitions": repetitions,
+        "interrupted": interrupted,
+        "tests": report.tests.iter().map(|t| json!({
+            "name": t.name,
+            "per_run": t.per_run,
+            "unit": t.unit,
+            "mean_per_s": t.mean,
+            "stddev_per_s": t.stddev,
+            "runs_per_s": t.runs,
+        })).collect::<Vec<_>>(),
+        "latencies_ms": report.latencies_ms.iter().map(|l| json!({
+            "name": l.name, "count": l.count, "p50": l.p50, "p99": l.p99, "p99.9": l.p999,
+            "max": l.max, "mean": l.mean,
+        })).collect::<Vec<_>>(),
+        "notes": report.notes.iter().cloned().collect::<BTreeMap<String, String>>(),
+    });
+    let show = a.json.as_ref().is_none_or(|p| p.as_os_str() != "-");
+    match &a.json {
+        Some(p) if p.as_os_str() != "-" => {
+            write_atomic(p, serde_json::to_string_pretty(&doc)?.as_bytes())?;
+        }
+        Some(_) => outln!("{}", serde_json::to_string_pretty(&doc)?)?,
+        None => {}
+    }
+    if show {
+        print(a, &machine, &report, repetitions, interrupted)?;
+    }
+    Ok(if interrupted {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Timed repetitions of each test without `--runs` (llama-bench's `-r 5`).
+const DEFAULT_REPETITIONS: u64 = 5;
+
+fn print(
+    a: &BenchArgs,
+    machine: &Machine,
+    r: &ThroughputReport,
+    repetitions: usize,
+    interrupted: bool,
+) -> Result<()> {
+    outln!(
+        "{} (throughput tests; {repetitions} timed runs each{})",
+        a.bundle.display(),
+        if interrupted { "; interrupted" } else { "" }
+    )?;
+    for (k, v) in &machine.lines {
+        outln!("  {:<13} {}", k, escape(v))?;
+    }
+    for (k, v) in &r.notes {
+        outln!("  {:<13} {}", escape(k), escape(v))?;
+    }
+    outln!()?;
+    outln!(
+        "  {:<14} {:>12} {:>24} {:>8}",
+        "test",
+        "per run",
+        "per second (mean ± sd)",
+        "cv %"
+    )?;
+    for t in &r.tests {
+        outln!(
+            "  {:<14} {:>12} {:>24} {:>8.2}",
+            escape(&t.name),
+            format!("{} {}", t.per_run, t.unit),
+            format!("{:.2} ± {:.2}", t.mean, t.stddev),
+            if t.mean > 0.0 {
+                t.stddev / t.mean * 100.0
+            } else {
+                0.0
+            }
+        )?;
+    }
+    if !r.latencies_ms.is_empty() {
+        outln!()?;
+        outln!(
+            "  {:<30} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "latency",
+            "count",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "max ms",
+            "mean ms"
+        )?;
+        for l in &r.latencies_ms {
+            outln!(
+                "  {:<30} {:>6} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                escape(&l.name),
+                l.count,
+                l.p50,
+                l.p99,
+                l.p999,
+                l.max,
+                l.mean
+            )?;
+        }
+    }
+    Ok(())
+}
