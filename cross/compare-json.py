@@ -4,7 +4,8 @@
 Same structure, same strings, numbers equal within a tolerance: the two CPUs
 run different SIMD kernels (NEON vs AVX) and sum in a different order, so
 scores and box coordinates may differ in the last digits; a detection may
-not appear or vanish. Keys that measure time or name files are ignored.
+not appear or vanish. Keys that measure time, name files or count the
+machine's threads are ignored.
 
 Usage: compare-json.py A.json B.json [--rel 1e-3] [--abs 1e-2]
 Exit 0 when they agree; the last line of output is a one-line summary.
@@ -16,7 +17,7 @@ import re
 import sys
 
 IGNORED = re.compile(
-    r"(time|_ms$|_us$|_ns$|^ms$|^us$|elapsed|latency|duration|timestamp|seconds|path|file|host|date)",
+    r"(time|_ms$|_us$|_ns$|^ms$|^us$|elapsed|latency|duration|timestamp|seconds|path|file|host|date|threads)",
     re.IGNORECASE,
 )
 

@@ -367,6 +367,102 @@ fn bad_inputs_are_one_line_errors() {
 }
 
 #[test]
+fn run_and_bench_share_threads() {
+    let b = nudenet_bundle();
+    let img = asset("astronaut.png");
+    let o = tether(&[
+        "run",
+        &b,
+        &img,
+        "--device",
+        "cpu",
+        "--json",
+        "--threads",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["cpu_threads"], 2);
+    assert_eq!(v["cpu_threads_why"], "--threads");
+    // The default is bench's default (the same function), and both print it.
+    let o = tether(&["run", &b, &img, "--device", "cpu"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("CPU engine threads: "),
+        "{}",
+        stderr(&o)
+    );
+    let run_default = json(&tether(&["run", &b, &img, "--device", "cpu", "--json"]))["cpu_threads"]
+        .as_u64()
+        .expect("a count");
+    let o = cpu_bench(&b, 1, &["--json"]);
+    let v = json(&o);
+    let bench = v["environment"]["cpu_threads"]
+        .as_str()
+        .expect("text")
+        .to_string();
+    assert!(
+        bench.starts_with(&format!("{run_default} (")),
+        "{bench} vs {run_default}"
+    );
+}
+
+#[test]
+fn json_prints_f32_without_noise_digits() {
+    let b = nudenet_bundle();
+    let v = json(&tether(&["inspect", &b, "--json"]));
+    // 0.7f32 widened to f64 would print 0.699999988079071.
+    assert_eq!(v["family_config"]["iou_threshold"].to_string(), "0.7");
+    assert_eq!(v["family_config"]["score_threshold"].to_string(), "0.25");
+}
+
+#[test]
+fn first_mistakes_name_what_to_do() {
+    // An unknown family, even followed by another family's flags: the known families, not
+    // "unexpected argument"; `build --help` lists them too.
+    let out = scratch().join("never-yolo.bundle");
+    let onnx = asset("320n.onnx");
+    let o = tether(&[
+        "build",
+        "--family",
+        "yolo",
+        "--onnx",
+        &onnx,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("yolo"), "{e}");
+    for f in ["detect", "ocr", "vad", "embed"] {
+        assert!(e.contains(f), "{f} not listed: {e}");
+    }
+    assert!(!e.contains("unexpected argument"), "{e}");
+    let help = stdout(&tether(&["build", "--help"]));
+    for f in ["detect", "ocr", "vad", "embed"] {
+        assert!(help.contains(f), "{f} not in build --help: {help}");
+    }
+    // Another family's option on a bundle: the family named, no look-alike suggestion.
+    let b = nudenet_bundle();
+    let o = tether(&["run", &b, &asset("astronaut.png"), "--text-score", "0.5"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("--text-score is an option of the ocr family"),
+        "{e}"
+    );
+    assert!(e.contains("this bundle is a detect bundle"), "{e}");
+    assert!(!e.contains("similar argument"), "{e}");
+    // An ONNX model where a bundle belongs: say so and what to type, no magic-number dump.
+    let o = tether(&["run", &onnx, &asset("astronaut.png")]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("is an ONNX model, not a tether bundle"), "{e}");
+    assert!(e.contains("tether build"), "{e}");
+    assert!(!e.to_lowercase().contains("magic"), "{e}");
+}
+
+#[test]
 fn bench_reports_percentiles() {
     let b = nudenet_bundle();
     let v = json(&tether(&[
@@ -1404,10 +1500,16 @@ fn ocr_builds_inspects_and_reads_page_png_like_the_reference() {
         section("ocr/det/model.onnx")["tensors"][0]["dims"],
         serde_json::json!([1, 3, -1, -1])
     );
-    assert_eq!(
-        section("ocr/rec/model.onnx")["tensors"][1]["dims"],
-        serde_json::json!([1, -1, 6625])
-    );
+    // The recogniser's output by name: the masked network also has the `valid_widths` input.
+    let rec = section("ocr/rec/model.onnx");
+    let rec_output = rec["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] != "x" && t["name"] != "valid_widths")
+        .unwrap_or_else(|| panic!("no output in {rec}"))
+        .clone();
+    assert_eq!(rec_output["dims"], serde_json::json!([1, -1, 6625]));
     let text = tether(&["inspect", &b]);
     assert!(text.status.success());
     assert!(
@@ -1852,9 +1954,10 @@ fn embed_builds_inspects_embeds_texts_and_self_tests() {
             .len(),
         384
     );
-    let cos = r[1]["result"]["earlier_inputs"][0]["cosine"]
-        .as_f64()
-        .unwrap();
+    // The second input's best match is the first input's text.
+    let m = &r[1]["result"]["texts"][0]["matches"][0];
+    assert_eq!(m["input"], a);
+    let cos = m["cosine"].as_f64().unwrap();
     assert!((cos - st).abs() < 0.01, "cosine {cos} vs {st}");
     let file = scratch().join("pair.txt");
     std::fs::write(&file, format!("{a}\n\n{c}\n")).unwrap();
@@ -1922,6 +2025,198 @@ fn detect_build_ranges_exit_2_before_any_work() {
         assert!(stderr(&o).contains(says), "{extra:?}: {}", stderr(&o));
         assert!(!out.exists(), "{extra:?}");
     }
+}
+
+/// Issue 28 through the CLI: the field inputs of OCR, VAD and embed get the reference's
+/// answer or a clear refusal naming only options that exist (the right values are in
+/// `/work/shared/cases/field/families/README.md`, copied into `tests/field/`).
+#[test]
+fn issue_28_field_inputs_through_the_cli() {
+    // VAD: the field WAVs, a low threshold, an image.
+    let vad = scratch().join("vad28.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "vad",
+        "--onnx",
+        &asset("silero_vad_op18_ifless.onnx"),
+        "-o",
+        vad.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let b = vad.to_string_lossy().into_owned();
+    let v = json(&tether(&["run", &b, &field("vad_alaw.wav"), "--json"]));
+    let r = &v["results"][0]["result"];
+    assert_eq!(r["source_format"], "A-law");
+    let segs: Vec<[u64; 2]> = r["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            [
+                s["start_sample"].as_u64().unwrap(),
+                s["end_sample"].as_u64().unwrap(),
+            ]
+        })
+        .collect();
+    assert_eq!(segs, [[7712, 15840], [18464, 38880]]);
+    let cut = scratch().join("vad_truncated.wav");
+    std::fs::write(
+        &cut,
+        &std::fs::read(field("vad_control_pcm16.wav")).unwrap()[..75_060],
+    )
+    .unwrap();
+    let o = tether(&["run", &b, cut.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let r = &v["results"][0]["result"];
+    assert_eq!(r["samples_16k"], 37_508);
+    assert_eq!(r["truncated"]["declared_data_bytes"], 100_022);
+    assert!(
+        stderr(&o).contains("shorter than its header says"),
+        "{}",
+        stderr(&o)
+    );
+    for t in ["0.01", "0.005", "0"] {
+        let o = tether(&["run", &b, &field("vad_control_pcm16.wav"), "--threshold", t]);
+        assert!(o.status.success(), "--threshold {t}: {}", stderr(&o));
+    }
+    let o = tether(&[
+        "run",
+        &b,
+        &field("vad_control_pcm16.wav"),
+        "--threshold",
+        "1.5",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!stderr(&o).contains("neg-threshold"), "{}", stderr(&o));
+    let o = tether(&["run", &b, &field("red_square.png")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("not a WAV file (it looks like a PNG image)"),
+        "{}",
+        stderr(&o)
+    );
+
+    // embed: lone CR line ends are three texts, each with its line.
+    let emb = scratch().join("embed28.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "embed",
+        "--onnx",
+        &asset("all-minilm-l6-v2-int8.onnx"),
+        "--tokenizer",
+        &asset("all-minilm-l6-v2-tokenizer.json"),
+        "-o",
+        emb.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = emb.to_string_lossy().into_owned();
+    let v = json(&tether(&[
+        "run",
+        &e,
+        &field("embed_cr_only_lines.txt"),
+        "--json",
+    ]));
+    let texts = v["results"][0]["result"]["texts"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let tokens: Vec<u64> = texts
+        .iter()
+        .map(|t| t["tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tokens, [8, 11, 7]);
+    let lines: Vec<u64> = texts
+        .iter()
+        .map(|t| t["source"]["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [1, 2, 3]);
+    let m = &texts[0]["matches"][0];
+    assert_eq!(m["text"], 1);
+    assert!((m["cosine"].as_f64().unwrap() - 0.7535).abs() < 5e-4, "{m}");
+
+    // embed: 4,096 short lines (as the field file: random robot words): memory bounded by
+    // the batch, an output of embeddings and top matches (no pairwise matrix).
+    let words = [
+        "floor", "door", "forward", "cup", "table", "camera", "wait", "gripper", "left", "station",
+        "charging", "stop", "arm", "robot", "right", "kitchen",
+    ];
+    let mut seed = 28u64;
+    let mut text = String::new();
+    for _ in 0..4096 {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1442695040888963407);
+        let n = 4 + (seed >> 60) as usize;
+        for k in 0..n {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1442695040888963407);
+            text.push_str(words[(seed >> 59) as usize % words.len()]);
+            text.push(if k + 1 == n { '\n' } else { ' ' });
+        }
+    }
+    let big = scratch().join("embed_4096_lines.txt");
+    std::fs::write(&big, text).unwrap();
+    let out = scratch().join("embed_4096.json");
+    let (code, rss) = tether_rss(&["run", &e, big.to_str().unwrap(), "--json"], &out);
+    assert_eq!(code, 0);
+    let size = std::fs::metadata(&out).unwrap().len();
+    println!(
+        "4096 lines: peak RSS {} MiB, output {} MiB",
+        rss >> 20,
+        size >> 20
+    );
+    assert!(rss < 1 << 30, "peak RSS {rss} bytes");
+    assert!(size < 64 << 20, "output {size} bytes");
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let r = &v["results"][0]["result"];
+    assert_eq!(r["texts"].as_array().unwrap().len(), 4096);
+    assert_eq!(r["texts"][4095]["matches"].as_array().unwrap().len(), 5);
+    assert!(r["similarities"].is_null());
+    // Every pairwise cosine only when asked, and not for 4,096 texts.
+    let o = tether(&["run", &e, big.to_str().unwrap(), "--all-pairs"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--top-k"), "{}", stderr(&o));
+
+    // OCR: text drawn only in the alpha channel of a gray + alpha PNG.
+    let ocr = scratch().join("ocr28.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "ocr",
+        "--det",
+        &asset("ch_PP-OCRv4_det_infer.onnx"),
+        "--rec",
+        &asset("ch_PP-OCRv4_rec_infer.onnx"),
+        "--cls",
+        &asset("ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+        "-o",
+        ocr.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&tether(&[
+        "run",
+        ocr.to_str().unwrap(),
+        &field("ocr_gray_alpha_transparent.png"),
+        "--json",
+    ]));
+    let lines: Vec<&str> = v["results"][0]["result"]["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "The robot must stop at the red door.",
+            "Battery level: 87% (charging)",
+            "Turn left, then wait for me."
+        ]
+    );
 }
 
 /// The handed SmolLM2-135M-Instruct Q4_1 GGUF built once per test process.

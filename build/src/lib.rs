@@ -13,4 +13,7 @@ pub mod plan;
 pub mod selftest_model;
 pub mod trtexec;
 
-pub use onnx::{OnnxError, OnnxInfo, inspect_onnx};
+pub use onnx::{
+    GatherTable, OnnxError, OnnxInfo, WidthMasked, gather_tables, inspect_onnx, mask_width_padding,
+    output_dim_table,
+};

@@ -18,7 +18,7 @@ use tether::families::REGISTRY;
 #[derive(Args, Debug)]
 pub struct BuildArgs {
     /// Model family recipe (`tether build --family NAME --help` lists its arguments).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = family_names())]
     family: String,
     /// Output bundle path (written atomically; only a regular file is ever replaced).
     #[arg(short, long, value_name = "OUT.bundle")]
@@ -48,6 +48,17 @@ pub struct BuildArgs {
     /// Hardware-compatibility level of the plans.
     #[arg(long, value_enum, default_value = "none")]
     hardware_compat: HwCompat,
+}
+
+/// The families `--family` accepts (every family of the registry): an unknown name is
+/// refused naming the known ones, before any family argument is parsed, and `--help` lists
+/// them.
+fn family_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        REGISTRY
+            .iter()
+            .map(|f| clap::builder::PossibleValue::new(f.name()).help(f.about())),
+    )
 }
 
 /// Which engines `tether build` writes.

@@ -107,6 +107,7 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
         if let Some(t) = &self_test {
             doc["self_test"] = t.to_json();
         }
+        crate::cli::shortest_f32(&mut doc);
         crate::outln!("{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         crate::outln!("tether        {}", env!("CARGO_PKG_VERSION"))?;

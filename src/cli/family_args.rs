@@ -23,6 +23,24 @@ fn subcommand_position(argv: &[OsString]) -> Option<(usize, &str)> {
     })
 }
 
+/// The help command for the subcommand of `argv`, with what selects the family's own
+/// options: `tether build --family NAME --help`, `tether run BUNDLE --help`, `tether inspect
+/// --help`; `None` without a subcommand.
+pub fn help_command(argv: &[OsString]) -> Option<String> {
+    let (pos, name) = subcommand_position(argv)?;
+    Some(match name {
+        "build" => match family_flag(argv, pos + 1) {
+            Some(f) if find(REGISTRY, &f).is_some() => format!("tether build --family {f} --help"),
+            _ => "tether build --help".to_string(),
+        },
+        "run" | "bench" => match bundle_and_family(argv, pos + 1) {
+            Some((bundle, _)) => format!("tether {name} {bundle} --help"),
+            None => format!("tether {name} --help"),
+        },
+        other => format!("tether {other} --help"),
+    })
+}
+
 /// The value of `--family` after position `from`.
 fn family_flag(argv: &[OsString], from: usize) -> Option<String> {
     let mut it = argv[from..].iter();
@@ -40,6 +58,11 @@ fn family_flag(argv: &[OsString], from: usize) -> Option<String> {
 
 /// The family of the first argument after `from` that opens as a bundle.
 fn bundle_family(argv: &[OsString], from: usize) -> Option<&'static dyn Family> {
+    bundle_and_family(argv, from).map(|(_, f)| f)
+}
+
+/// [`bundle_family`] with the bundle's argument.
+fn bundle_and_family(argv: &[OsString], from: usize) -> Option<(&str, &'static dyn Family)> {
     for a in &argv[from..] {
         let Some(s) = a.to_str() else { continue };
         if s.starts_with('-') {
@@ -50,7 +73,7 @@ fn bundle_family(argv: &[OsString], from: usize) -> Option<&'static dyn Family> 
             continue;
         }
         if let Ok(b) = tether_bundle::Bundle::open(p, tether_bundle::Verify::Lazy) {
-            return find(REGISTRY, b.identity().family);
+            return find(REGISTRY, b.identity().family).map(|f| (s, f));
         }
     }
     None
@@ -75,9 +98,15 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
     };
     match name {
         "build" => {
-            let family = family_flag(argv, pos + 1).and_then(|f| find(REGISTRY, &f));
-            match family {
-                Some(f) => cmd.mut_subcommand("build", |b| add_args(b, f.build_args())),
+            let flag = family_flag(argv, pos + 1);
+            match flag.as_deref().map(|f| find(REGISTRY, f)) {
+                Some(Some(f)) => cmd.mut_subcommand("build", |b| add_args(b, f.build_args())),
+                // An unknown family: every family's arguments, so that clap reaches the
+                // `--family` value (refused naming the known families) instead of stopping
+                // at the first family argument ("unexpected argument '--onnx'").
+                Some(None) => cmd.mut_subcommand("build", |b| {
+                    add_args(b, REGISTRY.iter().flat_map(|f| f.build_args()).collect())
+                }),
                 None => cmd,
             }
         }
@@ -93,15 +122,16 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
 }
 
 /// When parsing `run`/`bench` found an unknown option that another family defines
-/// (`--score-threshold` on an llm bundle, `--prompt` on a detect bundle): a message naming
-/// the option, the family that has it and the bundle's family. `None` otherwise (clap's own
+/// (`--score-threshold` on an llm bundle, `--text-score` on a vad bundle): a message naming
+/// the option, the family that has it, the bundle's family and the help command, instead of
+/// clap's look-alike suggestion. `None` otherwise (clap's own
 /// message stands).
 pub fn foreign_option(argv: &[OsString]) -> Option<String> {
     let (pos, name) = subcommand_position(argv)?;
     if !matches!(name, "run" | "bench") {
         return None;
     }
-    let family = bundle_family(argv, pos + 1)?;
+    let (bundle, family) = bundle_and_family(argv, pos + 1)?;
     let has = |f: &dyn Family, opt: &str| {
         f.run_args().iter().any(|a| {
             a.get_long() == Some(opt) || a.get_all_aliases().is_some_and(|v| v.contains(&opt))
@@ -117,9 +147,9 @@ pub fn foreign_option(argv: &[OsString]) -> Option<String> {
             .iter()
             .find(|f| f.name() != family.name() && has(**f, opt))?;
         Some(format!(
-            "--{opt} is an option of the {} family; this bundle is of the {} family, which does not take it (`tether {name} BUNDLE --help` lists its options)",
+            "--{opt} is an option of the {} family; this bundle is a {f} bundle and the {f} family does not take it (`tether {name} {bundle} --help` lists its options)",
             other.name(),
-            family.name()
+            f = family.name()
         ))
     })
 }

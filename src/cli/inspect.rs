@@ -258,7 +258,11 @@ fn manifest_doc(b: &Bundle) -> InspectDoc<'_> {
         targets: TargetsDoc(b),
         sections: SectionsDoc(b),
         networks: networks(b),
-        family_config: family_description(b).map_or(serde_json::Value::Null, |d| d.json),
+        family_config: family_description(b).map_or(serde_json::Value::Null, |d| {
+            let mut json = d.json;
+            super::shortest_f32(&mut json);
+            json
+        }),
     }
 }
 

@@ -12,6 +12,38 @@ pub mod text;
 
 use std::io::Write;
 
+/// Every number of `v` that is an `f32` widened to `f64` (it converts back exactly) becomes
+/// the shortest decimal that reads back as the same `f32`: `0.7f32` prints `0.7`, not
+/// `0.699999988079071` (serde_json stores every number as `f64`). Integers and values that
+/// are not exactly an `f32` are left as they are. Applied to every JSON document the CLI
+/// prints (docs/cli-json.md, "Numbers").
+pub fn tidy(mut v: serde_json::Value) -> serde_json::Value {
+    shortest_f32(&mut v);
+    v
+}
+
+/// [`tidy`] in place.
+pub fn shortest_f32(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            if let Some(x) = n.as_f64() {
+                let f = x as f32;
+                if f64::from(f) == x
+                    && f.is_finite()
+                    && let Ok(short) = f.to_string().parse::<f64>()
+                    && let Some(m) = serde_json::Number::from_f64(short)
+                {
+                    *n = m;
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(shortest_f32),
+        Value::Object(o) => o.values_mut().for_each(shortest_f32),
+        _ => {}
+    }
+}
+
 use tether_bundle::BundleError;
 
 /// Exit status for a usage error (clap's own, and out-of-range values found after parsing).
@@ -60,6 +92,13 @@ pub fn report(e: &anyhow::Error) {
     let _ = writeln!(err, "error: {}", text::escape_control(&message(e)));
     if let Some(h) = hint(e) {
         let _ = writeln!(err, "hint: {h}");
+    } else if e.chain().any(|c| c.downcast_ref::<UsageError>().is_some()) {
+        // The real help command: the subcommand this process was given.
+        let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let _ = match family_args::help_command(&argv) {
+            Some(cmd) => writeln!(err, "hint: `{cmd}` lists the accepted values"),
+            None => writeln!(err, "hint: `tether --help` lists the commands"),
+        };
     }
 }
 
@@ -88,8 +127,9 @@ fn bundle_hint(b: &BundleError) -> &'static str {
 
 fn hint(e: &anyhow::Error) -> Option<&'static str> {
     for cause in e.chain() {
+        // Usage errors: `report` prints the real help command.
         if cause.downcast_ref::<UsageError>().is_some() {
-            return Some("see `tether <command> --help` for the accepted values");
+            return None;
         }
         if let Some(b) = cause.downcast_ref::<BundleError>() {
             return Some(bundle_hint(b));

@@ -49,6 +49,29 @@ pub struct RunArgs {
     /// `fp16` (fp16 storage, fp32 accumulation). The CPU engine computes in fp32.
     #[arg(long, default_value = "fp32", value_parser = parse_precision)]
     precision: Precision,
+    #[command(flatten)]
+    threads: ThreadsArg,
+}
+
+/// `--threads`, one option with one default for `run` and `bench` (so that their latencies
+/// describe the same setup).
+#[derive(Args, Debug, Clone, Copy)]
+pub struct ThreadsArg {
+    /// Threads of the CPU engine. Default: the cores this process may run on, or 1 when it
+    /// runs under a real-time scheduling policy or only on isolated cores (`isolcpus`).
+    #[arg(long = "threads", value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    threads: Option<u64>,
+}
+
+impl ThreadsArg {
+    /// The thread count and why (`--threads`, or the reason for the default:
+    /// [`super::bench::default_threads`]).
+    pub fn resolve(self) -> (usize, &'static str) {
+        match self.threads {
+            Some(n) => (n as usize, "--threads"),
+            None => super::bench::default_threads(),
+        }
+    }
 }
 
 pub(crate) fn parse_precision(s: &str) -> Result<Precision, String> {
@@ -68,9 +91,17 @@ pub(crate) fn open_runner(
     if let Err(e) = options.device() {
         crate::usage!("--device {e}");
     }
-    let bundle = Arc::new(
-        Bundle::open(path, Verify::Lazy).with_context(|| format!("loading {}", path.display()))?,
-    );
+    let bundle = match Bundle::open(path, Verify::Lazy) {
+        Ok(b) => Arc::new(b),
+        Err(_) if looks_like_onnx(path) => {
+            crate::usage!(
+                "{} is an ONNX model, not a tether bundle: build a bundle from it first (`tether build --family NAME -o model.bundle ...`; `tether build --help` lists the families), then `tether {} model.bundle INPUT`",
+                path.display(),
+                if options.step_timing { "bench" } else { "run" }
+            );
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("loading {}", path.display()))),
+    };
     let fam = bundle.identity().family.to_string();
     let Some(family) = find(REGISTRY, &fam) else {
         anyhow::bail!(
@@ -84,6 +115,21 @@ pub(crate) fn open_runner(
         .open(Arc::clone(&bundle), matches, options)
         .with_context(|| format!("loading {}", path.display()))?;
     Ok((bundle, family, runner))
+}
+
+/// Whether `path` looks like an ONNX model: its extension, or a protobuf `ModelProto` start
+/// (field 1 `ir_version`, a varint: tag byte `0x08`), which no bundle starts with.
+fn looks_like_onnx(path: &Path) -> bool {
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+    {
+        return true;
+    }
+    let mut first = [0u8; 1];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut first))
+        .is_ok_and(|()| first[0] == 0x08)
 }
 
 /// Write `bytes` to `path` atomically (a temporary file in the same folder, renamed over
@@ -164,9 +210,11 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             }
         }
     }
+    let (threads, threads_why) = a.threads.resolve();
     let options = RunOptions {
         device: a.device.clone(),
         precision: a.precision,
+        threads: Some(threads),
         ..RunOptions::default()
     };
     let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &options)?;
@@ -182,6 +230,9 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         .chain(a.text.iter().map(|t| Some(InputSource::Text(t))))
         .chain((0..arg_inputs.len()).map(|_| None))
         .collect();
+    if !a.json {
+        eprintln!("CPU engine threads: {threads} ({threads_why})");
+    }
     // Ctrl-C ends a cancellable run early with what it produced (exit 130); without a
     // canceller the default disposition stays (the process ends).
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -199,6 +250,9 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let bar = progress(count as u64, !a.json && count > 1);
     let mut docs = Vec::new();
     let mut failures = 0usize;
+    // An input refused for how the command was given (`--all-pairs` over too many texts):
+    // the exit status is the usage error's, as when the refusal comes before any input.
+    let mut usage_failure = false;
     for (i, src) in sources.iter().enumerate() {
         if interrupted.load(Ordering::SeqCst) {
             break;
@@ -282,6 +336,9 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             }
             Err(e) => {
                 failures += 1;
+                usage_failure |= e
+                    .chain()
+                    .any(|c| c.downcast_ref::<crate::cli::UsageError>().is_some());
                 if a.json {
                     docs.push(json!({ "input": label, "error": crate::cli::message(&e) }));
                 } else {
@@ -297,20 +354,24 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         let engines: BTreeMap<String, String> = runner.engines().into_iter().collect();
         outln!(
             "{}",
-            serde_json::to_string_pretty(&json!({
+            serde_json::to_string_pretty(&crate::cli::tidy(json!({
                 "schema_version": JSON_SCHEMA_VERSION,
                 "command": "run",
                 "bundle": { "path": a.bundle.display().to_string(), "name": bundle.identity().name },
                 "family": family.name(),
                 "engines": engines,
+                "cpu_threads": threads,
+                "cpu_threads_why": threads_why,
                 "results": docs,
-            }))?
+            })))?
         )?;
     }
     Ok(if interrupted.load(Ordering::SeqCst) {
         ExitCode::from(130)
     } else if failures == 0 {
         ExitCode::SUCCESS
+    } else if usage_failure {
+        ExitCode::from(crate::cli::EXIT_USAGE)
     } else {
         ExitCode::from(1)
     })

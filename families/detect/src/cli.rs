@@ -150,6 +150,7 @@ impl Family for Detect {
             c.input_height,
             c.num_classes,
             c.num_anchors,
+            usize::from(c.head_output),
         );
         let dynamic_inputs = report
             .onnx

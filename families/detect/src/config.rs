@@ -56,8 +56,13 @@ pub struct DetectConfigRecord {
     pub std: [F32; 3],
     /// Letterbox padding value (0..255 scale) for every channel.
     pub pad_value: u8,
+    /// Index of the detection head among the network's outputs (in the model's order),
+    /// chosen at build by `tether_family::io` (name `output0`, then shape, then value
+    /// range). Bundles written before this field hold 0: the first output, which their
+    /// build checked.
+    pub head_output: u8,
     /// Reserved, zero.
-    pub reserved: [u8; 7],
+    pub reserved: [u8; 6],
 }
 
 /// The detection parameters, validated and in native types.
@@ -83,6 +88,8 @@ pub struct DetectConfig {
     pub std: [f32; 3],
     /// Letterbox padding value (0..255).
     pub pad_value: u8,
+    /// Index of the detection head among the network's outputs (model order).
+    pub head_output: u8,
 }
 
 impl DetectConfig {
@@ -106,6 +113,7 @@ impl DetectConfig {
             mean: [0.0; 3],
             std: [255.0; 3],
             pad_value: 114,
+            head_output: 0,
         }
     }
 
@@ -183,6 +191,7 @@ impl DetectConfig {
             mean: r.mean.map(|v| v.get()),
             std: r.std.map(|v| v.get()),
             pad_value: r.pad_value,
+            head_output: r.head_output,
         };
         c.validate()?;
         Ok(c)
@@ -203,7 +212,8 @@ impl DetectConfig {
             mean: self.mean.map(F32::new),
             std: self.std.map(F32::new),
             pad_value: self.pad_value,
-            reserved: [0; 7],
+            head_output: self.head_output,
+            reserved: [0; 6],
         }
     }
 }

@@ -22,6 +22,7 @@
 
 use tether_build::{OnnxInfo, inspect_onnx};
 use tether_bundle::{BundleWriter, DType, SectionKind};
+use tether_family::io::{Candidate, Role, SelectError, select, select_with};
 use tether_family::recipe::{add_portable_target, in_memory, sha256_hex};
 use tether_family::selftest::{self, Report};
 use tether_family::vision::{ImageView, PixelFormat};
@@ -117,9 +118,15 @@ pub fn build(
     let num_classes = labels.len() as u32;
     let ((w, h), input_is_dynamic) = input_size(&info, options.input_size)?;
     progress("preparing the network on the CPU engine");
-    let num_anchors = count_anchors(onnx, w, h, num_classes)?;
+    let (num_anchors, head) = count_anchors(onnx, w, h, num_classes)?;
+    let head_output = u8::try_from(head).map_err(|_| {
+        DetectError::Network(format!(
+            "the detection head is output {head}; tether reads a head among the first 256 outputs"
+        ))
+    })?;
 
     let mut config = DetectConfig::ultralytics(w, h, num_classes, num_anchors);
+    config.head_output = head_output;
     if let Some(v) = options.score_threshold {
         config.score_threshold = v;
     }
@@ -141,7 +148,7 @@ pub fn build(
     let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
     // The tensors at the shapes the bundle runs at (the manifest records the concrete
     // input size, not the model's dynamic declaration).
-    for t in run_tensors(&info, w, h, num_classes, num_anchors) {
+    for t in run_tensors(&info, w, h, num_classes, num_anchors, head) {
         writer.add_tensor(model, t)?;
     }
     writer.add_section(
@@ -166,7 +173,7 @@ pub fn build(
 }
 
 /// Check that `info` is a YOLOv8 detection export: one f32 image input `[1 or dynamic, 3,
-/// H, W]`, f32 outputs, the first `[batch, 4 + C, N]`, and the class names of the
+/// H, W]`, f32 outputs, one of them the head `[batch, 4 + C, N]` ([`head_role`]), and the class names of the
 /// Ultralytics metadata key `names` (C of them). Returns the class names.
 ///
 /// # Errors
@@ -190,9 +197,9 @@ fn check_io(info: &OnnxInfo) -> Result<Vec<String>, DetectError> {
             input.name, input.dims[0], input.dims
         )));
     }
-    let Some(output) = info.outputs.first() else {
+    if info.outputs.is_empty() {
         return Err(DetectError::Network("the model has no output".into()));
-    };
+    }
     for t in info.outputs.iter() {
         if t.dtype != DType::F32 {
             return Err(DetectError::Network(format!(
@@ -207,11 +214,23 @@ fn check_io(info: &OnnxInfo) -> Result<Vec<String>, DetectError> {
     let labels = parse_ultralytics_names(names_text)?;
     let num_classes = u32::try_from(labels.len())
         .map_err(|_| DetectError::Labels(format!("{} classes", labels.len())))?;
-    if output.dims.len() != 3 || dim(output.dims[1]).is_some_and(|c| c != 4 + num_classes) {
-        return Err(DetectError::Network(format!(
-            "output `{}` is {:?}; expected [batch, 4 + {num_classes}, anchors] for {num_classes} classes",
-            output.name, output.dims
-        )));
+    // The head among the declared outputs: by name, then by shape (a tie is settled after
+    // preparation, by the values of a test run).
+    let rows = i64::from(4 + num_classes);
+    let fits = move |d: &[i64]| d.len() == 3 && d[0] <= 1 && (d[1] < 0 || d[1] == rows);
+    let declared: Vec<Candidate<'_>> = info
+        .outputs
+        .iter()
+        .map(|t| Candidate {
+            name: &t.name,
+            dims: &t.dims,
+        })
+        .collect();
+    let expected = format!("[1, 4 + {num_classes}, anchors] for {num_classes} classes");
+    if let Err(e @ (SelectError::Missing { .. } | SelectError::NamedMismatch { .. })) =
+        select(&head_role(&expected, &fits), &declared)
+    {
+        return Err(DetectError::Network(e.to_string()));
     }
     Ok(labels)
 }
@@ -269,12 +288,19 @@ fn input_size(
 }
 
 /// Prepare the network once with the CPU engine at `w x h`, proving it runs, and return its
-/// anchor count `N` (the output's `[1, 4 + C, N]`).
+/// anchor count `N` (the head's `[1, 4 + C, N]`) and the head's output index: by name, then by
+/// the prepared shape; a tie between outputs of the head's shape is settled by a test run (the
+/// head's class rows are scores in [0, 1], its box rows finite), else refused naming them.
 ///
 /// # Errors
 /// [`DetectError::Runtime`] when it does not prepare; [`DetectError::Network`] for an output
 /// of another shape or type.
-fn count_anchors(onnx: &[u8], w: u32, h: u32, num_classes: u32) -> Result<u32, DetectError> {
+fn count_anchors(
+    onnx: &[u8],
+    w: u32,
+    h: u32,
+    num_classes: u32,
+) -> Result<(u32, usize), DetectError> {
     let plan = tether_runtime::backends::tract_cpu::TractCpu
         .prepare(
             &NetworkSource {
@@ -289,29 +315,102 @@ fn count_anchors(onnx: &[u8], w: u32, h: u32, num_classes: u32) -> Result<u32, D
             },
         )
         .map_err(|e| DetectError::Runtime(e.into()))?;
-    let Some(out) = plan.io().outputs.first() else {
-        return Err(DetectError::Network(
-            "the prepared network has no output".into(),
-        ));
-    };
-    let num_anchors = match out.shape.as_slice() {
-        [1, c, n] if *c == 4 + num_classes as usize => u32::try_from(*n).ok(),
-        _ => None,
-    }
-    .ok_or_else(|| {
-        DetectError::Network(format!(
-            "at input {w}x{h} the output is {:?}; expected [1, {}, anchors]",
-            out.shape,
-            4 + num_classes
-        ))
-    })?;
+    let rows = i64::from(4 + num_classes);
+    let shapes: Vec<Vec<i64>> = plan
+        .io()
+        .outputs
+        .iter()
+        .map(|t| t.shape.iter().map(|&d| d as i64).collect())
+        .collect();
+    let prepared: Vec<Candidate<'_>> = plan
+        .io()
+        .outputs
+        .iter()
+        .zip(&shapes)
+        .map(|(t, d)| Candidate {
+            name: &t.name,
+            dims: d,
+        })
+        .collect();
+    let fits = move |d: &[i64]| d.len() == 3 && d[0] == 1 && d[1] == rows && d[2] > 0;
+    let expected = format!("[1, {rows}, anchors]");
+    let mut values: Option<Vec<Vec<f32>>> = None;
+    let head = select_with(&head_role(&expected, &fits), &prepared, |k| {
+        let outs = values.get_or_insert_with(|| test_run(&plan, w, h).unwrap_or_default());
+        outs.get(k)
+            .is_some_and(|v| looks_like_head(v, num_classes as usize))
+    })
+    .map_err(|e| DetectError::Network(format!("at input {w}x{h}: {e}")))?;
+    let out = &plan.io().outputs[head];
+    let num_anchors = u32::try_from(out.shape[2])
+        .map_err(|_| DetectError::Network(format!("{} anchors", out.shape[2])))?;
     if out.dtype != DType::F32 {
         return Err(DetectError::Network(format!(
             "output `{}` is {} after preparation; the detection head must be f32",
             out.name, out.dtype
         )));
     }
-    Ok(num_anchors)
+    if head != 0 {
+        log::info!(
+            "the detection head is output {head} `{}` (not the first output)",
+            out.name
+        );
+    }
+    Ok((num_anchors, head))
+}
+
+/// Names the Ultralytics export gives the detection head (`model.export(format="onnx")`:
+/// `output_names=["output0"]`, and `output1` the segmentation prototypes).
+pub const HEAD_NAMES: &[&str] = &["output0"];
+
+/// The detection head's role ([`tether_family::io`]) with the shape `fits` accepts.
+fn head_role<'a>(expected: &'a str, fits: &'a dyn Fn(&[i64]) -> bool) -> Role<'a> {
+    Role {
+        what: "the detection head",
+        kind: "output",
+        names: HEAD_NAMES,
+        expected,
+        fits,
+    }
+}
+
+/// Run the prepared plan once on a mid-grey image (the letterbox's pad colour, 114 / 255)
+/// and return every output's values; `None` when the plan does not run on the host.
+fn test_run(plan: &tether_runtime::Plan, w: u32, h: u32) -> Option<Vec<Vec<f32>>> {
+    let tether_runtime::Plan::Host(p) = plan else {
+        return None;
+    };
+    let mut exec = p.executor().ok()?;
+    let input: Vec<u8> = std::iter::repeat_n(114.0f32 / 255.0, 3 * (w as usize) * (h as usize))
+        .flat_map(f32::to_ne_bytes)
+        .collect();
+    let mut outs: Vec<Vec<u8>> = plan
+        .io()
+        .outputs
+        .iter()
+        .map(|t| vec![0u8; t.byte_len().unwrap_or(0)])
+        .collect();
+    let mut views: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+    exec.run(&[&input], &mut views).ok()?;
+    Some(
+        outs.iter()
+            .map(|b| {
+                b.chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
+/// The values of a `[1, 4 + C, N]` output look like a YOLOv8 head: box rows finite, class
+/// rows scores in `[0, 1]` (sigmoid outputs).
+fn looks_like_head(v: &[f32], num_classes: usize) -> bool {
+    let n = v.len() / (4 + num_classes).max(1);
+    if n == 0 || v.len() != n * (4 + num_classes) {
+        return false;
+    }
+    v[..4 * n].iter().all(|x| x.is_finite()) && v[4 * n..].iter().all(|x| (0.0..=1.0).contains(x))
 }
 
 /// The model version an Ultralytics export records (metadata `version` and `date`), or
@@ -379,13 +478,14 @@ fn add_self_test(
 }
 
 /// The network's I/O at the shapes a bundle of this configuration runs at: input
-/// `[1, 3, h, w]`, output `[1, 4 + C, N]` (further outputs as declared).
+/// `[1, 3, h, w]`, the head (output `head`) `[1, 4 + C, N]`, further outputs as declared.
 pub fn run_tensors(
     info: &OnnxInfo,
     w: u32,
     h: u32,
     num_classes: u32,
     num_anchors: u32,
+    head: usize,
 ) -> Vec<tether_bundle::TensorDesc> {
     let mut v = Vec::new();
     for t in &info.inputs {
@@ -396,7 +496,7 @@ pub fn run_tensors(
     }
     for (i, t) in info.outputs.iter().enumerate() {
         let mut t = t.clone();
-        if i == 0 {
+        if i == head {
             t.dims = vec![1, 4 + i64::from(num_classes), i64::from(num_anchors)];
         }
         v.push(t);

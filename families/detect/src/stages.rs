@@ -362,14 +362,18 @@ pub fn pipeline(
     let (w, h) = (config.input_width as usize, config.input_height as usize);
     let want_in = [1, 3, h, w];
     let want_out = [1, 4 + c, n];
-    match (io.inputs.as_slice(), io.outputs.first()) {
+    // The head is the output the build chose (by name, shape and value range), never simply
+    // the first one listed.
+    let head = usize::from(config.head_output);
+    match (io.inputs.as_slice(), io.outputs.get(head)) {
         ([i], Some(o)) if i.shape == want_in && o.shape == want_out => {}
         (i, o) => {
             return Err(DetectError::Network(format!(
-                "engine {} I/O {:?} -> {:?} does not match the configuration {want_in:?} -> {want_out:?}",
+                "engine {} I/O {:?} -> output {head} {:?} (of {}) does not match the configuration {want_in:?} -> {want_out:?}",
                 plan.kind(),
                 i.iter().map(|t| &t.shape).collect::<Vec<_>>(),
-                o.map(|t| &t.shape)
+                o.map(|t| (&t.name, &t.shape)),
+                io.outputs.len()
             )));
         }
     }
@@ -392,7 +396,6 @@ pub fn pipeline(
             Check::Exact,
         )
         .map_err(rt)?;
-    let mut outs = vec![];
     let raw = s
         .region(
             "output0 f32 [1, 4 + C, N]",
@@ -401,13 +404,18 @@ pub fn pipeline(
             Check::F32Abs(1e-4),
         )
         .map_err(rt)?;
-    outs.push(raw);
-    // Further network outputs (segmentation heads ...) are bound but not read.
-    for (k, t) in io.outputs.iter().enumerate().skip(1) {
+    // Every network output is bound in the model's order; the others (segmentation heads,
+    // auxiliary outputs ...) are not read.
+    let mut outs = Vec::with_capacity(io.outputs.len());
+    for (k, t) in io.outputs.iter().enumerate() {
+        if k == head {
+            outs.push(raw);
+            continue;
+        }
         let bytes = t.byte_len().unwrap_or(0);
         outs.push(
             s.region(
-                format!("output{k} (unused)"),
+                format!("output{k} `{}` (unused)", t.name),
                 bytes,
                 RegionKind::Internal,
                 Check::Skip,

@@ -1,22 +1,38 @@
 //! The text-embedding family as the `tether` CLI sees it (feature `cli`):
 //! build arguments and recipe, the `inspect` description, `run`/`bench` on
 //! texts (`--text "..."`, repeatable, or a UTF-8 text file with one text per
-//! line, empty lines skipped), text and JSON output, and the bundle's
-//! self-test for `tether verify --self-test`.
+//! line), text and JSON output, and the bundle's self-test for `tether verify
+//! --self-test`.
 //!
-//! `run` embeds every text of an input as one batch ([`Embedder::embed_batch`],
-//! in groups of the maximum batch) and prints, per text, its token count and
-//! the first components of its embedding; within an input of several texts,
-//! the cosine similarity of every pair; and for each input, its cosine with
-//! the first text of every earlier input of the same command (so
-//! `--text a --text b` prints the similarity of `a` and `b`).
+//! **Lines.** A text file is cut into lines the way Python's universal newlines
+//! cut it (`open()` in text mode, what sentence-transformers users read files
+//! with): at LF, CRLF and a lone CR. The other characters `str.splitlines` also
+//! breaks at (VT, FF, FS, GS, RS, NEL, U+2028, U+2029) are not line ends in
+//! text files for editors, `wc -l`, `grep` or Python's file iteration, so they
+//! stay inside a text. Each line is trimmed; empty lines are skipped; every text
+//! says where it came from (`source`: the file and its 1-based line number).
+//!
+//! **Truncation.** A text longer than the bundle's maximum sequence length is
+//! embedded from its first tokens only, as sentence-transformers does; the output
+//! says so for that text (its full token count and the character the embedded
+//! part ends at).
+//!
+//! **Similarities.** `run` embeds every text of an input as one batch
+//! ([`Embedder::embed_batch`], in groups of the maximum batch) and prints, per
+//! text, its token count and the first components of its embedding, then its
+//! `--top-k` most similar texts (default 5) among every text of the command so
+//! far (the same input and every earlier one): what
+//! `sentence_transformers.util.semantic_search` returns. Memory and output grow
+//! with the number of texts, not its square. `--all-pairs` lists every pairwise
+//! cosine instead (within each input and with every earlier text), for at most
+//! [`MAX_ALL_PAIRS_TEXTS`] texts. The JSON holds each text's full embedding.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Arg, ArgMatches, value_parser};
-use serde_json::json;
+use serde_json::{Value, json};
 use tether_bundle::Bundle;
 use tether_family::family::{
     BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
@@ -30,9 +46,7 @@ use crate::config::{
 use crate::net::NETWORK;
 use crate::recipe::{self, BuildOptions};
 use crate::selftest::{MIN_COSINE, TEXT};
-use crate::{
-    EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, Embedding, FAMILY, cosine,
-};
+use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, Embedding, FAMILY};
 
 /// The text-embedding family.
 pub struct EmbedFamily;
@@ -43,8 +57,16 @@ pub static EMBED: EmbedFamily = EmbedFamily;
 /// Most texts one input file may hold.
 pub const MAX_TEXTS: usize = 4096;
 
-/// Earlier inputs kept for the cross-input similarities of one command.
-const MAX_EARLIER: usize = 64;
+/// Most texts of one command whose every pairwise cosine `--all-pairs` lists (about half a
+/// million pairs).
+pub const MAX_ALL_PAIRS_TEXTS: usize = 1024;
+
+/// Most texts of one command kept for similarities (every text of an input and of the
+/// inputs before it): 16 x [`MAX_TEXTS`], 25 MB of embeddings.
+const MAX_KEPT_TEXTS: usize = 16 * MAX_TEXTS;
+
+/// Default of `--top-k`.
+const DEFAULT_TOP_K: usize = 5;
 
 fn count_arg(name: &'static str, help: &'static str) -> Arg {
     Arg::new(name)
@@ -159,7 +181,18 @@ impl Family for EmbedFamily {
     }
 
     fn run_args(&self) -> Vec<Arg> {
-        Vec::new()
+        vec![
+            count_arg(
+                "top-k",
+                "For each text, list this many most similar texts of the command (default 5; 0: none)",
+            ),
+            Arg::new("all-pairs")
+                .long("all-pairs")
+                .action(clap::ArgAction::SetTrue)
+                .help(
+                    "List every pairwise cosine (within each input and with every earlier text; at most 1024 texts)",
+                ),
+        ]
     }
 
     fn describe(&self, bundle: &Bundle) -> Result<Description> {
@@ -221,14 +254,29 @@ impl Family for EmbedFamily {
     fn open(
         &self,
         bundle: Arc<Bundle>,
-        _args: &ArgMatches,
+        args: &ArgMatches,
         options: &RunOptions,
     ) -> Result<Box<dyn Runner>> {
+        let top_k = match args.try_get_one::<i64>("top-k").ok().flatten().copied() {
+            None => DEFAULT_TOP_K,
+            Some(k) if (0..=1000).contains(&k) => k as usize,
+            Some(k) => {
+                return Err(UsageError(format!("--top-k {k}: must be between 0 and 1000")).into());
+            }
+        };
+        let all_pairs = args
+            .try_get_one::<bool>("all-pairs")
+            .ok()
+            .flatten()
+            .copied()
+            .unwrap_or(false);
         let embedder = Embedder::from_bundle(bundle, &embedder_options(options)?)?;
         Ok(Box::new(EmbedRunner {
             embedder,
             out: Vec::new(),
-            earlier: std::cell::RefCell::new(Vec::new()),
+            top_k,
+            all_pairs,
+            earlier: std::cell::RefCell::new(Earlier::default()),
         }))
     }
 
@@ -260,14 +308,75 @@ struct EmbedRunner {
     embedder: Embedder,
     /// Embeddings of the last run's texts.
     out: Vec<Embedding>,
-    /// `(label, first embedding)` of earlier inputs of this command.
-    earlier: std::cell::RefCell<Vec<(String, Embedding)>>,
+    /// Matches listed per text (`--top-k`).
+    top_k: usize,
+    /// List every pairwise cosine (`--all-pairs`).
+    all_pairs: bool,
+    /// Texts of earlier inputs of this command.
+    earlier: std::cell::RefCell<Earlier>,
+}
+
+/// The texts of the inputs before the current one (for cross-input similarities).
+#[derive(Default)]
+struct Earlier {
+    /// Input label, the text's index in it and the text with where it came from, per kept
+    /// text.
+    texts: Vec<(Arc<str>, usize, String)>,
+    embeddings: Vec<Embedding>,
+    norms: Vec<f32>,
+    /// Texts of this command not kept (beyond [`MAX_KEPT_TEXTS`]).
+    dropped: usize,
+}
+
+/// Where a text came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// A `--text` argument.
+    Argument,
+    /// A line of the input file (1-based).
+    Line(usize),
 }
 
 struct TextInput {
-    label: String,
+    label: Arc<str>,
     texts: Vec<String>,
+    origins: Vec<Origin>,
     tokens: Vec<usize>,
+    truncated: Vec<Option<crate::tokenize::Truncated>>,
+}
+
+/// The lines of `text` as Python's universal newlines cut them (LF, CRLF, lone CR), each with
+/// its 1-based line number; a final line end does not start another line.
+pub fn universal_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let bytes = text.as_bytes();
+    let (mut start, mut i, mut number) = (0, 0, 1);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\n' => {
+                out.push((number, &text[start..i]));
+                i += 1;
+            }
+            b'\r' => {
+                out.push((number, &text[start..i]));
+                i += if bytes.get(i + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
+                };
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        start = i;
+        number += 1;
+    }
+    if start < bytes.len() {
+        out.push((number, &text[start..]));
+    }
+    out
 }
 
 impl Input for TextInput {
@@ -275,12 +384,54 @@ impl Input for TextInput {
         &self.label
     }
     fn describe(&self) -> String {
+        let cut = self.truncated.iter().filter(|t| t.is_some()).count();
         format!(
-            "{} text(s), {} tokens in all",
+            "{} text(s), {} tokens in all{}",
             self.texts.len(),
-            self.tokens.iter().sum::<usize>()
+            self.tokens.iter().sum::<usize>(),
+            if cut > 0 {
+                format!(", {cut} truncated to the maximum sequence length")
+            } else {
+                String::new()
+            }
         )
     }
+}
+
+/// The dot product of two embeddings, eight lanes at a time in f32 (vectorised by the
+/// compiler; within 1e-6 of the f64 sum for unit vectors of 384 components).
+fn dot(a: &Embedding, b: &Embedding) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum()
+}
+
+/// Cosine similarity from the dot product and the two norms ([`crate::cosine`]'s value to
+/// within 1e-6, without recomputing the norms for every pair).
+fn cosine_with(a: &Embedding, na: f32, b: &Embedding, nb: f32) -> f32 {
+    if na == 0.0 || nb == 0.0 {
+        return 0.0;
+    }
+    dot(a, b) / (na * nb)
+}
+
+fn norm(a: &Embedding) -> f32 {
+    dot(a, a).sqrt()
+}
+
+/// The `k` largest `(cosine, key)` kept in descending order of cosine (ties: the earlier
+/// key first).
+fn keep_top<K: Copy>(top: &mut Vec<(f32, K)>, k: usize, cos: f32, key: K) {
+    if k == 0 || (top.len() == k && top[k - 1].0 >= cos) {
+        return;
+    }
+    let at = top.iter().position(|(c, _)| *c < cos).unwrap_or(top.len());
+    top.insert(at, (cos, key));
+    top.truncate(k);
 }
 
 fn text_of(input: &dyn Input) -> Result<&TextInput> {
@@ -297,14 +448,14 @@ impl Runner for EmbedRunner {
     }
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
-        let (label, texts) = match source {
+        let (label, texts, origins) = match source {
             InputSource::Text(t) => {
                 // As for a file: a text with nothing but white space is refused, not embedded
                 // as an empty sentence ([CLS][SEP]).
                 if t.trim().is_empty() {
                     bail!("--text {t:?} holds no text");
                 }
-                (t.to_string(), vec![t.to_string()])
+                (t.to_string(), vec![t.to_string()], vec![Origin::Argument])
             }
             InputSource::File(path) => {
                 let bytes = tether_bundle::files::read_regular(path)
@@ -316,12 +467,16 @@ impl Runner for EmbedRunner {
                         e.utf8_error().valid_up_to()
                     )
                 })?;
-                let texts: Vec<String> = text
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_string)
-                    .collect();
+                // A byte-order mark is not text (Python's `utf-8-sig`, editors on Windows).
+                let body = text.strip_prefix('\u{feff}').unwrap_or(&text);
+                let (mut texts, mut origins) = (Vec::new(), Vec::new());
+                for (number, line) in universal_lines(body) {
+                    let line = line.trim();
+                    if !line.is_empty() {
+                        texts.push(line.to_string());
+                        origins.push(Origin::Line(number));
+                    }
+                }
                 if texts.is_empty() {
                     bail!("{} holds no text (one text per line)", path.display());
                 }
@@ -332,17 +487,33 @@ impl Runner for EmbedRunner {
                         texts.len()
                     );
                 }
-                (path.display().to_string(), texts)
+                (path.display().to_string(), texts, origins)
             }
         };
         let tokens = texts
             .iter()
             .map(|t| self.embedder.token_ids(t).map(|ids| ids.len()))
             .collect::<Result<Vec<_>, _>>()?;
+        let truncated = texts
+            .iter()
+            .map(|t| self.embedder.truncation(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.all_pairs {
+            let seen = self.earlier.borrow().texts.len() + texts.len();
+            if seen > MAX_ALL_PAIRS_TEXTS {
+                return Err(UsageError(format!(
+                    "--all-pairs: {seen} texts would make {} pairs; at most {MAX_ALL_PAIRS_TEXTS} texts (use --top-k for the closest matches of each text)",
+                    seen * (seen - 1) / 2
+                ))
+                .into());
+            }
+        }
         Ok(Box::new(TextInput {
-            label,
+            label: label.into(),
             texts,
+            origins,
             tokens,
+            truncated,
         }))
     }
 
@@ -358,63 +529,209 @@ impl Runner for EmbedRunner {
     fn outcome(&self, input: &dyn Input, _annotate: bool) -> Result<Outcome> {
         let t = text_of(input)?;
         let n = t.texts.len().min(self.out.len());
+        let mut earlier = self.earlier.borrow_mut();
+        // Each text's closest texts: the others of this input, then every earlier text.
+        let k = self.top_k;
+        let mut top: Vec<Vec<(f32, (bool, usize))>> = vec![Vec::new(); n];
+        let mut pairs = Vec::new();
+        let mut previous = Vec::new();
+        let norms: Vec<f32> = self.out[..n].iter().map(norm).collect();
+        for i in 0..n {
+            for j in 0..n {
+                if i != j {
+                    let c = cosine_with(&self.out[i], norms[i], &self.out[j], norms[j]);
+                    keep_top(&mut top[i], k, c, (true, j));
+                    if self.all_pairs && j > i {
+                        pairs.push((i, j, c));
+                    }
+                }
+            }
+            for (e, emb) in earlier.embeddings.iter().enumerate() {
+                let c = cosine_with(&self.out[i], norms[i], emb, earlier.norms[e]);
+                keep_top(&mut top[i], k, c, (false, e));
+                if self.all_pairs {
+                    previous.push((i, e, c));
+                }
+            }
+        }
+        let name = |key: (bool, usize)| -> (String, usize) {
+            if key.0 {
+                (t.label.to_string(), key.1)
+            } else {
+                let (label, index, _) = &earlier.texts[key.1];
+                (label.to_string(), *index)
+            }
+        };
+        let text_of_key = |key: (bool, usize)| -> String {
+            if key.0 {
+                format!("{:?}", t.texts[key.1])
+            } else {
+                earlier.texts[key.1].2.clone()
+            }
+        };
         let mut lines = Vec::new();
         let mut texts = Vec::new();
+        // `i` indexes six parallel per-text arrays (embeddings, texts, origins, tokens, cuts,
+        // matches); one index reads clearer than a zip of six.
+        #[allow(clippy::needless_range_loop)]
         for i in 0..n {
             let e = &self.out[i];
             let head: Vec<String> = e[..4].iter().map(|v| format!("{v:+.4}")).collect();
-            lines.push(format!(
-                "{:?}: {} tokens, [{}, ...]",
+            let source = match t.origins[i] {
+                Origin::Argument => json!({"argument": "--text"}),
+                Origin::Line(l) => json!({"file": &*t.label, "line": l}),
+            };
+            let cut = t.truncated[i].map(|c| {
+                json!({
+                    "tokens": c.tokens,
+                    "kept_tokens": c.kept_tokens,
+                    "kept_chars": c.kept_chars,
+                })
+            });
+            let mut line = format!(
+                "{:?}{}: {} tokens, [{}, ...]",
                 t.texts[i],
+                match t.origins[i] {
+                    Origin::Line(l) => format!(" (line {l})"),
+                    Origin::Argument => String::new(),
+                },
                 t.tokens[i],
                 head.join(", ")
-            ));
+            );
+            if let Some(c) = t.truncated[i] {
+                line.push_str(&format!(
+                    "; truncated: {} tokens in full, only the first {} (up to character {}) are embedded",
+                    c.tokens, c.kept_tokens, c.kept_chars
+                ));
+            }
+            lines.push(line);
+            let matches: Vec<Value> = top[i]
+                .iter()
+                .map(|&(c, key)| {
+                    let (label, index) = name(key);
+                    json!({"input": label, "text": index, "cosine": c})
+                })
+                .collect();
+            for &(c, key) in &top[i] {
+                lines.push(format!(
+                    "  cosine({:?}, {}) = {c:.4}",
+                    t.texts[i],
+                    text_of_key(key)
+                ));
+            }
             texts.push(json!({
                 "text": t.texts[i],
+                "source": source,
                 "tokens": t.tokens[i],
+                "truncated": cut,
                 "embedding": e.as_slice(),
+                "matches": matches,
             }));
         }
-        let mut pairs = Vec::new();
-        for i in 0..n {
-            for j in i + 1..n {
-                let c = cosine(&self.out[i], &self.out[j]);
-                lines.push(format!(
-                    "cosine({:?}, {:?}) = {c:.4}",
-                    t.texts[i], t.texts[j]
-                ));
-                pairs.push(json!({"a": i, "b": j, "cosine": c}));
-            }
+        for &(i, j, c) in &pairs {
+            lines.push(format!(
+                "cosine({:?}, {:?}) = {c:.4}",
+                t.texts[i], t.texts[j]
+            ));
         }
-        let mut earlier = self.earlier.borrow_mut();
-        let mut previous = Vec::new();
-        if let Some(first) = self.out.first().filter(|_| n > 0) {
-            for (label, e) in earlier.iter().filter(|(l, _)| *l != t.label) {
-                let c = cosine(first, e);
-                lines.push(format!("cosine with earlier input {label:?} = {c:.4}"));
-                previous.push(json!({"input": label, "cosine": c}));
-            }
-            if !earlier.iter().any(|(l, _)| *l == t.label) && earlier.len() < MAX_EARLIER {
-                earlier.push((t.label.clone(), *first));
+        for &(i, e, c) in &previous {
+            lines.push(format!(
+                "cosine({:?}, {}) = {c:.4}",
+                t.texts[i], earlier.texts[e].2
+            ));
+        }
+        let cut = t.truncated[..n].iter().filter(|c| c.is_some()).count();
+        let json = json!({
+            "dim": EMBEDDING_DIM,
+            "top_k": k,
+            "texts": texts,
+            "similarities": if self.all_pairs {
+                Value::from(pairs.iter().map(|&(a, b, c)| json!({"a": a, "b": b, "cosine": c})).collect::<Vec<_>>())
+            } else {
+                Value::Null
+            },
+            "earlier_inputs": if self.all_pairs {
+                Value::from(previous.iter().map(|&(i, e, c)| json!({
+                    "text": i,
+                    "input": &*earlier.texts[e].0,
+                    "input_text": earlier.texts[e].1,
+                    "cosine": c,
+                })).collect::<Vec<_>>())
+            } else {
+                Value::Null
+            },
+            "earlier_texts_not_compared": earlier.dropped,
+        });
+        // This input's texts become earlier texts of the next inputs.
+        if !earlier.texts.iter().any(|(l, _, _)| **l == *t.label) {
+            // `i` indexes the parallel per-text arrays (texts, origins, embeddings, norms).
+            #[allow(clippy::needless_range_loop)]
+            for i in 0..n {
+                if earlier.texts.len() < MAX_KEPT_TEXTS {
+                    let shown = match t.origins[i] {
+                        Origin::Argument => format!("{:?}", t.texts[i]),
+                        Origin::Line(l) => format!("{:?} ({} line {l})", t.texts[i], t.label),
+                    };
+                    earlier.texts.push((Arc::clone(&t.label), i, shown));
+                    earlier.embeddings.push(self.out[i]);
+                    earlier.norms.push(norms[i]);
+                } else {
+                    earlier.dropped += 1;
+                }
             }
         }
         Ok(Outcome {
             summary: format!(
-                "{n} embedding{} of {EMBEDDING_DIM} dimensions",
-                if n == 1 { "" } else { "s" }
+                "{n} embedding{} of {EMBEDDING_DIM} dimensions{}",
+                if n == 1 { "" } else { "s" },
+                if cut > 0 {
+                    format!(" ({cut} text(s) truncated to the maximum sequence length)")
+                } else {
+                    String::new()
+                }
             ),
             lines,
-            json: json!({
-                "dim": EMBEDDING_DIM,
-                "texts": texts,
-                "similarities": pairs,
-                "earlier_inputs": previous,
-            }),
+            json,
             annotated: None,
         })
     }
 
     fn stage_times(&self) -> Vec<(String, f64)> {
         self.embedder.step_times().to_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_cut_as_pythons_universal_newlines_cut_them() {
+        let cut = universal_lines;
+        assert_eq!(
+            cut("a\nb\r\nc\rd"),
+            [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+        );
+        // A final line end starts no line; empty lines keep their numbers.
+        assert_eq!(cut("a\r\n\r\nb\n"), [(1, "a"), (2, ""), (3, "b")]);
+        assert_eq!(cut("\r\r"), [(1, ""), (2, "")]);
+        assert_eq!(cut(""), []);
+        // Not line ends in a text file: form feed, NEL, U+2028 stay inside the text.
+        assert_eq!(
+            cut("a\u{c}b\u{85}c\u{2028}d"),
+            [(1, "a\u{c}b\u{85}c\u{2028}d")]
+        );
+    }
+
+    #[test]
+    fn top_matches_keep_the_k_best_in_order() {
+        let mut top = Vec::new();
+        for (c, k) in [(0.5, 1), (0.9, 2), (0.1, 3), (0.9, 4), (0.7, 5)] {
+            keep_top(&mut top, 3, c, k);
+        }
+        assert_eq!(top, [(0.9, 2), (0.9, 4), (0.7, 5)]);
+        let mut none: Vec<(f32, u8)> = Vec::new();
+        keep_top(&mut none, 0, 1.0, 1);
+        assert!(none.is_empty());
     }
 }

@@ -51,8 +51,12 @@ pub struct EmbedConfigRecord {
     pub max_batch: U32,
     /// 1: L2-normalise the pooled vector.
     pub normalize: u8,
+    /// Rows of the network's token embedding table (the ids `input_ids` may hold are
+    /// `0..vocab_rows`), checked against the tokenizer at build and at open; 0: not
+    /// recorded (bundles written before this field).
+    pub vocab_rows: U32,
     /// Reserved, zero.
-    pub reserved: [u8; 15],
+    pub reserved: [u8; 11],
 }
 
 /// Embedding parameters, validated.
@@ -169,8 +173,13 @@ impl EmbedConfig {
         Ok(c)
     }
 
-    /// The on-disk record.
+    /// The on-disk record (no vocabulary size recorded).
     pub fn to_record(&self) -> EmbedConfigRecord {
+        self.to_record_with_vocab(0)
+    }
+
+    /// The on-disk record with the network's token embedding rows.
+    pub fn to_record_with_vocab(&self, vocab_rows: u32) -> EmbedConfigRecord {
         EmbedConfigRecord {
             version: CONFIG_VERSION.into(),
             pooling: POOLING_MEAN.into(),
@@ -178,9 +187,16 @@ impl EmbedConfig {
             max_seq_len: self.max_seq_len.into(),
             max_batch: self.max_batch.into(),
             normalize: 1,
-            reserved: [0; 15],
+            vocab_rows: vocab_rows.into(),
+            reserved: [0; 11],
         }
     }
+}
+
+/// The token embedding rows a record holds (`None`: not recorded, or a short record).
+pub fn vocab_rows(bytes: &[u8]) -> Option<u32> {
+    let (r, _) = EmbedConfigRecord::ref_from_prefix(bytes).ok()?;
+    Some(r.vocab_rows.get()).filter(|&v| v > 0)
 }
 
 #[cfg(test)]
@@ -197,6 +213,11 @@ mod tests {
         );
         assert_eq!(c.seq_buckets().as_slice(), [16, 32, 64, 128, 256]);
         assert_eq!(c.batch_buckets().as_slice(), [1, 8]);
+        assert_eq!(vocab_rows(c.to_record().as_bytes()), None);
+        assert_eq!(
+            vocab_rows(c.to_record_with_vocab(30_522).as_bytes()),
+            Some(30_522)
+        );
         let c = EmbedConfig {
             max_seq_len: 100,
             max_batch: 1,

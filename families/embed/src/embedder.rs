@@ -129,6 +129,20 @@ impl Embedder {
         let max_seq = config.max_seq_len as usize;
         let max_batch = config.max_batch as usize;
         let tokenizer = WordPiece::from_json(bundle.section_data(TOKENIZER_SECTION)?, max_seq)?;
+        // The build checked the tokenizer against the network's embedding table and
+        // recorded its rows; a bundle whose tokenizer was replaced since is refused here,
+        // not by the engine on the first out-of-range id.
+        if let Some(rows) = crate::config::vocab_rows(bundle.section_data(CONFIG_SECTION)?)
+            && let Some((id, token)) = tokenizer.max_id()
+            && id >= rows
+        {
+            return Err(EmbedError::Vocabulary {
+                id,
+                token,
+                rows: u64::from(rows),
+                table: "input_ids's embedding table (rows recorded at build)".into(),
+            });
+        }
         // The encoder's inputs, as the recipe recorded them (each `[batch, seq]`).
         let section = bundle.section(ONNX_SECTION)?;
         let inputs = bundle
@@ -287,6 +301,15 @@ impl Embedder {
         self.buckets.get(model, shape, |plan, [batch, seq]| {
             make_bucket(model, plan, batch, seq)
         })
+    }
+
+    /// Where `text` is cut when it is longer than the maximum sequence length
+    /// (`None` when it fits); see [`crate::tokenize::Truncated`].
+    ///
+    /// # Errors
+    /// [`EmbedError::Tokenizer`].
+    pub fn truncation(&self, text: &str) -> Result<Option<crate::tokenize::Truncated>, EmbedError> {
+        self.tokenizer.truncation(text)
     }
 
     /// Token ids of `text` as the network sees them (special tokens included,

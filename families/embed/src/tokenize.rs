@@ -19,6 +19,20 @@ use tokenizers::utils::truncation::{TruncationDirection, TruncationParams, Trunc
 
 use crate::EmbedError;
 
+/// Where a text longer than the maximum sequence length is cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truncated {
+    /// Tokens of the whole text, `[CLS]` and `[SEP]` included.
+    pub tokens: usize,
+    /// Tokens embedded (the maximum sequence length).
+    pub kept_tokens: usize,
+    /// Characters (Unicode scalar values) of the text the kept tokens cover; the
+    /// text from this character on is not embedded.
+    pub kept_chars: usize,
+    /// The same position in bytes of UTF-8.
+    pub kept_bytes: usize,
+}
+
 /// A loaded `tokenizer.json` with padding off and a fixed truncation length.
 pub struct WordPiece {
     inner: Tokenizer,
@@ -86,6 +100,60 @@ impl WordPiece {
     /// Vocabulary size, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
+    }
+
+    /// The largest token id the tokenizer can produce (its vocabulary and added
+    /// tokens) and that token, or `None` for an empty vocabulary.
+    pub fn max_id(&self) -> Option<(u32, String)> {
+        self.inner
+            .get_vocab(true)
+            .into_iter()
+            .max_by_key(|(_, id)| *id)
+            .map(|(token, id)| (id, token))
+    }
+
+    /// Whether `text` is longer than [`Self::max_len`] tokens, and if so where it
+    /// is cut: how many tokens it has in full (special tokens included) and how
+    /// much of it the kept tokens cover (the text from there on is not embedded).
+    ///
+    /// # Errors
+    /// [`EmbedError::Tokenizer`] from the tokenizer.
+    pub fn truncation(&self, text: &str) -> Result<Option<Truncated>, EmbedError> {
+        // `encode`, not `encode_fast`: the fast path computes no offsets (every token's
+        // is `(0, 0)`), and the cut is read from them (byte offsets into `text`).
+        let enc = self.inner.encode(text, true).map_err(tok_err)?;
+        if enc.get_overflowing().is_empty() {
+            return Ok(None);
+        }
+        // The end of the last kept token that came from the text (special tokens
+        // carry no offsets of their own).
+        let kept_bytes = enc
+            .get_offsets()
+            .iter()
+            .zip(enc.get_special_tokens_mask())
+            .filter(|(_, special)| **special == 0)
+            .map(|((_, end), _)| *end)
+            .max()
+            .unwrap_or(0)
+            .min(text.len());
+        // The number of tokens of the whole text: the text's own tokens of every
+        // piece (overflowing pieces repeat the special tokens, not the text).
+        let content = |e: &tokenizers::Encoding| {
+            e.get_special_tokens_mask()
+                .iter()
+                .filter(|&&m| m == 0)
+                .count()
+        };
+        let specials = enc.len() - content(&enc);
+        let tokens =
+            content(&enc) + enc.get_overflowing().iter().map(content).sum::<usize>() + specials;
+        let kept_chars = text.get(..kept_bytes).map_or(0, |s| s.chars().count());
+        Ok(Some(Truncated {
+            tokens,
+            kept_tokens: enc.len(),
+            kept_chars,
+            kept_bytes,
+        }))
     }
 
     /// Token ids of `text`, special tokens included (at most [`Self::max_len`]).

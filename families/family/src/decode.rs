@@ -10,11 +10,20 @@
 //! - **Memory.** The decoder may allocate the decoded image and nothing proportional beyond
 //!   it (its allocation limit is set from the header's dimensions); 8-bit gray, RGB and RGBA
 //!   images are kept in their own layout (the pipelines read all three), so no colour
-//!   conversion copy is made; other layouts (16-bit, gray+alpha) are converted to RGB8 once.
+//!   conversion copy is made; gray + alpha is kept as [`PixelFormat::GrayAlpha8`]; other
+//!   layouts (16-bit, float) are converted to 8 bits once, keeping their alpha channel.
 //!   The peak is at most two decoded images (during an orientation that rotates). A
 //!   pipeline then stages the frame into its session's input region once (a copy of the
 //!   same size), so a run holds at most two frames of the decoded size, plus an annotation
 //!   bounded at 4096 pixels a side.
+//! - **Transparency.** One mechanism for every image family: the decoder keeps the alpha
+//!   channel (`GrayAlpha8`, `Rgba8`) and each family applies its reference's rule to it, in
+//!   its own pre-processing. The references differ, so the rules do:
+//!
+//!   | family | reference | rule |
+//!   |---|---|---|
+//!   | `detect` | Ultralytics (`cv2.imread(IMREAD_COLOR)`; PIL `convert("RGB")` for PIL inputs) | alpha ignored: the stored colour of every pixel, transparent ones included |
+//!   | `ocr` | rapidocr-onnxruntime `LoadImage` | gray + alpha: luminance where alpha is non-zero, plus `255 - alpha` (flattened onto white for on/off alpha); RGBA: masked by alpha, then inverted unless all black (`cvt_four_to_three`) |
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -199,10 +208,16 @@ pub fn decode_file(path: &Path, orientation: Orientation) -> Result<DecodedImage
         Some(format!("{tag:?}"))
     };
     let (width, height) = (img.width(), img.height());
+    // The alpha channel is kept: each family applies its reference's rule (module docs).
     let (data, format) = match img {
         DynamicImage::ImageLuma8(b) => (b.into_raw(), PixelFormat::Gray8),
+        DynamicImage::ImageLumaA8(b) => (b.into_raw(), PixelFormat::GrayAlpha8),
         DynamicImage::ImageRgb8(b) => (b.into_raw(), PixelFormat::Rgb8),
         DynamicImage::ImageRgba8(b) => (b.into_raw(), PixelFormat::Rgba8),
+        DynamicImage::ImageLumaA16(_) => {
+            (img.into_luma_alpha8().into_raw(), PixelFormat::GrayAlpha8)
+        }
+        other if other.color().has_alpha() => (other.into_rgba8().into_raw(), PixelFormat::Rgba8),
         other => (other.into_rgb8().into_raw(), PixelFormat::Rgb8),
     };
     Ok(DecodedImage {

@@ -1,5 +1,7 @@
 //! What tether's model families share, and nothing else.
 //!
+//! - [`io`]: which of a network's tensors plays a role (by name, then by shape; ambiguous
+//!   refused), the one rule every family applies to its network's inputs and outputs.
 //! - [`vision`]: borrowed 8-bit images ([`vision::ImageView`]) and their pixel formats, for
 //!   every family that takes an image (detection, OCR).
 //! - [`recipe`]: what every build recipe shares ([`recipe::BuildCommon`]: the bundle
@@ -15,6 +17,7 @@
 //! Something moves here only when two families need the very same contract.
 #![warn(missing_docs)]
 
+pub mod io;
 pub mod recipe;
 pub mod selftest;
 pub mod vision;

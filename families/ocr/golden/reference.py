@@ -38,6 +38,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 
 import cv2
 import numpy as np
@@ -368,13 +369,63 @@ def geometry_vectors() -> dict:
     return out
 
 
+# ---------------------------------------------------------------- field inputs
+
+def field_inputs(assets: str, field: str) -> list[tuple[str, str, int]]:
+    """(name, image path, turns of 90 degrees) of the field golden: the field cases, the
+    synthetic lines, and the reference's own test images upright and turned by 180."""
+    out = []
+    for name in sorted(os.listdir(field)):
+        if name.startswith("ocr_") and name.endswith(".png"):
+            out.append((name, os.path.join(field, name), 0))
+    lines = os.path.join(field, "ocr_lines")
+    for name in sorted(os.listdir(lines)):
+        out.append((f"ocr_lines/{name}", os.path.join(lines, name), 0))
+    for name in ["page.png", "text.png"]:
+        out.append((f"{name}@180", os.path.join(assets, name), 2))
+    return out
+
+
+def field_golden(e: RapidOCR, assets: str, field: str) -> dict:
+    """The package's final lines for every field input (an image turned by 180 degrees is
+    written turned, in the mode it was read in, and read from that file)."""
+    images = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, path, turns in field_inputs(assets, field):
+            if turns:
+                im = Image.open(path)
+                path = os.path.join(tmp, os.path.basename(path))
+                im.rotate(90 * turns).save(path)
+            r = run_image(e, path)
+            images[name] = {
+                "turns": turns,
+                "lines": [{"text": l["text"], "score": l["score"], "rec_width": l["rec_width"]} for l in r["lines"]],
+                "results": r["results"],
+            }
+            print(f"{name}: " + " | ".join(x["text"] for x in r["results"]))
+    return images
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--assets", required=True)
     ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--field", metavar="DIR",
+                    help="write only field.json: the field inputs in DIR (tests/field)")
     args = ap.parse_args()
 
     e = make_engine(args.assets, None)
+    if args.field:
+        g = {
+            "reference": "rapidocr-onnxruntime 1.4.4 RapidOCR() default config (onnxruntime CPU)",
+            "versions": versions(),
+            "images": field_golden(e, args.assets, args.field),
+        }
+        dst = os.path.join(args.out_dir, "field.json")
+        with open(dst, "w", encoding="utf-8") as f:
+            json.dump(g, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        return
     base = {
         "reference": "rapidocr-onnxruntime 1.4.4 RapidOCR() default config (onnxruntime CPU)",
         "versions": versions(),

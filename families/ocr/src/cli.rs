@@ -6,12 +6,12 @@
 //! Images are decoded with [`tether_family::decode::decode_file`] (size
 //! checked before decoding, EXIF orientation applied unless
 //! `--ignore-orientation`) and handed to [`Ocr::detect_text`] as they are.
-//! Two ways the CLI's input differs from `rapidocr-onnxruntime` reading the
-//! same file: the reference (PIL `Image.open`, no `exif_transpose`) ignores
-//! the EXIF orientation, so `--ignore-orientation` reproduces it exactly; and
-//! the shared decoder turns gray + alpha files into RGB (alpha dropped)
-//! where the reference applies its `cvt_two_to_three` (the library API takes
-//! [`crate::PixelFormat::GrayAlpha8`] for that).
+//! Transparency follows the reference: the shared decoder keeps the alpha
+//! channel and the family applies `LoadImage`'s `cvt_two_to_three` (gray +
+//! alpha) and `cvt_four_to_three` (RGBA). One way the CLI's input differs from
+//! `rapidocr-onnxruntime` reading the same file: the reference (PIL
+//! `Image.open`, no `exif_transpose`) ignores the EXIF orientation, so
+//! `--ignore-orientation` reproduces it exactly.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -536,14 +536,16 @@ impl Runner for OcrRunner {
         ));
         if stats.squeezed > 0 {
             summary.push_str(&format!(
-                "; {} line(s) wider than the largest width bucket were squeezed into it",
-                stats.squeezed
+                "; warning: {} line(s) wider than the widest recogniser width ({} px) were squeezed into it and may read differently from rapidocr",
+                stats.squeezed,
+                crate::config::MAX_REC_WIDTH
             ));
         }
         let mut json = json!({
             "det_input": [stats.det_input.0, stats.det_input.1],
             "boxes": stats.boxes,
             "rotated": stats.rotated,
+            "widened": stats.widened,
             "squeezed": stats.squeezed,
             "lines": list,
         });

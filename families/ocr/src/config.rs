@@ -8,6 +8,7 @@
 //! | `ocr/dict` | `Labels` | the rec model's `character` metadata, one entry per line |
 //! | `ocr/config` | `FamilyConfig` | [`OcrConfigRecord`] |
 //! | `ocr/selftest` | `Reference` | [`crate::selftest`] payload (optional) |
+//! | `ocr/rec_widths` | `FamilyConfig` | [`RecWidths`]: the recogniser's output steps and valid widths per input width |
 //!
 //! Every default below is rapidocr-onnxruntime 1.4.4's: `config.yaml` for
 //! the values it lists, the Python sources for the rest (file named per field).
@@ -30,6 +31,9 @@ pub const DICT_SECTION: &str = "ocr/dict";
 pub const CONFIG_SECTION: &str = "ocr/config";
 /// Section holding the self-test payload.
 pub const SELFTEST_SECTION: &str = "ocr/selftest";
+/// Section holding the recogniser's output steps and valid widths per input width
+/// ([`RecWidths`]).
+pub const REC_WIDTHS_SECTION: &str = "ocr/rec_widths";
 /// Value of [`OcrConfigRecord::version`] this crate writes and reads.
 pub const CONFIG_VERSION: u16 = 1;
 /// Most recognition width buckets a configuration may list.
@@ -46,6 +50,128 @@ pub const DEFAULT_REC_WIDTHS: [u32; 23] = [
     320, 352, 384, 432, 480, 528, 592, 656, 736, 816, 912, 1008, 1120, 1232, 1360, 1504, 1664,
     1840, 2032, 2240, 2464, 2720, 3008,
 ];
+
+/// The first width of the bucket grid continued past `last` that is at least
+/// `width`: each step the largest multiple of 16 at most 10 % wider than the one
+/// before (as [`DEFAULT_REC_WIDTHS`] grows), capped at [`MAX_REC_WIDTH`].
+pub fn overflow_bucket(last: u32, width: u32) -> u32 {
+    let mut b = last.max(16);
+    while b < width && b < MAX_REC_WIDTH {
+        b = ((b + b / 10) / 16 * 16).max(b + 16).min(MAX_REC_WIDTH);
+    }
+    b
+}
+
+/// What the recogniser needs to know about a line's width, for every input
+/// width from `first` on, read from the network's own shape inference at build
+/// (`tether_build::mask_width_padding`), never computed by a formula of ours:
+/// the output steps it emits (`T` of `[1, T, C]`), and the valid widths its
+/// `valid_widths` input takes (the width of each masked site's input when the
+/// network runs unpadded). Section payload, little-endian: `first` (u32),
+/// `count` (u32), `tables` (u32), then `count` u16 steps, then `tables` runs of
+/// `count` u16 valid widths.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecWidths {
+    /// The width of entry 0.
+    pub first: u32,
+    /// Output steps for widths `first, first + 1, ...`.
+    pub steps: Vec<u16>,
+    /// Per entry of the recogniser's `valid_widths` input, its value for widths
+    /// `first, first + 1, ...` (empty: the recogniser has no such input).
+    pub valid: Vec<Vec<u16>>,
+}
+
+impl RecWidths {
+    /// The output steps at input width `width`, when the table covers it.
+    pub fn steps_at(&self, width: u32) -> Option<usize> {
+        let i = width.checked_sub(self.first)? as usize;
+        self.steps.get(i).map(|&s| usize::from(s))
+    }
+
+    /// Write the `valid_widths` input for input width `width` into `out` (one value per
+    /// table); `false` when the table does not cover the width or `out` has another length.
+    pub fn valid_at(&self, width: u32, out: &mut [f32]) -> bool {
+        let Some(i) = width.checked_sub(self.first).map(|i| i as usize) else {
+            return false;
+        };
+        if out.len() != self.valid.len() || i >= self.steps.len() {
+            return false;
+        }
+        for (o, t) in out.iter_mut().zip(&self.valid) {
+            *o = f32::from(t[i]);
+        }
+        true
+    }
+
+    /// The section payload.
+    pub fn to_section(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(12 + 2 * self.steps.len() * (1 + self.valid.len()));
+        v.extend_from_slice(&self.first.to_le_bytes());
+        v.extend_from_slice(&(self.steps.len() as u32).to_le_bytes());
+        v.extend_from_slice(&(self.valid.len() as u32).to_le_bytes());
+        for t in std::iter::once(&self.steps).chain(&self.valid) {
+            for s in t {
+                v.extend_from_slice(&s.to_le_bytes());
+            }
+        }
+        v
+    }
+
+    /// Read a section payload.
+    ///
+    /// # Errors
+    /// [`OcrError::Config`] for a short or inconsistent payload, or a table that
+    /// decreases with the width.
+    pub fn from_section(bytes: &[u8]) -> Result<Self, OcrError> {
+        let bad = |value: String| OcrError::Config {
+            field: "rec_widths table",
+            value,
+        };
+        let u32_at = |i: usize| {
+            bytes
+                .get(i..i + 4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let (Some(first), Some(count), Some(tables)) = (u32_at(0), u32_at(4), u32_at(8)) else {
+            return Err(bad(format!("{} bytes, need at least 12", bytes.len())));
+        };
+        let (count, tables) = (count as usize, tables as usize);
+        let body = &bytes[12..];
+        if tables > 64 || body.len() != 2 * count * (1 + tables) {
+            return Err(bad(format!(
+                "{count} widths x {} tables need {} bytes, the section holds {}",
+                1 + tables,
+                2 * count * (1 + tables),
+                body.len()
+            )));
+        }
+        let mut all: Vec<Vec<u16>> = body
+            .chunks_exact(2 * count.max(1))
+            .take(1 + tables)
+            .map(|t| {
+                t.chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect()
+            })
+            .collect();
+        all.resize(1 + tables, Vec::new());
+        for (k, t) in all.iter().enumerate() {
+            if let Some(i) = t.windows(2).position(|w| w[1] < w[0]) {
+                return Err(bad(format!(
+                    "table {k} decreases from width {} to {}",
+                    first as usize + i,
+                    first as usize + i + 1
+                )));
+            }
+        }
+        let steps = all.remove(0);
+        Ok(Self {
+            first,
+            steps,
+            valid: all,
+        })
+    }
+}
 
 /// `flags` bit: run the 180-degree classifier (`Global.use_cls`).
 pub const FLAG_USE_CLS: u16 = 1;
@@ -319,19 +445,41 @@ impl OcrConfig {
         )
     }
 
-    /// The smallest bucket at least `width` pixels wide, or the largest
-    /// bucket when none is (the line is then squeezed into it).
+    /// The width the recogniser runs a line of padded width `width` at: the
+    /// smallest bucket at least that wide; past the largest bucket, the next
+    /// width of the same grid (multiples of 16, each at most 10 % wider than
+    /// the one before, [`overflow_bucket`]) up to [`MAX_REC_WIDTH`], so a long
+    /// line is widened, not squeezed; past that, [`MAX_REC_WIDTH`] (the line is
+    /// then squeezed into it, and the result says so).
     pub fn rec_bucket(&self, width: u32) -> u32 {
         self.rec_widths
             .iter()
             .copied()
             .find(|&b| b >= width)
             .unwrap_or_else(|| {
-                self.rec_widths
+                let last = self
+                    .rec_widths
                     .last()
                     .copied()
-                    .unwrap_or(self.rec_min_width)
+                    .unwrap_or(self.rec_min_width);
+                overflow_bucket(last, width)
             })
+    }
+
+    /// Every width [`OcrConfig::rec_bucket`] returns: the buckets, then the grid continued
+    /// past the largest up to [`MAX_REC_WIDTH`] ([`overflow_bucket`]).
+    pub fn rec_width_grid(&self) -> Vec<u32> {
+        let mut grid = self.rec_widths.clone();
+        let mut b = grid.last().copied().unwrap_or(self.rec_min_width);
+        while b < MAX_REC_WIDTH {
+            let next = overflow_bucket(b, b + 1);
+            if next <= b {
+                break;
+            }
+            grid.push(next);
+            b = next;
+        }
+        grid
     }
 
     /// Read and validate the record at the start of `bytes`.
@@ -461,7 +609,36 @@ mod tests {
         assert_eq!(c.rec_bucket(1), 320);
         assert_eq!(c.rec_bucket(320), 320);
         assert_eq!(c.rec_bucket(1000), 1008);
-        assert_eq!(c.rec_bucket(1_000_000), 3008);
+        // Past the largest bucket: the grid continued (widened, not squeezed), up to
+        // the largest width run.
+        assert_eq!(c.rec_bucket(3009), 3296);
+        assert_eq!(c.rec_bucket(4256), 4352);
+        assert_eq!(c.rec_bucket(1_000_000), MAX_REC_WIDTH);
+        let mut b = 3008;
+        while b < MAX_REC_WIDTH {
+            let next = overflow_bucket(b, b + 1);
+            assert!(
+                next > b
+                    && next.is_multiple_of(16)
+                    && (next == MAX_REC_WIDTH || next * 10 <= b * 11)
+            );
+            b = next;
+        }
+        let t = RecWidths {
+            first: 320,
+            steps: vec![40, 40, 41],
+            valid: vec![vec![320, 321, 322], vec![80, 80, 81]],
+        };
+        assert_eq!(RecWidths::from_section(&t.to_section()).unwrap(), t);
+        assert_eq!(
+            (t.steps_at(319), t.steps_at(322), t.steps_at(323)),
+            (None, Some(41), None)
+        );
+        let mut v = [0f32; 2];
+        assert!(t.valid_at(321, &mut v));
+        assert_eq!(v, [321.0, 80.0]);
+        assert!(!t.valid_at(323, &mut v) && !t.valid_at(320, &mut [0f32; 3]));
+        assert!(RecWidths::from_section(&t.to_section()[..13]).is_err());
     }
 
     #[test]

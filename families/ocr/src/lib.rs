@@ -57,12 +57,73 @@ pub use tether_runtime::{Device, EngineKind};
 
 /// Names of the networks inside a bundle (`ocr/<network>/model.onnx`).
 pub mod network {
+    use tether_family::io::Role;
+
     /// Text detection (DB).
     pub const DET: &str = "det";
     /// Text recognition (CTC).
     pub const REC: &str = "rec";
     /// 180-degree line classification (optional).
     pub const CLS: &str = "cls";
+    /// The input the build adds to the recogniser (`tether_build::
+    /// mask_width_padding`): f32 `[K]`, the valid widths at the line's
+    /// reference width (`crate::config::RecWidths`); the columns past them
+    /// (padding up to the width bucket) no longer change the result.
+    pub const VALID_WIDTHS: &str = "valid_widths";
+
+    fn image_fits(d: &[i64]) -> bool {
+        d.len() == 4 && d[1] == 3
+    }
+    fn det_fits(d: &[i64]) -> bool {
+        d.len() == 4 && (d[1] < 0 || d[1] == 1)
+    }
+    fn rec_fits(d: &[i64]) -> bool {
+        d.len() == 3
+    }
+    fn cls_fits(d: &[i64]) -> bool {
+        d.len() == 2 && (d[1] < 0 || d[1] == 2)
+    }
+
+    /// The image input of every network: named `x` (PaddleOCR's export), else the
+    /// only input shaped `[N, 3, H, W]` (`tether_family::io`).
+    pub fn image_input() -> Role<'static> {
+        Role {
+            what: "the image input",
+            kind: "input",
+            names: &["x"],
+            expected: "[N, 3, H, W]",
+            fits: &image_fits,
+        }
+    }
+
+    /// The output that plays `network`'s role, by shape (PaddleOCR's exports name
+    /// their outputs after internal tensors, so no name identifies them): det
+    /// `[N, 1, H, W]`, rec `[N, T, C]`, cls `[N, 2]`.
+    pub fn output(network: &str) -> Role<'static> {
+        match network {
+            DET => Role {
+                what: "the text probability map",
+                kind: "output",
+                names: &[],
+                expected: "[N, 1, H, W]",
+                fits: &det_fits,
+            },
+            REC => Role {
+                what: "the character probabilities",
+                kind: "output",
+                names: &[],
+                expected: "[N, T, C]",
+                fits: &rec_fits,
+            },
+            _ => Role {
+                what: "the orientation probabilities",
+                kind: "output",
+                names: &[],
+                expected: "[N, 2]",
+                fits: &cls_fits,
+            },
+        }
+    }
 }
 
 /// Family name recorded in the bundle identity.

@@ -23,6 +23,8 @@ use tether_runtime::{
     ShapeSessions,
 };
 
+use tether_family::io::{Candidate, select};
+
 use crate::OcrError;
 
 /// How far a replayed CUDA graph's output may be from the eager run's when a
@@ -33,6 +35,8 @@ const REPLAY_TOLERANCE: f32 = 1e-4;
 pub(crate) struct Prepared {
     session: Session,
     input: RegionId,
+    /// The recogniser's `valid_widths` input (f32 `[K]`), when the bundle added it.
+    valid_widths: Option<RegionId>,
     output: RegionId,
     input_len: usize,
     output_shape: Vec<usize>,
@@ -50,29 +54,66 @@ impl std::fmt::Debug for Prepared {
 }
 
 impl Prepared {
-    /// Build the session of `plan`: its one f32 image input as an input
-    /// region, its outputs as output regions (output 0 is the one read).
+    /// Build the session of `plan`: its f32 image input (and the recogniser's
+    /// `valid_widths`, when present) as input regions, its outputs as output
+    /// regions; the output read is the one that plays the network's role
+    /// (`crate::network::output`, by the rule of `tether_family::io`).
     ///
     /// # Errors
-    /// [`OcrError::Network`] naming `network` for a plan that does not have
-    /// one f32 input and an f32 first output; [`OcrError::Runtime`] when the
-    /// session cannot be built.
+    /// [`OcrError::Network`] naming `network` for a plan without one f32 image
+    /// input and one f32 output of its role, or with other inputs;
+    /// [`OcrError::Runtime`] when the session cannot be built.
     pub(crate) fn new(model: &Model, network: &'static str, plan: Plan) -> Result<Self, OcrError> {
         let io = plan.io().clone();
         let bad = |reason: String| OcrError::Network { network, reason };
-        let [input] = io.inputs.as_slice() else {
+        let dims = |t: &tether_runtime::TensorSpec| -> Vec<i64> {
+            t.shape.iter().map(|&d| d as i64).collect()
+        };
+        let in_dims: Vec<Vec<i64>> = io.inputs.iter().map(dims).collect();
+        let out_dims: Vec<Vec<i64>> = io.outputs.iter().map(dims).collect();
+        fn candidates<'a>(
+            ts: &'a [tether_runtime::TensorSpec],
+            d: &'a [Vec<i64>],
+        ) -> Vec<Candidate<'a>> {
+            ts.iter()
+                .zip(d)
+                .map(|(t, d)| Candidate {
+                    name: &t.name,
+                    dims: d,
+                })
+                .collect()
+        }
+        let image = select(
+            &crate::network::image_input(),
+            &candidates(&io.inputs, &in_dims),
+        )
+        .map_err(|e| bad(e.to_string()))?;
+        let valid = io
+            .inputs
+            .iter()
+            .position(|t| t.name == crate::network::VALID_WIDTHS);
+        if let Some(extra) = (0..io.inputs.len()).find(|&i| i != image && Some(i) != valid) {
             return Err(bad(format!(
-                "expected one image input, the prepared network has {}",
-                io.inputs.len()
+                "input `{}` is neither the image nor `{}`",
+                io.inputs[extra].name,
+                crate::network::VALID_WIDTHS
             )));
-        };
-        let Some(output) = io.outputs.first() else {
-            return Err(bad("the prepared network has no output".into()));
-        };
+        }
+        let out = select(
+            &crate::network::output(network),
+            &candidates(&io.outputs, &out_dims),
+        )
+        .map_err(|e| bad(e.to_string()))?;
+        let (input, output) = (&io.inputs[image], &io.outputs[out]);
         if input.dtype != DType::F32 || output.dtype != DType::F32 {
             return Err(bad(format!(
                 "input {input} and output {output}; expected f32 tensors"
             )));
+        }
+        if let Some(v) = valid
+            && (io.inputs[v].dtype != DType::F32 || io.inputs[v].shape.len() != 1)
+        {
+            return Err(bad(format!("input {}; expected f32 [K]", io.inputs[v])));
         }
         let input_len = input.element_count().unwrap_or(0);
         let output_shape = output.shape.clone();
@@ -94,12 +135,28 @@ impl Prepared {
         );
         Ok(Self {
             session,
-            input: ins[0],
-            output: outs[0],
+            input: ins[image],
+            valid_widths: valid.map(|v| ins[v]),
+            output: outs[out],
             input_len,
             output_shape,
             engine,
         })
+    }
+
+    /// The `valid_widths` input to write (no allocation); `None` for a network
+    /// without it.
+    ///
+    /// # Errors
+    /// [`OcrError::Run`] / [`OcrError::View`] on an engine bug.
+    pub(crate) fn valid_widths_mut(&mut self) -> Result<Option<&mut [f32]>, OcrError> {
+        match self.valid_widths {
+            Some(r) => Ok(Some(view_mut::<f32>(
+                DType::F32,
+                self.session.input_mut(r)?,
+            )?)),
+            None => Ok(None),
+        }
     }
 
     /// The output shape at this input shape.
@@ -142,9 +199,26 @@ impl Prepared {
 /// bucket (`Buckets`).
 pub(crate) type Sessions = ShapeSessions<Prepared, 2>;
 
-/// The sessions of `network`, whose input is `[1, 3, h, w]`, under `policy`.
+/// The sessions of `network`, whose image input is `[1, 3, h, w]`, under `policy`. Every
+/// input in the network's order: the image, and the recogniser's `valid_widths` (`[K]`,
+/// fixed) when the bundle added it.
 pub(crate) fn sessions(model: &Model, network: &'static str, policy: ShapePolicy<2>) -> Sessions {
-    ShapeSessions::new(model, network, policy, |&[h, w]| vec![vec![1, 3, h, w]])
+    let fixed: Vec<Option<Vec<usize>>> = model.network(network).map_or_else(
+        |_| vec![None],
+        |n| {
+            n.io()
+                .inputs
+                .iter()
+                .map(|t| (t.name == crate::network::VALID_WIDTHS).then(|| t.shape.clone()))
+                .collect()
+        },
+    );
+    ShapeSessions::new(model, network, policy, move |&[h, w]| {
+        fixed
+            .iter()
+            .map(|f| f.clone().unwrap_or_else(|| vec![1, 3, h, w]))
+            .collect()
+    })
 }
 
 /// The session of `network` for input `h x w` (its bucket), prepared with

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tether_bundle::{Bundle, SectionKind, Verify};
 use tether_runtime::{Device, Model, ModelOptions, ShapePolicy};
 
-use crate::config::{CONFIG_SECTION, DICT_SECTION};
+use crate::config::{CONFIG_SECTION, DICT_SECTION, REC_WIDTHS_SECTION, RecWidths};
 use crate::ctc::{self, Dictionary};
 use crate::db::{self, DbPostprocessor, DbStats, DetBox};
 use crate::geometry::decimal_f64;
@@ -93,7 +93,11 @@ pub struct OcrStats {
     pub boxes: usize,
     /// Lines turned by 180 degrees.
     pub rotated: usize,
-    /// Lines wider than the largest width bucket (squeezed into it).
+    /// Lines wider than the largest width bucket, recognised at a wider width
+    /// (the bucket grid continued; the reference runs any width).
+    pub widened: usize,
+    /// Lines wider than the widest width the recogniser runs
+    /// ([`crate::config::MAX_REC_WIDTH`]), squeezed into it (also logged).
     pub squeezed: usize,
     /// Lines kept (text score at least `text_score`).
     pub lines: usize,
@@ -214,8 +218,12 @@ pub(crate) struct LineOutcome {
     pub rotated: bool,
     /// Recognition score.
     pub score: f64,
-    /// The line was squeezed into the largest bucket.
+    /// The line ran at a width past the largest bucket.
+    pub widened: bool,
+    /// The line was squeezed into the widest width run.
     pub squeezed: bool,
+    /// Recogniser steps decoded (those of the reference's width).
+    pub steps: usize,
 }
 
 /// A PP-OCR pipeline loaded from an `ocr` bundle.
@@ -235,6 +243,9 @@ pub struct Ocr {
     dict: Dictionary,
     det: Sessions,
     rec: Sessions,
+    /// The recogniser's output steps and valid widths per input width (bundles
+    /// built before it: `None`, every step the network emits is decoded).
+    rec_widths: Option<RecWidths>,
     cls: Option<Prepared>,
     image: BgrImage,
     scaled: BgrImage,
@@ -326,7 +337,22 @@ impl Ocr {
                 config.rec_classes
             )));
         }
-        let max_steps = *config.rec_widths.last().unwrap_or(&config.rec_min_width) as usize / 8;
+        let rec_widths = match bundle.section(REC_WIDTHS_SECTION) {
+            Ok(_) => Some(RecWidths::from_section(
+                bundle.section_data(REC_WIDTHS_SECTION)?,
+            )?),
+            Err(_) => {
+                log::warn!(
+                    "ocr `{bundle_name}` was built before tether recorded the recogniser's steps per width and masked its padding; lines may read differently from rapidocr where they are padded to a width bucket: rebuild the bundle (`tether build --family ocr`)"
+                );
+                None
+            }
+        };
+        // The widest line text: every step of the widest width run.
+        let max_steps = rec_widths
+            .as_ref()
+            .and_then(|t| t.steps_at(crate::config::MAX_REC_WIDTH))
+            .unwrap_or(crate::config::MAX_REC_WIDTH as usize / 4);
 
         // The model: each network prepared once at open, on the engine chosen
         // for the device; the detector at the first requested image size (else
@@ -342,17 +368,37 @@ impl Ocr {
         let mut model_options = options.model.clone();
         model_options.device = options.device;
         model_options.verify_eagerly = options.verify_eagerly;
+        // The recogniser's inputs as the bundle records them: the image, and the
+        // `valid_widths` vector (its length fixed) when the build masked its padding.
+        let rec_image = vec![
+            1,
+            3,
+            config.rec_height as usize,
+            config.rec_widths[0] as usize,
+        ];
+        let mut rec_inputs: Vec<Vec<usize>> = bundle
+            .section(crate::config::REC_SECTION)
+            .ok()
+            .map(|s| {
+                bundle
+                    .tensors(s.index)
+                    .filter(|t| t.mode == tether_bundle::IoMode::Input)
+                    .map(|t| {
+                        if t.name == crate::network::VALID_WIDTHS {
+                            t.dims.iter().map(|d| d.max(1) as usize).collect()
+                        } else {
+                            rec_image.clone()
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if rec_inputs.is_empty() {
+            rec_inputs.push(rec_image);
+        }
         model_options.input_shapes = vec![
             (DET.into(), vec![vec![1, 3, det_h, det_w]]),
-            (
-                REC.into(),
-                vec![vec![
-                    1,
-                    3,
-                    config.rec_height as usize,
-                    config.rec_widths[0] as usize,
-                ]],
-            ),
+            (REC.into(), rec_inputs),
             (
                 CLS.into(),
                 vec![vec![
@@ -386,9 +432,14 @@ impl Ocr {
                 REC,
                 ShapePolicy::Buckets([
                     vec![config.rec_height as usize],
-                    config.rec_widths.iter().map(|&w| w as usize).collect(),
+                    config
+                        .rec_width_grid()
+                        .into_iter()
+                        .map(|w| w as usize)
+                        .collect(),
                 ]),
             ),
+            rec_widths,
             cls,
             model,
             image: BgrImage::default(),
@@ -678,6 +729,9 @@ impl Ocr {
             if outcome.rotated {
                 self.stats.rotated += 1;
             }
+            if outcome.widened {
+                self.stats.widened += 1;
+            }
             if outcome.squeezed {
                 self.stats.squeezed += 1;
             }
@@ -772,7 +826,13 @@ impl Ocr {
 
         let rec_h = self.config.rec_height as usize;
         let bucket = self.config.rec_bucket(rec_width) as usize;
+        out.widened = rec_width > *self.config.rec_widths.last().unwrap_or(&0);
         out.squeezed = rec_width as usize > bucket;
+        if out.squeezed {
+            log::warn!(
+                "a text line needs the recogniser at {rec_width} px; the widest tether runs is {bucket} px: the line is squeezed into it and may read differently from rapidocr"
+            );
+        }
         let target = (rec_width as usize).min(bucket);
         let rw = ratio_width(crop_w, crop_h, rec_h, target);
         self.line.resize(rw, rec_h);
@@ -795,11 +855,30 @@ impl Ocr {
             bucket,
             engine.input_mut("rec")?,
         );
-        let steps_ref = target / 8;
+        // The reference runs the line's batch at width `target` and decodes every step
+        // the network emits there; the bucket pads further. With the bundle's width
+        // tables, the recogniser is told the valid widths of `target` (its padding then
+        // changes nothing) and the steps of `target` are decoded: the network's own counts,
+        // recorded at build. Without them (a bundle built before): every step the network
+        // emits at the bucket.
+        let table = self.rec_widths.as_ref();
+        let valid = table.and_then(|t| t.steps_at(target as u32));
+        if let Some(v) = engine.valid_widths_mut()?
+            && !table.is_some_and(|t| t.valid_at(target as u32, v))
+        {
+            return Err(OcrError::Network {
+                network: "rec",
+                reason: format!(
+                    "the bundle's width tables do not cover width {target} for the recogniser's {} valid widths (rebuild the bundle)",
+                    v.len()
+                ),
+            });
+        }
         let probs = engine.run()?;
         let classes = self.dict.len() + 1;
         let steps = probs.len() / classes;
-        let used = steps.min(steps_ref.max(1));
+        let used = valid.map_or(steps, |v| v.min(steps));
+        out.steps = used;
         out.score = ctc::decode(&probs[..used * classes], &self.dict, &mut self.line_text)?;
         self.times.rec += td.elapsed();
         Ok(out)

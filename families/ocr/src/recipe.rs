@@ -15,18 +15,29 @@
 //! configuration, and `-1` ([`tether_bundle::DYNAMIC_DIM`]) where the size
 //! is chosen per image at run time (the detector's height and width, the
 //! recogniser's width bucket and its step count).
+//!
+//! The recogniser is stored as it runs: with its padding masked
+//! (`tether_build::mask_width_padding`: every convolution, pool and attention
+//! sees only the columns of the reference's width, through a new input
+//! `valid_widths`), and with its output steps and valid widths for every input
+//! width from its own shape inference (`ocr/rec_widths`). The self-test's
+//! pinned digest is the original file's.
 
-use tether_build::{OnnxInfo, inspect_onnx};
+use tether_build::{OnnxInfo, inspect_onnx, mask_width_padding, output_dim_table};
 use tether_bundle::{BundleWriter, DType, DYNAMIC_DIM, Layout, SectionKind, TensorDesc};
+use tether_family::io::{Candidate, select};
 use tether_family::recipe::{in_memory, pinned_version, sha256_hex};
 use tether_family::selftest::{self, Report, Role, SelfTest};
 use tether_runtime::Backend as _;
 use tether_runtime::IoSpec;
 use tether_runtime::backend::{NetworkSource, PrepareOptions, SourceFormat};
 
-use crate::config::{CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, REC_SECTION};
+use crate::config::{
+    CLS_SECTION, CONFIG_SECTION, DET_SECTION, DICT_SECTION, MAX_REC_WIDTH, REC_SECTION,
+    REC_WIDTHS_SECTION, RecWidths,
+};
 use crate::ctc::Dictionary;
-use crate::network::{CLS, DET, REC};
+use crate::network::{CLS, DET, REC, VALID_WIDTHS};
 use crate::{Device, FAMILY, Ocr, OcrConfig, OcrError, OcrOptions};
 
 /// The committed self-test and the digests of the networks it belongs to.
@@ -77,6 +88,11 @@ pub struct BuildReport {
     pub self_test_skipped: Option<String>,
     /// The self-test run on the CPU engine at build time, when it was embedded.
     pub selftest: Option<Report>,
+    /// Sites of the recogniser where the padding is masked (convolutions and pools that
+    /// look across columns, global pools, attentions); 0: not masked (a warning said why).
+    pub rec_masked_sites: usize,
+    /// The recogniser's output steps and valid widths per input width (`ocr/rec_widths`).
+    pub rec_widths: RecWidths,
 }
 
 fn dim(d: i64) -> Option<usize> {
@@ -113,8 +129,9 @@ fn inspect(network: &'static str, onnx: &[u8]) -> Result<OnnxInfo, OcrError> {
     })
 }
 
-/// Prepare `onnx` on the tract CPU engine for input `[1, 3, h, w]` and
-/// return its I/O at that shape (the plan is dropped).
+/// Prepare `onnx` on the tract CPU engine for input `[1, 3, h, w]` (and
+/// `valid_widths` at its declared shape when it has one) and return its I/O at
+/// that shape (the plan is dropped).
 fn prepare_on_cpu(
     network: &'static str,
     onnx: &[u8],
@@ -122,6 +139,18 @@ fn prepare_on_cpu(
     w: usize,
 ) -> Result<IoSpec, OcrError> {
     let shape = vec![1, 3, h, w];
+    let info = inspect(network, onnx)?;
+    let shapes: Vec<Vec<usize>> = info
+        .inputs
+        .iter()
+        .map(|t| {
+            if t.name == VALID_WIDTHS {
+                t.dims.iter().map(|&d| d.max(1) as usize).collect()
+            } else {
+                shape.clone()
+            }
+        })
+        .collect();
     let plan = tether_runtime::backends::tract_cpu::TractCpu
         .prepare(
             &NetworkSource {
@@ -131,7 +160,7 @@ fn prepare_on_cpu(
                 target: None,
             },
             &PrepareOptions {
-                input_shapes: vec![shape.clone()],
+                input_shapes: shapes,
                 ..PrepareOptions::default()
             },
         )
@@ -142,9 +171,43 @@ fn prepare_on_cpu(
     Ok(plan.io().clone())
 }
 
-/// The first output's shape of a prepared network.
-fn output_shape(io: &IoSpec) -> &[usize] {
-    io.outputs.first().map_or(&[], |t| t.shape.as_slice())
+/// The shape of the output that plays `network`'s role (`crate::network::output`)
+/// in a prepared network; empty when none (or several) does.
+fn output_shape<'a>(network: &str, io: &'a IoSpec) -> &'a [usize] {
+    let dims: Vec<Vec<i64>> = io
+        .outputs
+        .iter()
+        .map(|t| t.shape.iter().map(|&d| d as i64).collect())
+        .collect();
+    let c: Vec<Candidate<'_>> = io
+        .outputs
+        .iter()
+        .zip(&dims)
+        .map(|(t, d)| Candidate {
+            name: &t.name,
+            dims: d,
+        })
+        .collect();
+    select(&crate::network::output(network), &c).map_or(&[], |i| io.outputs[i].shape.as_slice())
+}
+
+/// The declared output of `info` that plays `network`'s role.
+///
+/// # Errors
+/// [`OcrError::Network`] naming the outputs when none or several could.
+fn role_output(network: &'static str, info: &OnnxInfo) -> Result<usize, OcrError> {
+    let c: Vec<Candidate<'_>> = info
+        .outputs
+        .iter()
+        .map(|t| Candidate {
+            name: &t.name,
+            dims: &t.dims,
+        })
+        .collect();
+    select(&crate::network::output(network), &c).map_err(|e| OcrError::Network {
+        network,
+        reason: e.to_string(),
+    })
 }
 
 /// A network's I/O at the shapes an `ocr` bundle runs it at: inputs
@@ -153,7 +216,8 @@ fn output_shape(io: &IoSpec) -> &[usize] {
 /// chosen at run time (recorded as [`DYNAMIC_DIM`]).
 ///
 /// For the networks of `config`: det `x [1, 3, -1, -1] -> [1, 1, -1, -1]`,
-/// rec `x [1, 3, rec_height, -1] -> [1, -1, rec_classes]`, cls
+/// rec `x [1, 3, rec_height, -1]` (and `valid_widths [K]` when the build
+/// masked its padding) `-> [1, -1, rec_classes]`, cls
 /// `x [1, 3, cls_height, cls_width] -> [1, 2]`.
 pub fn run_tensors(network: &str, info: &OnnxInfo, config: &OcrConfig) -> Vec<TensorDesc> {
     let d = |v: Option<u32>| v.map_or(DYNAMIC_DIM, i64::from);
@@ -171,13 +235,25 @@ pub fn run_tensors(network: &str, info: &OnnxInfo, config: &OcrConfig) -> Vec<Te
     let mut v = Vec::new();
     for t in &info.inputs {
         let mut t = t.clone();
-        t.dims = vec![1, 3, d(input[0]), d(input[1])];
-        t.layout = Layout::Nchw;
+        // `valid_widths` stays `[K]` as declared.
+        if t.name != VALID_WIDTHS {
+            t.dims = vec![1, 3, d(input[0]), d(input[1])];
+            t.layout = Layout::Nchw;
+        }
         v.push(t);
     }
+    let role = role_output(
+        match network {
+            DET => DET,
+            REC => REC,
+            _ => CLS,
+        },
+        info,
+    )
+    .unwrap_or(0);
     for (i, t) in info.outputs.iter().enumerate() {
         let mut t = t.clone();
-        if i == 0 {
+        if i == role {
             t.dims = output.iter().map(|&x| d(x)).collect();
         }
         v.push(t);
@@ -212,7 +288,17 @@ pub fn build(
     })?;
     let dict = Dictionary::from_metadata(character)?;
     let config = config_of(options, &rec, cls.as_ref(), dict.len() + 1)?;
-    prepare_each(nets, &config, progress)?;
+    // The output that plays each network's role: by the rule every family applies
+    // (`tether_family::io`), never by position.
+    role_output(DET, &det)?;
+    let rec_output = role_output(REC, &rec)?;
+    if let Some(info) = &cls {
+        role_output(CLS, info)?;
+    }
+    let masked = mask_recogniser(nets.rec, rec_output, &config, progress)?;
+    let rec_bytes: &[u8] = masked.onnx.as_deref().unwrap_or(nets.rec);
+    let rec_run = inspect("rec", rec_bytes)?;
+    prepare_each(nets, rec_bytes, &masked.widths, &config, progress)?;
 
     // The golden self-test belongs to the pinned weights.
     let (reference, rec_sha, cls_sha) = crate::selftest::from_golden(SELFTEST_GOLDEN)?;
@@ -240,11 +326,17 @@ pub fn build(
             Ok(())
         };
     add_net(DET, DET_SECTION, nets.det, &det)?;
-    add_net(REC, REC_SECTION, nets.rec, &rec)?;
+    add_net(REC, REC_SECTION, rec_bytes, &rec_run)?;
     if let (Some(bytes), Some(info)) = (nets.cls, &cls) {
         add_net(CLS, CLS_SECTION, bytes, info)?;
     }
     writer.add_section(SectionKind::Labels, DICT_SECTION, None, dict.to_section()?)?;
+    writer.add_section(
+        SectionKind::FamilyConfig,
+        REC_WIDTHS_SECTION,
+        None,
+        masked.widths.to_section(),
+    )?;
     tether_family::recipe::add_config(&mut writer, CONFIG_SECTION, &config.to_record()?)?;
     let (selftest, self_test_skipped) = if options.no_self_test {
         (None, Some("left out on request".to_string()))
@@ -265,6 +357,8 @@ pub fn build(
             cls,
             self_test_skipped,
             selftest,
+            rec_masked_sites: masked.sites,
+            rec_widths: masked.widths,
         },
     ))
 }
@@ -307,31 +401,44 @@ fn config_of(
 
 /// Prepare each network once on the CPU engine, proving it runs and has its role's output:
 /// the detector a `[1, 1, H, W]` probability map, the recogniser `[1, T, classes]`, the
-/// classifier `[1, 2]`.
+/// classifier `[1, 2]`. The recogniser is `rec_bytes` (its padding masked), whose step
+/// count at the first bucket must be the one `rec_widths` recorded.
 ///
 /// # Errors
 /// [`OcrError::Network`] naming the network and the shape seen.
 fn prepare_each(
     nets: Networks<'_>,
+    rec_bytes: &[u8],
+    rec_widths: &RecWidths,
     config: &OcrConfig,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(), OcrError> {
     let classes = config.rec_classes as usize;
     progress("preparing the detector on the CPU engine");
     let io = prepare_on_cpu(DET, nets.det, 64, 64)?;
-    if output_shape(&io) != [1, 1, 64, 64] {
+    if output_shape(DET, &io) != [1, 1, 64, 64] {
         return Err(OcrError::Network {
             network: "det",
             reason: format!(
                 "at input 64x64 the output is {:?}; expected [1, 1, 64, 64] (a probability map)",
-                output_shape(&io)
+                output_shape(DET, &io)
             ),
         });
     }
     progress("preparing the recogniser on the CPU engine");
     let w0 = config.rec_widths[0] as usize;
-    let io = prepare_on_cpu(REC, nets.rec, config.rec_height as usize, w0)?;
-    match output_shape(&io) {
+    let io = prepare_on_cpu(REC, rec_bytes, config.rec_height as usize, w0)?;
+    let steps_w0 = output_shape(REC, &io).get(1).copied();
+    if steps_w0 != rec_widths.steps_at(w0 as u32) {
+        return Err(OcrError::Network {
+            network: "rec",
+            reason: format!(
+                "at input width {w0} the prepared network emits {steps_w0:?} steps, its shape inference says {:?}",
+                rec_widths.steps_at(w0 as u32)
+            ),
+        });
+    }
+    match output_shape(REC, &io) {
         [1, t, c] if *c == classes && *t > 0 => {}
         s => {
             return Err(OcrError::Network {
@@ -351,14 +458,81 @@ fn prepare_each(
             config.cls_height as usize,
             config.cls_width as usize,
         )?;
-        if output_shape(&io) != [1, 2] {
+        if output_shape(CLS, &io) != [1, 2] {
             return Err(OcrError::Network {
                 network: "cls",
-                reason: format!("output is {:?}; expected [1, 2]", output_shape(&io)),
+                reason: format!("output is {:?}; expected [1, 2]", output_shape(CLS, &io)),
             });
         }
     }
     Ok(())
+}
+
+/// The recogniser as the bundle runs it ([`mask_recogniser`]).
+struct MaskedRecogniser {
+    /// The masked network, `None` when it could not be masked (a warning said why).
+    onnx: Option<Vec<u8>>,
+    /// Sites masked.
+    sites: usize,
+    /// Output steps and valid widths per input width.
+    widths: RecWidths,
+}
+
+/// The recogniser as the bundle runs it: padded to a width bucket, with the padding made
+/// invisible (SVTR mixes the whole sequence and its convolutions and pools see past a line's
+/// end, so padding would change the text): every site that looks across columns sees only
+/// the columns of the reference's width, through a new input `valid_widths`. The output
+/// steps and the valid widths for every input width come from the network's own shape
+/// inference.
+///
+/// # Errors
+/// [`OcrError::Network`] when the shape inference fails or a table holds values outside
+/// `1..=65535`.
+fn mask_recogniser(
+    rec: &[u8],
+    rec_output: usize,
+    config: &OcrConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<MaskedRecogniser, OcrError> {
+    progress("masking the recogniser's padding; reading its widths per input width");
+    let input = [Some(1), Some(3), Some(config.rec_height as usize), None];
+    let widths = i64::from(config.rec_min_width)..=i64::from(MAX_REC_WIDTH);
+    let steps = output_dim_table(rec, &input, rec_output, 1, widths.clone()).map_err(|e| {
+        OcrError::Network {
+            network: "rec",
+            reason: format!("the output steps per input width: {e}"),
+        }
+    })?;
+    let masked = match mask_width_padding(rec, &input, widths, VALID_WIDTHS) {
+        Ok(m) => m,
+        Err(e) => {
+            log::warn!(
+                "the recogniser's padding cannot be masked ({e}); lines padded to a width bucket may read differently from rapidocr"
+            );
+            None
+        }
+    };
+    let to_u16 = |t: &[i64]| -> Result<Vec<u16>, OcrError> {
+        t.iter()
+            .map(|&v| u16::try_from(v).ok().filter(|&v| v > 0))
+            .collect::<Option<Vec<u16>>>()
+            .ok_or_else(|| OcrError::Network {
+                network: "rec",
+                reason: "a width table holds values outside 1..=65535".into(),
+            })
+    };
+    let widths = RecWidths {
+        first: config.rec_min_width,
+        steps: to_u16(&steps)?,
+        valid: masked.as_ref().map_or(Ok(Vec::new()), |m| {
+            m.tables.iter().map(|t| to_u16(t)).collect()
+        })?,
+    };
+    Ok(MaskedRecogniser {
+        sites: masked.as_ref().map_or(0, |m| m.sites),
+        onnx: masked.map(|m| m.onnx),
+        widths,
+    })
 }
 
 /// Run the self-test's line through the bundle `writer` holds, on the CPU engine, and add

@@ -83,9 +83,24 @@ fn the_bundle_records_each_network_at_the_shapes_it_runs_at() {
     assert_eq!(det.len(), 2, "{det:?}");
     assert_eq!(det[0].1, [1, 3, -1, -1]);
     assert_eq!(det[1].1, [1, 1, -1, -1]);
+    // The recogniser: its image input, the input the build adds to mask the bucket padding
+    // (one valid width per table), and its output, each found by name.
     let rec = dims("ocr/rec/model.onnx");
-    assert_eq!(rec[0].1, [1, 3, 48, -1]);
-    assert_eq!(rec[1].1, [1, -1, 6625]);
+    assert_eq!(rec.len(), 3, "{rec:?}");
+    let rec_dims = |name: &str| -> &[i64] {
+        &rec.iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no tensor {name} in {rec:?}"))
+            .1
+    };
+    assert_eq!(rec_dims("x"), [1, 3, 48, -1]);
+    let valid = rec_dims(tether_ocr::network::VALID_WIDTHS);
+    assert!(valid.len() == 1 && valid[0] >= 1, "{rec:?}");
+    let output = rec
+        .iter()
+        .find(|(n, _)| n != "x" && n != tether_ocr::network::VALID_WIDTHS)
+        .expect("the output");
+    assert_eq!(output.1, [1, -1, 6625]);
     let cls = dims("ocr/cls/model.onnx");
     assert_eq!(cls[0].1, [1, 3, 48, 192]);
     assert_eq!(cls[1].1, [1, 2]);

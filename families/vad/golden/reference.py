@@ -198,6 +198,187 @@ def synthetic_segments() -> dict:
             "cases": cases}
 
 
+# Speech thresholds at and below 0.01, where the package's exit threshold
+# max(threshold - 0.15, 0.01) is at or above the speech threshold (issue 28).
+LOW_THRESHOLD_SETS = [
+    {"threshold": 0.01},
+    {"threshold": 0.005},
+    {"threshold": 0.0},
+    {"threshold": 0.1},
+    {"threshold": 0.005, "min_silence_duration_ms": 0, "speech_pad_ms": 0},
+]
+
+
+def low_threshold_segments() -> dict:
+    """`get_speech_timestamps_from_probs` with LOW_THRESHOLD_SETS on seeded
+    sequences of small probabilities (0 to 0.05, runs around the thresholds)."""
+    rng = np.random.default_rng(20261228)
+    cases = []
+    for n in range(20):
+        probs = []
+        target = int(rng.integers(20, 250))
+        while len(probs) < target:
+            kind = rng.integers(0, 3)
+            run = int(rng.integers(1, 25))
+            if kind == 0:
+                vals = rng.uniform(0.0, 0.006, run)
+            elif kind == 1:
+                vals = rng.uniform(0.004, 0.012, run)
+            else:
+                vals = rng.uniform(0.0, 0.05, run)
+            probs.extend(vals.tolist())
+        probs = [f32(np.float32(v)) for v in probs[:target]]
+        length = len(probs) * CHUNK - int(rng.integers(0, CHUNK))
+        params = LOW_THRESHOLD_SETS[n % len(LOW_THRESHOLD_SETS)]
+        segs = get_speech_timestamps_from_probs(probs, sampling_rate=SR, audio_length_samples=length, **params)
+        cases.append({
+            "params": params,
+            "audio_length_samples": length,
+            "probs": probs,
+            "segments_samples": [[s["start"], s["end"]] for s in segs],
+        })
+    return {"function": "silero_vad.get_speech_timestamps_from_probs", "silero_vad": silero_vad.__version__,
+            "cases": cases}
+
+
+# ---------------------------------------------------------------- WAV formats
+#
+# What the reference's `read_audio` decodes (torchaudio 2.8 -> libsndfile through the
+# soundfile backend) for every kind of WAV file in the field (issue 28): small clips written
+# from the field control clip by libsndfile itself (or patched to the header a streaming or
+# cut-off writer leaves), committed under tests/field/wav/; the golden is each file's
+# decoded 16 kHz float32 signal (its SHA-256 and samples), and the speech segments of the
+# full-length field files in tests/field/.
+
+CLIP = slice(8000, 10000)  # 2000 samples of speech of the control clip
+
+
+def riff_chunks(b: bytes):
+    i, out = 12, []
+    while i + 8 <= len(b):
+        cid, size = b[i:i + 4], int.from_bytes(b[i + 4:i + 8], "little")
+        out.append((cid, i, size))
+        i += 8 + size + (size & 1)
+    return out
+
+
+def patch_size(b: bytearray, chunk: bytes, value: int) -> None:
+    for cid, at, _ in riff_chunks(bytes(b)):
+        if cid == chunk:
+            b[at + 4:at + 8] = value.to_bytes(4, "little")
+            return
+    raise ValueError(chunk)
+
+
+def insert_before_data(b: bytes, chunk: bytes) -> bytes:
+    for cid, at, _ in riff_chunks(b):
+        if cid == b"data":
+            out = bytearray(b[:at] + chunk + b[at:])
+            out[4:8] = (len(out) - 8).to_bytes(4, "little")
+            return bytes(out)
+    raise ValueError("no data chunk")
+
+
+def write_format_files(field: str) -> dict:
+    """The clips under field/wav/: name -> how it was made."""
+    pcm, sr = sf.read(os.path.join(field, "vad_control_pcm16.wav"), dtype="int16")
+    clip = pcm[CLIP]
+    d = os.path.join(field, "wav")
+    os.makedirs(d, exist_ok=True)
+    made = {}
+    for name, fmt, subtype in [
+        ("pcm_u8", "WAV", "PCM_U8"), ("pcm_s24", "WAV", "PCM_24"), ("pcm_s32", "WAV", "PCM_32"),
+        ("float32", "WAV", "FLOAT"), ("float64", "WAV", "DOUBLE"), ("alaw", "WAV", "ALAW"),
+        ("mulaw", "WAV", "ULAW"), ("ext_pcm16", "WAVEX", "PCM_16"), ("ext_pcm24", "WAVEX", "PCM_24"),
+        ("ext_float32", "WAVEX", "FLOAT"), ("ext_float64", "WAVEX", "DOUBLE"), ("ext_alaw", "WAVEX", "ALAW"),
+        ("ext_mulaw", "WAVEX", "ULAW"), ("rf64_pcm16", "RF64", "PCM_16"),
+    ]:
+        path = os.path.join(d, f"{name}.wav")
+        # Float files hold the samples as the reader normalises them (libsndfile would
+        # store int16 values as they are).
+        data = clip.astype(np.float64) / 32768.0 if subtype in ("FLOAT", "DOUBLE") else clip
+        sf.write(path, data, sr, format=fmt, subtype=subtype)
+        made[name] = f"libsndfile {fmt} {subtype}"
+    with tempfile.NamedTemporaryFile(suffix=".wav") as t:
+        sf.write(t.name, clip, sr, format="WAV", subtype="PCM_16")
+        plain = bytearray(open(t.name, "rb").read())
+    # ffmpeg/arecord writing to a pipe: RIFF and data sizes 0xFFFFFFFF.
+    b = bytearray(plain)
+    b[4:8] = (0xFFFFFFFF).to_bytes(4, "little")
+    patch_size(b, b"data", 0xFFFFFFFF)
+    open(os.path.join(d, "stream_ffffffff.wav"), "wb").write(b)
+    made["stream_ffffffff"] = "PCM_16 with RIFF and data sizes 0xFFFFFFFF (a streaming writer)"
+    for name, size in [("stream_7fffffff", 0x7FFFFFFF), ("stream_zero", 0)]:
+        b = bytearray(plain)
+        b[4:8] = size.to_bytes(4, "little")
+        patch_size(b, b"data", size)
+        open(os.path.join(d, f"{name}.wav"), "wb").write(b)
+        made[name] = f"PCM_16 with RIFF and data sizes {size:#x} (a streaming writer)"
+    # A data size larger than the file (a recording cut off): header for 2000 samples,
+    # 1500 present, the last one half (an odd byte).
+    b = bytearray(plain)
+    open(os.path.join(d, "cut_off.wav"), "wb").write(bytes(b[:len(b) - 1001]))
+    made["cut_off"] = "PCM_16, the last 1001 bytes of data missing (the header still says 4000)"
+    # An odd-sized chunk (with its pad byte) before data.
+    odd = b"LIST" + (5).to_bytes(4, "little") + b"INFOa" + b"\0"
+    open(os.path.join(d, "odd_chunk.wav"), "wb").write(insert_before_data(bytes(plain), odd))
+    made["odd_chunk"] = "PCM_16 with a 5-byte LIST chunk and its pad byte before data"
+    # 12 significant bits in 16-bit samples (wBitsPerSample 12, block align 2).
+    b = bytearray(plain)
+    for cid, at, _ in riff_chunks(bytes(b)):
+        if cid == b"fmt ":
+            b[at + 8 + 14:at + 8 + 16] = (12).to_bytes(2, "little")
+    data_at = [at for cid, at, _ in riff_chunks(bytes(b)) if cid == b"data"][0] + 8
+    x = np.frombuffer(bytes(b[data_at:data_at + 2 * len(clip)]), "<i2") & ~0xF
+    b[data_at:data_at + 2 * len(clip)] = x.astype("<i2").tobytes()
+    open(os.path.join(d, "pcm12_in_16.wav"), "wb").write(b)
+    made["pcm12_in_16"] = "12-bit samples (low 4 bits zero) in a 16-bit container"
+    return made
+
+
+def decoded(path: str) -> dict:
+    """The reference's read_audio on `path`: its float32 signal, or the error it raises."""
+    try:
+        wav = read_audio(path, sampling_rate=SR).numpy().astype("<f4")
+    except Exception as e:  # noqa: BLE001 - recorded: the reference refuses the file
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {
+        "samples": int(wav.shape[0]),
+        "sha256_f32le": hashlib.sha256(wav.tobytes()).hexdigest(),
+        "first": [float(v) for v in wav[:8]],
+    }
+
+
+def formats_golden(field: str, model) -> dict:
+    made = write_format_files(field)
+    files = {}
+    for name, how in made.items():
+        g = decoded(os.path.join(field, "wav", f"{name}.wav"))
+        g["made"] = how
+        files[name] = g
+    # Full-length field files: segments of get_speech_timestamps on what read_audio gives.
+    full = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        ctl = open(os.path.join(field, "vad_control_pcm16.wav"), "rb").read()
+        cut = os.path.join(tmp, "vad_truncated.wav")
+        open(cut, "wb").write(ctl[:75060])
+        f64 = os.path.join(tmp, "vad_f64.wav")
+        pcm, sr = sf.read(os.path.join(field, "vad_control_pcm16.wav"), dtype="int16")
+        sf.write(f64, pcm.astype(np.float64) / 32768.0, sr, format="WAV", subtype="DOUBLE")
+        paths = {n: os.path.join(field, f"{n}.wav") for n in ["vad_control_pcm16", "vad_alaw", "vad_12bit_in_16"]}
+        paths["vad_truncated (control cut to 75,060 bytes)"] = cut
+        paths["vad_f64 (control / 32768 as 64-bit float)"] = f64
+        for name, path in paths.items():
+            wav = read_audio(path, sampling_rate=SR)
+            model.reset_states()
+            segs = get_speech_timestamps(wav, model)
+            full[name] = {"samples": int(wav.shape[0]),
+                          "segments_samples": [[s["start"], s["end"]] for s in segs]}
+    return {"reference": "silero_vad.read_audio (torchaudio 2.8, soundfile backend: libsndfile "
+                         f"{sf.__libsndfile_version__}) + get_speech_timestamps",
+            "clip": [CLIP.start, CLIP.stop], "files": files, "full": full}
+
+
 def write_stereo(mono_path: str, out_path: str) -> None:
     pcm, sr = sf.read(mono_path, dtype="int16")
     stereo = np.stack([pcm, pcm >> 1], axis=1).astype(np.int16)
@@ -208,7 +389,26 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--assets", required=True, help="folder with the fetched alsa-utils WAVs and the ifless model")
     ap.add_argument("--out", required=True, help="golden folder (also holds espeak_robot.wav)")
+    ap.add_argument("--segments-only", action="store_true",
+                    help="write only the segment-logic goldens (pure Python in the package; no audio, no model)")
+    ap.add_argument("--formats", metavar="FIELD_DIR",
+                    help="write the WAV format clips under FIELD_DIR/wav/ and formats.json (then stop)")
     args = ap.parse_args(argv)
+
+    with open(os.path.join(args.out, "segments_synthetic.json"), "w") as f:
+        json.dump(synthetic_segments(), f)
+        f.write("\n")
+    with open(os.path.join(args.out, "segments_low_threshold.json"), "w") as f:
+        json.dump(low_threshold_segments(), f)
+        f.write("\n")
+    if args.segments_only:
+        return 0
+    if args.formats:
+        ifless = OnnxWrapper(os.path.join(args.assets, "silero_vad_op18_ifless.onnx"), force_onnx_cpu=True)
+        with open(os.path.join(args.out, "formats.json"), "w") as f:
+            json.dump(formats_golden(args.formats, ifless), f, indent=1)
+            f.write("\n")
+        return 0
 
     ifless_path = os.path.join(args.assets, "silero_vad_op18_ifless.onnx")
     packaged = os.path.join(os.path.dirname(silero_vad.__file__), "data", "silero_vad_op18_ifless.onnx")
@@ -228,9 +428,6 @@ def main(argv=None) -> int:
         "model_sha256": sha256(ifless_path),
     }
 
-    with open(os.path.join(args.out, "segments_synthetic.json"), "w") as f:
-        json.dump(synthetic_segments(), f)
-        f.write("\n")
 
     inputs = [(os.path.join(args.assets, f"{n}.wav"), n, "alsa-utils", n == "Front_Center") for n in ALSA]
     espeak = os.path.join(args.out, "espeak_robot.wav")

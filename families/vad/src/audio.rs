@@ -1,13 +1,13 @@
 //! Audio input: WAV files of any sample rate and channel count to the
-//! network's 16 kHz mono float32 signal.
+//! network's 16 kHz mono float32 signal, whole or streamed in bounded memory.
 //!
 //! The chain is the one the package's `read_audio` (`silero_vad/utils_vad.py`)
 //! runs with torchaudio 2.8 when no sox backend is present, so the reference
 //! and this crate see the same signal:
 //!
-//! 1. decode PCM with [hound](https://crates.io/crates/hound): integer samples
-//!    divided by `2^(bits - 1)` (8-bit WAV is unsigned; hound re-centres it),
-//!    float samples as stored (`torchaudio.load`'s normalisation);
+//! 1. decode the file as libsndfile does for `torchaudio.load` (its `soundfile`
+//!    backend, `normalize=True`): [`crate::wav`] reads PCM, float, A-law and
+//!    mu-law in RIFF, RIFX and RF64 files, cut-off and streaming ones included;
 //! 2. mean over channels, in float32 (`wav.mean(dim=0)`);
 //! 3. [`SincResampler`] to 16 kHz: torchaudio's `transforms.Resample` with
 //!    its defaults (`sinc_interp_hann`, `lowpass_filter_width = 6`,
@@ -15,12 +15,17 @@
 //!    (`torchaudio/functional/functional.py`, `_get_sinc_resample_kernel` and
 //!    `_apply_sinc_resample_kernel`).
 //!
+//! [`AudioStream`] runs the three steps block by block (memory bounded by the
+//! block and the resampling kernel, whatever the file's length); [`read_wav`]
+//! collects its blocks. Both give the same samples, bit for bit.
+//!
 //! Measured against torchaudio on the golden inputs: the 16 kHz signals agree
 //! within 1e-6 (see `tests/golden.rs`).
 
 use std::io::Read;
 use std::path::Path;
 
+use crate::wav::{Truncation, WavError, WavFormat, WavReader};
 use crate::{SAMPLE_RATE, VadError};
 
 /// Zero crossings of the sinc kept on each side (torchaudio's
@@ -33,9 +38,11 @@ pub const ROLLOFF: f64 = 0.99;
 /// whose ratio does not reduce (e.g. 44101 -> 16000) are refused rather than
 /// allocating gigabytes as torchaudio would.
 pub const MAX_KERNEL_COEFFICIENTS: usize = 1 << 24;
-/// Largest WAV accepted, in samples over all channels (2^31, e.g. over three
-/// hours of 48 kHz stereo).
+/// Largest WAV [`read_wav`] holds in memory, in samples over all channels
+/// (2^31, e.g. over three hours of 48 kHz stereo); [`AudioStream`] has no limit.
 pub const MAX_WAV_SAMPLES: u64 = 1 << 31;
+/// Source frames an [`AudioStream`] decodes per block.
+pub const STREAM_BLOCK_FRAMES: usize = 16 * 1024;
 
 /// A decoded, down-mixed and resampled signal.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,8 +53,13 @@ pub struct Audio {
     pub source_rate: u32,
     /// The file's channel count.
     pub source_channels: u16,
-    /// The file's frames (samples per channel).
+    /// The file's frames (samples per channel) that were read.
     pub source_frames: u64,
+    /// The file's format.
+    pub format: WavFormat,
+    /// Set when the file is shorter than its header says (the samples present
+    /// were used).
+    pub truncation: Option<Truncation>,
 }
 
 impl Audio {
@@ -57,21 +69,194 @@ impl Audio {
     }
 }
 
+/// A WAV file decoded, down-mixed and resampled to 16 kHz block by block.
+///
+/// Memory: one block of the file's bytes ([`STREAM_BLOCK_FRAMES`] frames), the
+/// resampler's kernel and the input it still needs (about 2 x its width), and
+/// the caller's output block; nothing grows with the file's length.
+pub struct AudioStream<R> {
+    reader: WavReader<R>,
+    resampler: Option<ResampleStream>,
+    mono: Vec<f32>,
+    frames: u64,
+    name: String,
+    done: bool,
+}
+
+impl<R> std::fmt::Debug for AudioStream<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AudioStream")
+            .field("name", &self.name)
+            .field("reader", &self.reader)
+            .field("frames", &self.frames)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AudioStream<std::io::BufReader<std::fs::File>> {
+    /// Open a WAV file (regular files only) and read its header.
+    ///
+    /// # Errors
+    /// [`VadError::Wav`] naming the file and what is wrong with it;
+    /// [`VadError::Resample`] for a rate that cannot be resampled.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, VadError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let io = |e: std::io::Error| VadError::Wav {
+            source_name: name.clone(),
+            error: WavError::Io(e),
+        };
+        let file = tether_bundle::files::open_regular(path)
+            .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+        let len = file.metadata().map_err(io)?.len();
+        Self::new(std::io::BufReader::new(file), Some(len), &name)
+    }
+}
+
+impl<R: Read> AudioStream<R> {
+    /// Read the header from `reader` (`len`: its length in bytes, when known);
+    /// `name` names the source in errors.
+    ///
+    /// # Errors
+    /// As [`AudioStream::open`].
+    pub fn new(reader: R, len: Option<u64>, name: &str) -> Result<Self, VadError> {
+        let reader = WavReader::new(reader, len).map_err(|error| VadError::Wav {
+            source_name: name.to_string(),
+            error,
+        })?;
+        let rate = reader.format().sample_rate;
+        let resampler = if rate == SAMPLE_RATE {
+            None
+        } else {
+            Some(ResampleStream::new(SincResampler::new(rate, SAMPLE_RATE)?))
+        };
+        if let Some(t) = reader.truncation() {
+            log::warn!("{name}: {t}");
+        }
+        Ok(Self {
+            reader,
+            resampler,
+            mono: Vec::with_capacity(STREAM_BLOCK_FRAMES),
+            frames: 0,
+            name: name.to_string(),
+            done: false,
+        })
+    }
+
+    /// The file's format.
+    pub fn format(&self) -> &WavFormat {
+        self.reader.format()
+    }
+
+    /// Frames the file holds, when known before reading it (not for a streaming header).
+    pub fn source_frames(&self) -> Option<u64> {
+        self.reader.frames()
+    }
+
+    /// Samples at 16 kHz the stream will give, when the frame count is known.
+    pub fn samples_16k(&self) -> Option<u64> {
+        let frames = self.reader.frames()?;
+        Some(match &self.resampler {
+            None => frames,
+            Some(r) => r.resampler.output_len(frames as usize) as u64,
+        })
+    }
+
+    /// Frames read so far.
+    pub fn frames_read(&self) -> u64 {
+        self.frames
+    }
+
+    /// Set once the file turned out shorter than its header says.
+    pub fn truncation(&self) -> Option<Truncation> {
+        self.reader.truncation()
+    }
+
+    /// Replace `out` with the next block of 16 kHz mono samples; `false` once the
+    /// stream has ended (then `out` is empty).
+    ///
+    /// # Errors
+    /// [`VadError::Wav`] when reading fails.
+    pub fn next_block(&mut self, out: &mut Vec<f32>) -> Result<bool, VadError> {
+        out.clear();
+        while out.is_empty() && !self.done {
+            self.mono.clear();
+            let had_truncation = self.reader.truncation().is_some();
+            let n = self
+                .reader
+                .read_mono(&mut self.mono, STREAM_BLOCK_FRAMES)
+                .map_err(|error| VadError::Wav {
+                    source_name: self.name.clone(),
+                    error,
+                })?;
+            if !had_truncation && let Some(t) = self.reader.truncation() {
+                log::warn!("{}: {t}", self.name);
+            }
+            self.frames += n as u64;
+            match &mut self.resampler {
+                None => out.extend_from_slice(&self.mono),
+                Some(r) => r.push(&self.mono, out),
+            }
+            if n == 0 {
+                self.done = true;
+                if let Some(r) = &mut self.resampler {
+                    r.finish(out);
+                }
+            }
+        }
+        Ok(!out.is_empty())
+    }
+
+    /// Read the rest of the stream into one [`Audio`].
+    ///
+    /// # Errors
+    /// As [`AudioStream::next_block`]; [`VadError::Wav`] when the file holds more than
+    /// [`MAX_WAV_SAMPLES`] samples.
+    pub fn collect(mut self) -> Result<Audio, VadError> {
+        let format = *self.reader.format();
+        let channels = u64::from(format.channels);
+        if let Some(frames) = self.reader.frames()
+            && frames * channels > MAX_WAV_SAMPLES
+        {
+            return Err(self.too_long(frames * channels));
+        }
+        let mut samples = Vec::with_capacity(self.samples_16k().unwrap_or(0) as usize);
+        let mut block = Vec::new();
+        while self.next_block(&mut block)? {
+            samples.extend_from_slice(&block);
+            if self.frames * channels > MAX_WAV_SAMPLES {
+                return Err(self.too_long(self.frames * channels));
+            }
+        }
+        Ok(Audio {
+            samples,
+            source_rate: format.sample_rate,
+            source_channels: format.channels,
+            source_frames: self.frames,
+            format,
+            truncation: self.reader.truncation(),
+        })
+    }
+
+    fn too_long(&self, samples: u64) -> VadError {
+        VadError::Wav {
+            source_name: self.name.clone(),
+            error: WavError::Malformed(format!(
+                "{samples} samples are more than {MAX_WAV_SAMPLES} to hold in memory; stream the file instead (AudioStream, Vad::process_wav)"
+            )),
+        }
+    }
+}
+
 /// Read a WAV file and return it as 16 kHz mono (see the module documentation).
 ///
 /// # Errors
-/// [`VadError::Wav`] for an unreadable or malformed file, an unsupported
-/// sample format, zero channels or sample rate, or more than
-/// [`MAX_WAV_SAMPLES`] samples; [`VadError::Resample`] for a rate whose
-/// kernel would exceed [`MAX_KERNEL_COEFFICIENTS`].
+/// [`VadError::Wav`] for an unreadable, malformed or unsupported file (naming the
+/// format field and its value), or more than [`MAX_WAV_SAMPLES`] samples;
+/// [`VadError::Resample`] for a rate whose kernel would exceed
+/// [`MAX_KERNEL_COEFFICIENTS`].
 pub fn read_wav(path: impl AsRef<Path>) -> Result<Audio, VadError> {
-    let path = path.as_ref();
-    let name = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|e| VadError::Wav {
-        source_name: name.clone(),
-        reason: e.to_string(),
-    })?;
-    decode(std::io::BufReader::new(file), &name)
+    AudioStream::open(path)?.collect()
 }
 
 /// [`read_wav`] on bytes in memory.
@@ -79,66 +264,7 @@ pub fn read_wav(path: impl AsRef<Path>) -> Result<Audio, VadError> {
 /// # Errors
 /// As [`read_wav`].
 pub fn read_wav_bytes(bytes: &[u8]) -> Result<Audio, VadError> {
-    decode(bytes, "<bytes>")
-}
-
-fn decode<R: Read>(reader: R, name: &str) -> Result<Audio, VadError> {
-    let wav_err = |reason: String| VadError::Wav {
-        source_name: name.to_string(),
-        reason,
-    };
-    let mut r = hound::WavReader::new(reader).map_err(|e| wav_err(e.to_string()))?;
-    let spec = r.spec();
-    if spec.channels == 0 || spec.sample_rate == 0 {
-        return Err(wav_err(format!(
-            "{} channels at {} Hz",
-            spec.channels, spec.sample_rate
-        )));
-    }
-    let total = u64::from(r.len());
-    if total > MAX_WAV_SAMPLES {
-        return Err(wav_err(format!(
-            "{total} samples (at most {MAX_WAV_SAMPLES})"
-        )));
-    }
-    let interleaved: Vec<f32> = match (spec.sample_format, spec.bits_per_sample) {
-        (hound::SampleFormat::Float, 32) => r
-            .samples::<f32>()
-            .collect::<Result<_, _>>()
-            .map_err(|e| wav_err(e.to_string()))?,
-        (hound::SampleFormat::Int, bits @ 1..=32) => {
-            let scale = 1.0 / (1u64 << (bits - 1)) as f64;
-            r.samples::<i32>()
-                .map(|s| s.map(|v| (f64::from(v) * scale) as f32))
-                .collect::<Result<_, _>>()
-                .map_err(|e| wav_err(e.to_string()))?
-        }
-        (format, bits) => {
-            return Err(wav_err(format!(
-                "unsupported sample format {format:?} with {bits} bits"
-            )));
-        }
-    };
-    let channels = usize::from(spec.channels);
-    if !interleaved.len().is_multiple_of(channels) {
-        return Err(wav_err(format!(
-            "{} samples is not a whole number of {channels}-channel frames",
-            interleaved.len()
-        )));
-    }
-    let mono = downmix(&interleaved, channels);
-    let frames = mono.len() as u64;
-    let samples = if spec.sample_rate == SAMPLE_RATE {
-        mono
-    } else {
-        SincResampler::new(spec.sample_rate, SAMPLE_RATE)?.process(&mono)
-    };
-    Ok(Audio {
-        samples,
-        source_rate: spec.sample_rate,
-        source_channels: spec.channels,
-        source_frames: frames,
-    })
+    AudioStream::new(bytes, Some(bytes.len() as u64), "<bytes>")?.collect()
 }
 
 /// Mean over the channels of interleaved frames, in float32 (channel order).
@@ -304,6 +430,93 @@ impl SincResampler {
     }
 }
 
+/// [`SincResampler`] over a signal that arrives in pieces: each output sample
+/// is computed, with the same arithmetic in the same order as
+/// [`SincResampler::process_into`], as soon as the input its kernel covers has
+/// arrived; input no later output needs is dropped. The concatenated output
+/// equals `process` on the concatenated input, bit for bit.
+#[derive(Clone, Debug)]
+pub struct ResampleStream {
+    resampler: SincResampler,
+    /// Input from global index `base` on.
+    input: Vec<f32>,
+    base: u64,
+    /// Input samples received.
+    received: u64,
+    /// Next output index.
+    next: u64,
+}
+
+impl ResampleStream {
+    /// A stream through `resampler`.
+    pub fn new(resampler: SincResampler) -> Self {
+        Self {
+            resampler,
+            input: Vec::new(),
+            base: 0,
+            received: 0,
+            next: 0,
+        }
+    }
+
+    /// Global index of the first input sample output `o` reads (may be negative).
+    fn origin(&self, o: u64) -> i64 {
+        let r = &self.resampler;
+        (o / r.new as u64 * r.orig as u64) as i64 - r.width as i64
+    }
+
+    /// Compute output `o` from the held input; inputs at or past `len` (the total,
+    /// when known) and before 0 are zero.
+    fn output(&self, o: u64, len: u64) -> f32 {
+        let r = &self.resampler;
+        let p = (o % r.new as u64) as usize;
+        let row = &r.kernel[p * r.taps..(p + 1) * r.taps];
+        let (first, last) = r.support[p];
+        let origin = self.origin(o);
+        let mut acc = 0f64;
+        for (i, &h) in row.iter().enumerate().take(last).skip(first) {
+            let j = origin + i as i64;
+            if j >= 0 && (j as u64) < len {
+                acc += f64::from(h * self.input[(j as u64 - self.base) as usize]);
+            }
+        }
+        acc as f32
+    }
+
+    /// Add `x` to the input and append every output it completes to `out`.
+    pub fn push(&mut self, x: &[f32], out: &mut Vec<f32>) {
+        self.input.extend_from_slice(x);
+        self.received += x.len() as u64;
+        let taps = self.resampler.taps as i64;
+        // Output o is complete when its whole kernel window has arrived.
+        while self.origin(self.next) + taps <= self.received as i64 {
+            out.push(self.output(self.next, u64::MAX));
+            self.next += 1;
+        }
+        self.drop_consumed();
+    }
+
+    /// The input has ended: append the remaining outputs (`ceil(len * to / from)` in all).
+    pub fn finish(&mut self, out: &mut Vec<f32>) {
+        let total = self.resampler.output_len(self.received as usize) as u64;
+        while self.next < total {
+            out.push(self.output(self.next, self.received));
+            self.next += 1;
+        }
+        self.input.clear();
+        self.base = self.received;
+    }
+
+    fn drop_consumed(&mut self) {
+        let keep_from = self.origin(self.next).max(0) as u64;
+        if keep_from > self.base {
+            let n = ((keep_from - self.base) as usize).min(self.input.len());
+            self.input.drain(..n);
+            self.base += n as u64;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,6 +583,34 @@ mod tests {
         let e = SincResampler::new(44_101, 16_000).unwrap_err();
         assert!(e.to_string().contains("44101 Hz -> 16000 Hz"), "{e}");
         assert!(SincResampler::new(0, 16_000).is_err());
+    }
+
+    #[test]
+    fn streamed_resampling_equals_the_whole_signal_bit_for_bit() {
+        let mut seed = 7u64;
+        let x: Vec<f32> = (0..20_011)
+            .map(|_| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect();
+        for (from, pieces) in [
+            (48_000, [1usize, 7, 512, 4096]),
+            (22_050, [3, 100, 999, 5000]),
+        ] {
+            let r = SincResampler::new(from, 16_000).expect("rates");
+            let whole = r.process(&x);
+            let mut stream = ResampleStream::new(r);
+            let (mut out, mut at, mut k) = (Vec::new(), 0, 0);
+            while at < x.len() {
+                let n = pieces[k % pieces.len()].min(x.len() - at);
+                stream.push(&x[at..at + n], &mut out);
+                at += n;
+                k += 1;
+            }
+            stream.finish(&mut out);
+            assert_eq!(out, whole, "{from} Hz");
+        }
     }
 
     #[test]

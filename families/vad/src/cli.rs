@@ -19,7 +19,7 @@ use serde_json::json;
 use tether_bundle::Bundle;
 use tether_family::family::{
     BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
-    Runner, SelfTest, UsageError, check_range, describe_self_test, file_stem, input_as,
+    Runner, SelfTest, UsageError, describe_self_test, file_stem, input_as,
 };
 use tether_family::selftest::Role;
 
@@ -42,8 +42,8 @@ fn threshold_arg() -> Arg {
         .long("threshold")
         .value_name("P")
         .allow_negative_numbers(true)
-        .value_parser(value_parser!(f32))
-        .help("Speech threshold in (0, 1] (default 0.5; the exit threshold follows as max(P - 0.15, 0.01))")
+        .value_parser(value_parser!(f64))
+        .help("Speech threshold in [0, 1] (default 0.5; the exit threshold follows as max(P - 0.15, 0.01), as in silero-vad)")
 }
 
 fn ms_arg(name: &'static str, help: &'static str) -> Arg {
@@ -58,7 +58,6 @@ fn ms_arg(name: &'static str, help: &'static str) -> Arg {
 /// The segment parameters of `args` over `base` (the package's defaults at
 /// build time, the bundle's at run time).
 fn config_of(args: &ArgMatches, base: VadConfig) -> Result<VadConfig> {
-    let get_f = |n: &str| args.try_get_one::<f32>(n).ok().flatten().copied();
     let get_ms = |n: &str| -> Result<Option<u32>> {
         match args.try_get_one::<i64>(n).ok().flatten().copied() {
             None => Ok(None),
@@ -72,14 +71,14 @@ fn config_of(args: &ArgMatches, base: VadConfig) -> Result<VadConfig> {
             .into()),
         }
     };
-    let threshold = get_f("threshold");
-    check_range("threshold", threshold, 0.0, 1.0)?;
+    // f64 as the package's Python float: `--threshold 0.01` is exactly its 0.01.
+    let threshold = args.try_get_one::<f64>("threshold").ok().flatten().copied();
     let mut c = match threshold {
-        Some(t) if t <= 0.0 => {
-            return Err(UsageError(format!("--threshold {t}: must be above 0")).into());
+        Some(t) if !(0.0..=1.0).contains(&t) => {
+            return Err(UsageError(format!("--threshold {t}: must be between 0 and 1")).into());
         }
         Some(t) => {
-            let mut c = VadConfig::with_threshold(f64::from(t));
+            let mut c = VadConfig::with_threshold(t);
             c.min_speech_ms = base.min_speech_ms;
             c.min_silence_ms = base.min_silence_ms;
             c.speech_pad_ms = base.speech_pad_ms;
@@ -98,12 +97,21 @@ fn config_of(args: &ArgMatches, base: VadConfig) -> Result<VadConfig> {
     }
     c.validate().map_err(|e| match e {
         VadError::Config { field, value } => anyhow::Error::new(UsageError(format!(
-            "--{}: invalid value {value}",
-            field.replace('_', "-")
+            "{}: invalid value {value}",
+            option_of(field)
         ))),
         other => anyhow::Error::new(other),
     })?;
     Ok(c)
+}
+
+/// The command-line option a [`VadConfig`] field comes from: every field but the exit
+/// threshold is an option of its own; the exit threshold follows `--threshold`.
+fn option_of(field: &str) -> String {
+    match field {
+        "neg_threshold" => "--threshold (the exit threshold max(P - 0.15, 0.01))".into(),
+        f => format!("--{}", f.replace('_', "-")),
+    }
 }
 
 fn segment_args() -> Vec<Arg> {
@@ -326,9 +334,43 @@ struct VadRunner {
     probabilities: bool,
 }
 
+/// Files whose 16 kHz signal is at most this many samples (about 35 minutes, 128 MiB) are
+/// decoded at `load`, outside the timed run; longer ones are streamed through the network
+/// during the run, block by block, in bounded memory.
+const IN_MEMORY_SAMPLES: u64 = 1 << 25;
+
+/// A WAV input: decoded at load, or opened and streamed at run.
 struct WavInput {
     label: String,
-    audio: Audio,
+    path: PathBuf,
+    format: crate::wav::WavFormat,
+    /// Frames per channel (known at load unless the header has a streaming size).
+    frames: Option<u64>,
+    truncation: Option<crate::wav::Truncation>,
+    /// The decoded signal, when held in memory.
+    audio: Option<Audio>,
+}
+
+impl WavInput {
+    fn open(path: &std::path::Path) -> Result<Self> {
+        let stream = crate::AudioStream::open(path)?;
+        let format = *stream.format();
+        let small = stream.samples_16k().is_some_and(|n| n <= IN_MEMORY_SAMPLES);
+        let (frames, truncation, audio) = if small {
+            let audio = stream.collect()?;
+            (Some(audio.source_frames), audio.truncation, Some(audio))
+        } else {
+            (stream.source_frames(), stream.truncation(), None)
+        };
+        Ok(WavInput {
+            label: path.display().to_string(),
+            path: path.to_path_buf(),
+            format,
+            frames,
+            truncation,
+            audio,
+        })
+    }
 }
 
 impl Input for WavInput {
@@ -336,11 +378,25 @@ impl Input for WavInput {
         &self.label
     }
     fn describe(&self) -> String {
+        let length = match self.frames {
+            Some(f) => format!("{:.2} s", f as f64 / f64::from(self.format.sample_rate)),
+            None => "length not in the header".into(),
+        };
         format!(
-            "{} Hz, {} channel(s), {:.2} s -> 16 kHz mono",
-            self.audio.source_rate,
-            self.audio.source_channels,
-            self.audio.duration_ms() / 1e3
+            "{} Hz, {} channel(s), {}, {length}{} -> 16 kHz mono{}",
+            self.format.sample_rate,
+            self.format.channels,
+            self.format.describe(),
+            if self.truncation.is_some() {
+                " (cut off: shorter than its header says)"
+            } else {
+                ""
+            },
+            if self.audio.is_none() {
+                " (streamed)"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -360,16 +416,9 @@ impl Runner for VadRunner {
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
         match source {
-            InputSource::File(path) => {
-                let bytes = tether_bundle::files::read_regular(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                let audio = crate::read_wav_bytes(&bytes)
-                    .with_context(|| format!("decoding {}", path.display()))?;
-                Ok(Box::new(WavInput {
-                    label: path.display().to_string(),
-                    audio,
-                }))
-            }
+            InputSource::File(path) => Ok(Box::new(
+                WavInput::open(path).with_context(|| format!("reading {}", path.display()))?,
+            )),
             InputSource::Text(_) => bail!("the vad family reads WAV files, not text"),
         }
     }
@@ -378,10 +427,11 @@ impl Runner for VadRunner {
         let wav = wav_of(input)?;
         let t0 = std::time::Instant::now();
         let n0 = self.vad.network_time();
-        self.last = self
-            .vad
-            .process(&wav.audio.samples)
-            .with_context(|| format!("detecting speech in {}", wav.label))?;
+        self.last = match &wav.audio {
+            Some(audio) => self.vad.process(&audio.samples),
+            None => self.vad.process_wav(&wav.path),
+        }
+        .with_context(|| format!("detecting speech in {}", wav.label))?;
         self.network = self.vad.network_time().saturating_sub(n0);
         self.total = t0.elapsed();
         Ok(())
@@ -409,19 +459,32 @@ impl Runner for VadRunner {
             }));
         }
         let speech: u64 = d.segments.iter().map(|g| g.end - g.start).sum();
+        if let Some(t) = &wav.truncation {
+            lines.insert(0, format!("warning: {t}"));
+        }
         Ok(Outcome {
             summary: format!(
-                "{} speech segment{} ({:.2} s of speech in {:.2} s, {} chunks)",
+                "{} speech segment{} ({:.2} s of speech in {:.2} s, {} chunks){}",
                 d.segments.len(),
                 if d.segments.len() == 1 { "" } else { "s" },
                 s(speech),
                 s(d.samples),
-                d.probabilities.len()
+                d.probabilities.len(),
+                if wav.truncation.is_some() {
+                    "; the file is cut off (see the warning)"
+                } else {
+                    ""
+                }
             ),
             lines,
             json: json!({
-                "source_rate": wav.audio.source_rate,
-                "source_channels": wav.audio.source_channels,
+                "source_rate": wav.format.sample_rate,
+                "source_channels": wav.format.channels,
+                "source_format": wav.format.describe(),
+                "truncated": wav.truncation.map(|t| json!({
+                    "declared_data_bytes": t.declared_bytes,
+                    "present_data_bytes": t.present_bytes,
+                })),
                 "samples_16k": d.samples,
                 "duration_s": s(d.samples),
                 "chunk_samples": CHUNK_SAMPLES,
@@ -446,5 +509,44 @@ impl Runner for VadRunner {
                 ms(self.total.saturating_sub(self.network)),
             ),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<VadConfig> {
+        let m = clap::Command::new("run")
+            .args(segment_args())
+            .try_get_matches_from(std::iter::once("run").chain(args.iter().copied()))?;
+        config_of(&m, VadConfig::default())
+    }
+
+    #[test]
+    fn low_thresholds_follow_the_package() {
+        // silero-vad: neg_threshold = max(threshold - 0.15, 0.01), accepted even when it is
+        // above the speech threshold.
+        for (arg, t) in [("0.01", 0.01), ("0.005", 0.005), ("0", 0.0)] {
+            let c = parse(&["--threshold", arg]).expect("accepted");
+            assert_eq!((c.threshold, c.neg_threshold), (t, 0.01), "{arg}");
+        }
+        // f64 as in Python: 0.3 - 0.15 is the package's float arithmetic.
+        let c = parse(&["--threshold", "0.3"]).expect("accepted");
+        assert_eq!(c.neg_threshold, 0.3f64 - 0.15);
+    }
+
+    #[test]
+    fn errors_name_only_options_that_exist() {
+        for args in [
+            &["--threshold", "1.5"][..],
+            &["--threshold", "-0.1"],
+            &["--speech-pad-ms", "400"],
+            &["--min-silence-ms", "-1"],
+        ] {
+            let e = parse(args).expect_err("out of range").to_string();
+            assert!(!e.contains("neg"), "{args:?}: {e}");
+            assert!(e.contains(args[0]), "{args:?}: {e}");
+        }
     }
 }

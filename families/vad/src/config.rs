@@ -57,11 +57,12 @@ pub struct VadConfigRecord {
 /// not supported (the package default, infinity, is what this family does).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct VadConfig {
-    /// Speech threshold (`threshold`, default 0.5): probability `>=` starts or
-    /// sustains speech.
+    /// Speech threshold (`threshold`, default 0.5, in `[0, 1]`): probability
+    /// `>=` starts or sustains speech.
     pub threshold: f64,
-    /// Exit threshold (`neg_threshold`, default `max(threshold - 0.15, 0.01)`):
-    /// while in speech, probability `<` this counts as silence.
+    /// Exit threshold (`neg_threshold`, default `max(threshold - 0.15, 0.01)`,
+    /// in `[0, 1]`): while in speech, probability `<` this counts as silence.
+    /// As in the package it may exceed `threshold` (thresholds below 0.01).
     pub neg_threshold: f64,
     /// `min_speech_duration_ms` (default 250): segments whose unpadded length
     /// is not longer than this are dropped.
@@ -121,19 +122,19 @@ impl VadConfig {
     /// [`VadError::Config`].
     pub fn validate(&self) -> Result<(), VadError> {
         let bad = |field: &'static str, value: String| Err(VadError::Config { field, value });
-        if !(self.threshold > 0.0 && self.threshold <= 1.0) {
+        // Probabilities: any value in [0, 1] means what it means in the package, which
+        // does not order the two thresholds (`--threshold 0.01` gives an exit threshold
+        // of 0.01 >= 0.01 - 0.15; below 0.01 the exit threshold is above the speech one).
+        if !(0.0..=1.0).contains(&self.threshold) {
             return bad(
                 "threshold",
-                format!("{} (must be in (0, 1])", self.threshold),
+                format!("{} (must be in [0, 1])", self.threshold),
             );
         }
-        if !(self.neg_threshold >= 0.0 && self.neg_threshold <= self.threshold) {
+        if !(0.0..=1.0).contains(&self.neg_threshold) {
             return bad(
                 "neg_threshold",
-                format!(
-                    "{} (must be in [0, threshold = {}])",
-                    self.neg_threshold, self.threshold
-                ),
+                format!("{} (must be in [0, 1])", self.neg_threshold),
             );
         }
         for (field, v) in [
@@ -266,8 +267,15 @@ mod tests {
         let e = bad.validate().unwrap_err();
         assert!(e.to_string().contains("threshold: 1.5"), "{e}");
         let mut bad = c;
-        bad.neg_threshold = 0.6;
+        bad.neg_threshold = 1.6;
         assert!(bad.validate().is_err());
+        // The package's rule below 0.01: the exit threshold (0.01) is above the
+        // speech threshold, which the package accepts; so does this crate.
+        for t in [0.01, 0.005, 0.0] {
+            let low = VadConfig::with_threshold(t);
+            assert_eq!(low.neg_threshold, 0.01);
+            low.validate().expect("silero-vad accepts it");
+        }
         let mut bad = c;
         bad.speech_pad_ms = 200;
         let e = bad.validate().unwrap_err();

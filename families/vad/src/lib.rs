@@ -9,7 +9,9 @@
 //! - [`segments`]: the hysteresis that turns probabilities into segments,
 //!   mirroring the package's `get_speech_timestamps` (host code, no network).
 //! - [`audio`]: WAV files of any sample rate and channel count to 16 kHz mono
-//!   (channel mean, then torchaudio's windowed-sinc resampler, re-implemented).
+//!   (channel mean, then torchaudio's windowed-sinc resampler, re-implemented),
+//!   whole or streamed block by block; [`wav`]: the RIFF/WAVE reader (what
+//!   libsndfile reads: PCM, float, A-law, mu-law; cut-off and streaming files).
 //! - [`config`]: the family's bundle sections and configuration record.
 //! - [`selftest`]: the bundle's self-test (reference PCM + expected probabilities from the
 //!   package) in the shared format, and its comparison.
@@ -37,8 +39,9 @@ pub mod recipe;
 pub mod segments;
 pub mod selftest;
 mod vad;
+pub mod wav;
 
-pub use audio::{Audio, SincResampler, read_wav, read_wav_bytes};
+pub use audio::{Audio, AudioStream, ResampleStream, SincResampler, read_wav, read_wav_bytes};
 pub use config::VadConfig;
 pub use segments::{SegmentEvent, SegmentTracker, SpeechSegment};
 pub use tether_family::selftest::{Report as SelfTestReport, SelfTest};
@@ -132,12 +135,13 @@ pub enum VadError {
         actual: usize,
     },
     /// A WAV file could not be read or is unusable.
-    #[error("WAV {source_name}: {reason}")]
+    #[error("WAV {source_name}: {error}")]
     Wav {
         /// File name (or `<bytes>` for in-memory data).
         source_name: String,
-        /// What is wrong.
-        reason: String,
+        /// What is wrong (naming the format field and its value where one is).
+        #[source]
+        error: wav::WavError,
     },
     /// A resampling request is out of range.
     #[error("resampling {from_hz} Hz -> {to_hz} Hz: {reason}")]

@@ -1,11 +1,13 @@
 //! The semantic API: 16 kHz PCM in, speech probabilities and segments out.
 
+use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
 use tether_bundle::{Bundle, BundleWriter, IdentityDesc, SectionKind, TensorDesc, Verify};
 use tether_runtime::{Device, ModelOptions};
 
+use crate::audio::AudioStream;
 use crate::config::{CONFIG_SECTION, ONNX_SECTION};
 use crate::net::Network;
 use crate::segments::{ChunkEvents, SegmentEvent, SegmentTracker, SpeechSegment};
@@ -421,13 +423,82 @@ impl Vad {
     }
 
     /// [`Vad::process`] on a WAV file of any sample rate and channel count
-    /// ([`crate::read_wav`]: channel mean, windowed-sinc resampling to 16 kHz).
+    /// (channel mean, windowed-sinc resampling to 16 kHz), streamed: the file
+    /// is read block by block ([`AudioStream`]), so memory does not grow with
+    /// its length beyond one probability per chunk.
     ///
     /// # Errors
     /// [`VadError::Wav`], [`VadError::Resample`], and as [`Vad::process`].
     pub fn process_wav(&mut self, path: impl AsRef<Path>) -> Result<Detection, VadError> {
-        let audio = crate::read_wav(path)?;
-        self.process(&audio.samples)
+        self.process_stream(&mut AudioStream::open(path)?)
+    }
+
+    /// [`Vad::process`] on an [`AudioStream`], block by block: the same
+    /// probabilities and segments as on the whole signal.
+    ///
+    /// # Errors
+    /// As [`Vad::process_wav`].
+    pub fn process_stream<R: Read>(
+        &mut self,
+        audio: &mut AudioStream<R>,
+    ) -> Result<Detection, VadError> {
+        let mut probabilities = Vec::new();
+        let mut segments = Vec::new();
+        let end = self.stream(audio, |r| {
+            probabilities.push(r.probability);
+            segments.extend(r.events.iter().filter_map(|e| match e {
+                SegmentEvent::End(s) => Some(*s),
+                SegmentEvent::Start { .. } => None,
+            }));
+        })?;
+        segments.extend(end.events.iter().filter_map(|e| match e {
+            SegmentEvent::End(s) => Some(*s),
+            SegmentEvent::Start { .. } => None,
+        }));
+        Ok(Detection {
+            probabilities,
+            segments,
+            samples: end.samples,
+        })
+    }
+
+    /// Stream `audio` through the network as a microphone would feed it: reset,
+    /// then every chunk as soon as its samples are decoded, `on_chunk` called
+    /// with its probability and the segment events it caused (a segment is
+    /// reported as soon as it closes), the last partial chunk included; the
+    /// stream is finished and reset at the end. Memory is bounded by the
+    /// stream's block, whatever the file's length. Returns the end of the
+    /// stream (its `last_chunk` was already given to `on_chunk`; its `events`
+    /// close a segment still open at a chunk boundary).
+    ///
+    /// # Errors
+    /// As [`Vad::process_wav`]; the stream is reset either way.
+    pub fn stream<R: Read>(
+        &mut self,
+        audio: &mut AudioStream<R>,
+        mut on_chunk: impl FnMut(&ChunkResult),
+    ) -> Result<StreamEnd, VadError> {
+        self.reset()?;
+        let mut block = Vec::new();
+        loop {
+            let more = audio.next_block(&mut block).and_then(|more| {
+                self.push(&block, &mut on_chunk)?;
+                Ok(more)
+            });
+            match more {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    let _ = self.reset();
+                    return Err(e);
+                }
+            }
+        }
+        let end = self.finish()?;
+        if let Some(r) = &end.last_chunk {
+            on_chunk(r);
+        }
+        Ok(end)
     }
 
     /// The self-test the bundle this was opened from carries, if any (read from the

@@ -1,7 +1,9 @@
 //! The segment logic alone against the package's
 //! `get_speech_timestamps_from_probs` (silero-vad 6.2.3) on seeded random
 //! probability sequences with several parameter sets
-//! (`golden/segments_synthetic.json`, written by `golden/reference.py`).
+//! (`golden/segments_synthetic.json`, and `golden/segments_low_threshold.json`
+//! for speech thresholds at and below 0.01, where the package's exit threshold
+//! is at or above the speech threshold; both written by `golden/reference.py`).
 //! Exact equality: the same integer sample arithmetic.
 
 use serde_json::Value;
@@ -9,11 +11,25 @@ use tether_vad::{SegmentEvent, SegmentTracker, SpeechSegment, VadConfig};
 
 #[test]
 fn tracker_equals_get_speech_timestamps_from_probs() {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/segments_synthetic.json");
+    let total = check_golden("segments_synthetic.json", 30);
+    assert!(total > 100);
+}
+
+#[test]
+fn low_thresholds_equal_the_package() {
+    let total = check_golden("segments_low_threshold.json", 20);
+    assert!(total > 20);
+}
+
+/// Every case of `golden/<file>` (at least `min_cases`) through the tracker; returns the
+/// number of segments compared.
+fn check_golden(file: &str, min_cases: usize) -> usize {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(file);
     let doc: Value = serde_json::from_slice(&std::fs::read(path).expect("golden")).expect("JSON");
     let cases = doc["cases"].as_array().expect("cases");
-    assert!(cases.len() >= 30);
+    assert!(cases.len() >= min_cases);
     let mut total = 0;
     for (n, case) in cases.iter().enumerate() {
         let p = &case["params"];
@@ -64,6 +80,6 @@ fn tracker_equals_get_speech_timestamps_from_probs() {
         assert_eq!(starts, want.len(), "case {n}: one Start per kept segment");
         total += want.len();
     }
-    println!("{} cases, {total} segments, all equal", cases.len());
-    assert!(total > 100);
+    println!("{file}: {} cases, {total} segments, all equal", cases.len());
+    total
 }

@@ -34,10 +34,12 @@ use tether_family::family::{
     Execution, Family, Input, InputSource, MappedIo, Precision, RunOptions, SyncPolicy,
 };
 
+use crate::cli::run::ThreadsArg;
 use crate::cli::run::{open_runner, write_atomic};
 use crate::cli::{OutputError, escape};
 use crate::outln;
-use machine::{Machine, default_threads};
+use machine::Machine;
+pub(crate) use machine::default_threads;
 use plot::{PlotFormat, plot_format};
 use report::Summary;
 use stats::{BEYOND_FLOOR_OFFSET_NS, Stage};
@@ -97,10 +99,8 @@ pub struct BenchArgs {
     /// `fp16`. The CPU engine computes in fp32.
     #[arg(long, default_value = "fp32", value_parser = super::run::parse_precision)]
     precision: Precision,
-    /// Threads of the CPU engine. Default: the cores this process may run on, or 1 when it
-    /// runs under a real-time scheduling policy or only on isolated cores (`isolcpus`).
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1024))]
-    threads: Option<u64>,
+    #[command(flatten)]
+    threads: ThreadsArg,
     /// Print JSON to stdout, or write it to FILE (atomically).
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<PathBuf>,
@@ -171,10 +171,7 @@ fn check_output(path: &Path) -> Result<()> {
 /// Run `tether bench`: check the outputs, open the variants and prepare them on the input,
 /// warm up, time the runs, then write the JSON, the plot and the text report.
 pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
-    let (threads, threads_why) = match a.threads {
-        Some(n) => (n as usize, "--threads"),
-        None => default_threads(),
-    };
+    let (threads, threads_why) = a.threads.resolve();
     let Some(input) = &a.input else {
         if let Some(p) = a.json.as_ref().filter(|p| p.as_os_str() != "-") {
             check_output(p)?;
@@ -369,7 +366,7 @@ fn write_report(
     plot: Option<&(PathBuf, PlotFormat)>,
     show: bool,
 ) -> Result<()> {
-    let doc = summary.json();
+    let doc = crate::cli::tidy(summary.json());
     match &a.json {
         Some(p) if p.as_os_str() != "-" => {
             write_atomic(p, serde_json::to_string_pretty(&doc)?.as_bytes())?;
