@@ -1,0 +1,1082 @@
+//! The C API from C, on real bundles: `tests/c/api_test.c` compiled with the system `cc`
+//! against the built shared library (cargo's `deps/libtether_capi.so`, linked as
+//! `libtether.so`, its SONAME, as installed), its results compared with `tether run --json` on the
+//! same inputs (detection on astronaut.png with the nudenet YOLOv8n 320 ONNX, VAD on
+//! Front_Center.wav, embeddings of a few sentences), the error paths' statuses and
+//! messages, the same program under AddressSanitizer + UndefinedBehaviorSanitizer (no
+//! report), and the allocations of `tether_detect` counted from C against the Rust
+//! detector's on the same frame. The C++ wrapper (`tests/cpp/wrapper_test.cpp`) and the
+//! C++ fixed-rate example (`examples/cpp/detect_loop.cpp`, its detections against the CLI's,
+//! Ctrl-C) are built with `c++ -std=c++17` and run the same way.
+//!
+//! Needs `target/<profile>/tether` (the CLI; `cargo test --workspace` builds it, else
+//! `cargo build --release --bin tether`) and the assets (`tests/fetch-assets`). Without
+//! `cc` or `c++`, or when `cc` builds for another architecture than this test's (a cross
+//! build run under emulation), every test is reported ignored with the reason, never passed.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, OnceLock};
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use serde_json::Value;
+
+// ------------------------------------------------------------------ allocation counter
+
+/// Counts the heap allocations of the current thread while enabled.
+struct Counting;
+thread_local! {
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+    static ON: Cell<bool> = const { Cell::new(false) };
+}
+fn bump() {
+    let _ = ON.try_with(|on| {
+        if on.get() {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+        }
+    });
+}
+// SAFETY: forwards to the system allocator; the counter uses const thread-locals without
+// destructors, which never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        bump();
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        bump();
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        bump();
+        // SAFETY: forwarded contract.
+        unsafe { System.realloc(p, l, n) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn count_allocs<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    COUNT.with(|c| c.set(0));
+    ON.with(|o| o.set(true));
+    let r = f();
+    ON.with(|o| o.set(false));
+    (r, COUNT.with(Cell::get))
+}
+
+// ------------------------------------------------------------------ environment
+
+/// `target/<profile>/`: where cargo put this test's library and the `tether` CLI.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/c_api-<hash>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(what: &str, o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    text(&o.stdout)
+}
+
+/// Bundles and inputs shared by the tests, made once.
+struct Fixture {
+    dir: PathBuf,
+    tether: PathBuf,
+    detect: PathBuf,
+    vad: PathBuf,
+    embed: PathBuf,
+    truncated: PathBuf,
+    frame: PathBuf,
+    frame_w: u32,
+    frame_h: u32,
+    pcm: PathBuf,
+    texts: PathBuf,
+    llm: PathBuf,
+}
+
+/// This process's scratch folder (bundles, inputs, programs): removed when every test
+/// passed, kept (and named) when one failed.
+fn scratch_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("tether-capi-{}", std::process::id()))
+}
+
+const SENTENCES: &str = "A robot arm picks a red cube from the table.\n\
+                         The weather in Lyon is sunny today.\n\
+                         Grasp the red block on the desk.\n";
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = scratch_dir();
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let tether = profile_dir().join("tether");
+        assert!(
+            tether.is_file(),
+            "{} is missing: build the CLI first (`cargo build --release --bin tether`; \
+             `cargo test --workspace` builds it)",
+            tether.display()
+        );
+        let asset = |n: &str| tether_testkit::asset(n).to_string_lossy().into_owned();
+        let build = |out: &Path, args: &[&str]| {
+            let o = run(Command::new(&tether)
+                .arg("build")
+                .args(args)
+                .arg("-o")
+                .arg(out)
+                .env_remove("RUST_LOG"));
+            ok(&format!("tether build {args:?}"), &o);
+        };
+        let detect = dir.join("detect.bundle");
+        build(
+            &detect,
+            &[
+                "--family",
+                "detect",
+                "--onnx",
+                &asset("320n.onnx"),
+                "--input-size",
+                "320",
+            ],
+        );
+        let vad = dir.join("vad.bundle");
+        build(
+            &vad,
+            &[
+                "--family",
+                "vad",
+                "--onnx",
+                &asset("silero_vad_op18_ifless.onnx"),
+            ],
+        );
+        let embed = dir.join("embed.bundle");
+        build(
+            &embed,
+            &[
+                "--family",
+                "embed",
+                "--onnx",
+                &asset("all-minilm-l6-v2-int8.onnx"),
+                "--tokenizer",
+                &asset("all-minilm-l6-v2-tokenizer.json"),
+            ],
+        );
+        let llm = dir.join("llm.bundle");
+        build(
+            &llm,
+            &[
+                "--family",
+                "llm",
+                "--gguf",
+                &asset("SmolLM2-135M-Instruct.Q4_1.gguf"),
+            ],
+        );
+        let bytes = std::fs::read(&detect).expect("detect bundle");
+        let truncated = dir.join("truncated.bundle");
+        std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("truncated bundle");
+
+        let img = image::open(asset("astronaut.png"))
+            .expect("astronaut.png")
+            .to_rgb8();
+        let frame = dir.join("astronaut.rgb");
+        std::fs::write(&frame, img.as_raw()).expect("frame");
+        let audio = tether_vad::read_wav(asset("Front_Center.wav")).expect("wav");
+        let pcm = dir.join("front_center_16k.f32");
+        let raw: Vec<u8> = audio.samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+        std::fs::write(&pcm, raw).expect("pcm");
+        let texts = dir.join("sentences.txt");
+        std::fs::write(&texts, SENTENCES).expect("texts");
+        Fixture {
+            dir,
+            tether,
+            detect,
+            vad,
+            embed,
+            truncated,
+            frame,
+            frame_w: img.width(),
+            frame_h: img.height(),
+            pcm,
+            texts,
+            llm,
+        }
+    })
+}
+
+/// `tether run BUNDLE INPUT --json EXTRA...`: the first result's `result` object.
+fn cli_result(bundle: &Path, input: &Path, extra: &[&str]) -> Value {
+    cli_doc(bundle, input, extra)["results"][0]["result"].clone()
+}
+
+/// `tether run BUNDLE INPUT --json EXTRA...`: the whole document.
+fn cli_doc(bundle: &Path, input: &Path, extra: &[&str]) -> Value {
+    let f = fixture();
+    let o = run(Command::new(&f.tether)
+        .arg("run")
+        .arg(bundle)
+        .arg(input)
+        .arg("--json")
+        .args(extra)
+        .env_remove("RUST_LOG"));
+    serde_json::from_str(&ok("tether run --json", &o)).expect("CLI JSON")
+}
+
+/// Compiler flags of the program variants.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Variant {
+    Plain,
+    Sanitized,
+    CountingAllocs,
+    /// `tests/cpp/wrapper_test.cpp` (C++17).
+    CppWrapper,
+    /// `examples/cpp/detect_loop.cpp` (C++17, -O2).
+    CppDetectLoop,
+}
+
+/// The folder where the shared library is `libtether.so` (as `install.sh` lays it out): a
+/// link to the `libtether_capi.so` cargo built for this test, next to the test executable.
+fn lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        let built = exe.with_file_name("libtether_capi.so");
+        assert!(
+            built.is_file(),
+            "{} is missing (cargo builds it with this test)",
+            built.display()
+        );
+        let dir = fixture().dir.join("lib");
+        std::fs::create_dir_all(&dir).expect("lib dir");
+        let link = dir.join("libtether.so");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&built, &link).expect("link libtether.so");
+        dir
+    })
+}
+
+/// Compile `tests/c/api_test.c` (once per variant) against the built library.
+fn program(v: Variant) -> PathBuf {
+    static PROGRAMS: OnceLock<std::sync::Mutex<Vec<(Variant, PathBuf)>>> = OnceLock::new();
+    let list = PROGRAMS.get_or_init(Default::default);
+    let mut list = list.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = list.iter().find(|(k, _)| *k == v) {
+        return p.clone();
+    }
+    let f = fixture();
+    let lib = lib_dir();
+    let out = f.dir.join(format!("api_test_{v:?}"));
+    let mut cmd = match v {
+        Variant::CppWrapper | Variant::CppDetectLoop => {
+            let src = if v == Variant::CppWrapper {
+                crate_dir().join("tests/cpp/wrapper_test.cpp")
+            } else {
+                crate_dir().join("../examples/cpp/detect_loop.cpp")
+            };
+            let mut cmd = Command::new("c++");
+            cmd.args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"])
+                .arg("-I")
+                .arg(crate_dir().join("include"))
+                .arg(src);
+            cmd
+        }
+        _ => {
+            let mut cmd = Command::new("cc");
+            cmd.args([
+                "-std=c11",
+                "-D_POSIX_C_SOURCE=200809L",
+                "-pthread",
+                "-O1",
+                "-g",
+            ])
+            .args(["-Wall", "-Wextra", "-Werror"])
+            .arg("-I")
+            .arg(crate_dir().join("include"))
+            .arg(crate_dir().join("tests/c/api_test.c"));
+            cmd
+        }
+    };
+    match v {
+        Variant::Plain | Variant::CppWrapper | Variant::CppDetectLoop => {}
+        Variant::Sanitized => {
+            cmd.args([
+                "-fsanitize=address,undefined",
+                "-fno-sanitize-recover=undefined",
+                "-fno-omit-frame-pointer",
+            ]);
+        }
+        Variant::CountingAllocs => {
+            cmd.arg("-DTETHER_COUNT_ALLOCS")
+                .arg(crate_dir().join("tests/c/alloc_count.c"));
+        }
+    }
+    cmd.arg("-L")
+        .arg(lib)
+        .arg("-ltether")
+        // RPATH, not RUNPATH: found before LD_LIBRARY_PATH (cargo's points at target/).
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-Wl,--disable-new-dtags")
+        .arg("-o")
+        .arg(&out);
+    ok(&format!("compiling {v:?}"), &run(&mut cmd));
+    list.push((v, out.clone()));
+    out
+}
+
+/// Run the program (the variant's); under the sanitizers any report fails the run (exit
+/// code 23).
+fn api_test(v: Variant, args: &[&dyn AsRef<std::ffi::OsStr>]) -> String {
+    let mut cmd = Command::new(program(v));
+    for a in args {
+        cmd.arg(a);
+    }
+    cmd.env_remove("RUST_LOG");
+    if v == Variant::Sanitized {
+        cmd.env(
+            "ASAN_OPTIONS",
+            "detect_leaks=1:exitcode=23:abort_on_error=0:halt_on_error=1",
+        )
+        .env(
+            "UBSAN_OPTIONS",
+            "print_stacktrace=1:halt_on_error=1:exitcode=23",
+        )
+        .env("LSAN_OPTIONS", "exitcode=23");
+    }
+    let o = run(&mut cmd);
+    let err = text(&o.stderr);
+    assert!(
+        !err.contains("ERROR: AddressSanitizer")
+            && !err.contains("ERROR: LeakSanitizer")
+            && !err.contains("runtime error:"),
+        "sanitizer report:\n{err}"
+    );
+    ok(&format!("api_test {v:?}"), &o)
+}
+
+fn json(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+fn f32_of(v: &Value) -> f32 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}")) as f32
+}
+
+// ------------------------------------------------------------------ the checks
+
+/// Detections as (class_id, class_name, score, box), f32 as the library computed them.
+fn detections(v: &Value) -> Vec<(u64, String, f32, [f32; 4])> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a detection list: {v}"))
+        .iter()
+        .map(|d| {
+            let b = d["box"].as_array().expect("box");
+            (
+                d["class_id"].as_u64().expect("class_id"),
+                d["class_name"].as_str().expect("class_name").to_string(),
+                f32_of(&d["score"]),
+                [f32_of(&b[0]), f32_of(&b[1]), f32_of(&b[2]), f32_of(&b[3])],
+            )
+        })
+        .collect()
+}
+
+fn detect_matches_cli(v: Variant) {
+    let f = fixture();
+    let (w, h) = (f.frame_w.to_string(), f.frame_h.to_string());
+    let c = json(&api_test(v, &[&"detect", &f.detect, &f.frame, &w, &h]));
+    let doc = cli_doc(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    let cli = &doc["results"][0]["result"];
+    let want = detections(&cli["detections"]);
+    assert!(!want.is_empty(), "the CLI found nothing: {cli}");
+    assert_eq!(c["engine"], doc["engines"]["model"], "engine");
+    for way in ["rgb", "bgr_pitched", "staged", "memory"] {
+        assert_eq!(
+            detections(&c[way]),
+            want,
+            "C API ({way}) vs tether run --json"
+        );
+    }
+}
+
+fn vad_matches_cli(v: Variant) {
+    let f = fixture();
+    let c = json(&api_test(v, &[&"vad", &f.vad, &f.pcm]));
+    let cli = cli_result(&f.vad, &tether_testkit::asset("Front_Center.wav"), &[]);
+    let probs = |v: &Value| -> Vec<f32> {
+        v.as_array()
+            .expect("probabilities")
+            .iter()
+            .map(f32_of)
+            .collect()
+    };
+    let want = probs(&cli["probabilities"]);
+    let want_segments: Vec<[u64; 2]> = cli["segments"]
+        .as_array()
+        .expect("segments")
+        .iter()
+        .map(|s| {
+            [
+                s["start_sample"].as_u64().unwrap(),
+                s["end_sample"].as_u64().unwrap(),
+            ]
+        })
+        .collect();
+    assert!(want.len() > 10 && !want_segments.is_empty(), "{cli}");
+    for pass in ["first", "after_reset"] {
+        assert_eq!(
+            probs(&c[pass]["probabilities"]),
+            want,
+            "{pass}: probabilities"
+        );
+        let segs: Vec<[u64; 2]> = serde_json::from_value(c[pass]["segments"].clone()).unwrap();
+        assert_eq!(segs, want_segments, "{pass}: segments");
+        assert_eq!(c[pass]["samples"], cli["samples_16k"], "{pass}: samples");
+    }
+}
+
+fn embed_matches_cli(v: Variant) {
+    let f = fixture();
+    let c = json(&api_test(v, &[&"embed", &f.embed, &f.texts]));
+    let cli = cli_result(&f.embed, &f.texts, &[]);
+    let vecs =
+        |v: &Value| -> Vec<f32> { v.as_array().expect("vector").iter().map(f32_of).collect() };
+    let texts = cli["texts"].as_array().expect("texts");
+    assert_eq!(texts.len(), SENTENCES.lines().count());
+    let got = c["embeddings"].as_array().expect("embeddings");
+    assert_eq!(got.len(), texts.len());
+    assert_eq!(c["dim"], 384);
+    for (i, t) in texts.iter().enumerate() {
+        assert_eq!(vecs(&got[i]), vecs(&t["embedding"]), "embedding {i}");
+    }
+}
+
+/// Every error case: its status and the words its message must contain.
+fn error_paths(v: Variant) {
+    let f = fixture();
+    let junk = tether_testkit::asset("astronaut.png");
+    let out = api_test(
+        v,
+        &[&"errors", &f.detect, &f.vad, &f.embed, &f.truncated, &junk],
+    );
+    let cases: Vec<Value> = out.lines().map(json).collect();
+    let get = |name: &str| -> &Value {
+        cases
+            .iter()
+            .find(|c| c["case"] == name)
+            .unwrap_or_else(|| panic!("no case {name} in:\n{out}"))
+    };
+    let truncated = f.truncated.display().to_string();
+    let junk = junk.display().to_string();
+    #[rustfmt::skip]
+    let expect: &[(&str, &str, &[&str])] = &[
+        ("open_missing", "TETHER_ERR_IO", &["/nonexistent/dir/missing.bundle", "No such file"]),
+        ("open_truncated", "TETHER_ERR_BUNDLE", &["truncated"]),
+        ("open_not_a_bundle", "TETHER_ERR_BUNDLE", &["not a tether bundle"]),
+        ("open_memory_truncated", "TETHER_ERR_BUNDLE", &["truncated"]),
+        ("open_null_path", "TETHER_ERR_INVALID_ARGUMENT", &["`path` is null"]),
+        ("open_null_out", "TETHER_ERR_INVALID_ARGUMENT", &["`out` is null"]),
+        ("open_memory_null", "TETHER_ERR_INVALID_ARGUMENT", &["`data` is null"]),
+        ("options_small_struct", "TETHER_ERR_INVALID_ARGUMENT", &["struct_size is 8", "tether_options_init"]),
+        ("options_bad_device", "TETHER_ERR_INVALID_ARGUMENT", &["device is 7"]),
+        ("options_init_null", "TETHER_ERR_INVALID_ARGUMENT", &["`options` is null"]),
+        ("detect_on_vad", "TETHER_ERR_WRONG_FAMILY", &["`tether_detect` needs a `detect` model", "`vad` bundle"]),
+        ("vad_on_detect", "TETHER_ERR_WRONG_FAMILY", &["`tether_vad_push` needs a `vad` model", "`detect` bundle `320n`"]),
+        ("embed_on_detect", "TETHER_ERR_WRONG_FAMILY", &["`tether_embed` needs a `embed` model"]),
+        ("detect_null_model", "TETHER_ERR_INVALID_ARGUMENT", &["`model` is null"]),
+        ("detect_null_image", "TETHER_ERR_INVALID_ARGUMENT", &["`image` is null"]),
+        ("detect_null_count", "TETHER_ERR_INVALID_ARGUMENT", &["`count` is null"]),
+        ("detect_null_array", "TETHER_ERR_INVALID_ARGUMENT", &["`detections` is null"]),
+        ("detect_small_pitch", "TETHER_ERR_INVALID_ARGUMENT", &["pitch is 10 bytes", "192 bytes"]),
+        ("detect_bad_format", "TETHER_ERR_INVALID_ARGUMENT", &["format is 99"]),
+        ("detect_zero_width", "TETHER_ERR_INVALID_ARGUMENT", &["width is 0"]),
+        ("detect_null_data", "TETHER_ERR_INVALID_ARGUMENT", &["`image.data` is null"]),
+        ("staging_before_prepare", "TETHER_ERR_STATE", &["prepare"]),
+        ("staged_before_prepare", "TETHER_ERR_STATE", &["prepare"]),
+        ("class_name_out_of_range", "TETHER_ERR_INVALID_ARGUMENT", &["class_id 100000", "18 classes"]),
+        ("detect_count_query", "TETHER_OK", &[]),
+        ("vad_bad_rate", "TETHER_ERR_INVALID_ARGUMENT", &["48000 Hz", "16000 Hz"]),
+        ("vad_small_array", "TETHER_ERR_CAPACITY", &["VAD chunks", "holds 2, 4 needed"]),
+        ("vad_null_samples", "TETHER_ERR_INVALID_ARGUMENT", &["`samples` is null"]),
+        ("embed_not_utf8", "TETHER_ERR_INVALID_ARGUMENT", &["texts[1] is not UTF-8", "offset 4"]),
+        ("embed_small_array", "TETHER_ERR_CAPACITY", &["holds 100, 384 needed"]),
+        ("embed_dim_null", "TETHER_ERR_INVALID_ARGUMENT", &["`dim` is null"]),
+    ];
+    for (name, status, words) in expect {
+        let c = get(name);
+        assert_eq!(c["status"], *status, "{name}: {c}");
+        let msg = c["message"].as_str().unwrap_or_default();
+        for w in *words {
+            assert!(msg.contains(w), "{name}: message {msg:?} lacks {w:?}");
+        }
+    }
+    // A failed open leaves a null handle.
+    for name in [
+        "open_missing",
+        "open_truncated",
+        "open_not_a_bundle",
+        "open_memory_truncated",
+    ] {
+        assert_eq!(get(name)["extra"], 1, "{name}: *out not reset to null");
+    }
+    // Opening errors name the file, as the CLI's do (`loading PATH: ...`).
+    for (name, path) in [("open_truncated", &truncated), ("open_not_a_bundle", &junk)] {
+        let msg = get(name)["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.starts_with(&format!("loading {path}: ")),
+            "{name}: {msg}"
+        );
+    }
+    // The count query reports without writing; the too-small VAD array says how many.
+    assert_eq!(get("vad_small_array")["extra"], 4);
+    // The copy variant: cut to the buffer, the full length needed.
+    let copy = get("last_error_copy");
+    assert_eq!(copy["status"], "TETHER_ERR_CAPACITY");
+    let dim_msg = get("embed_dim_null")["message"].as_str().unwrap();
+    assert_eq!(copy["extra"], dim_msg.len() + 1);
+    assert_eq!(copy["message"], dim_msg[..7]);
+}
+
+const PROMPT: &str = "What is a robot?";
+
+/// Greedy generation streamed through the callback equals `tether run --prompt ...
+/// --temperature 0` (the same chat template, text and token ids).
+fn generate_matches_cli(v: Variant) {
+    let f = fixture();
+    let c = json(&api_test(v, &[&"generate", &f.llm, &PROMPT, &"24"]));
+    let o = run(Command::new(&f.tether)
+        .arg("run")
+        .arg(&f.llm)
+        .args([
+            "--prompt",
+            PROMPT,
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "24",
+        ])
+        .args(["--threads", "1", "--json"])
+        .env_remove("RUST_LOG"));
+    let v: Value = serde_json::from_str(&ok("tether run --prompt", &o)).expect("CLI JSON");
+    let cli = &v["results"][0]["result"];
+    assert_eq!(c["text"], cli["text"], "text");
+    assert_eq!(c["tokens"], cli["tokens"], "token ids");
+    assert_eq!(
+        c["prompt_tokens"],
+        cli["prompt_tokens"].as_array().expect("prompt").len()
+    );
+    let finish = ["stop", "length", "cancelled"][c["finish_reason"].as_u64().unwrap() as usize];
+    assert_eq!(finish, cli["finish_reason"], "finish reason");
+}
+
+/// Cancel from the callback (exactly 3 tokens) and from another thread; the next request
+/// runs to its end; errors of the generator.
+fn generate_cancel(v: Variant) {
+    let f = fixture();
+    let c = json(&api_test(v, &[&"generate_cancel", &f.llm, &PROMPT]));
+    let cb = &c["callback"];
+    assert_eq!(cb["status"], "TETHER_ERR_CANCELLED", "{c}");
+    assert_eq!(
+        (cb["finish_reason"].clone(), cb["generated_tokens"].clone()),
+        (2.into(), 3.into()),
+        "{c}"
+    );
+    assert_eq!(cb["tokens"].as_array().unwrap().len(), 3, "{c}");
+    assert_eq!(cb["message"], "generation cancelled after 3 tokens");
+    let th = &c["thread"];
+    assert_eq!(th["status"], "TETHER_ERR_CANCELLED", "{c}");
+    assert!(th["generated_tokens"].as_u64().unwrap() < 200, "{c}");
+    assert_eq!(c["after"]["status"], "TETHER_OK", "{c}");
+    assert_eq!(c["after"]["generated_tokens"], 4, "{c}");
+    #[rustfmt::skip]
+    let expect: &[(&str, &str, &str)] = &[
+        ("not_utf8", "TETHER_ERR_INVALID_ARGUMENT", "prompt is not UTF-8: invalid byte at offset 0"),
+        ("zero_max_tokens", "TETHER_ERR_INVALID_ARGUMENT", "max_tokens is 0"),
+        ("open_missing", "TETHER_ERR_IO", "loading /nonexistent/model.gguf: "),
+        ("cancel_null", "TETHER_ERR_INVALID_ARGUMENT", "`generator` is null"),
+    ];
+    for (name, status, words) in expect {
+        assert_eq!(c[name]["status"], *status, "{name}: {c}");
+        assert!(
+            c[name]["message"].as_str().unwrap().contains(words),
+            "{name}: {c}"
+        );
+    }
+}
+
+/// A result array too small on a real frame: the status says so, `count` is the number
+/// found, the best ones are written.
+fn small_result_array(v: Variant) {
+    let f = fixture();
+    let (w, h) = (f.frame_w.to_string(), f.frame_h.to_string());
+    let c = json(&api_test(
+        v,
+        &[&"detect_small", &f.detect, &f.frame, &w, &h],
+    ));
+    let all = detections(&c["all"]);
+    assert!(!all.is_empty());
+    assert_eq!(c["status"], "TETHER_ERR_CAPACITY", "{c}");
+    assert_eq!(c["count"], all.len());
+    let msg = c["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!(
+            "detections: the array holds {}, {} needed",
+            all.len() - 1,
+            all.len()
+        )),
+        "{msg}"
+    );
+    assert_eq!(detections(&c["written"]), all[..all.len() - 1]);
+}
+
+/// `tether_detect` and `tether_detect_staged` allocate, per call after warm-up, exactly
+/// what the Rust detector allocates for the same frame (the C layer adds nothing: 0 on a
+/// GPU, where the detector allocates nothing; on the CPU tract's own intermediates), and
+/// the same number every call.
+fn detect_allocations() {
+    let f = fixture();
+    let (w, h) = (f.frame_w.to_string(), f.frame_h.to_string());
+    let c = json(&api_test(
+        Variant::CountingAllocs,
+        &[&"alloc", &f.detect, &f.frame, &w, &h],
+    ));
+    let counts = |k: &str| -> Vec<u64> { serde_json::from_value(c[k].clone()).expect("counts") };
+    let (c_detect, c_staged) = (counts("detect"), counts("staged"));
+
+    use tether_detect::{Detector, FrameSpec, ImageView, PixelFormat};
+    let mut det = Detector::load(&f.detect).expect("detector");
+    let rgb = std::fs::read(&f.frame).expect("frame");
+    let view = ImageView::new(&rgb, f.frame_w, f.frame_h, PixelFormat::Rgb8).expect("view");
+    det.prepare(FrameSpec::packed(f.frame_w, f.frame_h, PixelFormat::Rgb8))
+        .expect("prepare");
+    det.staging_mut().expect("staging").copy_from_slice(&rgb);
+    for _ in 0..5 {
+        det.detect_prepared(&view).expect("detect");
+        det.detect_staged().expect("staged");
+    }
+    let rust_detect: Vec<u64> = (0..20)
+        .map(|_| count_allocs(|| det.detect_prepared(&view).map(|d| d.len())).1)
+        .collect();
+    let rust_staged: Vec<u64> = (0..20)
+        .map(|_| count_allocs(|| det.detect_staged().map(|d| d.len())).1)
+        .collect();
+    println!(
+        "allocations per call after warm-up: C tether_detect {c_detect:?}, Rust detect_prepared {rust_detect:?}; \
+         C tether_detect_staged {c_staged:?}, Rust detect_staged {rust_staged:?}"
+    );
+    let steady = |v: &[u64], what: &str| {
+        let (lo, hi) = (v.iter().min().unwrap(), v.iter().max().unwrap());
+        assert_eq!(lo, hi, "{what}: allocations per call vary: {v:?}");
+        *lo
+    };
+    assert_eq!(
+        steady(&c_detect, "C tether_detect"),
+        steady(&rust_detect, "Rust detect_prepared"),
+        "tether_detect allocates more than the detector"
+    );
+    assert_eq!(
+        steady(&c_staged, "C tether_detect_staged"),
+        steady(&rust_staged, "Rust detect_staged"),
+        "tether_detect_staged allocates more than the detector"
+    );
+}
+
+/// The C++ wrapper: exceptions carry the status and the message, handles move, results
+/// as through C.
+fn cpp_wrapper() {
+    let f = fixture();
+    let (w, h) = (f.frame_w.to_string(), f.frame_h.to_string());
+    let c = json(&api_test(
+        Variant::CppWrapper,
+        &[&f.detect, &f.vad, &f.embed, &f.frame, &w, &h, &f.llm],
+    ));
+    assert_eq!(c["missing"]["status"], "TETHER_ERR_IO", "{c}");
+    assert!(
+        c["missing"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/missing.bundle"),
+        "{c}"
+    );
+    assert_eq!(
+        c["wrong_family"]["status"], "TETHER_ERR_WRONG_FAMILY",
+        "{c}"
+    );
+    assert!(
+        c["wrong_family"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is a `detect` bundle, not a `vad` bundle"),
+        "{c}"
+    );
+    let cli = cli_result(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    let want = detections(&cli["detections"]);
+    assert_eq!(c["detections"], want.len(), "{c}");
+    assert_eq!(c["first_class"], want[0].1.as_str(), "{c}");
+    assert_eq!(c["capacity"], "TETHER_ERR_CAPACITY", "{c}");
+    // 1600 samples: 3 chunks pushed, the 64 left over run by finish.
+    assert_eq!(
+        (
+            c["vad_chunks"].clone(),
+            c["vad_last"].clone(),
+            c["vad_samples"].clone()
+        ),
+        (3.into(), 1.into(), 1600.into())
+    );
+    assert_eq!(c["embed_dim"], 384);
+    assert!(
+        (c["embed_norm"].as_f64().unwrap() - 1.0).abs() < 1e-5,
+        "{c}"
+    );
+}
+
+/// The C++ fixed-rate loop: its last frame's detections equal the CLI's.
+fn cpp_detect_loop_matches_cli() {
+    let f = fixture();
+    let size = format!("{}x{}", f.frame_w, f.frame_h);
+    let c = json(&api_test(
+        Variant::CppDetectLoop,
+        &[
+            &f.detect,
+            &"--raw",
+            &f.frame,
+            &"--size",
+            &size,
+            &"--frames",
+            &"3",
+            &"--json",
+        ],
+    ));
+    assert_eq!(c["frames"], 3, "{c}");
+    assert_eq!(c["stopped_by_signal"], false, "{c}");
+    let misses = c["deadline_misses"].as_u64().expect("misses");
+    assert!(misses <= 3, "{c}");
+    let cli = cli_result(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    assert_eq!(detections(&c["detections"]), detections(&cli["detections"]));
+}
+
+/// Ctrl-C stops the endless loop cleanly: exit 0 and the summary.
+fn cpp_detect_loop_sigint() {
+    let f = fixture();
+    let exe = program(Variant::CppDetectLoop);
+    let child = Command::new(&exe)
+        .arg(&f.detect)
+        .arg("--json")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn detect_loop");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let kill = run(Command::new("kill").arg("-INT").arg(child.id().to_string()));
+    ok("kill -INT", &kill);
+    let o = child.wait_with_output().expect("wait detect_loop");
+    let c = json(&ok("detect_loop (SIGINT)", &o));
+    assert_eq!(c["stopped_by_signal"], true, "{c}");
+    assert!(c["frames"].as_u64().unwrap() > 0, "{c}");
+}
+
+/// `capi/install.sh PREFIX --from <this test's deps dir>`, once: the installed layout.
+fn installed() -> &'static Path {
+    static PREFIX: OnceLock<PathBuf> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let prefix = fixture().dir.join("prefix");
+        let deps = std::env::current_exe()
+            .expect("test executable path")
+            .parent()
+            .expect("deps dir")
+            .to_path_buf();
+        let o = run(Command::new("bash")
+            .arg(crate_dir().join("install.sh"))
+            .arg(&prefix)
+            .arg("--from")
+            .arg(&deps));
+        ok("capi/install.sh", &o);
+        for f in [
+            "include/tether/tether.h",
+            "include/tether/tether.hpp",
+            "lib/libtether.so",
+            "lib/libtether.a",
+            "lib/cmake/tether/tetherConfig.cmake",
+            "lib/cmake/tether/tetherConfigVersion.cmake",
+            "lib/pkgconfig/tether.pc",
+        ] {
+            assert!(prefix.join(f).is_file(), "install.sh did not install {f}");
+        }
+        prefix
+    })
+}
+
+/// Run an installed consumer of detect_loop on the test frame; its detections equal the
+/// CLI's.
+fn consumer_matches_cli(exe: &Path) {
+    let f = fixture();
+    let size = format!("{}x{}", f.frame_w, f.frame_h);
+    let o = run(Command::new(exe)
+        .arg(&f.detect)
+        .args(["--raw"])
+        .arg(&f.frame)
+        .args(["--size", &size, "--frames", "2", "--json"]));
+    let c = json(&ok(&exe.display().to_string(), &o));
+    let cli = cli_result(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    assert_eq!(
+        detections(&c["detections"]),
+        detections(&cli["detections"]),
+        "{}",
+        exe.display()
+    );
+}
+
+/// `pkg-config --cflags --libs tether` builds the C++ example against the install.
+fn install_pkg_config() {
+    let prefix = installed();
+    let pc = run(Command::new("pkg-config")
+        .args(["--cflags", "--libs", "tether"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")));
+    let flags = ok("pkg-config tether", &pc);
+    let exe = fixture().dir.join("detect_loop_pkg_config");
+    let o = run(Command::new("c++")
+        .args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"])
+        .arg(crate_dir().join("../examples/cpp/detect_loop.cpp"))
+        .args(flags.split_whitespace())
+        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
+        .arg("-Wl,--disable-new-dtags")
+        .arg("-o")
+        .arg(&exe));
+    ok("c++ with pkg-config flags", &o);
+    consumer_matches_cli(&exe);
+}
+
+/// `find_package(tether)`: examples/cpp/CMakeLists.txt builds detect_loop against
+/// tether::tether (shared) and tether::tether_static; both run.
+fn install_cmake() {
+    let prefix = installed();
+    let build = fixture().dir.join("cmake-build");
+    let o = run(Command::new("cmake")
+        .arg("-S")
+        .arg(crate_dir().join("../examples/cpp"))
+        .arg("-B")
+        .arg(&build)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
+        .arg("-DCMAKE_BUILD_TYPE=Release"));
+    ok("cmake configure", &o);
+    ok(
+        "cmake --build",
+        &run(Command::new("cmake").arg("--build").arg(&build)),
+    );
+    consumer_matches_cli(&build.join("detect_loop"));
+    consumer_matches_cli(&build.join("detect_loop_static"));
+}
+
+/// Why `tool` cannot be used here, if so.
+fn missing_tool(tool: &str) -> Option<String> {
+    match Command::new(tool).arg("--version").output() {
+        Ok(o) if o.status.success() => None,
+        _ => Some(format!("`{tool}` is not installed")),
+    }
+}
+
+/// `tether_vad_push` of one chunk allocates, per call after warm-up, what the Rust stream's
+/// `Vad::push_chunk` allocates for the same chunks (the C layer adds nothing), every call.
+fn vad_allocations() {
+    let f = fixture();
+    let c = json(&api_test(
+        Variant::CountingAllocs,
+        &[&"alloc_vad", &f.vad, &f.pcm],
+    ));
+    let c_push: Vec<u64> = serde_json::from_value(c["push"].clone()).expect("counts");
+    let audio = tether_vad::read_wav(tether_testkit::asset("Front_Center.wav")).expect("wav");
+    let chunks: Vec<&[f32]> = audio
+        .samples
+        .chunks_exact(tether_vad::CHUNK_SAMPLES)
+        .collect();
+    let mut vad = tether_vad::Vad::load(&f.vad).expect("vad");
+    for i in 0..20 {
+        vad.push_chunk(chunks[i % chunks.len()]).expect("chunk");
+    }
+    let rust: Vec<u64> = (20..60)
+        .map(|i| count_allocs(|| vad.push_chunk(chunks[i % chunks.len()]).map(|r| r.index)).1)
+        .collect();
+    println!(
+        "allocations per chunk after warm-up: C tether_vad_push {c_push:?}, Rust Vad::push_chunk {rust:?}"
+    );
+    let (lo, hi) = (c_push.iter().min().unwrap(), c_push.iter().max().unwrap());
+    assert_eq!(
+        lo, hi,
+        "C tether_vad_push: allocations per call vary: {c_push:?}"
+    );
+    let (rlo, rhi) = (rust.iter().min().unwrap(), rust.iter().max().unwrap());
+    assert_eq!(
+        rlo, rhi,
+        "Rust push_chunk: allocations per call vary: {rust:?}"
+    );
+    assert_eq!(lo, rlo, "tether_vad_push allocates more than the stream");
+}
+
+// ------------------------------------------------------------------ harness
+
+/// Why the C tests cannot run here, if so: `cc` or `c++` missing, or building for another
+/// architecture than the one this test runs as (a cross build run under emulation, as
+/// `cross/ci-aarch64.sh` runs the suite: the host's `cc` cannot link the target's library;
+/// these tests run natively in `./tests/run`).
+fn skip_reason() -> Option<String> {
+    for compiler in ["cc", "c++"] {
+        match Command::new(compiler).arg("-dumpmachine").output() {
+            Ok(o) if o.status.success() => {
+                let machine = text(&o.stdout).trim().to_string();
+                let arch = std::env::consts::ARCH;
+                if !machine.starts_with(arch) {
+                    return Some(format!(
+                        "`{compiler}` builds for {machine}, this test runs as {arch} (a cross \
+                         build under emulation); the C and C++ tests run natively"
+                    ));
+                }
+            }
+            Ok(o) => {
+                return Some(format!(
+                    "`{compiler} -dumpmachine` failed: {}",
+                    text(&o.stderr)
+                ));
+            }
+            Err(e) => {
+                return Some(format!(
+                    "no C/C++ compiler: `{compiler}` cannot be run ({e})"
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let skip = skip_reason();
+    if let Some(why) = &skip {
+        eprintln!("c_api: every test ignored: {why}");
+    }
+    type Check = Arc<dyn Fn() + Send + Sync>;
+    let checks: Vec<(&str, Check)> = vec![
+        (
+            "detect_matches_cli",
+            Arc::new(|| detect_matches_cli(Variant::Plain)),
+        ),
+        (
+            "vad_matches_cli",
+            Arc::new(|| vad_matches_cli(Variant::Plain)),
+        ),
+        (
+            "embed_matches_cli",
+            Arc::new(|| embed_matches_cli(Variant::Plain)),
+        ),
+        ("error_paths", Arc::new(|| error_paths(Variant::Plain))),
+        (
+            "generate_matches_cli",
+            Arc::new(|| generate_matches_cli(Variant::Plain)),
+        ),
+        (
+            "generate_cancel",
+            Arc::new(|| generate_cancel(Variant::Plain)),
+        ),
+        (
+            "small_result_array",
+            Arc::new(|| small_result_array(Variant::Plain)),
+        ),
+        (
+            "detect_allocations_match_rust",
+            Arc::new(detect_allocations),
+        ),
+        ("vad_allocations_match_rust", Arc::new(vad_allocations)),
+        ("cpp::wrapper", Arc::new(cpp_wrapper)),
+        (
+            "cpp::detect_loop_matches_cli",
+            Arc::new(cpp_detect_loop_matches_cli),
+        ),
+        (
+            "cpp::detect_loop_stops_on_sigint",
+            Arc::new(cpp_detect_loop_sigint),
+        ),
+        (
+            "sanitizers::asan_ubsan_no_report",
+            Arc::new(|| {
+                detect_matches_cli(Variant::Sanitized);
+                vad_matches_cli(Variant::Sanitized);
+                embed_matches_cli(Variant::Sanitized);
+                error_paths(Variant::Sanitized);
+                generate_cancel(Variant::Sanitized);
+                small_result_array(Variant::Sanitized);
+            }),
+        ),
+    ];
+    let mut checks: Vec<(&str, Check, Option<String>)> = checks
+        .into_iter()
+        .map(|(name, check)| (name, check, skip.clone()))
+        .collect();
+    // The install layout's consumers need their tools too (each ignored, with the reason,
+    // where its tool is missing).
+    for (name, tool, check) in [
+        (
+            "install::pkg_config",
+            "pkg-config",
+            Arc::new(install_pkg_config) as Check,
+        ),
+        ("install::cmake", "cmake", Arc::new(install_cmake) as Check),
+    ] {
+        let why = skip.clone().or_else(|| missing_tool(tool));
+        if let Some(w) = &why {
+            eprintln!("c_api: {name} ignored: {w}");
+        }
+        checks.push((name, check, why));
+    }
+    let trials = checks
+        .into_iter()
+        .map(|(name, check, why)| {
+            Trial::test(name, move || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check())).map_err(|p| {
+                    Failed::from(
+                        p.downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "panicked".into()),
+                    )
+                })
+            })
+            .with_ignored_flag(why.is_some())
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    let dir = scratch_dir();
+    if dir.exists() {
+        if conclusion.has_failed() {
+            eprintln!("c_api: scratch files kept in {}", dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    conclusion.exit();
+}

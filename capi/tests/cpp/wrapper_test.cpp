@@ -1,0 +1,107 @@
+// The C++ wrapper (tether.hpp) from C++17, driven by capi/tests/c_api.rs:
+//   wrapper_test DETECT_BUNDLE VAD_BUNDLE EMBED_BUNDLE FRAME.rgb WIDTH HEIGHT LLM_BUNDLE
+// prints one JSON object: exceptions' statuses and messages, detections after a move, an
+// embedding's norm, a generation streamed through a lambda, one stopped by it, and an
+// exception thrown by it carried back.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <tether/tether.hpp>
+
+static void print_error(const char *key, const tether::Error &e) {
+    std::printf("\"%s\":{\"status\":\"%s\",\"message\":\"", key, e.status_name());
+    for (const char *c = e.what(); *c; c++) {
+        if (*c == '"' || *c == '\\') std::putchar('\\');
+        std::putchar(*c);
+    }
+    std::printf("\"},");
+}
+
+int main(int argc, char **argv) {
+    if (argc != 8) return 2;
+    std::ifstream f(argv[4], std::ios::binary);
+    std::vector<uint8_t> rgb((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    uint32_t w = uint32_t(std::atoi(argv[5])), h = uint32_t(std::atoi(argv[6]));
+    std::printf("{");
+    try {
+        tether::Detector d("/nonexistent/missing.bundle");
+    } catch (const tether::Error &e) {
+        print_error("missing", e);
+    }
+    try {
+        tether::VoiceActivity v(argv[1]);
+    } catch (const tether::Error &e) {
+        print_error("wrong_family", e);
+    }
+    tether::Detector first(argv[1], tether::Options().device(TETHER_DEVICE_AUTO).threads(1));
+    tether::Detector det = std::move(first); // move-only: `first` is empty now
+    tether::ImageView view{rgb.data(), w, h, std::size_t(w) * 3, TETHER_PIXEL_RGB8};
+    tether::Detection dets[300];
+    std::size_t n = det.detect(view, dets, 300);
+    std::printf("\"detections\":%zu,\"first_class\":\"%s\",", n,
+                n ? std::string(det.class_name(dets[0].class_id)).c_str() : "");
+    try {
+        det.detect(view, dets, 0);
+    } catch (const tether::Error &e) {
+        std::printf("\"capacity\":\"%s\",", e.status_name());
+    }
+    tether::VoiceActivity vad(argv[2]);
+    std::vector<float> silence(1600, 0.0f);
+    tether_vad_chunk chunks[4];
+    std::size_t c = vad.push(silence.data(), silence.size(), 16000, chunks, 4);
+    tether_vad_end end = vad.finish();
+    std::printf("\"vad_chunks\":%zu,\"vad_last\":%u,\"vad_samples\":%llu,", c, end.has_last,
+                (unsigned long long)end.samples);
+    tether::Embedder emb(argv[3]);
+    std::vector<float> e = emb.embed({"A robot arm picks a red cube from the table."});
+    double norm = 0;
+    for (float x : e) norm += double(x) * x;
+    std::printf("\"embed_dim\":%zu,\"embed_norm\":%.6f,", e.size(), std::sqrt(norm));
+
+    tether::Generator gen(argv[7], 1);
+    tether_generate_params p = gen.defaults();
+    p.temperature = 0.0f;
+    p.max_tokens = 24;
+    std::string text;
+    std::vector<int32_t> tokens;
+    tether_generate_result r = gen.generate("What is a robot?", p, [&](std::string_view t, int32_t token) {
+        text += t;
+        if (token >= 0) tokens.push_back(token);
+        return true;
+    });
+    std::printf("\"generated\":%u,\"tokens\":[", r.generated_tokens);
+    for (std::size_t i = 0; i < tokens.size(); i++) std::printf("%s%d", i ? "," : "", tokens[i]);
+    std::printf("],\"text\":\"");
+    for (char c : text) {
+        if (c == '"' || c == '\\') std::putchar('\\');
+        if (c == '\n') {
+            std::printf("\\n");
+            continue;
+        }
+        std::putchar(c);
+    }
+    std::printf("\",");
+    std::size_t seen = 0;
+    try {
+        gen.generate("What is a robot?", p, [&](std::string_view, int32_t) { return ++seen < 2; });
+    } catch (const tether::Error &e) {
+        std::printf("\"stopped\":\"%s\",\"stopped_after\":%zu,", e.status_name(), seen);
+    }
+    try {
+        gen.generate("What is a robot?", p, [&](std::string_view, int32_t) -> bool { throw std::runtime_error("from the lambda"); });
+    } catch (const tether::Error &e) {
+        std::printf("\"rethrown\":\"wrong: %s\"}\n", e.status_name());
+        return 0;
+    } catch (const std::runtime_error &e) {
+        std::printf("\"rethrown\":\"%s\"}\n", e.what());
+        return 0;
+    }
+    std::printf("\"rethrown\":\"nothing\"}\n");
+    return 0;
+}
