@@ -25,7 +25,7 @@
 #   TETHER_CI_EMULATED_TESTS   integration tests (cargo --test names) run under emulation
 #                              besides every unit test (default: the list in step 4)
 #   TETHER_CI_EMULATED_SKIP    tests skipped inside those (default: the native engine's
-#                              host reference on the real detection and OCR networks)
+#                              host reference on the real detection, OCR and MiniLM networks)
 #   TETHER_CI_CARGO_FLAGS      extra cargo flags (default: --locked)
 #   TETHER_NATIVE_BIN          a native tether to compare the E2E output with
 #                              (default: $CARGO_TARGET_DIR/release/tether if it exists)
@@ -169,10 +169,10 @@ if [[ "${TETHER_CI_SKIP_TESTS:-0}" != 1 ]]; then
   #     examples' loops (each test binary over 5 min emulated). Step 5 instead runs real
   #     detection and VAD models end to end here and compares them with the host's output.
   read -r -a EMULATED_TESTS <<< "${TETHER_CI_EMULATED_TESTS-changed_while_open files fuzz_corpus hostile roundtrip scale probe_fixtures compat_table cuda_logic module_select trt_abi trt_standin tract_cpu_recurrent native_reference onnx_mutation segments geometry trtexec bundle checkpoints dequant forward generate reference smollm2}"
-  # Inside those binaries, the native engine's host reference on the real detection and OCR
-  # networks (a single-threaded emulation of every GPU kernel) is named and skipped
+  # Inside those binaries, the native engine's host reference on the real detection, OCR and
+  # MiniLM networks (a single-threaded emulation of every GPU kernel) is named and skipped
   # (`--skip` matches substrings).
-  read -r -a SKIP <<< "${TETHER_CI_EMULATED_SKIP-yolov8n_ ppocr_}"
+  read -r -a SKIP <<< "${TETHER_CI_EMULATED_SKIP-yolov8n_ ppocr_ minilm_int8_matches_tract_cpu}"
   test_args=(--lib --bins)
   for t in "${EMULATED_TESTS[@]}"; do test_args+=(--test "$t"); done
   skip_args=()
