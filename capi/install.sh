@@ -6,7 +6,9 @@
 #   PREFIX/lib/libtether.a
 #   PREFIX/lib/cmake/tether/tetherConfig.cmake, tetherConfigVersion.cmake
 #                                       (find_package(tether): tether::tether, tether::tether_static)
-#   PREFIX/lib/pkgconfig/tether.pc      (pkg-config tether; --static for libtether.a)
+#   PREFIX/lib/pkgconfig/tether.pc      (pkg-config tether; --static adds the system libraries
+#                                       libtether.a needs, but -ltether still picks the .so: see
+#                                       docs/cpp.md)
 #
 # Usage: capi/install.sh PREFIX [--target aarch64-unknown-linux-gnu] [--from DIR]
 #   --target T   cross-build for T (Jetson / DRIVE: aarch64-unknown-linux-gnu; the cross

@@ -173,6 +173,18 @@ fn frame_spec(width: u32, height: u32, pitch: usize, format: u32, what: &str) ->
             format.as_str()
         )));
     }
+    // The staging a prepare allocates is pitch * height bytes: bounded by the largest tight
+    // frame the side limit allows, so that a wrong pitch is refused here instead of ending
+    // the process in a failed allocation.
+    let max = MAX_IMAGE_SIDE as usize * MAX_IMAGE_SIDE as usize * 4;
+    match pitch.checked_mul(height as usize) {
+        Some(bytes) if bytes <= max => {}
+        _ => {
+            return Err(Failure::invalid(format!(
+                "{what}.pitch is {pitch} bytes: pitch * height ({height}) exceeds {max} bytes, the largest frame ({MAX_IMAGE_SIDE} x {MAX_IMAGE_SIDE} x 4 bytes)"
+            )));
+        }
+    }
     Ok(FrameSpec {
         width,
         height,

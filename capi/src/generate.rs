@@ -147,6 +147,12 @@ unsafe fn read_versioned<T: Copy>(p: *const T, default: T, name: &str) -> Result
             "{name}::struct_size is {size}; version 1 is {ours} bytes (call its _init function)"
         )));
     }
+    if size > ours {
+        // A newer header's struct: its extra fields would be ignored silently.
+        return Err(Failure::invalid(format!(
+            "{name}::struct_size is {size}, larger than this library's {ours} bytes (a newer header than the library; link the library the header came from)"
+        )));
+    }
     // SAFETY: at least `ours` readable bytes (checked); the fields we know are a prefix.
     Ok(unsafe { p.read_unaligned() })
 }

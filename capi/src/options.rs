@@ -63,7 +63,8 @@ pub enum tether_staging {
 ///
 /// ABI evolution: later versions only append fields. The library reads the first
 /// `struct_size` bytes and takes defaults for fields beyond them, so a program compiled
-/// against an older header keeps working with a newer library.
+/// against an older header keeps working with a newer library; a `struct_size` larger than
+/// the library's own (a newer header with an older library) is `TETHER_ERR_INVALID_ARGUMENT`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct tether_options {
@@ -146,6 +147,12 @@ pub(crate) unsafe fn read(options: *const tether_options) -> Result<Opened> {
         if size < OPTIONS_V1_SIZE {
             return Err(Failure::invalid(format!(
                 "tether_options::struct_size is {size}; version 1 is {OPTIONS_V1_SIZE} bytes (call tether_options_init)"
+            )));
+        }
+        if size > OPTIONS_V1_SIZE {
+            // A newer header's struct: its extra fields would be ignored silently.
+            return Err(Failure::invalid(format!(
+                "tether_options::struct_size is {size}, larger than this library's {OPTIONS_V1_SIZE} bytes (a newer header than the library; link the library the header came from)"
             )));
         }
         // SAFETY: the caller's struct has at least OPTIONS_V1_SIZE (checked) readable bytes;

@@ -214,6 +214,27 @@ typedef uint32_t tether_family;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// Why a generation ended (`tether_generate_result::finish_reason`).
+enum tether_finish_reason
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // An end-of-generation token.
+  TETHER_FINISH_STOP = 0,
+  // `max_tokens` generated, or the context is full.
+  TETHER_FINISH_LENGTH = 1,
+  // Cancelled: the callback returned nonzero, or `tether_generator_cancel`.
+  TETHER_FINISH_CANCELLED = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum tether_finish_reason tether_finish_reason;
+#else
+typedef uint32_t tether_finish_reason;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // A text generator (an `llm` bundle, a GGUF file or a Hugging Face directory, on the CPU).
 // Opaque; `tether_generator_open`, `tether_generator_close`. Used by one thread at a time,
 // except `tether_generator_cancel`, which any thread may call at any time while the handle
@@ -357,7 +378,8 @@ typedef struct {
 //
 // ABI evolution: later versions only append fields. The library reads the first
 // `struct_size` bytes and takes defaults for fields beyond them, so a program compiled
-// against an older header keeps working with a newer library.
+// against an older header keeps working with a newer library; a `struct_size` larger than
+// the library's own (a newer header with an older library) is `TETHER_ERR_INVALID_ARGUMENT`.
 typedef struct {
   // `sizeof(tether_options)` as the caller compiled it (set by `tether_options_init`).
   // At least the size of the fields up to and including `staging` (version 1).

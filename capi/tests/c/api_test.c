@@ -308,6 +308,10 @@ static int cmd_errors(const char *detect, const char *vad, const char *embed, co
     s = tether_model_open(detect, &options, &m);
     report("options_small_struct", s, 0);
     CHECK(tether_options_init(&options));
+    options.struct_size = 4096;
+    s = tether_model_open(detect, &options, &m);
+    report("options_large_struct", s, m == NULL);
+    CHECK(tether_options_init(&options));
     options.device = 7;
     s = tether_model_open(detect, &options, &m);
     report("options_bad_device", s, 0);
@@ -366,6 +370,12 @@ static int cmd_errors(const char *detect, const char *vad, const char *embed, co
     report("staging_before_prepare", s, 0);
     s = tether_detect_staged(det, dets, 300, &n);
     report("staged_before_prepare", s, 0);
+    /* A pitch whose staging would not fit: refused, and the model stays usable. */
+    s = tether_detect_prepare(det, 10, 10, (size_t)1 << 40, TETHER_PIXEL_RGB8);
+    report("prepare_huge_pitch", s, 0);
+    s = tether_detect_prepare(det, 10, 10, SIZE_MAX, TETHER_PIXEL_RGB8);
+    report("prepare_overflowing_pitch", s, 0);
+    CHECK(tether_detect_prepare(det, 10, 10, 30, TETHER_PIXEL_RGB8));
     const char *name = NULL;
     s = tether_detect_class_name(det, 100000, &name);
     report("class_name_out_of_range", s, 0);
