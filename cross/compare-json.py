@@ -17,7 +17,7 @@ import re
 import sys
 
 IGNORED = re.compile(
-    r"(time|_ms$|_us$|_ns$|^ms$|^us$|elapsed|latency|duration|timestamp|seconds|path|file|host|date|threads)",
+    r"(time|_ms$|_us$|_ns$|^ms$|^us$|elapsed|latency|duration|timestamp|seconds|path|file|host|^date$|_date$|threads)",
     re.IGNORECASE,
 )
 
