@@ -7,6 +7,8 @@
 //! - [`asset`]: a real model, image or WAV file from `tests/fetch-assets`
 //!   (`$TETHER_ASSETS`, default `<repo>/.assets`); a missing one fails the test with the
 //!   command that fetches it.
+//! - [`with_section_payload`]: a bundle rebuilt with one section's payload replaced (the
+//!   writer computes every checksum afresh), for tests of what a valid file may carry.
 #![warn(missing_docs)]
 
 use std::path::PathBuf;
@@ -88,4 +90,62 @@ impl GpuTests {
         }
         libtest_mimic::run(&args, self.trials).exit()
     }
+}
+
+/// The bundle `base` with the payload of section `index` replaced by `payload`; identity,
+/// targets, other sections and tensor records copied. The writer computes every checksum
+/// afresh, so the result is a valid file carrying the new payload.
+///
+/// # Panics
+/// On a target with an unknown architecture or engine code (only known codes can be
+/// written), or when the writer refuses what `base` held.
+pub fn with_section_payload(base: &tether_bundle::Bundle, index: u32, payload: &[u8]) -> Vec<u8> {
+    use tether_bundle::{ArchCode, BundleWriter, EngineCode, IdentityDesc, TargetDesc, TensorDesc};
+    let id = base.identity();
+    let mut w = BundleWriter::new(IdentityDesc {
+        name: id.name.to_string(),
+        family: id.family.to_string(),
+        model_version: id.model_version.to_string(),
+        tool_version: id.tool_version.to_string(),
+        created_unix_s: id.created_unix_s,
+    });
+    for t in base.targets() {
+        let (ArchCode::Known(arch), EngineCode::Known(engine)) = (t.arch, t.engine) else {
+            panic!("target {t:?}: only known codes are copied");
+        };
+        w.add_target(TargetDesc {
+            name: t.name.to_string(),
+            arch,
+            sm: t.sm,
+            engine,
+            tensorrt_version: t.tensorrt_version,
+            hardware_compat: t.hardware_compat,
+            flags: t.flags,
+        })
+        .unwrap();
+    }
+    for s in base.sections() {
+        let data = if s.index == index {
+            payload.to_vec()
+        } else {
+            base.section_bytes(&s).unwrap().to_vec()
+        };
+        let idx = w
+            .add_section_with_flags(s.kind, s.name, s.target, s.flags, data)
+            .unwrap();
+        for t in base.tensors(s.index) {
+            w.add_tensor(
+                idx,
+                TensorDesc {
+                    name: t.name.to_string(),
+                    mode: t.mode,
+                    dtype: t.dtype,
+                    layout: t.layout,
+                    dims: t.dims.to_vec(),
+                },
+            )
+            .unwrap();
+        }
+    }
+    w.to_bytes().unwrap()
 }

@@ -13,11 +13,9 @@
 
 use std::sync::Arc;
 
-use tether_bundle::{
-    ArchCode, Bundle, BundleWriter, EngineCode, IdentityDesc, SectionKind, TargetDesc, TensorDesc,
-    Verify,
-};
+use tether_bundle::{Bundle, SectionKind, Verify};
 use tether_detect::{Detector, DetectorOptions, Device, ImageView, PixelFormat};
+use tether_testkit::with_section_payload;
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -38,58 +36,6 @@ impl Rng {
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
     }
-}
-
-/// The bundle `base` with the payload of section `target` replaced by `payload`; identity,
-/// targets, other sections and tensor records copied. The writer computes every checksum afresh.
-fn with_payload(base: &Bundle, target: u32, payload: &[u8]) -> Vec<u8> {
-    let id = base.identity();
-    let mut w = BundleWriter::new(IdentityDesc {
-        name: id.name.to_string(),
-        family: id.family.to_string(),
-        model_version: id.model_version.to_string(),
-        tool_version: id.tool_version.to_string(),
-        created_unix_s: id.created_unix_s,
-    });
-    for t in base.targets() {
-        let (ArchCode::Known(arch), EngineCode::Known(engine)) = (t.arch, t.engine) else {
-            panic!("target {t:?}: only known codes are copied");
-        };
-        w.add_target(TargetDesc {
-            name: t.name.to_string(),
-            arch,
-            sm: t.sm,
-            engine,
-            tensorrt_version: t.tensorrt_version,
-            hardware_compat: t.hardware_compat,
-            flags: t.flags,
-        })
-        .unwrap();
-    }
-    for s in base.sections() {
-        let data = if s.index == target {
-            payload.to_vec()
-        } else {
-            base.section_bytes(&s).unwrap().to_vec()
-        };
-        let idx = w
-            .add_section_with_flags(s.kind, s.name, s.target, s.flags, data)
-            .unwrap();
-        for t in base.tensors(s.index) {
-            w.add_tensor(
-                idx,
-                TensorDesc {
-                    name: t.name.to_string(),
-                    mode: t.mode,
-                    dtype: t.dtype,
-                    layout: t.layout,
-                    dims: t.dims.to_vec(),
-                },
-            )
-            .unwrap();
-        }
-    }
-    w.to_bytes().unwrap()
 }
 
 fn mutate(rng: &mut Rng, onnx: &[u8]) -> Vec<u8> {
@@ -153,7 +99,7 @@ fn mutated_networks_in_valid_bundles_never_panic() {
             )
             .unwrap();
         }
-        let bytes = with_payload(&base, network.index, &payload);
+        let bytes = with_section_payload(&base, network.index, &payload);
         // Every checksum is valid: the bundle opens; only the network inside is altered.
         let bundle = Arc::new(Bundle::from_vec(bytes, Verify::Eager).unwrap());
         let result =

@@ -7,13 +7,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::Value;
-use tether_bundle::{
-    ArchCode, Bundle, BundleWriter, EngineCode, IdentityDesc, TargetDesc, TensorDesc, Verify,
-};
+use tether_bundle::{Bundle, Verify};
 use tether_embed::cli::universal_lines;
 use tether_embed::config::TOKENIZER_SECTION;
 use tether_embed::recipe::{BuildOptions, build};
 use tether_embed::{EmbedError, Embedder, EmbedderOptions, cosine};
+use tether_testkit::with_section_payload;
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -74,7 +73,11 @@ fn a_tokenizer_past_the_embedding_table_is_refused_naming_the_id_and_the_size() 
     let tok = asset("all-minilm-l6-v2-tokenizer.json");
     let (writer, _) = build(&onnx, &tok, &options("good"), &mut |_| {}).expect("build");
     let good = Bundle::from_vec(writer.to_bytes().unwrap(), Verify::Eager).unwrap();
-    let swapped = with_section(&good, TOKENIZER_SECTION, &bad);
+    let tokenizer = good
+        .sections()
+        .find(|s| s.name == TOKENIZER_SECTION)
+        .expect("the tokenizer section");
+    let swapped = with_section_payload(&good, tokenizer.index, &bad);
     let b = Arc::new(Bundle::from_vec(swapped, Verify::Eager).unwrap());
     match Embedder::from_bundle(b, &EmbedderOptions::default()) {
         Err(EmbedError::Vocabulary {
@@ -84,57 +87,6 @@ fn a_tokenizer_past_the_embedding_table_is_refused_naming_the_id_and_the_size() 
         }) => {}
         other => panic!("{:?}", other.map(|_| ())),
     }
-}
-
-/// `base` with section `name`'s payload replaced.
-fn with_section(base: &Bundle, name: &str, payload: &[u8]) -> Vec<u8> {
-    let id = base.identity();
-    let mut w = BundleWriter::new(IdentityDesc {
-        name: id.name.to_string(),
-        family: id.family.to_string(),
-        model_version: id.model_version.to_string(),
-        tool_version: id.tool_version.to_string(),
-        created_unix_s: id.created_unix_s,
-    });
-    for t in base.targets() {
-        let (ArchCode::Known(arch), EngineCode::Known(engine)) = (t.arch, t.engine) else {
-            panic!("unknown target codes");
-        };
-        w.add_target(TargetDesc {
-            name: t.name.to_string(),
-            arch,
-            sm: t.sm,
-            engine,
-            tensorrt_version: t.tensorrt_version,
-            hardware_compat: t.hardware_compat,
-            flags: t.flags,
-        })
-        .unwrap();
-    }
-    for s in base.sections() {
-        let data = if s.name == name {
-            payload.to_vec()
-        } else {
-            base.section_bytes(&s).unwrap().to_vec()
-        };
-        let idx = w
-            .add_section_with_flags(s.kind, s.name, s.target, s.flags, data)
-            .unwrap();
-        for t in base.tensors(s.index) {
-            w.add_tensor(
-                idx,
-                TensorDesc {
-                    name: t.name.to_string(),
-                    mode: t.mode,
-                    dtype: t.dtype,
-                    layout: t.layout,
-                    dims: t.dims.to_vec(),
-                },
-            )
-            .unwrap();
-        }
-    }
-    w.to_bytes().unwrap()
 }
 
 #[test]
