@@ -14,63 +14,18 @@
 //! `cc` or `c++`, or when `cc` builds for another architecture than this test's (a cross
 //! build run under emulation), every test is reported ignored with the reason, never passed.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, OnceLock};
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
+use tether_testkit::{ThreadAllocCounter, count_allocs};
 
 // ------------------------------------------------------------------ allocation counter
 
-/// Counts the heap allocations of the current thread while enabled.
-struct Counting;
-thread_local! {
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-    static ON: Cell<bool> = const { Cell::new(false) };
-}
-fn bump() {
-    let _ = ON.try_with(|on| {
-        if on.get() {
-            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-        }
-    });
-}
-// SAFETY: forwards to the system allocator; the counter uses const thread-locals without
-// destructors, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        bump();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        bump();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        bump();
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(p, l, n) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(p, l) }
-    }
-}
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn count_allocs<R>(f: impl FnOnce() -> R) -> (R, u64) {
-    COUNT.with(|c| c.set(0));
-    ON.with(|o| o.set(true));
-    let r = f();
-    ON.with(|o| o.set(false));
-    (r, COUNT.with(Cell::get))
-}
+static GLOBAL: ThreadAllocCounter = ThreadAllocCounter;
 
 // ------------------------------------------------------------------ environment
 

@@ -7,10 +7,14 @@
 //! - [`asset`]: a real model, image or WAV file from `tests/fetch-assets`
 //!   (`$TETHER_ASSETS`, default `<repo>/.assets`); a missing one fails the test with the
 //!   command that fetches it.
+//! - [`ThreadAllocCounter`] and [`count_allocs`]: the heap allocations one closure makes on
+//!   the calling thread, for a test binary that installs the counter as its global allocator.
 //! - [`with_section_payload`]: a bundle rebuilt with one section's payload replaced (the
 //!   writer computes every checksum afresh), for tests of what a valid file may carry.
 #![warn(missing_docs)]
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::path::PathBuf;
 
 use libtest_mimic::{Arguments, Trial};
@@ -148,4 +152,58 @@ pub fn with_section_payload(base: &tether_bundle::Bundle, index: u32, payload: &
         }
     }
     w.to_bytes().unwrap()
+}
+
+thread_local! {
+    static ALLOC_COUNT: Cell<u64> = const { Cell::new(0) };
+    static ALLOC_COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A global allocator that forwards to [`System`] and counts the allocations (alloc,
+/// alloc_zeroed, realloc) of a thread while [`count_allocs`] runs on it. A test binary
+/// installs it with
+/// `#[global_allocator] static GLOBAL: ThreadAllocCounter = ThreadAllocCounter;`.
+pub struct ThreadAllocCounter;
+
+fn bump() {
+    let _ = ALLOC_COUNTING.try_with(|on| {
+        if on.get() {
+            let _ = ALLOC_COUNT.try_with(|c| c.set(c.get() + 1));
+        }
+    });
+}
+
+// SAFETY: forwards to the system allocator; the counter uses const thread-locals without
+// destructors, which never allocate.
+unsafe impl GlobalAlloc for ThreadAllocCounter {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        bump();
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        bump();
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        bump();
+        // SAFETY: forwarded contract.
+        unsafe { System.realloc(p, l, n) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+/// Run `f` and return its result with the number of heap allocations it made on this
+/// thread. Counts only in a binary whose global allocator is [`ThreadAllocCounter`]
+/// (elsewhere the count is 0).
+pub fn count_allocs<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    ALLOC_COUNT.with(|c| c.set(0));
+    ALLOC_COUNTING.with(|o| o.set(true));
+    let r = f();
+    ALLOC_COUNTING.with(|o| o.set(false));
+    (r, ALLOC_COUNT.with(Cell::get))
 }

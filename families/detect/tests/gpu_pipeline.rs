@@ -21,8 +21,6 @@
 //!   `TETHER_REAL_HOT_FRAMES` frames (default 10,000), zero heap allocations, no device
 //!   memory change.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -41,58 +39,14 @@ use tether_runtime::cuda::{
 };
 use tether_runtime::session::{ExecMode, MappedIo, SessionOptions};
 use tether_runtime::{DType, IoMode, Plan, Session, TensorSpec};
-use tether_testkit::GpuTests;
 use tether_testkit::asset;
+use tether_testkit::{GpuTests, ThreadAllocCounter, count_allocs};
 use zerocopy::FromBytes;
 
 // ------------------------------------------------------------------ allocation counter
 
-/// Counts heap allocations made by the *current thread* while enabled.
-struct Counting;
-thread_local! {
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-    static ON: Cell<bool> = const { Cell::new(false) };
-}
-fn bump() {
-    let _ = ON.try_with(|on| {
-        if on.get() {
-            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-        }
-    });
-}
-// SAFETY: forwards to the system allocator; the counter uses const thread-locals without
-// destructors, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        bump();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        bump();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        bump();
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(p, l, n) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(p, l) }
-    }
-}
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn count_allocs<R>(f: impl FnOnce() -> R) -> (R, u64) {
-    COUNT.with(|c| c.set(0));
-    ON.with(|o| o.set(true));
-    let r = f();
-    ON.with(|o| o.set(false));
-    (r, COUNT.with(|c| c.get()))
-}
+static GLOBAL: ThreadAllocCounter = ThreadAllocCounter;
 
 // ------------------------------------------------------------------ helpers
 
