@@ -84,14 +84,22 @@ fn value_info_desc(v: &pb::ValueInfoProto, mode: IoMode) -> TensorDesc {
     }
 }
 
+/// Parse `onnx` as an ONNX protobuf (no graph analysis).
+///
+/// # Errors
+/// [`OnnxError`] when the bytes are not a parsable ONNX protobuf.
+fn read_proto(onnx: &[u8]) -> Result<pb::ModelProto, OnnxError> {
+    tract_onnx::onnx()
+        .proto_model_for_read(&mut &onnx[..])
+        .map_err(|e| OnnxError(format!("{e:#}")))
+}
+
 /// Read the declared I/O tensors and metadata of an ONNX model.
 ///
 /// # Errors
 /// [`OnnxError`] when the bytes are not a parsable ONNX protobuf.
 pub fn inspect_onnx(onnx: &[u8]) -> Result<OnnxInfo, OnnxError> {
-    let proto = tract_onnx::onnx()
-        .proto_model_for_read(&mut &onnx[..])
-        .map_err(|e| OnnxError(format!("{e:#}")))?;
+    let proto = read_proto(onnx)?;
     let graph = proto
         .graph
         .as_ref()
@@ -158,9 +166,7 @@ impl GatherTable {
 /// # Errors
 /// [`OnnxError`] when the bytes are not a parsable ONNX protobuf.
 pub fn gather_tables(onnx: &[u8], input: &str) -> Result<Vec<GatherTable>, OnnxError> {
-    let proto = tract_onnx::onnx()
-        .proto_model_for_read(&mut &onnx[..])
-        .map_err(|e| OnnxError(format!("{e:#}")))?;
+    let proto = read_proto(onnx)?;
     let graph = proto
         .graph
         .as_ref()
@@ -317,9 +323,7 @@ fn typed_with_symbol(
     use tract_onnx::prelude::*;
     let err = |e: TractError| OnnxError(format!("{e:#}"));
     let onnx = tract_onnx::onnx();
-    let mut proto = onnx
-        .proto_model_for_read(&mut &model_bytes[..])
-        .map_err(err)?;
+    let mut proto = read_proto(model_bytes)?;
     if let Some(graph) = proto.graph.as_mut() {
         widen_shape_casts(graph);
     }
@@ -460,9 +464,7 @@ pub fn mask_width_padding(
     };
     let depends = |d: &TDim| d.symbols().contains(&width);
 
-    let mut proto = tract_onnx::onnx()
-        .proto_model_for_read(&mut &model_bytes[..])
-        .map_err(|e| OnnxError(format!("{e:#}")))?;
+    let mut proto = read_proto(model_bytes)?;
     let graph = proto
         .graph
         .as_mut()
