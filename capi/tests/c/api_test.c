@@ -56,6 +56,17 @@ static unsigned char *read_file(const char *path, size_t *size) {
     return buf;
 }
 
+/* A file of native-endian f32 samples, copied into float-aligned memory; *count samples. */
+static float *read_pcm(const char *path, size_t *count) {
+    size_t size = 0;
+    unsigned char *raw = read_file(path, &size);
+    *count = size / sizeof(float);
+    float *pcm = malloc(*count * sizeof(float) + 1);
+    memcpy(pcm, raw, *count * sizeof(float));
+    free(raw);
+    return pcm;
+}
+
 /* A JSON string (messages and class names: escape quotes, backslashes, controls). */
 static void json_string(const char *s) {
     putchar('"');
@@ -206,12 +217,8 @@ static void vad_pass(tether_model *m, const float *pcm, size_t count, const char
 }
 
 static int cmd_vad(const char *bundle, const char *pcm_path) {
-    size_t size = 0;
-    unsigned char *raw = read_file(pcm_path, &size);
-    size_t count = size / sizeof(float);
-    float *pcm = malloc(count * sizeof(float) + 1);
-    memcpy(pcm, raw, count * sizeof(float));
-    free(raw);
+    size_t count = 0;
+    float *pcm = read_pcm(pcm_path, &count);
     tether_model *m = NULL;
     CHECK(tether_model_open(bundle, NULL, &m));
     printf("{");
@@ -614,12 +621,8 @@ static int cmd_alloc(const char *bundle, const char *frame, int w, int h) {
 
 /* Allocations per tether_vad_push of one 512-sample chunk, after warm-up. */
 static int cmd_alloc_vad(const char *bundle, const char *pcm_path) {
-    size_t size = 0;
-    unsigned char *raw = read_file(pcm_path, &size);
-    size_t count = size / sizeof(float);
-    float *pcm = malloc(count * sizeof(float) + 1);
-    memcpy(pcm, raw, count * sizeof(float));
-    free(raw);
+    size_t count = 0;
+    float *pcm = read_pcm(pcm_path, &count);
     tether_model *m = NULL;
     CHECK(tether_model_open(bundle, NULL, &m));
     tether_vad_chunk chunk;
