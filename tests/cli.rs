@@ -1797,6 +1797,122 @@ fn vad_bundle() -> (String, String) {
     .clone()
 }
 
+/// `bench` on a VAD bundle reports the unit its users think in, the 32 ms chunk: every chunk
+/// of every timed run is counted and timed (one probability per chunk in `run`'s JSON), and
+/// the per-chunk figures sit beside the per-run ones in the text and the JSON.
+#[test]
+fn vad_bench_reports_per_chunk_latency() {
+    let (b, _) = vad_bundle();
+    let wav = asset("Front_Left.wav");
+    let chunks =
+        json(&tether(&["run", &b, &wav, "--json"]))["results"][0]["result"]["probabilities"]
+            .as_array()
+            .expect("probabilities")
+            .len() as u64;
+    let bench = |runs: &str, extra: &[&str]| {
+        let mut args = vec!["bench", &b, &wav, "--device", "cpu", "--runs", runs];
+        args.extend_from_slice(extra);
+        tether(&args)
+    };
+    let o = bench("3", &["--warmup", "1", "--json", "-"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["runs"], 3);
+    assert_eq!(v["units"]["name"], "chunk");
+    assert_eq!(v["units"]["count"], 3 * chunks, "{}", v["units"]);
+    assert_eq!(v["units"]["ms"]["count"], 3 * chunks);
+    let per_chunk = v["units"]["ms"]["mean"].as_f64().unwrap();
+    let per_run = v["total_ms"]["mean"].as_f64().unwrap();
+    // Chunks are timed one by one inside the run: their sum is at most the run's time.
+    assert!(
+        per_chunk > 0.0 && per_chunk * chunks as f64 <= per_run * 1.01,
+        "per chunk {per_chunk} ms x {chunks} vs per run {per_run} ms"
+    );
+    let text = stdout(&bench("2", &[]));
+    assert!(text.contains(&format!("{} chunks", 2 * chunks)), "{text}");
+    assert!(text.contains("per chunk"), "{text}");
+}
+
+/// Ctrl-C in `bench` on a long recording stops the run in flight between chunks (it does
+/// not wait for the end of the file) and reports the chunks measured, exit status 130.
+#[test]
+fn vad_bench_ctrl_c_stops_between_chunks() {
+    let (b, _) = vad_bundle();
+    // 40 minutes at 8 kHz: longer than the in-memory limit (35 min at 16 kHz), so it is
+    // streamed; about 75,000 chunks, far more than a few seconds of work on any CPU here.
+    let wav = scratch().join("forty_minutes.wav");
+    if !wav.exists() {
+        let rate = 8000u32;
+        let frames = rate * 60 * 40;
+        let mut w = Vec::with_capacity(44 + 2 * frames as usize);
+        w.extend_from_slice(b"RIFF");
+        w.extend_from_slice(&(36 + 2 * frames).to_le_bytes());
+        w.extend_from_slice(b"WAVEfmt ");
+        w.extend_from_slice(&16u32.to_le_bytes());
+        w.extend_from_slice(&1u16.to_le_bytes());
+        w.extend_from_slice(&1u16.to_le_bytes());
+        w.extend_from_slice(&rate.to_le_bytes());
+        w.extend_from_slice(&(2 * rate).to_le_bytes());
+        w.extend_from_slice(&2u16.to_le_bytes());
+        w.extend_from_slice(&16u16.to_le_bytes());
+        w.extend_from_slice(b"data");
+        w.extend_from_slice(&(2 * frames).to_le_bytes());
+        // A 300 Hz tone, on for 1 s and off for 1 s.
+        for i in 0..frames {
+            let on = (i / rate) % 2 == 0;
+            let x = if on {
+                (f64::from(i) * 300.0 * std::f64::consts::TAU / f64::from(rate)).sin() * 8000.0
+            } else {
+                0.0
+            };
+            w.extend_from_slice(&(x as i16).to_le_bytes());
+        }
+        let tmp = wav.with_extension("part");
+        std::fs::write(&tmp, &w).unwrap();
+        std::fs::rename(&tmp, &wav).unwrap();
+    }
+    let json_path = scratch().join("vad_interrupted.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "bench",
+            &b,
+            wav.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--warmup",
+            "0",
+            "--runs",
+            "5",
+            "--json",
+            json_path.to_str().unwrap(),
+        ])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tether");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let sent = std::time::Instant::now();
+    // SAFETY: kill(2) on our own child, alive (not yet waited on), with SIGINT.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let o = child.wait_with_output().expect("wait");
+    let after = sent.elapsed();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    // Before the fix a run finished its whole file first (99.7 s on a 10-hour WAV).
+    assert!(
+        after < std::time::Duration::from_secs(2),
+        "exited {after:?} after Ctrl-C"
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    assert_eq!(v["interrupted"], true);
+    assert!(v["runs"].as_u64().unwrap() < 5, "{}", v["runs"]);
+}
+
 #[test]
 fn vad_builds_inspects_runs_a_wav_like_the_package_and_self_tests() {
     let (b, built) = vad_bundle();

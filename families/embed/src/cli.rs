@@ -696,6 +696,15 @@ impl Runner for EmbedRunner {
         })
     }
 
+    fn units(&self) -> Option<tether_family::family::Units<'_>> {
+        // Texts share batches: the time per text is the run's over their count.
+        Some(tether_family::family::Units {
+            name: "text",
+            count: self.out.len() as u64,
+            times_ms: &[],
+        })
+    }
+
     fn stage_times(&self) -> Vec<(String, f64)> {
         self.embedder.step_times().to_vec()
     }

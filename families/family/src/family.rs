@@ -210,6 +210,13 @@ pub trait Runner {
         let _ = (options, stop);
         None
     }
+    /// The units the last run was made of, when a run is made of many that its users count
+    /// one by one (a VAD's 32 ms chunks, an embedder's texts); `None` when a run is one unit
+    /// (a frame, a page). `bench` reports time per unit and units per second beside the
+    /// per-run figures.
+    fn units(&self) -> Option<Units<'_>> {
+        None
+    }
     /// The outcome of the last run on `input`.
     fn outcome(&self, input: &dyn Input, annotate: bool) -> anyhow::Result<Outcome>;
     /// Milliseconds per stage of the last run (`upload`, `pre`, network names, `post`,
@@ -344,6 +351,19 @@ impl std::fmt::Display for Execution {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// The units of the last run ([`Runner::units`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Units<'a> {
+    /// The unit's name, singular, as its users say it (`chunk`, `text`).
+    pub name: &'static str,
+    /// Units the last run processed (all of them, or those before a cancel).
+    pub count: u64,
+    /// Host wall time of each unit of the last run in milliseconds (monotonic clock), when
+    /// the family processes units one at a time (a VAD's chunks); empty when units share a
+    /// batch (an embedder's texts), where the time per unit is the run's time over `count`.
+    pub times_ms: &'a [f64],
 }
 
 /// Where and how a runner's runs execute ([`Runner::environment`]).

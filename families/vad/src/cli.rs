@@ -4,13 +4,16 @@
 //! resampling to 16 kHz, see [`crate::audio`]), text and JSON output, and
 //! the bundle's self-test for `tether verify --self-test`.
 //!
-//! `run` streams the whole file through [`Vad::process`] (the package's
-//! `get_speech_timestamps` on the same signal) and prints the speech
-//! segments in seconds; decoding and resampling happen in `load`, outside
-//! the timed run.
+//! `run` streams the whole file through the streaming API ([`Vad::push`] piece by piece,
+//! then [`Vad::finish`]: what [`Vad::process`] does, the package's
+//! `get_speech_timestamps` on the same signal) and prints the speech segments in seconds;
+//! decoding and resampling happen in `load`, outside the timed run (files over 35 minutes
+//! are decoded block by block during the run). Ctrl-C stops a run between pieces of 64
+//! chunks; `bench` reports the host time of every chunk (`Runner::units`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -19,7 +22,7 @@ use serde_json::json;
 use tether_bundle::Bundle;
 use tether_family::family::{
     BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
-    Runner, SelfTest, UsageError, describe_self_test, file_stem, input_as,
+    Runner, SelfTest, Units, UsageError, describe_self_test, file_stem, input_as,
 };
 use tether_family::selftest::Role;
 
@@ -297,6 +300,9 @@ impl Family for VadFamily {
             network: Duration::ZERO,
             total: Duration::ZERO,
             probabilities,
+            chunk_ms: Vec::new(),
+            cancel: Arc::new(AtomicBool::new(false)),
+            cancelled: false,
         }))
     }
 
@@ -332,6 +338,99 @@ struct VadRunner {
     /// Wall time of the last run.
     total: Duration,
     probabilities: bool,
+    /// Host wall time of each chunk of the last run, ms (`bench`'s per-chunk latency).
+    chunk_ms: Vec<f64>,
+    /// Set by [`Runner::canceller`] (Ctrl-C): the run stops before its next piece.
+    cancel: Arc<AtomicBool>,
+    /// The last run was stopped by `cancel` before the end of its input.
+    cancelled: bool,
+}
+
+/// Chunks pushed between two looks at the cancel flag: 64 chunks, 2.048 s of audio (a few
+/// milliseconds of compute), so Ctrl-C stops a run of any length at once.
+const CANCEL_EVERY_CHUNKS: usize = 64;
+
+/// What a run collects chunk by chunk: every probability, every closed segment, and the
+/// host time of each chunk.
+struct Collect<'a> {
+    probabilities: Vec<f32>,
+    segments: Vec<crate::SpeechSegment>,
+    chunk_ms: &'a mut Vec<f64>,
+    /// When the chunk in progress began (after the last chunk, or after the caller's
+    /// decoding of the block).
+    since: std::time::Instant,
+}
+
+impl Collect<'_> {
+    fn chunk(&mut self, r: &crate::ChunkResult) {
+        let now = std::time::Instant::now();
+        self.chunk_ms.push((now - self.since).as_secs_f64() * 1e3);
+        self.since = now;
+        self.probabilities.push(r.probability);
+        self.ends(&r.events);
+    }
+
+    fn ends(&mut self, events: &crate::segments::ChunkEvents) {
+        self.segments.extend(events.iter().filter_map(|e| match e {
+            crate::SegmentEvent::End(s) => Some(*s),
+            crate::SegmentEvent::Start { .. } => None,
+        }));
+    }
+}
+
+impl VadRunner {
+    /// The streaming API driven as a microphone would drive it (reset, [`Vad::push`] piece
+    /// by piece, [`Vad::finish`]), equal to [`Vad::process`] / [`Vad::process_wav`] on the
+    /// same signal, but stopping between pieces of [`CANCEL_EVERY_CHUNKS`] chunks once
+    /// `cancel` is set (the segments then end where the audio stopped) and timing every
+    /// chunk. `next_block` yields the 16 kHz signal block by block (`false` at the end).
+    fn detect(
+        &mut self,
+        mut next_block: impl FnMut(&mut Vec<f32>) -> Result<bool, VadError>,
+    ) -> Result<Detection, VadError> {
+        self.vad.reset()?;
+        self.chunk_ms.clear();
+        self.cancelled = false;
+        let mut c = Collect {
+            probabilities: Vec::new(),
+            segments: Vec::new(),
+            chunk_ms: &mut self.chunk_ms,
+            since: std::time::Instant::now(),
+        };
+        let mut block = Vec::new();
+        let vad = &mut self.vad;
+        let streamed = (|| -> Result<(), VadError> {
+            loop {
+                let more = next_block(&mut block)?;
+                for piece in block.chunks(CANCEL_EVERY_CHUNKS * CHUNK_SAMPLES) {
+                    if self.cancel.load(Ordering::SeqCst) {
+                        self.cancelled = true;
+                        return Ok(());
+                    }
+                    c.since = std::time::Instant::now();
+                    vad.push(piece, |r| c.chunk(r))?;
+                }
+                if !more {
+                    return Ok(());
+                }
+            }
+        })();
+        if let Err(e) = streamed {
+            let _ = vad.reset();
+            return Err(e);
+        }
+        c.since = std::time::Instant::now();
+        let end = vad.finish()?;
+        if let Some(r) = &end.last_chunk {
+            c.chunk(r);
+        }
+        c.ends(&end.events);
+        Ok(Detection {
+            probabilities: c.probabilities,
+            segments: c.segments,
+            samples: end.samples,
+        })
+    }
 }
 
 /// Files whose 16 kHz signal is at most this many samples (about 35 minutes, 128 MiB) are
@@ -428,8 +527,16 @@ impl Runner for VadRunner {
         let t0 = std::time::Instant::now();
         let n0 = self.vad.network_time();
         self.last = match &wav.audio {
-            Some(audio) => self.vad.process(&audio.samples),
-            None => self.vad.process_wav(&wav.path),
+            Some(audio) => {
+                let mut whole = Some(audio.samples.as_slice());
+                self.detect(|block| {
+                    block.clear();
+                    block.extend_from_slice(whole.take().unwrap_or_default());
+                    Ok(false)
+                })
+            }
+            None => crate::AudioStream::open(&wav.path)
+                .and_then(|mut audio| self.detect(|block| audio.next_block(block))),
         }
         .with_context(|| format!("detecting speech in {}", wav.label))?;
         self.network = self.vad.network_time().saturating_sub(n0);
@@ -464,7 +571,7 @@ impl Runner for VadRunner {
         }
         Ok(Outcome {
             summary: format!(
-                "{} speech segment{} ({:.2} s of speech in {:.2} s, {} chunks){}",
+                "{} speech segment{} ({:.2} s of speech in {:.2} s, {} chunks){}{}",
                 d.segments.len(),
                 if d.segments.len() == 1 { "" } else { "s" },
                 s(speech),
@@ -472,6 +579,11 @@ impl Runner for VadRunner {
                 d.probabilities.len(),
                 if wav.truncation.is_some() {
                     "; the file is cut off (see the warning)"
+                } else {
+                    ""
+                },
+                if self.cancelled {
+                    "; stopped by Ctrl-C: the audio after that is not read"
                 } else {
                     ""
                 }
@@ -485,6 +597,7 @@ impl Runner for VadRunner {
                     "declared_data_bytes": t.declared_bytes,
                     "present_data_bytes": t.present_bytes,
                 })),
+                "cancelled": self.cancelled,
                 "samples_16k": d.samples,
                 "duration_s": s(d.samples),
                 "chunk_samples": CHUNK_SAMPLES,
@@ -497,6 +610,19 @@ impl Runner for VadRunner {
                 "probabilities": d.probabilities,
             }),
             annotated: None,
+        })
+    }
+
+    fn canceller(&self) -> Option<Box<dyn Fn() + Send + Sync>> {
+        let c = Arc::clone(&self.cancel);
+        Some(Box::new(move || c.store(true, Ordering::SeqCst)))
+    }
+
+    fn units(&self) -> Option<Units<'_>> {
+        Some(Units {
+            name: "chunk",
+            count: self.chunk_ms.len() as u64,
+            times_ms: &self.chunk_ms,
         })
     }
 

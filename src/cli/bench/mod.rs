@@ -23,15 +23,15 @@ mod timing;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{ArgMatches, Args};
 use tether_bundle::Bundle;
 use tether_family::family::{
-    Execution, Family, Input, InputSource, MappedIo, Precision, RunOptions, SyncPolicy,
+    Execution, Family, Input, InputSource, MappedIo, Precision, RunOptions, Runner, SyncPolicy,
 };
 
 use crate::cli::run::ThreadsArg;
@@ -179,8 +179,8 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
         return throughput::bench(a, matches, threads, threads_why);
     };
     let plot = check_outputs(a)?;
-    let stop = stop_on_ctrl_c();
-    let opened = open_variants(a, input, matches, threads)?;
+    let (stop, cancellers) = stop_on_ctrl_c();
+    let opened = open_variants(a, input, matches, threads, &cancellers)?;
     let (bundle, family, input) = (&opened.bundle, opened.family, opened.input.as_ref());
     let mut variants = opened.variants;
     let machine = Machine::probe(
@@ -258,14 +258,25 @@ fn check_outputs(a: &BenchArgs) -> Result<Option<(PathBuf, PlotFormat)>> {
     }
 }
 
-/// A flag Ctrl-C sets from now on: the benchmark stops after the run in flight (loading
-/// finishes first) and still reports what ran.
-fn stop_on_ctrl_c() -> Arc<AtomicBool> {
+/// Cancel functions of the runners ([`Runner::canceller`]) that Ctrl-C calls.
+type Cancellers = Arc<Mutex<Vec<Box<dyn Fn() + Send + Sync>>>>;
+
+/// A flag Ctrl-C sets from now on, and the cancel functions it calls: the benchmark stops
+/// after the run in flight (loading finishes first), a cancellable run (a VAD's chunks)
+/// stops between its units, and the report covers what ran.
+fn stop_on_ctrl_c() -> (Arc<AtomicBool>, Cancellers) {
     let stop = Arc::new(AtomicBool::new(false));
+    let cancellers: Cancellers = Arc::default();
     let flag = Arc::clone(&stop);
+    let cancel = Arc::clone(&cancellers);
     // A second handler cannot be installed in one process; ignore that case (tests).
-    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
-    stop
+    let _ = ctrlc::set_handler(move || {
+        flag.store(true, Ordering::SeqCst);
+        if let Ok(c) = cancel.lock() {
+            c.iter().for_each(|f| f());
+        }
+    });
+    (stop, cancellers)
 }
 
 /// The bundle, its family, the decoded input and the variants to time, each prepared on the
@@ -285,7 +296,15 @@ fn open_variants(
     input_path: &Path,
     matches: &ArgMatches,
     threads: usize,
+    cancellers: &Cancellers,
 ) -> Result<Opened> {
+    // Ctrl-C reaches each runner from its first (preparing) run on.
+    let variant = |name, runner: Box<dyn Runner>| {
+        if let (Some(f), Ok(mut c)) = (runner.canceller(), cancellers.lock()) {
+            c.push(f);
+        }
+        variant(name, runner)
+    };
     let options = |graphs: bool| RunOptions {
         device: a.device.clone(),
         verify_eagerly: false,

@@ -77,6 +77,7 @@ impl Summary<'_> {
             "interrupted": self.interrupted,
             "total_ms": v0.total.stats(),
             "stages_ms": v0.stage_json(),
+            "units": v0.units_json(self.wall),
             "variants": self.variants.iter().map(|v| v.json(self.wall, rate, has_deadline)).collect::<Vec<_>>(),
         });
         if let Some(r) = self.ratio() {
@@ -121,8 +122,18 @@ impl Summary<'_> {
         for v in self.variants {
             outln!()?;
             let fps = v.throughput(self.wall);
+            let units = match &v.units {
+                Some(u) => format!(
+                    "; {} {}s, {:.1} {}s/s",
+                    u.count,
+                    u.name,
+                    v.unit_throughput(self.wall),
+                    u.name
+                ),
+                None => String::new(),
+            };
             outln!(
-                "  [{}] {} runs, {:.1} frames/s{}",
+                "  [{}] {} runs, {:.1} runs/s{units}{}",
                 v.name,
                 v.runs,
                 fps,
@@ -132,6 +143,10 @@ impl Summary<'_> {
                     ""
                 }
             )?;
+            if v.runs == 0 && v.units.is_none() {
+                outln!("  nothing was timed: Ctrl-C came before the first timed run ended")?;
+                continue;
+            }
             outln!(
                 "  {:<14} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}",
                 "stage",
@@ -146,7 +161,13 @@ impl Summary<'_> {
                 "sd ms",
                 "cv %"
             )?;
-            for (name, clock, s) in v.rows() {
+            let unit_row = v
+                .units
+                .as_ref()
+                .map(|u| (format!("per {}", u.name), "host", &u.time));
+            // A run Ctrl-C cut short is not a run: with none, only the units it measured.
+            let rows = if v.runs == 0 { Vec::new() } else { v.rows() };
+            for (name, clock, s) in rows.into_iter().chain(unit_row) {
                 outln!(
                     "  {:<14} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>8.3} {:>6.2}",
                     escape(&name),

@@ -50,7 +50,8 @@ pub(super) fn bench(
         );
     }
     let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &options)?;
-    let stop = super::stop_on_ctrl_c();
+    // The throughput tests look at the flag between tests; no runner to cancel.
+    let (stop, _) = super::stop_on_ctrl_c();
     let repetitions = a.runs.unwrap_or(DEFAULT_REPETITIONS) as usize;
     let Some(report) = runner.throughput_bench(&ThroughputOptions { repetitions }, &stop) else {
         crate::usage!(

@@ -33,6 +33,20 @@ pub(super) struct Variant {
     pub(super) runs: u64,
     pub(super) missed: u64,
     pub(super) skipped: u64,
+    /// The units runs are made of ([`Runner::units`]: a VAD's chunks, an embedder's texts),
+    /// once a run reported some.
+    pub(super) units: Option<UnitStats>,
+}
+
+/// What the runs' units measured: how many, and the host time of each.
+pub(super) struct UnitStats {
+    /// Singular name (`chunk`, `text`).
+    pub(super) name: &'static str,
+    /// Units processed by the timed runs (those of a run Ctrl-C cut short included).
+    pub(super) count: u64,
+    /// Host time per unit: each unit's own time where the family times them one by one,
+    /// else each run's time over its unit count (one sample per run).
+    pub(super) time: Stage,
 }
 
 impl Variant {
@@ -45,8 +59,29 @@ impl Variant {
         Ok(())
     }
 
+    /// Record the units of the run that just ended (`total_ms`: its host time).
+    pub(super) fn record_units(&mut self, total_ms: f64) {
+        let Some(u) = self.runner.units() else {
+            return;
+        };
+        let stats = self.units.get_or_insert_with(|| UnitStats {
+            name: u.name,
+            count: 0,
+            time: Stage::new(),
+        });
+        stats.count += u.count;
+        if !u.times_ms.is_empty() {
+            for &ms in u.times_ms {
+                stats.time.record_ms(ms);
+            }
+        } else if u.count > 0 {
+            stats.time.record_ms(total_ms / u.count as f64);
+        }
+    }
+
     pub(super) fn record(&mut self, service: Duration) {
         let total_ms = service.as_secs_f64() * 1e3;
+        self.record_units(total_ms);
         self.total.record_ms(total_ms);
         if self.floor.is_some() {
             // Per-stage timing is off: the stages the runner lists hold no times.
@@ -105,12 +140,17 @@ impl Variant {
     /// Runs per second of the wall time the runs took (the bare launches of `--floor`
     /// left out).
     pub(super) fn throughput(&self, wall_s: f64) -> f64 {
+        self.per_second(self.runs, wall_s)
+    }
+
+    /// Units per second of the same wall time (0 when runs have no units).
+    pub(super) fn unit_throughput(&self, wall_s: f64) -> f64 {
+        self.per_second(self.units.as_ref().map_or(0, |u| u.count), wall_s)
+    }
+
+    fn per_second(&self, n: u64, wall_s: f64) -> f64 {
         let busy = wall_s - self.floor_wall.as_secs_f64();
-        if busy > 0.0 {
-            self.runs as f64 / busy
-        } else {
-            0.0
-        }
+        if busy > 0.0 { n as f64 / busy } else { 0.0 }
     }
 
     /// `(name, clock, stage)` rows: the total, every stage, the host overhead.
@@ -145,7 +185,21 @@ impl Variant {
             "throughput_fps": self.throughput(wall_s),
             "total_ms": self.total.stats(),
             "stages_ms": self.stage_json(),
+            "units": self.units_json(wall_s),
         })
+    }
+
+    /// `{name, count, per_second, ms}` of the runs' units, or null.
+    pub(super) fn units_json(&self, wall_s: f64) -> Value {
+        match &self.units {
+            None => Value::Null,
+            Some(u) => json!({
+                "name": u.name,
+                "count": u.count,
+                "per_second": self.unit_throughput(wall_s),
+                "ms": u.time.stats(),
+            }),
+        }
     }
 
     pub(super) fn stage_json(&self) -> Vec<Value> {
@@ -173,6 +227,7 @@ pub(super) fn variant(name: &'static str, runner: Box<dyn Runner>) -> Variant {
         runs: 0,
         missed: 0,
         skipped: 0,
+        units: None,
     }
 }
 
@@ -243,6 +298,12 @@ pub(super) fn run_timed(
         let t0 = Instant::now();
         variants[v].run(input, schedule.staged)?;
         let done = Instant::now();
+        if stop.load(Ordering::SeqCst) && variants[v].runner.canceller().is_some() {
+            // Ctrl-C may have cut this run short (a cancellable runner stops between its
+            // units): its units count, the run does not.
+            variants[v].record_units((done - t0).as_secs_f64() * 1e3);
+            break;
+        }
         // The deadline counts from the release; back to back the release is the start.
         if schedule
             .deadline
