@@ -307,6 +307,33 @@ fn verify_passes_then_catches_a_flipped_byte_and_truncation() {
     assert!(!msg.contains("panicked"), "{msg}");
 }
 
+/// `verify --json`: one document whatever the verdict, with the exit status of the text form
+/// (0 ok, 3 corrupt or self-test failed), the self-test's checks with their bounds.
+#[test]
+fn verify_json_reports_every_verdict() {
+    let (b, _) = vad_bundle();
+    let o = tether(&["verify", &b, "--self-test", "--device", "cpu", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["command"], "verify");
+    assert_eq!(v["verdict"], "ok");
+    assert_eq!(v["bundle"], b.as_str());
+    assert!(v["sections_checked"].as_u64().unwrap() >= 2, "{v}");
+    assert_eq!(v["self_test"]["passed"], true);
+    let check = &v["self_test"]["checks"][0];
+    assert_eq!(check["bound"], "at_most");
+    assert!(check["value"].as_f64().unwrap() <= check["limit"].as_f64().unwrap());
+    let cut = scratch().join("verify_json_cut.bundle");
+    let bytes = std::fs::read(&b).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let o = tether(&["verify", cut.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(v["verdict"], "corrupt");
+    assert!(v["error"].as_str().unwrap().contains("truncated"), "{v}");
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}
+
 #[test]
 fn bad_inputs_are_one_line_errors() {
     let b = nudenet_bundle();

@@ -16,6 +16,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
 use serde::ser::Serializer;
+use serde_json::{Value, json};
 use tether_bundle::{Bundle, Section, Target, TensorInfo, Verify};
 
 use super::text::Escaped;
@@ -48,6 +49,10 @@ pub struct VerifyArgs {
     /// Device for --self-test: auto, cpu, cuda, cuda:N.
     #[arg(long, default_value = "auto", requires = "self_test")]
     device: String,
+    /// Print one JSON document instead of the text lines (the same exit status;
+    /// `docs/cli-json.md`).
+    #[arg(long)]
+    json: bool,
 }
 
 /// An enum value as FORMAT.md section 5 spells it; an unknown raw value as
@@ -364,7 +369,8 @@ pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
 /// `verify --self-test`: the family's embedded self-test on `--device`. Exit 0 when it passes,
 /// 3 when the bundle's networks do not reproduce the recorded output on this device, 1 when it
 /// cannot run (no self-test in the bundle, unknown family, device unavailable).
-fn self_test(a: &VerifyArgs, bundle: Bundle) -> Result<ExitCode> {
+/// The self-test's verdict: the family's report and how long it took (ms).
+fn self_test(a: &VerifyArgs, bundle: Bundle) -> Result<(tether_family::selftest::Report, f64)> {
     // A malformed --device is a usage error (exit 2), as in `run` and `bench`.
     if let Err(e) = a.device.parse::<tether_runtime::Device>() {
         crate::usage!("--device {e}");
@@ -387,46 +393,107 @@ fn self_test(a: &VerifyArgs, bundle: Bundle) -> Result<ExitCode> {
     let Some(t) = family.self_test(std::sync::Arc::new(bundle), &options)? else {
         anyhow::bail!("{shown}: the bundle carries no self-test ({family_name} family)");
     };
-    let ms = t0.elapsed().as_secs_f64() * 1e3;
-    if t.passed {
-        crate::outln!(
-            "self-test passed on {}: {} in {ms:.1} ms",
-            a.device,
-            Escaped(&t.summary)
-        )?;
-        Ok(ExitCode::SUCCESS)
-    } else {
-        eprintln!(
-            "self-test FAILED on {}: {}: {}",
-            a.device,
-            Escaped(&shown),
-            Escaped(&t.summary)
-        );
-        Ok(ExitCode::from(3))
-    }
+    Ok((t, t0.elapsed().as_secs_f64() * 1e3))
+}
+
+/// Milliseconds to the microsecond (the clock's figures beyond are noise).
+fn round_us(ms: f64) -> f64 {
+    (ms * 1e3).round() / 1e3
+}
+
+/// The self-test's report as JSON (`docs/cli-json.md`, `tether verify --json`).
+fn self_test_json(device: &str, t: &tether_family::selftest::Report, ms: f64) -> Value {
+    use tether_family::selftest::Bound;
+    json!({
+        "device": device,
+        "passed": t.passed,
+        "summary": t.summary,
+        "source": t.source,
+        "ms": round_us(ms),
+        "checks": t.checks.iter().map(|c| {
+            let (kind, limit) = match c.bound {
+                Bound::AtMost(l) => ("at_most", l),
+                Bound::AtLeast(l) => ("at_least", l),
+            };
+            json!({
+                // NaN (an output that was not a number) prints as null.
+                "name": c.name,
+                "value": c.value.is_finite().then_some(c.value),
+                "bound": kind,
+                "limit": limit,
+                "at": c.at,
+            })
+        }).collect::<Vec<_>>(),
+    })
 }
 
 /// Run `tether verify`: structure at open, then every checksum (then, with `--self-test`, the
-/// family's self-test).
+/// family's self-test). Exit 0 when everything holds, 3 when the bundle is corrupt or its
+/// self-test fails, 1 when it cannot be read at all.
 pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
     let opened = Bundle::open(&a.bundle, Verify::Lazy);
     let result = opened.and_then(|b| b.verify_all().map(|r| (b, r)));
     let shown = a.bundle.display().to_string();
+    let doc = |verdict: &str, b: Option<(&Bundle, u32)>, error: Option<String>| {
+        json!({
+            "schema_version": crate::cli::run::JSON_SCHEMA_VERSION,
+            "command": "verify",
+            "bundle": shown,
+            "verdict": verdict,
+            "file_len": b.map(|(b, _)| b.file_len()),
+            "sections_checked": b.map(|(_, n)| n),
+            "error": error,
+            "ms": round_us(t0.elapsed().as_secs_f64() * 1e3),
+            "self_test": Value::Null,
+        })
+    };
     match result {
         Ok((b, r)) => {
             let secs = t0.elapsed().as_secs_f64();
-            crate::outln!(
-                "ok: {} ({} bytes, {} sections, header/manifest/section CRC32s, whole-file CRC32 and content SHA-256 all match) in {:.1} ms",
-                Escaped(&shown),
-                b.file_len(),
-                r.sections_checked,
-                secs * 1e3
-            )?;
-            if a.self_test {
-                return self_test(a, b);
+            let mut d = doc("ok", Some((&b, r.sections_checked)), None);
+            if !a.json {
+                crate::outln!(
+                    "ok: {} ({} bytes, {} sections, header/manifest/section CRC32s, whole-file CRC32 and content SHA-256 all match) in {:.1} ms",
+                    Escaped(&shown),
+                    b.file_len(),
+                    r.sections_checked,
+                    secs * 1e3
+                )?;
             }
-            Ok(ExitCode::SUCCESS)
+            if !a.self_test {
+                if a.json {
+                    crate::outln!("{}", serde_json::to_string_pretty(&crate::cli::tidy(d))?)?;
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let (t, ms) = self_test(a, b)?;
+            let code = if t.passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            };
+            if a.json {
+                if !t.passed {
+                    d["verdict"] = json!("self-test failed");
+                }
+                d["self_test"] = self_test_json(&a.device, &t, ms);
+                crate::outln!("{}", serde_json::to_string_pretty(&crate::cli::tidy(d))?)?;
+            } else if t.passed {
+                crate::outln!(
+                    "self-test passed on {}: {} in {ms:.1} ms",
+                    a.device,
+                    Escaped(&t.summary)
+                )?;
+            } else {
+                eprintln!(
+                    "self-test FAILED on {}: {}: {}",
+                    a.device,
+                    Escaped(&shown),
+                    Escaped(&t.summary)
+                );
+            }
+            Ok(code)
         }
         // Not a verdict on the content: an ordinary error (exit 1).
         Err(
@@ -435,7 +502,12 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
             | tether_bundle::BundleError::ChangedWhileOpen { .. }),
         ) => Err(anyhow::Error::from(e).context(format!("opening {shown}"))),
         Err(e) => {
-            eprintln!("corrupt: {}: {}", Escaped(&shown), Escaped(&e.to_string()));
+            if a.json {
+                let d = doc("corrupt", None, Some(e.to_string()));
+                crate::outln!("{}", serde_json::to_string_pretty(&crate::cli::tidy(d))?)?;
+            } else {
+                eprintln!("corrupt: {}: {}", Escaped(&shown), Escaped(&e.to_string()));
+            }
             Ok(ExitCode::from(3))
         }
     }
