@@ -2112,6 +2112,35 @@ fn embed_builds_inspects_embeds_texts_and_self_tests() {
         stdout(&o)
     );
     assert!(stdout(&o).contains("cosine("), "{}", stdout(&o));
+    // bench counts texts: on a file of two, per text is half a run; `--text` times one.
+    let v = json(&tether(&[
+        "bench",
+        &b,
+        file.to_str().unwrap(),
+        "--runs",
+        "3",
+        "--warmup",
+        "0",
+        "--json",
+        "-",
+    ]));
+    assert_eq!(v["units"]["name"], "text");
+    assert_eq!(v["units"]["count"], 6);
+    let (per_text, per_run) = (
+        v["units"]["ms"]["mean"].as_f64().unwrap(),
+        v["total_ms"]["mean"].as_f64().unwrap(),
+    );
+    assert!(
+        (per_text * 2.0 - per_run).abs() <= 1e-2 * per_run,
+        "{per_text} {per_run}"
+    );
+    let v = json(&tether(&[
+        "bench", &b, "--text", a, "--runs", "2", "--warmup", "0", "--json", "-",
+    ]));
+    assert_eq!(v["input"], a);
+    assert_eq!(v["units"]["count"], 2);
+    let o = tether(&["bench", &b, file.to_str().unwrap(), "--text", a]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     // A file that is not text is refused by name.
     let o = tether(&["run", &b, &asset("Noise.wav")]);
     assert!(!o.status.success());

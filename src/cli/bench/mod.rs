@@ -54,6 +54,10 @@ pub struct BenchArgs {
     /// The input (decoded once, before timing). Without one, the family's throughput tests
     /// (a text generator: llama-bench's `pp`/`tg`; `--runs` repetitions each, default 5).
     input: Option<PathBuf>,
+    /// Time the family on this text instead of an INPUT file (embed: one sentence; the
+    /// text families' `run --text`).
+    #[arg(long, value_name = "TEXT", conflicts_with = "input")]
+    text: Option<String>,
     /// Timed runs (1 to 1,000,000,000; with --compare, runs of each). Default 200, or no
     /// limit with --duration.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
@@ -172,7 +176,12 @@ fn check_output(path: &Path) -> Result<()> {
 /// warm up, time the runs, then write the JSON, the plot and the text report.
 pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let (threads, threads_why) = a.threads.resolve();
-    let Some(input) = &a.input else {
+    let input = match (&a.input, &a.text) {
+        (Some(p), _) => Some(InputSource::File(p)),
+        (None, Some(t)) => Some(InputSource::Text(t)),
+        (None, None) => None,
+    };
+    let Some(input) = input else {
         if let Some(p) = a.json.as_ref().filter(|p| p.as_os_str() != "-") {
             check_output(p)?;
         }
@@ -293,7 +302,7 @@ struct Opened {
 /// `--compare`, `--floor` and `--staged` need is there (usage errors otherwise).
 fn open_variants(
     a: &BenchArgs,
-    input_path: &Path,
+    input_source: InputSource<'_>,
     matches: &ArgMatches,
     threads: usize,
     cancellers: &Cancellers,
@@ -318,7 +327,7 @@ fn open_variants(
     let (bundle, family, first) = open_runner(&a.bundle, matches, &options(!a.eager))?;
     let first_name = if a.eager { "eager" } else { "graph" };
     let mut variants = vec![variant(first_name, first)];
-    let input = variants[0].runner.load(InputSource::File(input_path))?;
+    let input = variants[0].runner.load(input_source)?;
     // The first run prepares the session for the input (a GPU session captures its graph
     // then): never timed, and only after it does the runner know how it executes.
     variants[0].prepare(input.as_ref())?;
