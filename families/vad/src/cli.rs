@@ -151,7 +151,7 @@ impl Family for VadFamily {
                 .value_name("M.onnx")
                 .value_parser(value_parser!(PathBuf))
                 .required(true)
-                .help("The Silero VAD streaming network (e.g. silero_vad_op18_ifless.onnx of silero-vad 6.2.3)"),
+                .help("A Silero VAD network: the streaming form (silero_vad_op18_ifless.onnx of silero-vad 6.2.3) or the sequence form (silero_vad_v6.onnx of faster-whisper)"),
         ];
         v.extend(segment_args());
         v
@@ -195,12 +195,13 @@ impl Family for VadFamily {
                     c.speech_pad_ms
                 ),
                 format!(
-                    "model SHA-256 {}{}",
+                    "model SHA-256 {} ({}{})",
                     report.model_sha256,
+                    report.form.describe(),
                     if report.pinned_model {
-                        " (silero-vad 6.2.3)"
+                        ", a pinned file"
                     } else {
-                        " (not the pinned file)"
+                        ", not a pinned file"
                     }
                 ),
                 format!("self-test: embedded (vad/selftest): {}", report.selftest),
@@ -237,9 +238,14 @@ impl Family for VadFamily {
         let lines = vec![
             (
                 "networks".into(),
-                format!(
-                    "{NETWORK} (Silero VAD: input f32 [1, 576], sr fixed to {SAMPLE_RATE}, state f32 [2, 1, 128] -> output [1, 1], stateN [2, 1, 128])"
-                ),
+                match crate::net::form_of_bundle(bundle) {
+                    Some(crate::Form::Sequence) => format!(
+                        "{NETWORK} (Silero VAD, sequence form: input f32 [1, 576] (one window per run), h, c f32 [1, 1, 128] -> speech_probs [1], hn, cn)"
+                    ),
+                    _ => format!(
+                        "{NETWORK} (Silero VAD, streaming form: input f32 [1, 576], sr fixed to {SAMPLE_RATE}, state f32 [2, 1, 128] -> output [1, 1], stateN [2, 1, 128])"
+                    ),
+                },
             ),
             (
                 "audio".into(),

@@ -43,6 +43,7 @@ pub mod wav;
 
 pub use audio::{Audio, AudioStream, ResampleStream, SincResampler, read_wav, read_wav_bytes};
 pub use config::VadConfig;
+pub use net::Form;
 pub use segments::{SegmentEvent, SegmentTracker, SpeechSegment};
 pub use tether_family::selftest::{Report as SelfTestReport, SelfTest};
 pub use tether_runtime::{Device, EngineKind};

@@ -1,5 +1,11 @@
 //! The one place this family runs the network: the runtime's model API.
 //!
+//! Silero ships two ONNX interfaces ([`Form`]); both run here one 576-sample window at a
+//! time with the LSTM state carried between runs. The sequence form (faster-whisper's
+//! `silero_vad_v6.onnx`: `input [T, 576]`, `h`, `c` -> `speech_probs [T]`, `hn`, `cn`) is
+//! opened at T = 1 with `h` and `c` as two recurrent states. The streaming form is described
+//! below.
+//!
 //! [`Network::open`] opens the bundle as a [`Model`] (one engine chosen for the real device)
 //! with the network's `sr` input fixed to 16000 ([`FixedInput`]): the engine substitutes
 //! the constant before it optimises, so the model's `If (sr == 16000)` is resolved to its
@@ -36,17 +42,106 @@ pub(crate) const NETWORK: &str = "silero";
 /// session checks its capture at load.
 const REPLAY_TOLERANCE: f32 = 1e-5;
 
-/// The model options a `vad` bundle is opened with: `sr` fixed to 16000 and the network's
-/// input shapes (`input [1, 576]`, `state [2, 1, 128]`).
-pub(crate) fn model_options(mut options: ModelOptions) -> ModelOptions {
+/// Silero's two ONNX interfaces, told apart by their input names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// The silero-vad package's streaming form (`silero_vad.onnx`,
+    /// `silero_vad_op18_ifless.onnx`): `input` f32 `[1, 576]`, `sr` i64 (fixed to 16000 at
+    /// load), `state` f32 `[2, 1, 128]` -> `output` f32 `[1, 1]`, `stateN`.
+    Streaming,
+    /// The sequence form, 16 kHz only (faster-whisper's `silero_vad_v6.onnx`, silero-vad's
+    /// `silero_vad_16k_sequence.onnx`): `input` f32 `[T, 576]` (T windows, each with its
+    /// 64-sample context), `h` and `c` f32 `[1, 1, 128]` -> `speech_probs` f32 `[T]`, `hn`,
+    /// `cn`. The LSTM runs along T, so one window at a time (T = 1, the state carried
+    /// between runs) computes what the whole sequence computes in one run.
+    Sequence,
+}
+
+impl Form {
+    /// The form of a network whose inputs have these names; `None` for neither.
+    pub fn of_inputs<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Form> {
+        let names: Vec<&str> = names.into_iter().collect();
+        let has = |n: &str| names.contains(&n);
+        match (has("input"), has("sr"), has("state"), has("h"), has("c")) {
+            (true, true, true, false, false) => Some(Form::Streaming),
+            (true, false, false, true, true) => Some(Form::Sequence),
+            _ => None,
+        }
+    }
+
+    /// `(state input, state output)` pairs: the recurrent state of the form. Streaming:
+    /// `state` `[2, 1, 128]` (h then c); sequence: `h` and `c`, `[1, 1, 128]` each.
+    pub fn states(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Form::Streaming => &[("state", "stateN")],
+            Form::Sequence => &[("h", "hn"), ("c", "cn")],
+        }
+    }
+
+    /// The probability output.
+    pub fn output(self) -> &'static str {
+        match self {
+            Form::Streaming => "output",
+            Form::Sequence => "speech_probs",
+        }
+    }
+
+    /// The shape this family runs an input at (one window, one state).
+    fn shape(self, input: &str) -> Vec<usize> {
+        match (self, input) {
+            (_, "input") => vec![1, WINDOW_SAMPLES],
+            (Form::Streaming, _) => vec![2, 1, STATE_LEN / 2],
+            (Form::Sequence, _) => vec![1, 1, STATE_LEN / 2],
+        }
+    }
+
+    /// What the form is, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Form::Streaming => "streaming form (`input`, `sr`, `state`)",
+            Form::Sequence => "sequence form (`input`, `h`, `c`)",
+        }
+    }
+}
+
+/// The inputs of the `vad` network recorded in `bundle`'s manifest, in order.
+fn manifest_inputs(bundle: &Bundle) -> Result<Vec<String>, VadError> {
+    let section = bundle.section(&format!("{}/{NETWORK}/model.onnx", crate::FAMILY))?;
+    Ok(bundle
+        .tensors(section.index)
+        .filter(|t| t.mode == tether_bundle::IoMode::Input)
+        .map(|t| t.name.to_string())
+        .collect())
+}
+
+/// The form of the network `bundle` carries, from its manifest; `None` for neither (or an
+/// unreadable manifest).
+pub(crate) fn form_of_bundle(bundle: &Bundle) -> Option<Form> {
+    let inputs = manifest_inputs(bundle).ok()?;
+    Form::of_inputs(inputs.iter().map(String::as_str))
+}
+
+/// The model options a `vad` bundle of `form` is opened with: the shapes of one window and
+/// one state, in the manifest's input order, and (streaming form) `sr` fixed to 16000.
+pub(crate) fn model_options(
+    mut options: ModelOptions,
+    form: Form,
+    inputs: &[String],
+) -> ModelOptions {
     options.input_shapes = vec![(
         NETWORK.into(),
-        vec![vec![1, WINDOW_SAMPLES], vec![2, 1, STATE_LEN / 2]],
+        inputs
+            .iter()
+            .filter(|n| *n != "sr")
+            .map(|n| form.shape(n))
+            .collect(),
     )];
-    options.fixed_inputs = vec![(
-        NETWORK.into(),
-        vec![FixedInput::scalar_i64("sr", i64::from(SAMPLE_RATE))],
-    )];
+    if form == Form::Streaming {
+        options.fixed_inputs = vec![(
+            NETWORK.into(),
+            vec![FixedInput::scalar_i64("sr", i64::from(SAMPLE_RATE))],
+        )];
+    }
     options
 }
 
@@ -56,9 +151,11 @@ pub(crate) struct Network {
     model: Model,
     session: Session,
     window: RegionId,
-    state: RecurrentState,
+    /// The recurrent state: `state` (streaming form) or `h`, `c` (sequence form).
+    state: Vec<RecurrentState>,
     probability: RegionId,
     engine: EngineKind,
+    form: Form,
 }
 
 impl std::fmt::Debug for Network {
@@ -95,7 +192,16 @@ impl Network {
     /// unavailable, session), [`VadError::Network`] for a network without Silero's
     /// streaming I/O.
     pub(crate) fn open(bundle: Arc<Bundle>, options: ModelOptions) -> Result<Self, VadError> {
-        let model = Model::from_bundle(bundle, &model_options(options))?;
+        let inputs = manifest_inputs(&bundle)?;
+        let form = Form::of_inputs(inputs.iter().map(String::as_str)).ok_or_else(|| {
+            bad(format!(
+                "inputs [{}]: neither Silero's {} nor its {}",
+                inputs.join(", "),
+                Form::Streaming.describe(),
+                Form::Sequence.describe()
+            ))
+        })?;
+        let model = Model::from_bundle(bundle, &model_options(options, form, &inputs))?;
         let net = model.network(NETWORK)?;
         let plan = net.plan().clone();
         let engine = net.engine();
@@ -112,16 +218,15 @@ impl Network {
             io.output_index(name)
                 .ok_or_else(|| bad(format!("no output `{name}` among [{}]", list(&io.outputs))))
         };
-        let (i_input, i_state) = (find_in("input")?, find_in("state")?);
-        let (o_output, o_state) = (find_out("output")?, find_out("stateN")?);
-        if io.inputs.len() != 2 || io.outputs.len() != 2 {
+        let n_io = 1 + form.states().len();
+        if io.inputs.len() != n_io || io.outputs.len() != n_io {
             return Err(bad(format!(
-                "inputs [{}] and outputs [{}]; expected `input`, `state` (`sr` fixed) and `output`, `stateN`",
+                "inputs [{}] and outputs [{}]; the {} has {n_io} of each (`sr` fixed)",
                 list(&io.inputs),
-                list(&io.outputs)
+                list(&io.outputs),
+                form.describe()
             )));
         }
-        let state_shape = [2, 1, STATE_LEN / 2];
         let expect = |t: &tether_runtime::TensorSpec, shape: &[usize]| {
             if t.dtype == DType::F32 && t.shape == shape {
                 Ok(())
@@ -129,10 +234,22 @@ impl Network {
                 Err(bad(format!("tensor {t}, expected f32{shape:?}")))
             }
         };
+        let i_input = find_in("input")?;
         expect(&io.inputs[i_input], &[1, WINDOW_SAMPLES])?;
-        expect(&io.inputs[i_state], &state_shape)?;
-        expect(&io.outputs[o_output], &[1, 1])?;
-        expect(&io.outputs[o_state], &state_shape)?;
+        let o_output = find_out(form.output())?;
+        // One probability: `[1, 1]` (streaming) or `[1]` (sequence, T = 1).
+        let p = &io.outputs[o_output];
+        if p.dtype != DType::F32 || p.shape.iter().product::<usize>() != 1 {
+            return Err(bad(format!("tensor {p}, expected one f32 probability")));
+        }
+        let mut states = Vec::new();
+        for (sin, sout) in form.states() {
+            let (i, o) = (find_in(sin)?, find_out(sout)?);
+            let shape = form.shape(sin);
+            expect(&io.inputs[i], &shape)?;
+            expect(&io.outputs[o], &shape)?;
+            states.push((i, o));
+        }
 
         let mut spec = PipelineSpec::new();
         let region = |spec: &mut PipelineSpec, t: &tether_runtime::TensorSpec, kind, check| {
@@ -150,25 +267,28 @@ impl Network {
             RegionKind::Input,
             Check::Exact,
         )?;
-        let state = spec
-            .recurrent_state(
-                format!("{NETWORK}:{}", io.inputs[i_state]),
-                STATE_LEN * 4,
-                Check::F32Abs(REPLAY_TOLERANCE),
-            )
-            .map_err(tether_runtime::Error::from)?;
         let probability = region(
             &mut spec,
             &io.outputs[o_output],
             RegionKind::Output,
             Check::F32Abs(REPLAY_TOLERANCE),
         )?;
-        let mut ins = [window; 2];
-        ins[i_state] = state.current;
-        ins[i_input] = window;
-        let mut outs = [probability; 2];
-        outs[o_state] = state.next;
-        outs[o_output] = probability;
+        let mut ins = vec![window; n_io];
+        let mut outs = vec![probability; n_io];
+        let mut state = Vec::new();
+        for &(i, o) in &states {
+            let t = &io.inputs[i];
+            let r = spec
+                .recurrent_state(
+                    format!("{NETWORK}:{t}"),
+                    t.byte_len().unwrap_or(0),
+                    Check::F32Abs(REPLAY_TOLERANCE),
+                )
+                .map_err(tether_runtime::Error::from)?;
+            ins[i] = r.current;
+            outs[o] = r.next;
+            state.push(r);
+        }
         spec.network(NETWORK, plan, &ins, &outs)
             .map_err(tether_runtime::Error::from)?;
         spec.warmup(window, Box::new(warmup_window));
@@ -181,6 +301,7 @@ impl Network {
             state,
             probability,
             engine,
+            form,
         })
     }
 
@@ -224,22 +345,34 @@ impl Network {
         })
     }
 
+    /// Which of Silero's interfaces the network has.
+    pub(crate) fn form(&self) -> Form {
+        self.form
+    }
+
     /// Zero the recurrent state (a new stream). Blocks on a GPU; no allocation.
     ///
     /// # Errors
     /// [`VadError::Run`] on a device error.
     pub(crate) fn reset_state(&mut self) -> Result<(), VadError> {
-        self.session.reset_state(self.state.id)?;
+        for s in &self.state {
+            self.session.reset_state(s.id)?;
+        }
         Ok(())
     }
 
-    /// The current recurrent state (`[2, 1, 128]` f32), read back (blocks on a GPU).
+    /// The current recurrent state, read back (blocks on a GPU): 256 f32, the LSTM's `h`
+    /// then `c` (the streaming form's `[2, 1, 128]`; the sequence form's `h` and `c`
+    /// `[1, 1, 128]` one after the other, the same numbers).
     ///
     /// # Errors
     /// [`VadError::Run`] on a device error.
     pub(crate) fn read_state(&mut self, out: &mut [f32; STATE_LEN]) -> Result<(), VadError> {
         let mut bytes = [0u8; STATE_LEN * 4];
-        self.session.read_region(self.state.current, &mut bytes)?;
+        let per = bytes.len() / self.state.len();
+        for (s, part) in self.state.iter().zip(bytes.chunks_exact_mut(per)) {
+            self.session.read_region(s.current, part)?;
+        }
         for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
             *o = f32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
         }
@@ -252,4 +385,23 @@ fn list(t: &[tether_runtime::TensorSpec]) -> String {
         .map(|t| t.to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Form;
+
+    #[test]
+    fn forms_are_told_apart_by_their_inputs() {
+        assert_eq!(
+            Form::of_inputs(["input", "sr", "state"]),
+            Some(Form::Streaming)
+        );
+        assert_eq!(Form::of_inputs(["input", "h", "c"]), Some(Form::Sequence));
+        // Mixed or partial interfaces are neither.
+        assert_eq!(Form::of_inputs(["input", "sr", "h", "c"]), None);
+        assert_eq!(Form::of_inputs(["input", "state"]), None);
+        assert_eq!(Form::of_inputs(["x", "h", "c"]), None);
+        assert_eq!(Form::Sequence.states(), &[("h", "hn"), ("c", "cn")]);
+    }
 }

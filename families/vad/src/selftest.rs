@@ -27,6 +27,10 @@ pub const MAX_SELFTEST_CHUNKS: usize = 1024;
 /// The reference payload as committed (see the module documentation).
 const REFERENCE_JSON: &str = include_str!("../golden/selftest.json");
 
+/// The reference payload of the sequence form (`golden/reference_sequence.py`): the same
+/// input through faster-whisper 1.2.1's `silero_vad_v6.onnx` with its own wrapper.
+const SEQUENCE_REFERENCE_JSON: &str = include_str!("../golden/selftest_sequence.json");
+
 fn bad(what: impl Into<String>) -> VadError {
     VadError::SelfTest(SelfTestError::Malformed(what.into()))
 }
@@ -51,8 +55,36 @@ pub fn payload(pcm: Vec<f32>, expected: Vec<f32>, tolerance: f32, source: String
 /// # Errors
 /// [`VadError::SelfTest`] if the embedded JSON is malformed (a build defect).
 pub fn reference() -> Result<SelfTest, VadError> {
+    parse_reference(REFERENCE_JSON, |env| {
+        format!(
+            "silero-vad {} on onnxruntime {} (families/vad/golden/selftest.json)",
+            env["silero_vad"].as_str().unwrap_or("?"),
+            env["onnxruntime"].as_str().unwrap_or("?")
+        )
+    })
+}
+
+/// The committed reference payload of the sequence form (faster-whisper's probabilities for
+/// the same input).
+///
+/// # Errors
+/// As [`reference`].
+pub fn sequence_reference() -> Result<SelfTest, VadError> {
+    parse_reference(SEQUENCE_REFERENCE_JSON, |env| {
+        format!(
+            "faster-whisper {} (silero_vad_v6.onnx) on onnxruntime {} (families/vad/golden/selftest_sequence.json)",
+            env["faster_whisper"].as_str().unwrap_or("?"),
+            env["onnxruntime"].as_str().unwrap_or("?")
+        )
+    })
+}
+
+fn parse_reference(
+    json: &str,
+    source: impl FnOnce(&serde_json::Value) -> String,
+) -> Result<SelfTest, VadError> {
     let v: serde_json::Value =
-        serde_json::from_str(REFERENCE_JSON).map_err(|e| bad(format!("golden JSON: {e}")))?;
+        serde_json::from_str(json).map_err(|e| bad(format!("golden JSON: {e}")))?;
     let floats = |key: &str| -> Result<Vec<f32>, VadError> {
         v[key]
             .as_array()
@@ -65,12 +97,7 @@ pub fn reference() -> Result<SelfTest, VadError> {
             })
             .collect()
     };
-    let env = &v["environment"];
-    let source = format!(
-        "silero-vad {} on onnxruntime {} (families/vad/golden/selftest.json)",
-        env["silero_vad"].as_str().unwrap_or("?"),
-        env["onnxruntime"].as_str().unwrap_or("?")
-    );
+    let source = source(&v["environment"]);
     let t = payload(
         floats("pcm_16k")?,
         floats("probs")?,

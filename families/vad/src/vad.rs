@@ -209,6 +209,11 @@ impl Vad {
         Self::from_bundle(Arc::new(bundle), options)
     }
 
+    /// Which of Silero's ONNX interfaces the network has (streaming or sequence form).
+    pub fn form(&self) -> crate::Form {
+        self.net.form()
+    }
+
     /// The engine running the network (chosen for the device at open).
     pub fn engine(&self) -> tether_runtime::EngineKind {
         self.net.engine()
@@ -571,6 +576,7 @@ pub fn bundle_of(
 ) -> Result<BundleWriter, VadError> {
     bundle_with_identity(
         onnx,
+        crate::Form::Streaming,
         config,
         IdentityDesc {
             name: name.into(),
@@ -583,8 +589,11 @@ pub fn bundle_of(
 }
 
 /// [`bundle_of`] with a full identity.
+/// The network's tensors are recorded at the shapes this family runs them (one window; the
+/// manifest's input names also tell the load which [`crate::Form`] the network has).
 pub(crate) fn bundle_with_identity(
     onnx: &[u8],
+    form: crate::Form,
     config: &VadConfig,
     identity: IdentityDesc,
 ) -> Result<BundleWriter, VadError> {
@@ -592,19 +601,31 @@ pub(crate) fn bundle_with_identity(
     let mut writer = BundleWriter::new(identity);
     let target = tether_family::recipe::add_portable_target(&mut writer)?;
     let model = writer.add_section(SectionKind::Onnx, ONNX_SECTION, Some(target), onnx.to_vec())?;
-    let state = vec![2, 1, (STATE_LEN / 2) as i64];
-    for (name, mode, dtype, dims) in [
-        (
-            "input",
-            IoMode::Input,
-            DType::F32,
-            vec![1, WINDOW_SAMPLES as i64],
-        ),
-        ("sr", IoMode::Input, DType::I64, vec![]),
-        ("state", IoMode::Input, DType::F32, state.clone()),
-        ("output", IoMode::Output, DType::F32, vec![1, 1]),
-        ("stateN", IoMode::Output, DType::F32, state.clone()),
-    ] {
+    let window = vec![1, WINDOW_SAMPLES as i64];
+    let tensors: Vec<(&str, IoMode, DType, Vec<i64>)> = match form {
+        crate::Form::Streaming => {
+            let state = vec![2, 1, (STATE_LEN / 2) as i64];
+            vec![
+                ("input", IoMode::Input, DType::F32, window),
+                ("sr", IoMode::Input, DType::I64, vec![]),
+                ("state", IoMode::Input, DType::F32, state.clone()),
+                ("output", IoMode::Output, DType::F32, vec![1, 1]),
+                ("stateN", IoMode::Output, DType::F32, state),
+            ]
+        }
+        crate::Form::Sequence => {
+            let half = vec![1, 1, (STATE_LEN / 2) as i64];
+            vec![
+                ("input", IoMode::Input, DType::F32, window),
+                ("h", IoMode::Input, DType::F32, half.clone()),
+                ("c", IoMode::Input, DType::F32, half.clone()),
+                ("speech_probs", IoMode::Output, DType::F32, vec![1]),
+                ("hn", IoMode::Output, DType::F32, half.clone()),
+                ("cn", IoMode::Output, DType::F32, half),
+            ]
+        }
+    };
+    for (name, mode, dtype, dims) in tensors {
         writer.add_tensor(
             model,
             TensorDesc {

@@ -390,3 +390,72 @@ fn wrong_family_error(onnx: &[u8]) -> String {
         .unwrap_err()
         .to_string()
 }
+
+/// Silero's sequence form, as faster-whisper ships it (`silero_vad_v6.onnx`: `input [T, 576]`,
+/// `h`, `c` -> `speech_probs`, `hn`, `cn`), against faster-whisper 1.2.1's own VAD
+/// (`golden/reference_sequence.py`: its `SileroVADModel` on onnxruntime runs every window
+/// as one sequence; its `get_speech_timestamps`): built (pinned, its self-test from the
+/// package), run one window at a time with `h` and `c` carried, every probability within
+/// 1e-4 and the segments equal, with silero-vad's parameters and with faster-whisper's own.
+#[test]
+fn sequence_form_matches_faster_whisper() {
+    let onnx = std::fs::read(asset("silero_vad_v6.onnx")).expect("model bytes");
+    let (writer, report) = build(
+        &onnx,
+        &BuildOptions {
+            common: BuildCommon::named("faster-whisper-vad"),
+            ..BuildOptions::default()
+        },
+        &mut |_| {},
+    )
+    .expect("build");
+    assert_eq!(report.form, tether_vad::Form::Sequence);
+    assert!(report.pinned_model, "{}", report.model_sha256);
+    assert!(
+        report.selftest.passed && report.selftest.source.contains("faster-whisper"),
+        "{}",
+        report.selftest
+    );
+    let bundle = tether_family::recipe::in_memory(&writer).expect("open");
+    let g = golden("speech_16k");
+    let want = floats(&g["probs"]);
+    let wav = golden_dir().join("speech_16k.wav");
+    let audio = read_wav(&wav).expect("wav");
+    assert_eq!(
+        audio.samples.len() as u64,
+        g["samples_16k"].as_u64().unwrap()
+    );
+    for (key, opts) in g["segments"].as_object().expect("segments") {
+        let o = &opts["options"];
+        let config = VadConfig {
+            min_speech_ms: o["min_speech_duration_ms"].as_u64().unwrap() as u32,
+            min_silence_ms: o["min_silence_duration_ms"].as_u64().unwrap() as u32,
+            speech_pad_ms: o["speech_pad_ms"].as_u64().unwrap() as u32,
+            ..VadConfig::with_threshold(o["threshold"].as_f64().unwrap())
+        };
+        let mut vad = Vad::from_bundle(
+            bundle.clone(),
+            &VadOptions {
+                config: Some(config),
+                ..VadOptions::default()
+            },
+        )
+        .expect("vad");
+        assert_eq!(vad.form(), tether_vad::Form::Sequence);
+        let det = vad.process(&audio.samples).expect("process");
+        // faster-whisper pads a whole chunk more when the length is a multiple of 512.
+        assert!(det.probabilities.len() <= want.len() && det.probabilities.len() + 1 >= want.len());
+        let (worst, at) = tether_family::selftest::max_abs_diff(&det.probabilities, &want);
+        assert!(
+            worst <= 1e-4,
+            "{key}: probability {worst} off at chunk {at}"
+        );
+        let got: Vec<[u64; 2]> = det.segments.iter().map(|s| [s.start, s.end]).collect();
+        assert_eq!(got, segments(&opts["segments_samples"]), "{key}");
+        println!(
+            "{key}: {} chunks, worst |diff| {worst:.2e}, {} segments equal",
+            want.len(),
+            got.len()
+        );
+    }
+}

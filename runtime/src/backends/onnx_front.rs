@@ -732,6 +732,14 @@ impl InferenceOp for Bounded {
 /// tract's; a tensor over the limit or with a negative dimension is a [`TensorTooLarge`]
 /// in the error's chain ([`too_large`] finds it).
 pub(crate) fn into_typed_bounded(mut model: InferenceModel, limit: u64) -> TractResult<TypedModel> {
+    // The graph's declared output names, in order: typing may rewrite the node that
+    // produces an output (an ONNX LSTM's `Y_h` becomes the squeeze of a scan's output) and
+    // its label with it; the names are set back on the typed outputs below.
+    let declared: Vec<Option<String>> = model
+        .output_outlets()?
+        .iter()
+        .map(|o| model.outlet_label(*o).map(str::to_owned))
+        .collect();
     for id in 0..model.nodes.len() {
         if model.nodes[id].inputs.is_empty() {
             // Sources and constants: nothing to evaluate.
@@ -758,9 +766,47 @@ pub(crate) fn into_typed_bounded(mut model: InferenceModel, limit: u64) -> Tract
             limit,
         });
     }
-    let typed = model.into_typed()?;
+    let mut typed = model.into_typed()?;
+    relabel_outputs(&mut typed, &declared)?;
     check_typed(&typed, limit)?;
     Ok(typed)
+}
+
+/// Put the declared output names back on a typed model's outputs (`declared[i]` for output
+/// `i`), where a rewrite replaced them; an outlet that is two outputs at once keeps its
+/// label (one outlet has one label). Call after every rewrite of a typed model (typing,
+/// optimisation).
+///
+/// # Errors
+/// tract's, for a model whose outputs cannot be listed.
+pub(crate) fn relabel_outputs(
+    model: &mut TypedModel,
+    declared: &[Option<String>],
+) -> TractResult<()> {
+    let outlets = model.output_outlets()?.to_vec();
+    for (i, (outlet, name)) in outlets.iter().zip(declared).enumerate() {
+        let Some(name) = name else { continue };
+        let shared = outlets
+            .iter()
+            .enumerate()
+            .any(|(j, o)| j != i && o == outlet);
+        if !shared && model.outlet_label(*outlet) != Some(name.as_str()) {
+            model.set_outlet_label(*outlet, name.clone())?;
+        }
+    }
+    Ok(())
+}
+
+/// The output names of a typed model, in order (for [`relabel_outputs`] after a rewrite).
+///
+/// # Errors
+/// tract's, for a model whose outputs cannot be listed.
+pub(crate) fn output_labels(model: &TypedModel) -> TractResult<Vec<Option<String>>> {
+    Ok(model
+        .output_outlets()?
+        .iter()
+        .map(|o| model.outlet_label(*o).map(str::to_owned))
+        .collect())
 }
 
 /// Check every output fact of a typed model against `limit` bytes.

@@ -457,7 +457,9 @@ impl TractCpuPlan {
             .and_then(|mut m| {
                 let folded = super::onnx_front::fold_constants(&mut m)?;
                 let scans = super::onnx_front::scans_reset_every_run(&mut m);
+                let names = super::onnx_front::output_labels(&m)?;
                 let mut m = m.into_optimized()?;
+                super::onnx_front::relabel_outputs(&mut m, &names)?;
                 let moved = super::onnx_front::softmax_axes_last(&mut m)?;
                 log::debug!(
                     "tract CPU plan for `{network}`: {folded} constant nodes folded, {scans} recurrent loops reset every run, {moved} softmax axes moved last"

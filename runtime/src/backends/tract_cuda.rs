@@ -100,7 +100,10 @@ impl Backend for TractCuda {
                 .and_then(|mut m| {
                     super::onnx_front::fold_constants(&mut m)?;
                     super::onnx_front::scans_reset_every_run(&mut m);
-                    m.into_decluttered()
+                    let names = super::onnx_front::output_labels(&m)?;
+                    let mut m = m.into_decluttered()?;
+                    super::onnx_front::relabel_outputs(&mut m, &names)?;
+                    Ok(m)
                 })
                 .map_err(|e| match super::onnx_front::too_large(&e) {
                     Some(tensor) => PrepareError::TooLarge {

@@ -133,7 +133,9 @@ pub fn load_model_fixed(
             Some(tensor) => LowerError::TooLarge(tensor),
             None => model_err(e),
         })?;
+    let names = crate::backends::onnx_front::output_labels(&typed).map_err(model_err)?;
     declutter(&mut typed).map_err(model_err)?;
+    crate::backends::onnx_front::relabel_outputs(&mut typed, &names).map_err(model_err)?;
     Ok(typed)
 }
 
