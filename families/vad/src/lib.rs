@@ -106,8 +106,8 @@ pub enum VadError {
         /// The value seen.
         value: String,
     },
-    /// The network's inputs and outputs are not Silero VAD's streaming I/O.
-    #[error("not a Silero VAD streaming network: {0}")]
+    /// The network's inputs and outputs are neither of Silero VAD's interfaces (streaming or sequence form).
+    #[error("not a Silero VAD network: {0}")]
     Network(String),
     /// [`Vad::push_chunk`] was given a chunk of the wrong length.
     #[error("a chunk holds {actual} samples, expected {expected} (32 ms at 16 kHz)")]

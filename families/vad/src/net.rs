@@ -190,7 +190,7 @@ impl Network {
     /// # Errors
     /// [`VadError::Runtime`] (no engine for the network on this device, device
     /// unavailable, session), [`VadError::Network`] for a network without Silero's
-    /// streaming I/O.
+    /// streaming or sequence I/O.
     pub(crate) fn open(bundle: Arc<Bundle>, options: ModelOptions) -> Result<Self, VadError> {
         let inputs = manifest_inputs(&bundle)?;
         let form = Form::of_inputs(inputs.iter().map(String::as_str)).ok_or_else(|| {

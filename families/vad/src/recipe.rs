@@ -133,7 +133,7 @@ fn check_io(info: &OnnxInfo) -> Result<Form, VadError> {
 /// `progress` receives a short message before each long step.
 ///
 /// # Errors
-/// [`VadError::Network`] for a network without Silero's streaming I/O or
+/// [`VadError::Network`] for a network with neither of Silero's interfaces ([`Form`]) or
 /// that fails to prepare; [`VadError::Config`] for out-of-range options;
 /// [`VadError::ReferenceMismatch`] when the pinned network does not reproduce the
 /// package's probabilities on the CPU engine; [`VadError::Bundle`] from the

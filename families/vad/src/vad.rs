@@ -127,7 +127,7 @@ impl Vad {
     /// [`VadError::Bundle`] (unreadable or corrupt bundle, missing section),
     /// [`VadError::WrongFamily`], [`VadError::Config`], [`VadError::Runtime`] (no engine for the network
     /// on this device, device unavailable), [`VadError::Network`] (not
-    /// Silero's streaming I/O).
+    /// Silero's streaming or sequence I/O).
     pub fn open(path: impl AsRef<Path>, options: &VadOptions) -> Result<Self, VadError> {
         let verify = if options.verify_eagerly {
             Verify::Eager
