@@ -412,7 +412,12 @@ fn write_report(
                 .map_or_else(|| label.to_string(), |f| f.to_string_lossy().into_owned()),
             summary.mode_line()
         );
-        let bytes = plot::render(&title, summary.variants, *format).context("drawing the plot")?;
+        let setup = summary.setup_line();
+        let header = plot::Header {
+            title: &title,
+            setup: &setup,
+        };
+        let bytes = plot::render(&header, summary.variants, *format).context("drawing the plot")?;
         write_atomic(path, &bytes)?;
     }
     if show {

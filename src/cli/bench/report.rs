@@ -50,6 +50,50 @@ impl Summary<'_> {
         s
     }
 
+    /// The setup the figures belong to, in one line (the plot's header): device (and GPU),
+    /// engine of each network, CPU threads, runs and warm-up, variants.
+    pub(super) fn setup_line(&self) -> String {
+        let get = |k: &str| {
+            self.machine
+                .lines
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        let mut parts = Vec::new();
+        match get("gpu") {
+            Some(g) => parts.push(format!("{} ({g})", get("device").unwrap_or("?"))),
+            None => parts.push(get("device").unwrap_or("?").to_string()),
+        }
+        let engines: Vec<String> = self
+            .engines
+            .iter()
+            .map(|(net, e)| format!("{net} on {e}"))
+            .collect();
+        parts.push(engines.join(", "));
+        if let Some(t) = get("cpu threads") {
+            parts.push(format!("CPU threads {t}"));
+        }
+        let v0 = &self.variants[0];
+        parts.push(format!(
+            "{} timed runs after {} warm-up{}",
+            v0.runs,
+            self.args.warmup,
+            if self.interrupted {
+                " (interrupted)"
+            } else {
+                ""
+            }
+        ));
+        if self.variants.len() > 1 {
+            parts.push(format!(
+                "variants {} (solid) / {} (dashed), interleaved",
+                self.variants[0].name, self.variants[1].name
+            ));
+        }
+        parts.join(" | ")
+    }
+
     pub(super) fn json(&self) -> Value {
         let a = self.args;
         let v0 = &self.variants[0];
