@@ -7,7 +7,9 @@
 //! report), and the allocations of `tether_detect` counted from C against the Rust
 //! detector's on the same frame. The C++ wrapper (`tests/cpp/wrapper_test.cpp`) and the
 //! C++ fixed-rate example (`examples/cpp/detect_loop.cpp`, its detections against the CLI's,
-//! Ctrl-C) are built with `c++ -std=c++17` and run the same way.
+//! Ctrl-C) and the C++ streaming generation example (`examples/cpp/generate.cpp`, greedy text
+//! and token ids against `tether run --prompt`, Ctrl-C) are built with `c++ -std=c++17` and
+//! run the same way.
 //!
 //! Needs `target/<profile>/tether` (the CLI; `cargo test --workspace` builds it, else
 //! `cargo build --release --bin tether`) and the assets (`tests/fetch-assets`). Without
@@ -215,6 +217,8 @@ enum Variant {
     CppWrapper,
     /// `examples/cpp/detect_loop.cpp` (C++17, -O2).
     CppDetectLoop,
+    /// `examples/cpp/generate.cpp` (C++17, -O2).
+    CppGenerate,
 }
 
 /// The folder where the shared library is `libtether.so` (as `install.sh` lays it out): a
@@ -250,11 +254,11 @@ fn program(v: Variant) -> PathBuf {
     let lib = lib_dir();
     let out = f.dir.join(format!("api_test_{v:?}"));
     let mut cmd = match v {
-        Variant::CppWrapper | Variant::CppDetectLoop => {
-            let src = if v == Variant::CppWrapper {
-                crate_dir().join("tests/cpp/wrapper_test.cpp")
-            } else {
-                crate_dir().join("../examples/cpp/detect_loop.cpp")
+        Variant::CppWrapper | Variant::CppDetectLoop | Variant::CppGenerate => {
+            let src = match v {
+                Variant::CppWrapper => crate_dir().join("tests/cpp/wrapper_test.cpp"),
+                Variant::CppDetectLoop => crate_dir().join("../examples/cpp/detect_loop.cpp"),
+                _ => crate_dir().join("../examples/cpp/generate.cpp"),
             };
             let mut cmd = Command::new("c++");
             cmd.args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"])
@@ -280,7 +284,7 @@ fn program(v: Variant) -> PathBuf {
         }
     };
     match v {
-        Variant::Plain | Variant::CppWrapper | Variant::CppDetectLoop => {}
+        Variant::Plain | Variant::CppWrapper | Variant::CppDetectLoop | Variant::CppGenerate => {}
         Variant::Sanitized => {
             cmd.args([
                 "-fsanitize=address,undefined",
@@ -529,21 +533,7 @@ const PROMPT: &str = "What is a robot?";
 fn generate_matches_cli(v: Variant) {
     let f = fixture();
     let c = json(&api_test(v, &[&"generate", &f.llm, &PROMPT, &"24"]));
-    let o = run(Command::new(&f.tether)
-        .arg("run")
-        .arg(&f.llm)
-        .args([
-            "--prompt",
-            PROMPT,
-            "--temperature",
-            "0",
-            "--max-tokens",
-            "24",
-        ])
-        .args(["--threads", "1", "--json"])
-        .env_remove("RUST_LOG"));
-    let v: Value = serde_json::from_str(&ok("tether run --prompt", &o)).expect("CLI JSON");
-    let cli = &v["results"][0]["result"];
+    let cli = &cli_greedy(24);
     assert_eq!(c["text"], cli["text"], "text");
     assert_eq!(c["tokens"], cli["tokens"], "token ids");
     assert_eq!(
@@ -758,6 +748,111 @@ fn cpp_detect_loop_sigint() {
     let c = json(&ok("detect_loop (SIGINT)", &o));
     assert_eq!(c["stopped_by_signal"], true, "{c}");
     assert!(c["frames"].as_u64().unwrap() > 0, "{c}");
+}
+
+/// `tether run LLM --prompt PROMPT --temperature 0 --max-tokens N --threads 1 --json`: the
+/// result object (greedy: text and token ids are the reference of every generation test).
+fn cli_greedy(n: u32) -> Value {
+    let f = fixture();
+    let o = run(Command::new(&f.tether)
+        .arg("run")
+        .arg(&f.llm)
+        .args(["--prompt", PROMPT, "--temperature", "0"])
+        .args(["--max-tokens", &n.to_string()])
+        .args(["--threads", "1", "--json"])
+        .env_remove("RUST_LOG"));
+    let v: Value = serde_json::from_str(&ok("tether run --prompt", &o)).expect("CLI JSON");
+    v["results"][0]["result"].clone()
+}
+
+/// The C++ streaming example, greedy: the text its callback gathered and the token ids
+/// equal the CLI's; streamed to stdout (no `--json`), the output is the same text.
+fn cpp_generate_matches_cli() {
+    let f = fixture();
+    let exe = program(Variant::CppGenerate);
+    let args = |json: bool| {
+        let mut cmd = Command::new(&exe);
+        cmd.arg(&f.llm)
+            .args([
+                "--prompt",
+                PROMPT,
+                "--temperature",
+                "0",
+                "--max-tokens",
+                "12",
+            ])
+            .args(["--threads", "1"])
+            .env_remove("RUST_LOG");
+        if json {
+            cmd.arg("--json");
+        }
+        cmd
+    };
+    let c = json(&ok("generate --json", &run(&mut args(true))));
+    let cli = cli_greedy(12);
+    assert!(
+        !cli["text"].as_str().unwrap_or_default().is_empty(),
+        "{cli}"
+    );
+    assert_eq!(c["text"], cli["text"], "text");
+    assert_eq!(c["tokens"], cli["tokens"], "token ids");
+    assert_eq!(c["finish_reason"], cli["finish_reason"], "finish reason");
+    assert_eq!(c["stopped_by_signal"], false);
+    assert_eq!(
+        c["prompt_tokens"],
+        cli["prompt_tokens"].as_array().expect("prompt").len()
+    );
+    assert_eq!(c["generated_tokens"], 12);
+    let o = run(&mut args(false));
+    let streamed = ok("generate (streaming)", &o);
+    assert_eq!(
+        streamed,
+        format!("{}\n", cli["text"].as_str().unwrap()),
+        "streamed text"
+    );
+    assert!(
+        text(&o.stderr).contains("finish length"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// Ctrl-C during a long generation: the request ends as cancelled, exit 0 with the summary.
+fn cpp_generate_sigint() {
+    use std::io::Read;
+    let f = fixture();
+    let exe = program(Variant::CppGenerate);
+    let mut child = Command::new(&exe)
+        .arg(&f.llm)
+        .args(["--prompt", PROMPT, "--max-tokens", "4000", "--threads", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn generate");
+    // Wait for the first streamed bytes: the generation is running.
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 1];
+    stdout
+        .read_exact(&mut first)
+        .expect("a first streamed piece");
+    let kill = run(Command::new("kill").arg("-INT").arg(child.id().to_string()));
+    ok("kill -INT", &kill);
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).expect("stdout");
+    let o = child.wait_with_output().expect("wait generate");
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "generate (SIGINT): {}: {err}", o.status);
+    assert!(
+        err.contains("finish cancelled (stopped by Ctrl-C)"),
+        "{err}"
+    );
+    let generated: u64 = err
+        .split(" generated")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no generated count in {err:?}"));
+    assert!((1..4000).contains(&generated), "{err}");
 }
 
 /// `capi/install.sh PREFIX --from <this test's deps dir>`, once: the installed layout.
@@ -978,6 +1073,14 @@ fn main() {
         (
             "cpp::detect_loop_stops_on_sigint",
             Arc::new(cpp_detect_loop_sigint),
+        ),
+        (
+            "cpp::generate_matches_cli",
+            Arc::new(cpp_generate_matches_cli),
+        ),
+        (
+            "cpp::generate_stops_on_sigint",
+            Arc::new(cpp_generate_sigint),
         ),
         (
             "sanitizers::asan_ubsan_no_report",

@@ -298,11 +298,12 @@ public:
         o.context = context;
         detail::check(tether_generator_open(path.c_str(), &o, &g_));
     }
-    Generator(Generator &&o) noexcept : g_(std::exchange(o.g_, nullptr)) {}
+    Generator(Generator &&o) noexcept : g_(std::exchange(o.g_, nullptr)), last_(o.last_) {}
     Generator &operator=(Generator &&o) noexcept {
         if (this != &o) {
             tether_generator_close(g_);
             g_ = std::exchange(o.g_, nullptr);
+            last_ = o.last_;
         }
         return *this;
     }
@@ -339,10 +340,15 @@ public:
         tether_generate_result r{};
         tether_status s = tether_generate(g_, reinterpret_cast<const uint8_t *>(prompt.data()), prompt.size(),
                                           &params, trampoline, &ctx, &r);
+        last_ = r;
         if (ctx.error) std::rethrow_exception(ctx.error);
         detail::check(s);
         return r;
     }
+
+    /// The result of the last generate() call, also when it threw (a cancelled request's
+    /// counts and timings; zeros before the first call).
+    const tether_generate_result &last_result() const noexcept { return last_; }
 
     /// Stop the generation running on another thread (thread-safe).
     void cancel() const noexcept { tether_generator_cancel(g_); }
@@ -350,6 +356,7 @@ public:
 
 private:
     tether_generator *g_ = nullptr;
+    tether_generate_result last_{};
 };
 
 } // namespace tether
