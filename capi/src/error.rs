@@ -232,7 +232,7 @@ impl From<tether_bundle::BundleError> for Failure {
 }
 
 /// The status of a runtime error: a bundle fault inside it is the bundle's.
-fn runtime_status(e: &tether_runtime::Error) -> tether_status {
+pub(crate) fn runtime_status(e: &tether_runtime::Error) -> tether_status {
     use tether_runtime::Error as E;
     match e {
         E::Bundle(b) => Failure::from_ref(b),

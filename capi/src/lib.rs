@@ -3,7 +3,8 @@
 //!
 //! One opaque handle, [`tether_model`], holds a family pipeline opened from a bundle (a path
 //! or bytes in memory): detection ([`tether_detect()`], the staging buffer for frames written
-//! in place), voice activity ([`tether_vad_push`]) and text embeddings ([`tether_embed()`]).
+//! in place), text recognition ([`tether_ocr()`]), voice activity ([`tether_vad_push`]) and
+//! text embeddings ([`tether_embed()`]).
 //! A second handle, [`tether_generator`], generates text from an `llm` bundle with pieces
 //! streamed to a callback ([`tether_generate`]) and cancel from any thread.
 //! Every function returns a [`tether_status`]; on failure the calling thread's last-error
@@ -25,6 +26,7 @@ mod embed;
 mod error;
 mod generate;
 mod model;
+mod ocr;
 mod options;
 mod vad;
 
@@ -33,6 +35,7 @@ pub use embed::*;
 pub use error::*;
 pub use generate::*;
 pub use model::*;
+pub use ocr::*;
 pub use options::*;
 pub use vad::*;
 

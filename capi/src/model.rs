@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tether_bundle::{Bundle, Verify};
 use tether_detect::{Detector, DetectorOptions};
 use tether_embed::{Embedder, EmbedderOptions};
+use tether_ocr::{Ocr, OcrOptions};
 use tether_vad::{Vad, VadOptions};
 
 use crate::error::{Failure, Result, guard, non_null, tether_status};
@@ -21,10 +22,12 @@ pub enum tether_family {
     TETHER_FAMILY_VAD = 2,
     /// Sentence embeddings (all-MiniLM-L6-v2): `tether_embed*`.
     TETHER_FAMILY_EMBED = 3,
+    /// Text recognition (PP-OCR: detection, orientation, recognition): `tether_ocr`.
+    TETHER_FAMILY_OCR = 4,
 }
 
-/// A family pipeline opened from a bundle: a detector, a voice-activity stream or an
-/// embedder (`tether_model_family` says which). Opaque; created by `tether_model_open` or
+/// A family pipeline opened from a bundle: a detector, a text reader, a voice-activity
+/// stream or an embedder (`tether_model_family` says which). Opaque; created by `tether_model_open` or
 /// `tether_model_open_memory`, destroyed by `tether_model_close`.
 ///
 /// Thread safety: a handle may be used from any thread, but by one thread at a time (calls
@@ -42,6 +45,7 @@ pub(crate) enum Family {
     Detect(Box<crate::detect::DetectModel>),
     Vad(Box<crate::vad::VadModel>),
     Embed(Box<Embedder>),
+    Ocr(Box<Ocr>),
 }
 
 impl Family {
@@ -50,6 +54,7 @@ impl Family {
             Family::Detect(_) => tether_detect::FAMILY,
             Family::Vad(_) => tether_vad::FAMILY,
             Family::Embed(_) => tether_embed::FAMILY,
+            Family::Ocr(_) => tether_ocr::FAMILY,
         }
     }
 }
@@ -60,6 +65,7 @@ const _: () = {
     send::<Detector>();
     send::<Vad>();
     send::<Embedder>();
+    send::<Ocr>();
 };
 
 /// Run `f` on the model behind `model` as an entry point's body (null and poisoned handles
@@ -145,11 +151,20 @@ fn open_bundle(bundle: Bundle, options: *const tether_options) -> Result<tether_
             };
             Family::Embed(Box::new(Embedder::from_bundle(bundle, &opts)?))
         }
+        tether_ocr::FAMILY => {
+            let opts = OcrOptions {
+                device: o.device,
+                model: o.model,
+                verify_eagerly: o.verify_eagerly,
+                ..OcrOptions::default()
+            };
+            Family::Ocr(Box::new(Ocr::from_bundle(bundle, &opts)?))
+        }
         other => {
             return Err(Failure::new(
                 tether_status::TETHER_ERR_UNSUPPORTED,
                 format!(
-                    "bundle `{bundle_name}` is a `{other}` bundle; the C API opens `detect`, `vad` and `embed` bundles"
+                    "bundle `{bundle_name}` is a `{other}` bundle; the C API opens `detect`, `ocr`, `vad` and `embed` bundles (`llm`: `tether_generator_open`)"
                 ),
             ));
         }
@@ -283,6 +298,7 @@ pub unsafe extern "C" fn tether_model_family(
             Family::Detect(_) => tether_family::TETHER_FAMILY_DETECT,
             Family::Vad(_) => tether_family::TETHER_FAMILY_VAD,
             Family::Embed(_) => tether_family::TETHER_FAMILY_EMBED,
+            Family::Ocr(_) => tether_family::TETHER_FAMILY_OCR,
         };
         // SAFETY: writable (contract; checked non-null).
         unsafe { family.write(f as u32) };
@@ -292,7 +308,8 @@ pub unsafe extern "C" fn tether_model_family(
 
 /// The engine running `model`'s network into `*engine`: `"tensorrt"`, `"cuda-native"`,
 /// `"tract-cuda"` or `"tract-cpu"` (the identifiers `tether run --json` reports under
-/// `engines`); a static string owned by the library.
+/// `engines`; for an `ocr` model, its text detector's); a static string owned by the
+/// library.
 ///
 /// # Safety
 /// `model` is null or a live handle used by no other thread during the call; `engine` is
@@ -309,6 +326,14 @@ pub unsafe extern "C" fn tether_model_engine(
             Family::Detect(d) => d.engine(),
             Family::Vad(v) => v.vad.engine(),
             Family::Embed(e) => e.engine(),
+            // The text detector's (`det`): the first stage; each network's engine is chosen
+            // at open, `tether run --json` lists all three.
+            Family::Ocr(o) => o.engines().next().map(|(_, e)| e).ok_or_else(|| {
+                Failure::new(
+                    tether_status::TETHER_ERR_BUNDLE,
+                    "ocr model without networks",
+                )
+            })?,
         };
         let name = match kind {
             EngineKind::TensorRt => c"tensorrt",

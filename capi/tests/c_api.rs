@@ -1,7 +1,8 @@
 //! The C API from C, on real bundles: `tests/c/api_test.c` compiled with the system `cc`
 //! against the built shared library (cargo's `deps/libtether_capi.so`, linked as
 //! `libtether.so`, its SONAME, as installed), its results compared with `tether run --json` on the
-//! same inputs (detection on astronaut.png with the nudenet YOLOv8n 320 ONNX, VAD on
+//! same inputs (detection on astronaut.png with the nudenet YOLOv8n 320 ONNX, text lines
+//! on page.png with the PP-OCRv4 det/rec and mobile v2.0 cls ONNX, VAD on
 //! Front_Center.wav, embeddings of a few sentences), the error paths' statuses and
 //! messages, the same program under AddressSanitizer + UndefinedBehaviorSanitizer (no
 //! report), and the allocations of `tether_detect` counted from C against the Rust
@@ -79,6 +80,11 @@ struct Fixture {
     pcm: PathBuf,
     texts: PathBuf,
     llm: PathBuf,
+    ocr: PathBuf,
+    /// page.png's 8-bit luminance, its width and height.
+    page: PathBuf,
+    page_w: u32,
+    page_h: u32,
 }
 
 /// This process's scratch folder (bundles, inputs, programs): removed when every test
@@ -157,6 +163,23 @@ fn fixture() -> &'static Fixture {
                 &asset("SmolLM2-135M-Instruct.Q4_1.gguf"),
             ],
         );
+        let ocr = dir.join("ocr.bundle");
+        build(
+            &ocr,
+            &[
+                "--family",
+                "ocr",
+                "--det",
+                &asset("ch_PP-OCRv4_det_infer.onnx"),
+                "--rec",
+                &asset("ch_PP-OCRv4_rec_infer.onnx"),
+                "--cls",
+                &asset("ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+            ],
+        );
+        let page_img = image::open(asset("page.png")).expect("page.png").to_luma8();
+        let page = dir.join("page.gray");
+        std::fs::write(&page, page_img.as_raw()).expect("page frame");
         let bytes = std::fs::read(&detect).expect("detect bundle");
         let truncated = dir.join("truncated.bundle");
         std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("truncated bundle");
@@ -185,6 +208,10 @@ fn fixture() -> &'static Fixture {
             pcm,
             texts,
             llm,
+            ocr,
+            page,
+            page_w: page_img.width(),
+            page_h: page_img.height(),
         }
     })
 }
@@ -526,6 +553,80 @@ fn error_paths(v: Variant) {
     assert_eq!(copy["message"], dim_msg[..7]);
 }
 
+/// OCR lines as (text, score, box_score, rotated, polygon), f32 as the library computed them.
+fn ocr_lines(v: &Value) -> Vec<(String, f32, f32, bool, [f32; 8])> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a line list: {v}"))
+        .iter()
+        .map(|l| {
+            let p = l["polygon"].as_array().expect("polygon");
+            let quad: [f32; 8] = std::array::from_fn(|i| f32_of(&p[i / 2][i % 2]));
+            (
+                l["text"].as_str().expect("text").to_string(),
+                f32_of(&l["score"]),
+                f32_of(&l["box_score"]),
+                l["rotated"].as_bool().expect("rotated"),
+                quad,
+            )
+        })
+        .collect()
+}
+
+/// `tether_ocr` on page.png's luminance equals `tether run --json` on page.png: every
+/// line's text, scores, turn and quad; the size query, the too-small arrays (both counts
+/// written, `TETHER_ERR_CAPACITY`), null and bad arguments, the wrong family both ways.
+fn ocr_matches_cli(v: Variant) {
+    let f = fixture();
+    let (w, h) = (f.page_w.to_string(), f.page_h.to_string());
+    let c = json(&api_test(v, &[&"ocr", &f.ocr, &f.page, &w, &h, &f.detect]));
+    let doc = cli_doc(&f.ocr, &tether_testkit::asset("page.png"), &[]);
+    let cli = &doc["results"][0]["result"];
+    let want = ocr_lines(&cli["lines"]);
+    assert!(want.len() >= 3, "the CLI read too little: {cli}");
+    assert_eq!(c["family"], 4, "TETHER_FAMILY_OCR");
+    assert_eq!(c["engine"], doc["engines"]["det"], "engine");
+    assert_eq!(ocr_lines(&c["lines"]), want, "C API vs tether run --json");
+    assert_eq!(ocr_lines(&c["again"]), want, "after the error cases");
+    let bytes: usize = want.iter().map(|l| l.0.len() + 1).sum();
+    assert_eq!(
+        (c["line_count"].clone(), c["text_size"].clone()),
+        (want.len().into(), bytes.into())
+    );
+    for (i, l) in c["lines"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(l["text_size"], want[i].0.len(), "line {i}");
+    }
+    let n = want.len();
+    #[rustfmt::skip]
+    let expect: &[(&str, &str, &str, (usize, usize))] = &[
+        ("size_query", "TETHER_ERR_CAPACITY", &format!("text lines: the array holds 0, {n} needed"), (n, bytes)),
+        ("lines_short", "TETHER_ERR_CAPACITY", &format!("text lines: the array holds {}, {n} needed", n - 1), (n, bytes)),
+        ("text_short", "TETHER_ERR_CAPACITY", &format!("text: the buffer holds {} bytes, {bytes} needed", bytes - 1), (n, bytes)),
+        ("null_model", "TETHER_ERR_INVALID_ARGUMENT", "`model` is null", (0, 0)),
+        ("null_image", "TETHER_ERR_INVALID_ARGUMENT", "`image` is null", (0, 0)),
+        ("null_lines", "TETHER_ERR_INVALID_ARGUMENT", "`lines` is null", (0, 0)),
+        ("null_text", "TETHER_ERR_INVALID_ARGUMENT", "`text` is null", (0, 0)),
+        ("null_line_count", "TETHER_ERR_INVALID_ARGUMENT", "`line_count` is null", (0, 0)),
+        ("null_text_size", "TETHER_ERR_INVALID_ARGUMENT", "`text_size` is null", (0, 0)),
+        ("small_pitch", "TETHER_ERR_INVALID_ARGUMENT", "image.pitch is 3 bytes", (0, 0)),
+        ("ocr_on_detect", "TETHER_ERR_WRONG_FAMILY", "`tether_ocr` needs a `ocr` model; this handle holds the `detect` bundle", (0, 0)),
+        ("detect_on_ocr", "TETHER_ERR_WRONG_FAMILY", "`tether_detect` needs a `detect` model; this handle holds the `ocr` bundle", (0, 0)),
+    ];
+    for (name, status, words, counts) in expect {
+        let e = &c[*name];
+        assert_eq!(e["status"], *status, "{name}: {e}");
+        let msg = e["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains(words),
+            "{name}: message {msg:?} lacks {words:?}"
+        );
+        assert_eq!(
+            (e["lines"].clone(), e["bytes"].clone()),
+            (counts.0.into(), counts.1.into()),
+            "{name}: counts"
+        );
+    }
+}
+
 const PROMPT: &str = "What is a robot?";
 
 /// Greedy generation streamed through the callback equals `tether run --prompt ...
@@ -661,9 +762,12 @@ fn detect_allocations() {
 fn cpp_wrapper() {
     let f = fixture();
     let (w, h) = (f.frame_w.to_string(), f.frame_h.to_string());
+    let (pw, ph) = (f.page_w.to_string(), f.page_h.to_string());
     let c = json(&api_test(
         Variant::CppWrapper,
-        &[&f.detect, &f.vad, &f.embed, &f.frame, &w, &h, &f.llm],
+        &[
+            &f.detect, &f.vad, &f.embed, &f.frame, &w, &h, &f.llm, &f.ocr, &f.page, &pw, &ph,
+        ],
     ));
     assert_eq!(c["missing"]["status"], "TETHER_ERR_IO", "{c}");
     assert!(
@@ -699,6 +803,27 @@ fn cpp_wrapper() {
         (3.into(), 1.into(), 1600.into())
     );
     assert_eq!(c["embed_dim"], 384);
+    // tether::Ocr: the page's lines (texts and quads) equal the CLI's, on the first read
+    // (its buffers grown to the sizes the library reported) and the second.
+    let cli = cli_result(&f.ocr, &tether_testkit::asset("page.png"), &[]);
+    let want: Vec<(String, [f32; 8])> = ocr_lines(&cli["lines"])
+        .into_iter()
+        .map(|l| (l.0, l.4))
+        .collect();
+    let got: Vec<(String, [f32; 8])> = c["ocr"]
+        .as_array()
+        .expect("ocr lines")
+        .iter()
+        .map(|l| {
+            let q = l["quad"].as_array().expect("quad");
+            (
+                l["text"].as_str().expect("text").to_string(),
+                std::array::from_fn(|i| f32_of(&q[i])),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "tether::Ocr vs tether run --json");
+    assert_eq!(c["ocr_first_read"], want.len(), "{c}");
     assert!(
         (c["embed_norm"].as_f64().unwrap() - 1.0).abs() < 1e-5,
         "{c}"
@@ -1040,6 +1165,10 @@ fn main() {
             Arc::new(|| detect_matches_cli(Variant::Plain)),
         ),
         (
+            "ocr_matches_cli",
+            Arc::new(|| ocr_matches_cli(Variant::Plain)),
+        ),
+        (
             "vad_matches_cli",
             Arc::new(|| vad_matches_cli(Variant::Plain)),
         ),
@@ -1086,6 +1215,7 @@ fn main() {
             "sanitizers::asan_ubsan_no_report",
             Arc::new(|| {
                 detect_matches_cli(Variant::Sanitized);
+                ocr_matches_cli(Variant::Sanitized);
                 vad_matches_cli(Variant::Sanitized);
                 embed_matches_cli(Variant::Sanitized);
                 error_paths(Variant::Sanitized);

@@ -205,6 +205,8 @@ enum tether_family
   TETHER_FAMILY_VAD = 2,
   // Sentence embeddings (all-MiniLM-L6-v2): `tether_embed*`.
   TETHER_FAMILY_EMBED = 3,
+  // Text recognition (PP-OCR: detection, orientation, recognition): `tether_ocr`.
+  TETHER_FAMILY_OCR = 4,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -241,8 +243,8 @@ typedef uint32_t tether_finish_reason;
 // is open.
 typedef struct tether_generator tether_generator;
 
-// A family pipeline opened from a bundle: a detector, a voice-activity stream or an
-// embedder (`tether_model_family` says which). Opaque; created by `tether_model_open` or
+// A family pipeline opened from a bundle: a detector, a text reader, a voice-activity
+// stream or an embedder (`tether_model_family` says which). Opaque; created by `tether_model_open` or
 // `tether_model_open_memory`, destroyed by `tether_model_close`.
 //
 // Thread safety: a handle may be used from any thread, but by one thread at a time (calls
@@ -403,6 +405,27 @@ typedef struct {
   // eagerly.
   uint32_t graphs;
 } tether_options;
+
+// One recognised text line (`tether_ocr`). Coordinates are pixels of the source image, as
+// `tether run --json` reports them under `polygon`.
+typedef struct {
+  // The line's quadrilateral: x, y of the top-left, top-right, bottom-right and
+  // bottom-left corners, in that order (8 floats; not clamped, not axis-aligned in
+  // general).
+  float quad[8];
+  // Recognition confidence in [0, 1]: the mean probability of the decoded characters.
+  float score;
+  // Detection score in [0, 1]: the mean text probability inside the box.
+  float box_score;
+  // 1 when the line was turned by 180 degrees before recognition (the classifier's
+  // decision), else 0.
+  uint32_t rotated;
+  // Byte offset of the line's text in the caller's text buffer; the text is
+  // NUL-terminated there.
+  size_t text_offset;
+  // Bytes of UTF-8 text (the NUL not counted).
+  size_t text_size;
+} tether_ocr_line;
 
 // The result of one 512-sample chunk (32 ms at 16 kHz).
 typedef struct {
@@ -707,12 +730,47 @@ tether_status tether_model_family(const tether_model *model, uint32_t *family);
 
 // The engine running `model`'s network into `*engine`: `"tensorrt"`, `"cuda-native"`,
 // `"tract-cuda"` or `"tract-cpu"` (the identifiers `tether run --json` reports under
-// `engines`); a static string owned by the library.
+// `engines`; for an `ocr` model, its text detector's); a static string owned by the
+// library.
 //
 // # Safety
 // `model` is null or a live handle used by no other thread during the call; `engine` is
 // null or points to a writable `const char*`.
 tether_status tether_model_engine(const tether_model *model, const char **engine);
+
+// Read the text in `image`: lines in reading order (`RapidOCR.sorted_boxes`), computed
+// as rapidocr-onnxruntime 1.4.4's PP-OCR pipeline does (DB text detection, the optional
+// 180-degree classifier, CTC recognition; lines under the bundle's minimum text score
+// dropped): the lines `tether run BUNDLE IMAGE --json` reports.
+//
+// Outputs: `*line_count` receives the number of lines and `*text_size` the text bytes
+// they need (every line's UTF-8 text followed by a NUL, back to back). When both fit
+// (`line_capacity >= *line_count`, `text_capacity >= *text_size`) line `i` goes to
+// `lines[i]` and its text to `text + lines[i].text_offset`. Otherwise the status is
+// `TETHER_ERR_CAPACITY`, the two counts are written and nothing else (call again with
+// arrays of those sizes; with `line_capacity` and `text_capacity` 0 and null arrays this
+// is a size query, which runs the whole pipeline). A line count of 0 (no text) is
+// `TETHER_OK`.
+//
+// Errors: `TETHER_ERR_WRONG_FAMILY` (not an `ocr` model), `TETHER_ERR_INVALID_ARGUMENT`
+// (null pointers, a view that does not fit: sizes, pitch, format; an image the detector's
+// size rules cannot take), `TETHER_ERR_CAPACITY` (as above, or more text than the model's
+// own buffer of 64 KiB per image), `TETHER_ERR_RUNTIME`.
+//
+// # Safety
+// `model` is a live handle used by no other thread during the call; `image` points to a
+// `tether_image_view` whose `data` is readable as that view describes; `lines` points to
+// `line_capacity` writable elements and `text` to `text_capacity` writable bytes (either
+// may be null when its capacity is 0); `line_count` and `text_size` point to writable
+// `size_t`s. Nothing is kept after the call.
+tether_status tether_ocr(tether_model *model,
+                         const tether_image_view *image,
+                         tether_ocr_line *lines,
+                         size_t line_capacity,
+                         size_t *line_count,
+                         char *text,
+                         size_t text_capacity,
+                         size_t *text_size);
 
 // Fill `options` with the defaults (automatic device, fp32, the calling thread, spin
 // wait, automatic staging, lazy verification, graphs on) and `struct_size`.

@@ -1,6 +1,6 @@
 // tether C++ wrapper: header-only, C++17, over the C API in tether.h (libtether).
 //
-// - RAII, move-only handles: Detector, VoiceActivity, Embedder each own one tether_model and
+// - RAII, move-only handles: Detector, Ocr, VoiceActivity, Embedder each own one tether_model and
 //   close it in their destructor; Generator owns a tether_generator. Copying is deleted (a handle is one pipeline's state).
 // - Inputs are views: ImageView over caller pixels, pointer + size for samples and results,
 //   std::string_view for texts. Nothing is copied into the wrapper; the hot-path calls
@@ -17,6 +17,7 @@
 #ifndef TETHER_TETHER_HPP
 #define TETHER_TETHER_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -118,6 +119,7 @@ inline const char *family_name(uint32_t f) noexcept {
     case TETHER_FAMILY_DETECT: return "detect";
     case TETHER_FAMILY_VAD: return "vad";
     case TETHER_FAMILY_EMBED: return "embed";
+    case TETHER_FAMILY_OCR: return "ocr";
     default: return "unknown";
     }
 }
@@ -223,6 +225,66 @@ public:
 private:
     explicit Detector(detail::Handle h) noexcept : h_(std::move(h)) {}
     detail::Handle h_;
+};
+
+/// One recognised text line: its quad (x, y of the top-left, top-right, bottom-right,
+/// bottom-left corners, source pixels), scores, the 180-degree turn, and its text as a view
+/// into the Ocr's text buffer (valid until the next read() on that reader).
+struct TextLine {
+    float quad[8];
+    float score;     ///< recognition confidence
+    float box_score; ///< detection score
+    bool rotated;
+    std::string_view text;
+};
+
+/// PP-OCR text recognition (an `ocr` bundle). Keeps its line and text buffers between
+/// reads: after the first images have grown them, a read() allocates nothing in the wrapper.
+class Ocr {
+public:
+    explicit Ocr(const std::string &path, const Options &options = Options())
+        : h_(detail::open(path, options, TETHER_FAMILY_OCR)) {}
+
+    /// The lines of `image` in reading order (views valid until the next read()).
+    const std::vector<TextLine> &read(const ImageView &image) {
+        tether_image_view v = image.c();
+        std::size_t n = 0, bytes = 0;
+        tether_status s = tether_ocr(h_.get(), &v, raw_.data(), raw_.size(), &n, text_.data(), text_.size(), &bytes);
+        if (s == TETHER_ERR_CAPACITY && (n > raw_.size() || bytes > text_.size())) {
+            // Grow to the sizes the library reported and read again.
+            raw_.resize(std::max(n, raw_.size()));
+            text_.resize(std::max(bytes, text_.size()));
+            s = tether_ocr(h_.get(), &v, raw_.data(), raw_.size(), &n, text_.data(), text_.size(), &bytes);
+        }
+        detail::check(s);
+        lines_.clear();
+        for (std::size_t i = 0; i < n; i++) {
+            const tether_ocr_line &r = raw_[i];
+            TextLine l{};
+            std::copy(r.quad, r.quad + 8, l.quad);
+            l.score = r.score;
+            l.box_score = r.box_score;
+            l.rotated = r.rotated != 0;
+            l.text = std::string_view(text_.data() + r.text_offset, r.text_size);
+            lines_.push_back(l);
+        }
+        return lines_;
+    }
+    /// The lines into caller storage (as tether_ocr: both counts returned through the
+    /// pointers; throws Error(TETHER_ERR_CAPACITY) when either array is too small).
+    void read(const ImageView &image, tether_ocr_line *lines, std::size_t line_capacity, std::size_t &line_count,
+              char *text, std::size_t text_capacity, std::size_t &text_size) {
+        tether_image_view v = image.c();
+        detail::check(tether_ocr(h_.get(), &v, lines, line_capacity, &line_count, text, text_capacity, &text_size));
+    }
+    tether_model *handle() const noexcept { return h_.get(); }
+
+private:
+    detail::Handle h_;
+    // Empty at first: the first read() learns the sizes it needs from the library.
+    std::vector<tether_ocr_line> raw_;
+    std::vector<char> text_;
+    std::vector<TextLine> lines_;
 };
 
 /// Silero voice activity (a `vad` bundle): 16 kHz mono samples in, one result per

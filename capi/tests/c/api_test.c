@@ -11,6 +11,7 @@
  *   api_test alloc_vad BUNDLE PCM.f32                allocations per tether_vad_push of a chunk
  *   api_test generate BUNDLE PROMPT MAX_TOKENS       greedy text, streamed (JSON)
  *   api_test generate_cancel BUNDLE PROMPT           cancel from the callback, from a thread
+ *   api_test ocr BUNDLE FRAME.gray WIDTH HEIGHT DETECT  text lines (JSON) and OCR's error cases
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -643,6 +644,104 @@ static int cmd_alloc_vad(const char *bundle, const char *pcm_path) {
 }
 #endif
 
+static void print_ocr_lines(const tether_ocr_line *l, size_t n, const char *text) {
+    putchar('[');
+    for (size_t i = 0; i < n; i++) {
+        printf("%s{\"text\":", i ? "," : "");
+        json_string(text + l[i].text_offset);
+        printf(",\"text_size\":%zu,\"score\":%.9g,\"box_score\":%.9g,\"rotated\":%s,\"polygon\":[", l[i].text_size,
+               l[i].score, l[i].box_score, l[i].rotated ? "true" : "false");
+        for (int k = 0; k < 4; k++) printf("%s[%.9g,%.9g]", k ? "," : "", l[i].quad[2 * k], l[i].quad[2 * k + 1]);
+        printf("]}");
+    }
+    putchar(']');
+}
+
+/* One OCR error case: status, message and the two counts. */
+static void ocr_case(const char *name, int status, size_t lines, size_t bytes) {
+    printf(",\"%s\":{\"status\":\"%s\",\"lines\":%zu,\"bytes\":%zu,\"message\":", name, tether_status_name(status),
+           lines, bytes);
+    json_string(status == TETHER_OK ? "" : tether_last_error());
+    putchar('}');
+}
+
+/* Text lines of a grayscale frame, the size query, too-small arrays, and the errors. */
+static int cmd_ocr(const char *bundle, const char *frame, int w, int h, const char *detect) {
+    size_t size = 0;
+    unsigned char *gray = read_file(frame, &size);
+    tether_model *m = NULL;
+    CHECK(tether_model_open(bundle, NULL, &m));
+    uint32_t family = 0;
+    CHECK(tether_model_family(m, &family));
+    const char *engine = NULL;
+    CHECK(tether_model_engine(m, &engine));
+    tether_image_view view = {gray, (uint32_t)w, (uint32_t)h, (size_t)w, TETHER_PIXEL_GRAY8};
+
+    /* The size query, then arrays of exactly the sizes it gave. */
+    size_t n = 0, bytes = 0;
+    int s = tether_ocr(m, &view, NULL, 0, &n, NULL, 0, &bytes);
+    if (n == 0) {
+        fprintf(stderr, "api_test: no text line found\n");
+        return 1;
+    }
+    size_t qn = n, qbytes = bytes;
+    int query_status = s;
+    tether_ocr_line *lines = calloc(n, sizeof *lines);
+    char *text = malloc(bytes);
+    CHECK(tether_ocr(m, &view, lines, n, &n, text, bytes, &bytes));
+    printf("{\"family\":%u,\"engine\":\"%s\",\"lines\":", family, engine);
+    print_ocr_lines(lines, n, text);
+    printf(",\"line_count\":%zu,\"text_size\":%zu", n, bytes);
+    ocr_case("size_query", query_status, qn, qbytes);
+
+    /* Too small: one line short, one byte short (counts written, nothing else). */
+    size_t cn = 0, cb = 0;
+    s = tether_ocr(m, &view, lines, n - 1, &cn, text, bytes, &cb);
+    ocr_case("lines_short", s, cn, cb);
+    cn = cb = 0;
+    s = tether_ocr(m, &view, lines, n, &cn, text, bytes - 1, &cb);
+    ocr_case("text_short", s, cn, cb);
+
+    /* Null and bad arguments. */
+    s = tether_ocr(NULL, &view, lines, n, &cn, text, bytes, &cb);
+    ocr_case("null_model", s, 0, 0);
+    s = tether_ocr(m, NULL, lines, n, &cn, text, bytes, &cb);
+    ocr_case("null_image", s, 0, 0);
+    s = tether_ocr(m, &view, NULL, n, &cn, text, bytes, &cb);
+    ocr_case("null_lines", s, 0, 0);
+    s = tether_ocr(m, &view, lines, n, &cn, NULL, bytes, &cb);
+    ocr_case("null_text", s, 0, 0);
+    s = tether_ocr(m, &view, lines, n, NULL, text, bytes, &cb);
+    ocr_case("null_line_count", s, 0, 0);
+    s = tether_ocr(m, &view, lines, n, &cn, text, bytes, NULL);
+    ocr_case("null_text_size", s, 0, 0);
+    tether_image_view bad = view;
+    bad.pitch = 3;
+    s = tether_ocr(m, &bad, lines, n, &cn, text, bytes, &cb);
+    ocr_case("small_pitch", s, 0, 0);
+
+    /* Wrong family, both ways. */
+    tether_model *det = NULL;
+    CHECK(tether_model_open(detect, NULL, &det));
+    s = tether_ocr(det, &view, lines, n, &cn, text, bytes, &cb);
+    ocr_case("ocr_on_detect", s, 0, 0);
+    tether_detection dets[8];
+    s = tether_detect(m, &view, dets, 8, &cn);
+    ocr_case("detect_on_ocr", s, 0, 0);
+
+    /* The model still reads after the errors. */
+    CHECK(tether_ocr(m, &view, lines, n, &n, text, bytes, &bytes));
+    printf(",\"again\":");
+    print_ocr_lines(lines, n, text);
+    printf("}\n");
+    tether_model_close(det);
+    tether_model_close(m);
+    free(lines);
+    free(text);
+    free(gray);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (tether_abi_version() != TETHER_ABI_VERSION) {
         fprintf(stderr, "api_test: header ABI %d, library %u\n", TETHER_ABI_VERSION, tether_abi_version());
@@ -652,6 +751,7 @@ int main(int argc, char **argv) {
     if (argc == 6 && strcmp(argv[1], "detect_small") == 0) return cmd_detect_small(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
     if (argc == 5 && strcmp(argv[1], "generate") == 0) return cmd_generate(argv[2], argv[3], atoi(argv[4]));
     if (argc == 4 && strcmp(argv[1], "generate_cancel") == 0) return cmd_generate_cancel(argv[2], argv[3]);
+    if (argc == 7 && strcmp(argv[1], "ocr") == 0) return cmd_ocr(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), argv[6]);
     if (argc == 4 && strcmp(argv[1], "vad") == 0) return cmd_vad(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "embed") == 0) return cmd_embed(argv[2], argv[3]);
     if (argc == 7 && strcmp(argv[1], "errors") == 0) return cmd_errors(argv[2], argv[3], argv[4], argv[5], argv[6]);
@@ -659,6 +759,6 @@ int main(int argc, char **argv) {
     if (argc == 6 && strcmp(argv[1], "alloc") == 0) return cmd_alloc(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
     if (argc == 4 && strcmp(argv[1], "alloc_vad") == 0) return cmd_alloc_vad(argv[2], argv[3]);
 #endif
-    fprintf(stderr, "usage: api_test detect|vad|embed|errors|alloc ... (tether %s)\n", tether_version());
+    fprintf(stderr, "usage: api_test detect|ocr|vad|embed|errors|alloc ... (tether %s)\n", tether_version());
     return 2;
 }

@@ -1,7 +1,8 @@
 // The C++ wrapper (tether.hpp) from C++17, driven by capi/tests/c_api.rs:
 //   wrapper_test DETECT_BUNDLE VAD_BUNDLE EMBED_BUNDLE FRAME.rgb WIDTH HEIGHT LLM_BUNDLE
+//                OCR_BUNDLE PAGE.gray PAGE_WIDTH PAGE_HEIGHT
 // prints one JSON object: exceptions' statuses and messages, detections after a move, an
-// embedding's norm, a generation streamed through a lambda, one stopped by it, and an
+// embedding's norm, the text lines of a page (read twice: the buffers grow once), a generation streamed through a lambda, one stopped by it, and an
 // exception thrown by it carried back.
 #include <cmath>
 #include <cstdio>
@@ -24,7 +25,7 @@ static void print_error(const char *key, const tether::Error &e) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 8) return 2;
+    if (argc != 12) return 2;
     std::ifstream f(argv[4], std::ios::binary);
     std::vector<uint8_t> rgb((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     uint32_t w = uint32_t(std::atoi(argv[5])), h = uint32_t(std::atoi(argv[6]));
@@ -64,6 +65,27 @@ int main(int argc, char **argv) {
     for (float x : e) norm += double(x) * x;
     std::printf("\"embed_dim\":%zu,\"embed_norm\":%.6f,", e.size(), std::sqrt(norm));
 
+    {
+        std::ifstream pf(argv[9], std::ios::binary);
+        std::vector<uint8_t> gray((std::istreambuf_iterator<char>(pf)), std::istreambuf_iterator<char>());
+        uint32_t pw = uint32_t(std::atoi(argv[10])), ph = uint32_t(std::atoi(argv[11]));
+        tether::Ocr ocr(argv[8]);
+        tether::ImageView page{gray.data(), pw, ph, pw, TETHER_PIXEL_GRAY8};
+        std::size_t first = ocr.read(page).size();
+        const std::vector<tether::TextLine> &lines = ocr.read(page);
+        std::printf("\"ocr_first_read\":%zu,\"ocr\":[", first);
+        for (std::size_t i = 0; i < lines.size(); i++) {
+            std::printf("%s{\"text\":\"", i ? "," : "");
+            for (char c : lines[i].text) {
+                if (c == '"' || c == '\\') std::putchar('\\');
+                std::putchar(c);
+            }
+            std::printf("\",\"quad\":[");
+            for (int k = 0; k < 8; k++) std::printf("%s%.9g", k ? "," : "", lines[i].quad[k]);
+            std::printf("]}");
+        }
+        std::printf("],");
+    }
     tether::Generator gen(argv[7], 1);
     tether_generate_params p = gen.defaults();
     p.temperature = 0.0f;
