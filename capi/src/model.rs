@@ -319,7 +319,6 @@ pub unsafe extern "C" fn tether_model_engine(
     model: *const tether_model,
     engine: *mut *const c_char,
 ) -> tether_status {
-    use tether_runtime::EngineKind;
     with_model(model.cast_mut(), |m| {
         non_null(engine, "engine")?;
         let kind = match &m.family {
@@ -335,12 +334,7 @@ pub unsafe extern "C" fn tether_model_engine(
                 )
             })?,
         };
-        let name = match kind {
-            EngineKind::TensorRt => c"tensorrt",
-            EngineKind::CudaNative => c"cuda-native",
-            EngineKind::TractCuda => c"tract-cuda",
-            EngineKind::TractCpu => c"tract-cpu",
-        };
+        let name = engine_name(kind);
         // SAFETY: writable (contract; checked non-null).
         unsafe { engine.write(name.as_ptr()) };
         Ok(())
@@ -350,4 +344,15 @@ pub unsafe extern "C" fn tether_model_engine(
 /// A NUL-terminated copy of a Rust string (for names handed to C once, at open).
 pub(crate) fn c_string(s: &str) -> CString {
     CString::new(s.replace('\0', "\u{fffd}")).unwrap_or_default()
+}
+
+/// The identifier of an engine as `tether run --json` names it (a static C string).
+pub(crate) fn engine_name(kind: tether_runtime::EngineKind) -> &'static CStr {
+    use tether_runtime::EngineKind;
+    match kind {
+        EngineKind::TensorRt => c"tensorrt",
+        EngineKind::CudaNative => c"cuda-native",
+        EngineKind::TractCuda => c"tract-cuda",
+        EngineKind::TractCpu => c"tract-cpu",
+    }
 }

@@ -627,6 +627,162 @@ fn ocr_matches_cli(v: Variant) {
     }
 }
 
+/// Silero VAD (`silero_vad_op18_ifless.onnx`) run by tract directly on `input` (576
+/// samples), `state`, `sr` 16000: `(output, stateN)`.
+fn silero_by_tract(input: &[f32], state: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    use tract_onnx::prelude::*;
+    // Value info ignored as the runtime does (the file's declares a symbolic batch its
+    // Pad nodes contradict once the input is [1, 576]).
+    let mut model = tract_onnx::onnx()
+        .with_ignore_value_info(true)
+        .model_for_path(tether_testkit::asset("silero_vad_op18_ifless.onnx"))
+        .expect("silero ONNX");
+    let outlets = model.input_outlets().expect("inputs").to_vec();
+    let mut values: TVec<TValue> = tvec![];
+    for (i, o) in outlets.iter().enumerate() {
+        let name = model.node(o.node).name.clone();
+        let (fact, value): (InferenceFact, Tensor) = match name.as_str() {
+            "input" => (
+                f32::fact([1, 576]).into(),
+                tract_ndarray::Array2::from_shape_vec((1, 576), input.to_vec())
+                    .expect("input")
+                    .into_tensor(),
+            ),
+            "state" => (
+                f32::fact([2, 1, 128]).into(),
+                tract_ndarray::Array3::from_shape_vec((2, 1, 128), state.to_vec())
+                    .expect("state")
+                    .into_tensor(),
+            ),
+            "sr" => (i64::fact([0usize; 0]).into(), tensor0(16000i64)),
+            other => panic!("unexpected input {other}"),
+        };
+        model.set_input_fact(i, fact).expect("fact");
+        values.push(value.into_tvalue());
+    }
+    let plan = model
+        .into_optimized()
+        .expect("optimized")
+        .into_runnable()
+        .expect("runnable");
+    let out = plan.run(values).expect("tract run");
+    let flat = |t: &TValue| -> Vec<f32> {
+        t.to_plain_array_view::<f32>()
+            .expect("f32 output")
+            .iter()
+            .copied()
+            .collect()
+    };
+    // The graph's outputs in order: output [1, 1], stateN [2, 1, 128].
+    let (a, b) = (flat(&out[0]), flat(&out[1]));
+    assert_eq!((a.len(), b.len()), (1, 256), "silero outputs");
+    (a, b)
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(f32_of)
+        .collect()
+}
+
+/// Largest absolute difference, the lengths checked equal.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// The named-tensor API on the VAD bundle's network: its tensors as the bundle records
+/// them, two recurrent runs (input copied in, state written in place, then fed back from a
+/// copied-out `stateN`) equal to tract running the ONNX file directly (within 1e-5: our
+/// plan folds constants before tract's optimiser), and the error cases.
+fn network_matches_tract(v: Variant) {
+    let f = fixture();
+    let c = json(&api_test(v, &[&"network", &f.vad, &f.pcm]));
+    assert_eq!(c["engine"], "tract-cpu", "{c}");
+    let names = |k: &str| -> Vec<String> {
+        c[k].as_array()
+            .expect("tensors")
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (inputs, outputs) = (names("inputs"), names("outputs"));
+    assert!(
+        inputs.iter().any(|n| n == "input") && inputs.iter().any(|n| n == "state"),
+        "{c}"
+    );
+    assert_eq!(outputs, ["output", "stateN"], "{c}");
+    let input = c["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "input")
+        .unwrap();
+    assert_eq!(
+        (
+            input["dtype"].clone(),
+            input["shape"].clone(),
+            input["size"].clone()
+        ),
+        (1.into(), serde_json::json!([1, 576]), (576 * 4).into())
+    );
+    let pcm: Vec<f32> = std::fs::read(&f.pcm)
+        .expect("pcm")
+        .chunks_exact(4)
+        .take(576)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let state: Vec<f32> = (0..256)
+        .map(|i| ((i % 17) as f32 - 8.0) * 0.01f32)
+        .collect();
+    let (out1, state1) = silero_by_tract(&pcm, &state);
+    let (out2, state2) = silero_by_tract(&pcm, &state1);
+    let tol = 1e-5;
+    for (run, out, st) in [("run1", &out1, &state1), ("run2", &out2, &state2)] {
+        let d_out = max_diff(&floats(&c[run]["output"]), out);
+        let d_st = max_diff(&floats(&c[run]["stateN"]), st);
+        println!("{run}: |C - tract| output {d_out:e}, stateN {d_st:e}");
+        assert!(
+            d_out <= tol && d_st <= tol,
+            "{run}: output {d_out}, stateN {d_st}"
+        );
+    }
+    // The recurrence matters: the second run differs from the first.
+    assert!(max_diff(&state1, &state2) > 1e-4, "stateN did not change");
+    assert_eq!(c["open_missing_null"], true);
+    assert_eq!(c["copy_small_size"], 1024);
+    #[rustfmt::skip]
+    let expect: &[(&str, &str, &str)] = &[
+        ("open_missing", "TETHER_ERR_IO", "loading /nonexistent/net.bundle: "),
+        ("open_no_such_network", "TETHER_ERR_INVALID_ARGUMENT", "nope"),
+        ("open_null_path", "TETHER_ERR_INVALID_ARGUMENT", "`path` is null"),
+        ("set_unknown", "TETHER_ERR_INVALID_ARGUMENT", "has no input `nope`; its inputs: "),
+        ("set_wrong_size", "TETHER_ERR_INVALID_ARGUMENT", "input `input` holds 2304 bytes, 100 given"),
+        ("set_null_data", "TETHER_ERR_INVALID_ARGUMENT", "`data` is null"),
+        ("set_null_name", "TETHER_ERR_INVALID_ARGUMENT", "`name` is null"),
+        ("output_unknown", "TETHER_ERR_INVALID_ARGUMENT", "has no output `nope`; its outputs: output, stateN"),
+        ("output_is_input", "TETHER_ERR_INVALID_ARGUMENT", "has no output `input`"),
+        ("copy_small", "TETHER_ERR_CAPACITY", "output `stateN`: the buffer holds 16 bytes, 1024 needed"),
+        ("tensor_out_of_range", "TETHER_ERR_INVALID_ARGUMENT", "index 99 is out of range: the network has 2 outputs"),
+        ("bad_io", "TETHER_ERR_INVALID_ARGUMENT", "io is 7"),
+        ("run_null", "TETHER_ERR_INVALID_ARGUMENT", "`network` is null"),
+    ];
+    for (name, status, words) in expect {
+        let e = &c[*name];
+        assert_eq!(e["status"], *status, "{name}: {e}");
+        let msg = e["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains(words),
+            "{name}: message {msg:?} lacks {words:?}"
+        );
+    }
+}
+
 const PROMPT: &str = "What is a robot?";
 
 /// Greedy generation streamed through the callback equals `tether run --prompt ...
@@ -1173,6 +1329,10 @@ fn main() {
             Arc::new(|| vad_matches_cli(Variant::Plain)),
         ),
         (
+            "network_matches_tract",
+            Arc::new(|| network_matches_tract(Variant::Plain)),
+        ),
+        (
             "embed_matches_cli",
             Arc::new(|| embed_matches_cli(Variant::Plain)),
         ),
@@ -1216,6 +1376,7 @@ fn main() {
             Arc::new(|| {
                 detect_matches_cli(Variant::Sanitized);
                 ocr_matches_cli(Variant::Sanitized);
+                network_matches_tract(Variant::Sanitized);
                 vad_matches_cli(Variant::Sanitized);
                 embed_matches_cli(Variant::Sanitized);
                 error_paths(Variant::Sanitized);

@@ -12,6 +12,7 @@
  *   api_test generate BUNDLE PROMPT MAX_TOKENS       greedy text, streamed (JSON)
  *   api_test generate_cancel BUNDLE PROMPT           cancel from the callback, from a thread
  *   api_test ocr BUNDLE FRAME.gray WIDTH HEIGHT DETECT  text lines (JSON) and OCR's error cases
+ *   api_test network BUNDLE PCM.f32                  named tensors: list, set, run twice, errors
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -742,6 +743,133 @@ static int cmd_ocr(const char *bundle, const char *frame, int w, int h, const ch
     return 0;
 }
 
+static void print_floats(const float *v, size_t n) {
+    putchar('[');
+    for (size_t i = 0; i < n; i++) printf("%s%.9g", i ? "," : "", v[i]);
+    putchar(']');
+}
+
+static void print_tensors(tether_network *net, uint32_t io) {
+    size_t count = 0;
+    CHECK(tether_network_tensor_count(net, io, &count));
+    putchar('[');
+    for (size_t i = 0; i < count; i++) {
+        tether_tensor_info t;
+        CHECK(tether_network_tensor(net, io, i, &t));
+        printf("%s{\"name\":", i ? "," : "");
+        json_string(t.name);
+        printf(",\"dtype\":%u,\"size\":%zu,\"shape\":[", t.dtype, t.size);
+        for (uint32_t d = 0; d < t.rank; d++) printf("%s%llu", d ? "," : "", (unsigned long long)t.shape[d]);
+        printf("]}");
+    }
+    putchar(']');
+}
+
+/* A network error case: its status and message. */
+static void net_case(const char *name, int status) {
+    printf(",\"%s\":{\"status\":\"%s\",\"message\":", name, tether_status_name(status));
+    json_string(status == TETHER_OK ? "" : tether_last_error());
+    putchar('}');
+}
+
+/* The VAD bundle's network through the named-tensor API: PCM samples as `input` (copied
+ * in), a fixed pattern as `state` (written in place), 16000 as `sr` when it is an input;
+ * run, then run again with `stateN` fed back (copied out) as `state`. */
+static int cmd_network(const char *bundle, const char *pcm_path) {
+    size_t count = 0;
+    float *pcm = read_pcm(pcm_path, &count);
+    tether_network *net = NULL;
+    CHECK(tether_network_open(bundle, NULL, NULL, &net));
+    const char *engine = NULL;
+    CHECK(tether_network_engine(net, &engine));
+    printf("{\"engine\":\"%s\",\"inputs\":", engine);
+    print_tensors(net, TETHER_IO_INPUT);
+    printf(",\"outputs\":");
+    print_tensors(net, TETHER_IO_OUTPUT);
+
+    size_t n_in = 0;
+    CHECK(tether_network_tensor_count(net, TETHER_IO_INPUT, &n_in));
+    for (size_t i = 0; i < n_in; i++) {
+        tether_tensor_info t;
+        CHECK(tether_network_tensor(net, TETHER_IO_INPUT, i, &t));
+        if (strcmp(t.name, "sr") == 0) {
+            int64_t sr = 16000;
+            CHECK(tether_network_set_input(net, "sr", &sr, sizeof sr));
+        }
+    }
+    tether_tensor_info in;
+    CHECK(tether_network_tensor(net, TETHER_IO_INPUT, 0, &in));
+    size_t samples = 576;
+    if (count < samples) {
+        fprintf(stderr, "api_test: %s holds %zu samples, fewer than %zu\n", pcm_path, count, samples);
+        return 1;
+    }
+    CHECK(tether_network_set_input(net, "input", pcm, samples * sizeof(float)));
+    void *state = NULL;
+    size_t state_size = 0;
+    CHECK(tether_network_input(net, "state", &state, &state_size));
+    float *st = state;
+    for (size_t i = 0; i < state_size / sizeof(float); i++) st[i] = ((float)(i % 17) - 8.0f) * 0.01f;
+    CHECK(tether_network_run(net));
+    const void *out = NULL;
+    size_t out_size = 0;
+    CHECK(tether_network_output(net, "output", &out, &out_size));
+    printf(",\"run1\":{\"output\":");
+    print_floats(out, out_size / sizeof(float));
+    float state_n[256];
+    size_t sn = 0;
+    CHECK(tether_network_copy_output(net, "stateN", state_n, sizeof state_n, &sn));
+    printf(",\"stateN\":");
+    print_floats(state_n, sn / sizeof(float));
+    /* Recurrence: the new state in, the same samples again. */
+    CHECK(tether_network_set_input(net, "state", state_n, sn));
+    CHECK(tether_network_run(net));
+    CHECK(tether_network_output(net, "output", &out, &out_size));
+    printf("},\"run2\":{\"output\":");
+    print_floats(out, out_size / sizeof(float));
+    CHECK(tether_network_copy_output(net, "stateN", state_n, sizeof state_n, &sn));
+    printf(",\"stateN\":");
+    print_floats(state_n, sn / sizeof(float));
+    putchar('}');
+
+    /* Errors. */
+    tether_network *bad = (tether_network *)(uintptr_t)1;
+    int s = tether_network_open("/nonexistent/net.bundle", NULL, NULL, &bad);
+    net_case("open_missing", s);
+    printf(",\"open_missing_null\":%s", bad == NULL ? "true" : "false");
+    s = tether_network_open(bundle, "nope", NULL, &bad);
+    net_case("open_no_such_network", s);
+    s = tether_network_open(NULL, NULL, NULL, &bad);
+    net_case("open_null_path", s);
+    s = tether_network_set_input(net, "nope", pcm, 4);
+    net_case("set_unknown", s);
+    s = tether_network_set_input(net, "input", pcm, 100);
+    net_case("set_wrong_size", s);
+    s = tether_network_set_input(net, "input", NULL, 4);
+    net_case("set_null_data", s);
+    s = tether_network_set_input(net, NULL, pcm, 4);
+    net_case("set_null_name", s);
+    s = tether_network_output(net, "nope", &out, &out_size);
+    net_case("output_unknown", s);
+    s = tether_network_output(net, "input", &out, &out_size);
+    net_case("output_is_input", s);
+    sn = 0;
+    s = tether_network_copy_output(net, "stateN", state_n, 16, &sn);
+    net_case("copy_small", s);
+    printf(",\"copy_small_size\":%zu", sn);
+    s = tether_network_tensor(net, TETHER_IO_OUTPUT, 99, &in);
+    net_case("tensor_out_of_range", s);
+    s = tether_network_tensor_count(net, 7, &sn);
+    net_case("bad_io", s);
+    s = tether_network_run(NULL);
+    net_case("run_null", s);
+    printf("}\n");
+    tether_network_close(NULL);
+    tether_network_close(net);
+    free(pcm);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (tether_abi_version() != TETHER_ABI_VERSION) {
         fprintf(stderr, "api_test: header ABI %d, library %u\n", TETHER_ABI_VERSION, tether_abi_version());
@@ -753,12 +881,13 @@ int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "generate_cancel") == 0) return cmd_generate_cancel(argv[2], argv[3]);
     if (argc == 7 && strcmp(argv[1], "ocr") == 0) return cmd_ocr(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), argv[6]);
     if (argc == 4 && strcmp(argv[1], "vad") == 0) return cmd_vad(argv[2], argv[3]);
+    if (argc == 4 && strcmp(argv[1], "network") == 0) return cmd_network(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "embed") == 0) return cmd_embed(argv[2], argv[3]);
     if (argc == 7 && strcmp(argv[1], "errors") == 0) return cmd_errors(argv[2], argv[3], argv[4], argv[5], argv[6]);
 #ifdef TETHER_COUNT_ALLOCS
     if (argc == 6 && strcmp(argv[1], "alloc") == 0) return cmd_alloc(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
     if (argc == 4 && strcmp(argv[1], "alloc_vad") == 0) return cmd_alloc_vad(argv[2], argv[3]);
 #endif
-    fprintf(stderr, "usage: api_test detect|ocr|vad|embed|errors|alloc ... (tether %s)\n", tether_version());
+    fprintf(stderr, "usage: api_test detect|ocr|vad|network|embed|errors|alloc ... (tether %s)\n", tether_version());
     return 2;
 }
