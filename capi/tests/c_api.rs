@@ -246,6 +246,9 @@ enum Variant {
     CppDetectLoop,
     /// `examples/cpp/generate.cpp` (C++17, -O2).
     CppGenerate,
+    /// `examples/ros2/tether_detect_node/src/standalone.cpp` (C++17, -O2): the ROS 2 node's
+    /// ROS-free twin.
+    CppNodeTwin,
 }
 
 /// The folder where the shared library is `libtether.so` (as `install.sh` lays it out): a
@@ -281,16 +284,23 @@ fn program(v: Variant) -> PathBuf {
     let lib = lib_dir();
     let out = f.dir.join(format!("api_test_{v:?}"));
     let mut cmd = match v {
-        Variant::CppWrapper | Variant::CppDetectLoop | Variant::CppGenerate => {
+        Variant::CppWrapper
+        | Variant::CppDetectLoop
+        | Variant::CppGenerate
+        | Variant::CppNodeTwin => {
+            let node = crate_dir().join("../examples/ros2/tether_detect_node");
             let src = match v {
                 Variant::CppWrapper => crate_dir().join("tests/cpp/wrapper_test.cpp"),
                 Variant::CppDetectLoop => crate_dir().join("../examples/cpp/detect_loop.cpp"),
-                _ => crate_dir().join("../examples/cpp/generate.cpp"),
+                Variant::CppGenerate => crate_dir().join("../examples/cpp/generate.cpp"),
+                _ => node.join("src/standalone.cpp"),
             };
             let mut cmd = Command::new("c++");
             cmd.args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"])
                 .arg("-I")
                 .arg(crate_dir().join("include"))
+                .arg("-I")
+                .arg(node.join("include"))
                 .arg(src);
             cmd
         }
@@ -311,7 +321,11 @@ fn program(v: Variant) -> PathBuf {
         }
     };
     match v {
-        Variant::Plain | Variant::CppWrapper | Variant::CppDetectLoop | Variant::CppGenerate => {}
+        Variant::Plain
+        | Variant::CppWrapper
+        | Variant::CppDetectLoop
+        | Variant::CppGenerate
+        | Variant::CppNodeTwin => {}
         Variant::Sanitized => {
             cmd.args([
                 "-fsanitize=address,undefined",
@@ -1136,6 +1150,136 @@ fn cpp_generate_sigint() {
     assert!((1..4000).contains(&generated), "{err}");
 }
 
+/// A published Detection2DArray: (frame_id, [(class, score, [centre x, centre y, size x,
+/// size y])]).
+type Published = (String, Vec<(String, f64, [f64; 4])>);
+
+/// The CLI's detections as the node publishes them: f64 from the f32 corners, computed as
+/// detect_core.hpp does.
+fn as_published(frame_id: &str, cli: &Value) -> Published {
+    let d = detections(&cli["detections"])
+        .into_iter()
+        .map(|(_, name, score, b)| {
+            let [x1, y1, x2, y2] = b.map(f64::from);
+            (
+                name,
+                f64::from(score),
+                [0.5 * (x1 + x2), 0.5 * (y1 + y2), x2 - x1, y2 - y1],
+            )
+        })
+        .collect();
+    (frame_id.to_string(), d)
+}
+
+/// One Detection2DArray line of the node's twin.
+fn published(line: &str) -> Published {
+    let m = json(line);
+    let n = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+    let d = m["detections"]
+        .as_array()
+        .expect("detections")
+        .iter()
+        .map(|d| {
+            let b = &d["bbox"];
+            let h = &d["results"][0]["hypothesis"];
+            (
+                h["class_id"].as_str().expect("class_id").to_string(),
+                n(&h["score"]),
+                [
+                    n(&b["center"]["position"]["x"]),
+                    n(&b["center"]["position"]["y"]),
+                    n(&b["size_x"]),
+                    n(&b["size_y"]),
+                ],
+            )
+        })
+        .collect();
+    let id = m["header"]["frame_id"].as_str().expect("frame_id");
+    (id.to_string(), d)
+}
+
+/// The frames the node's twin is fed, `(file, WxH, encoding)`: astronaut.png as rgb8, as
+/// bgr8 with 8 bytes of row padding, as an encoding the detector cannot take (yuv422:
+/// logged, nothing published), and page.png as mono8.
+fn node_frames() -> Vec<(PathBuf, String, &'static str)> {
+    let f = fixture();
+    let rgb = std::fs::read(&f.frame).expect("frame");
+    let (w, h) = (f.frame_w as usize, f.frame_h as usize);
+    let step = w * 3 + 8;
+    let mut bgr = vec![0u8; step * h];
+    for y in 0..h {
+        for x in 0..w {
+            let (s, d) = ((y * w + x) * 3, y * step + x * 3);
+            bgr[d..d + 3].copy_from_slice(&[rgb[s + 2], rgb[s + 1], rgb[s]]);
+        }
+    }
+    let bgr_path = f.dir.join("astronaut_padded.bgr");
+    std::fs::write(&bgr_path, bgr).expect("bgr frame");
+    let size = format!("{}x{}", f.frame_w, f.frame_h);
+    vec![
+        (f.frame.clone(), size.clone(), "rgb8"),
+        (bgr_path, size.clone(), "bgr8"),
+        (f.frame.clone(), size, "yuv422"),
+        (
+            f.page.clone(),
+            format!("{}x{}", f.page_w, f.page_h),
+            "mono8",
+        ),
+    ]
+}
+
+/// Run a build of the twin on `node_frames()`; every published array equals the CLI's
+/// detections on the same image, the yuv422 frame is logged and publishes nothing.
+fn check_node_twin(exe: &Path) {
+    let f = fixture();
+    let mut cmd = Command::new(exe);
+    cmd.arg(&f.detect).args(["--hz", "50"]);
+    for (file, size, encoding) in node_frames() {
+        cmd.arg("--image").arg(file).arg(size).arg(encoding);
+    }
+    let o = run(&mut cmd);
+    let out = ok(&exe.display().to_string(), &o);
+    let got: Vec<Published> = out.lines().map(published).collect();
+    let astronaut = cli_result(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    let page = cli_result(&f.detect, &tether_testkit::asset("page.png"), &[]);
+    assert!(!astronaut["detections"].as_array().unwrap().is_empty());
+    let want = vec![
+        as_published("camera_0", &astronaut),
+        as_published("camera_1", &astronaut),
+        as_published("camera_3", &page),
+    ];
+    // Equal up to serde_json's parsing of the 17 printed digits (it may round the last
+    // bit the other way): the values themselves are exact f64 sums and differences of the
+    // f32 corners.
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1.0);
+    let same = got.len() == want.len()
+        && got.iter().zip(&want).all(|(g, w)| {
+            g.0 == w.0
+                && g.1.len() == w.1.len()
+                && g.1.iter().zip(&w.1).all(|(a, b)| {
+                    a.0 == b.0
+                        && close(a.1, b.1)
+                        && a.2.iter().zip(&b.2).all(|(x, y)| close(*x, *y))
+                })
+        });
+    assert!(
+        same,
+        "published Detection2DArrays vs tether run --json:\n{got:?}\n{want:?}"
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(
+            "TETHER_ERR_INVALID_ARGUMENT: image encoding `yuv422` is not rgb8, bgr8, rgba8 or mono8"
+        ),
+        "{err}"
+    );
+}
+
+/// The ROS 2 node's ROS-free twin (ROS 2 cannot be installed here), built with `c++`.
+fn node_twin_matches_cli() {
+    check_node_twin(&program(Variant::CppNodeTwin));
+}
+
 /// `capi/install.sh PREFIX --from <this test's deps dir>`, once: the installed layout.
 fn installed() -> &'static Path {
     static PREFIX: OnceLock<PathBuf> = OnceLock::new();
@@ -1226,6 +1370,25 @@ fn install_cmake() {
     );
     consumer_matches_cli(&build.join("detect_loop"));
     consumer_matches_cli(&build.join("detect_loop_static"));
+    // The ROS 2 node's package without ROS 2: its CMakeLists builds the twin alone.
+    let node = fixture().dir.join("cmake-node");
+    let o = run(Command::new("cmake")
+        .arg("-S")
+        .arg(crate_dir().join("../examples/ros2/tether_detect_node"))
+        .arg("-B")
+        .arg(&node)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
+        .arg("-DCMAKE_BUILD_TYPE=Release"));
+    let log = ok("cmake configure (tether_detect_node)", &o);
+    assert!(
+        log.contains("building only tether_detect_standalone"),
+        "{log}"
+    );
+    ok(
+        "cmake --build (tether_detect_node)",
+        &run(Command::new("cmake").arg("--build").arg(&node)),
+    );
+    check_node_twin(&node.join("tether_detect_standalone"));
 }
 
 /// Why `tool` cannot be used here, if so.
@@ -1370,6 +1533,10 @@ fn main() {
         (
             "cpp::generate_stops_on_sigint",
             Arc::new(cpp_generate_sigint),
+        ),
+        (
+            "cpp::ros2_node_twin_matches_cli",
+            Arc::new(node_twin_matches_cli),
         ),
         (
             "sanitizers::asan_ubsan_no_report",
