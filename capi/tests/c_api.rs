@@ -484,7 +484,15 @@ fn error_paths(v: Variant) {
     let junk = tether_testkit::asset("astronaut.png");
     let out = api_test(
         v,
-        &[&"errors", &f.detect, &f.vad, &f.embed, &f.truncated, &junk],
+        &[
+            &"errors",
+            &f.detect,
+            &f.vad,
+            &f.embed,
+            &f.truncated,
+            &junk,
+            &f.llm,
+        ],
     );
     let cases: Vec<Value> = out.lines().map(json).collect();
     let get = |name: &str| -> &Value {
@@ -531,6 +539,8 @@ fn error_paths(v: Variant) {
         ("embed_not_utf8", "TETHER_ERR_INVALID_ARGUMENT", &["texts[1] is not UTF-8", "offset 4"]),
         ("embed_small_array", "TETHER_ERR_CAPACITY", &["holds 100, 384 needed"]),
         ("embed_dim_null", "TETHER_ERR_INVALID_ARGUMENT", &["`dim` is null"]),
+        ("model_open_llm", "TETHER_ERR_UNSUPPORTED", &["is a `llm` bundle", "`tether_generator_open`"]),
+        ("generator_open_detect", "TETHER_ERR_WRONG_FAMILY", &["`tether_generator_open` needs an `llm` bundle; this is the `detect` bundle `320n`"]),
     ];
     for (name, status, words) in expect {
         let c = get(name);
@@ -546,6 +556,8 @@ fn error_paths(v: Variant) {
         "open_truncated",
         "open_not_a_bundle",
         "open_memory_truncated",
+        "model_open_llm",
+        "generator_open_detect",
     ] {
         assert_eq!(get(name)["extra"], 1, "{name}: *out not reset to null");
     }

@@ -695,7 +695,7 @@ tether_status tether_generator_options_init(tether_generator_options *options);
 // Hugging Face checkpoint directory; `options` null for the defaults. On success `*out`
 // receives a handle owned by the caller (`tether_generator_close`); on failure null, and
 // the last error names the path and the problem (`TETHER_ERR_IO`, `TETHER_ERR_BUNDLE`,
-// `TETHER_ERR_INVALID_ARGUMENT`).
+// `TETHER_ERR_WRONG_FAMILY` for a bundle of another family, `TETHER_ERR_INVALID_ARGUMENT`).
 //
 // # Safety
 // `path` is null or NUL-terminated; `options` null or a `tether_generator_options` of at

@@ -6,7 +6,7 @@
  *   api_test detect BUNDLE FRAME.rgb WIDTH HEIGHT   detections four ways (JSON)
  *   api_test vad BUNDLE PCM.f32                      chunk probabilities and segments
  *   api_test embed BUNDLE TEXTS.txt                  one embedding per line
- *   api_test errors DETECT VAD EMBED TRUNCATED JUNK  one JSON line per error case
+ *   api_test errors DETECT VAD EMBED TRUNCATED JUNK LLM  one JSON line per error case
  *   api_test alloc BUNDLE FRAME.rgb WIDTH HEIGHT     allocations per call (alloc_count.c)
  *   api_test alloc_vad BUNDLE PCM.f32                allocations per tether_vad_push of a chunk
  *   api_test generate BUNDLE PROMPT MAX_TOKENS       greedy text, streamed (JSON)
@@ -289,7 +289,7 @@ static void report_inline(const char *name, int status) {
 }
 
 static int cmd_errors(const char *detect, const char *vad, const char *embed, const char *truncated,
-                      const char *junk) {
+                      const char *junk, const char *llm) {
     tether_model *m = (tether_model *)(uintptr_t)1; /* open must reset it to null */
     int s;
 
@@ -326,6 +326,13 @@ static int cmd_errors(const char *detect, const char *vad, const char *embed, co
     report("options_bad_device", s, 0);
     s = tether_options_init(NULL);
     report("options_init_null", s, 0);
+
+    /* Each handle's family: an llm bundle is not a model, a detect bundle not a generator. */
+    s = tether_model_open(llm, NULL, &m);
+    report("model_open_llm", s, m == NULL);
+    tether_generator *g = (tether_generator *)(uintptr_t)1;
+    s = tether_generator_open(detect, NULL, &g);
+    report("generator_open_detect", s, g == NULL);
 
     tether_model *det = NULL, *vm = NULL, *em = NULL;
     CHECK(tether_model_open(detect, NULL, &det));
@@ -883,7 +890,8 @@ int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "vad") == 0) return cmd_vad(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "network") == 0) return cmd_network(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "embed") == 0) return cmd_embed(argv[2], argv[3]);
-    if (argc == 7 && strcmp(argv[1], "errors") == 0) return cmd_errors(argv[2], argv[3], argv[4], argv[5], argv[6]);
+    if (argc == 8 && strcmp(argv[1], "errors") == 0)
+        return cmd_errors(argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]);
 #ifdef TETHER_COUNT_ALLOCS
     if (argc == 6 && strcmp(argv[1], "alloc") == 0) return cmd_alloc(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
     if (argc == 4 && strcmp(argv[1], "alloc_vad") == 0) return cmd_alloc_vad(argv[2], argv[3]);
