@@ -68,37 +68,22 @@ const _: () = {
     send::<Ocr>();
 };
 
+impl crate::error::Handle for tether_model {
+    fn poisoned(&mut self) -> &mut bool {
+        &mut self.poisoned
+    }
+    fn describe(&self) -> String {
+        format!("model `{}`", self.bundle_name)
+    }
+}
+
 /// Run `f` on the model behind `model` as an entry point's body (null and poisoned handles
 /// refused; a panic inside poisons the handle).
 pub(crate) fn with_model(
     model: *mut tether_model,
     f: impl FnOnce(&mut tether_model) -> Result<()>,
 ) -> tether_status {
-    let mut panicked = true;
-    let status = guard(|| {
-        non_null(model, "model")?;
-        // SAFETY: a non-null handle comes from `tether_model_open*` and is not used by
-        // another thread during the call (documented contract).
-        let m = unsafe { &mut *model };
-        if m.poisoned {
-            panicked = false;
-            return Err(Failure::new(
-                tether_status::TETHER_ERR_PANIC,
-                format!(
-                    "model `{}` is unusable: an earlier call on it panicked; close it",
-                    m.bundle_name
-                ),
-            ));
-        }
-        let r = f(m);
-        panicked = false;
-        r
-    });
-    if panicked && status == tether_status::TETHER_ERR_PANIC && !model.is_null() {
-        // SAFETY: as above; the panic unwound out of `f`, the handle is still allocated.
-        unsafe { (*model).poisoned = true };
-    }
-    status
+    crate::error::with_handle(model, "model", f)
 }
 
 /// The family's error when a call needs `want` and the handle is another family.

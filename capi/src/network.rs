@@ -96,37 +96,22 @@ impl From<tether_runtime::RunError> for Failure {
     }
 }
 
+impl crate::error::Handle for tether_network {
+    fn poisoned(&mut self) -> &mut bool {
+        &mut self.poisoned
+    }
+    fn describe(&self) -> String {
+        format!("network `{}`", self.session.network())
+    }
+}
+
 /// Run `f` on the network behind `net` as an entry point's body (null and poisoned
 /// handles refused; a panic inside poisons the handle).
 fn with_network(
     net: *mut tether_network,
     f: impl FnOnce(&mut tether_network) -> Result<()>,
 ) -> tether_status {
-    let mut panicked = true;
-    let status = guard(|| {
-        non_null(net, "network")?;
-        // SAFETY: a non-null handle from `tether_network_open`, used by this thread only
-        // during the call (documented contract).
-        let n = unsafe { &mut *net };
-        if n.poisoned {
-            panicked = false;
-            return Err(Failure::new(
-                tether_status::TETHER_ERR_PANIC,
-                format!(
-                    "network `{}` is unusable: an earlier call on it panicked; close it",
-                    n.session.network()
-                ),
-            ));
-        }
-        let r = f(n);
-        panicked = false;
-        r
-    });
-    if panicked && status == tether_status::TETHER_ERR_PANIC && !net.is_null() {
-        // SAFETY: as above; the handle is still allocated.
-        unsafe { (*net).poisoned = true };
-    }
-    status
+    crate::error::with_handle(net, "network", f)
 }
 
 /// A NUL-terminated C string argument as UTF-8 (no allocation unless bad).

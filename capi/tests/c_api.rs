@@ -949,6 +949,7 @@ fn cpp_wrapper() {
         Variant::CppWrapper,
         &[
             &f.detect, &f.vad, &f.embed, &f.frame, &w, &h, &f.llm, &f.ocr, &f.page, &pw, &ph,
+            &f.pcm,
         ],
     ));
     assert_eq!(c["missing"]["status"], "TETHER_ERR_IO", "{c}");
@@ -1006,6 +1007,31 @@ fn cpp_wrapper() {
         .collect();
     assert_eq!(got, want, "tether::Ocr vs tether run --json");
     assert_eq!(c["ocr_first_read"], want.len(), "{c}");
+    // tether::Network on the VAD bundle's network (zero state): its output equals tract's
+    // on the same 576 samples.
+    let pcm: Vec<f32> = std::fs::read(&f.pcm)
+        .expect("pcm")
+        .chunks_exact(4)
+        .take(576)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let (out, _) = silero_by_tract(&pcm, &[0.0; 256]);
+    assert_eq!(c["net_inputs"], serde_json::json!(["input", "sr", "state"]));
+    assert_eq!(c["net_output_count"], 1);
+    assert!(
+        (f32_of(&c["net_output"]) - out[0]).abs() <= 1e-5,
+        "tether::Network {} vs tract {}",
+        c["net_output"],
+        out[0]
+    );
+    assert_eq!(c["net_wrong_size"]["status"], "TETHER_ERR_INVALID_ARGUMENT");
+    assert!(
+        c["net_wrong_size"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("input `input` holds 2304 bytes, 12 given"),
+        "{c}"
+    );
     assert!(
         (c["embed_norm"].as_f64().unwrap() - 1.0).abs() < 1e-5,
         "{c}"

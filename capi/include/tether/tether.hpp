@@ -1,7 +1,7 @@
 // tether C++ wrapper: header-only, C++17, over the C API in tether.h (libtether).
 //
 // - RAII, move-only handles: Detector, Ocr, VoiceActivity, Embedder each own one tether_model and
-//   close it in their destructor; Generator owns a tether_generator. Copying is deleted (a handle is one pipeline's state).
+//   close it in their destructor; Generator owns a tether_generator, Network a tether_network. Copying is deleted (a handle is one pipeline's state).
 // - Inputs are views: ImageView over caller pixels, pointer + size for samples and results,
 //   std::string_view for texts. Nothing is copied into the wrapper; the hot-path calls
 //   (detect, detect_staged, push) allocate nothing in the wrapper or the C layer.
@@ -347,6 +347,62 @@ public:
 
 private:
     detail::Handle h_;
+};
+
+/// One network of a bundle on the caller's named tensors (tether_network): host buffers,
+/// shapes as the bundle records them. Move-only.
+class Network {
+public:
+    /// Open network `name` of the bundle at `path` (empty `name`: its only network).
+    explicit Network(const std::string &path, const std::string &name = "", const Options &options = Options()) {
+        detail::check(tether_network_open(path.c_str(), name.empty() ? nullptr : name.c_str(), options.get(), &n_));
+    }
+    Network(Network &&o) noexcept : n_(std::exchange(o.n_, nullptr)) {}
+    Network &operator=(Network &&o) noexcept {
+        if (this != &o) {
+            tether_network_close(n_);
+            n_ = std::exchange(o.n_, nullptr);
+        }
+        return *this;
+    }
+    Network(const Network &) = delete;
+    Network &operator=(const Network &) = delete;
+    ~Network() { tether_network_close(n_); }
+
+    /// The inputs' or outputs' descriptions (names owned by this Network).
+    std::vector<tether_tensor_info> tensors(tether_io io) const {
+        std::size_t count = 0;
+        detail::check(tether_network_tensor_count(n_, io, &count));
+        std::vector<tether_tensor_info> v(count);
+        for (std::size_t i = 0; i < count; i++) detail::check(tether_network_tensor(n_, io, i, &v[i]));
+        return v;
+    }
+    /// Copy `count` elements into input `name` (their bytes must equal the input's size).
+    template <class T> void set_input(const std::string &name, const T *data, std::size_t count) {
+        detail::check(tether_network_set_input(n_, name.c_str(), data, count * sizeof(T)));
+    }
+    /// Input `name`'s own buffer, to write in place (valid until the Network is destroyed).
+    template <class T> T *input(const std::string &name, std::size_t &count) {
+        void *p = nullptr;
+        std::size_t bytes = 0;
+        detail::check(tether_network_input(n_, name.c_str(), &p, &bytes));
+        count = bytes / sizeof(T);
+        return static_cast<T *>(p);
+    }
+    /// Run once on the current inputs.
+    void run() { detail::check(tether_network_run(n_)); }
+    /// Output `name` of the last run, borrowed until the next run() (count in elements).
+    template <class T> const T *output(const std::string &name, std::size_t &count) const {
+        const void *p = nullptr;
+        std::size_t bytes = 0;
+        detail::check(tether_network_output(n_, name.c_str(), &p, &bytes));
+        count = bytes / sizeof(T);
+        return static_cast<const T *>(p);
+    }
+    tether_network *handle() const noexcept { return n_; }
+
+private:
+    tether_network *n_ = nullptr;
 };
 
 /// A text generator (an `llm` bundle, a GGUF file or a Hugging Face directory). Move-only;
