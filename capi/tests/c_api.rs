@@ -1474,6 +1474,67 @@ fn vad_allocations() {
     assert_eq!(lo, rlo, "tether_vad_push allocates more than the stream");
 }
 
+/// `tether_ocr` on a page and `tether_network_run` allocate, per call after warm-up, what
+/// the Rust `Ocr::detect_text` and `NetworkSession::run` allocate for the same input (the C
+/// layer adds nothing), every call.
+fn ocr_network_allocations() {
+    let f = fixture();
+    let (w, h) = (f.page_w.to_string(), f.page_h.to_string());
+    let c = json(&api_test(
+        Variant::CountingAllocs,
+        &[&"alloc_more", &f.ocr, &f.page, &w, &h, &f.vad, &f.pcm],
+    ));
+    let counts = |k: &str| -> Vec<u64> { serde_json::from_value(c[k].clone()).expect("counts") };
+    let (c_ocr, c_net) = (counts("ocr"), counts("network_run"));
+
+    let gray = std::fs::read(&f.page).expect("page");
+    let view =
+        tether_ocr::ImageView::new(&gray, f.page_w, f.page_h, tether_ocr::PixelFormat::Gray8)
+            .expect("view");
+    let mut ocr = tether_ocr::Ocr::load(&f.ocr).expect("ocr");
+    for _ in 0..3 {
+        ocr.detect_text(&view).expect("ocr");
+    }
+    let rust_ocr: Vec<u64> = (0..10)
+        .map(|_| count_allocs(|| ocr.detect_text(&view).map(|r| r.len())).1)
+        .collect();
+    let mut net =
+        tether_runtime::NetworkSession::open(&f.vad, &Default::default()).expect("network");
+    let pcm: Vec<f32> = std::fs::read(&f.pcm)
+        .expect("pcm")
+        .chunks_exact(4)
+        .take(576)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    net.input_mut::<i64>("sr").expect("sr")[0] = 16000;
+    net.input_mut::<f32>("input")
+        .expect("input")
+        .copy_from_slice(&pcm);
+    for _ in 0..5 {
+        net.run().expect("run");
+    }
+    let rust_net: Vec<u64> = (0..20).map(|_| count_allocs(|| net.run()).1).collect();
+    println!(
+        "allocations per call after warm-up: C tether_ocr {c_ocr:?}, Rust detect_text {rust_ocr:?}; \
+         C tether_network_run {c_net:?}, Rust NetworkSession::run {rust_net:?}"
+    );
+    let steady = |v: &[u64], what: &str| {
+        let (lo, hi) = (v.iter().min().unwrap(), v.iter().max().unwrap());
+        assert_eq!(lo, hi, "{what}: allocations per call vary: {v:?}");
+        *lo
+    };
+    assert_eq!(
+        steady(&c_ocr, "C tether_ocr"),
+        steady(&rust_ocr, "Rust Ocr::detect_text"),
+        "tether_ocr allocates more than the pipeline"
+    );
+    assert_eq!(
+        steady(&c_net, "C tether_network_run"),
+        steady(&rust_net, "Rust NetworkSession::run"),
+        "tether_network_run allocates more than the session"
+    );
+}
+
 // ------------------------------------------------------------------ harness
 
 /// Why the C tests cannot run here, if so: `cc` or `c++` missing, or building for another
@@ -1555,6 +1616,10 @@ fn main() {
             Arc::new(detect_allocations),
         ),
         ("vad_allocations_match_rust", Arc::new(vad_allocations)),
+        (
+            "ocr_network_allocations_match_rust",
+            Arc::new(ocr_network_allocations),
+        ),
         ("cpp::wrapper", Arc::new(cpp_wrapper)),
         (
             "cpp::detect_loop_matches_cli",

@@ -9,6 +9,7 @@
  *   api_test errors DETECT VAD EMBED TRUNCATED JUNK LLM  one JSON line per error case
  *   api_test alloc BUNDLE FRAME.rgb WIDTH HEIGHT     allocations per call (alloc_count.c)
  *   api_test alloc_vad BUNDLE PCM.f32                allocations per tether_vad_push of a chunk
+ *   api_test alloc_more OCR PAGE.gray W H VAD PCM.f32  allocations per tether_ocr, tether_network_run
  *   api_test generate BUNDLE PROMPT MAX_TOKENS       greedy text, streamed (JSON)
  *   api_test generate_cancel BUNDLE PROMPT           cancel from the callback, from a thread
  *   api_test ocr BUNDLE FRAME.gray WIDTH HEIGHT DETECT  text lines (JSON) and OCR's error cases
@@ -628,6 +629,50 @@ static int cmd_alloc(const char *bundle, const char *frame, int w, int h) {
     return 0;
 }
 
+/* Allocations per tether_ocr call on a page and per tether_network_run of the VAD network,
+ * after warm-up. */
+static int cmd_alloc_more(const char *ocr, const char *page, int w, int h, const char *vad, const char *pcm_path) {
+    size_t size = 0;
+    unsigned char *gray = read_file(page, &size);
+    tether_model *m = NULL;
+    CHECK(tether_model_open(ocr, NULL, &m));
+    tether_image_view view = {gray, (uint32_t)w, (uint32_t)h, (size_t)w, TETHER_PIXEL_GRAY8};
+    tether_ocr_line lines[64];
+    char text[8192];
+    size_t n = 0, bytes = 0;
+    for (int i = 0; i < 3; i++) CHECK(tether_ocr(m, &view, lines, 64, &n, text, sizeof text, &bytes));
+    printf("{\"ocr\":[");
+    for (int i = 0; i < 10; i++) {
+        alloc_count_start();
+        int s = tether_ocr(m, &view, lines, 64, &n, text, sizeof text, &bytes);
+        unsigned long long c = alloc_count_stop();
+        if (s != TETHER_OK) die("tether_ocr", s);
+        printf("%s%llu", i ? "," : "", c);
+    }
+    tether_model_close(m);
+    free(gray);
+    size_t count = 0;
+    float *pcm = read_pcm(pcm_path, &count);
+    tether_network *net = NULL;
+    CHECK(tether_network_open(vad, NULL, NULL, &net));
+    int64_t sr = 16000;
+    CHECK(tether_network_set_input(net, "sr", &sr, sizeof sr));
+    CHECK(tether_network_set_input(net, "input", pcm, 576 * sizeof(float)));
+    for (int i = 0; i < 5; i++) CHECK(tether_network_run(net));
+    printf("],\"network_run\":[");
+    for (int i = 0; i < 20; i++) {
+        alloc_count_start();
+        int s = tether_network_run(net);
+        unsigned long long c = alloc_count_stop();
+        if (s != TETHER_OK) die("tether_network_run", s);
+        printf("%s%llu", i ? "," : "", c);
+    }
+    printf("]}\n");
+    tether_network_close(net);
+    free(pcm);
+    return 0;
+}
+
 /* Allocations per tether_vad_push of one 512-sample chunk, after warm-up. */
 static int cmd_alloc_vad(const char *bundle, const char *pcm_path) {
     size_t count = 0;
@@ -895,6 +940,8 @@ int main(int argc, char **argv) {
 #ifdef TETHER_COUNT_ALLOCS
     if (argc == 6 && strcmp(argv[1], "alloc") == 0) return cmd_alloc(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
     if (argc == 4 && strcmp(argv[1], "alloc_vad") == 0) return cmd_alloc_vad(argv[2], argv[3]);
+    if (argc == 8 && strcmp(argv[1], "alloc_more") == 0)
+        return cmd_alloc_more(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), argv[6], argv[7]);
 #endif
     fprintf(stderr, "usage: api_test detect|ocr|vad|network|embed|errors|alloc ... (tether %s)\n", tether_version());
     return 2;
