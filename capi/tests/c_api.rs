@@ -1492,10 +1492,10 @@ fn ocr_network_allocations() {
         tether_ocr::ImageView::new(&gray, f.page_w, f.page_h, tether_ocr::PixelFormat::Gray8)
             .expect("view");
     let mut ocr = tether_ocr::Ocr::load(&f.ocr).expect("ocr");
-    for _ in 0..3 {
+    for _ in 0..2 {
         ocr.detect_text(&view).expect("ocr");
     }
-    let rust_ocr: Vec<u64> = (0..10)
+    let rust_ocr: Vec<u64> = (0..5)
         .map(|_| count_allocs(|| ocr.detect_text(&view).map(|r| r.len())).1)
         .collect();
     let mut net =

@@ -640,9 +640,9 @@ static int cmd_alloc_more(const char *ocr, const char *page, int w, int h, const
     tether_ocr_line lines[64];
     char text[8192];
     size_t n = 0, bytes = 0;
-    for (int i = 0; i < 3; i++) CHECK(tether_ocr(m, &view, lines, 64, &n, text, sizeof text, &bytes));
+    for (int i = 0; i < 2; i++) CHECK(tether_ocr(m, &view, lines, 64, &n, text, sizeof text, &bytes));
     printf("{\"ocr\":[");
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 5; i++) {
         alloc_count_start();
         int s = tether_ocr(m, &view, lines, 64, &n, text, sizeof text, &bytes);
         unsigned long long c = alloc_count_stop();
