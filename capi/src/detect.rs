@@ -157,7 +157,13 @@ fn format_code(f: PixelFormat) -> u32 {
 }
 
 /// Check a geometry the way `ImageView` does, before any arithmetic on it.
-fn frame_spec(width: u32, height: u32, pitch: usize, format: u32, what: &str) -> Result<FrameSpec> {
+pub(crate) fn frame_spec(
+    width: u32,
+    height: u32,
+    pitch: usize,
+    format: u32,
+    what: &str,
+) -> Result<FrameSpec> {
     let format = pixel_format(format, what)?;
     for (name, v) in [("width", width), ("height", height)] {
         if v == 0 || v > MAX_IMAGE_SIDE {
@@ -191,6 +197,31 @@ fn frame_spec(width: u32, height: u32, pitch: usize, format: u32, what: &str) ->
         format,
         stride: pitch,
     })
+}
+
+/// The caller's image as a checked geometry and a view over its pixels (no copy, no
+/// allocation unless it is bad).
+///
+/// # Safety
+/// `image` is non-null and points to a `tether_image_view` whose `data` is readable as the
+/// view describes, for the lifetime `'a` the result is used in (the call).
+pub(crate) unsafe fn image_view<'a>(
+    image: *const tether_image_view,
+) -> Result<(FrameSpec, ImageView<'a>)> {
+    // SAFETY: readable view struct (contract; non-null).
+    let v = unsafe { image.read_unaligned() };
+    let spec = frame_spec(v.width, v.height, v.pitch, v.format, "image")?;
+    non_null(v.data, "image.data")?;
+    let len = spec
+        .stride
+        .checked_mul(spec.height as usize - 1)
+        .and_then(|n| n.checked_add(spec.width as usize * spec.format.channels()))
+        .ok_or_else(|| Failure::invalid("image: pitch * height overflows"))?;
+    // SAFETY: `data` is readable for this length (contract: the view describes it).
+    let bytes = unsafe { std::slice::from_raw_parts(v.data, len) };
+    let view = ImageView::with_stride(bytes, spec.width, spec.height, spec.stride, spec.format)
+        .map_err(tether_detect::FrameError::from)?;
+    Ok((spec, view))
 }
 
 /// Write `dets` into the caller's array; `TETHER_ERR_CAPACITY` when it is too small (the
@@ -267,19 +298,8 @@ pub unsafe extern "C" fn tether_detect(
         let d = detect_model(m, "tether_detect")?;
         non_null(image, "image")?;
         check_out(detections, capacity, count)?;
-        // SAFETY: readable view struct (contract; non-null).
-        let v = unsafe { image.read_unaligned() };
-        let spec = frame_spec(v.width, v.height, v.pitch, v.format, "image")?;
-        non_null(v.data, "image.data")?;
-        let len = spec
-            .stride
-            .checked_mul(spec.height as usize - 1)
-            .and_then(|n| n.checked_add(spec.width as usize * spec.format.channels()))
-            .ok_or_else(|| Failure::invalid("image: pitch * height overflows"))?;
-        // SAFETY: `data` is readable for this length (contract: the view describes it).
-        let bytes = unsafe { std::slice::from_raw_parts(v.data, len) };
-        let view = ImageView::with_stride(bytes, spec.width, spec.height, spec.stride, spec.format)
-            .map_err(tether_detect::FrameError::from)?;
+        // SAFETY: forwarded contract (a readable view of readable pixels).
+        let (spec, view) = unsafe { image_view(image) }?;
         d.prepare(spec)?;
         let dets = d.detector.detect_prepared(&view)?;
         // SAFETY: output pointers checked above (contract for their extents).

@@ -92,6 +92,48 @@ pub(crate) fn non_null<T>(p: *const T, name: &str) -> Result<()> {
     }
 }
 
+/// A handle that a caught panic makes unusable (its state is unknown after it).
+pub(crate) trait Handle {
+    /// The poisoned flag.
+    fn poisoned(&mut self) -> &mut bool;
+    /// What the handle is, for messages: "model `320n`".
+    fn describe(&self) -> String;
+}
+
+/// Run `f` on the handle behind `h` as an entry point's body: a null handle (named `name`)
+/// and a poisoned one are refused; a panic inside `f` poisons the handle.
+pub(crate) fn with_handle<H: Handle>(
+    h: *mut H,
+    name: &str,
+    f: impl FnOnce(&mut H) -> Result<()>,
+) -> tether_status {
+    let mut panicked = true;
+    let status = guard(|| {
+        non_null(h, name)?;
+        // SAFETY: a non-null handle comes from its `_open` function and is not used by
+        // another thread during the call (documented contract).
+        let handle = unsafe { &mut *h };
+        if *handle.poisoned() {
+            panicked = false;
+            return Err(Failure::new(
+                tether_status::TETHER_ERR_PANIC,
+                format!(
+                    "{} is unusable: an earlier call on it panicked; close it",
+                    handle.describe()
+                ),
+            ));
+        }
+        let r = f(handle);
+        panicked = false;
+        r
+    });
+    if panicked && status == tether_status::TETHER_ERR_PANIC && !h.is_null() {
+        // SAFETY: as above; the panic unwound out of `f`, the handle is still allocated.
+        unsafe { *(*h).poisoned() = true };
+    }
+    status
+}
+
 thread_local! {
     static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
 }
@@ -232,7 +274,7 @@ impl From<tether_bundle::BundleError> for Failure {
 }
 
 /// The status of a runtime error: a bundle fault inside it is the bundle's.
-fn runtime_status(e: &tether_runtime::Error) -> tether_status {
+pub(crate) fn runtime_status(e: &tether_runtime::Error) -> tether_status {
     use tether_runtime::Error as E;
     match e {
         E::Bundle(b) => Failure::from_ref(b),
@@ -363,6 +405,49 @@ mod tests {
         let s = unsafe { tether_last_error_copy(big.as_mut_ptr(), big.len(), &mut need) };
         assert_eq!(s, tether_status::TETHER_OK);
         assert_eq!(big.map(|c| c as u8), *b"abcdef\0");
+    }
+
+    struct Fake {
+        poisoned: bool,
+        calls: u32,
+    }
+
+    impl Handle for Fake {
+        fn poisoned(&mut self) -> &mut bool {
+            &mut self.poisoned
+        }
+        fn describe(&self) -> String {
+            "fake `f`".into()
+        }
+    }
+
+    #[test]
+    fn a_panic_poisons_the_handle() {
+        let mut h = Fake {
+            poisoned: false,
+            calls: 0,
+        };
+        let p: *mut Fake = &mut h;
+        let ok = with_handle(p, "fake", |f| {
+            f.calls += 1;
+            Ok(())
+        });
+        assert_eq!(ok, tether_status::TETHER_OK);
+        let s = with_handle(p, "fake", |_| panic!("boom"));
+        assert_eq!(s, tether_status::TETHER_ERR_PANIC);
+        let s = with_handle(p, "fake", |f| {
+            f.calls += 1;
+            Ok(())
+        });
+        assert_eq!(s, tether_status::TETHER_ERR_PANIC);
+        assert_eq!(
+            last(),
+            "fake `f` is unusable: an earlier call on it panicked; close it"
+        );
+        assert_eq!((h.calls, h.poisoned), (1, true), "the poisoned call ran");
+        let s = with_handle(std::ptr::null_mut::<Fake>(), "fake", |_| Ok(()));
+        assert_eq!(s, tether_status::TETHER_ERR_INVALID_ARGUMENT);
+        assert_eq!(last(), "`fake` is null");
     }
 
     #[test]

@@ -185,7 +185,7 @@ pub unsafe extern "C" fn tether_generator_options_init(
 /// Hugging Face checkpoint directory; `options` null for the defaults. On success `*out`
 /// receives a handle owned by the caller (`tether_generator_close`); on failure null, and
 /// the last error names the path and the problem (`TETHER_ERR_IO`, `TETHER_ERR_BUNDLE`,
-/// `TETHER_ERR_INVALID_ARGUMENT`).
+/// `TETHER_ERR_WRONG_FAMILY` for a bundle of another family, `TETHER_ERR_INVALID_ARGUMENT`).
 ///
 /// # Safety
 /// `path` is null or NUL-terminated; `options` null or a `tether_generator_options` of at
@@ -208,6 +208,22 @@ pub unsafe extern "C" fn tether_generator_open(
         let path = std::path::Path::new(
             <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes),
         );
+        // A bundle of another family: say so (the generator's own error is about a section).
+        // A GGUF file or a directory is not a bundle and goes on to the generator.
+        if let Ok(b) = tether_bundle::Bundle::open(path, tether_bundle::Verify::Lazy) {
+            let id = b.identity();
+            if id.family != tether_llm::FAMILY {
+                return Err(Failure::new(
+                    tether_status::TETHER_ERR_WRONG_FAMILY,
+                    format!(
+                        "loading {}: `tether_generator_open` needs an `llm` bundle; this is the `{}` bundle `{}` (open it with `tether_model_open`)",
+                        path.display(),
+                        id.family,
+                        id.name
+                    ),
+                ));
+            }
+        }
         let opts = GeneratorOptions {
             context: (o.context > 0).then_some(o.context as usize),
             threads: (o.threads > 0).then_some(o.threads as usize),

@@ -3,9 +3,12 @@
 //!
 //! One opaque handle, [`tether_model`], holds a family pipeline opened from a bundle (a path
 //! or bytes in memory): detection ([`tether_detect()`], the staging buffer for frames written
-//! in place), voice activity ([`tether_vad_push`]) and text embeddings ([`tether_embed()`]).
+//! in place), text recognition ([`tether_ocr()`]), voice activity ([`tether_vad_push`]) and
+//! text embeddings ([`tether_embed()`]).
 //! A second handle, [`tether_generator`], generates text from an `llm` bundle with pieces
-//! streamed to a callback ([`tether_generate`]) and cancel from any thread.
+//! streamed to a callback ([`tether_generate`]) and cancel from any thread. A third,
+//! [`tether_network`], runs one network of a bundle on the caller's named tensors (the
+//! runtime's `NetworkSession`).
 //! Every function returns a [`tether_status`]; on failure the calling thread's last-error
 //! message ([`tether_last_error`]) holds the Rust error's text. No Rust panic crosses the
 //! boundary: each entry point catches it and returns [`tether_status::TETHER_ERR_PANIC`].
@@ -25,6 +28,8 @@ mod embed;
 mod error;
 mod generate;
 mod model;
+mod network;
+mod ocr;
 mod options;
 mod vad;
 
@@ -33,6 +38,8 @@ pub use embed::*;
 pub use error::*;
 pub use generate::*;
 pub use model::*;
+pub use network::*;
+pub use ocr::*;
 pub use options::*;
 pub use vad::*;
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tether_bundle::{Bundle, Verify};
 use tether_detect::{Detector, DetectorOptions};
 use tether_embed::{Embedder, EmbedderOptions};
+use tether_ocr::{Ocr, OcrOptions};
 use tether_vad::{Vad, VadOptions};
 
 use crate::error::{Failure, Result, guard, non_null, tether_status};
@@ -21,10 +22,12 @@ pub enum tether_family {
     TETHER_FAMILY_VAD = 2,
     /// Sentence embeddings (all-MiniLM-L6-v2): `tether_embed*`.
     TETHER_FAMILY_EMBED = 3,
+    /// Text recognition (PP-OCR: detection, orientation, recognition): `tether_ocr`.
+    TETHER_FAMILY_OCR = 4,
 }
 
-/// A family pipeline opened from a bundle: a detector, a voice-activity stream or an
-/// embedder (`tether_model_family` says which). Opaque; created by `tether_model_open` or
+/// A family pipeline opened from a bundle: a detector, a text reader, a voice-activity
+/// stream or an embedder (`tether_model_family` says which). Opaque; created by `tether_model_open` or
 /// `tether_model_open_memory`, destroyed by `tether_model_close`.
 ///
 /// Thread safety: a handle may be used from any thread, but by one thread at a time (calls
@@ -42,6 +45,7 @@ pub(crate) enum Family {
     Detect(Box<crate::detect::DetectModel>),
     Vad(Box<crate::vad::VadModel>),
     Embed(Box<Embedder>),
+    Ocr(Box<Ocr>),
 }
 
 impl Family {
@@ -50,6 +54,7 @@ impl Family {
             Family::Detect(_) => tether_detect::FAMILY,
             Family::Vad(_) => tether_vad::FAMILY,
             Family::Embed(_) => tether_embed::FAMILY,
+            Family::Ocr(_) => tether_ocr::FAMILY,
         }
     }
 }
@@ -60,7 +65,17 @@ const _: () = {
     send::<Detector>();
     send::<Vad>();
     send::<Embedder>();
+    send::<Ocr>();
 };
+
+impl crate::error::Handle for tether_model {
+    fn poisoned(&mut self) -> &mut bool {
+        &mut self.poisoned
+    }
+    fn describe(&self) -> String {
+        format!("model `{}`", self.bundle_name)
+    }
+}
 
 /// Run `f` on the model behind `model` as an entry point's body (null and poisoned handles
 /// refused; a panic inside poisons the handle).
@@ -68,31 +83,7 @@ pub(crate) fn with_model(
     model: *mut tether_model,
     f: impl FnOnce(&mut tether_model) -> Result<()>,
 ) -> tether_status {
-    let mut panicked = true;
-    let status = guard(|| {
-        non_null(model, "model")?;
-        // SAFETY: a non-null handle comes from `tether_model_open*` and is not used by
-        // another thread during the call (documented contract).
-        let m = unsafe { &mut *model };
-        if m.poisoned {
-            panicked = false;
-            return Err(Failure::new(
-                tether_status::TETHER_ERR_PANIC,
-                format!(
-                    "model `{}` is unusable: an earlier call on it panicked; close it",
-                    m.bundle_name
-                ),
-            ));
-        }
-        let r = f(m);
-        panicked = false;
-        r
-    });
-    if panicked && status == tether_status::TETHER_ERR_PANIC && !model.is_null() {
-        // SAFETY: as above; the panic unwound out of `f`, the handle is still allocated.
-        unsafe { (*model).poisoned = true };
-    }
-    status
+    crate::error::with_handle(model, "model", f)
 }
 
 /// The family's error when a call needs `want` and the handle is another family.
@@ -145,11 +136,20 @@ fn open_bundle(bundle: Bundle, options: *const tether_options) -> Result<tether_
             };
             Family::Embed(Box::new(Embedder::from_bundle(bundle, &opts)?))
         }
+        tether_ocr::FAMILY => {
+            let opts = OcrOptions {
+                device: o.device,
+                model: o.model,
+                verify_eagerly: o.verify_eagerly,
+                ..OcrOptions::default()
+            };
+            Family::Ocr(Box::new(Ocr::from_bundle(bundle, &opts)?))
+        }
         other => {
             return Err(Failure::new(
                 tether_status::TETHER_ERR_UNSUPPORTED,
                 format!(
-                    "bundle `{bundle_name}` is a `{other}` bundle; the C API opens `detect`, `vad` and `embed` bundles"
+                    "bundle `{bundle_name}` is a `{other}` bundle; the C API opens `detect`, `ocr`, `vad` and `embed` bundles (`llm`: `tether_generator_open`)"
                 ),
             ));
         }
@@ -283,6 +283,7 @@ pub unsafe extern "C" fn tether_model_family(
             Family::Detect(_) => tether_family::TETHER_FAMILY_DETECT,
             Family::Vad(_) => tether_family::TETHER_FAMILY_VAD,
             Family::Embed(_) => tether_family::TETHER_FAMILY_EMBED,
+            Family::Ocr(_) => tether_family::TETHER_FAMILY_OCR,
         };
         // SAFETY: writable (contract; checked non-null).
         unsafe { family.write(f as u32) };
@@ -292,7 +293,8 @@ pub unsafe extern "C" fn tether_model_family(
 
 /// The engine running `model`'s network into `*engine`: `"tensorrt"`, `"cuda-native"`,
 /// `"tract-cuda"` or `"tract-cpu"` (the identifiers `tether run --json` reports under
-/// `engines`); a static string owned by the library.
+/// `engines`; for an `ocr` model, its text detector's); a static string owned by the
+/// library.
 ///
 /// # Safety
 /// `model` is null or a live handle used by no other thread during the call; `engine` is
@@ -302,20 +304,22 @@ pub unsafe extern "C" fn tether_model_engine(
     model: *const tether_model,
     engine: *mut *const c_char,
 ) -> tether_status {
-    use tether_runtime::EngineKind;
     with_model(model.cast_mut(), |m| {
         non_null(engine, "engine")?;
         let kind = match &m.family {
             Family::Detect(d) => d.engine(),
             Family::Vad(v) => v.vad.engine(),
             Family::Embed(e) => e.engine(),
+            // The text detector's (`det`): the first stage; each network's engine is chosen
+            // at open, `tether run --json` lists all three.
+            Family::Ocr(o) => o.engines().next().map(|(_, e)| e).ok_or_else(|| {
+                Failure::new(
+                    tether_status::TETHER_ERR_BUNDLE,
+                    "ocr model without networks",
+                )
+            })?,
         };
-        let name = match kind {
-            EngineKind::TensorRt => c"tensorrt",
-            EngineKind::CudaNative => c"cuda-native",
-            EngineKind::TractCuda => c"tract-cuda",
-            EngineKind::TractCpu => c"tract-cpu",
-        };
+        let name = engine_name(kind);
         // SAFETY: writable (contract; checked non-null).
         unsafe { engine.write(name.as_ptr()) };
         Ok(())
@@ -325,4 +329,15 @@ pub unsafe extern "C" fn tether_model_engine(
 /// A NUL-terminated copy of a Rust string (for names handed to C once, at open).
 pub(crate) fn c_string(s: &str) -> CString {
     CString::new(s.replace('\0', "\u{fffd}")).unwrap_or_default()
+}
+
+/// The identifier of an engine as `tether run --json` names it (a static C string).
+pub(crate) fn engine_name(kind: tether_runtime::EngineKind) -> &'static CStr {
+    use tether_runtime::EngineKind;
+    match kind {
+        EngineKind::TensorRt => c"tensorrt",
+        EngineKind::CudaNative => c"cuda-native",
+        EngineKind::TractCuda => c"tract-cuda",
+        EngineKind::TractCpu => c"tract-cpu",
+    }
 }

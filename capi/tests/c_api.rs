@@ -1,13 +1,16 @@
 //! The C API from C, on real bundles: `tests/c/api_test.c` compiled with the system `cc`
 //! against the built shared library (cargo's `deps/libtether_capi.so`, linked as
 //! `libtether.so`, its SONAME, as installed), its results compared with `tether run --json` on the
-//! same inputs (detection on astronaut.png with the nudenet YOLOv8n 320 ONNX, VAD on
+//! same inputs (detection on astronaut.png with the nudenet YOLOv8n 320 ONNX, text lines
+//! on page.png with the PP-OCRv4 det/rec and mobile v2.0 cls ONNX, VAD on
 //! Front_Center.wav, embeddings of a few sentences), the error paths' statuses and
 //! messages, the same program under AddressSanitizer + UndefinedBehaviorSanitizer (no
 //! report), and the allocations of `tether_detect` counted from C against the Rust
 //! detector's on the same frame. The C++ wrapper (`tests/cpp/wrapper_test.cpp`) and the
 //! C++ fixed-rate example (`examples/cpp/detect_loop.cpp`, its detections against the CLI's,
-//! Ctrl-C) are built with `c++ -std=c++17` and run the same way.
+//! Ctrl-C) and the C++ streaming generation example (`examples/cpp/generate.cpp`, greedy text
+//! and token ids against `tether run --prompt`, Ctrl-C) are built with `c++ -std=c++17` and
+//! run the same way.
 //!
 //! Needs `target/<profile>/tether` (the CLI; `cargo test --workspace` builds it, else
 //! `cargo build --release --bin tether`) and the assets (`tests/fetch-assets`). Without
@@ -77,6 +80,11 @@ struct Fixture {
     pcm: PathBuf,
     texts: PathBuf,
     llm: PathBuf,
+    ocr: PathBuf,
+    /// page.png's 8-bit luminance, its width and height.
+    page: PathBuf,
+    page_w: u32,
+    page_h: u32,
 }
 
 /// This process's scratch folder (bundles, inputs, programs): removed when every test
@@ -155,6 +163,23 @@ fn fixture() -> &'static Fixture {
                 &asset("SmolLM2-135M-Instruct.Q4_1.gguf"),
             ],
         );
+        let ocr = dir.join("ocr.bundle");
+        build(
+            &ocr,
+            &[
+                "--family",
+                "ocr",
+                "--det",
+                &asset("ch_PP-OCRv4_det_infer.onnx"),
+                "--rec",
+                &asset("ch_PP-OCRv4_rec_infer.onnx"),
+                "--cls",
+                &asset("ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+            ],
+        );
+        let page_img = image::open(asset("page.png")).expect("page.png").to_luma8();
+        let page = dir.join("page.gray");
+        std::fs::write(&page, page_img.as_raw()).expect("page frame");
         let bytes = std::fs::read(&detect).expect("detect bundle");
         let truncated = dir.join("truncated.bundle");
         std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("truncated bundle");
@@ -183,6 +208,10 @@ fn fixture() -> &'static Fixture {
             pcm,
             texts,
             llm,
+            ocr,
+            page,
+            page_w: page_img.width(),
+            page_h: page_img.height(),
         }
     })
 }
@@ -215,6 +244,11 @@ enum Variant {
     CppWrapper,
     /// `examples/cpp/detect_loop.cpp` (C++17, -O2).
     CppDetectLoop,
+    /// `examples/cpp/generate.cpp` (C++17, -O2).
+    CppGenerate,
+    /// `examples/ros2/tether_detect_node/src/standalone.cpp` (C++17, -O2): the ROS 2 node's
+    /// ROS-free twin.
+    CppNodeTwin,
 }
 
 /// The folder where the shared library is `libtether.so` (as `install.sh` lays it out): a
@@ -250,16 +284,23 @@ fn program(v: Variant) -> PathBuf {
     let lib = lib_dir();
     let out = f.dir.join(format!("api_test_{v:?}"));
     let mut cmd = match v {
-        Variant::CppWrapper | Variant::CppDetectLoop => {
-            let src = if v == Variant::CppWrapper {
-                crate_dir().join("tests/cpp/wrapper_test.cpp")
-            } else {
-                crate_dir().join("../examples/cpp/detect_loop.cpp")
+        Variant::CppWrapper
+        | Variant::CppDetectLoop
+        | Variant::CppGenerate
+        | Variant::CppNodeTwin => {
+            let node = crate_dir().join("../examples/ros2/tether_detect_node");
+            let src = match v {
+                Variant::CppWrapper => crate_dir().join("tests/cpp/wrapper_test.cpp"),
+                Variant::CppDetectLoop => crate_dir().join("../examples/cpp/detect_loop.cpp"),
+                Variant::CppGenerate => crate_dir().join("../examples/cpp/generate.cpp"),
+                _ => node.join("src/standalone.cpp"),
             };
             let mut cmd = Command::new("c++");
             cmd.args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"])
                 .arg("-I")
                 .arg(crate_dir().join("include"))
+                .arg("-I")
+                .arg(node.join("include"))
                 .arg(src);
             cmd
         }
@@ -280,7 +321,11 @@ fn program(v: Variant) -> PathBuf {
         }
     };
     match v {
-        Variant::Plain | Variant::CppWrapper | Variant::CppDetectLoop => {}
+        Variant::Plain
+        | Variant::CppWrapper
+        | Variant::CppDetectLoop
+        | Variant::CppGenerate
+        | Variant::CppNodeTwin => {}
         Variant::Sanitized => {
             cmd.args([
                 "-fsanitize=address,undefined",
@@ -439,7 +484,15 @@ fn error_paths(v: Variant) {
     let junk = tether_testkit::asset("astronaut.png");
     let out = api_test(
         v,
-        &[&"errors", &f.detect, &f.vad, &f.embed, &f.truncated, &junk],
+        &[
+            &"errors",
+            &f.detect,
+            &f.vad,
+            &f.embed,
+            &f.truncated,
+            &junk,
+            &f.llm,
+        ],
     );
     let cases: Vec<Value> = out.lines().map(json).collect();
     let get = |name: &str| -> &Value {
@@ -486,6 +539,8 @@ fn error_paths(v: Variant) {
         ("embed_not_utf8", "TETHER_ERR_INVALID_ARGUMENT", &["texts[1] is not UTF-8", "offset 4"]),
         ("embed_small_array", "TETHER_ERR_CAPACITY", &["holds 100, 384 needed"]),
         ("embed_dim_null", "TETHER_ERR_INVALID_ARGUMENT", &["`dim` is null"]),
+        ("model_open_llm", "TETHER_ERR_UNSUPPORTED", &["is a `llm` bundle", "`tether_generator_open`"]),
+        ("generator_open_detect", "TETHER_ERR_WRONG_FAMILY", &["`tether_generator_open` needs an `llm` bundle; this is the `detect` bundle `320n`"]),
     ];
     for (name, status, words) in expect {
         let c = get(name);
@@ -501,6 +556,8 @@ fn error_paths(v: Variant) {
         "open_truncated",
         "open_not_a_bundle",
         "open_memory_truncated",
+        "model_open_llm",
+        "generator_open_detect",
     ] {
         assert_eq!(get(name)["extra"], 1, "{name}: *out not reset to null");
     }
@@ -522,6 +579,236 @@ fn error_paths(v: Variant) {
     assert_eq!(copy["message"], dim_msg[..7]);
 }
 
+/// OCR lines as (text, score, box_score, rotated, polygon), f32 as the library computed them.
+fn ocr_lines(v: &Value) -> Vec<(String, f32, f32, bool, [f32; 8])> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a line list: {v}"))
+        .iter()
+        .map(|l| {
+            let p = l["polygon"].as_array().expect("polygon");
+            let quad: [f32; 8] = std::array::from_fn(|i| f32_of(&p[i / 2][i % 2]));
+            (
+                l["text"].as_str().expect("text").to_string(),
+                f32_of(&l["score"]),
+                f32_of(&l["box_score"]),
+                l["rotated"].as_bool().expect("rotated"),
+                quad,
+            )
+        })
+        .collect()
+}
+
+/// `tether_ocr` on page.png's luminance equals `tether run --json` on page.png: every
+/// line's text, scores, turn and quad; the size query, the too-small arrays (both counts
+/// written, `TETHER_ERR_CAPACITY`), null and bad arguments, the wrong family both ways.
+fn ocr_matches_cli(v: Variant) {
+    let f = fixture();
+    let (w, h) = (f.page_w.to_string(), f.page_h.to_string());
+    let c = json(&api_test(v, &[&"ocr", &f.ocr, &f.page, &w, &h, &f.detect]));
+    let doc = cli_doc(&f.ocr, &tether_testkit::asset("page.png"), &[]);
+    let cli = &doc["results"][0]["result"];
+    let want = ocr_lines(&cli["lines"]);
+    assert!(want.len() >= 3, "the CLI read too little: {cli}");
+    assert_eq!(c["family"], 4, "TETHER_FAMILY_OCR");
+    assert_eq!(c["engine"], doc["engines"]["det"], "engine");
+    assert_eq!(ocr_lines(&c["lines"]), want, "C API vs tether run --json");
+    assert_eq!(ocr_lines(&c["again"]), want, "after the error cases");
+    let bytes: usize = want.iter().map(|l| l.0.len() + 1).sum();
+    assert_eq!(
+        (c["line_count"].clone(), c["text_size"].clone()),
+        (want.len().into(), bytes.into())
+    );
+    for (i, l) in c["lines"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(l["text_size"], want[i].0.len(), "line {i}");
+    }
+    let n = want.len();
+    #[rustfmt::skip]
+    let expect: &[(&str, &str, &str, (usize, usize))] = &[
+        ("size_query", "TETHER_ERR_CAPACITY", &format!("text lines: the array holds 0, {n} needed"), (n, bytes)),
+        ("lines_short", "TETHER_ERR_CAPACITY", &format!("text lines: the array holds {}, {n} needed", n - 1), (n, bytes)),
+        ("text_short", "TETHER_ERR_CAPACITY", &format!("text: the buffer holds {} bytes, {bytes} needed", bytes - 1), (n, bytes)),
+        ("null_model", "TETHER_ERR_INVALID_ARGUMENT", "`model` is null", (0, 0)),
+        ("null_image", "TETHER_ERR_INVALID_ARGUMENT", "`image` is null", (0, 0)),
+        ("null_lines", "TETHER_ERR_INVALID_ARGUMENT", "`lines` is null", (0, 0)),
+        ("null_text", "TETHER_ERR_INVALID_ARGUMENT", "`text` is null", (0, 0)),
+        ("null_line_count", "TETHER_ERR_INVALID_ARGUMENT", "`line_count` is null", (0, 0)),
+        ("null_text_size", "TETHER_ERR_INVALID_ARGUMENT", "`text_size` is null", (0, 0)),
+        ("small_pitch", "TETHER_ERR_INVALID_ARGUMENT", "image.pitch is 3 bytes", (0, 0)),
+        ("ocr_on_detect", "TETHER_ERR_WRONG_FAMILY", "`tether_ocr` needs a `ocr` model; this handle holds the `detect` bundle", (0, 0)),
+        ("detect_on_ocr", "TETHER_ERR_WRONG_FAMILY", "`tether_detect` needs a `detect` model; this handle holds the `ocr` bundle", (0, 0)),
+    ];
+    for (name, status, words, counts) in expect {
+        let e = &c[*name];
+        assert_eq!(e["status"], *status, "{name}: {e}");
+        let msg = e["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains(words),
+            "{name}: message {msg:?} lacks {words:?}"
+        );
+        assert_eq!(
+            (e["lines"].clone(), e["bytes"].clone()),
+            (counts.0.into(), counts.1.into()),
+            "{name}: counts"
+        );
+    }
+}
+
+/// Silero VAD (`silero_vad_op18_ifless.onnx`) run by tract directly on `input` (576
+/// samples), `state`, `sr` 16000: `(output, stateN)`.
+fn silero_by_tract(input: &[f32], state: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    use tract_onnx::prelude::*;
+    // Value info ignored as the runtime does (the file's declares a symbolic batch its
+    // Pad nodes contradict once the input is [1, 576]).
+    let mut model = tract_onnx::onnx()
+        .with_ignore_value_info(true)
+        .model_for_path(tether_testkit::asset("silero_vad_op18_ifless.onnx"))
+        .expect("silero ONNX");
+    let outlets = model.input_outlets().expect("inputs").to_vec();
+    let mut values: TVec<TValue> = tvec![];
+    for (i, o) in outlets.iter().enumerate() {
+        let name = model.node(o.node).name.clone();
+        let (fact, value): (InferenceFact, Tensor) = match name.as_str() {
+            "input" => (
+                f32::fact([1, 576]).into(),
+                tract_ndarray::Array2::from_shape_vec((1, 576), input.to_vec())
+                    .expect("input")
+                    .into_tensor(),
+            ),
+            "state" => (
+                f32::fact([2, 1, 128]).into(),
+                tract_ndarray::Array3::from_shape_vec((2, 1, 128), state.to_vec())
+                    .expect("state")
+                    .into_tensor(),
+            ),
+            "sr" => (i64::fact([0usize; 0]).into(), tensor0(16000i64)),
+            other => panic!("unexpected input {other}"),
+        };
+        model.set_input_fact(i, fact).expect("fact");
+        values.push(value.into_tvalue());
+    }
+    let plan = model
+        .into_optimized()
+        .expect("optimized")
+        .into_runnable()
+        .expect("runnable");
+    let out = plan.run(values).expect("tract run");
+    let flat = |t: &TValue| -> Vec<f32> {
+        t.to_plain_array_view::<f32>()
+            .expect("f32 output")
+            .iter()
+            .copied()
+            .collect()
+    };
+    // The graph's outputs in order: output [1, 1], stateN [2, 1, 128].
+    let (a, b) = (flat(&out[0]), flat(&out[1]));
+    assert_eq!((a.len(), b.len()), (1, 256), "silero outputs");
+    (a, b)
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(f32_of)
+        .collect()
+}
+
+/// Largest absolute difference, the lengths checked equal.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// The named-tensor API on the VAD bundle's network: its tensors as the bundle records
+/// them, two recurrent runs (input copied in, state written in place, then fed back from a
+/// copied-out `stateN`) equal to tract running the ONNX file directly (within 1e-5: our
+/// plan folds constants before tract's optimiser), and the error cases.
+fn network_matches_tract(v: Variant) {
+    let f = fixture();
+    let c = json(&api_test(v, &[&"network", &f.vad, &f.pcm]));
+    assert_eq!(c["engine"], "tract-cpu", "{c}");
+    let names = |k: &str| -> Vec<String> {
+        c[k].as_array()
+            .expect("tensors")
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (inputs, outputs) = (names("inputs"), names("outputs"));
+    assert!(
+        inputs.iter().any(|n| n == "input") && inputs.iter().any(|n| n == "state"),
+        "{c}"
+    );
+    assert_eq!(outputs, ["output", "stateN"], "{c}");
+    let input = c["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "input")
+        .unwrap();
+    assert_eq!(
+        (
+            input["dtype"].clone(),
+            input["shape"].clone(),
+            input["size"].clone()
+        ),
+        (1.into(), serde_json::json!([1, 576]), (576 * 4).into())
+    );
+    let pcm: Vec<f32> = std::fs::read(&f.pcm)
+        .expect("pcm")
+        .chunks_exact(4)
+        .take(576)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let state: Vec<f32> = (0..256)
+        .map(|i| ((i % 17) as f32 - 8.0) * 0.01f32)
+        .collect();
+    let (out1, state1) = silero_by_tract(&pcm, &state);
+    let (out2, state2) = silero_by_tract(&pcm, &state1);
+    let tol = 1e-5;
+    for (run, out, st) in [("run1", &out1, &state1), ("run2", &out2, &state2)] {
+        let d_out = max_diff(&floats(&c[run]["output"]), out);
+        let d_st = max_diff(&floats(&c[run]["stateN"]), st);
+        println!("{run}: |C - tract| output {d_out:e}, stateN {d_st:e}");
+        assert!(
+            d_out <= tol && d_st <= tol,
+            "{run}: output {d_out}, stateN {d_st}"
+        );
+    }
+    // The recurrence matters: the second run differs from the first.
+    assert!(max_diff(&state1, &state2) > 1e-4, "stateN did not change");
+    assert_eq!(c["open_missing_null"], true);
+    assert_eq!(c["copy_small_size"], 1024);
+    #[rustfmt::skip]
+    let expect: &[(&str, &str, &str)] = &[
+        ("open_missing", "TETHER_ERR_IO", "loading /nonexistent/net.bundle: "),
+        ("open_no_such_network", "TETHER_ERR_INVALID_ARGUMENT", "nope"),
+        ("open_null_path", "TETHER_ERR_INVALID_ARGUMENT", "`path` is null"),
+        ("set_unknown", "TETHER_ERR_INVALID_ARGUMENT", "has no input `nope`; its inputs: "),
+        ("set_wrong_size", "TETHER_ERR_INVALID_ARGUMENT", "input `input` holds 2304 bytes, 100 given"),
+        ("set_null_data", "TETHER_ERR_INVALID_ARGUMENT", "`data` is null"),
+        ("set_null_name", "TETHER_ERR_INVALID_ARGUMENT", "`name` is null"),
+        ("output_unknown", "TETHER_ERR_INVALID_ARGUMENT", "has no output `nope`; its outputs: output, stateN"),
+        ("output_is_input", "TETHER_ERR_INVALID_ARGUMENT", "has no output `input`"),
+        ("copy_small", "TETHER_ERR_CAPACITY", "output `stateN`: the buffer holds 16 bytes, 1024 needed"),
+        ("tensor_out_of_range", "TETHER_ERR_INVALID_ARGUMENT", "index 99 is out of range: the network has 2 outputs"),
+        ("bad_io", "TETHER_ERR_INVALID_ARGUMENT", "io is 7"),
+        ("run_null", "TETHER_ERR_INVALID_ARGUMENT", "`network` is null"),
+    ];
+    for (name, status, words) in expect {
+        let e = &c[*name];
+        assert_eq!(e["status"], *status, "{name}: {e}");
+        let msg = e["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains(words),
+            "{name}: message {msg:?} lacks {words:?}"
+        );
+    }
+}
+
 const PROMPT: &str = "What is a robot?";
 
 /// Greedy generation streamed through the callback equals `tether run --prompt ...
@@ -529,21 +816,7 @@ const PROMPT: &str = "What is a robot?";
 fn generate_matches_cli(v: Variant) {
     let f = fixture();
     let c = json(&api_test(v, &[&"generate", &f.llm, &PROMPT, &"24"]));
-    let o = run(Command::new(&f.tether)
-        .arg("run")
-        .arg(&f.llm)
-        .args([
-            "--prompt",
-            PROMPT,
-            "--temperature",
-            "0",
-            "--max-tokens",
-            "24",
-        ])
-        .args(["--threads", "1", "--json"])
-        .env_remove("RUST_LOG"));
-    let v: Value = serde_json::from_str(&ok("tether run --prompt", &o)).expect("CLI JSON");
-    let cli = &v["results"][0]["result"];
+    let cli = &cli_greedy(24);
     assert_eq!(c["text"], cli["text"], "text");
     assert_eq!(c["tokens"], cli["tokens"], "token ids");
     assert_eq!(
@@ -671,9 +944,13 @@ fn detect_allocations() {
 fn cpp_wrapper() {
     let f = fixture();
     let (w, h) = (f.frame_w.to_string(), f.frame_h.to_string());
+    let (pw, ph) = (f.page_w.to_string(), f.page_h.to_string());
     let c = json(&api_test(
         Variant::CppWrapper,
-        &[&f.detect, &f.vad, &f.embed, &f.frame, &w, &h, &f.llm],
+        &[
+            &f.detect, &f.vad, &f.embed, &f.frame, &w, &h, &f.llm, &f.ocr, &f.page, &pw, &ph,
+            &f.pcm,
+        ],
     ));
     assert_eq!(c["missing"]["status"], "TETHER_ERR_IO", "{c}");
     assert!(
@@ -709,6 +986,52 @@ fn cpp_wrapper() {
         (3.into(), 1.into(), 1600.into())
     );
     assert_eq!(c["embed_dim"], 384);
+    // tether::Ocr: the page's lines (texts and quads) equal the CLI's, on the first read
+    // (its buffers grown to the sizes the library reported) and the second.
+    let cli = cli_result(&f.ocr, &tether_testkit::asset("page.png"), &[]);
+    let want: Vec<(String, [f32; 8])> = ocr_lines(&cli["lines"])
+        .into_iter()
+        .map(|l| (l.0, l.4))
+        .collect();
+    let got: Vec<(String, [f32; 8])> = c["ocr"]
+        .as_array()
+        .expect("ocr lines")
+        .iter()
+        .map(|l| {
+            let q = l["quad"].as_array().expect("quad");
+            (
+                l["text"].as_str().expect("text").to_string(),
+                std::array::from_fn(|i| f32_of(&q[i])),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "tether::Ocr vs tether run --json");
+    assert_eq!(c["ocr_first_read"], want.len(), "{c}");
+    // tether::Network on the VAD bundle's network (zero state): its output equals tract's
+    // on the same 576 samples.
+    let pcm: Vec<f32> = std::fs::read(&f.pcm)
+        .expect("pcm")
+        .chunks_exact(4)
+        .take(576)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let (out, _) = silero_by_tract(&pcm, &[0.0; 256]);
+    assert_eq!(c["net_inputs"], serde_json::json!(["input", "sr", "state"]));
+    assert_eq!(c["net_output_count"], 1);
+    assert!(
+        (f32_of(&c["net_output"]) - out[0]).abs() <= 1e-5,
+        "tether::Network {} vs tract {}",
+        c["net_output"],
+        out[0]
+    );
+    assert_eq!(c["net_wrong_size"]["status"], "TETHER_ERR_INVALID_ARGUMENT");
+    assert!(
+        c["net_wrong_size"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("input `input` holds 2304 bytes, 12 given"),
+        "{c}"
+    );
     assert!(
         (c["embed_norm"].as_f64().unwrap() - 1.0).abs() < 1e-5,
         "{c}"
@@ -758,6 +1081,241 @@ fn cpp_detect_loop_sigint() {
     let c = json(&ok("detect_loop (SIGINT)", &o));
     assert_eq!(c["stopped_by_signal"], true, "{c}");
     assert!(c["frames"].as_u64().unwrap() > 0, "{c}");
+}
+
+/// `tether run LLM --prompt PROMPT --temperature 0 --max-tokens N --threads 1 --json`: the
+/// result object (greedy: text and token ids are the reference of every generation test).
+fn cli_greedy(n: u32) -> Value {
+    let f = fixture();
+    let o = run(Command::new(&f.tether)
+        .arg("run")
+        .arg(&f.llm)
+        .args(["--prompt", PROMPT, "--temperature", "0"])
+        .args(["--max-tokens", &n.to_string()])
+        .args(["--threads", "1", "--json"])
+        .env_remove("RUST_LOG"));
+    let v: Value = serde_json::from_str(&ok("tether run --prompt", &o)).expect("CLI JSON");
+    v["results"][0]["result"].clone()
+}
+
+/// The C++ streaming example, greedy: the text its callback gathered and the token ids
+/// equal the CLI's; streamed to stdout (no `--json`), the output is the same text.
+fn cpp_generate_matches_cli() {
+    let f = fixture();
+    let exe = program(Variant::CppGenerate);
+    let args = |json: bool| {
+        let mut cmd = Command::new(&exe);
+        cmd.arg(&f.llm)
+            .args([
+                "--prompt",
+                PROMPT,
+                "--temperature",
+                "0",
+                "--max-tokens",
+                "12",
+            ])
+            .args(["--threads", "1"])
+            .env_remove("RUST_LOG");
+        if json {
+            cmd.arg("--json");
+        }
+        cmd
+    };
+    let c = json(&ok("generate --json", &run(&mut args(true))));
+    let cli = cli_greedy(12);
+    assert!(
+        !cli["text"].as_str().unwrap_or_default().is_empty(),
+        "{cli}"
+    );
+    assert_eq!(c["text"], cli["text"], "text");
+    assert_eq!(c["tokens"], cli["tokens"], "token ids");
+    assert_eq!(c["finish_reason"], cli["finish_reason"], "finish reason");
+    assert_eq!(c["stopped_by_signal"], false);
+    assert_eq!(
+        c["prompt_tokens"],
+        cli["prompt_tokens"].as_array().expect("prompt").len()
+    );
+    assert_eq!(c["generated_tokens"], 12);
+    let o = run(&mut args(false));
+    let streamed = ok("generate (streaming)", &o);
+    assert_eq!(
+        streamed,
+        format!("{}\n", cli["text"].as_str().unwrap()),
+        "streamed text"
+    );
+    assert!(
+        text(&o.stderr).contains("finish length"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// Ctrl-C during a long generation: the request ends as cancelled, exit 0 with the summary.
+fn cpp_generate_sigint() {
+    use std::io::Read;
+    let f = fixture();
+    let exe = program(Variant::CppGenerate);
+    let mut child = Command::new(&exe)
+        .arg(&f.llm)
+        .args(["--prompt", PROMPT, "--max-tokens", "4000", "--threads", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn generate");
+    // Wait for the first streamed bytes: the generation is running.
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 1];
+    stdout
+        .read_exact(&mut first)
+        .expect("a first streamed piece");
+    let kill = run(Command::new("kill").arg("-INT").arg(child.id().to_string()));
+    ok("kill -INT", &kill);
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).expect("stdout");
+    let o = child.wait_with_output().expect("wait generate");
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "generate (SIGINT): {}: {err}", o.status);
+    assert!(
+        err.contains("finish cancelled (stopped by Ctrl-C)"),
+        "{err}"
+    );
+    let generated: u64 = err
+        .split(" generated")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no generated count in {err:?}"));
+    assert!((1..4000).contains(&generated), "{err}");
+}
+
+/// A published Detection2DArray: (frame_id, [(class, score, [centre x, centre y, size x,
+/// size y])]).
+type Published = (String, Vec<(String, f64, [f64; 4])>);
+
+/// The CLI's detections as the node publishes them: f64 from the f32 corners, computed as
+/// detect_core.hpp does.
+fn as_published(frame_id: &str, cli: &Value) -> Published {
+    let d = detections(&cli["detections"])
+        .into_iter()
+        .map(|(_, name, score, b)| {
+            let [x1, y1, x2, y2] = b.map(f64::from);
+            (
+                name,
+                f64::from(score),
+                [0.5 * (x1 + x2), 0.5 * (y1 + y2), x2 - x1, y2 - y1],
+            )
+        })
+        .collect();
+    (frame_id.to_string(), d)
+}
+
+/// One Detection2DArray line of the node's twin.
+fn published(line: &str) -> Published {
+    let m = json(line);
+    let n = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+    let d = m["detections"]
+        .as_array()
+        .expect("detections")
+        .iter()
+        .map(|d| {
+            let b = &d["bbox"];
+            let h = &d["results"][0]["hypothesis"];
+            (
+                h["class_id"].as_str().expect("class_id").to_string(),
+                n(&h["score"]),
+                [
+                    n(&b["center"]["position"]["x"]),
+                    n(&b["center"]["position"]["y"]),
+                    n(&b["size_x"]),
+                    n(&b["size_y"]),
+                ],
+            )
+        })
+        .collect();
+    let id = m["header"]["frame_id"].as_str().expect("frame_id");
+    (id.to_string(), d)
+}
+
+/// The frames the node's twin is fed, `(file, WxH, encoding)`: astronaut.png as rgb8, as
+/// bgr8 with 8 bytes of row padding, as an encoding the detector cannot take (yuv422:
+/// logged, nothing published), and page.png as mono8.
+fn node_frames() -> Vec<(PathBuf, String, &'static str)> {
+    let f = fixture();
+    let rgb = std::fs::read(&f.frame).expect("frame");
+    let (w, h) = (f.frame_w as usize, f.frame_h as usize);
+    let step = w * 3 + 8;
+    let mut bgr = vec![0u8; step * h];
+    for y in 0..h {
+        for x in 0..w {
+            let (s, d) = ((y * w + x) * 3, y * step + x * 3);
+            bgr[d..d + 3].copy_from_slice(&[rgb[s + 2], rgb[s + 1], rgb[s]]);
+        }
+    }
+    let bgr_path = f.dir.join("astronaut_padded.bgr");
+    std::fs::write(&bgr_path, bgr).expect("bgr frame");
+    let size = format!("{}x{}", f.frame_w, f.frame_h);
+    vec![
+        (f.frame.clone(), size.clone(), "rgb8"),
+        (bgr_path, size.clone(), "bgr8"),
+        (f.frame.clone(), size, "yuv422"),
+        (
+            f.page.clone(),
+            format!("{}x{}", f.page_w, f.page_h),
+            "mono8",
+        ),
+    ]
+}
+
+/// Run a build of the twin on `node_frames()`; every published array equals the CLI's
+/// detections on the same image, the yuv422 frame is logged and publishes nothing.
+fn check_node_twin(exe: &Path) {
+    let f = fixture();
+    let mut cmd = Command::new(exe);
+    cmd.arg(&f.detect).args(["--hz", "50"]);
+    for (file, size, encoding) in node_frames() {
+        cmd.arg("--image").arg(file).arg(size).arg(encoding);
+    }
+    let o = run(&mut cmd);
+    let out = ok(&exe.display().to_string(), &o);
+    let got: Vec<Published> = out.lines().map(published).collect();
+    let astronaut = cli_result(&f.detect, &tether_testkit::asset("astronaut.png"), &[]);
+    let page = cli_result(&f.detect, &tether_testkit::asset("page.png"), &[]);
+    assert!(!astronaut["detections"].as_array().unwrap().is_empty());
+    let want = vec![
+        as_published("camera_0", &astronaut),
+        as_published("camera_1", &astronaut),
+        as_published("camera_3", &page),
+    ];
+    // Equal up to serde_json's parsing of the 17 printed digits (it may round the last
+    // bit the other way): the values themselves are exact f64 sums and differences of the
+    // f32 corners.
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1.0);
+    let same = got.len() == want.len()
+        && got.iter().zip(&want).all(|(g, w)| {
+            g.0 == w.0
+                && g.1.len() == w.1.len()
+                && g.1.iter().zip(&w.1).all(|(a, b)| {
+                    a.0 == b.0
+                        && close(a.1, b.1)
+                        && a.2.iter().zip(&b.2).all(|(x, y)| close(*x, *y))
+                })
+        });
+    assert!(
+        same,
+        "published Detection2DArrays vs tether run --json:\n{got:?}\n{want:?}"
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(
+            "TETHER_ERR_INVALID_ARGUMENT: image encoding `yuv422` is not rgb8, bgr8, rgba8 or mono8"
+        ),
+        "{err}"
+    );
+}
+
+/// The ROS 2 node's ROS-free twin (ROS 2 cannot be installed here), built with `c++`.
+fn node_twin_matches_cli() {
+    check_node_twin(&program(Variant::CppNodeTwin));
 }
 
 /// `capi/install.sh PREFIX --from <this test's deps dir>`, once: the installed layout.
@@ -850,6 +1408,25 @@ fn install_cmake() {
     );
     consumer_matches_cli(&build.join("detect_loop"));
     consumer_matches_cli(&build.join("detect_loop_static"));
+    // The ROS 2 node's package without ROS 2: its CMakeLists builds the twin alone.
+    let node = fixture().dir.join("cmake-node");
+    let o = run(Command::new("cmake")
+        .arg("-S")
+        .arg(crate_dir().join("../examples/ros2/tether_detect_node"))
+        .arg("-B")
+        .arg(&node)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
+        .arg("-DCMAKE_BUILD_TYPE=Release"));
+    let log = ok("cmake configure (tether_detect_node)", &o);
+    assert!(
+        log.contains("building only tether_detect_standalone"),
+        "{log}"
+    );
+    ok(
+        "cmake --build (tether_detect_node)",
+        &run(Command::new("cmake").arg("--build").arg(&node)),
+    );
+    check_node_twin(&node.join("tether_detect_standalone"));
 }
 
 /// Why `tool` cannot be used here, if so.
@@ -895,6 +1472,67 @@ fn vad_allocations() {
         "Rust push_chunk: allocations per call vary: {rust:?}"
     );
     assert_eq!(lo, rlo, "tether_vad_push allocates more than the stream");
+}
+
+/// `tether_ocr` on a page and `tether_network_run` allocate, per call after warm-up, what
+/// the Rust `Ocr::detect_text` and `NetworkSession::run` allocate for the same input (the C
+/// layer adds nothing), every call.
+fn ocr_network_allocations() {
+    let f = fixture();
+    let (w, h) = (f.page_w.to_string(), f.page_h.to_string());
+    let c = json(&api_test(
+        Variant::CountingAllocs,
+        &[&"alloc_more", &f.ocr, &f.page, &w, &h, &f.vad, &f.pcm],
+    ));
+    let counts = |k: &str| -> Vec<u64> { serde_json::from_value(c[k].clone()).expect("counts") };
+    let (c_ocr, c_net) = (counts("ocr"), counts("network_run"));
+
+    let gray = std::fs::read(&f.page).expect("page");
+    let view =
+        tether_ocr::ImageView::new(&gray, f.page_w, f.page_h, tether_ocr::PixelFormat::Gray8)
+            .expect("view");
+    let mut ocr = tether_ocr::Ocr::load(&f.ocr).expect("ocr");
+    for _ in 0..2 {
+        ocr.detect_text(&view).expect("ocr");
+    }
+    let rust_ocr: Vec<u64> = (0..5)
+        .map(|_| count_allocs(|| ocr.detect_text(&view).map(|r| r.len())).1)
+        .collect();
+    let mut net =
+        tether_runtime::NetworkSession::open(&f.vad, &Default::default()).expect("network");
+    let pcm: Vec<f32> = std::fs::read(&f.pcm)
+        .expect("pcm")
+        .chunks_exact(4)
+        .take(576)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    net.input_mut::<i64>("sr").expect("sr")[0] = 16000;
+    net.input_mut::<f32>("input")
+        .expect("input")
+        .copy_from_slice(&pcm);
+    for _ in 0..5 {
+        net.run().expect("run");
+    }
+    let rust_net: Vec<u64> = (0..20).map(|_| count_allocs(|| net.run()).1).collect();
+    println!(
+        "allocations per call after warm-up: C tether_ocr {c_ocr:?}, Rust detect_text {rust_ocr:?}; \
+         C tether_network_run {c_net:?}, Rust NetworkSession::run {rust_net:?}"
+    );
+    let steady = |v: &[u64], what: &str| {
+        let (lo, hi) = (v.iter().min().unwrap(), v.iter().max().unwrap());
+        assert_eq!(lo, hi, "{what}: allocations per call vary: {v:?}");
+        *lo
+    };
+    assert_eq!(
+        steady(&c_ocr, "C tether_ocr"),
+        steady(&rust_ocr, "Rust Ocr::detect_text"),
+        "tether_ocr allocates more than the pipeline"
+    );
+    assert_eq!(
+        steady(&c_net, "C tether_network_run"),
+        steady(&rust_net, "Rust NetworkSession::run"),
+        "tether_network_run allocates more than the session"
+    );
 }
 
 // ------------------------------------------------------------------ harness
@@ -945,8 +1583,16 @@ fn main() {
             Arc::new(|| detect_matches_cli(Variant::Plain)),
         ),
         (
+            "ocr_matches_cli",
+            Arc::new(|| ocr_matches_cli(Variant::Plain)),
+        ),
+        (
             "vad_matches_cli",
             Arc::new(|| vad_matches_cli(Variant::Plain)),
+        ),
+        (
+            "network_matches_tract",
+            Arc::new(|| network_matches_tract(Variant::Plain)),
         ),
         (
             "embed_matches_cli",
@@ -970,6 +1616,10 @@ fn main() {
             Arc::new(detect_allocations),
         ),
         ("vad_allocations_match_rust", Arc::new(vad_allocations)),
+        (
+            "ocr_network_allocations_match_rust",
+            Arc::new(ocr_network_allocations),
+        ),
         ("cpp::wrapper", Arc::new(cpp_wrapper)),
         (
             "cpp::detect_loop_matches_cli",
@@ -980,9 +1630,23 @@ fn main() {
             Arc::new(cpp_detect_loop_sigint),
         ),
         (
+            "cpp::generate_matches_cli",
+            Arc::new(cpp_generate_matches_cli),
+        ),
+        (
+            "cpp::generate_stops_on_sigint",
+            Arc::new(cpp_generate_sigint),
+        ),
+        (
+            "cpp::ros2_node_twin_matches_cli",
+            Arc::new(node_twin_matches_cli),
+        ),
+        (
             "sanitizers::asan_ubsan_no_report",
             Arc::new(|| {
                 detect_matches_cli(Variant::Sanitized);
+                ocr_matches_cli(Variant::Sanitized);
+                network_matches_tract(Variant::Sanitized);
                 vad_matches_cli(Variant::Sanitized);
                 embed_matches_cli(Variant::Sanitized);
                 error_paths(Variant::Sanitized);

@@ -205,6 +205,8 @@ enum tether_family
   TETHER_FAMILY_VAD = 2,
   // Sentence embeddings (all-MiniLM-L6-v2): `tether_embed*`.
   TETHER_FAMILY_EMBED = 3,
+  // Text recognition (PP-OCR: detection, orientation, recognition): `tether_ocr`.
+  TETHER_FAMILY_OCR = 4,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -235,20 +237,77 @@ typedef uint32_t tether_finish_reason;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// Element type of a tensor (`tether_tensor_info::dtype`); the values are the bundle
+// format's dtype codes.
+enum tether_dtype
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // IEEE 754 binary32.
+  TETHER_DTYPE_F32 = 1,
+  // IEEE 754 binary16.
+  TETHER_DTYPE_F16 = 2,
+  // bfloat16 (listed; its data cannot be set or read through this API yet).
+  TETHER_DTYPE_BF16 = 3,
+  // Signed 8-bit integer.
+  TETHER_DTYPE_I8 = 4,
+  // Unsigned 8-bit integer.
+  TETHER_DTYPE_U8 = 5,
+  // Signed 32-bit integer.
+  TETHER_DTYPE_I32 = 6,
+  // Signed 64-bit integer.
+  TETHER_DTYPE_I64 = 7,
+  // Boolean, one byte per element (0 or 1).
+  TETHER_DTYPE_BOOL = 8,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum tether_dtype tether_dtype;
+#else
+typedef uint32_t tether_dtype;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Whether a tensor is an input or an output (`tether_network_tensor`).
+enum tether_io
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // A network input (set before `tether_network_run`).
+  TETHER_IO_INPUT = 1,
+  // A network output (read after `tether_network_run`).
+  TETHER_IO_OUTPUT = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum tether_io tether_io;
+#else
+typedef uint32_t tether_io;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // A text generator (an `llm` bundle, a GGUF file or a Hugging Face directory, on the CPU).
 // Opaque; `tether_generator_open`, `tether_generator_close`. Used by one thread at a time,
 // except `tether_generator_cancel`, which any thread may call at any time while the handle
 // is open.
 typedef struct tether_generator tether_generator;
 
-// A family pipeline opened from a bundle: a detector, a voice-activity stream or an
-// embedder (`tether_model_family` says which). Opaque; created by `tether_model_open` or
+// A family pipeline opened from a bundle: a detector, a text reader, a voice-activity
+// stream or an embedder (`tether_model_family` says which). Opaque; created by `tether_model_open` or
 // `tether_model_open_memory`, destroyed by `tether_model_close`.
 //
 // Thread safety: a handle may be used from any thread, but by one thread at a time (calls
 // on one handle must not overlap; the library does not lock). Different handles are
 // independent and may be used concurrently, each from its own thread.
 typedef struct tether_model tether_model;
+
+// One network of a bundle with its inputs and outputs as named tensors in host memory
+// (`tether_network_open`, `tether_network_close`). On the CPU the buffers are the
+// session's own; on a GPU they are page-locked staging buffers and a run is one captured
+// graph launch (upload, network, download) and one wait. Used by one thread at a time.
+typedef struct tether_network tether_network;
 
 // A caller-owned 8-bit image: `height` rows of `width` pixels, rows `pitch` bytes apart.
 // The library reads it during the call only and keeps nothing.
@@ -403,6 +462,42 @@ typedef struct {
   // eagerly.
   uint32_t graphs;
 } tether_options;
+
+// One input or output of a network.
+typedef struct {
+  // The tensor's name in the network (the ONNX value name), NUL-terminated UTF-8; owned
+  // by the network handle, valid until `tether_network_close`.
+  const char *name;
+  // A `tether_dtype` value.
+  uint32_t dtype;
+  // Dimensions used in `shape` (0 for a scalar), at most 8.
+  uint32_t rank;
+  // The concrete shape, outermost first (row-major); entries past `rank` are 0.
+  uint64_t shape[8];
+  // Bytes of the tensor's data: the product of the shape times the element size.
+  size_t size;
+} tether_tensor_info;
+
+// One recognised text line (`tether_ocr`). Coordinates are pixels of the source image, as
+// `tether run --json` reports them under `polygon`.
+typedef struct {
+  // The line's quadrilateral: x, y of the top-left, top-right, bottom-right and
+  // bottom-left corners, in that order (8 floats; not clamped, not axis-aligned in
+  // general).
+  float quad[8];
+  // Recognition confidence in [0, 1]: the mean probability of the decoded characters.
+  float score;
+  // Detection score in [0, 1]: the mean text probability inside the box.
+  float box_score;
+  // 1 when the line was turned by 180 degrees before recognition (the classifier's
+  // decision), else 0.
+  uint32_t rotated;
+  // Byte offset of the line's text in the caller's text buffer; the text is
+  // NUL-terminated there.
+  size_t text_offset;
+  // Bytes of UTF-8 text (the NUL not counted).
+  size_t text_size;
+} tether_ocr_line;
 
 // The result of one 512-sample chunk (32 ms at 16 kHz).
 typedef struct {
@@ -600,7 +695,7 @@ tether_status tether_generator_options_init(tether_generator_options *options);
 // Hugging Face checkpoint directory; `options` null for the defaults. On success `*out`
 // receives a handle owned by the caller (`tether_generator_close`); on failure null, and
 // the last error names the path and the problem (`TETHER_ERR_IO`, `TETHER_ERR_BUNDLE`,
-// `TETHER_ERR_INVALID_ARGUMENT`).
+// `TETHER_ERR_WRONG_FAMILY` for a bundle of another family, `TETHER_ERR_INVALID_ARGUMENT`).
 //
 // # Safety
 // `path` is null or NUL-terminated; `options` null or a `tether_generator_options` of at
@@ -707,12 +802,154 @@ tether_status tether_model_family(const tether_model *model, uint32_t *family);
 
 // The engine running `model`'s network into `*engine`: `"tensorrt"`, `"cuda-native"`,
 // `"tract-cuda"` or `"tract-cpu"` (the identifiers `tether run --json` reports under
-// `engines`); a static string owned by the library.
+// `engines`; for an `ocr` model, its text detector's); a static string owned by the
+// library.
 //
 // # Safety
 // `model` is null or a live handle used by no other thread during the call; `engine` is
 // null or points to a writable `const char*`.
 tether_status tether_model_engine(const tether_model *model, const char **engine);
+
+// Open network `network` of the bundle at `path` (null `network`: the bundle's only
+// network) on the device `options` asks for (null: defaults), with a session whose inputs
+// and outputs are named tensors in host memory. Inputs start zeroed; shapes are the ones
+// the bundle records (`tether_network_tensor`). On success `*out` receives a handle owned
+// by the caller (`tether_network_close`); on failure null, and the last error names the
+// path: `TETHER_ERR_IO`, `TETHER_ERR_BUNDLE`, `TETHER_ERR_RUNTIME`,
+// `TETHER_ERR_INVALID_ARGUMENT` (no such network, or several and `network` null; the
+// message lists them).
+//
+// Device pointers and a caller's CUDA stream are not offered: the session owns its
+// buffers (page-locked host memory on a GPU) and its stream.
+//
+// # Safety
+// `path` is null or NUL-terminated; `network` null or NUL-terminated; `options` null or
+// a `tether_options` of at least its `struct_size` bytes; `out` null or writable.
+tether_status tether_network_open(const char *path,
+                                  const char *network,
+                                  const tether_options *options,
+                                  tether_network **out);
+
+// Release a network handle. Null does nothing. Every pointer it handed out (tensor
+// names, input and output buffers) becomes invalid.
+//
+// # Safety
+// `network` is null or an open handle no thread is using.
+void tether_network_close(tether_network *network);
+
+// The number of inputs (`io` `TETHER_IO_INPUT`) or outputs (`TETHER_IO_OUTPUT`) into
+// `*count`.
+//
+// # Safety
+// `network` is an open handle used by no other thread; `count` null or writable.
+tether_status tether_network_tensor_count(tether_network *network, uint32_t io, size_t *count);
+
+// Input or output `index` (0-based, in the network's order) into `*info`.
+// `TETHER_ERR_INVALID_ARGUMENT` for an index out of range.
+//
+// # Safety
+// `network` is an open handle used by no other thread; `info` null or writable.
+tether_status tether_network_tensor(tether_network *network,
+                                    uint32_t io,
+                                    size_t index,
+                                    tether_tensor_info *info);
+
+// Copy `size` bytes from `data` into input `name` (row-major, its dtype, `size` equal to
+// its `tether_tensor_info::size`). `TETHER_ERR_INVALID_ARGUMENT` for an unknown name (the
+// message lists the inputs) or another size; `TETHER_ERR_UNSUPPORTED` for a bf16 input.
+//
+// # Safety
+// `network` is an open handle used by no other thread; `name` NUL-terminated; `data`
+// points to `size` readable bytes. Nothing is kept after the call.
+tether_status tether_network_set_input(tether_network *network,
+                                       const char *name,
+                                       const void *data,
+                                       size_t size);
+
+// The buffer of input `name` into `*data` and `*size` (bytes), to write the input in place
+// instead of `tether_network_set_input` (no copy). Owned by the network: valid, at the same
+// address, until `tether_network_close`; write it only between calls on the network. Its
+// content stays between runs.
+//
+// # Safety
+// `network` is an open handle used by no other thread; `name` NUL-terminated; `data` and
+// `size` null or writable.
+tether_status tether_network_input(tether_network *network,
+                                   const char *name,
+                                   void **data,
+                                   size_t *size);
+
+// Run the network once on its current inputs. The hot path: no allocation in this layer
+// (the engine's own: none on a GPU, tract's intermediates on the CPU).
+// `TETHER_ERR_RUNTIME` when the engine fails.
+//
+// # Safety
+// `network` is an open handle used by no other thread.
+tether_status tether_network_run(tether_network *network);
+
+// Borrow output `name` of the last run: `*data` and `*size` (bytes, row-major, its
+// dtype). Owned by the network: valid until the next `tether_network_run` (which
+// rewrites it) or `tether_network_close`; read-only. Before the first run it holds zeros.
+//
+// # Safety
+// `network` is an open handle used by no other thread; `name` NUL-terminated; `data` and
+// `size` null or writable.
+tether_status tether_network_output(tether_network *network,
+                                    const char *name,
+                                    const void **data,
+                                    size_t *size);
+
+// Copy output `name` of the last run into `dst` (`capacity` bytes); `*size` receives its
+// size in bytes. `TETHER_ERR_CAPACITY` when `capacity` < its size (nothing copied).
+//
+// # Safety
+// `network` is an open handle used by no other thread; `name` NUL-terminated; `dst`
+// points to `capacity` writable bytes (may be null when `capacity` is 0); `size` writable.
+tether_status tether_network_copy_output(tether_network *network,
+                                         const char *name,
+                                         void *dst,
+                                         size_t capacity,
+                                         size_t *size);
+
+// The engine running the network into `*engine` (as `tether_model_engine`).
+//
+// # Safety
+// `network` is an open handle used by no other thread; `engine` null or writable.
+tether_status tether_network_engine(tether_network *network, const char **engine);
+
+// Read the text in `image`: lines in reading order (`RapidOCR.sorted_boxes`), computed
+// as rapidocr-onnxruntime 1.4.4's PP-OCR pipeline does (DB text detection, the optional
+// 180-degree classifier, CTC recognition; lines under the bundle's minimum text score
+// dropped): the lines `tether run BUNDLE IMAGE --json` reports.
+//
+// Outputs: `*line_count` receives the number of lines and `*text_size` the text bytes
+// they need (every line's UTF-8 text followed by a NUL, back to back). When both fit
+// (`line_capacity >= *line_count`, `text_capacity >= *text_size`) line `i` goes to
+// `lines[i]` and its text to `text + lines[i].text_offset`. Otherwise the status is
+// `TETHER_ERR_CAPACITY`, the two counts are written and nothing else (call again with
+// arrays of those sizes; with `line_capacity` and `text_capacity` 0 and null arrays this
+// is a size query, which runs the whole pipeline). A line count of 0 (no text) is
+// `TETHER_OK`.
+//
+// Errors: `TETHER_ERR_WRONG_FAMILY` (not an `ocr` model), `TETHER_ERR_INVALID_ARGUMENT`
+// (null pointers, a view that does not fit: sizes, pitch, format; an image the detector's
+// size rules cannot take), `TETHER_ERR_CAPACITY` (as above, or more text than the model's
+// own buffer of 64 KiB per image), `TETHER_ERR_RUNTIME`.
+//
+// # Safety
+// `model` is a live handle used by no other thread during the call; `image` points to a
+// `tether_image_view` whose `data` is readable as that view describes; `lines` points to
+// `line_capacity` writable elements and `text` to `text_capacity` writable bytes (either
+// may be null when its capacity is 0); `line_count` and `text_size` point to writable
+// `size_t`s. Nothing is kept after the call.
+tether_status tether_ocr(tether_model *model,
+                         const tether_image_view *image,
+                         tether_ocr_line *lines,
+                         size_t line_capacity,
+                         size_t *line_count,
+                         char *text,
+                         size_t text_capacity,
+                         size_t *text_size);
 
 // Fill `options` with the defaults (automatic device, fp32, the calling thread, spin
 // wait, automatic staging, lazy verification, graphs on) and `struct_size`.

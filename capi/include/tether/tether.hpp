@@ -1,7 +1,7 @@
 // tether C++ wrapper: header-only, C++17, over the C API in tether.h (libtether).
 //
-// - RAII, move-only handles: Detector, VoiceActivity, Embedder each own one tether_model and
-//   close it in their destructor; Generator owns a tether_generator. Copying is deleted (a handle is one pipeline's state).
+// - RAII, move-only handles: Detector, Ocr, VoiceActivity, Embedder each own one tether_model and
+//   close it in their destructor; Generator owns a tether_generator, Network a tether_network. Copying is deleted (a handle is one pipeline's state).
 // - Inputs are views: ImageView over caller pixels, pointer + size for samples and results,
 //   std::string_view for texts. Nothing is copied into the wrapper; the hot-path calls
 //   (detect, detect_staged, push) allocate nothing in the wrapper or the C layer.
@@ -17,6 +17,7 @@
 #ifndef TETHER_TETHER_HPP
 #define TETHER_TETHER_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -118,6 +119,7 @@ inline const char *family_name(uint32_t f) noexcept {
     case TETHER_FAMILY_DETECT: return "detect";
     case TETHER_FAMILY_VAD: return "vad";
     case TETHER_FAMILY_EMBED: return "embed";
+    case TETHER_FAMILY_OCR: return "ocr";
     default: return "unknown";
     }
 }
@@ -225,6 +227,66 @@ private:
     detail::Handle h_;
 };
 
+/// One recognised text line: its quad (x, y of the top-left, top-right, bottom-right,
+/// bottom-left corners, source pixels), scores, the 180-degree turn, and its text as a view
+/// into the Ocr's text buffer (valid until the next read() on that reader).
+struct TextLine {
+    float quad[8];
+    float score;     ///< recognition confidence
+    float box_score; ///< detection score
+    bool rotated;
+    std::string_view text;
+};
+
+/// PP-OCR text recognition (an `ocr` bundle). Keeps its line and text buffers between
+/// reads: after the first images have grown them, a read() allocates nothing in the wrapper.
+class Ocr {
+public:
+    explicit Ocr(const std::string &path, const Options &options = Options())
+        : h_(detail::open(path, options, TETHER_FAMILY_OCR)) {}
+
+    /// The lines of `image` in reading order (views valid until the next read()).
+    const std::vector<TextLine> &read(const ImageView &image) {
+        tether_image_view v = image.c();
+        std::size_t n = 0, bytes = 0;
+        tether_status s = tether_ocr(h_.get(), &v, raw_.data(), raw_.size(), &n, text_.data(), text_.size(), &bytes);
+        if (s == TETHER_ERR_CAPACITY && (n > raw_.size() || bytes > text_.size())) {
+            // Grow to the sizes the library reported and read again.
+            raw_.resize(std::max(n, raw_.size()));
+            text_.resize(std::max(bytes, text_.size()));
+            s = tether_ocr(h_.get(), &v, raw_.data(), raw_.size(), &n, text_.data(), text_.size(), &bytes);
+        }
+        detail::check(s);
+        lines_.clear();
+        for (std::size_t i = 0; i < n; i++) {
+            const tether_ocr_line &r = raw_[i];
+            TextLine l{};
+            std::copy(r.quad, r.quad + 8, l.quad);
+            l.score = r.score;
+            l.box_score = r.box_score;
+            l.rotated = r.rotated != 0;
+            l.text = std::string_view(text_.data() + r.text_offset, r.text_size);
+            lines_.push_back(l);
+        }
+        return lines_;
+    }
+    /// The lines into caller storage (as tether_ocr: both counts returned through the
+    /// pointers; throws Error(TETHER_ERR_CAPACITY) when either array is too small).
+    void read(const ImageView &image, tether_ocr_line *lines, std::size_t line_capacity, std::size_t &line_count,
+              char *text, std::size_t text_capacity, std::size_t &text_size) {
+        tether_image_view v = image.c();
+        detail::check(tether_ocr(h_.get(), &v, lines, line_capacity, &line_count, text, text_capacity, &text_size));
+    }
+    tether_model *handle() const noexcept { return h_.get(); }
+
+private:
+    detail::Handle h_;
+    // Empty at first: the first read() learns the sizes it needs from the library.
+    std::vector<tether_ocr_line> raw_;
+    std::vector<char> text_;
+    std::vector<TextLine> lines_;
+};
+
 /// Silero voice activity (a `vad` bundle): 16 kHz mono samples in, one result per
 /// 512-sample chunk.
 class VoiceActivity {
@@ -287,6 +349,62 @@ private:
     detail::Handle h_;
 };
 
+/// One network of a bundle on the caller's named tensors (tether_network): host buffers,
+/// shapes as the bundle records them. Move-only.
+class Network {
+public:
+    /// Open network `name` of the bundle at `path` (empty `name`: its only network).
+    explicit Network(const std::string &path, const std::string &name = "", const Options &options = Options()) {
+        detail::check(tether_network_open(path.c_str(), name.empty() ? nullptr : name.c_str(), options.get(), &n_));
+    }
+    Network(Network &&o) noexcept : n_(std::exchange(o.n_, nullptr)) {}
+    Network &operator=(Network &&o) noexcept {
+        if (this != &o) {
+            tether_network_close(n_);
+            n_ = std::exchange(o.n_, nullptr);
+        }
+        return *this;
+    }
+    Network(const Network &) = delete;
+    Network &operator=(const Network &) = delete;
+    ~Network() { tether_network_close(n_); }
+
+    /// The inputs' or outputs' descriptions (names owned by this Network).
+    std::vector<tether_tensor_info> tensors(tether_io io) const {
+        std::size_t count = 0;
+        detail::check(tether_network_tensor_count(n_, io, &count));
+        std::vector<tether_tensor_info> v(count);
+        for (std::size_t i = 0; i < count; i++) detail::check(tether_network_tensor(n_, io, i, &v[i]));
+        return v;
+    }
+    /// Copy `count` elements into input `name` (their bytes must equal the input's size).
+    template <class T> void set_input(const std::string &name, const T *data, std::size_t count) {
+        detail::check(tether_network_set_input(n_, name.c_str(), data, count * sizeof(T)));
+    }
+    /// Input `name`'s own buffer, to write in place (valid until the Network is destroyed).
+    template <class T> T *input(const std::string &name, std::size_t &count) {
+        void *p = nullptr;
+        std::size_t bytes = 0;
+        detail::check(tether_network_input(n_, name.c_str(), &p, &bytes));
+        count = bytes / sizeof(T);
+        return static_cast<T *>(p);
+    }
+    /// Run once on the current inputs.
+    void run() { detail::check(tether_network_run(n_)); }
+    /// Output `name` of the last run, borrowed until the next run() (count in elements).
+    template <class T> const T *output(const std::string &name, std::size_t &count) const {
+        const void *p = nullptr;
+        std::size_t bytes = 0;
+        detail::check(tether_network_output(n_, name.c_str(), &p, &bytes));
+        count = bytes / sizeof(T);
+        return static_cast<const T *>(p);
+    }
+    tether_network *handle() const noexcept { return n_; }
+
+private:
+    tether_network *n_ = nullptr;
+};
+
 /// A text generator (an `llm` bundle, a GGUF file or a Hugging Face directory). Move-only;
 /// cancel() may be called from any thread while another runs generate().
 class Generator {
@@ -298,11 +416,12 @@ public:
         o.context = context;
         detail::check(tether_generator_open(path.c_str(), &o, &g_));
     }
-    Generator(Generator &&o) noexcept : g_(std::exchange(o.g_, nullptr)) {}
+    Generator(Generator &&o) noexcept : g_(std::exchange(o.g_, nullptr)), last_(o.last_) {}
     Generator &operator=(Generator &&o) noexcept {
         if (this != &o) {
             tether_generator_close(g_);
             g_ = std::exchange(o.g_, nullptr);
+            last_ = o.last_;
         }
         return *this;
     }
@@ -339,10 +458,15 @@ public:
         tether_generate_result r{};
         tether_status s = tether_generate(g_, reinterpret_cast<const uint8_t *>(prompt.data()), prompt.size(),
                                           &params, trampoline, &ctx, &r);
+        last_ = r;
         if (ctx.error) std::rethrow_exception(ctx.error);
         detail::check(s);
         return r;
     }
+
+    /// The result of the last generate() call, also when it threw (a cancelled request's
+    /// counts and timings; zeros before the first call).
+    const tether_generate_result &last_result() const noexcept { return last_; }
 
     /// Stop the generation running on another thread (thread-safe).
     void cancel() const noexcept { tether_generator_cancel(g_); }
@@ -350,6 +474,7 @@ public:
 
 private:
     tether_generator *g_ = nullptr;
+    tether_generate_result last_{};
 };
 
 } // namespace tether

@@ -6,11 +6,14 @@
  *   api_test detect BUNDLE FRAME.rgb WIDTH HEIGHT   detections four ways (JSON)
  *   api_test vad BUNDLE PCM.f32                      chunk probabilities and segments
  *   api_test embed BUNDLE TEXTS.txt                  one embedding per line
- *   api_test errors DETECT VAD EMBED TRUNCATED JUNK  one JSON line per error case
+ *   api_test errors DETECT VAD EMBED TRUNCATED JUNK LLM  one JSON line per error case
  *   api_test alloc BUNDLE FRAME.rgb WIDTH HEIGHT     allocations per call (alloc_count.c)
  *   api_test alloc_vad BUNDLE PCM.f32                allocations per tether_vad_push of a chunk
+ *   api_test alloc_more OCR PAGE.gray W H VAD PCM.f32  allocations per tether_ocr, tether_network_run
  *   api_test generate BUNDLE PROMPT MAX_TOKENS       greedy text, streamed (JSON)
  *   api_test generate_cancel BUNDLE PROMPT           cancel from the callback, from a thread
+ *   api_test ocr BUNDLE FRAME.gray WIDTH HEIGHT DETECT  text lines (JSON) and OCR's error cases
+ *   api_test network BUNDLE PCM.f32                  named tensors: list, set, run twice, errors
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -287,7 +290,7 @@ static void report_inline(const char *name, int status) {
 }
 
 static int cmd_errors(const char *detect, const char *vad, const char *embed, const char *truncated,
-                      const char *junk) {
+                      const char *junk, const char *llm) {
     tether_model *m = (tether_model *)(uintptr_t)1; /* open must reset it to null */
     int s;
 
@@ -324,6 +327,13 @@ static int cmd_errors(const char *detect, const char *vad, const char *embed, co
     report("options_bad_device", s, 0);
     s = tether_options_init(NULL);
     report("options_init_null", s, 0);
+
+    /* Each handle's family: an llm bundle is not a model, a detect bundle not a generator. */
+    s = tether_model_open(llm, NULL, &m);
+    report("model_open_llm", s, m == NULL);
+    tether_generator *g = (tether_generator *)(uintptr_t)1;
+    s = tether_generator_open(detect, NULL, &g);
+    report("generator_open_detect", s, g == NULL);
 
     tether_model *det = NULL, *vm = NULL, *em = NULL;
     CHECK(tether_model_open(detect, NULL, &det));
@@ -619,6 +629,50 @@ static int cmd_alloc(const char *bundle, const char *frame, int w, int h) {
     return 0;
 }
 
+/* Allocations per tether_ocr call on a page and per tether_network_run of the VAD network,
+ * after warm-up. */
+static int cmd_alloc_more(const char *ocr, const char *page, int w, int h, const char *vad, const char *pcm_path) {
+    size_t size = 0;
+    unsigned char *gray = read_file(page, &size);
+    tether_model *m = NULL;
+    CHECK(tether_model_open(ocr, NULL, &m));
+    tether_image_view view = {gray, (uint32_t)w, (uint32_t)h, (size_t)w, TETHER_PIXEL_GRAY8};
+    tether_ocr_line lines[64];
+    char text[8192];
+    size_t n = 0, bytes = 0;
+    for (int i = 0; i < 2; i++) CHECK(tether_ocr(m, &view, lines, 64, &n, text, sizeof text, &bytes));
+    printf("{\"ocr\":[");
+    for (int i = 0; i < 5; i++) {
+        alloc_count_start();
+        int s = tether_ocr(m, &view, lines, 64, &n, text, sizeof text, &bytes);
+        unsigned long long c = alloc_count_stop();
+        if (s != TETHER_OK) die("tether_ocr", s);
+        printf("%s%llu", i ? "," : "", c);
+    }
+    tether_model_close(m);
+    free(gray);
+    size_t count = 0;
+    float *pcm = read_pcm(pcm_path, &count);
+    tether_network *net = NULL;
+    CHECK(tether_network_open(vad, NULL, NULL, &net));
+    int64_t sr = 16000;
+    CHECK(tether_network_set_input(net, "sr", &sr, sizeof sr));
+    CHECK(tether_network_set_input(net, "input", pcm, 576 * sizeof(float)));
+    for (int i = 0; i < 5; i++) CHECK(tether_network_run(net));
+    printf("],\"network_run\":[");
+    for (int i = 0; i < 20; i++) {
+        alloc_count_start();
+        int s = tether_network_run(net);
+        unsigned long long c = alloc_count_stop();
+        if (s != TETHER_OK) die("tether_network_run", s);
+        printf("%s%llu", i ? "," : "", c);
+    }
+    printf("]}\n");
+    tether_network_close(net);
+    free(pcm);
+    return 0;
+}
+
 /* Allocations per tether_vad_push of one 512-sample chunk, after warm-up. */
 static int cmd_alloc_vad(const char *bundle, const char *pcm_path) {
     size_t count = 0;
@@ -643,6 +697,231 @@ static int cmd_alloc_vad(const char *bundle, const char *pcm_path) {
 }
 #endif
 
+static void print_ocr_lines(const tether_ocr_line *l, size_t n, const char *text) {
+    putchar('[');
+    for (size_t i = 0; i < n; i++) {
+        printf("%s{\"text\":", i ? "," : "");
+        json_string(text + l[i].text_offset);
+        printf(",\"text_size\":%zu,\"score\":%.9g,\"box_score\":%.9g,\"rotated\":%s,\"polygon\":[", l[i].text_size,
+               l[i].score, l[i].box_score, l[i].rotated ? "true" : "false");
+        for (int k = 0; k < 4; k++) printf("%s[%.9g,%.9g]", k ? "," : "", l[i].quad[2 * k], l[i].quad[2 * k + 1]);
+        printf("]}");
+    }
+    putchar(']');
+}
+
+/* One OCR error case: status, message and the two counts. */
+static void ocr_case(const char *name, int status, size_t lines, size_t bytes) {
+    printf(",\"%s\":{\"status\":\"%s\",\"lines\":%zu,\"bytes\":%zu,\"message\":", name, tether_status_name(status),
+           lines, bytes);
+    json_string(status == TETHER_OK ? "" : tether_last_error());
+    putchar('}');
+}
+
+/* Text lines of a grayscale frame, the size query, too-small arrays, and the errors. */
+static int cmd_ocr(const char *bundle, const char *frame, int w, int h, const char *detect) {
+    size_t size = 0;
+    unsigned char *gray = read_file(frame, &size);
+    tether_model *m = NULL;
+    CHECK(tether_model_open(bundle, NULL, &m));
+    uint32_t family = 0;
+    CHECK(tether_model_family(m, &family));
+    const char *engine = NULL;
+    CHECK(tether_model_engine(m, &engine));
+    tether_image_view view = {gray, (uint32_t)w, (uint32_t)h, (size_t)w, TETHER_PIXEL_GRAY8};
+
+    /* The size query, then arrays of exactly the sizes it gave. */
+    size_t n = 0, bytes = 0;
+    int s = tether_ocr(m, &view, NULL, 0, &n, NULL, 0, &bytes);
+    if (n == 0) {
+        fprintf(stderr, "api_test: no text line found\n");
+        return 1;
+    }
+    size_t qn = n, qbytes = bytes;
+    int query_status = s;
+    tether_ocr_line *lines = calloc(n, sizeof *lines);
+    char *text = malloc(bytes);
+    CHECK(tether_ocr(m, &view, lines, n, &n, text, bytes, &bytes));
+    printf("{\"family\":%u,\"engine\":\"%s\",\"lines\":", family, engine);
+    print_ocr_lines(lines, n, text);
+    printf(",\"line_count\":%zu,\"text_size\":%zu", n, bytes);
+    ocr_case("size_query", query_status, qn, qbytes);
+
+    /* Too small: one line short, one byte short (counts written, nothing else). */
+    size_t cn = 0, cb = 0;
+    s = tether_ocr(m, &view, lines, n - 1, &cn, text, bytes, &cb);
+    ocr_case("lines_short", s, cn, cb);
+    cn = cb = 0;
+    s = tether_ocr(m, &view, lines, n, &cn, text, bytes - 1, &cb);
+    ocr_case("text_short", s, cn, cb);
+
+    /* Null and bad arguments. */
+    s = tether_ocr(NULL, &view, lines, n, &cn, text, bytes, &cb);
+    ocr_case("null_model", s, 0, 0);
+    s = tether_ocr(m, NULL, lines, n, &cn, text, bytes, &cb);
+    ocr_case("null_image", s, 0, 0);
+    s = tether_ocr(m, &view, NULL, n, &cn, text, bytes, &cb);
+    ocr_case("null_lines", s, 0, 0);
+    s = tether_ocr(m, &view, lines, n, &cn, NULL, bytes, &cb);
+    ocr_case("null_text", s, 0, 0);
+    s = tether_ocr(m, &view, lines, n, NULL, text, bytes, &cb);
+    ocr_case("null_line_count", s, 0, 0);
+    s = tether_ocr(m, &view, lines, n, &cn, text, bytes, NULL);
+    ocr_case("null_text_size", s, 0, 0);
+    tether_image_view bad = view;
+    bad.pitch = 3;
+    s = tether_ocr(m, &bad, lines, n, &cn, text, bytes, &cb);
+    ocr_case("small_pitch", s, 0, 0);
+
+    /* Wrong family, both ways. */
+    tether_model *det = NULL;
+    CHECK(tether_model_open(detect, NULL, &det));
+    s = tether_ocr(det, &view, lines, n, &cn, text, bytes, &cb);
+    ocr_case("ocr_on_detect", s, 0, 0);
+    tether_detection dets[8];
+    s = tether_detect(m, &view, dets, 8, &cn);
+    ocr_case("detect_on_ocr", s, 0, 0);
+
+    /* The model still reads after the errors. */
+    CHECK(tether_ocr(m, &view, lines, n, &n, text, bytes, &bytes));
+    printf(",\"again\":");
+    print_ocr_lines(lines, n, text);
+    printf("}\n");
+    tether_model_close(det);
+    tether_model_close(m);
+    free(lines);
+    free(text);
+    free(gray);
+    return 0;
+}
+
+static void print_floats(const float *v, size_t n) {
+    putchar('[');
+    for (size_t i = 0; i < n; i++) printf("%s%.9g", i ? "," : "", v[i]);
+    putchar(']');
+}
+
+static void print_tensors(tether_network *net, uint32_t io) {
+    size_t count = 0;
+    CHECK(tether_network_tensor_count(net, io, &count));
+    putchar('[');
+    for (size_t i = 0; i < count; i++) {
+        tether_tensor_info t;
+        CHECK(tether_network_tensor(net, io, i, &t));
+        printf("%s{\"name\":", i ? "," : "");
+        json_string(t.name);
+        printf(",\"dtype\":%u,\"size\":%zu,\"shape\":[", t.dtype, t.size);
+        for (uint32_t d = 0; d < t.rank; d++) printf("%s%llu", d ? "," : "", (unsigned long long)t.shape[d]);
+        printf("]}");
+    }
+    putchar(']');
+}
+
+/* A network error case: its status and message. */
+static void net_case(const char *name, int status) {
+    printf(",\"%s\":{\"status\":\"%s\",\"message\":", name, tether_status_name(status));
+    json_string(status == TETHER_OK ? "" : tether_last_error());
+    putchar('}');
+}
+
+/* The VAD bundle's network through the named-tensor API: PCM samples as `input` (copied
+ * in), a fixed pattern as `state` (written in place), 16000 as `sr` when it is an input;
+ * run, then run again with `stateN` fed back (copied out) as `state`. */
+static int cmd_network(const char *bundle, const char *pcm_path) {
+    size_t count = 0;
+    float *pcm = read_pcm(pcm_path, &count);
+    tether_network *net = NULL;
+    CHECK(tether_network_open(bundle, NULL, NULL, &net));
+    const char *engine = NULL;
+    CHECK(tether_network_engine(net, &engine));
+    printf("{\"engine\":\"%s\",\"inputs\":", engine);
+    print_tensors(net, TETHER_IO_INPUT);
+    printf(",\"outputs\":");
+    print_tensors(net, TETHER_IO_OUTPUT);
+
+    size_t n_in = 0;
+    CHECK(tether_network_tensor_count(net, TETHER_IO_INPUT, &n_in));
+    for (size_t i = 0; i < n_in; i++) {
+        tether_tensor_info t;
+        CHECK(tether_network_tensor(net, TETHER_IO_INPUT, i, &t));
+        if (strcmp(t.name, "sr") == 0) {
+            int64_t sr = 16000;
+            CHECK(tether_network_set_input(net, "sr", &sr, sizeof sr));
+        }
+    }
+    tether_tensor_info in;
+    CHECK(tether_network_tensor(net, TETHER_IO_INPUT, 0, &in));
+    size_t samples = 576;
+    if (count < samples) {
+        fprintf(stderr, "api_test: %s holds %zu samples, fewer than %zu\n", pcm_path, count, samples);
+        return 1;
+    }
+    CHECK(tether_network_set_input(net, "input", pcm, samples * sizeof(float)));
+    void *state = NULL;
+    size_t state_size = 0;
+    CHECK(tether_network_input(net, "state", &state, &state_size));
+    float *st = state;
+    for (size_t i = 0; i < state_size / sizeof(float); i++) st[i] = ((float)(i % 17) - 8.0f) * 0.01f;
+    CHECK(tether_network_run(net));
+    const void *out = NULL;
+    size_t out_size = 0;
+    CHECK(tether_network_output(net, "output", &out, &out_size));
+    printf(",\"run1\":{\"output\":");
+    print_floats(out, out_size / sizeof(float));
+    float state_n[256];
+    size_t sn = 0;
+    CHECK(tether_network_copy_output(net, "stateN", state_n, sizeof state_n, &sn));
+    printf(",\"stateN\":");
+    print_floats(state_n, sn / sizeof(float));
+    /* Recurrence: the new state in, the same samples again. */
+    CHECK(tether_network_set_input(net, "state", state_n, sn));
+    CHECK(tether_network_run(net));
+    CHECK(tether_network_output(net, "output", &out, &out_size));
+    printf("},\"run2\":{\"output\":");
+    print_floats(out, out_size / sizeof(float));
+    CHECK(tether_network_copy_output(net, "stateN", state_n, sizeof state_n, &sn));
+    printf(",\"stateN\":");
+    print_floats(state_n, sn / sizeof(float));
+    putchar('}');
+
+    /* Errors. */
+    tether_network *bad = (tether_network *)(uintptr_t)1;
+    int s = tether_network_open("/nonexistent/net.bundle", NULL, NULL, &bad);
+    net_case("open_missing", s);
+    printf(",\"open_missing_null\":%s", bad == NULL ? "true" : "false");
+    s = tether_network_open(bundle, "nope", NULL, &bad);
+    net_case("open_no_such_network", s);
+    s = tether_network_open(NULL, NULL, NULL, &bad);
+    net_case("open_null_path", s);
+    s = tether_network_set_input(net, "nope", pcm, 4);
+    net_case("set_unknown", s);
+    s = tether_network_set_input(net, "input", pcm, 100);
+    net_case("set_wrong_size", s);
+    s = tether_network_set_input(net, "input", NULL, 4);
+    net_case("set_null_data", s);
+    s = tether_network_set_input(net, NULL, pcm, 4);
+    net_case("set_null_name", s);
+    s = tether_network_output(net, "nope", &out, &out_size);
+    net_case("output_unknown", s);
+    s = tether_network_output(net, "input", &out, &out_size);
+    net_case("output_is_input", s);
+    sn = 0;
+    s = tether_network_copy_output(net, "stateN", state_n, 16, &sn);
+    net_case("copy_small", s);
+    printf(",\"copy_small_size\":%zu", sn);
+    s = tether_network_tensor(net, TETHER_IO_OUTPUT, 99, &in);
+    net_case("tensor_out_of_range", s);
+    s = tether_network_tensor_count(net, 7, &sn);
+    net_case("bad_io", s);
+    s = tether_network_run(NULL);
+    net_case("run_null", s);
+    printf("}\n");
+    tether_network_close(NULL);
+    tether_network_close(net);
+    free(pcm);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (tether_abi_version() != TETHER_ABI_VERSION) {
         fprintf(stderr, "api_test: header ABI %d, library %u\n", TETHER_ABI_VERSION, tether_abi_version());
@@ -652,13 +931,18 @@ int main(int argc, char **argv) {
     if (argc == 6 && strcmp(argv[1], "detect_small") == 0) return cmd_detect_small(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
     if (argc == 5 && strcmp(argv[1], "generate") == 0) return cmd_generate(argv[2], argv[3], atoi(argv[4]));
     if (argc == 4 && strcmp(argv[1], "generate_cancel") == 0) return cmd_generate_cancel(argv[2], argv[3]);
+    if (argc == 7 && strcmp(argv[1], "ocr") == 0) return cmd_ocr(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), argv[6]);
     if (argc == 4 && strcmp(argv[1], "vad") == 0) return cmd_vad(argv[2], argv[3]);
+    if (argc == 4 && strcmp(argv[1], "network") == 0) return cmd_network(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "embed") == 0) return cmd_embed(argv[2], argv[3]);
-    if (argc == 7 && strcmp(argv[1], "errors") == 0) return cmd_errors(argv[2], argv[3], argv[4], argv[5], argv[6]);
+    if (argc == 8 && strcmp(argv[1], "errors") == 0)
+        return cmd_errors(argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]);
 #ifdef TETHER_COUNT_ALLOCS
     if (argc == 6 && strcmp(argv[1], "alloc") == 0) return cmd_alloc(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
     if (argc == 4 && strcmp(argv[1], "alloc_vad") == 0) return cmd_alloc_vad(argv[2], argv[3]);
+    if (argc == 8 && strcmp(argv[1], "alloc_more") == 0)
+        return cmd_alloc_more(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), argv[6], argv[7]);
 #endif
-    fprintf(stderr, "usage: api_test detect|vad|embed|errors|alloc ... (tether %s)\n", tether_version());
+    fprintf(stderr, "usage: api_test detect|ocr|vad|network|embed|errors|alloc ... (tether %s)\n", tether_version());
     return 2;
 }

@@ -1,11 +1,14 @@
 // The C++ wrapper (tether.hpp) from C++17, driven by capi/tests/c_api.rs:
 //   wrapper_test DETECT_BUNDLE VAD_BUNDLE EMBED_BUNDLE FRAME.rgb WIDTH HEIGHT LLM_BUNDLE
+//                OCR_BUNDLE PAGE.gray PAGE_WIDTH PAGE_HEIGHT PCM.f32
 // prints one JSON object: exceptions' statuses and messages, detections after a move, an
-// embedding's norm, a generation streamed through a lambda, one stopped by it, and an
+// embedding's norm, the text lines of a page (read twice: the buffers grow once), the VAD
+// bundle's network through tether::Network, a generation streamed through a lambda, one stopped by it, and an
 // exception thrown by it carried back.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -24,7 +27,7 @@ static void print_error(const char *key, const tether::Error &e) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 8) return 2;
+    if (argc != 13) return 2;
     std::ifstream f(argv[4], std::ios::binary);
     std::vector<uint8_t> rgb((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     uint32_t w = uint32_t(std::atoi(argv[5])), h = uint32_t(std::atoi(argv[6]));
@@ -64,6 +67,53 @@ int main(int argc, char **argv) {
     for (float x : e) norm += double(x) * x;
     std::printf("\"embed_dim\":%zu,\"embed_norm\":%.6f,", e.size(), std::sqrt(norm));
 
+    {
+        std::ifstream pf(argv[9], std::ios::binary);
+        std::vector<uint8_t> gray((std::istreambuf_iterator<char>(pf)), std::istreambuf_iterator<char>());
+        uint32_t pw = uint32_t(std::atoi(argv[10])), ph = uint32_t(std::atoi(argv[11]));
+        tether::Ocr ocr(argv[8]);
+        tether::ImageView page{gray.data(), pw, ph, pw, TETHER_PIXEL_GRAY8};
+        std::size_t first = ocr.read(page).size();
+        const std::vector<tether::TextLine> &lines = ocr.read(page);
+        std::printf("\"ocr_first_read\":%zu,\"ocr\":[", first);
+        for (std::size_t i = 0; i < lines.size(); i++) {
+            std::printf("%s{\"text\":\"", i ? "," : "");
+            for (char c : lines[i].text) {
+                if (c == '"' || c == '\\') std::putchar('\\');
+                std::putchar(c);
+            }
+            std::printf("\",\"quad\":[");
+            for (int k = 0; k < 8; k++) std::printf("%s%.9g", k ? "," : "", lines[i].quad[k]);
+            std::printf("]}");
+        }
+        std::printf("],");
+    }
+    {
+        // The VAD network: 576 samples copied in, the state written in place (zeros), sr.
+        std::ifstream pf(argv[12], std::ios::binary);
+        std::vector<char> raw((std::istreambuf_iterator<char>(pf)), std::istreambuf_iterator<char>());
+        std::vector<float> pcm(576);
+        std::memcpy(pcm.data(), raw.data(), pcm.size() * sizeof(float));
+        tether::Network net(argv[2]);
+        std::vector<tether_tensor_info> ins = net.tensors(TETHER_IO_INPUT);
+        std::printf("\"net_inputs\":[");
+        for (std::size_t i = 0; i < ins.size(); i++) std::printf("%s\"%s\"", i ? "," : "", ins[i].name);
+        std::printf("],");
+        const int64_t sr = 16000;
+        net.set_input("sr", &sr, 1);
+        net.set_input("input", pcm.data(), pcm.size());
+        std::size_t n = 0;
+        float *state = net.input<float>("state", n);
+        for (std::size_t i = 0; i < n; i++) state[i] = 0.0f;
+        net.run();
+        const float *out = net.output<float>("output", n);
+        std::printf("\"net_output\":%.9g,\"net_output_count\":%zu,", out[0], n);
+        try {
+            net.set_input("input", pcm.data(), 3);
+        } catch (const tether::Error &e) {
+            print_error("net_wrong_size", e);
+        }
+    }
     tether::Generator gen(argv[7], 1);
     tether_generate_params p = gen.defaults();
     p.temperature = 0.0f;
