@@ -8,6 +8,10 @@
 //! - [`targets`]: what a device is and what it can run;
 //! - [`detect`]: the YOLOv8 detection family (semantic API);
 //! - [`ocr`]: the PP-OCR text detection and recognition family (semantic API);
+//! - [`vad`]: the Silero voice-activity family (16 kHz audio in 32 ms chunks, speech
+//!   probabilities and segments out);
+//! - [`embed`]: the sentence-embedding family (MiniLM: texts in, 384-d L2-normalised
+//!   embeddings out);
 //! - [`llm`]: the text-generation family (GGUF / Hugging Face checkpoints, streamed tokens);
 //! - [`family`]: what families share (image types; the tool interface with feature `cli`);
 //! - [`families::REGISTRY`] (feature `cli`): the families the `tether` CLI knows.

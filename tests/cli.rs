@@ -852,6 +852,10 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
 #[test]
 fn doctor_reports_this_machine() {
     let v = json(&tether(&["doctor", "--json"]));
+    // The CPU the CPU engine runs on, and the cores this process may use.
+    let cores = std::thread::available_parallelism().map_or(0, usize::from) as u64;
+    assert_eq!(v["cpu"]["cores_available"], cores, "{}", v["cpu"]);
+    assert!(!v["cpu"]["model"].as_str().unwrap_or_default().is_empty());
     let probe = &v["probe"];
     let arch = probe["host"]["arch"]
         .as_str()
@@ -921,7 +925,10 @@ fn doctor_reports_this_machine() {
     assert!(text.status.success());
     let out = stdout(&text);
     assert!(
-        out.contains("CUDA driver") && out.contains("TensorRT") && out.contains("engines"),
+        out.contains("CUDA driver")
+            && out.contains("TensorRT")
+            && out.contains("engines")
+            && out.contains(&format!("{cores} cores available")),
         "{out}"
     );
     assert!(out.contains("cuDNN") && out.contains("cuBLAS"), "{out}");

@@ -64,6 +64,10 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
             (k, usable)
         })
         .collect();
+    // The CPU the tract engine runs on: model name and the cores this process may use
+    // (affinity and cgroup quota, as the CPU engine's default thread count reads them).
+    let cpu_model = crate::cli::bench::machine::cpu_model();
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
     if a.json {
         let tensorrt: Value = match &trt {
             Ok((lib, search)) => json!({
@@ -101,6 +105,7 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
             "tether": env!("CARGO_PKG_VERSION"),
             "engines": engines,
             "probe": serde_json::to_value(&report)?,
+            "cpu": { "model": cpu_model, "cores_available": cores },
             "tensorrt": tensorrt,
             "libraries": libraries,
         });
@@ -111,6 +116,7 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
         crate::outln!("{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         crate::outln!("tether        {}", env!("CARGO_PKG_VERSION"))?;
+        crate::outln!("cpu           {cpu_model}, {cores} cores available to this process")?;
         crate::cli::write_out(format_args!("{report}"))?;
         let mut searches: Vec<&SearchReport> = vec![&report.cuda.search];
         match &trt {

@@ -194,7 +194,7 @@ impl Machine {
 }
 
 /// `model name` of /proc/cpuinfo (x86), or the first `Model`/`Hardware`/`CPU part` line.
-fn cpu_model() -> String {
+pub(crate) fn cpu_model() -> String {
     let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     for key in ["model name", "Model", "Hardware", "CPU part"] {
         if let Some(v) = text.lines().find_map(|l| {

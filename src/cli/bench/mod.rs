@@ -13,7 +13,7 @@
 //! statistics of a stage ([`stats`]), the report in text and JSON ([`report`]) and the
 //! plot ([`plot`]).
 
-mod machine;
+pub(crate) mod machine;
 mod plot;
 mod report;
 mod stats;

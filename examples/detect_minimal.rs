@@ -1,8 +1,8 @@
-//! The smallest embedding of tether in an application: open a detection bundle, detect in
+//! The smallest use of tether in an application (Rust): open a detection bundle, detect in
 //! one camera frame (RGB8, row-major), print the boxes.
 //!
 //! ```text
-//! embed-minimal BUNDLE [FRAME.rgb WIDTH HEIGHT]
+//! detect-minimal BUNDLE [FRAME.rgb WIDTH HEIGHT]
 //! ```
 //! (`ffmpeg -i img.png -pix_fmt rgb24 -f rawvideo FRAME.rgb` makes a frame; without one, a
 //! grey 640x480 frame is used.)
@@ -11,7 +11,7 @@ use tether::detect::{Detector, ImageView, PixelFormat};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: embed-minimal BUNDLE [FRAME.rgb WIDTH HEIGHT]";
+    let usage = "usage: detect-minimal BUNDLE [FRAME.rgb WIDTH HEIGHT]";
     let bundle = args.first().ok_or(usage)?;
     let (frame, width, height) = match args.get(1..4) {
         Some([path, w, h]) => (std::fs::read(path)?, w.parse()?, h.parse()?),
