@@ -174,7 +174,7 @@ fn run_json_and_annotation() {
         "--annotate",
         png.to_str().unwrap(),
     ]));
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     assert_eq!(v["family"], "detect");
     assert_eq!(v["engines"]["model"], "tract-cpu");
     let r = &v["results"][0];
@@ -502,7 +502,7 @@ fn bench_reports_percentiles() {
         "1",
         "--json",
     ]));
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     assert_eq!(v["runs"], 3);
     let total = &v["total_ms"];
     let (p50, p99) = (
@@ -1299,7 +1299,7 @@ fn field_cases_get_the_right_answer_or_a_clear_refusal() {
     ]);
     let v = json(&o);
     let r = &v["results"][0]["result"];
-    assert_eq!(r["nonfinite_anchors"], 2, "{r}");
+    assert_eq!(r["nonfinite_anchor_count"], 2, "{r}");
     for d in r["detections"].as_array().unwrap() {
         assert!(d["score"].is_f64(), "{d}");
         assert!(

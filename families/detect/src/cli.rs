@@ -450,8 +450,8 @@ impl Runner for DetectRunner {
             ));
         }
         let mut json = json!({
-            "candidates": stats.candidates,
-            "nonfinite_anchors": stats.nonfinite,
+            "candidate_count": stats.candidates,
+            "nonfinite_anchor_count": stats.nonfinite,
             "detections": list,
         });
         img.add_to_json(&mut json);

@@ -542,11 +542,12 @@ impl Runner for OcrRunner {
             ));
         }
         let mut json = json!({
-            "det_input": [stats.det_input.0, stats.det_input.1],
-            "boxes": stats.boxes,
-            "rotated": stats.rotated,
-            "widened": stats.widened,
-            "squeezed": stats.squeezed,
+            "det_input_width": stats.det_input.0,
+            "det_input_height": stats.det_input.1,
+            "box_count": stats.boxes,
+            "rotated_count": stats.rotated,
+            "widened_count": stats.widened,
+            "squeezed_count": stats.squeezed,
             "lines": list,
         });
         img.add_to_json(&mut json);
