@@ -1903,7 +1903,7 @@ fn vad_bench_ctrl_c_stops_between_chunks() {
         w.extend_from_slice(&(2 * frames).to_le_bytes());
         // A 300 Hz tone, on for 1 s and off for 1 s.
         for i in 0..frames {
-            let on = (i / rate) % 2 == 0;
+            let on = (i / rate).is_multiple_of(2);
             let x = if on {
                 (f64::from(i) * 300.0 * std::f64::consts::TAU / f64::from(rate)).sin() * 8000.0
             } else {
