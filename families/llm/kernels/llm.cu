@@ -42,6 +42,7 @@ typedef unsigned int uint32_t;
 #define QK_K 256
 #define MAX_HEAD_DIM 256
 #define ATTN_WARPS 8
+#define ATTN_SPLITS 16
 #define PREP_THREADS 1024
 #define MV_WARPS 4
 #define NEG_INF __int_as_float(0xff800000)
@@ -501,32 +502,36 @@ extern "C" __global__ void __launch_bounds__(128) rope(RopeParams p) {
 }
 
 // ---------------------------------------------------------------------------------------
-// attention: one block per query head over cache positions 0 ..= pos (length read from the
-// state), grouped query heads (head h reads KV head h / (n_head / n_kv)). Online softmax per
-// warp, warps combined through shared memory.
+// attention (split over positions, flash-decoding): grid (n_head, ATTN_SPLITS), 8 warps per
+// block; global warp g of a head takes cache positions g, g + 8 * ATTN_SPLITS, ... up to pos
+// (length read from the state), grouped query heads (head h reads KV head h / (n_head /
+// n_kv)). Online softmax per warp, the block's warps merged in shared memory into one
+// partial (max, sum, unnormalised output) per (head, split); `attention_combine` merges the
+// splits.
 // ---------------------------------------------------------------------------------------
 struct AttnParams {
     const float* q;          // [n_head * head_dim]
     const uint16_t* kcache;  // [n_ctx, kv_dim] f16
     const uint16_t* vcache;
-    float* out;              // [n_head * head_dim]
+    float* part;             // [n_head, splits, 2 + head_dim] partials
     const DecodeState* state;
     int n_head;
     int n_kv;
     int head_dim;
     int kv_dim;
     float scale;             // 1 / sqrt(head_dim)
-    int pad;
+    int splits;              // gridDim.y
 };
 
 extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention(AttnParams p) {
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
     __shared__ float s_acc[ATTN_WARPS][MAX_HEAD_DIM];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int h = blockIdx.x;
+    const int h = blockIdx.x, split = blockIdx.y;
     const int kvh = h / (p.n_head / p.n_kv);
     const int len = (int)p.state->pos + 1;
     const int per = (p.head_dim + 31) / 32;  // <= 8
+    const int stride = ATTN_WARPS * p.splits;
     float q[MAX_HEAD_DIM / 32], acc[MAX_HEAD_DIM / 32];
 #pragma unroll
     for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
@@ -535,7 +540,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention(AttnPara
         acc[j] = 0.0f;
     }
     float m = NEG_INF, l = 0.0f;
-    for (int t = warp; t < len; t += ATTN_WARPS) {
+    for (int t = split * ATTN_WARPS + warp; t < len; t += stride) {
         const uint16_t* k = p.kcache + (size_t)t * p.kv_dim + kvh * p.head_dim;
         const uint16_t* v = p.vcache + (size_t)t * p.kv_dim + kvh * p.head_dim;
         float d = 0.0f;
@@ -567,15 +572,53 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention(AttnPara
         if (j < per && i < p.head_dim) s_acc[warp][i] = acc[j];
     }
     __syncthreads();
+    float mx = NEG_INF;
+    for (int w = 0; w < ATTN_WARPS; ++w)
+        if (s_l[w] != 0.0f) mx = fmaxf(mx, s_m[w]);
+    float* out = p.part + ((size_t)h * p.splits + split) * (2 + p.head_dim);
     for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
-        float mx = NEG_INF;
-        for (int w = 0; w < ATTN_WARPS; ++w) mx = fmaxf(mx, s_m[w]);
-        float tot = 0.0f, o = 0.0f;
+        float o = 0.0f;
         for (int w = 0; w < ATTN_WARPS; ++w) {
             if (s_l[w] == 0.0f) continue;  // a warp that saw no position
-            const float f = expf(s_m[w] - mx);
-            tot = __fadd_rn(tot, __fmul_rn(s_l[w], f));
-            o = __fadd_rn(o, __fmul_rn(s_acc[w][i], f));
+            o = __fadd_rn(o, __fmul_rn(s_acc[w][i], expf(s_m[w] - mx)));
+        }
+        out[2 + i] = o;
+    }
+    if (threadIdx.x == 0) {
+        float tot = 0.0f;
+        for (int w = 0; w < ATTN_WARPS; ++w) {
+            if (s_l[w] == 0.0f) continue;
+            tot = __fadd_rn(tot, __fmul_rn(s_l[w], expf(s_m[w] - mx)));
+        }
+        out[0] = mx;
+        out[1] = tot;
+    }
+}
+
+struct AttnCombineParams {
+    const float* part;  // [n_head, splits, 2 + head_dim]
+    float* out;         // [n_head * head_dim]
+    int head_dim;
+    int splits;
+};
+
+// One block per head: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+extern "C" __global__ void __launch_bounds__(256) attention_combine(AttnCombineParams p) {
+    const int h = blockIdx.x;
+    const float* part = p.part + (size_t)h * p.splits * (2 + p.head_dim);
+    float mx = NEG_INF;
+    for (int s = 0; s < p.splits; ++s) {
+        const float* ps = part + s * (2 + p.head_dim);
+        if (ps[1] != 0.0f) mx = fmaxf(mx, ps[0]);
+    }
+    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
+        float tot = 0.0f, o = 0.0f;
+        for (int s = 0; s < p.splits; ++s) {
+            const float* ps = part + s * (2 + p.head_dim);
+            if (ps[1] == 0.0f) continue;  // a split that saw no position
+            const float f = expf(ps[0] - mx);
+            tot = __fadd_rn(tot, __fmul_rn(ps[1], f));
+            o = __fadd_rn(o, __fmul_rn(ps[2 + i], f));
         }
         p.out[h * p.head_dim + i] = __fdiv_rn(o, tot);
     }

@@ -9,8 +9,8 @@ use tether_runtime::cuda::{
 };
 
 use super::kernels::{
-    self, ArgmaxParams, AttnParams, DecodeState, EmbedParams, HeadNormParams, MatVecParams,
-    PrepParams, ProjParams, RopeParams,
+    self, ArgmaxParams, AttnCombineParams, AttnParams, DecodeState, EmbedParams, HeadNormParams,
+    MatVecParams, PrepParams, ProjParams, RopeParams,
 };
 use super::lower::{LowerError, MemoryPlan, Step, lower};
 use crate::cache::ContextFull;
@@ -119,20 +119,21 @@ enum Params {
     HeadNorm(HeadNormParams),
     Rope(RopeParams),
     Attention(AttnParams),
+    AttnCombine(AttnCombineParams),
     Argmax(ArgmaxParams),
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Launch {
     f: Function,
-    grid: u32,
+    grid: (u32, u32),
     block: u32,
     params: Params,
 }
 
 impl Launch {
     fn enqueue(&self, s: &Stream) -> Result<(), DriverError> {
-        let (g, b) = ((self.grid, 1, 1), (self.block, 1, 1));
+        let (g, b) = ((self.grid.0, self.grid.1, 1), (self.block, 1, 1));
         // SAFETY: each params struct mirrors its kernel's (kernels.rs, size-checked), and
         // every address inside points into the decoder's arenas, which live as long as the
         // graph and the launch list.
@@ -144,6 +145,7 @@ impl Launch {
                 Params::HeadNorm(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::Rope(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::Attention(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::AttnCombine(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::Argmax(p) => s.launch_params(self.f, g, b, 0, p),
             }
         }
@@ -233,6 +235,7 @@ impl GpuDecoder {
         let stream = Stream::new(&ctx, options.sync)?;
         let module = KernelModule::load(&ctx, kernels::module_source())?;
         let func = |n: &str| module.function(n);
+        let f_comb = func("attention_combine")?;
         let (f_embed, f_prep, f_mv, f_hn, f_rope, f_attn, f_argmax) = (
             func("embed")?,
             func("prep")?,
@@ -315,7 +318,12 @@ impl GpuDecoder {
         };
 
         // Work memory: activations, 8-bit blocks, prompt, state, cache.
-        let memory = MemoryPlan::new(hp, options.context, weight_bytes);
+        let memory = MemoryPlan::new(
+            hp,
+            options.context,
+            weight_bytes,
+            kernels::ATTN_SPLITS as usize,
+        );
         let mut plan = ArenaPlan::new();
         let mut buf_r = Vec::new();
         for b in ALL_BUFS {
@@ -326,6 +334,10 @@ impl GpuDecoder {
         let q8k_r = plan.add("q8k", widest.div_ceil(256) * super::lower::BLOCK_Q8K_BYTES)?;
         let prompt_r = plan.add("prompt", options.context * 4)?;
         let state_r = plan.add("state", super::lower::STATE_BYTES)?;
+        let part_r = plan.add(
+            "attention partials",
+            super::lower::attention_partial_bytes(hp, kernels::ATTN_SPLITS as usize),
+        )?;
         let layer_cache = options.context * hp.kv_dim() * 2;
         let mut cache_r = Vec::new();
         for l in 0..hp.n_layer {
@@ -339,6 +351,7 @@ impl GpuDecoder {
         let (q8, q8k) = (work.ptr(q8_r), work.ptr(q8k_r));
         let state = work.ptr(state_r);
         let prompt = work.ptr(prompt_r);
+        let attn_part = work.ptr(part_r);
 
         // The launch list.
         let mut launches = Vec::with_capacity(steps.len());
@@ -348,7 +361,7 @@ impl GpuDecoder {
                     let m = model.matrix(table);
                     Launch {
                         f: f_embed,
-                        grid: 1,
+                        grid: (1, 1),
                         block: 256,
                         params: Params::Embed(EmbedParams {
                             table: mat_ptr(table),
@@ -371,7 +384,7 @@ impl GpuDecoder {
                     q8k: want8k,
                 } => Launch {
                     f: f_prep,
-                    grid: 1,
+                    grid: (1, 1),
                     block: kernels::PREP_THREADS,
                     params: Params::Prep(PrepParams {
                         input: bp(input),
@@ -412,14 +425,14 @@ impl GpuDecoder {
                     p.rows_total = i32_of(total);
                     Launch {
                         f: f_mv,
-                        grid: total.div_ceil(kernels::MV_WARPS as usize) as u32,
+                        grid: (total.div_ceil(kernels::MV_WARPS as usize) as u32, 1),
                         block: kernels::MV_WARPS * 32,
                         params: Params::MatVec(p),
                     }
                 }
                 Step::HeadNorm { buf, heads, weight } => Launch {
                     f: f_hn,
-                    grid: heads.div_ceil(4) as u32,
+                    grid: (heads.div_ceil(4) as u32, 1),
                     block: 128,
                     params: Params::HeadNorm(HeadNormParams {
                         x: bp(buf),
@@ -437,7 +450,7 @@ impl GpuDecoder {
                     };
                     Launch {
                         f: f_rope,
-                        grid: (heads * hp.head_dim / 2).div_ceil(128) as u32,
+                        grid: ((heads * hp.head_dim / 2).div_ceil(128) as u32, 1),
                         block: 128,
                         params: Params::Rope(RopeParams {
                             x: bp(buf),
@@ -453,27 +466,40 @@ impl GpuDecoder {
                         }),
                     }
                 }
-                Step::Attention { layer } => Launch {
-                    f: f_attn,
-                    grid: hp.n_head as u32,
-                    block: kernels::ATTN_WARPS * 32,
-                    params: Params::Attention(AttnParams {
-                        q: bp(Buf::Q),
-                        kcache: work.ptr(cache_r[layer].0),
-                        vcache: work.ptr(cache_r[layer].1),
-                        out: bp(Buf::Attn),
-                        state,
-                        n_head: i32_of(hp.n_head),
-                        n_kv: i32_of(hp.n_head_kv),
-                        head_dim: i32_of(hp.head_dim),
-                        kv_dim: i32_of(hp.kv_dim()),
-                        scale: 1.0 / (hp.head_dim as f32).sqrt(),
-                        pad: 0,
-                    }),
-                },
+                Step::Attention { layer } => {
+                    launches.push(Launch {
+                        f: f_attn,
+                        grid: (hp.n_head as u32, kernels::ATTN_SPLITS),
+                        block: kernels::ATTN_WARPS * 32,
+                        params: Params::Attention(AttnParams {
+                            q: bp(Buf::Q),
+                            kcache: work.ptr(cache_r[layer].0),
+                            vcache: work.ptr(cache_r[layer].1),
+                            part: attn_part,
+                            state,
+                            n_head: i32_of(hp.n_head),
+                            n_kv: i32_of(hp.n_head_kv),
+                            head_dim: i32_of(hp.head_dim),
+                            kv_dim: i32_of(hp.kv_dim()),
+                            scale: 1.0 / (hp.head_dim as f32).sqrt(),
+                            splits: kernels::ATTN_SPLITS as i32,
+                        }),
+                    });
+                    Launch {
+                        f: f_comb,
+                        grid: (hp.n_head as u32, 1),
+                        block: 256,
+                        params: Params::AttnCombine(AttnCombineParams {
+                            part: attn_part,
+                            out: bp(Buf::Attn),
+                            head_dim: i32_of(hp.head_dim),
+                            splits: kernels::ATTN_SPLITS as i32,
+                        }),
+                    }
+                }
                 Step::Argmax => Launch {
                     f: f_argmax,
-                    grid: 1,
+                    grid: (1, 1),
                     block: 1024,
                     params: Params::Argmax(ArgmaxParams {
                         logits: bp(Buf::Logits),
@@ -661,24 +687,7 @@ impl GpuDecoder {
                 n_vocab: self.n_vocab,
             });
         }
-        // SAFETY: the prompt region holds `context` ids; the source lives until the sync
-        // at the end of this call.
-        unsafe {
-            self.stream
-                .memcpy_htod(self.prompt, prompt.as_ptr() as *const u8, prompt.len() * 4)
-        }?;
-        let st = DecodeState {
-            token: 0,
-            pos: 0,
-            prompt_len: prompt.len() as u32,
-            bad_token: 0,
-        };
-        self.pinned.as_mut_slice()[..16].copy_from_slice(&state_bytes(&st));
-        // SAFETY: 16 pinned bytes into the state region.
-        unsafe {
-            self.stream
-                .memcpy_htod(self.state, self.pinned.as_ptr(), 16)
-        }?;
+        self.prefill_state(prompt)?;
         for _ in 0..prompt.len() {
             self.graph.launch(&self.stream)?;
         }
@@ -729,6 +738,73 @@ impl GpuDecoder {
                 .memcpy_dtoh(out.as_mut_ptr() as *mut u8, self.logits, n * 4)
         }?;
         self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Teacher forcing: runs `tokens` (from position 0) one step at a time and copies each
+    /// step's logits into `out` (`tokens.len() * n_vocab` f32, row per token).
+    ///
+    /// # Errors
+    /// As [`prefill`](Self::prefill); `out` shorter than the rows.
+    pub fn teacher_forced(&mut self, tokens: &[u32], out: &mut [f32]) -> Result<(), GpuError> {
+        let n = self.n_vocab;
+        if out.len() < tokens.len() * n {
+            return Err(GpuError::Cuda(CudaError::Invalid(format!(
+                "teacher forcing {} tokens needs {} logits, the buffer holds {}",
+                tokens.len(),
+                tokens.len() * n,
+                out.len()
+            ))));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= n) {
+            return Err(GpuError::TokenOutOfRange {
+                token: t,
+                n_vocab: n,
+            });
+        }
+        // The prompt is the whole sequence: each replay embeds prompt[pos].
+        self.prefill_state(tokens)?;
+        for (t, row) in out.chunks_exact_mut(n).take(tokens.len()).enumerate() {
+            self.graph.launch(&self.stream)?;
+            // SAFETY: n f32 of the logits region into this row, synchronised below.
+            unsafe {
+                self.stream
+                    .memcpy_dtoh(row.as_mut_ptr() as *mut u8, self.logits, n * 4)
+            }?;
+            self.pos = t + 1;
+        }
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    fn prefill_state(&mut self, prompt: &[u32]) -> Result<(), GpuError> {
+        if prompt.len() > self.context {
+            return Err(ContextFull {
+                needed: prompt.len(),
+                context: self.context,
+                used: 0,
+            }
+            .into());
+        }
+        // SAFETY: the prompt region holds `context` ids; the caller synchronises before the
+        // source goes away.
+        unsafe {
+            self.stream
+                .memcpy_htod(self.prompt, prompt.as_ptr() as *const u8, prompt.len() * 4)
+        }?;
+        let st = DecodeState {
+            token: 0,
+            pos: 0,
+            prompt_len: prompt.len() as u32,
+            bad_token: 0,
+        };
+        self.pinned.as_mut_slice()[..16].copy_from_slice(&state_bytes(&st));
+        // SAFETY: 16 pinned bytes into the state region.
+        unsafe {
+            self.stream
+                .memcpy_htod(self.state, self.pinned.as_ptr(), 16)
+        }?;
+        self.pos = 0;
         Ok(())
     }
 

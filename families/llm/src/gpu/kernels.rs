@@ -51,6 +51,9 @@ pub const PREP_THREADS: u32 = 1024;
 pub const MV_WARPS: u32 = 4;
 /// Warps per block of `attention` (`ATTN_WARPS`).
 pub const ATTN_WARPS: u32 = 8;
+/// Blocks per head of `attention` (`ATTN_SPLITS`): the positions are split over
+/// `ATTN_WARPS * ATTN_SPLITS` warps.
+pub const ATTN_SPLITS: u32 = 16;
 
 /// `struct DecodeState`: the request state in device memory.
 #[repr(C)]
@@ -210,8 +213,8 @@ pub struct AttnParams {
     pub kcache: DevicePtr,
     /// f16 values of the layer.
     pub vcache: DevicePtr,
-    /// f32 output.
-    pub out: DevicePtr,
+    /// f32 `[n_head, splits, 2 + head_dim]` partials (max, sum, unnormalised output).
+    pub part: DevicePtr,
     /// The request state.
     pub state: DevicePtr,
     /// Query heads.
@@ -224,8 +227,22 @@ pub struct AttnParams {
     pub kv_dim: i32,
     /// `1 / sqrt(head_dim)`.
     pub scale: f32,
-    /// Padding.
-    pub pad: i32,
+    /// Position splits (the grid's y).
+    pub splits: i32,
+}
+
+/// `struct AttnCombineParams` of `attention_combine`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnCombineParams {
+    /// The partials of `attention`.
+    pub part: DevicePtr,
+    /// f32 `[n_head * head_dim]` output.
+    pub out: DevicePtr,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// Position splits.
+    pub splits: i32,
 }
 
 /// `struct ArgmaxParams` of `argmax_advance`.
@@ -251,3 +268,4 @@ const _: () = assert!(std::mem::size_of::<HeadNormParams>() == 32);
 const _: () = assert!(std::mem::size_of::<RopeParams>() == 48 + 16);
 const _: () = assert!(std::mem::size_of::<AttnParams>() == 40 + 24);
 const _: () = assert!(std::mem::size_of::<ArgmaxParams>() == 24);
+const _: () = assert!(std::mem::size_of::<AttnCombineParams>() == 24);

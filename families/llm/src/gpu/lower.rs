@@ -227,6 +227,12 @@ pub const BLOCK_Q8K_BYTES: usize = 4 + 256 + 2 * 16;
 /// Bytes of the request state (`DecodeState`).
 pub const STATE_BYTES: usize = 16;
 
+/// Bytes of the attention partials: per query head and split, the running maximum, the sum
+/// and the unnormalised output (`2 + head_dim` f32).
+pub fn attention_partial_bytes(hp: &Hparams, splits: usize) -> usize {
+    hp.n_head * splits * (2 + hp.head_dim) * 4
+}
+
 /// The device memory a decoder places at load, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryPlan {
@@ -248,8 +254,9 @@ impl MemoryPlan {
         self.weights + self.cache + self.activations + self.logits
     }
 
-    /// The plan for `context` positions; `weight_bytes` as uploaded.
-    pub fn new(hp: &Hparams, context: usize, weight_bytes: usize) -> MemoryPlan {
+    /// The plan for `context` positions; `weight_bytes` as uploaded; attention split over
+    /// `splits` blocks per head.
+    pub fn new(hp: &Hparams, context: usize, weight_bytes: usize, splits: usize) -> MemoryPlan {
         let widths: usize = [
             Buf::Residual,
             Buf::Normed,
@@ -268,7 +275,8 @@ impl MemoryPlan {
             + widest.div_ceil(32) * BLOCK_Q8_BYTES
             + widest.div_ceil(256) * BLOCK_Q8K_BYTES
             + context * 4
-            + STATE_BYTES;
+            + STATE_BYTES
+            + attention_partial_bytes(hp, splits);
         MemoryPlan {
             weights: weight_bytes,
             cache: hp.n_layer * 2 * context * hp.kv_dim() * 2,
@@ -411,13 +419,18 @@ mod tests {
     #[test]
     fn the_memory_plan_counts_cache_activations_and_logits() {
         let hp = hp();
-        let p = MemoryPlan::new(&hp, 256, 1000);
+        let p = MemoryPlan::new(&hp, 256, 1000, 16);
         assert_eq!(p.cache, 2 * 2 * 256 * 32 * 2);
         assert_eq!(p.logits, 400);
         let widths = (64 + 64 + 64 + 32 + 32 + 64 + 128 + 128) * 4;
         assert_eq!(
             p.activations,
-            widths + 4 * BLOCK_Q8_BYTES + BLOCK_Q8K_BYTES + 256 * 4 + STATE_BYTES
+            widths
+                + 4 * BLOCK_Q8_BYTES
+                + BLOCK_Q8K_BYTES
+                + 256 * 4
+                + STATE_BYTES
+                + 4 * 16 * (2 + 16) * 4
         );
         assert_eq!(p.total(), 1000 + p.cache + p.activations + p.logits);
     }
