@@ -316,7 +316,7 @@ mod tests {
             crate::forward::Model::new(hp, parts, crate::kernels::Isa::Scalar).expect("model");
         // Alternate the types so that both activation formats are asked for.
         let ty = |id: MatId| {
-            if id.0 % 2 == 0 {
+            if id.0.is_multiple_of(2) {
                 TensorType::Q4_1
             } else {
                 TensorType::Q6K
