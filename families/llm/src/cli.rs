@@ -318,7 +318,7 @@ impl Family for LlmFamily {
                 params.sampler.temperature = 0.0;
                 params.sampler.repeat_penalty = 1.0;
             }
-            crate::gpu::check_sampling(&params.sampler)?;
+            crate::gpu::check_sampling(&params.sampler).map_err(GenerateError::from)?;
             generator.use_gpu(ordinal, options.sync)?;
             if let Some(d) = generator.gpu() {
                 log::info!(
@@ -411,6 +411,14 @@ impl Family for LlmFamily {
                 "a prompt longer than the context is an error, never cut: shorten it or raise --context",
             ),
             GenerateError::NoChatTemplate => Some("give --raw: this model has no chat template"),
+            #[cfg(feature = "cuda")]
+            GenerateError::Gpu(crate::gpu::GpuError::Sampling { .. }) => Some(
+                "the GPU decoder is greedy only: drop the sampling options or run with --device cpu",
+            ),
+            #[cfg(feature = "cuda")]
+            GenerateError::Gpu(_) => Some(
+                "`tether doctor` shows the CUDA driver and devices found; --device cpu runs this model on the CPU",
+            ),
             _ => None,
         }
     }
