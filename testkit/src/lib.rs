@@ -67,6 +67,27 @@ impl GpuTests {
         }
     }
 
+    /// Add a test of a known gap (`reason` names it and its issue): reported ignored even
+    /// with a GPU, run with `--ignored` / `--include-ignored` (the GPU equivalent of
+    /// `#[ignore = "known gap, ..."]`).
+    #[must_use]
+    pub fn known_gap(
+        mut self,
+        name: impl Into<String>,
+        reason: &str,
+        f: impl FnOnce() + Send + 'static,
+    ) -> Self {
+        let name = name.into();
+        let trial = Trial::test(format!("{name} (known gap: {reason})"), move || {
+            f();
+            Ok(())
+        })
+        .with_kind("gpu")
+        .with_ignored_flag(true);
+        self.trials.push(trial);
+        self
+    }
+
     /// Add a test: it passes when `f` returns and fails when it panics; without a GPU it is
     /// reported ignored and not run.
     #[must_use]

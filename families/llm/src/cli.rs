@@ -290,8 +290,9 @@ impl Family for LlmFamily {
         args: &ArgMatches,
         options: &RunOptions,
     ) -> Result<Box<dyn Runner>> {
-        check_device(options)?;
+        let gpu = check_device(options)?;
         let params = params_of(args)?;
+        let gave_temperature = params.temperature.is_some();
         let threads = options
             .threads
             .or_else(|| arg_u64(args, "threads").map(|n| n as usize));
@@ -303,9 +304,35 @@ impl Family for LlmFamily {
                 ..GeneratorOptions::default()
             },
         )?;
-        let params = params.apply(GenerateParams::with_defaults(
+        #[allow(unused_mut)]
+        let mut params = params.apply(GenerateParams::with_defaults(
             generator.generation_defaults(),
         ))?;
+        #[allow(unused_mut)]
+        let mut generator = generator;
+        #[cfg(feature = "cuda")]
+        if let Some(ordinal) = gpu {
+            // The GPU decoder samples greedily: the checkpoint's sampled defaults give way
+            // to greedy there; a temperature given on the command line is refused.
+            if !gave_temperature {
+                params.sampler.temperature = 0.0;
+                params.sampler.repeat_penalty = 1.0;
+            }
+            crate::gpu::check_sampling(&params.sampler).map_err(GenerateError::from)?;
+            generator.use_gpu(ordinal, options.sync)?;
+            if let Some(d) = generator.gpu() {
+                log::info!(
+                    "llm on {} ({}): {} launches per step, {}; device memory {:?}",
+                    d.device_name(),
+                    d.kernel_image(),
+                    d.launches(),
+                    d.check_summary(),
+                    d.memory()
+                );
+            }
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = (gpu, gave_temperature);
         let cancel = generator.cancel_handle();
         Ok(Box::new(LlmRunner {
             generator,
@@ -329,7 +356,7 @@ impl Family for LlmFamily {
         options: &RunOptions,
         test: &SelfTest,
     ) -> Result<Report> {
-        check_device(options)?;
+        let gpu = check_device(options)?;
         let ckpt = Checkpoint::from_bundle(bundle)?;
         let context = (ckpt.config.n_ctx_train as usize).min(
             crate::selftest::input(test)
@@ -344,6 +371,12 @@ impl Family for LlmFamily {
                 ..GeneratorOptions::default()
             },
         )?;
+        #[cfg(feature = "cuda")]
+        if let Some(ordinal) = gpu {
+            g.use_gpu(ordinal, options.sync)?;
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = gpu;
         Ok(crate::selftest::run(&mut g, test)?)
     }
 
@@ -378,18 +411,36 @@ impl Family for LlmFamily {
                 "a prompt longer than the context is an error, never cut: shorten it or raise --context",
             ),
             GenerateError::NoChatTemplate => Some("give --raw: this model has no chat template"),
+            #[cfg(feature = "cuda")]
+            GenerateError::Gpu(crate::gpu::GpuError::Sampling { .. }) => Some(
+                "the GPU decoder is greedy only: drop the sampling options or run with --device cpu",
+            ),
+            #[cfg(feature = "cuda")]
+            GenerateError::Gpu(_) => Some(
+                "`tether doctor` shows the CUDA driver and devices found; --device cpu runs this model on the CPU",
+            ),
             _ => None,
         }
     }
 }
 
-/// The CPU is this family's only device in this build.
-fn check_device(options: &RunOptions) -> Result<()> {
-    match options.device.as_str() {
-        "auto" | "cpu" => Ok(()),
-        d => bail!(
-            "--device {d}: the llm family runs on the CPU in this build (give --device cpu or auto)"
+/// The device of `--device`: `None` for the CPU (`auto`, `cpu`), `Some(ordinal)` for
+/// `cuda` / `cuda:N` (builds with the `cuda` feature; greedy decoding on the GPU).
+fn check_device(options: &RunOptions) -> Result<Option<usize>> {
+    let d = options.device.as_str();
+    let ordinal = match d {
+        "auto" | "cpu" => return Ok(None),
+        "cuda" => Some(0),
+        _ => d
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse::<usize>().ok()),
+    };
+    match ordinal {
+        Some(n) if cfg!(feature = "cuda") => Ok(Some(n)),
+        Some(_) => bail!(
+            "--device {d}: this build of the llm family has no CUDA support (build with the `cuda` feature, or give --device cpu)"
         ),
+        None => bail!("--device {d}: the llm family runs on auto, cpu, cuda or cuda:N"),
     }
 }
 
@@ -820,6 +871,111 @@ impl Runner for LlmRunner {
 }
 
 impl LlmRunner {
+    /// The GPU decoder's benchmark: for each prompt length `n`, a prompt of `n`
+    /// pseudo-random ids (`ppN`: prefill, one graph replay per token, up to the first token
+    /// in hand = time to first token), then `n_gen` decode steps after it (`tgG@N`: decode
+    /// at positions N ..), each timed from launch to the 4-byte token read-back.
+    #[cfg(feature = "cuda")]
+    fn gpu_bench(
+        &mut self,
+        options: &ThroughputOptions,
+        stop: &AtomicBool,
+    ) -> Result<ThroughputReport> {
+        use std::sync::atomic::Ordering;
+        let n_prompt = self
+            .n_prompt
+            .clone()
+            .unwrap_or_else(|| DEFAULT_N_PROMPT.to_vec());
+        let n_gen = self.n_gen.unwrap_or(DEFAULT_N_GEN);
+        let repetitions = options.repetitions.max(1);
+        let d = self
+            .generator
+            .gpu_mut()
+            .expect("gpu_bench runs with a GPU decoder");
+        let mut tests = Vec::new();
+        let mut latencies = Vec::new();
+        let stats = |runs: &[f64]| {
+            let mean = runs.iter().sum::<f64>() / runs.len() as f64;
+            let var = if runs.len() > 1 {
+                runs.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (runs.len() - 1) as f64
+            } else {
+                0.0
+            };
+            (mean, var.sqrt())
+        };
+        for &n in &n_prompt {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            // One warm-up run, then the timed ones.
+            d.time_decode(n, n_gen.min(8), 0)?;
+            let (mut pp, mut tg, mut ttft, mut inter) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for r in 0..repetitions {
+                let (prefill_ms, steps) = d.time_decode(n, n_gen, 1 + r as u64)?;
+                pp.push(n as f64 / (prefill_ms / 1e3));
+                ttft.push(prefill_ms);
+                if !steps.is_empty() {
+                    tg.push(steps.len() as f64 / (steps.iter().sum::<f64>() / 1e3));
+                }
+                inter.extend(steps);
+            }
+            let (m, sd) = stats(&pp);
+            tests.push(ThroughputTest {
+                name: format!("pp{n}"),
+                per_run: n as u64,
+                unit: "tokens",
+                runs: pp,
+                mean: m,
+                stddev: sd,
+            });
+            if !tg.is_empty() {
+                let (m, sd) = stats(&tg);
+                tests.push(ThroughputTest {
+                    name: format!("tg{n_gen}@{n}"),
+                    per_run: n_gen as u64,
+                    unit: "tokens",
+                    runs: tg,
+                    mean: m,
+                    stddev: sd,
+                });
+                latencies.push(latency_summary(
+                    &format!("inter-token @{n}"),
+                    &Latency::of(&inter),
+                ));
+            }
+            latencies.push(latency_summary(
+                &format!("time to first token (pp{n})"),
+                &Latency::of(&ttft),
+            ));
+        }
+        let mem = d.memory();
+        Ok(ThroughputReport {
+            tests,
+            latencies_ms: latencies,
+            notes: vec![
+                (
+                    "method".into(),
+                    format!(
+                        "pseudo-random token ids; ppN: prompt of N ids, prefill = one decode-graph replay per prompt token (no bucketed prefill graphs yet) up to the first token on the host (= time to first token); tgG@N: G decode steps after it, each one graph launch + a 4-byte read-back; 1 warm-up and {repetitions} timed runs"
+                    ),
+                ),
+                ("device".into(), d.device_name().to_string()),
+                ("kernels".into(), d.kernel_image().to_string()),
+                ("launches per step".into(), d.launches().to_string()),
+                ("load check".into(), d.check_summary().to_string()),
+                (
+                    "device memory".into(),
+                    format!(
+                        "weights {} B, KV cache {} B, activations {} B, logits {} B",
+                        mem.weights, mem.cache, mem.activations, mem.logits
+                    ),
+                ),
+                ("context".into(), d.context().to_string()),
+            ],
+        })
+    }
+
     /// llama-bench's tests, one at a time so that Ctrl-C ends the benchmark between them.
     fn bench(
         &mut self,
@@ -832,6 +988,10 @@ impl LlmRunner {
                 "--prompt and --chat-file are options of `tether run`: the benchmark's tokens are pseudo-random ids (llama-bench's method)".into(),
             )
             .into());
+        }
+        #[cfg(feature = "cuda")]
+        if self.generator.gpu().is_some() {
+            return self.gpu_bench(options, stop);
         }
         let n_prompt = self
             .n_prompt

@@ -253,6 +253,10 @@ pub enum GenerateError {
         /// The model's training context.
         max: usize,
     },
+    /// The GPU decoder refused the model or the request, or the device failed.
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
     /// The thread pool could not start.
     #[error("starting {threads} forward-pass threads: {source}")]
     Threads {
@@ -285,6 +289,9 @@ pub struct Generator {
     config: LlmConfig,
     defaults: GenerationDefaults,
     cancel: Arc<AtomicBool>,
+    /// The GPU decoder, when [`Generator::use_gpu`] attached one: requests then run on it.
+    #[cfg(feature = "cuda")]
+    gpu: Option<Box<crate::gpu::GpuDecoder>>,
     /// The memory map / bundle the model's matrices point into. Never mutated or moved out
     /// while `model` lives.
     weights: Box<Weights>,
@@ -414,8 +421,48 @@ impl Generator {
             config,
             defaults: generation,
             cancel: Arc::new(AtomicBool::new(false)),
+            #[cfg(feature = "cuda")]
+            gpu: None,
             weights,
         })
+    }
+
+    /// Moves generation to CUDA device `ordinal`: uploads the weights, places the cache
+    /// (this generator's context) and captures the decode step as one graph, checked against
+    /// an eager run before it is used (see [`crate::gpu`]). Later requests run on the GPU,
+    /// greedy only.
+    ///
+    /// # Errors
+    /// [`GenerateError::Gpu`].
+    #[cfg(feature = "cuda")]
+    pub fn use_gpu(
+        &mut self,
+        ordinal: usize,
+        sync: tether_runtime::cuda::SyncPolicy,
+    ) -> Result<(), GenerateError> {
+        let context = self.state.cache().shape().context;
+        let d = crate::gpu::GpuDecoder::new(
+            &self.model,
+            crate::gpu::GpuOptions {
+                ordinal,
+                context,
+                sync,
+            },
+        )?;
+        self.gpu = Some(Box::new(d));
+        Ok(())
+    }
+
+    /// The GPU decoder, when one is attached.
+    #[cfg(feature = "cuda")]
+    pub fn gpu(&self) -> Option<&crate::gpu::GpuDecoder> {
+        self.gpu.as_deref()
+    }
+
+    /// The GPU decoder, mutable (benchmarks).
+    #[cfg(feature = "cuda")]
+    pub fn gpu_mut(&mut self) -> Option<&mut crate::gpu::GpuDecoder> {
+        self.gpu.as_deref_mut()
     }
 
     /// The hyper-parameters.
@@ -502,6 +549,10 @@ impl Generator {
         params: &GenerateParams,
     ) -> Result<Generation<'_>, GenerateError> {
         params.sampler.validate()?;
+        #[cfg(feature = "cuda")]
+        if self.gpu.is_some() {
+            crate::gpu::check_sampling(&params.sampler)?;
+        }
         let prompt_tokens = self.tokenize(prompt)?;
         if prompt_tokens.is_empty() {
             return Err(GenerateError::EmptyPrompt);
@@ -543,6 +594,8 @@ impl Generator {
             sampler: &mut self.sampler,
             decoder,
             cancel: &self.cancel,
+            #[cfg(feature = "cuda")]
+            gpu: self.gpu.as_deref_mut(),
             params: params.clone(),
             eog,
             held: String::with_capacity(piece_cap),
@@ -590,6 +643,8 @@ pub struct Generation<'g> {
     sampler: &'g mut Sampler,
     decoder: StreamDecoder<'g>,
     cancel: &'g AtomicBool,
+    #[cfg(feature = "cuda")]
+    gpu: Option<&'g mut crate::gpu::GpuDecoder>,
     params: GenerateParams,
     eog: Vec<u32>,
     /// Text not yet emitted because it may begin a stop string.
@@ -634,7 +689,33 @@ impl Generation<'_> {
                 text: &self.out,
             }));
         }
-        if self.finished.tokens.is_empty() && self.pending.is_none() {
+        // On the GPU the decode step chooses the token (greedy) on the device.
+        #[allow(unused_mut)]
+        let mut chosen: Option<u32> = None;
+        #[allow(unused_mut)]
+        let mut gpu_full = false;
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = self.gpu.as_deref_mut() {
+            if self.finished.tokens.is_empty() && self.pending.is_none() {
+                let t0 = Instant::now();
+                chosen = Some(gpu.prefill(&self.finished.prompt_tokens)?);
+                self.finished.timings.prompt_tokens = self.finished.prompt_tokens.len();
+                self.finished.timings.prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
+            } else if self.pending.is_some() {
+                if gpu.position() >= gpu.context() {
+                    gpu_full = true;
+                } else {
+                    self.pending = None;
+                    chosen = Some(gpu.step()?);
+                }
+            }
+        }
+        if gpu_full {
+            return Ok(self.end(FinishReason::Length));
+        }
+        if chosen.is_some() {
+            // The GPU ran the step.
+        } else if self.finished.tokens.is_empty() && self.pending.is_none() {
             let t0 = Instant::now();
             let prompt = std::mem::take(&mut self.finished.prompt_tokens);
             let r = self.model.forward(self.state, &prompt, LogitsFor::Last);
@@ -652,9 +733,12 @@ impl Generation<'_> {
             return Ok(self.end(FinishReason::Cancelled));
         }
         let step = self.finished.tokens.len() as u64;
-        let token = self
-            .sampler
-            .sample(self.state.logits_mut(), &self.params.sampler, step);
+        let token = match chosen {
+            Some(t) => t,
+            None => self
+                .sampler
+                .sample(self.state.logits_mut(), &self.params.sampler, step),
+        };
         self.sampler.accept(token);
         self.finished.tokens.push(token);
         let now = Instant::now();

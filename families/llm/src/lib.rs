@@ -21,6 +21,8 @@
 //!   `recipe` (feature `build`): checkpoint -> bundle.
 //! - [`error`]: the front end's errors ([`LlmError`]).
 //! - [`selftest`]: the bundle's self-test (llama.cpp's greedy tokens for a short chat).
+//! - [`gpu`]: the forward pass lowered to CUDA kernels, the decode step one CUDA graph
+//!   captured at load (feature `cuda` for the device part; issue 26).
 //! - `cli` (feature `cli`): the family as the `tether` CLI sees it.
 #![warn(missing_docs)]
 
@@ -35,6 +37,7 @@ pub mod error;
 pub mod forward;
 pub mod generate;
 pub mod gguf;
+pub mod gpu;
 pub mod kernels;
 pub mod quant;
 #[cfg(feature = "build")]

@@ -155,7 +155,16 @@ pub fn run(generator: &mut Generator, test: &SelfTest) -> Result<Report, Generat
         Prompt::Tokens(prompt),
         &GenerateParams::greedy(expected.len()),
     )?;
-    Ok(compare(test, &done.tokens, expected))
+    #[allow(unused_mut)]
+    let mut report = compare(test, &done.tokens, expected);
+    #[cfg(feature = "cuda")]
+    if let Some(d) = generator.gpu() {
+        report.summary = report.summary.replace(
+            ", CPU)",
+            &format!(", GPU {}: one CUDA graph per token)", d.device_name()),
+        );
+    }
+    Ok(report)
 }
 
 /// The report of generated ids `got` against `expected`: passed when equal.

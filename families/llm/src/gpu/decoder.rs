@@ -1,0 +1,859 @@
+//! The GPU decoder: weights uploaded once, buffers placed once, the decode step captured as
+//! one CUDA graph at load and checked against an eager run (see the [module docs](super)).
+
+use std::time::Instant;
+
+use tether_runtime::cuda::{
+    ArenaPlan, Context, CudaError, DeviceArena, DevicePtr, DriverError, Function, Graph,
+    KernelModule, PinnedBuffer, RegionId, Stream, SyncPolicy,
+};
+
+use super::kernels::{
+    self, ArgmaxParams, AttnCombineParams, AttnParams, DecodeState, EmbedParams, HeadNormParams,
+    MatVecParams, PrepParams, ProjParams, RopeParams,
+};
+use super::lower::{LowerError, MemoryPlan, Step, lower};
+use crate::cache::ContextFull;
+use crate::forward::{Buf, MatId, Model, VecId};
+use crate::quant::TensorType;
+use crate::sample::SamplerParams;
+
+/// Options of [`GpuDecoder::new`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// CUDA device ordinal.
+    pub ordinal: usize,
+    /// KV cache positions (at most the model's training context; the caller checks).
+    pub context: usize,
+    /// How the host waits for each token.
+    pub sync: SyncPolicy,
+}
+
+/// Errors of the GPU decoder.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// The CUDA layer (driver missing, no device, out of memory, capture failure, ...).
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    /// A program the kernels cannot express.
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    /// A weight type the kernels do not read.
+    #[error(
+        "matrix {id} is {ty:?}: the GPU kernels read F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K"
+    )]
+    MatrixType {
+        /// Matrix index of the program.
+        id: u32,
+        /// Its type.
+        ty: TensorType,
+    },
+    /// A head dimension beyond the attention kernel's registers.
+    #[error("head_dim {0}: the GPU attention kernel handles at most 256")]
+    HeadDim(usize),
+    /// The replayed graph did not reproduce the eager run (never handed out).
+    #[error("decode graph replay differs from the eager run: {0}")]
+    ReplayMismatch(String),
+    /// The load-time check step produced non-finite logits (a buffer read before written).
+    #[error(
+        "the load-time check step left {count} non-finite logits of {n_vocab} (first at {first})"
+    )]
+    NonFinite {
+        /// Non-finite values.
+        count: usize,
+        /// Vocabulary.
+        n_vocab: usize,
+        /// First index.
+        first: usize,
+    },
+    /// The request does not fit the cache.
+    #[error(transparent)]
+    ContextFull(#[from] ContextFull),
+    /// A sampling option the GPU decoder does not implement.
+    #[error(
+        "--device cuda samples greedily only: {what} (give --temperature 0 and no repetition penalty, or --device cpu)"
+    )]
+    Sampling {
+        /// The option and its value.
+        what: String,
+    },
+    /// A token id the embedding refused (reported by the device).
+    #[error("token id {token} is beyond the vocabulary of {n_vocab}")]
+    TokenOutOfRange {
+        /// The id.
+        token: u32,
+        /// Vocabulary.
+        n_vocab: usize,
+    },
+}
+
+impl From<DriverError> for GpuError {
+    fn from(e: DriverError) -> Self {
+        GpuError::Cuda(CudaError::Driver(e))
+    }
+}
+
+/// Checks that `params` ask for what the GPU decoder does: greedy, no repetition penalty.
+///
+/// # Errors
+/// [`GpuError::Sampling`] naming the option.
+pub fn check_sampling(params: &SamplerParams) -> Result<(), GpuError> {
+    if params.temperature > 0.0 {
+        return Err(GpuError::Sampling {
+            what: format!("temperature {}", params.temperature),
+        });
+    }
+    if params.repeat_penalty != 1.0 && params.repeat_last_n != 0 {
+        return Err(GpuError::Sampling {
+            what: format!("repeat penalty {}", params.repeat_penalty),
+        });
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Params {
+    Embed(EmbedParams),
+    Prep(PrepParams),
+    MatVec(MatVecParams),
+    HeadNorm(HeadNormParams),
+    Rope(RopeParams),
+    Attention(AttnParams),
+    AttnCombine(AttnCombineParams),
+    Argmax(ArgmaxParams),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Launch {
+    f: Function,
+    grid: (u32, u32),
+    block: u32,
+    params: Params,
+}
+
+impl Launch {
+    fn enqueue(&self, s: &Stream) -> Result<(), DriverError> {
+        let (g, b) = ((self.grid.0, self.grid.1, 1), (self.block, 1, 1));
+        // SAFETY: each params struct mirrors its kernel's (kernels.rs, size-checked), and
+        // every address inside points into the decoder's arenas, which live as long as the
+        // graph and the launch list.
+        unsafe {
+            match &self.params {
+                Params::Embed(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::Prep(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::MatVec(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::HeadNorm(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::Rope(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::Attention(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::AttnCombine(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::Argmax(p) => s.launch_params(self.f, g, b, 0, p),
+            }
+        }
+    }
+}
+
+/// A model's decode step on one GPU (see the [module docs](super)).
+pub struct GpuDecoder {
+    // Declared before the arenas and the module it launches from: dropped first.
+    graph: Graph,
+    launches: Vec<Launch>,
+    stream: Stream,
+    work: DeviceArena,
+    _weights: DeviceArena,
+    _module: KernelModule,
+    state: DevicePtr,
+    prompt: DevicePtr,
+    logits: DevicePtr,
+    pinned: PinnedBuffer,
+    pos: usize,
+    context: usize,
+    n_vocab: usize,
+    memory: MemoryPlan,
+    image: String,
+    device: String,
+    check: String,
+    _ctx: Context,
+}
+
+impl std::fmt::Debug for GpuDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuDecoder")
+            .field("device", &self.device)
+            .field("launches", &self.launches.len())
+            .field("graph_nodes", &self.graph.nodes())
+            .field("memory", &self.memory)
+            .finish()
+    }
+}
+
+fn buf_index(b: Buf) -> usize {
+    match b {
+        Buf::Residual => 0,
+        Buf::Normed => 1,
+        Buf::Q => 2,
+        Buf::K => 3,
+        Buf::V => 4,
+        Buf::Attn => 5,
+        Buf::Gate => 6,
+        Buf::Up => 7,
+        Buf::Logits => 8,
+    }
+}
+
+const ALL_BUFS: [Buf; 9] = [
+    Buf::Residual,
+    Buf::Normed,
+    Buf::Q,
+    Buf::K,
+    Buf::V,
+    Buf::Attn,
+    Buf::Gate,
+    Buf::Up,
+    Buf::Logits,
+];
+
+fn i32_of(v: usize) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+impl GpuDecoder {
+    /// Uploads `model`'s weights to device `options.ordinal`, places the cache (f16,
+    /// `options.context` positions), the activations and the request state, lowers the
+    /// program, runs the step eagerly on poisoned buffers, captures it as one graph and
+    /// checks that replaying the graph reproduces the eager run bit for bit.
+    ///
+    /// # Errors
+    /// [`GpuError`]: CUDA (no driver or device, out of memory, capture), lowering, weight
+    /// types, [`GpuError::ReplayMismatch`] / [`GpuError::NonFinite`] from the load check.
+    pub fn new(model: &Model<'_>, options: GpuOptions) -> Result<GpuDecoder, GpuError> {
+        let hp = model.hparams();
+        if hp.head_dim > 256 {
+            return Err(GpuError::HeadDim(hp.head_dim));
+        }
+        let steps = lower(model.program(), &|id| model.matrix(id).ty)?;
+        let ctx = Context::new(options.ordinal, options.sync)?;
+        let stream = Stream::new(&ctx, options.sync)?;
+        let module = KernelModule::load(&ctx, kernels::module_source())?;
+        let func = |n: &str| module.function(n);
+        let f_comb = func("attention_combine")?;
+        let (f_embed, f_prep, f_mv, f_hn, f_rope, f_attn, f_argmax) = (
+            func("embed")?,
+            func("prep")?,
+            func("matvec")?,
+            func("head_norm")?,
+            func("rope")?,
+            func("attention")?,
+            func("argmax_advance")?,
+        );
+
+        // Weights: every matrix and vector the steps name, once.
+        let mut wplan = ArenaPlan::new();
+        let mut mats: Vec<(MatId, RegionId)> = Vec::new();
+        let mut vecs: Vec<(VecId, RegionId)> = Vec::new();
+        let mut add_mat = |id: MatId, plan: &mut ArenaPlan| -> Result<(), GpuError> {
+            if mats.iter().any(|(m, _)| *m == id) {
+                return Ok(());
+            }
+            let m = model.matrix(id);
+            if !crate::forward::MATRIX_TYPES.contains(&m.ty) {
+                return Err(GpuError::MatrixType { id: id.0, ty: m.ty });
+            }
+            let r = plan.add(format!("mat{}", id.0), m.data.len())?;
+            mats.push((id, r));
+            Ok(())
+        };
+        let mut add_vec = |id: VecId, plan: &mut ArenaPlan| -> Result<(), GpuError> {
+            if !vecs.iter().any(|(v, _)| *v == id) {
+                let r = plan.add(format!("vec{}", id.0), model.vector(id).len() * 4)?;
+                vecs.push((id, r));
+            }
+            Ok(())
+        };
+        for s in &steps {
+            match *s {
+                Step::Embed { table } => add_mat(table, &mut wplan)?,
+                Step::Prep { norm: Some(w), .. } => add_vec(w, &mut wplan)?,
+                Step::MatVec { projs, .. } => {
+                    for p in projs.iter().flatten() {
+                        add_mat(p.weight, &mut wplan)?;
+                        if let Some(b) = p.bias {
+                            add_vec(b, &mut wplan)?;
+                        }
+                    }
+                }
+                Step::HeadNorm { weight, .. } => add_vec(weight, &mut wplan)?,
+                _ => {}
+            }
+        }
+        let freq_r = wplan.add("rope_inv_freq", hp.rope_inv_freq.len() * 4)?;
+        let weight_bytes = wplan.total_bytes();
+        let weights = DeviceArena::new(&ctx, wplan)?;
+        for (id, r) in &mats {
+            let m = model.matrix(*id);
+            // SAFETY: the region holds exactly m.data.len() bytes; the source outlives the
+            // copy (synchronised below).
+            unsafe { stream.memcpy_htod(weights.ptr(*r), m.data.as_ptr(), m.data.len()) }?;
+        }
+        for (id, r) in &vecs {
+            let v = model.vector(*id);
+            // SAFETY: as above.
+            unsafe { stream.memcpy_htod(weights.ptr(*r), v.as_ptr() as *const u8, v.len() * 4) }?;
+        }
+        // SAFETY: as above.
+        unsafe {
+            stream.memcpy_htod(
+                weights.ptr(freq_r),
+                hp.rope_inv_freq.as_ptr() as *const u8,
+                hp.rope_inv_freq.len() * 4,
+            )
+        }?;
+        stream.synchronize()?;
+        let mat_ptr = |id: MatId| {
+            let r = mats.iter().find(|(m, _)| *m == id).expect("uploaded").1;
+            weights.ptr(r)
+        };
+        let vec_ptr = |id: VecId| {
+            let r = vecs.iter().find(|(v, _)| *v == id).expect("uploaded").1;
+            weights.ptr(r)
+        };
+
+        // Work memory: activations, 8-bit blocks, prompt, state, cache.
+        let memory = MemoryPlan::new(
+            hp,
+            options.context,
+            weight_bytes,
+            kernels::ATTN_SPLITS as usize,
+        );
+        let mut plan = ArenaPlan::new();
+        let mut buf_r = Vec::new();
+        for b in ALL_BUFS {
+            buf_r.push(plan.add(format!("{b:?}"), hp.width(b) * 4)?);
+        }
+        let widest = hp.n_embd.max(hp.q_dim()).max(hp.n_ff);
+        let q8_r = plan.add("q8", widest.div_ceil(32) * super::lower::BLOCK_Q8_BYTES)?;
+        let q8k_r = plan.add("q8k", widest.div_ceil(256) * super::lower::BLOCK_Q8K_BYTES)?;
+        let prompt_r = plan.add("prompt", options.context * 4)?;
+        let state_r = plan.add("state", super::lower::STATE_BYTES)?;
+        let part_r = plan.add(
+            "attention partials",
+            super::lower::attention_partial_bytes(hp, kernels::ATTN_SPLITS as usize),
+        )?;
+        let layer_cache = options.context * hp.kv_dim() * 2;
+        let mut cache_r = Vec::new();
+        for l in 0..hp.n_layer {
+            cache_r.push((
+                plan.add(format!("k{l}"), layer_cache)?,
+                plan.add(format!("v{l}"), layer_cache)?,
+            ));
+        }
+        let work = DeviceArena::new(&ctx, plan)?;
+        let bp = |b: Buf| work.ptr(buf_r[buf_index(b)]);
+        let (q8, q8k) = (work.ptr(q8_r), work.ptr(q8k_r));
+        let state = work.ptr(state_r);
+        let prompt = work.ptr(prompt_r);
+        let attn_part = work.ptr(part_r);
+
+        // The launch list.
+        let mut launches = Vec::with_capacity(steps.len());
+        for s in &steps {
+            let l = match *s {
+                Step::Embed { table } => {
+                    let m = model.matrix(table);
+                    Launch {
+                        f: f_embed,
+                        grid: (1, 1),
+                        block: 256,
+                        params: Params::Embed(EmbedParams {
+                            table: mat_ptr(table),
+                            prompt,
+                            state,
+                            out: bp(Buf::Residual),
+                            ty: m.ty.ggml_id() as i32,
+                            cols: i32_of(m.cols),
+                            row_bytes: i32_of(m.row_bytes()),
+                            n_vocab: i32_of(m.rows),
+                        }),
+                    }
+                }
+                Step::Prep {
+                    input,
+                    swiglu,
+                    norm,
+                    out,
+                    q8: want8,
+                    q8k: want8k,
+                } => Launch {
+                    f: f_prep,
+                    grid: (1, 1),
+                    block: kernels::PREP_THREADS,
+                    params: Params::Prep(PrepParams {
+                        input: bp(input),
+                        in2: if swiglu { bp(Buf::Up) } else { DevicePtr(0) },
+                        weight: norm.map_or(DevicePtr(0), vec_ptr),
+                        out: bp(out),
+                        q8: if want8 { q8 } else { DevicePtr(0) },
+                        q8k: if want8k { q8k } else { DevicePtr(0) },
+                        n: i32_of(hp.width(input)),
+                        eps: hp.norm_eps,
+                        swiglu: i32::from(swiglu),
+                        pad: 0,
+                    }),
+                },
+                Step::MatVec { input, projs } => {
+                    let mut p = MatVecParams {
+                        x: bp(input),
+                        q8,
+                        q8k,
+                        cols: i32_of(hp.width(input)),
+                        ..MatVecParams::default()
+                    };
+                    let mut total = 0usize;
+                    for (k, pr) in projs.iter().flatten().enumerate() {
+                        let m = model.matrix(pr.weight);
+                        p.p[k] = ProjParams {
+                            w: mat_ptr(pr.weight),
+                            bias: pr.bias.map_or(DevicePtr(0), vec_ptr),
+                            out: bp(pr.out),
+                            ty: m.ty.ggml_id() as i32,
+                            rows: i32_of(m.rows),
+                            row_bytes: i32_of(m.row_bytes()),
+                            accumulate: i32::from(pr.accumulate),
+                        };
+                        p.nproj = k as i32 + 1;
+                        total += m.rows;
+                    }
+                    p.rows_total = i32_of(total);
+                    Launch {
+                        f: f_mv,
+                        grid: (total.div_ceil(kernels::MV_WARPS as usize) as u32, 1),
+                        block: kernels::MV_WARPS * 32,
+                        params: Params::MatVec(p),
+                    }
+                }
+                Step::HeadNorm { buf, heads, weight } => Launch {
+                    f: f_hn,
+                    grid: (heads.div_ceil(4) as u32, 1),
+                    block: 128,
+                    params: Params::HeadNorm(HeadNormParams {
+                        x: bp(buf),
+                        weight: vec_ptr(weight),
+                        heads: i32_of(heads),
+                        head_dim: i32_of(hp.head_dim),
+                        eps: hp.norm_eps,
+                        pad: 0,
+                    }),
+                },
+                Step::Rope { buf, heads, store } => {
+                    let (kc, vc) = match store {
+                        Some(l) => (work.ptr(cache_r[l].0), work.ptr(cache_r[l].1)),
+                        None => (DevicePtr(0), DevicePtr(0)),
+                    };
+                    Launch {
+                        f: f_rope,
+                        grid: ((heads * hp.head_dim / 2).div_ceil(128) as u32, 1),
+                        block: 128,
+                        params: Params::Rope(RopeParams {
+                            x: bp(buf),
+                            inv_freq: weights.ptr(freq_r),
+                            state,
+                            kcache: kc,
+                            vcache: vc,
+                            v: bp(Buf::V),
+                            heads: i32_of(heads),
+                            head_dim: i32_of(hp.head_dim),
+                            kv_dim: i32_of(hp.kv_dim()),
+                            pad: 0,
+                        }),
+                    }
+                }
+                Step::Attention { layer } => {
+                    launches.push(Launch {
+                        f: f_attn,
+                        grid: (hp.n_head as u32, kernels::ATTN_SPLITS),
+                        block: kernels::ATTN_WARPS * 32,
+                        params: Params::Attention(AttnParams {
+                            q: bp(Buf::Q),
+                            kcache: work.ptr(cache_r[layer].0),
+                            vcache: work.ptr(cache_r[layer].1),
+                            part: attn_part,
+                            state,
+                            n_head: i32_of(hp.n_head),
+                            n_kv: i32_of(hp.n_head_kv),
+                            head_dim: i32_of(hp.head_dim),
+                            kv_dim: i32_of(hp.kv_dim()),
+                            scale: 1.0 / (hp.head_dim as f32).sqrt(),
+                            splits: kernels::ATTN_SPLITS as i32,
+                        }),
+                    });
+                    Launch {
+                        f: f_comb,
+                        grid: (hp.n_head as u32, 1),
+                        block: 256,
+                        params: Params::AttnCombine(AttnCombineParams {
+                            part: attn_part,
+                            out: bp(Buf::Attn),
+                            head_dim: i32_of(hp.head_dim),
+                            splits: kernels::ATTN_SPLITS as i32,
+                        }),
+                    }
+                }
+                Step::Argmax => Launch {
+                    f: f_argmax,
+                    grid: (1, 1),
+                    block: 1024,
+                    params: Params::Argmax(ArgmaxParams {
+                        logits: bp(Buf::Logits),
+                        state,
+                        n: i32_of(hp.n_vocab),
+                        pad: 0,
+                    }),
+                },
+            };
+            launches.push(l);
+        }
+        let pinned = PinnedBuffer::new(&ctx, 64, false)?;
+        let logits = bp(Buf::Logits);
+
+        // Eager run on poisoned buffers (also the warm-up), capture, replay on poisoned
+        // buffers, compare.
+        let check_prompt: Vec<u32> = (0..4u32)
+            .map(|i| (i * 7919 + 1) % hp.n_vocab as u32)
+            .collect();
+        let check_steps = check_prompt.len() + 2;
+        let run_check = |graph: Option<&Graph>,
+                         pinned: &mut PinnedBuffer|
+         -> Result<(Vec<f32>, DecodeState), GpuError> {
+            // SAFETY: the whole work arena; NaN bit patterns everywhere.
+            unsafe { stream.memset_u8(work.base(), 0xFF, work.plan().total_bytes()) }?;
+            // SAFETY: prompt region holds context >= 4 ids; source lives until the sync.
+            unsafe {
+                stream.memcpy_htod(
+                    prompt,
+                    check_prompt.as_ptr() as *const u8,
+                    check_prompt.len() * 4,
+                )
+            }?;
+            let st = DecodeState {
+                token: 0,
+                pos: 0,
+                prompt_len: check_prompt.len() as u32,
+                bad_token: 0,
+            };
+            pinned.as_mut_slice()[..16].copy_from_slice(&state_bytes(&st));
+            // SAFETY: 16 pinned bytes into the 16-byte state region.
+            unsafe { stream.memcpy_htod(state, pinned.as_ptr(), 16) }?;
+            for _ in 0..check_steps {
+                match graph {
+                    Some(g) => g.launch(&stream)?,
+                    None => {
+                        for l in &launches {
+                            l.enqueue(&stream)?;
+                        }
+                    }
+                }
+            }
+            let mut out = vec![0f32; hp.n_vocab];
+            // SAFETY: logits region holds n_vocab f32.
+            unsafe { stream.memcpy_dtoh(out.as_mut_ptr() as *mut u8, logits, hp.n_vocab * 4) }?;
+            // SAFETY: 16 bytes of state into the pinned buffer.
+            unsafe { stream.memcpy_dtoh(pinned.as_mut_ptr().wrapping_add(16), state, 16) }?;
+            stream.synchronize()?;
+            let s = &pinned.as_slice()[16..32];
+            let w =
+                |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+            Ok((
+                out,
+                DecodeState {
+                    token: w(0),
+                    pos: w(1),
+                    prompt_len: w(2),
+                    bad_token: w(3),
+                },
+            ))
+        };
+        let mut pinned = pinned;
+        let (eager, eager_state) = run_check(None, &mut pinned)?;
+        let bad: Vec<usize> = (0..eager.len())
+            .filter(|&i| !eager[i].is_finite())
+            .collect();
+        if let Some(&first) = bad.first() {
+            return Err(GpuError::NonFinite {
+                count: bad.len(),
+                n_vocab: hp.n_vocab,
+                first,
+            });
+        }
+        let graph = Graph::capture(&stream, |s| -> Result<(), DriverError> {
+            for l in &launches {
+                l.enqueue(s)?;
+            }
+            Ok(())
+        })?;
+        let (replay, replay_state) = run_check(Some(&graph), &mut pinned)?;
+        if replay_state != eager_state {
+            return Err(GpuError::ReplayMismatch(format!(
+                "state after {check_steps} steps: eager {eager_state:?}, graph {replay_state:?}"
+            )));
+        }
+        if let Some(i) = (0..eager.len()).find(|&i| eager[i].to_bits() != replay[i].to_bits()) {
+            return Err(GpuError::ReplayMismatch(format!(
+                "logit {i}: eager {}, graph {}",
+                eager[i], replay[i]
+            )));
+        }
+        let check = format!(
+            "graph of {} nodes replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
+            graph.nodes(),
+            eager_state.token,
+            eager_state.pos
+        );
+        let device = ctx.properties().name.clone();
+        Ok(GpuDecoder {
+            graph,
+            launches,
+            stream,
+            work,
+            _weights: weights,
+            image: module.image.clone(),
+            _module: module,
+            state,
+            prompt,
+            logits,
+            pinned,
+            pos: 0,
+            context: options.context,
+            n_vocab: hp.n_vocab,
+            memory,
+            device,
+            check,
+            _ctx: ctx,
+        })
+    }
+
+    /// Device memory placed at load.
+    pub fn memory(&self) -> MemoryPlan {
+        self.memory
+    }
+
+    /// The GPU's name.
+    pub fn device_name(&self) -> &str {
+        &self.device
+    }
+
+    /// Which kernel image was loaded.
+    pub fn kernel_image(&self) -> &str {
+        &self.image
+    }
+
+    /// Launches of one step (graph nodes).
+    pub fn launches(&self) -> usize {
+        self.launches.len()
+    }
+
+    /// What the load-time replay check found.
+    pub fn check_summary(&self) -> &str {
+        &self.check
+    }
+
+    /// Positions of the cache.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Positions used by the current request.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Starts a request: copies `prompt` to the device, resets the request state, replays
+    /// the decode graph once per prompt token and returns the first generated (greedy)
+    /// token.
+    ///
+    /// # Errors
+    /// [`GpuError::ContextFull`] when the prompt (plus the token it produces) does not fit;
+    /// [`GpuError::TokenOutOfRange`]; a driver error.
+    pub fn prefill(&mut self, prompt: &[u32]) -> Result<u32, GpuError> {
+        if prompt.is_empty() || prompt.len() > self.context {
+            return Err(ContextFull {
+                needed: prompt.len().max(1),
+                context: self.context,
+                used: 0,
+            }
+            .into());
+        }
+        if let Some(&t) = prompt.iter().find(|&&t| t as usize >= self.n_vocab) {
+            return Err(GpuError::TokenOutOfRange {
+                token: t,
+                n_vocab: self.n_vocab,
+            });
+        }
+        self.prefill_state(prompt)?;
+        for _ in 0..prompt.len() {
+            self.graph.launch(&self.stream)?;
+        }
+        self.pos = prompt.len();
+        self.read_token()
+    }
+
+    /// One decode step: the token chosen last is processed at the next position and the
+    /// next greedy token returned. The graph launch and a 4-byte read; no allocation.
+    ///
+    /// # Errors
+    /// [`GpuError::ContextFull`] when the cache is full; a driver error.
+    pub fn step(&mut self) -> Result<u32, GpuError> {
+        if self.pos >= self.context {
+            return Err(ContextFull {
+                needed: self.pos + 1,
+                context: self.context,
+                used: self.pos,
+            }
+            .into());
+        }
+        self.graph.launch(&self.stream)?;
+        self.pos += 1;
+        self.read_token()
+    }
+
+    fn read_token(&mut self) -> Result<u32, GpuError> {
+        // SAFETY: 4 bytes of the state (the token) into the pinned buffer, read after the
+        // synchronisation.
+        unsafe {
+            self.stream
+                .memcpy_dtoh(self.pinned.as_mut_ptr().wrapping_add(32), self.state, 4)
+        }?;
+        self.stream.synchronize()?;
+        let s = &self.pinned.as_slice()[32..36];
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+
+    /// The logits of the last step (`n_vocab` f32), for tests and teacher forcing.
+    ///
+    /// # Errors
+    /// A driver error.
+    pub fn logits(&self, out: &mut [f32]) -> Result<(), GpuError> {
+        let n = out.len().min(self.n_vocab);
+        // SAFETY: n <= n_vocab f32 of the logits region into `out`, synchronised below.
+        unsafe {
+            self.stream
+                .memcpy_dtoh(out.as_mut_ptr() as *mut u8, self.logits, n * 4)
+        }?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Teacher forcing: runs `tokens` (from position 0) one step at a time and copies each
+    /// step's logits into `out` (`tokens.len() * n_vocab` f32, row per token).
+    ///
+    /// # Errors
+    /// As [`prefill`](Self::prefill); `out` shorter than the rows.
+    pub fn teacher_forced(&mut self, tokens: &[u32], out: &mut [f32]) -> Result<(), GpuError> {
+        let n = self.n_vocab;
+        if out.len() < tokens.len() * n {
+            return Err(GpuError::Cuda(CudaError::Invalid(format!(
+                "teacher forcing {} tokens needs {} logits, the buffer holds {}",
+                tokens.len(),
+                tokens.len() * n,
+                out.len()
+            ))));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= n) {
+            return Err(GpuError::TokenOutOfRange {
+                token: t,
+                n_vocab: n,
+            });
+        }
+        // The prompt is the whole sequence: each replay embeds prompt[pos].
+        self.prefill_state(tokens)?;
+        for (t, row) in out.chunks_exact_mut(n).take(tokens.len()).enumerate() {
+            self.graph.launch(&self.stream)?;
+            // SAFETY: n f32 of the logits region into this row, synchronised below.
+            unsafe {
+                self.stream
+                    .memcpy_dtoh(row.as_mut_ptr() as *mut u8, self.logits, n * 4)
+            }?;
+            self.pos = t + 1;
+        }
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    fn prefill_state(&mut self, prompt: &[u32]) -> Result<(), GpuError> {
+        if prompt.len() > self.context {
+            return Err(ContextFull {
+                needed: prompt.len(),
+                context: self.context,
+                used: 0,
+            }
+            .into());
+        }
+        // SAFETY: the prompt region holds `context` ids; the caller synchronises before the
+        // source goes away.
+        unsafe {
+            self.stream
+                .memcpy_htod(self.prompt, prompt.as_ptr() as *const u8, prompt.len() * 4)
+        }?;
+        let st = DecodeState {
+            token: 0,
+            pos: 0,
+            prompt_len: prompt.len() as u32,
+            bad_token: 0,
+        };
+        self.pinned.as_mut_slice()[..16].copy_from_slice(&state_bytes(&st));
+        // SAFETY: 16 pinned bytes into the state region.
+        unsafe {
+            self.stream
+                .memcpy_htod(self.state, self.pinned.as_ptr(), 16)
+        }?;
+        self.pos = 0;
+        Ok(())
+    }
+
+    /// Times decoding: a prompt of `at` pseudo-random ids, then `tokens` steps, each timed
+    /// on the host (launch to token in hand). Returns (prefill ms, per-step ms).
+    ///
+    /// # Errors
+    /// As [`prefill`](Self::prefill) and [`step`](Self::step).
+    pub fn time_decode(
+        &mut self,
+        at: usize,
+        tokens: usize,
+        seed: u64,
+    ) -> Result<(f64, Vec<f64>), GpuError> {
+        let prompt: Vec<u32> = (0..at as u64)
+            .map(|i| {
+                (crate::sample::philox4x32_10(
+                    [i as u32, 0, 0, 0],
+                    [seed as u32, (seed >> 32) as u32],
+                )[0] as usize
+                    % self.n_vocab) as u32
+            })
+            .collect();
+        let t0 = Instant::now();
+        self.prefill(&prompt)?;
+        let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let mut steps = Vec::with_capacity(tokens);
+        for _ in 0..tokens {
+            let t = Instant::now();
+            self.step()?;
+            steps.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok((prefill_ms, steps))
+    }
+
+    /// The work arena's base (tests poison it).
+    #[doc(hidden)]
+    pub fn work_base(&self) -> DevicePtr {
+        self.work.base()
+    }
+}
+
+fn state_bytes(s: &DecodeState) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    for (i, v) in [s.token, s.pos, s.prompt_len, s.bad_token]
+        .iter()
+        .enumerate()
+    {
+        b[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    b
+}

@@ -1,0 +1,271 @@
+//! The decode kernels (`kernels/llm.cu`): embedded images and one `#[repr(C)]` parameter
+//! struct per kernel, mirrored field for field from the CUDA source.
+
+use tether_runtime::cuda::{DevicePtr, KernelImage, ModuleSource};
+
+/// The embedded kernel images (rebuilt by `runtime/kernels/build-kernels.sh
+/// families/llm/kernels/llm.cu`, digests in `kernels/bin/SHA256SUMS`, architectures checked
+/// by `runtime/kernels/list-archs.sh families/llm/kernels/bin` in `tests/run`).
+pub static KERNEL_IMAGES: &[KernelImage] = &[
+    KernelImage {
+        name: "llm.cu13.fatbin",
+        cuda_major: 13,
+        sm: None,
+        bytes: include_bytes!("../../kernels/bin/llm.cu13.fatbin"),
+    },
+    KernelImage {
+        name: "llm.cu12.sm_87.cubin",
+        cuda_major: 12,
+        sm: Some(87),
+        bytes: include_bytes!("../../kernels/bin/llm.cu12.sm_87.cubin"),
+    },
+    KernelImage {
+        name: "llm.cu12.sm_90.cubin",
+        cuda_major: 12,
+        sm: Some(90),
+        bytes: include_bytes!("../../kernels/bin/llm.cu12.sm_90.cubin"),
+    },
+    KernelImage {
+        name: "llm.cu12.sm_100.cubin",
+        cuda_major: 12,
+        sm: Some(100),
+        bytes: include_bytes!("../../kernels/bin/llm.cu12.sm_100.cubin"),
+    },
+];
+
+/// The kernels' CUDA C source (for the opt-in NVRTC fallback).
+pub const KERNEL_SOURCE: &str = include_str!("../../kernels/llm.cu");
+
+/// Where the decode kernels come from.
+pub fn module_source() -> ModuleSource {
+    ModuleSource {
+        images: KERNEL_IMAGES,
+        source: Some(KERNEL_SOURCE),
+        allow_nvrtc: false,
+    }
+}
+
+/// Threads of `prep` (`PREP_THREADS`).
+pub const PREP_THREADS: u32 = 1024;
+/// Warps (rows) per block of `matvec` (`MV_WARPS`).
+pub const MV_WARPS: u32 = 4;
+/// Warps per block of `attention` (`ATTN_WARPS`).
+pub const ATTN_WARPS: u32 = 8;
+/// Blocks per head of `attention` (`ATTN_SPLITS`): the positions are split over
+/// `ATTN_WARPS * ATTN_SPLITS` warps.
+pub const ATTN_SPLITS: u32 = 16;
+
+/// `struct DecodeState`: the request state in device memory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecodeState {
+    /// The last chosen token, input of the next step.
+    pub token: u32,
+    /// Position of the token the next step processes.
+    pub pos: u32,
+    /// While `pos < prompt_len` the step reads `prompt[pos]`.
+    pub prompt_len: u32,
+    /// 1 + the first out-of-vocabulary id the embedding saw (0: none).
+    pub bad_token: u32,
+}
+
+/// `struct EmbedParams` of `embed`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EmbedParams {
+    /// Table rows (ggml blocks).
+    pub table: DevicePtr,
+    /// u32 `[context]` prompt ids.
+    pub prompt: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// f32 `[cols]`.
+    pub out: DevicePtr,
+    /// ggml type id.
+    pub ty: i32,
+    /// Columns (`n_embd`).
+    pub cols: i32,
+    /// Bytes per row.
+    pub row_bytes: i32,
+    /// Rows.
+    pub n_vocab: i32,
+}
+
+/// `struct PrepParams` of `prep`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrepParams {
+    /// f32 input.
+    pub input: DevicePtr,
+    /// f32 `Up` (SwiGLU) or null.
+    pub in2: DevicePtr,
+    /// RMSNorm weight or null.
+    pub weight: DevicePtr,
+    /// f32 output.
+    pub out: DevicePtr,
+    /// Q8 blocks or null.
+    pub q8: DevicePtr,
+    /// Q8_K blocks or null.
+    pub q8k: DevicePtr,
+    /// Values.
+    pub n: i32,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// 1: `silu(input) * in2`.
+    pub swiglu: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// `struct Proj` of `matvec`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProjParams {
+    /// Weight rows.
+    pub w: DevicePtr,
+    /// f32 bias or null.
+    pub bias: DevicePtr,
+    /// f32 output.
+    pub out: DevicePtr,
+    /// ggml type id.
+    pub ty: i32,
+    /// Rows.
+    pub rows: i32,
+    /// Bytes per row.
+    pub row_bytes: i32,
+    /// 1: add into `out`.
+    pub accumulate: i32,
+}
+
+/// `struct MatVecParams` of `matvec`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MatVecParams {
+    /// f32 input.
+    pub x: DevicePtr,
+    /// Q8 blocks of the input.
+    pub q8: DevicePtr,
+    /// Q8_K blocks of the input.
+    pub q8k: DevicePtr,
+    /// The projections.
+    pub p: [ProjParams; 3],
+    /// Projections used.
+    pub nproj: i32,
+    /// Columns (input width).
+    pub cols: i32,
+    /// Rows of all projections.
+    pub rows_total: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// `struct HeadNormParams` of `head_norm`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeadNormParams {
+    /// f32 `[heads, head_dim]`, in place.
+    pub x: DevicePtr,
+    /// f32 `[head_dim]`.
+    pub weight: DevicePtr,
+    /// Heads.
+    pub heads: i32,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// Epsilon.
+    pub eps: f32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// `struct RopeParams` of `rope`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RopeParams {
+    /// f32 `[heads, head_dim]`, in place.
+    pub x: DevicePtr,
+    /// f32 `[head_dim / 2]`.
+    pub inv_freq: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// f16 `[context, kv_dim]` keys of the layer, or null.
+    pub kcache: DevicePtr,
+    /// f16 values of the layer.
+    pub vcache: DevicePtr,
+    /// f32 `V` of the step.
+    pub v: DevicePtr,
+    /// Heads.
+    pub heads: i32,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// `n_head_kv * head_dim`.
+    pub kv_dim: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// `struct AttnParams` of `attention`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnParams {
+    /// f32 queries.
+    pub q: DevicePtr,
+    /// f16 keys of the layer.
+    pub kcache: DevicePtr,
+    /// f16 values of the layer.
+    pub vcache: DevicePtr,
+    /// f32 `[n_head, splits, 2 + head_dim]` partials (max, sum, unnormalised output).
+    pub part: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// Query heads.
+    pub n_head: i32,
+    /// Key/value heads.
+    pub n_kv: i32,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// `n_kv * head_dim`.
+    pub kv_dim: i32,
+    /// `1 / sqrt(head_dim)`.
+    pub scale: f32,
+    /// Position splits (the grid's y).
+    pub splits: i32,
+}
+
+/// `struct AttnCombineParams` of `attention_combine`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnCombineParams {
+    /// The partials of `attention`.
+    pub part: DevicePtr,
+    /// f32 `[n_head * head_dim]` output.
+    pub out: DevicePtr,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// Position splits.
+    pub splits: i32,
+}
+
+/// `struct ArgmaxParams` of `argmax_advance`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ArgmaxParams {
+    /// f32 logits.
+    pub logits: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// Vocabulary.
+    pub n: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+const _: () = assert!(std::mem::size_of::<DecodeState>() == super::lower::STATE_BYTES);
+const _: () = assert!(std::mem::size_of::<EmbedParams>() == 32 + 16);
+const _: () = assert!(std::mem::size_of::<PrepParams>() == 48 + 16);
+const _: () = assert!(std::mem::size_of::<ProjParams>() == 40);
+const _: () = assert!(std::mem::size_of::<MatVecParams>() == 24 + 120 + 16);
+const _: () = assert!(std::mem::size_of::<HeadNormParams>() == 32);
+const _: () = assert!(std::mem::size_of::<RopeParams>() == 48 + 16);
+const _: () = assert!(std::mem::size_of::<AttnParams>() == 40 + 24);
+const _: () = assert!(std::mem::size_of::<ArgmaxParams>() == 24);
+const _: () = assert!(std::mem::size_of::<AttnCombineParams>() == 24);
