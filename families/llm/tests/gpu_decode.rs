@@ -107,9 +107,10 @@ fn greedy_tokens_equal_llama_cpp_and_the_cpu_engine() {
 /// other way, so they disagree where the model is near a tie. Measured on the H200
 /// (docs/evidence/llm-gpu.md): GPU vs llama.cpp top-1 286/296 (96.6 %), mean |diff| 0.174;
 /// GPU vs CPU engine 244/249 (98.0 %), mean 0.220; the CPU engine itself is at 291/296,
-/// mean 0.16 against llama.cpp (known gap of issue 25). Held here: top-1 >= 95 %, mean < 0.3.
-/// The issue's 99 % is a known gap.
-const MIN_TOP1_PERCENT: usize = 95;
+/// mean 0.16 against llama.cpp (known gap of issue 25). Held here: the issue's bar, top-1
+/// >= 99 %, and mean < 0.3; both tests are known gaps (ignored unless asked for) until the
+/// GPU meets it. The bar is not lowered to what was measured.
+const MIN_TOP1_PERCENT: usize = 99;
 const MAX_MEAN_DIFF: f64 = 0.3;
 
 /// Teacher-forced logits of the GPU against the CPU engine's over each golden chat (prompt
@@ -328,12 +329,14 @@ fn main() {
             "issue 26: GPU greedy tokens leave llama.cpp's at tokens 20, 2, 11, 15 of the four chats (H200, docs/evidence/llm-gpu.md)",
             greedy_tokens_equal_llama_cpp_and_the_cpu_engine,
         )
-        .test(
+        .known_gap(
             "teacher_forced_logits_agree_with_llama_cpp",
+            "issue 26: GPU top-1 286/296 (96.6 %) against llama.cpp on the H200, under the 99 % bar (docs/evidence/llm-gpu.md)",
             teacher_forced_logits_agree_with_llama_cpp,
         )
-        .test(
+        .known_gap(
             "teacher_forced_logits_agree_with_the_cpu_engine",
+            "issue 26: GPU top-1 244/249 (98.0 %) against the CPU engine on the H200, under the 99 % bar (docs/evidence/llm-gpu.md)",
             teacher_forced_logits_agree_with_the_cpu_engine,
         )
         .test(
