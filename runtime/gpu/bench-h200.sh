@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `tether bench` evidence on the H200 host (issue 10), in one device call, plus the tract CPU
 # investigation on its Xeon. Needs: the release `tether` CLI and `tract-cpu-probe` (built on the
-# development machine: `cargo build --release -p tether` and
+# development machine: `cargo build --release -p tether-rt` and
 # `cargo build --release -p tether-examples --bin tract-cpu-probe`), the assets
 # (320n.onnx, astronaut.png), python3 with numpy + onnxruntime (installed there).
 #

@@ -13,7 +13,7 @@ TESTS="${TESTS:-cuda_device gpu_state trt_standin gpu_pipeline native_gpu gpu_oc
 ASSETS="${ASSETS:-320n.onnx astronaut.png yolov8n-doclaynet.onnx page.png text.png ch_PP-OCRv4_det_infer.onnx ch_PP-OCRv4_rec_infer.onnx ch_ppocr_mobile_v2.0_cls_infer.onnx}"
 D=.device; rm -rf "$D"; mkdir -p "$D/pack/bin" "$D/assets"
 json="$(mktemp)"; trap 'rm -f "$json"' EXIT
-cargo build --release -p tether
+cargo build --release -p tether-rt
 cargo test --workspace --release --no-run --message-format=json 2>/dev/null > "$json"
 for t in $TESTS; do
   p="$(python3 -c 'import json,sys

@@ -5,7 +5,7 @@
 //!
 //! The reference image is scikit-image's scanned `page.png` (384x191 gray, committed as
 //! `golden/page.png`, the file `tests/fetch-assets` fetches, same SHA-256). The recipe
-//! ([`reference`], feature `build`) embeds the onnxruntime reference pipeline's detections
+//! ([`mod@reference`], feature `build`) embeds the onnxruntime reference pipeline's detections
 //! for it (`golden/doclaynet_page.json`, `golden/reference.py`) when the bundle's model is
 //! the pinned YOLOv8n-DocLayNet at that golden's input size and thresholds; for any other
 //! model, or other settings, the expected detections are the build host's CPU engine's (the

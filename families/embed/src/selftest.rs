@@ -2,7 +2,7 @@
 //! `embed/selftest`): a sentence, its expected embedding and the smallest accepted cosine,
 //! so the device the bundle is deployed on can check itself (`tether verify --self-test`).
 //!
-//! The reference payload ([`reference`]) is `golden/selftest.json`, written by
+//! The reference payload ([`fn@reference`]) is `golden/selftest.json`, written by
 //! `golden/reference.py`: "A man is eating food." and its sentence-transformers embedding
 //! from the fp32 weights, minimum cosine 0.999 (the bar).
 //!

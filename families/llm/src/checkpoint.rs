@@ -600,7 +600,7 @@ pub(crate) fn unpermute_rows(
     out
 }
 
-/// The inverse of [`unpermute_rows`] (Hugging Face order to GGUF `llama` order), as
+/// The inverse of `unpermute_rows` (Hugging Face order to GGUF `llama` order), as
 /// llama.cpp's converter applies it; for tests and writers.
 pub fn permute_rows(data: &[u8], heads: usize, head_dim: usize, row_bytes: usize) -> Vec<u8> {
     let mut o = vec![0u8; data.len()];

@@ -1,6 +1,6 @@
 //! The transformer forward pass, defined once as a program of typed operations.
 //!
-//! [`Program::new`] turns the hyper-parameters into a flat list of [`Op`]s over named
+//! [`Model::new`] turns the hyper-parameters into a [`Program`], a flat list of [`Op`]s over named
 //! activation buffers ([`Buf`]) and weight handles ([`MatId`], [`VecId`]); the CPU engine
 //! ([`Model::forward`]) interprets that list, and a GPU engine (issue 26) lowers the same
 //! list to kernels and captures it: the architecture (pre-norm, GQA attention with RoPE,

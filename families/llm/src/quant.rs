@@ -192,7 +192,7 @@ pub(crate) fn q4k_scale_min(scales: &[u8], j: usize) -> (u8, u8) {
 ///   `w[i + 16] = d * (hi(qs[i]) - 8)` for `i < 16`.
 /// - Q4_1 (20 / 32): `d: f16, m: f16, qs: [u8; 16]`; nibbles as Q4_0, `w = d * q + m`.
 /// - Q4_K (144 / 256): `d: f16, dmin: f16, scales: [u8; 12], qs: [u8; 128]`; 8 sub-blocks of
-///   32 with 6-bit scale `sc` and minimum `mn` ([`q4k_scale_min`]); each 32 bytes of `qs` hold
+///   32 with 6-bit scale `sc` and minimum `mn` (`q4k_scale_min`); each 32 bytes of `qs` hold
 ///   two sub-blocks (low nibbles, then high nibbles); `w = d * sc * q - dmin * mn`.
 /// - Q6_K (210 / 256): `ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16`; 6-bit values
 ///   (low 4 bits from `ql`, high 2 from `qh`) minus 32, 16 sub-blocks of 16 with 8-bit signed

@@ -2,7 +2,7 @@
 //! `llm/selftest`): a prompt's token ids, the greedy tokens generated from them, so the
 //! device the bundle is deployed on can check itself (`tether verify --self-test`).
 //!
-//! The reference payload ([`reference`]) is llama.cpp's (llama-cpp-python 0.3.36) greedy
+//! The reference payload ([`fn@reference`]) is llama.cpp's (llama-cpp-python 0.3.36) greedy
 //! answer to the chat prompt "What is 17 * 23? Answer with the number only." on the pinned
 //! SmolLM2-135M-Instruct Q4_1 GGUF, from `golden/chat.json` (written by
 //! `golden/reference.py`): 46 prompt ids, 13 generated ids ending with `<|im_end|>`. The

@@ -3,7 +3,7 @@
 //! from a fresh stream, and the tolerance, so the device the bundle is deployed on can check
 //! itself (`tether verify --self-test`).
 //!
-//! The reference payload ([`reference`]) is `golden/selftest.json`, written by
+//! The reference payload ([`fn@reference`]) is `golden/selftest.json`, written by
 //! `golden/reference.py`: the first 8 chunks (256 ms) of alsa-utils `Front_Center.wav` at
 //! 16 kHz and the probabilities the `silero-vad` 6.2.3 package computes for them from a fresh
 //! state (onnxruntime), tolerance 1e-4 (the bar).

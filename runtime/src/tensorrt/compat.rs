@@ -16,7 +16,7 @@ use tether_targets::compat::{self, PlanRecord, PlanVerdict, Reject};
 use tether_targets::{GpuFacts, Sm, TrtLibrary, TrtVersion};
 
 /// A plan's target record in the bundle's encoding: what `trtexec` reports
-/// for a plan it built ([`super::BuiltPlan::target`]) and what
+/// for a plan it built (`tether_build::trtexec::BuiltPlan::target`) and what
 /// `tether_bundle::TargetDesc` stores. [`PlanTarget::record`] gives the rules'
 /// [`PlanRecord`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -86,11 +86,11 @@ impl fmt::Display for ElemType {
     }
 }
 
-/// Index of a tensor in [`Graph::tensors`].
+/// Index of a tensor in [`crate::native::graph::Graph::tensors`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TensorId(pub usize);
 
-/// Index of a buffer in [`Graph::buffers`].
+/// Index of a buffer in [`crate::native::graph::Graph::buffers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BufferId(pub usize);
 

@@ -205,7 +205,7 @@ pub fn transpose_params(p: &CopyParams) -> Option<(TransposeParams, [u32; 3])> {
 /// Parameters of a strided copy of `src` into `dst` (same shape and element type).
 ///
 /// # Errors
-/// [`ParamError`] as for [`ew_params`].
+/// [`ParamError`] as for [`super::elementwise::ew_params`].
 pub fn copy_params(
     g: &dyn Views,
     step: &str,

@@ -4,7 +4,7 @@
 //! the contract every operator implements.
 //!
 //! # The registry
-//! [`operators!`] below lists every operator once: `module::Type`. From that list come the
+//! `operators!` below lists every operator once: `module::Type`. From that list come the
 //! module declarations, [`StepKind`] (one variant per operator, named after its type) and the
 //! dispatch every stage uses. Adding an operator is its file plus one line here
 //! (`runtime/src/native/README.md`, "Adding an operator").

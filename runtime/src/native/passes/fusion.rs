@@ -5,7 +5,7 @@
 //! `crate::native::exec::engine::epilogue_of`. The host tests prove them without a GPU.
 //!
 //! A convolution step `i` fuses with step `i + 1` when that step is the `bias_act` kernel's
-//! `act(y + b) [+ r]` ([`crate::native::exec::kernels::bias_act_params`]) over the convolution's output `y`
+//! `act(y + b) [+ r]` ([`crate::native::ops::elementwise::bias_act_params`]) over the convolution's output `y`
 //! with a per-channel bias (in the storage type or fp32), act none or SiLU, the residual and
 //! the output in the convolution's storage type;
 //! when nothing else reads or aliases `y` (it is then never stored); and when writing the

@@ -28,7 +28,7 @@
 //!    softmax, a resize, a transposed convolution, a flatten of C with H and W) keeps the
 //!    buffer NCHW.
 //! 3. A convolution or pooling touching an NHWC buffer runs channels-last
-//!    ([`crate::native::ir::Conv::channels_last`]): a slice of channels of an NHWC buffer (C2f's
+//!    ([`crate::native::ops::conv::Conv::channels_last`]): a slice of channels of an NHWC buffer (C2f's
 //!    split halves and concatenation slots, SPPF's pooled slots) is read or written in place
 //!    as a view with a pixel pitch ([`crate::native::ir::Tensor::nhwc_pitch`]; cuDNN is given its
 //!    strides), an operand that is not NHWC at all (a network input, an NCHW buffer; with
