@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Rust project outside this workspace depends on the facade crate the way a user's
-# project would (README, "Use from another Rust project"): `tether-rt` by path, default
+# project would (docs/rust.md, "Use from another Rust project"): `tether-rt` by path, default
 # features off, the tract CPU backend only. It opens a detection bundle built from
 # 320n.onnx, detects in astronaut.png and prints JSON; the detections must equal
 # `tether run --json --device cpu` on the same bundle and image.
@@ -38,7 +38,7 @@ edition = "2024"
 publish = false
 
 [dependencies]
-# As the README says: the library is \`tether\` whatever the package is called.
+# As docs/rust.md says: the library is \`tether\` whatever the package is called.
 tether-rt = { path = "$repo", default-features = false, features = ["tract-cpu"] }
 serde_json = "1"
 EOF
