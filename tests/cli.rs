@@ -2314,7 +2314,7 @@ fn issue_28_field_inputs_through_the_cli() {
         .clone();
     let tokens: Vec<u64> = texts
         .iter()
-        .map(|t| t["tokens"].as_u64().unwrap())
+        .map(|t| t["token_count"].as_u64().unwrap())
         .collect();
     assert_eq!(tokens, [8, 11, 7]);
     let lines: Vec<u64> = texts

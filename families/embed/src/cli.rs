@@ -622,7 +622,7 @@ impl Runner for EmbedRunner {
             texts.push(json!({
                 "text": t.texts[i],
                 "source": source,
-                "tokens": t.tokens[i],
+                "token_count": t.tokens[i],
                 "truncated": cut,
                 "embedding": e.as_slice(),
                 "matches": matches,
@@ -660,7 +660,7 @@ impl Runner for EmbedRunner {
             } else {
                 Value::Null
             },
-            "earlier_texts_not_compared": earlier.dropped,
+            "earlier_not_compared_count": earlier.dropped,
         });
         // This input's texts become earlier texts of the next inputs.
         if !earlier.texts.iter().any(|(l, _, _)| **l == *t.label) {
