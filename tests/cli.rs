@@ -318,7 +318,7 @@ fn verify_json_reports_every_verdict() {
     assert_eq!(v["command"], "verify");
     assert_eq!(v["verdict"], "ok");
     assert_eq!(v["bundle"], b.as_str());
-    assert!(v["sections_checked"].as_u64().unwrap() >= 2, "{v}");
+    assert!(v["checked_section_count"].as_u64().unwrap() >= 2, "{v}");
     assert_eq!(v["self_test"]["passed"], true);
     let check = &v["self_test"]["checks"][0];
     assert_eq!(check["bound"], "at_most");
@@ -478,7 +478,7 @@ fn first_mistakes_name_what_to_do() {
         e.contains("--text-score is an option of the ocr family"),
         "{e}"
     );
-    assert!(e.contains("this bundle is a detect bundle"), "{e}");
+    assert!(e.contains("this bundle is of the detect family"), "{e}");
     assert!(!e.contains("similar argument"), "{e}");
     // An ONNX model where a bundle belongs: say so and what to type, no magic-number dump.
     let o = tether(&["run", &onnx, &asset("astronaut.png")]);
@@ -2469,7 +2469,7 @@ fn llm_builds_inspects_and_self_tests() {
     assert_eq!(c["chat_template"], true);
     assert_eq!(c["special_tokens"]["eos"]["text"], "<|im_end|>");
     assert!(c["parameters"].as_u64().unwrap() > 100_000_000);
-    assert_eq!(c["self_test"]["generated_tokens"], 13);
+    assert_eq!(c["self_test"]["generated_token_count"], 13);
     let o = tether(&["verify", &b, "--self-test", "--device", "cpu"]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert!(

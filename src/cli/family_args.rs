@@ -147,7 +147,7 @@ pub fn foreign_option(argv: &[OsString]) -> Option<String> {
             .iter()
             .find(|f| f.name() != family.name() && has(**f, opt))?;
         Some(format!(
-            "--{opt} is an option of the {} family; this bundle is a {f} bundle and the {f} family does not take it (`tether {name} {bundle} --help` lists its options)",
+            "--{opt} is an option of the {} family; this bundle is of the {f} family, which does not take it (`tether {name} {bundle} --help` lists its options)",
             other.name(),
             f = family.name()
         ))

@@ -442,7 +442,7 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
             "bundle": shown,
             "verdict": verdict,
             "file_len": b.map(|(b, _)| b.file_len()),
-            "sections_checked": b.map(|(_, n)| n),
+            "checked_section_count": b.map(|(_, n)| n),
             "error": error,
             "ms": round_us(t0.elapsed().as_secs_f64() * 1e3),
             "self_test": Value::Null,

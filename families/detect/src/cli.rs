@@ -442,7 +442,11 @@ impl Runner for DetectRunner {
                 })
             })
             .collect();
-        let mut summary = img.summary(&format!("{} detections", dets.len()));
+        let mut summary = img.summary(&format!(
+            "{} detection{}",
+            dets.len(),
+            if dets.len() == 1 { "" } else { "s" }
+        ));
         if stats.nonfinite > 0 {
             summary.push_str(&format!(
                 "; {} anchors had non-finite network outputs and were dropped",

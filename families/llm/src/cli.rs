@@ -267,7 +267,7 @@ impl Family for LlmFamily {
                     "{p} prompt tokens, {g} greedy tokens expected (from {})",
                     t.source
                 ),
-                json!({ "prompt_tokens": p, "generated_tokens": g }),
+                json!({ "prompt_token_count": p, "generated_token_count": g }),
             )
         });
         let mut lines: Vec<(String, String)> = d
@@ -846,11 +846,11 @@ impl Runner for LlmRunner {
                 "tokens": f.tokens,
                 "seed": f.seed,
                 "timings": {
-                    "prompt_tokens": t.prompt_tokens,
+                    "prompt_token_count": t.prompt_tokens,
                     "prompt_ms": t.prompt_ms,
                     "prompt_tokens_per_s": t.prompt_tokens_per_s(),
                     "time_to_first_token_ms": t.time_to_first_token_ms,
-                    "generated_tokens": t.generated_tokens,
+                    "generated_token_count": t.generated_tokens,
                     "generation_ms": t.generation_ms,
                     "generation_tokens_per_s": t.generation_tokens_per_s(),
                     "inter_token_ms": { "p50": itl.p50, "p99": itl.p99, "max": itl.max, "mean": itl.mean },

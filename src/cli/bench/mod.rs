@@ -412,7 +412,12 @@ fn write_report(
                 .map_or_else(|| label.to_string(), |f| f.to_string_lossy().into_owned()),
             summary.mode_line()
         );
-        let setup = summary.setup_line();
+        // Names from the bundle may hold control characters: escaped, as in the text output
+        // (an SVG with a raw ESC is not well-formed XML).
+        let (title, setup) = (
+            escape(&title).into_owned(),
+            escape(&summary.setup_line()).into_owned(),
+        );
         let header = plot::Header {
             title: &title,
             setup: &setup,

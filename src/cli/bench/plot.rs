@@ -180,8 +180,26 @@ fn log_range(lines: &[Line<'_>]) -> (f64, f64) {
         .fold(f64::MAX, f64::min);
     let hi = lines.iter().map(|l| l.s.max()).fold(0.0, f64::max);
     let lo = if lo == f64::MAX { 1e-4 } else { lo.max(1e-6) };
-    let hi = hi.max(lo * 10.0);
+    let hi = hi.max(lo * 1.5);
     (lo / 1.3, hi * 1.3)
+}
+
+/// Labels of a logarithmic axis from `lo` to `hi`: 1, 2 and 5 of each decade, or every
+/// integer multiple when that leaves fewer than four inside (a range under a decade).
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let (first, last) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    let within = |steps: &[f64]| -> Vec<f64> {
+        (first..=last)
+            .flat_map(|e| steps.iter().map(move |m| m * 10f64.powi(e)))
+            .filter(|v| *v >= lo && *v <= hi)
+            .collect()
+    };
+    let coarse = within(&[1.0, 2.0, 5.0]);
+    if coarse.len() >= 4 {
+        coarse
+    } else {
+        within(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
+    }
 }
 
 /// `text` cut (with an ellipsis) to what fits `width` pixels at a font of `size` (the
@@ -213,7 +231,10 @@ fn cdf<DB: DrawingBackend>(
         .margin_right(34)
         .x_label_area_size(40)
         .y_label_area_size(56)
-        .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)?;
+        .build_cartesian_2d(
+            (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+            0.0..1.0,
+        )?;
     chart
         .configure_mesh()
         .x_desc("latency, ms (log scale)")
@@ -396,7 +417,10 @@ fn bars<DB: DrawingBackend>(
         .margin_right(34)
         .x_label_area_size(40)
         .y_label_area_size(140)
-        .build_cartesian_2d((lo..hi).log_scale(), -0.5..(n as f64 - 0.5))?;
+        .build_cartesian_2d(
+            (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+            -0.5..(n as f64 - 0.5),
+        )?;
     chart
         .configure_mesh()
         .x_desc("latency, ms (log scale)")
@@ -510,5 +534,7 @@ mod tests {
         let cut = fit(&long, 100, 13.0);
         assert!(cut.chars().count() < 30 && cut.ends_with('…'), "{cut}");
         assert_eq!(fit("short", 100, 13.0), "short");
+        assert_eq!(log_ticks(0.0009, 150.0).len(), 16); // 0.001, 0.002, 0.005, ... 50, 100
+        assert_eq!(log_ticks(4.2, 7.7), vec![5.0, 6.0, 7.0]);
     }
 }

@@ -55,7 +55,7 @@ pub(super) fn bench(
     let repetitions = a.runs.unwrap_or(DEFAULT_REPETITIONS) as usize;
     let Some(report) = runner.throughput_bench(&ThroughputOptions { repetitions }, &stop) else {
         crate::usage!(
-            "give an INPUT: the {} family is benchmarked on an input (`tether bench BUNDLE INPUT`)",
+            "give an INPUT: the {} family is benchmarked on an input (`tether bench BUNDLE INPUT`, or `--text TEXT` for a text family)",
             family.name()
         );
     };
