@@ -888,10 +888,9 @@ impl LlmRunner {
             .unwrap_or_else(|| DEFAULT_N_PROMPT.to_vec());
         let n_gen = self.n_gen.unwrap_or(DEFAULT_N_GEN);
         let repetitions = options.repetitions.max(1);
-        let d = self
-            .generator
-            .gpu_mut()
-            .expect("gpu_bench runs with a GPU decoder");
+        let Some(d) = self.generator.gpu_mut() else {
+            anyhow::bail!("the GPU benchmark needs a generator on the GPU (--device cuda)");
+        };
         let mut tests = Vec::new();
         let mut latencies = Vec::new();
         let stats = |runs: &[f64]| {
