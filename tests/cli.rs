@@ -487,6 +487,24 @@ fn first_mistakes_name_what_to_do() {
     assert!(e.contains("is an ONNX model, not a tether bundle"), "{e}");
     assert!(e.contains("tether build"), "{e}");
     assert!(!e.to_lowercase().contains("magic"), "{e}");
+    // The same for verify and inspect (not "corrupt"), and for a GGUF checkpoint.
+    let gguf = asset("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let png = asset("astronaut.png");
+    for (args, says) in [
+        (vec!["verify", onnx.as_str(), "--json"], "is an ONNX model"),
+        (vec!["inspect", onnx.as_str()], "is an ONNX model"),
+        (vec!["run", gguf.as_str(), png.as_str()], "is a GGUF model"),
+        (
+            vec!["run", gguf.as_str(), "--prompt", "hi"],
+            "is a GGUF model",
+        ),
+        (vec!["inspect", gguf.as_str()], "--family llm --gguf"),
+    ] {
+        let o = tether(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{args:?}: {}", stdout(&o));
+    }
 }
 
 #[test]

@@ -348,8 +348,19 @@ fn write_text(b: &Bundle, out: &mut impl Write) -> io::Result<()> {
 
 /// Run `tether inspect`.
 pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
-    let b = Bundle::open(&a.bundle, Verify::Lazy)
-        .with_context(|| format!("opening {}", a.bundle.display()))?;
+    let b = match Bundle::open(&a.bundle, Verify::Lazy) {
+        Ok(b) => b,
+        Err(_) if let Some(f) = crate::cli::run::model_format(&a.bundle) => {
+            return Err(crate::cli::run::model_not_bundle(
+                &a.bundle,
+                f,
+                "inspect model.bundle",
+            ));
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("opening {}", a.bundle.display())));
+        }
+    };
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let written = if a.json {
         serde_json::to_writer_pretty(&mut out, &manifest_doc(&b))
@@ -433,6 +444,16 @@ fn self_test_json(device: &str, t: &tether_family::selftest::Report, ms: f64) ->
 pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
     let opened = Bundle::open(&a.bundle, Verify::Lazy);
+    // A model file is not a corrupt bundle: say what it is and what to type.
+    if opened.is_err()
+        && let Some(f) = crate::cli::run::model_format(&a.bundle)
+    {
+        return Err(crate::cli::run::model_not_bundle(
+            &a.bundle,
+            f,
+            "verify model.bundle",
+        ));
+    }
     let result = opened.and_then(|b| b.verify_all().map(|r| (b, r)));
     let shown = a.bundle.display().to_string();
     let doc = |verdict: &str, b: Option<(&Bundle, u32)>, error: Option<String>| {

@@ -93,12 +93,13 @@ pub(crate) fn open_runner(
     }
     let bundle = match Bundle::open(path, Verify::Lazy) {
         Ok(b) => Arc::new(b),
-        Err(_) if looks_like_onnx(path) => {
-            crate::usage!(
-                "{} is an ONNX model, not a tether bundle: build a bundle from it first (`tether build --family NAME -o model.bundle ...`; `tether build --help` lists the families), then `tether {} model.bundle INPUT`",
-                path.display(),
-                if options.step_timing { "bench" } else { "run" }
-            );
+        Err(_) if let Some(format) = model_format(path) => {
+            let command = if options.step_timing { "bench" } else { "run" };
+            return Err(model_not_bundle(
+                path,
+                format,
+                &format!("{command} model.bundle INPUT"),
+            ));
         }
         Err(e) => return Err(anyhow::Error::new(e).context(format!("loading {}", path.display()))),
     };
@@ -117,19 +118,46 @@ pub(crate) fn open_runner(
     Ok((bundle, family, runner))
 }
 
-/// Whether `path` looks like an ONNX model: its extension, or a protobuf `ModelProto` start
-/// (field 1 `ir_version`, a varint: tag byte `0x08`), which no bundle starts with.
-fn looks_like_onnx(path: &Path) -> bool {
-    if path
+/// The model format `path` holds when it is a model file rather than a bundle: `ONNX` (its
+/// extension, or a protobuf `ModelProto` start: field 1 `ir_version`, a varint, tag byte
+/// `0x08`, which no bundle starts with) or `GGUF` (its extension or the magic `GGUF`).
+pub(crate) fn model_format(path: &Path) -> Option<&'static str> {
+    let ext = path
         .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
-    {
-        return true;
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("onnx") => return Some("ONNX"),
+        Some("gguf") => return Some("GGUF"),
+        _ => {}
     }
-    let mut first = [0u8; 1];
-    std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut first))
-        .is_ok_and(|()| first[0] == 0x08)
+    let mut head = [0u8; 4];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .unwrap_or(0);
+    if n == 4 && &head == b"GGUF" {
+        Some("GGUF")
+    } else if n >= 1 && head[0] == 0x08 {
+        Some("ONNX")
+    } else {
+        None
+    }
+}
+
+/// The usage error for a model file given where a bundle belongs, saying what to do instead
+/// (`then`: the command to type with the bundle, e.g. `run model.bundle INPUT`).
+pub(crate) fn model_not_bundle(path: &Path, format: &str, then: &str) -> anyhow::Error {
+    let family = if format == "GGUF" {
+        "llm --gguf"
+    } else {
+        "NAME --onnx"
+    };
+    anyhow::Error::new(crate::cli::UsageError(format!(
+        "{} is a{} {format} model, not a tether bundle: build a bundle from it first (`tether build --family {family} {} -o model.bundle`; `tether build --help` lists the families), then `tether {then}`",
+        path.display(),
+        if format == "ONNX" { "n" } else { "" },
+        path.display(),
+    )))
 }
 
 /// Write `bytes` to `path` atomically (a temporary file in the same folder, renamed over
@@ -168,6 +196,9 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     // only once the bundle opens; a bundle that does not even open is the usage error.
     let no_input = "give at least one INPUT (or --text for text families; `tether run BUNDLE --help` lists the family's own)";
     if count == 0 && Bundle::open(&a.bundle, Verify::Lazy).is_err() {
+        if let Some(f) = model_format(&a.bundle) {
+            return Err(model_not_bundle(&a.bundle, f, "run model.bundle ..."));
+        }
         crate::usage!("{no_input}");
     }
     // A family without images has nothing to annotate: refuse the option, never ignore it
