@@ -2008,6 +2008,7 @@ fn vad_builds_inspects_runs_a_wav_like_the_package_and_self_tests() {
     let v = json(&tether(&["inspect", &b, "--json"]));
     assert_eq!(v["identity"]["family"], "vad");
     assert_eq!(v["family_config"]["sample_rate"], 16000);
+    assert_eq!(v["family_config"]["form"], "streaming");
     assert_eq!(v["family_config"]["self_test"]["chunks"], 8);
 
     // run: the package's segments (families/vad/golden, silero-vad 6.2.3), within a chunk.

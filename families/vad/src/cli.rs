@@ -270,6 +270,12 @@ impl Family for VadFamily {
             lines,
             json: json!({
                 "networks": { NETWORK: true },
+                // Which of Silero's interfaces the network has (null: neither, unreadable).
+                "form": match crate::net::form_of_bundle(bundle) {
+                    Some(crate::Form::Streaming) => Some("streaming"),
+                    Some(crate::Form::Sequence) => Some("sequence"),
+                    None => None,
+                },
                 "sample_rate": SAMPLE_RATE,
                 "chunk_samples": CHUNK_SAMPLES,
                 "context_samples": crate::CONTEXT_SAMPLES,
