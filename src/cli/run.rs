@@ -131,6 +131,10 @@ pub(crate) fn model_format(path: &Path) -> Option<&'static str> {
         Some("gguf") => return Some("GGUF"),
         _ => {}
     }
+    // Only a regular file is read: opening a FIFO or a device would block or consume it.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
     let mut head = [0u8; 4];
     let n = std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
