@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Stop 31: Silero's sequence form (faster-whisper's silero_vad_v6.onnx) on the H200's native
 # engine, beside the CPU engine and faster-whisper's own probabilities (speech_16k.json).
+# Run on the GPU host as .device/s31/gpu.sh (the ignored folder carried there), with
+# tether.xz (the stripped release build, xz-compressed), silero_vad_v6.onnx and
+# silero_vad_op18_ifless.onnx beside it; $OUT is the device tool's output folder.
 set -u
 cd "$(dirname "$0")"
 xz -dkf tether.xz && chmod +x tether
