@@ -142,5 +142,5 @@ for i, (a, c) in enumerate(zip(app, cli)):
             and all(abs(x - y) <= 1e-3 for x, y in zip(a["box"], c["box"])))
     if not same:
         sys.exit(f"outside-crate: detection {i} differs: outside project {a}, CLI {c}")
-print(f"outside-crate: {len(app)} detections equal to tether run --json", file=sys.stderr)
+print(f"outside-crate: {len(app)} detection{'' if len(app) == 1 else 's'} equal to tether run --json", file=sys.stderr)
 EOF
