@@ -134,6 +134,22 @@ pub(crate) fn with_handle<H: Handle>(
     status
 }
 
+/// Release a handle from its `_open` function as its `_close` entry point does: null does
+/// nothing; a panic in a destructor is caught (it cannot cross the boundary).
+///
+/// # Safety
+/// `h` is null or a handle from `Box::into_raw` not released before, used by no other thread.
+pub(crate) unsafe fn close_handle<H>(h: *mut H) {
+    if h.is_null() {
+        return;
+    }
+    let _ = guard(|| {
+        // SAFETY: an open handle from `Box::into_raw` (contract), released once.
+        drop(unsafe { Box::from_raw(h) });
+        Ok(())
+    });
+}
+
 thread_local! {
     static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
 }

@@ -249,14 +249,8 @@ pub unsafe extern "C" fn tether_generator_open(
 /// no `tether_generator_cancel` racing with the close).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tether_generator_close(generator: *mut tether_generator) {
-    if generator.is_null() {
-        return;
-    }
-    let _ = guard(|| {
-        // SAFETY: an open handle from `Box::into_raw` (contract), released once.
-        drop(unsafe { Box::from_raw(generator) });
-        Ok(())
-    });
+    // SAFETY: the contract above is `close_handle`'s.
+    unsafe { crate::error::close_handle(generator) }
 }
 
 /// Ask the generation running on `generator` (on another thread) to stop before its next

@@ -258,14 +258,8 @@ pub unsafe extern "C" fn tether_model_open_memory(
 /// thread is using it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tether_model_close(model: *mut tether_model) {
-    if model.is_null() {
-        return;
-    }
-    let _ = guard(|| {
-        // SAFETY: a live handle from `Box::into_raw` (contract), released once.
-        drop(unsafe { Box::from_raw(model) });
-        Ok(())
-    });
+    // SAFETY: the contract above is `close_handle`'s.
+    unsafe { crate::error::close_handle(model) }
 }
 
 /// The family of `model` into `*family` (a `tether_family` value).

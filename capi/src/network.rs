@@ -273,14 +273,8 @@ pub unsafe extern "C" fn tether_network_open(
 /// `network` is null or an open handle no thread is using.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tether_network_close(network: *mut tether_network) {
-    if network.is_null() {
-        return;
-    }
-    let _ = guard(|| {
-        // SAFETY: an open handle from `Box::into_raw` (contract), released once.
-        drop(unsafe { Box::from_raw(network) });
-        Ok(())
-    });
+    // SAFETY: the contract above is `close_handle`'s.
+    unsafe { crate::error::close_handle(network) }
 }
 
 /// The number of inputs (`io` `TETHER_IO_INPUT`) or outputs (`TETHER_IO_OUTPUT`) into
