@@ -8,8 +8,9 @@
 //! then [`Vad::finish`]: what [`Vad::process`] does, the package's
 //! `get_speech_timestamps` on the same signal) and prints the speech segments in seconds;
 //! decoding and resampling happen in `load`, outside the timed run (files over 35 minutes
-//! are decoded block by block during the run). Ctrl-C stops a run between pieces of 64
-//! chunks; `bench` reports the host time of every chunk (`Runner::units`).
+//! are decoded block by block during the run). Ctrl-C stops a run between pieces of
+//! [`crate::STOP_EVERY_CHUNKS`] chunks; `bench` reports the host time of every chunk
+//! (`Runner::units`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use tether_family::selftest::Role;
 use crate::config::CONFIG_SECTION;
 use crate::net::NETWORK;
 use crate::recipe::{self, BuildOptions};
+use crate::segments::closed;
 use crate::selftest::{MAX_ABS_DIFF, PROBABILITIES};
 use crate::{
     Audio, CHUNK_SAMPLES, Detection, FAMILY, SAMPLE_RATE, Vad, VadConfig, VadError, VadOptions,
@@ -358,88 +360,42 @@ struct VadRunner {
     cancelled: bool,
 }
 
-/// Chunks pushed between two looks at the cancel flag: 64 chunks, 2.048 s of audio (a few
-/// milliseconds of compute), so Ctrl-C stops a run of any length at once.
-const CANCEL_EVERY_CHUNKS: usize = 64;
-
-/// What a run collects chunk by chunk: every probability, every closed segment, and the
-/// host time of each chunk.
-struct Collect<'a> {
-    probabilities: Vec<f32>,
-    segments: Vec<crate::SpeechSegment>,
-    chunk_ms: &'a mut Vec<f64>,
-    /// When the chunk in progress began (after the last chunk, or after the caller's
-    /// decoding of the block).
-    since: std::time::Instant,
-}
-
-impl Collect<'_> {
-    fn chunk(&mut self, r: &crate::ChunkResult) {
-        let now = std::time::Instant::now();
-        self.chunk_ms.push((now - self.since).as_secs_f64() * 1e3);
-        self.since = now;
-        self.probabilities.push(r.probability);
-        self.ends(&r.events);
-    }
-
-    fn ends(&mut self, events: &crate::segments::ChunkEvents) {
-        self.segments.extend(events.iter().filter_map(|e| match e {
-            crate::SegmentEvent::End(s) => Some(*s),
-            crate::SegmentEvent::Start { .. } => None,
-        }));
-    }
-}
-
 impl VadRunner {
-    /// The streaming API driven as a microphone would drive it (reset, [`Vad::push`] piece
-    /// by piece, [`Vad::finish`]), equal to [`Vad::process`] / [`Vad::process_wav`] on the
-    /// same signal, but stopping between pieces of [`CANCEL_EVERY_CHUNKS`] chunks once
-    /// `cancel` is set (the segments then end where the audio stopped) and timing every
-    /// chunk. `next_block` yields the 16 kHz signal block by block (`false` at the end).
+    /// The library's block-by-block stream ([`Vad::stream_blocks`]: what [`Vad::process`] /
+    /// [`Vad::process_wav`] compute on the same signal), stopping at the next piece once
+    /// `cancel` is set (the segments then end where the audio stopped), with the host time
+    /// of every chunk. `next_block` yields the 16 kHz signal block by block (`false` with
+    /// the last).
     fn detect(
         &mut self,
-        mut next_block: impl FnMut(&mut Vec<f32>) -> Result<bool, VadError>,
+        next_block: impl FnMut(&mut Vec<f32>) -> Result<bool, VadError>,
     ) -> Result<Detection, VadError> {
-        self.vad.reset()?;
         self.chunk_ms.clear();
-        self.cancelled = false;
-        let mut c = Collect {
-            probabilities: Vec::new(),
-            segments: Vec::new(),
-            chunk_ms: &mut self.chunk_ms,
-            since: std::time::Instant::now(),
-        };
-        let mut block = Vec::new();
-        let vad = &mut self.vad;
-        let streamed = (|| -> Result<(), VadError> {
-            loop {
-                let more = next_block(&mut block)?;
-                for piece in block.chunks(CANCEL_EVERY_CHUNKS * CHUNK_SAMPLES) {
-                    if self.cancel.load(Ordering::SeqCst) {
-                        self.cancelled = true;
-                        return Ok(());
-                    }
-                    c.since = std::time::Instant::now();
-                    vad.push(piece, |r| c.chunk(r))?;
-                }
-                if !more {
-                    return Ok(());
-                }
-            }
-        })();
-        if let Err(e) = streamed {
-            let _ = vad.reset();
-            return Err(e);
-        }
-        c.since = std::time::Instant::now();
-        let end = vad.finish()?;
-        if let Some(r) = &end.last_chunk {
-            c.chunk(r);
-        }
-        c.ends(&end.events);
+        let (mut probabilities, mut segments) = (Vec::new(), Vec::new());
+        let chunk_ms = &mut self.chunk_ms;
+        let cancel = &self.cancel;
+        // When the chunk in progress began: at the previous chunk's end, or when the piece
+        // it is in was handed over (the decoding of a block is no chunk's time).
+        let since = std::cell::Cell::new(std::time::Instant::now());
+        let (end, stopped) = self.vad.stream_blocks(
+            next_block,
+            |r| {
+                let now = std::time::Instant::now();
+                chunk_ms.push((now - since.get()).as_secs_f64() * 1e3);
+                since.set(now);
+                probabilities.push(r.probability);
+                segments.extend(closed(&r.events));
+            },
+            || {
+                since.set(std::time::Instant::now());
+                cancel.load(Ordering::SeqCst)
+            },
+        )?;
+        segments.extend(closed(&end.events));
+        self.cancelled = stopped;
         Ok(Detection {
-            probabilities: c.probabilities,
-            segments: c.segments,
+            probabilities,
+            segments,
             samples: end.samples,
         })
     }

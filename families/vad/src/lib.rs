@@ -47,7 +47,7 @@ pub use net::Form;
 pub use segments::{SegmentEvent, SegmentTracker, SpeechSegment};
 pub use tether_family::selftest::{Report as SelfTestReport, SelfTest};
 pub use tether_runtime::{Device, EngineKind};
-pub use vad::{ChunkResult, Detection, StreamEnd, Vad, VadOptions, bundle_of};
+pub use vad::{ChunkResult, Detection, STOP_EVERY_CHUNKS, StreamEnd, Vad, VadOptions, bundle_of};
 
 /// Family name recorded in the bundle identity.
 pub const FAMILY: &str = "vad";

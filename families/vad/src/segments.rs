@@ -80,6 +80,14 @@ pub const MAX_EVENTS_PER_CHUNK: usize = 2;
 /// Events produced by one chunk (fixed capacity, no allocation).
 pub type ChunkEvents = heapless::Vec<SegmentEvent, MAX_EVENTS_PER_CHUNK>;
 
+/// The segments `events` close (their `End`s), in order.
+pub fn closed(events: &ChunkEvents) -> impl Iterator<Item = SpeechSegment> + '_ {
+    events.iter().filter_map(|e| match e {
+        SegmentEvent::End(s) => Some(*s),
+        SegmentEvent::Start { .. } => None,
+    })
+}
+
 /// The hysteresis state machine; see the module documentation.
 #[derive(Clone, Debug)]
 pub struct SegmentTracker {

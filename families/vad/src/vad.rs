@@ -10,7 +10,7 @@ use tether_runtime::{Device, ModelOptions};
 use crate::audio::AudioStream;
 use crate::config::{CONFIG_SECTION, ONNX_SECTION};
 use crate::net::Network;
-use crate::segments::{ChunkEvents, SegmentEvent, SegmentTracker, SpeechSegment};
+use crate::segments::{ChunkEvents, SegmentTracker, SpeechSegment, closed};
 use crate::{
     CHUNK_SAMPLES, CONTEXT_SAMPLES, FAMILY, STATE_LEN, VadConfig, VadError, WINDOW_SAMPLES,
 };
@@ -29,6 +29,10 @@ pub struct VadOptions {
     /// Check every section CRC at open instead of on first use.
     pub verify_eagerly: bool,
 }
+
+/// Chunks pushed between two calls of [`Vad::stream_blocks`]'s `stop`: 64 chunks, 2.048 s of
+/// audio (a few milliseconds of compute), so a stop is seen at once whatever the length.
+pub const STOP_EVERY_CHUNKS: usize = 64;
 
 /// What one chunk produced.
 #[derive(Clone, Debug, PartialEq)]
@@ -397,11 +401,7 @@ impl Vad {
     /// As [`Vad::push_chunk`].
     pub fn process(&mut self, pcm: &[f32]) -> Result<Detection, VadError> {
         fn ends(events: &ChunkEvents, segments: &mut Vec<SpeechSegment>) {
-            for e in events {
-                if let SegmentEvent::End(s) = e {
-                    segments.push(*s);
-                }
-            }
+            segments.extend(closed(events));
         }
         self.reset()?;
         let mut probabilities = Vec::with_capacity(pcm.len().div_ceil(CHUNK_SAMPLES));
@@ -451,15 +451,9 @@ impl Vad {
         let mut segments = Vec::new();
         let end = self.stream(audio, |r| {
             probabilities.push(r.probability);
-            segments.extend(r.events.iter().filter_map(|e| match e {
-                SegmentEvent::End(s) => Some(*s),
-                SegmentEvent::Start { .. } => None,
-            }));
+            segments.extend(closed(&r.events));
         })?;
-        segments.extend(end.events.iter().filter_map(|e| match e {
-            SegmentEvent::End(s) => Some(*s),
-            SegmentEvent::Start { .. } => None,
-        }));
+        segments.extend(closed(&end.events));
         Ok(Detection {
             probabilities,
             segments,
@@ -481,29 +475,52 @@ impl Vad {
     pub fn stream<R: Read>(
         &mut self,
         audio: &mut AudioStream<R>,
-        mut on_chunk: impl FnMut(&ChunkResult),
+        on_chunk: impl FnMut(&ChunkResult),
     ) -> Result<StreamEnd, VadError> {
+        self.stream_blocks(|block| audio.next_block(block), on_chunk, || false)
+            .map(|(end, _)| end)
+    }
+
+    /// [`Vad::stream`] over any source of 16 kHz blocks (`next_block` replaces the block it
+    /// is given and returns `false` with the last one), asking `stop` before each piece of
+    /// [`STOP_EVERY_CHUNKS`] chunks is pushed: once it returns `true` nothing more is read
+    /// and the stream is finished there (a segment still open ends where the audio
+    /// stopped). Returns the end of the stream and whether `stop` ended it early. This is
+    /// how a run is cancelled (Ctrl-C) within milliseconds on input of any length.
+    ///
+    /// # Errors
+    /// `next_block`'s, and as [`Vad::push_chunk`]; the stream is reset either way.
+    pub fn stream_blocks(
+        &mut self,
+        mut next_block: impl FnMut(&mut Vec<f32>) -> Result<bool, VadError>,
+        mut on_chunk: impl FnMut(&ChunkResult),
+        mut stop: impl FnMut() -> bool,
+    ) -> Result<(StreamEnd, bool), VadError> {
         self.reset()?;
         let mut block = Vec::new();
-        loop {
-            let more = audio.next_block(&mut block).and_then(|more| {
-                self.push(&block, &mut on_chunk)?;
-                Ok(more)
-            });
-            match more {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(e) => {
-                    let _ = self.reset();
-                    return Err(e);
+        let mut stopped = false;
+        let streamed = (|| loop {
+            let more = next_block(&mut block)?;
+            for piece in block.chunks(STOP_EVERY_CHUNKS * CHUNK_SAMPLES) {
+                if stop() {
+                    stopped = true;
+                    return Ok(());
                 }
+                self.push(piece, &mut on_chunk)?;
             }
+            if !more {
+                return Ok(());
+            }
+        })();
+        if let Err(e) = streamed {
+            let _ = self.reset();
+            return Err(e);
         }
         let end = self.finish()?;
         if let Some(r) = &end.last_chunk {
             on_chunk(r);
         }
-        Ok(end)
+        Ok((end, stopped))
     }
 
     /// The self-test the bundle this was opened from carries, if any (read from the
