@@ -110,6 +110,37 @@ pub enum Buf {
     Logits,
 }
 
+impl Buf {
+    /// Every buffer, in [`Buf::index`] order.
+    pub const ALL: [Buf; 9] = [
+        Buf::Residual,
+        Buf::Normed,
+        Buf::Q,
+        Buf::K,
+        Buf::V,
+        Buf::Attn,
+        Buf::Gate,
+        Buf::Up,
+        Buf::Logits,
+    ];
+
+    /// The buffer's place among the nine (`Residual` 0 ... `Logits` 8): the index an
+    /// engine's table of activation buffers is kept in, one per [`Buf`].
+    pub fn index(self) -> usize {
+        match self {
+            Buf::Residual => 0,
+            Buf::Normed => 1,
+            Buf::Q => 2,
+            Buf::K => 3,
+            Buf::V => 4,
+            Buf::Attn => 5,
+            Buf::Gate => 6,
+            Buf::Up => 7,
+            Buf::Logits => 8,
+        }
+    }
+}
+
 /// A weight matrix of the model (index into [`Model`]'s matrices).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MatId(pub u32);
@@ -892,32 +923,6 @@ impl std::fmt::Debug for State {
     }
 }
 
-const BUFS: [Buf; 9] = [
-    Buf::Residual,
-    Buf::Normed,
-    Buf::Q,
-    Buf::K,
-    Buf::V,
-    Buf::Attn,
-    Buf::Gate,
-    Buf::Up,
-    Buf::Logits,
-];
-
-fn buf_index(b: Buf) -> usize {
-    match b {
-        Buf::Residual => 0,
-        Buf::Normed => 1,
-        Buf::Q => 2,
-        Buf::K => 3,
-        Buf::V => 4,
-        Buf::Attn => 5,
-        Buf::Gate => 6,
-        Buf::Up => 7,
-        Buf::Logits => 8,
-    }
-}
-
 /// Options of a [`State`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StateOptions {
@@ -942,7 +947,7 @@ impl State {
         let max_batch = o.max_batch.max(1);
         let logit_rows = o.logit_rows.max(1);
         let pool = ThreadPool::new(o.threads.max(1))?;
-        let bufs = BUFS.map(|b| {
+        let bufs = Buf::ALL.map(|b| {
             let rows = if b == Buf::Logits {
                 logit_rows
             } else {
@@ -1038,13 +1043,13 @@ impl State {
     /// Logits of the last forward call: one row of `n_vocab` values per token asked for
     /// (`[n, n_vocab]` row-major).
     pub fn logits(&self) -> &[f32] {
-        &self.bufs[buf_index(Buf::Logits)][..self.n_logits * self.hp.n_vocab]
+        &self.bufs[Buf::Logits.index()][..self.n_logits * self.hp.n_vocab]
     }
 
     /// Logits, writable (the sampler applies penalties in place).
     pub fn logits_mut(&mut self) -> &mut [f32] {
         let n = self.n_logits * self.hp.n_vocab;
-        &mut self.bufs[buf_index(Buf::Logits)][..n]
+        &mut self.bufs[Buf::Logits.index()][..n]
     }
 
     /// Host bytes held (cache, activations, scratch).
@@ -1187,7 +1192,7 @@ impl<'m, 'w> Frame<'m, 'w> {
     }
 
     fn buf(&self, b: Buf) -> Raw<f32> {
-        self.bufs[buf_index(b)]
+        self.bufs[b.index()]
     }
 
     /// Token range of an operation.

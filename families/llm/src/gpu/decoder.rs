@@ -186,32 +186,6 @@ impl std::fmt::Debug for GpuDecoder {
     }
 }
 
-fn buf_index(b: Buf) -> usize {
-    match b {
-        Buf::Residual => 0,
-        Buf::Normed => 1,
-        Buf::Q => 2,
-        Buf::K => 3,
-        Buf::V => 4,
-        Buf::Attn => 5,
-        Buf::Gate => 6,
-        Buf::Up => 7,
-        Buf::Logits => 8,
-    }
-}
-
-const ALL_BUFS: [Buf; 9] = [
-    Buf::Residual,
-    Buf::Normed,
-    Buf::Q,
-    Buf::K,
-    Buf::V,
-    Buf::Attn,
-    Buf::Gate,
-    Buf::Up,
-    Buf::Logits,
-];
-
 fn i32_of(v: usize) -> i32 {
     i32::try_from(v).unwrap_or(i32::MAX)
 }
@@ -326,7 +300,7 @@ impl GpuDecoder {
         );
         let mut plan = ArenaPlan::new();
         let mut buf_r = Vec::new();
-        for b in ALL_BUFS {
+        for b in Buf::ALL {
             buf_r.push(plan.add(format!("{b:?}"), hp.width(b) * 4)?);
         }
         let widest = hp.n_embd.max(hp.q_dim()).max(hp.n_ff);
@@ -347,7 +321,7 @@ impl GpuDecoder {
             ));
         }
         let work = DeviceArena::new(&ctx, plan)?;
-        let bp = |b: Buf| work.ptr(buf_r[buf_index(b)]);
+        let bp = |b: Buf| work.ptr(buf_r[b.index()]);
         let (q8, q8k) = (work.ptr(q8_r), work.ptr(q8k_r));
         let state = work.ptr(state_r);
         let prompt = work.ptr(prompt_r);
