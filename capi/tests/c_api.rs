@@ -234,6 +234,14 @@ fn cli_doc(bundle: &Path, input: &Path, extra: &[&str]) -> Value {
     serde_json::from_str(&ok("tether run --json", &o)).expect("CLI JSON")
 }
 
+/// The allocations of every call in `v`, which must all be the same (steady state): that
+/// count. `what` names the call in the failure.
+fn steady(v: &[u64], what: &str) -> u64 {
+    let (lo, hi) = (v.iter().min().unwrap(), v.iter().max().unwrap());
+    assert_eq!(lo, hi, "{what}: allocations per call vary: {v:?}");
+    *lo
+}
+
 /// Compiler flags of the program variants.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Variant {
@@ -922,11 +930,6 @@ fn detect_allocations() {
         "allocations per call after warm-up: C tether_detect {c_detect:?}, Rust detect_prepared {rust_detect:?}; \
          C tether_detect_staged {c_staged:?}, Rust detect_staged {rust_staged:?}"
     );
-    let steady = |v: &[u64], what: &str| {
-        let (lo, hi) = (v.iter().min().unwrap(), v.iter().max().unwrap());
-        assert_eq!(lo, hi, "{what}: allocations per call vary: {v:?}");
-        *lo
-    };
     assert_eq!(
         steady(&c_detect, "C tether_detect"),
         steady(&rust_detect, "Rust detect_prepared"),
@@ -1518,11 +1521,6 @@ fn ocr_network_allocations() {
         "allocations per call after warm-up: C tether_ocr {c_ocr:?}, Rust detect_text {rust_ocr:?}; \
          C tether_network_run {c_net:?}, Rust NetworkSession::run {rust_net:?}"
     );
-    let steady = |v: &[u64], what: &str| {
-        let (lo, hi) = (v.iter().min().unwrap(), v.iter().max().unwrap());
-        assert_eq!(lo, hi, "{what}: allocations per call vary: {v:?}");
-        *lo
-    };
     assert_eq!(
         steady(&c_ocr, "C tether_ocr"),
         steady(&rust_ocr, "Rust Ocr::detect_text"),
