@@ -51,7 +51,11 @@ fn asset(name: &str) -> String {
 fn scratch() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("tether-cli-{}", std::process::id()));
+        // One fixed folder under cargo's per-target temp dir, emptied at the
+        // start of each run: a run leaves at most one copy (~300 MB of bundles)
+        // behind instead of one per process id in the system temp dir.
+        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli");
+        let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("scratch dir");
         d
     })

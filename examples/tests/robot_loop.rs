@@ -38,7 +38,7 @@ fn bundle() -> PathBuf {
             &mut |_| {},
         )
         .expect("build the bundle");
-        let dir = std::env::temp_dir().join(format!("tether-robot-loop-{}", std::process::id()));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("robot-loop");
         std::fs::create_dir_all(&dir).expect("scratch dir");
         let path = dir.join("320n.bundle");
         writer.write(&path).expect("write the bundle");
