@@ -509,6 +509,23 @@ fn first_mistakes_name_what_to_do() {
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
         assert!(stdout(&o).is_empty(), "{args:?}: {}", stdout(&o));
     }
+    // An input where the bundle belongs (the arguments swapped): the hint says which comes
+    // first, not "damaged copy".
+    let wav = asset("Front_Center.wav");
+    for args in [
+        vec!["inspect", png.as_str()],
+        vec!["run", png.as_str(), b.as_str()],
+        vec!["verify", wav.as_str()],
+    ] {
+        let o = tether(&args);
+        let e = stderr(&o);
+        assert_ne!(o.status.code(), Some(0), "{args:?}: {e}");
+        assert!(
+            e.contains("this file is an input, not a bundle: the bundle comes first"),
+            "{args:?}: {e}"
+        );
+        assert!(!e.contains("corrupted"), "{args:?}: {e}");
+    }
 }
 
 #[test]

@@ -522,6 +522,13 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
             | tether_bundle::BundleError::File(_)
             | tether_bundle::BundleError::ChangedWhileOpen { .. }),
         ) => Err(anyhow::Error::from(e).context(format!("opening {shown}"))),
+        // An input (image, audio) given where the bundle belongs: a usage mistake, not a
+        // damaged bundle; the hint says which argument comes first.
+        Err(e @ tether_bundle::BundleError::BadMagic { found })
+            if crate::cli::known_format(&found).is_some() =>
+        {
+            Err(anyhow::Error::from(e).context(format!("opening {shown}")))
+        }
         Err(e) => {
             if a.json {
                 let d = doc("corrupt", None, Some(e.to_string()));

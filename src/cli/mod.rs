@@ -116,6 +116,12 @@ fn bundle_hint(b: &BundleError) -> &'static str {
         | BundleError::TooLarge { .. } => {
             "a name or value given to `tether build` (or read from the model's metadata) does not fit the bundle format (bundle/FORMAT.md, section 9 lists the limits)"
         }
+        BundleError::BadMagic { found } => match known_format(found) {
+            Some(hint) => hint,
+            None => {
+                "the file is not a tether bundle (or is a damaged copy of one); bundles are written by `tether build`, and `tether verify` checks one"
+            }
+        },
         BundleError::ChangedWhileOpen { .. } => {
             "the file was overwritten while tether read it; install a new bundle by renaming it over the old one (`mv`, or `tether build -o`), not with `cp`"
         }
@@ -123,6 +129,18 @@ fn bundle_hint(b: &BundleError) -> &'static str {
             "the file is not a valid tether bundle (truncated or corrupted copy?); rebuild it with `tether build` and check it with `tether verify`"
         }
     }
+}
+
+/// The hint for a file that is not a bundle but an input given where the bundle belongs,
+/// known by its first 8 bytes: PNG (ISO/IEC 15948 signature), JPEG (SOI + marker), RIFF (WAV).
+/// (Model files, ONNX and GGUF, are caught before opening: `run::model_format`.)
+pub(crate) fn known_format(head: &[u8; 8]) -> Option<&'static str> {
+    let input = head.starts_with(b"\x89PNG\r\n\x1a\n")
+        || head.starts_with(&[0xff, 0xd8, 0xff])
+        || head.starts_with(b"RIFF");
+    input.then_some(
+        "this file is an input, not a bundle: the bundle comes first, then the inputs (`tether run model.bundle INPUT...`)",
+    )
 }
 
 fn hint(e: &anyhow::Error) -> Option<&'static str> {
