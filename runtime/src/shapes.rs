@@ -192,6 +192,11 @@ impl<T, const D: usize> ShapeSessions<T, D> {
         self.entries.iter().find(|e| e.key == key).map(|e| &e.value)
     }
 
+    /// Values held now, in the order they were made.
+    pub fn values(&self) -> impl Iterator<Item = &T> + '_ {
+        self.entries.iter().map(|e| &e.value)
+    }
+
     /// Keys with a value now, in the order they were made.
     pub fn keys(&self) -> impl Iterator<Item = [usize; D]> + '_ {
         self.entries.iter().map(|e| e.key)

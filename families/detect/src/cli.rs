@@ -14,8 +14,8 @@ pub use tether_family::annotate::MAX_ANNOTATED_SIDE;
 use tether_family::annotate::{Annotation, Colour};
 use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
-    BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource, Outcome,
-    PlanSource, Report, RunOptions, Runner, SelfTest, UsageError, describe_self_test, file_stem,
+    BuildCommon, Built, Description, Environment, Family, Input, InputSource, Outcome, PlanSource,
+    Report, RunOptions, Runner, SelfTest, UsageError, describe_self_test, file_stem,
 };
 use tether_family::selftest::Role;
 
@@ -481,15 +481,9 @@ impl Runner for DetectRunner {
         #[allow(unused_mut)]
         let mut env = Environment::of_model(model);
         #[cfg(feature = "cuda")]
+        env.add_sessions(self.det.session());
+        #[cfg(feature = "cuda")]
         if let Some(d) = self.det.session().and_then(|s| s.device()) {
-            use tether_runtime::session::ExecMode;
-            let (mode, note) = d.exec_mode();
-            env.execution = match mode {
-                ExecMode::WholeGraph => Execution::Graph,
-                ExecMode::SplitGraphs => Execution::SplitGraphs,
-                ExecMode::Eager => Execution::Eager,
-            };
-            env.execution_note = note.to_string();
             let b = d.memory_budget();
             env.staging = Some(if b.mapped == 0 {
                 tether_family::family::MappedIo::Never

@@ -440,7 +440,11 @@ fn text_of(input: &dyn Input) -> Result<&TextInput> {
 
 impl Runner for EmbedRunner {
     fn environment(&self) -> tether_family::family::Environment {
-        tether_family::family::Environment::of_model(self.embedder.model())
+        #[allow(unused_mut)]
+        let mut env = tether_family::family::Environment::of_model(self.embedder.model());
+        #[cfg(feature = "cuda")]
+        env.add_sessions(self.embedder.sessions());
+        env
     }
 
     fn engines(&self) -> Vec<(String, String)> {

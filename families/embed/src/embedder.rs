@@ -254,6 +254,11 @@ impl Embedder {
         &self.model
     }
 
+    /// The sessions prepared so far, one per `[batch, sequence]` bucket, in the order made.
+    pub fn sessions(&self) -> impl Iterator<Item = &tether_runtime::session::Session> + '_ {
+        self.buckets.values().map(Bucket::session)
+    }
+
     /// The engine running the encoder (chosen for the device at open).
     pub fn engine(&self) -> EngineKind {
         self.model

@@ -71,6 +71,11 @@ fn list(t: &[TensorSpec]) -> String {
 }
 
 impl Bucket {
+    /// The session of this bucket's shape.
+    pub(crate) fn session(&self) -> &Session {
+        &self.session
+    }
+
     /// Build the session of `plan`, prepared for `[batch, seq]`.
     ///
     /// # Errors

@@ -310,6 +310,39 @@ impl Environment {
     }
 }
 
+#[cfg(all(feature = "cli", feature = "cuda"))]
+impl Environment {
+    /// Sets [`Environment::execution`] from the device sessions a runner holds (none on the
+    /// CPU): one mode when they agree, else the slowest (eager, then split graphs) with the
+    /// sessions' notes; unchanged when there is no device session yet (nothing prepared).
+    pub fn add_sessions<'a>(
+        &mut self,
+        sessions: impl IntoIterator<Item = &'a tether_runtime::session::Session>,
+    ) {
+        use tether_runtime::session::ExecMode;
+        let mut worst: Option<(u8, Execution)> = None;
+        let mut notes: Vec<&str> = Vec::new();
+        for d in sessions.into_iter().filter_map(|s| s.device()) {
+            let (mode, note) = d.exec_mode();
+            let this = match mode {
+                ExecMode::WholeGraph => (0, Execution::Graph),
+                ExecMode::SplitGraphs => (1, Execution::SplitGraphs),
+                ExecMode::Eager => (2, Execution::Eager),
+            };
+            if worst.is_none_or(|w| this.0 > w.0) {
+                worst = Some(this);
+            }
+            if !note.is_empty() && !notes.contains(&note) {
+                notes.push(note);
+            }
+        }
+        if let Some((_, e)) = worst {
+            self.execution = e;
+            self.execution_note = notes.join("; ");
+        }
+    }
+}
+
 /// How a runner's runs execute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Execution {

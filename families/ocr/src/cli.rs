@@ -471,7 +471,11 @@ impl Runner for OcrRunner {
     fn environment(&self) -> tether_family::family::Environment {
         // One session per network and input shape (graphs on a GPU): the device, the engines
         // and why; stage times are host clocks.
-        tether_family::family::Environment::of_model(self.ocr.model())
+        #[allow(unused_mut)]
+        let mut env = tether_family::family::Environment::of_model(self.ocr.model());
+        #[cfg(feature = "cuda")]
+        env.add_sessions(self.ocr.sessions());
+        env
     }
 
     fn engines(&self) -> Vec<(String, String)> {

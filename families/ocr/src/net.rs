@@ -54,6 +54,11 @@ impl std::fmt::Debug for Prepared {
 }
 
 impl Prepared {
+    /// The session of this network and shape.
+    pub(crate) fn session(&self) -> &Session {
+        &self.session
+    }
+
     /// Build the session of `plan`: its f32 image input (and the recogniser's
     /// `valid_widths`, when present) as input regions, its outputs as output
     /// regions; the output read is the one that plays the network's role

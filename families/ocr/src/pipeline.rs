@@ -946,6 +946,16 @@ impl Ocr {
         &self.model
     }
 
+    /// The sessions prepared so far: the detector's and the recogniser's per input shape,
+    /// then the direction classifier's (when the bundle has one).
+    pub fn sessions(&self) -> impl Iterator<Item = &tether_runtime::session::Session> + '_ {
+        self.det
+            .values()
+            .chain(self.rec.values())
+            .chain(self.cls.as_ref())
+            .map(crate::net::Prepared::session)
+    }
+
     /// Recogniser widths prepared so far.
     pub fn prepared_rec_widths(&self) -> Vec<usize> {
         self.rec.keys().map(|[_, w]| w).collect()

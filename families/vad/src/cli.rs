@@ -474,7 +474,11 @@ fn wav_of(input: &dyn Input) -> Result<&WavInput> {
 
 impl Runner for VadRunner {
     fn environment(&self) -> tether_family::family::Environment {
-        tether_family::family::Environment::of_model(self.vad.model())
+        #[allow(unused_mut)]
+        let mut env = tether_family::family::Environment::of_model(self.vad.model());
+        #[cfg(feature = "cuda")]
+        env.add_sessions([self.vad.session()]);
+        env
     }
 
     fn engines(&self) -> Vec<(String, String)> {

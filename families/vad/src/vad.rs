@@ -228,6 +228,12 @@ impl Vad {
         self.net.model()
     }
 
+    /// The session running the network (on a GPU: its device session, how runs execute,
+    /// memory measured at load).
+    pub fn session(&self) -> &tether_runtime::session::Session {
+        self.net.session()
+    }
+
     /// Wall time spent running the network (input copy, run, output read)
     /// since open, summed over chunks (what `tether bench` reports as the
     /// network stage).
