@@ -2501,6 +2501,24 @@ fn llm_builds_inspects_and_self_tests() {
         assert!(text.contains(want), "{want} not in {text}");
     }
     let v = json(&tether(&["inspect", &b, "--json"]));
+    // One section per weight tensor: the text lists the first 8 and says how to see all;
+    // `--sections` lists every one; JSON always has them all.
+    let n = v["sections"].as_array().unwrap().len();
+    assert!(n > 32, "{n}");
+    let listed = |t: &str| t.lines().filter(|l| l.starts_with("  [")).count();
+    assert!(text.contains(&format!("sections   {n}\n")), "{text}");
+    assert_eq!(listed(&text), 8, "{text}");
+    assert!(
+        text.contains(&format!(
+            "... {} more (`tether inspect BUNDLE --sections`",
+            n - 8
+        )),
+        "{text}"
+    );
+    assert!(text.contains("targets    none"), "{text}");
+    let all = stdout(&tether(&["inspect", &b, "--sections"]));
+    assert_eq!(listed(&all), n, "{all}");
+    assert!(!all.contains("more (`tether inspect"), "{all}");
     let c = &v["family_config"];
     assert_eq!(v["identity"]["family"], "llm");
     assert_eq!(c["architecture"], "llama");

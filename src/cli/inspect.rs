@@ -35,7 +35,17 @@ pub struct InspectArgs {
     /// Print JSON instead of text (schema: docs/cli-json.md).
     #[arg(long)]
     json: bool,
+    /// List every section (text output; JSON always lists every one). Without it a bundle
+    /// of more than 32 sections (an LLM has one per weight tensor) lists its first 8.
+    #[arg(long)]
+    sections: bool,
 }
+
+/// Sections listed in text without `--sections` when there are more than
+/// [`SECTIONS_IN_FULL`].
+const SECTIONS_SHOWN: usize = 8;
+/// Up to this many sections are always listed in text.
+const SECTIONS_IN_FULL: usize = 32;
 
 /// Arguments of `tether verify`.
 #[derive(Args, Debug)]
@@ -273,7 +283,7 @@ fn manifest_doc(b: &Bundle) -> InspectDoc<'_> {
 
 // ----- text ----------------------------------------------------------------------
 
-fn write_text(b: &Bundle, out: &mut impl Write) -> io::Result<()> {
+fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Result<()> {
     let id = b.identity();
     let (major, minor) = b.format_version();
     writeln!(out, "bundle     {}", Escaped(id.name))?;
@@ -301,7 +311,12 @@ fn write_text(b: &Bundle, out: &mut impl Write) -> io::Result<()> {
             secs.join(" ")
         )?;
     }
-    writeln!(out, "targets")?;
+    if b.targets().next().is_none() {
+        // No engine sections: the family runs its own code on every device (e.g. llm).
+        writeln!(out, "targets    none")?;
+    } else {
+        writeln!(out, "targets")?;
+    }
     for t in b.targets() {
         let sm =
             t.sm.map_or("any".to_string(), |(a, b)| format!("sm_{a}{b}"));
@@ -317,14 +332,27 @@ fn write_text(b: &Bundle, out: &mut impl Write) -> io::Result<()> {
             t.arch
         )?;
     }
-    writeln!(out, "sections")?;
-    for s in b.sections() {
+    let count = b.sections().count();
+    let shown = if all_sections || count <= SECTIONS_IN_FULL {
+        count
+    } else {
+        SECTIONS_SHOWN
+    };
+    writeln!(out, "sections   {count}")?;
+    let width = b
+        .sections()
+        .take(shown)
+        .map(|s| Escaped(s.name).to_string().chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(24);
+    for s in b.sections().take(shown) {
         let target = s.target.map_or("-".to_string(), |t| t.to_string());
         writeln!(
             out,
-            "  [{}] {:<24} {:<13} target {target:<2} offset {:>10} length {:>10} crc32 {:08x}",
+            "  [{}] {:<width$} {:<13} target {target:<2} offset {:>10} length {:>10} crc32 {:08x}",
             s.index,
-            Escaped(s.name),
+            Escaped(s.name).to_string(),
             s.kind.to_string(),
             s.offset,
             s.length,
@@ -342,6 +370,13 @@ fn write_text(b: &Bundle, out: &mut impl Write) -> io::Result<()> {
             }
             writeln!(out, "] {}", t.layout)?;
         }
+    }
+    if shown < count {
+        writeln!(
+            out,
+            "  ... {} more (`tether inspect BUNDLE --sections` lists every one)",
+            count - shown
+        )?;
     }
     Ok(())
 }
@@ -367,7 +402,7 @@ pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
             .map_err(io::Error::from)
             .and_then(|()| writeln!(out))
     } else {
-        write_text(&b, &mut out)
+        write_text(&b, a.sections, &mut out)
     };
     written
         .and_then(|()| out.flush())
