@@ -580,6 +580,44 @@ extern "C" __global__ void __launch_bounds__(256) gather(const __grid_constant__
 }
 
 // ---------------------------------------------------------------------------------------------
+// In-place row update at a device-held position (ops::update::UpdateRows, a KV cache append):
+// dst[o, pos + r, i] = src[o, r, i] with pos = cursor[2 * slot], read when the kernel runs, so
+// one captured graph writes the right rows at every position. A row outside [0, capacity) is
+// skipped: never a write outside dst.
+
+struct update_rows_params {         // 48 bytes
+    unsigned long long dst, src, cursor;
+    unsigned int outer, capacity, rows, inner;
+    unsigned int elem_bytes;
+    unsigned int slot;
+};
+static_assert(sizeof(struct update_rows_params) == 48, "update.rs UpdateRowsParams");
+
+template <typename T>
+__device__ __forceinline__ void update_rows_body(const struct update_rows_params& p) {
+    const long long pos = (long long)((const int*)p.cursor)[2 * p.slot];
+    const unsigned int total = p.outer * p.rows * p.inner;
+    const unsigned int stride = gridDim.x * blockDim.x;
+    for (unsigned int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        const unsigned int i = t % p.inner;
+        const unsigned int r = (t / p.inner) % p.rows;
+        const unsigned int o = t / (p.inner * p.rows);
+        const long long at = pos + r;
+        if (at < 0 || at >= (long long)p.capacity) continue;
+        ((T*)p.dst)[((long long)o * p.capacity + at) * p.inner + i] = ((const T*)p.src)[t];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) update_rows(const __grid_constant__ struct update_rows_params p) {
+    switch (p.elem_bytes) {
+    case 1: update_rows_body<unsigned char>(p); break;
+    case 2: update_rows_body<unsigned short>(p); break;
+    case 4: update_rows_body<unsigned int>(p); break;
+    default: update_rows_body<unsigned long long>(p); break;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Separable resampling of the last two axes (ir::Resize): tract's per-axis plans as tables,
 // rows first then columns, zero-weight taps skipped, exactly tract's order of operations.
 

@@ -1133,3 +1133,128 @@ fn cudnn_runtime_fusion_probe() {
         );
     }
 }
+
+/// The in-place row update (`ops::update::UpdateRows`, a KV cache append) captured ONCE into
+/// a CUDA graph, then replayed at every position of the cache with only the cursor's bytes
+/// (and the new row) changed between replays: after each replay exactly the row at the
+/// cursor's position holds the new row, every other row its earlier value; a cursor past the
+/// capacity writes nothing. f32 and f16 caches. Expected bytes from the definition.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on the GPU host"]
+fn update_rows_captured_once_writes_at_every_position() {
+    use tether_runtime::cuda::{KernelModule, ModuleSource};
+    use tether_runtime::native::graph::Graph as NativeGraph;
+    use tether_runtime::native::ir::{BufferKind, ElemType};
+    use tether_runtime::native::ops::op::{Call, Op};
+    use tether_runtime::native::ops::update::UpdateRows;
+
+    const OUTER: usize = 3; // e.g. KV heads
+    const CAPACITY: usize = 40;
+    const INNER: usize = 64; // head dimension
+    let ctx = Context::new(0, SyncPolicy::Spin).unwrap();
+    let stream = Stream::new(&ctx, SyncPolicy::Spin).unwrap();
+    let module = KernelModule::load(
+        &ctx,
+        ModuleSource {
+            images: native::exec::kernels::KERNEL_IMAGES,
+            source: None,
+            allow_nvrtc: false,
+        },
+    )
+    .unwrap();
+    let f = module.function("update_rows").unwrap();
+    for dtype in [ElemType::F32, ElemType::F16] {
+        let es = dtype.size();
+        let mut g = NativeGraph::default();
+        let src = g.add_packed("new", dtype, &[OUTER, 1, INNER], BufferKind::Input(0));
+        let cursor = g.add_packed("cursor", ElemType::I32, &[2], BufferKind::Input(1));
+        let dst = g.add_packed(
+            "cache",
+            dtype,
+            &[OUTER, CAPACITY, INNER],
+            BufferKind::Output(0),
+        );
+        let op = UpdateRows {
+            dst,
+            src,
+            cursor,
+            slot: 0,
+            outer: OUTER,
+            capacity: CAPACITY,
+            rows: 1,
+            inner: INNER,
+        };
+        op.check(&g).unwrap();
+        let (cache_bytes, row_bytes) = (OUTER * CAPACITY * INNER * es, OUTER * INNER * es);
+        let mut arena = ArenaPlan::new();
+        let r_cache = arena.add("cache", cache_bytes).unwrap();
+        let r_src = arena.add("new", row_bytes).unwrap();
+        let r_cursor = arena.add("cursor", 8).unwrap();
+        let mem = DeviceArena::new(&ctx, arena).unwrap();
+        let addr = |t| {
+            if t == dst {
+                mem.ptr(r_cache).0
+            } else if t == src {
+                mem.ptr(r_src).0
+            } else {
+                mem.ptr(r_cursor).0
+            }
+        };
+        let Call::Kernel(mut call) = op.call(&g, "append", &addr).unwrap() else {
+            panic!("update_rows is one kernel")
+        };
+        let graph = Graph::capture(&stream, |s| {
+            let mut args = [call.params.as_mut_ptr() as *mut std::ffi::c_void];
+            let ([gx, gy, gz], [bx, by, bz]) = (call.grid, call.block);
+            // SAFETY: the parameter block of update_rows; every address lies in `mem`,
+            // alive for every replay below.
+            unsafe { s.launch(f, (gx, gy, gz), (bx, by, bz), 0, &mut args) }
+        })
+        .unwrap();
+        assert_eq!(graph.nodes(), 1);
+        // SAFETY: the whole cache region.
+        unsafe { stream.memset_u8(mem.ptr(r_cache), 0xff, cache_bytes) }.unwrap();
+        let mut want = vec![0xffu8; cache_bytes];
+        let mut got = vec![0u8; cache_bytes];
+        for position in 0..=CAPACITY + 1 {
+            // A new row whose bytes say its position and element.
+            let row: Vec<u8> = (0..row_bytes)
+                .map(|i| (i * 31 + position * 7 + 3) as u8)
+                .collect();
+            let cur: Vec<u8> = [position as i32, position as i32 + 1]
+                .iter()
+                .flat_map(|w| w.to_ne_bytes())
+                .collect();
+            // SAFETY: host vectors alive until the synchronise below; regions of their sizes.
+            unsafe {
+                stream
+                    .memcpy_htod(mem.ptr(r_src), row.as_ptr(), row_bytes)
+                    .unwrap();
+                stream
+                    .memcpy_htod(mem.ptr(r_cursor), cur.as_ptr(), 8)
+                    .unwrap();
+            }
+            graph.launch(&stream).unwrap();
+            // SAFETY: `got` holds the cache's bytes; synchronised before reading it.
+            unsafe { stream.memcpy_dtoh(got.as_mut_ptr(), mem.ptr(r_cache), cache_bytes) }.unwrap();
+            stream.synchronize().unwrap();
+            if position < CAPACITY {
+                for o in 0..OUTER {
+                    let d = (o * CAPACITY + position) * INNER * es;
+                    let s = o * INNER * es;
+                    want[d..d + INNER * es].copy_from_slice(&row[s..s + INNER * es]);
+                }
+            }
+            assert!(
+                got == want,
+                "{dtype}: cache wrong after the replay at position {position}"
+            );
+        }
+        eprintln!(
+            "update_rows {dtype}: one graph of {} node replayed at positions 0..={} of a \
+             [{OUTER}, {CAPACITY}, {INNER}] cache: every row right, nothing written past the capacity",
+            graph.nodes(),
+            CAPACITY + 1
+        );
+    }
+}

@@ -480,7 +480,8 @@ fn has_pitched_operand(g: &Graph, i: usize) -> bool {
         | StepKind::Softmax(_)
         | StepKind::Reduce(_)
         | StepKind::Gather(_)
-        | StepKind::Resize(_) => return false,
+        | StepKind::Resize(_)
+        | StepKind::UpdateRows(_) => return false,
     };
     channels_last
         && ops.iter().any(|&t| {

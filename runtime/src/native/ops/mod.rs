@@ -157,4 +157,5 @@ operators! {
     reduce::Reduce,
     gather::Gather,
     resize::Resize,
+    update::UpdateRows,
 }

@@ -243,7 +243,8 @@ fn spatial_operands(s: &Step) -> Option<[TensorId; 2]> {
         | StepKind::Softmax(_)
         | StepKind::Reduce(_)
         | StepKind::Gather(_)
-        | StepKind::Resize(_) => None,
+        | StepKind::Resize(_)
+        | StepKind::UpdateRows(_) => None,
     }
 }
 
@@ -267,7 +268,8 @@ fn channels_last(g: &mut Graph, pitched: bool) {
                 | StepKind::Softmax(_)
                 | StepKind::Reduce(_)
                 | StepKind::Gather(_)
-                | StepKind::Resize(_) => false,
+                | StepKind::Resize(_)
+                | StepKind::UpdateRows(_) => false,
             };
             let e = used.entry(t).or_insert(true);
             *e &= ok;
@@ -292,7 +294,8 @@ fn channels_last(g: &mut Graph, pitched: bool) {
             | StepKind::Softmax(_)
             | StepKind::Reduce(_)
             | StepKind::Gather(_)
-            | StepKind::Resize(_) => continue,
+            | StepKind::Resize(_)
+            | StepKind::UpdateRows(_) => continue,
         };
         for t in ops {
             let (root, off) = g.tensor_root(t);
@@ -407,7 +410,8 @@ fn channels_last(g: &mut Graph, pitched: bool) {
             | StepKind::Softmax(_)
             | StepKind::Reduce(_)
             | StepKind::Gather(_)
-            | StepKind::Resize(_) => None,
+            | StepKind::Resize(_)
+            | StepKind::UpdateRows(_) => None,
         };
         for t in s.reads().into_iter().chain(std::iter::once(s.writes())) {
             let b = g.tensor(t).buffer;
@@ -499,7 +503,8 @@ fn channels_last(g: &mut Graph, pitched: bool) {
             | StepKind::Softmax(_)
             | StepKind::Reduce(_)
             | StepKind::Gather(_)
-            | StepKind::Resize(_) => unreachable!("spatial_operands matched"),
+            | StepKind::Resize(_)
+            | StepKind::UpdateRows(_) => unreachable!("spatial_operands matched"),
         }
         let node = s.node.clone();
         out.push(s);

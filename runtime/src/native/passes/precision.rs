@@ -48,7 +48,8 @@ fn is_library(k: &StepKind) -> bool {
         StepKind::Elementwise(_)
         | StepKind::Copy(_)
         | StepKind::Gather(_)
-        | StepKind::Resize(_) => false,
+        | StepKind::Resize(_)
+        | StepKind::UpdateRows(_) => false,
     }
 }
 
@@ -65,7 +66,8 @@ fn library_weights(k: &StepKind) -> Vec<TensorId> {
         | StepKind::Pool(_)
         | StepKind::Softmax(_)
         | StepKind::Reduce(_)
-        | StepKind::Resize(_) => Vec::new(),
+        | StepKind::Resize(_)
+        | StepKind::UpdateRows(_) => Vec::new(),
     }
 }
 
@@ -143,6 +145,27 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
                         program: Program::identity(),
                     }),
                 });
+                continue;
+            }
+        }
+        // A row update copies raw elements into a cache that keeps its own type (a network
+        // output or a state region stays fp32): its new rows are cast into a twin of the
+        // cache's type first.
+        if let StepKind::UpdateRows(u) = &mut s.kind {
+            let (from, to) = (g.tensor(u.src).dtype, g.tensor(u.dst).dtype);
+            if from != to {
+                let src = u.src;
+                let twin = twin_of(g, src, to);
+                u.src = twin;
+                out.push(Step {
+                    node: format!("{}.cast", s.node),
+                    kind: StepKind::Elementwise(Elementwise {
+                        inputs: vec![src],
+                        output: twin,
+                        program: Program::identity(),
+                    }),
+                });
+                out.push(s);
                 continue;
             }
         }
