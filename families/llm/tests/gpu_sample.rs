@@ -10,10 +10,16 @@
 //! nor for the penalised logits themselves (the same f32 operations). For sampled draws,
 //! CUDA's `expf` differs from Rust's `f32::exp` by up to 2 ulp, and for more than 1,024
 //! candidates the device sums the top-p mass in fixed point and the draw's weights in
-//! per-thread chunks, where the CPU adds them one by one in f32 (itself off the exact sum
-//! by up to ~sqrt(n) ulp). Those roundings move a cut only when the exact (f64) chain puts
-//! the top-p target or the draw `u * total` within `tolerance(n)` of a boundary, so a
-//! different token is accepted only there (`margin` below), and on at most 1 % of draws.
+//! per-thread chunks, where the CPU adds up to n values one by one in f32 (itself off the
+//! exact sum by ~sqrt(n) ulp typically). Those roundings move a cut only when the exact (f64)
+//! chain puts the top-p target or the draw `u * total` within rounding of a boundary, so a
+//! different token is accepted only where that distance is below `tolerance(terms)` =
+//! max(1e-5, 4 sqrt(terms) f32::EPSILON), relative to the mass (`margin` below). One top-p
+//! cut at such a boundary changes the candidate set, hence most draws on those logits (the
+//! H200 run of docs/evidence/llm-gpu.md: 78 of 896 draws at 151,936 tokens, all within
+//! 3e-5 of a boundary), so no rate is capped there; with at most 1,024 candidates (top-k
+//! <= 1,024 or a small vocabulary: the CPU's order of sums) at most 1 % of draws may differ
+//! (0 measured).
 
 use tether_llm::checkpoint::Checkpoint;
 use tether_llm::generate::{GenerateParams, Generator, GeneratorOptions, Prompt};
@@ -101,7 +107,7 @@ fn history(n: usize, seed: u64) -> Vec<u32> {
 }
 
 fn tolerance(terms: usize) -> f64 {
-    (2e-6 * (terms as f64).sqrt()).max(1e-5)
+    (4.0 * f64::from(f32::EPSILON) * (terms as f64).sqrt()).max(1e-5)
 }
 
 /// The exact (f64) chain on penalised logits: the smallest distance, relative to the mass
@@ -175,15 +181,25 @@ fn margin(l: &[f32], p: &SamplerParams, u: f32) -> f64 {
 fn device_sampler_equals_the_cpu_sampler_on_identical_logits() {
     let sets = parameter_sets();
     let mut failures = Vec::new();
-    for n in [96usize, 1000, 49_152, 151_936] {
+    // TETHER_GPU_SAMPLE_QUICK=1: two vocabularies, one seed, two steps (for the sanitizer).
+    let quick = std::env::var_os("TETHER_GPU_SAMPLE_QUICK").is_some();
+    let (vocabs, steps, seeds): (&[usize], u64, usize) = if quick {
+        (&[96, 3000], 2, 1)
+    } else {
+        (&[96, 1000, 49_152, 151_936], 8, 2)
+    };
+    for &n in vocabs {
         let mut dev = DeviceSampler::new(0, n, 256).expect("device sampler");
-        let (mut draws, mut differ) = (0usize, 0usize);
+        let (mut draws, mut differ, mut pool_draws, mut pool_differ) = (0usize, 0, 0usize, 0);
         for kind in 0..4 {
             let l = logits(kind, n, 11 + kind as u64 + n as u64);
             let hist = history(n, 5 + kind as u64);
             for (name, base) in &sets {
-                for (seed, request) in [(1u64, 0u64), (0x1234_5678_9abc, 3)] {
-                    for step in 0..8u64 {
+                for (seed, request) in [(1u64, 0u64), (0x1234_5678_9abc, 3)]
+                    .into_iter()
+                    .take(seeds)
+                {
+                    for step in 0..steps {
                         let p = SamplerParams {
                             seed,
                             request,
@@ -199,7 +215,13 @@ fn device_sampler_equals_the_cpu_sampler_on_identical_logits() {
                         let got = dev
                             .sample(&l, &hist, &p, step, Some(&mut dl))
                             .expect("device sample");
+                        let terms = if p.top_k > 0 && p.top_k < n {
+                            p.top_k
+                        } else {
+                            n
+                        };
                         draws += 1;
+                        pool_draws += usize::from(terms <= 1024);
                         if let Some(i) = (0..n).find(|&i| cl[i].to_bits() != dl[i].to_bits()) {
                             failures.push(format!(
                                 "n {n} kind {kind} {name}: penalised logit {i}: cpu {} device {}",
@@ -210,12 +232,8 @@ fn device_sampler_equals_the_cpu_sampler_on_identical_logits() {
                             continue;
                         }
                         differ += 1;
+                        pool_differ += usize::from(terms <= 1024);
                         let u = uniform(seed, request, step);
-                        let terms = if p.top_k > 0 && p.top_k < n {
-                            p.top_k
-                        } else {
-                            n
-                        };
                         let m = margin(&cl, &p, u);
                         let tol = tolerance(terms);
                         eprintln!(
@@ -230,10 +248,12 @@ fn device_sampler_equals_the_cpu_sampler_on_identical_logits() {
                 }
             }
         }
-        eprintln!("vocabulary {n}: {draws} draws, {differ} different tokens (each at a boundary)");
-        if differ * 100 > draws {
+        eprintln!(
+            "vocabulary {n}: {draws} draws, {differ} different tokens, {pool_differ} of them among the {pool_draws} draws over at most 1,024 candidates"
+        );
+        if pool_differ * 100 > pool_draws {
             failures.push(format!(
-                "n {n}: {differ} of {draws} draws differ (over 1 %)"
+                "n {n}: {pool_differ} of {pool_draws} draws over at most 1,024 candidates differ (over 1 %)"
             ));
         }
     }
