@@ -733,7 +733,6 @@ __device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long 
     const int t = threadIdx.x;
     red[t] = v;
     __syncthreads();
-#pragma unroll 1
     for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
         if (t < s) red[t] += red[t + s];
         __syncthreads();
@@ -749,7 +748,6 @@ __device__ float block_max(float v, unsigned long long* red) {
     const int t = threadIdx.x;
     a[t] = v;
     __syncthreads();
-#pragma unroll 1
     for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
         if (t < s) a[t] = fmaxf(a[t], a[t + s]);
         __syncthreads();
@@ -766,7 +764,6 @@ __device__ uint32_t block_scan(uint32_t v, unsigned long long* red, uint32_t* to
     const int t = threadIdx.x;
     a[t] = v;
     __syncthreads();
-#pragma unroll 1
     for (int off = 1; off < SAMPLE_THREADS; off <<= 1) {
         const uint32_t x = t >= off ? a[t] + a[t - off] : a[t];
         b[t] = x;
@@ -783,9 +780,7 @@ __device__ uint32_t block_scan(uint32_t v, unsigned long long* red, uint32_t* to
 // ascending); zeros (dead entries) go last. Called after a __syncthreads.
 __device__ void pool_sort_desc(unsigned long long* a, int by_id) {
     const int t = threadIdx.x;
-#pragma unroll 1
     for (int k = 2; k <= SAMPLE_POOL; k <<= 1) {
-#pragma unroll 1
         for (int j = k >> 1; j > 0; j >>= 1) {
             const int o = t ^ j;
             if (o > t) {
@@ -819,7 +814,6 @@ __device__ uint32_t radix_select(const float* logits, int n, unsigned long long 
                                  uint32_t* ties, SampleShared& sh) {
     const int t = threadIdx.x;
     uint32_t prefix = 0, mask = 0;
-#pragma unroll 1
     for (int pass = 0; pass < 4; ++pass) {
         const int shift = 24 - 8 * pass;
         if (t < 256) { sh.hcount[t] = 0; sh.hmass[t] = 0; }
@@ -991,7 +985,6 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_advance(Samp
         rv[t] = best;
         ri[t] = at;
         __syncthreads();
-#pragma unroll 1
         for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
             if (t < s) {
                 const float v2 = rv[t + s];
