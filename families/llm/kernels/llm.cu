@@ -7,8 +7,9 @@
 // `src/gpu/` lowers the forward pass's `Program` (src/forward.rs) to these kernels, one
 // launch list per decode step, captured as ONE CUDA graph at load. Every kernel that depends
 // on the position reads it from the request state (`DecodeState`) in device memory, so the
-// same graph serves every position; the last kernel (`argmax_advance`) writes the chosen
-// token id and advances the position on the device.
+// same graph serves every position; the last kernel (`sample_advance`) chooses the token
+// (greedy or sampled, per the request's `SampleConfig` in device memory), writes it and
+// advances the position on the device.
 //
 // Arithmetic mirrors the CPU engine's scalar references (src/quant.rs `dot_ref`,
 // `quantize_block_q8`, `quantize_block_q8k`, `dequantize_row`; src/forward.rs RMSNorm, RoPE,
@@ -50,7 +51,7 @@ typedef unsigned int uint32_t;
 // The request state: one per generator, in device memory (mirrors `DecodeState` in
 // src/gpu/kernels.rs).
 struct DecodeState {
-    uint32_t token;       // the last chosen token (argmax_advance), input of the next step
+    uint32_t token;       // the last chosen token (sample_advance), input of the next step
     uint32_t pos;         // position of the token the next step processes
     uint32_t prompt_len;  // while pos < prompt_len the step reads prompt[pos] instead of token
     uint32_t bad_token;   // 1 + the first out-of-vocabulary id seen by embed (0: none)
@@ -624,46 +625,544 @@ extern "C" __global__ void __launch_bounds__(256) attention_combine(AttnCombineP
     }
 }
 
+
 // ---------------------------------------------------------------------------------------
-// argmax_advance: greedy choice (largest logit, lowest id on a tie, NaN never wins) into
-// state.token, then state.pos += 1. One block of 1024 threads; the last kernel of a step.
+// sample_advance: the next token of the request into state.token and seq[pos + 1], then
+// state.pos += 1. One block of SAMPLE_THREADS; the last kernel of a step. While the step is
+// inside the prompt (pos + 1 < prompt_len) it only advances the position.
+//
+// The chain is src/sample.rs's, value for value (its module docs are the definition):
+//  1. repetition penalty over seq[pos + 1 - w ..= pos], w = min(window, pos + 1), each
+//     distinct in-vocabulary token once (a bitmap of the vocabulary in shared memory),
+//     logit / penalty when > 0 else logit * penalty, in place in `logits`;
+//  2. greedy (config.greedy): largest logit, lowest id on a tie, NaN never wins;
+//  3.-5. top-k, top-p, min-p: each keeps a prefix of the order (logit descending in IEEE
+//     total order, i.e. Rust's f32::total_cmp, then id ascending), so the survivors are the
+//     elements whose 64-bit rank key (order key << 32 | ~id) is at least a threshold.
+//     Top-k's threshold is found by a radix select on the 32-bit order key (4 passes of
+//     256-bin counts) and the tie resolved by id. When at most SAMPLE_POOL tokens survive
+//     top-k (top-k <= 1024, or a vocabulary of <= 1024), they are copied to shared memory
+//     in id order and the rest runs exactly as the CPU code: the same sums in the same
+//     order (one thread), sorted by the same total order (bitonic sort). Otherwise top-p's
+//     threshold is found by a radix select on the probability mass, the masses summed in
+//     fixed point (exp(l - max) * 2^40, 64-bit integers: the same sums in any order, so the
+//     same result on every run) and min-p is a predicate (logit >= max + ln(min_p));
+//  6.-7. temperature and the draw: u from Philox4x32-10 keyed by the seed, counter (step,
+//     request), step = pos + 1 - prompt_len; survivors walked in ascending id accumulating
+//     exp(logit / T - max / T) until the running sum exceeds u * total. Up to SAMPLE_POOL
+//     survivors: one thread, the CPU's order; more: per-thread chunks of consecutive ids,
+//     chunk sums added in chunk order.
+// Determinism: only integer atomics; every float sum has a fixed order. Differences from
+// the CPU: expf (CUDA, <= 2 ulp) against Rust's f32::exp, and for large survivor sets the
+// fixed-point top-p mass and the chunked draw sums; each can move a boundary decision only
+// when it is within a few ulp (see tests/gpu_sample.rs).
 // ---------------------------------------------------------------------------------------
-struct ArgmaxParams {
-    const float* logits;
-    DecodeState* state;
-    int n;
-    int pad;
+#define SAMPLE_THREADS 1024
+#define SAMPLE_POOL 1024
+#define SAMPLE_MAX_VOCAB 262144
+#define SAMPLE_FX_ONE 1099511627776.0f  // 2^40: fixed-point unit of the top-p masses
+
+// Per request, written by the host at the request's start (mirrors `SampleConfig` in
+// src/gpu/kernels.rs).
+struct SampleConfig {
+    float inv_temp;       // 1 / temperature, computed on the host in f32 (sample.rs `inv_t`)
+    uint32_t greedy;      // temperature <= 0
+    uint32_t top_k;       // 0 or >= n: off
+    float top_p;          // 1: off
+    float min_p;          // 0: off
+    float ln_min_p;       // ln(min_p), computed on the host (sample.rs `p.min_p.ln()`)
+    float penalty;        // repetition penalty
+    uint32_t window;      // penalty window in tokens; 0: no penalty
+    uint32_t seed_lo, seed_hi, request_lo, request_hi;
+    uint32_t pad[4];
 };
 
-extern "C" __global__ void __launch_bounds__(1024) argmax_advance(ArgmaxParams p) {
-    __shared__ float s_v[32];
-    __shared__ int s_i[32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    float best = NEG_INF;
-    int at = 0x7fffffff;
-    for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
-        const float v = p.logits[i];
-        if (v > best || (v == best && i < at)) { best = v; at = i; }
+struct SampleParams {
+    float* logits;              // [n], penalised in place
+    uint32_t* seq;              // [seq_cap]: the prompt, then each chosen token at pos + 1
+    DecodeState* state;
+    const SampleConfig* config;
+    int n;
+    int seq_cap;
+};
+
+// Philox4x32-10 (Salmon et al. 2011; src/sample.rs philox4x32_10).
+__device__ void philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1) {
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+        const unsigned long long p0 = (unsigned long long)0xD2511F53u * c[0];
+        const unsigned long long p1 = (unsigned long long)0xCD9E8D57u * c[2];
+        const uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+        const uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        const uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float v2 = __shfl_xor_sync(0xffffffffu, best, o);
-        const int i2 = __shfl_xor_sync(0xffffffffu, at, o);
-        if (v2 > best || (v2 == best && i2 < at)) { best = v2; at = i2; }
-    }
-    if (lane == 0) { s_v[warp] = best; s_i[warp] = at; }
+}
+
+// The order of Rust's f32::total_cmp as an unsigned key (larger key = larger float).
+__device__ __forceinline__ uint32_t order_key(float f) {
+    const uint32_t b = __float_as_uint(f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ float key_value(uint32_t k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// Rank key: larger = earlier in sample.rs's `by_logit_desc` (logit descending, id ascending).
+__device__ __forceinline__ unsigned long long rank_of(uint32_t key, uint32_t id) {
+    return ((unsigned long long)key << 32) | (unsigned long long)(0xFFFFFFFFu - id);
+}
+
+__device__ __forceinline__ float rank_logit(unsigned long long r) {
+    return key_value((uint32_t)(r >> 32));
+}
+
+__device__ __forceinline__ uint32_t rank_id(unsigned long long r) {
+    return 0xFFFFFFFFu - (uint32_t)(r & 0xFFFFFFFFull);
+}
+
+// exp(l - mx) in fixed point (2^40 = 1); 0 for NaN.
+__device__ __forceinline__ unsigned long long mass_fx(float l, float mx) {
+    const float w = __fmul_rn(expf(__fsub_rn(l, mx)), SAMPLE_FX_ONE);
+    return w > 0.0f ? __float2ull_rz(w) : 0ull;
+}
+
+// Block-wide helpers: every thread calls them; `red` holds SAMPLE_THREADS u64.
+__device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long long* red) {
+    const int t = threadIdx.x;
+    red[t] = v;
     __syncthreads();
-    if (warp == 0) {
-        const int nw = blockDim.x / 32;
-        best = lane < nw ? s_v[lane] : NEG_INF;
-        at = lane < nw ? s_i[lane] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float v2 = __shfl_xor_sync(0xffffffffu, best, o);
-            const int i2 = __shfl_xor_sync(0xffffffffu, at, o);
-            if (v2 > best || (v2 == best && i2 < at)) { best = v2; at = i2; }
+    for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
+        if (t < s) red[t] += red[t + s];
+        __syncthreads();
+    }
+    const unsigned long long r = red[0];
+    __syncthreads();
+    return r;
+}
+
+// Largest value, NaN ignored (fmaxf), as f32::max folds.
+__device__ float block_max(float v, unsigned long long* red) {
+    float* a = (float*)red;
+    const int t = threadIdx.x;
+    a[t] = v;
+    __syncthreads();
+    for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
+        if (t < s) a[t] = fmaxf(a[t], a[t + s]);
+        __syncthreads();
+    }
+    const float r = a[0];
+    __syncthreads();
+    return r;
+}
+
+// Exclusive prefix sum over the threads (in thread order); *total gets the sum.
+__device__ uint32_t block_scan(uint32_t v, unsigned long long* red, uint32_t* total) {
+    uint32_t* a = (uint32_t*)red;
+    uint32_t* b = a + SAMPLE_THREADS;
+    const int t = threadIdx.x;
+    a[t] = v;
+    __syncthreads();
+    for (int off = 1; off < SAMPLE_THREADS; off <<= 1) {
+        const uint32_t x = t >= off ? a[t] + a[t - off] : a[t];
+        b[t] = x;
+        __syncthreads();
+        uint32_t* tmp = a; a = b; b = tmp;
+    }
+    const uint32_t incl = a[t];
+    *total = a[SAMPLE_THREADS - 1];
+    __syncthreads();
+    return incl - v;
+}
+
+// Sorts SAMPLE_POOL rank keys descending (by the whole key, or by its low 32 bits: id
+// ascending); zeros (dead entries) go last. Called after a __syncthreads.
+__device__ void pool_sort_desc(unsigned long long* a, int by_id) {
+    const int t = threadIdx.x;
+    for (int k = 2; k <= SAMPLE_POOL; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            const int o = t ^ j;
+            if (o > t) {
+                const unsigned long long x = a[t], y = a[o];
+                const unsigned long long kx = by_id ? (x & 0xFFFFFFFFull) : x;
+                const unsigned long long ky = by_id ? (y & 0xFFFFFFFFull) : y;
+                const bool desc = (t & k) == 0;
+                if (desc ? kx < ky : kx > ky) { a[t] = y; a[o] = x; }
+            }
+            __syncthreads();
         }
-        if (lane == 0) {
-            p.state->token = at == 0x7fffffff ? 0u : (uint32_t)at;
-            p.state->pos += 1;
+    }
+}
+
+struct SampleShared {
+    unsigned long long raw[SAMPLE_MAX_VOCAB / 64];  // penalty bitmap, then the pool + weights
+    unsigned long long red[SAMPLE_THREADS];
+    unsigned long long hmass[256];
+    uint32_t hcount[256];
+    unsigned long long u64v[2];
+    uint32_t u32v[4];
+    float f32v[2];
+};
+
+// Radix select over the elements of rank >= thr, in descending order key: the key at which
+// the running count (by_mass = 0, in elements) or fixed-point mass (by_mass = 1, exp(l - mx))
+// first reaches `need`. *rest: what is still needed among that key's elements; *ties: how
+// many elements have that key.
+__device__ uint32_t radix_select(const float* logits, int n, unsigned long long thr, int by_mass,
+                                 float mx, unsigned long long need, unsigned long long* rest,
+                                 uint32_t* ties, SampleShared& sh) {
+    const int t = threadIdx.x;
+    uint32_t prefix = 0, mask = 0;
+    for (int pass = 0; pass < 4; ++pass) {
+        const int shift = 24 - 8 * pass;
+        if (t < 256) { sh.hcount[t] = 0; sh.hmass[t] = 0; }
+        __syncthreads();
+        for (int i = t; i < n; i += SAMPLE_THREADS) {
+            const float l = logits[i];
+            const uint32_t k = order_key(l);
+            if ((k & mask) != prefix || rank_of(k, (uint32_t)i) < thr) continue;
+            const uint32_t b = (k >> shift) & 255u;
+            atomicAdd(&sh.hcount[b], 1u);
+            if (by_mass) atomicAdd(&sh.hmass[b], mass_fx(l, mx));
         }
+        __syncthreads();
+        if (t == 0) {
+            unsigned long long left = need;
+            int sel = -1, last = -1;
+            for (int b = 255; b >= 0; --b) {
+                if (sh.hcount[b] == 0) continue;
+                last = b;
+                const unsigned long long v = by_mass ? sh.hmass[b] : (unsigned long long)sh.hcount[b];
+                if (left <= v) { sel = b; break; }
+                left -= v;
+            }
+            if (sel < 0) {  // rounding guard: the whole last bin
+                sel = last < 0 ? 0 : last;
+                left = by_mass ? sh.hmass[sel] : (unsigned long long)sh.hcount[sel];
+            }
+            sh.u32v[0] = (uint32_t)sel;
+            sh.u32v[1] = sh.hcount[sel];
+            sh.u64v[0] = left;
+        }
+        __syncthreads();
+        prefix |= sh.u32v[0] << shift;
+        mask |= 255u << shift;
+        need = sh.u64v[0];
+        *ties = sh.u32v[1];
+        __syncthreads();
+    }
+    *rest = need;
+    return prefix;
+}
+
+// The id of the `need`-th (1-based) element in ascending id among those with order key
+// `key` and rank >= thr (threads own consecutive ids).
+__device__ uint32_t nth_tie(const float* logits, int n, uint32_t key, unsigned long long thr,
+                            uint32_t need, SampleShared& sh) {
+    const int t = threadIdx.x;
+    const int chunk = (n + SAMPLE_THREADS - 1) / SAMPLE_THREADS;
+    const int lo = min(n, t * chunk), hi = min(n, lo + chunk);
+    uint32_t c = 0;
+    for (int i = lo; i < hi; ++i) {
+        const uint32_t k = order_key(logits[i]);
+        if (k == key && rank_of(k, (uint32_t)i) >= thr) ++c;
+    }
+    if (t == 0) sh.u32v[2] = (uint32_t)(n - 1);
+    uint32_t total;
+    const uint32_t before = block_scan(c, sh.red, &total);
+    if (c > 0 && before < need && need <= before + c) {
+        uint32_t seen = before;
+        for (int i = lo; i < hi; ++i) {
+            const uint32_t k = order_key(logits[i]);
+            if (k == key && rank_of(k, (uint32_t)i) >= thr && ++seen == need) {
+                sh.u32v[2] = (uint32_t)i;
+                break;
+            }
+        }
+    }
+    __syncthreads();
+    const uint32_t r = sh.u32v[2];
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ bool survives(float l, int i, unsigned long long thr, int minp,
+                                         float min_logit) {
+    return rank_of(order_key(l), (uint32_t)i) >= thr && (!minp || l >= min_logit);
+}
+
+// Copies the survivors, in ascending id, into pool[0..m) (m <= SAMPLE_POOL) and zeroes the
+// rest of the pool. Returns m.
+__device__ uint32_t pool_gather(const float* logits, int n, unsigned long long thr, int minp,
+                                float min_logit, unsigned long long* pool, SampleShared& sh) {
+    const int t = threadIdx.x;
+    const int chunk = (n + SAMPLE_THREADS - 1) / SAMPLE_THREADS;
+    const int lo = min(n, t * chunk), hi = min(n, lo + chunk);
+    uint32_t c = 0;
+    for (int i = lo; i < hi; ++i)
+        if (survives(logits[i], i, thr, minp, min_logit)) ++c;
+    uint32_t m;
+    uint32_t at = block_scan(c, sh.red, &m);
+    pool[t] = 0;  // SAMPLE_POOL == SAMPLE_THREADS
+    __syncthreads();
+    for (int i = lo; i < hi && at < SAMPLE_POOL; ++i) {
+        const float l = logits[i];
+        if (survives(l, i, thr, minp, min_logit)) pool[at++] = rank_of(order_key(l), (uint32_t)i);
+    }
+    __syncthreads();
+    return m < SAMPLE_POOL ? m : SAMPLE_POOL;
+}
+
+// The draw over pool[0..m) in ascending id, exactly sample.rs's loop (one thread).
+__device__ uint32_t pool_draw(const unsigned long long* pool, float* w, uint32_t m, float inv_t,
+                              float u, SampleShared& sh) {
+    const int t = threadIdx.x;
+    const float mx = block_max((uint32_t)t < m ? rank_logit(pool[t]) : NEG_INF, sh.red);
+    const float mxt = __fmul_rn(mx, inv_t);
+    w[t] = (uint32_t)t < m ? expf(__fsub_rn(__fmul_rn(rank_logit(pool[t]), inv_t), mxt)) : 0.0f;
+    __syncthreads();
+    if (t == 0) {
+        float total = 0.0f;
+        for (uint32_t j = 0; j < m; ++j) total = __fadd_rn(total, w[j]);
+        const float target = __fmul_rn(u, total);
+        uint32_t tok = m > 0 ? rank_id(pool[m - 1]) : 0u;
+        float acc = 0.0f;
+        for (uint32_t j = 0; j < m; ++j) {
+            acc = __fadd_rn(acc, w[j]);
+            if (acc > target) { tok = rank_id(pool[j]); break; }
+        }
+        sh.u32v[3] = tok;
+    }
+    __syncthreads();
+    const uint32_t r = sh.u32v[3];
+    __syncthreads();
+    return r;
+}
+
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_advance(SampleParams p) {
+    __shared__ SampleShared sh;
+    const int t = threadIdx.x;
+    const int n = p.n;
+    float* logits = p.logits;
+    const uint32_t pos = p.state->pos, plen = p.state->prompt_len;
+    __syncthreads();  // every thread has read the state before thread 0 writes it
+    if (pos + 1 < plen) {
+        if (t == 0) p.state->pos = pos + 1;
+        return;
+    }
+    const SampleConfig c = *p.config;
+
+    // 1. Repetition penalty.
+    if (c.window > 0 && c.penalty != 1.0f) {
+        uint32_t* bits = (uint32_t*)sh.raw;
+        const int words = (min(n, SAMPLE_MAX_VOCAB) + 31) / 32;
+        for (int i = t; i < words; i += SAMPLE_THREADS) bits[i] = 0;
+        __syncthreads();
+        const uint32_t w = min(c.window, pos + 1), start = pos + 1 - w;
+        for (uint32_t i = t; i < w; i += SAMPLE_THREADS) {
+            const uint32_t tok = start + i < (uint32_t)p.seq_cap ? p.seq[start + i] : 0xFFFFFFFFu;
+            if (tok >= (uint32_t)n || tok >= SAMPLE_MAX_VOCAB) continue;
+            const uint32_t bit = 1u << (tok & 31);
+            if (atomicOr(&bits[tok >> 5], bit) & bit) continue;
+            const float l = logits[tok];
+            logits[tok] = l <= 0.0f ? __fmul_rn(l, c.penalty) : __fdiv_rn(l, c.penalty);
+        }
+        __syncthreads();
+    }
+
+    uint32_t token;
+    if (c.greedy) {
+        // 2. Greedy (sample.rs argmax).
+        float* rv = (float*)sh.red;
+        int* ri = (int*)(rv + SAMPLE_THREADS);
+        float best = NEG_INF;
+        int at = 0x7fffffff;
+        for (int i = t; i < n; i += SAMPLE_THREADS) {
+            const float v = logits[i];
+            if (v > best) { best = v; at = i; }
+        }
+        rv[t] = best;
+        ri[t] = at;
+        __syncthreads();
+        for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
+            if (t < s) {
+                const float v2 = rv[t + s];
+                const int i2 = ri[t + s];
+                if (v2 > rv[t] || (v2 == rv[t] && i2 < ri[t])) { rv[t] = v2; ri[t] = i2; }
+            }
+            __syncthreads();
+        }
+        token = ri[0] == 0x7fffffff ? 0u : (uint32_t)ri[0];
+        __syncthreads();
+    } else {
+        uint32_t ctr[4] = {pos + 1 - plen, 0u, c.request_lo, c.request_hi};
+        philox4x32_10(ctr, c.seed_lo, c.seed_hi);
+        const float u = (float)(ctr[0] >> 8) * (1.0f / 16777216.0f);
+        unsigned long long* pool = sh.raw;
+        float* pw = (float*)(sh.raw + SAMPLE_POOL);
+        const bool topk = c.top_k > 0 && c.top_k < (uint32_t)n;
+        const int minp = c.min_p > 0.0f;
+
+        // 3. Top-k: the threshold rank of the k-th element.
+        unsigned long long thr = 0;
+        if (topk) {
+            unsigned long long rest;
+            uint32_t ties;
+            const uint32_t key = radix_select(logits, n, 0, 0, 0.0f, c.top_k, &rest, &ties, sh);
+            thr = rank_of(key, nth_tie(logits, n, key, 0, (uint32_t)rest, sh));
+        }
+        const uint32_t count = topk ? c.top_k : (uint32_t)n;
+        if (count <= SAMPLE_POOL) {
+            // The CPU's code on at most SAMPLE_POOL candidates.
+            uint32_t m = pool_gather(logits, n, thr, 0, 0.0f, pool, sh);
+            bool sorted = topk;
+            if (topk) pool_sort_desc(pool, 0);
+            if (c.top_p < 1.0f) {
+                // 4. Top-p: total in the CPU's candidate order (sorted when top-k ran,
+                // else ascending id), then the smallest prefix reaching top_p * total.
+                const float mx = block_max((uint32_t)t < m ? rank_logit(pool[t]) : NEG_INF, sh.red);
+                pw[t] = (uint32_t)t < m ? expf(__fsub_rn(rank_logit(pool[t]), mx)) : 0.0f;
+                __syncthreads();
+                if (t == 0) {
+                    float total = 0.0f;
+                    for (uint32_t j = 0; j < m; ++j) total = __fadd_rn(total, pw[j]);
+                    sh.f32v[0] = total;
+                }
+                __syncthreads();
+                if (!sorted) {
+                    pool_sort_desc(pool, 0);
+                    sorted = true;
+                    pw[t] = (uint32_t)t < m ? expf(__fsub_rn(rank_logit(pool[t]), mx)) : 0.0f;
+                    __syncthreads();
+                }
+                if (t == 0) {
+                    const float target = __fmul_rn(c.top_p, sh.f32v[0]);
+                    float acc = 0.0f;
+                    uint32_t keep = m;
+                    for (uint32_t j = 0; j < m; ++j) {
+                        acc = __fadd_rn(acc, pw[j]);
+                        if (acc >= target) { keep = j + 1; break; }
+                    }
+                    sh.u32v[0] = keep;
+                }
+                __syncthreads();
+                m = sh.u32v[0];
+                if ((uint32_t)t >= m) pool[t] = 0;
+                __syncthreads();
+            }
+            if (minp) {
+                // 5. Min-p over the candidates left (pool[0..m), all alive).
+                const float mx = block_max((uint32_t)t < m ? rank_logit(pool[t]) : NEG_INF, sh.red);
+                const float min_logit = __fadd_rn(mx, c.ln_min_p);
+                const bool keep = (uint32_t)t < m && rank_logit(pool[t]) >= min_logit;
+                uint32_t kept;
+                block_scan(keep ? 1u : 0u, sh.red, &kept);
+                // None kept (NaN logits only): the first candidate, as `kept.max(1)`.
+                if (!keep && !(kept == 0 && t == 0)) pool[t] = 0;
+                __syncthreads();
+                m = kept > 0 ? kept : 1;
+            }
+            // 6.-7. Ascending id, temperature, draw.
+            pool_sort_desc(pool, 1);
+            token = pool_draw(pool, pw, m, c.inv_temp, u, sh);
+        } else {
+            // 4. Top-p by a radix select on fixed-point masses.
+            float mx = 0.0f;
+            if (c.top_p < 1.0f || minp) {
+                float v = NEG_INF;
+                for (int i = t; i < n; i += SAMPLE_THREADS) {
+                    const float l = logits[i];
+                    if (rank_of(order_key(l), (uint32_t)i) >= thr) v = fmaxf(v, l);
+                }
+                mx = block_max(v, sh.red);
+            }
+            if (c.top_p < 1.0f) {
+                unsigned long long s = 0;
+                for (int i = t; i < n; i += SAMPLE_THREADS) {
+                    const float l = logits[i];
+                    if (rank_of(order_key(l), (uint32_t)i) >= thr) s += mass_fx(l, mx);
+                }
+                const unsigned long long total = block_sum_u64(s, sh.red);
+                const unsigned long long target =
+                    (unsigned long long)ceil((double)c.top_p * (double)total);
+                unsigned long long rest;
+                uint32_t ties;
+                const uint32_t key = radix_select(logits, n, thr, 1, mx, target, &rest, &ties, sh);
+                const unsigned long long wk = mass_fx(key_value(key), mx);
+                unsigned long long j = wk > 0 ? (rest + wk - 1) / wk : ties;
+                if (j < 1) j = 1;
+                if (j > ties) j = ties;
+                thr = rank_of(key, nth_tie(logits, n, key, thr, (uint32_t)j, sh));
+            }
+            // 5. Min-p as a predicate.
+            const float min_logit = minp ? __fadd_rn(mx, c.ln_min_p) : 0.0f;
+            uint32_t alive = 0;
+            for (int i = t; i < n; i += SAMPLE_THREADS)
+                if (survives(logits[i], i, thr, minp, min_logit)) ++alive;
+            const uint32_t m = (uint32_t)block_sum_u64(alive, sh.red);
+            if (m <= SAMPLE_POOL) {
+                const uint32_t g = pool_gather(logits, n, thr, minp, min_logit, pool, sh);
+                token = pool_draw(pool, pw, g, c.inv_temp, u, sh);
+            } else {
+                // 6.-7. Chunked draw: thread t owns ids [t * chunk, (t + 1) * chunk).
+                float v = NEG_INF;
+                for (int i = t; i < n; i += SAMPLE_THREADS) {
+                    const float l = logits[i];
+                    if (survives(l, i, thr, minp, min_logit)) v = fmaxf(v, l);
+                }
+                const float mxt = __fmul_rn(block_max(v, sh.red), c.inv_temp);
+                const int chunk = (n + SAMPLE_THREADS - 1) / SAMPLE_THREADS;
+                const int lo = min(n, t * chunk), hi = min(n, lo + chunk);
+                float s = 0.0f;
+                for (int i = lo; i < hi; ++i) {
+                    const float l = logits[i];
+                    if (survives(l, i, thr, minp, min_logit))
+                        s = __fadd_rn(s, expf(__fsub_rn(__fmul_rn(l, c.inv_temp), mxt)));
+                }
+                pw[t] = s;
+                __syncthreads();
+                if (t == 0) {
+                    float total = 0.0f;
+                    for (int j = 0; j < SAMPLE_THREADS; ++j) total = __fadd_rn(total, pw[j]);
+                    const float target = __fmul_rn(u, total);
+                    float acc = 0.0f;
+                    int owner = -1, last = 0;
+                    float before = 0.0f;
+                    for (int j = 0; j < SAMPLE_THREADS; ++j) {
+                        if (pw[j] > 0.0f) last = j;
+                        const float next = __fadd_rn(acc, pw[j]);
+                        if (owner < 0 && next > target) { owner = j; before = acc; }
+                        acc = next;
+                    }
+                    sh.u32v[0] = owner < 0 ? (uint32_t)last : (uint32_t)owner;
+                    sh.f32v[0] = owner < 0 ? 0.0f : before;
+                    sh.f32v[1] = owner < 0 ? __int_as_float(0x7f800000) : target;  // none: the last survivor
+                    sh.u32v[3] = 0;
+                }
+                __syncthreads();
+                if ((uint32_t)t == sh.u32v[0]) {
+                    float acc = sh.f32v[0];
+                    const float target = sh.f32v[1];
+                    uint32_t tok = 0;
+                    for (int i = lo; i < hi; ++i) {
+                        const float l = logits[i];
+                        if (!survives(l, i, thr, minp, min_logit)) continue;
+                        tok = (uint32_t)i;
+                        acc = __fadd_rn(acc, expf(__fsub_rn(__fmul_rn(l, c.inv_temp), mxt)));
+                        if (acc > target) break;
+                    }
+                    sh.u32v[3] = tok;
+                }
+                __syncthreads();
+                token = sh.u32v[3];
+            }
+        }
+    }
+    __syncthreads();
+    if (t == 0) {
+        p.state->token = token;
+        if (pos + 1 < (uint32_t)p.seq_cap) p.seq[pos + 1] = token;
+        p.state->pos = pos + 1;
     }
 }

@@ -292,7 +292,6 @@ impl Family for LlmFamily {
     ) -> Result<Box<dyn Runner>> {
         let gpu = check_device(options)?;
         let params = params_of(args)?;
-        let gave_temperature = params.temperature.is_some();
         let threads = options
             .threads
             .or_else(|| arg_u64(args, "threads").map(|n| n as usize));
@@ -304,21 +303,16 @@ impl Family for LlmFamily {
                 ..GeneratorOptions::default()
             },
         )?;
-        #[allow(unused_mut)]
-        let mut params = params.apply(GenerateParams::with_defaults(
+        let params = params.apply(GenerateParams::with_defaults(
             generator.generation_defaults(),
         ))?;
         #[allow(unused_mut)]
         let mut generator = generator;
         #[cfg(feature = "cuda")]
         if let Some(ordinal) = gpu {
-            // The GPU decoder samples greedily: the checkpoint's sampled defaults give way
-            // to greedy there; a temperature given on the command line is refused.
-            if !gave_temperature {
-                params.sampler.temperature = 0.0;
-                params.sampler.repeat_penalty = 1.0;
-            }
-            crate::gpu::check_sampling(&params.sampler).map_err(GenerateError::from)?;
+            // The device samples as the CPU does: the same options and defaults.
+            crate::gpu::check_sampling(&params.sampler, generator.model().hparams().n_vocab)
+                .map_err(GenerateError::from)?;
             generator.use_gpu(ordinal, options.sync)?;
             if let Some(d) = generator.gpu() {
                 log::info!(
@@ -332,7 +326,7 @@ impl Family for LlmFamily {
             }
         }
         #[cfg(not(feature = "cuda"))]
-        let _ = (gpu, gave_temperature);
+        let _ = gpu;
         let cancel = generator.cancel_handle();
         Ok(Box::new(LlmRunner {
             generator,
@@ -413,7 +407,7 @@ impl Family for LlmFamily {
             GenerateError::NoChatTemplate => Some("give --raw: this model has no chat template"),
             #[cfg(feature = "cuda")]
             GenerateError::Gpu(crate::gpu::GpuError::Sampling { .. }) => Some(
-                "the GPU decoder is greedy only: drop the sampling options or run with --device cpu",
+                "the device sampler refuses a repetition penalty over a vocabulary beyond 262,144 tokens: drop --repeat-penalty or run with --device cpu",
             ),
             #[cfg(feature = "cuda")]
             GenerateError::Gpu(_) => Some(
@@ -425,7 +419,7 @@ impl Family for LlmFamily {
 }
 
 /// The device of `--device`: `None` for the CPU (`auto`, `cpu`), `Some(ordinal)` for
-/// `cuda` / `cuda:N` (builds with the `cuda` feature; greedy decoding on the GPU).
+/// `cuda` / `cuda:N` (builds with the `cuda` feature; greedy or sampled decoding on the GPU).
 fn check_device(options: &RunOptions) -> Result<Option<usize>> {
     let d = options.device.as_str();
     let ordinal = match d {
@@ -907,11 +901,12 @@ impl LlmRunner {
                 break;
             }
             // One warm-up run, then the timed ones.
-            d.time_decode(n, n_gen.min(8), 0)?;
+            d.time_decode(n, n_gen.min(8), 0, &self.params.sampler)?;
             let (mut pp, mut tg, mut ttft, mut inter) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for r in 0..repetitions {
-                let (prefill_ms, steps) = d.time_decode(n, n_gen, 1 + r as u64)?;
+                let (prefill_ms, steps) =
+                    d.time_decode(n, n_gen, 1 + r as u64, &self.params.sampler)?;
                 pp.push(n as f64 / (prefill_ms / 1e3));
                 ttft.push(prefill_ms);
                 if !steps.is_empty() {

@@ -40,7 +40,7 @@ use crate::config::LlmConfig;
 use crate::error::LlmError;
 use crate::forward::{ForwardError, Hparams, LogitsFor, Model, ModelParts, State, StateOptions};
 use crate::kernels::Isa;
-use crate::sample::{Sampler, SamplerError, SamplerParams};
+use crate::sample::{MAX_PENALTY_WINDOW, Sampler, SamplerError, SamplerParams};
 use crate::template::{ChatMessage, ChatTemplate};
 use crate::tensor::Weights;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -317,9 +317,6 @@ fn is_bundle(path: &Path) -> bool {
         && magic == tether_bundle::MAGIC
 }
 
-/// Tokens of penalty window the sampler keeps at most.
-const MAX_PENALTY_WINDOW: usize = 4096;
-
 impl Generator {
     /// Opens an `llm` bundle (weights memory-mapped from their sections, zero-copy, each
     /// section's CRC checked the first time the load reads it), a GGUF file (memory-mapped;
@@ -430,7 +427,7 @@ impl Generator {
     /// Moves generation to CUDA device `ordinal`: uploads the weights, places the cache
     /// (this generator's context) and captures the decode step as one graph, checked against
     /// an eager run before it is used (see [`crate::gpu`]). Later requests run on the GPU,
-    /// greedy only.
+    /// greedy or sampled on the device.
     ///
     /// # Errors
     /// [`GenerateError::Gpu`].
@@ -551,7 +548,7 @@ impl Generator {
         params.sampler.validate()?;
         #[cfg(feature = "cuda")]
         if self.gpu.is_some() {
-            crate::gpu::check_sampling(&params.sampler)?;
+            crate::gpu::check_sampling(&params.sampler, self.model.hparams().n_vocab)?;
         }
         let prompt_tokens = self.tokenize(prompt)?;
         if prompt_tokens.is_empty() {
@@ -689,7 +686,8 @@ impl Generation<'_> {
                 text: &self.out,
             }));
         }
-        // On the GPU the decode step chooses the token (greedy) on the device.
+        // On the GPU the decode step chooses the token on the device (the same chain and
+        // draw step as the CPU sampler below).
         #[allow(unused_mut)]
         let mut chosen: Option<u32> = None;
         #[allow(unused_mut)]
@@ -698,7 +696,7 @@ impl Generation<'_> {
         if let Some(gpu) = self.gpu.as_deref_mut() {
             if self.finished.tokens.is_empty() && self.pending.is_none() {
                 let t0 = Instant::now();
-                chosen = Some(gpu.prefill(&self.finished.prompt_tokens)?);
+                chosen = Some(gpu.prefill(&self.finished.prompt_tokens, &self.params.sampler)?);
                 self.finished.timings.prompt_tokens = self.finished.prompt_tokens.len();
                 self.finished.timings.prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
             } else if self.pending.is_some() {

@@ -35,6 +35,10 @@
 
 use crate::forward::Hparams;
 
+/// Tokens of penalty window a generator's sampler keeps at most (CPU and GPU alike): a
+/// larger `repeat_last_n` covers this many.
+pub const MAX_PENALTY_WINDOW: usize = 4096;
+
 /// Philox4x32 multipliers and Weyl key increments (Salmon et al. 2011, Random123
 /// `philox.h`: `PHILOX_M4x32_0/1`, `PHILOX_W32_0/1`).
 const PHILOX_M0: u32 = 0xD251_1F53;

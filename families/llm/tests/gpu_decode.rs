@@ -1,12 +1,12 @@
 //! The GPU decoder on the real model (SmolLM2-135M-Instruct Q4_1): greedy tokens equal to
 //! llama.cpp's (the golden of `golden/chat.json`, from llama-cpp-python) and to the CPU
-//! engine's, teacher-forced logits against the CPU engine's, the sampled-request refusal, the
-//! context limit. Reported ignored where there
+//! engine's, teacher-forced logits against the CPU engine's, sampled requests repeating with
+//! their seed, the context limit. Reported ignored where there
 //! is no GPU (`tether_testkit::GpuTests`). The load-time check (graph replay bit-identical
 //! to the eager run on poisoned buffers) runs inside every `use_gpu`.
 
-use tether_llm::generate::{GenerateError, GenerateParams, Generator, GeneratorOptions, Prompt};
-use tether_llm::gpu::GpuError;
+use tether_llm::generate::{GenerateParams, Generator, GeneratorOptions, Prompt};
+use tether_llm::sample::SamplerParams;
 use tether_runtime::cuda::{SyncPolicy, skip_reason};
 use tether_testkit::GpuTests;
 
@@ -250,17 +250,31 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
     assert!(mean < MAX_MEAN_DIFF, "mean {mean}, max {max_diff}");
 }
 
-fn sampled_requests_are_refused_on_the_gpu() {
-    let mut g = open(64);
+/// A sampled request (llama.cpp's defaults and a repetition penalty) runs on the device:
+/// the same seed gives the same tokens twice, another seed other tokens.
+fn sampled_requests_run_on_the_gpu_and_repeat_with_the_seed() {
+    let (prompt, _) = golden_chats().swap_remove(0);
+    let mut g = open(512);
     g.use_gpu(0, SyncPolicy::Spin).expect("gpu decoder");
-    let mut p = GenerateParams::greedy(4);
-    p.sampler.temperature = 0.8;
-    match g.generate(Prompt::Tokens(&[1, 2, 3]), &p) {
-        Err(GenerateError::Gpu(GpuError::Sampling { what })) => {
-            assert!(what.contains("0.8"), "{what}")
-        }
-        other => panic!("expected a sampling refusal, got {other:?}"),
-    }
+    let mut p = GenerateParams::greedy(48);
+    p.sampler = SamplerParams {
+        repeat_penalty: 1.1,
+        seed: 42,
+        ..SamplerParams::default()
+    };
+    p.ignore_eos = true;
+    let mut run = |seed: u64| {
+        p.sampler.seed = seed;
+        let (text, f) = g
+            .generate_text(Prompt::Tokens(&prompt), &p)
+            .expect("sampled");
+        eprintln!("seed {seed}: {text:?}");
+        f.tokens
+    };
+    let (a, b, c) = (run(42), run(42), run(43));
+    assert_eq!(a.len(), 48);
+    assert_eq!(a, b, "same seed");
+    assert_ne!(a, c, "seeds 42 and 43");
 }
 
 fn a_full_context_ends_the_request_with_length() {
@@ -344,8 +358,8 @@ fn main() {
             decode_is_allocation_free_and_device_memory_flat,
         )
         .test(
-            "sampled_requests_are_refused_on_the_gpu",
-            sampled_requests_are_refused_on_the_gpu,
+            "sampled_requests_run_on_the_gpu_and_repeat_with_the_seed",
+            sampled_requests_run_on_the_gpu_and_repeat_with_the_seed,
         )
         .test(
             "a_full_context_ends_the_request_with_length",

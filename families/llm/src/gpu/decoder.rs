@@ -9,10 +9,10 @@ use tether_runtime::cuda::{
 };
 
 use super::kernels::{
-    self, ArgmaxParams, AttnCombineParams, AttnParams, DecodeState, EmbedParams, HeadNormParams,
-    MatVecParams, PrepParams, ProjParams, RopeParams,
+    self, AttnCombineParams, AttnParams, DecodeState, EmbedParams, HeadNormParams, MatVecParams,
+    PrepParams, ProjParams, RopeParams, SampleParams,
 };
-use super::lower::{LowerError, MemoryPlan, Step, lower};
+use super::lower::{CONFIG_BYTES, LowerError, MemoryPlan, SampleConfig, Step, lower};
 use crate::cache::ContextFull;
 use crate::forward::{Buf, MatId, Model, VecId};
 use crate::quant::TensorType;
@@ -69,10 +69,8 @@ pub enum GpuError {
     /// The request does not fit the cache.
     #[error(transparent)]
     ContextFull(#[from] ContextFull),
-    /// A sampling option the GPU decoder does not implement.
-    #[error(
-        "--device cuda samples greedily only: {what} (give --temperature 0 and no repetition penalty, or --device cpu)"
-    )]
+    /// A sampling option the device sampler does not implement.
+    #[error("--device cuda cannot sample this request: {what} (--device cpu can)")]
     Sampling {
         /// The option and its value.
         what: String,
@@ -93,22 +91,18 @@ impl From<DriverError> for GpuError {
     }
 }
 
-/// Checks that `params` ask for what the GPU decoder does: greedy, no repetition penalty.
+/// Checks that the device sampler serves `params` over a vocabulary of `n_vocab` tokens
+/// (everything `src/sample.rs` does, but a repetition penalty over a vocabulary beyond
+/// [`SAMPLE_MAX_VOCAB`](super::lower::SAMPLE_MAX_VOCAB)).
 ///
 /// # Errors
-/// [`GpuError::Sampling`] naming the option.
-pub fn check_sampling(params: &SamplerParams) -> Result<(), GpuError> {
-    if params.temperature > 0.0 {
-        return Err(GpuError::Sampling {
-            what: format!("temperature {}", params.temperature),
-        });
-    }
-    if params.repeat_penalty != 1.0 && params.repeat_last_n != 0 {
-        return Err(GpuError::Sampling {
-            what: format!("repeat penalty {}", params.repeat_penalty),
-        });
-    }
-    Ok(())
+/// [`GpuError::Sampling`] naming the option and its value.
+pub fn check_sampling(params: &SamplerParams, n_vocab: usize) -> Result<(), GpuError> {
+    config_of(params, n_vocab).map(|_| ())
+}
+
+fn config_of(params: &SamplerParams, n_vocab: usize) -> Result<SampleConfig, GpuError> {
+    SampleConfig::new(params, n_vocab).map_err(|e| GpuError::Sampling { what: e.what })
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -120,7 +114,7 @@ enum Params {
     Rope(RopeParams),
     Attention(AttnParams),
     AttnCombine(AttnCombineParams),
-    Argmax(ArgmaxParams),
+    Sample(SampleParams),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -146,7 +140,7 @@ impl Launch {
                 Params::Rope(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::Attention(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::AttnCombine(p) => s.launch_params(self.f, g, b, 0, p),
-                Params::Argmax(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::Sample(p) => s.launch_params(self.f, g, b, 0, p),
             }
         }
     }
@@ -162,7 +156,8 @@ pub struct GpuDecoder {
     _weights: DeviceArena,
     _module: KernelModule,
     state: DevicePtr,
-    prompt: DevicePtr,
+    seq: DevicePtr,
+    config: DevicePtr,
     logits: DevicePtr,
     pinned: PinnedBuffer,
     pos: usize,
@@ -210,14 +205,14 @@ impl GpuDecoder {
         let module = KernelModule::load(&ctx, kernels::module_source())?;
         let func = |n: &str| module.function(n);
         let f_comb = func("attention_combine")?;
-        let (f_embed, f_prep, f_mv, f_hn, f_rope, f_attn, f_argmax) = (
+        let (f_embed, f_prep, f_mv, f_hn, f_rope, f_attn, f_sample) = (
             func("embed")?,
             func("prep")?,
             func("matvec")?,
             func("head_norm")?,
             func("rope")?,
             func("attention")?,
-            func("argmax_advance")?,
+            func("sample_advance")?,
         );
 
         // Weights: every matrix and vector the steps name, once.
@@ -291,7 +286,8 @@ impl GpuDecoder {
             weights.ptr(r)
         };
 
-        // Work memory: activations, 8-bit blocks, prompt, state, cache.
+        // Work memory: activations, 8-bit blocks, token sequence, state, sampler
+        // configuration, cache.
         let memory = MemoryPlan::new(
             hp,
             options.context,
@@ -306,8 +302,9 @@ impl GpuDecoder {
         let widest = hp.n_embd.max(hp.q_dim()).max(hp.n_ff);
         let q8_r = plan.add("q8", widest.div_ceil(32) * super::lower::BLOCK_Q8_BYTES)?;
         let q8k_r = plan.add("q8k", widest.div_ceil(256) * super::lower::BLOCK_Q8K_BYTES)?;
-        let prompt_r = plan.add("prompt", options.context * 4)?;
+        let seq_r = plan.add("sequence", (options.context + 1) * 4)?;
         let state_r = plan.add("state", super::lower::STATE_BYTES)?;
+        let config_r = plan.add("sampler configuration", CONFIG_BYTES)?;
         let part_r = plan.add(
             "attention partials",
             super::lower::attention_partial_bytes(hp, kernels::ATTN_SPLITS as usize),
@@ -324,7 +321,8 @@ impl GpuDecoder {
         let bp = |b: Buf| work.ptr(buf_r[b.index()]);
         let (q8, q8k) = (work.ptr(q8_r), work.ptr(q8k_r));
         let state = work.ptr(state_r);
-        let prompt = work.ptr(prompt_r);
+        let seq = work.ptr(seq_r);
+        let config = work.ptr(config_r);
         let attn_part = work.ptr(part_r);
 
         // The launch list.
@@ -339,7 +337,7 @@ impl GpuDecoder {
                         block: 256,
                         params: Params::Embed(EmbedParams {
                             table: mat_ptr(table),
-                            prompt,
+                            prompt: seq,
                             state,
                             out: bp(Buf::Residual),
                             ty: m.ty.ggml_id() as i32,
@@ -471,21 +469,26 @@ impl GpuDecoder {
                         }),
                     }
                 }
-                Step::Argmax => Launch {
-                    f: f_argmax,
+                Step::Sample => Launch {
+                    f: f_sample,
                     grid: (1, 1),
-                    block: 1024,
-                    params: Params::Argmax(ArgmaxParams {
+                    block: kernels::SAMPLE_THREADS,
+                    params: Params::Sample(SampleParams {
                         logits: bp(Buf::Logits),
+                        seq,
                         state,
+                        config,
                         n: i32_of(hp.n_vocab),
-                        pad: 0,
+                        seq_cap: i32_of(options.context + 1),
                     }),
                 },
             };
             launches.push(l);
         }
-        let pinned = PinnedBuffer::new(&ctx, 64, false)?;
+        // Pinned staging: [0, 16) state out, [16, 32) state in, [32, 36) token in,
+        // [64, 128) sampler configuration out.
+        let pinned = PinnedBuffer::new(&ctx, 128, false)?;
+        let greedy = config_of(&SamplerParams::greedy(), hp.n_vocab)?;
         let logits = bp(Buf::Logits);
 
         // Eager run on poisoned buffers (also the warm-up), capture, replay on poisoned
@@ -499,10 +502,10 @@ impl GpuDecoder {
          -> Result<(Vec<f32>, DecodeState), GpuError> {
             // SAFETY: the whole work arena; NaN bit patterns everywhere.
             unsafe { stream.memset_u8(work.base(), 0xFF, work.plan().total_bytes()) }?;
-            // SAFETY: prompt region holds context >= 4 ids; source lives until the sync.
+            // SAFETY: sequence region holds context + 1 >= 4 ids; source lives until the sync.
             unsafe {
                 stream.memcpy_htod(
-                    prompt,
+                    seq,
                     check_prompt.as_ptr() as *const u8,
                     check_prompt.len() * 4,
                 )
@@ -514,8 +517,13 @@ impl GpuDecoder {
                 bad_token: 0,
             };
             pinned.as_mut_slice()[..16].copy_from_slice(&state_bytes(&st));
-            // SAFETY: 16 pinned bytes into the 16-byte state region.
-            unsafe { stream.memcpy_htod(state, pinned.as_ptr(), 16) }?;
+            pinned.as_mut_slice()[64..128].copy_from_slice(&greedy.to_bytes());
+            // SAFETY: 16 pinned bytes into the 16-byte state region, 64 into the
+            // configuration's.
+            unsafe {
+                stream.memcpy_htod(state, pinned.as_ptr(), 16)?;
+                stream.memcpy_htod(config, pinned.as_ptr().wrapping_add(64), CONFIG_BYTES)
+            }?;
             for _ in 0..check_steps {
                 match graph {
                     Some(g) => g.launch(&stream)?,
@@ -591,7 +599,8 @@ impl GpuDecoder {
             image: module.image.clone(),
             _module: module,
             state,
-            prompt,
+            seq,
+            config,
             logits,
             pinned,
             pos: 0,
@@ -639,14 +648,16 @@ impl GpuDecoder {
         self.pos
     }
 
-    /// Starts a request: copies `prompt` to the device, resets the request state, replays
-    /// the decode graph once per prompt token and returns the first generated (greedy)
-    /// token.
+    /// Starts a request: copies `prompt` and the sampler configuration of `params` to the
+    /// device, resets the request state, replays the decode graph once per prompt token and
+    /// returns the first generated token (greedy or drawn on the device, `src/sample.rs`'s
+    /// chain with draw step 0; each [`step`](Self::step) draws the next).
     ///
     /// # Errors
     /// [`GpuError::ContextFull`] when the prompt (plus the token it produces) does not fit;
-    /// [`GpuError::TokenOutOfRange`]; a driver error.
-    pub fn prefill(&mut self, prompt: &[u32]) -> Result<u32, GpuError> {
+    /// [`GpuError::TokenOutOfRange`]; [`GpuError::Sampling`]; a driver error.
+    pub fn prefill(&mut self, prompt: &[u32], params: &SamplerParams) -> Result<u32, GpuError> {
+        let config = config_of(params, self.n_vocab)?;
         if prompt.is_empty() || prompt.len() > self.context {
             return Err(ContextFull {
                 needed: prompt.len().max(1),
@@ -661,7 +672,7 @@ impl GpuDecoder {
                 n_vocab: self.n_vocab,
             });
         }
-        self.prefill_state(prompt)?;
+        self.prefill_state(prompt, &config)?;
         for _ in 0..prompt.len() {
             self.graph.launch(&self.stream)?;
         }
@@ -670,7 +681,7 @@ impl GpuDecoder {
     }
 
     /// One decode step: the token chosen last is processed at the next position and the
-    /// next greedy token returned. The graph launch and a 4-byte read; no allocation.
+    /// next token (chosen as the request's [`prefill`](Self::prefill) asked) returned. The graph launch and a 4-byte read; no allocation.
     ///
     /// # Errors
     /// [`GpuError::ContextFull`] when the cache is full; a driver error.
@@ -736,8 +747,10 @@ impl GpuDecoder {
                 n_vocab: n,
             });
         }
-        // The prompt is the whole sequence: each replay embeds prompt[pos].
-        self.prefill_state(tokens)?;
+        // The prompt is the whole sequence: each replay embeds prompt[pos]. Greedy: the
+        // last row's logits are read as the model left them (no penalty).
+        let greedy = config_of(&SamplerParams::greedy(), n)?;
+        self.prefill_state(tokens, &greedy)?;
         for (t, row) in out.chunks_exact_mut(n).take(tokens.len()).enumerate() {
             self.graph.launch(&self.stream)?;
             // SAFETY: n f32 of the logits region into this row, synchronised below.
@@ -751,7 +764,7 @@ impl GpuDecoder {
         Ok(())
     }
 
-    fn prefill_state(&mut self, prompt: &[u32]) -> Result<(), GpuError> {
+    fn prefill_state(&mut self, prompt: &[u32], config: &SampleConfig) -> Result<(), GpuError> {
         if prompt.len() > self.context {
             return Err(ContextFull {
                 needed: prompt.len(),
@@ -760,11 +773,11 @@ impl GpuDecoder {
             }
             .into());
         }
-        // SAFETY: the prompt region holds `context` ids; the caller synchronises before the
-        // source goes away.
+        // SAFETY: the sequence region holds `context + 1` ids; the caller synchronises
+        // before the source goes away.
         unsafe {
             self.stream
-                .memcpy_htod(self.prompt, prompt.as_ptr() as *const u8, prompt.len() * 4)
+                .memcpy_htod(self.seq, prompt.as_ptr() as *const u8, prompt.len() * 4)
         }?;
         let st = DecodeState {
             token: 0,
@@ -773,17 +786,25 @@ impl GpuDecoder {
             bad_token: 0,
         };
         self.pinned.as_mut_slice()[..16].copy_from_slice(&state_bytes(&st));
-        // SAFETY: 16 pinned bytes into the state region.
+        self.pinned.as_mut_slice()[64..128].copy_from_slice(&config.to_bytes());
+        // SAFETY: 16 pinned bytes into the state region, 64 into the configuration's; the
+        // pinned buffer is rewritten only after the next synchronisation.
         unsafe {
             self.stream
-                .memcpy_htod(self.state, self.pinned.as_ptr(), 16)
+                .memcpy_htod(self.state, self.pinned.as_ptr(), 16)?;
+            self.stream.memcpy_htod(
+                self.config,
+                self.pinned.as_ptr().wrapping_add(64),
+                CONFIG_BYTES,
+            )
         }?;
         self.pos = 0;
         Ok(())
     }
 
-    /// Times decoding: a prompt of `at` pseudo-random ids, then `tokens` steps, each timed
-    /// on the host (launch to token in hand). Returns (prefill ms, per-step ms).
+    /// Times decoding: a prompt of `at` pseudo-random ids (from `seed`), then `tokens`
+    /// steps choosing as `params` asks, each timed on the host (launch to token in hand).
+    /// Returns (prefill ms, per-step ms).
     ///
     /// # Errors
     /// As [`prefill`](Self::prefill) and [`step`](Self::step).
@@ -792,6 +813,7 @@ impl GpuDecoder {
         at: usize,
         tokens: usize,
         seed: u64,
+        params: &SamplerParams,
     ) -> Result<(f64, Vec<f64>), GpuError> {
         let prompt: Vec<u32> = (0..at as u64)
             .map(|i| {
@@ -803,7 +825,7 @@ impl GpuDecoder {
             })
             .collect();
         let t0 = Instant::now();
-        self.prefill(&prompt)?;
+        self.prefill(&prompt, params)?;
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let mut steps = Vec::with_capacity(tokens);
         for _ in 0..tokens {

@@ -245,19 +245,26 @@ pub struct AttnCombineParams {
     pub splits: i32,
 }
 
-/// `struct ArgmaxParams` of `argmax_advance`.
+/// `struct SampleParams` of `sample_advance`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ArgmaxParams {
-    /// f32 logits.
+pub struct SampleParams {
+    /// f32 `[n]` logits (the repetition penalty is applied in place).
     pub logits: DevicePtr,
+    /// u32 `[seq_cap]`: the request's prompt, then each chosen token at `pos + 1`.
+    pub seq: DevicePtr,
     /// The request state.
     pub state: DevicePtr,
+    /// The request's `SampleConfig` ([`super::lower::SampleConfig`]).
+    pub config: DevicePtr,
     /// Vocabulary.
     pub n: i32,
-    /// Padding.
-    pub pad: i32,
+    /// Ids the sequence buffer holds (`context + 1`).
+    pub seq_cap: i32,
 }
+
+/// Threads of `sample_advance` (`SAMPLE_THREADS`).
+pub const SAMPLE_THREADS: u32 = 1024;
 
 const _: () = assert!(std::mem::size_of::<DecodeState>() == super::lower::STATE_BYTES);
 const _: () = assert!(std::mem::size_of::<EmbedParams>() == 32 + 16);
@@ -267,5 +274,5 @@ const _: () = assert!(std::mem::size_of::<MatVecParams>() == 24 + 120 + 16);
 const _: () = assert!(std::mem::size_of::<HeadNormParams>() == 32);
 const _: () = assert!(std::mem::size_of::<RopeParams>() == 48 + 16);
 const _: () = assert!(std::mem::size_of::<AttnParams>() == 40 + 24);
-const _: () = assert!(std::mem::size_of::<ArgmaxParams>() == 24);
+const _: () = assert!(std::mem::size_of::<SampleParams>() == 40);
 const _: () = assert!(std::mem::size_of::<AttnCombineParams>() == 24);

@@ -12,10 +12,12 @@
 //! - `Rope` of `Q` -> [`Step::Rope`]; `Rope` of `K` directly followed by `StoreKv` -> one
 //!   [`Step::Rope`] that also writes the rotated keys and the values into the f16 cache;
 //! - `Attention` -> [`Step::Attention`];
-//! - then [`Step::Argmax`]: the greedy token into the request state, position + 1.
+//! - then [`Step::Sample`]: the next token (greedy or sampled, per the request's
+//!   [`SampleConfig`] in device memory) into the request state, position + 1.
 
 use crate::forward::{Buf, Hparams, MatId, Op, Program, Proj, VecId};
 use crate::quant::{ActFormat, TensorType};
+use crate::sample::{MAX_PENALTY_WINDOW, SamplerParams};
 
 /// One kernel launch of the decode step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,8 +73,9 @@ pub enum Step {
         /// Block index.
         layer: usize,
     },
-    /// Greedy token into the request state; position + 1.
-    Argmax,
+    /// The next token (`sample_advance`: `src/sample.rs`'s chain, greedy when the request's
+    /// temperature is <= 0) into the request state; position + 1.
+    Sample,
 }
 
 /// A program the GPU lowering cannot run.
@@ -216,7 +219,7 @@ pub fn lower(program: &Program, ty: &dyn Fn(MatId) -> TensorType) -> Result<Vec<
         }
         i += 1;
     }
-    steps.push(Step::Argmax);
+    steps.push(Step::Sample);
     Ok(steps)
 }
 
@@ -226,6 +229,129 @@ pub const BLOCK_Q8_BYTES: usize = 4 + 4 + 32;
 pub const BLOCK_Q8K_BYTES: usize = 4 + 256 + 2 * 16;
 /// Bytes of the request state (`DecodeState`).
 pub const STATE_BYTES: usize = 16;
+/// Bytes of the request's sampler configuration (`SampleConfig`).
+pub const CONFIG_BYTES: usize = 64;
+/// Largest vocabulary the device's repetition penalty handles (`SAMPLE_MAX_VOCAB`: one bit
+/// per token in the sampler's shared memory, 32 KiB).
+pub const SAMPLE_MAX_VOCAB: usize = 262_144;
+
+/// `struct SampleConfig` of `kernels/llm.cu`: a request's [`SamplerParams`] as the device
+/// sampler reads them, written once at the request's start. The host computes `1 /
+/// temperature` and `ln(min_p)` in f32 exactly as `src/sample.rs` does, so the device adds
+/// and multiplies the same values.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SampleConfig {
+    /// `1 / temperature` (f32 division); 0 when greedy.
+    pub inv_temp: f32,
+    /// 1: greedy (`temperature <= 0`).
+    pub greedy: u32,
+    /// Top-k, saturated to `u32::MAX`; 0 or `>= n_vocab`: off.
+    pub top_k: u32,
+    /// Nucleus mass; 1: off.
+    pub top_p: f32,
+    /// Minimum relative probability; 0: off.
+    pub min_p: f32,
+    /// `ln(min_p)` (f32 `ln`); 0 when min-p is off.
+    pub ln_min_p: f32,
+    /// Repetition penalty.
+    pub penalty: f32,
+    /// Penalty window in tokens: `min(repeat_last_n, MAX_PENALTY_WINDOW)`, 0 when the
+    /// penalty is off (`repeat_penalty == 1` or `repeat_last_n == 0`).
+    pub window: u32,
+    /// Seed, low and high words (Philox key).
+    pub seed: [u32; 2],
+    /// Request stream, low and high words (Philox counter words 2 and 3).
+    pub request: [u32; 2],
+    /// Padding to 64 bytes.
+    pub pad: [u32; 4],
+}
+
+/// A sampling request the device sampler cannot serve.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what}")]
+pub struct UnsupportedSampling {
+    /// The option and the value seen.
+    pub what: String,
+}
+
+impl SampleConfig {
+    /// The configuration of `params` for a vocabulary of `n_vocab` tokens.
+    ///
+    /// # Errors
+    /// [`UnsupportedSampling`] for a repetition penalty over a vocabulary beyond
+    /// [`SAMPLE_MAX_VOCAB`] (the device's bitmap of penalised tokens).
+    pub fn new(
+        params: &SamplerParams,
+        n_vocab: usize,
+    ) -> Result<SampleConfig, UnsupportedSampling> {
+        let greedy = params.temperature <= 0.0;
+        let penalty_on = params.repeat_penalty != 1.0 && params.repeat_last_n != 0;
+        if penalty_on && n_vocab > SAMPLE_MAX_VOCAB {
+            return Err(UnsupportedSampling {
+                what: format!(
+                    "repeat penalty {} over a vocabulary of {n_vocab} tokens (the device penalty handles at most {SAMPLE_MAX_VOCAB})",
+                    params.repeat_penalty
+                ),
+            });
+        }
+        let split = |v: u64| [v as u32, (v >> 32) as u32];
+        Ok(SampleConfig {
+            inv_temp: if greedy {
+                0.0
+            } else {
+                1.0 / params.temperature
+            },
+            greedy: u32::from(greedy),
+            top_k: u32::try_from(params.top_k).unwrap_or(u32::MAX),
+            top_p: params.top_p,
+            min_p: params.min_p,
+            ln_min_p: if params.min_p > 0.0 {
+                params.min_p.ln()
+            } else {
+                0.0
+            },
+            penalty: params.repeat_penalty,
+            window: if penalty_on {
+                params.repeat_last_n.min(MAX_PENALTY_WINDOW) as u32
+            } else {
+                0
+            },
+            seed: split(params.seed),
+            request: split(params.request),
+            pad: [0; 4],
+        })
+    }
+
+    /// The little-endian bytes the device reads.
+    pub fn to_bytes(&self) -> [u8; CONFIG_BYTES] {
+        let words = [
+            self.inv_temp.to_bits(),
+            self.greedy,
+            self.top_k,
+            self.top_p.to_bits(),
+            self.min_p.to_bits(),
+            self.ln_min_p.to_bits(),
+            self.penalty.to_bits(),
+            self.window,
+            self.seed[0],
+            self.seed[1],
+            self.request[0],
+            self.request[1],
+            self.pad[0],
+            self.pad[1],
+            self.pad[2],
+            self.pad[3],
+        ];
+        let mut b = [0u8; CONFIG_BYTES];
+        for (i, w) in words.iter().enumerate() {
+            b[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<SampleConfig>() == CONFIG_BYTES);
 
 /// Bytes of the attention partials: per query head and split, the running maximum, the sum
 /// and the unnormalised output (`2 + head_dim` f32).
@@ -241,8 +367,9 @@ pub struct MemoryPlan {
     pub weights: usize,
     /// The f16 KV cache: `n_layer * 2 * context * kv_dim * 2`.
     pub cache: usize,
-    /// Activations (f32 buffers but the logits, their 8-bit blocks), the prompt ids and the
-    /// request state.
+    /// Activations (f32 buffers but the logits, their 8-bit blocks), the request's token
+    /// sequence (`context + 1` ids: the prompt, then each chosen token, read by the embedding
+    /// and the penalty window), the request state and the sampler configuration.
     pub activations: usize,
     /// The logits, `n_vocab` f32.
     pub logits: usize,
@@ -274,8 +401,9 @@ impl MemoryPlan {
         let act = widths
             + widest.div_ceil(32) * BLOCK_Q8_BYTES
             + widest.div_ceil(256) * BLOCK_Q8K_BYTES
-            + context * 4
+            + (context + 1) * 4
             + STATE_BYTES
+            + CONFIG_BYTES
             + attention_partial_bytes(hp, splits);
         MemoryPlan {
             weights: weight_bytes,
@@ -325,7 +453,7 @@ mod tests {
         let steps = lower(model.program(), &ty).expect("lowers");
         let hp = model.hparams();
         // embed + per layer (prep, qkv, rope q, rope k+store, attention, prep, wo, prep,
-        // gate/up, swiglu prep, down) + final prep + head + argmax.
+        // gate/up, swiglu prep, down) + final prep + head + sample.
         assert_eq!(steps.len(), 1 + 11 * hp.n_layer + 3);
         assert_eq!(
             steps
@@ -351,7 +479,7 @@ mod tests {
                 assert_eq!(q8k, needs(ActFormat::Q8K), "step {k}");
             }
         }
-        assert_eq!(steps.last(), Some(&Step::Argmax));
+        assert_eq!(steps.last(), Some(&Step::Sample));
         assert_eq!(steps[0], Step::Embed { table: MatId(0) });
     }
 
@@ -428,10 +556,77 @@ mod tests {
             widths
                 + 4 * BLOCK_Q8_BYTES
                 + BLOCK_Q8K_BYTES
-                + 256 * 4
+                + 257 * 4
                 + STATE_BYTES
+                + CONFIG_BYTES
                 + 4 * 16 * (2 + 16) * 4
         );
         assert_eq!(p.total(), 1000 + p.cache + p.activations + p.logits);
+    }
+
+    #[test]
+    fn sample_config_packs_the_kernel_struct_as_sample_rs_computes_it() {
+        let p = SamplerParams {
+            temperature: 0.7,
+            top_k: 40,
+            top_p: 0.9,
+            min_p: 0.05,
+            repeat_penalty: 1.3,
+            repeat_last_n: 10_000,
+            seed: 0x0123_4567_89ab_cdef,
+            request: 0x1_0000_0002,
+        };
+        let c = SampleConfig::new(&p, 49_152).expect("served");
+        assert_eq!(c.inv_temp, 1.0 / 0.7f32);
+        assert_eq!(c.ln_min_p, 0.05f32.ln());
+        assert_eq!((c.greedy, c.top_k), (0, 40));
+        // The window is the CPU sampler's: repeat_last_n, at most MAX_PENALTY_WINDOW.
+        assert_eq!(c.window, MAX_PENALTY_WINDOW as u32);
+        assert_eq!(c.seed, [0x89ab_cdef, 0x0123_4567]);
+        assert_eq!(c.request, [2, 1]);
+        // Byte offsets of `struct SampleConfig` in kernels/llm.cu.
+        let b = c.to_bytes();
+        let word =
+            |i: usize| u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+        assert_eq!(word(0), (1.0 / 0.7f32).to_bits());
+        assert_eq!(word(2), 40);
+        assert_eq!(word(3), 0.9f32.to_bits());
+        assert_eq!(word(4), 0.05f32.to_bits());
+        assert_eq!(word(6), 1.3f32.to_bits());
+        assert_eq!(word(7), 4096);
+        assert_eq!(
+            [word(8), word(9), word(10), word(11)],
+            [0x89ab_cdef, 0x0123_4567, 2, 1]
+        );
+        assert!((12..16).all(|i| word(i) == 0));
+
+        // Greedy; no penalty when either penalty knob is off; top-k saturates; min-p off.
+        let g = SampleConfig::new(&SamplerParams::greedy(), 96).expect("greedy");
+        assert_eq!((g.greedy, g.inv_temp, g.window), (1, 0.0, 0));
+        let q = SamplerParams {
+            repeat_penalty: 1.2,
+            repeat_last_n: 0,
+            top_k: usize::MAX,
+            min_p: 0.0,
+            ..SamplerParams::default()
+        };
+        let c = SampleConfig::new(&q, 96).expect("served");
+        assert_eq!((c.window, c.top_k, c.ln_min_p), (0, u32::MAX, 0.0));
+    }
+
+    #[test]
+    fn a_penalty_over_a_vocabulary_beyond_the_device_bitmap_is_refused_with_its_values() {
+        let p = SamplerParams {
+            repeat_penalty: 1.1,
+            ..SamplerParams::default()
+        };
+        let e = SampleConfig::new(&p, SAMPLE_MAX_VOCAB + 1).unwrap_err();
+        assert_eq!(
+            e.what,
+            "repeat penalty 1.1 over a vocabulary of 262145 tokens (the device penalty handles at most 262144)"
+        );
+        // The same vocabulary without a penalty, and the largest one with it, are served.
+        assert!(SampleConfig::new(&SamplerParams::default(), SAMPLE_MAX_VOCAB + 1).is_ok());
+        assert!(SampleConfig::new(&p, SAMPLE_MAX_VOCAB).is_ok());
     }
 }

@@ -14,8 +14,16 @@
 //! `pos` is inside the prompt). Bucketed prefill graphs with tensor-core products are the
 //! issue's target and not built yet.
 //!
-//! **Sampling**: greedy only (the `argmax_advance` kernel). A request asking for a sampled
-//! draw or a repetition penalty is refused on the GPU with [`GpuError::Sampling`].
+//! **Sampling** on the device (`sample_advance`, the graph's last node): `src/sample.rs`'s
+//! chain (repetition penalty, greedy, top-k, top-p, min-p, temperature, a Philox4x32-10 draw
+//! keyed by the seed) with the request's [`SampleConfig`] and token sequence in device
+//! memory, written once per request, so the same graph serves greedy and sampled requests and
+//! the host still reads one token id per step. Same seed, same tokens on every run (integer
+//! atomics only, every float sum in a fixed order). Against the CPU sampler on identical
+//! logits: the same token but where CUDA's `expf` (or, for more than 1,024 survivors, the
+//! fixed-point top-p mass and the chunked draw sums) moves a boundary by a few ulp
+//! (`tests/gpu_sample.rs`). Refused ([`GpuError::Sampling`]): a repetition penalty over a
+//! vocabulary beyond [`SAMPLE_MAX_VOCAB`](lower::SAMPLE_MAX_VOCAB).
 
 pub mod lower;
 
@@ -23,7 +31,11 @@ pub mod lower;
 mod decoder;
 #[cfg(feature = "cuda")]
 pub mod kernels;
+#[cfg(feature = "cuda")]
+mod sampler;
 
 #[cfg(feature = "cuda")]
 pub use decoder::{GpuDecoder, GpuError, GpuOptions, check_sampling};
-pub use lower::{LowerError, MemoryPlan, Step, lower};
+pub use lower::{LowerError, MemoryPlan, SampleConfig, Step, UnsupportedSampling, lower};
+#[cfg(feature = "cuda")]
+pub use sampler::DeviceSampler;
