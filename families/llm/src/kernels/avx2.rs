@@ -35,15 +35,17 @@ unsafe fn hsum_i32(v: __m256i) -> i32 {
     }
 }
 
-/// The f16 at `p` (little-endian bits) as f32.
+/// The f16 at `p` (little-endian bits) as f32, in all 8 lanes.
+///
+/// A vector on purpose: converting one f16 to a scalar f32 compiles to `vpinsrw` into
+/// whatever register LLVM picks (the upper lanes are "don't care"), which makes every
+/// conversion wait for the last writer of that register, in a dot-product loop the previous
+/// block's scale: one 15-cycle chain per block that held the generation kernels at a third of
+/// the memory bandwidth. `vpbroadcastw` from memory writes the whole register.
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    // SAFETY: `p` points at 2 readable bytes (caller); F16C by contract.
-    unsafe {
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
-            p.cast::<u16>().read_unaligned(),
-        ))))
-    }
+unsafe fn f16_splat(p: *const u8) -> __m256 {
+    // SAFETY: `p` points at 2 readable bytes (caller); AVX2 and F16C by contract.
+    unsafe { _mm256_cvtph_ps(_mm_set1_epi16(p.cast::<i16>().read_unaligned())) }
 }
 
 /// The 32 nibbles of the 16 bytes at `p` as bytes 0..=15: lanes 0-15 the low nibbles, lanes
@@ -84,14 +86,14 @@ impl RowKernel for Q4_0K {
             let mut acc = [_mm256_setzero_ps(); N];
             for b in 0..acts[0].len() {
                 let p = w.as_ptr().add(18 * b);
-                let d = f16_at(p);
+                let d = f16_splat(p);
                 let x = _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8));
                 let ax = _mm256_sign_epi8(x, x);
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
                     let sumi = dot_u8_i8(ax, _mm256_sign_epi8(load_qs(a), x));
-                    acc[i] =
-                        _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(sumi), acc[i]);
+                    let scale = _mm256_mul_ps(d, _mm256_set1_ps(a.d));
+                    acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), acc[i]);
                 }
             }
             let mut out = [0.0f32; N];
@@ -111,22 +113,23 @@ impl RowKernel for Q4_1K {
         // SAFETY: AVX2 by contract; `w` holds `acts[i].len()` blocks of 20 bytes.
         unsafe {
             let mut acc = [_mm256_setzero_ps(); N];
-            let mut summ = [0.0f32; N];
+            // Every lane holds the same sum of the minimums times the activation sums.
+            let mut summ = [_mm256_setzero_ps(); N];
             for b in 0..acts[0].len() {
                 let p = w.as_ptr().add(20 * b);
-                let (d, m) = (f16_at(p), f16_at(p.add(2)));
+                let (d, m) = (f16_splat(p), f16_splat(p.add(2)));
                 let q = nibbles(p.add(4));
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
                     let sumi = dot_u8_i8(q, load_qs(a));
-                    acc[i] =
-                        _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(sumi), acc[i]);
-                    summ[i] = m.mul_add(a.s, summ[i]);
+                    let scale = _mm256_mul_ps(d, _mm256_set1_ps(a.d));
+                    acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), acc[i]);
+                    summ[i] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s), summ[i]);
                 }
             }
-            let mut out = summ;
+            let mut out = [0.0f32; N];
             for i in 0..N {
-                out[i] += hsum(acc[i]);
+                out[i] = _mm256_cvtss_f32(summ[i]) + hsum(acc[i]);
             }
             out
         }
@@ -143,14 +146,14 @@ impl RowKernel for Q8_0K {
             let mut acc = [_mm256_setzero_ps(); N];
             for b in 0..acts[0].len() {
                 let p = w.as_ptr().add(34 * b);
-                let d = f16_at(p);
+                let d = f16_splat(p);
                 let x = _mm256_loadu_si256(p.add(2).cast());
                 let ax = _mm256_sign_epi8(x, x);
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
                     let sumi = dot_u8_i8(ax, _mm256_sign_epi8(load_qs(a), x));
-                    acc[i] =
-                        _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(sumi), acc[i]);
+                    let scale = _mm256_mul_ps(d, _mm256_set1_ps(a.d));
+                    acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), acc[i]);
                 }
             }
             let mut out = [0.0f32; N];
@@ -174,7 +177,7 @@ impl RowKernel for Q4KK {
             let m4 = _mm256_set1_epi8(0x0F);
             for b in 0..acts[0].len() {
                 let p = w.as_ptr().add(144 * b);
-                let (d, dmin) = (f16_at(p), f16_at(p.add(2)));
+                let (d, dmin) = (f16_splat(p), f16_splat(p.add(2)));
                 let scales = std::slice::from_raw_parts(p.add(4), 12);
                 let sm: [(u8, u8); 8] =
                     std::array::from_fn(|j| crate::quant::q4k_scale_min(scales, j));
@@ -200,18 +203,16 @@ impl RowKernel for Q4KK {
                 }
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
-                    acc[i] = _mm256_fmadd_ps(
-                        _mm256_set1_ps(a.d * d),
-                        _mm256_cvtepi32_ps(sumi[i]),
-                        acc[i],
-                    );
+                    let scale = _mm256_mul_ps(_mm256_set1_ps(a.d), d);
+                    acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi[i]), acc[i]);
                     let summ: i32 = (0..8)
                         .map(|j| {
                             i32::from(sm[j].1)
                                 * (i32::from(a.bsums[2 * j]) + i32::from(a.bsums[2 * j + 1]))
                         })
                         .sum();
-                    accm[i] += a.d * dmin * summ as f32;
+                    accm[i] +=
+                        _mm256_cvtss_f32(_mm256_mul_ps(_mm256_set1_ps(a.d), dmin)) * summ as f32;
                 }
             }
             let mut out = [0.0f32; N];
@@ -245,7 +246,7 @@ impl RowKernel for Q6KK {
             let m3 = _mm256_set1_epi8(3);
             for b in 0..acts[0].len() {
                 let p = w.as_ptr().add(210 * b);
-                let d = f16_at(p.add(208));
+                let d = f16_splat(p.add(208));
                 let sc = std::slice::from_raw_parts(p.add(192).cast::<i8>(), 16);
                 let mut sumi = [_mm256_setzero_si256(); N];
                 for h in 0..2 {
@@ -282,15 +283,12 @@ impl RowKernel for Q6KK {
                 }
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
-                    acc[i] = _mm256_fmadd_ps(
-                        _mm256_set1_ps(a.d * d),
-                        _mm256_cvtepi32_ps(sumi[i]),
-                        acc[i],
-                    );
+                    let scale = _mm256_mul_ps(_mm256_set1_ps(a.d), d);
+                    acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi[i]), acc[i]);
                     let off: i32 = (0..16)
                         .map(|j| i32::from(sc[j]) * i32::from(a.bsums[j]))
                         .sum();
-                    acc_off[i] += a.d * d * (32 * off) as f32;
+                    acc_off[i] += _mm256_cvtss_f32(scale) * (32 * off) as f32;
                 }
             }
             let mut out = [0.0f32; N];
