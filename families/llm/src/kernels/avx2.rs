@@ -3,7 +3,9 @@
 //! product of the scales), F16C for f16 weights and the f16 key/value cache.
 //!
 //! Every function here needs AVX2, FMA and F16C; [`super::Isa::available`] checks them at run
-//! time before [`super::Isa::Avx2`] is ever chosen.
+//! time before [`super::Isa::Avx2`] is ever chosen. [`super::Isa::AvxVnni`] adds AVX-VNNI's
+//! `vpdpbusd` (the byte dot product of `vpmaddubsw` + `vpmaddwd` in one instruction) to the
+//! Q8_0, Q4_0 and Q4_1 kernels, as ggml does when built with it.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -48,6 +50,14 @@ unsafe fn f16_splat(p: *const u8) -> __m256 {
     unsafe { _mm256_cvtph_ps(_mm_set1_epi16(p.cast::<i16>().read_unaligned())) }
 }
 
+/// The two f16 values at `p` (little-endian bits, e.g. a Q4_1 block's scale and minimum) as
+/// f32 lanes `[a, b, a, b, ...]`: one broadcast load, one conversion.
+#[inline(always)]
+unsafe fn f16_pair_splat(p: *const u8) -> __m256 {
+    // SAFETY: `p` points at 4 readable bytes (caller); AVX2 and F16C by contract.
+    unsafe { _mm256_cvtph_ps(_mm_set1_epi32(p.cast::<i32>().read_unaligned())) }
+}
+
 /// The 32 nibbles of the 16 bytes at `p` as bytes 0..=15: lanes 0-15 the low nibbles, lanes
 /// 16-31 the high nibbles (the order of weights in a Q4_0/Q4_1 block).
 #[inline(always)]
@@ -63,11 +73,20 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
     }
 }
 
-/// Sums of adjacent products of unsigned bytes `u` and signed bytes `s`, widened to 8 x i32.
+/// Sums of 4 adjacent products of unsigned bytes `u` and signed bytes `s`, as 8 x i32:
+/// `vpdpbusd` (one instruction) with `VNNI`, else `vpmaddubsw` + `vpmaddwd`. The sums are
+/// exact either way, so both give the same result.
 #[inline(always)]
-unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
-    // SAFETY: AVX2 by contract. No 16-bit saturation: callers keep |u * s| * 2 < 32768.
-    unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
+unsafe fn dot_u8_i8<const VNNI: bool>(u: __m256i, s: __m256i) -> __m256i {
+    // SAFETY: AVX2 by contract, and AVX-VNNI with `VNNI` (only [`matmul_vnni`] instantiates
+    // it). No 16-bit saturation in `vpmaddubsw`: callers keep |u * s| * 2 < 32768.
+    unsafe {
+        if VNNI {
+            _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+        } else {
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+        }
+    }
 }
 
 #[inline(always)]
@@ -76,8 +95,15 @@ unsafe fn load_qs(a: &BlockQ8) -> __m256i {
     unsafe { _mm256_loadu_si256(a.qs.as_ptr().cast()) }
 }
 
-pub(crate) struct Q4_0K;
-impl RowKernel for Q4_0K {
+/// A [`BlockQ8`]'s scale and sum as lanes `[d, s, d, s, ...]` (one 8-byte broadcast).
+#[inline(always)]
+unsafe fn load_ds(a: &BlockQ8) -> __m256 {
+    // SAFETY: `d` and `s` are the first 8 bytes of the `repr(C)` block; AVX by contract.
+    unsafe { _mm256_castpd_ps(_mm256_broadcast_sd(&*(a as *const BlockQ8).cast::<f64>())) }
+}
+
+pub(crate) struct Q4_0K<const VNNI: bool>;
+impl<const VNNI: bool> RowKernel for Q4_0K<VNNI> {
     type Act = BlockQ8;
     #[inline(always)]
     unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
@@ -91,7 +117,7 @@ impl RowKernel for Q4_0K {
                 let ax = _mm256_sign_epi8(x, x);
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
-                    let sumi = dot_u8_i8(ax, _mm256_sign_epi8(load_qs(a), x));
+                    let sumi = dot_u8_i8::<VNNI>(ax, _mm256_sign_epi8(load_qs(a), x));
                     let scale = _mm256_mul_ps(d, _mm256_set1_ps(a.d));
                     acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), acc[i]);
                 }
@@ -105,39 +131,43 @@ impl RowKernel for Q4_0K {
     }
 }
 
-pub(crate) struct Q4_1K;
-impl RowKernel for Q4_1K {
+pub(crate) struct Q4_1K<const VNNI: bool>;
+impl<const VNNI: bool> RowKernel for Q4_1K<VNNI> {
     type Act = BlockQ8;
     #[inline(always)]
     unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
         // SAFETY: AVX2 by contract; `w` holds `acts[i].len()` blocks of 20 bytes.
         unsafe {
             let mut acc = [_mm256_setzero_ps(); N];
-            // Every lane holds the same sum of the minimums times the activation sums.
+            // Odd lanes: the sum of the block minimums times the activation sums.
             let mut summ = [_mm256_setzero_ps(); N];
             for b in 0..acts[0].len() {
                 let p = w.as_ptr().add(20 * b);
-                let (d, m) = (f16_splat(p), f16_splat(p.add(2)));
+                // Lanes [d, m, d, m, ...]: the scale and minimum in one conversion.
+                let dm = f16_pair_splat(p);
                 let q = nibbles(p.add(4));
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
-                    let sumi = dot_u8_i8(q, load_qs(a));
-                    let scale = _mm256_mul_ps(d, _mm256_set1_ps(a.d));
+                    let sumi = dot_u8_i8::<VNNI>(q, load_qs(a));
+                    // [d * a.d, m * a.s, ...]
+                    let prod = _mm256_mul_ps(dm, load_ds(a));
+                    let scale = _mm256_moveldup_ps(prod);
                     acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), acc[i]);
-                    summ[i] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s), summ[i]);
+                    summ[i] = _mm256_add_ps(summ[i], prod);
                 }
             }
             let mut out = [0.0f32; N];
             for i in 0..N {
-                out[i] = _mm256_cvtss_f32(summ[i]) + hsum(acc[i]);
+                let odd = _mm_movehdup_ps(_mm256_castps256_ps128(summ[i]));
+                out[i] = _mm_cvtss_f32(odd) + hsum(acc[i]);
             }
             out
         }
     }
 }
 
-pub(crate) struct Q8_0K;
-impl RowKernel for Q8_0K {
+pub(crate) struct Q8_0K<const VNNI: bool>;
+impl<const VNNI: bool> RowKernel for Q8_0K<VNNI> {
     type Act = BlockQ8;
     #[inline(always)]
     unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8]; N]) -> [f32; N] {
@@ -151,7 +181,7 @@ impl RowKernel for Q8_0K {
                 let ax = _mm256_sign_epi8(x, x);
                 for i in 0..N {
                     let a = acts[i].get_unchecked(b);
-                    let sumi = dot_u8_i8(ax, _mm256_sign_epi8(load_qs(a), x));
+                    let sumi = dot_u8_i8::<VNNI>(ax, _mm256_sign_epi8(load_qs(a), x));
                     let scale = _mm256_mul_ps(d, _mm256_set1_ps(a.d));
                     acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), acc[i]);
                 }
@@ -387,7 +417,39 @@ pub(crate) unsafe fn matmul(
     tokens: Range<usize>,
     out: &OutMatrix,
 ) {
-    // SAFETY (every call): this function's features; the caller's shape checks.
+    // SAFETY: this function's features; the caller's shape checks.
+    unsafe { matmul_with::<false>(w, rows, acts, tokens, out) }
+}
+
+/// [`matmul`] with the AVX-VNNI byte dot product (`vpdpbusd`) in the Q8_0, Q4_0 and Q4_1
+/// kernels; the same results.
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX-VNNI are available; shapes checked by `super::matmul`.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn matmul_vnni(
+    w: &Matrix<'_>,
+    rows: Range<usize>,
+    acts: &Acts<'_>,
+    tokens: Range<usize>,
+    out: &OutMatrix,
+) {
+    // SAFETY: this function's features; the caller's shape checks.
+    unsafe { matmul_with::<true>(w, rows, acts, tokens, out) }
+}
+
+/// # Safety
+/// As [`matmul`], plus AVX-VNNI with `VNNI`; only called from the two functions above, into
+/// which it is inlined with their features.
+#[inline(always)]
+unsafe fn matmul_with<const VNNI: bool>(
+    w: &Matrix<'_>,
+    rows: Range<usize>,
+    acts: &Acts<'_>,
+    tokens: Range<usize>,
+    out: &OutMatrix,
+) {
+    // SAFETY (every call): the caller's features and shape checks.
     unsafe {
         match (w.ty, *acts) {
             (TensorType::F32, Acts::F32 { data, per_row }) => {
@@ -400,13 +462,13 @@ pub(crate) unsafe fn matmul(
                 tiled::<Bf16K>(w, rows, data, per_row, tokens, out)
             }
             (TensorType::Q8_0, Acts::Q8 { data, per_row }) => {
-                tiled::<Q8_0K>(w, rows, data, per_row, tokens, out)
+                tiled::<Q8_0K<VNNI>>(w, rows, data, per_row, tokens, out)
             }
             (TensorType::Q4_0, Acts::Q8 { data, per_row }) => {
-                tiled::<Q4_0K>(w, rows, data, per_row, tokens, out)
+                tiled::<Q4_0K<VNNI>>(w, rows, data, per_row, tokens, out)
             }
             (TensorType::Q4_1, Acts::Q8 { data, per_row }) => {
-                tiled::<Q4_1K>(w, rows, data, per_row, tokens, out)
+                tiled::<Q4_1K<VNNI>>(w, rows, data, per_row, tokens, out)
             }
             (TensorType::Q4K, Acts::Q8K { data, per_row }) => {
                 tiled::<Q4KK>(w, rows, data, per_row, tokens, out)
