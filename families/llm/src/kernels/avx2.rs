@@ -58,6 +58,22 @@ unsafe fn f16_pair_splat(p: *const u8) -> __m256 {
     unsafe { _mm256_cvtph_ps(_mm_set1_epi32(p.cast::<i32>().read_unaligned())) }
 }
 
+/// How far ahead of the block being multiplied the weight stream is prefetched, in bytes.
+/// Generation reads every weight once per token from memory; the hardware prefetcher stops
+/// at each 4 KiB page, and without this the loads of the weights were the hottest
+/// instructions of the Q4_1 and Q8_0 loops (SmolLM2 Q4_1, tg128 at 1 thread on the 2-core
+/// development VM: 102-121 tokens/s without, 138-146 with).
+const PREFETCH_BYTES: usize = 1024;
+
+/// Prefetches the weights [`PREFETCH_BYTES`] after `p` into L1 (past the end of the matrix
+/// it is a no-op: a prefetch never faults).
+#[inline(always)]
+unsafe fn prefetch_ahead(p: *const u8) {
+    // SAFETY: a prefetch reads nothing architecturally; `wrapping_add` keeps the address
+    // computation defined past the end of the allocation. SSE by the AVX2 contract.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES).cast()) }
+}
+
 /// The 32 nibbles of the 16 bytes at `p` as bytes 0..=15: lanes 0-15 the low nibbles, lanes
 /// 16-31 the high nibbles (the order of weights in a Q4_0/Q4_1 block).
 #[inline(always)]
@@ -112,6 +128,7 @@ impl<const VNNI: bool> RowKernel for Q4_0K<VNNI> {
             let mut acc = [_mm256_setzero_ps(); N];
             for b in 0..acts[0].len() {
                 let p = w.as_ptr().add(18 * b);
+                prefetch_ahead(p);
                 let d = f16_splat(p);
                 let x = _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8));
                 let ax = _mm256_sign_epi8(x, x);
@@ -143,6 +160,7 @@ impl<const VNNI: bool> RowKernel for Q4_1K<VNNI> {
             let mut summ = [_mm256_setzero_ps(); N];
             for b in 0..acts[0].len() {
                 let p = w.as_ptr().add(20 * b);
+                prefetch_ahead(p);
                 // Lanes [d, m, d, m, ...]: the scale and minimum in one conversion.
                 let dm = f16_pair_splat(p);
                 let q = nibbles(p.add(4));
@@ -176,6 +194,7 @@ impl<const VNNI: bool> RowKernel for Q8_0K<VNNI> {
             let mut acc = [_mm256_setzero_ps(); N];
             for b in 0..acts[0].len() {
                 let p = w.as_ptr().add(34 * b);
+                prefetch_ahead(p);
                 let d = f16_splat(p);
                 let x = _mm256_loadu_si256(p.add(2).cast());
                 let ax = _mm256_sign_epi8(x, x);
