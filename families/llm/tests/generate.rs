@@ -270,3 +270,84 @@ fn smollm2_same_seed_same_text_and_greedy_paris() {
     assert_ne!(a, c, "seeds 42 and 43 gave the same 24 tokens");
     eprintln!("seed 42: {a:?}\nseed 43: {c:?}");
 }
+
+/// The numerics do not depend on the size of the KV cache, the thread count or the prompt
+/// chunking: llama.cpp's chat prompts (`golden/chat.json`) and a 296-token text
+/// (`golden/logits.json`), 32 greedy tokens each, give bit-identical logits at every step at
+/// a context of 512 and at the model's full context (8192), with 1 and 2 threads and prompt
+/// chunks of 512 and of 7 tokens. (The cache's rows are laid out with the context as stride,
+/// and the attention's score rows are `context` long: a read past the filled positions, or
+/// a stride mixed up, would show here.)
+#[test]
+fn smollm2_logits_do_not_depend_on_context_threads_or_chunking() {
+    use tether_llm::forward::LogitsFor;
+    let chats = common::golden("chat.json");
+    let text = common::golden("logits.json");
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .expect("ids")
+            .iter()
+            .map(|x| x.as_u64().expect("id") as u32)
+            .collect()
+    };
+    let mut prompts: Vec<Vec<u32>> = chats["chats"]
+        .as_array()
+        .expect("chats")
+        .iter()
+        .map(|c| ids(&c["prompt_ids"]))
+        .collect();
+    prompts.push(ids(&text["ids"]));
+    // (context, threads, max_batch); `None`: the model's training context.
+    let configs = [
+        (Some(512), 1, 512),
+        (None, 1, 512),
+        (None, 2, 512),
+        (Some(512), 2, 7),
+    ];
+    let mut first: Option<Vec<Vec<f32>>> = None;
+    for (context, threads, max_batch) in configs {
+        let mut g = Generator::open(
+            common::asset(common::GGUF),
+            &GeneratorOptions {
+                context,
+                threads: Some(threads),
+                max_batch,
+                ..GeneratorOptions::default()
+            },
+        )
+        .expect("open");
+        let n_vocab = g.config().n_vocab as usize;
+        let (m, s) = g.model_and_state();
+        let mut rows = Vec::new();
+        for p in &prompts {
+            s.cache_mut().reset();
+            m.forward(s, p, LogitsFor::Last).expect("prompt");
+            for _ in 0..32 {
+                let row = s.logits()[..n_vocab].to_vec();
+                let t = tether_llm::sample::argmax(&row);
+                rows.push(row);
+                m.forward(s, &[t], LogitsFor::Last).expect("step");
+            }
+        }
+        match &first {
+            None => {
+                assert_eq!(s.cache().context(), 512);
+                first = Some(rows);
+            }
+            Some(want) => {
+                for (i, (a, b)) in want.iter().zip(&rows).enumerate() {
+                    let differ = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits());
+                    assert_eq!(
+                        differ.count(),
+                        0,
+                        "step {i} (prompt {}, token {}): logits differ from context 512, 1 \
+                         thread, chunks of 512 at context {context:?}, {threads} threads, \
+                         chunks of {max_batch}",
+                        i / 32,
+                        i % 32
+                    );
+                }
+            }
+        }
+    }
+}

@@ -12,9 +12,10 @@
 //!
 //! Three instruction sets compute the same products: [`Isa::Scalar`] (portable Rust, the
 //! reference the others are tested against), [`Isa::Avx2`] (x86-64 with AVX2, FMA and F16C,
-//! detected at run time) and [`Isa::Neon`] / [`Isa::NeonDot`] (aarch64; `NeonDot` adds the
-//! ARMv8.2 `sdot` instruction, detected at run time). The integer sums are exact on every
-//! path; only the order of the f32 accumulation differs, so results agree to f32 rounding
+//! detected at run time; [`Isa::AvxVnni`] adds AVX-VNNI's byte dot product) and
+//! [`Isa::Neon`] / [`Isa::NeonDot`] (aarch64; `NeonDot` adds the ARMv8.2 `sdot`
+//! instruction, detected at run time). The integer sums are exact on every path; only the
+//! order of the f32 accumulation differs, so results agree to f32 rounding
 //! ([`tests`](self) state the tolerance).
 //!
 //! Matrix products are tiled: a thread takes a contiguous range of output rows (weight
@@ -49,6 +50,9 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
+    /// [`Isa::Avx2`] plus AVX-VNNI (`vpdpbusd`: Alder Lake, Sapphire Rapids, Zen 5 and
+    /// later) in the Q8_0/Q4_0/Q4_1 products; the same results as `Avx2`.
+    AvxVnni,
     /// aarch64 Advanced SIMD (ARMv8.0).
     Neon,
     /// aarch64 Advanced SIMD with the ARMv8.2 dot-product instructions (`sdot`).
@@ -57,7 +61,8 @@ pub enum Isa {
 
 impl Isa {
     /// The fastest instruction set this CPU runs, detected at run time. `TETHER_LLM_ISA=scalar`
-    /// (or `neon` on a CPU with `sdot`) forces a slower one, for tests and comparisons.
+    /// (or `avx2` on a CPU with AVX-VNNI, `neon` on one with `sdot`) forces a slower one, for
+    /// tests and comparisons.
     pub fn detect() -> Isa {
         let best = Self::available().into_iter().last().unwrap_or(Isa::Scalar);
         match std::env::var("TETHER_LLM_ISA").ok().as_deref() {
@@ -79,6 +84,9 @@ impl Isa {
             && is_x86_feature_detected!("f16c")
         {
             v.push(Isa::Avx2);
+            if is_x86_feature_detected!("avxvnni") {
+                v.push(Isa::AvxVnni);
+            }
         }
         #[cfg(target_arch = "aarch64")]
         {
@@ -92,11 +100,12 @@ impl Isa {
         v
     }
 
-    /// Short name (`scalar`, `avx2`, `neon`, `neon-dot`).
+    /// Short name (`scalar`, `avx2`, `avx-vnni`, `neon`, `neon-dot`).
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avx-vnni",
             Isa::Neon => "neon",
             Isa::NeonDot => "neon-dot",
         }
@@ -286,8 +295,9 @@ pub fn quantize_q8(
         let dst = &mut out[t * per_row..(t + 1) * per_row];
         match isa {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Isa::Avx2` is only returned by `available()` when the CPU has AVX2.
-            Isa::Avx2 => unsafe { avx2::quantize_row_q8(src, dst) },
+            // SAFETY: `Isa::Avx2`/`AvxVnni` are only returned by `available()` when the CPU
+            // has AVX2.
+            Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::quantize_row_q8(src, dst) },
             #[cfg(target_arch = "aarch64")]
             // SAFETY: `Isa::Neon*` is only returned by `available()` when the CPU has NEON.
             Isa::Neon | Isa::NeonDot => unsafe { neon::quantize_row_q8(src, dst) },
@@ -357,6 +367,10 @@ pub fn matmul(
         // SAFETY: `Isa::Avx2` is only returned by `available()` when the CPU has AVX2, FMA
         // and F16C; the shapes were checked above.
         Isa::Avx2 => unsafe { avx2::matmul(w, rows, acts, tokens, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::AvxVnni` is only returned by `available()` when the CPU has AVX2, FMA,
+        // F16C and AVX-VNNI; the shapes were checked above.
+        Isa::AvxVnni => unsafe { avx2::matmul_vnni(w, rows, acts, tokens, out) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: NEON checked by `available()`; shapes above.
         Isa::Neon => unsafe { neon::matmul(w, rows, acts, tokens, out, false) },
@@ -437,7 +451,7 @@ pub fn dot_f16(isa: Isa, q: &[f32], k: &[u16]) -> f32 {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2/F16C checked by `available()`; lengths equal.
-        Isa::Avx2 => unsafe { avx2::dot_f16(q, k) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::dot_f16(q, k) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: NEON checked by `available()`; lengths equal.
         Isa::Neon | Isa::NeonDot => unsafe { neon::dot_f16(q, k) },
@@ -456,7 +470,7 @@ pub fn axpy_f16(isa: Isa, out: &mut [f32], p: f32, v: &[u16]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2/F16C checked by `available()`; lengths equal.
-        Isa::Avx2 => unsafe { avx2::axpy_f16(out, p, v) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::axpy_f16(out, p, v) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: NEON checked by `available()`; lengths equal.
         Isa::Neon | Isa::NeonDot => unsafe { neon::axpy_f16(out, p, v) },
