@@ -111,9 +111,7 @@ impl From<tether_runtime::Error> for Failure {
 impl From<tether_runtime::RunError> for Failure {
     fn from(e: tether_runtime::RunError) -> Self {
         let status = match e {
-            tether_runtime::RunError::NotOnDevice { .. } => {
-                tether_status::TETHER_ERR_UNSUPPORTED
-            }
+            tether_runtime::RunError::NotOnDevice { .. } => tether_status::TETHER_ERR_UNSUPPORTED,
             _ => tether_status::TETHER_ERR_RUNTIME,
         };
         Failure::new(status, e.to_string())
@@ -576,9 +574,8 @@ pub unsafe extern "C" fn tether_network_run_on_stream(
             }
         };
         // SAFETY: forwarded contract.
-        unsafe { n.session.run_on_stream(stream, memory) }.map_err(|e| {
-            Failure::from(e).context(&format!("network `{}`", n.session.network()))
-        })
+        unsafe { n.session.run_on_stream(stream, memory) }
+            .map_err(|e| Failure::from(e).context(&format!("network `{}`", n.session.network())))
     })
 }
 

@@ -407,7 +407,10 @@ fn gpu_network_device_io() {
         assert_ne!(c["engine"], "tract-cpu", "{c}");
         let tol = f32_of(&c["tolerance"]);
         assert!(f32_of(&c["device_io_max_diff"]) <= tol, "{staging}: {c}");
-        assert!(f32_of(&c["host_on_stream_max_diff"]) <= tol, "{staging}: {c}");
+        assert!(
+            f32_of(&c["host_on_stream_max_diff"]) <= tol,
+            "{staging}: {c}"
+        );
         assert!(f32_of(&c["zeros_max_diff"]) > tol, "{staging}: {c}");
         assert_eq!(c["ok"], true, "{staging}: {c}");
     }
@@ -1114,7 +1117,9 @@ fn cpp_wrapper() {
         assert_eq!(c[key]["status"], "TETHER_ERR_UNSUPPORTED", "{key}: {c}");
         let msg = c[key]["message"].as_str().unwrap_or_default();
         assert!(
-            msg.contains("needs a session on a CUDA device; this one runs on cpu (engine tract CPU)"),
+            msg.contains(
+                "needs a session on a CUDA device; this one runs on cpu (engine tract CPU)"
+            ),
             "{key}: {msg}"
         );
     }

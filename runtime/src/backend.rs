@@ -348,9 +348,7 @@ pub enum RunError {
     /// A device-memory operation (a device buffer's address, a run on a caller's CUDA
     /// stream) asked of a session that does not run on a CUDA device: names the device and
     /// the engine it runs on instead.
-    #[error(
-        "{what} needs a session on a CUDA device; this one runs on {device} (engine {engine})"
-    )]
+    #[error("{what} needs a session on a CUDA device; this one runs on {device} (engine {engine})")]
     NotOnDevice {
         /// What was asked, e.g. "a device buffer".
         what: &'static str,

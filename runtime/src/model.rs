@@ -35,9 +35,7 @@ use crate::backend::{
 };
 use crate::device::{COMPILED_BACKENDS, Device, compiled_list};
 use crate::error::Error;
-use crate::session::{
-    Check, DeviceBuffer, IoMemory, PipelineSpec, RegionId, RegionKind, Session,
-};
+use crate::session::{Check, DeviceBuffer, IoMemory, PipelineSpec, RegionId, RegionKind, Session};
 use crate::tensor::{Element, IoMode, TensorSpec, view, view_mut};
 
 /// How [`Model::open`] prepares a bundle.
