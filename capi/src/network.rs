@@ -4,7 +4,9 @@
 use std::ffi::{CStr, CString, c_char, c_void};
 
 use tether_runtime::tensor::f16;
-use tether_runtime::{DType, Element, Model, ModelOptions, NetworkSession, TensorSpec};
+use tether_runtime::{
+    DType, Element, IoMemory, IoMode, Model, ModelOptions, NetworkSession, TensorSpec,
+};
 
 use crate::error::{Failure, Result, guard, non_null, tether_status};
 use crate::model::c_string;
@@ -41,6 +43,19 @@ pub enum tether_io {
     TETHER_IO_INPUT = 1,
     /// A network output (read after `tether_network_run`).
     TETHER_IO_OUTPUT = 2,
+}
+
+/// Where `tether_network_run_on_stream` reads the inputs and writes the outputs.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum tether_memory {
+    /// The host buffers (`tether_network_set_input`, `tether_network_input`,
+    /// `tether_network_output`): the run copies the inputs to the device first and the
+    /// outputs back last, when the stream reaches it (not during the call).
+    TETHER_MEMORY_HOST = 1,
+    /// The device buffers (`tether_network_device_buffer`): the run reads and writes them
+    /// in place, no copy; the host buffers are neither read nor written.
+    TETHER_MEMORY_DEVICE = 2,
 }
 
 /// One input or output of a network.
@@ -84,6 +99,9 @@ impl From<tether_runtime::Error> for Failure {
             E::NoSuchNetwork { .. } | E::NoSuchTensor { .. } => {
                 tether_status::TETHER_ERR_INVALID_ARGUMENT
             }
+            E::Run(tether_runtime::RunError::NotOnDevice { .. }) => {
+                tether_status::TETHER_ERR_UNSUPPORTED
+            }
             other => crate::error::runtime_status(other),
         };
         Failure::new(status, e.to_string())
@@ -92,7 +110,11 @@ impl From<tether_runtime::Error> for Failure {
 
 impl From<tether_runtime::RunError> for Failure {
     fn from(e: tether_runtime::RunError) -> Self {
-        Failure::new(tether_status::TETHER_ERR_RUNTIME, e.to_string())
+        let status = match e {
+            tether_runtime::RunError::NotOnDevice { .. } => tether_status::TETHER_ERR_UNSUPPORTED,
+            _ => tether_status::TETHER_ERR_RUNTIME,
+        };
+        Failure::new(status, e.to_string())
     }
 }
 
@@ -202,8 +224,8 @@ fn output_buffer(n: &tether_network, name: &str) -> Result<(*const u8, usize)> {
 /// `TETHER_ERR_INVALID_ARGUMENT` (no such network, or several and `network` null; the
 /// message lists them).
 ///
-/// Device pointers and a caller's CUDA stream are not offered: the session owns its
-/// buffers (page-locked host memory on a GPU) and its stream.
+/// On a GPU its inputs and outputs are also device buffers (`tether_network_device_buffer`)
+/// and a run may be ordered on the caller's CUDA stream (`tether_network_run_on_stream`).
 ///
 /// # Safety
 /// `path` is null or NUL-terminated; `network` null or NUL-terminated; `options` null or
@@ -381,6 +403,36 @@ pub unsafe extern "C" fn tether_network_set_input(
     })
 }
 
+/// The body of the entry points that lend one named tensor's buffer (`tether_network_input`,
+/// `tether_network_output`, `tether_network_device_buffer`): `name` read, `data` and `size`
+/// checked (`data` named `data_name` in messages), then `buffer`'s (address, bytes) for that name
+/// written to them.
+///
+/// # Safety
+/// `network` is null or an open handle used by no other thread; `name` null or
+/// NUL-terminated; `data` and `size` null or writable.
+unsafe fn lend<P>(
+    network: *mut tether_network,
+    name: *const c_char,
+    (data, data_name): (*mut P, &str),
+    size: *mut usize,
+    buffer: impl FnOnce(&mut tether_network, &str) -> Result<(P, usize)>,
+) -> tether_status {
+    with_network(network, |n| {
+        // SAFETY: forwarded contract.
+        let name = unsafe { c_str(name, "name") }?;
+        non_null(data, data_name)?;
+        non_null(size, "size")?;
+        let (p, len) = buffer(n, name)?;
+        // SAFETY: both writable (contract; checked non-null).
+        unsafe {
+            data.write(p);
+            size.write(len);
+        }
+        Ok(())
+    })
+}
+
 /// The buffer of input `name` into `*data` and `*size` (bytes), to write the input in place
 /// instead of `tether_network_set_input` (no copy). Owned by the network: valid, at the same
 /// address, until `tether_network_close`; write it only between calls on the network. Its
@@ -396,19 +448,12 @@ pub unsafe extern "C" fn tether_network_input(
     data: *mut *mut c_void,
     size: *mut usize,
 ) -> tether_status {
-    with_network(network, |n| {
-        // SAFETY: forwarded contract.
-        let name = unsafe { c_str(name, "name") }?;
-        non_null(data, "data")?;
-        non_null(size, "size")?;
-        let (p, len) = input_buffer(n, name)?;
-        // SAFETY: both writable (contract; checked non-null).
-        unsafe {
-            data.write(p.cast());
-            size.write(len);
-        }
-        Ok(())
-    })
+    // SAFETY: the contract above is `lend`'s.
+    unsafe {
+        lend(network, name, (data, "data"), size, |n, name| {
+            input_buffer(n, name).map(|(p, len)| (p.cast(), len))
+        })
+    }
 }
 
 /// Run the network once on its current inputs. The hot path: no allocation in this layer
@@ -436,18 +481,101 @@ pub unsafe extern "C" fn tether_network_output(
     data: *mut *const c_void,
     size: *mut usize,
 ) -> tether_status {
+    // SAFETY: the contract above is `lend`'s.
+    unsafe {
+        lend(network, name, (data, "data"), size, |n, name| {
+            output_buffer(n, name).map(|(p, len)| (p.cast(), len))
+        })
+    }
+}
+
+/// The device memory of input (`io` `TETHER_IO_INPUT`) or output (`TETHER_IO_OUTPUT`)
+/// `name` on a GPU: its device address into `*address` (a `CUdeviceptr`; for the CUDA
+/// runtime, `(void *)(uintptr_t)*address`) and its size in bytes into `*size` (row-major,
+/// its dtype, as `tether_network_tensor` describes it). The buffer the network's captured
+/// graph reads the input from or writes the output to: write a frame there with your own
+/// kernel or copy (`cuMemcpyHtoDAsync`, `cudaMemcpyAsync`) and run with
+/// `tether_network_run_on_stream(..., TETHER_MEMORY_DEVICE)`; read the output there after
+/// it, on the same stream.
+///
+/// Owned by the network: valid, at the same address, until `tether_network_close`; on the
+/// device the network was opened on (its primary context, the one the CUDA runtime uses).
+/// A run with the host buffers (`tether_network_run`, `TETHER_MEMORY_HOST`) overwrites the
+/// device inputs with the host ones and the device outputs with its results.
+///
+/// `TETHER_ERR_UNSUPPORTED` when the network runs on the CPU (the message names the device
+/// and engine; nothing is written); `TETHER_ERR_INVALID_ARGUMENT` for an unknown name or
+/// `io`.
+///
+/// # Safety
+/// `network` is an open handle used by no other thread; `name` NUL-terminated; `address`
+/// and `size` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tether_network_device_buffer(
+    network: *mut tether_network,
+    io: u32,
+    name: *const c_char,
+    address: *mut u64,
+    size: *mut usize,
+) -> tether_status {
+    // SAFETY: the contract above is `lend`'s.
+    unsafe {
+        lend(network, name, (address, "address"), size, |n, name| {
+            let mode = match io {
+                1 => IoMode::Input,
+                2 => IoMode::Output,
+                v => return Err(bad_io(v)),
+            };
+            let b = n.session.device_buffer(mode, name).map_err(|e| {
+                Failure::from(e).context(&format!("network `{}`", n.session.network()))
+            })?;
+            Ok((b.address, b.bytes))
+        })
+    }
+}
+
+/// Run the network once, ordered on the caller's CUDA stream `stream`, without waiting:
+/// the run starts after the work enqueued on `stream` before the call, and work enqueued
+/// on `stream` after the call sees its outputs (an event recorded on `stream`, the
+/// network's own stream waiting on it, the captured graph launched there, an event
+/// recorded after it that `stream` waits on). Returns once enqueued; synchronise `stream`
+/// (or an event recorded on it) before reading outputs on the host. No allocation.
+///
+/// `stream` is a `CUstream` or a `cudaStream_t` (the same type; passed as `void *` so the
+/// header needs no CUDA header) of the device the network was opened on, its primary
+/// context; null is that context's legacy default stream. `memory` (`tether_memory`):
+/// `TETHER_MEMORY_DEVICE` reads the inputs from and writes the outputs to the device
+/// buffers of `tether_network_device_buffer` (the graph captured at open without the host
+/// copies); `TETHER_MEMORY_HOST` copies from the host input buffers and to the host output
+/// buffers when the stream reaches the run: leave them alone until then.
+///
+/// `TETHER_ERR_UNSUPPORTED` when the network runs on the CPU (the message names the device
+/// and engine; nothing runs); `TETHER_ERR_INVALID_ARGUMENT` for another `memory`;
+/// `TETHER_ERR_RUNTIME` when the driver refuses (a stream of another device, say).
+///
+/// # Safety
+/// `network` is an open handle used by no other thread; `stream` null or a live stream of
+/// that context, not being captured, until the call returns. Close the network only after
+/// `stream` has passed its last use of the network's buffers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tether_network_run_on_stream(
+    network: *mut tether_network,
+    stream: *mut c_void,
+    memory: u32,
+) -> tether_status {
     with_network(network, |n| {
+        let memory = match memory {
+            1 => IoMemory::Host,
+            2 => IoMemory::Device,
+            v => {
+                return Err(Failure::invalid(format!(
+                    "memory is {v}; expected TETHER_MEMORY_HOST (1) or TETHER_MEMORY_DEVICE (2)"
+                )));
+            }
+        };
         // SAFETY: forwarded contract.
-        let name = unsafe { c_str(name, "name") }?;
-        non_null(data, "data")?;
-        non_null(size, "size")?;
-        let (p, len) = output_buffer(n, name)?;
-        // SAFETY: both writable (contract; checked non-null).
-        unsafe {
-            data.write(p.cast());
-            size.write(len);
-        }
-        Ok(())
+        unsafe { n.session.run_on_stream(stream, memory) }
+            .map_err(|e| Failure::from(e).context(&format!("network `{}`", n.session.network())))
     })
 }
 

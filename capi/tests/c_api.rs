@@ -10,7 +10,9 @@
 //! C++ fixed-rate example (`examples/cpp/detect_loop.cpp`, its detections against the CLI's,
 //! Ctrl-C) and the C++ streaming generation example (`examples/cpp/generate.cpp`, greedy text
 //! and token ids against `tether run --prompt`, Ctrl-C) are built with `c++ -std=c++17` and
-//! run the same way.
+//! run the same way. On a GPU, `tests/c/gpu_network.c` checks the named-tensor API's device
+//! buffers and a run on the program's own CUDA stream against the host buffers' run (reported
+//! ignored without a GPU).
 //!
 //! Needs `target/<profile>/tether` (the CLI; `cargo test --workspace` builds it, else
 //! `cargo build --release --bin tether`) and the assets (`tests/fetch-assets`). Without
@@ -357,6 +359,69 @@ fn program(v: Variant) -> PathBuf {
     ok(&format!("compiling {v:?}"), &run(&mut cmd));
     list.push((v, out.clone()));
     out
+}
+
+/// Compile `tests/c/gpu_network.c` (once) against the built library; it loads the CUDA
+/// driver itself with `dlopen`.
+fn gpu_program() -> PathBuf {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM
+        .get_or_init(|| {
+            let lib = lib_dir();
+            let out = fixture().dir.join("gpu_network");
+            let o = run(Command::new("cc")
+                .args(["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O1", "-g"])
+                .args(["-Wall", "-Wextra", "-Werror"])
+                .arg("-I")
+                .arg(crate_dir().join("include"))
+                .arg(crate_dir().join("tests/c/gpu_network.c"))
+                .arg("-L")
+                .arg(lib)
+                .args(["-ltether", "-ldl", "-lm"])
+                .arg(format!("-Wl,-rpath,{}", lib.display()))
+                .arg("-Wl,--disable-new-dtags")
+                .arg("-o")
+                .arg(&out));
+            ok("compiling gpu_network.c", &o);
+            out
+        })
+        .clone()
+}
+
+/// On a GPU, the detection network through `tether_network_device_buffer` and
+/// `tether_network_run_on_stream`: the input written with `cuMemcpyHtoDAsync` to its device
+/// buffer (the host input zeroed, the device outputs NaN-filled first), the run ordered on
+/// the program's own stream, the outputs read from their device buffers: equal to the host
+/// buffers' run on the same input (within 1e-5 of the largest output), the same for the
+/// host staging on the stream, and different from a run on zeros. Copied and mapped
+/// staging.
+fn gpu_network_device_io() {
+    let f = fixture();
+    for staging in ["copy", "mapped"] {
+        let o = run(Command::new(gpu_program())
+            .arg(&f.detect)
+            .arg(staging)
+            .env_remove("RUST_LOG"));
+        let c = json(&ok(&format!("gpu_network {staging}"), &o));
+        println!("{c}");
+        assert_ne!(c["engine"], "tract-cpu", "{c}");
+        let tol = f32_of(&c["tolerance"]);
+        assert!(f32_of(&c["device_io_max_diff"]) <= tol, "{staging}: {c}");
+        assert!(
+            f32_of(&c["host_on_stream_max_diff"]) <= tol,
+            "{staging}: {c}"
+        );
+        assert!(f32_of(&c["zeros_max_diff"]) > tol, "{staging}: {c}");
+        assert_eq!(c["ok"], true, "{staging}: {c}");
+    }
+}
+
+/// Why the GPU check cannot run here (`None` when a CUDA device answers).
+fn gpu_skip_reason() -> Option<String> {
+    #[cfg(feature = "cuda")]
+    return tether_runtime::cuda::skip_reason();
+    #[cfg(not(feature = "cuda"))]
+    Some("this build of the C API has no CUDA engine".into())
 }
 
 /// Run the program (the variant's); under the sanitizers any report fails the run (exit
@@ -805,7 +870,20 @@ fn network_matches_tract(v: Variant) {
         ("tensor_out_of_range", "TETHER_ERR_INVALID_ARGUMENT", "index 99 is out of range: the network has 2 outputs"),
         ("bad_io", "TETHER_ERR_INVALID_ARGUMENT", "io is 7"),
         ("run_null", "TETHER_ERR_INVALID_ARGUMENT", "`network` is null"),
+        ("device_buffer_cpu", "TETHER_ERR_UNSUPPORTED",
+         "network `silero`: a device buffer needs a session on a CUDA device; this one runs on cpu (engine tract CPU)"),
+        ("device_buffer_output_cpu", "TETHER_ERR_UNSUPPORTED", "a device buffer needs a session on a CUDA device; this one runs on cpu"),
+        ("device_buffer_unknown", "TETHER_ERR_INVALID_ARGUMENT", "has no output tensor `nope`; it has: output, stateN"),
+        ("device_buffer_bad_io", "TETHER_ERR_INVALID_ARGUMENT", "io is 7"),
+        ("device_buffer_null_address", "TETHER_ERR_INVALID_ARGUMENT", "`address` is null"),
+        ("run_on_stream_cpu", "TETHER_ERR_UNSUPPORTED",
+         "network `silero`: a run on a CUDA stream needs a session on a CUDA device; this one runs on cpu (engine tract CPU)"),
+        ("run_on_stream_host_cpu", "TETHER_ERR_UNSUPPORTED", "a run on a CUDA stream needs a session on a CUDA device"),
+        ("run_on_stream_bad_memory", "TETHER_ERR_INVALID_ARGUMENT",
+         "memory is 9; expected TETHER_MEMORY_HOST (1) or TETHER_MEMORY_DEVICE (2)"),
+        ("run_on_stream_null", "TETHER_ERR_INVALID_ARGUMENT", "`network` is null"),
     ];
+    assert_eq!(c["device_buffer_untouched"], true, "{c}");
     for (name, status, words) in expect {
         let e = &c[*name];
         assert_eq!(e["status"], *status, "{name}: {e}");
@@ -1035,6 +1113,16 @@ fn cpp_wrapper() {
             .contains("input `input` holds 2304 bytes, 12 given"),
         "{c}"
     );
+    for key in ["net_device_buffer_cpu", "net_run_on_stream_cpu"] {
+        assert_eq!(c[key]["status"], "TETHER_ERR_UNSUPPORTED", "{key}: {c}");
+        let msg = c[key]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains(
+                "needs a session on a CUDA device; this one runs on cpu (engine tract CPU)"
+            ),
+            "{key}: {msg}"
+        );
+    }
     assert!(
         (c["embed_norm"].as_f64().unwrap() - 1.0).abs() < 1e-5,
         "{c}"
@@ -1657,6 +1745,16 @@ fn main() {
         .into_iter()
         .map(|(name, check)| (name, check, skip.clone()))
         .collect();
+    // The device buffers and a caller's stream need a GPU (ignored, with the reason, without).
+    let gpu_why = skip.clone().or_else(gpu_skip_reason);
+    if let Some(w) = &gpu_why {
+        eprintln!("c_api: gpu::network_device_io_on_caller_stream ignored: {w}");
+    }
+    checks.push((
+        "gpu::network_device_io_on_caller_stream",
+        Arc::new(gpu_network_device_io) as Check,
+        gpu_why,
+    ));
     // The install layout's consumers need their tools too (each ignored, with the reason,
     // where its tool is missing).
     for (name, tool, check) in [

@@ -345,6 +345,19 @@ pub enum RunError {
         /// What was asked.
         what: &'static str,
     },
+    /// A device-memory operation (a device buffer's address, a run on a caller's CUDA
+    /// stream) asked of a session that does not run on a CUDA device: names the device and
+    /// the engine it runs on instead.
+    #[error("{what} needs a session on a CUDA device; this one runs on {device} (engine {engine})")]
+    NotOnDevice {
+        /// What was asked, e.g. "a device buffer".
+        what: &'static str,
+        /// The device the session's model resolved to (`cpu`, or `cuda:N` with a host
+        /// engine chosen).
+        device: crate::device::Device,
+        /// The engine running the session's network.
+        engine: EngineKind,
+    },
     /// A request state operation that cannot be done (a run that would overflow a cache).
     #[error(transparent)]
     State(#[from] crate::session::StateError),

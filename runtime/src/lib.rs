@@ -44,7 +44,7 @@ pub use backend::{Bindings, DeviceExecutor, DevicePlan, Enqueue, StepTime};
 pub use device::{COMPILED_BACKENDS, Device};
 pub use error::Error;
 pub use model::{Model, ModelOptions, Network, NetworkSession};
-pub use session::{PipelineSpec, RegionId, RegionKind, Session, Stage};
+pub use session::{DeviceBuffer, IoMemory, PipelineSpec, RegionId, RegionKind, Session, Stage};
 pub use shapes::{ShapePolicy, ShapeSessions};
 pub use tensor::{DType, Element, HostBuffer, IoMode, TensorSpec};
 pub use vocab::{MappedIo, ParseVocabError, SyncPolicy};

@@ -35,7 +35,7 @@ use crate::backend::{
 };
 use crate::device::{COMPILED_BACKENDS, Device, compiled_list};
 use crate::error::Error;
-use crate::session::{Check, PipelineSpec, RegionId, RegionKind, Session};
+use crate::session::{Check, DeviceBuffer, IoMemory, PipelineSpec, RegionId, RegionKind, Session};
 use crate::tensor::{Element, IoMode, TensorSpec, view, view_mut};
 
 /// How [`Model::open`] prepares a bundle.
@@ -676,8 +676,16 @@ fn tensorrt_version() -> Option<tether_targets::TrtLibrary> {
 /// On the CPU the buffers are the session's host buffers; on a GPU they are page-locked
 /// staging buffers and [`NetworkSession::run`] is one graph launch (upload, network,
 /// download) and one wait.
+///
+/// On a GPU the inputs and outputs are also device memory the caller may use directly
+/// ([`NetworkSession::device_buffer`]), with a run ordered on the caller's CUDA stream
+/// ([`NetworkSession::run_on_stream`]) that reads and writes either the host staging or
+/// those device buffers ([`IoMemory`]). Both run the graphs captured at load: the whole
+/// frame, and the network alone without the staging copies (captured too for a network
+/// session, [`crate::session::SessionOptions::device_io`]).
 pub struct NetworkSession {
     session: Session,
+    device: Device,
     network: String,
     engine: EngineKind,
     io: IoSpec,
@@ -718,9 +726,20 @@ impl NetworkSession {
             RegionKind::Output,
             Check::Exact,
         )?;
+        // The device-I/O graph too: a network session offers its device buffers.
+        #[cfg(feature = "cuda")]
+        let session = Session::new(
+            spec,
+            &crate::session::SessionOptions {
+                device_io: true,
+                ..model.session_options()
+            },
+        )?;
+        #[cfg(not(feature = "cuda"))]
         let session = model.session(spec)?;
         Ok(NetworkSession {
             session,
+            device: model.device,
             engine: n.plan.kind(),
             io: n.plan.io().clone(),
             network: n.name,
@@ -778,6 +797,76 @@ impl NetworkSession {
     /// A `Copy` [`crate::RunError`].
     pub fn run(&mut self) -> Result<(), crate::RunError> {
         self.session.run()
+    }
+
+    /// The refusal of a device-memory operation on a session that is not on a GPU.
+    fn not_on_device(&self, what: &'static str) -> crate::RunError {
+        crate::RunError::NotOnDevice {
+            what,
+            device: self.device,
+            engine: self.engine,
+        }
+    }
+
+    /// The device memory of input or output `name` (`mode`) on a GPU: the buffer the
+    /// captured graph reads the input from or writes the output to (row-major, the dtype
+    /// and shape of [`NetworkSession::inputs`] / [`NetworkSession::outputs`]). Owned by the
+    /// session, at the same address for its life. Write an input there with your own copy
+    /// or kernel, then [`NetworkSession::run_on_stream`] with [`IoMemory::Device`]; a run
+    /// with the host staging ([`NetworkSession::run`], [`IoMemory::Host`]) overwrites the
+    /// inputs with the staging's content. No allocation.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchTensor`]; [`Error::Run`] with [`crate::RunError::NotOnDevice`]
+    /// (naming the device and engine) when the session runs on the CPU.
+    pub fn device_buffer(&self, mode: IoMode, name: &str) -> Result<DeviceBuffer, Error> {
+        let (i, _) = self.find(mode, name)?;
+        let region = if mode == IoMode::Input {
+            self.inputs[i]
+        } else {
+            self.outputs[i]
+        };
+        #[cfg(feature = "cuda")]
+        if let Some(d) = self.session.device() {
+            let r = d.io_region(region)?;
+            return Ok(DeviceBuffer {
+                address: r.ptr.0,
+                bytes: r.bytes,
+            });
+        }
+        let _ = region;
+        Err(self.not_on_device("a device buffer").into())
+    }
+
+    /// Run once ordered on the caller's CUDA stream, with no host wait: the run starts
+    /// after the work the caller enqueued on `stream` before this call, and the caller's
+    /// work enqueued on `stream` after it sees the outputs (events recorded at load; see
+    /// `DeviceSession::run_on_stream`). `memory` says where the inputs are read and the
+    /// outputs written: [`IoMemory::Device`], the [`NetworkSession::device_buffer`]s (no
+    /// staging copy: the graph captured without them), or [`IoMemory::Host`], the host
+    /// buffers of [`NetworkSession::input_mut`] and [`NetworkSession::output`], read and
+    /// written when `stream` reaches the run (touch them only after synchronising with
+    /// it). No allocation.
+    ///
+    /// # Safety
+    /// `stream` is null (the legacy default stream) or a live `CUstream` /
+    /// `cudaStream_t` of the session's device's primary context (the one the CUDA runtime
+    /// uses for that device), not being captured.
+    ///
+    /// # Errors
+    /// [`crate::RunError::NotOnDevice`] on the CPU (nothing runs); a driver error.
+    pub unsafe fn run_on_stream(
+        &mut self,
+        stream: *mut std::ffi::c_void,
+        memory: IoMemory,
+    ) -> Result<(), crate::RunError> {
+        #[cfg(feature = "cuda")]
+        if let Some(d) = self.session.device_mut() {
+            // SAFETY: the caller's contract, forwarded.
+            return unsafe { d.run_on_stream(stream, memory) };
+        }
+        let _ = (stream, memory);
+        Err(self.not_on_device("a run on a CUDA stream"))
     }
 
     /// Input tensors.

@@ -70,7 +70,9 @@ enum tether_status
   // The handle is not in the state the call needs (the staging buffer asked for before
   // a frame geometry was prepared).
   TETHER_ERR_STATE = 9,
-  // The bundle's family is not one this C API runs yet (`ocr`, `llm`).
+  // The bundle's family is not one this C API runs yet (`ocr`, `llm`), a tensor's dtype
+  // cannot be set or read through it, or the operation needs a device the handle does not
+  // run on (device buffers or a CUDA stream of a network on the CPU).
   TETHER_ERR_UNSUPPORTED = 10,
 };
 #ifndef __cplusplus
@@ -285,6 +287,28 @@ enum tether_io
 typedef enum tether_io tether_io;
 #else
 typedef uint32_t tether_io;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Where `tether_network_run_on_stream` reads the inputs and writes the outputs.
+enum tether_memory
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // The host buffers (`tether_network_set_input`, `tether_network_input`,
+  // `tether_network_output`): the run copies the inputs to the device first and the
+  // outputs back last, when the stream reaches it (not during the call).
+  TETHER_MEMORY_HOST = 1,
+  // The device buffers (`tether_network_device_buffer`): the run reads and writes them
+  // in place, no copy; the host buffers are neither read nor written.
+  TETHER_MEMORY_DEVICE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum tether_memory tether_memory;
+#else
+typedef uint32_t tether_memory;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -819,8 +843,8 @@ tether_status tether_model_engine(const tether_model *model, const char **engine
 // `TETHER_ERR_INVALID_ARGUMENT` (no such network, or several and `network` null; the
 // message lists them).
 //
-// Device pointers and a caller's CUDA stream are not offered: the session owns its
-// buffers (page-locked host memory on a GPU) and its stream.
+// On a GPU its inputs and outputs are also device buffers (`tether_network_device_buffer`)
+// and a run may be ordered on the caller's CUDA stream (`tether_network_run_on_stream`).
 //
 // # Safety
 // `path` is null or NUL-terminated; `network` null or NUL-terminated; `options` null or
@@ -898,6 +922,58 @@ tether_status tether_network_output(tether_network *network,
                                     const char *name,
                                     const void **data,
                                     size_t *size);
+
+// The device memory of input (`io` `TETHER_IO_INPUT`) or output (`TETHER_IO_OUTPUT`)
+// `name` on a GPU: its device address into `*address` (a `CUdeviceptr`; for the CUDA
+// runtime, `(void *)(uintptr_t)*address`) and its size in bytes into `*size` (row-major,
+// its dtype, as `tether_network_tensor` describes it). The buffer the network's captured
+// graph reads the input from or writes the output to: write a frame there with your own
+// kernel or copy (`cuMemcpyHtoDAsync`, `cudaMemcpyAsync`) and run with
+// `tether_network_run_on_stream(..., TETHER_MEMORY_DEVICE)`; read the output there after
+// it, on the same stream.
+//
+// Owned by the network: valid, at the same address, until `tether_network_close`; on the
+// device the network was opened on (its primary context, the one the CUDA runtime uses).
+// A run with the host buffers (`tether_network_run`, `TETHER_MEMORY_HOST`) overwrites the
+// device inputs with the host ones and the device outputs with its results.
+//
+// `TETHER_ERR_UNSUPPORTED` when the network runs on the CPU (the message names the device
+// and engine; nothing is written); `TETHER_ERR_INVALID_ARGUMENT` for an unknown name or
+// `io`.
+//
+// # Safety
+// `network` is an open handle used by no other thread; `name` NUL-terminated; `address`
+// and `size` null or writable.
+tether_status tether_network_device_buffer(tether_network *network,
+                                           uint32_t io,
+                                           const char *name,
+                                           uint64_t *address,
+                                           size_t *size);
+
+// Run the network once, ordered on the caller's CUDA stream `stream`, without waiting:
+// the run starts after the work enqueued on `stream` before the call, and work enqueued
+// on `stream` after the call sees its outputs (an event recorded on `stream`, the
+// network's own stream waiting on it, the captured graph launched there, an event
+// recorded after it that `stream` waits on). Returns once enqueued; synchronise `stream`
+// (or an event recorded on it) before reading outputs on the host. No allocation.
+//
+// `stream` is a `CUstream` or a `cudaStream_t` (the same type; passed as `void *` so the
+// header needs no CUDA header) of the device the network was opened on, its primary
+// context; null is that context's legacy default stream. `memory` (`tether_memory`):
+// `TETHER_MEMORY_DEVICE` reads the inputs from and writes the outputs to the device
+// buffers of `tether_network_device_buffer` (the graph captured at open without the host
+// copies); `TETHER_MEMORY_HOST` copies from the host input buffers and to the host output
+// buffers when the stream reaches the run: leave them alone until then.
+//
+// `TETHER_ERR_UNSUPPORTED` when the network runs on the CPU (the message names the device
+// and engine; nothing runs); `TETHER_ERR_INVALID_ARGUMENT` for another `memory`;
+// `TETHER_ERR_RUNTIME` when the driver refuses (a stream of another device, say).
+//
+// # Safety
+// `network` is an open handle used by no other thread; `stream` null or a live stream of
+// that context, not being captured, until the call returns. Close the network only after
+// `stream` has passed its last use of the network's buffers.
+tether_status tether_network_run_on_stream(tether_network *network, void *stream, uint32_t memory);
 
 // Copy output `name` of the last run into `dst` (`capacity` bytes); `*size` receives its
 // size in bytes. `TETHER_ERR_CAPACITY` when `capacity` < its size (nothing copied).

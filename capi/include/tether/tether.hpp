@@ -399,6 +399,27 @@ public:
         count = bytes / sizeof(T);
         return static_cast<const T *>(p);
     }
+    /// The device memory of input or output `name` on a GPU (tether_network_device_buffer):
+    /// `address` is a CUdeviceptr (`reinterpret_cast<void *>(address)` for the CUDA runtime),
+    /// `size` its bytes; valid until the Network is destroyed. Throws Error
+    /// (TETHER_ERR_UNSUPPORTED) on the CPU.
+    struct DeviceBuffer {
+        uint64_t address;
+        std::size_t size;
+    };
+    DeviceBuffer device_buffer(tether_io io, const std::string &name) const {
+        DeviceBuffer b{0, 0};
+        detail::check(tether_network_device_buffer(n_, io, name.c_str(), &b.address, &b.size));
+        return b;
+    }
+    /// Run once ordered on the caller's CUDA stream (a CUstream or cudaStream_t; nullptr: the
+    /// legacy default stream), without waiting (tether_network_run_on_stream): with
+    /// TETHER_MEMORY_DEVICE on the device buffers, with TETHER_MEMORY_HOST on the host
+    /// buffers once the stream reaches the run. Throws Error (TETHER_ERR_UNSUPPORTED) on the
+    /// CPU.
+    void run_on_stream(void *stream, tether_memory memory = TETHER_MEMORY_DEVICE) {
+        detail::check(tether_network_run_on_stream(n_, stream, memory));
+    }
     tether_network *handle() const noexcept { return n_; }
 
 private:

@@ -14,6 +14,7 @@
  *   api_test generate_cancel BUNDLE PROMPT           cancel from the callback, from a thread
  *   api_test ocr BUNDLE FRAME.gray WIDTH HEIGHT DETECT  text lines (JSON) and OCR's error cases
  *   api_test network BUNDLE PCM.f32                  named tensors: list, set, run twice, errors
+ *                                                    (device buffers and streams refused on the CPU)
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -915,6 +916,28 @@ static int cmd_network(const char *bundle, const char *pcm_path) {
     net_case("bad_io", s);
     s = tether_network_run(NULL);
     net_case("run_null", s);
+    /* Device buffers and a caller's stream: refused on the CPU, nothing written. */
+    uint64_t address = 0xdead;
+    size_t device_size = 7;
+    s = tether_network_device_buffer(net, TETHER_IO_INPUT, "input", &address, &device_size);
+    net_case("device_buffer_cpu", s);
+    printf(",\"device_buffer_untouched\":%s", address == 0xdead && device_size == 7 ? "true" : "false");
+    s = tether_network_device_buffer(net, TETHER_IO_OUTPUT, "stateN", &address, &device_size);
+    net_case("device_buffer_output_cpu", s);
+    s = tether_network_device_buffer(net, TETHER_IO_OUTPUT, "nope", &address, &device_size);
+    net_case("device_buffer_unknown", s);
+    s = tether_network_device_buffer(net, 7, "input", &address, &device_size);
+    net_case("device_buffer_bad_io", s);
+    s = tether_network_device_buffer(net, TETHER_IO_INPUT, "input", NULL, &device_size);
+    net_case("device_buffer_null_address", s);
+    s = tether_network_run_on_stream(net, NULL, TETHER_MEMORY_DEVICE);
+    net_case("run_on_stream_cpu", s);
+    s = tether_network_run_on_stream(net, NULL, TETHER_MEMORY_HOST);
+    net_case("run_on_stream_host_cpu", s);
+    s = tether_network_run_on_stream(net, NULL, 9);
+    net_case("run_on_stream_bad_memory", s);
+    s = tether_network_run_on_stream(NULL, NULL, TETHER_MEMORY_DEVICE);
+    net_case("run_on_stream_null", s);
     printf("}\n");
     tether_network_close(NULL);
     tether_network_close(net);

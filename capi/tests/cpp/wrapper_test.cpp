@@ -113,6 +113,19 @@ int main(int argc, char **argv) {
         } catch (const tether::Error &e) {
             print_error("net_wrong_size", e);
         }
+        // On the CPU: no device buffers, no CUDA stream (thrown, with the device named).
+        try {
+            net.device_buffer(TETHER_IO_INPUT, "input");
+            std::printf("\"net_device_buffer_cpu\":\"returned\",");
+        } catch (const tether::Error &e) {
+            print_error("net_device_buffer_cpu", e);
+        }
+        try {
+            net.run_on_stream(nullptr);
+            std::printf("\"net_run_on_stream_cpu\":\"returned\",");
+        } catch (const tether::Error &e) {
+            print_error("net_run_on_stream_cpu", e);
+        }
     }
     tether::Generator gen(argv[7], 1);
     tether_generate_params p = gen.defaults();

@@ -70,6 +70,46 @@ impl Event {
         unsafe { check("cuEventRecord", sys::cuEventRecord(self.raw, stream.raw)) }
     }
 
+    /// Record on a stream the caller owns, given as its raw handle (`CUstream`, or a
+    /// `cudaStream_t` of the CUDA runtime: the same type). No allocation.
+    ///
+    /// # Safety
+    /// `stream` is null (the context's legacy default stream) or a live stream of this
+    /// event's context.
+    ///
+    /// # Errors
+    /// A driver error (e.g. a stream of another context).
+    #[inline]
+    pub unsafe fn record_raw(&self, stream: *mut c_void) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract; the event is valid.
+        unsafe {
+            check(
+                "cuEventRecord",
+                sys::cuEventRecord(self.raw, stream as sys::CUstream),
+            )
+        }
+    }
+
+    /// Make the work enqueued on the raw `stream` (see [`Event::record_raw`]) after this
+    /// call wait for the work before this event's last record (`cuStreamWaitEvent`). No
+    /// allocation, no host wait.
+    ///
+    /// # Safety
+    /// As [`Event::record_raw`].
+    ///
+    /// # Errors
+    /// A driver error.
+    #[inline]
+    pub unsafe fn wait_in_raw(&self, stream: *mut c_void) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract; the event is valid; flags 0.
+        unsafe {
+            check(
+                "cuStreamWaitEvent",
+                sys::cuStreamWaitEvent(stream as sys::CUstream, self.raw, 0),
+            )
+        }
+    }
+
     /// Record on `stream` while it is being captured: an event record node of the graph
     /// (`CU_EVENT_RECORD_EXTERNAL`), so every replay records the event and elapsed times
     /// between such events time the graph's own steps. A plain [`Event::record`] during

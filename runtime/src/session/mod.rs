@@ -51,6 +51,31 @@ pub use device::{
 use crate::backend::{Placement, RunError};
 use crate::error::Error;
 
+/// Where a run on a caller's CUDA stream takes its inputs and leaves its outputs
+/// (`DeviceSession::run_on_stream`, [`crate::NetworkSession::run_on_stream`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoMemory {
+    /// The host staging, as [`Session::run`]: the run's graph copies the input staging to
+    /// the device regions first and the output regions to their staging last; the staging is
+    /// read and written when the caller's stream reaches the run, not at the call.
+    Host,
+    /// The regions' device memory itself (`DeviceSession::io_region`): the run launches
+    /// the network steps without the staging copies; the caller's own work on its stream
+    /// writes the inputs before the call and reads the outputs after it (zero-copy).
+    Device,
+}
+
+/// The device memory of one named input or output of a device session: what a caller's
+/// kernel or copy writes a frame to or reads a result from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceBuffer {
+    /// The first byte's device address (a `CUdeviceptr`; in mapped staging, the device
+    /// address of the page-locked host buffer).
+    pub address: u64,
+    /// Its length in bytes (the tensor's elements times the element size).
+    pub bytes: usize,
+}
+
 /// A family's unit of pre- or post-processing: host code and, optionally, device kernels,
 /// over regions it declares up front.
 pub trait Stage: Send {

@@ -84,11 +84,18 @@ pub(super) fn build(spec: PipelineSpec, options: &SessionOptions) -> Result<Devi
         weights,
         ..
     } = memory;
+    // The two events of a run on a caller's stream (no timing: only ordering).
+    let ready = Event::new(&ctx, false, false).map_err(CudaError::from)?;
+    let finished = Event::new(&ctx, false, false).map_err(CudaError::from)?;
     let mut session = DeviceSession {
         segments: Vec::new(),
         alt_segments: Vec::new(),
+        device_segments: Vec::new(),
         steps: dsteps,
         events,
+        ready,
+        finished,
+        device_io: options.device_io,
         module,
         _state_module: state_module,
         inputs,

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::session::RegionId;
 use crate::session::spec::{Check, RegionKind};
 
-use super::{DStep, DeviceSession, ExecMode, Segment, enqueue_step};
+use super::{DStep, DeviceSession, ExecMode, IoMemory, Segment, enqueue_step};
 
 /// A run split into segments: `Ok((a, b))` steps `a..b` captured as one graph, `Err(i)` step
 /// `i` launched eagerly between graphs.
@@ -23,7 +23,7 @@ impl DeviceSession {
     /// eager run; sets the execution mode and its note.
     pub(super) fn capture(&mut self) -> Result<(), Error> {
         let parities = if self.pairs.is_empty() { 1 } else { 2 };
-        let (split, eager_reasons) = self.split_segments();
+        let (split, eager_reasons) = self.split_segments(0..self.steps.len());
         let mut eager = Vec::with_capacity(parities);
         let mut sets: Vec<Vec<Segment>> = Vec::with_capacity(parities);
         for parity in 0..parities {
@@ -65,6 +65,10 @@ impl DeviceSession {
         match mismatch {
             None => {
                 self.note = format!("{what}; replay on poisoned buffers matches the eager run");
+                if self.device_io && self.states.is_empty() && self.steps.len() >= 2 {
+                    let device = self.capture_device_io(&eager[0])?;
+                    self.note = format!("{}; {device}", self.note);
+                }
             }
             Some(why) => {
                 self.segments.clear();
@@ -78,12 +82,61 @@ impl DeviceSession {
         Ok(())
     }
 
-    /// Runs of capturable steps, split at executors that are not (with the reasons).
-    fn split_segments(&self) -> (RunSplit, Vec<String>) {
+    /// The graphs of a run on device memory (the steps between the upload and the
+    /// download), then their check: on poisoned buffers, the upload enqueued eagerly, the
+    /// graphs launched, the download enqueued eagerly, every region compared with the eager
+    /// reference. A failed capture or a mismatch leaves no graphs (such runs are then
+    /// eager) and says why; returns the note's part.
+    fn capture_device_io(&mut self, eager: &[Vec<u8>]) -> Result<String, Error> {
+        let last = self.steps.len() - 1;
+        let (split, _) = self.split_segments(1..last);
+        match self.capture_set(&split, 0) {
+            Ok(segments) => self.device_segments = segments,
+            Err(e) => {
+                let note = format!("device-I/O runs eager: their capture failed: {e}");
+                log::warn!("{note}");
+                return Ok(note);
+            }
+        }
+        let nodes: usize = self
+            .device_segments
+            .iter()
+            .map(|s| match s {
+                Segment::Graph(g) => g.nodes(),
+                Segment::Eager(_) => 0,
+            })
+            .sum();
+        self.poison()?;
+        self.stream.bind().map_err(CudaError::from)?;
+        self.enqueue(0, Enqueue::Eager)?;
+        self.launch(IoMemory::Device)?;
+        self.enqueue(last, Enqueue::Eager)?;
+        self.stream.synchronize().map_err(CudaError::from)?;
+        let replay = self.snapshot()?;
+        for (i, r) in self.regions.iter().enumerate() {
+            if let Err(why) = r.check.compare(&eager[i], &replay[i]) {
+                self.device_segments.clear();
+                let note = format!(
+                    "device-I/O graphs disabled: their replay differs from the eager run: \
+                     region `{}`: {why}",
+                    r.name
+                );
+                log::error!("{note}");
+                return Ok(note);
+            }
+        }
+        Ok(format!(
+            "device-I/O graphs ({nodes} nodes, no staging copies) match the eager run"
+        ))
+    }
+
+    /// Runs of capturable steps among `steps`, split at executors that are not (with the
+    /// reasons).
+    fn split_segments(&self, steps: std::ops::Range<usize>) -> (RunSplit, Vec<String>) {
         let mut split = Vec::new();
-        let mut start = 0;
+        let (mut start, end) = (steps.start, steps.end);
         let mut eager_reasons = Vec::new();
-        for (i, s) in self.steps.iter().enumerate() {
+        for (i, s) in self.steps.iter().enumerate().take(end).skip(start) {
             if let DStep::Network {
                 name,
                 safety: CaptureSafety::Unsafe(why),
@@ -98,8 +151,8 @@ impl DeviceSession {
                 start = i + 1;
             }
         }
-        if start < self.steps.len() {
-            split.push(Ok((start, self.steps.len())));
+        if start < end {
+            split.push(Ok((start, end)));
         }
         (split, eager_reasons)
     }

@@ -41,7 +41,7 @@ use crate::error::Error;
 
 use super::spec::{PipelineSpec, RegionDecl};
 use super::state::{StateBook, StateId, StateKind};
-use super::{RegionId, Stage};
+use super::{IoMemory, RegionId, Stage};
 
 pub use crate::vocab::MappedIo;
 
@@ -62,6 +62,12 @@ pub struct SessionOptions {
     pub step_timing: bool,
     /// Compile the stages' kernels from source with NVRTC when no embedded image loads.
     pub allow_nvrtc: bool,
+    /// Also capture, at load, the run without its staging copies (the steps between the
+    /// upload and the download), for [`DeviceSession::run_on_stream`] with
+    /// [`IoMemory::Device`]: one more instantiated graph (the network's nodes, no copy
+    /// nodes), checked like the first. Off by default; without it such runs enqueue those
+    /// steps eagerly. Ignored for a spec with request state (its runs need the upload).
+    pub device_io: bool,
 }
 
 impl Default for SessionOptions {
@@ -73,6 +79,7 @@ impl Default for SessionOptions {
             graphs: true,
             step_timing: false,
             allow_nvrtc: false,
+            device_io: false,
         }
     }
 }
@@ -166,8 +173,18 @@ pub struct DeviceSession {
     segments: Vec<Segment>,
     /// The graphs of odd runs when the spec has recurrent states (empty otherwise).
     alt_segments: Vec<Segment>,
+    /// The graphs of a run on device memory ([`IoMemory::Device`]: the steps between the
+    /// upload and the download), with [`SessionOptions::device_io`] (empty otherwise).
+    device_segments: Vec<Segment>,
     steps: Vec<DStep>,
     events: Vec<Event>,
+    /// Recorded on a caller's stream by [`DeviceSession::run_on_stream`]; the session's
+    /// stream waits on it before the run.
+    ready: Event,
+    /// Recorded on the session's stream after such a run; the caller's stream waits on it.
+    finished: Event,
+    /// [`SessionOptions::device_io`] as given.
+    device_io: bool,
     module: Option<KernelModule>,
     /// The request state's kernels (when the spec appends rows; the append steps launch
     /// its functions, so it lives as long as they do).
@@ -282,21 +299,7 @@ impl DeviceSession {
     pub fn run(&mut self) -> Result<(), RunError> {
         self.begin_run()?;
         self.stream.bind()?;
-        if self.segments.is_empty() {
-            for i in 0..self.steps.len() {
-                self.enqueue(i, Enqueue::Eager)?;
-            }
-        } else {
-            for k in 0..self.current_segments().len() {
-                match &self.current_segments()[k] {
-                    Segment::Graph(g) => g.launch(&self.stream)?,
-                    Segment::Eager(i) => {
-                        let i = *i;
-                        self.enqueue(i, Enqueue::Eager)?;
-                    }
-                }
-            }
-        }
+        self.launch(IoMemory::Host)?;
         self.stream.synchronize()?;
         self.end_run();
         if !self.events.is_empty() {
@@ -307,6 +310,110 @@ impl DeviceSession {
             }
         }
         Ok(())
+    }
+
+    /// Enqueue one run on the session's stream (context bound): with [`IoMemory::Host`] the
+    /// graphs of the current parity (or every step eagerly), with [`IoMemory::Device`] the
+    /// device-I/O graphs (or the steps between the upload and the download eagerly).
+    fn launch(&mut self, memory: IoMemory) -> Result<(), RunError> {
+        let (n, eager) = match memory {
+            IoMemory::Host => (self.current_segments().len(), 0..self.steps.len()),
+            IoMemory::Device => (
+                self.device_segments.len(),
+                1..self.steps.len().saturating_sub(1),
+            ),
+        };
+        if n == 0 {
+            for i in eager {
+                self.enqueue(i, Enqueue::Eager)?;
+            }
+            return Ok(());
+        }
+        for k in 0..n {
+            let segments = match memory {
+                IoMemory::Host => self.current_segments(),
+                IoMemory::Device => self.device_segments.as_slice(),
+            };
+            match &segments[k] {
+                Segment::Graph(g) => g.launch(&self.stream)?,
+                Segment::Eager(i) => {
+                    let i = *i;
+                    self.enqueue(i, Enqueue::Eager)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Run once ordered on a caller's CUDA stream, without a host wait: an event recorded
+    /// on `stream` makes the session's stream wait for the caller's work enqueued before
+    /// this call, the run is launched on the session's stream (its captured graphs), and
+    /// `stream` then waits for an event recorded after it, so that the caller's work
+    /// enqueued after this call sees the outputs. Four driver calls besides the run's own;
+    /// no allocation, no host synchronisation; [`DeviceSession::step_times`] is not
+    /// updated.
+    ///
+    /// `memory` says where the run reads and writes: [`IoMemory::Host`] (the staging, read
+    /// and written when the run executes: leave it alone until `stream` has passed this
+    /// point) or [`IoMemory::Device`] (the regions of [`DeviceSession::io_region`], which
+    /// the caller's work on `stream` writes before and reads after; the staging is neither
+    /// read nor written).
+    ///
+    /// # Safety
+    /// `stream` is null (the context's legacy default stream) or a live `CUstream` of this
+    /// session's context, the device's primary context (a `cudaStream_t` the CUDA runtime
+    /// made on the same device is one), not being captured; it stays live until this call
+    /// returns.
+    ///
+    /// # Errors
+    /// [`RunError::Unsupported`] for [`IoMemory::Device`] on a session with request state
+    /// (its cursors travel in the upload); [`crate::session::StateError::Full`] as in
+    /// [`DeviceSession::run`]; a driver error (a stream of another context, say).
+    pub unsafe fn run_on_stream(
+        &mut self,
+        stream: *mut std::ffi::c_void,
+        memory: IoMemory,
+    ) -> Result<(), RunError> {
+        if memory == IoMemory::Device && !self.states.is_empty() {
+            return Err(RunError::Unsupported {
+                what: "a run on device memory of a session with request state (its cursors \
+                       travel in the staging upload)",
+            });
+        }
+        self.begin_run()?;
+        self.stream.bind()?;
+        // SAFETY: the caller's contract: null or a live stream of this context.
+        unsafe { self.ready.record_raw(stream) }?;
+        self.stream.wait(&self.ready)?;
+        self.launch(memory)?;
+        self.finished.record(&self.stream)?;
+        // SAFETY: as above.
+        unsafe { self.finished.wait_in_raw(stream) }?;
+        self.end_run();
+        Ok(())
+    }
+
+    /// The device memory of input or output region `id`: the buffer the run's graph reads
+    /// (an input) or writes (an output), at the same address for the session's life (in
+    /// mapped staging, the device address of the page-locked buffer). No allocation.
+    ///
+    /// # Errors
+    /// [`RunError::NoSuchRegion`] for a region that is not an input or output of this
+    /// session (a state's cursor is not the caller's).
+    pub fn io_region(&self, id: RegionId) -> Result<DeviceRegion, RunError> {
+        let owned = self
+            .regions
+            .get(id.index())
+            .is_some_and(|r| r.state.is_some());
+        self.inputs
+            .iter()
+            .chain(&self.outputs)
+            .find(|s| s.region == id && !owned)
+            .map(|s| s.device)
+            .ok_or(RunError::NoSuchRegion {
+                index: id.index(),
+                what: "an input or output region",
+            })
     }
 
     /// The input staging of region `id` (write the next frame here). No allocation.
@@ -564,6 +671,17 @@ impl DeviceSession {
     /// "download").
     pub fn step_names(&self) -> impl Iterator<Item = &str> {
         self.steps.iter().map(step_name)
+    }
+}
+
+impl Drop for DeviceSession {
+    /// Waits for the session's stream first: a run on a caller's stream may still be
+    /// executing when the session is dropped, and its graphs, arena and staging are freed
+    /// next.
+    fn drop(&mut self) {
+        if self.stream.bind().is_ok() {
+            let _ = self.stream.synchronize();
+        }
     }
 }
 
