@@ -116,11 +116,7 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
         if let StepKind::Copy(copy::Copy { src, dst }) = s.kind
             && g.tensors[src.0].dtype != g.tensors[dst.0].dtype
         {
-            s.kind = StepKind::Elementwise(Elementwise {
-                inputs: vec![src],
-                output: dst,
-                program: Program::identity(),
-            });
+            s.kind = cast(src, dst);
         }
     }
     // Library steps get uniform fp16 operands.
@@ -139,11 +135,7 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
                 out.push(s);
                 out.push(Step {
                     node,
-                    kind: StepKind::Elementwise(Elementwise {
-                        inputs: vec![twin],
-                        output: y,
-                        program: Program::identity(),
-                    }),
+                    kind: cast(twin, y),
                 });
                 continue;
             }
@@ -159,11 +151,7 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
                 u.src = twin;
                 out.push(Step {
                     node: format!("{}.cast", s.node),
-                    kind: StepKind::Elementwise(Elementwise {
-                        inputs: vec![src],
-                        output: twin,
-                        program: Program::identity(),
-                    }),
+                    kind: cast(src, twin),
                 });
                 out.push(s);
                 continue;
@@ -180,11 +168,7 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
                 let twin = twin_f16(g, t);
                 out.push(Step {
                     node: format!("{}.to_fp16", s.node),
-                    kind: StepKind::Elementwise(Elementwise {
-                        inputs: vec![t],
-                        output: twin,
-                        program: Program::identity(),
-                    }),
+                    kind: cast(t, twin),
                 });
                 replace_read(&mut s.kind, t, twin);
             }
@@ -195,11 +179,7 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
             replace_write(&mut s.kind, twin);
             Some(Step {
                 node: format!("{}.to_fp32", s.node),
-                kind: StepKind::Elementwise(Elementwise {
-                    inputs: vec![twin],
-                    output: w,
-                    program: Program::identity(),
-                }),
+                kind: cast(twin, w),
             })
         } else {
             None
@@ -210,6 +190,16 @@ fn to_fp16(g: &mut Graph) -> Result<(), LowerError> {
     g.steps = out;
     g.validate()
         .map_err(|e| LowerError::Model(format!("internal: fp16 graph is invalid: {e}")))
+}
+
+/// A step kind converting `from` into `to` element by element (a cast: the identity program
+/// loads one type and stores the other).
+fn cast(from: TensorId, to: TensorId) -> StepKind {
+    StepKind::Elementwise(Elementwise {
+        inputs: vec![from],
+        output: to,
+        program: Program::identity(),
+    })
 }
 
 /// An fp16 view with `t`'s offset and strides over a new fp16 buffer as long as `t`'s.
