@@ -384,19 +384,12 @@ impl MemoryPlan {
     /// The plan for `context` positions; `weight_bytes` as uploaded; attention split over
     /// `splits` blocks per head.
     pub fn new(hp: &Hparams, context: usize, weight_bytes: usize, splits: usize) -> MemoryPlan {
-        let widths: usize = [
-            Buf::Residual,
-            Buf::Normed,
-            Buf::Q,
-            Buf::K,
-            Buf::V,
-            Buf::Attn,
-            Buf::Gate,
-            Buf::Up,
-        ]
-        .iter()
-        .map(|&b| hp.width(b) * 4)
-        .sum();
+        // Every activation buffer but the logits (counted on their own below).
+        let widths: usize = Buf::ALL
+            .iter()
+            .filter(|&&b| b != Buf::Logits)
+            .map(|&b| hp.width(b) * 4)
+            .sum();
         let widest = hp.n_embd.max(hp.q_dim()).max(hp.n_ff);
         let act = widths
             + widest.div_ceil(32) * BLOCK_Q8_BYTES
