@@ -115,7 +115,8 @@ fn manifest_inputs(bundle: &Bundle) -> Result<Vec<String>, VadError> {
 }
 
 /// The form of the network `bundle` carries, from its manifest; `None` for neither (or an
-/// unreadable manifest).
+/// unreadable manifest). Used by the CLI's inspect and run reports.
+#[cfg(feature = "cli")]
 pub(crate) fn form_of_bundle(bundle: &Bundle) -> Option<Form> {
     let inputs = manifest_inputs(bundle).ok()?;
     Form::of_inputs(inputs.iter().map(String::as_str))

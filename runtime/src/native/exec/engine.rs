@@ -925,7 +925,587 @@ fn time_us(
     Some(Event::elapsed_ms(&a, &b).ok()? * 1e3 / runs as f32)
 }
 
+/// What the algorithm search decided for each step (`None` where a step has nothing to
+/// decide), and the plans it measured, kept for the first executor.
+struct Decisions {
+    convs: Vec<Option<ConvChoice>>,
+    geoms: Vec<Option<cudnn_graph::ConvGeometry>>,
+    fusions: Vec<Option<Fusion>>,
+    fused_geoms: Vec<Option<(cudnn_graph::ConvGeometry, cudnn_graph::FusedEpilogue)>>,
+    kept: Option<Kept>,
+}
+
+impl Decisions {
+    /// Nothing decided for any of `steps` steps (a network without convolutions).
+    fn none(steps: usize) -> Self {
+        Decisions {
+            convs: vec![None; steps],
+            geoms: vec![None; steps],
+            fusions: vec![None; steps],
+            fused_geoms: vec![None; steps],
+            kept: None,
+        }
+    }
+}
+
+/// What one measurement decides, shared by the identical convolutions after it.
+struct Measured {
+    choice: ConvChoice,
+    geo: Option<cudnn_graph::ConvGeometry>,
+    fused_geo: Option<(cudnn_graph::ConvGeometry, cudnn_graph::FusedEpilogue)>,
+    plan: Option<Arc<StepPlan>>,
+}
+
+/// The algorithm search's world: a temporary arena laid out as the session's (same offsets,
+/// so the same pointer alignments as at run time), the weights, and a cuDNN handle on the
+/// load stream.
+struct AlgoSearch<'a> {
+    ctx: &'a Context,
+    opts: &'a NativeOptions,
+    precision: Precision,
+    network: &'a str,
+    compiled: &'a Compiled,
+    kernels: &'a Kernels,
+    stream: &'a Stream,
+    handle: &'a cudnn::Handle,
+    plan_cache: &'a PlanCache,
+    bases: Bases<'a>,
+    /// The cuDNN scratch region of the temporary arena, `limit` bytes.
+    scratch: u64,
+    limit: usize,
+    tensor_cores: bool,
+}
+
+impl AlgoSearch<'_> {
+    /// Device address of tensor `t` in the temporary arena or the weights.
+    fn addr(&self, t: TensorId) -> u64 {
+        address(self.compiled, &self.bases, t)
+    }
+
+    /// What makes two convolutions the same measurement: views, parameters, operand
+    /// alignments and the fused epilogue (repeated blocks of a network share the choice and
+    /// the plan).
+    fn conv_key(
+        &self,
+        c: &ops::conv::Conv,
+        transposed: bool,
+        epilogue: Option<(cudnn_graph::FusedEpilogue, i64)>,
+    ) -> String {
+        let g = &self.compiled.graph;
+        let view = |t: TensorId| {
+            let t = g.tensor(t);
+            format!("{:?}{:?}{:?}", t.shape, t.strides, t.dtype)
+        };
+        let align = [self.addr(c.x), self.addr(c.w), self.addr(c.y)].map(cudnn_graph::alignment);
+        format!(
+            "{transposed} {} {} {} {} {:?} {:?} {:?} {} {align:?} {epilogue:?}",
+            c.channels_last,
+            view(c.x),
+            view(c.w),
+            view(c.y),
+            c.pads,
+            c.strides,
+            c.dilations,
+            c.group
+        )
+    }
+
+    /// Measure convolution step `i` (`transposed`: a deconvolution): cuDNN's legacy
+    /// algorithm search, then (forward convolutions, graph API on) the graph API's candidates
+    /// and the fused graph ([`Self::time_graph_plans`]). A pitched operand no API runs is
+    /// refused through [`pitched_refusal`].
+    fn measure_conv(
+        &self,
+        i: usize,
+        c: &ops::conv::Conv,
+        transposed: bool,
+        fusion: Option<Fusion>,
+        epilogue: Option<(cudnn_graph::FusedEpilogue, i64)>,
+        pitched_refused: &mut bool,
+    ) -> Result<Measured, PrepareError> {
+        let (g, network, opts) = (&self.compiled.graph, self.network, self.opts);
+        let step = &g.steps[i];
+        let (xa, wa, ya) = (self.addr(c.x), self.addr(c.w), self.addr(c.y));
+        let StepDescs::Conv { x, w, y, conv } =
+            step_descs(g, i, self.precision).map_err(|m| backend_err(network, m))?
+        else {
+            unreachable!("a convolution step has convolution descriptors")
+        };
+        let (handle, scratch_ptr, limit) = (self.handle, self.scratch, self.limit);
+        // SAFETY: addresses resolve into the temporary arena and the weights, sized
+        // by the memory plan for these descriptors; the scratch holds `limit` bytes.
+        let found = if transposed {
+            unsafe {
+                cudnn::find_bwd_data_algo(handle, &w, wa, &x, xa, &conv, &y, ya, scratch_ptr, limit)
+            }
+        } else {
+            // SAFETY: as above.
+            unsafe { cudnn::find_algo(handle, &x, xa, &w, wa, &conv, &y, ya, scratch_ptr, limit) }
+        };
+        let step_err = |e: &dyn std::fmt::Display| {
+            backend_err(network, format!("step {i} ({}): {e}", step.node))
+        };
+        // cuDNN's legacy API runs no algorithm on a channels-last view with a pixel
+        // pitch (a slice of channels read or written in place; H200, cuDNN 9,
+        // `docs/evidence/native-h200.md`, ninth run): such a convolution runs through
+        // the graph API only, and is refused when that has no plan either.
+        let pitched = !transposed && has_pitched_operand(g, i);
+        let (found, legacy_error) = match found {
+            Ok(found) => (found, None),
+            Err(e) if pitched && opts.cudnn_graph => (
+                cudnn::ConvAlgo {
+                    algo: 0,
+                    workspace: 0,
+                    time_us: u32::MAX,
+                },
+                Some(e),
+            ),
+            Err(e) if pitched => {
+                return Err(pitched_refusal(
+                    pitched_refused,
+                    self.plan_cache,
+                    step_err(&e),
+                ));
+            }
+            Err(e) => return Err(step_err(&e)),
+        };
+        if let Some(e) = &legacy_error {
+            log::debug!(
+                "{network}: {}: legacy API: {e}; its pitched operands run through the graph API only",
+                step.node
+            );
+        }
+        let mut m = Measured {
+            choice: ConvChoice {
+                algo: found.algo,
+                legacy: legacy_error.is_none(),
+                workspace: found.workspace,
+                find_us: found.time_us,
+                graph: None,
+                graph_workspace: 0,
+                fused: None,
+                fused_workspace: 0,
+            },
+            geo: None,
+            fused_geo: None,
+            plan: None,
+        };
+        if !transposed && opts.cudnn_graph {
+            self.time_graph_plans(i, (&x, &w, &conv, &y), found, fusion, epilogue, &mut m)?;
+        }
+        let choice = m.choice;
+        if let Some(e) = legacy_error
+            && choice.graph.is_none()
+            && choice.fused.is_none()
+        {
+            return Err(pitched_refusal(
+                pitched_refused,
+                self.plan_cache,
+                step_err(&format!(
+                    "{e}; and no cuDNN graph-API plan runs its pitched channels-last operands"
+                )),
+            ));
+        }
+        log::debug!(
+            "{network}: {}: {} ({} bytes of workspace, {} us)",
+            step.node,
+            match (choice.fused, choice.graph) {
+                (Some(r), _) => format!("cuDNN graph API fused, heuristics rank {r}"),
+                (None, Some(r)) => format!("cuDNN graph API, heuristics rank {r}"),
+                (None, None) => format!("cuDNN algorithm {}", choice.algo),
+            },
+            if choice.fused.is_some() {
+                choice.fused_workspace
+            } else if choice.graph.is_some() {
+                choice.graph_workspace
+            } else {
+                choice.workspace
+            },
+            choice.find_us
+        );
+        Ok(m)
+    }
+
+    /// The graph API's candidates for forward convolution step `i` against the legacy
+    /// algorithm `found` (descriptors `x, w, conv, y`), each timed the same way on the real
+    /// layout; the fastest is kept in `m`. Then the fused graph against the fastest plus the
+    /// `bias_act` launch it would save.
+    fn time_graph_plans(
+        &self,
+        i: usize,
+        (x, w, conv, y): (
+            &cudnn::TensorDesc,
+            &cudnn::FilterDesc,
+            &cudnn::ConvDesc,
+            &cudnn::TensorDesc,
+        ),
+        found: cudnn::ConvAlgo,
+        fusion: Option<Fusion>,
+        epilogue: Option<(cudnn_graph::FusedEpilogue, i64)>,
+        m: &mut Measured,
+    ) -> Result<(), PrepareError> {
+        let (ctx, stream, handle, opts) = (self.ctx, self.stream, self.handle, self.opts);
+        let (g, network) = (&self.compiled.graph, self.network);
+        let step = &g.steps[i];
+        let StepKind::Conv(c) = &step.kind else {
+            unreachable!("graph-API plans are timed for forward convolutions")
+        };
+        let (xa, wa, ya) = (self.addr(c.x), self.addr(c.w), self.addr(c.y));
+        let (scratch_ptr, limit, tensor_cores) = (self.scratch, self.limit, self.tensor_cores);
+        let addr = |t: TensorId| self.addr(t);
+        let choice = &mut m.choice;
+        let _ = handle.set_stream(stream.raw());
+        let legacy_us = choice
+            .legacy
+            .then(|| {
+                time_us(ctx, stream, 3, 20, || {
+                    // SAFETY: as for the legacy search in `measure_conv`.
+                    unsafe {
+                        cudnn::conv_forward(
+                            handle,
+                            x,
+                            xa,
+                            w,
+                            wa,
+                            conv,
+                            cudnn::fwd_algo(found.algo),
+                            scratch_ptr,
+                            found.workspace,
+                            y,
+                            ya,
+                        )
+                    }
+                    .is_ok()
+                })
+            })
+            .flatten();
+        let mut best = legacy_us.unwrap_or(f32::INFINITY);
+        let label = format!("{network}: {}", step.node);
+        if let Some(geo) = conv_geometry(g, i, xa, wa, ya) {
+            if let Some((rank, plan, us)) = fastest_plan(
+                ctx,
+                stream,
+                handle,
+                cudnn_graph::ConvGraph::new(handle, &geo, opts.cudnn_search, tensor_cores),
+                false,
+                usize::MAX,
+                limit,
+                best,
+                &label,
+                self.plan_cache,
+                |p| p.variant_pack(xa, wa, ya, scratch_ptr),
+            )? {
+                best = us;
+                choice.graph = Some(rank);
+                choice.graph_workspace = plan.plan.workspace;
+                m.geo = Some(geo);
+                m.plan = Some(plan);
+            }
+            if let (Some(f), Some((epi, out_align))) = (fusion, epilogue) {
+                let StepKind::Elementwise(e) = &g.steps[f.ew].kind else {
+                    unreachable!("a fusion's successor is element-wise")
+                };
+                let ew_us = elementwise::bias_act(g, e, &addr).and_then(|mut call| {
+                    let f = ops::kernel_index(call.kernel).and_then(|k| self.kernels.get(k))?;
+                    let [gx, gy, gz] = call.grid;
+                    let [bx, by, bz] = call.block;
+                    time_us(ctx, stream, 3, 20, || {
+                        let mut args = [call.params.as_mut_ptr() as *mut c_void];
+                        // SAFETY: the kernel's one parameter struct, every address in
+                        // the temporary arena or the weights.
+                        unsafe { stream.launch(f, (gx, gy, gz), (bx, by, bz), 0, &mut args) }
+                            .is_ok()
+                    })
+                });
+                let geo_f = geo.with_output_alignment(out_align);
+                let (ba, ra, oa) = (addr(f.bias), f.residual.map(addr), addr(f.out));
+                let unfused = best + ew_us.unwrap_or(f32::INFINITY);
+                if let Some((rank, plan, us)) = fastest_plan(
+                    ctx,
+                    stream,
+                    handle,
+                    cudnn_graph::ConvGraph::new_fused(
+                        handle,
+                        &geo_f,
+                        opts.cudnn_search,
+                        tensor_cores,
+                        epi,
+                    ),
+                    true,
+                    opts.fusion_candidates,
+                    limit,
+                    unfused,
+                    &label,
+                    self.plan_cache,
+                    |p| p.variant_pack_fused(xa, wa, ba, ra, oa, scratch_ptr),
+                )? {
+                    log::debug!(
+                        "{label}: fused with its bias/activation: {us} us against {best} + {ew_us:?} us"
+                    );
+                    best = us;
+                    choice.fused = Some(rank);
+                    choice.fused_workspace = plan.plan.workspace;
+                    m.fused_geo = Some((geo_f, epi));
+                    m.plan = Some(plan);
+                }
+            }
+        }
+        choice.find_us = best.min(u32::MAX as f32) as u32;
+        Ok(())
+    }
+
+    /// A pooling over a pitched operand runs once here: cuDNN refusing it is a load-time
+    /// error (the engine then lays the channels out packed), never a failed frame.
+    fn try_pitched_pooling(
+        &self,
+        i: usize,
+        pitched_refused: &mut bool,
+    ) -> Result<(), PrepareError> {
+        let (g, network) = (&self.compiled.graph, self.network);
+        let step = &g.steps[i];
+        let StepKind::Pool(pl) = &step.kind else {
+            return Ok(());
+        };
+        let StepDescs::Pool { x, y, pool } =
+            step_descs(g, i, self.precision).map_err(|m| backend_err(network, m))?
+        else {
+            unreachable!("a pooling step has pooling descriptors")
+        };
+        let _ = self.handle.set_stream(self.stream.raw());
+        // SAFETY: addresses resolve into the temporary arena, sized by the memory
+        // plan for these descriptors.
+        unsafe { pool.forward(self.handle, &x, self.addr(pl.x), &y, self.addr(pl.y)) }.map_err(
+            |e| {
+                let e = backend_err(network, format!("step {i} ({}): {e}", step.node));
+                pitched_refusal(pitched_refused, self.plan_cache, e)
+            },
+        )
+    }
+}
+
+/// The algorithm search of a load: every convolution measured (and every pooling over a
+/// pitched operand tried) on a zeroed temporary arena laid out as the session's, identical
+/// convolutions measured once; graph-API plans compiled first on `opts.load_threads`
+/// threads where kernels are compiled; the plan cache saved and trimmed to the chosen plans.
+#[allow(clippy::too_many_arguments)]
+fn search_algorithms(
+    ctx: &Context,
+    opts: &NativeOptions,
+    precision: Precision,
+    network: &str,
+    compiled: &Compiled,
+    io: &IoSpec,
+    kernels: &Kernels,
+    stream: &Stream,
+    weights: Option<&DeviceArena>,
+    plan_cache: &PlanCache,
+    pitched_refused: &mut bool,
+) -> Result<Decisions, PrepareError> {
+    let g = &compiled.graph;
+    let mut d = Decisions::none(g.steps.len());
+    let mut kept_plans: Vec<Option<Arc<StepPlan>>> = vec![None; g.steps.len()];
+    let limit = opts.conv_workspace_limit;
+    let mut ap = ArenaPlan::new();
+    let act = ap.add(
+        "activations (algorithm search)",
+        compiled.memory.activation_bytes.max(1),
+    )?;
+    let scratch = ap.add("cuDNN scratch (algorithm search)", limit.max(1))?;
+    let ins: Vec<_> = io
+        .inputs
+        .iter()
+        .map(|t| ap.add("input (algorithm search)", t.byte_len().unwrap_or(0).max(1)))
+        .collect::<Result<_, _>>()?;
+    let outs: Vec<_> = io
+        .outputs
+        .iter()
+        .map(|t| {
+            ap.add(
+                "output (algorithm search)",
+                t.byte_len().unwrap_or(0).max(1),
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    let total = ap.total_bytes();
+    let temp = DeviceArena::new(ctx, ap).map_err(crate::cuda::CudaError::from)?;
+    // Zeroes, not garbage: NaN or denormal garbage can skew the timings.
+    // SAFETY: the whole arena, 4-byte multiple (total is 256-aligned).
+    unsafe { stream.memset_u32(temp.base(), 0, total / 4) }
+        .and_then(|_| stream.synchronize())
+        .map_err(crate::cuda::CudaError::from)?;
+    let in_regions: Vec<u64> = ins.iter().map(|&r| temp.ptr(r).0).collect();
+    let out_regions: Vec<u64> = outs.iter().map(|&r| temp.ptr(r).0).collect();
+    let handle = cudnn::Handle::new().map_err(|e| backend_err(network, e.to_string()))?;
+    let _ = handle.set_stream(stream.raw());
+    let search = AlgoSearch {
+        ctx,
+        opts,
+        precision,
+        network,
+        compiled,
+        kernels,
+        stream,
+        handle: &handle,
+        plan_cache,
+        bases: Bases {
+            workspace: temp.ptr(act).0,
+            weights: weights.map_or(0, |w| w.base().0),
+            inputs: &in_regions,
+            outputs: &out_regions,
+        },
+        scratch: temp.ptr(scratch).0,
+        limit,
+        tensor_cores: graph_tensor_cores(precision),
+    };
+    let addr = |t: TensorId| search.addr(t);
+    let fusion_start = std::time::Instant::now();
+    // Only where kernels are compiled: with tensor cores (fp16, TF32) cuDNN fuses and
+    // runtime-compiles; in fp32 its plans finalise in milliseconds, and deserialising
+    // them is no cheaper (H200: 320 fp32 loaded 0.7 s slower with 8 threads,
+    // `docs/evidence/native-h200.md`, ninth run).
+    if opts.cudnn_graph && opts.load_threads > 1 && search.tensor_cores {
+        let jobs = graph_jobs(compiled, opts, &addr);
+        if !jobs.is_empty() {
+            compile_in_parallel(ctx, &jobs, opts, search.tensor_cores, plan_cache, network);
+        }
+    }
+    let mut measured: HashMap<String, Measured> = HashMap::new();
+    for (i, step) in g.steps.iter().enumerate() {
+        let (StepKind::Conv(c) | StepKind::Deconv(Deconv(c))) = &step.kind else {
+            continue;
+        };
+        let transposed = matches!(step.kind, StepKind::Deconv(_));
+        // The fusion this convolution could take, its epilogue and output alignment.
+        let fusion = (!transposed && opts.cudnn_graph && opts.fusion_candidates > 0)
+            .then(|| compiled.memory.fusion(&compiled.graph, i))
+            .flatten();
+        let epilogue = fusion.map(|f| fused_epilogue(g, &f, &addr));
+        let key = search.conv_key(c, transposed, epilogue);
+        if !measured.contains_key(&key) {
+            let m = search.measure_conv(i, c, transposed, fusion, epilogue, pitched_refused)?;
+            measured.insert(key.clone(), m);
+        }
+        // The measurement's decision recorded for step `i` (with the fusion the step would
+        // take), the same for a fresh measurement and an identical convolution's.
+        let m = &measured[&key];
+        d.convs[i] = Some(m.choice);
+        d.geoms[i] = m.geo;
+        if m.choice.fused.is_some() {
+            d.fusions[i] = fusion;
+            d.fused_geoms[i] = m.fused_geo;
+        }
+        kept_plans[i] = m.plan.clone();
+    }
+    for i in (0..g.steps.len()).filter(|&i| has_pitched_operand(g, i)) {
+        search.try_pitched_pooling(i, pitched_refused)?;
+    }
+    ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
+    let (held, hits, added) = plan_cache.counts();
+    log::info!(
+        "{network}: convolution algorithms measured in {:.2} s; cuDNN plan cache {}: \
+         {hits} plans deserialised, {added} added, {held} held",
+        fusion_start.elapsed().as_secs_f64(),
+        plan_cache
+            .path()
+            .map_or_else(|| "in memory".to_string(), |p| p.display().to_string()),
+    );
+    if let Err(e) = plan_cache.save() {
+        log::warn!("{network}: {e}: plans compiled again at the next load");
+    }
+    // In memory, only the chosen plans' serialisations: what a later executor rebuilds.
+    let keep: std::collections::HashSet<&str> = kept_plans
+        .iter()
+        .flatten()
+        .filter_map(|p| p.plan.cache_key.as_deref())
+        .collect();
+    plan_cache.retain(&keep);
+    drop(measured);
+    // The load stream dies with this function: the first executor sets its own.
+    let _ = handle.set_stream(std::ptr::null_mut());
+    d.kept = Some(Kept {
+        plans: kept_plans,
+        handle,
+    });
+    drop(temp);
+    Ok(d)
+}
+
+/// The inputs and outputs of the lowered graph `g`, by name, with their element types and
+/// shapes.
+fn io_spec(g: &Graph) -> IoSpec {
+    let spec = |io: &crate::native::graph::Io, mode: IoMode| {
+        let t = g.tensor(io.tensor);
+        TensorSpec {
+            name: io.name.clone(),
+            mode,
+            dtype: dtype_of(t.dtype),
+            shape: t.shape.clone(),
+        }
+    };
+    IoSpec {
+        inputs: g.inputs.iter().map(|io| spec(io, IoMode::Input)).collect(),
+        outputs: g
+            .outputs
+            .iter()
+            .map(|io| spec(io, IoMode::Output))
+            .collect(),
+    }
+}
+
+/// The compiled graph's weights in one device allocation, uploaded once (`None`: no
+/// weights).
+fn upload_weights(
+    ctx: &Context,
+    stream: &Stream,
+    compiled: &Compiled,
+) -> Result<Option<DeviceArena>, PrepareError> {
+    let blob = compiled.memory.weight_blob(&compiled.graph);
+    if blob.is_empty() {
+        return Ok(None);
+    }
+    let mut ap = ArenaPlan::new();
+    let id = ap.add("native weights", blob.len())?;
+    let arena = DeviceArena::new(ctx, ap).map_err(crate::cuda::CudaError::from)?;
+    // SAFETY: the arena region holds blob.len() bytes; blob lives until synchronize.
+    unsafe { stream.memcpy_htod(arena.ptr(id), blob.as_ptr(), blob.len()) }
+        .and_then(|_| stream.synchronize())
+        .map_err(crate::cuda::CudaError::from)?;
+    Ok(Some(arena))
+}
+
+/// The final memory plan of graph `g`: only the fusions that won the search keep their
+/// outputs live from the convolution on (the measurement ran on the plan that allows them
+/// all, which costs memory), and each must still hold under it (else it is dropped from
+/// `fusions`, unfused).
+fn final_memory(
+    network: &str,
+    g: &Graph,
+    fusions: &mut [Option<Fusion>],
+    streams: usize,
+) -> Result<crate::native::plan::memory::MemoryPlan, PrepareError> {
+    let winners: Vec<usize> = (0..g.steps.len())
+        .filter(|&i| fusions[i].is_some())
+        .collect();
+    let memory = crate::native::plan::memory::MemoryPlan::for_fusions(g, &winners, streams)
+        .and_then(|m| m.check(g).map(|_| m))
+        .map_err(|e| backend_err(network, format!("internal: memory plan: {e}")))?;
+    for &i in &winners {
+        if memory.fusion(g, i) != fusions[i] {
+            log::warn!(
+                "{network}: step {i}: fusion does not hold under the final memory plan: unfused"
+            );
+            fusions[i] = None;
+        }
+    }
+    Ok(memory)
+}
+
 impl NativePlan {
+    /// Compile `source` for this device, front to back: lower and lay out the network
+    /// ([`crate::native::pipeline::compile_fixed`]), check the libraries it needs, load the
+    /// kernels, upload the weights, search the convolution algorithms
+    /// ([`search_algorithms`]), plan the memory again for the fusions that won
+    /// ([`final_memory`]) and lay out the workspace.
     fn prepare(
         ctx: &Context,
         opts: &NativeOptions,
@@ -962,36 +1542,7 @@ impl NativePlan {
             libs::cublas().map_err(|e| backend_err(network, e.to_string()))?;
         }
         ctx.bind().map_err(crate::cuda::CudaError::from)?;
-        let io = IoSpec {
-            inputs: g
-                .inputs
-                .iter()
-                .map(|io| {
-                    let t = g.tensor(io.tensor);
-                    TensorSpec {
-                        name: io.name.clone(),
-                        mode: IoMode::Input,
-                        dtype: dtype_of(t.dtype),
-                        shape: t.shape.clone(),
-                    }
-                })
-                .collect(),
-            outputs: g
-                .outputs
-                .iter()
-                .map(|io| {
-                    let t = g.tensor(io.tensor);
-                    TensorSpec {
-                        name: io.name.clone(),
-                        mode: IoMode::Output,
-                        dtype: dtype_of(t.dtype),
-                        shape: t.shape.clone(),
-                    }
-                })
-                .collect(),
-        };
-
-        // Kernels.
+        let io = io_spec(g);
         let module = KernelModule::load(
             ctx,
             ModuleSource {
@@ -1001,33 +1552,10 @@ impl NativePlan {
             },
         )?;
         let kernel_set = Kernels::new(&module)?;
-
-        // Weights: one allocation, one upload.
         let stream =
             Stream::new(ctx, SyncPolicy::Blocking).map_err(crate::cuda::CudaError::from)?;
-        let blob = compiled.memory.weight_blob(g);
-        let weights = if blob.is_empty() {
-            None
-        } else {
-            let mut ap = ArenaPlan::new();
-            let id = ap.add("native weights", blob.len())?;
-            let arena = DeviceArena::new(ctx, ap).map_err(crate::cuda::CudaError::from)?;
-            // SAFETY: the arena region holds blob.len() bytes; blob lives until synchronize.
-            unsafe { stream.memcpy_htod(arena.ptr(id), blob.as_ptr(), blob.len()) }
-                .and_then(|_| stream.synchronize())
-                .map_err(crate::cuda::CudaError::from)?;
-            Some(arena)
-        };
-        drop(blob);
+        let weights = upload_weights(ctx, &stream, &compiled)?;
 
-        // Algorithms: measured on a scratch copy of the real layout (same offsets, so the
-        // same pointer alignments as at run time).
-        let mut convs = vec![None; g.steps.len()];
-        let mut geoms: Vec<Option<cudnn_graph::ConvGeometry>> = vec![None; g.steps.len()];
-        let mut fusions: Vec<Option<Fusion>> = vec![None; g.steps.len()];
-        let mut fused_geoms = vec![None; g.steps.len()];
-        let mut kept_plans: Vec<Option<Arc<StepPlan>>> = vec![None; g.steps.len()];
-        let mut kept: Option<Kept> = None;
         let has_convs = uses(Uses::CudnnConvolution);
         // Read only where graph-API plans are built.
         let plan_cache = Arc::new(if has_convs && opts.cudnn_graph {
@@ -1035,402 +1563,24 @@ impl NativePlan {
         } else {
             PlanCache::in_memory(String::new())
         });
-        // Convolutions are measured, and poolings over pitched operands tried, on a scratch
-        // copy of the real layout.
-        if has_convs || (0..g.steps.len()).any(|i| has_pitched_operand(g, i)) {
-            let limit = opts.conv_workspace_limit;
-            let mut ap = ArenaPlan::new();
-            let act = ap.add(
-                "activations (algorithm search)",
-                compiled.memory.activation_bytes.max(1),
-            )?;
-            let scratch = ap.add("cuDNN scratch (algorithm search)", limit.max(1))?;
-            let ins: Vec<_> = io
-                .inputs
-                .iter()
-                .map(|t| ap.add("input (algorithm search)", t.byte_len().unwrap_or(0).max(1)))
-                .collect::<Result<_, _>>()?;
-            let outs: Vec<_> = io
-                .outputs
-                .iter()
-                .map(|t| {
-                    ap.add(
-                        "output (algorithm search)",
-                        t.byte_len().unwrap_or(0).max(1),
-                    )
-                })
-                .collect::<Result<_, _>>()?;
-            let total = ap.total_bytes();
-            let temp = DeviceArena::new(ctx, ap).map_err(crate::cuda::CudaError::from)?;
-            // Zeroes, not garbage: NaN or denormal garbage can skew the timings.
-            // SAFETY: the whole arena, 4-byte multiple (total is 256-aligned).
-            unsafe { stream.memset_u32(temp.base(), 0, total / 4) }
-                .and_then(|_| stream.synchronize())
-                .map_err(crate::cuda::CudaError::from)?;
-            let in_regions: Vec<u64> = ins.iter().map(|&r| temp.ptr(r).0).collect();
-            let out_regions: Vec<u64> = outs.iter().map(|&r| temp.ptr(r).0).collect();
-            let bases = Bases {
-                workspace: temp.ptr(act).0,
-                weights: weights.as_ref().map_or(0, |w| w.base().0),
-                inputs: &in_regions,
-                outputs: &out_regions,
-            };
-            let handle = cudnn::Handle::new().map_err(|e| backend_err(network, e.to_string()))?;
-            let _ = handle.set_stream(stream.raw());
-            let addr = |t: TensorId| address(&compiled, &bases, t);
-            let tensor_cores = graph_tensor_cores(options.precision);
-            let fusion_start = std::time::Instant::now();
-            // Only where kernels are compiled: with tensor cores (fp16, TF32) cuDNN fuses and
-            // runtime-compiles; in fp32 its plans finalise in milliseconds, and deserialising
-            // them is no cheaper (H200: 320 fp32 loaded 0.7 s slower with 8 threads,
-            // `docs/evidence/native-h200.md`, ninth run).
-            if opts.cudnn_graph && opts.load_threads > 1 && tensor_cores {
-                let jobs = graph_jobs(&compiled, opts, &addr);
-                if !jobs.is_empty() {
-                    compile_in_parallel(ctx, &jobs, opts, tensor_cores, &plan_cache, network);
-                }
-            }
-            // What one measurement decides, shared by the identical convolutions after it.
-            struct Measured {
-                choice: ConvChoice,
-                geo: Option<cudnn_graph::ConvGeometry>,
-                fused_geo: Option<(cudnn_graph::ConvGeometry, cudnn_graph::FusedEpilogue)>,
-                plan: Option<Arc<StepPlan>>,
-            }
-            let mut measured: HashMap<String, Measured> = HashMap::new();
-            // A measurement's decision recorded for step `i` (with the fusion the step
-            // would take), the same for a fresh measurement and an identical convolution's.
-            let mut record = |i: usize, m: &Measured, fusion: Option<Fusion>| {
-                convs[i] = Some(m.choice);
-                geoms[i] = m.geo;
-                if m.choice.fused.is_some() {
-                    fusions[i] = fusion;
-                    fused_geoms[i] = m.fused_geo;
-                }
-                kept_plans[i] = m.plan.clone();
-            };
-            for (i, step) in g.steps.iter().enumerate() {
-                let (StepKind::Conv(c) | StepKind::Deconv(Deconv(c))) = &step.kind else {
-                    continue;
-                };
-                let transposed = matches!(step.kind, StepKind::Deconv(_));
-                let (xa, wa, ya) = (addr(c.x), addr(c.w), addr(c.y));
-                // The fusion this convolution could take, its epilogue and output alignment.
-                let fusion = (!transposed && opts.cudnn_graph && opts.fusion_candidates > 0)
-                    .then(|| compiled.memory.fusion(&compiled.graph, i))
-                    .flatten();
-                let epilogue = fusion.map(|f| fused_epilogue(g, &f, &addr));
-                // Identical convolutions (views, parameters, operand alignments, fusion) are
-                // measured once: repeated blocks of a network share the choice and the plan.
-                let key = {
-                    let view = |t: TensorId| {
-                        let t = g.tensor(t);
-                        format!("{:?}{:?}{:?}", t.shape, t.strides, t.dtype)
-                    };
-                    let align = [xa, wa, ya].map(cudnn_graph::alignment);
-                    format!(
-                        "{transposed} {} {} {} {} {:?} {:?} {:?} {} {align:?} {epilogue:?}",
-                        c.channels_last,
-                        view(c.x),
-                        view(c.w),
-                        view(c.y),
-                        c.pads,
-                        c.strides,
-                        c.dilations,
-                        c.group
-                    )
-                };
-                if let Some(m) = measured.get(&key) {
-                    record(i, m, fusion);
-                    continue;
-                }
-                let StepDescs::Conv { x, w, y, conv } =
-                    step_descs(g, i, options.precision).map_err(|m| backend_err(network, m))?
-                else {
-                    unreachable!("a convolution step has convolution descriptors")
-                };
-                let scratch_ptr = temp.ptr(scratch).0;
-                // SAFETY: addresses resolve into the temporary arena and the weights, sized
-                // by the memory plan for these descriptors; the scratch holds `limit` bytes.
-                let found = if transposed {
-                    unsafe {
-                        cudnn::find_bwd_data_algo(
-                            &handle,
-                            &w,
-                            wa,
-                            &x,
-                            xa,
-                            &conv,
-                            &y,
-                            ya,
-                            scratch_ptr,
-                            limit,
-                        )
-                    }
-                } else {
-                    // SAFETY: as above.
-                    unsafe {
-                        cudnn::find_algo(&handle, &x, xa, &w, wa, &conv, &y, ya, scratch_ptr, limit)
-                    }
-                };
-                let step_err = |e: &dyn std::fmt::Display| {
-                    backend_err(network, format!("step {i} ({}): {e}", step.node))
-                };
-                // cuDNN's legacy API runs no algorithm on a channels-last view with a pixel
-                // pitch (a slice of channels read or written in place; H200, cuDNN 9,
-                // `docs/evidence/native-h200.md`, ninth run): such a convolution runs through
-                // the graph API only, and is refused when that has no plan either.
-                let pitched = !transposed && has_pitched_operand(g, i);
-                let (found, legacy_error) = match found {
-                    Ok(found) => (found, None),
-                    Err(e) if pitched && opts.cudnn_graph => (
-                        cudnn::ConvAlgo {
-                            algo: 0,
-                            workspace: 0,
-                            time_us: u32::MAX,
-                        },
-                        Some(e),
-                    ),
-                    Err(e) if pitched => {
-                        return Err(pitched_refusal(pitched_refused, &plan_cache, step_err(&e)));
-                    }
-                    Err(e) => return Err(step_err(&e)),
-                };
-                if let Some(e) = &legacy_error {
-                    log::debug!(
-                        "{network}: {}: legacy API: {e}; its pitched operands run through the graph API only",
-                        step.node
-                    );
-                }
-                let mut choice = ConvChoice {
-                    algo: found.algo,
-                    legacy: legacy_error.is_none(),
-                    workspace: found.workspace,
-                    find_us: found.time_us,
-                    graph: None,
-                    graph_workspace: 0,
-                    fused: None,
-                    fused_workspace: 0,
-                };
-                let mut m = Measured {
-                    choice,
-                    geo: None,
-                    fused_geo: None,
-                    plan: None,
-                };
-                // The graph API's candidates against the legacy algorithm, each timed the
-                // same way on the real layout; the fastest is kept. Then the fused graph
-                // against the fastest plus the `bias_act` launch it would save.
-                if !transposed && opts.cudnn_graph {
-                    let _ = handle.set_stream(stream.raw());
-                    let legacy_us = choice
-                        .legacy
-                        .then(|| {
-                            time_us(ctx, &stream, 3, 20, || {
-                                // SAFETY: as for the search above.
-                                unsafe {
-                                    cudnn::conv_forward(
-                                        &handle,
-                                        &x,
-                                        xa,
-                                        &w,
-                                        wa,
-                                        &conv,
-                                        cudnn::fwd_algo(found.algo),
-                                        scratch_ptr,
-                                        found.workspace,
-                                        &y,
-                                        ya,
-                                    )
-                                }
-                                .is_ok()
-                            })
-                        })
-                        .flatten();
-                    let mut best = legacy_us.unwrap_or(f32::INFINITY);
-                    let label = format!("{network}: {}", step.node);
-                    if let Some(geo) = conv_geometry(g, i, xa, wa, ya) {
-                        if let Some((rank, plan, us)) = fastest_plan(
-                            ctx,
-                            &stream,
-                            &handle,
-                            cudnn_graph::ConvGraph::new(
-                                &handle,
-                                &geo,
-                                opts.cudnn_search,
-                                tensor_cores,
-                            ),
-                            false,
-                            usize::MAX,
-                            limit,
-                            best,
-                            &label,
-                            &plan_cache,
-                            |p| p.variant_pack(xa, wa, ya, scratch_ptr),
-                        )? {
-                            best = us;
-                            choice.graph = Some(rank);
-                            choice.graph_workspace = plan.plan.workspace;
-                            m.geo = Some(geo);
-                            m.plan = Some(plan);
-                        }
-                        if let (Some(f), Some((epi, out_align))) = (fusion, epilogue) {
-                            let StepKind::Elementwise(e) = &g.steps[f.ew].kind else {
-                                unreachable!("a fusion's successor is element-wise")
-                            };
-                            let ew_us = elementwise::bias_act(g, e, &addr).and_then(|mut call| {
-                                let f = ops::kernel_index(call.kernel)
-                                    .and_then(|k| kernel_set.get(k))?;
-                                let [gx, gy, gz] = call.grid;
-                                let [bx, by, bz] = call.block;
-                                time_us(ctx, &stream, 3, 20, || {
-                                    let mut args = [call.params.as_mut_ptr() as *mut c_void];
-                                    // SAFETY: the kernel's one parameter struct, every address in
-                                    // the temporary arena or the weights.
-                                    unsafe {
-                                        stream.launch(f, (gx, gy, gz), (bx, by, bz), 0, &mut args)
-                                    }
-                                    .is_ok()
-                                })
-                            });
-                            let geo_f = geo.with_output_alignment(out_align);
-                            let (ba, ra, oa) = (addr(f.bias), f.residual.map(addr), addr(f.out));
-                            let unfused = best + ew_us.unwrap_or(f32::INFINITY);
-                            if let Some((rank, plan, us)) = fastest_plan(
-                                ctx,
-                                &stream,
-                                &handle,
-                                cudnn_graph::ConvGraph::new_fused(
-                                    &handle,
-                                    &geo_f,
-                                    opts.cudnn_search,
-                                    tensor_cores,
-                                    epi,
-                                ),
-                                true,
-                                opts.fusion_candidates,
-                                limit,
-                                unfused,
-                                &label,
-                                &plan_cache,
-                                |p| p.variant_pack_fused(xa, wa, ba, ra, oa, scratch_ptr),
-                            )? {
-                                log::debug!(
-                                    "{label}: fused with its bias/activation: {us} us against {best} + {ew_us:?} us"
-                                );
-                                best = us;
-                                choice.fused = Some(rank);
-                                choice.fused_workspace = plan.plan.workspace;
-                                m.fused_geo = Some((geo_f, epi));
-                                m.plan = Some(plan);
-                            }
-                        }
-                    }
-                    choice.find_us = best.min(u32::MAX as f32) as u32;
-                }
-                if let Some(e) = legacy_error
-                    && choice.graph.is_none()
-                    && choice.fused.is_none()
-                {
-                    return Err(pitched_refusal(
-                        pitched_refused,
-                        &plan_cache,
-                        step_err(&format!(
-                            "{e}; and no cuDNN graph-API plan runs its pitched channels-last operands"
-                        )),
-                    ));
-                }
-                log::debug!(
-                    "{network}: {}: {} ({} bytes of workspace, {} us)",
-                    step.node,
-                    match (choice.fused, choice.graph) {
-                        (Some(r), _) => format!("cuDNN graph API fused, heuristics rank {r}"),
-                        (None, Some(r)) => format!("cuDNN graph API, heuristics rank {r}"),
-                        (None, None) => format!("cuDNN algorithm {}", choice.algo),
-                    },
-                    if choice.fused.is_some() {
-                        choice.fused_workspace
-                    } else if choice.graph.is_some() {
-                        choice.graph_workspace
-                    } else {
-                        choice.workspace
-                    },
-                    choice.find_us
-                );
-                m.choice = choice;
-                record(i, &m, fusion);
-                measured.insert(key, m);
-            }
-            // A pooling over a pitched operand runs once here: cuDNN refusing it is a
-            // load-time error (the engine then lays the channels out packed), never a
-            // failed frame.
-            for (i, step) in g.steps.iter().enumerate() {
-                let StepKind::Pool(pl) = &step.kind else {
-                    continue;
-                };
-                if !has_pitched_operand(g, i) {
-                    continue;
-                }
-                let StepDescs::Pool { x, y, pool } =
-                    step_descs(g, i, options.precision).map_err(|m| backend_err(network, m))?
-                else {
-                    unreachable!("a pooling step has pooling descriptors")
-                };
-                let _ = handle.set_stream(stream.raw());
-                // SAFETY: addresses resolve into the temporary arena, sized by the memory
-                // plan for these descriptors.
-                unsafe { pool.forward(&handle, &x, addr(pl.x), &y, addr(pl.y)) }.map_err(|e| {
-                    let e = backend_err(network, format!("step {i} ({}): {e}", step.node));
-                    pitched_refusal(pitched_refused, &plan_cache, e)
-                })?;
-            }
-            ctx.synchronize().map_err(crate::cuda::CudaError::from)?;
-            let (held, hits, added) = plan_cache.counts();
-            log::info!(
-                "{network}: convolution algorithms measured in {:.2} s; cuDNN plan cache {}: \
-                 {hits} plans deserialised, {added} added, {held} held",
-                fusion_start.elapsed().as_secs_f64(),
-                plan_cache
-                    .path()
-                    .map_or_else(|| "in memory".to_string(), |p| p.display().to_string()),
-            );
-            if let Err(e) = plan_cache.save() {
-                log::warn!("{network}: {e}: plans compiled again at the next load");
-            }
-            // In memory, only the chosen plans' serialisations: what a later executor rebuilds.
-            let keep: std::collections::HashSet<&str> = kept_plans
-                .iter()
-                .flatten()
-                .filter_map(|p| p.plan.cache_key.as_deref())
-                .collect();
-            plan_cache.retain(&keep);
-            // The load stream dies with this function: the first executor sets its own.
-            let _ = handle.set_stream(std::ptr::null_mut());
-            kept = Some(Kept {
-                plans: kept_plans,
-                handle,
-            });
-            drop(temp);
-        }
-
-        // The final memory plan: only the fusions that won keep their outputs live from the
-        // convolution on (the measurement ran on the plan that allows them all, which costs
-        // memory), and each still holds under it.
-        let winners: Vec<usize> = (0..g.steps.len())
-            .filter(|&i| fusions[i].is_some())
-            .collect();
-        let memory =
-            crate::native::plan::memory::MemoryPlan::for_fusions(g, &winners, opts.streams)
-                .and_then(|m| m.check(g).map(|_| m))
-                .map_err(|e| backend_err(network, format!("internal: memory plan: {e}")))?;
-        for &i in &winners {
-            if memory.fusion(g, i) != fusions[i] {
-                log::warn!(
-                    "{network}: step {i}: fusion does not hold under the final memory plan: unfused"
-                );
-                fusions[i] = None;
-            }
-        }
+        let mut d = if has_convs || (0..g.steps.len()).any(|i| has_pitched_operand(g, i)) {
+            search_algorithms(
+                ctx,
+                opts,
+                options.precision,
+                network,
+                &compiled,
+                &io,
+                &kernel_set,
+                &stream,
+                weights.as_ref(),
+                &plan_cache,
+                pitched_refused,
+            )?
+        } else {
+            Decisions::none(g.steps.len())
+        };
+        let memory = final_memory(network, g, &mut d.fusions, opts.streams)?;
 
         // Workspace layout.
         let cublas_bytes = if uses_cublas {
@@ -1451,7 +1601,7 @@ impl NativePlan {
         // (`ConvChoice::scratch`).
         let (cudnn_ws, cublas_ws) = launch::stream_scratch(
             &compiled,
-            |i| convs[i].map_or(0, |c| c.scratch()),
+            |i| d.convs[i].map_or(0, |c| c.scratch()),
             cublas_bytes,
         );
         let layout = Layout::new(compiled.memory.activation_bytes, &cudnn_ws, &cublas_ws);
@@ -1465,7 +1615,7 @@ impl NativePlan {
                 .iter()
                 .filter(|s| matches!(s.kind, StepKind::Conv(_)))
                 .count(),
-            fusions.iter().flatten().count(),
+            d.fusions.iter().flatten().count(),
             g.steps
                 .iter()
                 .filter(|s| matches!(s.kind, StepKind::Gemm(_)))
@@ -1478,7 +1628,7 @@ impl NativePlan {
             module.image
         );
         Ok(NativePlan(Arc::new(PlanInner {
-            kept: Mutex::new(kept),
+            kept: Mutex::new(d.kept),
             network: network.to_string(),
             ctx: ctx.clone(),
             io,
@@ -1486,10 +1636,10 @@ impl NativePlan {
             precision: options.precision,
             weights,
             kernels: kernel_set,
-            convs,
-            geoms,
-            fusions,
-            fused_geoms,
+            convs: d.convs,
+            geoms: d.geoms,
+            fusions: d.fusions,
+            fused_geoms: d.fused_geoms,
             search: opts.cudnn_search,
             plan_cache,
             layout,
