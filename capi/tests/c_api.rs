@@ -375,6 +375,7 @@ fn gpu_program() -> PathBuf {
                 .arg("-I")
                 .arg(crate_dir().join("include"))
                 .arg(crate_dir().join("tests/c/gpu_network.c"))
+                .arg(crate_dir().join("tests/c/alloc_count.c"))
                 .arg("-L")
                 .arg(lib)
                 .args(["-ltether", "-ldl", "-lm"])
@@ -412,6 +413,13 @@ fn gpu_network_device_io() {
             "{staging}: {c}"
         );
         assert!(f32_of(&c["zeros_max_diff"]) > tol, "{staging}: {c}");
+        // Allocation-free through C on the GPU, as the Rust path: runs and detections make
+        // no allocation from libtether (the CUDA driver's own are reported beside).
+        assert_eq!(c["device_io_tether_allocations"], 0, "{staging}: {c}");
+        assert_eq!(c["host_run_tether_allocations"], 0, "{staging}: {c}");
+        assert_eq!(c["detect_tether_allocations"], 0, "{staging}: {c}");
+        assert_eq!(c["unattributed_allocations"], 0, "{staging}: {c}");
+        assert_ne!(c["detect_engine"], "tract-cpu", "{c}");
         assert_eq!(c["ok"], true, "{staging}: {c}");
     }
 }

@@ -12,12 +12,18 @@
  * run ordered on that stream with TETHER_MEMORY_DEVICE, the outputs read back with
  * cuMemcpyDtoHAsync on the stream, one cuStreamSynchronize: they must equal the
  * reference. Then TETHER_MEMORY_HOST on the stream (pattern in the host buffers again),
- * and a host run on zeros, which must differ (the input matters). Prints one JSON line;
- * exit 1 on a mismatch.
+ * and a host run on zeros, which must differ (the input matters). Heap allocations of
+ * this thread are counted (alloc_count.c, linked in) over 200 runs of each kind (after 50
+ * uncounted ones) and over 100 `tether_detect` calls on a synthetic 640x480 RGB frame (the
+ * bundle opened as a model on the same device, after 3 warm-up calls), each attributed by its
+ * call site to libtether.so or to another library (the CUDA driver allocates for itself
+ * inside cuGraphLaunch and friends): those of libtether.so must be 0, the GPU path's claim
+ * repeated through C. Prints one JSON line; exit 1 on a mismatch.
  *
  * The CUDA driver is loaded with dlopen (no CUDA header or library at build time), as an
  * application using the runtime API would find it: the primary context of device 0.
  */
+#define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -27,6 +33,33 @@
 #include <time.h>
 
 #include <tether/tether.h>
+
+void alloc_count_start(void);
+unsigned long long alloc_count_stop(void);
+size_t alloc_count_callers(void **out, size_t cap);
+
+/* Who made the allocations of the last counted span: `*own` those called from libtether.so
+ * (the library's Rust code allocates through libc's malloc from inside it), `*unattributed`
+ * those past the recorded call sites; the other libraries' names (the CUDA driver's own
+ * mallocs) appended to `others`. */
+static void attribute(unsigned long long total, unsigned long long *own, unsigned long long *unattributed,
+                      char *others, size_t others_cap) {
+    void *sites[64];
+    size_t n = alloc_count_callers(sites, 64);
+    *own = 0;
+    *unattributed = total - n;
+    for (size_t i = 0; i < n; i++) {
+        Dl_info info;
+        const char *name = dladdr(sites[i], &info) && info.dli_fname ? info.dli_fname : "?";
+        const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+        if (strstr(base, "libtether")) {
+            (*own)++;
+        } else if (!strstr(others, base) && strlen(others) + strlen(base) + 2 < others_cap) {
+            if (others[0]) strcat(others, " ");
+            strcat(others, base);
+        }
+    }
+}
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -211,13 +244,25 @@ int main(int argc, char **argv) {
     }
 
     /* Per-run cost: 200 device-I/O runs on the stream, one wait; 200 host runs. */
+    /* Warm-up outside the counts: 50 runs of each kind. */
+    for (int r = 0; r < 50; r++) CHECK(tether_network_run_on_stream(net, stream, TETHER_MEMORY_DEVICE));
+    CU(cu.stream_synchronize(stream));
+    for (int r = 0; r < 50; r++) CHECK(tether_network_run(net));
+    char others[256] = "";
+    unsigned long long device_own, device_unattributed, host_own, host_unattributed;
     int runs = 200;
     double t0 = now_ms();
+    alloc_count_start();
     for (int r = 0; r < runs; r++) CHECK(tether_network_run_on_stream(net, stream, TETHER_MEMORY_DEVICE));
+    unsigned long long device_allocs = alloc_count_stop();
+    attribute(device_allocs, &device_own, &device_unattributed, others, sizeof others);
     CU(cu.stream_synchronize(stream));
     double device_ms = (now_ms() - t0) / runs;
     t0 = now_ms();
+    alloc_count_start();
     for (int r = 0; r < runs; r++) CHECK(tether_network_run(net));
+    unsigned long long host_allocs = alloc_count_stop();
+    attribute(host_allocs, &host_own, &host_unattributed, others, sizeof others);
     double host_ms = (now_ms() - t0) / runs;
 
     /* The input matters: zeros give other outputs. */
@@ -230,13 +275,50 @@ int main(int argc, char **argv) {
         if (d > zeros_diff) zeros_diff = d;
     }
 
+    /* The semantic call on the same device: detections of a synthetic frame, counted. */
+    tether_model *model = NULL;
+    CHECK(tether_model_open(argv[1], &o, &model));
+    uint32_t fw = 640, fh = 480;
+    uint8_t *frame = malloc((size_t)fw * fh * 3);
+    if (!frame) {
+        fprintf(stderr, "gpu_network: out of memory for a %ux%u frame\n", fw, fh);
+        return 1;
+    }
+    for (uint32_t y = 0; y < fh; y++)
+        for (uint32_t x = 0; x < fw * 3; x++) frame[(size_t)y * fw * 3 + x] = (uint8_t)((x * 7 + y * 3) ^ (x / 32 * 40));
+    tether_image_view view = {frame, fw, fh, (size_t)fw * 3, TETHER_PIXEL_RGB8};
+    tether_detection dets[300];
+    size_t found = 0;
+    for (int r = 0; r < 3; r++) CHECK(tether_detect(model, &view, dets, 300, &found));
+    int detect_calls = 100;
+    alloc_count_start();
+    for (int r = 0; r < detect_calls; r++) CHECK(tether_detect(model, &view, dets, 300, &found));
+    unsigned long long detect_allocs = alloc_count_stop();
+    unsigned long long detect_own, detect_unattributed;
+    attribute(detect_allocs, &detect_own, &detect_unattributed, others, sizeof others);
+    const char *detect_engine = NULL;
+    CHECK(tether_model_engine(model, &detect_engine));
+    char detect_engine_name[32];
+    snprintf(detect_engine_name, sizeof detect_engine_name, "%s", detect_engine);
+    tether_model_close(model);
+    free(frame);
+
     double tol = 1e-5 * (max_abs > 1 ? max_abs : 1);
-    int ok = device_diff <= tol && host_stream_diff <= tol && zeros_diff > tol;
+    int ok = device_diff <= tol && host_stream_diff <= tol && zeros_diff > tol && device_own == 0 &&
+             host_own == 0 && detect_own == 0 && device_unattributed == 0 && host_unattributed == 0 &&
+             detect_unattributed == 0;
     printf("{\"engine\":\"%s\",\"staging\":\"%s\",\"outputs\":%zu,\"elements\":%zu,\"max_abs\":%.9g,"
            "\"device_io_max_diff\":%.9g,\"host_on_stream_max_diff\":%.9g,\"zeros_max_diff\":%.9g,"
-           "\"tolerance\":%.9g,\"device_io_ms_per_run\":%.4f,\"host_run_ms\":%.4f,\"ok\":%s}\n",
+           "\"tolerance\":%.9g,\"device_io_ms_per_run\":%.4f,\"host_run_ms\":%.4f,"
+           "\"runs\":%d,\"device_io_allocations\":%llu,\"device_io_tether_allocations\":%llu,"
+           "\"host_run_allocations\":%llu,\"host_run_tether_allocations\":%llu,"
+           "\"detect_engine\":\"%s\",\"detect_calls\":%d,\"detect_allocations\":%llu,"
+           "\"detect_tether_allocations\":%llu,\"unattributed_allocations\":%llu,"
+           "\"other_allocating_libraries\":\"%s\",\"detections\":%zu,\"ok\":%s}\n",
            engine, staging, n_out, elements, max_abs, device_diff, host_stream_diff, zeros_diff, tol, device_ms,
-           host_ms, ok ? "true" : "false");
+           host_ms, runs, device_allocs, device_own, host_allocs, host_own, detect_engine_name, detect_calls,
+           detect_allocs, detect_own, device_unattributed + host_unattributed + detect_unattributed, others, found,
+           ok ? "true" : "false");
 
     tether_network_close(net);
     CU(cu.stream_destroy(stream));
