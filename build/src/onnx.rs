@@ -462,7 +462,6 @@ pub fn mask_width_padding(
         let outlet = typed.find_outlet_label(name)?;
         typed.outlet_fact(outlet).ok().map(|f| f.shape.to_tvec())
     };
-    let depends = |d: &TDim| d.symbols().contains(&width);
 
     let mut proto = read_proto(model_bytes)?;
     let graph = proto
@@ -474,6 +473,81 @@ pub fn mask_width_padding(
             "the model already has an input `{input_name}`"
         )));
     }
+    let sites = mask_sites(graph, &shape_of, &width)?;
+    if sites.is_empty() {
+        return Ok(None);
+    }
+    // One table per distinct expression.
+    let mut exprs: Vec<TDim> = Vec::new();
+    for s in &sites {
+        if !exprs.contains(&s.expr) {
+            exprs.push(s.expr.clone());
+        }
+    }
+    let mut tables = Vec::with_capacity(exprs.len());
+    for e in &exprs {
+        let t: Result<Vec<i64>, OnnxError> = widths
+            .clone()
+            .map(|w| {
+                e.eval_to_i64(&SymbolValues::default().with(&width, w))
+                    .map_err(|x| OnnxError(format!("width {e}: {x:#}")))
+            })
+            .collect();
+        tables.push(t?);
+    }
+
+    insert_masks(graph, &sites, &exprs, input_name);
+    Ok(Some(WidthMasked {
+        onnx: proto.encode_to_vec(),
+        input: input_name.into(),
+        tables,
+        first: *widths.start(),
+        sites: sites.len(),
+    }))
+}
+
+/// How a masked site treats the columns past the valid width.
+#[derive(Clone, Copy, PartialEq)]
+enum MaskKind {
+    /// Zeroed before an op that looks across columns (a convolution, a pool).
+    Zero,
+    /// Zeroed before a global average pool, whose result is then scaled to the mean over the
+    /// valid columns.
+    Mean,
+    /// Attention scores: keys past the valid ones get a large negative bias (no weight).
+    Keys,
+}
+
+/// One place [`mask_width_padding`] masks: node `at`'s first input `tensor`, treated as
+/// `kind`, whose last axis is `expr` in the input width.
+struct MaskSite {
+    at: usize,
+    tensor: String,
+    kind: MaskKind,
+    expr: tract_onnx::prelude::TDim,
+}
+
+impl MaskSite {
+    fn new(at: usize, tensor: String, kind: MaskKind, expr: tract_onnx::prelude::TDim) -> Self {
+        MaskSite {
+            at,
+            tensor,
+            kind,
+            expr,
+        }
+    }
+}
+
+/// The sites of `graph` [`mask_width_padding`] masks, in node order, from the symbolic shapes
+/// `shape_of` with the input width the symbol `width`; an error naming the node that mixes
+/// columns in a way masking cannot follow.
+fn mask_sites(
+    graph: &pb::GraphProto,
+    shape_of: &dyn Fn(&str) -> Option<tract_onnx::prelude::TVec<tract_onnx::prelude::TDim>>,
+    width: &tract_onnx::prelude::Symbol,
+) -> Result<Vec<MaskSite>, OnnxError> {
+    use tract_onnx::prelude::*;
+    let depends = |d: &TDim| d.symbols().contains(width);
     let attr_ints = |n: &pb::NodeProto, name: &str| -> Vec<i64> {
         n.attribute
             .iter()
@@ -520,14 +594,7 @@ pub fn mask_width_padding(
         false
     };
 
-    #[derive(Clone, Copy, PartialEq)]
-    enum Kind {
-        Zero,
-        Mean,
-        Keys,
-    }
-    // (node index, the masked tensor, kind, its last-axis expression)
-    let mut sites: Vec<(usize, String, Kind, TDim)> = Vec::new();
+    let mut sites = Vec::new();
     for (i, n) in graph.node.iter().enumerate() {
         let input = n.input.first().cloned().unwrap_or_default();
         let Some(shape) = shape_of(&input) else {
@@ -560,16 +627,18 @@ pub fn mask_width_padding(
                     && p.iter().skip(1).step_by(2).all(|&v| v == 0)
                     && attr_ints(n, "pads").len() <= 4;
                 if !local {
-                    sites.push((i, input, Kind::Zero, last));
+                    sites.push(MaskSite::new(i, input, MaskKind::Zero, last));
                 }
             }
-            "GlobalAveragePool" if depends(&last) => sites.push((i, input, Kind::Mean, last)),
+            "GlobalAveragePool" if depends(&last) => {
+                sites.push(MaskSite::new(i, input, MaskKind::Mean, last))
+            }
             "Softmax" => {
                 let axis = attr_int(n, "axis").unwrap_or(-1);
                 if along_width(axis) {
                     if shape.len() == 4 && (axis == -1 || axis == 3) && is_attention(graph, &input)
                     {
-                        sites.push((i, input, Kind::Keys, last));
+                        sites.push(MaskSite::new(i, input, MaskKind::Keys, last));
                     } else {
                         return cannot("normalises over the width");
                     }
@@ -595,28 +664,17 @@ pub fn mask_width_padding(
             _ => {}
         }
     }
-    if sites.is_empty() {
-        return Ok(None);
-    }
-    // One table per distinct expression.
-    let mut exprs: Vec<TDim> = Vec::new();
-    for s in &sites {
-        if !exprs.contains(&s.3) {
-            exprs.push(s.3.clone());
-        }
-    }
-    let mut tables = Vec::with_capacity(exprs.len());
-    for e in &exprs {
-        let t: Result<Vec<i64>, OnnxError> = widths
-            .clone()
-            .map(|w| {
-                e.eval_to_i64(&SymbolValues::default().with(&width, w))
-                    .map_err(|x| OnnxError(format!("width {e}: {x:#}")))
-            })
-            .collect();
-        tables.push(t?);
-    }
+    Ok(sites)
+}
 
+/// Insert the masks of `sites` (valid widths from row `exprs.iter().position(site.expr)` of
+/// the new f32 input `input_name`, shape `[exprs.len()]`) into `graph`, and that input.
+fn insert_masks(
+    graph: &mut pb::GraphProto,
+    sites: &[MaskSite],
+    exprs: &[tract_onnx::prelude::TDim],
+    input_name: &str,
+) {
     // The rewrite.
     let f32_scalar = |name: String, v: f32| pb::TensorProto {
         name,
@@ -659,9 +717,10 @@ pub fn mask_width_padding(
         graph.initializer.push(i64_1d(format!("{p}k{k}"), k as i64));
     }
     let mut inserted = 0;
-    for (j, (at, tensor, kind, expr)) in sites.iter().enumerate() {
-        let at = at + inserted;
-        let k = exprs.iter().position(|e| e == expr).unwrap_or(0);
+    for (j, site) in sites.iter().enumerate() {
+        let (tensor, kind) = (&site.tensor, site.kind);
+        let at = site.at + inserted;
+        let k = exprs.iter().position(|e| *e == site.expr).unwrap_or(0);
         let q = format!("{p}{j}/");
         let mut nodes = vec![
             node(
@@ -717,7 +776,7 @@ pub fn mask_width_padding(
         ];
         let masked = format!("{q}masked");
         match kind {
-            Kind::Zero | Kind::Mean => {
+            MaskKind::Zero | MaskKind::Mean => {
                 nodes.push(node(
                     "Mul",
                     masked.clone(),
@@ -725,7 +784,7 @@ pub fn mask_width_padding(
                     vec![],
                 ));
             }
-            Kind::Keys => {
+            MaskKind::Keys => {
                 nodes.push(node(
                     "Sub",
                     format!("{q}drop"),
@@ -753,7 +812,7 @@ pub fn mask_width_padding(
         inserted += n_new;
         let site = at + n_new;
         graph.node[site].input[0] = masked;
-        if *kind == Kind::Mean {
+        if kind == MaskKind::Mean {
             // The pool averaged over every column: scale to the mean over the valid ones.
             let out = graph.node[site].output[0].clone();
             let raw = format!("{q}sum_mean");
@@ -799,11 +858,4 @@ pub fn mask_width_padding(
             ..Default::default()
         });
     }
-    Ok(Some(WidthMasked {
-        onnx: proto.encode_to_vec(),
-        input: input_name.into(),
-        tables,
-        first: *widths.start(),
-        sites: sites.len(),
-    }))
 }
