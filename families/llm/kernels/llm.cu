@@ -643,11 +643,12 @@ extern "C" __global__ void __launch_bounds__(256) attention_combine(AttnCombineP
 // attention splits done by the last block of each head. Same arithmetic as the unfused
 // kernels, operation for operation and sum for sum: the same logits, bit for bit.
 // ---------------------------------------------------------------------------------------
-#define FUSE_WARPS 4
+#define FUSE_WARPS 8
+#define PROLOGUE_REGS 8
 
 // The input of a product, as `prep` makes it: v = in (or silu(in) * in2), with `norm`
-// v = v / sqrt(mean(v^2) + eps) * norm; into the block's shared memory as the formats the
-// weights need: Q8 blocks (q8), Q8_K blocks (q8k), f32 values (f32), in that order.
+// v = v / sqrt(mean(v^2) + eps) * norm; into the block's shared memory: the 8-bit blocks
+// the weights need (Q8 with q8, Q8_K with q8k), then the n f32 values, in that order.
 struct PrologueParams {
     const float* in;
     const float* in2;    // SwiGLU's up projection (with `swiglu`)
@@ -657,54 +658,61 @@ struct PrologueParams {
     int swiglu;
     int q8;
     int q8k;
-    int f32;
+    int pad;
 };
 
-__device__ __forceinline__ float prologue_input(const PrologueParams& p, int i) {
-    float v = p.in[i];
-    if (p.swiglu) v = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), p.in2[i]);
-    return v;
-}
-
-__device__ __forceinline__ float prologue_value(const PrologueParams& p, float scale, int i) {
-    const float v = prologue_input(p, i);
-    return p.norm ? __fmul_rn(__fmul_rn(v, scale), p.norm[i]) : v;
-}
-
-// Fills the shared memory at `smem` (layout above) and returns the f32 values' address
-// there (or null). The RMSNorm sum of squares is summed in `prep`'s order: PREP_THREADS
-// virtual threads (thread t adds values t, t + PREP_THREADS, ... in turn), each virtual
-// warp's 32 sums by warp_sum, then the 32 warp sums by warp_sum; the block's warps play the
-// 32 virtual warps. The 8-bit blocks are `prep`'s code on the same values.
+// Fills the shared memory at `smem` (layout above). The input is first staged in shared
+// memory (all its loads in flight at once), then normalised in place; the RMSNorm sum of
+// squares is summed in `prep`'s order: PREP_THREADS virtual threads (thread t adds values
+// t, t + PREP_THREADS, ... in turn), each virtual warp's 32 sums by warp_sum, then the 32
+// warp sums by warp_sum; the block's warps play the 32 virtual ones. The 8-bit blocks are
+// `prep`'s code on the same values.
 __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8** q8,
                          BlockQ8K** q8k, float** x) {
     __shared__ float red[PREP_THREADS / 32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-    float scale = 1.0f;
+    BlockQ8* s8 = p.q8 ? (BlockQ8*)smem : nullptr;
+    if (p.q8) smem += (p.n / QK) * sizeof(BlockQ8);
+    BlockQ8K* s8k = p.q8k ? (BlockQ8K*)smem : nullptr;
+    if (p.q8k) smem += (p.n / QK_K) * sizeof(BlockQ8K);
+    float* sx = (float*)smem;
+    // The norm weight of the first PROLOGUE_REGS * blockDim values, loaded with the input.
+    float wreg[PROLOGUE_REGS];
+#pragma unroll
+    for (int k = 0; k < PROLOGUE_REGS; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        wreg[k] = p.norm && i < p.n ? p.norm[i] : 0.0f;
+    }
+#pragma unroll 4
+    for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+        float v = p.in[i];
+        if (p.swiglu) v = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), p.in2[i]);
+        sx[i] = v;
+    }
+    __syncthreads();
     if (p.norm) {
         for (int vw = warp; vw < PREP_THREADS / 32; vw += nw) {
             float ss = 0.0f;
-            for (int i = vw * 32 + lane; i < p.n; i += PREP_THREADS) {
-                const float v = prologue_input(p, i);
-                ss = __fadd_rn(ss, __fmul_rn(v, v));
-            }
+            for (int i = vw * 32 + lane; i < p.n; i += PREP_THREADS)
+                ss = __fadd_rn(ss, __fmul_rn(sx[i], sx[i]));
             ss = warp_sum(ss);
             if (lane == 0) red[vw] = ss;
         }
         __syncthreads();
         const float t = warp_sum(red[lane]);
-        scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(t, (float)p.n), p.eps)));
+        const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(t, (float)p.n), p.eps)));
+#pragma unroll
+        for (int k = 0; k < PROLOGUE_REGS; ++k) {
+            const int i = threadIdx.x + k * blockDim.x;
+            if (i < p.n) sx[i] = __fmul_rn(__fmul_rn(sx[i], scale), wreg[k]);
+        }
+        for (int i = threadIdx.x + PROLOGUE_REGS * blockDim.x; i < p.n; i += blockDim.x)
+            sx[i] = __fmul_rn(__fmul_rn(sx[i], scale), p.norm[i]);
+        __syncthreads();
     }
-    BlockQ8* s8 = p.q8 ? (BlockQ8*)smem : nullptr;
-    if (p.q8) smem += (p.n / QK) * sizeof(BlockQ8);
-    BlockQ8K* s8k = p.q8k ? (BlockQ8K*)smem : nullptr;
-    if (p.q8k) smem += (p.n / QK_K) * sizeof(BlockQ8K);
-    float* sx = p.f32 ? (float*)smem : nullptr;
-    if (sx)
-        for (int i = threadIdx.x; i < p.n; i += blockDim.x) sx[i] = prologue_value(p, scale, i);
     if (s8) {
         for (int b = warp; b < p.n / QK; b += nw) {
-            const float v = prologue_value(p, scale, b * QK + lane);
+            const float v = sx[b * QK + lane];
             const float amax = warp_max(fabsf(v));
             const float d = __fdiv_rn(amax, 127.0f);
             const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
@@ -719,14 +727,13 @@ __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8**
     }
     if (s8k) {
         for (int b = warp; b < p.n / QK_K; b += nw) {
-            float xv[8];
+            const float* xb = sx + b * QK_K;
             float amax = 0.0f, mx = 0.0f;
             int at = 0x7fffffff;
             for (int k = 0; k < 8; ++k) {
                 const int i = lane * 8 + k;
-                xv[k] = prologue_value(p, scale, b * QK_K + i);
-                const float a = fabsf(xv[k]);
-                if (a > amax) { amax = a; mx = xv[k]; at = i; }
+                const float a = fabsf(xb[i]);
+                if (a > amax) { amax = a; mx = xb[i]; at = i; }
             }
             for (int o = 16; o > 0; o >>= 1) {
                 const float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
@@ -744,7 +751,7 @@ __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8**
             const float iscale = __fdiv_rn(-127.0f, mx);
             int part = 0;
             for (int k = 0; k < 8; ++k) {
-                int q = __float2int_rn(__fmul_rn(iscale, xv[k]));
+                int q = __float2int_rn(__fmul_rn(iscale, xb[lane * 8 + k]));
                 q = q < 127 ? q : 127;
                 out->qs[lane * 8 + k] = (int8_t)q;
                 part += q;
@@ -846,7 +853,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopePa
             const int t = is_k ? it - q_pairs : it;
             const int h = t / half, i = t % half;
             const int ra = h * p.head_dim + i, rb = ra + half;
-            const Proj& pr = p.p[is_k ? 1 : 0];
+            const Proj pr = is_k ? p.p[1] : p.p[0];
             const float da = row_dot(mp, pr, pr.w + (size_t)ra * pr.row_bytes, lane);
             const float db = row_dot(mp, pr, pr.w + (size_t)rb * pr.row_bytes, lane);
             if (lane == 0) {

@@ -207,6 +207,24 @@ pub fn tiny_vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
 /// the tiny vocabulary, a ChatML template, and, for `llama`, Q/K rows permuted as llama.cpp's
 /// converter stores them.
 pub fn tiny_gguf(cfg: &LlmConfig) -> crate::gguf::GgufWriter {
+    gguf_of(cfg, None)
+}
+
+/// A GGUF of `cfg` as [`tiny_gguf`], but each matrix stored as `ty(name, cols)` gives with
+/// [`random_matrix`] values (Q/K rows not permuted: the values are random), and the
+/// vocabulary padded to `cfg.n_vocab` with tokens `x96`, `x97`, ...: a checkpoint of any
+/// shape for benchmarks without the real weights.
+pub fn synthetic_gguf(
+    cfg: &LlmConfig,
+    ty: &dyn Fn(&str, usize) -> TensorType,
+) -> crate::gguf::GgufWriter {
+    gguf_of(cfg, Some(ty))
+}
+
+fn gguf_of(
+    cfg: &LlmConfig,
+    random: Option<&dyn Fn(&str, usize) -> TensorType>,
+) -> crate::gguf::GgufWriter {
     use crate::gguf::{GgufWriter, Value};
     let a = cfg.architecture.as_str();
     let mut w = GgufWriter::default();
@@ -224,7 +242,13 @@ pub fn tiny_gguf(cfg: &LlmConfig) -> crate::gguf::GgufWriter {
             &k("attention.layer_norm_rms_epsilon"),
             Value::F32(cfg.norm_eps),
         );
-    let (tokens, types, merges) = tiny_vocab();
+    let (mut tokens, mut types, merges) = tiny_vocab();
+    if random.is_some() {
+        for i in tokens.len()..cfg.n_vocab as usize {
+            tokens.push(format!("x{i}"));
+            types.push(1);
+        }
+    }
     w.kv("tokenizer.ggml.model", Value::String("gpt2".into()))
         .kv("tokenizer.ggml.pre", Value::String("smollm".into()))
         .kv(
@@ -249,6 +273,14 @@ pub fn tiny_gguf(cfg: &LlmConfig) -> crate::gguf::GgufWriter {
             ),
         );
     for (i, (name, dims)) in tensor_shapes(cfg).into_iter().enumerate() {
+        if let Some(ty) = random
+            && dims.len() == 2
+        {
+            let t = ty(&name, dims[0] as usize);
+            let data = random_matrix(t, dims[1] as usize, dims[0] as usize, i as u64 + 1);
+            w.tensor(&name, t, &dims, data);
+            continue;
+        }
         let mut data = f32_bytes(&tensor_data(&name, &dims, i));
         if a == "llama" {
             let heads = if name.contains("attn_q.") {

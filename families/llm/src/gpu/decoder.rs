@@ -129,7 +129,7 @@ enum Params {
 
 /// Dynamic shared memory of a kernel whose input is prepared by `p` (its prologue).
 fn prologue_bytes(p: &PrologueParams) -> u32 {
-    prologue_shared_bytes(p.n as usize, p.q8 != 0, p.q8k != 0, p.f32 != 0) as u32
+    prologue_shared_bytes(p.n as usize, p.q8 != 0, p.q8k != 0) as u32
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -384,7 +384,7 @@ impl GpuDecoder {
             swiglu: i32::from(pr.swiglu),
             q8: i32::from(pr.q8),
             q8k: i32::from(pr.q8k),
-            f32: i32::from(pr.f32),
+            pad: 0,
         };
         let proj_params = |projs: &[Option<crate::forward::Proj>; 3]| {
             let mut out = [ProjParams::default(); 3];

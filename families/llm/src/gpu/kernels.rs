@@ -56,7 +56,7 @@ pub const ATTN_WARPS: u32 = 8;
 pub const ATTN_SPLITS: u32 = 16;
 
 /// Warps (rows, or work items) per block of `prep_matvec` and `qkv_rope` (`FUSE_WARPS`).
-pub const FUSE_WARPS: u32 = 4;
+pub const FUSE_WARPS: u32 = 8;
 /// Most blocks of one `prep_matvec` / `qkv_rope` launch: wider products give each warp
 /// several rows (each block prepares the input once).
 pub const FUSE_MAX_BLOCKS: u32 = 1024;
@@ -271,8 +271,8 @@ pub struct PrologueParams {
     pub q8: i32,
     /// 1: Q8_K blocks into shared memory.
     pub q8k: i32,
-    /// 1: the f32 values into shared memory.
-    pub f32: i32,
+    /// Padding.
+    pub pad: i32,
 }
 
 /// `struct PrepMatVecParams` of `prep_matvec`.

@@ -116,8 +116,9 @@ pub enum Step {
 }
 
 /// The preparation of a product's input inside the product's launch: `input` (or
-/// `silu(Gate) * Up`), RMSNorm'd with `norm`, into the block's shared memory as the formats
-/// the product's weights read (`PrologueParams` of `kernels/llm.cu`).
+/// `silu(Gate) * Up`), RMSNorm'd with `norm`, into the block's shared memory: the f32 values
+/// (F32 / F16 / BF16 weights read them) and the 8-bit blocks the product's weights read
+/// (`PrologueParams` of `kernels/llm.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Prologue {
     /// Input buffer (`Gate` for SwiGLU).
@@ -130,21 +131,19 @@ pub struct Prologue {
     pub q8: bool,
     /// Q8_K blocks (256 values) for Q4_K / Q6_K weights.
     pub q8k: bool,
-    /// The f32 values, for F32 / F16 / BF16 weights.
-    pub f32: bool,
 }
 
 /// Shared memory a fused product may ask for, in bytes (of the 48 KiB a block gets without
 /// opting in; the kernels' static shared memory stays below 1 KiB). A product whose input
-/// needs more keeps its own `Prep` launch.
-pub const FUSE_SHARED_MAX: usize = 40 * 1024;
+/// needs more (an input wider than about 9,000 values) keeps its own `Prep` launch.
+pub const FUSE_SHARED_MAX: usize = 46 * 1024;
 
-/// Shared memory of a [`Prologue`] over `n` values, in bytes: its Q8 blocks, Q8_K blocks and
-/// f32 values, in that order (`prologue` of `kernels/llm.cu`).
-pub fn prologue_shared_bytes(n: usize, q8: bool, q8k: bool, f32: bool) -> usize {
+/// Shared memory of a [`Prologue`] over `n` values, in bytes: its Q8 blocks, Q8_K blocks,
+/// then the n f32 values, in that order (`prologue` of `kernels/llm.cu`).
+pub fn prologue_shared_bytes(n: usize, q8: bool, q8k: bool) -> usize {
     usize::from(q8) * (n / 32) * BLOCK_Q8_BYTES
         + usize::from(q8k) * (n / 256) * BLOCK_Q8K_BYTES
-        + usize::from(f32) * n * 4
+        + n * 4
 }
 
 /// Kernel launches of `steps` (graph nodes): one per step, two for [`Step::Attention`]
@@ -390,20 +389,15 @@ pub fn lower_fused(
             && let Some(&Step::MatVec { input: read, projs }) = steps.get(i + 1)
             && read == out
         {
-            let f32 = projs
-                .iter()
-                .flatten()
-                .any(|p| ty(p.weight).act_format() == ActFormat::F32);
             let prologue = Prologue {
                 input,
                 swiglu,
                 norm,
                 q8,
                 q8k,
-                f32,
             };
             let unchanged = out == input && !swiglu && norm.is_none();
-            let fits = prologue_shared_bytes(hp.width(input), q8, q8k, f32) <= FUSE_SHARED_MAX;
+            let fits = prologue_shared_bytes(hp.width(input), q8, q8k) <= FUSE_SHARED_MAX;
             let overwrites = projs
                 .iter()
                 .flatten()
@@ -792,7 +786,6 @@ mod tests {
             products += 1;
             assert_eq!(prologue.q8, needs(&projs, &ty, ActFormat::Q8), "{s:?}");
             assert_eq!(prologue.q8k, needs(&projs, &ty, ActFormat::Q8K), "{s:?}");
-            assert_eq!(prologue.f32, needs(&projs, &ty, ActFormat::F32), "{s:?}");
             let unfused = plain
                 .iter()
                 .zip(&plain[1..])
@@ -894,8 +887,8 @@ mod tests {
         };
         let steps = lower_fused(&program, &h, &|_| TensorType::Q4_1).expect("lowers");
         assert!(matches!(steps[0], Step::Prep { .. }) && matches!(steps[1], Step::MatVec { .. }));
-        // An input too wide for the shared memory: 16,384 f32 values (64 KiB) stay unfused,
-        // their Q8 blocks (20 KiB) fuse.
+        // An input too wide for the shared memory: 16,384 values (64 KiB of f32) stay
+        // unfused; 8,192 (32 KiB, and 10 KiB of Q8 blocks) fuse.
         h.n_embd = 16_384;
         let program = Program {
             ops: vec![
@@ -912,16 +905,19 @@ mod tests {
                 },
             ],
         };
-        let steps = lower_fused(&program, &h, &|_| TensorType::F16).expect("lowers");
+        let steps = lower_fused(&program, &h, &|_| TensorType::Q4_1).expect("lowers");
         assert_eq!(launches(&steps), 3);
         assert!(matches!(steps[0], Step::Prep { .. }));
-        let steps = lower_fused(&program, &h, &|_| TensorType::Q4_1).expect("lowers");
-        assert_eq!(launches(&steps), 2);
-        assert_eq!(prologue_shared_bytes(16_384, true, false, false), 512 * 40);
-        assert_eq!(prologue_shared_bytes(16_384, false, false, true), 65_536);
+        h.n_embd = 8192;
+        for t in [TensorType::Q4_1, TensorType::F16] {
+            let steps = lower_fused(&program, &h, &|_| t).expect("lowers");
+            assert_eq!(launches(&steps), 2, "{t:?}");
+        }
+        assert_eq!(prologue_shared_bytes(8192, true, false), 256 * 40 + 32_768);
+        assert_eq!(prologue_shared_bytes(16_384, false, false), 65_536);
         assert_eq!(
-            prologue_shared_bytes(1536, true, true, false),
-            48 * BLOCK_Q8_BYTES + 6 * BLOCK_Q8K_BYTES
+            prologue_shared_bytes(1536, true, true),
+            48 * BLOCK_Q8_BYTES + 6 * BLOCK_Q8K_BYTES + 1536 * 4
         );
     }
 
