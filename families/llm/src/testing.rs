@@ -221,10 +221,10 @@ pub fn synthetic_gguf(
     gguf_of(cfg, Some(ty))
 }
 
-fn gguf_of(
-    cfg: &LlmConfig,
-    random: Option<&dyn Fn(&str, usize) -> TensorType>,
-) -> crate::gguf::GgufWriter {
+/// The storage type of a matrix of a synthetic checkpoint, from its name and columns.
+pub type TypeOf<'a> = &'a dyn Fn(&str, usize) -> TensorType;
+
+fn gguf_of(cfg: &LlmConfig, random: Option<TypeOf<'_>>) -> crate::gguf::GgufWriter {
     use crate::gguf::{GgufWriter, Value};
     let a = cfg.architecture.as_str();
     let mut w = GgufWriter::default();

@@ -46,7 +46,7 @@ fn mixed_types(name: &str, cols: usize) -> TensorType {
         .unwrap_or(0);
     if name == "token_embd.weight" {
         TensorType::Q8_0
-    } else if cols % 256 == 0 && name.contains("ffn_down") {
+    } else if cols.is_multiple_of(256) && name.contains("ffn_down") {
         [
             TensorType::Q4_1,
             TensorType::Q4K,
