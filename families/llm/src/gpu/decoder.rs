@@ -31,7 +31,7 @@ pub struct GpuOptions {
     pub context: usize,
     /// How the host waits for each token.
     pub sync: SyncPolicy,
-    /// Lower with [`lower_fused`] (5 launches per Llama-style layer) rather than [`lower`]
+    /// Lower with [`lower_fused`] (5 launches per Llama-style layer) rather than [`lower()`]
     /// (12): the same logits bit for bit (`tests/gpu_fuse.rs`), fewer launches per token.
     pub fused: bool,
 }
