@@ -524,7 +524,8 @@ struct AttnParams {
     int splits;              // gridDim.y
 };
 
-extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention(AttnParams p) {
+// The partial of block (head blockIdx.x, split blockIdx.y); every thread of the block calls it.
+__device__ __forceinline__ void attention_partial(const AttnParams& p) {
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
     __shared__ float s_acc[ATTN_WARPS][MAX_HEAD_DIM];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -596,6 +597,10 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention(AttnPara
     }
 }
 
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention(AttnParams p) {
+    attention_partial(p);
+}
+
 struct AttnCombineParams {
     const float* part;  // [n_head, splits, 2 + head_dim]
     float* out;         // [n_head * head_dim]
@@ -603,28 +608,320 @@ struct AttnCombineParams {
     int splits;
 };
 
-// One block per head: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
-extern "C" __global__ void __launch_bounds__(256) attention_combine(AttnCombineParams p) {
-    const int h = blockIdx.x;
+// Head h: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M). The partials are read
+// through L2 (__ldcg): in `attention_fused` other blocks wrote them during this launch.
+__device__ __forceinline__ void combine_head(const AttnCombineParams& p, int h) {
     const float* part = p.part + (size_t)h * p.splits * (2 + p.head_dim);
     float mx = NEG_INF;
     for (int s = 0; s < p.splits; ++s) {
         const float* ps = part + s * (2 + p.head_dim);
-        if (ps[1] != 0.0f) mx = fmaxf(mx, ps[0]);
+        if (__ldcg(ps + 1) != 0.0f) mx = fmaxf(mx, __ldcg(ps));
     }
     for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
         float tot = 0.0f, o = 0.0f;
         for (int s = 0; s < p.splits; ++s) {
             const float* ps = part + s * (2 + p.head_dim);
-            if (ps[1] == 0.0f) continue;  // a split that saw no position
-            const float f = expf(ps[0] - mx);
-            tot = __fadd_rn(tot, __fmul_rn(ps[1], f));
-            o = __fadd_rn(o, __fmul_rn(ps[2 + i], f));
+            if (__ldcg(ps + 1) == 0.0f) continue;  // a split that saw no position
+            const float f = expf(__ldcg(ps) - mx);
+            tot = __fadd_rn(tot, __fmul_rn(__ldcg(ps + 1), f));
+            o = __fadd_rn(o, __fmul_rn(__ldcg(ps + 2 + i), f));
         }
         p.out[h * p.head_dim + i] = __fdiv_rn(o, tot);
     }
 }
 
+// One block per head.
+extern "C" __global__ void __launch_bounds__(256) attention_combine(AttnCombineParams p) {
+    combine_head(p, blockIdx.x);
+}
+
+
+// =======================================================================================
+// Fused decode kernels (issue 26: fewer launches per token). Each is a product with the
+// preparation of its input in the block's prologue (what `prep` did in a launch of its own),
+// RoPE and the f16 cache write in the epilogue of the Q/K/V product, and the combine of the
+// attention splits done by the last block of each head. Same arithmetic as the unfused
+// kernels, operation for operation and sum for sum: the same logits, bit for bit.
+// ---------------------------------------------------------------------------------------
+#define FUSE_WARPS 8
+#define PROLOGUE_REGS 8
+
+// The input of a product, as `prep` makes it: v = in (or silu(in) * in2), with `norm`
+// v = v / sqrt(mean(v^2) + eps) * norm; into the block's shared memory: the 8-bit blocks
+// the weights need (Q8 with q8, Q8_K with q8k), then the n f32 values, in that order.
+struct PrologueParams {
+    const float* in;
+    const float* in2;    // SwiGLU's up projection (with `swiglu`)
+    const float* norm;   // RMSNorm weight, or null
+    int n;
+    float eps;
+    int swiglu;
+    int q8;
+    int q8k;
+    int pad;
+};
+
+// Fills the shared memory at `smem` (layout above). The input is first staged in shared
+// memory (all its loads in flight at once), then normalised in place; the RMSNorm sum of
+// squares is summed in `prep`'s order: PREP_THREADS virtual threads (thread t adds values
+// t, t + PREP_THREADS, ... in turn), each virtual warp's 32 sums by warp_sum, then the 32
+// warp sums by warp_sum; the block's warps play the 32 virtual ones. The 8-bit blocks are
+// `prep`'s code on the same values.
+__device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8** q8,
+                         BlockQ8K** q8k, float** x) {
+    __shared__ float red[PREP_THREADS / 32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    BlockQ8* s8 = p.q8 ? (BlockQ8*)smem : nullptr;
+    if (p.q8) smem += (p.n / QK) * sizeof(BlockQ8);
+    BlockQ8K* s8k = p.q8k ? (BlockQ8K*)smem : nullptr;
+    if (p.q8k) smem += (p.n / QK_K) * sizeof(BlockQ8K);
+    float* sx = (float*)smem;
+    // The norm weight of the first PROLOGUE_REGS * blockDim values, loaded with the input.
+    float wreg[PROLOGUE_REGS];
+#pragma unroll
+    for (int k = 0; k < PROLOGUE_REGS; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        wreg[k] = p.norm && i < p.n ? p.norm[i] : 0.0f;
+    }
+#pragma unroll 4
+    for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+        float v = p.in[i];
+        if (p.swiglu) v = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), p.in2[i]);
+        sx[i] = v;
+    }
+    __syncthreads();
+    if (p.norm) {
+        for (int vw = warp; vw < PREP_THREADS / 32; vw += nw) {
+            float ss = 0.0f;
+            for (int i = vw * 32 + lane; i < p.n; i += PREP_THREADS)
+                ss = __fadd_rn(ss, __fmul_rn(sx[i], sx[i]));
+            ss = warp_sum(ss);
+            if (lane == 0) red[vw] = ss;
+        }
+        __syncthreads();
+        const float t = warp_sum(red[lane]);
+        const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(t, (float)p.n), p.eps)));
+#pragma unroll
+        for (int k = 0; k < PROLOGUE_REGS; ++k) {
+            const int i = threadIdx.x + k * blockDim.x;
+            if (i < p.n) sx[i] = __fmul_rn(__fmul_rn(sx[i], scale), wreg[k]);
+        }
+        for (int i = threadIdx.x + PROLOGUE_REGS * blockDim.x; i < p.n; i += blockDim.x)
+            sx[i] = __fmul_rn(__fmul_rn(sx[i], scale), p.norm[i]);
+        __syncthreads();
+    }
+    if (s8) {
+        for (int b = warp; b < p.n / QK; b += nw) {
+            const float v = sx[b * QK + lane];
+            const float amax = warp_max(fabsf(v));
+            const float d = __fdiv_rn(amax, 127.0f);
+            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+            const int r = __float2int_rn(__fmul_rn(v, id));
+            s8[b].qs[lane] = (int8_t)r;
+            const int sum = warp_sum_i(r);
+            if (lane == 0) {
+                s8[b].d = round_f16(d);
+                s8[b].s = round_f16(__fmul_rn(d, (float)sum));
+            }
+        }
+    }
+    if (s8k) {
+        for (int b = warp; b < p.n / QK_K; b += nw) {
+            const float* xb = sx + b * QK_K;
+            float amax = 0.0f, mx = 0.0f;
+            int at = 0x7fffffff;
+            for (int k = 0; k < 8; ++k) {
+                const int i = lane * 8 + k;
+                const float a = fabsf(xb[i]);
+                if (a > amax) { amax = a; mx = xb[i]; at = i; }
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
+                const float m2 = __shfl_xor_sync(0xffffffffu, mx, o);
+                const int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+                if (a2 > amax || (a2 == amax && at2 < at)) { amax = a2; mx = m2; at = at2; }
+            }
+            BlockQ8K* out = s8k + b;
+            if (amax == 0.0f) {
+                for (int k = 0; k < 8; ++k) out->qs[lane * 8 + k] = 0;
+                if (lane < 16) out->bsums[lane] = 0;
+                if (lane == 0) out->d = 0.0f;
+                continue;
+            }
+            const float iscale = __fdiv_rn(-127.0f, mx);
+            int part = 0;
+            for (int k = 0; k < 8; ++k) {
+                int q = __float2int_rn(__fmul_rn(iscale, xb[lane * 8 + k]));
+                q = q < 127 ? q : 127;
+                out->qs[lane * 8 + k] = (int8_t)q;
+                part += q;
+            }
+            const int other = __shfl_down_sync(0xffffffffu, part, 1);
+            if (lane % 2 == 0) out->bsums[lane / 2] = (int16_t)(part + other);
+            if (lane == 0) out->d = __fdiv_rn(1.0f, iscale);
+        }
+    }
+    __syncthreads();
+    *q8 = s8;
+    *q8k = s8k;
+    *x = sx;
+}
+
+// ---------------------------------------------------------------------------------------
+// prep_matvec: `prep` + `matvec` in one launch: each block prepares the input in its shared
+// memory (prologue above), then each warp takes rows r = block * FUSE_WARPS + warp, then
+// + gridDim.x * FUSE_WARPS, ...; the row's dot product and epilogue (bias, residual
+// accumulation) are `matvec`'s. Blocks of FUSE_WARPS warps; dynamic shared memory: the
+// prologue's formats.
+// ---------------------------------------------------------------------------------------
+struct PrepMatVecParams {
+    PrologueParams in;
+    Proj p[3];
+    int nproj;
+    int rows_total;
+};
+
+extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) prep_matvec(PrepMatVecParams p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    BlockQ8* q8;
+    BlockQ8K* q8k;
+    float* x;
+    prologue(p.in, smem, &q8, &q8k, &x);
+    MatVecParams mp;
+    mp.x = x;
+    mp.q8 = q8;
+    mp.q8k = q8k;
+    mp.cols = p.in.n;
+    const int lane = threadIdx.x % 32;
+    for (int r0 = blockIdx.x * FUSE_WARPS + threadIdx.x / 32; r0 < p.rows_total;
+         r0 += gridDim.x * FUSE_WARPS) {
+        int r = r0, k = 0;
+        while (k + 1 < p.nproj && r >= p.p[k].rows) {
+            r -= p.p[k].rows;
+            ++k;
+        }
+        const Proj& pr = p.p[k];
+        const float dot = row_dot(mp, pr, pr.w + (size_t)r * pr.row_bytes, lane);
+        if (lane == 0) {
+            float v = dot;
+            if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
+            pr.out[r] = pr.accumulate ? __fadd_rn(pr.out[r], v) : v;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// qkv_rope: the Q, K, V products of a layer with their input's preparation (RMSNorm and
+// 8-bit blocks) in the prologue and `rope`'s epilogue: work item i is a rotated pair of Q
+// (i < n_head * half: rows (h, j) and (h, j + half)), then a pair of K (rotated, written to
+// K and, f16, to the cache at the state's position), then a row of V (written to V and the
+// cache). One warp per item, as `prep_matvec`; the two rows of a pair are `matvec`'s dot
+// products, the rotation and the f16 stores `rope`'s.
+// ---------------------------------------------------------------------------------------
+struct QkvRopeParams {
+    PrologueParams in;
+    Proj p[3];                // Q, K, V (rows n_head * head_dim, kv_dim, kv_dim)
+    const float* inv_freq;    // [head_dim / 2]
+    const DecodeState* state;
+    uint16_t* kcache;         // [n_ctx, kv_dim] f16 of this layer
+    uint16_t* vcache;
+    int n_head;
+    int n_kv;
+    int head_dim;
+    int items;                // (n_head + n_kv) * head_dim / 2 + n_kv * head_dim
+};
+
+extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopeParams p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    BlockQ8* q8;
+    BlockQ8K* q8k;
+    float* x;
+    prologue(p.in, smem, &q8, &q8k, &x);
+    MatVecParams mp;
+    mp.x = x;
+    mp.q8 = q8;
+    mp.q8k = q8k;
+    mp.cols = p.in.n;
+    const int lane = threadIdx.x % 32;
+    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+    const int q_pairs = p.n_head * half, k_pairs = p.n_kv * half;
+    const uint32_t pos = p.state->pos;
+    for (int it = blockIdx.x * FUSE_WARPS + threadIdx.x / 32; it < p.items;
+         it += gridDim.x * FUSE_WARPS) {
+        if (it < q_pairs + k_pairs) {
+            const bool is_k = it >= q_pairs;
+            const int t = is_k ? it - q_pairs : it;
+            const int h = t / half, i = t % half;
+            const int ra = h * p.head_dim + i, rb = ra + half;
+            const Proj pr = is_k ? p.p[1] : p.p[0];
+            const float da = row_dot(mp, pr, pr.w + (size_t)ra * pr.row_bytes, lane);
+            const float db = row_dot(mp, pr, pr.w + (size_t)rb * pr.row_bytes, lane);
+            if (lane == 0) {
+                float a = da, b = db;
+                if (pr.bias) {
+                    a = __fadd_rn(a, pr.bias[ra]);
+                    b = __fadd_rn(b, pr.bias[rb]);
+                }
+                const float ang = __fmul_rn((float)pos, p.inv_freq[i]);
+                float s, c;
+                sincosf(ang, &s, &c);
+                const float na = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+                const float nb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+                pr.out[ra] = na;
+                pr.out[rb] = nb;
+                if (is_k) {
+                    const size_t at = (size_t)pos * kv_dim;
+                    p.kcache[at + ra] = f2h(na);
+                    p.kcache[at + rb] = f2h(nb);
+                }
+            }
+        } else {
+            const int r = it - q_pairs - k_pairs;
+            const Proj& pr = p.p[2];
+            const float d = row_dot(mp, pr, pr.w + (size_t)r * pr.row_bytes, lane);
+            if (lane == 0) {
+                float v = d;
+                if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
+                pr.out[r] = v;
+                p.vcache[(size_t)pos * kv_dim + r] = f2h(v);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// attention_fused: `attention` + `attention_combine` in one launch. Each block writes its
+// partial as `attention` does, then counts itself in arrived[head] (after a fence); the
+// last block of a head combines the head's splits (`attention_combine`'s arithmetic, the
+// splits in order) and resets the count to 0 for the next launch. `arrived` (n_head u32)
+// is zeroed once at load.
+// ---------------------------------------------------------------------------------------
+struct AttnFusedParams {
+    AttnParams a;
+    float* out;           // [n_head * head_dim]
+    uint32_t* arrived;    // [n_head]
+};
+
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention_fused(AttnFusedParams p) {
+    __shared__ int s_last;
+    attention_partial(p.a);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const uint32_t before = atomicAdd(p.arrived + blockIdx.x, 1u);
+        s_last = before + 1 == (uint32_t)p.a.splits;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    AttnCombineParams c;
+    c.part = p.a.part;
+    c.out = p.out;
+    c.head_dim = p.a.head_dim;
+    c.splits = p.a.splits;
+    combine_head(c, blockIdx.x);
+    if (threadIdx.x == 0) p.arrived[blockIdx.x] = 0;
+}
 
 // ---------------------------------------------------------------------------------------
 // sample_advance: the next token of the request into state.token and seq[pos + 1], then

@@ -444,6 +444,7 @@ impl Generator {
                 ordinal,
                 context,
                 sync,
+                fused: true,
             },
         )?;
         self.gpu = Some(Box::new(d));

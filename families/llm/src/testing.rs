@@ -120,6 +120,73 @@ pub fn tiny_weights(cfg: &LlmConfig) -> Weights {
     w
 }
 
+/// Pseudo-random stored rows of `rows x cols` values of type `ty` (every ggml block valid:
+/// random quants, small positive f16 scales chosen so that the values stay within about
+/// +-0.1), deterministic in `seed`. `cols` a multiple of `ty`'s block.
+pub fn random_matrix(ty: TensorType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let bytes = ty.row_bytes(cols).expect("cols a multiple of the block") * rows;
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out: Vec<u8> = (0..bytes)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 32) as u8
+        })
+        .collect();
+    let put = |b: &mut [u8], at: usize, v: f32| {
+        b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+    };
+    // (block bytes, [(offset of an f16 scale, its value)]).
+    let (block, scales): (usize, &[(usize, f32)]) = match ty {
+        TensorType::F32 => {
+            for (k, v) in values(rows * cols, seed).into_iter().enumerate() {
+                out[4 * k..4 * k + 4].copy_from_slice(&(0.1 * v).to_le_bytes());
+            }
+            return out;
+        }
+        TensorType::F16 | TensorType::Bf16 => {
+            for (k, v) in values(rows * cols, seed).into_iter().enumerate() {
+                let b = if ty == TensorType::F16 {
+                    half::f16::from_f32(0.1 * v).to_le_bytes()
+                } else {
+                    half::bf16::from_f32(0.1 * v).to_le_bytes()
+                };
+                out[2 * k..2 * k + 2].copy_from_slice(&b);
+            }
+            return out;
+        }
+        TensorType::Q4_0 => (18, &[(0, 0.012)]),
+        TensorType::Q4_1 => (20, &[(0, 0.012), (2, -0.09)]),
+        TensorType::Q8_0 => (34, &[(0, 0.0008)]),
+        TensorType::Q4K => (144, &[(0, 0.0002), (2, 0.0001)]),
+        TensorType::Q6K => (210, &[(208, 0.00002)]),
+    };
+    for b in out.chunks_exact_mut(block) {
+        for &(at, v) in scales {
+            put(b, at, v);
+        }
+    }
+    out
+}
+
+/// [`tiny_weights`]' tensors for `cfg` with each matrix stored as `ty(name, cols)` gives
+/// ([`random_matrix`] values; norm weights and biases f32 as [`tensor_data`]).
+pub fn random_weights(cfg: &LlmConfig, ty: &dyn Fn(&str, usize) -> TensorType) -> Weights {
+    let mut w = Weights::default();
+    for (i, (name, dims)) in tensor_shapes(cfg).into_iter().enumerate() {
+        if dims.len() == 2 {
+            let t = ty(&name, dims[0] as usize);
+            let data = random_matrix(t, dims[1] as usize, dims[0] as usize, i as u64 + 1);
+            w.insert_owned(name, t, dims, AlignedBuf::from_bytes(&data));
+        } else {
+            let data = f32_bytes(&tensor_data(&name, &dims, i));
+            w.insert_owned(name, TensorType::F32, dims, AlignedBuf::from_bytes(&data));
+        }
+    }
+    w
+}
+
 /// The tiny vocabulary: `<|endoftext|>`, `<|im_start|>`, `<|im_end|>` (control), then the
 /// 93 printable ASCII characters `!`..`}` (byte-level tokens of themselves); `n_vocab` 96.
 pub fn tiny_vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
@@ -140,6 +207,24 @@ pub fn tiny_vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
 /// the tiny vocabulary, a ChatML template, and, for `llama`, Q/K rows permuted as llama.cpp's
 /// converter stores them.
 pub fn tiny_gguf(cfg: &LlmConfig) -> crate::gguf::GgufWriter {
+    gguf_of(cfg, None)
+}
+
+/// A GGUF of `cfg` as [`tiny_gguf`], but each matrix stored as `ty(name, cols)` gives with
+/// [`random_matrix`] values (Q/K rows not permuted: the values are random), and the
+/// vocabulary padded to `cfg.n_vocab` with tokens `x96`, `x97`, ...: a checkpoint of any
+/// shape for benchmarks without the real weights.
+pub fn synthetic_gguf(
+    cfg: &LlmConfig,
+    ty: &dyn Fn(&str, usize) -> TensorType,
+) -> crate::gguf::GgufWriter {
+    gguf_of(cfg, Some(ty))
+}
+
+/// The storage type of a matrix of a synthetic checkpoint, from its name and columns.
+pub type TypeOf<'a> = &'a dyn Fn(&str, usize) -> TensorType;
+
+fn gguf_of(cfg: &LlmConfig, random: Option<TypeOf<'_>>) -> crate::gguf::GgufWriter {
     use crate::gguf::{GgufWriter, Value};
     let a = cfg.architecture.as_str();
     let mut w = GgufWriter::default();
@@ -157,7 +242,13 @@ pub fn tiny_gguf(cfg: &LlmConfig) -> crate::gguf::GgufWriter {
             &k("attention.layer_norm_rms_epsilon"),
             Value::F32(cfg.norm_eps),
         );
-    let (tokens, types, merges) = tiny_vocab();
+    let (mut tokens, mut types, merges) = tiny_vocab();
+    if random.is_some() {
+        for i in tokens.len()..cfg.n_vocab as usize {
+            tokens.push(format!("x{i}"));
+            types.push(1);
+        }
+    }
     w.kv("tokenizer.ggml.model", Value::String("gpt2".into()))
         .kv("tokenizer.ggml.pre", Value::String("smollm".into()))
         .kv(
@@ -182,6 +273,14 @@ pub fn tiny_gguf(cfg: &LlmConfig) -> crate::gguf::GgufWriter {
             ),
         );
     for (i, (name, dims)) in tensor_shapes(cfg).into_iter().enumerate() {
+        if let Some(ty) = random
+            && dims.len() == 2
+        {
+            let t = ty(&name, dims[0] as usize);
+            let data = random_matrix(t, dims[1] as usize, dims[0] as usize, i as u64 + 1);
+            w.tensor(&name, t, &dims, data);
+            continue;
+        }
         let mut data = f32_bytes(&tensor_data(&name, &dims, i));
         if a == "llama" {
             let heads = if name.contains("attn_q.") {
@@ -291,4 +390,48 @@ pub fn tiny_hf_dir(cfg: &LlmConfig, dir: &std::path::Path) -> std::io::Result<()
         serde_json::json!({"bos_token_id": 1, "eos_token_id": [2], "temperature": 0.2, "top_p": 0.9}).to_string(),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forward::{Hparams, LogitsFor, Model, ModelParts, State, StateOptions};
+
+    #[test]
+    fn random_weights_of_every_type_make_a_model_whose_logits_are_finite() {
+        let mut cfg = tiny_config();
+        cfg.n_embd = 256;
+        cfg.n_ff = 512;
+        cfg.head_dim = 64;
+        cfg.qkv_bias = true;
+        for (k, ty) in TensorType::ALL.into_iter().enumerate() {
+            let w = random_weights(&cfg, &|_, _| ty);
+            let tensors = w.model(&cfg).expect("tensors");
+            let hp = Hparams::from_config(&cfg, None).expect("hparams");
+            let parts = ModelParts::from_tensors(&tensors).expect("parts");
+            let model = Model::new(hp, parts, crate::kernels::Isa::Scalar).expect("model");
+            let mut st = State::new(
+                &model,
+                StateOptions {
+                    context: 16,
+                    max_batch: 4,
+                    logit_rows: 4,
+                    threads: 1,
+                },
+            )
+            .expect("state");
+            model
+                .forward(&mut st, &[1, 5, 9, 3], LogitsFor::All)
+                .expect("forward");
+            let logits = &st.logits()[..4 * cfg.n_vocab as usize];
+            assert!(logits.iter().all(|x| x.is_finite()), "{ty:?}");
+            // Values of the size a trained model's have: neither vanishing nor exploding.
+            let max = logits.iter().fold(0f32, |m, x| m.max(x.abs()));
+            assert!(max > 1e-3 && max < 1e3, "{ty:?}: max |logit| {max}");
+            assert_ne!(
+                random_matrix(ty, 1, 256, k as u64),
+                random_matrix(ty, 1, 256, 99)
+            );
+        }
+    }
 }

@@ -9,10 +9,14 @@ use tether_runtime::cuda::{
 };
 
 use super::kernels::{
-    self, AttnCombineParams, AttnParams, DecodeState, EmbedParams, HeadNormParams, MatVecParams,
-    PrepParams, ProjParams, RopeParams, SampleParams,
+    self, AttnCombineParams, AttnFusedParams, AttnParams, DecodeState, EmbedParams, HeadNormParams,
+    MatVecParams, PrepMatVecParams, PrepParams, ProjParams, PrologueParams, QkvRopeParams,
+    RopeParams, SampleParams,
 };
-use super::lower::{CONFIG_BYTES, LowerError, MemoryPlan, SampleConfig, Step, lower};
+use super::lower::{
+    CONFIG_BYTES, LowerError, MemoryPlan, Prologue, SampleConfig, Step, lower, lower_fused,
+    prologue_shared_bytes,
+};
 use crate::cache::ContextFull;
 use crate::forward::{Buf, MatId, Model, VecId};
 use crate::quant::TensorType;
@@ -27,6 +31,9 @@ pub struct GpuOptions {
     pub context: usize,
     /// How the host waits for each token.
     pub sync: SyncPolicy,
+    /// Lower with [`lower_fused`] (5 launches per Llama-style layer) rather than [`lower()`]
+    /// (12): the same logits bit for bit (`tests/gpu_fuse.rs`), fewer launches per token.
+    pub fused: bool,
 }
 
 /// Errors of the GPU decoder.
@@ -115,6 +122,14 @@ enum Params {
     Attention(AttnParams),
     AttnCombine(AttnCombineParams),
     Sample(SampleParams),
+    PrepMatVec(PrepMatVecParams),
+    QkvRope(QkvRopeParams),
+    AttnFused(AttnFusedParams),
+}
+
+/// Dynamic shared memory of a kernel whose input is prepared by `p` (its prologue).
+fn prologue_bytes(p: &PrologueParams) -> u32 {
+    prologue_shared_bytes(p.n as usize, p.q8 != 0, p.q8k != 0) as u32
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -141,6 +156,9 @@ impl Launch {
                 Params::Attention(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::AttnCombine(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::Sample(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::PrepMatVec(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
+                Params::QkvRope(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
+                Params::AttnFused(p) => s.launch_params(self.f, g, b, 0, p),
             }
         }
     }
@@ -153,6 +171,7 @@ pub struct GpuDecoder {
     launches: Vec<Launch>,
     stream: Stream,
     work: DeviceArena,
+    _arrivals: DeviceArena,
     _weights: DeviceArena,
     _module: KernelModule,
     state: DevicePtr,
@@ -199,7 +218,12 @@ impl GpuDecoder {
         if hp.head_dim > 256 {
             return Err(GpuError::HeadDim(hp.head_dim));
         }
-        let steps = lower(model.program(), &|id| model.matrix(id).ty)?;
+        let ty = |id: MatId| model.matrix(id).ty;
+        let steps = if options.fused {
+            lower_fused(model.program(), hp, &ty)?
+        } else {
+            lower(model.program(), &ty)?
+        };
         let ctx = Context::new(options.ordinal, options.sync)?;
         let stream = Stream::new(&ctx, options.sync)?;
         let module = KernelModule::load(&ctx, kernels::module_source())?;
@@ -213,6 +237,11 @@ impl GpuDecoder {
             func("rope")?,
             func("attention")?,
             func("sample_advance")?,
+        );
+        let (f_pmv, f_qkv, f_attn_fused) = (
+            func("prep_matvec")?,
+            func("qkv_rope")?,
+            func("attention_fused")?,
         );
 
         // Weights: every matrix and vector the steps name, once.
@@ -243,6 +272,20 @@ impl GpuDecoder {
                 Step::Embed { table } => add_mat(table, &mut wplan)?,
                 Step::Prep { norm: Some(w), .. } => add_vec(w, &mut wplan)?,
                 Step::MatVec { projs, .. } => {
+                    for p in projs.iter().flatten() {
+                        add_mat(p.weight, &mut wplan)?;
+                        if let Some(b) = p.bias {
+                            add_vec(b, &mut wplan)?;
+                        }
+                    }
+                }
+                Step::PrepMatVec { prologue, projs }
+                | Step::QkvRope {
+                    prologue, projs, ..
+                } => {
+                    if let Some(w) = prologue.norm {
+                        add_vec(w, &mut wplan)?;
+                    }
                     for p in projs.iter().flatten() {
                         add_mat(p.weight, &mut wplan)?;
                         if let Some(b) = p.bias {
@@ -324,6 +367,59 @@ impl GpuDecoder {
         let seq = work.ptr(seq_r);
         let config = work.ptr(config_r);
         let attn_part = work.ptr(part_r);
+        // The per-head arrival counts of `attention_fused`: outside the work arena (which the
+        // load check poisons), zeroed once; every launch leaves them 0.
+        let mut aplan = ArenaPlan::new();
+        let arrived_r = aplan.add("attention arrivals", hp.n_head * 4)?;
+        let arrivals = DeviceArena::new(&ctx, aplan)?;
+        let arrived = arrivals.ptr(arrived_r);
+        // SAFETY: the arena's n_head u32, zeroed before any launch (same stream).
+        unsafe { stream.memset_u8(arrived, 0, hp.n_head * 4) }?;
+        let prologue_of = |pr: &Prologue| PrologueParams {
+            input: bp(pr.input),
+            in2: if pr.swiglu { bp(Buf::Up) } else { DevicePtr(0) },
+            norm: pr.norm.map_or(DevicePtr(0), vec_ptr),
+            n: i32_of(hp.width(pr.input)),
+            eps: hp.norm_eps,
+            swiglu: i32::from(pr.swiglu),
+            q8: i32::from(pr.q8),
+            q8k: i32::from(pr.q8k),
+            pad: 0,
+        };
+        let proj_params = |projs: &[Option<crate::forward::Proj>; 3]| {
+            let mut out = [ProjParams::default(); 3];
+            let mut rows = 0usize;
+            for (k, pr) in projs.iter().flatten().enumerate() {
+                let m = model.matrix(pr.weight);
+                out[k] = ProjParams {
+                    w: mat_ptr(pr.weight),
+                    bias: pr.bias.map_or(DevicePtr(0), vec_ptr),
+                    out: bp(pr.out),
+                    ty: m.ty.ggml_id() as i32,
+                    rows: i32_of(m.rows),
+                    row_bytes: i32_of(m.row_bytes()),
+                    accumulate: i32::from(pr.accumulate),
+                };
+                rows += m.rows;
+            }
+            (out, projs.iter().flatten().count(), rows)
+        };
+        let fused_grid = |items: usize| {
+            (items.div_ceil(kernels::FUSE_WARPS as usize) as u32).clamp(1, kernels::FUSE_MAX_BLOCKS)
+        };
+        let attn_params = |layer: usize| AttnParams {
+            q: bp(Buf::Q),
+            kcache: work.ptr(cache_r[layer].0),
+            vcache: work.ptr(cache_r[layer].1),
+            part: attn_part,
+            state,
+            n_head: i32_of(hp.n_head),
+            n_kv: i32_of(hp.n_head_kv),
+            head_dim: i32_of(hp.head_dim),
+            kv_dim: i32_of(hp.kv_dim()),
+            scale: 1.0 / (hp.head_dim as f32).sqrt(),
+            splits: kernels::ATTN_SPLITS as i32,
+        };
 
         // The launch list.
         let mut launches = Vec::with_capacity(steps.len());
@@ -469,6 +565,55 @@ impl GpuDecoder {
                         }),
                     }
                 }
+                Step::PrepMatVec { prologue, projs } => {
+                    let (p, nproj, rows) = proj_params(&projs);
+                    Launch {
+                        f: f_pmv,
+                        grid: (fused_grid(rows), 1),
+                        block: kernels::FUSE_WARPS * 32,
+                        params: Params::PrepMatVec(PrepMatVecParams {
+                            input: prologue_of(&prologue),
+                            p,
+                            nproj: i32_of(nproj),
+                            rows_total: i32_of(rows),
+                        }),
+                    }
+                }
+                Step::QkvRope {
+                    prologue,
+                    projs,
+                    layer,
+                } => {
+                    let (p, _, _) = proj_params(&projs);
+                    let items = (hp.n_head + hp.n_head_kv) * hp.head_dim / 2 + hp.kv_dim();
+                    Launch {
+                        f: f_qkv,
+                        grid: (fused_grid(items), 1),
+                        block: kernels::FUSE_WARPS * 32,
+                        params: Params::QkvRope(QkvRopeParams {
+                            input: prologue_of(&prologue),
+                            p,
+                            inv_freq: weights.ptr(freq_r),
+                            state,
+                            kcache: work.ptr(cache_r[layer].0),
+                            vcache: work.ptr(cache_r[layer].1),
+                            n_head: i32_of(hp.n_head),
+                            n_kv: i32_of(hp.n_head_kv),
+                            head_dim: i32_of(hp.head_dim),
+                            items: i32_of(items),
+                        }),
+                    }
+                }
+                Step::AttentionFused { layer } => Launch {
+                    f: f_attn_fused,
+                    grid: (hp.n_head as u32, kernels::ATTN_SPLITS),
+                    block: kernels::ATTN_WARPS * 32,
+                    params: Params::AttnFused(AttnFusedParams {
+                        attn: attn_params(layer),
+                        out: bp(Buf::Attn),
+                        arrived,
+                    }),
+                },
                 Step::Sample => Launch {
                     f: f_sample,
                     grid: (1, 1),
@@ -595,6 +740,7 @@ impl GpuDecoder {
             launches,
             stream,
             work,
+            _arrivals: arrivals,
             _weights: weights,
             image: module.image.clone(),
             _module: module,

@@ -55,6 +55,12 @@ pub const ATTN_WARPS: u32 = 8;
 /// `ATTN_WARPS * ATTN_SPLITS` warps.
 pub const ATTN_SPLITS: u32 = 16;
 
+/// Warps (rows, or work items) per block of `prep_matvec` and `qkv_rope` (`FUSE_WARPS`).
+pub const FUSE_WARPS: u32 = 8;
+/// Most blocks of one `prep_matvec` / `qkv_rope` launch: wider products give each warp
+/// several rows (each block prepares the input once).
+pub const FUSE_MAX_BLOCKS: u32 = 1024;
+
 /// `struct DecodeState`: the request state in device memory.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -245,6 +251,82 @@ pub struct AttnCombineParams {
     pub splits: i32,
 }
 
+/// `struct PrologueParams`: the input preparation of `prep_matvec` and `qkv_rope`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrologueParams {
+    /// f32 input.
+    pub input: DevicePtr,
+    /// f32 `Up` (SwiGLU) or null.
+    pub in2: DevicePtr,
+    /// RMSNorm weight or null.
+    pub norm: DevicePtr,
+    /// Values.
+    pub n: i32,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// 1: `silu(input) * in2`.
+    pub swiglu: i32,
+    /// 1: Q8 blocks into shared memory.
+    pub q8: i32,
+    /// 1: Q8_K blocks into shared memory.
+    pub q8k: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// `struct PrepMatVecParams` of `prep_matvec`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrepMatVecParams {
+    /// The input's preparation.
+    pub input: PrologueParams,
+    /// The projections.
+    pub p: [ProjParams; 3],
+    /// Projections used.
+    pub nproj: i32,
+    /// Rows of all projections.
+    pub rows_total: i32,
+}
+
+/// `struct QkvRopeParams` of `qkv_rope`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QkvRopeParams {
+    /// The input's preparation.
+    pub input: PrologueParams,
+    /// Q, K, V.
+    pub p: [ProjParams; 3],
+    /// f32 `[head_dim / 2]`.
+    pub inv_freq: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// f16 `[context, kv_dim]` keys of the layer.
+    pub kcache: DevicePtr,
+    /// f16 values of the layer.
+    pub vcache: DevicePtr,
+    /// Query heads.
+    pub n_head: i32,
+    /// Key/value heads.
+    pub n_kv: i32,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// Work items: `(n_head + n_kv) * head_dim / 2` rotated pairs, then `kv_dim` rows of V.
+    pub items: i32,
+}
+
+/// `struct AttnFusedParams` of `attention_fused`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnFusedParams {
+    /// As `attention`.
+    pub attn: AttnParams,
+    /// f32 `[n_head * head_dim]` output.
+    pub out: DevicePtr,
+    /// u32 `[n_head]` blocks arrived per head, 0 between launches.
+    pub arrived: DevicePtr,
+}
+
 /// `struct SampleParams` of `sample_advance`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -276,3 +358,7 @@ const _: () = assert!(std::mem::size_of::<RopeParams>() == 48 + 16);
 const _: () = assert!(std::mem::size_of::<AttnParams>() == 40 + 24);
 const _: () = assert!(std::mem::size_of::<SampleParams>() == 40);
 const _: () = assert!(std::mem::size_of::<AttnCombineParams>() == 24);
+const _: () = assert!(std::mem::size_of::<PrologueParams>() == 24 + 24);
+const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 8);
+const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 16);
+const _: () = assert!(std::mem::size_of::<AttnFusedParams>() == 64 + 16);

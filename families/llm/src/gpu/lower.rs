@@ -14,6 +14,19 @@
 //! - `Attention` -> [`Step::Attention`];
 //! - then [`Step::Sample`]: the next token (greedy or sampled, per the request's
 //!   [`SampleConfig`] in device memory) into the request state, position + 1.
+//!
+//! [`lower_fused`] then merges these steps into fewer launches, with the same arithmetic
+//! (the kernels of `kernels/llm.cu` compute the same values in the same order):
+//! - a `Prep` and the product reading it -> one [`Step::PrepMatVec`] (the preparation in
+//!   every block's prologue, [`Prologue`]);
+//! - that product for Q, K, V followed by the RoPE of Q and the RoPE + cache store of K ->
+//!   one [`Step::QkvRope`] (RoPE and the f16 cache write in the product's epilogue);
+//! - `Attention` -> [`Step::AttentionFused`] (the split combine done by each head's last
+//!   block).
+//!
+//! A layer of a Llama-style model is then 5 launches (Q/K/V + RoPE + cache, attention, o
+//! with the residual, gate/up, down with SwiGLU and the residual) instead of 12; a step
+//! `1 + 5 * n_layer + 2` instead of `1 + 12 * n_layer + 3`.
 
 use crate::forward::{Buf, Hparams, MatId, Op, Program, Proj, VecId};
 use crate::quant::{ActFormat, TensorType};
@@ -76,6 +89,76 @@ pub enum Step {
     /// The next token (`sample_advance`: `src/sample.rs`'s chain, greedy when the request's
     /// temperature is <= 0) into the request state; position + 1.
     Sample,
+    /// A [`Step::Prep`] and the [`Step::MatVec`] reading it in one launch (`prep_matvec`):
+    /// every block prepares the input in its shared memory, then computes its rows.
+    PrepMatVec {
+        /// The input's preparation.
+        prologue: Prologue,
+        /// The projections (outputs never the prologue's inputs).
+        projs: [Option<Proj>; 3],
+    },
+    /// The Q/K/V product of a layer with its input's preparation, RoPE at the state's
+    /// position and the f16 cache write of K and V in one launch (`qkv_rope`).
+    QkvRope {
+        /// The input's preparation.
+        prologue: Prologue,
+        /// Q, K, V projections (outputs `Q`, `K`, `V`, not accumulated).
+        projs: [Option<Proj>; 3],
+        /// The layer whose cache receives K and V.
+        layer: usize,
+    },
+    /// [`Step::Attention`] with the combine of the position splits in the same launch
+    /// (`attention_fused`: the last block of each head combines).
+    AttentionFused {
+        /// Block index.
+        layer: usize,
+    },
+}
+
+/// The preparation of a product's input inside the product's launch: `input` (or
+/// `silu(Gate) * Up`), RMSNorm'd with `norm`, into the block's shared memory: the f32 values
+/// (F32 / F16 / BF16 weights read them) and the 8-bit blocks the product's weights read
+/// (`PrologueParams` of `kernels/llm.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prologue {
+    /// Input buffer (`Gate` for SwiGLU).
+    pub input: Buf,
+    /// `silu(input) * Up` instead of `input`.
+    pub swiglu: bool,
+    /// RMSNorm weight.
+    pub norm: Option<VecId>,
+    /// Q8 blocks (32 values) for Q8_0 / Q4_0 / Q4_1 weights.
+    pub q8: bool,
+    /// Q8_K blocks (256 values) for Q4_K / Q6_K weights.
+    pub q8k: bool,
+}
+
+/// Shared memory a fused product may ask for, in bytes (of the 48 KiB a block gets without
+/// opting in; the kernels' static shared memory stays below 1 KiB). A product whose input
+/// needs more (an input wider than about 9,000 values) keeps its own `Prep` launch.
+pub const FUSE_SHARED_MAX: usize = 46 * 1024;
+
+/// Shared memory of a [`Prologue`] over `n` values, in bytes: its Q8 blocks, Q8_K blocks,
+/// then the n f32 values, in that order (`prologue` of `kernels/llm.cu`).
+pub fn prologue_shared_bytes(n: usize, q8: bool, q8k: bool) -> usize {
+    usize::from(q8) * (n / 32) * BLOCK_Q8_BYTES
+        + usize::from(q8k) * (n / 256) * BLOCK_Q8K_BYTES
+        + n * 4
+}
+
+/// Kernel launches of `steps` (graph nodes): one per step, two for [`Step::Attention`]
+/// (`attention` and `attention_combine`).
+pub fn launches(steps: &[Step]) -> usize {
+    steps
+        .iter()
+        .map(|s| {
+            if matches!(s, Step::Attention { .. }) {
+                2
+            } else {
+                1
+            }
+        })
+        .sum()
 }
 
 /// A program the GPU lowering cannot run.
@@ -221,6 +304,140 @@ pub fn lower(program: &Program, ty: &dyn Fn(MatId) -> TensorType) -> Result<Vec<
     }
     steps.push(Step::Sample);
     Ok(steps)
+}
+
+/// Whether step `s` reads buffer `b`.
+fn reads(s: &Step, b: Buf) -> bool {
+    let acc =
+        |projs: &[Option<Proj>; 3]| projs.iter().flatten().any(|p| p.accumulate && p.out == b);
+    match *s {
+        Step::Embed { .. } => false,
+        Step::Prep { input, swiglu, .. } => input == b || (swiglu && b == Buf::Up),
+        Step::MatVec { input, ref projs } => input == b || acc(projs),
+        Step::PrepMatVec {
+            prologue,
+            ref projs,
+            ..
+        } => prologue.input == b || (prologue.swiglu && b == Buf::Up) || acc(projs),
+        Step::QkvRope { prologue, .. } => prologue.input == b,
+        Step::HeadNorm { buf, .. } => buf == b,
+        Step::Rope { buf, store, .. } => buf == b || (store.is_some() && b == Buf::V),
+        Step::Attention { .. } | Step::AttentionFused { .. } => b == Buf::Q,
+        Step::Sample => b == Buf::Logits,
+    }
+}
+
+/// Whether step `s` writes buffer `b`.
+fn writes(s: &Step, b: Buf) -> bool {
+    let outs = |projs: &[Option<Proj>; 3]| projs.iter().flatten().any(|p| p.out == b);
+    match *s {
+        Step::Embed { .. } => b == Buf::Residual,
+        Step::Prep { out, .. } => out == b,
+        Step::MatVec { ref projs, .. }
+        | Step::PrepMatVec { ref projs, .. }
+        | Step::QkvRope { ref projs, .. } => outs(projs),
+        Step::HeadNorm { buf, .. } | Step::Rope { buf, .. } => buf == b,
+        Step::Attention { .. } | Step::AttentionFused { .. } => b == Buf::Attn,
+        Step::Sample => false,
+    }
+}
+
+/// Whether a step of `rest` reads `b` before one writes it.
+fn read_before_written(rest: &[Step], b: Buf) -> bool {
+    for s in rest {
+        if reads(s, b) {
+            return true;
+        }
+        if writes(s, b) {
+            return false;
+        }
+    }
+    false
+}
+
+/// The Q, K, V projections of a layer: outputs `Q`, `K`, `V` in that order, none accumulated.
+fn is_qkv(projs: &[Option<Proj>; 3]) -> bool {
+    let outs = projs.map(|p| p.filter(|p| !p.accumulate).map(|p| p.out));
+    outs == [Some(Buf::Q), Some(Buf::K), Some(Buf::V)]
+}
+
+/// [`lower`], then its steps merged into fewer launches (see the [module docs](self)):
+/// each `Prep` with the product reading it, the Q/K/V product with the RoPE of Q and K and
+/// the cache store after it, each attention with its combine. A `Prep` stays its own launch
+/// where merging would change a value: its output read by a later step, a product writing
+/// the prologue's input, or an input wider than [`FUSE_SHARED_MAX`] allows.
+///
+/// # Errors
+/// [`LowerError`] as [`lower`].
+pub fn lower_fused(
+    program: &Program,
+    hp: &Hparams,
+    ty: &dyn Fn(MatId) -> TensorType,
+) -> Result<Vec<Step>, LowerError> {
+    let steps = lower(program, ty)?;
+    let mut fused = Vec::with_capacity(steps.len());
+    let mut i = 0;
+    while i < steps.len() {
+        if let Step::Prep {
+            input,
+            swiglu,
+            norm,
+            out,
+            q8,
+            q8k,
+        } = steps[i]
+            && let Some(&Step::MatVec { input: read, projs }) = steps.get(i + 1)
+            && read == out
+        {
+            let prologue = Prologue {
+                input,
+                swiglu,
+                norm,
+                q8,
+                q8k,
+            };
+            let unchanged = out == input && !swiglu && norm.is_none();
+            let fits = prologue_shared_bytes(hp.width(input), q8, q8k) <= FUSE_SHARED_MAX;
+            let overwrites = projs
+                .iter()
+                .flatten()
+                .any(|p| p.out == input || (swiglu && p.out == Buf::Up));
+            if fits && !overwrites && (unchanged || !read_before_written(&steps[i + 2..], out)) {
+                if let (
+                    Some(&Step::Rope {
+                        buf: Buf::Q,
+                        heads: hq,
+                        store: None,
+                    }),
+                    Some(&Step::Rope {
+                        buf: Buf::K,
+                        heads: hk,
+                        store: Some(layer),
+                    }),
+                ) = (steps.get(i + 2), steps.get(i + 3))
+                    && is_qkv(&projs)
+                    && (hq, hk) == (hp.n_head, hp.n_head_kv)
+                {
+                    fused.push(Step::QkvRope {
+                        prologue,
+                        projs,
+                        layer,
+                    });
+                    i += 4;
+                    continue;
+                }
+                fused.push(Step::PrepMatVec { prologue, projs });
+                i += 2;
+                continue;
+            }
+        }
+        fused.push(match steps[i] {
+            Step::Attention { layer } => Step::AttentionFused { layer },
+            s => s,
+        });
+        i += 1;
+    }
+    Ok(fused)
 }
 
 /// Bytes of one ggml Q8 activation block on the device (`BlockQ8` in `kernels/llm.cu`).
@@ -476,6 +693,234 @@ mod tests {
         assert_eq!(steps[0], Step::Embed { table: MatId(0) });
     }
 
+    fn tiny_model_steps(
+        qk_norm: bool,
+        ty: &dyn Fn(MatId) -> TensorType,
+    ) -> (Hparams, Vec<Step>, Vec<Step>) {
+        let mut cfg = crate::testing::tiny_config();
+        cfg.qk_norm = qk_norm;
+        let weights = crate::testing::tiny_weights(&cfg);
+        let tensors = weights.model(&cfg).expect("tensors");
+        let hp = Hparams::from_config(&cfg, None).expect("hparams");
+        let parts = crate::forward::ModelParts::from_tensors(&tensors).expect("parts");
+        let model =
+            crate::forward::Model::new(hp, parts, crate::kernels::Isa::Scalar).expect("model");
+        let hp = model.hparams().clone();
+        let plain = lower(model.program(), ty).expect("lowers");
+        let fused = lower_fused(model.program(), &hp, ty).expect("lowers fused");
+        (hp, plain, fused)
+    }
+
+    /// The formats a product's weights read.
+    fn needs(projs: &[Option<Proj>; 3], ty: &dyn Fn(MatId) -> TensorType, f: ActFormat) -> bool {
+        projs
+            .iter()
+            .flatten()
+            .any(|p| ty(p.weight).act_format() == f)
+    }
+
+    #[test]
+    fn a_fused_layer_is_five_launches_each_product_preparing_its_own_input() {
+        // The three activation formats: Q8 (Q4_1), Q8_K (Q6_K) and f32 (F16).
+        let ty = |id: MatId| match id.0 % 3 {
+            0 => TensorType::Q4_1,
+            1 => TensorType::Q6K,
+            _ => TensorType::F16,
+        };
+        let (hp, plain, fused) = tiny_model_steps(false, &ty);
+        let n = hp.n_layer;
+        assert_eq!(launches(&plain), 1 + 12 * n + 3);
+        // embed + per layer (qkv+rope+cache, attention+combine, o + residual, norm + gate/up,
+        // swiglu + down + residual) + (norm + head) + sample.
+        assert_eq!(launches(&fused), 1 + 5 * n + 2);
+        assert_eq!(launches(&fused), fused.len());
+        assert_eq!(fused[0], plain[0]);
+        assert_eq!(fused.last(), Some(&Step::Sample));
+        for l in 0..n {
+            let layer = &fused[1 + 5 * l..1 + 5 * (l + 1)];
+            let Step::QkvRope {
+                prologue,
+                projs,
+                layer: cache_layer,
+            } = layer[0]
+            else {
+                panic!("layer {l}: {:?}", layer[0]);
+            };
+            assert_eq!(cache_layer, l);
+            assert!(is_qkv(&projs));
+            assert!(prologue.norm.is_some() && !prologue.swiglu);
+            assert_eq!(prologue.input, Buf::Residual);
+            assert_eq!(layer[1], Step::AttentionFused { layer: l });
+            let Step::PrepMatVec { prologue: o, .. } = layer[2] else {
+                panic!("layer {l}: {:?}", layer[2]);
+            };
+            assert_eq!((o.input, o.norm, o.swiglu), (Buf::Attn, None, false));
+            let Step::PrepMatVec { prologue: gu, .. } = layer[3] else {
+                panic!("layer {l}: {:?}", layer[3]);
+            };
+            assert_eq!(gu.input, Buf::Residual);
+            assert!(gu.norm.is_some());
+            let Step::PrepMatVec { prologue: d, .. } = layer[4] else {
+                panic!("layer {l}: {:?}", layer[4]);
+            };
+            assert_eq!((d.input, d.norm, d.swiglu), (Buf::Gate, None, true));
+        }
+        // Every product prepares its input with exactly the formats its weights read, and
+        // its norm is the unfused Prep's.
+        let mut products = 0;
+        for s in &fused {
+            let (Step::PrepMatVec { prologue, projs }
+            | Step::QkvRope {
+                prologue, projs, ..
+            }) = *s
+            else {
+                assert!(
+                    !matches!(
+                        s,
+                        Step::Prep { .. } | Step::MatVec { .. } | Step::Rope { .. }
+                    ),
+                    "left unfused: {s:?}"
+                );
+                continue;
+            };
+            products += 1;
+            assert_eq!(prologue.q8, needs(&projs, &ty, ActFormat::Q8), "{s:?}");
+            assert_eq!(prologue.q8k, needs(&projs, &ty, ActFormat::Q8K), "{s:?}");
+            let unfused = plain
+                .iter()
+                .zip(&plain[1..])
+                .find_map(|(p, m)| match (*p, *m) {
+                    (
+                        Step::Prep {
+                            input,
+                            swiglu,
+                            norm,
+                            ..
+                        },
+                        Step::MatVec { projs: mp, .. },
+                    ) if mp == projs => Some((input, swiglu, norm)),
+                    _ => None,
+                })
+                .expect("the unfused Prep + MatVec");
+            assert_eq!(unfused, (prologue.input, prologue.swiglu, prologue.norm));
+        }
+        assert_eq!(products, 4 * n + 1);
+    }
+
+    #[test]
+    fn with_head_norms_the_qkv_product_keeps_its_rope_launches() {
+        let ty = |_: MatId| TensorType::Q8_0;
+        let (hp, plain, fused) = tiny_model_steps(true, &ty);
+        let n = hp.n_layer;
+        assert_eq!(launches(&plain), 1 + 14 * n + 3);
+        // qkv, head norm q, head norm k, rope q, rope k + store, attention, o, gate/up, down.
+        assert_eq!(launches(&fused), 1 + 9 * n + 2);
+        assert!(matches!(fused[1], Step::PrepMatVec { .. }));
+        assert!(matches!(fused[2], Step::HeadNorm { buf: Buf::Q, .. }));
+        assert!(matches!(fused[5], Step::Rope { store: Some(0), .. }));
+        assert!(!fused.iter().any(|s| matches!(s, Step::QkvRope { .. })));
+    }
+
+    #[test]
+    fn a_prep_whose_output_is_read_later_or_too_wide_stays_its_own_launch() {
+        let proj = |weight, out| {
+            Some(Proj {
+                weight: MatId(weight),
+                bias: None,
+                out,
+                accumulate: false,
+            })
+        };
+        // Normed is read again by the second product: its Prep stays; the second product's
+        // own (unchanged copy) Prep fuses.
+        let program = Program {
+            ops: vec![
+                Op::RmsNorm {
+                    input: Buf::Residual,
+                    weight: VecId(0),
+                    out: Buf::Normed,
+                    tokens: Tokens::All,
+                },
+                Op::Linear {
+                    input: Buf::Normed,
+                    projs: [proj(1, Buf::Q), None, None],
+                    tokens: Tokens::All,
+                },
+                Op::Linear {
+                    input: Buf::Normed,
+                    projs: [proj(2, Buf::K), None, None],
+                    tokens: Tokens::All,
+                },
+            ],
+        };
+        let mut h = hp();
+        let steps = lower_fused(&program, &h, &|_| TensorType::Q4_1).expect("lowers");
+        assert!(
+            matches!(
+                steps[0],
+                Step::Prep {
+                    out: Buf::Normed,
+                    ..
+                }
+            ),
+            "{steps:?}"
+        );
+        assert!(matches!(steps[1], Step::MatVec { .. }));
+        assert!(matches!(
+            steps[2],
+            Step::PrepMatVec {
+                prologue: Prologue {
+                    input: Buf::Normed,
+                    norm: None,
+                    ..
+                },
+                ..
+            }
+        ));
+        // A product writing its own input is not fused.
+        let program = Program {
+            ops: vec![Op::Linear {
+                input: Buf::Attn,
+                projs: [proj(1, Buf::Attn), None, None],
+                tokens: Tokens::All,
+            }],
+        };
+        let steps = lower_fused(&program, &h, &|_| TensorType::Q4_1).expect("lowers");
+        assert!(matches!(steps[0], Step::Prep { .. }) && matches!(steps[1], Step::MatVec { .. }));
+        // An input too wide for the shared memory: 16,384 values (64 KiB of f32) stay
+        // unfused; 8,192 (32 KiB, and 10 KiB of Q8 blocks) fuse.
+        h.n_embd = 16_384;
+        let program = Program {
+            ops: vec![
+                Op::RmsNorm {
+                    input: Buf::Residual,
+                    weight: VecId(0),
+                    out: Buf::Normed,
+                    tokens: Tokens::Logits,
+                },
+                Op::Linear {
+                    input: Buf::Normed,
+                    projs: [proj(1, Buf::Logits), None, None],
+                    tokens: Tokens::Logits,
+                },
+            ],
+        };
+        let steps = lower_fused(&program, &h, &|_| TensorType::Q4_1).expect("lowers");
+        assert_eq!(launches(&steps), 3);
+        assert!(matches!(steps[0], Step::Prep { .. }));
+        h.n_embd = 8192;
+        for t in [TensorType::Q4_1, TensorType::F16] {
+            let steps = lower_fused(&program, &h, &|_| t).expect("lowers");
+            assert_eq!(launches(&steps), 2, "{t:?}");
+        }
+        assert_eq!(prologue_shared_bytes(8192, true, false), 256 * 40 + 32_768);
+        assert_eq!(prologue_shared_bytes(16_384, false, false), 65_536);
+        assert_eq!(
+            prologue_shared_bytes(1536, true, true),
+            48 * BLOCK_Q8_BYTES + 6 * BLOCK_Q8K_BYTES + 1536 * 4
+        );
+    }
+
     #[test]
     fn a_store_without_its_rope_is_refused_with_the_op_named() {
         let program = Program {
@@ -493,6 +938,10 @@ mod tests {
             ),
             "{e}"
         );
+        assert_eq!(
+            lower_fused(&program, &hp(), &|_| TensorType::F32).unwrap_err(),
+            e
+        );
         let program = Program {
             ops: vec![Op::Rope {
                 buf: Buf::V,
@@ -501,6 +950,13 @@ mod tests {
         };
         assert!(matches!(
             lower(&program, &|_| TensorType::F32),
+            Err(LowerError::RopeBuffer {
+                index: 0,
+                buf: Buf::V
+            })
+        ));
+        assert!(matches!(
+            lower_fused(&program, &hp(), &|_| TensorType::F32),
             Err(LowerError::RopeBuffer {
                 index: 0,
                 buf: Buf::V

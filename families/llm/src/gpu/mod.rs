@@ -2,7 +2,10 @@
 //! forward pass's [`Program`](crate::forward::Program) lowered to the decode kernels of
 //! `kernels/llm.cu` ([`lower`]), every buffer placed at load, the decode step captured as ONE
 //! CUDA graph at load and checked against an eager run on poisoned buffers before the
-//! decoder is handed out.
+//! decoder is handed out. By default the launches are merged ([`lower_fused`]: a product
+//! with its input's preparation, RoPE and the cache write in one launch, each attention with
+//! its combine; 5 launches per Llama-style layer instead of 12), the same logits bit for bit
+//! as the unfused list ([`lower()`], `GpuOptions::fused = false`).
 //!
 //! **Per token** the host launches the graph and reads back 4 bytes (the greedy token id);
 //! the position, the token and the prompt live in the request state on the device
@@ -36,6 +39,8 @@ mod sampler;
 
 #[cfg(feature = "cuda")]
 pub use decoder::{GpuDecoder, GpuError, GpuOptions, check_sampling};
-pub use lower::{LowerError, MemoryPlan, SampleConfig, Step, UnsupportedSampling, lower};
+pub use lower::{
+    LowerError, MemoryPlan, Prologue, SampleConfig, Step, UnsupportedSampling, lower, lower_fused,
+};
 #[cfg(feature = "cuda")]
 pub use sampler::DeviceSampler;

@@ -1,0 +1,274 @@
+//! The fused decode step (`lower_fused`: 5 launches per Llama-style layer) against the
+//! unfused one (`lower`: 12, the kernels and launch list of the first GPU version) on the
+//! GPU: the same logits bit for bit, teacher-forced, and the same greedy and sampled tokens,
+//! on synthetic models of SmolLM2-135M's shape (width 576, 9 query heads and 3 KV heads of
+//! 64, FFN 1536, vocabulary 49,152; every weight type the kernels read, Q/K/V biases) and,
+//! with head norms, Qwen3's; then both decoders' speed on the 30-layer shape. With
+//! `TETHER_FUSE_REAL=1` and the SmolLM2-135M-Instruct Q4_1 GGUF among the test assets, also
+//! the real model's teacher-forced logits over the golden chats. Reported ignored where
+//! there is no GPU (`tether_testkit::GpuTests`).
+
+use tether_llm::config::LlmConfig;
+use tether_llm::forward::{Hparams, Model, ModelParts};
+use tether_llm::gpu::{GpuDecoder, GpuOptions};
+use tether_llm::kernels::Isa;
+use tether_llm::quant::TensorType;
+use tether_llm::sample::SamplerParams;
+use tether_llm::tensor::Weights;
+use tether_runtime::cuda::{SyncPolicy, skip_reason};
+use tether_testkit::GpuTests;
+
+const REAL_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// SmolLM2-135M's shape with `n_layer` blocks.
+fn smollm2_shape(n_layer: u32, qkv_bias: bool) -> LlmConfig {
+    LlmConfig {
+        n_layer,
+        n_embd: 576,
+        n_head: 9,
+        n_head_kv: 3,
+        head_dim: 64,
+        n_ff: 1536,
+        n_vocab: 49_152,
+        n_ctx_train: 8192,
+        qkv_bias,
+        ..tether_llm::testing::tiny_config()
+    }
+}
+
+/// Layer `l`'s matrices cycle through the types (down, whose 1536 columns allow the
+/// 256-value K-quants, through its own list): every kernel path of the products.
+fn mixed_types(name: &str, cols: usize) -> TensorType {
+    let layer: usize = name
+        .strip_prefix("blk.")
+        .and_then(|r| r.split('.').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    if name == "token_embd.weight" {
+        TensorType::Q8_0
+    } else if cols.is_multiple_of(256) && name.contains("ffn_down") {
+        [
+            TensorType::Q4_1,
+            TensorType::Q4K,
+            TensorType::Q6K,
+            TensorType::F16,
+        ][layer % 4]
+    } else {
+        [
+            TensorType::Q4_1,
+            TensorType::Q4_0,
+            TensorType::Q8_0,
+            TensorType::Bf16,
+        ][layer % 4]
+    }
+}
+
+fn model<'w>(cfg: &LlmConfig, weights: &'w Weights) -> Model<'w> {
+    let tensors = weights.model(cfg).expect("tensors");
+    let hp = Hparams::from_config(cfg, None).expect("hparams");
+    let parts = ModelParts::from_tensors(&tensors).expect("parts");
+    Model::new(hp, parts, Isa::Scalar).expect("model")
+}
+
+fn decoder(model: &Model<'_>, context: usize, fused: bool) -> GpuDecoder {
+    GpuDecoder::new(
+        model,
+        GpuOptions {
+            ordinal: 0,
+            context,
+            sync: SyncPolicy::Spin,
+            fused,
+        },
+    )
+    .expect("gpu decoder")
+}
+
+/// Pseudo-random token ids below `n_vocab`.
+fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+    tether_llm::testing::values(n, seed)
+        .into_iter()
+        .map(|v| (((v + 1.0) * 0.5 * n_vocab as f32) as usize).min(n_vocab - 1) as u32)
+        .collect()
+}
+
+/// Teacher-forced logits of both decoders over `seq`: equal bit for bit.
+fn same_logits(unfused: &mut GpuDecoder, fused: &mut GpuDecoder, seq: &[u32], n_vocab: usize) {
+    let mut a = vec![0f32; seq.len() * n_vocab];
+    let mut b = vec![f32::NAN; seq.len() * n_vocab];
+    unfused.teacher_forced(seq, &mut a).expect("unfused");
+    fused.teacher_forced(seq, &mut b).expect("fused");
+    let differ = a
+        .iter()
+        .zip(&b)
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count();
+    let first = a
+        .iter()
+        .zip(&b)
+        .position(|(x, y)| x.to_bits() != y.to_bits());
+    let finite = a.iter().all(|x| x.is_finite());
+    eprintln!(
+        "teacher forcing {} positions x {n_vocab} logits: {differ} differ bit-wise (first at {first:?}); unfused {} launches, fused {}; logits finite: {finite}",
+        seq.len(),
+        unfused.launches(),
+        fused.launches()
+    );
+    if let Some(i) = first {
+        panic!(
+            "position {}, id {}: unfused {} fused {}",
+            i / n_vocab,
+            i % n_vocab,
+            a[i],
+            b[i]
+        );
+    }
+    assert!(finite, "non-finite logits");
+}
+
+/// Greedy and sampled requests: the same tokens from both decoders.
+fn same_tokens(unfused: &mut GpuDecoder, fused: &mut GpuDecoder, prompt: &[u32], steps: usize) {
+    let sampled = SamplerParams {
+        repeat_penalty: 1.1,
+        seed: 7,
+        ..SamplerParams::default()
+    };
+    for params in [SamplerParams::greedy(), sampled] {
+        let run = |d: &mut GpuDecoder| {
+            let mut out = vec![d.prefill(prompt, &params).expect("prefill")];
+            for _ in 0..steps {
+                out.push(d.step().expect("step"));
+            }
+            out
+        };
+        let (a, b) = (run(unfused), run(fused));
+        eprintln!(
+            "temperature {}: {} tokens, equal: {}; fused {:?}...",
+            params.temperature,
+            a.len(),
+            a == b,
+            &b[..8]
+        );
+        assert_eq!(a, b, "temperature {}", params.temperature);
+    }
+}
+
+fn fused_step_equals_the_unfused_step_bit_for_bit() {
+    let cfg = smollm2_shape(4, true);
+    let w = tether_llm::testing::random_weights(&cfg, &mixed_types);
+    let m = model(&cfg, &w);
+    let (mut u, mut f) = (decoder(&m, 512, false), decoder(&m, 512, true));
+    assert_eq!(u.launches(), 1 + 12 * 4 + 3);
+    assert_eq!(f.launches(), 1 + 5 * 4 + 2);
+    eprintln!("fused: {}", f.check_summary());
+    let n_vocab = cfg.n_vocab as usize;
+    same_logits(&mut u, &mut f, &tokens(300, n_vocab, 11), n_vocab);
+    same_tokens(&mut u, &mut f, &tokens(9, n_vocab, 12), 120);
+}
+
+fn fused_step_with_head_norms_equals_the_unfused_step() {
+    let mut cfg = smollm2_shape(3, false);
+    cfg.qk_norm = true;
+    cfg.n_vocab = 4096;
+    let w = tether_llm::testing::random_weights(&cfg, &mixed_types);
+    let m = model(&cfg, &w);
+    let (mut u, mut f) = (decoder(&m, 256, false), decoder(&m, 256, true));
+    assert_eq!(u.launches(), 1 + 14 * 3 + 3);
+    assert_eq!(f.launches(), 1 + 9 * 3 + 2);
+    same_logits(&mut u, &mut f, &tokens(200, 4096, 21), 4096);
+}
+
+/// Median of the per-step milliseconds of `runs` timed requests at position `at`.
+fn median_step_ms(d: &mut GpuDecoder, at: usize, n: usize, runs: usize) -> f64 {
+    let mut all = Vec::new();
+    for r in 0..runs {
+        let (_, steps) = d
+            .time_decode(at, n, r as u64 + 1, &SamplerParams::greedy())
+            .expect("timed");
+        all.extend(steps);
+    }
+    all.sort_by(f64::total_cmp);
+    all[all.len() / 2]
+}
+
+/// SmolLM2-135M's full shape (30 layers, every matrix Q4_1): both decoders equal on 64
+/// teacher-forced positions, then decode timed at positions 128 and 2048 (128 steps, 5
+/// runs each, median step). The fused step must be faster.
+fn fused_step_is_faster_on_the_smollm2_shape() {
+    let cfg = smollm2_shape(30, false);
+    let w = tether_llm::testing::random_weights(&cfg, &|_, _| TensorType::Q4_1);
+    let m = model(&cfg, &w);
+    let context = 2048 + 128 + 1;
+    let (mut u, mut f) = (decoder(&m, context, false), decoder(&m, context, true));
+    let n_vocab = cfg.n_vocab as usize;
+    same_logits(&mut u, &mut f, &tokens(64, n_vocab, 31), n_vocab);
+    for at in [128, 2048] {
+        let (mu, mf) = (
+            median_step_ms(&mut u, at, 128, 5),
+            median_step_ms(&mut f, at, 128, 5),
+        );
+        eprintln!(
+            "SmolLM2 shape, 30 layers Q4_1, tg128@{at}: unfused {} launches {mu:.4} ms/token ({:.0} tok/s); fused {} launches {mf:.4} ms/token ({:.0} tok/s); {:.2}x",
+            u.launches(),
+            1e3 / mu,
+            f.launches(),
+            1e3 / mf,
+            mu / mf
+        );
+        assert!(mf < mu, "fused {mf} ms, unfused {mu} ms at {at}");
+    }
+}
+
+/// The real model: both decoders' teacher-forced logits over the four golden chats (prompt
+/// and llama.cpp's answer) equal bit for bit.
+fn real_model_fused_equals_unfused() {
+    let mut g = tether_llm::generate::Generator::open(
+        tether_testkit::asset(REAL_MODEL),
+        &tether_llm::generate::GeneratorOptions {
+            context: Some(512),
+            ..Default::default()
+        },
+    )
+    .expect("open the model");
+    let n_vocab = g.config().n_vocab as usize;
+    let (m, _) = g.model_and_state();
+    let (mut u, mut f) = (decoder(m, 512, false), decoder(m, 512, true));
+    eprintln!(
+        "real model: {} launches unfused, {} fused; {}",
+        u.launches(),
+        f.launches(),
+        f.check_summary()
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(include_str!("../golden/chat.json")).expect("json");
+    for c in v["chats"].as_array().expect("chats") {
+        let seq: Vec<u32> = ["prompt_ids", "generated_ids"]
+            .iter()
+            .flat_map(|k| c[*k].as_array().expect("ids").clone())
+            .map(|i| i.as_u64().expect("id") as u32)
+            .collect();
+        same_logits(&mut u, &mut f, &seq, n_vocab);
+    }
+}
+
+fn main() {
+    let mut tests = GpuTests::new(skip_reason())
+        .test(
+            "fused_step_equals_the_unfused_step_bit_for_bit",
+            fused_step_equals_the_unfused_step_bit_for_bit,
+        )
+        .test(
+            "fused_step_with_head_norms_equals_the_unfused_step",
+            fused_step_with_head_norms_equals_the_unfused_step,
+        )
+        .test(
+            "fused_step_is_faster_on_the_smollm2_shape",
+            fused_step_is_faster_on_the_smollm2_shape,
+        );
+    if std::env::var_os("TETHER_FUSE_REAL").is_some() {
+        tests = tests.test(
+            "real_model_fused_equals_unfused",
+            real_model_fused_equals_unfused,
+        );
+    }
+    tests.run()
+}
