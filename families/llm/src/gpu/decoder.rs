@@ -13,6 +13,8 @@ use super::kernels::{
     PrepParams, ProjParams, RopeParams, SampleParams,
 };
 use super::lower::{CONFIG_BYTES, LowerError, MemoryPlan, SampleConfig, Step, lower};
+use super::prefill::PrefillError;
+use super::prefill_graph::{DecodeSide, PrefillGraph};
 use crate::cache::ContextFull;
 use crate::forward::{Buf, MatId, Model, VecId};
 use crate::quant::TensorType;
@@ -27,6 +29,10 @@ pub struct GpuOptions {
     pub context: usize,
     /// How the host waits for each token.
     pub sync: SyncPolicy,
+    /// Prompt tokens per replay of the prefill graph ([`super::prefill`]; default
+    /// [`PREFILL_CHUNK`](super::PREFILL_CHUNK)); 0: no prefill graph, the prompt runs
+    /// through the decode graph one token at a time.
+    pub prefill_chunk: usize,
 }
 
 /// Errors of the GPU decoder.
@@ -38,6 +44,9 @@ pub enum GpuError {
     /// A program the kernels cannot express.
     #[error(transparent)]
     Lower(#[from] LowerError),
+    /// A program the prefill (chunk) kernels cannot express.
+    #[error(transparent)]
+    Prefill(#[from] PrefillError),
     /// A weight type the kernels do not read.
     #[error(
         "matrix {id} is {ty:?}: the GPU kernels read F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K"
@@ -148,7 +157,8 @@ impl Launch {
 
 /// A model's decode step on one GPU (see the [module docs](super)).
 pub struct GpuDecoder {
-    // Declared before the arenas and the module it launches from: dropped first.
+    // Declared before the arenas and the module they launch from: dropped first.
+    prefill: Option<PrefillGraph>,
     graph: Graph,
     launches: Vec<Launch>,
     stream: Stream,
@@ -160,6 +170,8 @@ pub struct GpuDecoder {
     config: DevicePtr,
     logits: DevicePtr,
     pinned: PinnedBuffer,
+    cache: Vec<(DevicePtr, DevicePtr)>,
+    kv_dim: usize,
     pos: usize,
     context: usize,
     n_vocab: usize,
@@ -583,14 +595,38 @@ impl GpuDecoder {
                 eager[i], replay[i]
             )));
         }
-        let check = format!(
+        let mut check = format!(
             "graph of {} nodes replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
             graph.nodes(),
             eager_state.token,
             eager_state.pos
         );
+        let cache: Vec<(DevicePtr, DevicePtr)> = cache_r
+            .iter()
+            .map(|&(k, v)| (work.ptr(k), work.ptr(v)))
+            .collect();
+        let prefill = if options.prefill_chunk > 0 {
+            let side = DecodeSide {
+                mat_ptr: &mat_ptr,
+                vec_ptr: &vec_ptr,
+                inv_freq: weights.ptr(freq_r),
+                state,
+                seq,
+                config,
+                logits,
+                cache: &cache,
+                work: (work.base(), work.plan().total_bytes()),
+                context: options.context,
+            };
+            let p = PrefillGraph::new(&stream, &module, model, &side, options.prefill_chunk)?;
+            check = format!("{check}; {}", p.check_summary());
+            Some(p)
+        } else {
+            None
+        };
         let device = ctx.properties().name.clone();
         Ok(GpuDecoder {
+            prefill,
             graph,
             launches,
             stream,
@@ -603,6 +639,8 @@ impl GpuDecoder {
             config,
             logits,
             pinned,
+            cache,
+            kv_dim: hp.kv_dim(),
             pos: 0,
             context: options.context,
             n_vocab: hp.n_vocab,
@@ -649,14 +687,90 @@ impl GpuDecoder {
     }
 
     /// Starts a request: copies `prompt` and the sampler configuration of `params` to the
-    /// device, resets the request state, replays the decode graph once per prompt token and
-    /// returns the first generated token (greedy or drawn on the device, `src/sample.rs`'s
-    /// chain with draw step 0; each [`step`](Self::step) draws the next).
+    /// device, resets the request state, replays the prefill graph once per chunk of the
+    /// prompt (without one, the decode graph once per prompt token) and returns the first
+    /// generated token (greedy or drawn on the device, `src/sample.rs`'s chain with draw
+    /// step 0; each [`step`](Self::step) draws the next).
     ///
     /// # Errors
     /// [`GpuError::ContextFull`] when the prompt (plus the token it produces) does not fit;
     /// [`GpuError::TokenOutOfRange`]; [`GpuError::Sampling`]; a driver error.
     pub fn prefill(&mut self, prompt: &[u32], params: &SamplerParams) -> Result<u32, GpuError> {
+        self.prefill_with(prompt, params, true)
+    }
+
+    /// [`prefill`](Self::prefill) through the decode graph, one replay per prompt token,
+    /// also when a prefill graph exists (the reference the prefill graph is tested against).
+    ///
+    /// # Errors
+    /// As [`prefill`](Self::prefill).
+    #[doc(hidden)]
+    pub fn prefill_token_by_token(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplerParams,
+    ) -> Result<u32, GpuError> {
+        self.prefill_with(prompt, params, false)
+    }
+
+    /// Tokens per chunk of the prefill graph (0: none, prompts run token by token).
+    pub fn prefill_chunk(&self) -> usize {
+        self.prefill.as_ref().map_or(0, |p| p.chunk())
+    }
+
+    /// Launches of one prefill chunk (graph nodes; 0 without a prefill graph).
+    pub fn prefill_launches(&self) -> usize {
+        self.prefill.as_ref().map_or(0, |p| p.launches())
+    }
+
+    /// Device bytes of the prefill graph's chunk buffers (beside [`memory`](Self::memory)).
+    pub fn prefill_memory(&self) -> usize {
+        self.prefill.as_ref().map_or(0, |p| p.bytes())
+    }
+
+    /// Copies positions `0 .. positions` of layer `layer`'s cache (f16 bits, `[positions,
+    /// kv_dim]`) into `k` and `v` (for tests).
+    ///
+    /// # Errors
+    /// [`CudaError::Invalid`] for a layer or a range outside the cache or buffers shorter
+    /// than the range; a driver error.
+    #[doc(hidden)]
+    pub fn cache_rows(
+        &self,
+        layer: usize,
+        positions: usize,
+        k: &mut [u16],
+        v: &mut [u16],
+    ) -> Result<(), GpuError> {
+        let n = positions * self.kv_dim;
+        if layer >= self.cache.len() || positions > self.context || k.len() < n || v.len() < n {
+            return Err(GpuError::Cuda(CudaError::Invalid(format!(
+                "cache rows: layer {layer} of {}, {positions} positions of {}, buffers of {} and {} for {n} values",
+                self.cache.len(),
+                self.context,
+                k.len(),
+                v.len()
+            ))));
+        }
+        let (kp, vp) = self.cache[layer];
+        // SAFETY: n f16 of each region (n <= context * kv_dim) into buffers of >= n values,
+        // synchronised below.
+        unsafe {
+            self.stream
+                .memcpy_dtoh(k.as_mut_ptr() as *mut u8, kp, n * 2)?;
+            self.stream
+                .memcpy_dtoh(v.as_mut_ptr() as *mut u8, vp, n * 2)?;
+        }
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    fn prefill_with(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplerParams,
+        chunked: bool,
+    ) -> Result<u32, GpuError> {
         let config = config_of(params, self.n_vocab)?;
         if prompt.is_empty() || prompt.len() > self.context {
             return Err(ContextFull {
@@ -673,8 +787,13 @@ impl GpuDecoder {
             });
         }
         self.prefill_state(prompt, &config)?;
-        for _ in 0..prompt.len() {
-            self.graph.launch(&self.stream)?;
+        match &self.prefill {
+            Some(p) if chunked => p.run(&self.stream, prompt.len())?,
+            _ => {
+                for _ in 0..prompt.len() {
+                    self.graph.launch(&self.stream)?;
+                }
+            }
         }
         self.pos = prompt.len();
         self.read_token()
