@@ -140,6 +140,75 @@ pub fn tiny_vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
 /// the tiny vocabulary, a ChatML template, and, for `llama`, Q/K rows permuted as llama.cpp's
 /// converter stores them.
 pub fn tiny_gguf(cfg: &LlmConfig) -> crate::gguf::GgufWriter {
+    gguf_of(cfg, None)
+}
+
+/// [`tiny_gguf`] of `cfg` with every matrix (the 2-D tensors: embedding and projections)
+/// stored as pseudo-random blocks of `ty` ([`random_blocks`]); norms stay f32. For models of
+/// any width (`cfg`'s widths must be multiples of `ty`'s block), e.g. one of SmolLM2-135M's
+/// shape in its own weight type.
+pub fn typed_gguf(cfg: &LlmConfig, ty: TensorType) -> crate::gguf::GgufWriter {
+    gguf_of(cfg, Some(ty))
+}
+
+/// Pseudo-random ggml blocks of `ty` for a `[rows, cols]` matrix (seeded): random quants and
+/// fixed finite scales chosen so that every weight lies within about +-0.05 (the scale of a
+/// trained model's projections), for tests of the kernels on every weight type without a
+/// quantiser. `cols` must be a multiple of `ty`'s block.
+pub fn random_blocks(ty: TensorType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let f16 = |x: f32| half::f16::from_f32(x).to_bits().to_le_bytes();
+    let vals = values(rows * cols, seed);
+    let mut bytes = values(2 * rows * cols, seed ^ 0x5bd1_e995)
+        .into_iter()
+        .map(|v| ((v + 1.0) * 128.0) as u8);
+    let mut out = Vec::new();
+    match ty {
+        TensorType::F32 => {
+            for v in &vals {
+                out.extend_from_slice(&(v * 0.05).to_le_bytes());
+            }
+        }
+        TensorType::F16 => {
+            for v in &vals {
+                out.extend_from_slice(&f16(v * 0.05));
+            }
+        }
+        TensorType::Bf16 => {
+            for v in &vals {
+                out.extend_from_slice(&half::bf16::from_f32(v * 0.05).to_bits().to_le_bytes());
+            }
+        }
+        _ => {
+            let (block, elems) = (ty.block_bytes(), ty.block_elems());
+            for _ in 0..rows * cols / elems {
+                let mut b: Vec<u8> = (&mut bytes).take(block).collect();
+                match ty {
+                    TensorType::Q8_0 => b[..2].copy_from_slice(&f16(0.05 / 127.0)),
+                    TensorType::Q4_0 => b[..2].copy_from_slice(&f16(0.05 / 8.0)),
+                    TensorType::Q4_1 => {
+                        b[..2].copy_from_slice(&f16(0.1 / 15.0));
+                        b[2..4].copy_from_slice(&f16(-0.05));
+                    }
+                    TensorType::Q4K => {
+                        b[..2].copy_from_slice(&f16(0.05 / (63.0 * 15.0)));
+                        b[2..4].copy_from_slice(&f16(0.05 / 63.0));
+                    }
+                    TensorType::Q6K => {
+                        for s in &mut b[192..208] {
+                            *s = (*s as i8 / 2) as u8;
+                        }
+                        b[208..210].copy_from_slice(&f16(0.05 / (64.0 * 32.0)));
+                    }
+                    _ => unreachable!("every block type is matched above"),
+                }
+                out.extend_from_slice(&b);
+            }
+        }
+    }
+    out
+}
+
+fn gguf_of(cfg: &LlmConfig, matrices: Option<TensorType>) -> crate::gguf::GgufWriter {
     use crate::gguf::{GgufWriter, Value};
     let a = cfg.architecture.as_str();
     let mut w = GgufWriter::default();
@@ -182,6 +251,18 @@ pub fn tiny_gguf(cfg: &LlmConfig) -> crate::gguf::GgufWriter {
             ),
         );
     for (i, (name, dims)) in tensor_shapes(cfg).into_iter().enumerate() {
+        if let Some(ty) = matrices
+            && dims.len() == 2
+        {
+            let (cols, rows) = (dims[0] as usize, dims[1] as usize);
+            w.tensor(
+                &name,
+                ty,
+                &dims,
+                random_blocks(ty, rows, cols, i as u64 + 1),
+            );
+            continue;
+        }
         let mut data = f32_bytes(&tensor_data(&name, &dims, i));
         if a == "llama" {
             let heads = if name.contains("attn_q.") {
@@ -291,4 +372,55 @@ pub fn tiny_hf_dir(cfg: &LlmConfig, dir: &std::path::Path) -> std::io::Result<()
         serde_json::json!({"bos_token_id": 1, "eos_token_id": [2], "temperature": 0.2, "top_p": 0.9}).to_string(),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::Checkpoint;
+    use crate::generate::{GenerateParams, Generator, GeneratorOptions, Prompt};
+    use crate::gguf::GgufFile;
+
+    #[test]
+    fn typed_models_load_and_generate_on_the_cpu_for_every_weight_type() {
+        let mut cfg = tiny_config();
+        (cfg.n_embd, cfg.head_dim, cfg.n_ff, cfg.n_vocab) = (256, 64, 512, 300);
+        for (arch, ty) in [
+            ("llama", TensorType::Q8_0),
+            ("llama", TensorType::Q4_0),
+            ("llama", TensorType::Q4_1),
+            ("llama", TensorType::Q4K),
+            ("llama", TensorType::Q6K),
+            ("llama", TensorType::F16),
+            ("llama", TensorType::Bf16),
+            ("qwen2", TensorType::Q8_0),
+            ("qwen3", TensorType::Q4K),
+        ] {
+            let mut c = cfg.clone();
+            c.architecture = arch.into();
+            c.qkv_bias = arch == "qwen2";
+            c.qk_norm = arch == "qwen3";
+            c.tied_embeddings = arch != "qwen2";
+            let bytes = typed_gguf(&c, ty).to_bytes();
+            let ckpt = Checkpoint::from_gguf_file(GgufFile::from_vec(bytes).expect("gguf"))
+                .expect("checkpoint");
+            assert_eq!(ckpt.config.qk_norm, c.qk_norm, "{arch}");
+            assert_eq!(ckpt.config.qkv_bias, c.qkv_bias, "{arch}");
+            let mut g =
+                Generator::from_checkpoint(ckpt, &GeneratorOptions::default()).expect("generator");
+            let mut p = GenerateParams::greedy(3);
+            p.ignore_eos = true;
+            let (_, f) = g
+                .generate_text(Prompt::Tokens(&[1, 40, 41]), &p)
+                .expect("generates");
+            assert_eq!(f.tokens.len(), 3, "{arch} {ty:?}");
+            assert!(f.tokens.iter().all(|&t| t < 300), "{arch} {ty:?}");
+        }
+        // The scales keep every weight within +-0.05 (Q4_1 spans it from its minimum).
+        let b = random_blocks(TensorType::Q4_1, 2, 64, 1);
+        let mut w = vec![0f32; 64];
+        crate::quant::dequantize_row(TensorType::Q4_1, &b[..40], &mut w).expect("row");
+        assert!(w.iter().all(|v| v.abs() <= 0.0501), "{w:?}");
+        assert!(w.iter().any(|v| v.abs() > 0.01), "{w:?}");
+    }
 }

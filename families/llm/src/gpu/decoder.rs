@@ -955,6 +955,26 @@ impl GpuDecoder {
         Ok((prefill_ms, steps))
     }
 
+    /// Fills the decoder's device memory but the weights (cache, activations, state, the
+    /// prefill graph's chunk buffers) with 0xFF bytes, NaN as f32 and f16, so that a test
+    /// sees any value read before it was written (for tests).
+    ///
+    /// # Errors
+    /// A driver error.
+    #[doc(hidden)]
+    pub fn poison(&mut self) -> Result<(), GpuError> {
+        // SAFETY: the whole work arena and the whole prefill arena.
+        unsafe {
+            self.stream
+                .memset_u8(self.work.base(), 0xFF, self.work.plan().total_bytes())?;
+            if let Some(p) = &self.prefill {
+                p.poison(&self.stream)?;
+            }
+        }
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
     /// The work arena's base (tests poison it).
     #[doc(hidden)]
     pub fn work_base(&self) -> DevicePtr {

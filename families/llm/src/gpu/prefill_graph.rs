@@ -482,6 +482,15 @@ impl PrefillGraph {
         Ok(())
     }
 
+    /// Fills the chunk buffers with 0xFF bytes (enqueued on `stream`).
+    ///
+    /// # Safety
+    /// No kernel reading the chunk buffers may run concurrently on another stream.
+    pub(super) unsafe fn poison(&self, stream: &Stream) -> Result<(), DriverError> {
+        // SAFETY: the whole arena; the caller's contract.
+        unsafe { stream.memset_u8(self.arena.base(), 0xFF, self.arena.plan().total_bytes()) }
+    }
+
     /// Tokens per chunk.
     pub(super) fn chunk(&self) -> usize {
         self.chunk
