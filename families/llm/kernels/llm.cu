@@ -1367,9 +1367,10 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) prep_chunk(PrepChunkP
 
 // ---------------------------------------------------------------------------------------
 // matmul_chunk: up to three projections of the chunk's rows. Grid (ceil(rows_total /
-// MM_WARPS), ceil(rows / MM_TOK)); one warp per output row and MM_TOK tokens: each weight
-// block is read once for the MM_TOK tokens, each token's sum formed exactly as `row_dot`
-// (lane l takes blocks l, l + 32, ...; `warp_sum` at the end).
+// MM_WARPS), ceil(rows / tok_per_warp)); one warp per output row and tok_per_warp tokens, in
+// groups of MM_TOK: each weight block is read once for the MM_TOK tokens of a group (from L1
+// for the later groups), each token's sum formed exactly as `row_dot` (lane l takes blocks
+// l, l + 32, ...; `warp_sum` at the end).
 // ---------------------------------------------------------------------------------------
 struct ProjChunk {
     const uint8_t* w;
@@ -1397,14 +1398,16 @@ struct MatMulChunkParams {
     int q8k_stride;  // Q8_K blocks per row
     int chunk;
     int last;
+    int tok_per_warp;  // a multiple of MM_TOK
+    int pad;
 };
 
 extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk(MatMulChunkParams p) {
     int lo, hi;
     if (!chunk_rows(p.state, p.chunk, p.last, &lo, &hi)) return;
-    const int t0 = lo + blockIdx.y * MM_TOK;
-    if (t0 >= hi) return;
-    const int cnt = min(MM_TOK, hi - t0);
+    const int tw = lo + blockIdx.y * p.tok_per_warp;
+    if (tw >= hi) return;
+    const int tend = min(hi, tw + p.tok_per_warp);
     const int lane = threadIdx.x % 32;
     int r = blockIdx.x * MM_WARPS + threadIdx.x / 32;
     if (r >= p.rows_total) return;
@@ -1415,6 +1418,8 @@ extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk(MatMulC
     }
     const ProjChunk& pr = p.p[k];
     const uint8_t* w = pr.w + (size_t)r * pr.row_bytes;
+    for (int t0 = tw; t0 < tend; t0 += MM_TOK) {
+    const int cnt = min(MM_TOK, tend - t0);
     float acc[MM_TOK];
 #pragma unroll
     for (int j = 0; j < MM_TOK; ++j) acc[j] = 0.0f;
@@ -1567,6 +1572,7 @@ extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk(MatMulC
             *o = pr.accumulate ? __fadd_rn(*o, v) : v;
         }
     }
+    }  // token groups
 }
 
 // ---------------------------------------------------------------------------------------

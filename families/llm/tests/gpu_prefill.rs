@@ -214,11 +214,22 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn prefill_graph_on_a_model_of_smollm2_shape() {
     let cfg = smollm2_shape();
-    let mut g = generator(&cfg, Some(TensorType::Q4_1), 2048 + 64, 128);
+    // Chunk size: 128 (the default), or another for a measurement.
+    let c: usize = std::env::var("TETHER_LLM_PREFILL_TEST_CHUNK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128);
+    let mut g = generator(&cfg, Some(TensorType::Q4_1), 2048 + 64, c);
+    if std::env::var_os("TETHER_LLM_PREFILL_LOAD_ONLY").is_some() {
+        // For a profiler: the load-time check's eager chunk run alone.
+        return;
+    }
     {
         let d = g.gpu().expect("attached");
         eprintln!(
-            "{} on {} ({}); decode step {} launches, prefill chunk {} launches, chunk buffers {:.1} MiB",
+            "tokens per warp {}: {} on {} ({}); decode step {} launches, prefill chunk {} launches, chunk buffers {:.1} MiB",
+            std::env::var("TETHER_LLM_PREFILL_TOKENS_PER_WARP")
+                .unwrap_or_else(|_| "8 (default)".into()),
             d.check_summary(),
             d.device_name(),
             d.kernel_image(),
@@ -229,8 +240,8 @@ fn prefill_graph_on_a_model_of_smollm2_shape() {
     }
     check_lengths(
         &mut g,
-        "SmolLM2-135M shape, Q4_1, chunks of 128",
-        &lengths(128),
+        &format!("SmolLM2-135M shape, Q4_1, chunks of {c}"),
+        &lengths(c),
     );
     let d = g.gpu_mut().expect("attached");
     let greedy = SamplerParams::greedy();

@@ -400,6 +400,10 @@ pub struct MatMulChunkParams {
     pub chunk: i32,
     /// 1: the chunk's last row only, in the prompt's last chunk only.
     pub last: i32,
+    /// Tokens per warp (the grid's y covers the chunk in these), a multiple of `MM_TOK`.
+    pub tok_per_warp: i32,
+    /// Padding.
+    pub pad: i32,
 }
 
 /// `struct HeadNormChunkParams` of `head_norm_chunk`.
@@ -527,7 +531,7 @@ pub struct ChunkAdvanceParams {
 const _: () = assert!(std::mem::size_of::<EmbedChunkParams>() == 32 + 24);
 const _: () = assert!(std::mem::size_of::<PrepChunkParams>() == 56 + 32);
 const _: () = assert!(std::mem::size_of::<ProjChunkParams>() == 48);
-const _: () = assert!(std::mem::size_of::<MatMulChunkParams>() == 32 + 144 + 32);
+const _: () = assert!(std::mem::size_of::<MatMulChunkParams>() == 32 + 144 + 40);
 const _: () = assert!(std::mem::size_of::<HeadNormChunkParams>() == 24 + 24);
 const _: () = assert!(std::mem::size_of::<RopeChunkParams>() == 48 + 24);
 const _: () = assert!(std::mem::size_of::<AttnChunkParams>() == 40 + 32);

@@ -96,6 +96,17 @@ pub(super) struct PrefillGraph {
     check: String,
 }
 
+/// Tokens per warp of `matmul_chunk`: [`MM_TOK`], or the multiple of it that the
+/// environment variable `TETHER_LLM_PREFILL_TOKENS_PER_WARP` names (a measurement knob:
+/// larger values mean fewer, longer warps that re-read each weight row from L1).
+fn tokens_per_warp() -> usize {
+    std::env::var("TETHER_LLM_PREFILL_TOKENS_PER_WARP")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&v| v > 0)
+        .map_or(MM_TOK, |v| v.div_ceil(MM_TOK) * MM_TOK)
+}
+
 fn i32_of(v: usize) -> i32 {
     i32::try_from(v).unwrap_or(i32::MAX)
 }
@@ -155,6 +166,7 @@ impl PrefillGraph {
         let (q8, q8k, part) = (arena.ptr(q8_r), arena.ptr(q8k_r), arena.ptr(part_r));
         let c = i32_of(chunk);
         let state = side.state;
+        let tok_per_warp = tokens_per_warp();
 
         let mut launches = Vec::with_capacity(steps.len() + 32);
         for s in &steps {
@@ -232,6 +244,7 @@ impl PrefillGraph {
                         q8k_stride: i32_of(q8k_stride),
                         chunk: c,
                         last: i32::from(last),
+                        tok_per_warp: i32_of(tok_per_warp),
                         ..MatMulChunkParams::default()
                     };
                     let mut total = 0usize;
@@ -262,7 +275,11 @@ impl PrefillGraph {
                         total += m.rows;
                     }
                     p.rows_total = i32_of(total);
-                    let tiles = if last { 1 } else { chunk.div_ceil(MM_TOK) };
+                    let tiles = if last {
+                        1
+                    } else {
+                        chunk.div_ceil(tok_per_warp)
+                    };
                     Launch {
                         f: f_mm,
                         grid: (
