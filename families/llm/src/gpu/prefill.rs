@@ -112,6 +112,24 @@ pub enum PrefillError {
     /// A chunk of zero tokens.
     #[error("prefill chunk of 0 tokens (use at least 1)")]
     EmptyChunk,
+    /// A product over every token writing the logits (the chunk keeps the last row's only).
+    #[error("op {index}: the logits of every token of a chunk (only the last row's are kept)")]
+    LogitsOfEveryToken {
+        /// Index of the op.
+        index: usize,
+    },
+    /// A `Prep` whose input and output rows differ in width.
+    #[error("prep of {input:?} ({input_width} wide) into {out:?} ({out_width} wide)")]
+    PrepWidth {
+        /// Input buffer.
+        input: Buf,
+        /// Its width.
+        input_width: usize,
+        /// Output buffer.
+        out: Buf,
+        /// Its width.
+        out_width: usize,
+    },
 }
 
 /// Lowers `program` to the prefill graph's launches; `ty` gives each matrix's element type.
@@ -167,6 +185,9 @@ pub fn lower_chunk(
                 });
             }
             Op::Linear { input, projs, .. } => {
+                if !last && projs.iter().flatten().any(|p| p.out == Buf::Logits) {
+                    return Err(PrefillError::LogitsOfEveryToken { index: i });
+                }
                 let prepared = matches!(steps.last(), Some(ChunkStep::Prep { out, last: l, .. }) if *out == input && *l == last);
                 if !prepared {
                     let (q8, q8k) = formats_for(program, i, input, ty);
@@ -354,6 +375,17 @@ mod tests {
                 index,
                 op: "SwiGlu".into()
             }
+        );
+        let (mut program, _) = tiny_model_program();
+        for op in &mut program.ops {
+            if let Op::Linear { tokens, .. } | Op::RmsNorm { tokens, .. } = op {
+                *tokens = Tokens::All;
+            }
+        }
+        let head = program.ops.len() - 1;
+        assert_eq!(
+            lower_chunk(&program, &|_| TensorType::F32),
+            Err(PrefillError::LogitsOfEveryToken { index: head })
         );
         let program = Program {
             ops: vec![Op::StoreKv { layer: 1 }],

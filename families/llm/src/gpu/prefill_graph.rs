@@ -13,7 +13,9 @@ use super::kernels::{
     SampleParams,
 };
 use super::lower::{BLOCK_Q8_BYTES, BLOCK_Q8K_BYTES, STATE_BYTES, SampleConfig};
-use super::prefill::{ChunkStep, MM_TOK, chunk_lengths, chunk_partial_bytes, lower_chunk};
+use super::prefill::{
+    ChunkStep, MM_TOK, PrefillError, chunk_lengths, chunk_partial_bytes, lower_chunk,
+};
 use crate::forward::{Buf, MatId, Model, VecId};
 use crate::sample::SamplerParams;
 
@@ -201,13 +203,13 @@ impl PrefillGraph {
                     last,
                 } => {
                     if hp.width(input) != hp.width(out) {
-                        return Err(GpuError::Cuda(tether_runtime::cuda::CudaError::Invalid(
-                            format!(
-                                "prefill: prep of {input:?} ({}) into {out:?} ({}): the rows differ in width",
-                                hp.width(input),
-                                hp.width(out)
-                            ),
-                        )));
+                        return Err(PrefillError::PrepWidth {
+                            input,
+                            input_width: hp.width(input),
+                            out,
+                            out_width: hp.width(out),
+                        }
+                        .into());
                     }
                     Launch {
                         f: f_prep,
@@ -255,11 +257,6 @@ impl PrefillGraph {
                         } else {
                             (bp(pr.out), hp.width(pr.out))
                         };
-                        if pr.out == Buf::Logits && !last {
-                            return Err(GpuError::Cuda(tether_runtime::cuda::CudaError::Invalid(
-                                "prefill: logits of every token of a chunk (only the last row's are kept)".into(),
-                            )));
-                        }
                         p.p[k] = ProjChunkParams {
                             w: (side.mat_ptr)(pr.weight),
                             bias: pr.bias.map_or(DevicePtr(0), side.vec_ptr),
