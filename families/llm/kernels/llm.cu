@@ -1576,6 +1576,188 @@ extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk(MatMulC
 }
 
 // ---------------------------------------------------------------------------------------
+// matmul_chunk_staged (opt-in: TETHER_LLM_PREFILL_STAGED=1; NOT YET RUN ON A GPU):
+// `matmul_chunk` for ggml block weights (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) and MM_TOK tokens per
+// block, with the tokens' activation blocks copied into shared memory once per block (its 4
+// rows share them) and the tokens' loads independent of each other (tokens past the chunk
+// read zero blocks and are not stored). Each token's sum is formed as in `matmul_chunk`.
+// Dynamic shared memory: MM_TOK * (cols / 32 * 40 [Q8 weights] + cols / 256 * 292 [K weights]).
+// ---------------------------------------------------------------------------------------
+__device__ __forceinline__ bool is_q8_type(int t) { return t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1; }
+
+extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk_staged(MatMulChunkParams p) {
+    extern __shared__ int s_act[];
+    int lo, hi;
+    if (!chunk_rows(p.state, p.chunk, p.last, &lo, &hi)) return;
+    const int t0 = lo + blockIdx.y * MM_TOK;
+    if (t0 >= hi) return;
+    const int cnt = min(MM_TOK, hi - t0);
+    bool need8 = false, need8k = false;
+    for (int q = 0; q < p.nproj; ++q) {
+        if (is_q8_type(p.p[q].type)) need8 = true;
+        else need8k = true;
+    }
+    const int nb8 = p.cols / QK, nb8k = p.cols / QK_K;
+    const int per8 = nb8 * (int)(sizeof(BlockQ8) / 4), per8k = nb8k * (int)(sizeof(BlockQ8K) / 4);
+    int* s8 = s_act;
+    int* s8k = s_act + (need8 ? MM_TOK * per8 : 0);
+    if (need8)
+        for (int i = threadIdx.x; i < MM_TOK * per8; i += blockDim.x) {
+            const int j = i / per8, k = i % per8;
+            s8[i] = j < cnt ? ((const int*)(p.q8 + (size_t)(t0 + j) * p.q8_stride))[k] : 0;
+        }
+    if (need8k)
+        for (int i = threadIdx.x; i < MM_TOK * per8k; i += blockDim.x) {
+            const int j = i / per8k, k = i % per8k;
+            s8k[i] = j < cnt ? ((const int*)(p.q8k + (size_t)(t0 + j) * p.q8k_stride))[k] : 0;
+        }
+    __syncthreads();
+    const BlockQ8* a8 = (const BlockQ8*)s8;
+    const BlockQ8K* a8k = (const BlockQ8K*)s8k;
+    const int lane = threadIdx.x % 32;
+    int r = blockIdx.x * MM_WARPS + threadIdx.x / 32;
+    if (r >= p.rows_total) return;
+    int k = 0;
+    while (k + 1 < p.nproj && r >= p.p[k].rows) {
+        r -= p.p[k].rows;
+        ++k;
+    }
+    const ProjChunk& pr = p.p[k];
+    const uint8_t* w = pr.w + (size_t)r * pr.row_bytes;
+    float acc[MM_TOK];
+#pragma unroll
+    for (int j = 0; j < MM_TOK; ++j) acc[j] = 0.0f;
+    switch (pr.type) {
+        case T_Q8_0:
+        case T_Q4_0:
+        case T_Q4_1: {
+            const int bb = pr.type == T_Q8_0 ? 34 : (pr.type == T_Q4_0 ? 18 : 20);
+            for (int b = lane; b < nb8; b += 32) {
+                const uint8_t* blk = w + b * bb;
+                const float dw = h2f(ld16(blk));
+                int wq[8];
+                if (pr.type == T_Q8_0) {
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) wq[e] = ld32_2(blk + 2 + 4 * e);
+                } else {
+                    const uint8_t* qs = blk + (pr.type == T_Q4_0 ? 2 : 4);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const uint32_t v = (uint32_t)ld32_2(qs + 4 * e);
+                        uint32_t lo4 = v & 0x0F0F0F0Fu, hi4 = (v >> 4) & 0x0F0F0F0Fu;
+                        if (pr.type == T_Q4_0) {
+                            lo4 = __vsub4(lo4, 0x08080808u);
+                            hi4 = __vsub4(hi4, 0x08080808u);
+                        }
+                        wq[e] = (int)lo4;
+                        wq[4 + e] = (int)hi4;
+                    }
+                }
+                const float mw = pr.type == T_Q4_1 ? h2f(ld16(blk + 2)) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) {
+                    const BlockQ8& a = a8[j * nb8 + b];
+                    const int* aq = (const int*)a.qs;
+                    int s = 0;
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) s = __dp4a(wq[e], aq[e], s);
+                    const float t = __fmul_rn(__fmul_rn(dw, a.d), (float)s);
+                    acc[j] = pr.type == T_Q4_1 ? __fadd_rn(acc[j], __fadd_rn(t, __fmul_rn(mw, a.s)))
+                                               : __fadd_rn(acc[j], t);
+                }
+            }
+            break;
+        }
+        case T_Q4_K:
+            for (int b = lane; b < nb8k; b += 32) {
+                const uint8_t* blk = w + b * 144;
+                int sumi[MM_TOK], summ[MM_TOK];
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) sumi[j] = summ[j] = 0;
+                for (int sb = 0; sb < 8; ++sb) {
+                    int sc, mn;
+                    q4k_scale_min(blk + 4, sb, &sc, &mn);
+                    const uint8_t* qs = blk + 16 + 32 * (sb / 2);
+                    const int shift = 4 * (sb % 2);
+                    int wq[8];
+#pragma unroll
+                    for (int e = 0; e < 8; ++e)
+                        wq[e] = (int)(((uint32_t)ld32_2(qs + 4 * e) >> shift) & 0x0F0F0F0Fu);
+#pragma unroll
+                    for (int j = 0; j < MM_TOK; ++j) {
+                        const BlockQ8K& a = a8k[j * nb8k + b];
+                        const int* aq = (const int*)(a.qs + 32 * sb);
+                        int s = 0;
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) s = __dp4a(wq[e], aq[e], s);
+                        sumi[j] += sc * s;
+                        summ[j] += mn * ((int)a.bsums[2 * sb] + (int)a.bsums[2 * sb + 1]);
+                    }
+                }
+                const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) {
+                    const float ad = a8k[j * nb8k + b].d;
+                    const float t1 = __fmul_rn(__fmul_rn(ad, d), (float)sumi[j]);
+                    const float t2 = __fmul_rn(__fmul_rn(ad, dmin), (float)summ[j]);
+                    acc[j] = __fadd_rn(acc[j], __fsub_rn(t1, t2));
+                }
+            }
+            break;
+        case T_Q6_K:
+            for (int b = lane; b < nb8k; b += 32) {
+                const uint8_t* blk = w + b * 210;
+                int sumi[MM_TOK];
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) sumi[j] = 0;
+                for (int g = 0; g < 16; ++g) {
+                    const int half = g / 8, kk = (g % 8) / 2, l0 = 16 * (g % 2);
+                    const uint8_t* ql = blk + 64 * half + (kk & 1 ? 32 : 0) + l0;
+                    const uint8_t* qh = blk + 128 + 32 * half + l0;
+                    const int shift = kk >= 2 ? 4 : 0;
+                    int wq[4];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const uint32_t lo4 = ((uint32_t)ld32_2(ql + 4 * e) >> shift) & 0x0F0F0F0Fu;
+                        const uint32_t hi2 = (((uint32_t)ld32_2(qh + 4 * e) >> (2 * kk)) & 0x03030303u) << 4;
+                        wq[e] = (int)__vsub4(lo4 | hi2, 0x20202020u);
+                    }
+                    const int sc = (int)(int8_t)blk[192 + g];
+#pragma unroll
+                    for (int j = 0; j < MM_TOK; ++j) {
+                        const int* aq = (const int*)(a8k[j * nb8k + b].qs + 16 * g);
+                        int s = 0;
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) s = __dp4a(wq[e], aq[e], s);
+                        sumi[j] += sc * s;
+                    }
+                }
+                const float d = h2f(ld16(blk + 208));
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) {
+                    const float ad = a8k[j * nb8k + b].d;
+                    acc[j] = __fadd_rn(acc[j], __fmul_rn(__fmul_rn(ad, d), (float)sumi[j]));
+                }
+            }
+            break;
+        default:
+#pragma unroll
+            for (int j = 0; j < MM_TOK; ++j) acc[j] = __int_as_float(0x7fc00000);
+            break;
+    }
+#pragma unroll
+    for (int j = 0; j < MM_TOK; ++j) {
+        const float dot = warp_sum(acc[j]);
+        if (lane == 0 && j < cnt) {
+            float v = dot;
+            if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
+            float* o = pr.out + (size_t)(t0 + j) * pr.out_stride + r;
+            *o = pr.accumulate ? __fadd_rn(*o, v) : v;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // head_norm_chunk: `head_norm` of each row. Grid (ceil(heads / 4), chunk), 128 threads.
 // ---------------------------------------------------------------------------------------
 struct HeadNormChunkParams {

@@ -17,6 +17,7 @@ use super::prefill::{
     ChunkStep, MM_TOK, PrefillError, chunk_lengths, chunk_partial_bytes, lower_chunk,
 };
 use crate::forward::{Buf, MatId, Model, VecId};
+use crate::quant::TensorType;
 use crate::sample::SamplerParams;
 
 /// What the prefill graph shares with the decode step: weights, cache, request state,
@@ -62,27 +63,28 @@ struct Launch {
     f: Function,
     grid: (u32, u32, u32),
     block: u32,
+    shared: u32,
     params: Params,
 }
 
 impl Launch {
     fn enqueue(&self, s: &Stream) -> Result<(), DriverError> {
         let b = (self.block, 1, 1);
-        let g = self.grid;
+        let (g, sh) = (self.grid, self.shared);
         // SAFETY: each params struct mirrors its kernel's (kernels.rs, size-checked); every
         // address inside points into the decoder's arenas or the prefill arena, which live
         // as long as the graph and the launch list.
         unsafe {
             match &self.params {
-                Params::Embed(p) => s.launch_params(self.f, g, b, 0, p),
-                Params::Prep(p) => s.launch_params(self.f, g, b, 0, p),
-                Params::MatMul(p) => s.launch_params(self.f, g, b, 0, p),
-                Params::HeadNorm(p) => s.launch_params(self.f, g, b, 0, p),
-                Params::Rope(p) => s.launch_params(self.f, g, b, 0, p),
-                Params::Attention(p) => s.launch_params(self.f, g, b, 0, p),
-                Params::Combine(p) => s.launch_params(self.f, g, b, 0, p),
-                Params::Advance(p) => s.launch_params(self.f, g, b, 0, p),
-                Params::Sample(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::Embed(p) => s.launch_params(self.f, g, b, sh, p),
+                Params::Prep(p) => s.launch_params(self.f, g, b, sh, p),
+                Params::MatMul(p) => s.launch_params(self.f, g, b, sh, p),
+                Params::HeadNorm(p) => s.launch_params(self.f, g, b, sh, p),
+                Params::Rope(p) => s.launch_params(self.f, g, b, sh, p),
+                Params::Attention(p) => s.launch_params(self.f, g, b, sh, p),
+                Params::Combine(p) => s.launch_params(self.f, g, b, sh, p),
+                Params::Advance(p) => s.launch_params(self.f, g, b, sh, p),
+                Params::Sample(p) => s.launch_params(self.f, g, b, sh, p),
             }
         }
     }
@@ -140,6 +142,8 @@ impl PrefillGraph {
             func("head_norm_chunk")?,
             func("rope_chunk")?,
         );
+        let f_mm_staged = func("matmul_chunk_staged")?;
+        let staged = std::env::var("TETHER_LLM_PREFILL_STAGED").is_ok_and(|v| v == "1");
         let (f_attn, f_comb, f_adv, f_sample) = (
             func("attention_chunk")?,
             func("attention_combine_chunk")?,
@@ -179,6 +183,7 @@ impl PrefillGraph {
                         f: f_embed,
                         grid: (u32_of(chunk), 1, 1),
                         block: 256,
+                        shared: 0,
                         params: Params::Embed(EmbedChunkParams {
                             table: (side.mat_ptr)(table),
                             prompt: side.seq,
@@ -215,6 +220,7 @@ impl PrefillGraph {
                         f: f_prep,
                         grid: (if last { 1 } else { u32_of(chunk) }, 1, 1),
                         block: kernels::PREP_THREADS,
+                        shared: 0,
                         params: Params::Prep(PrepChunkParams {
                             input: bp(input),
                             in2: if swiglu { bp(Buf::Up) } else { DevicePtr(0) },
@@ -272,6 +278,47 @@ impl PrefillGraph {
                         total += m.rows;
                     }
                     p.rows_total = i32_of(total);
+                    // The staged kernel (opt-in): block weights only, 8 tokens per block, the
+                    // activation blocks within 48 KiB of shared memory.
+                    let tys: Vec<TensorType> = projs
+                        .iter()
+                        .flatten()
+                        .map(|pr| model.matrix(pr.weight).ty)
+                        .collect();
+                    let q8_ty = |t: &TensorType| {
+                        matches!(t, TensorType::Q8_0 | TensorType::Q4_0 | TensorType::Q4_1)
+                    };
+                    let k_ty = |t: &TensorType| matches!(t, TensorType::Q4K | TensorType::Q6K);
+                    let cols = hp.width(input);
+                    let shared = MM_TOK
+                        * (if tys.iter().any(q8_ty) {
+                            cols / 32 * BLOCK_Q8_BYTES
+                        } else {
+                            0
+                        } + if tys.iter().any(k_ty) {
+                            cols / 256 * BLOCK_Q8K_BYTES
+                        } else {
+                            0
+                        });
+                    if staged
+                        && !last
+                        && tys.iter().all(|t| q8_ty(t) || k_ty(t))
+                        && shared <= 48 * 1024
+                    {
+                        p.tok_per_warp = MM_TOK as i32;
+                        launches.push(Launch {
+                            f: f_mm_staged,
+                            grid: (
+                                u32_of(total.div_ceil(kernels::MM_WARPS as usize)),
+                                u32_of(chunk.div_ceil(MM_TOK)),
+                                1,
+                            ),
+                            block: kernels::MM_WARPS * 32,
+                            shared: u32_of(shared),
+                            params: Params::MatMul(p),
+                        });
+                        continue;
+                    }
                     let tiles = if last {
                         1
                     } else {
@@ -285,6 +332,7 @@ impl PrefillGraph {
                             1,
                         ),
                         block: kernels::MM_WARPS * 32,
+                        shared: 0,
                         params: Params::MatMul(p),
                     }
                 }
@@ -292,6 +340,7 @@ impl PrefillGraph {
                     f: f_hn,
                     grid: (u32_of(heads.div_ceil(4)), u32_of(chunk), 1),
                     block: 128,
+                    shared: 0,
                     params: Params::HeadNorm(HeadNormChunkParams {
                         x: bp(buf),
                         weight: (side.vec_ptr)(weight),
@@ -314,6 +363,7 @@ impl PrefillGraph {
                             1,
                         ),
                         block: 128,
+                        shared: 0,
                         params: Params::Rope(RopeChunkParams {
                             x: bp(buf),
                             inv_freq: side.inv_freq,
@@ -335,6 +385,7 @@ impl PrefillGraph {
                         f: f_attn,
                         grid: (u32_of(hp.n_head), kernels::ATTN_SPLITS, u32_of(chunk)),
                         block: kernels::ATTN_WARPS * 32,
+                        shared: 0,
                         params: Params::Attention(AttnChunkParams {
                             q: bp(Buf::Q),
                             kcache: side.cache[layer].0,
@@ -355,6 +406,7 @@ impl PrefillGraph {
                         f: f_comb,
                         grid: (u32_of(hp.n_head), u32_of(chunk), 1),
                         block: 256,
+                        shared: 0,
                         params: Params::Combine(AttnCombineChunkParams {
                             part,
                             out: bp(Buf::Attn),
@@ -372,6 +424,7 @@ impl PrefillGraph {
                     f: f_adv,
                     grid: (1, 1, 1),
                     block: 32,
+                    shared: 0,
                     params: Params::Advance(ChunkAdvanceParams {
                         state,
                         chunk: c,
@@ -382,6 +435,7 @@ impl PrefillGraph {
                     f: f_sample,
                     grid: (1, 1, 1),
                     block: kernels::SAMPLE_THREADS,
+                    shared: 0,
                     params: Params::Sample(SampleParams {
                         logits: side.logits,
                         seq: side.seq,
