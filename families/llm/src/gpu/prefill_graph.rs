@@ -542,9 +542,10 @@ impl PrefillGraph {
     }
 
     /// Replays the graph once per chunk of a `len`-token prompt (the request state and the
-    /// prompt already on the device, position 0).
+    /// prompt already on the device, position 0): `ceil(len / chunk)` launches, as many as
+    /// [`chunk_lengths`] has chunks, and no allocation.
     pub(super) fn run(&self, stream: &Stream, len: usize) -> Result<(), GpuError> {
-        for _ in chunk_lengths(len, self.chunk)? {
+        for _ in 0..len.div_ceil(self.chunk) {
             self.graph.launch(stream)?;
         }
         Ok(())
