@@ -1463,3 +1463,833 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_advance(Samp
         p.state->pos = pos + 1;
     }
 }
+
+// =======================================================================================
+// PREFILL (issue 26): the prompt in chunks of up to `chunk` tokens, one captured graph per
+// chunk size (src/gpu/prefill.rs lowers the program, src/gpu/prefill_graph.rs places the
+// buffers and captures). Every kernel reads the chunk from the request state: its first
+// position `start = state->pos` and its token count `n = min(chunk, prompt_len - start)`,
+// so one graph serves every chunk of every prompt; `chunk_advance` + the decode step's
+// `sample_advance` end the graph (position + n, and the first token after the last chunk).
+//
+// The arithmetic of each token is the decode kernels' own, operation for operation (same
+// 8-bit activation blocks, same per-lane block order and warp sums, same attention splits
+// and merges, `__f*_rn` where they have them): the cache and the first token's logits
+// after a prefill equal those of the token-by-token prefill bit for bit. Only the integer
+// block sums are formed differently (`__dp4a` on four 8-bit products at a time), and
+// integer sums are exact in any order. What changes is the reading: a warp reads each
+// weight block once for MM_TOK tokens, and the whole chunk runs in ~11 launches per layer.
+//
+// Activations are `[chunk, width]` rows (row t = position start + t).
+// =======================================================================================
+
+#define MM_WARPS 4
+#define MM_TOK 8
+
+// The chunk the state points at: writes its first position, returns its token count.
+__device__ __forceinline__ int chunk_tokens(const DecodeState* s, int chunk, uint32_t* start) {
+    const uint32_t st = s->pos, plen = s->prompt_len;
+    *start = st;
+    if (st >= plen) return 0;
+    const uint32_t left = plen - st;
+    return left < (uint32_t)chunk ? (int)left : chunk;
+}
+
+// Rows [lo, hi) of a launch: every token of the chunk, or (`last`) the chunk's last token,
+// and then only when this chunk ends the prompt. False: nothing to do.
+__device__ __forceinline__ bool chunk_rows(const DecodeState* s, int chunk, int last, int* lo,
+                                           int* hi) {
+    uint32_t start;
+    const int n = chunk_tokens(s, chunk, &start);
+    if (n == 0) return false;
+    if (last) {
+        if (start + (uint32_t)n < s->prompt_len) return false;
+        *lo = n - 1;
+    } else {
+        *lo = 0;
+    }
+    *hi = n;
+    return true;
+}
+
+// Four bytes at a 2-byte aligned address as one little-endian word.
+__device__ __forceinline__ int ld32_2(const uint8_t* p) {
+    return (int)((uint32_t)ld16(p) | ((uint32_t)ld16(p + 2) << 16));
+}
+
+// ---------------------------------------------------------------------------------------
+// embed_chunk: row t = the table row of prompt[start + t]. Grid (chunk), 256 threads.
+// ---------------------------------------------------------------------------------------
+struct EmbedChunkParams {
+    const uint8_t* table;
+    const uint32_t* prompt;
+    DecodeState* state;
+    float* out;  // [chunk, cols]
+    int type;
+    int cols;
+    int row_bytes;
+    int n_vocab;
+    int chunk;
+    int pad;
+};
+
+extern "C" __global__ void __launch_bounds__(256) embed_chunk(EmbedChunkParams p) {
+    uint32_t start;
+    const int n = chunk_tokens(p.state, p.chunk, &start);
+    const int t = blockIdx.x;
+    if (t >= n) return;
+    uint32_t token = p.prompt[start + t];
+    if (token >= (uint32_t)p.n_vocab) {
+        if (threadIdx.x == 0) atomicCAS(&p.state->bad_token, 0u, token + 1);
+        token = 0;
+    }
+    const uint8_t* row = p.table + (size_t)token * p.row_bytes;
+    float* out = p.out + (size_t)t * p.cols;
+    for (int i = threadIdx.x; i < p.cols; i += blockDim.x) out[i] = dequant_at(p.type, row, i);
+}
+
+// ---------------------------------------------------------------------------------------
+// prep_chunk: `prep` of each row. Grid (chunk) (1 with `last`), PREP_THREADS threads.
+// ---------------------------------------------------------------------------------------
+struct PrepChunkParams {
+    const float* in;
+    const float* in2;
+    const float* weight;
+    float* out;
+    BlockQ8* q8;
+    BlockQ8K* q8k;
+    const DecodeState* state;
+    int n;
+    float eps;
+    int swiglu;
+    int stride;      // floats per row of in, in2, out
+    int q8_stride;   // Q8 blocks per row
+    int q8k_stride;  // Q8_K blocks per row
+    int chunk;
+    int last;
+};
+
+// The body of `prep` for one row (the same operations in the same order).
+__device__ void prep_row(const float* in, const float* in2, const float* weight, float* out,
+                         BlockQ8* q8, BlockQ8K* q8k, int n, float eps, int swiglu) {
+    __shared__ float red[PREP_THREADS / 32];
+    __shared__ float s_scale;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = in[i];
+        if (swiglu) v = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), in2[i]);
+        ss = __fadd_rn(ss, __fmul_rn(v, v));
+        out[i] = v;
+    }
+    if (weight) {
+        ss = warp_sum(ss);
+        if (lane == 0) red[warp] = ss;
+        __syncthreads();
+        if (warp == 0) {
+            float t = lane < nwarps ? red[lane] : 0.0f;
+            t = warp_sum(t);
+            if (lane == 0) s_scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(t, (float)n), eps)));
+        }
+        __syncthreads();
+        const float scale = s_scale;
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            out[i] = __fmul_rn(__fmul_rn(out[i], scale), weight[i]);
+    }
+    __syncthreads();
+    if (q8) {
+        for (int b = warp; b < n / QK; b += nwarps) {
+            const float v = out[b * QK + lane];
+            const float amax = warp_max(fabsf(v));
+            const float d = __fdiv_rn(amax, 127.0f);
+            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+            const int r = __float2int_rn(__fmul_rn(v, id));
+            q8[b].qs[lane] = (int8_t)r;
+            const int sum = warp_sum_i(r);
+            if (lane == 0) {
+                q8[b].d = round_f16(d);
+                q8[b].s = round_f16(__fmul_rn(d, (float)sum));
+            }
+        }
+    }
+    if (q8k) {
+        for (int b = warp; b < n / QK_K; b += nwarps) {
+            const float* x = out + b * QK_K;
+            float amax = 0.0f, mx = 0.0f;
+            int at = 0x7fffffff;
+            for (int k = 0; k < 8; ++k) {
+                const int i = lane * 8 + k;
+                const float a = fabsf(x[i]);
+                if (a > amax) { amax = a; mx = x[i]; at = i; }
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
+                const float m2 = __shfl_xor_sync(0xffffffffu, mx, o);
+                const int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+                if (a2 > amax || (a2 == amax && at2 < at)) { amax = a2; mx = m2; at = at2; }
+            }
+            BlockQ8K* o8 = q8k + b;
+            if (amax == 0.0f) {
+                for (int k = 0; k < 8; ++k) o8->qs[lane * 8 + k] = 0;
+                if (lane < 16) o8->bsums[lane] = 0;
+                if (lane == 0) o8->d = 0.0f;
+                continue;
+            }
+            const float iscale = __fdiv_rn(-127.0f, mx);
+            int part = 0;
+            for (int k = 0; k < 8; ++k) {
+                const int i = lane * 8 + k;
+                int q = __float2int_rn(__fmul_rn(iscale, x[i]));
+                q = q < 127 ? q : 127;
+                o8->qs[i] = (int8_t)q;
+                part += q;
+            }
+            const int other = __shfl_down_sync(0xffffffffu, part, 1);
+            if (lane % 2 == 0) o8->bsums[lane / 2] = (int16_t)(part + other);
+            if (lane == 0) o8->d = __fdiv_rn(1.0f, iscale);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(PREP_THREADS) prep_chunk(PrepChunkParams p) {
+    int lo, hi;
+    if (!chunk_rows(p.state, p.chunk, p.last, &lo, &hi)) return;
+    const int t = lo + blockIdx.x;
+    if (t >= hi) return;
+    const size_t r = (size_t)t * p.stride;
+    prep_row(p.in + r, p.in2 ? p.in2 + r : nullptr, p.weight, p.out + r,
+             p.q8 ? p.q8 + (size_t)t * p.q8_stride : nullptr,
+             p.q8k ? p.q8k + (size_t)t * p.q8k_stride : nullptr, p.n, p.eps, p.swiglu);
+}
+
+// ---------------------------------------------------------------------------------------
+// matmul_chunk: up to three projections of the chunk's rows. Grid (ceil(rows_total /
+// MM_WARPS), ceil(rows / tok_per_warp)); one warp per output row and tok_per_warp tokens, in
+// groups of MM_TOK: each weight block is read once for the MM_TOK tokens of a group (from L1
+// for the later groups), each token's sum formed exactly as `row_dot` (lane l takes blocks
+// l, l + 32, ...; `warp_sum` at the end).
+// ---------------------------------------------------------------------------------------
+struct ProjChunk {
+    const uint8_t* w;
+    const float* bias;  // or null
+    float* out;
+    int type;
+    int rows;
+    int row_bytes;
+    int accumulate;
+    int out_stride;  // floats per token row of `out` (0: one row, with `last`)
+    int pad;
+};
+
+struct MatMulChunkParams {
+    const float* x;
+    const BlockQ8* q8;
+    const BlockQ8K* q8k;
+    const DecodeState* state;
+    ProjChunk p[3];
+    int nproj;
+    int cols;
+    int rows_total;
+    int x_stride;    // floats per row of x
+    int q8_stride;   // Q8 blocks per row
+    int q8k_stride;  // Q8_K blocks per row
+    int chunk;
+    int last;
+    int tok_per_warp;  // a multiple of MM_TOK
+    int pad;
+};
+
+extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk(MatMulChunkParams p) {
+    int lo, hi;
+    if (!chunk_rows(p.state, p.chunk, p.last, &lo, &hi)) return;
+    const int tw = lo + blockIdx.y * p.tok_per_warp;
+    if (tw >= hi) return;
+    const int tend = min(hi, tw + p.tok_per_warp);
+    const int lane = threadIdx.x % 32;
+    int r = blockIdx.x * MM_WARPS + threadIdx.x / 32;
+    if (r >= p.rows_total) return;
+    int k = 0;
+    while (k + 1 < p.nproj && r >= p.p[k].rows) {
+        r -= p.p[k].rows;
+        ++k;
+    }
+    const ProjChunk& pr = p.p[k];
+    const uint8_t* w = pr.w + (size_t)r * pr.row_bytes;
+    for (int t0 = tw; t0 < tend; t0 += MM_TOK) {
+    const int cnt = min(MM_TOK, tend - t0);
+    float acc[MM_TOK];
+#pragma unroll
+    for (int j = 0; j < MM_TOK; ++j) acc[j] = 0.0f;
+    switch (pr.type) {
+        case T_F32:
+        case T_F16:
+        case T_BF16:
+            for (int i = lane; i < p.cols; i += 32) {
+                float wv;
+                if (pr.type == T_F32) wv = ((const float*)w)[i];
+                else if (pr.type == T_F16) wv = h2f(ld16(w + 2 * i));
+                else wv = bf2f(ld16(w + 2 * i));
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j)
+                    if (j < cnt)
+                        acc[j] = __fadd_rn(acc[j], __fmul_rn(wv, p.x[(size_t)(t0 + j) * p.x_stride + i]));
+            }
+            break;
+        case T_Q8_0:
+        case T_Q4_0:
+        case T_Q4_1: {
+            const int bb = pr.type == T_Q8_0 ? 34 : (pr.type == T_Q4_0 ? 18 : 20);
+            for (int b = lane; b < p.cols / QK; b += 32) {
+                const uint8_t* blk = w + b * bb;
+                const float dw = h2f(ld16(blk));
+                int wq[8];
+                if (pr.type == T_Q8_0) {
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) wq[e] = ld32_2(blk + 2 + 4 * e);
+                } else {
+                    const uint8_t* qs = blk + (pr.type == T_Q4_0 ? 2 : 4);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const uint32_t v = (uint32_t)ld32_2(qs + 4 * e);
+                        uint32_t lo4 = v & 0x0F0F0F0Fu, hi4 = (v >> 4) & 0x0F0F0F0Fu;
+                        if (pr.type == T_Q4_0) {
+                            lo4 = __vsub4(lo4, 0x08080808u);
+                            hi4 = __vsub4(hi4, 0x08080808u);
+                        }
+                        wq[e] = (int)lo4;
+                        wq[4 + e] = (int)hi4;
+                    }
+                }
+                const float mw = pr.type == T_Q4_1 ? h2f(ld16(blk + 2)) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) {
+                    if (j >= cnt) break;
+                    const BlockQ8& a = p.q8[(size_t)(t0 + j) * p.q8_stride + b];
+                    const int* aq = (const int*)a.qs;
+                    int s = 0;
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) s = __dp4a(wq[e], aq[e], s);
+                    const float t = __fmul_rn(__fmul_rn(dw, a.d), (float)s);
+                    acc[j] = pr.type == T_Q4_1 ? __fadd_rn(acc[j], __fadd_rn(t, __fmul_rn(mw, a.s)))
+                                               : __fadd_rn(acc[j], t);
+                }
+            }
+            break;
+        }
+        case T_Q4_K:
+            for (int b = lane; b < p.cols / QK_K; b += 32) {
+                const uint8_t* blk = w + b * 144;
+                int sumi[MM_TOK], summ[MM_TOK];
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) sumi[j] = summ[j] = 0;
+                for (int sb = 0; sb < 8; ++sb) {
+                    int sc, mn;
+                    q4k_scale_min(blk + 4, sb, &sc, &mn);
+                    const uint8_t* qs = blk + 16 + 32 * (sb / 2);
+                    const int shift = 4 * (sb % 2);
+                    int wq[8];
+#pragma unroll
+                    for (int e = 0; e < 8; ++e)
+                        wq[e] = (int)(((uint32_t)ld32_2(qs + 4 * e) >> shift) & 0x0F0F0F0Fu);
+#pragma unroll
+                    for (int j = 0; j < MM_TOK; ++j) {
+                        if (j >= cnt) break;
+                        const BlockQ8K& a = p.q8k[(size_t)(t0 + j) * p.q8k_stride + b];
+                        const int* aq = (const int*)(a.qs + 32 * sb);
+                        int s = 0;
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) s = __dp4a(wq[e], aq[e], s);
+                        sumi[j] += sc * s;
+                        summ[j] += mn * ((int)a.bsums[2 * sb] + (int)a.bsums[2 * sb + 1]);
+                    }
+                }
+                const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) {
+                    if (j >= cnt) break;
+                    const float ad = p.q8k[(size_t)(t0 + j) * p.q8k_stride + b].d;
+                    const float t1 = __fmul_rn(__fmul_rn(ad, d), (float)sumi[j]);
+                    const float t2 = __fmul_rn(__fmul_rn(ad, dmin), (float)summ[j]);
+                    acc[j] = __fadd_rn(acc[j], __fsub_rn(t1, t2));
+                }
+            }
+            break;
+        case T_Q6_K:
+            for (int b = lane; b < p.cols / QK_K; b += 32) {
+                const uint8_t* blk = w + b * 210;
+                int sumi[MM_TOK];
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) sumi[j] = 0;
+                for (int g = 0; g < 16; ++g) {
+                    const int half = g / 8, kk = (g % 8) / 2, l0 = 16 * (g % 2);
+                    const uint8_t* ql = blk + 64 * half + (kk & 1 ? 32 : 0) + l0;
+                    const uint8_t* qh = blk + 128 + 32 * half + l0;
+                    const int shift = kk >= 2 ? 4 : 0;
+                    int wq[4];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const uint32_t lo4 = ((uint32_t)ld32_2(ql + 4 * e) >> shift) & 0x0F0F0F0Fu;
+                        const uint32_t hi2 = (((uint32_t)ld32_2(qh + 4 * e) >> (2 * kk)) & 0x03030303u) << 4;
+                        wq[e] = (int)__vsub4(lo4 | hi2, 0x20202020u);
+                    }
+                    const int sc = (int)(int8_t)blk[192 + g];
+#pragma unroll
+                    for (int j = 0; j < MM_TOK; ++j) {
+                        if (j >= cnt) break;
+                        const BlockQ8K& a = p.q8k[(size_t)(t0 + j) * p.q8k_stride + b];
+                        const int* aq = (const int*)(a.qs + 16 * g);
+                        int s = 0;
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) s = __dp4a(wq[e], aq[e], s);
+                        sumi[j] += sc * s;
+                    }
+                }
+                const float d = h2f(ld16(blk + 208));
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) {
+                    if (j >= cnt) break;
+                    const float ad = p.q8k[(size_t)(t0 + j) * p.q8k_stride + b].d;
+                    acc[j] = __fadd_rn(acc[j], __fmul_rn(__fmul_rn(ad, d), (float)sumi[j]));
+                }
+            }
+            break;
+        default:
+#pragma unroll
+            for (int j = 0; j < MM_TOK; ++j) acc[j] = __int_as_float(0x7fc00000);
+            break;
+    }
+#pragma unroll
+    for (int j = 0; j < MM_TOK; ++j) {
+        if (j >= cnt) break;
+        const float dot = warp_sum(acc[j]);
+        if (lane == 0) {
+            float v = dot;
+            if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
+            float* o = pr.out + (size_t)(t0 + j) * pr.out_stride + r;
+            *o = pr.accumulate ? __fadd_rn(*o, v) : v;
+        }
+    }
+    }  // token groups
+}
+
+// ---------------------------------------------------------------------------------------
+// matmul_chunk_staged (opt-in: TETHER_LLM_PREFILL_STAGED=1; NOT YET RUN ON A GPU):
+// `matmul_chunk` for ggml block weights (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) and MM_TOK tokens per
+// block, with the tokens' activation blocks copied into shared memory once per block (its 4
+// rows share them) and the tokens' loads independent of each other (tokens past the chunk
+// read zero blocks and are not stored). Each token's sum is formed as in `matmul_chunk`.
+// Dynamic shared memory: MM_TOK * (cols / 32 * 40 [Q8 weights] + cols / 256 * 292 [K weights]).
+// ---------------------------------------------------------------------------------------
+__device__ __forceinline__ bool is_q8_type(int t) { return t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1; }
+
+extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk_staged(MatMulChunkParams p) {
+    extern __shared__ int s_act[];
+    int lo, hi;
+    if (!chunk_rows(p.state, p.chunk, p.last, &lo, &hi)) return;
+    const int t0 = lo + blockIdx.y * MM_TOK;
+    if (t0 >= hi) return;
+    const int cnt = min(MM_TOK, hi - t0);
+    bool need8 = false, need8k = false;
+    for (int q = 0; q < p.nproj; ++q) {
+        if (is_q8_type(p.p[q].type)) need8 = true;
+        else need8k = true;
+    }
+    const int nb8 = p.cols / QK, nb8k = p.cols / QK_K;
+    const int per8 = nb8 * (int)(sizeof(BlockQ8) / 4), per8k = nb8k * (int)(sizeof(BlockQ8K) / 4);
+    int* s8 = s_act;
+    int* s8k = s_act + (need8 ? MM_TOK * per8 : 0);
+    if (need8)
+        for (int i = threadIdx.x; i < MM_TOK * per8; i += blockDim.x) {
+            const int j = i / per8, k = i % per8;
+            s8[i] = j < cnt ? ((const int*)(p.q8 + (size_t)(t0 + j) * p.q8_stride))[k] : 0;
+        }
+    if (need8k)
+        for (int i = threadIdx.x; i < MM_TOK * per8k; i += blockDim.x) {
+            const int j = i / per8k, k = i % per8k;
+            s8k[i] = j < cnt ? ((const int*)(p.q8k + (size_t)(t0 + j) * p.q8k_stride))[k] : 0;
+        }
+    __syncthreads();
+    const BlockQ8* a8 = (const BlockQ8*)s8;
+    const BlockQ8K* a8k = (const BlockQ8K*)s8k;
+    const int lane = threadIdx.x % 32;
+    int r = blockIdx.x * MM_WARPS + threadIdx.x / 32;
+    if (r >= p.rows_total) return;
+    int k = 0;
+    while (k + 1 < p.nproj && r >= p.p[k].rows) {
+        r -= p.p[k].rows;
+        ++k;
+    }
+    const ProjChunk& pr = p.p[k];
+    const uint8_t* w = pr.w + (size_t)r * pr.row_bytes;
+    float acc[MM_TOK];
+#pragma unroll
+    for (int j = 0; j < MM_TOK; ++j) acc[j] = 0.0f;
+    switch (pr.type) {
+        case T_Q8_0:
+        case T_Q4_0:
+        case T_Q4_1: {
+            const int bb = pr.type == T_Q8_0 ? 34 : (pr.type == T_Q4_0 ? 18 : 20);
+            for (int b = lane; b < nb8; b += 32) {
+                const uint8_t* blk = w + b * bb;
+                const float dw = h2f(ld16(blk));
+                int wq[8];
+                if (pr.type == T_Q8_0) {
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) wq[e] = ld32_2(blk + 2 + 4 * e);
+                } else {
+                    const uint8_t* qs = blk + (pr.type == T_Q4_0 ? 2 : 4);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const uint32_t v = (uint32_t)ld32_2(qs + 4 * e);
+                        uint32_t lo4 = v & 0x0F0F0F0Fu, hi4 = (v >> 4) & 0x0F0F0F0Fu;
+                        if (pr.type == T_Q4_0) {
+                            lo4 = __vsub4(lo4, 0x08080808u);
+                            hi4 = __vsub4(hi4, 0x08080808u);
+                        }
+                        wq[e] = (int)lo4;
+                        wq[4 + e] = (int)hi4;
+                    }
+                }
+                const float mw = pr.type == T_Q4_1 ? h2f(ld16(blk + 2)) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) {
+                    const BlockQ8& a = a8[j * nb8 + b];
+                    const int* aq = (const int*)a.qs;
+                    int s = 0;
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) s = __dp4a(wq[e], aq[e], s);
+                    const float t = __fmul_rn(__fmul_rn(dw, a.d), (float)s);
+                    acc[j] = pr.type == T_Q4_1 ? __fadd_rn(acc[j], __fadd_rn(t, __fmul_rn(mw, a.s)))
+                                               : __fadd_rn(acc[j], t);
+                }
+            }
+            break;
+        }
+        case T_Q4_K:
+            for (int b = lane; b < nb8k; b += 32) {
+                const uint8_t* blk = w + b * 144;
+                int sumi[MM_TOK], summ[MM_TOK];
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) sumi[j] = summ[j] = 0;
+                for (int sb = 0; sb < 8; ++sb) {
+                    int sc, mn;
+                    q4k_scale_min(blk + 4, sb, &sc, &mn);
+                    const uint8_t* qs = blk + 16 + 32 * (sb / 2);
+                    const int shift = 4 * (sb % 2);
+                    int wq[8];
+#pragma unroll
+                    for (int e = 0; e < 8; ++e)
+                        wq[e] = (int)(((uint32_t)ld32_2(qs + 4 * e) >> shift) & 0x0F0F0F0Fu);
+#pragma unroll
+                    for (int j = 0; j < MM_TOK; ++j) {
+                        const BlockQ8K& a = a8k[j * nb8k + b];
+                        const int* aq = (const int*)(a.qs + 32 * sb);
+                        int s = 0;
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) s = __dp4a(wq[e], aq[e], s);
+                        sumi[j] += sc * s;
+                        summ[j] += mn * ((int)a.bsums[2 * sb] + (int)a.bsums[2 * sb + 1]);
+                    }
+                }
+                const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) {
+                    const float ad = a8k[j * nb8k + b].d;
+                    const float t1 = __fmul_rn(__fmul_rn(ad, d), (float)sumi[j]);
+                    const float t2 = __fmul_rn(__fmul_rn(ad, dmin), (float)summ[j]);
+                    acc[j] = __fadd_rn(acc[j], __fsub_rn(t1, t2));
+                }
+            }
+            break;
+        case T_Q6_K:
+            for (int b = lane; b < nb8k; b += 32) {
+                const uint8_t* blk = w + b * 210;
+                int sumi[MM_TOK];
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) sumi[j] = 0;
+                for (int g = 0; g < 16; ++g) {
+                    const int half = g / 8, kk = (g % 8) / 2, l0 = 16 * (g % 2);
+                    const uint8_t* ql = blk + 64 * half + (kk & 1 ? 32 : 0) + l0;
+                    const uint8_t* qh = blk + 128 + 32 * half + l0;
+                    const int shift = kk >= 2 ? 4 : 0;
+                    int wq[4];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const uint32_t lo4 = ((uint32_t)ld32_2(ql + 4 * e) >> shift) & 0x0F0F0F0Fu;
+                        const uint32_t hi2 = (((uint32_t)ld32_2(qh + 4 * e) >> (2 * kk)) & 0x03030303u) << 4;
+                        wq[e] = (int)__vsub4(lo4 | hi2, 0x20202020u);
+                    }
+                    const int sc = (int)(int8_t)blk[192 + g];
+#pragma unroll
+                    for (int j = 0; j < MM_TOK; ++j) {
+                        const int* aq = (const int*)(a8k[j * nb8k + b].qs + 16 * g);
+                        int s = 0;
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) s = __dp4a(wq[e], aq[e], s);
+                        sumi[j] += sc * s;
+                    }
+                }
+                const float d = h2f(ld16(blk + 208));
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) {
+                    const float ad = a8k[j * nb8k + b].d;
+                    acc[j] = __fadd_rn(acc[j], __fmul_rn(__fmul_rn(ad, d), (float)sumi[j]));
+                }
+            }
+            break;
+        default:
+#pragma unroll
+            for (int j = 0; j < MM_TOK; ++j) acc[j] = __int_as_float(0x7fc00000);
+            break;
+    }
+#pragma unroll
+    for (int j = 0; j < MM_TOK; ++j) {
+        const float dot = warp_sum(acc[j]);
+        if (lane == 0 && j < cnt) {
+            float v = dot;
+            if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
+            float* o = pr.out + (size_t)(t0 + j) * pr.out_stride + r;
+            *o = pr.accumulate ? __fadd_rn(*o, v) : v;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// head_norm_chunk: `head_norm` of each row. Grid (ceil(heads / 4), chunk), 128 threads.
+// ---------------------------------------------------------------------------------------
+struct HeadNormChunkParams {
+    float* x;
+    const float* weight;
+    const DecodeState* state;
+    int heads;
+    int head_dim;
+    float eps;
+    int stride;  // floats per row
+    int chunk;
+    int pad;
+};
+
+extern "C" __global__ void __launch_bounds__(128) head_norm_chunk(HeadNormChunkParams p) {
+    uint32_t start;
+    const int n = chunk_tokens(p.state, p.chunk, &start);
+    const int t = blockIdx.y;
+    if (t >= n) return;
+    const int lane = threadIdx.x % 32;
+    const int h = blockIdx.x * 4 + threadIdx.x / 32;
+    if (h >= p.heads) return;
+    float* x = p.x + (size_t)t * p.stride + h * p.head_dim;
+    float ss = 0.0f;
+    for (int i = lane; i < p.head_dim; i += 32) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
+    ss = warp_sum(ss);
+    const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(ss, (float)p.head_dim), p.eps)));
+    for (int i = lane; i < p.head_dim; i += 32) x[i] = __fmul_rn(__fmul_rn(x[i], scale), p.weight[i]);
+}
+
+// ---------------------------------------------------------------------------------------
+// rope_chunk: `rope` of row t at position start + t (with a cache: K and V of the row into
+// the cache at that position). Grid (ceil(heads * head_dim / 2 / 128), chunk), 128 threads.
+// ---------------------------------------------------------------------------------------
+struct RopeChunkParams {
+    float* x;
+    const float* inv_freq;
+    const DecodeState* state;
+    uint16_t* kcache;  // or null
+    uint16_t* vcache;
+    const float* v;
+    int heads;
+    int head_dim;
+    int kv_dim;
+    int x_stride;  // floats per row of x
+    int v_stride;  // floats per row of v
+    int chunk;
+};
+
+extern "C" __global__ void __launch_bounds__(128) rope_chunk(RopeChunkParams p) {
+    uint32_t start;
+    const int n = chunk_tokens(p.state, p.chunk, &start);
+    const int row = blockIdx.y;
+    if (row >= n) return;
+    const int half = p.head_dim / 2;
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= p.heads * half) return;
+    const int h = t / half, i = t % half;
+    const uint32_t pos = start + row;
+    float* x = p.x + (size_t)row * p.x_stride + h * p.head_dim;
+    const float ang = __fmul_rn((float)pos, p.inv_freq[i]);
+    float s, c;
+    sincosf(ang, &s, &c);
+    const float a = x[i], b = x[i + half];
+    const float na = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    const float nb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    x[i] = na;
+    x[i + half] = nb;
+    if (p.kcache) {
+        const float* v = p.v + (size_t)row * p.v_stride;
+        const size_t at = (size_t)pos * p.kv_dim + h * p.head_dim;
+        p.kcache[at + i] = f2h(na);
+        p.kcache[at + i + half] = f2h(nb);
+        p.vcache[at + i] = f2h(v[h * p.head_dim + i]);
+        p.vcache[at + i + half] = f2h(v[h * p.head_dim + i + half]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// attention_chunk: `attention` of row t over cache positions 0 ..= start + t (causal).
+// Grid (n_head, splits, chunk), ATTN_WARPS warps: the same warps take the same positions as
+// in the decode step; a split that sees no position writes nothing (and
+// attention_combine_chunk reads only the splits that saw one, as the decode step skips
+// them).
+// ---------------------------------------------------------------------------------------
+struct AttnChunkParams {
+    const float* q;
+    const uint16_t* kcache;
+    const uint16_t* vcache;
+    float* part;  // [chunk, n_head, splits, 2 + head_dim]
+    const DecodeState* state;
+    int n_head;
+    int n_kv;
+    int head_dim;
+    int kv_dim;
+    float scale;
+    int splits;
+    int q_stride;  // floats per row of q
+    int chunk;
+};
+
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention_chunk(AttnChunkParams p) {
+    __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
+    __shared__ float s_acc[ATTN_WARPS][MAX_HEAD_DIM];
+    uint32_t start;
+    const int n = chunk_tokens(p.state, p.chunk, &start);
+    const int row = blockIdx.z;
+    if (row >= n) return;
+    const int len = (int)start + row + 1;
+    const int split = blockIdx.y;
+    if (split * ATTN_WARPS >= len) return;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int h = blockIdx.x;
+    const int kvh = h / (p.n_head / p.n_kv);
+    const int per = (p.head_dim + 31) / 32;
+    const int stride = ATTN_WARPS * p.splits;
+    const float* qrow = p.q + (size_t)row * p.q_stride;
+    float q[MAX_HEAD_DIM / 32], acc[MAX_HEAD_DIM / 32];
+#pragma unroll
+    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
+        const int i = lane + 32 * j;
+        q[j] = (j < per && i < p.head_dim) ? qrow[h * p.head_dim + i] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = NEG_INF, l = 0.0f;
+    for (int t = split * ATTN_WARPS + warp; t < len; t += stride) {
+        const uint16_t* k = p.kcache + (size_t)t * p.kv_dim + kvh * p.head_dim;
+        const uint16_t* v = p.vcache + (size_t)t * p.kv_dim + kvh * p.head_dim;
+        float d = 0.0f;
+#pragma unroll
+        for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
+            const int i = lane + 32 * j;
+            if (j < per && i < p.head_dim) d = __fadd_rn(d, __fmul_rn(q[j], h2f(k[i])));
+        }
+        const float s = __fmul_rn(warp_sum(d), p.scale);
+        const float mn = fmaxf(m, s);
+        const float corr = expf(m - mn);
+        const float e = expf(s - mn);
+        l = __fadd_rn(__fmul_rn(l, corr), e);
+#pragma unroll
+        for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
+            const int i = lane + 32 * j;
+            if (j < per && i < p.head_dim)
+                acc[j] = __fadd_rn(__fmul_rn(acc[j], corr), __fmul_rn(e, h2f(v[i])));
+        }
+        m = mn;
+    }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
+        const int i = lane + 32 * j;
+        if (j < per && i < p.head_dim) s_acc[warp][i] = acc[j];
+    }
+    __syncthreads();
+    float mx = NEG_INF;
+    for (int w = 0; w < ATTN_WARPS; ++w)
+        if (s_l[w] != 0.0f) mx = fmaxf(mx, s_m[w]);
+    float* out = p.part + (((size_t)row * p.n_head + h) * p.splits + split) * (2 + p.head_dim);
+    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < ATTN_WARPS; ++w) {
+            if (s_l[w] == 0.0f) continue;
+            o = __fadd_rn(o, __fmul_rn(s_acc[w][i], expf(s_m[w] - mx)));
+        }
+        out[2 + i] = o;
+    }
+    if (threadIdx.x == 0) {
+        float tot = 0.0f;
+        for (int w = 0; w < ATTN_WARPS; ++w) {
+            if (s_l[w] == 0.0f) continue;
+            tot = __fadd_rn(tot, __fmul_rn(s_l[w], expf(s_m[w] - mx)));
+        }
+        out[0] = mx;
+        out[1] = tot;
+    }
+}
+
+struct AttnCombineChunkParams {
+    const float* part;  // [chunk, n_head, splits, 2 + head_dim]
+    float* out;         // [chunk, n_head * head_dim]
+    const DecodeState* state;
+    int n_head;
+    int head_dim;
+    int splits;
+    int out_stride;  // floats per row of out
+    int chunk;
+    int pad;
+};
+
+// Grid (n_head, chunk), 256 threads: `attention_combine` of row t over the splits that saw
+// a position (the first ceil(len / ATTN_WARPS)).
+extern "C" __global__ void __launch_bounds__(256) attention_combine_chunk(AttnCombineChunkParams p) {
+    uint32_t start;
+    const int n = chunk_tokens(p.state, p.chunk, &start);
+    const int row = blockIdx.y;
+    if (row >= n) return;
+    const int len = (int)start + row + 1;
+    const int used = min(p.splits, (len + ATTN_WARPS - 1) / ATTN_WARPS);
+    const int h = blockIdx.x;
+    const float* part = p.part + ((size_t)row * p.n_head + h) * p.splits * (2 + p.head_dim);
+    float mx = NEG_INF;
+    for (int s = 0; s < used; ++s) {
+        const float* ps = part + s * (2 + p.head_dim);
+        if (ps[1] != 0.0f) mx = fmaxf(mx, ps[0]);
+    }
+    float* out = p.out + (size_t)row * p.out_stride;
+    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
+        float tot = 0.0f, o = 0.0f;
+        for (int s = 0; s < used; ++s) {
+            const float* ps = part + s * (2 + p.head_dim);
+            if (ps[1] == 0.0f) continue;
+            const float f = expf(ps[0] - mx);
+            tot = __fadd_rn(tot, __fmul_rn(ps[1], f));
+            o = __fadd_rn(o, __fmul_rn(ps[2 + i], f));
+        }
+        out[h * p.head_dim + i] = __fdiv_rn(o, tot);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// chunk_advance: position = start + n - 1, the chunk's last token, so that the decode step's
+// `sample_advance` that follows moves to start + n (inside the prompt) or chooses the first
+// token (after the last chunk). One thread.
+// ---------------------------------------------------------------------------------------
+struct ChunkAdvanceParams {
+    DecodeState* state;
+    int chunk;
+    int pad;
+};
+
+extern "C" __global__ void chunk_advance(ChunkAdvanceParams p) {
+    uint32_t start;
+    const int n = chunk_tokens(p.state, p.chunk, &start);
+    if (n > 0) p.state->pos = start + (uint32_t)n - 1;
+}

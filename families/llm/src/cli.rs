@@ -866,8 +866,8 @@ impl Runner for LlmRunner {
 
 impl LlmRunner {
     /// The GPU decoder's benchmark: for each prompt length `n`, a prompt of `n`
-    /// pseudo-random ids (`ppN`: prefill, one graph replay per token, up to the first token
-    /// in hand = time to first token), then `n_gen` decode steps after it (`tgG@N`: decode
+    /// pseudo-random ids (`ppN`: prefill, one replay of the prefill graph per chunk of
+    /// `PREFILL_CHUNK` tokens, up to the first token in hand = time to first token), then `n_gen` decode steps after it (`tgG@N`: decode
     /// at positions N ..), each timed from launch to the 4-byte token read-back.
     #[cfg(feature = "cuda")]
     fn gpu_bench(
@@ -951,7 +951,17 @@ impl LlmRunner {
                 (
                     "method".into(),
                     format!(
-                        "pseudo-random token ids; ppN: prompt of N ids, prefill = one decode-graph replay per prompt token (no bucketed prefill graphs yet) up to the first token on the host (= time to first token); tgG@N: G decode steps after it, each one graph launch + a 4-byte read-back; 1 warm-up and {repetitions} timed runs"
+                        "pseudo-random token ids; ppN: prompt of N ids, prefill = one prefill-graph replay per chunk of {} prompt tokens (0: one decode-graph replay per token) up to the first token on the host (= time to first token); tgG@N: G decode steps after it, each one graph launch + a 4-byte read-back; 1 warm-up and {repetitions} timed runs",
+                        d.prefill_chunk()
+                    ),
+                ),
+                (
+                    "prefill graph".into(),
+                    format!(
+                        "{} launches per chunk of {} tokens, chunk buffers {} B",
+                        d.prefill_launches(),
+                        d.prefill_chunk(),
+                        d.prefill_memory()
                     ),
                 ),
                 ("device".into(), d.device_name().to_string()),

@@ -437,6 +437,21 @@ impl Generator {
         ordinal: usize,
         sync: tether_runtime::cuda::SyncPolicy,
     ) -> Result<(), GenerateError> {
+        self.use_gpu_chunked(ordinal, sync, crate::gpu::PREFILL_CHUNK)
+    }
+
+    /// [`use_gpu`](Self::use_gpu) with `prefill_chunk` prompt tokens per replay of the
+    /// prefill graph (0: none, the prompt runs through the decode graph token by token).
+    ///
+    /// # Errors
+    /// [`GenerateError::Gpu`].
+    #[cfg(feature = "cuda")]
+    pub fn use_gpu_chunked(
+        &mut self,
+        ordinal: usize,
+        sync: tether_runtime::cuda::SyncPolicy,
+        prefill_chunk: usize,
+    ) -> Result<(), GenerateError> {
         let context = self.state.cache().shape().context;
         let d = crate::gpu::GpuDecoder::new(
             &self.model,
@@ -445,6 +460,7 @@ impl Generator {
                 context,
                 sync,
                 fused: true,
+                prefill_chunk,
             },
         )?;
         self.gpu = Some(Box::new(d));

@@ -210,6 +210,13 @@ pub fn tiny_gguf(cfg: &LlmConfig) -> crate::gguf::GgufWriter {
     gguf_of(cfg, None)
 }
 
+/// [`synthetic_gguf`] with every matrix (the 2-D tensors: embedding and projections) of one
+/// type `ty`; norms stay f32. For models of any width (`cfg`'s widths must be multiples of
+/// `ty`'s block), e.g. one of SmolLM2-135M's shape in its own weight type.
+pub fn typed_gguf(cfg: &LlmConfig, ty: TensorType) -> crate::gguf::GgufWriter {
+    synthetic_gguf(cfg, &|_, _| ty)
+}
+
 /// A GGUF of `cfg` as [`tiny_gguf`], but each matrix stored as `ty(name, cols)` gives with
 /// [`random_matrix`] values (Q/K rows not permuted: the values are random), and the
 /// vocabulary padded to `cfg.n_vocab` with tokens `x96`, `x97`, ...: a checkpoint of any
@@ -396,6 +403,9 @@ pub fn tiny_hf_dir(cfg: &LlmConfig, dir: &std::path::Path) -> std::io::Result<()
 mod tests {
     use super::*;
     use crate::forward::{Hparams, LogitsFor, Model, ModelParts, State, StateOptions};
+    use crate::checkpoint::Checkpoint;
+    use crate::generate::{GenerateParams, Generator, GeneratorOptions, Prompt};
+    use crate::gguf::GgufFile;
 
     #[test]
     fn random_weights_of_every_type_make_a_model_whose_logits_are_finite() {
@@ -432,6 +442,43 @@ mod tests {
                 random_matrix(ty, 1, 256, k as u64),
                 random_matrix(ty, 1, 256, 99)
             );
+        }
+    }
+
+    #[test]
+    fn typed_models_load_and_generate_on_the_cpu_for_every_weight_type() {
+        let mut cfg = tiny_config();
+        (cfg.n_embd, cfg.head_dim, cfg.n_ff, cfg.n_vocab) = (256, 64, 512, 300);
+        for (arch, ty) in [
+            ("llama", TensorType::Q8_0),
+            ("llama", TensorType::Q4_0),
+            ("llama", TensorType::Q4_1),
+            ("llama", TensorType::Q4K),
+            ("llama", TensorType::Q6K),
+            ("llama", TensorType::F16),
+            ("llama", TensorType::Bf16),
+            ("qwen2", TensorType::Q8_0),
+            ("qwen3", TensorType::Q4K),
+        ] {
+            let mut c = cfg.clone();
+            c.architecture = arch.into();
+            c.qkv_bias = arch == "qwen2";
+            c.qk_norm = arch == "qwen3";
+            c.tied_embeddings = arch != "qwen2";
+            let bytes = typed_gguf(&c, ty).to_bytes();
+            let ckpt = Checkpoint::from_gguf_file(GgufFile::from_vec(bytes).expect("gguf"))
+                .expect("checkpoint");
+            assert_eq!(ckpt.config.qk_norm, c.qk_norm, "{arch}");
+            assert_eq!(ckpt.config.qkv_bias, c.qkv_bias, "{arch}");
+            let mut g =
+                Generator::from_checkpoint(ckpt, &GeneratorOptions::default()).expect("generator");
+            let mut p = GenerateParams::greedy(3);
+            p.ignore_eos = true;
+            let (_, f) = g
+                .generate_text(Prompt::Tokens(&[1, 40, 41]), &p)
+                .expect("generates");
+            assert_eq!(f.tokens.len(), 3, "{arch} {ty:?}");
+            assert!(f.tokens.iter().all(|&t| t < 300), "{arch} {ty:?}");
         }
     }
 }

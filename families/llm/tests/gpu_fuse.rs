@@ -78,6 +78,8 @@ fn decoder(model: &Model<'_>, context: usize, fused: bool) -> GpuDecoder {
             context,
             sync: SyncPolicy::Spin,
             fused,
+            // Decode only: teacher forcing runs the decode step per position.
+            prefill_chunk: 0,
         },
     )
     .expect("gpu decoder")

@@ -17,6 +17,8 @@ use super::lower::{
     CONFIG_BYTES, LowerError, MemoryPlan, Prologue, SampleConfig, Step, lower, lower_fused,
     prologue_shared_bytes,
 };
+use super::prefill::PrefillError;
+use super::prefill_graph::{DecodeSide, PrefillGraph};
 use crate::cache::ContextFull;
 use crate::forward::{Buf, MatId, Model, VecId};
 use crate::quant::TensorType;
@@ -34,6 +36,10 @@ pub struct GpuOptions {
     /// Lower with [`lower_fused`] (5 launches per Llama-style layer) rather than [`lower()`]
     /// (12): the same logits bit for bit (`tests/gpu_fuse.rs`), fewer launches per token.
     pub fused: bool,
+    /// Prompt tokens per replay of the prefill graph ([`super::prefill`]; default
+    /// [`PREFILL_CHUNK`](super::PREFILL_CHUNK)); 0: no prefill graph, the prompt runs
+    /// through the decode graph one token at a time.
+    pub prefill_chunk: usize,
 }
 
 /// Errors of the GPU decoder.
@@ -45,6 +51,9 @@ pub enum GpuError {
     /// A program the kernels cannot express.
     #[error(transparent)]
     Lower(#[from] LowerError),
+    /// A program the prefill (chunk) kernels cannot express.
+    #[error(transparent)]
+    Prefill(#[from] PrefillError),
     /// A weight type the kernels do not read.
     #[error(
         "matrix {id} is {ty:?}: the GPU kernels read F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K"
@@ -166,7 +175,8 @@ impl Launch {
 
 /// A model's decode step on one GPU (see the [module docs](super)).
 pub struct GpuDecoder {
-    // Declared before the arenas and the module it launches from: dropped first.
+    // Declared before the arenas and the module they launch from: dropped first.
+    prefill: Option<PrefillGraph>,
     graph: Graph,
     launches: Vec<Launch>,
     stream: Stream,
@@ -179,6 +189,8 @@ pub struct GpuDecoder {
     config: DevicePtr,
     logits: DevicePtr,
     pinned: PinnedBuffer,
+    cache: Vec<(DevicePtr, DevicePtr)>,
+    kv_dim: usize,
     pos: usize,
     context: usize,
     n_vocab: usize,
@@ -728,14 +740,38 @@ impl GpuDecoder {
                 eager[i], replay[i]
             )));
         }
-        let check = format!(
+        let mut check = format!(
             "graph of {} nodes replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
             graph.nodes(),
             eager_state.token,
             eager_state.pos
         );
+        let cache: Vec<(DevicePtr, DevicePtr)> = cache_r
+            .iter()
+            .map(|&(k, v)| (work.ptr(k), work.ptr(v)))
+            .collect();
+        let prefill = if options.prefill_chunk > 0 {
+            let side = DecodeSide {
+                mat_ptr: &mat_ptr,
+                vec_ptr: &vec_ptr,
+                inv_freq: weights.ptr(freq_r),
+                state,
+                seq,
+                config,
+                logits,
+                cache: &cache,
+                work: (work.base(), work.plan().total_bytes()),
+                context: options.context,
+            };
+            let p = PrefillGraph::new(&stream, &module, model, &side, options.prefill_chunk)?;
+            check = format!("{check}; {}", p.check_summary());
+            Some(p)
+        } else {
+            None
+        };
         let device = ctx.properties().name.clone();
         Ok(GpuDecoder {
+            prefill,
             graph,
             launches,
             stream,
@@ -749,6 +785,8 @@ impl GpuDecoder {
             config,
             logits,
             pinned,
+            cache,
+            kv_dim: hp.kv_dim(),
             pos: 0,
             context: options.context,
             n_vocab: hp.n_vocab,
@@ -795,14 +833,90 @@ impl GpuDecoder {
     }
 
     /// Starts a request: copies `prompt` and the sampler configuration of `params` to the
-    /// device, resets the request state, replays the decode graph once per prompt token and
-    /// returns the first generated token (greedy or drawn on the device, `src/sample.rs`'s
-    /// chain with draw step 0; each [`step`](Self::step) draws the next).
+    /// device, resets the request state, replays the prefill graph once per chunk of the
+    /// prompt (without one, the decode graph once per prompt token) and returns the first
+    /// generated token (greedy or drawn on the device, `src/sample.rs`'s chain with draw
+    /// step 0; each [`step`](Self::step) draws the next).
     ///
     /// # Errors
     /// [`GpuError::ContextFull`] when the prompt (plus the token it produces) does not fit;
     /// [`GpuError::TokenOutOfRange`]; [`GpuError::Sampling`]; a driver error.
     pub fn prefill(&mut self, prompt: &[u32], params: &SamplerParams) -> Result<u32, GpuError> {
+        self.prefill_with(prompt, params, true)
+    }
+
+    /// [`prefill`](Self::prefill) through the decode graph, one replay per prompt token,
+    /// also when a prefill graph exists (the reference the prefill graph is tested against).
+    ///
+    /// # Errors
+    /// As [`prefill`](Self::prefill).
+    #[doc(hidden)]
+    pub fn prefill_token_by_token(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplerParams,
+    ) -> Result<u32, GpuError> {
+        self.prefill_with(prompt, params, false)
+    }
+
+    /// Tokens per chunk of the prefill graph (0: none, prompts run token by token).
+    pub fn prefill_chunk(&self) -> usize {
+        self.prefill.as_ref().map_or(0, |p| p.chunk())
+    }
+
+    /// Launches of one prefill chunk (graph nodes; 0 without a prefill graph).
+    pub fn prefill_launches(&self) -> usize {
+        self.prefill.as_ref().map_or(0, |p| p.launches())
+    }
+
+    /// Device bytes of the prefill graph's chunk buffers (beside [`memory`](Self::memory)).
+    pub fn prefill_memory(&self) -> usize {
+        self.prefill.as_ref().map_or(0, |p| p.bytes())
+    }
+
+    /// Copies positions `0 .. positions` of layer `layer`'s cache (f16 bits, `[positions,
+    /// kv_dim]`) into `k` and `v` (for tests).
+    ///
+    /// # Errors
+    /// [`CudaError::Invalid`] for a layer or a range outside the cache or buffers shorter
+    /// than the range; a driver error.
+    #[doc(hidden)]
+    pub fn cache_rows(
+        &self,
+        layer: usize,
+        positions: usize,
+        k: &mut [u16],
+        v: &mut [u16],
+    ) -> Result<(), GpuError> {
+        let n = positions * self.kv_dim;
+        if layer >= self.cache.len() || positions > self.context || k.len() < n || v.len() < n {
+            return Err(GpuError::Cuda(CudaError::Invalid(format!(
+                "cache rows: layer {layer} of {}, {positions} positions of {}, buffers of {} and {} for {n} values",
+                self.cache.len(),
+                self.context,
+                k.len(),
+                v.len()
+            ))));
+        }
+        let (kp, vp) = self.cache[layer];
+        // SAFETY: n f16 of each region (n <= context * kv_dim) into buffers of >= n values,
+        // synchronised below.
+        unsafe {
+            self.stream
+                .memcpy_dtoh(k.as_mut_ptr() as *mut u8, kp, n * 2)?;
+            self.stream
+                .memcpy_dtoh(v.as_mut_ptr() as *mut u8, vp, n * 2)?;
+        }
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    fn prefill_with(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplerParams,
+        chunked: bool,
+    ) -> Result<u32, GpuError> {
         let config = config_of(params, self.n_vocab)?;
         if prompt.is_empty() || prompt.len() > self.context {
             return Err(ContextFull {
@@ -819,8 +933,13 @@ impl GpuDecoder {
             });
         }
         self.prefill_state(prompt, &config)?;
-        for _ in 0..prompt.len() {
-            self.graph.launch(&self.stream)?;
+        match &self.prefill {
+            Some(p) if chunked => p.run(&self.stream, prompt.len())?,
+            _ => {
+                for _ in 0..prompt.len() {
+                    self.graph.launch(&self.stream)?;
+                }
+            }
         }
         self.pos = prompt.len();
         self.read_token()
@@ -980,6 +1099,26 @@ impl GpuDecoder {
             steps.push(t.elapsed().as_secs_f64() * 1e3);
         }
         Ok((prefill_ms, steps))
+    }
+
+    /// Fills the decoder's device memory but the weights (cache, activations, state, the
+    /// prefill graph's chunk buffers) with 0xFF bytes, NaN as f32 and f16, so that a test
+    /// sees any value read before it was written (for tests).
+    ///
+    /// # Errors
+    /// A driver error.
+    #[doc(hidden)]
+    pub fn poison(&mut self) -> Result<(), GpuError> {
+        // SAFETY: the whole work arena and the whole prefill arena.
+        unsafe {
+            self.stream
+                .memset_u8(self.work.base(), 0xFF, self.work.plan().total_bytes())?;
+            if let Some(p) = &self.prefill {
+                p.poison(&self.stream)?;
+            }
+        }
+        self.stream.synchronize()?;
+        Ok(())
     }
 
     /// The work arena's base (tests poison it).

@@ -362,3 +362,264 @@ const _: () = assert!(std::mem::size_of::<PrologueParams>() == 24 + 24);
 const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 8);
 const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 16);
 const _: () = assert!(std::mem::size_of::<AttnFusedParams>() == 64 + 16);
+
+// ---------------------------------------------------------------------------------------
+// Prefill (section PREFILL of llm.cu): one struct per chunk kernel.
+// ---------------------------------------------------------------------------------------
+
+/// Warps (rows) per block of `matmul_chunk` (`MM_WARPS`).
+pub const MM_WARPS: u32 = 4;
+
+/// `struct EmbedChunkParams` of `embed_chunk`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EmbedChunkParams {
+    /// Table rows (ggml blocks).
+    pub table: DevicePtr,
+    /// u32 `[context]` prompt ids.
+    pub prompt: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// f32 `[chunk, cols]`.
+    pub out: DevicePtr,
+    /// ggml type id.
+    pub ty: i32,
+    /// Columns.
+    pub cols: i32,
+    /// Bytes per table row.
+    pub row_bytes: i32,
+    /// Rows of the table.
+    pub n_vocab: i32,
+    /// Tokens per chunk.
+    pub chunk: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// `struct PrepChunkParams` of `prep_chunk`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrepChunkParams {
+    /// f32 `[chunk, stride]` input.
+    pub input: DevicePtr,
+    /// f32 `Up` rows (SwiGLU) or null.
+    pub in2: DevicePtr,
+    /// RMSNorm weight or null.
+    pub weight: DevicePtr,
+    /// f32 output rows.
+    pub out: DevicePtr,
+    /// Q8 blocks `[chunk, q8_stride]` or null.
+    pub q8: DevicePtr,
+    /// Q8_K blocks `[chunk, q8k_stride]` or null.
+    pub q8k: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// Values per row.
+    pub n: i32,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// 1: `silu(input) * in2`.
+    pub swiglu: i32,
+    /// Floats per row of the input, `in2` and the output.
+    pub stride: i32,
+    /// Q8 blocks per row.
+    pub q8_stride: i32,
+    /// Q8_K blocks per row.
+    pub q8k_stride: i32,
+    /// Tokens per chunk.
+    pub chunk: i32,
+    /// 1: the chunk's last row only, in the prompt's last chunk only.
+    pub last: i32,
+}
+
+/// `struct ProjChunk` of `matmul_chunk`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProjChunkParams {
+    /// Weight rows.
+    pub w: DevicePtr,
+    /// f32 bias or null.
+    pub bias: DevicePtr,
+    /// f32 output rows.
+    pub out: DevicePtr,
+    /// ggml type id.
+    pub ty: i32,
+    /// Rows of the weight.
+    pub rows: i32,
+    /// Bytes per weight row.
+    pub row_bytes: i32,
+    /// 1: add into `out`.
+    pub accumulate: i32,
+    /// Floats per token row of `out` (0: a single row).
+    pub out_stride: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// `struct MatMulChunkParams` of `matmul_chunk`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MatMulChunkParams {
+    /// f32 input rows.
+    pub x: DevicePtr,
+    /// Q8 blocks of the rows.
+    pub q8: DevicePtr,
+    /// Q8_K blocks of the rows.
+    pub q8k: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// The projections.
+    pub p: [ProjChunkParams; 3],
+    /// Projections used.
+    pub nproj: i32,
+    /// Columns (input width).
+    pub cols: i32,
+    /// Rows of all projections.
+    pub rows_total: i32,
+    /// Floats per input row.
+    pub x_stride: i32,
+    /// Q8 blocks per row.
+    pub q8_stride: i32,
+    /// Q8_K blocks per row.
+    pub q8k_stride: i32,
+    /// Tokens per chunk.
+    pub chunk: i32,
+    /// 1: the chunk's last row only, in the prompt's last chunk only.
+    pub last: i32,
+    /// Tokens per warp (the grid's y covers the chunk in these), a multiple of `MM_TOK`.
+    pub tok_per_warp: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// `struct HeadNormChunkParams` of `head_norm_chunk`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeadNormChunkParams {
+    /// f32 rows, in place.
+    pub x: DevicePtr,
+    /// f32 `[head_dim]`.
+    pub weight: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// Heads.
+    pub heads: i32,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// Epsilon.
+    pub eps: f32,
+    /// Floats per row.
+    pub stride: i32,
+    /// Tokens per chunk.
+    pub chunk: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// `struct RopeChunkParams` of `rope_chunk`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RopeChunkParams {
+    /// f32 rows, in place.
+    pub x: DevicePtr,
+    /// f32 `[head_dim / 2]`.
+    pub inv_freq: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// f16 keys of the layer, or null.
+    pub kcache: DevicePtr,
+    /// f16 values of the layer.
+    pub vcache: DevicePtr,
+    /// f32 `V` rows.
+    pub v: DevicePtr,
+    /// Heads.
+    pub heads: i32,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// `n_head_kv * head_dim`.
+    pub kv_dim: i32,
+    /// Floats per row of `x`.
+    pub x_stride: i32,
+    /// Floats per row of `v`.
+    pub v_stride: i32,
+    /// Tokens per chunk.
+    pub chunk: i32,
+}
+
+/// `struct AttnChunkParams` of `attention_chunk`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnChunkParams {
+    /// f32 query rows.
+    pub q: DevicePtr,
+    /// f16 keys of the layer.
+    pub kcache: DevicePtr,
+    /// f16 values of the layer.
+    pub vcache: DevicePtr,
+    /// f32 `[chunk, n_head, splits, 2 + head_dim]` partials.
+    pub part: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// Query heads.
+    pub n_head: i32,
+    /// Key/value heads.
+    pub n_kv: i32,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// `n_kv * head_dim`.
+    pub kv_dim: i32,
+    /// `1 / sqrt(head_dim)`.
+    pub scale: f32,
+    /// Position splits (the grid's y).
+    pub splits: i32,
+    /// Floats per query row.
+    pub q_stride: i32,
+    /// Tokens per chunk.
+    pub chunk: i32,
+}
+
+/// `struct AttnCombineChunkParams` of `attention_combine_chunk`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnCombineChunkParams {
+    /// The partials of `attention_chunk`.
+    pub part: DevicePtr,
+    /// f32 output rows.
+    pub out: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// Query heads.
+    pub n_head: i32,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// Position splits.
+    pub splits: i32,
+    /// Floats per output row.
+    pub out_stride: i32,
+    /// Tokens per chunk.
+    pub chunk: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// `struct ChunkAdvanceParams` of `chunk_advance`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChunkAdvanceParams {
+    /// The request state.
+    pub state: DevicePtr,
+    /// Tokens per chunk.
+    pub chunk: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+const _: () = assert!(std::mem::size_of::<EmbedChunkParams>() == 32 + 24);
+const _: () = assert!(std::mem::size_of::<PrepChunkParams>() == 56 + 32);
+const _: () = assert!(std::mem::size_of::<ProjChunkParams>() == 48);
+const _: () = assert!(std::mem::size_of::<MatMulChunkParams>() == 32 + 144 + 40);
+const _: () = assert!(std::mem::size_of::<HeadNormChunkParams>() == 24 + 24);
+const _: () = assert!(std::mem::size_of::<RopeChunkParams>() == 48 + 24);
+const _: () = assert!(std::mem::size_of::<AttnChunkParams>() == 40 + 32);
+const _: () = assert!(std::mem::size_of::<AttnCombineChunkParams>() == 24 + 24);
+const _: () = assert!(std::mem::size_of::<ChunkAdvanceParams>() == 16);

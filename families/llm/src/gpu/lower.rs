@@ -185,7 +185,7 @@ pub enum LowerError {
 }
 
 /// The activation formats the first product reading `buf` after op `from` needs.
-fn formats_for(
+pub(crate) fn formats_for(
     program: &Program,
     from: usize,
     buf: Buf,

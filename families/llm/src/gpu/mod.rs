@@ -12,10 +12,13 @@
 //! (`DecodeState`), so the same graph serves every position up to the context. Nothing is
 //! allocated per token, on the host or on the device.
 //!
-//! **Prefill** (first version): the prompt ids are copied to the device once, then the
-//! decode graph is replayed once per prompt token (the embedding reads `prompt[pos]` while
-//! `pos` is inside the prompt). Bucketed prefill graphs with tensor-core products are the
-//! issue's target and not built yet.
+//! **Prefill** ([`prefill`]): the prompt ids are copied to the device once, then a second
+//! graph captured at load processes a chunk of up to [`PREFILL_CHUNK`] prompt tokens per
+//! replay (each weight block read once for several tokens, causal attention of the chunk
+//! over the cache, the f16 cache write), one replay per chunk, the chunk's position and
+//! length read from the request state; the cache and the first token's logits equal the
+//! token-by-token prefill's bit for bit (the same per-token arithmetic). With
+//! `prefill_chunk: 0` the decode graph is replayed once per prompt token instead.
 //!
 //! **Sampling** on the device (`sample_advance`, the graph's last node): `src/sample.rs`'s
 //! chain (repetition penalty, greedy, top-k, top-p, min-p, temperature, a Philox4x32-10 draw
@@ -29,11 +32,14 @@
 //! vocabulary beyond [`SAMPLE_MAX_VOCAB`](lower::SAMPLE_MAX_VOCAB).
 
 pub mod lower;
+pub mod prefill;
 
 #[cfg(feature = "cuda")]
 mod decoder;
 #[cfg(feature = "cuda")]
 pub mod kernels;
+#[cfg(feature = "cuda")]
+mod prefill_graph;
 #[cfg(feature = "cuda")]
 mod sampler;
 
@@ -42,5 +48,6 @@ pub use decoder::{GpuDecoder, GpuError, GpuOptions, check_sampling};
 pub use lower::{
     LowerError, MemoryPlan, Prologue, SampleConfig, Step, UnsupportedSampling, lower, lower_fused,
 };
+pub use prefill::{ChunkStep, PREFILL_CHUNK, PrefillError, chunk_lengths, lower_chunk};
 #[cfg(feature = "cuda")]
 pub use sampler::DeviceSampler;
