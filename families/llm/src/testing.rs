@@ -402,8 +402,8 @@ pub fn tiny_hf_dir(cfg: &LlmConfig, dir: &std::path::Path) -> std::io::Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forward::{Hparams, LogitsFor, Model, ModelParts, State, StateOptions};
     use crate::checkpoint::Checkpoint;
+    use crate::forward::{Hparams, LogitsFor, Model, ModelParts, State, StateOptions};
     use crate::generate::{GenerateParams, Generator, GeneratorOptions, Prompt};
     use crate::gguf::GgufFile;
 
