@@ -1396,6 +1396,7 @@ impl<'m, 'w> Frame<'m, 'w> {
         let qn = q_norm.map(|v| self.model.vector(v));
         let kn = k_norm.map(|v| self.model.vector(v));
         let (fused, interleaved) = self.model.rope.form();
+        let isa = self.model.isa;
         for i in ctx.split(self.n * hp.n_head_kv, 1) {
             let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
             // SAFETY: the angles of token `t` are read-only; the query heads of group `g`,
@@ -1408,14 +1409,14 @@ impl<'m, 'w> Frame<'m, 'w> {
                 if let Some(w) = qn {
                     rms_norm_in_place(q, w, hp.norm_eps);
                 }
-                rope(q, angles, fused);
+                rope(isa, q, angles, fused);
             }
             let at = t * kv + g * hd;
             let k = unsafe { self.buf(Buf::K).get_mut(at..at + hd) };
             if let Some(w) = kn {
                 rms_norm_in_place(k, w, hp.norm_eps);
             }
-            rope(k, angles, fused);
+            rope(isa, k, angles, fused);
             // Key rows in the attention's lane order (see `Model::with_rope`).
             let mut lanes = [0.0f32; crate::config::MAX_HEAD_DIM as usize];
             to_lane_order(k, &mut lanes[..hd], interleaved);
@@ -1691,24 +1692,20 @@ impl<'m, 'w> Frame<'m, 'w> {
 }
 
 /// Rotate-half RoPE of one head with the angles' `[cos; half] ++ [sin; half]`: lane `i` and
-/// lane `i + half` as a pair. `fused` is llama.cpp's arithmetic: ggml's `rotate_pairs`
-/// (`x0 cos - x1 sin`, `x0 sin + x1 cos`) as GCC compiles it with FMA (its default
-/// `-ffp-contract=fast`; the vectorised loop is `vmulps` then `vfmaddsub231ps`), which is
-/// `fma(x0, cos, -(x1 sin))` and `fma(x0, sin, x1 cos)`; otherwise separate products, as
-/// transformers' `apply_rotary_pos_emb`.
-fn rope(x: &mut [f32], angles: &[f32], fused: bool) {
+/// lane `i + half` as a pair. `fused` is llama.cpp's arithmetic ([`kernels::rope_fused`]);
+/// otherwise separate products, as transformers' `apply_rotary_pos_emb`.
+fn rope(isa: Isa, x: &mut [f32], angles: &[f32], fused: bool) {
+    if fused {
+        kernels::rope_fused(isa, x, angles);
+        return;
+    }
     let half = x.len() / 2;
     let (x0, x1) = x.split_at_mut(half);
     let (cos, sin) = angles.split_at(half);
     for ((a, b), (&c, &s)) in x0.iter_mut().zip(x1.iter_mut()).zip(cos.iter().zip(sin)) {
         let (u, v) = (*a, *b);
-        if fused {
-            *a = u.mul_add(c, -(v * s));
-            *b = u.mul_add(s, v * c);
-        } else {
-            *a = u * c - v * s;
-            *b = v * c + u * s;
-        }
+        *a = u * c - v * s;
+        *b = v * c + u * s;
     }
 }
 

@@ -555,6 +555,15 @@ pub(crate) unsafe fn quantize_row_q8(x: &[f32], out: &mut [BlockQ8]) {
     }
 }
 
+/// [`super::scalar::rope_fused`] compiled with FMA (one `vfmadd` per `mul_add`, not a call).
+///
+/// # Safety
+/// FMA available.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn rope_fused(x: &mut [f32], angles: &[f32]) {
+    super::scalar::rope_fused(x, angles)
+}
+
 /// [`super::scalar::exp`] on 8 lanes (the same operations).
 #[inline(always)]
 unsafe fn exp8(x: __m256) -> __m256 {

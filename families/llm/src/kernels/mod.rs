@@ -587,6 +587,25 @@ pub fn exp(x: f32) -> f32 {
     scalar::exp(x)
 }
 
+/// llama.cpp's rotation of one head by RoPE, in rotate-half lanes (lane `i` with lane
+/// `i + half`; `angles` = `[cos; half] ++ [sin; half]`): ggml's `rotate_pairs`
+/// (`ggml-cpu/ops.cpp`: `x0 cos - x1 sin`, `x0 sin + x1 cos`) as GCC compiles it with FMA
+/// (its default `-ffp-contract=fast`; the vectorised loop is `vmulps` then
+/// `vfmaddsub231ps`): `fma(x0, cos, -(x1 sin))`, `fma(x0, sin, x1 cos)`. Same bits on every
+/// instruction set (`mul_add` is fused everywhere; with hardware FMA where there is one).
+///
+/// # Panics
+/// When `angles` is shorter than `x`.
+pub fn rope_fused(isa: Isa, x: &mut [f32], angles: &[f32]) {
+    assert!(angles.len() >= x.len());
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: FMA checked by `available()`.
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::rope_fused(x, angles) },
+        _ => scalar::rope_fused(x, angles),
+    }
+}
+
 /// Rounds every value to the nearest f16 value (ties to even) and back to f32: the
 /// conversion ggml applies to the queries and probabilities before its f16 products.
 pub fn round_to_f16(x: &mut [f32]) {

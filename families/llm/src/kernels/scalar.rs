@@ -446,6 +446,22 @@ pub(crate) fn weighted_sum_gemv(p: &[f32], values: &[u16], acc: &mut [f32], out:
     }
 }
 
+/// llama.cpp's RoPE rotation of one head in rotate-half lanes (`x[i]`, `x[i + half]` with
+/// `cos[i]`, `sin[i]` from `angles = [cos; half] ++ [sin; half]`): ggml's `rotate_pairs` as
+/// GCC compiles it with FMA, `fma(x0, cos, -(x1 sin))` and `fma(x0, sin, x1 cos)`
+/// (see [`super::rope_fused`]).
+#[inline(always)]
+pub(crate) fn rope_fused(x: &mut [f32], angles: &[f32]) {
+    let half = x.len() / 2;
+    let (x0, x1) = x.split_at_mut(half);
+    let (cos, sin) = angles.split_at(half);
+    for ((a, b), (&c, &s)) in x0.iter_mut().zip(x1.iter_mut()).zip(cos.iter().zip(sin)) {
+        let (u, v) = (*a, *b);
+        *a = u.mul_add(c, -(v * s));
+        *b = u.mul_add(s, v * c);
+    }
+}
+
 #[inline(always)]
 fn f16_bits(b: u16) -> f32 {
     half::f16::from_bits(b).to_f32()

@@ -288,6 +288,16 @@ fn attention_kernels_are_bit_identical_on_every_isa() {
             }
         }
     }
+    // RoPE's fused rotation.
+    let x: Vec<f32> = (0..128).map(|_| rng.uniform() * 8.0 - 4.0).collect();
+    let angles: Vec<f32> = (0..128).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+    let mut want = x.clone();
+    scalar::rope_fused(&mut want, &angles);
+    for isa in Isa::available() {
+        let mut got = x.clone();
+        rope_fused(isa, &mut got, &angles);
+        assert_eq!(bits(&got), bits(&want), "{isa:?} rope");
+    }
     // SiLU over the exponent's whole range: normal, scaled (|n| > 126) and flushed results.
     let g: Vec<f32> = (0..1000)
         .map(|i| (i as f32 - 500.0) * 0.25 + rng.uniform())
