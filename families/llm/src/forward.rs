@@ -473,10 +473,79 @@ pub struct Model<'w> {
     mats: Vec<Matrix<'w>>,
     vecs: Vec<Vec<f32>>,
     isa: Isa,
+    rope: RopeRule,
     needs_q8: bool,
     needs_q8k: bool,
     /// The program grouped into the CPU engine's parallel steps.
     steps: Vec<Step>,
+}
+
+/// How the CPU engine computes the rotary angles, rotates queries and keys, and orders a
+/// head's lanes in the attention's sums. Every form gives the same values up to f32
+/// rounding; they differ in the rounding, which decides whether logits equal a reference's
+/// bit for bit.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RopeRule {
+    /// transformers' (`LlamaRotaryEmbedding`, `apply_rotary_pos_emb`): angle
+    /// `pos * inv_freq[i]` ([`Hparams::rope_inv_freq`]), separate products, lanes in
+    /// Hugging Face order. What [`Model::new`] uses.
+    Transformers,
+    /// llama.cpp's ([`LlamaCppRope`]): what the generator uses, llama.cpp being the reference
+    /// of this family's numerics.
+    LlamaCpp(LlamaCppRope),
+}
+
+/// llama.cpp's rotary embedding on the CPU (ggml-cpu `ggml_compute_forward_rope_flt`,
+/// `ggml_rope_cache_init`, `rope_yarn`, `rotate_pairs`), and its lane order of a head.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaCppRope {
+    /// `powf(base, -2 / head_dim)` in f32: pair `i + 1`'s angle is pair `i`'s times this,
+    /// a running f32 product from `pos` (not `pos * base^(-2i/d)`).
+    pub theta_scale: f32,
+    /// `1 / factor` of linear scaling, 1 without.
+    pub freq_scale: f32,
+    /// Per-pair divisors of the angle (`rope_freqs.weight`), empty when the model has none.
+    pub freq_factors: Vec<f32>,
+    /// The head's lanes as llama.cpp holds them: `true` for interleaved pairs (lane `i` of
+    /// the Hugging Face order at `2i`, lane `i + head_dim/2` at `2i + 1`; its
+    /// `LLAMA_ROPE_TYPE_NORM`, the `llama` architecture, whose GGUF rows are permuted so),
+    /// `false` for halves (`LLAMA_ROPE_TYPE_NEOX`: `qwen2`, `qwen3`). The attention's sums
+    /// run over the lanes in this order.
+    pub interleaved: bool,
+}
+
+impl LlamaCppRope {
+    /// llama.cpp's parameters for a checkpoint: `rope_freqs` is the `rope_freqs.weight`
+    /// tensor when the configuration scales frequencies with it.
+    pub fn from_config(cfg: &crate::config::LlmConfig, rope_freqs: Option<&[f32]>) -> LlamaCppRope {
+        use crate::config::RopeScaling;
+        let freq_scale = match cfg.rope_scaling {
+            RopeScaling::Linear { factor } => 1.0 / factor,
+            _ => 1.0,
+        };
+        let freq_factors = match cfg.rope_scaling {
+            RopeScaling::FreqFactors { .. } => rope_freqs.map(<[f32]>::to_vec).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        LlamaCppRope {
+            theta_scale: cfg.rope_theta.powf(-2.0 / cfg.head_dim as f32),
+            freq_scale,
+            freq_factors,
+            // llama.cpp's llama_model_rope_type: LLM_ARCH_LLAMA is NORM; the checkpoint
+            // reader un-permutes exactly these GGUFs (crate::checkpoint).
+            interleaved: cfg.architecture == "llama",
+        }
+    }
+}
+
+impl RopeRule {
+    /// (fused rotation, interleaved lanes).
+    fn form(&self) -> (bool, bool) {
+        match self {
+            RopeRule::Transformers => (false, false),
+            RopeRule::LlamaCpp(r) => (true, r.interleaved),
+        }
+    }
 }
 
 impl std::fmt::Debug for Model<'_> {
@@ -626,10 +695,38 @@ impl<'w> Model<'w> {
             mats: t.mats,
             vecs: t.vecs,
             isa,
+            rope: RopeRule::Transformers,
             needs_q8,
             needs_q8k,
             steps,
         })
+    }
+
+    /// The model with another [`RopeRule`] ([`Model::new`] uses
+    /// [`RopeRule::Transformers`]).
+    ///
+    /// # Errors
+    /// [`ForwardError::Hparam`] when llama.cpp's frequency factors are not `head_dim / 2`
+    /// finite values > 0.
+    pub fn with_rope(mut self, rope: RopeRule) -> Result<Model<'w>, ForwardError> {
+        if let RopeRule::LlamaCpp(r) = &rope {
+            let half = self.hp.head_dim / 2;
+            let f = &r.freq_factors;
+            if !f.is_empty() && (f.len() != half || f.iter().any(|&v| !(v.is_finite() && v > 0.0)))
+            {
+                return Err(ForwardError::Hparam {
+                    field: "rope_freqs",
+                    detail: format!("{} values (need {half} finite values > 0)", f.len()),
+                });
+            }
+        }
+        self.rope = rope;
+        Ok(self)
+    }
+
+    /// The rotary rule.
+    pub fn rope(&self) -> &RopeRule {
+        &self.rope
     }
 
     /// The hyper-parameters.
@@ -998,7 +1095,7 @@ impl State {
                 .map(|_| AtomicUsize::new(0))
                 .collect(),
             rope: vec![0.0; max_batch * hp.head_dim],
-            scores: vec![0.0; pool.n_threads() * context],
+            scores: vec![0.0; pool.n_threads() * attention_scratch(context, hp.head_dim)],
             tokens: vec![0; max_batch],
             pool,
             hp,
@@ -1235,9 +1332,7 @@ impl<'m, 'w> Frame<'m, 'w> {
                         self.buf(Buf::Up).get(r),
                     )
                 };
-                for (g, &u) in g.iter_mut().zip(u) {
-                    *g = *g / (1.0 + (-*g).exp()) * u;
-                }
+                kernels::silu_mul(self.model.isa, g, u);
             }
         }
     }
@@ -1261,10 +1356,27 @@ impl<'m, 'w> Frame<'m, 'w> {
             crate::quant::dequantize_row(m.ty, m.row(token), out)
                 .expect("row shape checked at load");
             let pos = (self.pos0 + t) as f32;
-            for (i, &f) in hp.rope_inv_freq.iter().enumerate() {
-                let (s, c) = (pos * f).sin_cos();
-                angles[i] = c;
-                angles[half + i] = s;
+            match &self.model.rope {
+                RopeRule::Transformers => {
+                    for (i, &f) in hp.rope_inv_freq.iter().enumerate() {
+                        let (s, c) = (pos * f).sin_cos();
+                        angles[i] = c;
+                        angles[half + i] = s;
+                    }
+                }
+                RopeRule::LlamaCpp(r) => {
+                    // ggml_rope_cache_init: the angle of pair i + 1 is that of pair i times
+                    // theta_scale (a running product), divided by the pair's frequency
+                    // factor, times freq_scale (rope_yarn without extrapolation mixing).
+                    let mut theta = pos;
+                    for i in 0..half {
+                        let ff = r.freq_factors.get(i).copied().unwrap_or(1.0);
+                        let (s, c) = (r.freq_scale * (theta / ff)).sin_cos();
+                        angles[i] = c;
+                        angles[half + i] = s;
+                        theta *= r.theta_scale;
+                    }
+                }
             }
         }
     }
@@ -1283,6 +1395,8 @@ impl<'m, 'w> Frame<'m, 'w> {
         let group = hp.n_head / hp.n_head_kv;
         let qn = q_norm.map(|v| self.model.vector(v));
         let kn = k_norm.map(|v| self.model.vector(v));
+        let (fused, interleaved) = self.model.rope.form();
+        let isa = self.model.isa;
         for i in ctx.split(self.n * hp.n_head_kv, 1) {
             let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
             // SAFETY: the angles of token `t` are read-only; the query heads of group `g`,
@@ -1295,35 +1409,56 @@ impl<'m, 'w> Frame<'m, 'w> {
                 if let Some(w) = qn {
                     rms_norm_in_place(q, w, hp.norm_eps);
                 }
-                rope(q, angles);
+                rope(isa, q, angles, fused);
             }
             let at = t * kv + g * hd;
             let k = unsafe { self.buf(Buf::K).get_mut(at..at + hd) };
             if let Some(w) = kn {
                 rms_norm_in_place(k, w, hp.norm_eps);
             }
-            rope(k, angles);
+            rope(isa, k, angles, fused);
+            // Key rows in the attention's lane order (see `Model::with_rope`).
+            let mut lanes = [0.0f32; crate::config::MAX_HEAD_DIM as usize];
+            to_lane_order(k, &mut lanes[..hd], interleaved);
             let o = KvCache::offset_in(&self.cache_shape, layer, g, self.pos0 + t);
             unsafe {
                 let v = self.buf(Buf::V).get(at..at + hd);
-                kernels::to_f16(k, self.keys.get_mut(o..o + hd));
+                kernels::to_f16(&lanes[..hd], self.keys.get_mut(o..o + hd));
                 kernels::to_f16(v, self.values.get_mut(o..o + hd));
             }
         }
     }
 
+    /// Causal attention of this chunk's tokens, as llama.cpp computes it on the CPU without
+    /// flash attention (`llm_graph_context::build_attn_mha`, then ggml-cpu's `mul_mat` and
+    /// `soft_max`): the query rounded to f16 (`ggml_mul_mat` converts it to the f16 key
+    /// cache's type), scores `q . k` over the head's lanes in the [`RopeRule`]'s order and
+    /// the chunk's [`kernels::F16Order`], times
+    /// `1 / sqrt(head_dim)`, softmax with ggml's `exp` and sum ([`kernels::softmax_exp`]),
+    /// the probabilities scaled by `1 / sum` (computed in f64, applied in f32) and rounded to
+    /// f16 (the value cache is f16), then their weighted sum of the value rows in the same
+    /// order.
     fn attention(&self, ctx: &Ctx<'_>, step: usize, layer: usize) {
         let hp = self.hp();
         let (hd, q_dim) = (hp.head_dim, hp.q_dim());
         let group = hp.n_head / hp.n_head_kv;
         let scale = 1.0 / (hd as f32).sqrt();
         let isa = self.model.isa;
-        let context = self.cache_shape.context;
-        // SAFETY: this thread's scores row.
-        let scores_all = unsafe {
-            self.scores
-                .get_mut(ctx.thread * context..(ctx.thread + 1) * context)
+        let order = if self.n == 1 {
+            kernels::F16Order::Gemv
+        } else {
+            kernels::F16Order::Gemm
         };
+        let (_, interleaved) = self.model.rope.form();
+        let context = self.cache_shape.context;
+        let per_thread = attention_scratch(context, hd);
+        // SAFETY: this thread's scratch: scores, the rounded query, the accumulators.
+        let scratch = unsafe {
+            self.scores
+                .get_mut(ctx.thread * per_thread..(ctx.thread + 1) * per_thread)
+        };
+        let (scores_all, rest) = scratch.split_at_mut(context);
+        let (qf, acc) = rest.split_at_mut(hd);
         // Items (token, head) taken one at a time from a shared counter, the last token
         // (the longest causal span) first, so threads finish together even when one of them
         // is slowed by another process.
@@ -1350,25 +1485,21 @@ impl<'m, 'w> Frame<'m, 'w> {
                     self.values.get(base..base + len * hd),
                 )
             };
+            to_lane_order(q, qf, interleaved);
+            kernels::round_to_f16(qf);
             let scores = &mut scores_all[..len];
             let mut max = f32::NEG_INFINITY;
             for (s, k) in scores.iter_mut().zip(keys.chunks_exact(hd)) {
-                *s = kernels::dot_f16(isa, q, k) * scale;
+                *s = kernels::dot_f16(isa, order, qf, k) * scale;
                 max = max.max(*s);
             }
-            let mut sum = 0.0f32;
+            let sum = kernels::softmax_exp(isa, scores, max);
+            let inv = (1.0 / sum) as f32;
             for s in scores.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
+                *s *= inv;
             }
-            out.fill(0.0);
-            for (&p, v) in scores.iter().zip(values.chunks_exact(hd)) {
-                kernels::axpy_f16(isa, out, p, v);
-            }
-            let inv = 1.0 / sum;
-            for o in out.iter_mut() {
-                *o *= inv;
-            }
+            kernels::round_to_f16(scores);
+            kernels::weighted_sum_f16(isa, order, scores, values, acc, out);
         }
     }
 
@@ -1560,8 +1691,14 @@ impl<'m, 'w> Frame<'m, 'w> {
     }
 }
 
-/// Rotate-half RoPE of one head with the angles' `[cos; half] ++ [sin; half]`.
-fn rope(x: &mut [f32], angles: &[f32]) {
+/// Rotate-half RoPE of one head with the angles' `[cos; half] ++ [sin; half]`: lane `i` and
+/// lane `i + half` as a pair. `fused` is llama.cpp's arithmetic ([`kernels::rope_fused`]);
+/// otherwise separate products, as transformers' `apply_rotary_pos_emb`.
+fn rope(isa: Isa, x: &mut [f32], angles: &[f32], fused: bool) {
+    if fused {
+        kernels::rope_fused(isa, x, angles);
+        return;
+    }
     let half = x.len() / 2;
     let (x0, x1) = x.split_at_mut(half);
     let (cos, sin) = angles.split_at(half);
@@ -1572,22 +1709,48 @@ fn rope(x: &mut [f32], angles: &[f32]) {
     }
 }
 
-/// `y = x / sqrt(mean(x^2) + eps) * w` (sum of squares in f32, as ggml's `rms_norm` then
-/// `mul`).
+/// Copies a head in Hugging Face lane order (pairs `i`, `i + half`) into llama.cpp's order
+/// for `interleaved` heads (pair `i` at `2i`, `2i + 1`), unchanged otherwise.
+fn to_lane_order(src: &[f32], dst: &mut [f32], interleaved: bool) {
+    if interleaved {
+        let half = src.len() / 2;
+        for i in 0..half {
+            dst[2 * i] = src[i];
+            dst[2 * i + 1] = src[half + i];
+        }
+    } else {
+        dst.copy_from_slice(src);
+    }
+}
+
+/// `y = x / sqrt(mean(x^2) + eps) * w` as ggml's `rms_norm` (`ggml-cpu/ops.cpp`) and `mul`
+/// compute it: each square in f32, their sum in f64, the mean rounded to f32, then
+/// `(x * (1 / sqrt(mean + eps))) * w` in f32.
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
-    let ss: f32 = x.iter().map(|v| v * v).sum();
-    let scale = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    let scale = rms_scale(x, eps);
     for ((y, &x), &w) in y.iter_mut().zip(x).zip(w) {
         *y = x * scale * w;
     }
 }
 
 fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
-    let ss: f32 = x.iter().map(|v| v * v).sum();
-    let scale = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    let scale = rms_scale(x, eps);
     for (x, &w) in x.iter_mut().zip(w) {
         *x = *x * scale * w;
     }
+}
+
+/// `1 / sqrt(mean(x^2) + eps)`, the sum of the f32 squares in f64 ([`rms_norm`]).
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let ss: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
+    let mean = (ss / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
+/// f32 values of one thread's attention scratch: the scores of `context` positions, the
+/// rounded query and the accumulators of [`kernels::weighted_sum_f16`].
+fn attention_scratch(context: usize, head_dim: usize) -> usize {
+    context + head_dim + kernels::weighted_sum_scratch(head_dim)
 }
 
 /// A weight matrix view of a canonical tensor (`ne = [cols, rows]`).

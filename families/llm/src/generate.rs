@@ -38,7 +38,10 @@ use std::time::Instant;
 use crate::checkpoint::{Checkpoint, GenerationDefaults};
 use crate::config::LlmConfig;
 use crate::error::LlmError;
-use crate::forward::{ForwardError, Hparams, LogitsFor, Model, ModelParts, State, StateOptions};
+use crate::forward::{
+    ForwardError, Hparams, LlamaCppRope, LogitsFor, Model, ModelParts, RopeRule, State,
+    StateOptions,
+};
 use crate::kernels::Isa;
 use crate::sample::{MAX_PENALTY_WINDOW, Sampler, SamplerError, SamplerParams};
 use crate::template::{ChatMessage, ChatTemplate};
@@ -394,7 +397,9 @@ impl Generator {
         let rope_freqs = tensors.rope_freqs.as_ref().and_then(|t| t.as_f32());
         let hp = Hparams::from_config(&config, rope_freqs)?;
         let parts = ModelParts::from_tensors(&tensors)?;
-        let model = Model::new(hp, parts, options.isa.unwrap_or_else(Isa::detect))?;
+        let model = Model::new(hp, parts, options.isa.unwrap_or_else(Isa::detect))?.with_rope(
+            RopeRule::LlamaCpp(LlamaCppRope::from_config(&config, rope_freqs)),
+        )?;
         let threads = options
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

@@ -168,10 +168,12 @@ impl<const VNNI: bool> RowKernel for Q4_1K<VNNI> {
                     let a = acts[i].get_unchecked(b);
                     let sumi = dot_u8_i8::<VNNI>(q, load_qs(a));
                     // [d * a.d, m * a.s, ...]
-                    let prod = _mm256_mul_ps(dm, load_ds(a));
-                    let scale = _mm256_moveldup_ps(prod);
+                    let ds = load_ds(a);
+                    let scale = _mm256_moveldup_ps(_mm256_mul_ps(dm, ds));
                     acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), acc[i]);
-                    summ[i] = _mm256_add_ps(summ[i], prod);
+                    // Odd lanes: m * a.s + summ, fused (ggml's scalar `summs += m * s`,
+                    // which GCC contracts to one `vfmadd231ss` with -mfma).
+                    summ[i] = _mm256_fmadd_ps(dm, ds, summ[i]);
                 }
             }
             let mut out = [0.0f32; N];
@@ -553,51 +555,305 @@ pub(crate) unsafe fn quantize_row_q8(x: &[f32], out: &mut [BlockQ8]) {
     }
 }
 
-/// f32 · f16 dot product, 16 columns per step.
+/// [`super::scalar::rope_fused`] compiled with FMA (one `vfmadd` per `mul_add`, not a call).
 ///
 /// # Safety
-/// AVX2/FMA/F16C available; equal lengths.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_f16(q: &[f32], k: &[u16]) -> f32 {
-    let n = q.len();
-    // SAFETY: features of this function; indices below `n` for both slices.
+/// FMA available.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn rope_fused(x: &mut [f32], angles: &[f32]) {
+    super::scalar::rope_fused(x, angles)
+}
+
+/// [`super::scalar::exp`] on 8 lanes (the same operations).
+#[inline(always)]
+unsafe fn exp8(x: __m256) -> __m256 {
+    // SAFETY: AVX2 and FMA by the caller's contract; register-only.
     unsafe {
-        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut c = 0;
-        while c + 16 <= n {
-            let k0 = _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(c).cast()));
-            let k1 = _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(c + 8).cast()));
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(c)), k0, a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(c + 8)), k1, a1);
-            c += 16;
+        let shift = _mm256_set1_ps(f32::from_bits(0x4b40_0000));
+        let z = _mm256_fmadd_ps(x, _mm256_set1_ps(f32::from_bits(0x3fb8_aa3b)), shift);
+        let n = _mm256_sub_ps(z, shift);
+        let b = _mm256_fnmadd_ps(
+            n,
+            _mm256_set1_ps(f32::from_bits(0x35bf_be8e)),
+            _mm256_fnmadd_ps(n, _mm256_set1_ps(f32::from_bits(0x3f31_7200)), x),
+        );
+        let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
+        let k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_set1_epi32(0x3f80_0000)));
+        let abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+        let c = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
+        let u = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(
+                    _mm256_set1_ps(f32::from_bits(0x3c07_2010)),
+                    b,
+                    _mm256_set1_ps(f32::from_bits(0x3d2b_9f17)),
+                ),
+                u,
+                _mm256_fmadd_ps(
+                    _mm256_set1_ps(f32::from_bits(0x3e2a_af33)),
+                    b,
+                    _mm256_set1_ps(f32::from_bits(0x3eff_fedb)),
+                ),
+            ),
+            u,
+            _mm256_mul_ps(_mm256_set1_ps(f32::from_bits(0x3f7f_fff6)), b),
+        );
+        let normal = _mm256_fmadd_ps(j, k, k);
+        if _mm256_movemask_ps(c) == 0 {
+            return normal;
         }
-        let mut s = hsum(_mm256_add_ps(a0, a1));
-        for c in c..n {
-            s += q[c] * half::f16::from_bits(k[c]).to_f32();
-        }
-        s
+        let g = _mm256_and_si256(
+            _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())),
+            _mm256_set1_epi32(0x8200_0000u32 as i32),
+        );
+        let s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f00_0000)));
+        let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+        let d = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+        let scaled = _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1);
+        _mm256_blendv_ps(
+            _mm256_blendv_ps(normal, scaled, c),
+            _mm256_mul_ps(s1, s1),
+            d,
+        )
     }
 }
 
-/// `out += p * v` over f16 `v`, 8 columns per step.
+/// [`super::scalar::softmax_exp`].
+///
+/// # Safety
+/// AVX2/FMA available.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn softmax_exp(s: &mut [f32], max: f32) -> f64 {
+    let n = s.len();
+    let mut sum = 0.0f64;
+    // SAFETY: features of this function; indices below `n`.
+    unsafe {
+        let m = _mm256_set1_ps(max);
+        let mut c = 0;
+        while c + 8 <= n {
+            let p = s.as_mut_ptr().add(c);
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p), m));
+            _mm256_storeu_ps(p, e);
+            sum += f64::from(hsum(e));
+            c += 8;
+        }
+        if c < n {
+            let mut l = [0.0f32; 8];
+            l[..n - c].copy_from_slice(&s[c..]);
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(l.as_ptr()), m));
+            // Lanes past the end hold exp(0 - max), not zeros: sum the present ones only.
+            _mm256_storeu_ps(l.as_mut_ptr(), e);
+            l[n - c..].fill(0.0);
+            s[c..].copy_from_slice(&l[..n - c]);
+            sum += f64::from(super::scalar::hsum8(&l));
+        }
+    }
+    sum
+}
+
+/// [`super::scalar::silu_mul`].
+///
+/// # Safety
+/// AVX2/FMA available; `u` at least as long as `g`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
+    let n = g.len();
+    // SAFETY: features of this function; indices below `n` for both slices.
+    unsafe {
+        let one = _mm256_set1_ps(1.0);
+        let mut c = 0;
+        while c + 8 <= n {
+            let p = g.as_mut_ptr().add(c);
+            let x = _mm256_loadu_ps(p);
+            let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+            let y = _mm256_div_ps(x, _mm256_add_ps(one, e));
+            _mm256_storeu_ps(p, _mm256_mul_ps(y, _mm256_loadu_ps(u.as_ptr().add(c))));
+            c += 8;
+        }
+        super::scalar::silu_mul(&mut g[c..], &u[c..n]);
+    }
+}
+
+#[inline(always)]
+unsafe fn load_f16x8(p: *const u16) -> __m256 {
+    // SAFETY: 8 readable values at `p` (caller); F16C by contract.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+}
+
+/// [`super::scalar::dot_f16_gemm`].
+///
+/// # Safety
+/// AVX2/FMA/F16C available; equal lengths, a multiple of 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_f16_gemm(q: &[f32], k: &[u16]) -> f32 {
+    // SAFETY: features of this function; indices below the common length.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        for c in (0..q.len() / 8 * 8).step_by(8) {
+            acc = _mm256_fmadd_ps(
+                load_f16x8(k.as_ptr().add(c)),
+                _mm256_loadu_ps(q.as_ptr().add(c)),
+                acc,
+            );
+        }
+        hsum(acc)
+    }
+}
+
+/// [`super::scalar::reduce_gemv`] of 4 vectors.
+#[inline(always)]
+unsafe fn reduce_gemv(s: [__m256; 4]) -> f32 {
+    // SAFETY: AVX by the caller's contract.
+    unsafe {
+        let r = _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3]));
+        let t = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps::<1>(r));
+        let h = _mm_hadd_ps(t, t);
+        _mm_cvtss_f32(_mm_hadd_ps(h, h))
+    }
+}
+
+/// [`super::scalar::dot_f16_gemv`].
 ///
 /// # Safety
 /// AVX2/FMA/F16C available; equal lengths.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn axpy_f16(out: &mut [f32], p: f32, v: &[u16]) {
-    let n = out.len();
-    // SAFETY: features of this function; indices below `n` for both slices.
+pub(crate) unsafe fn dot_f16_gemv(q: &[f32], k: &[u16]) -> f32 {
+    let n = q.len();
+    let whole = n / 32 * 32;
+    // SAFETY: features of this function; indices below `n`.
+    unsafe {
+        let mut s = [_mm256_setzero_ps(); 4];
+        for c in (0..whole).step_by(32) {
+            for (a, s) in s.iter_mut().enumerate() {
+                *s = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(q.as_ptr().add(c + 8 * a)),
+                    load_f16x8(k.as_ptr().add(c + 8 * a)),
+                    *s,
+                );
+            }
+        }
+        let mut sum = f64::from(reduce_gemv(s));
+        for c in whole..n {
+            sum += f64::from(q[c] * half::f16::from_bits(k[c]).to_f32());
+        }
+        sum as f32
+    }
+}
+
+/// `acc[slot] += p * v` for the 8-column steps of one value row (fused), then the tail.
+#[inline(always)]
+unsafe fn fma_row(acc: &mut [f32], p: f32, v: &[u16]) {
+    let hd = v.len();
+    // SAFETY: AVX2/FMA/F16C by the caller's contract; `acc` holds `hd` values.
     unsafe {
         let pv = _mm256_set1_ps(p);
-        let mut c = 0;
-        while c + 8 <= n {
-            let o = out.as_mut_ptr().add(c);
-            let vv = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(c).cast()));
-            _mm256_storeu_ps(o, _mm256_fmadd_ps(pv, vv, _mm256_loadu_ps(o)));
-            c += 8;
+        let mut d = 0;
+        while d + 8 <= hd {
+            let a = acc.as_mut_ptr().add(d);
+            _mm256_storeu_ps(
+                a,
+                _mm256_fmadd_ps(load_f16x8(v.as_ptr().add(d)), pv, _mm256_loadu_ps(a)),
+            );
+            d += 8;
         }
-        for c in c..n {
-            out[c] += p * half::f16::from_bits(v[c]).to_f32();
+        for d in d..hd {
+            acc[d] = half::f16::from_bits(v[d]).to_f32().mul_add(p, acc[d]);
+        }
+    }
+}
+
+/// [`super::scalar::weighted_sum_gemm`].
+///
+/// # Safety
+/// AVX2/FMA/F16C available; `values` holds `p.len()` rows of `out.len()`, `acc` `8 * out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn weighted_sum_gemm(
+    p: &[f32],
+    values: &[u16],
+    acc: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = out.len();
+    let acc = &mut acc[..8 * hd];
+    acc.fill(0.0);
+    for (j, (&p, v)) in p.iter().zip(values.chunks_exact(hd)).enumerate() {
+        // SAFETY: features of this function; the slot row holds `hd` values.
+        unsafe { fma_row(&mut acc[(j % 8) * hd..(j % 8 + 1) * hd], p, v) };
+    }
+    // SAFETY: features of this function; 8 rows of `hd` in `acc`.
+    unsafe {
+        let mut d = 0;
+        while d + 8 <= hd {
+            let mut r = [_mm256_setzero_ps(); 8];
+            for (l, r) in r.iter_mut().enumerate() {
+                *r = _mm256_loadu_ps(acc.as_ptr().add(l * hd + d));
+            }
+            // hsum8 lane by lane: t_i = l_i + l_{i+4}, (t_0 + t_2) + (t_1 + t_3).
+            let t = [
+                _mm256_add_ps(r[0], r[4]),
+                _mm256_add_ps(r[1], r[5]),
+                _mm256_add_ps(r[2], r[6]),
+                _mm256_add_ps(r[3], r[7]),
+            ];
+            let o = _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
+            _mm256_storeu_ps(out.as_mut_ptr().add(d), o);
+            d += 8;
+        }
+        for d in d..hd {
+            out[d] = super::scalar::hsum8(&std::array::from_fn(|l| acc[l * hd + d]));
+        }
+    }
+}
+
+/// [`super::scalar::weighted_sum_gemv`].
+///
+/// # Safety
+/// AVX2/FMA/F16C available; `values` holds `p.len()` rows of `out.len()`, `acc` `32 * out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn weighted_sum_gemv(
+    p: &[f32],
+    values: &[u16],
+    acc: &mut [f32],
+    out: &mut [f32],
+) {
+    use super::scalar::GEMV_SLOTS;
+    let hd = out.len();
+    let acc = &mut acc[..GEMV_SLOTS * hd];
+    acc.fill(0.0);
+    for (j, (&p, v)) in p.iter().zip(values.chunks_exact(hd)).enumerate() {
+        let s = j % GEMV_SLOTS;
+        // SAFETY: features of this function; the slot row holds `hd` values.
+        unsafe { fma_row(&mut acc[s * hd..(s + 1) * hd], p, v) };
+    }
+    // SAFETY: features of this function; 32 rows of `hd` in `acc`.
+    unsafe {
+        let mut d = 0;
+        while d + 8 <= hd {
+            let mut r = [_mm256_setzero_ps(); GEMV_SLOTS];
+            for (s, r) in r.iter_mut().enumerate() {
+                *r = _mm256_loadu_ps(acc.as_ptr().add(s * hd + d));
+            }
+            // reduce_gemv lane by lane.
+            let mut rl = [_mm256_setzero_ps(); 8];
+            for (l, v) in rl.iter_mut().enumerate() {
+                *v = _mm256_add_ps(
+                    _mm256_add_ps(r[l], r[16 + l]),
+                    _mm256_add_ps(r[8 + l], r[24 + l]),
+                );
+            }
+            let t = [
+                _mm256_add_ps(rl[0], rl[4]),
+                _mm256_add_ps(rl[1], rl[5]),
+                _mm256_add_ps(rl[2], rl[6]),
+                _mm256_add_ps(rl[3], rl[7]),
+            ];
+            let o = _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3]));
+            _mm256_storeu_ps(out.as_mut_ptr().add(d), o);
+            d += 8;
+        }
+        for d in d..hd {
+            out[d] = super::scalar::reduce_gemv(&std::array::from_fn(|s| acc[s * hd + d]));
         }
     }
 }

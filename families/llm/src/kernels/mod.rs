@@ -14,9 +14,13 @@
 //! reference the others are tested against), [`Isa::Avx2`] (x86-64 with AVX2, FMA and F16C,
 //! detected at run time; [`Isa::AvxVnni`] adds AVX-VNNI's byte dot product) and
 //! [`Isa::Neon`] / [`Isa::NeonDot`] (aarch64; `NeonDot` adds the ARMv8.2 `sdot`
-//! instruction, detected at run time). The integer sums are exact on every path; only the
-//! order of the f32 accumulation differs, so results agree to f32 rounding
-//! ([`tests`](self) state the tolerance).
+//! instruction, detected at run time). Every instruction set performs the same IEEE
+//! operations in the same order, the scalar **lane form** ([`scalar`]): 8 f32 lanes, lane
+//! `l` taking the exact integer sum of elements `4l .. 4l + 4` of each block and one fused
+//! multiply-add per block, the lanes summed in one fixed tree; so results are equal bit for
+//! bit on x86-64 and aarch64 ([`tests`](self) check it). That order is llama.cpp's on AVX2,
+//! and so are the attention's f16 products ([`F16Order`]), its softmax and SiLU
+//! ([`exp`]), which makes the CPU engine's logits equal to llama.cpp's (issue 25).
 //!
 //! Matrix products are tiled: a thread takes a contiguous range of output rows (weight
 //! rows), walks it in chunks small enough to stay in the L1/L2 cache, and for each chunk
@@ -440,41 +444,178 @@ pub(crate) unsafe fn tiled<K: RowKernel>(
     }
 }
 
-/// The f32 dot product of `q` with a row of f16 values (`k`, raw bits): attention scores
-/// against the key cache.
+/// Which of llama.cpp's two accumulation orders an attention product follows. ggml-cpu
+/// (without flash attention) multiplies the f16 key cache by the f16-rounded queries, and
+/// the transposed f16 value cache by the f16-rounded probabilities, with `ggml_mul_mat`:
+/// for two or more tokens in the batch that is llamafile's `tinyBLAS` (`llamafile_sgemm`,
+/// `ggml-cpu/llamafile/sgemm.cpp`: one 8-lane vector accumulator per output on AVX2), for
+/// one token `ggml_vec_dot_f16` (`ggml-cpu/vec.cpp`: four 8-lane accumulators over 32-column
+/// steps). The orders round differently, so a forward chunk of one token uses
+/// [`F16Order::Gemv`] and a longer one [`F16Order::Gemm`], as the reference does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum F16Order {
+    /// Matrix-matrix (`tinyBLAS`): lane `c mod 8` of one vector accumulator, then the
+    /// fixed 8-lane sum. Products whose length is not a multiple of 8 (of the key) or of 4
+    /// (of the value rows) fall back to [`F16Order::Gemv`], as `llamafile_sgemm` does.
+    Gemm,
+    /// Matrix-vector (`ggml_vec_dot_f16`): slot `c mod 32` of four vector accumulators,
+    /// their fixed sum, the columns past the last whole 32 added in f64.
+    Gemv,
+}
+
+/// The attention score `q . k` with `q` f32 (already rounded to f16 values) and `k` a key
+/// cache row (f16 bits), in `order` ([`F16Order`]).
 ///
 /// # Panics
 /// When the lengths differ.
 #[inline]
-pub fn dot_f16(isa: Isa, q: &[f32], k: &[u16]) -> f32 {
+pub fn dot_f16(isa: Isa, order: F16Order, q: &[f32], k: &[u16]) -> f32 {
     assert_eq!(q.len(), k.len());
+    let gemm = order == F16Order::Gemm && q.len().is_multiple_of(8);
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/F16C checked by `available()`; lengths equal.
-        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::dot_f16(q, k) },
+        // SAFETY: AVX2/FMA/F16C checked by `available()`; lengths equal (multiple of 8 for
+        // the matrix-matrix order).
+        Isa::Avx2 | Isa::AvxVnni => unsafe {
+            if gemm {
+                avx2::dot_f16_gemm(q, k)
+            } else {
+                avx2::dot_f16_gemv(q, k)
+            }
+        },
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: NEON checked by `available()`; lengths equal.
-        Isa::Neon | Isa::NeonDot => unsafe { neon::dot_f16(q, k) },
-        _ => scalar::dot_f16(q, k),
+        // SAFETY: NEON checked by `available()`; lengths as above.
+        Isa::Neon | Isa::NeonDot => unsafe {
+            if gemm {
+                neon::dot_f16_gemm(q, k)
+            } else {
+                neon::dot_f16_gemv(q, k)
+            }
+        },
+        _ if gemm => scalar::dot_f16_gemm(q, k),
+        _ => scalar::dot_f16_gemv(q, k),
     }
 }
 
-/// `out += p * v` with `v` a row of f16 values (raw bits): the attention's weighted sum of
-/// the value cache.
+/// Accumulator space [`weighted_sum_f16`] needs for rows of `head_dim` values.
+pub const fn weighted_sum_scratch(head_dim: usize) -> usize {
+    scalar::GEMV_SLOTS * head_dim
+}
+
+/// `out[d] = sum_j p[j] * values[j][d]`: the attention output from the probabilities `p`
+/// (already rounded to f16 values) and `p.len()` value cache rows of `out.len()` f16 (bits),
+/// in `order` ([`F16Order`]); `acc` is scratch of [`weighted_sum_scratch`] values.
 ///
 /// # Panics
-/// When the lengths differ.
-#[inline]
-pub fn axpy_f16(isa: Isa, out: &mut [f32], p: f32, v: &[u16]) {
-    assert_eq!(out.len(), v.len());
+/// When `values` or `acc` is too short.
+pub fn weighted_sum_f16(
+    isa: Isa,
+    order: F16Order,
+    p: &[f32],
+    values: &[u16],
+    acc: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = out.len();
+    assert!(values.len() >= p.len() * hd && acc.len() >= weighted_sum_scratch(hd));
+    let gemm = order == F16Order::Gemm && hd.is_multiple_of(4);
+    let values = &values[..p.len() * hd];
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/F16C checked by `available()`; lengths equal.
-        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::axpy_f16(out, p, v) },
+        // SAFETY: AVX2/FMA/F16C checked by `available()`; lengths checked above.
+        Isa::Avx2 | Isa::AvxVnni => unsafe {
+            if gemm {
+                avx2::weighted_sum_gemm(p, values, acc, out)
+            } else {
+                avx2::weighted_sum_gemv(p, values, acc, out)
+            }
+        },
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: NEON checked by `available()`; lengths equal.
-        Isa::Neon | Isa::NeonDot => unsafe { neon::axpy_f16(out, p, v) },
-        _ => scalar::axpy_f16(out, p, v),
+        // SAFETY: NEON checked by `available()`; lengths checked above.
+        Isa::Neon | Isa::NeonDot => unsafe {
+            if gemm {
+                neon::weighted_sum_gemm(p, values, acc, out)
+            } else {
+                neon::weighted_sum_gemv(p, values, acc, out)
+            }
+        },
+        _ if gemm => scalar::weighted_sum_gemm(p, values, acc, out),
+        _ => scalar::weighted_sum_gemv(p, values, acc, out),
+    }
+}
+
+/// The softmax numerators in place, `s[i] = exp(s[i] - max)`, and their sum (f64), as
+/// ggml's `ggml_vec_soft_max_f32` (AVX2) computes them: `exp` by the algorithm of Arm's
+/// Optimized Routines `v_expf` in ggml's `ggml_v_expf` form ([`exp`]), the sum of each
+/// 8-value chunk in f32 by the fixed 8-lane order, the chunk sums in f64.
+pub fn softmax_exp(isa: Isa, s: &mut [f32], max: f32) -> f64 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA checked by `available()`.
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::softmax_exp(s, max) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON checked by `available()`.
+        Isa::Neon | Isa::NeonDot => unsafe { neon::softmax_exp(s, max) },
+        _ => scalar::softmax_exp(s, max),
+    }
+}
+
+/// `g = silu(g) * up` with `silu(x) = x / (1 + exp(-x))` and [`exp`] (ggml's
+/// `ggml_vec_swiglu_f32`).
+///
+/// # Panics
+/// When `up` is shorter than `g`.
+pub fn silu_mul(isa: Isa, g: &mut [f32], up: &[f32]) {
+    assert!(up.len() >= g.len());
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA checked by `available()`; lengths checked above.
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::silu_mul(g, up) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON checked by `available()`; lengths checked above.
+        Isa::Neon | Isa::NeonDot => unsafe { neon::silu_mul(g, up) },
+        _ => scalar::silu_mul(g, up),
+    }
+}
+
+/// `e^x` in f32 by the algorithm of Arm's Optimized Routines `v_expf` (Szabolcs Nagy,
+/// `math/v_expf.c`: `2^n (1 + poly(r))`, `n = round(x / ln 2)`, a degree-5 polynomial) in
+/// the form ggml uses on AVX2 and NEON (`ggml_v_expf`, `ggml-cpu/vec.h`); maximum error
+/// about 1.95 ulp, inputs below about -103.97 give 0, above about 88.38 infinity. The same
+/// bits on every instruction set.
+pub fn exp(x: f32) -> f32 {
+    scalar::exp(x)
+}
+
+/// llama.cpp's rotation of one head by RoPE, in rotate-half lanes (lane `i` with lane
+/// `i + half`; `angles` = `[cos; half] ++ [sin; half]`): ggml's `rotate_pairs`
+/// (`ggml-cpu/ops.cpp`: `x0 cos - x1 sin`, `x0 sin + x1 cos`) as GCC compiles it with FMA
+/// (its default `-ffp-contract=fast`; the vectorised loop is `vmulps` then
+/// `vfmaddsub231ps`): `fma(x0, cos, -(x1 sin))`, `fma(x0, sin, x1 cos)`. Same bits on every
+/// instruction set (`mul_add` is fused everywhere; with hardware FMA where there is one).
+///
+/// # Panics
+/// When `angles` is shorter than `x`.
+pub fn rope_fused(isa: Isa, x: &mut [f32], angles: &[f32]) {
+    assert!(angles.len() >= x.len());
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: FMA checked by `available()`.
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::rope_fused(x, angles) },
+        _ => scalar::rope_fused(x, angles),
+    }
+}
+
+/// Rounds every value to the nearest f16 value (ties to even) and back to f32: the
+/// conversion ggml applies to the queries and probabilities before its f16 products.
+pub fn round_to_f16(x: &mut [f32]) {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    let mut bits = [0u16; 64];
+    for c in x.chunks_mut(64) {
+        let b = &mut bits[..c.len()];
+        b.reinterpret_cast_mut::<half::f16>()
+            .convert_from_f32_slice(c);
+        b.reinterpret_cast::<half::f16>().convert_to_f32_slice(c);
     }
 }
 

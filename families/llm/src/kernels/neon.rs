@@ -554,52 +554,311 @@ pub(crate) unsafe fn quantize_row_q8(x: &[f32], out: &mut [BlockQ8]) {
     }
 }
 
-/// f32 · f16 dot product.
-///
-/// # Safety
-/// NEON; equal lengths.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dot_f16(q: &[f32], k: &[u16]) -> f32 {
-    let n = q.len();
-    // SAFETY: NEON; indices below `n` for both slices.
+/// [`super::scalar::exp`] on 4 lanes (the same operations).
+#[inline(always)]
+unsafe fn exp4(x: float32x4_t) -> float32x4_t {
+    // SAFETY: base NEON; register-only.
     unsafe {
-        let (mut a0, mut a1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
-        let mut c = 0;
-        while c + 8 <= n {
-            let k0 = cvt_f16x4(vld1_u16(k.as_ptr().add(c)));
-            let k1 = cvt_f16x4(vld1_u16(k.as_ptr().add(c + 4)));
-            a0 = vfmaq_f32(a0, vld1q_f32(q.as_ptr().add(c)), k0);
-            a1 = vfmaq_f32(a1, vld1q_f32(q.as_ptr().add(c + 4)), k1);
-            c += 8;
+        let f = |b: u32| vdupq_n_f32(f32::from_bits(b));
+        let shift = f(0x4b40_0000);
+        let z = vfmaq_f32(shift, x, f(0x3fb8_aa3b));
+        let n = vsubq_f32(z, shift);
+        let b = vfmsq_f32(vfmsq_f32(x, n, f(0x3f31_7200)), n, f(0x35bf_be8e));
+        let e = vshlq_n_u32::<23>(vreinterpretq_u32_f32(z));
+        let k = vreinterpretq_f32_u32(vaddq_u32(e, vdupq_n_u32(0x3f80_0000)));
+        let abs_n = vabsq_f32(n);
+        let c = vcgtq_f32(abs_n, vdupq_n_f32(126.0));
+        let u = vmulq_f32(b, b);
+        let j = vfmaq_f32(
+            vmulq_f32(f(0x3f7f_fff6), b),
+            vfmaq_f32(
+                vfmaq_f32(f(0x3eff_fedb), f(0x3e2a_af33), b),
+                vfmaq_f32(f(0x3d2b_9f17), f(0x3c07_2010), b),
+                u,
+            ),
+            u,
+        );
+        let normal = vfmaq_f32(k, j, k);
+        if vmaxvq_u32(c) == 0 {
+            return normal;
         }
-        let mut s = vaddvq_f32(vaddq_f32(a0, a1));
-        for c in c..n {
-            s += q[c] * half::f16::from_bits(k[c]).to_f32();
-        }
-        s
+        let g = vandq_u32(vcleq_f32(n, vdupq_n_f32(0.0)), vdupq_n_u32(0x8200_0000));
+        let s1 = vreinterpretq_f32_u32(vaddq_u32(g, vdupq_n_u32(0x7f00_0000)));
+        let s2 = vreinterpretq_f32_u32(vsubq_u32(e, g));
+        let d = vcgtq_f32(abs_n, vdupq_n_f32(192.0));
+        let scaled = vmulq_f32(vfmaq_f32(s2, s2, j), s1);
+        vbslq_f32(d, vmulq_f32(s1, s1), vbslq_f32(c, scaled, normal))
     }
 }
 
-/// `out += p * v` over f16 `v`.
+/// [`super::scalar::softmax_exp`].
+///
+/// # Safety
+/// NEON.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn softmax_exp(s: &mut [f32], max: f32) -> f64 {
+    let n = s.len();
+    let mut sum = 0.0f64;
+    // SAFETY: NEON; indices below `n`.
+    unsafe {
+        let m = vdupq_n_f32(max);
+        let mut c = 0;
+        while c + 8 <= n {
+            let p = s.as_mut_ptr().add(c);
+            let lo = exp4(vsubq_f32(vld1q_f32(p), m));
+            let hi = exp4(vsubq_f32(vld1q_f32(p.add(4)), m));
+            vst1q_f32(p, lo);
+            vst1q_f32(p.add(4), hi);
+            sum += f64::from(Lanes8 { lo, hi }.hsum());
+            c += 8;
+        }
+        if c < n {
+            sum += super::scalar::softmax_exp(&mut s[c..], max);
+        }
+    }
+    sum
+}
+
+/// [`super::scalar::silu_mul`].
+///
+/// # Safety
+/// NEON; `u` at least as long as `g`.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
+    let n = g.len();
+    // SAFETY: NEON; indices below `n` for both slices.
+    unsafe {
+        let one = vdupq_n_f32(1.0);
+        let mut c = 0;
+        while c + 4 <= n {
+            let p = g.as_mut_ptr().add(c);
+            let x = vld1q_f32(p);
+            let e = exp4(vsubq_f32(vdupq_n_f32(0.0), x));
+            let y = vdivq_f32(x, vaddq_f32(one, e));
+            vst1q_f32(p, vmulq_f32(y, vld1q_f32(u.as_ptr().add(c))));
+            c += 4;
+        }
+        super::scalar::silu_mul(&mut g[c..], &u[c..n]);
+    }
+}
+
+#[inline(always)]
+unsafe fn load_f16x8(p: *const u16) -> Lanes8 {
+    // SAFETY: 8 readable values at `p` (caller); base NEON.
+    unsafe {
+        Lanes8 {
+            lo: cvt_f16x4(vld1_u16(p)),
+            hi: cvt_f16x4(vld1_u16(p.add(4))),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn load_f32x8(p: *const f32) -> Lanes8 {
+    // SAFETY: 8 readable values at `p` (caller); base NEON.
+    unsafe {
+        Lanes8 {
+            lo: vld1q_f32(p),
+            hi: vld1q_f32(p.add(4)),
+        }
+    }
+}
+
+impl Lanes8 {
+    /// `self + a * b`, fused, lane by lane.
+    #[inline(always)]
+    unsafe fn fma(self, a: Lanes8, b: Lanes8) -> Lanes8 {
+        // SAFETY: base NEON.
+        unsafe {
+            Lanes8 {
+                lo: vfmaq_f32(self.lo, a.lo, b.lo),
+                hi: vfmaq_f32(self.hi, a.hi, b.hi),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn add(self, o: Lanes8) -> Lanes8 {
+        // SAFETY: base NEON.
+        unsafe {
+            Lanes8 {
+                lo: vaddq_f32(self.lo, o.lo),
+                hi: vaddq_f32(self.hi, o.hi),
+            }
+        }
+    }
+}
+
+/// [`super::scalar::dot_f16_gemm`].
+///
+/// # Safety
+/// NEON; equal lengths, a multiple of 8.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn dot_f16_gemm(q: &[f32], k: &[u16]) -> f32 {
+    // SAFETY: NEON; indices below the common length.
+    unsafe {
+        let mut acc = Lanes8::zero();
+        for c in (0..q.len() / 8 * 8).step_by(8) {
+            acc = acc.fma(load_f16x8(k.as_ptr().add(c)), load_f32x8(q.as_ptr().add(c)));
+        }
+        acc.hsum()
+    }
+}
+
+/// [`super::scalar::reduce_gemv`] of 4 vectors of 8 lanes.
+#[inline(always)]
+unsafe fn reduce_gemv(s: [Lanes8; 4]) -> f32 {
+    // SAFETY: base NEON.
+    unsafe {
+        let r = s[0].add(s[2]).add(s[1].add(s[3]));
+        let t = vaddq_f32(r.lo, r.hi);
+        (vgetq_lane_f32::<0>(t) + vgetq_lane_f32::<1>(t))
+            + (vgetq_lane_f32::<2>(t) + vgetq_lane_f32::<3>(t))
+    }
+}
+
+/// [`super::scalar::dot_f16_gemv`].
 ///
 /// # Safety
 /// NEON; equal lengths.
 #[target_feature(enable = "neon")]
-pub(crate) unsafe fn axpy_f16(out: &mut [f32], p: f32, v: &[u16]) {
-    let n = out.len();
-    // SAFETY: NEON; indices below `n` for both slices.
+pub(crate) unsafe fn dot_f16_gemv(q: &[f32], k: &[u16]) -> f32 {
+    let n = q.len();
+    let whole = n / 32 * 32;
+    // SAFETY: NEON; indices below `n`.
     unsafe {
-        let mut c = 0;
-        while c + 4 <= n {
-            let o = out.as_mut_ptr().add(c);
-            vst1q_f32(
-                o,
-                vfmaq_n_f32(vld1q_f32(o), cvt_f16x4(vld1_u16(v.as_ptr().add(c))), p),
-            );
-            c += 4;
+        let mut s = [Lanes8::zero(); 4];
+        for c in (0..whole).step_by(32) {
+            for (a, s) in s.iter_mut().enumerate() {
+                *s = s.fma(
+                    load_f32x8(q.as_ptr().add(c + 8 * a)),
+                    load_f16x8(k.as_ptr().add(c + 8 * a)),
+                );
+            }
         }
-        for c in c..n {
-            out[c] += p * half::f16::from_bits(v[c]).to_f32();
+        let mut sum = f64::from(reduce_gemv(s));
+        for c in whole..n {
+            sum += f64::from(q[c] * half::f16::from_bits(k[c]).to_f32());
+        }
+        sum as f32
+    }
+}
+
+/// `acc += p * v` over one value row, fused.
+#[inline(always)]
+unsafe fn fma_row(acc: &mut [f32], p: f32, v: &[u16]) {
+    let hd = v.len();
+    // SAFETY: base NEON; `acc` holds `hd` values.
+    unsafe {
+        let mut d = 0;
+        while d + 4 <= hd {
+            let a = acc.as_mut_ptr().add(d);
+            vst1q_f32(
+                a,
+                vfmaq_n_f32(vld1q_f32(a), cvt_f16x4(vld1_u16(v.as_ptr().add(d))), p),
+            );
+            d += 4;
+        }
+        for d in d..hd {
+            acc[d] = half::f16::from_bits(v[d]).to_f32().mul_add(p, acc[d]);
+        }
+    }
+}
+
+/// [`super::scalar::weighted_sum_gemm`].
+///
+/// # Safety
+/// NEON; `values` holds `p.len()` rows of `out.len()`, `acc` `8 * out.len()`.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn weighted_sum_gemm(
+    p: &[f32],
+    values: &[u16],
+    acc: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = out.len();
+    let acc = &mut acc[..8 * hd];
+    acc.fill(0.0);
+    for (j, (&p, v)) in p.iter().zip(values.chunks_exact(hd)).enumerate() {
+        // SAFETY: NEON; the slot row holds `hd` values.
+        unsafe { fma_row(&mut acc[(j % 8) * hd..(j % 8 + 1) * hd], p, v) };
+    }
+    // SAFETY: NEON; 8 rows of `hd` in `acc`.
+    unsafe {
+        let mut d = 0;
+        while d + 4 <= hd {
+            let mut r = [vdupq_n_f32(0.0); 8];
+            for (l, r) in r.iter_mut().enumerate() {
+                *r = vld1q_f32(acc.as_ptr().add(l * hd + d));
+            }
+            let t = [
+                vaddq_f32(r[0], r[4]),
+                vaddq_f32(r[1], r[5]),
+                vaddq_f32(r[2], r[6]),
+                vaddq_f32(r[3], r[7]),
+            ];
+            let o = vaddq_f32(vaddq_f32(t[0], t[2]), vaddq_f32(t[1], t[3]));
+            vst1q_f32(out.as_mut_ptr().add(d), o);
+            d += 4;
+        }
+        for d in d..hd {
+            let mut l = [0.0f32; 8];
+            for (i, l) in l.iter_mut().enumerate() {
+                *l = acc[i * hd + d];
+            }
+            out[d] = super::scalar::hsum8(&l);
+        }
+    }
+}
+
+/// [`super::scalar::weighted_sum_gemv`].
+///
+/// # Safety
+/// NEON; `values` holds `p.len()` rows of `out.len()`, `acc` `32 * out.len()`.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn weighted_sum_gemv(
+    p: &[f32],
+    values: &[u16],
+    acc: &mut [f32],
+    out: &mut [f32],
+) {
+    use super::scalar::GEMV_SLOTS;
+    let hd = out.len();
+    let acc = &mut acc[..GEMV_SLOTS * hd];
+    acc.fill(0.0);
+    for (j, (&p, v)) in p.iter().zip(values.chunks_exact(hd)).enumerate() {
+        let s = j % GEMV_SLOTS;
+        // SAFETY: NEON; the slot row holds `hd` values.
+        unsafe { fma_row(&mut acc[s * hd..(s + 1) * hd], p, v) };
+    }
+    // SAFETY: NEON; 32 rows of `hd` in `acc`.
+    unsafe {
+        let mut d = 0;
+        while d + 4 <= hd {
+            let mut r = [vdupq_n_f32(0.0); GEMV_SLOTS];
+            for (s, r) in r.iter_mut().enumerate() {
+                *r = vld1q_f32(acc.as_ptr().add(s * hd + d));
+            }
+            let mut rl = [vdupq_n_f32(0.0); 8];
+            for (l, v) in rl.iter_mut().enumerate() {
+                *v = vaddq_f32(vaddq_f32(r[l], r[16 + l]), vaddq_f32(r[8 + l], r[24 + l]));
+            }
+            let t = [
+                vaddq_f32(rl[0], rl[4]),
+                vaddq_f32(rl[1], rl[5]),
+                vaddq_f32(rl[2], rl[6]),
+                vaddq_f32(rl[3], rl[7]),
+            ];
+            let o = vaddq_f32(vaddq_f32(t[0], t[1]), vaddq_f32(t[2], t[3]));
+            vst1q_f32(out.as_mut_ptr().add(d), o);
+            d += 4;
+        }
+        for d in d..hd {
+            let mut l = [0.0f32; GEMV_SLOTS];
+            for (i, l) in l.iter_mut().enumerate() {
+                *l = acc[i * hd + d];
+            }
+            out[d] = super::scalar::reduce_gemv(&l);
         }
     }
 }

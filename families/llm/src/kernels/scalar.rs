@@ -299,32 +299,166 @@ pub(crate) fn matmul(
     }
 }
 
-/// f32 · f16 dot product (see [`super::dot_f16`]): two groups of 8 lanes over 16-column
-/// chunks (fused multiply-adds), the groups added lane by lane, [`hsum8`], then the
-/// remaining columns one by one, as the AVX2 kernel.
-pub(crate) fn dot_f16(q: &[f32], k: &[u16]) -> f32 {
-    let n = q.len();
-    let (mut a0, mut a1) = ([0.0f32; 8], [0.0f32; 8]);
-    let mut c = 0;
-    while c + 16 <= n {
-        for l in 0..8 {
-            a0[l] = q[c + l].mul_add(f16_bits(k[c + l]), a0[l]);
-            a1[l] = q[c + 8 + l].mul_add(f16_bits(k[c + 8 + l]), a1[l]);
-        }
-        c += 16;
+/// `exp(x)` by the algorithm of Arm's Optimized Routines `v_expf` (Szabolcs Nagy, 2019:
+/// `2^n * (1 + poly(r))` with `n = round(x / ln 2)`, `r = x - n ln 2` in two parts, a
+/// degree-5 polynomial), in the form of ggml's `ggml_v_expf` for AVX2 and NEON
+/// (`ggml-cpu/vec.h`): the result `k + k * j` with `k = 2^n`, and the scaled special cases
+/// for `|n| > 126`. Maximum error 1.45 ulp + 0.5. Every step is one IEEE operation
+/// (`mul_add` is fused), so the SIMD versions give the same bits.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    const SHIFT: f32 = f32::from_bits(0x4b40_0000); // 0x1.8p23
+    const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b); // 0x1.715476p+0
+    const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 0x1.62e4p-1
+    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // 0x1.7f7d1cp-20
+    const C1: f32 = f32::from_bits(0x3f7f_fff6); // 0x1.ffffecp-1
+    const C2: f32 = f32::from_bits(0x3eff_fedb); // 0x1.fffdb6p-2
+    const C3: f32 = f32::from_bits(0x3e2a_af33); // 0x1.555e66p-3
+    const C4: f32 = f32::from_bits(0x3d2b_9f17); // 0x1.573e2ep-5
+    const C5: f32 = f32::from_bits(0x3c07_2010); // 0x1.0e4020p-7
+    let z = x.mul_add(INV_LN2, SHIFT);
+    let n = z - SHIFT;
+    let b = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, x));
+    let e = z.to_bits() << 23;
+    let k = f32::from_bits(e.wrapping_add(1.0f32.to_bits()));
+    let u = b * b;
+    let j = C5
+        .mul_add(b, C4)
+        .mul_add(u, C3.mul_add(b, C2))
+        .mul_add(u, C1 * b);
+    if n.abs() <= 126.0 {
+        return j.mul_add(k, k);
     }
-    let lanes: [f32; 8] = std::array::from_fn(|l| a0[l] + a1[l]);
-    let mut s = hsum8(&lanes);
-    for c in c..n {
-        s += q[c] * f16_bits(k[c]);
+    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
+    let s1 = f32::from_bits(g.wrapping_add(0x7f00_0000));
+    let s2 = f32::from_bits(e.wrapping_sub(g));
+    if n.abs() > 192.0 {
+        s1 * s1
+    } else {
+        s2.mul_add(j, s2) * s1
     }
-    s
 }
 
-/// `out += p * v` over f16 `v` (see [`super::axpy_f16`]): fused for every column.
-pub(crate) fn axpy_f16(out: &mut [f32], p: f32, v: &[u16]) {
-    for (o, &v) in out.iter_mut().zip(v) {
-        *o = p.mul_add(f16_bits(v), *o);
+/// The softmax numerators in place, `s[i] = exp(s[i] - max)` ([`exp`]), and their sum as
+/// ggml's `ggml_vec_soft_max_f32` (AVX2) forms it: per chunk of 8 the [`hsum8`] in f32,
+/// chunks added in f64 (a last partial chunk as if padded with zeros, which is what the
+/// reference's masked, padded key positions contribute).
+pub(crate) fn softmax_exp(s: &mut [f32], max: f32) -> f64 {
+    let mut sum = 0.0f64;
+    for c in s.chunks_mut(8) {
+        let mut l = [0.0f32; 8];
+        for (v, l) in c.iter_mut().zip(&mut l) {
+            *v = exp(*v - max);
+            *l = *v;
+        }
+        sum += f64::from(hsum8(&l));
+    }
+    sum
+}
+
+/// `g = silu(g) * u`, `silu(x) = x / (1 + exp(-x))` with [`exp`] (ggml's `ggml_v_silu` in
+/// `ggml_vec_swiglu_f32`).
+pub(crate) fn silu_mul(g: &mut [f32], u: &[f32]) {
+    for (g, &u) in g.iter_mut().zip(u) {
+        *g = *g / (1.0 + exp(-*g)) * u;
+    }
+}
+
+/// The dot product of `q` (f32) with `k` (f16 bits) in the matrix-matrix order
+/// ([`super::F16Order::Gemm`]): lane `l` of 8 accumulates the products of columns
+/// `c = l (mod 8)` in column order with fused multiply-adds, then [`hsum8`]. `len % 8 == 0`.
+pub(crate) fn dot_f16_gemm(q: &[f32], k: &[u16]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for (q, k) in q.chunks_exact(8).zip(k.chunks_exact(8)) {
+        for l in 0..8 {
+            acc[l] = f16_bits(k[l]).mul_add(q[l], acc[l]);
+        }
+    }
+    hsum8(&acc)
+}
+
+/// The sum of [`GEMV_SLOTS`] accumulators as ggml's `GGML_F16_VEC_REDUCE` (AVX2) adds
+/// them: slot `s = 8a + l` (accumulator `a`, lane `l`); `r_l = (s_l + s_{16+l}) + (s_{8+l} +
+/// s_{24+l})`, `t_i = r_i + r_{i+4}`, `(t_0 + t_1) + (t_2 + t_3)`.
+#[inline(always)]
+pub(crate) fn reduce_gemv(s: &[f32; GEMV_SLOTS]) -> f32 {
+    let r: [f32; 8] = std::array::from_fn(|l| (s[l] + s[16 + l]) + (s[8 + l] + s[24 + l]));
+    let t = [r[0] + r[4], r[1] + r[5], r[2] + r[6], r[3] + r[7]];
+    (t[0] + t[1]) + (t[2] + t[3])
+}
+
+/// Accumulators of the matrix-vector order (4 vectors of 8 lanes).
+pub(crate) const GEMV_SLOTS: usize = 32;
+
+/// The dot product of `q` (f32) with `k` (f16 bits) in the matrix-vector order
+/// ([`super::F16Order::Gemv`], ggml's `ggml_vec_dot_f16` on AVX2): slot `c mod 32` accumulates
+/// column `c` of every whole 32-column step with a fused multiply-add, [`reduce_gemv`],
+/// then the remaining columns' products added in f64.
+pub(crate) fn dot_f16_gemv(q: &[f32], k: &[u16]) -> f32 {
+    let whole = q.len() / GEMV_SLOTS * GEMV_SLOTS;
+    let mut s = [0.0f32; GEMV_SLOTS];
+    for (q, k) in q[..whole]
+        .chunks_exact(GEMV_SLOTS)
+        .zip(k[..whole].chunks_exact(GEMV_SLOTS))
+    {
+        for i in 0..GEMV_SLOTS {
+            s[i] = q[i].mul_add(f16_bits(k[i]), s[i]);
+        }
+    }
+    let mut sum = f64::from(reduce_gemv(&s));
+    for c in whole..q.len() {
+        sum += f64::from(q[c] * f16_bits(k[c]));
+    }
+    sum as f32
+}
+
+/// `out[d] = sum_j p[j] * values[j][d]` (`values` rows of `out.len()` f16) in the
+/// matrix-matrix order: row `j` goes to lane `j mod 8` (fused multiply-adds in row order),
+/// lanes summed by [`hsum8`]. `acc` holds `8 * out.len()` values.
+pub(crate) fn weighted_sum_gemm(p: &[f32], values: &[u16], acc: &mut [f32], out: &mut [f32]) {
+    let hd = out.len();
+    acc[..8 * hd].fill(0.0);
+    for (j, (&p, v)) in p.iter().zip(values.chunks_exact(hd)).enumerate() {
+        let a = &mut acc[(j % 8) * hd..(j % 8 + 1) * hd];
+        for (a, &v) in a.iter_mut().zip(v) {
+            *a = f16_bits(v).mul_add(p, *a);
+        }
+    }
+    for (d, o) in out.iter_mut().enumerate() {
+        *o = hsum8(&std::array::from_fn(|l| acc[l * hd + d]));
+    }
+}
+
+/// As [`weighted_sum_gemm`] in the matrix-vector order: row `j` to slot `j mod 32`,
+/// [`reduce_gemv`] (rows past the end count as zeros, as the reference's padded cache).
+/// `acc` holds `32 * out.len()` values.
+pub(crate) fn weighted_sum_gemv(p: &[f32], values: &[u16], acc: &mut [f32], out: &mut [f32]) {
+    let hd = out.len();
+    acc[..GEMV_SLOTS * hd].fill(0.0);
+    for (j, (&p, v)) in p.iter().zip(values.chunks_exact(hd)).enumerate() {
+        let a = &mut acc[(j % GEMV_SLOTS) * hd..(j % GEMV_SLOTS + 1) * hd];
+        for (a, &v) in a.iter_mut().zip(v) {
+            *a = f16_bits(v).mul_add(p, *a);
+        }
+    }
+    for (d, o) in out.iter_mut().enumerate() {
+        *o = reduce_gemv(&std::array::from_fn(|s| acc[s * hd + d]));
+    }
+}
+
+/// llama.cpp's RoPE rotation of one head in rotate-half lanes (`x[i]`, `x[i + half]` with
+/// `cos[i]`, `sin[i]` from `angles = [cos; half] ++ [sin; half]`): ggml's `rotate_pairs` as
+/// GCC compiles it with FMA, `fma(x0, cos, -(x1 sin))` and `fma(x0, sin, x1 cos)`
+/// (see [`super::rope_fused`]).
+#[inline(always)]
+pub(crate) fn rope_fused(x: &mut [f32], angles: &[f32]) {
+    let half = x.len() / 2;
+    let (x0, x1) = x.split_at_mut(half);
+    let (cos, sin) = angles.split_at(half);
+    for ((a, b), (&c, &s)) in x0.iter_mut().zip(x1.iter_mut()).zip(cos.iter().zip(sin)) {
+        let (u, v) = (*a, *b);
+        *a = u.mul_add(c, -(v * s));
+        *b = u.mul_add(s, v * c);
     }
 }
 

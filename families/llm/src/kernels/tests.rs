@@ -1,4 +1,5 @@
-//! Every instruction set against the scalar reference.
+//! Every instruction set against the scalar reference: equal bits to the scalar lane form
+//! (the order every instruction set follows), and within a tolerance of an f64 evaluation.
 //!
 //! Tolerance: the integer sums per block are exact on every path and the per-block f32
 //! products are the same operations, so paths differ only in the order of the f32
@@ -181,12 +182,25 @@ fn every_isa_matches_the_scalar_reference() {
         };
         let x: Vec<f32> = (0..tokens * cols).map(|_| rng.uniform() * 3.0).collect();
         let a = ActBuf::new(x, cols);
+        let mut lane_form = vec![f32::NAN; tokens * rows];
+        let om = OutMatrix::new(&mut lane_form, tokens, rows, rows);
+        matmul(Isa::Scalar, &w, 0..rows, &a.acts(ty), 0..tokens, &om);
         for &isa in &isas {
             let mut out = vec![f32::NAN; tokens * rows];
             let om = OutMatrix::new(&mut out, tokens, rows, rows);
             // Two "threads": rows split in two ranges.
             matmul(isa, &w, 0..33, &a.acts(ty), 0..tokens, &om);
             matmul(isa, &w, 33..rows, &a.acts(ty), 0..tokens, &om);
+            // The lane form is the arithmetic of every instruction set: equal bits.
+            let differ = out
+                .iter()
+                .zip(&lane_form)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
+            assert_eq!(
+                differ, 0,
+                "{isa:?} {ty:?}: {differ} results differ from the lane form's bits"
+            );
             let mut worst = 0.0f64;
             for t in 0..tokens {
                 for r in 0..rows {
@@ -226,28 +240,95 @@ fn activation_quantisation_is_identical_on_every_isa() {
     }
 }
 
+/// The attention and activation kernels of every instruction set give the scalar lane
+/// form's bits (the order each one documents), for lengths with and without tails.
 #[test]
-fn f16_cache_helpers_match_scalar() {
+fn attention_kernels_are_bit_identical_on_every_isa() {
     let mut rng = Rng(9);
-    for n in [64, 100, 128] {
-        let q: Vec<f32> = (0..n).map(|_| rng.uniform()).collect();
-        let kf: Vec<f32> = (0..n).map(|_| rng.uniform()).collect();
-        let mut k = vec![0u16; n];
-        to_f16(&kf, &mut k);
-        let want = scalar::dot_f16(&q, &k);
-        let mut want_axpy = q.clone();
-        scalar::axpy_f16(&mut want_axpy, 0.37, &k);
-        for isa in Isa::available() {
-            let got = dot_f16(isa, &q, &k);
-            assert!(
-                (got - want).abs() <= 1e-5 * n as f32,
-                "{isa:?} n {n}: {got} vs {want}"
-            );
-            let mut out = q.clone();
-            axpy_f16(isa, &mut out, 0.37, &k);
-            for (g, w) in out.iter().zip(&want_axpy) {
-                assert!((g - w).abs() <= 1e-6, "{isa:?}");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for hd in [64, 80, 100, 128] {
+        for len in [1, 3, 8, 31, 32, 33, 70, 300] {
+            let mut q: Vec<f32> = (0..hd).map(|_| rng.uniform() * 4.0 - 2.0).collect();
+            round_to_f16(&mut q);
+            let kf: Vec<f32> = (0..len * hd).map(|_| rng.uniform() * 4.0 - 2.0).collect();
+            let mut kv = vec![0u16; len * hd];
+            to_f16(&kf, &mut kv);
+            let mut p: Vec<f32> = (0..len).map(|_| rng.uniform()).collect();
+            round_to_f16(&mut p);
+            let scores: Vec<f32> = (0..len).map(|_| rng.uniform() * 30.0 - 20.0).collect();
+            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut acc = vec![0.0f32; weighted_sum_scratch(hd)];
+            for order in [F16Order::Gemm, F16Order::Gemv] {
+                let dots = |isa| {
+                    kv.chunks_exact(hd)
+                        .map(|k| dot_f16(isa, order, &q, k).to_bits())
+                        .collect::<Vec<_>>()
+                };
+                let mut want_sum = vec![0.0f32; hd];
+                weighted_sum_f16(Isa::Scalar, order, &p, &kv, &mut acc, &mut want_sum);
+                let want_dots = dots(Isa::Scalar);
+                for isa in Isa::available() {
+                    assert_eq!(dots(isa), want_dots, "{isa:?} {order:?} dot hd {hd}");
+                    let mut got = vec![0.0f32; hd];
+                    weighted_sum_f16(isa, order, &p, &kv, &mut acc, &mut got);
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want_sum),
+                        "{isa:?} {order:?} sum hd {hd} len {len}"
+                    );
+                }
+            }
+            let mut want = scores.clone();
+            let want_total = scalar::softmax_exp(&mut want, max);
+            for isa in Isa::available() {
+                let mut got = scores.clone();
+                let total = softmax_exp(isa, &mut got, max);
+                assert_eq!(bits(&got), bits(&want), "{isa:?} softmax len {len}");
+                assert_eq!(total.to_bits(), want_total.to_bits(), "{isa:?} softmax sum");
             }
         }
     }
+    // RoPE's fused rotation.
+    let x: Vec<f32> = (0..128).map(|_| rng.uniform() * 8.0 - 4.0).collect();
+    let angles: Vec<f32> = (0..128).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+    let mut want = x.clone();
+    scalar::rope_fused(&mut want, &angles);
+    for isa in Isa::available() {
+        let mut got = x.clone();
+        rope_fused(isa, &mut got, &angles);
+        assert_eq!(bits(&got), bits(&want), "{isa:?} rope");
+    }
+    // SiLU over the exponent's whole range: normal, scaled (|n| > 126) and flushed results.
+    let g: Vec<f32> = (0..1000)
+        .map(|i| (i as f32 - 500.0) * 0.25 + rng.uniform())
+        .chain([-200.0, -104.0, -90.0, 0.0, -0.0, 88.0, 89.0, 150.0])
+        .collect();
+    let u: Vec<f32> = (0..g.len()).map(|_| rng.uniform() * 2.0).collect();
+    let mut want = g.clone();
+    scalar::silu_mul(&mut want, &u);
+    for isa in Isa::available() {
+        let mut got = g.clone();
+        silu_mul(isa, &mut got, &u);
+        assert_eq!(bits(&got), bits(&want), "{isa:?} silu");
+    }
+}
+
+/// `exp` against f64's within its stated error (ggml's `ggml_v_expf`: 1.45 ulp + 0.5), and
+/// its range ends.
+#[test]
+fn exp_is_within_two_ulp() {
+    let mut x = -103.0f32;
+    while x < 88.3 {
+        let got = exp(x);
+        let want = f64::from(x).exp();
+        let ulp = f64::from(f32::from_bits(got.to_bits() + 1) - got);
+        assert!(
+            (f64::from(got) - want).abs() <= 2.0 * ulp,
+            "exp({x}) = {got}, f64 {want}"
+        );
+        x += 0.013;
+    }
+    assert_eq!(exp(0.0), 1.0);
+    assert_eq!(exp(-200.0), 0.0);
+    assert_eq!(exp(200.0), f32::INFINITY);
 }

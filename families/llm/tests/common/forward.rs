@@ -2,7 +2,9 @@
 //! the tests that compare logits and greedy tokens with llama.cpp.
 
 use tether_llm::Checkpoint;
-use tether_llm::forward::{Hparams, LayerParts, Model, ModelParts, State, StateOptions};
+use tether_llm::forward::{
+    Hparams, LayerParts, LlamaCppRope, Model, ModelParts, RopeRule, State, StateOptions,
+};
 use tether_llm::kernels::{Isa, Matrix};
 use tether_llm::quant::dequantize_row;
 use tether_llm::tensor::TensorRef;
@@ -63,7 +65,13 @@ pub fn model(c: &Checkpoint) -> Model<'_> {
             })
             .collect(),
     };
-    Model::new(hp, parts, Isa::detect()).expect("model")
+    Model::new(hp, parts, Isa::detect())
+        .expect("model")
+        .with_rope(RopeRule::LlamaCpp(LlamaCppRope::from_config(
+            cfg,
+            freqs.as_deref(),
+        )))
+        .expect("rope")
 }
 
 /// A state for `context` positions, logits for up to `logit_rows` tokens, 2 threads.
