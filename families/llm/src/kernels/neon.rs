@@ -286,6 +286,7 @@ pub(crate) struct Q6KK<D>(std::marker::PhantomData<D>);
 impl<D: I8Dot> RowKernel for Q6KK<D> {
     type Act = BlockQ8K;
     #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // q[j][half16]: the block layout, indexed as in the other kernels
     unsafe fn dot<const N: usize>(w: &[u8], acts: [&[BlockQ8K]; N]) -> [f32; N] {
         // SAFETY: as `Q4_0K`; `w` holds 210-byte super-blocks.
         unsafe {
