@@ -4,7 +4,8 @@
 #   1. carry .device/s33-prefill/p1, `bash .device/s33-prefill/p1/fetch.sh`  (xz GGUF part 1)
 #   2. carry .device/s33-prefill/p2, `bash .device/s33-prefill/p2/fetch.sh`  (part 2)
 #   3. carry .device/s33-llm-a,       `bash .device/s33-llm-a/fetch.sh`       (part 3 + test binaries)
-#   4. carry .device/s33-llm-b,       `bash runtime/gpu/s33-llm-h200.sh`      (tether; this script)
+#   4. carry .device/s33-llm-b and .device/s33-capi, `bash runtime/gpu/s33-llm-h200.sh`
+#      (tether; this script; then the C API's allocation check, .device/s33-capi/gpu.sh)
 # The GGUF is SmolLM2-135M-Instruct.Q4_1 (SHA-256 checked). Binaries: stripped release builds of
 # this commit (tether; the test binaries gpu_decode, gpu_prefill, gpu_sample, gpu_fuse of
 # `cargo test --release -p tether-llm --features cuda,build,cli --no-run`). Logs under $OUT.
@@ -29,4 +30,6 @@ TETHER_ASSETS=$W/assets step gpu_decode 120 ./gpu_decode --test-threads 1 --noca
 TETHER_ASSETS=$W/assets step gpu_prefill 60 ./gpu_prefill --test-threads 1 --nocapture
 TETHER_ASSETS=$W/assets step gpu_sample 60 ./gpu_sample --test-threads 1 --nocapture
 TETHER_ASSETS=$W/assets TETHER_FUSE_REAL=1 step gpu_fuse 90 ./gpu_fuse --test-threads 1 --nocapture
+bash "$(dirname "$B")/s33-capi/gpu.sh" > /dev/null 2>&1
 grep -h "rc=\|test result\|pp128 \|pp512 \|pp2048 \|first token\|tg128\|prefill graph\|launches per step" $OUT/*.log | head -60
+cat $OUT/capi.log
