@@ -821,16 +821,21 @@ impl Runner for LlmRunner {
         };
         let t = &f.timings;
         let itl = Latency::of(&t.inter_token_ms);
+        // No token (cancelled during the prompt, or a stop at once): no first-token time.
+        let ttft = (t.generated_tokens > 0).then_some(t.time_to_first_token_ms);
         Ok(Outcome {
             summary: format!(
-                "{} ({} prompt tokens in {:.1} ms, {:.1} tok/s; {} tokens generated, {:.1} tok/s; first token after {:.1} ms)",
+                "{} ({} prompt tokens in {:.1} ms, {:.1} tok/s; {} tokens generated, {:.1} tok/s; {})",
                 f.finish_reason.as_str(),
                 t.prompt_tokens,
                 t.prompt_ms,
                 t.prompt_tokens_per_s(),
                 t.generated_tokens,
                 t.generation_tokens_per_s(),
-                t.time_to_first_token_ms
+                match ttft {
+                    Some(ms) => format!("first token after {ms:.1} ms"),
+                    None => "no token generated".to_string(),
+                }
             ),
             lines: text.lines().map(str::to_string).collect(),
             json: json!({
@@ -843,7 +848,7 @@ impl Runner for LlmRunner {
                     "prompt_token_count": t.prompt_tokens,
                     "prompt_ms": t.prompt_ms,
                     "prompt_tokens_per_s": t.prompt_tokens_per_s(),
-                    "time_to_first_token_ms": t.time_to_first_token_ms,
+                    "time_to_first_token_ms": ttft,
                     "generated_token_count": t.generated_tokens,
                     "generation_ms": t.generation_ms,
                     "generation_tokens_per_s": t.generation_tokens_per_s(),

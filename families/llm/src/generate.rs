@@ -598,6 +598,7 @@ impl Generator {
         for &t in &prompt_tokens {
             self.sampler.accept(t);
         }
+        self.weights.ensure_unchanged()?;
         self.cancel.store(false, Ordering::Release);
         let max_stop = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
         let piece_cap = 4 * (self.tokenizer.max_piece_len() + 4) + max_stop;
@@ -609,6 +610,7 @@ impl Generator {
         let decoder = self.tokenizer.stream(false);
         Ok(Generation {
             model: &self.model,
+            weights: &self.weights,
             state: &mut self.state,
             sampler: &mut self.sampler,
             decoder,
@@ -654,10 +656,17 @@ impl Generator {
     }
 }
 
+/// Tokens between two checks that the bundle file did not change on disk during a request
+/// (each check one `fstat`; also after the prompt).
+pub const CHANGE_CHECK_EVERY: usize = 32;
+
 /// A request in progress: call [`next_piece`](Self::next_piece) until it returns `None`,
 /// then [`finish`](Self::finish).
 pub struct Generation<'g> {
     model: &'g Model<'static>,
+    /// The storage `model` reads, checked for a file changed on disk every
+    /// [`CHANGE_CHECK_EVERY`] tokens and at the end.
+    weights: &'g Weights,
     state: &'g mut State,
     sampler: &'g mut Sampler,
     decoder: StreamDecoder<'g>,
@@ -688,6 +697,30 @@ impl std::fmt::Debug for Generation<'_> {
 }
 
 impl Generation<'_> {
+    /// The prompt through the CPU forward pass in the chunks the forward pass itself cuts
+    /// ([`State::max_batch`](crate::forward::State::max_batch) tokens, llama.cpp's `n_ubatch`:
+    /// the same arithmetic as one call), the cancel flag read between chunks so that a long
+    /// prompt stops within one chunk. `Ok(true)`: cancelled before the last chunk.
+    fn prefill(&mut self, prompt: &[u32]) -> Result<bool, GenerateError> {
+        self.state
+            .cache()
+            .check_room(prompt.len())
+            .map_err(ForwardError::from)?;
+        let chunks = prompt.chunks(self.state.max_batch().max(1));
+        let n = chunks.len();
+        for (i, chunk) in chunks.enumerate() {
+            if i + 1 < n {
+                self.model.forward(self.state, chunk, LogitsFor::None)?;
+                if self.cancel.load(Ordering::Acquire) {
+                    return Ok(true);
+                }
+            } else {
+                self.model.forward(self.state, chunk, LogitsFor::Last)?;
+            }
+        }
+        Ok(false)
+    }
+
     /// The next piece, or `None` when the request has ended (then call
     /// [`finish`](Self::finish)). Allocates nothing.
     ///
@@ -738,11 +771,14 @@ impl Generation<'_> {
         } else if self.finished.tokens.is_empty() && self.pending.is_none() {
             let t0 = Instant::now();
             let prompt = std::mem::take(&mut self.finished.prompt_tokens);
-            let r = self.model.forward(self.state, &prompt, LogitsFor::Last);
+            let r = self.prefill(&prompt);
             self.finished.prompt_tokens = prompt;
-            r?;
+            let cancelled = r?;
             self.finished.timings.prompt_tokens = self.finished.prompt_tokens.len();
             self.finished.timings.prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
+            if cancelled {
+                return Ok(self.end(FinishReason::Cancelled));
+            }
         } else if let Some(token) = self.pending.take() {
             if self.state.cache().check_room(1).is_err() {
                 return Ok(self.end(FinishReason::Length));
@@ -751,6 +787,11 @@ impl Generation<'_> {
         }
         if self.cancel.load(Ordering::Acquire) {
             return Ok(self.end(FinishReason::Cancelled));
+        }
+        // A bundle rewritten under the memory map (e.g. `cp` over it) gives the model other
+        // weights: refuse the request instead of streaming what they compute.
+        if self.finished.tokens.len() % CHANGE_CHECK_EVERY == 0 {
+            self.weights.ensure_unchanged()?;
         }
         let step = self.finished.tokens.len() as u64;
         let token = match chosen {

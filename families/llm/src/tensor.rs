@@ -232,6 +232,22 @@ impl Weights {
         self.insert(name, ty, dims, b, 0, len);
     }
 
+    /// `Ok` unless a bundle these tensors borrow from changed on disk since it was opened
+    /// (rewritten in place or truncated: [`tether_bundle::Bundle::ensure_unchanged`], one
+    /// `fstat` and an atomic load per bundle). Memory-mapped GGUF files are not checked.
+    ///
+    /// # Errors
+    /// [`LlmError::Bundle`] with [`tether_bundle::BundleError::ChangedWhileOpen`] naming the
+    /// file.
+    pub fn ensure_unchanged(&self) -> Result<(), LlmError> {
+        for b in &self.backings {
+            if let Backing::Bundle(bundle) = b {
+                bundle.ensure_unchanged()?;
+            }
+        }
+        Ok(())
+    }
+
     /// Number of tensors.
     pub fn len(&self) -> usize {
         self.by_name.len()

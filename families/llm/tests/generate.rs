@@ -351,3 +351,69 @@ fn smollm2_logits_do_not_depend_on_context_threads_or_chunking() {
         }
     }
 }
+
+#[test]
+fn cancelling_during_a_long_prompt_stops_between_its_chunks() {
+    let cfg = tiny_config();
+    let bytes = tiny_gguf(&cfg).to_bytes();
+    let ckpt =
+        Checkpoint::from_gguf_file(GgufFile::from_vec(bytes).expect("gguf")).expect("checkpoint");
+    let mut g = Generator::from_checkpoint(
+        ckpt,
+        &GeneratorOptions {
+            context: Some(128),
+            threads: Some(1),
+            max_batch: 4,
+            ..GeneratorOptions::default()
+        },
+    )
+    .expect("generator");
+    let cancel = g.cancel_handle();
+    let prompt: Vec<u32> = (0..40).map(|i| 3 + i % 90).collect();
+    let mut run = g
+        .generate(Prompt::Tokens(&prompt), &sampled(8, 5))
+        .expect("start");
+    // Cancelled before the prompt ran: the first of its 10 chunks runs, then it stops.
+    cancel.cancel();
+    assert!(run.next_piece().expect("step").is_none());
+    let done = run.finish();
+    assert_eq!(done.finish_reason, FinishReason::Cancelled);
+    assert!(done.tokens.is_empty(), "{:?}", done.tokens);
+}
+
+#[test]
+fn a_bundle_rewritten_on_disk_is_refused_not_read() {
+    use tether_llm::recipe::{BuildOptions, Input, build};
+    let dir = std::env::temp_dir().join(format!("tether-llm-rewrite-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let gguf = dir.join("tiny.gguf");
+    std::fs::write(&gguf, tiny_gguf(&tiny_config()).to_bytes()).unwrap();
+    let (writer, _) = build(
+        &Input::detect(&gguf),
+        &BuildOptions {
+            name: "tiny".into(),
+            created_unix_s: 1,
+            ..BuildOptions::default()
+        },
+        &mut |_| {},
+    )
+    .expect("build");
+    let (path, copy) = (dir.join("tiny.bundle"), dir.join("copy.bundle"));
+    writer.write(&path).expect("write");
+    writer.write(&copy).expect("write copy");
+    let mut g = Generator::open(&path, &GeneratorOptions::default()).expect("open");
+    g.generate_text(Prompt::Text("abc"), &sampled(4, 1))
+        .expect("runs before the rewrite");
+    // `cp` over the open file (truncate, then write): a later request is refused, naming it.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::copy(&copy, &path).unwrap();
+    let e = g
+        .generate_text(Prompt::Text("abc"), &sampled(4, 1))
+        .expect_err("a changed bundle");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("rewritten in place") && msg.contains("tiny.bundle"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
