@@ -473,6 +473,32 @@ fn first_mistakes_name_what_to_do() {
     for f in ["detect", "ocr", "vad", "embed"] {
         assert!(help.contains(f), "{f} not in build --help: {help}");
     }
+    // A known family with another family's build option: whose option it is and the help.
+    let o = tether(&[
+        "build",
+        "--family",
+        "llm",
+        "--onnx",
+        &onnx,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("--onnx is an option of the detect")
+            && e.contains("tether build --family llm --help"),
+        "{e}"
+    );
+    // A recipe's option without `--family`: what selects the recipe, every family named.
+    let o = tether(&["build", "--onnx", &onnx, "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("needs `--family NAME`") && e.contains("llm"),
+        "{e}"
+    );
+    assert!(!out.exists(), "nothing written on a usage error");
     // Another family's option on a bundle: the family named, no look-alike suggestion.
     let b = nudenet_bundle();
     let o = tether(&["run", &b, &asset("astronaut.png"), "--text-score", "0.5"]);

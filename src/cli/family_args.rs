@@ -128,6 +128,9 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
 /// message stands).
 pub fn foreign_option(argv: &[OsString]) -> Option<String> {
     let (pos, name) = subcommand_position(argv)?;
+    if name == "build" {
+        return foreign_build_option(argv, pos);
+    }
     if !matches!(name, "run" | "bench") {
         return None;
     }
@@ -149,6 +152,46 @@ pub fn foreign_option(argv: &[OsString]) -> Option<String> {
         Some(format!(
             "--{opt} is an option of the {} family; this bundle is of the {f} family, which does not take it (`tether {name} {bundle} --help` lists its options)",
             other.name(),
+            f = family.name()
+        ))
+    })
+}
+
+/// `build --family F` with an option of another family's recipe (`--onnx` for `llm`): a
+/// message naming the option, the families that take it, and `F`'s help command; a recipe's
+/// option with no `--family` at all: a message saying that it selects the recipe.
+fn foreign_build_option(argv: &[OsString], pos: usize) -> Option<String> {
+    let Some(flag) = family_flag(argv, pos + 1) else {
+        // A recipe's option before any `--family`: say what selects the recipe.
+        let names: Vec<&str> = REGISTRY.iter().map(|f| f.name()).collect();
+        return Some(format!(
+            "`tether build` needs `--family NAME` ({}) before the family's own options (`tether build --family NAME --help` lists them)",
+            names.join(", ")
+        ));
+    };
+    let family = find(REGISTRY, &flag)?;
+    let has = |f: &dyn Family, opt: &str| {
+        f.build_args().iter().any(|a| {
+            a.get_long() == Some(opt) || a.get_all_aliases().is_some_and(|v| v.contains(&opt))
+        })
+    };
+    argv[pos + 1..].iter().find_map(|a| {
+        let opt = a.to_str()?.strip_prefix("--")?;
+        let opt = opt.split_once('=').map_or(opt, |(o, _)| o);
+        if opt.is_empty() || has(family, opt) {
+            return None;
+        }
+        let others: Vec<&str> = REGISTRY
+            .iter()
+            .filter(|f| f.name() != family.name() && has(**f, opt))
+            .map(|f| f.name())
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "--{opt} is an option of the {} build; the {f} family does not take it (`tether build --family {f} --help` lists its options)",
+            others.join(" / "),
             f = family.name()
         ))
     })

@@ -68,7 +68,18 @@ impl ThreadsArg {
     /// [`super::bench::default_threads`]).
     pub fn resolve(self) -> (usize, &'static str) {
         match self.threads {
-            Some(n) => (n as usize, "--threads"),
+            Some(n) => {
+                let cores = std::thread::available_parallelism().map_or(0, |c| c.get());
+                if cores > 0 && n as usize > cores {
+                    // More workers than cores: they take turns on the cores, and the barriers
+                    // of each step wait for the ones not running (often many times slower).
+                    log::warn!(
+                        "--threads {n} is more than the {cores} cores this process may run on; expect it to be slower than --threads {cores}"
+                    );
+                    return (n as usize, "--threads (more than the cores available)");
+                }
+                (n as usize, "--threads")
+            }
             None => super::bench::default_threads(),
         }
     }
@@ -199,9 +210,16 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     // Without INPUTs the family may take its input from its own options (`--prompt`): known
     // only once the bundle opens; a bundle that does not even open is the usage error.
     let no_input = "give at least one INPUT (or --text for text families; `tether run BUNDLE --help` lists the family's own)";
-    if count == 0 && Bundle::open(&a.bundle, Verify::Lazy).is_err() {
+    if count == 0
+        && let Err(e) = Bundle::open(&a.bundle, Verify::Lazy)
+    {
         if let Some(f) = model_format(&a.bundle) {
             return Err(model_not_bundle(&a.bundle, f, "run model.bundle ..."));
+        }
+        // A file that is there but does not open (truncated, corrupt): say that, not that an
+        // input is missing (the family may take its input from `--prompt`).
+        if a.bundle.is_file() {
+            return Err(anyhow::Error::new(e).context(format!("loading {}", a.bundle.display())));
         }
         crate::usage!("{no_input}");
     }

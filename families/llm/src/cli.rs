@@ -402,7 +402,7 @@ impl Family for LlmFamily {
                 "--context accepts 1 to the model's training context (`tether inspect` shows it)",
             ),
             GenerateError::Forward(_) => Some(
-                "a prompt longer than the context is an error, never cut: shorten it or raise --context",
+                "a prompt longer than the context is an error, never cut: shorten it, or raise --context up to the model's training context (`tether inspect` shows it)",
             ),
             GenerateError::NoChatTemplate => Some("give --raw: this model has no chat template"),
             #[cfg(feature = "cuda")]
