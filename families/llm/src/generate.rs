@@ -790,7 +790,7 @@ impl Generation<'_> {
         }
         // A bundle rewritten under the memory map (e.g. `cp` over it) gives the model other
         // weights: refuse the request instead of streaming what they compute.
-        if self.finished.tokens.len() % CHANGE_CHECK_EVERY == 0 {
+        if self.finished.tokens.len().is_multiple_of(CHANGE_CHECK_EVERY) {
             self.weights.ensure_unchanged()?;
         }
         let step = self.finished.tokens.len() as u64;
