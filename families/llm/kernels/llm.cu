@@ -645,6 +645,34 @@ extern "C" __global__ void __launch_bounds__(256) attention_combine(AttnCombineP
 // ---------------------------------------------------------------------------------------
 #define FUSE_WARPS 8
 #define PROLOGUE_REGS 8
+#define PREFETCH_ROWS 4
+
+// Programmatic dependent launch (sm_90 and later; PTX ISA 7.8 `griddepcontrol`). A fused
+// kernel launched with the programmatic stream serialization attribute may start while the
+// previous kernel of the stream still runs: `dependency_wait` blocks until that kernel has
+// completed and its writes are visible (a no-op when launched without the attribute), and
+// `dependents_launch` lets the next kernel start (its blocks then wait in their own
+// `dependency_wait`). Nothing before `dependency_wait` may read what an earlier kernel
+// writes, nor write anything: only the weights (constant during a step) are touched there.
+__device__ __forceinline__ void dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Ask L2 for the `bytes` bytes at `w` (one 128-byte line per lane and turn): the weight rows
+// a warp will read, requested before the input's preparation so that their HBM latency
+// overlaps it (and, with a dependent launch, the previous kernel). Changes no value.
+__device__ __forceinline__ void prefetch_l2(const uint8_t* w, int bytes, int lane) {
+    for (int o = lane * 128; o < bytes; o += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w + o));
+}
 
 // The input of a product, as `prep` makes it: v = in (or silu(in) * in2), with `norm`
 // v = v / sqrt(mean(v^2) + eps) * norm; into the block's shared memory: the 8-bit blocks
@@ -786,6 +814,21 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) prep_matvec(PrepMa
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* x;
+    {
+        const int lane = threadIdx.x % 32;
+        int n = 0;
+        for (int r0 = blockIdx.x * FUSE_WARPS + threadIdx.x / 32;
+             r0 < p.rows_total && n < PREFETCH_ROWS; r0 += gridDim.x * FUSE_WARPS, ++n) {
+            int r = r0, k = 0;
+            while (k + 1 < p.nproj && r >= p.p[k].rows) {
+                r -= p.p[k].rows;
+                ++k;
+            }
+            prefetch_l2(p.p[k].w + (size_t)r * p.p[k].row_bytes, p.p[k].row_bytes, lane);
+        }
+    }
+    dependency_wait();
+    dependents_launch();
     prologue(p.in, smem, &q8, &q8k, &x);
     MatVecParams mp;
     mp.x = x;
@@ -836,15 +879,35 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopePa
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* x;
+    const int lane = threadIdx.x % 32;
+    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+    const int q_pairs = p.n_head * half, k_pairs = p.n_kv * half;
+    {
+        int n = 0;
+        for (int it = blockIdx.x * FUSE_WARPS + threadIdx.x / 32; it < p.items && n < PREFETCH_ROWS;
+             it += gridDim.x * FUSE_WARPS, ++n) {
+            if (it < q_pairs + k_pairs) {
+                const bool is_k = it >= q_pairs;
+                const int t = is_k ? it - q_pairs : it;
+                const int ra = (t / half) * p.head_dim + t % half;
+                const Proj& pr = is_k ? p.p[1] : p.p[0];
+                prefetch_l2(pr.w + (size_t)ra * pr.row_bytes, pr.row_bytes, lane);
+                prefetch_l2(pr.w + (size_t)(ra + half) * pr.row_bytes, pr.row_bytes, lane);
+            } else {
+                const Proj& pr = p.p[2];
+                const int r = it - q_pairs - k_pairs;
+                prefetch_l2(pr.w + (size_t)r * pr.row_bytes, pr.row_bytes, lane);
+            }
+        }
+    }
+    dependency_wait();
+    dependents_launch();
     prologue(p.in, smem, &q8, &q8k, &x);
     MatVecParams mp;
     mp.x = x;
     mp.q8 = q8;
     mp.q8k = q8k;
     mp.cols = p.in.n;
-    const int lane = threadIdx.x % 32;
-    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
-    const int q_pairs = p.n_head * half, k_pairs = p.n_kv * half;
     const uint32_t pos = p.state->pos;
     for (int it = blockIdx.x * FUSE_WARPS + threadIdx.x / 32; it < p.items;
          it += gridDim.x * FUSE_WARPS) {
@@ -904,6 +967,8 @@ struct AttnFusedParams {
 
 extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention_fused(AttnFusedParams p) {
     __shared__ int s_last;
+    dependency_wait();
+    dependents_launch();
     attention_partial(p.a);
     __threadfence();
     __syncthreads();

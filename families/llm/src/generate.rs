@@ -445,6 +445,7 @@ impl Generator {
                 context,
                 sync,
                 fused: true,
+                dependent_launch: true,
             },
         )?;
         self.gpu = Some(Box::new(d));

@@ -34,6 +34,12 @@ pub struct GpuOptions {
     /// Lower with [`lower_fused`] (5 launches per Llama-style layer) rather than [`lower()`]
     /// (12): the same logits bit for bit (`tests/gpu_fuse.rs`), fewer launches per token.
     pub fused: bool,
+    /// Launch the fused kernels (`prep_matvec`, `qkv_rope`, `attention_fused`) as
+    /// programmatic dependent launches ([`Stream::launch_params_dependent`]): each starts
+    /// while the previous kernel finishes and requests its weight rows from L2 before waiting
+    /// for it. Only where the kernel image has SASS with `griddepcontrol` (compute capability
+    /// 9.0, 10.0, 11.0; elsewhere, and without `fused`, plain launches). The same values.
+    pub dependent_launch: bool,
 }
 
 /// Errors of the GPU decoder.
@@ -141,7 +147,9 @@ struct Launch {
 }
 
 impl Launch {
-    fn enqueue(&self, s: &Stream) -> Result<(), DriverError> {
+    /// Enqueue on `s`; with `dependent` the fused kernels as programmatic dependent launches
+    /// (they wait for the previous kernel in `griddepcontrol.wait`).
+    fn enqueue(&self, s: &Stream, dependent: bool) -> Result<(), DriverError> {
         let (g, b) = ((self.grid.0, self.grid.1, 1), (self.block, 1, 1));
         // SAFETY: each params struct mirrors its kernel's (kernels.rs, size-checked), and
         // every address inside points into the decoder's arenas, which live as long as the
@@ -156,6 +164,13 @@ impl Launch {
                 Params::Attention(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::AttnCombine(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::Sample(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::PrepMatVec(p) if dependent => {
+                    s.launch_params_dependent(self.f, g, b, prologue_bytes(&p.input), p)
+                }
+                Params::QkvRope(p) if dependent => {
+                    s.launch_params_dependent(self.f, g, b, prologue_bytes(&p.input), p)
+                }
+                Params::AttnFused(p) if dependent => s.launch_params_dependent(self.f, g, b, 0, p),
                 Params::PrepMatVec(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
                 Params::QkvRope(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
                 Params::AttnFused(p) => s.launch_params(self.f, g, b, 0, p),
@@ -630,6 +645,12 @@ impl GpuDecoder {
             };
             launches.push(l);
         }
+        // Programmatic dependent launches only where the image has the SASS of this device
+        // (built for sm_90, sm_100, sm_110, each with `griddepcontrol`); not from PTX.
+        let dependent = options.fused
+            && options.dependent_launch
+            && [90, 100, 110].contains(&ctx.properties().sm());
+
         // Pinned staging: [0, 16) state out, [16, 32) state in, [32, 36) token in,
         // [64, 128) sampler configuration out.
         let pinned = PinnedBuffer::new(&ctx, 128, false)?;
@@ -674,7 +695,7 @@ impl GpuDecoder {
                     Some(g) => g.launch(&stream)?,
                     None => {
                         for l in &launches {
-                            l.enqueue(&stream)?;
+                            l.enqueue(&stream, dependent)?;
                         }
                     }
                 }
@@ -712,7 +733,7 @@ impl GpuDecoder {
         }
         let graph = Graph::capture(&stream, |s| -> Result<(), DriverError> {
             for l in &launches {
-                l.enqueue(s)?;
+                l.enqueue(s, dependent)?;
             }
             Ok(())
         })?;
@@ -729,8 +750,13 @@ impl GpuDecoder {
             )));
         }
         let check = format!(
-            "graph of {} nodes replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
+            "graph of {} nodes{} replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
             graph.nodes(),
+            if dependent {
+                " (dependent launches)"
+            } else {
+                ""
+            },
             eager_state.token,
             eager_state.pos
         );
