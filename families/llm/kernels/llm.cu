@@ -610,21 +610,33 @@ struct AttnCombineParams {
 
 // Head h: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M). The partials are read
 // through L2 (__ldcg): in `attention_fused` other blocks wrote them during this launch.
+// Every split's (m, l) is loaded at once into shared memory and each thread's outputs of all
+// splits into registers before the sums (in split order), so the loads are not one chain.
+// At most ATTN_SPLITS splits (the launches always pass ATTN_SPLITS). Every thread calls it.
 __device__ __forceinline__ void combine_head(const AttnCombineParams& p, int h) {
-    const float* part = p.part + (size_t)h * p.splits * (2 + p.head_dim);
-    float mx = NEG_INF;
-    for (int s = 0; s < p.splits; ++s) {
-        const float* ps = part + s * (2 + p.head_dim);
-        if (__ldcg(ps + 1) != 0.0f) mx = fmaxf(mx, __ldcg(ps));
+    __shared__ float s_pm[ATTN_SPLITS], s_pl[ATTN_SPLITS];
+    const int splits = p.splits < ATTN_SPLITS ? p.splits : ATTN_SPLITS;
+    const int stride = 2 + p.head_dim;
+    const float* part = p.part + (size_t)h * p.splits * stride;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        s_pm[s] = __ldcg(part + s * stride);
+        s_pl[s] = __ldcg(part + s * stride + 1);
     }
+    __syncthreads();
+    float mx = NEG_INF;
+    for (int s = 0; s < splits; ++s)
+        if (s_pl[s] != 0.0f) mx = fmaxf(mx, s_pm[s]);
     for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
+        float ov[ATTN_SPLITS];
+#pragma unroll
+        for (int s = 0; s < ATTN_SPLITS; ++s) ov[s] = s < splits ? __ldcg(part + s * stride + 2 + i) : 0.0f;
         float tot = 0.0f, o = 0.0f;
-        for (int s = 0; s < p.splits; ++s) {
-            const float* ps = part + s * (2 + p.head_dim);
-            if (__ldcg(ps + 1) == 0.0f) continue;  // a split that saw no position
-            const float f = expf(__ldcg(ps) - mx);
-            tot = __fadd_rn(tot, __fmul_rn(__ldcg(ps + 1), f));
-            o = __fadd_rn(o, __fmul_rn(__ldcg(ps + 2 + i), f));
+#pragma unroll
+        for (int s = 0; s < ATTN_SPLITS; ++s) {
+            if (s >= splits || s_pl[s] == 0.0f) continue;  // a split that saw no position
+            const float f = expf(s_pm[s] - mx);
+            tot = __fadd_rn(tot, __fmul_rn(s_pl[s], f));
+            o = __fadd_rn(o, __fmul_rn(ov[s], f));
         }
         p.out[h * p.head_dim + i] = __fdiv_rn(o, tot);
     }
@@ -693,8 +705,8 @@ struct PrologueParams {
 // memory (all its loads in flight at once), then normalised in place; the RMSNorm sum of
 // squares is summed in `prep`'s order: PREP_THREADS virtual threads (thread t adds values
 // t, t + PREP_THREADS, ... in turn), each virtual warp's 32 sums by warp_sum, then the 32
-// warp sums by warp_sum; the block's warps play the 32 virtual ones. The 8-bit blocks are
-// `prep`'s code on the same values.
+// warp sums by warp_sum; the block's FUSE_WARPS warps play the 32 virtual ones (blocks of
+// FUSE_WARPS warps only). The 8-bit blocks are `prep`'s arithmetic on the same values.
 __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8** q8,
                          BlockQ8K** q8k, float** x) {
     __shared__ float red[PREP_THREADS / 32];
@@ -719,12 +731,24 @@ __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8**
     }
     __syncthreads();
     if (p.norm) {
-        for (int vw = warp; vw < PREP_THREADS / 32; vw += nw) {
-            float ss = 0.0f;
-            for (int i = vw * 32 + lane; i < p.n; i += PREP_THREADS)
-                ss = __fadd_rn(ss, __fmul_rn(sx[i], sx[i]));
-            ss = warp_sum(ss);
-            if (lane == 0) red[vw] = ss;
+        // Warp w plays virtual warps w, w + FUSE_WARPS, ...; their warp_sum butterflies are
+        // interleaved (independent chains), each the same additions as warp_sum.
+        constexpr int VW = PREP_THREADS / 32 / FUSE_WARPS;
+        float ss[VW];
+#pragma unroll
+        for (int k = 0; k < VW; ++k) {
+            ss[k] = 0.0f;
+            for (int i = (warp + k * FUSE_WARPS) * 32 + lane; i < p.n; i += PREP_THREADS)
+                ss[k] = __fadd_rn(ss[k], __fmul_rn(sx[i], sx[i]));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+            for (int k = 0; k < VW; ++k) ss[k] += __shfl_xor_sync(0xffffffffu, ss[k], o);
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int k = 0; k < VW; ++k) red[warp + k * FUSE_WARPS] = ss[k];
         }
         __syncthreads();
         const float t = warp_sum(red[lane]);
@@ -739,17 +763,39 @@ __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8**
         __syncthreads();
     }
     if (s8) {
-        for (int b = warp; b < p.n / QK; b += nw) {
-            const float v = sx[b * QK + lane];
-            const float amax = warp_max(fabsf(v));
+        // Eight lanes per block (four values each), four blocks per warp and turn: the
+        // block's largest magnitude (fmaxf) and integer sum do not depend on the order, and
+        // each value's arithmetic is `prep`'s, so the same blocks.
+        const int g = lane / 8, sub = lane % 8;
+        for (int b0 = warp * 4; b0 < p.n / QK; b0 += nw * 4) {
+            const int b = b0 + g;
+            const bool on = b < p.n / QK;
+            float v[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[k] = on ? sx[b * QK + sub * 4 + k] : 0.0f;
+            float amax = fabsf(v[0]);
+#pragma unroll
+            for (int k = 1; k < 4; ++k) amax = fmaxf(amax, fabsf(v[k]));
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
             const float d = __fdiv_rn(amax, 127.0f);
             const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            const int r = __float2int_rn(__fmul_rn(v, id));
-            s8[b].qs[lane] = (int8_t)r;
-            const int sum = warp_sum_i(r);
-            if (lane == 0) {
-                s8[b].d = round_f16(d);
-                s8[b].s = round_f16(__fmul_rn(d, (float)sum));
+            int sum = 0;
+            uint32_t packed = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int r = __float2int_rn(__fmul_rn(v[k], id));
+                sum += r;
+                packed |= (uint32_t)(uint8_t)(int8_t)r << (8 * k);
+            }
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (on) {
+                *(uint32_t*)(s8[b].qs + sub * 4) = packed;  // qs at byte 8 of a 40-byte block
+                if (sub == 0) {
+                    s8[b].d = round_f16(d);
+                    s8[b].s = round_f16(__fmul_rn(d, (float)sum));
+                }
             }
         }
     }
