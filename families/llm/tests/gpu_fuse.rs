@@ -3,7 +3,8 @@
 //! GPU: the same logits bit for bit, teacher-forced, and the same greedy and sampled tokens,
 //! on synthetic models of SmolLM2-135M's shape (width 576, 9 query heads and 3 KV heads of
 //! 64, FFN 1536, vocabulary 49,152; every weight type the kernels read, Q/K/V biases) and,
-//! with head norms, Qwen3's; then both decoders' speed on the 30-layer shape. With
+//! with head norms, Qwen3's; then the speeds of both (fused with and without dependent
+//! launches) on the 30-layer shape, reported (a benchmark's number, not asserted). With
 //! `TETHER_FUSE_REAL=1` and the SmolLM2-135M-Instruct Q4_1 GGUF among the test assets, also
 //! the real model's teacher-forced logits over the golden chats. Reported ignored where
 //! there is no GPU (`tether_testkit::GpuTests`).
