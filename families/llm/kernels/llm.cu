@@ -610,21 +610,33 @@ struct AttnCombineParams {
 
 // Head h: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M). The partials are read
 // through L2 (__ldcg): in `attention_fused` other blocks wrote them during this launch.
+// Every split's (m, l) is loaded at once into shared memory and each thread's outputs of all
+// splits into registers before the sums (in split order), so the loads are not one chain.
+// At most ATTN_SPLITS splits (the launches always pass ATTN_SPLITS). Every thread calls it.
 __device__ __forceinline__ void combine_head(const AttnCombineParams& p, int h) {
-    const float* part = p.part + (size_t)h * p.splits * (2 + p.head_dim);
-    float mx = NEG_INF;
-    for (int s = 0; s < p.splits; ++s) {
-        const float* ps = part + s * (2 + p.head_dim);
-        if (__ldcg(ps + 1) != 0.0f) mx = fmaxf(mx, __ldcg(ps));
+    __shared__ float s_pm[ATTN_SPLITS], s_pl[ATTN_SPLITS];
+    const int splits = p.splits < ATTN_SPLITS ? p.splits : ATTN_SPLITS;
+    const int stride = 2 + p.head_dim;
+    const float* part = p.part + (size_t)h * p.splits * stride;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        s_pm[s] = __ldcg(part + s * stride);
+        s_pl[s] = __ldcg(part + s * stride + 1);
     }
+    __syncthreads();
+    float mx = NEG_INF;
+    for (int s = 0; s < splits; ++s)
+        if (s_pl[s] != 0.0f) mx = fmaxf(mx, s_pm[s]);
     for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
+        float ov[ATTN_SPLITS];
+#pragma unroll
+        for (int s = 0; s < ATTN_SPLITS; ++s) ov[s] = s < splits ? __ldcg(part + s * stride + 2 + i) : 0.0f;
         float tot = 0.0f, o = 0.0f;
-        for (int s = 0; s < p.splits; ++s) {
-            const float* ps = part + s * (2 + p.head_dim);
-            if (__ldcg(ps + 1) == 0.0f) continue;  // a split that saw no position
-            const float f = expf(__ldcg(ps) - mx);
-            tot = __fadd_rn(tot, __fmul_rn(__ldcg(ps + 1), f));
-            o = __fadd_rn(o, __fmul_rn(__ldcg(ps + 2 + i), f));
+#pragma unroll
+        for (int s = 0; s < ATTN_SPLITS; ++s) {
+            if (s >= splits || s_pl[s] == 0.0f) continue;  // a split that saw no position
+            const float f = expf(s_pm[s] - mx);
+            tot = __fadd_rn(tot, __fmul_rn(s_pl[s], f));
+            o = __fadd_rn(o, __fmul_rn(ov[s], f));
         }
         p.out[h * p.head_dim + i] = __fdiv_rn(o, tot);
     }
@@ -645,6 +657,34 @@ extern "C" __global__ void __launch_bounds__(256) attention_combine(AttnCombineP
 // ---------------------------------------------------------------------------------------
 #define FUSE_WARPS 8
 #define PROLOGUE_REGS 8
+#define PREFETCH_ROWS 4
+
+// Programmatic dependent launch (sm_90 and later; PTX ISA 7.8 `griddepcontrol`). A fused
+// kernel launched with the programmatic stream serialization attribute may start while the
+// previous kernel of the stream still runs: `dependency_wait` blocks until that kernel has
+// completed and its writes are visible (a no-op when launched without the attribute), and
+// `dependents_launch` lets the next kernel start (its blocks then wait in their own
+// `dependency_wait`). Nothing before `dependency_wait` may read what an earlier kernel
+// writes, nor write anything: only the weights (constant during a step) are touched there.
+__device__ __forceinline__ void dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Ask L2 for the `bytes` bytes at `w` (one 128-byte line per lane and turn): the weight rows
+// a warp will read, requested before the input's preparation so that their HBM latency
+// overlaps it (and, with a dependent launch, the previous kernel). Changes no value.
+__device__ __forceinline__ void prefetch_l2(const uint8_t* w, int bytes, int lane) {
+    for (int o = lane * 128; o < bytes; o += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w + o));
+}
 
 // The input of a product, as `prep` makes it: v = in (or silu(in) * in2), with `norm`
 // v = v / sqrt(mean(v^2) + eps) * norm; into the block's shared memory: the 8-bit blocks
@@ -665,8 +705,8 @@ struct PrologueParams {
 // memory (all its loads in flight at once), then normalised in place; the RMSNorm sum of
 // squares is summed in `prep`'s order: PREP_THREADS virtual threads (thread t adds values
 // t, t + PREP_THREADS, ... in turn), each virtual warp's 32 sums by warp_sum, then the 32
-// warp sums by warp_sum; the block's warps play the 32 virtual ones. The 8-bit blocks are
-// `prep`'s code on the same values.
+// warp sums by warp_sum; the block's FUSE_WARPS warps play the 32 virtual ones (blocks of
+// FUSE_WARPS warps only). The 8-bit blocks are `prep`'s arithmetic on the same values.
 __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8** q8,
                          BlockQ8K** q8k, float** x) {
     __shared__ float red[PREP_THREADS / 32];
@@ -691,12 +731,24 @@ __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8**
     }
     __syncthreads();
     if (p.norm) {
-        for (int vw = warp; vw < PREP_THREADS / 32; vw += nw) {
-            float ss = 0.0f;
-            for (int i = vw * 32 + lane; i < p.n; i += PREP_THREADS)
-                ss = __fadd_rn(ss, __fmul_rn(sx[i], sx[i]));
-            ss = warp_sum(ss);
-            if (lane == 0) red[vw] = ss;
+        // Warp w plays virtual warps w, w + FUSE_WARPS, ...; their warp_sum butterflies are
+        // interleaved (independent chains), each the same additions as warp_sum.
+        constexpr int VW = PREP_THREADS / 32 / FUSE_WARPS;
+        float ss[VW];
+#pragma unroll
+        for (int k = 0; k < VW; ++k) {
+            ss[k] = 0.0f;
+            for (int i = (warp + k * FUSE_WARPS) * 32 + lane; i < p.n; i += PREP_THREADS)
+                ss[k] = __fadd_rn(ss[k], __fmul_rn(sx[i], sx[i]));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+            for (int k = 0; k < VW; ++k) ss[k] += __shfl_xor_sync(0xffffffffu, ss[k], o);
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int k = 0; k < VW; ++k) red[warp + k * FUSE_WARPS] = ss[k];
         }
         __syncthreads();
         const float t = warp_sum(red[lane]);
@@ -711,17 +763,39 @@ __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8**
         __syncthreads();
     }
     if (s8) {
-        for (int b = warp; b < p.n / QK; b += nw) {
-            const float v = sx[b * QK + lane];
-            const float amax = warp_max(fabsf(v));
+        // Eight lanes per block (four values each), four blocks per warp and turn: the
+        // block's largest magnitude (fmaxf) and integer sum do not depend on the order, and
+        // each value's arithmetic is `prep`'s, so the same blocks.
+        const int g = lane / 8, sub = lane % 8;
+        for (int b0 = warp * 4; b0 < p.n / QK; b0 += nw * 4) {
+            const int b = b0 + g;
+            const bool on = b < p.n / QK;
+            float v[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[k] = on ? sx[b * QK + sub * 4 + k] : 0.0f;
+            float amax = fabsf(v[0]);
+#pragma unroll
+            for (int k = 1; k < 4; ++k) amax = fmaxf(amax, fabsf(v[k]));
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
             const float d = __fdiv_rn(amax, 127.0f);
             const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            const int r = __float2int_rn(__fmul_rn(v, id));
-            s8[b].qs[lane] = (int8_t)r;
-            const int sum = warp_sum_i(r);
-            if (lane == 0) {
-                s8[b].d = round_f16(d);
-                s8[b].s = round_f16(__fmul_rn(d, (float)sum));
+            int sum = 0;
+            uint32_t packed = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int r = __float2int_rn(__fmul_rn(v[k], id));
+                sum += r;
+                packed |= (uint32_t)(uint8_t)(int8_t)r << (8 * k);
+            }
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (on) {
+                *(uint32_t*)(s8[b].qs + sub * 4) = packed;  // qs at byte 8 of a 40-byte block
+                if (sub == 0) {
+                    s8[b].d = round_f16(d);
+                    s8[b].s = round_f16(__fmul_rn(d, (float)sum));
+                }
             }
         }
     }
@@ -786,6 +860,21 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) prep_matvec(PrepMa
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* x;
+    {
+        const int lane = threadIdx.x % 32;
+        int n = 0;
+        for (int r0 = blockIdx.x * FUSE_WARPS + threadIdx.x / 32;
+             r0 < p.rows_total && n < PREFETCH_ROWS; r0 += gridDim.x * FUSE_WARPS, ++n) {
+            int r = r0, k = 0;
+            while (k + 1 < p.nproj && r >= p.p[k].rows) {
+                r -= p.p[k].rows;
+                ++k;
+            }
+            prefetch_l2(p.p[k].w + (size_t)r * p.p[k].row_bytes, p.p[k].row_bytes, lane);
+        }
+    }
+    dependency_wait();
+    dependents_launch();
     prologue(p.in, smem, &q8, &q8k, &x);
     MatVecParams mp;
     mp.x = x;
@@ -836,15 +925,35 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopePa
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* x;
+    const int lane = threadIdx.x % 32;
+    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+    const int q_pairs = p.n_head * half, k_pairs = p.n_kv * half;
+    {
+        int n = 0;
+        for (int it = blockIdx.x * FUSE_WARPS + threadIdx.x / 32; it < p.items && n < PREFETCH_ROWS;
+             it += gridDim.x * FUSE_WARPS, ++n) {
+            if (it < q_pairs + k_pairs) {
+                const bool is_k = it >= q_pairs;
+                const int t = is_k ? it - q_pairs : it;
+                const int ra = (t / half) * p.head_dim + t % half;
+                const Proj& pr = is_k ? p.p[1] : p.p[0];
+                prefetch_l2(pr.w + (size_t)ra * pr.row_bytes, pr.row_bytes, lane);
+                prefetch_l2(pr.w + (size_t)(ra + half) * pr.row_bytes, pr.row_bytes, lane);
+            } else {
+                const Proj& pr = p.p[2];
+                const int r = it - q_pairs - k_pairs;
+                prefetch_l2(pr.w + (size_t)r * pr.row_bytes, pr.row_bytes, lane);
+            }
+        }
+    }
+    dependency_wait();
+    dependents_launch();
     prologue(p.in, smem, &q8, &q8k, &x);
     MatVecParams mp;
     mp.x = x;
     mp.q8 = q8;
     mp.q8k = q8k;
     mp.cols = p.in.n;
-    const int lane = threadIdx.x % 32;
-    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
-    const int q_pairs = p.n_head * half, k_pairs = p.n_kv * half;
     const uint32_t pos = p.state->pos;
     for (int it = blockIdx.x * FUSE_WARPS + threadIdx.x / 32; it < p.items;
          it += gridDim.x * FUSE_WARPS) {
@@ -904,6 +1013,8 @@ struct AttnFusedParams {
 
 extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention_fused(AttnFusedParams p) {
     __shared__ int s_last;
+    dependency_wait();
+    dependents_launch();
     attention_partial(p.a);
     __threadfence();
     __syncthreads();

@@ -466,6 +466,7 @@ impl Generator {
                 sync,
                 fused: true,
                 prefill_chunk,
+                dependent_launch: true,
             },
         )?;
         self.gpu = Some(Box::new(d));
@@ -790,7 +791,12 @@ impl Generation<'_> {
         }
         // A bundle rewritten under the memory map (e.g. `cp` over it) gives the model other
         // weights: refuse the request instead of streaming what they compute.
-        if self.finished.tokens.len().is_multiple_of(CHANGE_CHECK_EVERY) {
+        if self
+            .finished
+            .tokens
+            .len()
+            .is_multiple_of(CHANGE_CHECK_EVERY)
+        {
             self.weights.ensure_unchanged()?;
         }
         let step = self.finished.tokens.len() as u64;

@@ -3,7 +3,8 @@
 //! GPU: the same logits bit for bit, teacher-forced, and the same greedy and sampled tokens,
 //! on synthetic models of SmolLM2-135M's shape (width 576, 9 query heads and 3 KV heads of
 //! 64, FFN 1536, vocabulary 49,152; every weight type the kernels read, Q/K/V biases) and,
-//! with head norms, Qwen3's; then both decoders' speed on the 30-layer shape. With
+//! with head norms, Qwen3's; then the speeds of both (fused with and without dependent
+//! launches) on the 30-layer shape, reported (a benchmark's number, not asserted). With
 //! `TETHER_FUSE_REAL=1` and the SmolLM2-135M-Instruct Q4_1 GGUF among the test assets, also
 //! the real model's teacher-forced logits over the golden chats. Reported ignored where
 //! there is no GPU (`tether_testkit::GpuTests`).
@@ -70,7 +71,13 @@ fn model<'w>(cfg: &LlmConfig, weights: &'w Weights) -> Model<'w> {
     Model::new(hp, parts, Isa::Scalar).expect("model")
 }
 
-fn decoder(model: &Model<'_>, context: usize, fused: bool) -> GpuDecoder {
+/// The decoder of `model`: unfused, or fused with or without dependent launches.
+fn decoder_with(
+    model: &Model<'_>,
+    context: usize,
+    fused: bool,
+    dependent_launch: bool,
+) -> GpuDecoder {
     GpuDecoder::new(
         model,
         GpuOptions {
@@ -80,9 +87,15 @@ fn decoder(model: &Model<'_>, context: usize, fused: bool) -> GpuDecoder {
             fused,
             // Decode only: teacher forcing runs the decode step per position.
             prefill_chunk: 0,
+            dependent_launch,
         },
     )
     .expect("gpu decoder")
+}
+
+/// The decoder of `model` as `Generator::use_gpu` makes it (dependent launches when fused).
+fn decoder(model: &Model<'_>, context: usize, fused: bool) -> GpuDecoder {
+    decoder_with(model, context, fused, fused)
 }
 
 /// Pseudo-random token ids below `n_vocab`.
@@ -192,31 +205,41 @@ fn median_step_ms(d: &mut GpuDecoder, at: usize, n: usize, runs: usize) -> f64 {
     all[all.len() / 2]
 }
 
-/// SmolLM2-135M's full shape (30 layers, every matrix Q4_1): both decoders equal on 64
-/// teacher-forced positions, then decode timed at positions 128 and 2048 (128 steps, 5
-/// runs each, median step). The fused step must be faster.
-fn fused_step_is_faster_on_the_smollm2_shape() {
+/// SmolLM2-135M's full shape (30 layers, every matrix Q4_1): the unfused step, the fused
+/// step with plain launches and the fused step with dependent launches equal on 64
+/// teacher-forced positions, then decode timed at positions 128 and 2048 (128 steps, 3
+/// runs each, median step) and REPORTED: a speed target is a benchmark's, not a test's
+/// (docs/evidence/llm-gpu.md holds the measured numbers).
+fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
     let cfg = smollm2_shape(30, false);
     let w = tether_llm::testing::random_weights(&cfg, &|_, _| TensorType::Q4_1);
     let m = model(&cfg, &w);
     let context = 2048 + 128 + 1;
-    let (mut u, mut f) = (decoder(&m, context, false), decoder(&m, context, true));
     let n_vocab = cfg.n_vocab as usize;
-    same_logits(&mut u, &mut f, &tokens(64, n_vocab, 31), n_vocab);
-    for at in [128, 2048] {
-        let (mu, mf) = (
-            median_step_ms(&mut u, at, 128, 5),
-            median_step_ms(&mut f, at, 128, 5),
-        );
+    let seq = tokens(64, n_vocab, 31);
+    let mut u = decoder_with(&m, context, false, false);
+    let mu = [128, 2048].map(|at| median_step_ms(&mut u, at, 128, 3));
+    for (i, at) in [128, 2048].into_iter().enumerate() {
         eprintln!(
-            "SmolLM2 shape, 30 layers Q4_1, tg128@{at}: unfused {} launches {mu:.4} ms/token ({:.0} tok/s); fused {} launches {mf:.4} ms/token ({:.0} tok/s); {:.2}x",
+            "SmolLM2 shape, 30 layers Q4_1, tg128@{at}: unfused {} launches {:.4} ms/token ({:.0} tok/s)",
             u.launches(),
-            1e3 / mu,
-            f.launches(),
-            1e3 / mf,
-            mu / mf
+            mu[i],
+            1e3 / mu[i]
         );
-        assert!(mf < mu, "fused {mf} ms, unfused {mu} ms at {at}");
+    }
+    for (name, dependent) in [("fused", false), ("fused + dependent launches", true)] {
+        let mut f = decoder_with(&m, context, true, dependent);
+        eprintln!("{name}: {}", f.check_summary());
+        same_logits(&mut u, &mut f, &seq, n_vocab);
+        for (i, at) in [128, 2048].into_iter().enumerate() {
+            let ms = median_step_ms(&mut f, at, 128, 3);
+            eprintln!(
+                "SmolLM2 shape, 30 layers Q4_1, tg128@{at}: {name} {} launches {ms:.4} ms/token ({:.0} tok/s), {:.2}x the unfused step",
+                f.launches(),
+                1e3 / ms,
+                mu[i] / ms
+            );
+        }
     }
 }
 
@@ -263,8 +286,8 @@ fn main() {
             fused_step_with_head_norms_equals_the_unfused_step,
         )
         .test(
-            "fused_step_is_faster_on_the_smollm2_shape",
-            fused_step_is_faster_on_the_smollm2_shape,
+            "fused_and_unfused_step_speeds_on_the_smollm2_shape",
+            fused_and_unfused_step_speeds_on_the_smollm2_shape,
         );
     if std::env::var_os("TETHER_FUSE_REAL").is_some() {
         tests = tests.test(

@@ -461,6 +461,55 @@ impl Stream {
         unsafe { self.launch(f, grid, block, shared_bytes, std::slice::from_mut(&mut arg)) }
     }
 
+    /// [`Stream::launch_params`] as a programmatic dependent launch (`cuLaunchKernelEx` with
+    /// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`, compute capability 9.0 and
+    /// later): the kernel may start before the previous kernel of the stream has completed,
+    /// once every block of that kernel has executed `griddepcontrol.launch_dependents` (or
+    /// exited). Captured into a graph as a programmatic edge. Errors as `cuLaunchKernelEx`'s
+    /// (e.g. a driver older than CUDA 11.8).
+    ///
+    /// # Safety
+    /// As [`Stream::launch_params`]; in addition the kernel must execute
+    /// `griddepcontrol.wait` before it reads anything an earlier kernel writes and before it
+    /// writes anything, and the device's image of it must hold that instruction (an image
+    /// for SM 9.0 or later), or it races with the previous kernel.
+    #[inline]
+    pub unsafe fn launch_params_dependent<P: Copy>(
+        &self,
+        f: Function,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        params: &P,
+    ) -> Result<(), DriverError> {
+        let mut arg = params as *const P as *mut c_void;
+        // SAFETY: an all-zero attribute is a valid bit pattern (plain integers and a union of
+        // plain data); the id and the value set below select the one member read.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: shared_bytes,
+            hStream: self.raw,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: the caller's contract; `config` and `attr` outlive the call, one argument
+        // pointing at a value of the kernel's parameter type, copied by the driver.
+        unsafe {
+            check(
+                "cuLaunchKernelEx",
+                sys::cuLaunchKernelEx(&config, f.raw(), &mut arg, std::ptr::null_mut()),
+            )
+        }
+    }
+
     /// True while this stream is being captured.
     ///
     /// # Errors

@@ -40,6 +40,12 @@ pub struct GpuOptions {
     /// [`PREFILL_CHUNK`](super::PREFILL_CHUNK)); 0: no prefill graph, the prompt runs
     /// through the decode graph one token at a time.
     pub prefill_chunk: usize,
+    /// Launch the fused kernels (`prep_matvec`, `qkv_rope`, `attention_fused`) as
+    /// programmatic dependent launches ([`Stream::launch_params_dependent`]): each starts
+    /// while the previous kernel finishes and requests its weight rows from L2 before waiting
+    /// for it. Only where the kernel image has SASS with `griddepcontrol` (compute capability
+    /// 9.0, 10.0, 11.0; elsewhere, and without `fused`, plain launches). The same values.
+    pub dependent_launch: bool,
 }
 
 /// Errors of the GPU decoder.
@@ -150,7 +156,9 @@ struct Launch {
 }
 
 impl Launch {
-    fn enqueue(&self, s: &Stream) -> Result<(), DriverError> {
+    /// Enqueue on `s`; with `dependent` the fused kernels as programmatic dependent launches
+    /// (they wait for the previous kernel in `griddepcontrol.wait`).
+    fn enqueue(&self, s: &Stream, dependent: bool) -> Result<(), DriverError> {
         let (g, b) = ((self.grid.0, self.grid.1, 1), (self.block, 1, 1));
         // SAFETY: each params struct mirrors its kernel's (kernels.rs, size-checked), and
         // every address inside points into the decoder's arenas, which live as long as the
@@ -165,6 +173,13 @@ impl Launch {
                 Params::Attention(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::AttnCombine(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::Sample(p) => s.launch_params(self.f, g, b, 0, p),
+                Params::PrepMatVec(p) if dependent => {
+                    s.launch_params_dependent(self.f, g, b, prologue_bytes(&p.input), p)
+                }
+                Params::QkvRope(p) if dependent => {
+                    s.launch_params_dependent(self.f, g, b, prologue_bytes(&p.input), p)
+                }
+                Params::AttnFused(p) if dependent => s.launch_params_dependent(self.f, g, b, 0, p),
                 Params::PrepMatVec(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
                 Params::QkvRope(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
                 Params::AttnFused(p) => s.launch_params(self.f, g, b, 0, p),
@@ -642,6 +657,12 @@ impl GpuDecoder {
             };
             launches.push(l);
         }
+        // Programmatic dependent launches only where the image has the SASS of this device
+        // (built for sm_90, sm_100, sm_110, each with `griddepcontrol`); not from PTX.
+        let dependent = options.fused
+            && options.dependent_launch
+            && [90, 100, 110].contains(&ctx.properties().sm());
+
         // Pinned staging: [0, 16) state out, [16, 32) state in, [32, 36) token in,
         // [64, 128) sampler configuration out.
         let pinned = PinnedBuffer::new(&ctx, 128, false)?;
@@ -686,7 +707,7 @@ impl GpuDecoder {
                     Some(g) => g.launch(&stream)?,
                     None => {
                         for l in &launches {
-                            l.enqueue(&stream)?;
+                            l.enqueue(&stream, dependent)?;
                         }
                     }
                 }
@@ -724,7 +745,7 @@ impl GpuDecoder {
         }
         let graph = Graph::capture(&stream, |s| -> Result<(), DriverError> {
             for l in &launches {
-                l.enqueue(s)?;
+                l.enqueue(s, dependent)?;
             }
             Ok(())
         })?;
@@ -741,8 +762,13 @@ impl GpuDecoder {
             )));
         }
         let mut check = format!(
-            "graph of {} nodes replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
+            "graph of {} nodes{} replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
             graph.nodes(),
+            if dependent {
+                " (dependent launches)"
+            } else {
+                ""
+            },
             eager_state.token,
             eager_state.pos
         );
