@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Session 33's real-model LLM run on the H200 (issue 26), the last of four device calls made
 # back to back while the host stays warm (64 MiB per call with the checkout):
-#   1. carry .device/s33-prefill/p1, `bash .device/s33-prefill/p1/fetch.sh`  (xz GGUF part 1)
-#   2. carry .device/s33-prefill/p2, `bash .device/s33-prefill/p2/fetch.sh`  (part 2)
-#   3. carry .device/s33-llm-a,       `bash .device/s33-llm-a/fetch.sh`       (part 3 + test binaries)
-#   4. carry .device/s33-llm-b and .device/s33-capi, `bash runtime/gpu/s33-llm-h200.sh`
-#      (tether; this script; then the C API's allocation check, .device/s33-capi/gpu.sh)
+#   1-4. carry .device/s33-gN, `bash .device/s33-gN/fetch.sh` (N = 1..4: the xz-compressed
+#        GGUF in four parts of 22.6 MB: the checkout itself is 35 MiB of the 64)
+#   5. carry .device/s33-capi (the C API's allocation check; nothing run)
+#   6. carry .device/s33-llm-a and .device/s33-llm-b, `bash .device/s33-llm-a/fetch.sh &&
+#      bash runtime/gpu/s33-llm-h200.sh` (test binaries, tether; this script; then
+#      .device/s33-capi/gpu.sh)
 # The GGUF is SmolLM2-135M-Instruct.Q4_1 (SHA-256 checked). Binaries: stripped release builds of
 # this commit (tether; the test binaries gpu_decode, gpu_prefill, gpu_sample, gpu_fuse of
 # `cargo test --release -p tether-llm --features cuda,build,cli --no-run`). Logs under $OUT.
@@ -14,7 +15,7 @@ W=/tmp/h15real; B=$(pwd)/.device/s33-llm-b
 SP=$(python3 -c "import site;print(site.getsitepackages()[0])")
 export LD_LIBRARY_PATH=$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
 mkdir -p $W/assets
-cat $W/h15gguf.xz.part00 $W/h15gguf.xz.part01 $W/h15gguf.xz.part02 | xz -dc > $W/assets/SmolLM2-135M-Instruct.Q4_1.gguf
+cat $W/part00 $W/part01 $W/part02 $W/part03 | xz -dc > $W/assets/SmolLM2-135M-Instruct.Q4_1.gguf
 (cd $W/assets && echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c) > $OUT/host.log 2>&1 || { cat $OUT/host.log; exit 3; }
 cd $W && xz -dc $B/tether.xz > tether && chmod +x tether
 { date -u; hostname; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; sha256sum tether gpu_decode gpu_prefill gpu_sample gpu_fuse; } >> $OUT/host.log 2>&1
