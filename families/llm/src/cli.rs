@@ -330,6 +330,7 @@ impl Family for LlmFamily {
         let cancel = generator.cancel_handle();
         Ok(Box::new(LlmRunner {
             generator,
+            ordinal: gpu,
             params,
             raw: args.get_flag("raw"),
             system: arg_str(args, "system"),
@@ -655,6 +656,9 @@ fn read_chat(path: &Path) -> Result<Vec<ChatMessage>> {
 
 struct LlmRunner {
     generator: Generator,
+    /// The CUDA device ordinal when the generator runs on a GPU (reports only).
+    #[allow(dead_code)]
+    ordinal: Option<usize>,
     params: GenerateParams,
     raw: bool,
     system: Option<String>,
@@ -722,6 +726,13 @@ fn latency_summary(name: &str, l: &Latency) -> LatencySummary {
 
 impl Runner for LlmRunner {
     fn engines(&self) -> Vec<(String, String)> {
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = self.generator.gpu() {
+            return vec![(
+                FAMILY.to_string(),
+                format!("tether-llm CUDA ({})", gpu.kernel_image()),
+            )];
+        }
         vec![(
             FAMILY.to_string(),
             format!("tether-llm CPU ({})", self.generator.model().isa().name()),
@@ -729,6 +740,28 @@ impl Runner for LlmRunner {
     }
 
     fn environment(&self) -> Environment {
+        // On the GPU: one graph per token (and per prompt chunk), the family's own kernels.
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = self.generator.gpu() {
+            return Environment {
+                device: format!("cuda:{}", self.ordinal.unwrap_or(0)),
+                execution: Execution::Graph,
+                execution_note: format!(
+                    "one CUDA graph of {} launches per token, prompts in graphs of 128-token chunks",
+                    gpu.launches()
+                ),
+                cpu_threads: self.generator.state().threads(),
+                engine_choice: vec![(
+                    FAMILY.to_string(),
+                    format!(
+                        "the llm family's own CUDA kernels on {} ({}; the only GPU engine of this family)",
+                        gpu.device_name(),
+                        gpu.kernel_image()
+                    ),
+                )],
+                ..Environment::default()
+            };
+        }
         Environment {
             device: "cpu".into(),
             execution: Execution::Host,
