@@ -603,6 +603,13 @@ fn read_text(path: &Path) -> Result<String> {
             .read_to_end(&mut b)
             .context("reading the prompt from standard input")?;
         b
+    } else if !path.exists() {
+        // `tether run smollm2.bundle "Where is Paris?"`: text where a prompt file belongs.
+        // (The caller names the input.)
+        return Err(UsageError(
+            "no such prompt file; to give the prompt itself, use --prompt \"...\" (or - to read standard input)".into(),
+        )
+        .into());
     } else {
         tether_bundle::files::read_regular(path)
             .with_context(|| format!("reading {}", path.display()))?
