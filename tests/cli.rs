@@ -2657,6 +2657,17 @@ fn llm_bad_options_and_other_families_options_are_named() {
     // No prompt at all.
     let o = tether(&["run", &b]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // The prompt's text where a prompt file belongs: a usage error pointing at --prompt.
+    let o = tether(&["run", &b, "Where is Paris?"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no such prompt file") && stderr(&o).contains("--prompt"),
+        "{}",
+        stderr(&o)
+    );
+    // The overflow hint names the limit of --context.
+    let o = tether(&["run", &b, "--prompt", &long, "--context", "64"]);
+    assert!(stderr(&o).contains("training context"), "{}", stderr(&o));
 }
 
 #[test]
