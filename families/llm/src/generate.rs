@@ -665,8 +665,8 @@ pub const CHANGE_CHECK_EVERY: usize = 32;
 /// then [`finish`](Self::finish).
 pub struct Generation<'g> {
     model: &'g Model<'static>,
-    /// The storage `model` reads, checked for a file changed on disk every
-    /// [`CHANGE_CHECK_EVERY`] tokens and at the end.
+    /// The storage `model` reads, checked for a file changed on disk at the request's start,
+    /// after the prompt and every [`CHANGE_CHECK_EVERY`] tokens.
     weights: &'g Weights,
     state: &'g mut State,
     sampler: &'g mut Sampler,
