@@ -893,6 +893,7 @@ impl Runner for LlmRunner {
                     "generation_ms": t.generation_ms,
                     "generation_tokens_per_s": t.generation_tokens_per_s(),
                     "inter_token_ms": { "p50": itl.p50, "p99": itl.p99, "max": itl.max, "mean": itl.mean },
+                    "host_us_per_token": t.host_us_per_token(),
                 },
             }),
             annotated: None,
@@ -932,6 +933,7 @@ impl LlmRunner {
         };
         let mut tests = Vec::new();
         let mut latencies = Vec::new();
+        let mut slowest = Vec::new();
         let stats = |runs: &[f64]| {
             let mean = runs.iter().sum::<f64>() / runs.len() as f64;
             let var = if runs.len() > 1 {
@@ -945,13 +947,14 @@ impl LlmRunner {
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            // One warm-up run, then the timed ones.
-            d.time_decode(n, n_gen.min(8), 0, &self.params.sampler)?;
+            // One warm-up run, then the timed ones, each step's successor launched before
+            // its token is taken (as the generator runs the GPU).
+            d.time_decode_with(n, n_gen.min(8), 0, &self.params.sampler, true)?;
             let (mut pp, mut tg, mut ttft, mut inter) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for r in 0..repetitions {
                 let (prefill_ms, steps) =
-                    d.time_decode(n, n_gen, 1 + r as u64, &self.params.sampler)?;
+                    d.time_decode_with(n, n_gen, 1 + r as u64, &self.params.sampler, true)?;
                 pp.push(n as f64 / (prefill_ms / 1e3));
                 ttft.push(prefill_ms);
                 if !steps.is_empty() {
@@ -982,6 +985,15 @@ impl LlmRunner {
                     &format!("inter-token @{n}"),
                     &Latency::of(&inter),
                 ));
+                // Beside it, in the same run: each step launched only after the previous
+                // token is in hand (no step ahead), and where the slowest steps fell.
+                let (_, sync_steps) =
+                    d.time_decode_with(n, n_gen, 1, &self.params.sampler, false)?;
+                latencies.push(latency_summary(
+                    &format!("  same, no step ahead @{n}"),
+                    &Latency::of(&sync_steps),
+                ));
+                slowest.push(format!("@{n}: {}", slowest_steps(&inter, n_gen, 3)));
             }
             latencies.push(latency_summary(
                 &format!("time to first token (pp{n})"),
@@ -996,7 +1008,7 @@ impl LlmRunner {
                 (
                     "method".into(),
                     format!(
-                        "pseudo-random token ids; ppN: prompt of N ids, prefill = one prefill-graph replay per chunk of {} prompt tokens (0: one decode-graph replay per token) up to the first token on the host (= time to first token); tgG@N: G decode steps after it, each one graph launch + a 4-byte read-back; 1 warm-up and {repetitions} timed runs",
+                        "pseudo-random token ids; ppN: prompt of N ids, prefill = one prefill-graph replay per chunk of {} prompt tokens (0: one decode-graph replay per token) up to the first token on the host (= time to first token); tgG@N: G decode steps after it, each one graph launch + a 4-byte read-back, the next step launched before the token is taken (as `run` does), timed token in hand to token in hand; 1 warm-up and {repetitions} timed runs",
                         d.prefill_chunk()
                     ),
                 ),
@@ -1021,6 +1033,7 @@ impl LlmRunner {
                     ),
                 ),
                 ("context".into(), d.context().to_string()),
+                ("slowest steps (run.step ms)".into(), slowest.join("; ")),
             ],
         })
     }
@@ -1115,5 +1128,40 @@ impl LlmRunner {
                 ("context".into(), context.to_string()),
             ],
         })
+    }
+}
+
+/// The `k` longest of `steps` (runs of `per_run` steps, back to back) as `run.step ms`,
+/// longest first: where a latency tail falls (the same step of every run, or one run).
+fn slowest_steps(steps: &[f64], per_run: usize, k: usize) -> String {
+    let mut idx: Vec<usize> = (0..steps.len()).collect();
+    idx.sort_by(|&a, &b| steps[b].total_cmp(&steps[a]));
+    idx.iter()
+        .take(k)
+        .map(|&i| {
+            format!(
+                "{}.{} {:.3}",
+                i / per_run.max(1),
+                i % per_run.max(1),
+                steps[i]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slowest_steps;
+
+    #[test]
+    fn slowest_steps_name_the_run_and_the_step() {
+        // Two runs of 4 steps: the longest is run 1's step 2, then run 0's step 0.
+        let steps = [1.5, 1.0, 1.1, 1.0, 1.0, 1.2, 2.25, 1.0];
+        assert_eq!(
+            slowest_steps(&steps, 4, 3),
+            "1.2 2.250, 0.0 1.500, 1.1 1.200"
+        );
+        assert_eq!(slowest_steps(&[], 4, 3), "");
     }
 }

@@ -185,12 +185,27 @@ pub struct Timings {
     /// Time between consecutive generated tokens (`generated_tokens - 1` values): one
     /// forward pass, the sampler and the detokeniser each.
     pub inter_token_ms: Vec<f64>,
+    /// On the GPU: host time between consecutive decode steps, summed (milliseconds): from
+    /// one step's token in hand to the next step's call, i.e. everything the host does per
+    /// token beyond the graph launch, the wait and the 4-byte read (sampler bookkeeping,
+    /// detokenising, stop strings, and the caller's own handling of the piece). With the
+    /// next step launched ahead this time overlaps the GPU's. 0 on the CPU.
+    pub host_between_steps_ms: f64,
+    /// The intervals summed in [`host_between_steps_ms`](Self::host_between_steps_ms).
+    pub host_between_steps: usize,
 }
 
 impl Timings {
     /// Prompt tokens per second.
     pub fn prompt_tokens_per_s(&self) -> f64 {
         self.prompt_tokens as f64 / (self.prompt_ms / 1e3).max(1e-12)
+    }
+
+    /// Mean host time between decode steps on the GPU, in microseconds
+    /// ([`host_between_steps_ms`](Self::host_between_steps_ms)); `None` on the CPU.
+    pub fn host_us_per_token(&self) -> Option<f64> {
+        (self.host_between_steps > 0)
+            .then(|| self.host_between_steps_ms * 1e3 / self.host_between_steps as f64)
     }
 
     /// Generated tokens per second, from the inter-token intervals (the first token is the
@@ -624,6 +639,7 @@ impl Generator {
             out: String::with_capacity(piece_cap),
             started: Instant::now(),
             last_token_at: None,
+            step_done_at: None,
             pending: None,
             done: None,
             finished: Finished {
@@ -682,6 +698,8 @@ pub struct Generation<'g> {
     out: String,
     started: Instant,
     last_token_at: Option<Instant>,
+    /// When the last GPU decode step's token came back (host time between steps).
+    step_done_at: Option<Instant>,
     /// The last sampled token, to be run through the model before the next draw.
     pending: Option<u32>,
     done: Option<FinishReason>,
@@ -755,12 +773,26 @@ impl Generation<'_> {
                 chosen = Some(gpu.prefill(&self.finished.prompt_tokens, &self.params.sampler)?);
                 self.finished.timings.prompt_tokens = self.finished.prompt_tokens.len();
                 self.finished.timings.prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
+                // The second token's step runs while the host handles the first.
+                if self.params.max_tokens > 1 {
+                    gpu.launch_ahead()?;
+                }
             } else if self.pending.is_some() {
                 if gpu.position() >= gpu.context() {
                     gpu_full = true;
                 } else {
                     self.pending = None;
-                    chosen = Some(gpu.step()?);
+                    // Launch the step after this one unless this token is the last asked
+                    // for: it runs while the host detokenises and streams this token.
+                    let more = self.finished.tokens.len() + 1 < self.params.max_tokens;
+                    let called = Instant::now();
+                    if let Some(done) = self.step_done_at {
+                        let t = &mut self.finished.timings;
+                        t.host_between_steps_ms += (called - done).as_secs_f64() * 1e3;
+                        t.host_between_steps += 1;
+                    }
+                    chosen = Some(gpu.step_ahead(more)?);
+                    self.step_done_at = Some(Instant::now());
                 }
             }
         }

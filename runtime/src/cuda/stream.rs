@@ -284,20 +284,40 @@ impl Stream {
     #[inline]
     pub fn synchronize(&self) -> Result<(), DriverError> {
         self.done.record(self)?;
+        self.wait_host(&self.done)
+    }
+
+    /// An event whose host wait ([`wait_host`](Self::wait_host)) follows this stream's
+    /// policy: record it after some work, wait for that work alone while later work runs.
+    ///
+    /// # Errors
+    /// A driver error.
+    pub fn completion_event(&self) -> Result<Event, DriverError> {
+        Event::with_flags(&self.ctx, event_flags(self.policy))
+    }
+
+    /// Wait on the host, the way the policy says, until the work recorded before `event`'s
+    /// last record has completed (an event of [`completion_event`](Self::completion_event);
+    /// one created otherwise may make [`SyncPolicy::Blocking`] spin).
+    ///
+    /// # Errors
+    /// A driver error, including asynchronous errors of earlier kernels.
+    #[inline]
+    pub fn wait_host(&self, event: &Event) -> Result<(), DriverError> {
         match self.policy {
             SyncPolicy::Spin => {
-                while !self.done.query()? {
+                while !event.query()? {
                     std::hint::spin_loop();
                 }
                 Ok(())
             }
             SyncPolicy::Yield => {
-                while !self.done.query()? {
+                while !event.query()? {
                     std::thread::yield_now();
                 }
                 Ok(())
             }
-            SyncPolicy::Blocking => self.done.synchronize(),
+            SyncPolicy::Blocking => event.synchronize(),
         }
     }
 

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use tether_runtime::cuda::{
-    ArenaPlan, Context, CudaError, DeviceArena, DevicePtr, DriverError, Function, Graph,
+    ArenaPlan, Context, CudaError, DeviceArena, DevicePtr, DriverError, Event, Function, Graph,
     KernelModule, PinnedBuffer, RegionId, Stream, SyncPolicy,
 };
 
@@ -204,6 +204,12 @@ pub struct GpuDecoder {
     config: DevicePtr,
     logits: DevicePtr,
     pinned: PinnedBuffer,
+    /// Completion events of the two token slots (pinned bytes 32..36 and 36..40).
+    marks: [Event; 2],
+    /// Steps launched whose token the host has not taken (0, 1 or 2).
+    ahead: usize,
+    /// The slot of the oldest step in flight.
+    slot: usize,
     cache: Vec<(DevicePtr, DevicePtr)>,
     kv_dim: usize,
     pos: usize,
@@ -214,6 +220,13 @@ pub struct GpuDecoder {
     device: String,
     check: String,
     _ctx: Context,
+}
+
+impl Drop for GpuDecoder {
+    /// Lets a step launched ahead finish before the graphs and arenas go.
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+    }
 }
 
 impl std::fmt::Debug for GpuDecoder {
@@ -796,6 +809,7 @@ impl GpuDecoder {
             None
         };
         let device = ctx.properties().name.clone();
+        let marks = [stream.completion_event()?, stream.completion_event()?];
         Ok(GpuDecoder {
             prefill,
             graph,
@@ -810,6 +824,9 @@ impl GpuDecoder {
             seq,
             config,
             logits,
+            marks,
+            ahead: 0,
+            slot: 0,
             pinned,
             cache,
             kv_dim: hp.kv_dim(),
@@ -853,9 +870,10 @@ impl GpuDecoder {
         self.context
     }
 
-    /// Positions used by the current request.
+    /// Positions used by the current request whose tokens the host has taken (a step
+    /// launched ahead, [`step_ahead`](Self::step_ahead), is not counted until its token is).
     pub fn position(&self) -> usize {
-        self.pos
+        self.pos - self.ahead
     }
 
     /// Starts a request: copies `prompt` and the sampler configuration of `params` to the
@@ -972,22 +990,100 @@ impl GpuDecoder {
     }
 
     /// One decode step: the token chosen last is processed at the next position and the
-    /// next token (chosen as the request's [`prefill`](Self::prefill) asked) returned. The graph launch and a 4-byte read; no allocation.
+    /// next token (chosen as the request's [`prefill`](Self::prefill) asked) returned. The
+    /// graph launch and a 4-byte read; no allocation. The same as
+    /// [`step_ahead(false)`](Self::step_ahead).
     ///
     /// # Errors
     /// [`GpuError::ContextFull`] when the cache is full; a driver error.
     pub fn step(&mut self) -> Result<u32, GpuError> {
-        if self.pos >= self.context {
-            return Err(ContextFull {
-                needed: self.pos + 1,
-                context: self.context,
-                used: self.pos,
+        self.step_ahead(false)
+    }
+
+    /// [`step`](Self::step), with the following step launched before waiting for this one's
+    /// token when `launch_next` is true and the cache has room: the GPU runs step n + 1
+    /// while the host takes token n (detokenises, streams it), so consecutive steps run back
+    /// to back and a late host costs nothing up to one step's time. Step n + 1 needs nothing
+    /// from the host (it reads token n from the request state on the device). A step launched
+    /// ahead and never taken (the request stopped at an end-of-generation token or a stop
+    /// string) has run on the device: [`position`](Self::position) counts it only once its
+    /// token is taken, and the next [`prefill`](Self::prefill) starts over anyway.
+    ///
+    /// # Errors
+    /// As [`step`](Self::step).
+    pub fn step_ahead(&mut self, launch_next: bool) -> Result<u32, GpuError> {
+        if self.ahead == 0 {
+            if self.pos >= self.context {
+                return Err(ContextFull {
+                    needed: self.pos + 1,
+                    context: self.context,
+                    used: self.pos,
+                }
+                .into());
             }
-            .into());
+            self.launch_step()?;
         }
+        if launch_next {
+            self.launch_ahead()?;
+        }
+        self.take_token()
+    }
+
+    /// Launches the next step now, ahead of the [`step_ahead`](Self::step_ahead) call that
+    /// will take its token (e.g. right after [`prefill`](Self::prefill), while the host
+    /// handles the first token). False (nothing launched) when the cache is full or two
+    /// steps are already in flight.
+    ///
+    /// # Errors
+    /// A driver error.
+    pub fn launch_ahead(&mut self) -> Result<bool, GpuError> {
+        if self.ahead >= 2 || self.pos >= self.context {
+            return Ok(false);
+        }
+        self.launch_step()?;
+        Ok(true)
+    }
+
+    /// Launches the step graph and the 4-byte copy of the token it chooses into the next
+    /// free slot, then records that slot's event.
+    fn launch_step(&mut self) -> Result<(), GpuError> {
+        let s = (self.slot + self.ahead) % 2;
         self.graph.launch(&self.stream)?;
+        // SAFETY: 4 bytes of the state (the token) into pinned slot s, which is read only
+        // after its event completes and not written again before it is read.
+        unsafe {
+            self.stream.memcpy_dtoh(
+                self.pinned.as_mut_ptr().wrapping_add(32 + 4 * s),
+                self.state,
+                4,
+            )
+        }?;
+        self.marks[s].record(&self.stream)?;
         self.pos += 1;
-        self.read_token()
+        self.ahead += 1;
+        Ok(())
+    }
+
+    /// Waits (as the sync policy says) for the oldest step in flight and returns its token.
+    fn take_token(&mut self) -> Result<u32, GpuError> {
+        let s = self.slot;
+        self.stream.wait_host(&self.marks[s])?;
+        let b = &self.pinned.as_slice()[32 + 4 * s..36 + 4 * s];
+        let token = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        self.slot ^= 1;
+        self.ahead -= 1;
+        Ok(token)
+    }
+
+    /// Lets any step launched ahead finish and forgets its token (before anything that
+    /// restarts the request, reads device memory or rewrites the pinned buffer).
+    fn settle(&mut self) -> Result<(), GpuError> {
+        if self.ahead > 0 {
+            self.stream.synchronize()?;
+            self.ahead = 0;
+        }
+        self.slot = 0;
+        Ok(())
     }
 
     fn read_token(&mut self) -> Result<u32, GpuError> {
@@ -1002,7 +1098,9 @@ impl GpuDecoder {
         Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
     }
 
-    /// The logits of the last step (`n_vocab` f32), for tests and teacher forcing.
+    /// The logits of the last step launched (`n_vocab` f32; after
+    /// [`step_ahead(true)`](Self::step_ahead), of the step launched ahead), for tests and
+    /// teacher forcing.
     ///
     /// # Errors
     /// A driver error.
@@ -1056,6 +1154,7 @@ impl GpuDecoder {
     }
 
     fn prefill_state(&mut self, prompt: &[u32], config: &SampleConfig) -> Result<(), GpuError> {
+        self.settle()?;
         if prompt.len() > self.context {
             return Err(ContextFull {
                 needed: prompt.len(),
@@ -1106,6 +1205,25 @@ impl GpuDecoder {
         seed: u64,
         params: &SamplerParams,
     ) -> Result<(f64, Vec<f64>), GpuError> {
+        self.time_decode_with(at, tokens, seed, params, false)
+    }
+
+    /// [`time_decode`](Self::time_decode) with each step's successor launched before its
+    /// token is taken when `ahead` ([`step_ahead`](Self::step_ahead), as
+    /// [`crate::Generator`] runs the GPU: the next step launched right after the prompt,
+    /// then one step ahead until the last token); each step timed from the previous token
+    /// in hand (or the prompt's) to its token in hand.
+    ///
+    /// # Errors
+    /// As [`prefill`](Self::prefill) and [`step`](Self::step).
+    pub fn time_decode_with(
+        &mut self,
+        at: usize,
+        tokens: usize,
+        seed: u64,
+        params: &SamplerParams,
+        ahead: bool,
+    ) -> Result<(f64, Vec<f64>), GpuError> {
         let prompt: Vec<u32> = (0..at as u64)
             .map(|i| {
                 (crate::sample::philox4x32_10(
@@ -1118,11 +1236,16 @@ impl GpuDecoder {
         let t0 = Instant::now();
         self.prefill(&prompt, params)?;
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+        if ahead && tokens > 0 {
+            self.launch_ahead()?;
+        }
         let mut steps = Vec::with_capacity(tokens);
-        for _ in 0..tokens {
-            let t = Instant::now();
-            self.step()?;
-            steps.push(t.elapsed().as_secs_f64() * 1e3);
+        let mut prev = Instant::now();
+        for i in 0..tokens {
+            self.step_ahead(ahead && i + 1 < tokens)?;
+            let now = Instant::now();
+            steps.push((now - prev).as_secs_f64() * 1e3);
+            prev = now;
         }
         Ok((prefill_ms, steps))
     }
@@ -1135,6 +1258,7 @@ impl GpuDecoder {
     /// A driver error.
     #[doc(hidden)]
     pub fn poison(&mut self) -> Result<(), GpuError> {
+        self.settle()?;
         // SAFETY: the whole work arena and the whole prefill arena.
         unsafe {
             self.stream
