@@ -699,6 +699,7 @@ pub struct Generation<'g> {
     started: Instant,
     last_token_at: Option<Instant>,
     /// When the last GPU decode step's token came back (host time between steps).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     step_done_at: Option<Instant>,
     /// The last sampled token, to be run through the model before the next draw.
     pending: Option<u32>,
