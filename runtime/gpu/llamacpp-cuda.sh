@@ -18,17 +18,22 @@ set -u
 L=/tmp/llamacpp
 case "${1:-}" in
 build)
-  mkdir -p $L && cd $L && tar xJf "$2" || exit 2
+  # Resumable: a call cut short by its time limit (SECONDS_LEFT, default 540) leaves the
+  # build where ninja stopped; the next call (host still warm) continues it.
   export PATH=/usr/local/cuda/bin:$PATH
-  { date -u; hostname; nproc; nvcc --version | tail -2; cmake --version | head -1; ninja --version; } 2>&1
-  cmake -S llama.cpp -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    > $L/configure.log 2>&1 || { tail -30 $L/configure.log; exit 3; }
+  if [ ! -f $L/build/build.ninja ]; then
+    mkdir -p $L && cd $L && tar xJf "$2" || exit 2
+    { date -u; hostname; nproc; nvcc --version | tail -2; cmake --version | head -1; ninja --version; } 2>&1
+    cmake -S llama.cpp -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DGGML_CUDA_NCCL=OFF > $L/configure.log 2>&1 || { tail -30 $L/configure.log; exit 3; }
+  fi
+  cd $L
   t0=$(date +%s)
-  cmake --build build --target llama-bench -j "$(nproc)" > $L/build.log 2>&1
+  timeout -s INT "${SECONDS_LEFT:-540}" cmake --build build --target llama-bench -j "$(nproc)" >> $L/build.log 2>&1
   rc=$?
-  echo "build rc=$rc in $(( $(date +%s) - t0 )) s"; tail -3 $L/build.log
+  echo "build rc=$rc after $(( $(date +%s) - t0 )) s in this call"; tail -2 $L/build.log
   exit $rc
   ;;
 bench)
@@ -39,8 +44,8 @@ bench)
   # Decode (tg128) from an empty cache and at depths 128 and 2048 (-d: tokens already in the
   # cache), prompt processing pp128/pp512/pp2048; without and with flash attention; all layers
   # on the GPU; 5 repetitions each.
-  $B -m "$G" -ngl 99 -fa 0,1 -p 0 -n 128 -d 0,128,2048 -r 5 -o md
-  $B -m "$G" -ngl 99 -fa 0,1 -p 128,512,2048 -n 0 -r 5 -o md
+  $B -m "$G" -ngl 99 -fa off,on -p 0 -n 128 -d 0,128,2048 -r 5 -o md
+  $B -m "$G" -ngl 99 -fa off,on -p 128,512,2048 -n 0 -r 5 -o md
   ;;
 *) echo "usage: $0 build SRC.tar.xz | bench MODEL.gguf" >&2; exit 2 ;;
 esac
