@@ -91,6 +91,11 @@ __device__ __forceinline__ uint16_t ld16(const uint8_t* p) {
     return (uint16_t)p[0] | ((uint16_t)p[1] << 8);
 }
 
+// Four bytes at a 2-byte aligned address as one little-endian word.
+__device__ __forceinline__ int ld32_2(const uint8_t* p) {
+    return (int)((uint32_t)ld16(p) | ((uint32_t)ld16(p + 2) << 16));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
@@ -104,6 +109,82 @@ __device__ __forceinline__ int warp_sum_i(int v) {
 __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+// ---------------------------------------------------------------------------------------
+// The CPU engine's arithmetic (src/kernels/scalar.rs, src/forward.rs), operation for
+// operation: every device function below names the CPU function it mirrors. With them the
+// GPU's logits equal the CPU engine's bit for bit (tests/gpu_numerics.rs).
+// ---------------------------------------------------------------------------------------
+
+// e^x as ggml's `ggml_v_expf` (Arm Optimized Routines `v_expf`): scalar.rs `exp`.
+__device__ __forceinline__ float ggml_exp(float x) {
+    const float SHIFT = __int_as_float(0x4b400000);
+    const float INV_LN2 = __int_as_float(0x3fb8aa3b);
+    const float LN2_HI = __int_as_float(0x3f317200);
+    const float LN2_LO = __int_as_float(0x35bfbe8e);
+    const float C1 = __int_as_float(0x3f7ffff6);
+    const float C2 = __int_as_float(0x3efffedb);
+    const float C3 = __int_as_float(0x3e2aaf33);
+    const float C4 = __int_as_float(0x3d2b9f17);
+    const float C5 = __int_as_float(0x3c072010);
+    const float z = __fmaf_rn(x, INV_LN2, SHIFT);
+    const float n = __fsub_rn(z, SHIFT);
+    const float b = __fmaf_rn(-n, LN2_LO, __fmaf_rn(-n, LN2_HI, x));
+    const uint32_t e = __float_as_uint(z) << 23;
+    const float k = __uint_as_float(e + __float_as_uint(1.0f));
+    const float u = __fmul_rn(b, b);
+    const float j = __fmaf_rn(__fmaf_rn(__fmaf_rn(C5, b, C4), u, __fmaf_rn(C3, b, C2)), u,
+                              __fmul_rn(C1, b));
+    if (fabsf(n) <= 126.0f) return __fmaf_rn(j, k, k);
+    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
+    const float s1 = __uint_as_float(g + 0x7f000000u);
+    const float s2 = __uint_as_float(e - g);
+    if (fabsf(n) > 192.0f) return __fmul_rn(s1, s1);
+    return __fmul_rn(__fmaf_rn(s2, j, s2), s1);
+}
+
+// silu(g) * u: scalar.rs `silu_mul` (g / (1 + exp(-g)) * u).
+__device__ __forceinline__ float silu_mul(float g, float u) {
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, ggml_exp(-g))), u);
+}
+
+// The fixed sum of 8 lanes held by the 8 consecutive lanes of a group (lane & 7 = lane
+// index): scalar.rs `hsum8`, t_i = l_i + l_{i+4}, then (t_0 + t_2) + (t_1 + t_3); every lane
+// of the group gets the sum. All 32 lanes of the warp must call it.
+__device__ __forceinline__ float hsum8_group(float v) {
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 4));
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return v;
+}
+
+// The sum of 32 slots, slot = lane: scalar.rs `reduce_gemv` (r_l = (s_l + s_{16+l}) +
+// (s_{8+l} + s_{24+l}), t_i = r_i + r_{i+4}, (t_0 + t_1) + (t_2 + t_3)); lane 0 gets it.
+__device__ __forceinline__ float reduce_gemv_warp(float v) {
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 16));
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 8));
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 4));
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return v;
+}
+
+// 1 / sqrt(mean(x^2) + eps) of n values: forward.rs `rms_scale` (each square in f32, their
+// sum in f64 in index order, the mean rounded to f32). One thread: the f64 sum is one chain.
+__device__ float rms_scale_seq(const float* x, int n, float eps) {
+    double ss = 0.0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        double v[16];
+#pragma unroll
+        for (int k = 0; k < 16; ++k) v[k] = (double)__fmul_rn(x[i + k], x[i + k]);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) ss = __dadd_rn(ss, v[k]);
+    }
+    for (; i < n; ++i) ss = __dadd_rn(ss, (double)__fmul_rn(x[i], x[i]));
+    const float mean = __double2float_rn(__ddiv_rn(ss, (double)n));
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 }
 
 // Q4_K sub-block j's 6-bit scale and minimum (ggml get_scale_min_k4; src/quant.rs q4k_scale_min).
@@ -217,26 +298,24 @@ struct PrepParams {
     int pad;
 };
 
+// Values of a row staged in shared memory for the RMSNorm's one-thread f64 sum (a wider
+// row sums from global memory).
+#define PREP_STAGE 8192
+
 extern "C" __global__ void __launch_bounds__(PREP_THREADS) prep(PrepParams p) {
-    __shared__ float red[PREP_THREADS / 32];
     __shared__ float s_scale;
+    __shared__ float s_x[PREP_STAGE];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    float ss = 0.0f;
+    const bool staged = p.n <= PREP_STAGE;
     for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
         float v = p.in[i];
-        if (p.swiglu) v = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), p.in2[i]);
-        ss = __fadd_rn(ss, __fmul_rn(v, v));
+        if (p.swiglu) v = silu_mul(v, p.in2[i]);
         p.out[i] = v;
+        if (staged) s_x[i] = v;
     }
     if (p.weight) {
-        ss = warp_sum(ss);
-        if (lane == 0) red[warp] = ss;
         __syncthreads();
-        if (warp == 0) {
-            float t = lane < nwarps ? red[lane] : 0.0f;
-            t = warp_sum(t);
-            if (lane == 0) s_scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(t, (float)p.n), p.eps)));
-        }
+        if (threadIdx.x == 0) s_scale = rms_scale_seq(staged ? s_x : p.out, p.n, p.eps);
         __syncthreads();
         const float scale = s_scale;
         for (int i = threadIdx.x; i < p.n; i += blockDim.x)
@@ -323,113 +402,225 @@ struct MatVecParams {
     int pad;
 };
 
-__device__ float row_dot(const MatVecParams& p, const Proj& pr, const uint8_t* w, int lane) {
-    float acc = 0.0f;
-    switch (pr.type) {
-        case T_F32:
-        case T_F16:
-        case T_BF16:
-            for (int i = lane; i < p.cols; i += 32) {
-                float wv;
-                if (pr.type == T_F32) wv = ((const float*)w)[i];
-                else if (pr.type == T_F16) wv = h2f(ld16(w + 2 * i));
-                else wv = bf2f(ld16(w + 2 * i));
-                acc = __fadd_rn(acc, __fmul_rn(wv, p.x[i]));
-            }
-            break;
+// One weight row against NT activation rows in the CPU engine's **lane form**
+// (src/kernels/scalar.rs `Q8_0K`, `Q4_0K`, `Q4_1K`, `Q4KK`, `Q6KK`, `F32K` / `F16K` /
+// `Bf16K`): the calling thread is lane l = lane & 7 of an 8-lane group; lane l takes, block
+// after block in order, the exact integer sum of elements 4l .. 4l + 4 of the block (one
+// `__dp4a`) and one fused multiply-add by the product of the scales (float weights: columns
+// c = l mod 8 of each whole 8-column chunk); then the fixed 8-lane tree (`hsum8_group`) and
+// the type's correction (Q4_1 + sum of m * s; Q4_K - sum of the minimums; Q6_K - the offset
+// of 32; float weights + the columns past the last whole 8, one by one). out[j] (every lane
+// of the group) is token j's dot product; activation row j is at x + j * xs (f32), q8 + j *
+// q8s, q8k + j * q8ks; tokens j >= cnt repeat row cnt - 1 (not to be stored). All 32 lanes of
+// the warp call it (the tree uses shuffles).
+template <int NT>
+__device__ __noinline__ void row_dot8(int type, const uint8_t* w, int cols, const float* x,
+                                         size_t xs, const BlockQ8* q8, size_t q8s,
+                                         const BlockQ8K* q8k, size_t q8ks, int l, int cnt,
+                                         float out[NT]) {
+    float acc[NT], ext[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j] = ext[j] = 0.0f;
+    const bool is_float = type == T_F32 || type == T_F16 || type == T_BF16;
+    const int full = cols / 8 * 8;
+    switch (type) {
         case T_Q8_0:
-            for (int b = lane; b < p.cols / QK; b += 32) {
-                const uint8_t* blk = w + b * 34;
-                const BlockQ8& a = p.q8[b];
-                int sumi = 0;
-                for (int i = 0; i < QK; ++i) sumi += (int)(int8_t)blk[2 + i] * (int)a.qs[i];
-                acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(h2f(ld16(blk)), a.d), (float)sumi));
-            }
-            break;
         case T_Q4_0:
-            for (int b = lane; b < p.cols / QK; b += 32) {
-                const uint8_t* blk = w + b * 18;
-                const BlockQ8& a = p.q8[b];
-                int sumi = 0;
-                for (int i = 0; i < 16; ++i) {
-                    const int q = blk[2 + i];
-                    sumi += ((q & 0x0F) - 8) * (int)a.qs[i];
-                    sumi += ((q >> 4) - 8) * (int)a.qs[i + 16];
-                }
-                acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(h2f(ld16(blk)), a.d), (float)sumi));
-            }
-            break;
-        case T_Q4_1:
-            for (int b = lane; b < p.cols / QK; b += 32) {
-                const uint8_t* blk = w + b * 20;
-                const BlockQ8& a = p.q8[b];
-                const uint32_t* qw = (const uint32_t*)(blk + 4);  // 20-byte blocks: 4-aligned
-                int sumi = 0;
-                for (int k = 0; k < 4; ++k) {
-                    const uint32_t v = qw[k];
-                    for (int e = 0; e < 4; ++e) {
-                        const int q = (v >> (8 * e)) & 0xFF;
-                        const int i = 4 * k + e;
-                        sumi += (q & 0x0F) * (int)a.qs[i];
-                        sumi += (q >> 4) * (int)a.qs[i + 16];
+        case T_Q4_1: {
+            const int bb = type == T_Q8_0 ? 34 : (type == T_Q4_0 ? 18 : 20);
+            const int nb = cols / QK;
+            // CH blocks at a time: first every load of the CH blocks (independent, all in
+            // flight at once), then their multiply-adds in block order.
+            constexpr int CH = NT == 1 ? 8 : 2;
+            for (int b0 = 0; b0 < nb; b0 += CH) {
+                uint16_t d16[CH], m16[CH];
+                uint32_t v32[CH];
+                int aq[CH][NT];
+                float ad[CH][NT], as[CH][NT];
+#pragma unroll
+                for (int c = 0; c < CH; ++c) {
+                    const int b = b0 + c < nb ? b0 + c : nb - 1;
+                    const uint8_t* blk = w + (size_t)b * bb;
+                    d16[c] = *(const uint16_t*)blk;
+                    m16[c] = type == T_Q4_1 ? *(const uint16_t*)(blk + 2) : 0;
+                    if (type == T_Q4_1) {
+                        v32[c] = *(const uint32_t*)(blk + 4 + 4 * (l & 3));
+                    } else {
+                        const uint16_t* q =
+                            (const uint16_t*)(blk + 2 + 4 * (type == T_Q8_0 ? l : (l & 3)));
+                        v32[c] = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+                    }
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) {
+                        const BlockQ8& a = q8[(j < cnt ? j : cnt - 1) * q8s + b];
+                        aq[c][j] = *(const int*)(a.qs + 4 * l);
+                        ad[c][j] = a.d;
+                        as[c][j] = a.s;
                     }
                 }
-                const float t = __fmul_rn(__fmul_rn(h2f(ld16(blk)), a.d), (float)sumi);
-                acc = __fadd_rn(acc, __fadd_rn(t, __fmul_rn(h2f(ld16(blk + 2)), a.s)));
+#pragma unroll
+                for (int c = 0; c < CH; ++c) {
+                    if (b0 + c >= nb) break;
+                    int wq;
+                    if (type == T_Q8_0) {
+                        wq = (int)v32[c];
+                    } else {
+                        uint32_t q = (l < 4 ? v32[c] : v32[c] >> 4) & 0x0F0F0F0Fu;
+                        if (type == T_Q4_0) q = __vsub4(q, 0x08080808u);
+                        wq = (int)q;
+                    }
+                    const float dw = h2f(d16[c]), mw = h2f(m16[c]);
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) {
+                        const int si = __dp4a(wq, aq[c][j], 0);
+                        acc[j] = __fmaf_rn(__fmul_rn(dw, ad[c][j]), (float)si, acc[j]);
+                        if (type == T_Q4_1) ext[j] = __fmaf_rn(mw, as[c][j], ext[j]);
+                    }
+                }
             }
             break;
+        }
         case T_Q4_K:
-            for (int b = lane; b < p.cols / QK_K; b += 32) {
-                const uint8_t* blk = w + b * 144;
-                const BlockQ8K& a = p.q8k[b];
-                int sumi = 0, summ = 0;
-                for (int j = 0; j < 8; ++j) {
-                    int sc, mn;
-                    q4k_scale_min(blk + 4, j, &sc, &mn);
-                    const uint8_t* qs = blk + 16 + 32 * (j / 2);
-                    const int shift = 4 * (j % 2);
-                    int s = 0;
-                    for (int l = 0; l < 32; ++l) s += ((qs[l] >> shift) & 0x0F) * (int)a.qs[32 * j + l];
-                    sumi += sc * s;
-                    summ += mn * ((int)a.bsums[2 * j] + (int)a.bsums[2 * j + 1]);
+#pragma unroll 2
+            for (int b = 0; b < cols / QK_K; ++b) {
+                const uint8_t* blk = w + (size_t)b * 144;
+                const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+                int sc[8], mn[8];
+#pragma unroll
+                for (int k = 0; k < 8; ++k) q4k_scale_min(blk + 4, k, &sc[k], &mn[k]);
+                int wlo[4], whi[4];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const uint32_t v = (uint32_t)ld32_2(blk + 16 + 32 * k + 4 * l);
+                    wlo[k] = (int)(v & 0x0F0F0F0Fu);
+                    whi[k] = (int)((v >> 4) & 0x0F0F0F0Fu);
                 }
-                const float t1 = __fmul_rn(__fmul_rn(a.d, h2f(ld16(blk))), (float)sumi);
-                const float t2 = __fmul_rn(__fmul_rn(a.d, h2f(ld16(blk + 2))), (float)summ);
-                acc = __fadd_rn(acc, __fsub_rn(t1, t2));
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const BlockQ8K& a = q8k[(j < cnt ? j : cnt - 1) * q8ks + b];
+                    int sumi = 0, summ = 0;
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const int lo = __dp4a(wlo[k], *(const int*)(a.qs + 64 * k + 4 * l), 0);
+                        const int hi = __dp4a(whi[k], *(const int*)(a.qs + 64 * k + 32 + 4 * l), 0);
+                        sumi += lo * sc[2 * k] + hi * sc[2 * k + 1];
+                    }
+#pragma unroll
+                    for (int k = 0; k < 8; ++k)
+                        summ += mn[k] * ((int)a.bsums[2 * k] + (int)a.bsums[2 * k + 1]);
+                    acc[j] = __fmaf_rn(__fmul_rn(a.d, d), (float)sumi, acc[j]);
+                    ext[j] = __fadd_rn(ext[j], __fmul_rn(__fmul_rn(a.d, dmin), (float)summ));
+                }
             }
             break;
         case T_Q6_K:
-            for (int b = lane; b < p.cols / QK_K; b += 32) {
-                const uint8_t* blk = w + b * 210;
-                const BlockQ8K& a = p.q8k[b];
-                int sumi = 0;
-                for (int g = 0; g < 16; ++g) {
-                    int s = 0;
-                    for (int l = 0; l < 16; ++l) s += q6k_value(blk, 16 * g + l) * (int)a.qs[16 * g + l];
-                    sumi += (int)(int8_t)blk[192 + g] * s;
+#pragma unroll 2
+            for (int b = 0; b < cols / QK_K; ++b) {
+                const uint8_t* blk = w + (size_t)b * 210;
+                const float d = h2f(ld16(blk + 208));
+                int wq[8];
+#pragma unroll
+                for (int g = 0; g < 8; ++g) {
+                    const int h = g / 4, k = g % 4;
+                    const uint32_t lo4 =
+                        ((uint32_t)ld32_2(blk + 64 * h + (k & 1) * 32 + 4 * l) >> (k >= 2 ? 4 : 0)) &
+                        0x0F0F0F0Fu;
+                    const uint32_t hi2 =
+                        (((uint32_t)ld32_2(blk + 128 + 32 * h + 4 * l) >> (2 * k)) & 0x03030303u) << 4;
+                    wq[g] = (int)(lo4 | hi2);
                 }
-                acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(a.d, h2f(ld16(blk + 208))), (float)sumi));
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const BlockQ8K& a = q8k[(j < cnt ? j : cnt - 1) * q8ks + b];
+                    int sumi = 0, off = 0;
+#pragma unroll
+                    for (int g = 0; g < 8; ++g)
+                        sumi += __dp4a(wq[g], *(const int*)(a.qs + 32 * g + 4 * l), 0) *
+                                (int)(int8_t)blk[192 + 2 * g + (l >> 2)];
+#pragma unroll
+                    for (int k = 0; k < 16; ++k) off += (int)(int8_t)blk[192 + k] * (int)a.bsums[k];
+                    const float dd = __fmul_rn(a.d, d);
+                    acc[j] = __fmaf_rn(dd, (float)sumi, acc[j]);
+                    ext[j] = __fadd_rn(ext[j], __fmul_rn(dd, (float)(32 * off)));
+                }
+            }
+            break;
+        case T_F32:
+        case T_F16:
+        case T_BF16:
+            for (int c0 = 0; c0 < full; c0 += 64) {
+                // 8 chunks' loads first, then their multiply-adds in column order.
+                float wv[8], xv[8][NT];
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                    const int i = min(c0 + 8 * k, full - 8) + l;
+                    wv[k] = type == T_F32   ? ((const float*)w)[i]
+                            : type == T_F16 ? h2f(*(const uint16_t*)(w + 2 * i))
+                                            : bf2f(*(const uint16_t*)(w + 2 * i));
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) xv[k][j] = x[(j < cnt ? j : cnt - 1) * xs + i];
+                }
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                    if (c0 + 8 * k >= full) break;
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) acc[j] = __fmaf_rn(wv[k], xv[k][j], acc[j]);
+                }
             }
             break;
         default:
-            acc = __int_as_float(0x7fc00000);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) acc[j] = __int_as_float(0x7fc00000);
             break;
     }
-    return warp_sum(acc);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        float h = hsum8_group(acc[j]);
+        if (type == T_Q4_1) h = __fadd_rn(h, ext[j]);
+        else if (type == T_Q4_K || type == T_Q6_K) h = __fsub_rn(h, ext[j]);
+        else if (is_float) {
+            for (int i = full; i < cols; ++i) {
+                const float wv = type == T_F32   ? ((const float*)w)[i]
+                                 : type == T_F16 ? h2f(ld16(w + 2 * i))
+                                                 : bf2f(ld16(w + 2 * i));
+                h = __fadd_rn(h, __fmul_rn(wv, x[(j < cnt ? j : cnt - 1) * xs + i]));
+            }
+        }
+        out[j] = h;
+    }
 }
 
-extern "C" __global__ void __launch_bounds__(MV_WARPS * 32) matvec(MatVecParams p) {
-    const int lane = threadIdx.x % 32;
-    int r = blockIdx.x * MV_WARPS + threadIdx.x / 32;
-    if (r >= p.rows_total) return;
-    int k = 0;
-    while (k + 1 < p.nproj && r >= p.p[k].rows) {
-        r -= p.p[k].rows;
+// `row_dot8` of one row of a projection against the step's one activation row.
+__device__ __forceinline__ float row_dot(const MatVecParams& p, const Proj& pr, const uint8_t* w,
+                                         int l) {
+    float o[1];
+    row_dot8<1>(pr.type, w, p.cols, p.x, 0, p.q8, 0, p.q8k, 0, l, 1, o);
+    return o[0];
+}
+
+// The projection of row r0 of the concatenated projections (clamped to the last row when r0
+// is past them: the caller stores nothing then); r becomes the row within it.
+__device__ __forceinline__ int proj_of(const Proj* ps, int nproj, int rows_total, int r0, int* r) {
+    int k = 0, rr = r0 < rows_total ? r0 : rows_total - 1;
+    while (k + 1 < nproj && rr >= ps[k].rows) {
+        rr -= ps[k].rows;
         ++k;
     }
+    *r = rr;
+    return k;
+}
+
+// One 8-lane group per output row, 4 rows per warp, MV_ROWS rows per block.
+#define MV_ROWS (MV_WARPS * 4)
+extern "C" __global__ void __launch_bounds__(MV_WARPS * 32) matvec(MatVecParams p) {
+    const int l = threadIdx.x & 7;
+    if (blockIdx.x * MV_ROWS + (threadIdx.x / 32) * 4 >= p.rows_total) return;  // whole warps
+    const int r0 = blockIdx.x * MV_ROWS + threadIdx.x / 8;
+    int r;
+    const int k = proj_of(p.p, p.nproj, p.rows_total, r0, &r);
     const Proj& pr = p.p[k];
-    const float dot = row_dot(p, pr, pr.w + (size_t)r * pr.row_bytes, lane);
-    if (lane == 0) {
+    const float dot = row_dot(p, pr, pr.w + (size_t)r * pr.row_bytes, l);
+    if (r0 < p.rows_total && l == 0) {
         float v = dot;
         if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
         pr.out[r] = pr.accumulate ? __fadd_rn(pr.out[r], v) : v;
@@ -453,12 +644,35 @@ extern "C" __global__ void __launch_bounds__(128) head_norm(HeadNormParams p) {
     const int h = blockIdx.x * 4 + threadIdx.x / 32;
     if (h >= p.heads) return;
     float* x = p.x + h * p.head_dim;
-    float ss = 0.0f;
-    for (int i = lane; i < p.head_dim; i += 32) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
-    ss = warp_sum(ss);
-    const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(ss, (float)p.head_dim), p.eps)));
+    float scale = lane == 0 ? rms_scale_seq(x, p.head_dim, p.eps) : 0.0f;
+    scale = __shfl_sync(0xffffffffu, scale, 0);
     for (int i = lane; i < p.head_dim; i += 32) x[i] = __fmul_rn(__fmul_rn(x[i], scale), p.weight[i]);
 }
+
+// RoPE of one pair (a, b) = lanes (i, i + head_dim / 2) of a head with cos c and sin s:
+// forward.rs `rope` (fused: kernels `rope_fused`, llama.cpp's `fma(a, c, -(b s))`,
+// `fma(a, s, b c)`; else transformers' separate products). The angles come from the table the
+// host computed at load with the CPU engine's own code (forward.rs `rope_angles`).
+__device__ __forceinline__ void rope_pair(float a, float b, float c, float s, int fused,
+                                          float* na, float* nb) {
+    if (fused) {
+        *na = __fmaf_rn(a, c, -__fmul_rn(b, s));
+        *nb = __fmaf_rn(a, s, __fmul_rn(b, c));
+    } else {
+        *na = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        *nb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    }
+}
+
+// Where lane i of a head (Hugging Face order) sits in the attention's lane order
+// (forward.rs `to_lane_order`): interleaved pairs (i -> 2i, i + half -> 2i + 1) or unchanged.
+__device__ __forceinline__ int lane_slot(int i, int half, int interleaved) {
+    return interleaved ? (i < half ? 2 * i : 2 * (i - half) + 1) : i;
+}
+
+// `form` of the RoPE parameters: bit 0 the fused rotation, bit 1 interleaved lanes.
+#define ROPE_FUSED 1
+#define ROPE_INTERLEAVED 2
 
 // ---------------------------------------------------------------------------------------
 // rope: rotate-half RoPE of each head of `x` at the state's position; with a cache, the
@@ -467,7 +681,7 @@ extern "C" __global__ void __launch_bounds__(128) head_norm(HeadNormParams p) {
 // ---------------------------------------------------------------------------------------
 struct RopeParams {
     float* x;
-    const float* inv_freq;   // [head_dim / 2]
+    const float* angles;     // [n_ctx, head_dim]: per position [cos; half] ++ [sin; half]
     const DecodeState* state;
     uint16_t* kcache;        // [n_ctx, kv_dim] f16 of this layer, or null
     uint16_t* vcache;
@@ -475,7 +689,7 @@ struct RopeParams {
     int heads;
     int head_dim;
     int kv_dim;
-    int pad;
+    int form;                // ROPE_FUSED | ROPE_INTERLEAVED
 };
 
 extern "C" __global__ void __launch_bounds__(128) rope(RopeParams p) {
@@ -485,168 +699,298 @@ extern "C" __global__ void __launch_bounds__(128) rope(RopeParams p) {
     const int h = t / half, i = t % half;
     const uint32_t pos = p.state->pos;
     float* x = p.x + h * p.head_dim;
-    const float ang = __fmul_rn((float)pos, p.inv_freq[i]);
-    float s, c;
-    sincosf(ang, &s, &c);
-    const float a = x[i], b = x[i + half];
-    const float na = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    const float nb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    const float* ang = p.angles + (size_t)pos * p.head_dim;
+    float na, nb;
+    rope_pair(x[i], x[i + half], ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb);
     x[i] = na;
     x[i + half] = nb;
     if (p.kcache) {
+        const int il = p.form & ROPE_INTERLEAVED;
         const size_t at = (size_t)pos * p.kv_dim + h * p.head_dim;
-        p.kcache[at + i] = f2h(na);
-        p.kcache[at + i + half] = f2h(nb);
+        p.kcache[at + lane_slot(i, half, il)] = f2h(na);
+        p.kcache[at + lane_slot(i + half, half, il)] = f2h(nb);
         p.vcache[at + i] = f2h(p.v[h * p.head_dim + i]);
         p.vcache[at + i + half] = f2h(p.v[h * p.head_dim + i + half]);
     }
 }
 
 // ---------------------------------------------------------------------------------------
-// attention (split over positions, flash-decoding): grid (n_head, ATTN_SPLITS), 8 warps per
-// block; global warp g of a head takes cache positions g, g + 8 * ATTN_SPLITS, ... up to pos
-// (length read from the state), grouped query heads (head h reads KV head h / (n_head /
-// n_kv)). Online softmax per warp, the block's warps merged in shared memory into one
-// partial (max, sum, unnormalised output) per (head, split); `attention_combine` merges the
-// splits.
+// attention: causal grouped-query attention of one query row, as the CPU engine computes
+// it (forward.rs `Frame::attention`, llama.cpp's non-flash path): the query in the lane
+// order rounded to f16, every score q . k (f16 key cache) times 1 / sqrt(head_dim), their
+// maximum, the numerators exp(s - max) (`ggml_exp`) summed per 8 in f32 and the 8-sums in
+// f64 in position order (kernels `softmax_exp`), the probabilities times (float)(1 / sum)
+// rounded to f16, then their weighted sum of the f16 value rows. The dot products and the
+// weighted sum follow kernels `F16Order`: Gemv (32 slots, `reduce_gemv`) for a forward
+// chunk of one token, Gemm (8 lanes, `hsum8`) for a longer one. One block of ATT_THREADS per
+// (query head, row): the scores of up to ATT_TILE positions stay in shared memory (longer
+// spans recompute them in each of the three passes).
 // ---------------------------------------------------------------------------------------
+#define ATT_THREADS (ATTN_WARPS * 32)
+#define ATT_TILE 8192
+
+struct AttnShared {
+    float buf[ATT_TILE];       // scores, then numerators, then probabilities; at the end the sums
+    float cs[ATT_TILE / 8];    // the 8-sums of a tile
+    float q[MAX_HEAD_DIM];     // the query, lane order, f16 values
+    float red[ATT_THREADS / 32];
+    float mx, inv;
+};
+
+// scalar.rs `hsum8` of 8 values in registers.
+__device__ __forceinline__ float hsum8_arr(const float a[8]) {
+    const float t0 = __fadd_rn(a[0], a[4]), t1 = __fadd_rn(a[1], a[5]);
+    const float t2 = __fadd_rn(a[2], a[6]), t3 = __fadd_rn(a[3], a[7]);
+    return __fadd_rn(__fadd_rn(t0, t2), __fadd_rn(t1, t3));
+}
+
+// scalar.rs `reduce_gemv` of 32 slots in registers.
+__device__ __forceinline__ float reduce_gemv_arr(const float s[32]) {
+    float r[8];
+#pragma unroll
+    for (int l = 0; l < 8; ++l) r[l] = __fadd_rn(__fadd_rn(s[l], s[16 + l]), __fadd_rn(s[8 + l], s[24 + l]));
+    const float t0 = __fadd_rn(r[0], r[4]), t1 = __fadd_rn(r[1], r[5]);
+    const float t2 = __fadd_rn(r[2], r[6]), t3 = __fadd_rn(r[3], r[7]);
+    return __fadd_rn(__fadd_rn(t0, t1), __fadd_rn(t2, t3));
+}
+
+// Eight f16 values at p as f32 (one 16-byte load when `vec`).
+__device__ __forceinline__ void load8_f16(const uint16_t* p, bool vec, float v[8]) {
+    if (vec) {
+        const uint4 u = *(const uint4*)p;
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            v[2 * k] = h2f((uint16_t)(w[k] & 0xFFFFu));
+            v[2 * k + 1] = h2f((uint16_t)(w[k] >> 16));
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] = h2f(p[k]);
+    }
+}
+
+// q . k, q in shared memory (lane order, f16 values), k one key row: scalar.rs
+// `dot_f16_gemm` (gemm; head_dim % 8 == 0) or `dot_f16_gemv` (the columns past the last
+// whole 32 added in f64).
+__device__ __forceinline__ float score_dot(const float* q, const uint16_t* k, int hd, bool gemm,
+                                           bool vec) {
+    if (gemm) {
+        float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = 0; c < hd; c += 8) {
+            float kv[8];
+            load8_f16(k + c, vec, kv);
+#pragma unroll
+            for (int l = 0; l < 8; ++l) a[l] = __fmaf_rn(kv[l], q[c + l], a[l]);
+        }
+        return hsum8_arr(a);
+    }
+    const int whole = hd / 32 * 32;
+    float s[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+    for (int c = 0; c < whole; c += 32) {
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            float kv[8];
+            load8_f16(k + c + 8 * g, vec, kv);
+#pragma unroll
+            for (int l = 0; l < 8; ++l) s[8 * g + l] = __fmaf_rn(q[c + 8 * g + l], kv[l], s[8 * g + l]);
+        }
+    }
+    const float r = reduce_gemv_arr(s);
+    if (whole == hd) return r;
+    double sum = (double)r;
+    for (int c = whole; c < hd; ++c) sum = __dadd_rn(sum, (double)__fmul_rn(q[c], h2f(k[c])));
+    return __double2float_rn(sum);
+}
+
+// The weighted sum's chains of one tile (positions t0 .. t0 + n, t0 a multiple of `lanes`):
+// unit u = (slot sl, dims dg * VW ..) of this thread accumulates the rows j = sl (mod lanes)
+// in order, fma(v, p, acc) (scalar.rs `weighted_sum_gemv` / `_gemm`).
+template <int VW, int MAXU>
+__device__ __forceinline__ void weighted_tile(const float* pr, const uint16_t* vb, int kv_dim,
+                                              int hd, int t0, int n, int lanes,
+                                              float acc[MAXU][VW]) {
+    const int groups = hd / VW, units = lanes * groups;
+#pragma unroll
+    for (int u = 0; u < MAXU; ++u) {
+        const int ui = threadIdx.x + u * ATT_THREADS;
+        if (ui < units) {
+            const int sl = ui / groups, d0 = (ui % groups) * VW;
+            int j = sl;
+            for (; j + 7 * lanes < n; j += 8 * lanes) {
+                float v[8][VW];
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    const uint16_t* row = vb + (size_t)(t0 + j + r * lanes) * kv_dim + d0;
+                    if (VW == 8) load8_f16(row, true, v[r]);
+                    else v[r][0] = h2f(row[0]);
+                }
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    const float pj = pr[j + r * lanes];
+#pragma unroll
+                    for (int e = 0; e < VW; ++e) acc[u][e] = __fmaf_rn(v[r][e], pj, acc[u][e]);
+                }
+            }
+            for (; j < n; j += lanes) {
+                float v[VW];
+                const uint16_t* row = vb + (size_t)(t0 + j) * kv_dim + d0;
+                if (VW == 8) load8_f16(row, true, v);
+                else v[0] = h2f(row[0]);
+                const float pj = pr[j];
+#pragma unroll
+                for (int e = 0; e < VW; ++e) acc[u][e] = __fmaf_rn(v[e], pj, acc[u][e]);
+            }
+        }
+    }
+}
+
+// Pass 3 and the final sums (see `attend`).
+template <int VW, int MAXU>
+__device__ void attend_weighted(AttnShared& sm, const uint16_t* kb, const uint16_t* vb,
+                                int kv_dim, int hd, int len, float scale, bool gdot, bool gsum,
+                                bool vec, float* out) {
+    const int tid = threadIdx.x;
+    const int tiles = (len + ATT_TILE - 1) / ATT_TILE;
+    const int lanes = gsum ? 8 : 32;
+    const float mx = sm.mx, inv = sm.inv;
+    float acc[MAXU][VW];
+#pragma unroll
+    for (int u = 0; u < MAXU; ++u)
+#pragma unroll
+        for (int e = 0; e < VW; ++e) acc[u][e] = 0.0f;
+    for (int tt = 0; tt < tiles; ++tt) {
+        const int t0 = tt * ATT_TILE, n = min(len - t0, ATT_TILE);
+        for (int j = tid; j < n; j += ATT_THREADS) {
+            float e = sm.buf[j];
+            if (tiles > 1)
+                e = ggml_exp(__fsub_rn(
+                    __fmul_rn(score_dot(sm.q, kb + (size_t)(t0 + j) * kv_dim, hd, gdot, vec), scale), mx));
+            sm.buf[j] = round_f16(__fmul_rn(e, inv));
+        }
+        __syncthreads();
+        weighted_tile<VW, MAXU>(sm.buf, vb, kv_dim, hd, t0, n, lanes, acc);
+        __syncthreads();
+    }
+    const int groups = hd / VW;
+#pragma unroll
+    for (int u = 0; u < MAXU; ++u) {
+        const int ui = tid + u * ATT_THREADS;
+        if (ui < lanes * groups) {
+            const int sl = ui / groups, d0 = (ui % groups) * VW;
+#pragma unroll
+            for (int e = 0; e < VW; ++e) sm.buf[sl * hd + d0 + e] = acc[u][e];
+        }
+    }
+    __syncthreads();
+    for (int d = tid; d < hd; d += ATT_THREADS) {
+        if (gsum) {
+            float a[8];
+#pragma unroll
+            for (int l = 0; l < 8; ++l) a[l] = sm.buf[l * hd + d];
+            out[d] = hsum8_arr(a);
+        } else {
+            float s[32];
+#pragma unroll
+            for (int l = 0; l < 32; ++l) s[l] = sm.buf[l * hd + d];
+            out[d] = reduce_gemv_arr(s);
+        }
+    }
+}
+
+// Head attention of one query row over positions 0 .. len (see above). qh: the head's query
+// (Hugging Face lane order); kb, vb: the cache rows' first element of the head's KV head;
+// `gemm`: the order of a multi-token forward chunk; `interleaved`: llama.cpp's lane order.
+// Every thread of the block calls it.
+__device__ __noinline__ void attend(const float* qh, const uint16_t* kb, const uint16_t* vb, int kv_dim,
+                       int hd, int len, float scale, bool gemm, int interleaved, float* out) {
+    __shared__ AttnShared sm;
+    const int tid = threadIdx.x;
+    const int half = hd / 2;
+    const bool gdot = gemm && hd % 8 == 0, gsum = gemm && hd % 4 == 0;
+    const bool vec = true;  // head_dim % 8 == 0 (checked at load): 16-byte cache rows
+    for (int i = tid; i < hd; i += ATT_THREADS) sm.q[lane_slot(i, half, interleaved)] = round_f16(qh[i]);
+    __syncthreads();
+    const int tiles = (len + ATT_TILE - 1) / ATT_TILE;
+    // 1. The scores and their maximum (order-free).
+    float mx = NEG_INF;
+    for (int tt = 0; tt < tiles; ++tt) {
+        const int t0 = tt * ATT_TILE, n = min(len - t0, ATT_TILE);
+        for (int j = tid; j < n; j += ATT_THREADS) {
+            const float sc =
+                __fmul_rn(score_dot(sm.q, kb + (size_t)(t0 + j) * kv_dim, hd, gdot, vec), scale);
+            if (tiles == 1) sm.buf[j] = sc;
+            mx = fmaxf(mx, sc);
+        }
+    }
+    mx = warp_max(mx);
+    if ((tid & 31) == 0) sm.red[tid >> 5] = mx;
+    __syncthreads();
+    if (tid < 32) {
+        float m = tid < ATT_THREADS / 32 ? sm.red[tid] : NEG_INF;
+        m = warp_max(m);
+        if (tid == 0) sm.mx = m;
+    }
+    __syncthreads();
+    mx = sm.mx;
+    // 2. The numerators and their sum: 8-sums in f32, added in f64 in order (one thread).
+    double sum = 0.0;
+    for (int tt = 0; tt < tiles; ++tt) {
+        const int t0 = tt * ATT_TILE, n = min(len - t0, ATT_TILE);
+        for (int j = tid; j < n; j += ATT_THREADS) {
+            const float sc = tiles == 1
+                                 ? sm.buf[j]
+                                 : __fmul_rn(score_dot(sm.q, kb + (size_t)(t0 + j) * kv_dim, hd,
+                                                       gdot, vec),
+                                             scale);
+            sm.buf[j] = ggml_exp(__fsub_rn(sc, mx));
+        }
+        __syncthreads();
+        const int nch = (n + 7) / 8;
+        for (int c = tid; c < nch; c += ATT_THREADS) {
+            float a[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) a[k] = 8 * c + k < n ? sm.buf[8 * c + k] : 0.0f;
+            sm.cs[c] = hsum8_arr(a);
+        }
+        __syncthreads();
+        if (tid == 0)
+            for (int c = 0; c < nch; ++c) sum = __dadd_rn(sum, (double)sm.cs[c]);
+        __syncthreads();
+    }
+    if (tid == 0) sm.inv = __double2float_rn(__ddiv_rn(1.0, sum));
+    __syncthreads();
+    // 3. The probabilities and their weighted sum of the value rows.
+    attend_weighted<8, 4>(sm, kb, vb, kv_dim, hd, len, scale, gdot, gsum, vec, out);
+}
+
 struct AttnParams {
-    const float* q;          // [n_head * head_dim]
-    const uint16_t* kcache;  // [n_ctx, kv_dim] f16
+    const float* q;          // [n_head * head_dim], Hugging Face lane order
+    const uint16_t* kcache;  // [n_ctx, kv_dim] f16, keys in the attention's lane order
     const uint16_t* vcache;
-    float* part;             // [n_head, splits, 2 + head_dim] partials
+    float* out;              // [n_head * head_dim]
     const DecodeState* state;
     int n_head;
     int n_kv;
     int head_dim;
     int kv_dim;
-    float scale;             // 1 / sqrt(head_dim)
-    int splits;              // gridDim.y
+    float scale;             // 1 / sqrt(head_dim), as forward.rs computes it
+    int interleaved;         // llama.cpp's interleaved lane order (forward.rs to_lane_order)
 };
 
-// The partial of block (head blockIdx.x, split blockIdx.y); every thread of the block calls it.
-__device__ __forceinline__ void attention_partial(const AttnParams& p) {
-    __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
-    __shared__ float s_acc[ATTN_WARPS][MAX_HEAD_DIM];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int h = blockIdx.x, split = blockIdx.y;
-    const int kvh = h / (p.n_head / p.n_kv);
+// The decode step: one token (the Gemv order) at the state's position. Grid (n_head).
+__device__ __forceinline__ void attention_step(const AttnParams& p) {
+    const int h = blockIdx.x, kvh = h / (p.n_head / p.n_kv);
     const int len = (int)p.state->pos + 1;
-    const int per = (p.head_dim + 31) / 32;  // <= 8
-    const int stride = ATTN_WARPS * p.splits;
-    float q[MAX_HEAD_DIM / 32], acc[MAX_HEAD_DIM / 32];
-#pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
-        const int i = lane + 32 * j;
-        q[j] = (j < per && i < p.head_dim) ? p.q[h * p.head_dim + i] : 0.0f;
-        acc[j] = 0.0f;
-    }
-    float m = NEG_INF, l = 0.0f;
-    for (int t = split * ATTN_WARPS + warp; t < len; t += stride) {
-        const uint16_t* k = p.kcache + (size_t)t * p.kv_dim + kvh * p.head_dim;
-        const uint16_t* v = p.vcache + (size_t)t * p.kv_dim + kvh * p.head_dim;
-        float d = 0.0f;
-#pragma unroll
-        for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
-            const int i = lane + 32 * j;
-            if (j < per && i < p.head_dim) d = __fadd_rn(d, __fmul_rn(q[j], h2f(k[i])));
-        }
-        const float s = __fmul_rn(warp_sum(d), p.scale);
-        const float mn = fmaxf(m, s);
-        const float corr = expf(m - mn);
-        const float e = expf(s - mn);
-        l = __fadd_rn(__fmul_rn(l, corr), e);
-#pragma unroll
-        for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
-            const int i = lane + 32 * j;
-            if (j < per && i < p.head_dim)
-                acc[j] = __fadd_rn(__fmul_rn(acc[j], corr), __fmul_rn(e, h2f(v[i])));
-        }
-        m = mn;
-    }
-    if (lane == 0) {
-        s_m[warp] = m;
-        s_l[warp] = l;
-    }
-#pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
-        const int i = lane + 32 * j;
-        if (j < per && i < p.head_dim) s_acc[warp][i] = acc[j];
-    }
-    __syncthreads();
-    float mx = NEG_INF;
-    for (int w = 0; w < ATTN_WARPS; ++w)
-        if (s_l[w] != 0.0f) mx = fmaxf(mx, s_m[w]);
-    float* out = p.part + ((size_t)h * p.splits + split) * (2 + p.head_dim);
-    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
-        float o = 0.0f;
-        for (int w = 0; w < ATTN_WARPS; ++w) {
-            if (s_l[w] == 0.0f) continue;  // a warp that saw no position
-            o = __fadd_rn(o, __fmul_rn(s_acc[w][i], expf(s_m[w] - mx)));
-        }
-        out[2 + i] = o;
-    }
-    if (threadIdx.x == 0) {
-        float tot = 0.0f;
-        for (int w = 0; w < ATTN_WARPS; ++w) {
-            if (s_l[w] == 0.0f) continue;
-            tot = __fadd_rn(tot, __fmul_rn(s_l[w], expf(s_m[w] - mx)));
-        }
-        out[0] = mx;
-        out[1] = tot;
-    }
+    attend(p.q + h * p.head_dim, p.kcache + kvh * p.head_dim, p.vcache + kvh * p.head_dim,
+           p.kv_dim, p.head_dim, len, p.scale, false, p.interleaved, p.out + h * p.head_dim);
 }
 
-extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention(AttnParams p) {
-    attention_partial(p);
+extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(AttnParams p) {
+    attention_step(p);
 }
-
-struct AttnCombineParams {
-    const float* part;  // [n_head, splits, 2 + head_dim]
-    float* out;         // [n_head * head_dim]
-    int head_dim;
-    int splits;
-};
-
-// Head h: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M). The partials are read
-// through L2 (__ldcg): in `attention_fused` other blocks wrote them during this launch.
-// Every split's (m, l) is loaded at once into shared memory and each thread's outputs of all
-// splits into registers before the sums (in split order), so the loads are not one chain.
-// At most ATTN_SPLITS splits (the launches always pass ATTN_SPLITS). Every thread calls it.
-__device__ __forceinline__ void combine_head(const AttnCombineParams& p, int h) {
-    __shared__ float s_pm[ATTN_SPLITS], s_pl[ATTN_SPLITS];
-    const int splits = p.splits < ATTN_SPLITS ? p.splits : ATTN_SPLITS;
-    const int stride = 2 + p.head_dim;
-    const float* part = p.part + (size_t)h * p.splits * stride;
-    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-        s_pm[s] = __ldcg(part + s * stride);
-        s_pl[s] = __ldcg(part + s * stride + 1);
-    }
-    __syncthreads();
-    float mx = NEG_INF;
-    for (int s = 0; s < splits; ++s)
-        if (s_pl[s] != 0.0f) mx = fmaxf(mx, s_pm[s]);
-    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
-        float ov[ATTN_SPLITS];
-#pragma unroll
-        for (int s = 0; s < ATTN_SPLITS; ++s) ov[s] = s < splits ? __ldcg(part + s * stride + 2 + i) : 0.0f;
-        float tot = 0.0f, o = 0.0f;
-#pragma unroll
-        for (int s = 0; s < ATTN_SPLITS; ++s) {
-            if (s >= splits || s_pl[s] == 0.0f) continue;  // a split that saw no position
-            const float f = expf(s_pm[s] - mx);
-            tot = __fadd_rn(tot, __fmul_rn(s_pl[s], f));
-            o = __fadd_rn(o, __fmul_rn(ov[s], f));
-        }
-        p.out[h * p.head_dim + i] = __fdiv_rn(o, tot);
-    }
-}
-
-// One block per head.
-extern "C" __global__ void __launch_bounds__(256) attention_combine(AttnCombineParams p) {
-    combine_head(p, blockIdx.x);
-}
-
 
 // =======================================================================================
 // Fused decode kernels (issue 26: fewer launches per token). Each is a product with the
@@ -709,7 +1053,6 @@ struct PrologueParams {
 // FUSE_WARPS warps only). The 8-bit blocks are `prep`'s arithmetic on the same values.
 __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8** q8,
                          BlockQ8K** q8k, float** x) {
-    __shared__ float red[PREP_THREADS / 32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
     BlockQ8* s8 = p.q8 ? (BlockQ8*)smem : nullptr;
     if (p.q8) smem += (p.n / QK) * sizeof(BlockQ8);
@@ -726,33 +1069,15 @@ __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8**
 #pragma unroll 4
     for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
         float v = p.in[i];
-        if (p.swiglu) v = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), p.in2[i]);
+        if (p.swiglu) v = silu_mul(v, p.in2[i]);
         sx[i] = v;
     }
     __syncthreads();
     if (p.norm) {
-        // Warp w plays virtual warps w, w + FUSE_WARPS, ...; their warp_sum butterflies are
-        // interleaved (independent chains), each the same additions as warp_sum.
-        constexpr int VW = PREP_THREADS / 32 / FUSE_WARPS;
-        float ss[VW];
-#pragma unroll
-        for (int k = 0; k < VW; ++k) {
-            ss[k] = 0.0f;
-            for (int i = (warp + k * FUSE_WARPS) * 32 + lane; i < p.n; i += PREP_THREADS)
-                ss[k] = __fadd_rn(ss[k], __fmul_rn(sx[i], sx[i]));
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-            for (int k = 0; k < VW; ++k) ss[k] += __shfl_xor_sync(0xffffffffu, ss[k], o);
-        }
-        if (lane == 0) {
-#pragma unroll
-            for (int k = 0; k < VW; ++k) red[warp + k * FUSE_WARPS] = ss[k];
-        }
+        __shared__ float s_scale;
+        if (threadIdx.x == 0) s_scale = rms_scale_seq(sx, p.n, p.eps);
         __syncthreads();
-        const float t = warp_sum(red[lane]);
-        const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(t, (float)p.n), p.eps)));
+        const float scale = s_scale;
 #pragma unroll
         for (int k = 0; k < PROLOGUE_REGS; ++k) {
             const int i = threadIdx.x + k * blockDim.x;
@@ -860,18 +1185,14 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) prep_matvec(PrepMa
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* x;
-    {
-        const int lane = threadIdx.x % 32;
-        int n = 0;
-        for (int r0 = blockIdx.x * FUSE_WARPS + threadIdx.x / 32;
-             r0 < p.rows_total && n < PREFETCH_ROWS; r0 += gridDim.x * FUSE_WARPS, ++n) {
-            int r = r0, k = 0;
-            while (k + 1 < p.nproj && r >= p.p[k].rows) {
-                r -= p.p[k].rows;
-                ++k;
-            }
-            prefetch_l2(p.p[k].w + (size_t)r * p.p[k].row_bytes, p.p[k].row_bytes, lane);
-        }
+    const int lane = threadIdx.x % 32, l = lane & 7;
+    // Rows of warp w: 4 per turn, one per 8-lane group (`row_dot8`).
+    const int first = (blockIdx.x * FUSE_WARPS + threadIdx.x / 32) * 4;
+    const int step = gridDim.x * FUSE_WARPS * 4;
+    for (int n = 0; n < PREFETCH_ROWS && first + n < p.rows_total; ++n) {
+        int r;
+        const int k = proj_of(p.p, p.nproj, p.rows_total, first + n, &r);
+        prefetch_l2(p.p[k].w + (size_t)r * p.p[k].row_bytes, p.p[k].row_bytes, lane);
     }
     dependency_wait();
     dependents_launch();
@@ -881,17 +1202,13 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) prep_matvec(PrepMa
     mp.q8 = q8;
     mp.q8k = q8k;
     mp.cols = p.in.n;
-    const int lane = threadIdx.x % 32;
-    for (int r0 = blockIdx.x * FUSE_WARPS + threadIdx.x / 32; r0 < p.rows_total;
-         r0 += gridDim.x * FUSE_WARPS) {
-        int r = r0, k = 0;
-        while (k + 1 < p.nproj && r >= p.p[k].rows) {
-            r -= p.p[k].rows;
-            ++k;
-        }
+    for (int base = first; base < p.rows_total; base += step) {
+        const int r0 = base + lane / 8;
+        int r;
+        const int k = proj_of(p.p, p.nproj, p.rows_total, r0, &r);
         const Proj& pr = p.p[k];
-        const float dot = row_dot(mp, pr, pr.w + (size_t)r * pr.row_bytes, lane);
-        if (lane == 0) {
+        const float dot = row_dot(mp, pr, pr.w + (size_t)r * pr.row_bytes, l);
+        if (r0 < p.rows_total && l == 0) {
             float v = dot;
             if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
             pr.out[r] = pr.accumulate ? __fadd_rn(pr.out[r], v) : v;
@@ -910,14 +1227,16 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) prep_matvec(PrepMa
 struct QkvRopeParams {
     PrologueParams in;
     Proj p[3];                // Q, K, V (rows n_head * head_dim, kv_dim, kv_dim)
-    const float* inv_freq;    // [head_dim / 2]
+    const float* angles;      // [n_ctx, head_dim] as `rope`'s
     const DecodeState* state;
     uint16_t* kcache;         // [n_ctx, kv_dim] f16 of this layer
     uint16_t* vcache;
     int n_head;
     int n_kv;
     int head_dim;
-    int items;                // (n_head + n_kv) * head_dim / 2 + n_kv * head_dim
+    int items;                // (n_head + n_kv) * head_dim / 2 + n_kv * head_dim / 2
+    int form;                 // ROPE_FUSED | ROPE_INTERLEAVED
+    int pad;
 };
 
 extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopeParams p) {
@@ -925,25 +1244,25 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopePa
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* x;
-    const int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % 32, l = lane & 7;
     const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
     const int q_pairs = p.n_head * half, k_pairs = p.n_kv * half;
-    {
-        int n = 0;
-        for (int it = blockIdx.x * FUSE_WARPS + threadIdx.x / 32; it < p.items && n < PREFETCH_ROWS;
-             it += gridDim.x * FUSE_WARPS, ++n) {
-            if (it < q_pairs + k_pairs) {
-                const bool is_k = it >= q_pairs;
-                const int t = is_k ? it - q_pairs : it;
-                const int ra = (t / half) * p.head_dim + t % half;
-                const Proj& pr = is_k ? p.p[1] : p.p[0];
-                prefetch_l2(pr.w + (size_t)ra * pr.row_bytes, pr.row_bytes, lane);
-                prefetch_l2(pr.w + (size_t)(ra + half) * pr.row_bytes, pr.row_bytes, lane);
-            } else {
-                const Proj& pr = p.p[2];
-                const int r = it - q_pairs - k_pairs;
-                prefetch_l2(pr.w + (size_t)r * pr.row_bytes, pr.row_bytes, lane);
-            }
+    // Items of warp w: 4 per turn, one per 8-lane group.
+    const int first = (blockIdx.x * FUSE_WARPS + threadIdx.x / 32) * 4;
+    const int step = gridDim.x * FUSE_WARPS * 4;
+    for (int n = 0; n < PREFETCH_ROWS && first + n < p.items; ++n) {
+        const int it = first + n;
+        if (it < q_pairs + k_pairs) {
+            const bool is_k = it >= q_pairs;
+            const int t = is_k ? it - q_pairs : it;
+            const int ra = (t / half) * p.head_dim + t % half;
+            const Proj& pr = is_k ? p.p[1] : p.p[0];
+            prefetch_l2(pr.w + (size_t)ra * pr.row_bytes, pr.row_bytes, lane);
+            prefetch_l2(pr.w + (size_t)(ra + half) * pr.row_bytes, pr.row_bytes, lane);
+        } else {
+            const Proj& pr = p.p[2];
+            const int r = 2 * (it - q_pairs - k_pairs);
+            prefetch_l2(pr.w + (size_t)r * pr.row_bytes, 2 * pr.row_bytes, lane);
         }
     }
     dependency_wait();
@@ -955,83 +1274,63 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopePa
     mp.q8k = q8k;
     mp.cols = p.in.n;
     const uint32_t pos = p.state->pos;
-    for (int it = blockIdx.x * FUSE_WARPS + threadIdx.x / 32; it < p.items;
-         it += gridDim.x * FUSE_WARPS) {
-        if (it < q_pairs + k_pairs) {
-            const bool is_k = it >= q_pairs;
+    const float* ang = p.angles + (size_t)pos * p.head_dim;
+    const int il = p.form & ROPE_INTERLEAVED;
+    for (int base = first; base < p.items; base += step) {
+        const int it0 = base + lane / 8;
+        const bool on = it0 < p.items;
+        const int it = on ? it0 : p.items - 1;
+        // Every item is two rows (a rotated pair of Q or K, or V rows 2v, 2v + 1), so every
+        // group computes two dot products at the same place (their trees shuffle).
+        const bool is_v = it >= q_pairs + k_pairs;
+        const bool is_k = !is_v && it >= q_pairs;
+        int ra, rb, h = 0, i = 0;
+        if (is_v) {
+            ra = 2 * (it - q_pairs - k_pairs);
+            rb = ra + 1;
+        } else {
             const int t = is_k ? it - q_pairs : it;
-            const int h = t / half, i = t % half;
-            const int ra = h * p.head_dim + i, rb = ra + half;
-            const Proj pr = is_k ? p.p[1] : p.p[0];
-            const float da = row_dot(mp, pr, pr.w + (size_t)ra * pr.row_bytes, lane);
-            const float db = row_dot(mp, pr, pr.w + (size_t)rb * pr.row_bytes, lane);
-            if (lane == 0) {
-                float a = da, b = db;
-                if (pr.bias) {
-                    a = __fadd_rn(a, pr.bias[ra]);
-                    b = __fadd_rn(b, pr.bias[rb]);
-                }
-                const float ang = __fmul_rn((float)pos, p.inv_freq[i]);
-                float s, c;
-                sincosf(ang, &s, &c);
-                const float na = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-                const float nb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+            h = t / half;
+            i = t % half;
+            ra = h * p.head_dim + i;
+            rb = ra + half;
+        }
+        const Proj& pr = is_v ? p.p[2] : (is_k ? p.p[1] : p.p[0]);
+        const float da = row_dot(mp, pr, pr.w + (size_t)ra * pr.row_bytes, l);
+        const float db = row_dot(mp, pr, pr.w + (size_t)rb * pr.row_bytes, l);
+        if (on && l == 0) {
+            float a = da, b = db;
+            if (pr.bias) {
+                a = __fadd_rn(a, pr.bias[ra]);
+                b = __fadd_rn(b, pr.bias[rb]);
+            }
+            if (is_v) {
+                pr.out[ra] = a;
+                pr.out[rb] = b;
+                p.vcache[(size_t)pos * kv_dim + ra] = f2h(a);
+                p.vcache[(size_t)pos * kv_dim + rb] = f2h(b);
+            } else {
+                float na, nb;
+                rope_pair(a, b, ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb);
                 pr.out[ra] = na;
                 pr.out[rb] = nb;
                 if (is_k) {
-                    const size_t at = (size_t)pos * kv_dim;
-                    p.kcache[at + ra] = f2h(na);
-                    p.kcache[at + rb] = f2h(nb);
+                    const size_t at = (size_t)pos * kv_dim + h * p.head_dim;
+                    p.kcache[at + lane_slot(i, half, il)] = f2h(na);
+                    p.kcache[at + lane_slot(i + half, half, il)] = f2h(nb);
                 }
-            }
-        } else {
-            const int r = it - q_pairs - k_pairs;
-            const Proj& pr = p.p[2];
-            const float d = row_dot(mp, pr, pr.w + (size_t)r * pr.row_bytes, lane);
-            if (lane == 0) {
-                float v = d;
-                if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
-                pr.out[r] = v;
-                p.vcache[(size_t)pos * kv_dim + r] = f2h(v);
             }
         }
     }
 }
 
 // ---------------------------------------------------------------------------------------
-// attention_fused: `attention` + `attention_combine` in one launch. Each block writes its
-// partial as `attention` does, then counts itself in arrived[head] (after a fence); the
-// last block of a head combines the head's splits (`attention_combine`'s arithmetic, the
-// splits in order) and resets the count to 0 for the next launch. `arrived` (n_head u32)
-// is zeroed once at load.
+// attention_fused: `attention` as a (programmatic dependent) launch of the fused step.
 // ---------------------------------------------------------------------------------------
-struct AttnFusedParams {
-    AttnParams a;
-    float* out;           // [n_head * head_dim]
-    uint32_t* arrived;    // [n_head]
-};
-
-extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention_fused(AttnFusedParams p) {
-    __shared__ int s_last;
+extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_fused(AttnParams p) {
     dependency_wait();
     dependents_launch();
-    attention_partial(p.a);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const uint32_t before = atomicAdd(p.arrived + blockIdx.x, 1u);
-        s_last = before + 1 == (uint32_t)p.a.splits;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    AttnCombineParams c;
-    c.part = p.a.part;
-    c.out = p.out;
-    c.head_dim = p.a.head_dim;
-    c.splits = p.a.splits;
-    combine_head(c, blockIdx.x);
-    if (threadIdx.x == 0) p.arrived[blockIdx.x] = 0;
+    attention_step(p);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1623,10 +1922,6 @@ __device__ __forceinline__ bool chunk_rows(const DecodeState* s, int chunk, int 
     return true;
 }
 
-// Four bytes at a 2-byte aligned address as one little-endian word.
-__device__ __forceinline__ int ld32_2(const uint8_t* p) {
-    return (int)((uint32_t)ld16(p) | ((uint32_t)ld16(p + 2) << 16));
-}
 
 // ---------------------------------------------------------------------------------------
 // embed_chunk: row t = the table row of prompt[start + t]. Grid (chunk), 256 threads.
@@ -1683,25 +1978,19 @@ struct PrepChunkParams {
 // The body of `prep` for one row (the same operations in the same order).
 __device__ void prep_row(const float* in, const float* in2, const float* weight, float* out,
                          BlockQ8* q8, BlockQ8K* q8k, int n, float eps, int swiglu) {
-    __shared__ float red[PREP_THREADS / 32];
     __shared__ float s_scale;
+    __shared__ float s_x[PREP_STAGE];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    float ss = 0.0f;
+    const bool staged = n <= PREP_STAGE;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float v = in[i];
-        if (swiglu) v = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), in2[i]);
-        ss = __fadd_rn(ss, __fmul_rn(v, v));
+        if (swiglu) v = silu_mul(v, in2[i]);
         out[i] = v;
+        if (staged) s_x[i] = v;
     }
     if (weight) {
-        ss = warp_sum(ss);
-        if (lane == 0) red[warp] = ss;
         __syncthreads();
-        if (warp == 0) {
-            float t = lane < nwarps ? red[lane] : 0.0f;
-            t = warp_sum(t);
-            if (lane == 0) s_scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(t, (float)n), eps)));
-        }
+        if (threadIdx.x == 0) s_scale = rms_scale_seq(staged ? s_x : out, n, eps);
         __syncthreads();
         const float scale = s_scale;
         for (int i = threadIdx.x; i < n; i += blockDim.x)
@@ -1775,10 +2064,9 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) prep_chunk(PrepChunkP
 
 // ---------------------------------------------------------------------------------------
 // matmul_chunk: up to three projections of the chunk's rows. Grid (ceil(rows_total /
-// MM_WARPS), ceil(rows / tok_per_warp)); one warp per output row and tok_per_warp tokens, in
-// groups of MM_TOK: each weight block is read once for the MM_TOK tokens of a group (from L1
-// for the later groups), each token's sum formed exactly as `row_dot` (lane l takes blocks
-// l, l + 32, ...; `warp_sum` at the end).
+// MM_ROWS), ceil(rows / tok_per_warp)); one 8-lane group per output row (4 per warp) and
+// tok_per_warp tokens, in groups of MM_TOK: each weight block is read once for the MM_TOK
+// tokens of a group, each token's sum formed exactly as the decode step's (`row_dot8`).
 // ---------------------------------------------------------------------------------------
 struct ProjChunk {
     const uint8_t* w;
@@ -1810,16 +2098,17 @@ struct MatMulChunkParams {
     int pad;
 };
 
+#define MM_ROWS (MM_WARPS * 4)
 extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk(MatMulChunkParams p) {
     int lo, hi;
     if (!chunk_rows(p.state, p.chunk, p.last, &lo, &hi)) return;
     const int tw = lo + blockIdx.y * p.tok_per_warp;
     if (tw >= hi) return;
     const int tend = min(hi, tw + p.tok_per_warp);
-    const int lane = threadIdx.x % 32;
-    int r = blockIdx.x * MM_WARPS + threadIdx.x / 32;
-    if (r >= p.rows_total) return;
-    int k = 0;
+    const int l = threadIdx.x & 7;
+    if (blockIdx.x * MM_ROWS + (threadIdx.x / 32) * 4 >= p.rows_total) return;  // whole warps
+    const int r0 = blockIdx.x * MM_ROWS + threadIdx.x / 8;
+    int r = r0 < p.rows_total ? r0 : p.rows_total - 1, k = 0;
     while (k + 1 < p.nproj && r >= p.p[k].rows) {
         r -= p.p[k].rows;
         ++k;
@@ -1827,340 +2116,20 @@ extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk(MatMulC
     const ProjChunk& pr = p.p[k];
     const uint8_t* w = pr.w + (size_t)r * pr.row_bytes;
     for (int t0 = tw; t0 < tend; t0 += MM_TOK) {
-    const int cnt = min(MM_TOK, tend - t0);
-    float acc[MM_TOK];
+        const int cnt = min(MM_TOK, tend - t0);
+        float o[MM_TOK];
+        row_dot8<MM_TOK>(pr.type, w, p.cols, p.x + (size_t)t0 * p.x_stride, p.x_stride,
+                         p.q8 + (size_t)t0 * p.q8_stride, p.q8_stride,
+                         p.q8k + (size_t)t0 * p.q8k_stride, p.q8k_stride, l, cnt, o);
+        if (r0 < p.rows_total && l == 0) {
 #pragma unroll
-    for (int j = 0; j < MM_TOK; ++j) acc[j] = 0.0f;
-    switch (pr.type) {
-        case T_F32:
-        case T_F16:
-        case T_BF16:
-            for (int i = lane; i < p.cols; i += 32) {
-                float wv;
-                if (pr.type == T_F32) wv = ((const float*)w)[i];
-                else if (pr.type == T_F16) wv = h2f(ld16(w + 2 * i));
-                else wv = bf2f(ld16(w + 2 * i));
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j)
-                    if (j < cnt)
-                        acc[j] = __fadd_rn(acc[j], __fmul_rn(wv, p.x[(size_t)(t0 + j) * p.x_stride + i]));
+            for (int j = 0; j < MM_TOK; ++j) {
+                if (j >= cnt) break;
+                float v = o[j];
+                if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
+                float* out = pr.out + (size_t)(t0 + j) * pr.out_stride + r;
+                *out = pr.accumulate ? __fadd_rn(*out, v) : v;
             }
-            break;
-        case T_Q8_0:
-        case T_Q4_0:
-        case T_Q4_1: {
-            const int bb = pr.type == T_Q8_0 ? 34 : (pr.type == T_Q4_0 ? 18 : 20);
-            for (int b = lane; b < p.cols / QK; b += 32) {
-                const uint8_t* blk = w + b * bb;
-                const float dw = h2f(ld16(blk));
-                int wq[8];
-                if (pr.type == T_Q8_0) {
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) wq[e] = ld32_2(blk + 2 + 4 * e);
-                } else {
-                    const uint8_t* qs = blk + (pr.type == T_Q4_0 ? 2 : 4);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const uint32_t v = (uint32_t)ld32_2(qs + 4 * e);
-                        uint32_t lo4 = v & 0x0F0F0F0Fu, hi4 = (v >> 4) & 0x0F0F0F0Fu;
-                        if (pr.type == T_Q4_0) {
-                            lo4 = __vsub4(lo4, 0x08080808u);
-                            hi4 = __vsub4(hi4, 0x08080808u);
-                        }
-                        wq[e] = (int)lo4;
-                        wq[4 + e] = (int)hi4;
-                    }
-                }
-                const float mw = pr.type == T_Q4_1 ? h2f(ld16(blk + 2)) : 0.0f;
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j) {
-                    if (j >= cnt) break;
-                    const BlockQ8& a = p.q8[(size_t)(t0 + j) * p.q8_stride + b];
-                    const int* aq = (const int*)a.qs;
-                    int s = 0;
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) s = __dp4a(wq[e], aq[e], s);
-                    const float t = __fmul_rn(__fmul_rn(dw, a.d), (float)s);
-                    acc[j] = pr.type == T_Q4_1 ? __fadd_rn(acc[j], __fadd_rn(t, __fmul_rn(mw, a.s)))
-                                               : __fadd_rn(acc[j], t);
-                }
-            }
-            break;
-        }
-        case T_Q4_K:
-            for (int b = lane; b < p.cols / QK_K; b += 32) {
-                const uint8_t* blk = w + b * 144;
-                int sumi[MM_TOK], summ[MM_TOK];
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j) sumi[j] = summ[j] = 0;
-                for (int sb = 0; sb < 8; ++sb) {
-                    int sc, mn;
-                    q4k_scale_min(blk + 4, sb, &sc, &mn);
-                    const uint8_t* qs = blk + 16 + 32 * (sb / 2);
-                    const int shift = 4 * (sb % 2);
-                    int wq[8];
-#pragma unroll
-                    for (int e = 0; e < 8; ++e)
-                        wq[e] = (int)(((uint32_t)ld32_2(qs + 4 * e) >> shift) & 0x0F0F0F0Fu);
-#pragma unroll
-                    for (int j = 0; j < MM_TOK; ++j) {
-                        if (j >= cnt) break;
-                        const BlockQ8K& a = p.q8k[(size_t)(t0 + j) * p.q8k_stride + b];
-                        const int* aq = (const int*)(a.qs + 32 * sb);
-                        int s = 0;
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) s = __dp4a(wq[e], aq[e], s);
-                        sumi[j] += sc * s;
-                        summ[j] += mn * ((int)a.bsums[2 * sb] + (int)a.bsums[2 * sb + 1]);
-                    }
-                }
-                const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j) {
-                    if (j >= cnt) break;
-                    const float ad = p.q8k[(size_t)(t0 + j) * p.q8k_stride + b].d;
-                    const float t1 = __fmul_rn(__fmul_rn(ad, d), (float)sumi[j]);
-                    const float t2 = __fmul_rn(__fmul_rn(ad, dmin), (float)summ[j]);
-                    acc[j] = __fadd_rn(acc[j], __fsub_rn(t1, t2));
-                }
-            }
-            break;
-        case T_Q6_K:
-            for (int b = lane; b < p.cols / QK_K; b += 32) {
-                const uint8_t* blk = w + b * 210;
-                int sumi[MM_TOK];
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j) sumi[j] = 0;
-                for (int g = 0; g < 16; ++g) {
-                    const int half = g / 8, kk = (g % 8) / 2, l0 = 16 * (g % 2);
-                    const uint8_t* ql = blk + 64 * half + (kk & 1 ? 32 : 0) + l0;
-                    const uint8_t* qh = blk + 128 + 32 * half + l0;
-                    const int shift = kk >= 2 ? 4 : 0;
-                    int wq[4];
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const uint32_t lo4 = ((uint32_t)ld32_2(ql + 4 * e) >> shift) & 0x0F0F0F0Fu;
-                        const uint32_t hi2 = (((uint32_t)ld32_2(qh + 4 * e) >> (2 * kk)) & 0x03030303u) << 4;
-                        wq[e] = (int)__vsub4(lo4 | hi2, 0x20202020u);
-                    }
-                    const int sc = (int)(int8_t)blk[192 + g];
-#pragma unroll
-                    for (int j = 0; j < MM_TOK; ++j) {
-                        if (j >= cnt) break;
-                        const BlockQ8K& a = p.q8k[(size_t)(t0 + j) * p.q8k_stride + b];
-                        const int* aq = (const int*)(a.qs + 16 * g);
-                        int s = 0;
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) s = __dp4a(wq[e], aq[e], s);
-                        sumi[j] += sc * s;
-                    }
-                }
-                const float d = h2f(ld16(blk + 208));
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j) {
-                    if (j >= cnt) break;
-                    const float ad = p.q8k[(size_t)(t0 + j) * p.q8k_stride + b].d;
-                    acc[j] = __fadd_rn(acc[j], __fmul_rn(__fmul_rn(ad, d), (float)sumi[j]));
-                }
-            }
-            break;
-        default:
-#pragma unroll
-            for (int j = 0; j < MM_TOK; ++j) acc[j] = __int_as_float(0x7fc00000);
-            break;
-    }
-#pragma unroll
-    for (int j = 0; j < MM_TOK; ++j) {
-        if (j >= cnt) break;
-        const float dot = warp_sum(acc[j]);
-        if (lane == 0) {
-            float v = dot;
-            if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
-            float* o = pr.out + (size_t)(t0 + j) * pr.out_stride + r;
-            *o = pr.accumulate ? __fadd_rn(*o, v) : v;
-        }
-    }
-    }  // token groups
-}
-
-// ---------------------------------------------------------------------------------------
-// matmul_chunk_staged (opt-in: TETHER_LLM_PREFILL_STAGED=1; NOT YET RUN ON A GPU):
-// `matmul_chunk` for ggml block weights (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) and MM_TOK tokens per
-// block, with the tokens' activation blocks copied into shared memory once per block (its 4
-// rows share them) and the tokens' loads independent of each other (tokens past the chunk
-// read zero blocks and are not stored). Each token's sum is formed as in `matmul_chunk`.
-// Dynamic shared memory: MM_TOK * (cols / 32 * 40 [Q8 weights] + cols / 256 * 292 [K weights]).
-// ---------------------------------------------------------------------------------------
-__device__ __forceinline__ bool is_q8_type(int t) { return t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1; }
-
-extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk_staged(MatMulChunkParams p) {
-    extern __shared__ int s_act[];
-    int lo, hi;
-    if (!chunk_rows(p.state, p.chunk, p.last, &lo, &hi)) return;
-    const int t0 = lo + blockIdx.y * MM_TOK;
-    if (t0 >= hi) return;
-    const int cnt = min(MM_TOK, hi - t0);
-    bool need8 = false, need8k = false;
-    for (int q = 0; q < p.nproj; ++q) {
-        if (is_q8_type(p.p[q].type)) need8 = true;
-        else need8k = true;
-    }
-    const int nb8 = p.cols / QK, nb8k = p.cols / QK_K;
-    const int per8 = nb8 * (int)(sizeof(BlockQ8) / 4), per8k = nb8k * (int)(sizeof(BlockQ8K) / 4);
-    int* s8 = s_act;
-    int* s8k = s_act + (need8 ? MM_TOK * per8 : 0);
-    if (need8)
-        for (int i = threadIdx.x; i < MM_TOK * per8; i += blockDim.x) {
-            const int j = i / per8, k = i % per8;
-            s8[i] = j < cnt ? ((const int*)(p.q8 + (size_t)(t0 + j) * p.q8_stride))[k] : 0;
-        }
-    if (need8k)
-        for (int i = threadIdx.x; i < MM_TOK * per8k; i += blockDim.x) {
-            const int j = i / per8k, k = i % per8k;
-            s8k[i] = j < cnt ? ((const int*)(p.q8k + (size_t)(t0 + j) * p.q8k_stride))[k] : 0;
-        }
-    __syncthreads();
-    const BlockQ8* a8 = (const BlockQ8*)s8;
-    const BlockQ8K* a8k = (const BlockQ8K*)s8k;
-    const int lane = threadIdx.x % 32;
-    int r = blockIdx.x * MM_WARPS + threadIdx.x / 32;
-    if (r >= p.rows_total) return;
-    int k = 0;
-    while (k + 1 < p.nproj && r >= p.p[k].rows) {
-        r -= p.p[k].rows;
-        ++k;
-    }
-    const ProjChunk& pr = p.p[k];
-    const uint8_t* w = pr.w + (size_t)r * pr.row_bytes;
-    float acc[MM_TOK];
-#pragma unroll
-    for (int j = 0; j < MM_TOK; ++j) acc[j] = 0.0f;
-    switch (pr.type) {
-        case T_Q8_0:
-        case T_Q4_0:
-        case T_Q4_1: {
-            const int bb = pr.type == T_Q8_0 ? 34 : (pr.type == T_Q4_0 ? 18 : 20);
-            for (int b = lane; b < nb8; b += 32) {
-                const uint8_t* blk = w + b * bb;
-                const float dw = h2f(ld16(blk));
-                int wq[8];
-                if (pr.type == T_Q8_0) {
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) wq[e] = ld32_2(blk + 2 + 4 * e);
-                } else {
-                    const uint8_t* qs = blk + (pr.type == T_Q4_0 ? 2 : 4);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const uint32_t v = (uint32_t)ld32_2(qs + 4 * e);
-                        uint32_t lo4 = v & 0x0F0F0F0Fu, hi4 = (v >> 4) & 0x0F0F0F0Fu;
-                        if (pr.type == T_Q4_0) {
-                            lo4 = __vsub4(lo4, 0x08080808u);
-                            hi4 = __vsub4(hi4, 0x08080808u);
-                        }
-                        wq[e] = (int)lo4;
-                        wq[4 + e] = (int)hi4;
-                    }
-                }
-                const float mw = pr.type == T_Q4_1 ? h2f(ld16(blk + 2)) : 0.0f;
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j) {
-                    const BlockQ8& a = a8[j * nb8 + b];
-                    const int* aq = (const int*)a.qs;
-                    int s = 0;
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) s = __dp4a(wq[e], aq[e], s);
-                    const float t = __fmul_rn(__fmul_rn(dw, a.d), (float)s);
-                    acc[j] = pr.type == T_Q4_1 ? __fadd_rn(acc[j], __fadd_rn(t, __fmul_rn(mw, a.s)))
-                                               : __fadd_rn(acc[j], t);
-                }
-            }
-            break;
-        }
-        case T_Q4_K:
-            for (int b = lane; b < nb8k; b += 32) {
-                const uint8_t* blk = w + b * 144;
-                int sumi[MM_TOK], summ[MM_TOK];
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j) sumi[j] = summ[j] = 0;
-                for (int sb = 0; sb < 8; ++sb) {
-                    int sc, mn;
-                    q4k_scale_min(blk + 4, sb, &sc, &mn);
-                    const uint8_t* qs = blk + 16 + 32 * (sb / 2);
-                    const int shift = 4 * (sb % 2);
-                    int wq[8];
-#pragma unroll
-                    for (int e = 0; e < 8; ++e)
-                        wq[e] = (int)(((uint32_t)ld32_2(qs + 4 * e) >> shift) & 0x0F0F0F0Fu);
-#pragma unroll
-                    for (int j = 0; j < MM_TOK; ++j) {
-                        const BlockQ8K& a = a8k[j * nb8k + b];
-                        const int* aq = (const int*)(a.qs + 32 * sb);
-                        int s = 0;
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) s = __dp4a(wq[e], aq[e], s);
-                        sumi[j] += sc * s;
-                        summ[j] += mn * ((int)a.bsums[2 * sb] + (int)a.bsums[2 * sb + 1]);
-                    }
-                }
-                const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j) {
-                    const float ad = a8k[j * nb8k + b].d;
-                    const float t1 = __fmul_rn(__fmul_rn(ad, d), (float)sumi[j]);
-                    const float t2 = __fmul_rn(__fmul_rn(ad, dmin), (float)summ[j]);
-                    acc[j] = __fadd_rn(acc[j], __fsub_rn(t1, t2));
-                }
-            }
-            break;
-        case T_Q6_K:
-            for (int b = lane; b < nb8k; b += 32) {
-                const uint8_t* blk = w + b * 210;
-                int sumi[MM_TOK];
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j) sumi[j] = 0;
-                for (int g = 0; g < 16; ++g) {
-                    const int half = g / 8, kk = (g % 8) / 2, l0 = 16 * (g % 2);
-                    const uint8_t* ql = blk + 64 * half + (kk & 1 ? 32 : 0) + l0;
-                    const uint8_t* qh = blk + 128 + 32 * half + l0;
-                    const int shift = kk >= 2 ? 4 : 0;
-                    int wq[4];
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const uint32_t lo4 = ((uint32_t)ld32_2(ql + 4 * e) >> shift) & 0x0F0F0F0Fu;
-                        const uint32_t hi2 = (((uint32_t)ld32_2(qh + 4 * e) >> (2 * kk)) & 0x03030303u) << 4;
-                        wq[e] = (int)__vsub4(lo4 | hi2, 0x20202020u);
-                    }
-                    const int sc = (int)(int8_t)blk[192 + g];
-#pragma unroll
-                    for (int j = 0; j < MM_TOK; ++j) {
-                        const int* aq = (const int*)(a8k[j * nb8k + b].qs + 16 * g);
-                        int s = 0;
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) s = __dp4a(wq[e], aq[e], s);
-                        sumi[j] += sc * s;
-                    }
-                }
-                const float d = h2f(ld16(blk + 208));
-#pragma unroll
-                for (int j = 0; j < MM_TOK; ++j) {
-                    const float ad = a8k[j * nb8k + b].d;
-                    acc[j] = __fadd_rn(acc[j], __fmul_rn(__fmul_rn(ad, d), (float)sumi[j]));
-                }
-            }
-            break;
-        default:
-#pragma unroll
-            for (int j = 0; j < MM_TOK; ++j) acc[j] = __int_as_float(0x7fc00000);
-            break;
-    }
-#pragma unroll
-    for (int j = 0; j < MM_TOK; ++j) {
-        const float dot = warp_sum(acc[j]);
-        if (lane == 0 && j < cnt) {
-            float v = dot;
-            if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
-            float* o = pr.out + (size_t)(t0 + j) * pr.out_stride + r;
-            *o = pr.accumulate ? __fadd_rn(*o, v) : v;
         }
     }
 }
@@ -2189,10 +2158,8 @@ extern "C" __global__ void __launch_bounds__(128) head_norm_chunk(HeadNormChunkP
     const int h = blockIdx.x * 4 + threadIdx.x / 32;
     if (h >= p.heads) return;
     float* x = p.x + (size_t)t * p.stride + h * p.head_dim;
-    float ss = 0.0f;
-    for (int i = lane; i < p.head_dim; i += 32) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
-    ss = warp_sum(ss);
-    const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(ss, (float)p.head_dim), p.eps)));
+    float scale = lane == 0 ? rms_scale_seq(x, p.head_dim, p.eps) : 0.0f;
+    scale = __shfl_sync(0xffffffffu, scale, 0);
     for (int i = lane; i < p.head_dim; i += 32) x[i] = __fmul_rn(__fmul_rn(x[i], scale), p.weight[i]);
 }
 
@@ -2202,7 +2169,7 @@ extern "C" __global__ void __launch_bounds__(128) head_norm_chunk(HeadNormChunkP
 // ---------------------------------------------------------------------------------------
 struct RopeChunkParams {
     float* x;
-    const float* inv_freq;
+    const float* angles;  // [n_ctx, head_dim] as `rope`'s
     const DecodeState* state;
     uint16_t* kcache;  // or null
     uint16_t* vcache;
@@ -2213,6 +2180,8 @@ struct RopeChunkParams {
     int x_stride;  // floats per row of x
     int v_stride;  // floats per row of v
     int chunk;
+    int form;      // ROPE_FUSED | ROPE_INTERLEAVED
+    int pad;
 };
 
 extern "C" __global__ void __launch_bounds__(128) rope_chunk(RopeChunkParams p) {
@@ -2226,166 +2195,59 @@ extern "C" __global__ void __launch_bounds__(128) rope_chunk(RopeChunkParams p) 
     const int h = t / half, i = t % half;
     const uint32_t pos = start + row;
     float* x = p.x + (size_t)row * p.x_stride + h * p.head_dim;
-    const float ang = __fmul_rn((float)pos, p.inv_freq[i]);
-    float s, c;
-    sincosf(ang, &s, &c);
-    const float a = x[i], b = x[i + half];
-    const float na = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    const float nb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    const float* ang = p.angles + (size_t)pos * p.head_dim;
+    float na, nb;
+    rope_pair(x[i], x[i + half], ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb);
     x[i] = na;
     x[i + half] = nb;
     if (p.kcache) {
+        const int il = p.form & ROPE_INTERLEAVED;
         const float* v = p.v + (size_t)row * p.v_stride;
         const size_t at = (size_t)pos * p.kv_dim + h * p.head_dim;
-        p.kcache[at + i] = f2h(na);
-        p.kcache[at + i + half] = f2h(nb);
+        p.kcache[at + lane_slot(i, half, il)] = f2h(na);
+        p.kcache[at + lane_slot(i + half, half, il)] = f2h(nb);
         p.vcache[at + i] = f2h(v[h * p.head_dim + i]);
         p.vcache[at + i + half] = f2h(v[h * p.head_dim + i + half]);
     }
 }
 
 // ---------------------------------------------------------------------------------------
-// attention_chunk: `attention` of row t over cache positions 0 ..= start + t (causal).
-// Grid (n_head, splits, chunk), ATTN_WARPS warps: the same warps take the same positions as
-// in the decode step; a split that sees no position writes nothing (and
-// attention_combine_chunk reads only the splits that saw one, as the decode step skips
-// them).
+// attention_chunk: `attend` of row t (position start + t) over positions 0 ..= start + t
+// (causal). Grid (n_head, chunk), ATT_THREADS threads. The order is the CPU engine's for the
+// prompt cut into forward chunks of `batch` tokens (generate.rs `prefill`: llama.cpp's
+// n_ubatch): Gemm, except for a token alone in its chunk (Gemv): every token with
+// batch 1, else the prompt's last token when it starts a chunk.
 // ---------------------------------------------------------------------------------------
 struct AttnChunkParams {
-    const float* q;
+    const float* q;        // [chunk, q_stride], Hugging Face lane order
     const uint16_t* kcache;
     const uint16_t* vcache;
-    float* part;  // [chunk, n_head, splits, 2 + head_dim]
+    float* out;            // [chunk, q_stride]
     const DecodeState* state;
     int n_head;
     int n_kv;
     int head_dim;
     int kv_dim;
     float scale;
-    int splits;
-    int q_stride;  // floats per row of q
+    int batch;             // the CPU engine's prompt tokens per forward chunk (>= 1)
+    int q_stride;          // floats per row of q and out
     int chunk;
-};
-
-extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention_chunk(AttnChunkParams p) {
-    __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
-    __shared__ float s_acc[ATTN_WARPS][MAX_HEAD_DIM];
-    uint32_t start;
-    const int n = chunk_tokens(p.state, p.chunk, &start);
-    const int row = blockIdx.z;
-    if (row >= n) return;
-    const int len = (int)start + row + 1;
-    const int split = blockIdx.y;
-    if (split * ATTN_WARPS >= len) return;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int h = blockIdx.x;
-    const int kvh = h / (p.n_head / p.n_kv);
-    const int per = (p.head_dim + 31) / 32;
-    const int stride = ATTN_WARPS * p.splits;
-    const float* qrow = p.q + (size_t)row * p.q_stride;
-    float q[MAX_HEAD_DIM / 32], acc[MAX_HEAD_DIM / 32];
-#pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
-        const int i = lane + 32 * j;
-        q[j] = (j < per && i < p.head_dim) ? qrow[h * p.head_dim + i] : 0.0f;
-        acc[j] = 0.0f;
-    }
-    float m = NEG_INF, l = 0.0f;
-    for (int t = split * ATTN_WARPS + warp; t < len; t += stride) {
-        const uint16_t* k = p.kcache + (size_t)t * p.kv_dim + kvh * p.head_dim;
-        const uint16_t* v = p.vcache + (size_t)t * p.kv_dim + kvh * p.head_dim;
-        float d = 0.0f;
-#pragma unroll
-        for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
-            const int i = lane + 32 * j;
-            if (j < per && i < p.head_dim) d = __fadd_rn(d, __fmul_rn(q[j], h2f(k[i])));
-        }
-        const float s = __fmul_rn(warp_sum(d), p.scale);
-        const float mn = fmaxf(m, s);
-        const float corr = expf(m - mn);
-        const float e = expf(s - mn);
-        l = __fadd_rn(__fmul_rn(l, corr), e);
-#pragma unroll
-        for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
-            const int i = lane + 32 * j;
-            if (j < per && i < p.head_dim)
-                acc[j] = __fadd_rn(__fmul_rn(acc[j], corr), __fmul_rn(e, h2f(v[i])));
-        }
-        m = mn;
-    }
-    if (lane == 0) {
-        s_m[warp] = m;
-        s_l[warp] = l;
-    }
-#pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
-        const int i = lane + 32 * j;
-        if (j < per && i < p.head_dim) s_acc[warp][i] = acc[j];
-    }
-    __syncthreads();
-    float mx = NEG_INF;
-    for (int w = 0; w < ATTN_WARPS; ++w)
-        if (s_l[w] != 0.0f) mx = fmaxf(mx, s_m[w]);
-    float* out = p.part + (((size_t)row * p.n_head + h) * p.splits + split) * (2 + p.head_dim);
-    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
-        float o = 0.0f;
-        for (int w = 0; w < ATTN_WARPS; ++w) {
-            if (s_l[w] == 0.0f) continue;
-            o = __fadd_rn(o, __fmul_rn(s_acc[w][i], expf(s_m[w] - mx)));
-        }
-        out[2 + i] = o;
-    }
-    if (threadIdx.x == 0) {
-        float tot = 0.0f;
-        for (int w = 0; w < ATTN_WARPS; ++w) {
-            if (s_l[w] == 0.0f) continue;
-            tot = __fadd_rn(tot, __fmul_rn(s_l[w], expf(s_m[w] - mx)));
-        }
-        out[0] = mx;
-        out[1] = tot;
-    }
-}
-
-struct AttnCombineChunkParams {
-    const float* part;  // [chunk, n_head, splits, 2 + head_dim]
-    float* out;         // [chunk, n_head * head_dim]
-    const DecodeState* state;
-    int n_head;
-    int head_dim;
-    int splits;
-    int out_stride;  // floats per row of out
-    int chunk;
+    int interleaved;
     int pad;
 };
 
-// Grid (n_head, chunk), 256 threads: `attention_combine` of row t over the splits that saw
-// a position (the first ceil(len / ATTN_WARPS)).
-extern "C" __global__ void __launch_bounds__(256) attention_combine_chunk(AttnCombineChunkParams p) {
+extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_chunk(AttnChunkParams p) {
     uint32_t start;
     const int n = chunk_tokens(p.state, p.chunk, &start);
     const int row = blockIdx.y;
     if (row >= n) return;
-    const int len = (int)start + row + 1;
-    const int used = min(p.splits, (len + ATTN_WARPS - 1) / ATTN_WARPS);
-    const int h = blockIdx.x;
-    const float* part = p.part + ((size_t)row * p.n_head + h) * p.splits * (2 + p.head_dim);
-    float mx = NEG_INF;
-    for (int s = 0; s < used; ++s) {
-        const float* ps = part + s * (2 + p.head_dim);
-        if (ps[1] != 0.0f) mx = fmaxf(mx, ps[0]);
-    }
-    float* out = p.out + (size_t)row * p.out_stride;
-    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
-        float tot = 0.0f, o = 0.0f;
-        for (int s = 0; s < used; ++s) {
-            const float* ps = part + s * (2 + p.head_dim);
-            if (ps[1] == 0.0f) continue;
-            const float f = expf(ps[0] - mx);
-            tot = __fadd_rn(tot, __fmul_rn(ps[1], f));
-            o = __fadd_rn(o, __fmul_rn(ps[2 + i], f));
-        }
-        out[h * p.head_dim + i] = __fdiv_rn(o, tot);
-    }
+    const uint32_t pos = start + row;
+    const bool alone =
+        p.batch == 1 || (pos % (uint32_t)p.batch == 0 && pos + 1 == p.state->prompt_len);
+    const int h = blockIdx.x, kvh = h / (p.n_head / p.n_kv);
+    attend(p.q + (size_t)row * p.q_stride + h * p.head_dim, p.kcache + kvh * p.head_dim,
+           p.vcache + kvh * p.head_dim, p.kv_dim, p.head_dim, (int)pos + 1, p.scale, !alone,
+           p.interleaved, p.out + (size_t)row * p.q_stride + h * p.head_dim);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -539,8 +539,10 @@ impl LlamaCppRope {
 }
 
 impl RopeRule {
-    /// (fused rotation, interleaved lanes).
-    fn form(&self) -> (bool, bool) {
+    /// (fused rotation, interleaved lanes): whether a pair is rotated with llama.cpp's fused
+    /// multiply-adds ([`kernels::rope_fused`]) and whether the attention's sums run over a
+    /// head's lanes in llama.cpp's interleaved order ([`LlamaCppRope::interleaved`]).
+    pub fn form(&self) -> (bool, bool) {
         match self {
             RopeRule::Transformers => (false, false),
             RopeRule::LlamaCpp(r) => (true, r.interleaved),
@@ -727,6 +729,43 @@ impl<'w> Model<'w> {
     /// The rotary rule.
     pub fn rope(&self) -> &RopeRule {
         &self.rope
+    }
+
+    /// The rotary angles of position `pos` as the forward pass uses them: `angles[i]` =
+    /// cos, `angles[head_dim / 2 + i]` = sin of pair `i`'s angle, by the [`RopeRule`]
+    /// (transformers: `pos * inv_freq[i]`; llama.cpp: `ggml_rope_cache_init`'s running
+    /// product). The GPU decoder uploads a table of these at load, so both engines rotate by
+    /// the same bits.
+    ///
+    /// # Panics
+    /// When `angles` holds fewer than `head_dim` values.
+    pub fn rope_angles(&self, pos: usize, angles: &mut [f32]) {
+        let hp = &self.hp;
+        let half = hp.head_dim / 2;
+        let angles = &mut angles[..2 * half];
+        let pos = pos as f32;
+        match &self.rope {
+            RopeRule::Transformers => {
+                for (i, &f) in hp.rope_inv_freq.iter().enumerate() {
+                    let (s, c) = (pos * f).sin_cos();
+                    angles[i] = c;
+                    angles[half + i] = s;
+                }
+            }
+            RopeRule::LlamaCpp(r) => {
+                // ggml_rope_cache_init: the angle of pair i + 1 is that of pair i times
+                // theta_scale (a running product), divided by the pair's frequency factor,
+                // times freq_scale (rope_yarn without extrapolation mixing).
+                let mut theta = pos;
+                for i in 0..half {
+                    let ff = r.freq_factors.get(i).copied().unwrap_or(1.0);
+                    let (s, c) = (r.freq_scale * (theta / ff)).sin_cos();
+                    angles[i] = c;
+                    angles[half + i] = s;
+                    theta *= r.theta_scale;
+                }
+            }
+        }
     }
 
     /// The hyper-parameters.
@@ -1355,29 +1394,7 @@ impl<'m, 'w> Frame<'m, 'w> {
             };
             crate::quant::dequantize_row(m.ty, m.row(token), out)
                 .expect("row shape checked at load");
-            let pos = (self.pos0 + t) as f32;
-            match &self.model.rope {
-                RopeRule::Transformers => {
-                    for (i, &f) in hp.rope_inv_freq.iter().enumerate() {
-                        let (s, c) = (pos * f).sin_cos();
-                        angles[i] = c;
-                        angles[half + i] = s;
-                    }
-                }
-                RopeRule::LlamaCpp(r) => {
-                    // ggml_rope_cache_init: the angle of pair i + 1 is that of pair i times
-                    // theta_scale (a running product), divided by the pair's frequency
-                    // factor, times freq_scale (rope_yarn without extrapolation mixing).
-                    let mut theta = pos;
-                    for i in 0..half {
-                        let ff = r.freq_factors.get(i).copied().unwrap_or(1.0);
-                        let (s, c) = (r.freq_scale * (theta / ff)).sin_cos();
-                        angles[i] = c;
-                        angles[half + i] = s;
-                        theta *= r.theta_scale;
-                    }
-                }
-            }
+            self.model.rope_angles(self.pos0 + t, angles);
         }
     }
 

@@ -482,6 +482,7 @@ impl Generator {
                 fused: true,
                 prefill_chunk,
                 dependent_launch: true,
+                prompt_batch: self.state.max_batch(),
             },
         )?;
         self.gpu = Some(Box::new(d));

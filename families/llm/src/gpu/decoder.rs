@@ -9,9 +9,8 @@ use tether_runtime::cuda::{
 };
 
 use super::kernels::{
-    self, AttnCombineParams, AttnFusedParams, AttnParams, DecodeState, EmbedParams, HeadNormParams,
-    MatVecParams, PrepMatVecParams, PrepParams, ProjParams, PrologueParams, QkvRopeParams,
-    RopeParams, SampleParams,
+    self, AttnParams, DecodeState, EmbedParams, HeadNormParams, MatVecParams, PrepMatVecParams,
+    PrepParams, ProjParams, PrologueParams, QkvRopeParams, RopeParams, SampleParams,
 };
 use super::lower::{
     CONFIG_BYTES, LowerError, MemoryPlan, Prologue, SampleConfig, Step, lower, lower_fused,
@@ -46,6 +45,12 @@ pub struct GpuOptions {
     /// for it. Only where the kernel image has SASS with `griddepcontrol` (compute capability
     /// 9.0, 10.0, 11.0; elsewhere, and without `fused`, plain launches). The same values.
     pub dependent_launch: bool,
+    /// The CPU engine's prompt tokens per forward chunk
+    /// ([`GeneratorOptions::max_batch`](crate::generate::GeneratorOptions::max_batch), 512 by
+    /// default): the prefill graph computes each prompt token's attention in the order the
+    /// CPU engine uses for it (the one-token order only for a last token alone in its
+    /// chunk), so that a prompt's logits equal the CPU engine's whatever `prefill_chunk` is.
+    pub prompt_batch: usize,
 }
 
 /// Errors of the GPU decoder.
@@ -70,8 +75,9 @@ pub enum GpuError {
         /// Its type.
         ty: TensorType,
     },
-    /// A head dimension beyond the attention kernel's registers.
-    #[error("head_dim {0}: the GPU attention kernel handles at most 256")]
+    /// A head dimension the attention kernel cannot run: above 256 (its registers and shared
+    /// memory) or not a multiple of 8 (it reads cache rows in 16-byte pieces).
+    #[error("head_dim {0}: the GPU attention kernel handles multiples of 8 up to 256")]
     HeadDim(usize),
     /// The replayed graph did not reproduce the eager run (never handed out).
     #[error("decode graph replay differs from the eager run: {0}")]
@@ -135,11 +141,10 @@ enum Params {
     HeadNorm(HeadNormParams),
     Rope(RopeParams),
     Attention(AttnParams),
-    AttnCombine(AttnCombineParams),
     Sample(SampleParams),
     PrepMatVec(PrepMatVecParams),
     QkvRope(QkvRopeParams),
-    AttnFused(AttnFusedParams),
+    AttnFused(AttnParams),
 }
 
 /// Dynamic shared memory of a kernel whose input is prepared by `p` (its prologue).
@@ -171,7 +176,6 @@ impl Launch {
                 Params::HeadNorm(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::Rope(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::Attention(p) => s.launch_params(self.f, g, b, 0, p),
-                Params::AttnCombine(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::Sample(p) => s.launch_params(self.f, g, b, 0, p),
                 Params::PrepMatVec(p) if dependent => {
                     s.launch_params_dependent(self.f, g, b, prologue_bytes(&p.input), p)
@@ -196,7 +200,6 @@ pub struct GpuDecoder {
     launches: Vec<Launch>,
     stream: Stream,
     work: DeviceArena,
-    _arrivals: DeviceArena,
     _weights: DeviceArena,
     _module: KernelModule,
     state: DevicePtr,
@@ -255,7 +258,7 @@ impl GpuDecoder {
     /// types, [`GpuError::ReplayMismatch`] / [`GpuError::NonFinite`] from the load check.
     pub fn new(model: &Model<'_>, options: GpuOptions) -> Result<GpuDecoder, GpuError> {
         let hp = model.hparams();
-        if hp.head_dim > 256 {
+        if hp.head_dim > 256 || !hp.head_dim.is_multiple_of(8) {
             return Err(GpuError::HeadDim(hp.head_dim));
         }
         let ty = |id: MatId| model.matrix(id).ty;
@@ -268,7 +271,6 @@ impl GpuDecoder {
         let stream = Stream::new(&ctx, options.sync)?;
         let module = KernelModule::load(&ctx, kernels::module_source())?;
         let func = |n: &str| module.function(n);
-        let f_comb = func("attention_combine")?;
         let (f_embed, f_prep, f_mv, f_hn, f_rope, f_attn, f_sample) = (
             func("embed")?,
             func("prep")?,
@@ -337,7 +339,19 @@ impl GpuDecoder {
                 _ => {}
             }
         }
-        let freq_r = wplan.add("rope_inv_freq", hp.rope_inv_freq.len() * 4)?;
+        // The RoPE table: the CPU engine's angles of every position (Model::rope_angles).
+        let mut angles = vec![0f32; options.context * hp.head_dim];
+        for (pos, row) in angles.chunks_exact_mut(hp.head_dim).enumerate() {
+            model.rope_angles(pos, row);
+        }
+        let (rope_fused, rope_interleaved) = model.rope().form();
+        let rope_form = if rope_fused { kernels::ROPE_FUSED } else { 0 }
+            | if rope_interleaved {
+                kernels::ROPE_INTERLEAVED
+            } else {
+                0
+            };
+        let angles_r = wplan.add("rope angles", angles.len() * 4)?;
         let weight_bytes = wplan.total_bytes();
         let weights = DeviceArena::new(&ctx, wplan)?;
         for (id, r) in &mats {
@@ -354,9 +368,9 @@ impl GpuDecoder {
         // SAFETY: as above.
         unsafe {
             stream.memcpy_htod(
-                weights.ptr(freq_r),
-                hp.rope_inv_freq.as_ptr() as *const u8,
-                hp.rope_inv_freq.len() * 4,
+                weights.ptr(angles_r),
+                angles.as_ptr() as *const u8,
+                angles.len() * 4,
             )
         }?;
         stream.synchronize()?;
@@ -371,12 +385,7 @@ impl GpuDecoder {
 
         // Work memory: activations, 8-bit blocks, token sequence, state, sampler
         // configuration, cache.
-        let memory = MemoryPlan::new(
-            hp,
-            options.context,
-            weight_bytes,
-            kernels::ATTN_SPLITS as usize,
-        );
+        let memory = MemoryPlan::new(hp, options.context, weight_bytes);
         let mut plan = ArenaPlan::new();
         let mut buf_r = Vec::new();
         for b in Buf::ALL {
@@ -388,10 +397,6 @@ impl GpuDecoder {
         let seq_r = plan.add("sequence", (options.context + 1) * 4)?;
         let state_r = plan.add("state", super::lower::STATE_BYTES)?;
         let config_r = plan.add("sampler configuration", CONFIG_BYTES)?;
-        let part_r = plan.add(
-            "attention partials",
-            super::lower::attention_partial_bytes(hp, kernels::ATTN_SPLITS as usize),
-        )?;
         let layer_cache = options.context * hp.kv_dim() * 2;
         let mut cache_r = Vec::new();
         for l in 0..hp.n_layer {
@@ -406,15 +411,6 @@ impl GpuDecoder {
         let state = work.ptr(state_r);
         let seq = work.ptr(seq_r);
         let config = work.ptr(config_r);
-        let attn_part = work.ptr(part_r);
-        // The per-head arrival counts of `attention_fused`: outside the work arena (which the
-        // load check poisons), zeroed once; every launch leaves them 0.
-        let mut aplan = ArenaPlan::new();
-        let arrived_r = aplan.add("attention arrivals", hp.n_head * 4)?;
-        let arrivals = DeviceArena::new(&ctx, aplan)?;
-        let arrived = arrivals.ptr(arrived_r);
-        // SAFETY: the arena's n_head u32, zeroed before any launch (same stream).
-        unsafe { stream.memset_u8(arrived, 0, hp.n_head * 4) }?;
         let prologue_of = |pr: &Prologue| PrologueParams {
             input: bp(pr.input),
             in2: if pr.swiglu { bp(Buf::Up) } else { DevicePtr(0) },
@@ -444,21 +440,23 @@ impl GpuDecoder {
             }
             (out, projs.iter().flatten().count(), rows)
         };
+        // Each warp of the fused kernels takes 4 rows (or items) per turn.
         let fused_grid = |items: usize| {
-            (items.div_ceil(kernels::FUSE_WARPS as usize) as u32).clamp(1, kernels::FUSE_MAX_BLOCKS)
+            (items.div_ceil(4 * kernels::FUSE_WARPS as usize) as u32)
+                .clamp(1, kernels::FUSE_MAX_BLOCKS)
         };
         let attn_params = |layer: usize| AttnParams {
             q: bp(Buf::Q),
             kcache: work.ptr(cache_r[layer].0),
             vcache: work.ptr(cache_r[layer].1),
-            part: attn_part,
+            out: bp(Buf::Attn),
             state,
             n_head: i32_of(hp.n_head),
             n_kv: i32_of(hp.n_head_kv),
             head_dim: i32_of(hp.head_dim),
             kv_dim: i32_of(hp.kv_dim()),
             scale: 1.0 / (hp.head_dim as f32).sqrt(),
-            splits: kernels::ATTN_SPLITS as i32,
+            interleaved: i32::from(rope_interleaved),
         };
 
         // The launch list.
@@ -533,7 +531,7 @@ impl GpuDecoder {
                     p.rows_total = i32_of(total);
                     Launch {
                         f: f_mv,
-                        grid: (total.div_ceil(kernels::MV_WARPS as usize) as u32, 1),
+                        grid: (total.div_ceil(kernels::MV_ROWS as usize) as u32, 1),
                         block: kernels::MV_WARPS * 32,
                         params: Params::MatVec(p),
                     }
@@ -562,7 +560,7 @@ impl GpuDecoder {
                         block: 128,
                         params: Params::Rope(RopeParams {
                             x: bp(buf),
-                            inv_freq: weights.ptr(freq_r),
+                            angles: weights.ptr(angles_r),
                             state,
                             kcache: kc,
                             vcache: vc,
@@ -570,41 +568,16 @@ impl GpuDecoder {
                             heads: i32_of(heads),
                             head_dim: i32_of(hp.head_dim),
                             kv_dim: i32_of(hp.kv_dim()),
-                            pad: 0,
+                            form: rope_form,
                         }),
                     }
                 }
-                Step::Attention { layer } => {
-                    launches.push(Launch {
-                        f: f_attn,
-                        grid: (hp.n_head as u32, kernels::ATTN_SPLITS),
-                        block: kernels::ATTN_WARPS * 32,
-                        params: Params::Attention(AttnParams {
-                            q: bp(Buf::Q),
-                            kcache: work.ptr(cache_r[layer].0),
-                            vcache: work.ptr(cache_r[layer].1),
-                            part: attn_part,
-                            state,
-                            n_head: i32_of(hp.n_head),
-                            n_kv: i32_of(hp.n_head_kv),
-                            head_dim: i32_of(hp.head_dim),
-                            kv_dim: i32_of(hp.kv_dim()),
-                            scale: 1.0 / (hp.head_dim as f32).sqrt(),
-                            splits: kernels::ATTN_SPLITS as i32,
-                        }),
-                    });
-                    Launch {
-                        f: f_comb,
-                        grid: (hp.n_head as u32, 1),
-                        block: 256,
-                        params: Params::AttnCombine(AttnCombineParams {
-                            part: attn_part,
-                            out: bp(Buf::Attn),
-                            head_dim: i32_of(hp.head_dim),
-                            splits: kernels::ATTN_SPLITS as i32,
-                        }),
-                    }
-                }
+                Step::Attention { layer } => Launch {
+                    f: f_attn,
+                    grid: (hp.n_head as u32, 1),
+                    block: kernels::ATTN_WARPS * 32,
+                    params: Params::Attention(attn_params(layer)),
+                },
                 Step::PrepMatVec { prologue, projs } => {
                     let (p, nproj, rows) = proj_params(&projs);
                     Launch {
@@ -625,7 +598,7 @@ impl GpuDecoder {
                     layer,
                 } => {
                     let (p, _, _) = proj_params(&projs);
-                    let items = (hp.n_head + hp.n_head_kv) * hp.head_dim / 2 + hp.kv_dim();
+                    let items = (hp.n_head + hp.n_head_kv) * hp.head_dim / 2 + hp.kv_dim() / 2;
                     Launch {
                         f: f_qkv,
                         grid: (fused_grid(items), 1),
@@ -633,7 +606,7 @@ impl GpuDecoder {
                         params: Params::QkvRope(QkvRopeParams {
                             input: prologue_of(&prologue),
                             p,
-                            inv_freq: weights.ptr(freq_r),
+                            angles: weights.ptr(angles_r),
                             state,
                             kcache: work.ptr(cache_r[layer].0),
                             vcache: work.ptr(cache_r[layer].1),
@@ -641,18 +614,16 @@ impl GpuDecoder {
                             n_kv: i32_of(hp.n_head_kv),
                             head_dim: i32_of(hp.head_dim),
                             items: i32_of(items),
+                            form: rope_form,
+                            pad: 0,
                         }),
                     }
                 }
                 Step::AttentionFused { layer } => Launch {
                     f: f_attn_fused,
-                    grid: (hp.n_head as u32, kernels::ATTN_SPLITS),
+                    grid: (hp.n_head as u32, 1),
                     block: kernels::ATTN_WARPS * 32,
-                    params: Params::AttnFused(AttnFusedParams {
-                        attn: attn_params(layer),
-                        out: bp(Buf::Attn),
-                        arrived,
-                    }),
+                    params: Params::AttnFused(attn_params(layer)),
                 },
                 Step::Sample => Launch {
                     f: f_sample,
@@ -793,7 +764,9 @@ impl GpuDecoder {
             let side = DecodeSide {
                 mat_ptr: &mat_ptr,
                 vec_ptr: &vec_ptr,
-                inv_freq: weights.ptr(freq_r),
+                angles: weights.ptr(angles_r),
+                rope_form,
+                prompt_batch: options.prompt_batch,
                 state,
                 seq,
                 config,
@@ -816,7 +789,6 @@ impl GpuDecoder {
             launches,
             stream,
             work,
-            _arrivals: arrivals,
             _weights: weights,
             image: module.image.clone(),
             _module: module,

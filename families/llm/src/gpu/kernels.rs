@@ -47,15 +47,20 @@ pub fn module_source() -> ModuleSource {
 
 /// Threads of `prep` (`PREP_THREADS`).
 pub const PREP_THREADS: u32 = 1024;
-/// Warps (rows) per block of `matvec` (`MV_WARPS`).
+/// Warps per block of `matvec` (`MV_WARPS`); each warp computes 4 rows (one per 8-lane group).
 pub const MV_WARPS: u32 = 4;
-/// Warps per block of `attention` (`ATTN_WARPS`).
+/// Rows per block of `matvec` (`MV_ROWS`).
+pub const MV_ROWS: u32 = MV_WARPS * 4;
+/// Warps per block of `attention` (`ATTN_WARPS`): one block per query head (and row).
 pub const ATTN_WARPS: u32 = 8;
-/// Blocks per head of `attention` (`ATTN_SPLITS`): the positions are split over
-/// `ATTN_WARPS * ATTN_SPLITS` warps.
-pub const ATTN_SPLITS: u32 = 16;
+/// Bits of the RoPE `form` parameter (`ROPE_FUSED`, `ROPE_INTERLEAVED`): llama.cpp's fused
+/// rotation ([`crate::kernels::rope_fused`]) and its interleaved lane order.
+pub const ROPE_FUSED: i32 = 1;
+/// See [`ROPE_FUSED`].
+pub const ROPE_INTERLEAVED: i32 = 2;
 
-/// Warps (rows, or work items) per block of `prep_matvec` and `qkv_rope` (`FUSE_WARPS`).
+/// Warps per block of `prep_matvec` and `qkv_rope` (`FUSE_WARPS`); each warp takes 4 rows or
+/// work items per turn (one per 8-lane group).
 pub const FUSE_WARPS: u32 = 8;
 /// Most blocks of one `prep_matvec` / `qkv_rope` launch: wider products give each warp
 /// several rows (each block prepares the input once).
@@ -189,8 +194,8 @@ pub struct HeadNormParams {
 pub struct RopeParams {
     /// f32 `[heads, head_dim]`, in place.
     pub x: DevicePtr,
-    /// f32 `[head_dim / 2]`.
-    pub inv_freq: DevicePtr,
+    /// f32 `[context, head_dim]` RoPE table: per position `[cos; half] ++ [sin; half]`.
+    pub angles: DevicePtr,
     /// The request state.
     pub state: DevicePtr,
     /// f16 `[context, kv_dim]` keys of the layer, or null.
@@ -205,11 +210,11 @@ pub struct RopeParams {
     pub head_dim: i32,
     /// `n_head_kv * head_dim`.
     pub kv_dim: i32,
-    /// Padding.
-    pub pad: i32,
+    /// [`ROPE_FUSED`] | [`ROPE_INTERLEAVED`].
+    pub form: i32,
 }
 
-/// `struct AttnParams` of `attention`.
+/// `struct AttnParams` of `attention` and `attention_fused`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AttnParams {
@@ -219,8 +224,8 @@ pub struct AttnParams {
     pub kcache: DevicePtr,
     /// f16 values of the layer.
     pub vcache: DevicePtr,
-    /// f32 `[n_head, splits, 2 + head_dim]` partials (max, sum, unnormalised output).
-    pub part: DevicePtr,
+    /// f32 `[n_head * head_dim]` output.
+    pub out: DevicePtr,
     /// The request state.
     pub state: DevicePtr,
     /// Query heads.
@@ -233,22 +238,8 @@ pub struct AttnParams {
     pub kv_dim: i32,
     /// `1 / sqrt(head_dim)`.
     pub scale: f32,
-    /// Position splits (the grid's y).
-    pub splits: i32,
-}
-
-/// `struct AttnCombineParams` of `attention_combine`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AttnCombineParams {
-    /// The partials of `attention`.
-    pub part: DevicePtr,
-    /// f32 `[n_head * head_dim]` output.
-    pub out: DevicePtr,
-    /// Lanes per head.
-    pub head_dim: i32,
-    /// Position splits.
-    pub splits: i32,
+    /// 1: llama.cpp's interleaved lane order of a head (the key cache is stored in it).
+    pub interleaved: i32,
 }
 
 /// `struct PrologueParams`: the input preparation of `prep_matvec` and `qkv_rope`.
@@ -297,8 +288,8 @@ pub struct QkvRopeParams {
     pub input: PrologueParams,
     /// Q, K, V.
     pub p: [ProjParams; 3],
-    /// f32 `[head_dim / 2]`.
-    pub inv_freq: DevicePtr,
+    /// f32 `[context, head_dim]` RoPE table (as [`RopeParams::angles`]).
+    pub angles: DevicePtr,
     /// The request state.
     pub state: DevicePtr,
     /// f16 `[context, kv_dim]` keys of the layer.
@@ -311,20 +302,13 @@ pub struct QkvRopeParams {
     pub n_kv: i32,
     /// Lanes per head.
     pub head_dim: i32,
-    /// Work items: `(n_head + n_kv) * head_dim / 2` rotated pairs, then `kv_dim` rows of V.
+    /// Work items: `(n_head + n_kv) * head_dim / 2` rotated pairs, then `kv_dim / 2` pairs
+    /// of V rows.
     pub items: i32,
-}
-
-/// `struct AttnFusedParams` of `attention_fused`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AttnFusedParams {
-    /// As `attention`.
-    pub attn: AttnParams,
-    /// f32 `[n_head * head_dim]` output.
-    pub out: DevicePtr,
-    /// u32 `[n_head]` blocks arrived per head, 0 between launches.
-    pub arrived: DevicePtr,
+    /// [`ROPE_FUSED`] | [`ROPE_INTERLEAVED`].
+    pub form: i32,
+    /// Padding.
+    pub pad: i32,
 }
 
 /// `struct SampleParams` of `sample_advance`.
@@ -357,18 +341,18 @@ const _: () = assert!(std::mem::size_of::<HeadNormParams>() == 32);
 const _: () = assert!(std::mem::size_of::<RopeParams>() == 48 + 16);
 const _: () = assert!(std::mem::size_of::<AttnParams>() == 40 + 24);
 const _: () = assert!(std::mem::size_of::<SampleParams>() == 40);
-const _: () = assert!(std::mem::size_of::<AttnCombineParams>() == 24);
 const _: () = assert!(std::mem::size_of::<PrologueParams>() == 24 + 24);
 const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 8);
-const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 16);
-const _: () = assert!(std::mem::size_of::<AttnFusedParams>() == 64 + 16);
+const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 24);
 
 // ---------------------------------------------------------------------------------------
 // Prefill (section PREFILL of llm.cu): one struct per chunk kernel.
 // ---------------------------------------------------------------------------------------
 
-/// Warps (rows) per block of `matmul_chunk` (`MM_WARPS`).
+/// Warps per block of `matmul_chunk` (`MM_WARPS`), 4 rows each (one per 8-lane group).
 pub const MM_WARPS: u32 = 4;
+/// Rows per block of `matmul_chunk` (`MM_ROWS`).
+pub const MM_ROWS: u32 = MM_WARPS * 4;
 
 /// `struct EmbedChunkParams` of `embed_chunk`.
 #[repr(C)]
@@ -522,8 +506,8 @@ pub struct HeadNormChunkParams {
 pub struct RopeChunkParams {
     /// f32 rows, in place.
     pub x: DevicePtr,
-    /// f32 `[head_dim / 2]`.
-    pub inv_freq: DevicePtr,
+    /// f32 `[context, head_dim]` RoPE table (as [`RopeParams::angles`]).
+    pub angles: DevicePtr,
     /// The request state.
     pub state: DevicePtr,
     /// f16 keys of the layer, or null.
@@ -544,6 +528,10 @@ pub struct RopeChunkParams {
     pub v_stride: i32,
     /// Tokens per chunk.
     pub chunk: i32,
+    /// [`ROPE_FUSED`] | [`ROPE_INTERLEAVED`].
+    pub form: i32,
+    /// Padding.
+    pub pad: i32,
 }
 
 /// `struct AttnChunkParams` of `attention_chunk`.
@@ -556,8 +544,8 @@ pub struct AttnChunkParams {
     pub kcache: DevicePtr,
     /// f16 values of the layer.
     pub vcache: DevicePtr,
-    /// f32 `[chunk, n_head, splits, 2 + head_dim]` partials.
-    pub part: DevicePtr,
+    /// f32 `[chunk, q_stride]` output rows.
+    pub out: DevicePtr,
     /// The request state.
     pub state: DevicePtr,
     /// Query heads.
@@ -570,34 +558,15 @@ pub struct AttnChunkParams {
     pub kv_dim: i32,
     /// `1 / sqrt(head_dim)`.
     pub scale: f32,
-    /// Position splits (the grid's y).
-    pub splits: i32,
-    /// Floats per query row.
+    /// The CPU engine's prompt tokens per forward chunk ([`super::GpuOptions::prompt_batch`]):
+    /// decides which rows use the one-token (Gemv) order.
+    pub batch: i32,
+    /// Floats per query (and output) row.
     pub q_stride: i32,
     /// Tokens per chunk.
     pub chunk: i32,
-}
-
-/// `struct AttnCombineChunkParams` of `attention_combine_chunk`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AttnCombineChunkParams {
-    /// The partials of `attention_chunk`.
-    pub part: DevicePtr,
-    /// f32 output rows.
-    pub out: DevicePtr,
-    /// The request state.
-    pub state: DevicePtr,
-    /// Query heads.
-    pub n_head: i32,
-    /// Lanes per head.
-    pub head_dim: i32,
-    /// Position splits.
-    pub splits: i32,
-    /// Floats per output row.
-    pub out_stride: i32,
-    /// Tokens per chunk.
-    pub chunk: i32,
+    /// 1: interleaved lane order.
+    pub interleaved: i32,
     /// Padding.
     pub pad: i32,
 }
@@ -619,7 +588,6 @@ const _: () = assert!(std::mem::size_of::<PrepChunkParams>() == 56 + 32);
 const _: () = assert!(std::mem::size_of::<ProjChunkParams>() == 48);
 const _: () = assert!(std::mem::size_of::<MatMulChunkParams>() == 32 + 144 + 40);
 const _: () = assert!(std::mem::size_of::<HeadNormChunkParams>() == 24 + 24);
-const _: () = assert!(std::mem::size_of::<RopeChunkParams>() == 48 + 24);
-const _: () = assert!(std::mem::size_of::<AttnChunkParams>() == 40 + 32);
-const _: () = assert!(std::mem::size_of::<AttnCombineChunkParams>() == 24 + 24);
+const _: () = assert!(std::mem::size_of::<RopeChunkParams>() == 48 + 32);
+const _: () = assert!(std::mem::size_of::<AttnChunkParams>() == 40 + 40);
 const _: () = assert!(std::mem::size_of::<ChunkAdvanceParams>() == 16);

@@ -21,12 +21,11 @@
 //!   every block's prologue, [`Prologue`]);
 //! - that product for Q, K, V followed by the RoPE of Q and the RoPE + cache store of K ->
 //!   one [`Step::QkvRope`] (RoPE and the f16 cache write in the product's epilogue);
-//! - `Attention` -> [`Step::AttentionFused`] (the split combine done by each head's last
-//!   block).
+//! - `Attention` -> [`Step::AttentionFused`] (the same kernel as a dependent launch).
 //!
 //! A layer of a Llama-style model is then 5 launches (Q/K/V + RoPE + cache, attention, o
-//! with the residual, gate/up, down with SwiGLU and the residual) instead of 12; a step
-//! `1 + 5 * n_layer + 2` instead of `1 + 12 * n_layer + 3`.
+//! with the residual, gate/up, down with SwiGLU and the residual) instead of 11; a step
+//! `1 + 5 * n_layer + 2` instead of `1 + 11 * n_layer + 3`.
 
 use crate::forward::{Buf, Hparams, MatId, Op, Program, Proj, VecId};
 use crate::quant::{ActFormat, TensorType};
@@ -107,8 +106,8 @@ pub enum Step {
         /// The layer whose cache receives K and V.
         layer: usize,
     },
-    /// [`Step::Attention`] with the combine of the position splits in the same launch
-    /// (`attention_fused`: the last block of each head combines).
+    /// [`Step::Attention`] as a programmatic dependent launch of the fused step
+    /// (`attention_fused`).
     AttentionFused {
         /// Block index.
         layer: usize,
@@ -146,19 +145,9 @@ pub fn prologue_shared_bytes(n: usize, q8: bool, q8k: bool) -> usize {
         + n * 4
 }
 
-/// Kernel launches of `steps` (graph nodes): one per step, two for [`Step::Attention`]
-/// (`attention` and `attention_combine`).
+/// Kernel launches of `steps` (graph nodes): one per step.
 pub fn launches(steps: &[Step]) -> usize {
-    steps
-        .iter()
-        .map(|s| {
-            if matches!(s, Step::Attention { .. }) {
-                2
-            } else {
-                1
-            }
-        })
-        .sum()
+    steps.len()
 }
 
 /// A program the GPU lowering cannot run.
@@ -363,7 +352,7 @@ fn is_qkv(projs: &[Option<Proj>; 3]) -> bool {
 
 /// [`lower`], then its steps merged into fewer launches (see the [module docs](self)):
 /// each `Prep` with the product reading it, the Q/K/V product with the RoPE of Q and K and
-/// the cache store after it, each attention with its combine. A `Prep` stays its own launch
+/// the cache store after it, each attention as `attention_fused`. A `Prep` stays its own launch
 /// where merging would change a value: its output read by a later step, a product writing
 /// the prologue's input, or an input wider than [`FUSE_SHARED_MAX`] allows.
 ///
@@ -570,17 +559,11 @@ impl SampleConfig {
 
 const _: () = assert!(std::mem::size_of::<SampleConfig>() == CONFIG_BYTES);
 
-/// Bytes of the attention partials: per query head and split, the running maximum, the sum
-/// and the unnormalised output (`2 + head_dim` f32).
-pub fn attention_partial_bytes(hp: &Hparams, splits: usize) -> usize {
-    hp.n_head * splits * (2 + hp.head_dim) * 4
-}
-
 /// The device memory a decoder places at load, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryPlan {
-    /// Weight matrices as stored (ggml blocks), norm weights and biases (f32), RoPE
-    /// frequencies.
+    /// Weight matrices as stored (ggml blocks), norm weights and biases (f32), the RoPE
+    /// table (`context * head_dim` f32, computed at load by the CPU engine's code).
     pub weights: usize,
     /// The f16 KV cache: `n_layer * 2 * context * kv_dim * 2`.
     pub cache: usize,
@@ -598,9 +581,8 @@ impl MemoryPlan {
         self.weights + self.cache + self.activations + self.logits
     }
 
-    /// The plan for `context` positions; `weight_bytes` as uploaded; attention split over
-    /// `splits` blocks per head.
-    pub fn new(hp: &Hparams, context: usize, weight_bytes: usize, splits: usize) -> MemoryPlan {
+    /// The plan for `context` positions; `weight_bytes` as uploaded.
+    pub fn new(hp: &Hparams, context: usize, weight_bytes: usize) -> MemoryPlan {
         // Every activation buffer but the logits (counted on their own below).
         let widths: usize = Buf::ALL
             .iter()
@@ -613,8 +595,7 @@ impl MemoryPlan {
             + widest.div_ceil(256) * BLOCK_Q8K_BYTES
             + (context + 1) * 4
             + STATE_BYTES
-            + CONFIG_BYTES
-            + attention_partial_bytes(hp, splits);
+            + CONFIG_BYTES;
         MemoryPlan {
             weights: weight_bytes,
             cache: hp.n_layer * 2 * context * hp.kv_dim() * 2,
@@ -729,7 +710,7 @@ mod tests {
         };
         let (hp, plain, fused) = tiny_model_steps(false, &ty);
         let n = hp.n_layer;
-        assert_eq!(launches(&plain), 1 + 12 * n + 3);
+        assert_eq!(launches(&plain), 1 + 11 * n + 3);
         // embed + per layer (qkv+rope+cache, attention+combine, o + residual, norm + gate/up,
         // swiglu + down + residual) + (norm + head) + sample.
         assert_eq!(launches(&fused), 1 + 5 * n + 2);
@@ -812,7 +793,7 @@ mod tests {
         let ty = |_: MatId| TensorType::Q8_0;
         let (hp, plain, fused) = tiny_model_steps(true, &ty);
         let n = hp.n_layer;
-        assert_eq!(launches(&plain), 1 + 14 * n + 3);
+        assert_eq!(launches(&plain), 1 + 13 * n + 3);
         // qkv, head norm q, head norm k, rope q, rope k + store, attention, o, gate/up, down.
         assert_eq!(launches(&fused), 1 + 9 * n + 2);
         assert!(matches!(fused[1], Step::PrepMatVec { .. }));
@@ -996,19 +977,13 @@ mod tests {
     #[test]
     fn the_memory_plan_counts_cache_activations_and_logits() {
         let hp = hp();
-        let p = MemoryPlan::new(&hp, 256, 1000, 16);
+        let p = MemoryPlan::new(&hp, 256, 1000);
         assert_eq!(p.cache, 2 * 2 * 256 * 32 * 2);
         assert_eq!(p.logits, 400);
         let widths = (64 + 64 + 64 + 32 + 32 + 64 + 128 + 128) * 4;
         assert_eq!(
             p.activations,
-            widths
-                + 4 * BLOCK_Q8_BYTES
-                + BLOCK_Q8K_BYTES
-                + 257 * 4
-                + STATE_BYTES
-                + CONFIG_BYTES
-                + 4 * 16 * (2 + 16) * 4
+            widths + 4 * BLOCK_Q8_BYTES + BLOCK_Q8K_BYTES + 257 * 4 + STATE_BYTES + CONFIG_BYTES
         );
         assert_eq!(p.total(), 1000 + p.cache + p.activations + p.logits);
     }

@@ -83,8 +83,8 @@ pub enum ChunkStep {
         /// The layer whose cache receives the rows.
         store: Option<usize>,
     },
-    /// Causal attention of each row over the cache (`attention_chunk` +
-    /// `attention_combine_chunk`).
+    /// Causal attention of each row over the cache (`attention_chunk`: one block per query
+    /// head and row, the CPU engine's order).
     Attention {
         /// Block index.
         layer: usize,
@@ -261,16 +261,10 @@ pub fn chunk_lengths(len: usize, chunk: usize) -> Result<Vec<usize>, PrefillErro
     Ok(out)
 }
 
-/// Bytes of the attention partials of a chunk: per row, query head and split, the running
-/// maximum, the sum and the unnormalised output (`2 + head_dim` f32).
-pub fn chunk_partial_bytes(hp: &Hparams, chunk: usize, splits: usize) -> usize {
-    chunk * super::lower::attention_partial_bytes(hp, splits)
-}
-
 /// The device memory the prefill graph places at load beside the decoder's (the chunk's
-/// rows of every activation buffer but the logits, their 8-bit blocks, the attention
-/// partials), in bytes; the cache, the weights, the state and the logits are the decoder's.
-pub fn chunk_memory(hp: &Hparams, chunk: usize, splits: usize) -> usize {
+/// rows of every activation buffer but the logits and their 8-bit blocks), in bytes; the
+/// cache, the weights, the state and the logits are the decoder's.
+pub fn chunk_memory(hp: &Hparams, chunk: usize) -> usize {
     let widths: usize = Buf::ALL
         .iter()
         .filter(|&&b| b != Buf::Logits)
@@ -278,7 +272,6 @@ pub fn chunk_memory(hp: &Hparams, chunk: usize, splits: usize) -> usize {
         .sum();
     let widest = hp.n_embd.max(hp.q_dim()).max(hp.n_ff);
     chunk * (widths + widest.div_ceil(32) * BLOCK_Q8_BYTES + widest.div_ceil(256) * BLOCK_Q8K_BYTES)
-        + chunk_partial_bytes(hp, chunk, splits)
 }
 
 #[cfg(test)]
@@ -420,7 +413,7 @@ mod tests {
     }
 
     #[test]
-    fn the_chunk_memory_counts_rows_blocks_and_partials() {
+    fn the_chunk_memory_counts_rows_and_blocks() {
         let hp = Hparams {
             n_layer: 2,
             n_embd: 64,
@@ -434,10 +427,7 @@ mod tests {
         };
         let widths = (64 + 64 + 64 + 32 + 32 + 64 + 128 + 128) * 4;
         let per_row = widths + 4 * BLOCK_Q8_BYTES + BLOCK_Q8K_BYTES;
-        assert_eq!(
-            chunk_memory(&hp, 16, 16),
-            16 * per_row + 16 * 4 * 16 * (2 + 16) * 4
-        );
-        assert_eq!(chunk_memory(&hp, 0, 16), 0);
+        assert_eq!(chunk_memory(&hp, 16), 16 * per_row);
+        assert_eq!(chunk_memory(&hp, 0), 0);
     }
 }

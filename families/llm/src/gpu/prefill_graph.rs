@@ -8,16 +8,12 @@ use tether_runtime::cuda::{
 
 use super::decoder::GpuError;
 use super::kernels::{
-    self, AttnChunkParams, AttnCombineChunkParams, ChunkAdvanceParams, EmbedChunkParams,
-    HeadNormChunkParams, MatMulChunkParams, PrepChunkParams, ProjChunkParams, RopeChunkParams,
-    SampleParams,
+    self, AttnChunkParams, ChunkAdvanceParams, EmbedChunkParams, HeadNormChunkParams,
+    MatMulChunkParams, PrepChunkParams, ProjChunkParams, RopeChunkParams, SampleParams,
 };
 use super::lower::{BLOCK_Q8_BYTES, BLOCK_Q8K_BYTES, STATE_BYTES, SampleConfig};
-use super::prefill::{
-    ChunkStep, MM_TOK, PrefillError, chunk_lengths, chunk_partial_bytes, lower_chunk,
-};
+use super::prefill::{ChunkStep, MM_TOK, PrefillError, chunk_lengths, lower_chunk};
 use crate::forward::{Buf, MatId, Model, VecId};
-use crate::quant::TensorType;
 use crate::sample::SamplerParams;
 
 /// What the prefill graph shares with the decode step: weights, cache, request state,
@@ -27,8 +23,12 @@ pub(super) struct DecodeSide<'a> {
     pub mat_ptr: &'a dyn Fn(MatId) -> DevicePtr,
     /// Device address of each uploaded vector.
     pub vec_ptr: &'a dyn Fn(VecId) -> DevicePtr,
-    /// RoPE frequencies.
-    pub inv_freq: DevicePtr,
+    /// The RoPE table, f32 `[context, head_dim]` (see [`super::kernels::RopeParams::angles`]).
+    pub angles: DevicePtr,
+    /// [`kernels::ROPE_FUSED`] | [`kernels::ROPE_INTERLEAVED`] of the model's rule.
+    pub rope_form: i32,
+    /// The CPU engine's prompt tokens per forward chunk ([`super::GpuOptions::prompt_batch`]).
+    pub prompt_batch: usize,
     /// The request state.
     pub state: DevicePtr,
     /// The token sequence (the prompt, then the chosen tokens).
@@ -53,7 +53,6 @@ enum Params {
     HeadNorm(HeadNormChunkParams),
     Rope(RopeChunkParams),
     Attention(AttnChunkParams),
-    Combine(AttnCombineChunkParams),
     Advance(ChunkAdvanceParams),
     Sample(SampleParams),
 }
@@ -82,7 +81,6 @@ impl Launch {
                 Params::HeadNorm(p) => s.launch_params(self.f, g, b, sh, p),
                 Params::Rope(p) => s.launch_params(self.f, g, b, sh, p),
                 Params::Attention(p) => s.launch_params(self.f, g, b, sh, p),
-                Params::Combine(p) => s.launch_params(self.f, g, b, sh, p),
                 Params::Advance(p) => s.launch_params(self.f, g, b, sh, p),
                 Params::Sample(p) => s.launch_params(self.f, g, b, sh, p),
             }
@@ -98,17 +96,6 @@ pub(super) struct PrefillGraph {
     arena: DeviceArena,
     chunk: usize,
     check: String,
-}
-
-/// Tokens per warp of `matmul_chunk`: [`MM_TOK`], or the multiple of it that the
-/// environment variable `TETHER_LLM_PREFILL_TOKENS_PER_WARP` names (a measurement knob:
-/// larger values mean fewer, longer warps that re-read each weight row from L1).
-fn tokens_per_warp() -> usize {
-    std::env::var("TETHER_LLM_PREFILL_TOKENS_PER_WARP")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&v| v > 0)
-        .map_or(MM_TOK, |v| v.div_ceil(MM_TOK) * MM_TOK)
 }
 
 fn i32_of(v: usize) -> i32 {
@@ -142,17 +129,13 @@ impl PrefillGraph {
             func("head_norm_chunk")?,
             func("rope_chunk")?,
         );
-        let f_mm_staged = func("matmul_chunk_staged")?;
-        let staged = std::env::var("TETHER_LLM_PREFILL_STAGED").is_ok_and(|v| v == "1");
-        let (f_attn, f_comb, f_adv, f_sample) = (
+        let (f_attn, f_adv, f_sample) = (
             func("attention_chunk")?,
-            func("attention_combine_chunk")?,
             func("chunk_advance")?,
             func("sample_advance")?,
         );
 
         // Chunk buffers: [chunk, width] rows of every activation but the logits.
-        let splits = kernels::ATTN_SPLITS as usize;
         let widest = hp.n_embd.max(hp.q_dim()).max(hp.n_ff);
         let (q8_stride, q8k_stride) = (widest.div_ceil(32), widest.div_ceil(256));
         let mut plan = ArenaPlan::new();
@@ -163,16 +146,11 @@ impl PrefillGraph {
         }
         let q8_r = plan.add("chunk q8", chunk * q8_stride * BLOCK_Q8_BYTES)?;
         let q8k_r = plan.add("chunk q8k", chunk * q8k_stride * BLOCK_Q8K_BYTES)?;
-        let part_r = plan.add(
-            "chunk attention partials",
-            chunk_partial_bytes(hp, chunk, splits),
-        )?;
         let arena = DeviceArena::new(&ctx, plan)?;
         let bp = |b: Buf| arena.ptr(buf_r[b.index()]);
-        let (q8, q8k, part) = (arena.ptr(q8_r), arena.ptr(q8k_r), arena.ptr(part_r));
+        let (q8, q8k) = (arena.ptr(q8_r), arena.ptr(q8k_r));
         let c = i32_of(chunk);
         let state = side.state;
-        let tok_per_warp = tokens_per_warp();
 
         let mut launches = Vec::with_capacity(steps.len() + 32);
         for s in &steps {
@@ -252,7 +230,7 @@ impl PrefillGraph {
                         q8k_stride: i32_of(q8k_stride),
                         chunk: c,
                         last: i32::from(last),
-                        tok_per_warp: i32_of(tok_per_warp),
+                        tok_per_warp: i32_of(MM_TOK),
                         ..MatMulChunkParams::default()
                     };
                     let mut total = 0usize;
@@ -278,56 +256,11 @@ impl PrefillGraph {
                         total += m.rows;
                     }
                     p.rows_total = i32_of(total);
-                    // The staged kernel (opt-in): block weights only, 8 tokens per block, the
-                    // activation blocks within 48 KiB of shared memory.
-                    let tys: Vec<TensorType> = projs
-                        .iter()
-                        .flatten()
-                        .map(|pr| model.matrix(pr.weight).ty)
-                        .collect();
-                    let q8_ty = |t: &TensorType| {
-                        matches!(t, TensorType::Q8_0 | TensorType::Q4_0 | TensorType::Q4_1)
-                    };
-                    let k_ty = |t: &TensorType| matches!(t, TensorType::Q4K | TensorType::Q6K);
-                    let cols = hp.width(input);
-                    let shared = MM_TOK
-                        * (if tys.iter().any(q8_ty) {
-                            cols / 32 * BLOCK_Q8_BYTES
-                        } else {
-                            0
-                        } + if tys.iter().any(k_ty) {
-                            cols / 256 * BLOCK_Q8K_BYTES
-                        } else {
-                            0
-                        });
-                    if staged
-                        && !last
-                        && tys.iter().all(|t| q8_ty(t) || k_ty(t))
-                        && shared <= 48 * 1024
-                    {
-                        p.tok_per_warp = MM_TOK as i32;
-                        launches.push(Launch {
-                            f: f_mm_staged,
-                            grid: (
-                                u32_of(total.div_ceil(kernels::MM_WARPS as usize)),
-                                u32_of(chunk.div_ceil(MM_TOK)),
-                                1,
-                            ),
-                            block: kernels::MM_WARPS * 32,
-                            shared: u32_of(shared),
-                            params: Params::MatMul(p),
-                        });
-                        continue;
-                    }
-                    let tiles = if last {
-                        1
-                    } else {
-                        chunk.div_ceil(tok_per_warp)
-                    };
+                    let tiles = if last { 1 } else { chunk.div_ceil(MM_TOK) };
                     Launch {
                         f: f_mm,
                         grid: (
-                            u32_of(total.div_ceil(kernels::MM_WARPS as usize)),
+                            u32_of(total.div_ceil(kernels::MM_ROWS as usize)),
                             u32_of(tiles),
                             1,
                         ),
@@ -366,7 +299,7 @@ impl PrefillGraph {
                         shared: 0,
                         params: Params::Rope(RopeChunkParams {
                             x: bp(buf),
-                            inv_freq: side.inv_freq,
+                            angles: side.angles,
                             state,
                             kcache: kc,
                             vcache: vc,
@@ -377,49 +310,34 @@ impl PrefillGraph {
                             x_stride: i32_of(hp.width(buf)),
                             v_stride: i32_of(hp.width(Buf::V)),
                             chunk: c,
-                        }),
-                    }
-                }
-                ChunkStep::Attention { layer } => {
-                    launches.push(Launch {
-                        f: f_attn,
-                        grid: (u32_of(hp.n_head), kernels::ATTN_SPLITS, u32_of(chunk)),
-                        block: kernels::ATTN_WARPS * 32,
-                        shared: 0,
-                        params: Params::Attention(AttnChunkParams {
-                            q: bp(Buf::Q),
-                            kcache: side.cache[layer].0,
-                            vcache: side.cache[layer].1,
-                            part,
-                            state,
-                            n_head: i32_of(hp.n_head),
-                            n_kv: i32_of(hp.n_head_kv),
-                            head_dim: i32_of(hp.head_dim),
-                            kv_dim: i32_of(hp.kv_dim()),
-                            scale: 1.0 / (hp.head_dim as f32).sqrt(),
-                            splits: i32_of(splits),
-                            q_stride: i32_of(hp.width(Buf::Q)),
-                            chunk: c,
-                        }),
-                    });
-                    Launch {
-                        f: f_comb,
-                        grid: (u32_of(hp.n_head), u32_of(chunk), 1),
-                        block: 256,
-                        shared: 0,
-                        params: Params::Combine(AttnCombineChunkParams {
-                            part,
-                            out: bp(Buf::Attn),
-                            state,
-                            n_head: i32_of(hp.n_head),
-                            head_dim: i32_of(hp.head_dim),
-                            splits: i32_of(splits),
-                            out_stride: i32_of(hp.width(Buf::Attn)),
-                            chunk: c,
+                            form: side.rope_form,
                             pad: 0,
                         }),
                     }
                 }
+                ChunkStep::Attention { layer } => Launch {
+                    f: f_attn,
+                    grid: (u32_of(hp.n_head), u32_of(chunk), 1),
+                    block: kernels::ATTN_WARPS * 32,
+                    shared: 0,
+                    params: Params::Attention(AttnChunkParams {
+                        q: bp(Buf::Q),
+                        kcache: side.cache[layer].0,
+                        vcache: side.cache[layer].1,
+                        out: bp(Buf::Attn),
+                        state,
+                        n_head: i32_of(hp.n_head),
+                        n_kv: i32_of(hp.n_head_kv),
+                        head_dim: i32_of(hp.head_dim),
+                        kv_dim: i32_of(hp.kv_dim()),
+                        scale: 1.0 / (hp.head_dim as f32).sqrt(),
+                        batch: i32_of(side.prompt_batch.max(1)),
+                        q_stride: i32_of(hp.width(Buf::Q)),
+                        chunk: c,
+                        interleaved: i32::from(side.rope_form & kernels::ROPE_INTERLEAVED != 0),
+                        pad: 0,
+                    }),
+                },
                 ChunkStep::Advance => Launch {
                     f: f_adv,
                     grid: (1, 1, 1),
