@@ -9,6 +9,8 @@
 //! - [`selftest`]: the one self-test format every family writes into its bundles (reference
 //!   input, recorded output, tolerances, source) and the report of a run.
 //! - [`annotate`] (feature `cli`): annotated copies of image inputs (`run --annotate`).
+//! - [`args`] (feature `cli`): declaring and reading the families' command-line options
+//!   (numbers, switches, range checks as usage errors, input files named by an option).
 //! - [`family`] (feature `cli`): the [`family::Family`] interface a family implements for
 //!   tools — `tether build --family NAME` arguments and recipe, the `inspect` description,
 //!   `run`/`bench` on input files with text and JSON output and annotation — and the
@@ -24,6 +26,8 @@ pub mod vision;
 
 #[cfg(feature = "cli")]
 pub mod annotate;
+#[cfg(feature = "cli")]
+pub mod args;
 #[cfg(feature = "cli")]
 pub mod decode;
 #[cfg(feature = "cli")]
