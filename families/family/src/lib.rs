@@ -6,6 +6,8 @@
 //!   every family that takes an image (detection, OCR).
 //! - [`recipe`]: what every build recipe shares ([`recipe::BuildCommon`]: the bundle
 //!   identity's name, version and time) and the digests that recognise pinned models.
+//! - [`model`]: opening a family's bundle, the family check, and the errors every family's
+//!   API shares ([`model::ModelError`], carried by each family's own error type).
 //! - [`selftest`]: the one self-test format every family writes into its bundles (reference
 //!   input, recorded output, tolerances, source) and the report of a run.
 //! - [`annotate`] (feature `cli`): annotated copies of image inputs (`run --annotate`).
@@ -20,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod io;
+pub mod model;
 pub mod recipe;
 pub mod selftest;
 pub mod vision;
