@@ -234,27 +234,22 @@ impl Family for Detect {
             "pad_value": c.pad_value,
             "class_names": labels,
         });
-        Ok(Description::with_self_test(
-            lines,
-            json,
-            bundle,
-            FAMILY,
-            |t| {
-                let (w, h, format) = crate::selftest::input(t).map_or((0, 0, "?"), |v| {
-                    (v.width(), v.height(), v.format().as_str())
-                });
-                let n = t
-                    .u32s(Role::Expected, crate::selftest::CLASS_IDS)
-                    .map_or(0, <[u32]>::len);
-                (
-                    format!(
-                        "{w}x{h} {format} image, expects {n} detections (expected values from {})",
-                        t.source
-                    ),
-                    json!({ "width": w, "height": h, "pixel_format": format, "detections": n }),
-                )
-            },
-        ))
+        let d = Description { lines, json };
+        Ok(d.with_self_test(bundle, FAMILY, |t| {
+            let (w, h, format) = crate::selftest::input(t).map_or((0, 0, "?"), |v| {
+                (v.width(), v.height(), v.format().as_str())
+            });
+            let n = t
+                .u32s(Role::Expected, crate::selftest::CLASS_IDS)
+                .map_or(0, <[u32]>::len);
+            (
+                format!(
+                    "{w}x{h} {format} image, expects {n} detections (expected values from {})",
+                    t.source
+                ),
+                json!({ "width": w, "height": h, "pixel_format": format, "detections": n }),
+            )
+        }))
     }
 
     fn open(

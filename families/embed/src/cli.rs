@@ -212,25 +212,20 @@ impl Family for EmbedFamily {
                 "seq_buckets": seq.as_slice(),
                 "batch_buckets": batch.as_slice(),
         });
-        Ok(Description::with_self_test(
-            lines,
-            json,
-            bundle,
-            FAMILY,
-            |t| {
-                let text = t.text(Role::Input, TEXT).unwrap_or("?");
-                let min_cosine = t
-                    .f32_scalar(Role::Tolerance, MIN_COSINE)
-                    .unwrap_or(f32::NAN);
-                (
-                    format!(
-                        "{text:?}, cosine >= {min_cosine} (expected values from {})",
-                        t.source
-                    ),
-                    json!({ "text": text, "min_cosine": min_cosine }),
-                )
-            },
-        ))
+        let d = Description { lines, json };
+        Ok(d.with_self_test(bundle, FAMILY, |t| {
+            let text = t.text(Role::Input, TEXT).unwrap_or("?");
+            let min_cosine = t
+                .f32_scalar(Role::Tolerance, MIN_COSINE)
+                .unwrap_or(f32::NAN);
+            (
+                format!(
+                    "{text:?}, cosine >= {min_cosine} (expected values from {})",
+                    t.source
+                ),
+                json!({ "text": text, "min_cosine": min_cosine }),
+            )
+        }))
     }
 
     fn open(

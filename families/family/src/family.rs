@@ -72,20 +72,20 @@ pub struct Description {
 }
 
 impl Description {
-    /// The description of `lines` and `json` (an object) closed by the bundle's self-test:
-    /// the line `self-test` and the key `self_test` ([`describe_self_test`]; `family` is the
-    /// family's name, `describe` its summary of a readable test).
+    /// This description closed by the bundle's self-test: the line `self-test` and the key
+    /// `self_test` of [`Description::json`] (an object) from [`describe_self_test`]
+    /// (`family` is the family's name, `describe` its summary of a readable test).
+    #[must_use]
     pub fn with_self_test(
-        mut lines: Vec<(String, String)>,
-        mut json: serde_json::Value,
+        mut self,
         bundle: &Bundle,
         family: &str,
         describe: impl FnOnce(&SelfTest) -> (String, serde_json::Value),
     ) -> Self {
         let (line, test) = describe_self_test(bundle, family, describe);
-        lines.push(("self-test".into(), line));
-        json["self_test"] = test;
-        Description { lines, json }
+        self.lines.push(("self-test".into(), line));
+        self.json["self_test"] = test;
+        self
     }
 }
 

@@ -255,23 +255,18 @@ impl Family for LlmFamily {
             })
             .collect();
         let json = description_json(&d);
-        Ok(Description::with_self_test(
-            lines,
-            json,
-            bundle,
-            FAMILY,
-            |t| {
-                let n = |role, name| t.u32s(role, name).map_or(0, <[u32]>::len);
-                let (p, g) = (n(Role::Input, PROMPT_IDS), n(Role::Expected, GENERATED_IDS));
-                (
-                    format!(
-                        "{p} prompt tokens, {g} greedy tokens expected (from {})",
-                        t.source
-                    ),
-                    json!({ "prompt_token_count": p, "generated_token_count": g }),
-                )
-            },
-        ))
+        let d = Description { lines, json };
+        Ok(d.with_self_test(bundle, FAMILY, |t| {
+            let n = |role, name| t.u32s(role, name).map_or(0, <[u32]>::len);
+            let (p, g) = (n(Role::Input, PROMPT_IDS), n(Role::Expected, GENERATED_IDS));
+            (
+                format!(
+                    "{p} prompt tokens, {g} greedy tokens expected (from {})",
+                    t.source
+                ),
+                json!({ "prompt_token_count": p, "generated_token_count": g }),
+            )
+        }))
     }
 
     fn open(

@@ -249,32 +249,25 @@ impl Family for OcrFamily {
         });
         let lines = config_lines(&c, dict.len(), has_cls);
         let json = config_json(&c, dict.len(), has_cls);
-        Ok(Description::with_self_test(
-            lines,
-            json,
-            bundle,
-            FAMILY,
-            |t| {
-                let (w, h) = crate::selftest::line(t).map_or((0, 0), |(_, w, h)| (w, h));
-                let text = t.text(Role::Expected, selftest::TEXT).unwrap_or("?");
-                let score = t
-                    .f32_scalar(Role::Expected, selftest::SCORE)
-                    .unwrap_or(f32::NAN);
-                let tolerance = t.tolerance(selftest::MAX_SCORE_DIFF).unwrap_or(f32::NAN);
-                (
-                    format!(
-                        "{w}x{h} line, expects {text:?} (score {score}, tolerance {tolerance})"
-                    ),
-                    json!({
-                        "width": w,
-                        "height": h,
-                        "text": text,
-                        "score": score,
-                        "tolerance": tolerance,
-                    }),
-                )
-            },
-        ))
+        let d = Description { lines, json };
+        Ok(d.with_self_test(bundle, FAMILY, |t| {
+            let (w, h) = crate::selftest::line(t).map_or((0, 0), |(_, w, h)| (w, h));
+            let text = t.text(Role::Expected, selftest::TEXT).unwrap_or("?");
+            let score = t
+                .f32_scalar(Role::Expected, selftest::SCORE)
+                .unwrap_or(f32::NAN);
+            let tolerance = t.tolerance(selftest::MAX_SCORE_DIFF).unwrap_or(f32::NAN);
+            (
+                format!("{w}x{h} line, expects {text:?} (score {score}, tolerance {tolerance})"),
+                json!({
+                    "width": w,
+                    "height": h,
+                    "text": text,
+                    "score": score,
+                    "tolerance": tolerance,
+                }),
+            )
+        }))
     }
 
     fn open(

@@ -254,25 +254,20 @@ impl Family for VadFamily {
                 "min_silence_ms": c.min_silence_ms,
                 "speech_pad_ms": c.speech_pad_ms,
         });
-        Ok(Description::with_self_test(
-            lines,
-            json,
-            bundle,
-            FAMILY,
-            |t| {
-                let chunks = t
-                    .f32s(Role::Expected, PROBABILITIES)
-                    .map_or(0, <[f32]>::len);
-                let tolerance = t.tolerance(MAX_ABS_DIFF).unwrap_or(f32::NAN);
-                (
-                    format!(
-                        "{chunks} chunks, tolerance {tolerance:.0e} (expected values from {})",
-                        t.source
-                    ),
-                    json!({ "chunks": chunks, "tolerance": tolerance }),
-                )
-            },
-        ))
+        let d = Description { lines, json };
+        Ok(d.with_self_test(bundle, FAMILY, |t| {
+            let chunks = t
+                .f32s(Role::Expected, PROBABILITIES)
+                .map_or(0, <[f32]>::len);
+            let tolerance = t.tolerance(MAX_ABS_DIFF).unwrap_or(f32::NAN);
+            (
+                format!(
+                    "{chunks} chunks, tolerance {tolerance:.0e} (expected values from {})",
+                    t.source
+                ),
+                json!({ "chunks": chunks, "tolerance": tolerance }),
+            )
+        }))
     }
 
     fn open(
