@@ -13,20 +13,8 @@ pub fn runs_arg(args: &[String], default: usize) -> Result<usize, Box<dyn std::e
     }
 }
 
-/// The host CPU's name: `model name` of /proc/cpuinfo (x86), else its `Model`, `Hardware`
-/// or `CPU part` line (Arm), else the architecture.
-pub fn cpu_model() -> String {
-    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    for key in ["model name", "Model", "Hardware", "CPU part"] {
-        if let Some(v) = text.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            (k.trim() == key).then(|| v.trim().to_string())
-        }) {
-            return v;
-        }
-    }
-    std::env::consts::ARCH.to_string()
-}
+/// The host CPU's name, as `tether bench` and `tether doctor` print it.
+pub use tether_targets::cpu_model;
 
 /// /proc/loadavg as the kernel writes it (1, 5 and 15 minute load averages, runnable and
 /// total tasks, last PID); empty where there is none.
