@@ -314,6 +314,17 @@ impl Failure {
     }
 }
 
+/// The status of an error every family's API shares (`tether_family::model::ModelError`).
+pub(crate) fn model_status(e: &::tether_family::model::ModelError) -> tether_status {
+    use ::tether_family::model::ModelError as M;
+    match e {
+        M::Bundle(b) => Failure::from_ref(b),
+        M::Runtime(r) => runtime_status(r),
+        M::WrongFamily { .. } => tether_status::TETHER_ERR_WRONG_FAMILY,
+        M::Run(_) | M::View(_) => tether_status::TETHER_ERR_RUNTIME,
+    }
+}
+
 impl From<tether_detect::DetectError> for Failure {
     fn from(e: tether_detect::DetectError) -> Self {
         use tether_detect::DetectError as D;
@@ -350,9 +361,7 @@ impl From<tether_vad::VadError> for Failure {
     fn from(e: tether_vad::VadError) -> Self {
         use tether_vad::VadError as V;
         let status = match &e {
-            V::Bundle(b) => Failure::from_ref(b),
-            V::Runtime(r) => runtime_status(r),
-            V::WrongFamily { .. } => tether_status::TETHER_ERR_WRONG_FAMILY,
+            V::Model(m) => model_status(m),
             V::Config { .. } | V::Network(_) | V::SelfTest(_) => tether_status::TETHER_ERR_BUNDLE,
             V::ChunkLength { .. } => tether_status::TETHER_ERR_INVALID_ARGUMENT,
             V::PartialChunkPending { .. } => tether_status::TETHER_ERR_STATE,
@@ -366,9 +375,7 @@ impl From<tether_embed::EmbedError> for Failure {
     fn from(e: tether_embed::EmbedError) -> Self {
         use tether_embed::EmbedError as E;
         let status = match &e {
-            E::Bundle(b) => Failure::from_ref(b),
-            E::Runtime(r) => runtime_status(r),
-            E::WrongFamily { .. } => tether_status::TETHER_ERR_WRONG_FAMILY,
+            E::Model(m) => model_status(m),
             E::Config { .. } | E::Network(_) | E::SelfTest(_) => tether_status::TETHER_ERR_BUNDLE,
             E::Tokenizer(_) | E::BatchSize { .. } => tether_status::TETHER_ERR_INVALID_ARGUMENT,
             _ => tether_status::TETHER_ERR_RUNTIME,

@@ -53,9 +53,7 @@ impl From<OcrError> for Failure {
     fn from(e: OcrError) -> Self {
         use OcrError as O;
         let status = match &e {
-            O::Bundle(b) => Failure::from_ref(b),
-            O::Runtime(r) => crate::error::runtime_status(r),
-            O::WrongFamily { .. } => tether_status::TETHER_ERR_WRONG_FAMILY,
+            O::Model(m) => crate::error::model_status(m),
             O::Config { .. }
             | O::Dictionary(_)
             | O::Network { .. }

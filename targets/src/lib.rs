@@ -47,7 +47,7 @@ pub use descriptor::{
 };
 pub use jetpack::{JetPackMatch, JetPackRelease, L4tVersion, jetpack_for};
 pub use libs::{Library, SearchEnv, SearchReport, Tried};
-pub use probe::{ProbeOptions, ProbeReport, Root, probe, probe_with};
+pub use probe::{ProbeOptions, ProbeReport, Root, cpu_model, probe, probe_with};
 pub use select::{Choice, DeviceFacts, Offer, Refusal, Rejected, Rule, select_engine};
 pub use sources::Source;
 pub use vocab::{

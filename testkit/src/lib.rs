@@ -11,7 +11,11 @@
 //!   the calling thread, for a test binary that installs the counter as its global allocator.
 //! - [`with_section_payload`]: a bundle rebuilt with one section's payload replaced (the
 //!   writer computes every checksum afresh), for tests of what a valid file may carry.
+//! - [`bench`]: the `--runs` option and host description of the families' CPU benchmark
+//!   examples.
 #![warn(missing_docs)]
+
+pub mod bench;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

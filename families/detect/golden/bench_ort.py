@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 
@@ -25,19 +24,9 @@ import onnxruntime as ort
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "family", "golden"))
+import ortbench  # noqa: E402
 import reference  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                if key.strip() in ("model name", "Model", "Processor", "cpu model"):
-                    return val.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None) -> int:
@@ -68,7 +57,7 @@ def main(argv=None) -> int:
     ct = np.array(cpu_times)
     print(f"model {os.path.basename(args.model)}  input {list(x.shape)}  "
           f"onnxruntime {ort.__version__}  threads 1  warmup {args.warmup}  runs {args.runs}")
-    print(f"cpu   {cpu_model()}")
+    print(f"cpu   {ortbench.cpu_model()}")
     print(f"p50 {np.percentile(t, 50):.2f} ms  p99 {np.percentile(t, 99):.2f} ms  "
           f"mean {t.mean():.2f} ms  min {t.min():.2f} ms  max {t.max():.2f} ms")
     # CPU time of this process per run: less sensitive to other load on the host.

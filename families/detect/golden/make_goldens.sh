@@ -8,22 +8,13 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$HERE/../../.." && pwd)"
-ASSETS="${TETHER_ASSETS:-$REPO_ROOT/.assets}"
-VENV="${GOLDEN_VENV:-/tmp/golden-venv}"
-PYTHON="${PYTHON:-python3}"
+# REPO_ROOT, ASSETS, VENV, VPY; assets fetched, venv ready (shared by every family).
+source "$HERE/../../family/golden/golden-env.sh" /tmp/golden-venv
 
-"$REPO_ROOT/tests/fetch-assets"
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$HERE/requirements.txt"
-
-"$VENV/bin/python" "$HERE/reference.py" \
+"$VPY" "$HERE/reference.py" \
   --model "$ASSETS/yolov8n-doclaynet.onnx" --image "$ASSETS/page.png" \
   --input-size 1024 1024 --out "$HERE/doclaynet_page.json"
 
-"$VENV/bin/python" "$HERE/reference.py" \
+"$VPY" "$HERE/reference.py" \
   --model "$ASSETS/320n.onnx" --image "$ASSETS/astronaut.png" \
   --input-size 320 320 --out "$HERE/nudenet_astronaut.json"

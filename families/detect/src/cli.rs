@@ -2,7 +2,6 @@
 //! recipe, the `inspect` description, `run`/`bench` on image files, text and JSON output,
 //! annotated images.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
@@ -12,10 +11,11 @@ use serde_json::{Value, json};
 use tether_bundle::Bundle;
 pub use tether_family::annotate::MAX_ANNOTATED_SIDE;
 use tether_family::annotate::{Annotation, Colour};
+use tether_family::args::{f32_in, int_in, number_arg, path_arg, required_path, value};
 use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
     BuildCommon, Built, Description, Environment, Family, Input, InputSource, Outcome, PlanSource,
-    Report, RunOptions, Runner, SelfTest, UsageError, describe_self_test, file_stem,
+    Report, RunOptions, Runner, SelfTest, UsageError, file_stem,
 };
 use tether_family::selftest::Role;
 
@@ -43,18 +43,18 @@ fn parse_size(s: &str) -> Result<(u32, u32), String> {
 
 fn threshold_args() -> [Arg; 2] {
     [
-        Arg::new("score-threshold")
-            .long("score-threshold")
-            .value_name("S")
-            .allow_negative_numbers(true)
-            .value_parser(value_parser!(f32))
-            .help("Detection score threshold in [0, 1] (strictly greater is kept)"),
-        Arg::new("iou-threshold")
-            .long("iou-threshold")
-            .value_name("T")
-            .allow_negative_numbers(true)
-            .value_parser(value_parser!(f32))
-            .help("Class-wise NMS IoU threshold in [0, 1]"),
+        number_arg(
+            "score-threshold",
+            "S",
+            value_parser!(f32),
+            "Detection score threshold in [0, 1] (strictly greater is kept)",
+        ),
+        number_arg(
+            "iou-threshold",
+            "T",
+            value_parser!(f32),
+            "Class-wise NMS IoU threshold in [0, 1]",
+        ),
     ]
 }
 
@@ -85,23 +85,23 @@ impl Family for Detect {
 
     fn build_args(&self) -> Vec<Arg> {
         let mut v = vec![
-            Arg::new("onnx")
-                .long("onnx")
-                .value_name("MODEL.onnx")
-                .required(true)
-                .value_parser(value_parser!(PathBuf))
-                .help("The ONNX model (Ultralytics YOLOv8 detection export)"),
+            path_arg(
+                "onnx",
+                "MODEL.onnx",
+                "The ONNX model (Ultralytics YOLOv8 detection export)",
+            )
+            .required(true),
             Arg::new("input-size")
                 .long("input-size")
                 .value_name("N|WxH")
                 .value_parser(parse_size)
                 .help("Network input size for dynamic-size models (default: the model's `imgsz`, else 640); multiples of 32, at most 8192 a side and 1,048,576 anchors (about 5600x5600)"),
-            Arg::new("max-detections")
-                .long("max-detections")
-                .value_name("K")
-                .allow_negative_numbers(true)
-                .value_parser(value_parser!(i64))
-                .help("Maximum detections per image, 1..=300 (default 300)"),
+            number_arg(
+                "max-detections",
+                "K",
+                value_parser!(i64),
+                "Maximum detections per image, 1..=300 (default 300)",
+            ),
         ];
         v.extend(threshold_args());
         v
@@ -115,24 +115,15 @@ impl Family for Detect {
     ) -> Result<Built> {
         // Every option range first (usage errors, exit 2), before any work.
         check_thresholds(args)?;
-        let max_detections = match args.get_one::<i64>("max-detections") {
-            Some(&k) if (1..=crate::MAX_DETECTIONS as i64).contains(&k) => Some(k as u32),
-            Some(&k) => {
-                return Err(UsageError(format!(
-                    "--max-detections {k}: must be between 1 and {}",
-                    crate::MAX_DETECTIONS
-                ))
-                .into());
-            }
-            None => None,
-        };
+        let max_detections =
+            int_in(args, "max-detections", 1, crate::MAX_DETECTIONS as i64)?.map(|k| k as u32);
         if let Some(&(w, h)) = args.get_one::<(u32, u32)>("input-size") {
             check_input_size(w, h)?;
         }
-        let path: &PathBuf = args.get_one("onnx").context("--onnx is required")?;
-        let onnx = tether_bundle::files::read_regular(path)?;
+        let path = required_path(args, "onnx")?;
+        let onnx = tether_bundle::files::read_regular(&path)?;
         let options = BuildOptions {
-            common: common.clone().or_name(file_stem(path, "model")),
+            common: common.clone().or_name(file_stem(&path, "model")),
             input_size: args.get_one::<(u32, u32)>("input-size").copied(),
             score_threshold: args.get_one::<f32>("score-threshold").copied(),
             iou_threshold: args.get_one::<f32>("iou-threshold").copied(),
@@ -191,12 +182,9 @@ impl Family for Detect {
 
     fn run_args(&self) -> Vec<Arg> {
         let mut v = threshold_args().to_vec();
-        v.push(
-            Arg::new("ignore-orientation")
-                .long("ignore-orientation")
-                .action(clap::ArgAction::SetTrue)
-                .help("Use the stored pixels of a JPEG, ignoring its EXIF orientation tag"),
-        );
+        v.push(Orientation::argument(
+            "Use the stored pixels of a JPEG, ignoring its EXIF orientation tag",
+        ));
         v
     }
 
@@ -206,7 +194,48 @@ impl Family for Detect {
         let labels =
             crate::labels::decode_labels(bundle.section_bytes(&bundle.section(LABELS_SECTION)?)?)?;
         let c = &config;
-        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+        let lines = vec![
+            (
+                "input".into(),
+                format!(
+                    "{}x{} RGB, letterbox (pad {}), (v - mean) / std with mean {:?}, std {:?}",
+                    c.input_width, c.input_height, c.pad_value, c.mean, c.std
+                ),
+            ),
+            (
+                "output".into(),
+                format!(
+                    "[1, 4 + {}, {}] (YOLOv8 head)",
+                    c.num_classes, c.num_anchors
+                ),
+            ),
+            (
+                "thresholds".into(),
+                format!(
+                    "score > {}, NMS IoU > {}, at most {} detections",
+                    c.score_threshold, c.iou_threshold, c.max_detections
+                ),
+            ),
+            (
+                "classes".into(),
+                format!("{}: {}", labels.len(), labels.join(", ")),
+            ),
+        ];
+        let json = json!({
+            "input_width": c.input_width,
+            "input_height": c.input_height,
+            "num_classes": c.num_classes,
+            "num_anchors": c.num_anchors,
+            "score_threshold": c.score_threshold,
+            "iou_threshold": c.iou_threshold,
+            "max_detections": c.max_detections,
+            "mean": c.mean,
+            "std": c.std,
+            "pad_value": c.pad_value,
+            "class_names": labels,
+        });
+        let d = Description { lines, json };
+        Ok(d.with_self_test(bundle, FAMILY, |t| {
             let (w, h, format) = crate::selftest::input(t).map_or((0, 0, "?"), |v| {
                 (v.width(), v.height(), v.format().as_str())
             });
@@ -220,51 +249,7 @@ impl Family for Detect {
                 ),
                 json!({ "width": w, "height": h, "pixel_format": format, "detections": n }),
             )
-        });
-        Ok(Description {
-            lines: vec![
-                (
-                    "input".into(),
-                    format!(
-                        "{}x{} RGB, letterbox (pad {}), (v - mean) / std with mean {:?}, std {:?}",
-                        c.input_width, c.input_height, c.pad_value, c.mean, c.std
-                    ),
-                ),
-                (
-                    "output".into(),
-                    format!(
-                        "[1, 4 + {}, {}] (YOLOv8 head)",
-                        c.num_classes, c.num_anchors
-                    ),
-                ),
-                (
-                    "thresholds".into(),
-                    format!(
-                        "score > {}, NMS IoU > {}, at most {} detections",
-                        c.score_threshold, c.iou_threshold, c.max_detections
-                    ),
-                ),
-                (
-                    "classes".into(),
-                    format!("{}: {}", labels.len(), labels.join(", ")),
-                ),
-                ("self-test".into(), selftest_line),
-            ],
-            json: json!({
-                "input_width": c.input_width,
-                "input_height": c.input_height,
-                "num_classes": c.num_classes,
-                "num_anchors": c.num_anchors,
-                "score_threshold": c.score_threshold,
-                "iou_threshold": c.iou_threshold,
-                "max_detections": c.max_detections,
-                "mean": c.mean,
-                "std": c.std,
-                "pad_value": c.pad_value,
-                "class_names": labels,
-                "self_test": selftest_json,
-            }),
-        })
+        }))
     }
 
     fn open(
@@ -282,30 +267,12 @@ impl Family for Detect {
                 device,
                 verify_eagerly: options.verify_eagerly,
                 model,
-                score_threshold: args
-                    .try_get_one::<f32>("score-threshold")
-                    .ok()
-                    .flatten()
-                    .copied(),
-                iou_threshold: args
-                    .try_get_one::<f32>("iou-threshold")
-                    .ok()
-                    .flatten()
-                    .copied(),
+                score_threshold: value(args, "score-threshold"),
+                iou_threshold: value(args, "iou-threshold"),
                 ..DetectorOptions::default()
             },
         )?;
-        let orientation = if args
-            .try_get_one::<bool>("ignore-orientation")
-            .ok()
-            .flatten()
-            .copied()
-            .unwrap_or(false)
-        {
-            Orientation::Ignore
-        } else {
-            Orientation::Apply
-        };
+        let orientation = Orientation::of_args(args);
         Ok(Box::new(DetectRunner { det, orientation }))
     }
 
@@ -357,8 +324,7 @@ fn check_input_size(w: u32, h: u32) -> Result<(), UsageError> {
 /// `--score-threshold` and `--iou-threshold` in [0, 1] (a usage error otherwise).
 fn check_thresholds(args: &ArgMatches) -> Result<(), UsageError> {
     for name in ["score-threshold", "iou-threshold"] {
-        let v = args.try_get_one::<f32>(name).ok().flatten().copied();
-        tether_family::family::check_range(name, v, 0.0, 1.0)?;
+        f32_in(args, name, 0.0, 1.0)?;
     }
     Ok(())
 }
@@ -479,9 +445,7 @@ impl Runner for DetectRunner {
         let model = self.det.model();
         // Until the first frame prepares a session, how a GPU run executes is not known.
         #[allow(unused_mut)]
-        let mut env = Environment::of_model(model);
-        #[cfg(feature = "cuda")]
-        env.add_sessions(self.det.session());
+        let mut env = Environment::of_model_sessions(model, self.det.session());
         #[cfg(feature = "cuda")]
         if let Some(d) = self.det.session().and_then(|s| s.device()) {
             let b = d.memory_budget();

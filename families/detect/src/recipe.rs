@@ -22,7 +22,7 @@
 
 use tether_build::{OnnxInfo, inspect_onnx};
 use tether_bundle::{BundleWriter, DType, SectionKind};
-use tether_family::io::{Candidate, Role, SelectError, select, select_with};
+use tether_family::io::{Role, SelectError, select, select_with};
 use tether_family::recipe::{add_portable_target, in_memory, sha256_hex};
 use tether_family::selftest::{self, Report};
 use tether_family::vision::{ImageView, PixelFormat};
@@ -218,14 +218,11 @@ fn check_io(info: &OnnxInfo) -> Result<Vec<String>, DetectError> {
     // preparation, by the values of a test run).
     let rows = i64::from(4 + num_classes);
     let fits = move |d: &[i64]| d.len() == 3 && d[0] <= 1 && (d[1] < 0 || d[1] == rows);
-    let declared: Vec<Candidate<'_>> = info
-        .outputs
-        .iter()
-        .map(|t| Candidate {
-            name: &t.name,
-            dims: &t.dims,
-        })
-        .collect();
+    let declared = tether_family::io::declared(
+        info.outputs
+            .iter()
+            .map(|t| (t.name.as_str(), t.dims.as_slice())),
+    );
     let expected = format!("[1, 4 + {num_classes}, anchors] for {num_classes} classes");
     if let Err(e @ (SelectError::Missing { .. } | SelectError::NamedMismatch { .. })) =
         select(&head_role(&expected, &fits), &declared)
@@ -316,22 +313,8 @@ fn count_anchors(
         )
         .map_err(|e| DetectError::Runtime(e.into()))?;
     let rows = i64::from(4 + num_classes);
-    let shapes: Vec<Vec<i64>> = plan
-        .io()
-        .outputs
-        .iter()
-        .map(|t| t.shape.iter().map(|&d| d as i64).collect())
-        .collect();
-    let prepared: Vec<Candidate<'_>> = plan
-        .io()
-        .outputs
-        .iter()
-        .zip(&shapes)
-        .map(|(t, d)| Candidate {
-            name: &t.name,
-            dims: d,
-        })
-        .collect();
+    let shapes = tether_family::io::dims_of(&plan.io().outputs);
+    let prepared = tether_family::io::prepared(&plan.io().outputs, &shapes);
     let fits = move |d: &[i64]| d.len() == 3 && d[0] == 1 && d[1] == rows && d[2] > 0;
     let expected = format!("[1, {rows}, anchors]");
     let mut values: Option<Vec<Vec<f32>>> = None;

@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use tether_embed::config::EmbedConfig;
 use tether_embed::{EMBEDDING_DIM, Embedder, Prepare};
+use tether_testkit::bench;
 
 const LONG: &str = "Autonomous mobile robots in a warehouse share aisles with people, forklifts and other robots, so every navigation decision is checked against a map that is updated many times per second from lidar, cameras and wheel odometry. ";
 
@@ -29,10 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.len() < 3 {
         return Err("usage: bench MODEL.onnx TOKENIZER.json [--runs N]".into());
     }
-    let runs: usize = match args.iter().position(|a| a == "--runs") {
-        Some(i) => args.get(i + 1).ok_or("--runs needs a value")?.parse()?,
-        None => 30,
-    };
+    let runs = bench::runs_arg(&args, 30)?;
     let onnx = std::fs::read(&args[1])?;
     let tok = std::fs::read(&args[2])?;
     let prepare = if args.iter().any(|a| a == "--lazy") {
@@ -41,15 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Prepare::All
     };
     let mut e = Embedder::from_parts(onnx, &tok, EmbedConfig::default(), prepare)?;
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|v| v.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cpu = bench::cpu_model();
     println!("tract CPU engine, all-MiniLM-L6-v2 int8, 1 thread, {runs} runs per line");
     println!("cpu: {cpu}");
     let long2 = LONG.repeat(2);
@@ -114,11 +104,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         p50 / 8.0
     );
     println!("buckets prepared: {:?}", e.prepared());
-    println!(
-        "loadavg: {}",
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
-    );
+    println!("loadavg: {}", bench::load_average());
     Ok(())
 }

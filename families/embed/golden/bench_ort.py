@@ -15,7 +15,7 @@ prints p50 / mean in ms, the CPU model and the load average.
 from __future__ import annotations
 
 import argparse
-import platform
+import os
 import sys
 import time
 
@@ -24,6 +24,8 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "family", "golden"))
+import ortbench  # noqa: E402
 
 LONG = (
     "Autonomous mobile robots in a warehouse share aisles with people, forklifts and "
@@ -49,18 +51,6 @@ BATCH = [
 ]
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                if key.strip() == "model name":
-                    return val.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--onnx", required=True)
@@ -70,11 +60,7 @@ def main(argv=None) -> int:
     tok = Tokenizer.from_file(args.tokenizer)
     tok.no_padding()
     tok.enable_truncation(256)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    sess = ort.InferenceSession(args.onnx, opts, providers=["CPUExecutionProvider"])
+    sess = ortbench.single_thread_session(args.onnx, sequential=True)
 
     def embed(texts, pad_to=None):
         encs = [tok.encode(t) for t in texts]
@@ -101,7 +87,7 @@ def main(argv=None) -> int:
         return float(np.median(out)), float(out.mean())
 
     print(f"onnxruntime {ort.__version__} CPU, all-MiniLM-L6-v2 int8, 1 thread, {args.runs} runs per line")
-    print(f"cpu: {cpu_model()}")
+    print(f"cpu: {ortbench.cpu_model()}")
     for text in TEXTS:
         n = len(tok.encode(text).ids)
         p50, mean = timed(lambda: embed([text]))
@@ -109,7 +95,7 @@ def main(argv=None) -> int:
         print(f"{n:4d} tokens (unpadded): embed p50 {p50:.2f} ms, mean {mean:.2f} ms; tokenise p50 {tp50:.3f} ms")
     p50, mean = timed(lambda: embed(BATCH, pad_to=16))
     print(f"batch of 8 short sentences (padded to 16): p50 {p50:.2f} ms, mean {mean:.2f} ms ({p50 / 8:.2f} ms per sentence)")
-    print(f"loadavg: {open('/proc/loadavg').read().strip()}")
+    print(f"loadavg: {ortbench.loadavg()}")
     return 0
 
 

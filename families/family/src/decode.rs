@@ -42,6 +42,26 @@ pub enum Orientation {
     Ignore,
 }
 
+impl Orientation {
+    /// The run option `--ignore-orientation` ([`Orientation::argument`]) of the image
+    /// families: [`Orientation::Ignore`] when given, else [`Orientation::Apply`].
+    pub fn of_args(args: &clap::ArgMatches) -> Self {
+        if crate::args::flag(args, IGNORE_ORIENTATION) {
+            Orientation::Ignore
+        } else {
+            Orientation::Apply
+        }
+    }
+
+    /// The switch `--ignore-orientation`; `help` says whose behaviour it matches.
+    pub fn argument(help: &'static str) -> clap::Arg {
+        crate::args::flag_arg(IGNORE_ORIENTATION, help)
+    }
+}
+
+/// The name of the image families' run option that ignores the EXIF orientation tag.
+const IGNORE_ORIENTATION: &str = "ignore-orientation";
+
 /// An image file that could not be decoded.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {

@@ -71,6 +71,24 @@ pub struct Description {
     pub json: serde_json::Value,
 }
 
+impl Description {
+    /// This description closed by the bundle's self-test: the line `self-test` and the key
+    /// `self_test` of [`Description::json`] (an object) from [`describe_self_test`]
+    /// (`family` is the family's name, `describe` its summary of a readable test).
+    #[must_use]
+    pub fn with_self_test(
+        mut self,
+        bundle: &Bundle,
+        family: &str,
+        describe: impl FnOnce(&SelfTest) -> (String, serde_json::Value),
+    ) -> Self {
+        let (line, test) = describe_self_test(bundle, family, describe);
+        self.lines.push(("self-test".into(), line));
+        self.json["self_test"] = test;
+        self
+    }
+}
+
 /// The `self-test` line and JSON of a family's [`Description`]: `describe` turns the
 /// bundle's readable self-test into its own summary line and JSON object (the JSON gains
 /// `format_version` and `source`); `none` (JSON null) without one; an unreadable one (an old
@@ -307,6 +325,24 @@ impl Environment {
                 .collect(),
             ..Environment::default()
         }
+    }
+}
+
+#[cfg(feature = "cli")]
+impl Environment {
+    /// [`Environment::of_model`] with the execution of the device sessions a runner holds
+    /// ([`Environment::add_sessions`] in builds with the `cuda` feature; none on the CPU).
+    pub fn of_model_sessions<'a>(
+        model: &tether_runtime::Model,
+        sessions: impl IntoIterator<Item = &'a tether_runtime::session::Session>,
+    ) -> Self {
+        #[allow(unused_mut)]
+        let mut env = Environment::of_model(model);
+        #[cfg(feature = "cuda")]
+        env.add_sessions(sessions);
+        #[cfg(not(feature = "cuda"))]
+        let _ = sessions;
+        env
     }
 }
 

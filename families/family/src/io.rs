@@ -22,6 +22,37 @@ pub struct Candidate<'a> {
     pub dims: &'a [i64],
 }
 
+/// The candidates of `(name, dims)` pairs (the tensors an ONNX file declares).
+pub fn declared<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a [i64])>) -> Vec<Candidate<'a>> {
+    tensors
+        .into_iter()
+        .map(|(name, dims)| Candidate { name, dims })
+        .collect()
+}
+
+/// The dimensions of a prepared network's tensors (their shapes as the rule's `i64`), for
+/// [`prepared`] to borrow.
+pub fn dims_of(tensors: &[tether_runtime::TensorSpec]) -> Vec<Vec<i64>> {
+    tensors
+        .iter()
+        .map(|t| t.shape.iter().map(|&d| d as i64).collect())
+        .collect()
+}
+
+/// The candidates of a prepared network's `tensors`, `dims[i]` the dimensions of
+/// `tensors[i]` ([`dims_of`]).
+pub fn prepared<'a>(
+    tensors: &'a [tether_runtime::TensorSpec],
+    dims: &'a [Vec<i64>],
+) -> Vec<Candidate<'a>> {
+    declared(
+        tensors
+            .iter()
+            .zip(dims)
+            .map(|(t, d)| (t.name.as_str(), d.as_slice())),
+    )
+}
+
 /// The role a tensor must play.
 pub struct Role<'a> {
     /// What it is, for messages ("the detection head").

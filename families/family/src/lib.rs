@@ -6,9 +6,13 @@
 //!   every family that takes an image (detection, OCR).
 //! - [`recipe`]: what every build recipe shares ([`recipe::BuildCommon`]: the bundle
 //!   identity's name, version and time) and the digests that recognise pinned models.
+//! - [`model`]: opening a family's bundle, the family check, and the errors every family's
+//!   API shares ([`model::ModelError`], carried by each family's own error type).
 //! - [`selftest`]: the one self-test format every family writes into its bundles (reference
 //!   input, recorded output, tolerances, source) and the report of a run.
 //! - [`annotate`] (feature `cli`): annotated copies of image inputs (`run --annotate`).
+//! - [`args`] (feature `cli`): declaring and reading the families' command-line options
+//!   (numbers, switches, range checks as usage errors, input files named by an option).
 //! - [`family`] (feature `cli`): the [`family::Family`] interface a family implements for
 //!   tools — `tether build --family NAME` arguments and recipe, the `inspect` description,
 //!   `run`/`bench` on input files with text and JSON output and annotation — and the
@@ -18,12 +22,15 @@
 #![warn(missing_docs)]
 
 pub mod io;
+pub mod model;
 pub mod recipe;
 pub mod selftest;
 pub mod vision;
 
 #[cfg(feature = "cli")]
 pub mod annotate;
+#[cfg(feature = "cli")]
+pub mod args;
 #[cfg(feature = "cli")]
 pub mod decode;
 #[cfg(feature = "cli")]

@@ -22,10 +22,11 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, value_parser};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
+use tether_family::args::{flag_arg, number_arg, path_arg, read_file, utf8_text, value};
 use tether_family::family::{
     BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource,
     LatencySummary, Outcome, Report, RunOptions, Runner, SelfTest, ThroughputOptions,
-    ThroughputReport, ThroughputTest, UsageError, describe_self_test, input_as,
+    ThroughputReport, ThroughputTest, UsageError, input_as,
 };
 use tether_family::selftest::Role;
 
@@ -54,20 +55,6 @@ pub const DEFAULT_N_GEN: usize = 128;
 /// Timed repetitions of each `bench` test by default (llama-bench's `-r 5`).
 pub const DEFAULT_REPETITIONS: usize = 5;
 
-fn num(
-    name: &'static str,
-    value_name: &'static str,
-    parser: impl clap::builder::IntoResettable<clap::builder::ValueParser>,
-    help: &'static str,
-) -> Arg {
-    Arg::new(name)
-        .long(name)
-        .value_name(value_name)
-        .allow_negative_numbers(true)
-        .value_parser(parser)
-        .help(help)
-}
-
 impl Family for LlmFamily {
     fn name(&self) -> &'static str {
         FAMILY
@@ -79,17 +66,17 @@ impl Family for LlmFamily {
 
     fn build_args(&self) -> Vec<Arg> {
         vec![
-            Arg::new("gguf")
-                .long("gguf")
-                .value_name("MODEL.gguf")
-                .value_parser(value_parser!(PathBuf))
-                .conflicts_with("hf-dir")
-                .help("A GGUF v3 file (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K tensors), e.g. SmolLM2-135M-Instruct.Q4_1.gguf"),
-            Arg::new("hf-dir")
-                .long("hf-dir")
-                .value_name("DIR")
-                .value_parser(value_parser!(PathBuf))
-                .help("A Hugging Face directory: config.json, *.safetensors (sharded too), tokenizer.json, tokenizer_config.json, generation_config.json"),
+            path_arg(
+                "gguf",
+                "MODEL.gguf",
+                "A GGUF v3 file (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K tensors), e.g. SmolLM2-135M-Instruct.Q4_1.gguf",
+            )
+            .conflicts_with("hf-dir"),
+            path_arg(
+                "hf-dir",
+                "DIR",
+                "A Hugging Face directory: config.json, *.safetensors (sharded too), tokenizer.json, tokenizer_config.json, generation_config.json",
+            ),
         ]
     }
 
@@ -156,63 +143,63 @@ impl Family for LlmFamily {
                 .short('p')
                 .value_name("TEXT")
                 .help("The prompt (llm): the user message of a chat in the model's template, or raw text with --raw"),
-            Arg::new("chat-file")
-                .long("chat-file")
-                .value_name("FILE.json")
-                .value_parser(value_parser!(PathBuf))
-                .help("Chat messages (llm): a JSON array of {\"role\", \"content\"} objects (or {\"messages\": [...]})"),
+            path_arg(
+                "chat-file",
+                "FILE.json",
+                "Chat messages (llm): a JSON array of {\"role\", \"content\"} objects (or {\"messages\": [...]})",
+            ),
             Arg::new("system")
                 .long("system")
                 .value_name("TEXT")
                 .help("System message before the prompt (llm)"),
-            Arg::new("raw")
-                .long("raw")
-                .action(ArgAction::SetTrue)
-                .help("Tokenise the prompt as it is, without the chat template (llm)"),
-            num(
+            flag_arg(
+                "raw",
+                "Tokenise the prompt as it is, without the chat template (llm)",
+            ),
+            number_arg(
                 "max-tokens",
                 "N",
                 value_parser!(u64).range(1..=1_000_000),
                 "Most tokens to generate (llm; default 256, or the checkpoint's max_new_tokens)",
             ),
-            num(
+            number_arg(
                 "temperature",
                 "T",
                 value_parser!(f32),
                 "Sampling temperature; 0 or below: greedy (llm; default 0.8)",
             )
             .visible_alias("temp"),
-            num(
+            number_arg(
                 "top-k",
                 "K",
                 value_parser!(u64).range(0..=1_000_000),
                 "Keep the K most likely tokens; 0: off (llm; default 40)",
             ),
-            num(
+            number_arg(
                 "top-p",
                 "P",
                 value_parser!(f32),
                 "Nucleus sampling mass, 0 < P <= 1; 1: off (llm; default 0.95)",
             ),
-            num(
+            number_arg(
                 "min-p",
                 "P",
                 value_parser!(f32),
                 "Minimum probability relative to the most likely token, 0 <= P < 1; 0: off (llm; default 0.05)",
             ),
-            num(
+            number_arg(
                 "repeat-penalty",
                 "R",
                 value_parser!(f32),
                 "Repetition penalty over the last --repeat-last-n tokens; 1: off (llm; default 1.0)",
             ),
-            num(
+            number_arg(
                 "repeat-last-n",
                 "N",
                 value_parser!(u64).range(0..=4096),
                 "Tokens the repetition penalty looks back over (llm; default 64)",
             ),
-            num(
+            number_arg(
                 "seed",
                 "S",
                 value_parser!(u64),
@@ -223,14 +210,14 @@ impl Family for LlmFamily {
                 .value_name("TEXT")
                 .action(ArgAction::Append)
                 .help("End generation when TEXT appears (not printed); repeatable (llm)"),
-            num(
+            number_arg(
                 "context",
                 "N",
                 value_parser!(u64).range(1..=1 << 24),
                 "KV cache positions (llm; default and maximum: the model's training context)",
             )
             .visible_alias("ctx-size"),
-            num(
+            number_arg(
                 "threads",
                 "N",
                 value_parser!(u64).range(1..=1024),
@@ -242,7 +229,7 @@ impl Family for LlmFamily {
                 .value_delimiter(',')
                 .value_parser(value_parser!(u64).range(1..=1 << 20))
                 .help("bench (llm): prompt-processing tests, tokens each (default 128,512)"),
-            num(
+            number_arg(
                 "n-gen",
                 "N",
                 value_parser!(u64).range(0..=1 << 20),
@@ -259,7 +246,17 @@ impl Family for LlmFamily {
         let ckpt =
             Checkpoint::from_bundle(Arc::new(Bundle::open(path, tether_bundle::Verify::Lazy)?))?;
         let d = ckpt.describe();
-        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+        let lines: Vec<(String, String)> = d
+            .to_string()
+            .lines()
+            .map(|l| match l.split_once("  ") {
+                Some((k, v)) => (k.trim().to_string(), v.trim().to_string()),
+                None => (l.trim().to_string(), String::new()),
+            })
+            .collect();
+        let json = description_json(&d);
+        let d = Description { lines, json };
+        Ok(d.with_self_test(bundle, FAMILY, |t| {
             let n = |role, name| t.u32s(role, name).map_or(0, <[u32]>::len);
             let (p, g) = (n(Role::Input, PROMPT_IDS), n(Role::Expected, GENERATED_IDS));
             (
@@ -269,19 +266,7 @@ impl Family for LlmFamily {
                 ),
                 json!({ "prompt_token_count": p, "generated_token_count": g }),
             )
-        });
-        let mut lines: Vec<(String, String)> = d
-            .to_string()
-            .lines()
-            .map(|l| match l.split_once("  ") {
-                Some((k, v)) => (k.trim().to_string(), v.trim().to_string()),
-                None => (l.trim().to_string(), String::new()),
-            })
-            .collect();
-        lines.push(("self-test".into(), selftest_line));
-        let mut json = description_json(&d);
-        json["self_test"] = selftest_json;
-        Ok(Description { lines, json })
+        }))
     }
 
     fn open(
@@ -294,11 +279,11 @@ impl Family for LlmFamily {
         let params = params_of(args)?;
         let threads = options
             .threads
-            .or_else(|| arg_u64(args, "threads").map(|n| n as usize));
+            .or_else(|| value::<u64>(args, "threads").map(|n| n as usize));
         let generator = Generator::from_checkpoint(
             Checkpoint::from_bundle(bundle)?,
             &GeneratorOptions {
-                context: arg_u64(args, "context").map(|n| n as usize),
+                context: value::<u64>(args, "context").map(|n| n as usize),
                 threads,
                 ..GeneratorOptions::default()
             },
@@ -333,13 +318,13 @@ impl Family for LlmFamily {
             ordinal: gpu,
             params,
             raw: args.get_flag("raw"),
-            system: arg_str(args, "system"),
-            prompt: arg_str(args, "prompt"),
+            system: value::<String>(args, "system"),
+            prompt: value::<String>(args, "prompt"),
             chat_file: args.get_one::<PathBuf>("chat-file").cloned(),
             n_prompt: args
                 .get_many::<u64>("n-prompt")
                 .map(|v| v.map(|&n| n as usize).collect()),
-            n_gen: arg_u64(args, "n-gen").map(|n| n as usize),
+            n_gen: value::<u64>(args, "n-gen").map(|n| n as usize),
             cancel,
             last: None,
         }))
@@ -439,18 +424,6 @@ fn check_device(options: &RunOptions) -> Result<Option<usize>> {
     }
 }
 
-fn arg_u64(args: &ArgMatches, name: &str) -> Option<u64> {
-    args.try_get_one::<u64>(name).ok().flatten().copied()
-}
-
-fn arg_f32(args: &ArgMatches, name: &str) -> Option<f32> {
-    args.try_get_one::<f32>(name).ok().flatten().copied()
-}
-
-fn arg_str(args: &ArgMatches, name: &str) -> Option<String> {
-    args.try_get_one::<String>(name).ok().flatten().cloned()
-}
-
 /// The generation options given on the command line (each `None` when not given).
 #[derive(Clone, Debug, Default)]
 struct ParamArgs {
@@ -467,14 +440,14 @@ struct ParamArgs {
 
 fn params_of(args: &ArgMatches) -> Result<ParamArgs> {
     Ok(ParamArgs {
-        max_tokens: arg_u64(args, "max-tokens"),
-        temperature: arg_f32(args, "temperature"),
-        top_k: arg_u64(args, "top-k"),
-        top_p: arg_f32(args, "top-p"),
-        min_p: arg_f32(args, "min-p"),
-        repeat_penalty: arg_f32(args, "repeat-penalty"),
-        repeat_last_n: arg_u64(args, "repeat-last-n"),
-        seed: arg_u64(args, "seed"),
+        max_tokens: value::<u64>(args, "max-tokens"),
+        temperature: value::<f32>(args, "temperature"),
+        top_k: value::<u64>(args, "top-k"),
+        top_p: value::<f32>(args, "top-p"),
+        min_p: value::<f32>(args, "min-p"),
+        repeat_penalty: value::<f32>(args, "repeat-penalty"),
+        repeat_last_n: value::<u64>(args, "repeat-last-n"),
+        seed: value::<u64>(args, "seed"),
         stop: args
             .try_get_many::<String>("stop")
             .ok()
@@ -611,8 +584,7 @@ fn read_text(path: &Path) -> Result<String> {
         )
         .into());
     } else {
-        tether_bundle::files::read_regular(path)
-            .with_context(|| format!("reading {}", path.display()))?
+        read_file(path)?
     };
     if bytes.len() as u64 > MAX_PROMPT_BYTES {
         bail!(
@@ -620,13 +592,7 @@ fn read_text(path: &Path) -> Result<String> {
             path.display()
         );
     }
-    String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{} is not UTF-8 text (invalid byte at offset {})",
-            path.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })
+    utf8_text(path, bytes)
 }
 
 /// Chat messages from a `--chat-file` document.

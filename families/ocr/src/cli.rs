@@ -17,16 +17,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use clap::{Arg, ArgAction, ArgMatches, value_parser};
+use clap::{Arg, ArgMatches, value_parser};
 use image::RgbImage;
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
 pub use tether_family::annotate::MAX_ANNOTATED_SIDE;
 use tether_family::annotate::{Annotation, Colour};
+use tether_family::args::{
+    f32_in, flag, flag_arg, number_arg, path_arg, read_file, required_path, value,
+};
 use tether_family::decode::{DecodedImage, ImageInput, Orientation};
 use tether_family::family::{
-    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, PlanSource, Report,
-    RunOptions, Runner, SelfTest, UsageError, check_range, describe_self_test, file_stem,
+    BuildCommon, Built, Description, Environment, Family, Input, InputSource, Outcome, PlanSource,
+    Report, RunOptions, Runner, SelfTest, UsageError, file_stem,
 };
 use tether_family::selftest::Role;
 
@@ -55,20 +58,12 @@ fn parse_widths(s: &str) -> Result<Vec<u32>, String> {
 }
 
 fn text_score_arg() -> Arg {
-    Arg::new("text-score")
-        .long("text-score")
-        .value_name("S")
-        .allow_negative_numbers(true)
-        .value_parser(value_parser!(f32))
-        .help("Minimum recognition score of a line kept, in [0, 1] (default 0.5)")
-}
-
-fn path_arg(name: &'static str, value: &'static str, help: &'static str) -> Arg {
-    Arg::new(name)
-        .long(name)
-        .value_name(value)
-        .value_parser(value_parser!(PathBuf))
-        .help(help)
+    number_arg(
+        "text-score",
+        "S",
+        value_parser!(f32),
+        "Minimum recognition score of a line kept, in [0, 1] (default 0.5)",
+    )
 }
 
 /// The shapes a TensorRT plan of `network` would be built for: the I/O the
@@ -134,10 +129,10 @@ impl Family for OcrFamily {
                 .value_parser(parse_widths)
                 .help("Recognition width buckets in pixels, ascending multiples of 8 from 320 (default: 23 buckets 320..=3008)"),
             text_score_arg(),
-            Arg::new("no-self-test")
-                .long("no-self-test")
-                .action(ArgAction::SetTrue)
-                .help("Leave the self-test out even when the networks are the pinned ones"),
+            flag_arg(
+                "no-self-test",
+                "Leave the self-test out even when the networks are the pinned ones",
+            ),
         ]
     }
 
@@ -147,19 +142,13 @@ impl Family for OcrFamily {
         common: &BuildCommon,
         progress: &mut dyn FnMut(&str),
     ) -> Result<Built> {
-        let text_score = args.get_one::<f32>("text-score").copied();
-        check_range("text-score", text_score, 0.0, 1.0)?;
-        let path = |name: &str| args.get_one::<PathBuf>(name).cloned();
-        let det_path = path("det").context("--det is required")?;
-        let rec_path = path("rec").context("--rec is required")?;
-        let cls_path = path("cls");
-        let read = |p: &PathBuf| {
-            tether_bundle::files::read_regular(p)
-                .with_context(|| format!("reading {}", p.display()))
-        };
-        let det = read(&det_path)?;
-        let rec = read(&rec_path)?;
-        let cls = cls_path.as_ref().map(read).transpose()?;
+        let text_score = f32_in(args, "text-score", 0.0, 1.0)?;
+        let det_path = required_path(args, "det")?;
+        let rec_path = required_path(args, "rec")?;
+        let cls_path = value::<PathBuf>(args, "cls");
+        let det = read_file(&det_path)?;
+        let rec = read_file(&rec_path)?;
+        let cls = cls_path.as_deref().map(read_file).transpose()?;
         let options = BuildOptions {
             common: common.clone().or_name(file_stem(&rec_path, "ocr")),
             rec_widths: args.get_one::<Vec<u32>>("rec-widths").cloned(),
@@ -239,14 +228,13 @@ impl Family for OcrFamily {
     fn run_args(&self) -> Vec<Arg> {
         vec![
             text_score_arg(),
-            Arg::new("no-cls")
-                .long("no-cls")
-                .action(ArgAction::SetTrue)
-                .help("Skip the 180-degree line classifier even when the bundle has one"),
-            Arg::new("ignore-orientation")
-                .long("ignore-orientation")
-                .action(ArgAction::SetTrue)
-                .help("Use the stored pixels of a JPEG, ignoring its EXIF orientation tag (as rapidocr-onnxruntime does)"),
+            flag_arg(
+                "no-cls",
+                "Skip the 180-degree line classifier even when the bundle has one",
+            ),
+            Orientation::argument(
+                "Use the stored pixels of a JPEG, ignoring its EXIF orientation tag (as rapidocr-onnxruntime does)",
+            ),
         ]
     }
 
@@ -259,7 +247,10 @@ impl Family for OcrFamily {
                 tether_bundle::SectionKind::Onnx | tether_bundle::SectionKind::TensorRtPlan
             ) && tether_bundle::network_of(s.name) == CLS
         });
-        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
+        let lines = config_lines(&c, dict.len(), has_cls);
+        let json = config_json(&c, dict.len(), has_cls);
+        let d = Description { lines, json };
+        Ok(d.with_self_test(bundle, FAMILY, |t| {
             let (w, h) = crate::selftest::line(t).map_or((0, 0), |(_, w, h)| (w, h));
             let text = t.text(Role::Expected, selftest::TEXT).unwrap_or("?");
             let score = t
@@ -276,12 +267,7 @@ impl Family for OcrFamily {
                     "tolerance": tolerance,
                 }),
             )
-        });
-        let mut lines = config_lines(&c, dict.len(), has_cls);
-        lines.push(("self-test".into(), selftest_line));
-        let mut json = config_json(&c, dict.len(), has_cls);
-        json["self_test"] = selftest_json;
-        Ok(Description { lines, json })
+        }))
     }
 
     fn open(
@@ -290,30 +276,14 @@ impl Family for OcrFamily {
         args: &ArgMatches,
         options: &RunOptions,
     ) -> Result<Box<dyn Runner>> {
-        let text_score = args
-            .try_get_one::<f32>("text-score")
-            .ok()
-            .flatten()
-            .copied();
-        check_range("text-score", text_score, 0.0, 1.0)?;
-        let flag = |name: &str| {
-            args.try_get_one::<bool>(name)
-                .ok()
-                .flatten()
-                .copied()
-                .unwrap_or(false)
-        };
+        let text_score = f32_in(args, "text-score", 0.0, 1.0)?;
         let mut ocr_options = ocr_options(options)?;
         ocr_options.text_score = text_score;
-        if flag("no-cls") {
+        if flag(args, "no-cls") {
             ocr_options.use_cls = Some(false);
         }
         let ocr = Ocr::from_bundle(bundle, &ocr_options)?;
-        let orientation = if flag("ignore-orientation") {
-            Orientation::Ignore
-        } else {
-            Orientation::Apply
-        };
+        let orientation = Orientation::of_args(args);
         Ok(Box::new(OcrRunner { ocr, orientation }))
     }
 
@@ -471,11 +441,7 @@ impl Runner for OcrRunner {
     fn environment(&self) -> tether_family::family::Environment {
         // One session per network and input shape (graphs on a GPU): the device, the engines
         // and why; stage times are host clocks.
-        #[allow(unused_mut)]
-        let mut env = tether_family::family::Environment::of_model(self.ocr.model());
-        #[cfg(feature = "cuda")]
-        env.add_sessions(self.ocr.sessions());
-        env
+        Environment::of_model_sessions(self.ocr.model(), self.ocr.sessions())
     }
 
     fn engines(&self) -> Vec<(String, String)> {

@@ -134,31 +134,14 @@ pub const FAMILY: &str = "ocr";
 pub const MAX_LINES: usize = 1000;
 
 /// Errors of the OCR family. The variants the hot path can return (`Image`,
-/// `InputBuffer`, `OutputShape`, `TextCapacity`, `Run`, `View`) carry only
+/// `InputBuffer`, `OutputShape`, `TextCapacity`, `Model`'s `Run` and `View`) carry only
 /// numbers and static strings.
 #[derive(Debug, thiserror::Error)]
 pub enum OcrError {
-    /// The bundle could not be opened or read.
-    #[error("{0}")]
-    Bundle(#[from] tether_bundle::BundleError),
-    /// The runtime could not open the model, prepare a network for a shape or
-    /// build its session (no usable engine, device unavailable, ...).
-    #[error("{0}")]
-    Runtime(#[from] tether_runtime::Error),
-    /// An engine call failed.
+    /// Opening the bundle or running the network failed: the bundle, the runtime, an
+    /// engine call, a tensor view, or a bundle of another family.
     #[error(transparent)]
-    Run(#[from] tether_runtime::RunError),
-    /// A network tensor could not be viewed as `f32` (an engine bug).
-    #[error(transparent)]
-    View(#[from] tether_runtime::tensor::ViewError),
-    /// The bundle belongs to another family.
-    #[error("bundle `{bundle}` is a `{family}` bundle, not an `ocr` bundle")]
-    WrongFamily {
-        /// Bundle name.
-        bundle: String,
-        /// Its family.
-        family: String,
-    },
+    Model(#[from] tether_family::model::ModelError),
     /// A field of the family configuration is out of range.
     #[error("ocr configuration: invalid {field}: {value}")]
     Config {
@@ -226,3 +209,5 @@ pub enum OcrError {
     #[error("the CPU engine does not reproduce the reference: {0}")]
     ReferenceMismatch(Box<tether_family::selftest::Report>),
 }
+
+tether_family::model_error_conversions!(OcrError);

@@ -19,11 +19,11 @@
 use tether_runtime::session::Check;
 use tether_runtime::tensor::{view, view_mut};
 use tether_runtime::{
-    DType, EngineKind, Model, PipelineSpec, Plan, RegionId, RegionKind, Session, ShapePolicy,
-    ShapeSessions,
+    DType, EngineKind, Model, Plan, RegionId, Session, ShapePolicy, ShapeSessions,
 };
 
-use tether_family::io::{Candidate, select};
+use tether_family::io::{dims_of, prepared, select};
+use tether_family::model::{NetworkRegions, network_session};
 
 use crate::OcrError;
 
@@ -71,26 +71,11 @@ impl Prepared {
     pub(crate) fn new(model: &Model, network: &'static str, plan: Plan) -> Result<Self, OcrError> {
         let io = plan.io().clone();
         let bad = |reason: String| OcrError::Network { network, reason };
-        let dims = |t: &tether_runtime::TensorSpec| -> Vec<i64> {
-            t.shape.iter().map(|&d| d as i64).collect()
-        };
-        let in_dims: Vec<Vec<i64>> = io.inputs.iter().map(dims).collect();
-        let out_dims: Vec<Vec<i64>> = io.outputs.iter().map(dims).collect();
-        fn candidates<'a>(
-            ts: &'a [tether_runtime::TensorSpec],
-            d: &'a [Vec<i64>],
-        ) -> Vec<Candidate<'a>> {
-            ts.iter()
-                .zip(d)
-                .map(|(t, d)| Candidate {
-                    name: &t.name,
-                    dims: d,
-                })
-                .collect()
-        }
+        let in_dims = dims_of(&io.inputs);
+        let out_dims = dims_of(&io.outputs);
         let image = select(
             &crate::network::image_input(),
-            &candidates(&io.inputs, &in_dims),
+            &prepared(&io.inputs, &in_dims),
         )
         .map_err(|e| bad(e.to_string()))?;
         let valid = io
@@ -106,7 +91,7 @@ impl Prepared {
         }
         let out = select(
             &crate::network::output(network),
-            &candidates(&io.outputs, &out_dims),
+            &prepared(&io.outputs, &out_dims),
         )
         .map_err(|e| bad(e.to_string()))?;
         let (input, output) = (&io.inputs[image], &io.outputs[out]);
@@ -123,17 +108,11 @@ impl Prepared {
         let input_len = input.element_count().unwrap_or(0);
         let output_shape = output.shape.clone();
         let engine = plan.kind();
-        let mut spec = PipelineSpec::new();
-        let (ins, outs) = spec
-            .network_with_regions(
-                network,
-                plan,
-                RegionKind::Input,
-                RegionKind::Output,
-                Check::F32Abs(REPLAY_TOLERANCE),
-            )
-            .map_err(tether_runtime::Error::from)?;
-        let session = model.session(spec)?;
+        let NetworkRegions {
+            session,
+            inputs: ins,
+            outputs: outs,
+        } = network_session(model, network, plan, Check::F32Abs(REPLAY_TOLERANCE))?;
         log::debug!(
             "{network}: session for input {:?} on {engine}, output {output_shape:?}",
             input.shape

@@ -4,7 +4,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tether_bundle::{Bundle, SectionKind, Verify};
+use tether_bundle::{Bundle, SectionKind};
+use tether_family::model::{check_family, open_bundle};
 use tether_runtime::{Device, Model, ModelOptions, ShapePolicy};
 
 use crate::config::{CONFIG_SECTION, DICT_SECTION, REC_WIDTHS_SECTION, RecWidths};
@@ -287,19 +288,14 @@ impl Ocr {
     /// Open an `ocr` bundle (memory-mapped).
     ///
     /// # Errors
-    /// [`OcrError::Bundle`] (unreadable or corrupt bundle, missing section),
-    /// [`OcrError::WrongFamily`], [`OcrError::Config`],
-    /// [`OcrError::Dictionary`], [`OcrError::Runtime`] (no engine for a
+    /// [`OcrError::Model`] (unreadable or corrupt bundle, missing section,
+    /// a bundle of another family), [`OcrError::Config`],
+    /// [`OcrError::Dictionary`], [`OcrError::Model`] (no engine for a
     /// network on this device, device unavailable), [`OcrError::Network`] (a
     /// network whose I/O does not fit its role, or that does not prepare for
     /// a shape asked for at open).
     pub fn open(path: impl AsRef<Path>, options: &OcrOptions) -> Result<Self, OcrError> {
-        let verify = if options.verify_eagerly {
-            Verify::Eager
-        } else {
-            Verify::Lazy
-        };
-        Self::from_bundle(Arc::new(Bundle::open(path, verify)?), options)
+        Self::from_bundle(open_bundle(path, options.verify_eagerly)?, options)
     }
 
     /// Prepare the pipeline from an opened bundle.
@@ -307,13 +303,8 @@ impl Ocr {
     /// # Errors
     /// As [`Ocr::open`].
     pub fn from_bundle(bundle: Arc<Bundle>, options: &OcrOptions) -> Result<Self, OcrError> {
+        check_family(&bundle, FAMILY)?;
         let id = bundle.identity();
-        if id.family != FAMILY {
-            return Err(OcrError::WrongFamily {
-                bundle: id.name.to_string(),
-                family: id.family.to_string(),
-            });
-        }
         let bundle_name = id.name.to_string();
         let mut config = OcrConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
         if let Some(v) = options.text_score {
@@ -499,7 +490,7 @@ impl Ocr {
     /// [`OcrError::Image`] when the image cannot be brought to the
     /// detector's size rules (e.g. 1 pixel tall and 5000 wide);
     /// [`OcrError::Run`] when an engine fails; [`OcrError::Network`] /
-    /// [`OcrError::Runtime`] when a network cannot be prepared for a new
+    /// [`OcrError::Model`] when a network cannot be prepared for a new
     /// input size;
     /// [`OcrError::TextCapacity`] when the text exceeds
     /// [`OcrOptions::text_capacity`]; [`OcrError::OutputShape`] /

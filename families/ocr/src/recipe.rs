@@ -25,7 +25,7 @@
 
 use tether_build::{OnnxInfo, inspect_onnx, mask_width_padding, output_dim_table};
 use tether_bundle::{BundleWriter, DType, DYNAMIC_DIM, Layout, SectionKind, TensorDesc};
-use tether_family::io::{Candidate, select};
+use tether_family::io::{declared, dims_of, prepared, select};
 use tether_family::recipe::{in_memory, pinned_version, sha256_hex};
 use tether_family::selftest::{self, Report, Role, SelfTest};
 use tether_runtime::Backend as _;
@@ -174,20 +174,8 @@ fn prepare_on_cpu(
 /// The shape of the output that plays `network`'s role (`crate::network::output`)
 /// in a prepared network; empty when none (or several) does.
 fn output_shape<'a>(network: &str, io: &'a IoSpec) -> &'a [usize] {
-    let dims: Vec<Vec<i64>> = io
-        .outputs
-        .iter()
-        .map(|t| t.shape.iter().map(|&d| d as i64).collect())
-        .collect();
-    let c: Vec<Candidate<'_>> = io
-        .outputs
-        .iter()
-        .zip(&dims)
-        .map(|(t, d)| Candidate {
-            name: &t.name,
-            dims: d,
-        })
-        .collect();
+    let dims = dims_of(&io.outputs);
+    let c = prepared(&io.outputs, &dims);
     select(&crate::network::output(network), &c).map_or(&[], |i| io.outputs[i].shape.as_slice())
 }
 
@@ -196,14 +184,11 @@ fn output_shape<'a>(network: &str, io: &'a IoSpec) -> &'a [usize] {
 /// # Errors
 /// [`OcrError::Network`] naming the outputs when none or several could.
 fn role_output(network: &'static str, info: &OnnxInfo) -> Result<usize, OcrError> {
-    let c: Vec<Candidate<'_>> = info
-        .outputs
-        .iter()
-        .map(|t| Candidate {
-            name: &t.name,
-            dims: &t.dims,
-        })
-        .collect();
+    let c = declared(
+        info.outputs
+            .iter()
+            .map(|t| (t.name.as_str(), t.dims.as_slice())),
+    );
     select(&crate::network::output(network), &c).map_err(|e| OcrError::Network {
         network,
         reason: e.to_string(),

@@ -13,6 +13,7 @@
 
 use std::time::Instant;
 
+use tether_testkit::bench;
 use tether_vad::{CHUNK_SAMPLES, Vad, VadConfig, read_wav};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -20,10 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.len() < 3 {
         return Err("usage: bench MODEL.onnx WAV [--runs N]".into());
     }
-    let runs: usize = match args.iter().position(|a| a == "--runs") {
-        Some(i) => args.get(i + 1).ok_or("--runs needs a value")?.parse()?,
-        None => 2000,
-    };
+    let runs = bench::runs_arg(&args, 2000)?;
     let onnx = std::fs::read(&args[1])?;
     let audio = read_wav(&args[2])?;
     let chunks: Vec<&[f32]> = audio.samples.chunks_exact(CHUNK_SAMPLES).collect();
@@ -47,21 +45,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     times.sort_by(f64::total_cmp);
     let mean = times.iter().sum::<f64>() / times.len() as f64;
     let p = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|v| v.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cpu = bench::cpu_model();
     println!(
         "tract CPU engine, Silero VAD streaming, 1 thread, {runs} chunks of {CHUNK_SAMPLES} samples"
     );
     println!("cpu: {cpu}");
-    println!("loadavg: {}", load.trim());
+    println!("loadavg: {}", bench::load_average());
     println!(
         "per chunk: p50 {:.1} us, p99 {:.1} us, mean {:.1} us; real-time factor {:.4} (32 ms of audio per chunk)",
         p(0.5),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 import warnings
@@ -26,19 +25,9 @@ import numpy as np
 import onnxruntime as ort
 
 sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "family", "golden"))
+import ortbench  # noqa: E402
 warnings.filterwarnings("ignore")
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                if key.strip() == "model name":
-                    return val.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None) -> int:
@@ -51,10 +40,7 @@ def main(argv=None) -> int:
 
     wav = read_audio(args.wav, 16000).numpy().astype(np.float32)
     chunks = [wav[i:i + 512] for i in range(0, len(wav) - 511, 512)]
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(args.model, opts, providers=["CPUExecutionProvider"])
+    sess = ortbench.single_thread_session(args.model)
     sr = np.array(16000, dtype=np.int64)
     state = np.zeros((2, 1, 128), dtype=np.float32)
     context = np.zeros((1, 64), dtype=np.float32)
@@ -75,8 +61,8 @@ def main(argv=None) -> int:
             times.append(dt * 1e6)
     times = np.sort(np.array(times))
     print(f"onnxruntime {ort.__version__} CPU, Silero VAD streaming, 1 thread, {args.runs} chunks of 512 samples")
-    print(f"cpu: {cpu_model()}")
-    print(f"loadavg: {open('/proc/loadavg').read().strip()}")
+    print(f"cpu: {ortbench.cpu_model()}")
+    print(f"loadavg: {ortbench.loadavg()}")
     print(f"per chunk: p50 {np.percentile(times, 50):.1f} us, p99 {np.percentile(times, 99):.1f} us, "
           f"mean {times.mean():.1f} us; real-time factor {times.mean() / 32000:.4f}")
     return 0

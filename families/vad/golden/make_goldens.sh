@@ -9,16 +9,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$HERE/../../.." && pwd)"
-ASSETS="${TETHER_ASSETS:-$REPO_ROOT/.assets}"
-VENV="${GOLDEN_VENV:-/tmp/vad-golden-venv}"
-PYTHON="${PYTHON:-python3}"
+# REPO_ROOT, ASSETS, VENV, VPY; assets fetched, venv ready (shared by every family).
+source "$HERE/../../family/golden/golden-env.sh" /tmp/vad-golden-venv
 
-"$REPO_ROOT/tests/fetch-assets"
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$HERE/requirements.txt"
-
-"$VENV/bin/python" "$HERE/reference.py" --assets "$ASSETS" --out "$HERE"
+"$VPY" "$HERE/reference.py" --assets "$ASSETS" --out "$HERE"

@@ -18,12 +18,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use clap::{Arg, ArgAction, ArgMatches, value_parser};
+use clap::{Arg, ArgMatches, value_parser};
 use serde_json::json;
 use tether_bundle::Bundle;
+use tether_family::args::{
+    flag, flag_arg, int_in, number_arg, path_arg, read_file, required_path, value,
+};
 use tether_family::family::{
-    BuildCommon, Built, Description, Family, Input, InputSource, Outcome, Report, RunOptions,
-    Runner, SelfTest, Units, UsageError, describe_self_test, file_stem, input_as,
+    BuildCommon, Built, Description, Environment, Family, Input, InputSource, Outcome, Report,
+    RunOptions, Runner, SelfTest, Units, UsageError, file_stem, input_as,
 };
 use tether_family::selftest::Role;
 
@@ -43,41 +46,27 @@ pub struct VadFamily;
 pub static VAD: VadFamily = VadFamily;
 
 fn threshold_arg() -> Arg {
-    Arg::new("threshold")
-        .long("threshold")
-        .value_name("P")
-        .allow_negative_numbers(true)
-        .value_parser(value_parser!(f64))
-        .help("Speech threshold in [0, 1] (default 0.5; the exit threshold follows as max(P - 0.15, 0.01), as in silero-vad)")
+    number_arg(
+        "threshold",
+        "P",
+        value_parser!(f64),
+        "Speech threshold in [0, 1] (default 0.5; the exit threshold follows as max(P - 0.15, 0.01), as in silero-vad)",
+    )
 }
 
 fn ms_arg(name: &'static str, help: &'static str) -> Arg {
-    Arg::new(name)
-        .long(name)
-        .value_name("MS")
-        .allow_negative_numbers(true)
-        .value_parser(value_parser!(i64))
-        .help(help)
+    number_arg(name, "MS", value_parser!(i64), help)
 }
 
 /// The segment parameters of `args` over `base` (the package's defaults at
 /// build time, the bundle's at run time).
 fn config_of(args: &ArgMatches, base: VadConfig) -> Result<VadConfig> {
     let get_ms = |n: &str| -> Result<Option<u32>> {
-        match args.try_get_one::<i64>(n).ok().flatten().copied() {
-            None => Ok(None),
-            Some(v) if (0..=i64::from(crate::config::MAX_DURATION_MS)).contains(&v) => {
-                Ok(Some(v as u32))
-            }
-            Some(v) => Err(UsageError(format!(
-                "--{n} {v}: must be between 0 and {}",
-                crate::config::MAX_DURATION_MS
-            ))
-            .into()),
-        }
+        let max = i64::from(crate::config::MAX_DURATION_MS);
+        Ok(int_in(args, n, 0, max)?.map(|v| v as u32))
     };
     // f64 as the package's Python float: `--threshold 0.01` is exactly its 0.01.
-    let threshold = args.try_get_one::<f64>("threshold").ok().flatten().copied();
+    let threshold = value::<f64>(args, "threshold");
     let mut c = match threshold {
         Some(t) if !(0.0..=1.0).contains(&t) => {
             return Err(UsageError(format!("--threshold {t}: must be between 0 and 1")).into());
@@ -148,12 +137,12 @@ impl Family for VadFamily {
 
     fn build_args(&self) -> Vec<Arg> {
         let mut v = vec![
-            Arg::new("onnx")
-                .long("onnx")
-                .value_name("M.onnx")
-                .value_parser(value_parser!(PathBuf))
-                .required(true)
-                .help("A Silero VAD network: the streaming form (silero_vad_op18_ifless.onnx of silero-vad 6.2.3) or the sequence form (silero_vad_v6.onnx of faster-whisper)"),
+            path_arg(
+                "onnx",
+                "M.onnx",
+                "A Silero VAD network: the streaming form (silero_vad_op18_ifless.onnx of silero-vad 6.2.3) or the sequence form (silero_vad_v6.onnx of faster-whisper)",
+            )
+            .required(true),
         ];
         v.extend(segment_args());
         v
@@ -166,12 +155,8 @@ impl Family for VadFamily {
         progress: &mut dyn FnMut(&str),
     ) -> Result<Built> {
         let config = config_of(args, VadConfig::default())?;
-        let path = args
-            .get_one::<PathBuf>("onnx")
-            .cloned()
-            .context("--onnx is required")?;
-        let onnx = tether_bundle::files::read_regular(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let path = required_path(args, "onnx")?;
+        let onnx = read_file(&path)?;
         let (writer, report) = recipe::build(
             &onnx,
             &BuildOptions {
@@ -213,30 +198,15 @@ impl Family for VadFamily {
 
     fn run_args(&self) -> Vec<Arg> {
         let mut v = segment_args();
-        v.push(
-            Arg::new("probabilities")
-                .long("probabilities")
-                .action(ArgAction::SetTrue)
-                .help("Also print every chunk's speech probability (JSON: always included)"),
-        );
+        v.push(flag_arg(
+            "probabilities",
+            "Also print every chunk's speech probability (JSON: always included)",
+        ));
         v
     }
 
     fn describe(&self, bundle: &Bundle) -> Result<Description> {
         let c = VadConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
-        let (selftest_line, selftest_json) = describe_self_test(bundle, FAMILY, |t| {
-            let chunks = t
-                .f32s(Role::Expected, PROBABILITIES)
-                .map_or(0, <[f32]>::len);
-            let tolerance = t.tolerance(MAX_ABS_DIFF).unwrap_or(f32::NAN);
-            (
-                format!(
-                    "{chunks} chunks, tolerance {tolerance:.0e} (expected values from {})",
-                    t.source
-                ),
-                json!({ "chunks": chunks, "tolerance": tolerance }),
-            )
-        });
         let lines = vec![
             (
                 "networks".into(),
@@ -266,11 +236,8 @@ impl Family for VadFamily {
                     c.speech_pad_ms
                 ),
             ),
-            ("self-test".into(), selftest_line),
         ];
-        Ok(Description {
-            lines,
-            json: json!({
+        let json = json!({
                 "networks": { NETWORK: true },
                 // Which of Silero's interfaces the network has (null: neither, unreadable).
                 "form": match crate::net::form_of_bundle(bundle) {
@@ -286,9 +253,21 @@ impl Family for VadFamily {
                 "min_speech_ms": c.min_speech_ms,
                 "min_silence_ms": c.min_silence_ms,
                 "speech_pad_ms": c.speech_pad_ms,
-                "self_test": selftest_json,
-            }),
-        })
+        });
+        let d = Description { lines, json };
+        Ok(d.with_self_test(bundle, FAMILY, |t| {
+            let chunks = t
+                .f32s(Role::Expected, PROBABILITIES)
+                .map_or(0, <[f32]>::len);
+            let tolerance = t.tolerance(MAX_ABS_DIFF).unwrap_or(f32::NAN);
+            (
+                format!(
+                    "{chunks} chunks, tolerance {tolerance:.0e} (expected values from {})",
+                    t.source
+                ),
+                json!({ "chunks": chunks, "tolerance": tolerance }),
+            )
+        }))
     }
 
     fn open(
@@ -302,12 +281,7 @@ impl Family for VadFamily {
         let mut vad_options = vad_options(options)?;
         vad_options.config = Some(config);
         let vad = Vad::from_bundle(bundle, &vad_options)?;
-        let probabilities = args
-            .try_get_one::<bool>("probabilities")
-            .ok()
-            .flatten()
-            .copied()
-            .unwrap_or(false);
+        let probabilities = flag(args, "probabilities");
         Ok(Box::new(VadRunner {
             vad,
             last: Detection::default(),
@@ -474,11 +448,7 @@ fn wav_of(input: &dyn Input) -> Result<&WavInput> {
 
 impl Runner for VadRunner {
     fn environment(&self) -> tether_family::family::Environment {
-        #[allow(unused_mut)]
-        let mut env = tether_family::family::Environment::of_model(self.vad.model());
-        #[cfg(feature = "cuda")]
-        env.add_sessions([self.vad.session()]);
-        env
+        Environment::of_model_sessions(self.vad.model(), [self.vad.session()])
     }
 
     fn engines(&self) -> Vec<(String, String)> {

@@ -74,30 +74,13 @@ pub const STATE_LEN: usize = 2 * 128;
 pub const CHUNK_MS: f64 = 32.0;
 
 /// Errors of the voice-activity family. The hot-path variants (`ChunkLength`,
-/// `Run`, `Output`) carry only numbers.
+/// `Model`'s `Run` and `View`, `Output`) carry only numbers.
 #[derive(Debug, thiserror::Error)]
 pub enum VadError {
-    /// The bundle could not be opened or read.
-    #[error("{0}")]
-    Bundle(#[from] tether_bundle::BundleError),
-    /// The runtime could not open the model or build its session (no usable
-    /// engine on this device, device unavailable, preparation failed).
-    #[error("{0}")]
-    Runtime(#[from] tether_runtime::Error),
-    /// An engine call failed.
+    /// Opening the bundle or running the network failed: the bundle, the runtime, an
+    /// engine call, a tensor view, or a bundle of another family.
     #[error(transparent)]
-    Run(#[from] tether_runtime::RunError),
-    /// A network tensor could not be viewed as `f32` (an engine bug).
-    #[error(transparent)]
-    View(#[from] tether_runtime::tensor::ViewError),
-    /// The bundle belongs to another family.
-    #[error("bundle `{bundle}` is a `{family}` bundle, not a `vad` bundle")]
-    WrongFamily {
-        /// Bundle name.
-        bundle: String,
-        /// Its family.
-        family: String,
-    },
+    Model(#[from] tether_family::model::ModelError),
     /// A field of the configuration is out of range.
     #[error("vad configuration: invalid {field}: {value}")]
     Config {
@@ -162,3 +145,5 @@ pub enum VadError {
     #[error("the CPU engine does not reproduce the reference: {0}")]
     ReferenceMismatch(Box<tether_family::selftest::Report>),
 }
+
+tether_family::model_error_conversions!(VadError);

@@ -14,6 +14,7 @@ use crate::segments::{ChunkEvents, SegmentTracker, SpeechSegment, closed};
 use crate::{
     CHUNK_SAMPLES, CONTEXT_SAMPLES, FAMILY, STATE_LEN, VadConfig, VadError, WINDOW_SAMPLES,
 };
+use tether_family::model::{check_family, open_bundle};
 use tether_family::selftest::{Report, SelfTest};
 
 /// Options of [`Vad::open`].
@@ -128,18 +129,12 @@ impl Vad {
     /// [`VadOptions::device`].
     ///
     /// # Errors
-    /// [`VadError::Bundle`] (unreadable or corrupt bundle, missing section),
-    /// [`VadError::WrongFamily`], [`VadError::Config`], [`VadError::Runtime`] (no engine for the network
+    /// [`VadError::Model`] (unreadable or corrupt bundle, missing section,
+    /// a bundle of another family), [`VadError::Config`], [`VadError::Model`] (no engine for the network
     /// on this device, device unavailable), [`VadError::Network`] (not
     /// Silero's streaming or sequence I/O).
     pub fn open(path: impl AsRef<Path>, options: &VadOptions) -> Result<Self, VadError> {
-        let verify = if options.verify_eagerly {
-            Verify::Eager
-        } else {
-            Verify::Lazy
-        };
-        let bundle = Arc::new(Bundle::open(path, verify)?);
-        Self::from_bundle(bundle, options)
+        Self::from_bundle(open_bundle(path, options.verify_eagerly)?, options)
     }
 
     /// Prepare from an opened bundle. The configuration is copied out at load; the model
@@ -148,13 +143,8 @@ impl Vad {
     /// # Errors
     /// As [`Vad::open`].
     pub fn from_bundle(bundle: Arc<Bundle>, options: &VadOptions) -> Result<Self, VadError> {
+        check_family(&bundle, FAMILY)?;
         let id = bundle.identity();
-        if id.family != FAMILY {
-            return Err(VadError::WrongFamily {
-                bundle: id.name.to_string(),
-                family: id.family.to_string(),
-            });
-        }
         let name = id.name.to_string();
         let config = match options.config {
             Some(c) => c,
@@ -190,7 +180,7 @@ impl Vad {
     /// network and `config` ([`bundle_of`]) opened with `options`.
     ///
     /// # Errors
-    /// [`VadError::Config`], [`VadError::Runtime`] (the network fails to
+    /// [`VadError::Config`], [`VadError::Model`] (the network fails to
     /// prepare), [`VadError::Network`] (missing or mistyped tensors).
     pub fn from_onnx(onnx: &[u8], config: VadConfig) -> Result<Self, VadError> {
         Self::from_onnx_with(onnx, config, &VadOptions::default())
@@ -590,7 +580,7 @@ impl Vad {
 /// and the identity's model version; [`Vad::from_onnx`] opens it in memory.
 ///
 /// # Errors
-/// [`VadError::Bundle`] from the writer.
+/// [`VadError::Model`] from the writer.
 pub fn bundle_of(
     onnx: &[u8],
     config: &VadConfig,

@@ -316,7 +316,13 @@ fn bad_chunks_are_typed_errors() {
     assert!(end.last_chunk.is_some());
     vad.push_chunk(&[0.0; 512]).expect("after finish");
     let e = Vad::from_onnx(b"not onnx", VadConfig::default()).unwrap_err();
-    assert!(matches!(e, VadError::Runtime(_)), "{e}");
+    assert!(
+        matches!(
+            e,
+            VadError::Model(tether_family::model::ModelError::Runtime(_))
+        ),
+        "{e}"
+    );
 }
 
 #[test]

@@ -193,19 +193,8 @@ impl Machine {
     }
 }
 
-/// `model name` of /proc/cpuinfo (x86), or the first `Model`/`Hardware`/`CPU part` line.
-pub(crate) fn cpu_model() -> String {
-    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    for key in ["model name", "Model", "Hardware", "CPU part"] {
-        if let Some(v) = text.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            (k.trim() == key).then(|| v.trim().to_string())
-        }) {
-            return v;
-        }
-    }
-    std::env::consts::ARCH.to_string()
-}
+/// The host CPU's name ([`tether_targets::cpu_model`]).
+pub(crate) use tether_targets::cpu_model;
 
 /// The CPU frequency governors in use (`performance`, `schedutil x4, performance x4`), or
 /// why none can be read (virtual machines have no cpufreq).

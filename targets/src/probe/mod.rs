@@ -175,6 +175,22 @@ pub struct ProbeReport {
     pub notes: Vec<String>,
 }
 
+/// The host CPU's name: `model name` of /proc/cpuinfo (x86), else its first `Model`,
+/// `Hardware` or `CPU part` line (Arm), else the architecture (`std::env::consts::ARCH`).
+/// For benchmark and `doctor` headers; read from the real /proc, not through a [`Root`].
+pub fn cpu_model() -> String {
+    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    for key in ["model name", "Model", "Hardware", "CPU part"] {
+        if let Some(v) = text.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == key).then(|| v.trim().to_string())
+        }) {
+            return v;
+        }
+    }
+    std::env::consts::ARCH.to_string()
+}
+
 /// Probes the real system ([`ProbeOptions::system`]).
 pub fn probe() -> ProbeReport {
     probe_with(&ProbeOptions::system())
