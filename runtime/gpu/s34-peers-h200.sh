@@ -29,5 +29,5 @@ else
   echo "no llama-bench (the build call did not finish)" > $OUT/llamacpp.log
 fi
 python3 -c "import gguf" 2>/dev/null || python3 -m pip install --no-index --no-deps -q $B/gguf-0.19.0-py3-none-any.whl > $OUT/peers.log 2>&1 || { mkdir -p /tmp/pylib && (cd /tmp/pylib && python3 -m zipfile -e $B/gguf-0.19.0-py3-none-any.whl .); export PYTHONPATH=/tmp/pylib; }
-step peers 240 python3 $R/runtime/gpu/peer_llm.py $G eager,static_compile
+step peers 240 python3 $R/runtime/gpu/peer_llm.py $G ${FORMS:-eager,static_compile}
 grep -h "rc=\|^|\|pp128 \|pp512 \|pp2048 \|first token\|tg128\|no step ahead\|slowest\|launches per step\|tok_s\|ttft" $OUT/*.log | cut -c1-250 | head -80
