@@ -27,8 +27,8 @@ pub const JSON_SCHEMA_VERSION: u32 = 3;
 pub struct RunArgs {
     /// The bundle.
     bundle: PathBuf,
-    /// Inputs (images for detection, prompt files for llm, `-` for standard input where the
-    /// family reads text; the family says).
+    /// Inputs: images (detect, ocr), WAV files (vad), text files (embed), prompt files (llm;
+    /// `-`: standard input). `tether run BUNDLE --help` says what the bundle's family reads.
     #[arg(value_name = "INPUT")]
     inputs: Vec<PathBuf>,
     /// Literal text inputs, for families that take text.
@@ -64,6 +64,11 @@ pub struct ThreadsArg {
 }
 
 impl ThreadsArg {
+    /// Whether `--threads` was given.
+    pub fn given(self) -> bool {
+        self.threads.is_some()
+    }
+
     /// The thread count and why (`--threads`, or the reason for the default:
     /// [`super::bench::default_threads`]).
     pub fn resolve(self) -> (usize, &'static str) {
@@ -123,6 +128,22 @@ pub(crate) fn open_runner(
             names(REGISTRY)
         );
     };
+    // Options the family does not take are refused before any work, never ignored (its
+    // `--help` does not list them: `family_args::for_family`).
+    let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    if given("text") && !family.takes_text() {
+        crate::usage!(
+            "--text: the {} family takes no literal text; its inputs are {}",
+            family.name(),
+            family.inputs_help()
+        );
+    }
+    if given("precision") && !family.has_precision() {
+        crate::usage!(
+            "--precision: the {} family's engines have no choice of arithmetic (the option is for the ONNX families' GPU engines)",
+            family.name()
+        );
+    }
     let runner = family
         .open(Arc::clone(&bundle), matches, options)
         .with_context(|| format!("loading {}", path.display()))?;

@@ -67,6 +67,10 @@ impl Family for Detect {
         "YOLOv8 object detection (Ultralytics export): image in, boxes out"
     }
 
+    fn inputs_help(&self) -> &'static str {
+        "PNG or JPEG images"
+    }
+
     fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
         use crate::DetectError as D;
         Some(match error.downcast_ref::<D>()? {

@@ -86,6 +86,14 @@ impl Family for EmbedFamily {
         "Sentence embeddings (all-MiniLM-L6-v2, sentence-transformers pipeline): texts in, 384-d vectors and similarities out"
     }
 
+    fn inputs_help(&self) -> &'static str {
+        "UTF-8 text files, one text per line (LF, CRLF or a lone CR ends a line)"
+    }
+
+    fn takes_text(&self) -> bool {
+        true
+    }
+
     fn build_args(&self) -> Vec<Arg> {
         vec![
             Arg::new("onnx")
