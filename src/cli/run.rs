@@ -144,9 +144,12 @@ pub(crate) fn open_runner(
             family.name()
         );
     }
-    let runner = family
-        .open(Arc::clone(&bundle), matches, options)
-        .with_context(|| format!("loading {}", path.display()))?;
+    // An option out of range is the command line's fault, not the bundle's: no "loading".
+    let runner = match family.open(Arc::clone(&bundle), matches, options) {
+        Ok(r) => r,
+        Err(e) if e.chain().any(|c| c.is::<crate::cli::UsageError>()) => return Err(e),
+        Err(e) => return Err(e.context(format!("loading {}", path.display()))),
+    };
     Ok((bundle, family, runner))
 }
 
