@@ -2944,3 +2944,40 @@ fn usage_errors_name_the_option_once_without_loading() {
     let help = format!("`tether run {b} --help`");
     assert_eq!(stderr(&o).matches(&help).count(), 1, "{}", stderr(&o));
 }
+
+/// embed's text output quotes a long text by its first 60 characters and its length, not in
+/// full in every cosine line (issue 28: "echoed in full"); the JSON keeps it whole, and the
+/// cut to the model's sequence length is said with where it falls.
+#[test]
+fn embed_text_output_shortens_a_long_text_and_json_keeps_it() {
+    let b = scratch().join("long-minilm.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "embed",
+        "--onnx",
+        &asset("all-minilm-l6-v2-int8.onnx"),
+        "--tokenizer",
+        &asset("all-minilm-l6-v2-tokenizer.json"),
+        "-o",
+        b.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "build failed: {}", stderr(&o));
+    let b = b.to_string_lossy().into_owned();
+    let long = "robot ".repeat(400);
+    let long = long.trim_end();
+    let o = tether(&["run", &b, "--text", long, "--text", "a cat"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(!out.contains(long), "{out}");
+    let quoted = format!("{:?} (2399 characters)", format!("{}…", &long[..60]));
+    assert!(out.contains(&quoted), "{out}");
+    assert!(out.lines().all(|l| l.len() < 400), "{out}");
+    assert!(
+        out.contains("only the first 256 (up to character 1523)"),
+        "{out}"
+    );
+    let v = json(&tether(&["run", &b, "--text", long, "--json"]));
+    let text = &v["results"][0]["result"]["texts"][0]["text"];
+    assert_eq!(text.as_str(), Some(long), "{v}");
+}

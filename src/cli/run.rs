@@ -335,6 +335,8 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             break;
         }
         let mut from_args = None;
+        // A literal text is its own label: the text output shows a long one shortened.
+        let is_text = matches!(src, Some(InputSource::Text(_)));
         let label = match src {
             Some(InputSource::File(p)) => p.display().to_string(),
             Some(InputSource::Text(t)) => (*t).to_string(),
@@ -374,7 +376,11 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             let mut text = Vec::new();
             let summary = format!(
                 "{}: {} ({:.1} ms)",
-                escape(input.label()),
+                if is_text {
+                    shortened(input.label())
+                } else {
+                    escape(input.label()).into_owned()
+                },
                 escape(&out.summary),
                 ms
             );
@@ -420,7 +426,14 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
                     docs.push(json!({ "input": label, "error": crate::cli::message(&e) }));
                 } else {
                     bar.suspend(|| {
-                        crate::cli::report(&e.context(format!("input {}", escape(&label))))
+                        crate::cli::report(&e.context(format!(
+                            "input {}",
+                            if is_text {
+                                shortened(&label)
+                            } else {
+                                escape(&label).into_owned()
+                            }
+                        )))
                     });
                 }
             }
@@ -452,6 +465,19 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// A literal text input as the text output names it: escaped, and one longer than 60
+/// characters cut there with `…` and its length (the JSON's `input` keeps it whole).
+fn shortened(text: &str) -> String {
+    const SHOWN_CHARS: usize = 60;
+    let n = text.chars().count();
+    if n <= SHOWN_CHARS {
+        escape(text).to_string()
+    } else {
+        let head: String = text.chars().take(SHOWN_CHARS).collect();
+        format!("{}… ({n} characters)", escape(&head))
+    }
 }
 
 /// Write one streamed piece of output text to stdout and flush it: line breaks and tabs as
