@@ -33,7 +33,8 @@ enum Command {
     Inspect(cli::inspect::InspectArgs),
     /// Check a bundle's structure and every checksum; exit 3 if it is corrupt.
     Verify(cli::inspect::VerifyArgs),
-    /// Run a bundle's family pipeline on inputs (images for detection).
+    /// Run a bundle's family pipeline on inputs (`tether run BUNDLE --help` lists the family's
+    /// own options).
     Run(cli::run::RunArgs),
     /// Measure a bundle's latency on one input: closed or open loop, graphs vs eager,
     /// percentiles per stage, a plot.

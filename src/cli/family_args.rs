@@ -110,15 +110,49 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
                 None => cmd,
             }
         }
-        "run" | "bench" => {
-            let args: Vec<Arg> = match bundle_family(argv, pos + 1) {
-                Some(f) => f.run_args(),
-                None => REGISTRY.iter().flat_map(|f| f.run_args()).collect(),
-            };
-            cmd.mut_subcommand(name, |c| add_args(c, args))
-        }
+        "run" | "bench" => match bundle_family(argv, pos + 1) {
+            Some(f) => cmd.mut_subcommand(name, |c| for_family(add_args(c, f.run_args()), name, f)),
+            None => cmd.mut_subcommand(name, |c| {
+                add_args(c, REGISTRY.iter().flat_map(|f| f.run_args()).collect())
+            }),
+        },
         _ => cmd,
     }
+}
+
+/// `run`/`bench` (`command`) for a bundle of `family`: its help lists only the options the
+/// family takes (no `--text` for an image family, no `--annotate` where there is no image, no
+/// `--precision` where the engines have no choice, no bench-only option on `run`), and `run`
+/// says what the family's INPUTs are.
+fn for_family(cmd: Command, command: &str, family: &dyn Family) -> Command {
+    let mut hidden: Vec<&str> = Vec::new();
+    if !family.takes_text() {
+        hidden.push("text");
+    }
+    if !family.has_precision() {
+        hidden.push("precision");
+    }
+    let mut cmd = cmd;
+    if command == "run" {
+        if !family.annotates() {
+            hidden.push("annotate");
+        }
+        hidden.extend(family.bench_only_args());
+        cmd = cmd.about(format!(
+            "Run a bundle of the {} family: {}",
+            family.name(),
+            family.about()
+        ));
+        if cmd.get_arguments().any(|a| a.get_id() == "inputs") {
+            cmd = cmd.mut_arg("inputs", |a| a.help(family.inputs_help()));
+        }
+    }
+    for id in hidden {
+        if cmd.get_arguments().any(|a| a.get_id() == id) {
+            cmd = cmd.mut_arg(id, |a| a.hide(true));
+        }
+    }
+    cmd
 }
 
 /// When parsing `run`/`bench` found an unknown option that another family defines

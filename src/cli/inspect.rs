@@ -59,6 +59,9 @@ pub struct VerifyArgs {
     /// Device for --self-test: auto, cpu, cuda, cuda:N.
     #[arg(long, default_value = "auto", requires = "self_test")]
     device: String,
+    /// For --self-test (the same option and default as `run` and `bench`).
+    #[command(flatten)]
+    threads: crate::cli::run::ThreadsArg,
     /// Print one JSON document instead of the text lines (the same exit status;
     /// `docs/cli-json.md`).
     #[arg(long)]
@@ -416,7 +419,11 @@ pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
 /// 3 when the bundle's networks do not reproduce the recorded output on this device, 1 when it
 /// cannot run (no self-test in the bundle, unknown family, device unavailable).
 /// The self-test's verdict: the family's report and how long it took (ms).
-fn self_test(a: &VerifyArgs, bundle: Bundle) -> Result<(tether_family::selftest::Report, f64)> {
+fn self_test(
+    a: &VerifyArgs,
+    bundle: Bundle,
+    threads: usize,
+) -> Result<(tether_family::selftest::Report, f64)> {
     // A malformed --device is a usage error (exit 2), as in `run` and `bench`.
     if let Err(e) = a.device.parse::<tether_runtime::Device>() {
         crate::usage!("--device {e}");
@@ -433,6 +440,7 @@ fn self_test(a: &VerifyArgs, bundle: Bundle) -> Result<(tether_family::selftest:
         })?;
     let options = tether_family::family::RunOptions {
         device: a.device.clone(),
+        threads: Some(threads),
         ..Default::default()
     };
     let t0 = Instant::now();
@@ -448,10 +456,17 @@ fn round_us(ms: f64) -> f64 {
 }
 
 /// The self-test's report as JSON (`docs/cli-json.md`, `tether verify --json`).
-fn self_test_json(device: &str, t: &tether_family::selftest::Report, ms: f64) -> Value {
+fn self_test_json(
+    device: &str,
+    (threads, why): (usize, &str),
+    t: &tether_family::selftest::Report,
+    ms: f64,
+) -> Value {
     use tether_family::selftest::Bound;
     json!({
         "device": device,
+        "cpu_threads": threads,
+        "cpu_threads_why": why,
         "passed": t.passed,
         "summary": t.summary,
         "source": t.source,
@@ -477,6 +492,9 @@ fn self_test_json(device: &str, t: &tether_family::selftest::Report, ms: f64) ->
 /// family's self-test). Exit 0 when everything holds, 3 when the bundle is corrupt or its
 /// self-test fails, 1 when it cannot be read at all.
 pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
+    if a.threads.given() && !a.self_test {
+        crate::usage!("--threads is for --self-test (the checksums run on one thread)");
+    }
     let t0 = Instant::now();
     let opened = Bundle::open(&a.bundle, Verify::Lazy);
     // A model file is not a corrupt bundle: say what it is and what to type.
@@ -523,7 +541,8 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            let (t, ms) = self_test(a, b)?;
+            let (threads, threads_why) = a.threads.resolve();
+            let (t, ms) = self_test(a, b, threads)?;
             let code = if t.passed {
                 ExitCode::SUCCESS
             } else {
@@ -533,17 +552,17 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
                 if !t.passed {
                     d["verdict"] = json!("self-test failed");
                 }
-                d["self_test"] = self_test_json(&a.device, &t, ms);
+                d["self_test"] = self_test_json(&a.device, (threads, threads_why), &t, ms);
                 crate::outln!("{}", serde_json::to_string_pretty(&crate::cli::tidy(d))?)?;
             } else if t.passed {
                 crate::outln!(
-                    "self-test passed on {}: {} in {ms:.1} ms",
+                    "self-test passed on {}: {} in {ms:.1} ms (CPU engine threads: {threads}, {threads_why})",
                     a.device,
                     Escaped(&t.summary)
                 )?;
             } else {
                 eprintln!(
-                    "self-test FAILED on {}: {}: {}",
+                    "self-test FAILED on {}: {}: {} (CPU engine threads: {threads}, {threads_why})",
                     a.device,
                     Escaped(&shown),
                     Escaped(&t.summary)

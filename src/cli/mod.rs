@@ -89,13 +89,16 @@ pub fn message(e: &anyhow::Error) -> String {
 /// then one `hint:` line when a hint fits the failure.
 pub fn report(e: &anyhow::Error) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "error: {}", text::escape_control(&message(e)));
+    let line = message(e);
+    let _ = writeln!(err, "error: {}", text::escape_control(&line));
     if let Some(h) = hint(e) {
         let _ = writeln!(err, "hint: {h}");
     } else if e.chain().any(|c| c.downcast_ref::<UsageError>().is_some()) {
-        // The real help command: the subcommand this process was given.
+        // The real help command: the subcommand this process was given (not repeated when
+        // the error already names it).
         let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
         let _ = match family_args::help_command(&argv) {
+            Some(cmd) if line.contains(&cmd) => Ok(()),
             Some(cmd) => writeln!(err, "hint: `{cmd}` lists the accepted values"),
             None => writeln!(err, "hint: `tether --help` lists the commands"),
         };

@@ -27,8 +27,8 @@ pub const JSON_SCHEMA_VERSION: u32 = 3;
 pub struct RunArgs {
     /// The bundle.
     bundle: PathBuf,
-    /// Inputs (images for detection, prompt files for llm, `-` for standard input where the
-    /// family reads text; the family says).
+    /// Inputs: images (detect, ocr), WAV files (vad), text files (embed), prompt files (llm;
+    /// `-`: standard input). `tether run BUNDLE --help` says what the bundle's family reads.
     #[arg(value_name = "INPUT")]
     inputs: Vec<PathBuf>,
     /// Literal text inputs, for families that take text.
@@ -64,6 +64,11 @@ pub struct ThreadsArg {
 }
 
 impl ThreadsArg {
+    /// Whether `--threads` was given.
+    pub fn given(self) -> bool {
+        self.threads.is_some()
+    }
+
     /// The thread count and why (`--threads`, or the reason for the default:
     /// [`super::bench::default_threads`]).
     pub fn resolve(self) -> (usize, &'static str) {
@@ -123,9 +128,28 @@ pub(crate) fn open_runner(
             names(REGISTRY)
         );
     };
-    let runner = family
-        .open(Arc::clone(&bundle), matches, options)
-        .with_context(|| format!("loading {}", path.display()))?;
+    // Options the family does not take are refused before any work, never ignored (its
+    // `--help` does not list them: `family_args::for_family`).
+    let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    if given("text") && !family.takes_text() {
+        crate::usage!(
+            "--text: the {} family takes no literal text; its inputs are {}",
+            family.name(),
+            family.inputs_help()
+        );
+    }
+    if given("precision") && !family.has_precision() {
+        crate::usage!(
+            "--precision: the {} family's engines have no choice of arithmetic (the option is for the ONNX families' GPU engines)",
+            family.name()
+        );
+    }
+    // An option out of range is the command line's fault, not the bundle's: no "loading".
+    let runner = match family.open(Arc::clone(&bundle), matches, options) {
+        Ok(r) => r,
+        Err(e) if e.chain().any(|c| c.is::<crate::cli::UsageError>()) => return Err(e),
+        Err(e) => return Err(e.context(format!("loading {}", path.display()))),
+    };
     Ok((bundle, family, runner))
 }
 
@@ -311,6 +335,8 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             break;
         }
         let mut from_args = None;
+        // A literal text is its own label: the text output shows a long one shortened.
+        let is_text = matches!(src, Some(InputSource::Text(_)));
         let label = match src {
             Some(InputSource::File(p)) => p.display().to_string(),
             Some(InputSource::Text(t)) => (*t).to_string(),
@@ -350,7 +376,11 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             let mut text = Vec::new();
             let summary = format!(
                 "{}: {} ({:.1} ms)",
-                escape(input.label()),
+                if is_text {
+                    shortened(input.label())
+                } else {
+                    escape(input.label()).into_owned()
+                },
                 escape(&out.summary),
                 ms
             );
@@ -396,7 +426,14 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
                     docs.push(json!({ "input": label, "error": crate::cli::message(&e) }));
                 } else {
                     bar.suspend(|| {
-                        crate::cli::report(&e.context(format!("input {}", escape(&label))))
+                        crate::cli::report(&e.context(format!(
+                            "input {}",
+                            if is_text {
+                                shortened(&label)
+                            } else {
+                                escape(&label).into_owned()
+                            }
+                        )))
                     });
                 }
             }
@@ -428,6 +465,19 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// A literal text input as the text output names it: escaped, and one longer than 60
+/// characters cut there with `…` and its length (the JSON's `input` keeps it whole).
+fn shortened(text: &str) -> String {
+    const SHOWN_CHARS: usize = 60;
+    let n = text.chars().count();
+    if n <= SHOWN_CHARS {
+        escape(text).to_string()
+    } else {
+        let head: String = text.chars().take(SHOWN_CHARS).collect();
+        format!("{}… ({n} characters)", escape(&head))
+    }
 }
 
 /// Write one streamed piece of output text to stdout and flush it: line breaks and tabs as

@@ -67,6 +67,10 @@ impl Family for Detect {
         "YOLOv8 object detection (Ultralytics export): image in, boxes out"
     }
 
+    fn inputs_help(&self) -> &'static str {
+        "PNG or JPEG images"
+    }
+
     fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
         use crate::DetectError as D;
         Some(match error.downcast_ref::<D>()? {
@@ -242,12 +246,14 @@ impl Family for Detect {
             let n = t
                 .u32s(Role::Expected, crate::selftest::CLASS_IDS)
                 .map_or(0, <[u32]>::len);
+            let threshold = crate::selftest::score_threshold(t).ok().flatten();
             (
                 format!(
-                    "{w}x{h} {format} image, expects {n} detections (expected values from {})",
+                    "{w}x{h} {format} image, expects {n} detections{} (expected values from {})",
+                    threshold.map_or(String::new(), |v| format!(" at score threshold {v}")),
                     t.source
                 ),
-                json!({ "width": w, "height": h, "pixel_format": format, "detections": n }),
+                json!({ "width": w, "height": h, "pixel_format": format, "detections": n, "score_threshold": threshold }),
             )
         }))
     }

@@ -400,8 +400,37 @@ impl Detector {
     /// [`Detector::detect`].
     pub fn run_self_test(&mut self, test: &SelfTest) -> Result<Report, DetectError> {
         let image = crate::selftest::input(test)?;
-        let got = self.detect(&image)?.to_vec();
+        let got = match crate::selftest::score_threshold(test)? {
+            Some(t) => self.detect_at_threshold(&image, t)?,
+            None => self.detect(&image)?.to_vec(),
+        };
         crate::selftest::compare(test, &got, &self.engine().to_string())
+    }
+
+    /// [`Detector::detect`] with the score threshold `t` instead of the configured one (a
+    /// self-test recorded at its own threshold, [`crate::selftest::SCORE_THRESHOLD`]): a
+    /// session is prepared for `t` and, afterwards, for the configured threshold again (off
+    /// the steady state, as a new geometry is).
+    ///
+    /// # Errors
+    /// [`DetectError::Config`] for `t` outside `[0, 1]`; as [`Detector::detect`].
+    pub(crate) fn detect_at_threshold(
+        &mut self,
+        image: &ImageView<'_>,
+        t: f32,
+    ) -> Result<Vec<crate::Detection>, DetectError> {
+        let own = self.config.score_threshold;
+        if t == own {
+            return Ok(self.detect(image)?.to_vec());
+        }
+        self.config.score_threshold = t;
+        let got = self.config.validate().and_then(|()| {
+            self.prepared = None;
+            Ok(self.detect(image)?.to_vec())
+        });
+        self.config.score_threshold = own;
+        self.prepared = None;
+        got
     }
 
     /// Run the bundle's own self-test (what `tether verify --self-test` runs on the

@@ -4,15 +4,20 @@
 //! decode, NMS) with `tether verify --self-test`.
 //!
 //! The reference image is scikit-image's scanned `page.png` (384x191 gray, committed as
-//! `golden/page.png`, the file `tests/fetch-assets` fetches, same SHA-256). The recipe
+//! `golden/page.png`, the file `tests/fetch-assets` fetches, same SHA-256); for a model
+//! that keeps nothing on it, scikit-image's `astronaut.png` at 256x256
+//! (`golden/astronaut_256.png`), and when that model keeps nothing there either, the image
+//! where a lowered score threshold ([`SCORE_THRESHOLD`]) keeps its best detections with a
+//! margin; only when none does is the test a count of 0 (and says so). The recipe
 //! ([`mod@reference`], feature `build`) embeds the onnxruntime reference pipeline's detections
 //! for it (`golden/doclaynet_page.json`, `golden/reference.py`) when the bundle's model is
 //! the pinned YOLOv8n-DocLayNet at that golden's input size and thresholds; for any other
 //! model, or other settings, the expected detections are the build host's CPU engine's (the
 //! section's source says which).
 //!
-//! Entries: inputs [`IMAGE`] (u8 `[height, width, channels]`) and [`PIXEL_FORMAT`] (text,
-//! [`PixelFormat::as_str`]); expected [`CLASS_IDS`] (u32 `[n]`), [`SCORES`] (f32 `[n]`) and
+//! Entries: inputs [`IMAGE`] (u8 `[height, width, channels]`), [`PIXEL_FORMAT`] (text,
+//! [`PixelFormat::as_str`]) and, optional, [`SCORE_THRESHOLD`] (f32: the threshold the test
+//! runs at when the bundle's keeps nothing on the image); expected [`CLASS_IDS`] (u32 `[n]`), [`SCORES`] (f32 `[n]`) and
 //! [`BOXES`] (f32 `[n, 4]`: `x1, y1, x2, y2` in source pixels), best first; tolerances
 //! [`MAX_SCORE_DIFF`] and [`MIN_IOU`].
 //!
@@ -35,6 +40,12 @@ pub const CLASS_IDS: &str = "class_ids";
 pub const SCORES: &str = "scores";
 /// Expected entry: each detection's box, `[n, 4]`, source pixels.
 pub const BOXES: &str = "boxes";
+/// Input entry (optional, f32 scalar): the score threshold the test runs at instead of the
+/// bundle's. The recipe records it for a model that finds nothing on the reference image at
+/// the bundle's threshold (a model of another domain than document layout): it lowers the
+/// threshold to keep that model's best detections ([`threshold_for`]), so that their
+/// classes, scores and boxes are compared, not only a count of 0.
+pub const SCORE_THRESHOLD: &str = "score_threshold";
 /// Tolerance entry: the largest accepted absolute difference of a score.
 pub const MAX_SCORE_DIFF: &str = "max_score_diff";
 /// Tolerance entry: the smallest accepted IoU of a box with the expected one.
@@ -49,13 +60,18 @@ fn bad(what: impl Into<String>) -> DetectError {
 
 /// A payload: `image`, the detections `expected` for it, the tolerances ([`TOLERANCES`])
 /// and where the expected values come from.
-pub fn payload(image: &ImageView<'_>, expected: &[Detection], source: String) -> SelfTest {
+pub fn payload(
+    image: &ImageView<'_>,
+    expected: &[Detection],
+    source: String,
+    score_threshold: Option<f32>,
+) -> SelfTest {
     let (w, h, f) = (image.width(), image.height(), image.format());
     let pixels: Vec<u8> = (0..h as usize)
         .flat_map(|y| image.row(y).iter().copied())
         .collect();
     let n = expected.len() as u32;
-    SelfTest::new(source)
+    let mut test = SelfTest::new(source)
         .with(
             Role::Input,
             IMAGE,
@@ -102,7 +118,51 @@ pub fn payload(image: &ImageView<'_>, expected: &[Detection], source: String) ->
             MIN_IOU,
             &[],
             Values::F32(vec![TOLERANCES.1]),
-        )
+        );
+    if let Some(t) = score_threshold {
+        test.set(Role::Input, SCORE_THRESHOLD, &[], Values::F32(vec![t]));
+    }
+    test
+}
+
+/// The test's own score threshold ([`SCORE_THRESHOLD`]), `None` when it runs at the
+/// bundle's.
+///
+/// # Errors
+/// [`DetectError::SelfTest`] for an entry that is not one f32 in `(0, 1)`.
+pub fn score_threshold(test: &SelfTest) -> Result<Option<f32>, DetectError> {
+    if !test.has(Role::Input, SCORE_THRESHOLD) {
+        return Ok(None);
+    }
+    let t = test.f32_scalar(Role::Input, SCORE_THRESHOLD)?;
+    if t > 0.0 && t < 1.0 {
+        Ok(Some(t))
+    } else {
+        Err(bad(format!(
+            "{SCORE_THRESHOLD} {t} (expected a value in (0, 1))"
+        )))
+    }
+}
+
+/// Most detections a lowered self-test threshold keeps ([`threshold_for`]).
+pub const LOWERED_KEEP: usize = 10;
+
+/// The score threshold that keeps the best detections of `candidates` (best first, found at a
+/// threshold below all of them) with a margin: halfway between the last score kept and the
+/// next, at most [`LOWERED_KEEP`] kept, and the gap at least 10 times the score tolerance on
+/// each side so that a device within tolerance keeps the same ones. `None` when no such gap
+/// exists. Below `floor` (the threshold the candidates were found at) nothing is known, so
+/// the last candidate's gap is to `floor`.
+pub fn threshold_for(candidates: &[Detection], floor: f32) -> Option<f32> {
+    let margin = 10.0 * TOLERANCES.0;
+    (1..=candidates.len().min(LOWERED_KEEP))
+        .rev()
+        .find_map(|k| {
+            let last = candidates[k - 1].score;
+            let next = candidates.get(k).map_or(floor, |d| d.score);
+            let t = 0.5 * (last + next);
+            (last - t >= margin && t - next >= margin && t < 1.0).then_some(t)
+        })
 }
 
 /// The test's image, checked against its pixel format.
@@ -193,6 +253,8 @@ pub fn compare(test: &SelfTest, got: &[Detection], engine: &str) -> Result<Repor
     let compared = got.len().min(classes.len());
     let summary = if classes.is_empty() {
         format!("{summary}; no detection expected on this image, so only the count is compared")
+    } else if let Some(t) = score_threshold(test)? {
+        format!("{summary}, at score threshold {t} (the bundle's keeps nothing on this image)")
     } else {
         summary
     };
@@ -243,6 +305,21 @@ pub mod reference {
         Ok(image::load_from_memory(PAGE_PNG)
             .map_err(|e| bad(format!("golden/page.png: {e}")))?
             .to_luma8())
+    }
+
+    /// scikit-image 0.26.0's `skimage/data/astronaut.png` (NASA, public domain), reduced to
+    /// 256x256 RGB by FFmpeg 5.1 (`scale=256:256:flags=area`): the self-test's image for a
+    /// model that keeps nothing on the page (people, faces and objects: the common domains).
+    pub const PHOTO_PNG: &[u8] = include_bytes!("../golden/astronaut_256.png");
+
+    /// The photo, decoded (8-bit RGB, 256x256).
+    ///
+    /// # Errors
+    /// [`DetectError::SelfTest`] when the committed PNG does not decode (a build defect).
+    pub fn photo() -> Result<image::RgbImage, DetectError> {
+        Ok(image::load_from_memory(PHOTO_PNG)
+            .map_err(|e| bad(format!("golden/astronaut_256.png: {e}")))?
+            .to_rgb8())
     }
 
     /// The golden detections and their source, when the bundle's model (its ONNX file's
@@ -324,11 +401,47 @@ mod tests {
     }
 
     #[test]
+    fn a_lowered_threshold_keeps_the_best_with_a_margin_and_round_trips() {
+        // Found at 0.09: gaps of 0.2, 0.005 and 0.005 to the floor (under 10 x 1e-3): the
+        // cut goes in the wide gap only.
+        let c = [det(1, 0.30, 0.0), det(2, 0.10, 20.0), det(2, 0.095, 40.0)];
+        let t = threshold_for(&c, 0.09).unwrap();
+        assert!((t - 0.2).abs() < 1e-6, "{t}");
+        // The last candidate's gap is to the floor it was found at.
+        let t = threshold_for(&c[..1], 1e-3).unwrap();
+        assert!((t - 0.1505).abs() < 1e-6, "{t}");
+        // No gap wide enough: no lowered test.
+        assert_eq!(threshold_for(&[det(1, 0.005, 0.0)], 1e-3), None);
+        assert_eq!(threshold_for(&[], 1e-3), None);
+        // At most LOWERED_KEEP kept, even when every gap is wide.
+        let many: Vec<_> = (0..20)
+            .map(|i| det(0, 0.9 - 0.04 * i as f32, 0.0))
+            .collect();
+        let t = threshold_for(&many, 1e-3).unwrap();
+        assert_eq!(many.iter().filter(|d| d.score > t).count(), LOWERED_KEEP);
+        // Recorded and read back; absent means the bundle's; out of (0, 1) is refused.
+        let px = vec![7u8; 4 * 3];
+        let image = ImageView::new(&px, 4, 3, PixelFormat::Gray8).unwrap();
+        let p = payload(&image, &c[..1], "test".into(), Some(0.2));
+        let back = SelfTest::from_section(&p.to_section()).unwrap();
+        assert_eq!(score_threshold(&back).unwrap(), Some(0.2));
+        let r = compare(&back, &c[..1], "cpu").unwrap();
+        assert!(
+            r.passed && r.summary.contains("at score threshold 0.2"),
+            "{r}"
+        );
+        let p = payload(&image, &c[..1], "test".into(), None);
+        assert_eq!(score_threshold(&p).unwrap(), None);
+        let p = payload(&image, &c[..1], "test".into(), Some(1.5));
+        assert!(score_threshold(&p).is_err());
+    }
+
+    #[test]
     fn a_payload_round_trips_and_compares() {
         let px = vec![7u8; 4 * 3];
         let image = ImageView::new(&px, 4, 3, PixelFormat::Gray8).unwrap();
         let want = [det(3, 0.9, 0.0), det(1, 0.5, 20.0)];
-        let t = payload(&image, &want, "test".into());
+        let t = payload(&image, &want, "test".into(), None);
         let back = SelfTest::from_section(&t.to_section()).unwrap();
         assert_eq!(back, t);
         let v = input(&back).unwrap();

@@ -74,6 +74,22 @@ fn count_arg(name: &'static str, help: &'static str) -> Arg {
     number_arg(name, "N", value_parser!(i64), help)
 }
 
+/// Characters of a text the text output shows (the JSON has every text in full).
+const SHOWN_CHARS: usize = 60;
+
+/// A text as the text output quotes it: escaped as Rust's `{:?}` does, and a text longer
+/// than [`SHOWN_CHARS`] characters cut there with `…` and its length in characters (a long
+/// line echoed in full in every cosine line buried the results).
+fn quoted(text: &str) -> String {
+    let n = text.chars().count();
+    if n <= SHOWN_CHARS {
+        format!("{text:?}")
+    } else {
+        let head: String = text.chars().take(SHOWN_CHARS).collect();
+        format!("{:?} ({n} characters)", format!("{head}…"))
+    }
+}
+
 impl Family for EmbedFamily {
     fn name(&self) -> &'static str {
         FAMILY
@@ -81,6 +97,14 @@ impl Family for EmbedFamily {
 
     fn about(&self) -> &'static str {
         "Sentence embeddings (all-MiniLM-L6-v2, sentence-transformers pipeline): texts in, 384-d vectors and similarities out"
+    }
+
+    fn inputs_help(&self) -> &'static str {
+        "UTF-8 text files, one text per line (LF, CRLF or a lone CR ends a line)"
+    }
+
+    fn takes_text(&self) -> bool {
+        true
     }
 
     fn build_args(&self) -> Vec<Arg> {
@@ -522,7 +546,7 @@ impl Runner for EmbedRunner {
         };
         let text_of_key = |key: (bool, usize)| -> String {
             if key.0 {
-                format!("{:?}", t.texts[key.1])
+                quoted(&t.texts[key.1])
             } else {
                 earlier.texts[key.1].2.clone()
             }
@@ -547,8 +571,8 @@ impl Runner for EmbedRunner {
                 })
             });
             let mut line = format!(
-                "{:?}{}: {} tokens, [{}, ...]",
-                t.texts[i],
+                "{}{}: {} tokens, [{}, ...]",
+                quoted(&t.texts[i]),
                 match t.origins[i] {
                     Origin::Line(l) => format!(" (line {l})"),
                     Origin::Argument => String::new(),
@@ -572,8 +596,8 @@ impl Runner for EmbedRunner {
                 .collect();
             for &(c, key) in &top[i] {
                 lines.push(format!(
-                    "  cosine({:?}, {}) = {c:.4}",
-                    t.texts[i],
+                    "  cosine({}, {}) = {c:.4}",
+                    quoted(&t.texts[i]),
                     text_of_key(key)
                 ));
             }
@@ -588,14 +612,16 @@ impl Runner for EmbedRunner {
         }
         for &(i, j, c) in &pairs {
             lines.push(format!(
-                "cosine({:?}, {:?}) = {c:.4}",
-                t.texts[i], t.texts[j]
+                "cosine({}, {}) = {c:.4}",
+                quoted(&t.texts[i]),
+                quoted(&t.texts[j])
             ));
         }
         for &(i, e, c) in &previous {
             lines.push(format!(
-                "cosine({:?}, {}) = {c:.4}",
-                t.texts[i], earlier.texts[e].2
+                "cosine({}, {}) = {c:.4}",
+                quoted(&t.texts[i]),
+                earlier.texts[e].2
             ));
         }
         let cut = t.truncated[..n].iter().filter(|c| c.is_some()).count();
@@ -627,8 +653,10 @@ impl Runner for EmbedRunner {
             for i in 0..n {
                 if earlier.texts.len() < MAX_KEPT_TEXTS {
                     let shown = match t.origins[i] {
-                        Origin::Argument => format!("{:?}", t.texts[i]),
-                        Origin::Line(l) => format!("{:?} ({} line {l})", t.texts[i], t.label),
+                        Origin::Argument => quoted(&t.texts[i]),
+                        Origin::Line(l) => {
+                            format!("{} ({} line {l})", quoted(&t.texts[i]), t.label)
+                        }
                     };
                     earlier.texts.push((Arc::clone(&t.label), i, shown));
                     earlier.embeddings.push(self.out[i]);

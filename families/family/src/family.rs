@@ -572,6 +572,27 @@ pub trait Family: Send + Sync {
     fn annotates(&self) -> bool {
         false
     }
+    /// What `tether run`'s INPUT arguments are for this family, for `run BUNDLE --help`
+    /// (`PNG or JPEG images`).
+    fn inputs_help(&self) -> &'static str {
+        "Input files"
+    }
+    /// Whether the family takes literal text inputs (`run --text`, `bench --text`): the CLI
+    /// lists the option only for such families and refuses it, before any work, for others.
+    fn takes_text(&self) -> bool {
+        false
+    }
+    /// Whether `--precision` (the GPU engines' arithmetic) applies to this family's engines:
+    /// the CLI lists the option only where it does and refuses a value given for a family
+    /// whose engines have no such choice, instead of ignoring it.
+    fn has_precision(&self) -> bool {
+        true
+    }
+    /// Ids of [`Family::run_args`] that only `tether bench` takes (a text generator's
+    /// throughput tests): `run --help` leaves them out.
+    fn bench_only_args(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Run `test`, the self-test `bundle` carries ([`crate::selftest`]), on
     /// `options.device`: the family's pipeline on the reference input, its output compared
     /// with the recorded one within the recorded tolerances.

@@ -64,6 +64,22 @@ impl Family for LlmFamily {
         "Text generation: decoder-only transformers (Llama, Qwen2, Qwen3) from a GGUF file or a Hugging Face directory, tokens streamed"
     }
 
+    fn inputs_help(&self) -> &'static str {
+        "Prompt files (UTF-8 text; `-`: standard input), each the user message of one chat"
+    }
+
+    fn takes_text(&self) -> bool {
+        true
+    }
+
+    fn has_precision(&self) -> bool {
+        false
+    }
+
+    fn bench_only_args(&self) -> &'static [&'static str] {
+        &["n-prompt", "n-gen"]
+    }
+
     fn build_args(&self) -> Vec<Arg> {
         vec![
             path_arg(

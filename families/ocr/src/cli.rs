@@ -100,6 +100,10 @@ impl Family for OcrFamily {
         "PP-OCR text detection and recognition (rapidocr-onnxruntime pipeline): image in, text lines out"
     }
 
+    fn inputs_help(&self) -> &'static str {
+        "PNG or JPEG images"
+    }
+
     fn annotates(&self) -> bool {
         true
     }

@@ -135,6 +135,10 @@ impl Family for VadFamily {
         "Silero voice activity detection (silero-vad pipeline): a WAV file in, speech segments out"
     }
 
+    fn inputs_help(&self) -> &'static str {
+        "WAV files (PCM, float, A-law or mu-law; any rate and channel count: mixed to mono, resampled to 16 kHz)"
+    }
+
     fn build_args(&self) -> Vec<Arg> {
         let mut v = vec![
             path_arg(

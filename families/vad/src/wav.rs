@@ -14,8 +14,11 @@
 //! - **Sizes**: a `data` size larger than the file (a recording cut off: a
 //!   [`Truncation`] is reported and the samples present are used, whole frames only, as
 //!   libsndfile does); the streaming sizes `0xFFFFFFFF` and `0x7FFFFFFF` that ffmpeg and
-//!   arecord write to a pipe (the data runs to the end of the file; not a truncation). A
-//!   `data` size of 0 is no data, as libsndfile reads it.
+//!   arecord write to a pipe (the data runs to the end of the file; not a truncation), and a
+//!   `data` size of 0 with bytes after it (a writer that never filled the size in) read the
+//!   same way, with a warning: as FFmpeg reads it (`libavformat/wavdec.c`), which is what
+//!   silero-vad's `read_audio` uses with torchaudio 2.9 (torchcodec); libsndfile (its reader
+//!   with torchaudio 2.8) reads no samples there, a silent empty result.
 //! - **Chunks**: any chunk before `data` is skipped (`LIST`, `fact`, `bext`, `JUNK`, ...),
 //!   with the RIFF pad byte after an odd-sized chunk; a writer that left the pad byte out is
 //!   recognised (the next chunk id is checked at both offsets).
@@ -451,16 +454,17 @@ impl<R: Read> WavReader<R> {
                         (0xFFFF_FFFF, Container::Rf64, Some(d)) => Some(d),
                         // ffmpeg (0xFFFFFFFF) and arecord (0x7FFFFFFF) writing to a pipe
                         // cannot go back to fill in the size: the data runs to the end of
-                        // the file. (A size of 0 is read as libsndfile reads it: no data.)
-                        (0xFFFF_FFFF | 0x7FFF_FFFF, _, _) => None,
+                        // the file. A size of 0 too, as FFmpeg reads it (libsndfile reads
+                        // nothing): a writer stopped before it filled the size in.
+                        (0xFFFF_FFFF | 0x7FFF_FFFF | 0, _, _) => None,
                         (s, _, _) => Some(u64::from(s)),
                     };
-                    if declared == Some(0)
+                    if size == 0
                         && let Some(len) = file_len
                         && len > pos
                     {
                         log::warn!(
-                            "the data chunk declares 0 bytes; the {} bytes after it are not read (as the reference, libsndfile, does not)",
+                            "the data chunk declares 0 bytes (a writer that never filled the size in?); reading the {} bytes after it to the end of the file, as FFmpeg does",
                             len - pos
                         );
                     }
@@ -926,8 +930,14 @@ mod tests {
             let (s, _, t) = read_all(&v, Some(v.len() as u64)).unwrap();
             assert_eq!((s.len(), t), (100, None), "size {size:#x}");
         }
-        // Size 0: no data (libsndfile).
+        // Size 0 with bytes after it: to the end of the file as well (FFmpeg), not a
+        // truncation; with nothing after it, no samples.
         let v = wav(&fmt(1, 1, 16_000, 16), &[], &data, Some(0));
+        for len in [Some(v.len() as u64), None] {
+            let (s, _, t) = read_all(&v, len).unwrap();
+            assert_eq!((s.len(), t), (100, None));
+        }
+        let v = wav(&fmt(1, 1, 16_000, 16), &[], &[], Some(0));
         assert_eq!(read_all(&v, Some(v.len() as u64)).unwrap().0.len(), 0);
         // An odd-sized chunk with its pad byte, and one whose writer left it out.
         let v = wav(
