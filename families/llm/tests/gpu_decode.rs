@@ -365,9 +365,8 @@ fn main() {
             "greedy_tokens_equal_llama_cpp_and_the_cpu_engine",
             greedy_tokens_equal_llama_cpp_and_the_cpu_engine,
         )
-        .known_gap(
+        .test(
             "teacher_forced_logits_agree_with_llama_cpp",
-            "issue 26: GPU top-1 288/296 (97.3 %) against llama.cpp's batched goldens on the H200 with one decode step per token; through prefix prefills (the batched order) not yet run (docs/evidence/llm-gpu.md)",
             teacher_forced_logits_agree_with_llama_cpp,
         )
         .test(
