@@ -29,17 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             _ => return Err(format!("unknown argument {a}").into()),
         }
     }
-    let cfg = tether_llm::config::LlmConfig {
-        n_layer: layers,
-        n_embd: 576,
-        n_head: 9,
-        n_head_kv: 3,
-        head_dim: 64,
-        n_ff: 1536,
-        n_vocab: 49_152,
-        n_ctx_train: 8192,
-        ..tether_llm::testing::tiny_config()
-    };
+    let cfg = tether_llm::testing::smollm2_config(layers);
     let bytes = tether_llm::testing::synthetic_gguf(&cfg, &|_, _| ty).to_bytes();
     std::fs::write(&out, &bytes)?;
     eprintln!(

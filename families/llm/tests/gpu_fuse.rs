@@ -24,16 +24,8 @@ const REAL_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// SmolLM2-135M's shape with `n_layer` blocks.
 fn smollm2_shape(n_layer: u32, qkv_bias: bool) -> LlmConfig {
     LlmConfig {
-        n_layer,
-        n_embd: 576,
-        n_head: 9,
-        n_head_kv: 3,
-        head_dim: 64,
-        n_ff: 1536,
-        n_vocab: 49_152,
-        n_ctx_train: 8192,
         qkv_bias,
-        ..tether_llm::testing::tiny_config()
+        ..tether_llm::testing::smollm2_config(n_layer)
     }
 }
 

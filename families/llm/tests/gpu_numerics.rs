@@ -47,17 +47,7 @@ fn small(arch: &str) -> LlmConfig {
 
 /// SmolLM2-135M's shape with `n_layer` blocks.
 fn smollm2_shape(n_layer: u32) -> LlmConfig {
-    LlmConfig {
-        n_layer,
-        n_embd: 576,
-        n_head: 9,
-        n_head_kv: 3,
-        head_dim: 64,
-        n_ff: 1536,
-        n_vocab: 49_152,
-        n_ctx_train: 8192,
-        ..tether_llm::testing::tiny_config()
-    }
+    tether_llm::testing::smollm2_config(n_layer)
 }
 
 /// The CPU model as the generator makes it (llama.cpp's RoPE rule).

@@ -214,15 +214,7 @@ fn prefill_graph_equals_token_by_token_on_every_weight_type() {
 }
 
 fn smollm2_shape() -> LlmConfig {
-    let mut cfg = big_context(tiny_config());
-    cfg.n_layer = 30;
-    cfg.n_embd = 576;
-    cfg.n_head = 9;
-    cfg.n_head_kv = 3;
-    cfg.head_dim = 64;
-    cfg.n_ff = 1536;
-    cfg.n_vocab = 49152;
-    cfg
+    big_context(tether_llm::testing::smollm2_config(30))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
