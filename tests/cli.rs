@@ -96,6 +96,28 @@ fn nudenet_bundle() -> String {
     .clone()
 }
 
+/// A MiniLM int8 embed bundle built once for the tests that only run it.
+fn minilm_bundle() -> String {
+    static B: OnceLock<String> = OnceLock::new();
+    B.get_or_init(|| {
+        let out = scratch().join("shared-minilm.bundle");
+        let o = tether(&[
+            "build",
+            "--family",
+            "embed",
+            "--onnx",
+            &asset("all-minilm-l6-v2-int8.onnx"),
+            "--tokenizer",
+            &asset("all-minilm-l6-v2-tokenizer.json"),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "build failed: {}", stderr(&o));
+        out.to_string_lossy().into_owned()
+    })
+    .clone()
+}
+
 fn json(o: &Output) -> Value {
     assert!(
         o.status.success(),
@@ -2369,20 +2391,7 @@ fn issue_28_field_inputs_through_the_cli() {
     );
 
     // embed: lone CR line ends are three texts, each with its line.
-    let emb = scratch().join("embed28.bundle");
-    let o = tether(&[
-        "build",
-        "--family",
-        "embed",
-        "--onnx",
-        &asset("all-minilm-l6-v2-int8.onnx"),
-        "--tokenizer",
-        &asset("all-minilm-l6-v2-tokenizer.json"),
-        "-o",
-        emb.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let e = emb.to_string_lossy().into_owned();
+    let e = minilm_bundle();
     let v = json(&tether(&[
         "run",
         &e,
@@ -2743,20 +2752,7 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
 /// does not take is refused before any work (exit 2), never ignored.
 #[test]
 fn run_help_lists_only_the_bundles_family_options() {
-    let embed = scratch().join("help-minilm.bundle");
-    let o = tether(&[
-        "build",
-        "--family",
-        "embed",
-        "--onnx",
-        &asset("all-minilm-l6-v2-int8.onnx"),
-        "--tokenizer",
-        &asset("all-minilm-l6-v2-tokenizer.json"),
-        "-o",
-        embed.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "build failed: {}", stderr(&o));
-    let embed = embed.to_string_lossy().into_owned();
+    let embed = minilm_bundle();
     let (ocr, vad, llm) = (ocr_bundle().0, vad_bundle().0, smollm2_bundle());
     let detect = nudenet_bundle();
     // (bundle, family, what INPUT is, options it lists)
@@ -2954,20 +2950,7 @@ fn usage_errors_name_the_option_once_without_loading() {
 /// cut to the model's sequence length is said with where it falls.
 #[test]
 fn embed_text_output_shortens_a_long_text_and_json_keeps_it() {
-    let b = scratch().join("long-minilm.bundle");
-    let o = tether(&[
-        "build",
-        "--family",
-        "embed",
-        "--onnx",
-        &asset("all-minilm-l6-v2-int8.onnx"),
-        "--tokenizer",
-        &asset("all-minilm-l6-v2-tokenizer.json"),
-        "-o",
-        b.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "build failed: {}", stderr(&o));
-    let b = b.to_string_lossy().into_owned();
+    let b = minilm_bundle();
     let long = "robot ".repeat(400);
     let long = long.trim_end();
     let o = tether(&["run", &b, "--text", long, "--text", "a cat"]);
