@@ -1,8 +1,0 @@
-set -u
-B=$(pwd)/.device/fam-c; W=/tmp/fam; mkdir -p $W/assets; cp $B/assets/* $W/assets/; (cd $W/assets && for x in *.xz; do [ -e "$x" ] && xz -dfk "$x"; done); cd $W
-SP=$(python3 -c "import site;print(site.getsitepackages()[0])")
-export LD_LIBRARY_PATH=$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
-export TETHER_ASSETS=$W/assets TETHER_CACHE_DIR=/tmp/fam-cache
-{ date -u; hostname; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $OUT/fam-c-host.log
-for f in $B/*.xz; do n=$(basename $f .xz); xz -dc $f > $n && chmod +x $n; sha256sum $n >> $OUT/fam-c-host.log; timeout 200 ./$n --test-threads 1 --nocapture > $OUT/fam-c-$n.log 2>&1; echo "rc=$?" >> $OUT/fam-c-$n.log; done
-grep -hE "^test |result|rc=" $OUT/fam-c-*.log | cut -c1-200
