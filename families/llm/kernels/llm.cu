@@ -187,6 +187,55 @@ __device__ float rms_scale_seq(const float* x, int n, float eps) {
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 }
 
+// `rms_scale_seq`'s result from `t`, the same squares summed in ANY order (a tree), without
+// the chain when that is provably the same. Both sums are of n >= 0 terms in f64 (no
+// underflow: an f32 square is >= 2^-298), so each is within gamma_(n-1) * S of the exact sum S
+// (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., eq. 4.4), hence
+// |chain - t| <= 2 gamma_(n-1) S / (1 - gamma_(n-1)) < n * 2^-50 * t. Division by n and the
+// rounding to f32 are monotone, so when both ends of [t (1 - n 2^-50), t (1 + n 2^-50)] give
+// the same f32 mean, the chain's mean is that one too. Otherwise (about n * 2^-26 of the
+// time) and for a sum that is not finite, the chain itself runs. One thread calls it.
+__device__ float rms_scale_from(double t, const float* x, int n, float eps) {
+    const double rel = (double)n * 0x1p-50;
+    const float lo = __double2float_rn(__ddiv_rn(__dmul_rd(t, 1.0 - rel), (double)n));
+    const float hi = __double2float_rn(__ddiv_rn(__dmul_ru(t, 1.0 + rel), (double)n));
+    if (!isfinite(t) || lo != hi) return rms_scale_seq(x, n, eps);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(lo, eps)));
+}
+
+// `rms_scale_seq` of n values with every thread of the block (all must call it; the values
+// are readable by all after a barrier): per-thread sums, warp trees, then the warps' sums in
+// one thread, finished by `rms_scale_from`. Every thread gets the scale.
+__device__ float rms_scale_block(const float* x, int n, float eps) {
+    __shared__ double s_part[32];
+    __shared__ float s_scale;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        ss = __dadd_rn(ss, (double)__fmul_rn(x[i], x[i]));
+    for (int o = 16; o > 0; o >>= 1) ss = __dadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
+    if (lane == 0) s_part[warp] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (int k = 0; k < nw; ++k) t = __dadd_rn(t, s_part[k]);
+        s_scale = rms_scale_from(t, x, n, eps);
+    }
+    __syncthreads();
+    return s_scale;
+}
+
+// `rms_scale_seq` of n values with the 32 lanes of a warp (all must call it); every lane
+// gets the scale.
+__device__ float rms_scale_warp(const float* x, int n, float eps) {
+    const int lane = threadIdx.x % 32;
+    double ss = 0.0;
+    for (int i = lane; i < n; i += 32) ss = __dadd_rn(ss, (double)__fmul_rn(x[i], x[i]));
+    for (int o = 16; o > 0; o >>= 1) ss = __dadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
+    const float scale = lane == 0 ? rms_scale_from(ss, x, n, eps) : 0.0f;
+    return __shfl_sync(0xffffffffu, scale, 0);
+}
+
 // Q4_K sub-block j's 6-bit scale and minimum (ggml get_scale_min_k4; src/quant.rs q4k_scale_min).
 __device__ __forceinline__ void q4k_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
     if (j < 4) {
@@ -303,7 +352,6 @@ struct PrepParams {
 #define PREP_STAGE 8192
 
 extern "C" __global__ void __launch_bounds__(PREP_THREADS) prep(PrepParams p) {
-    __shared__ float s_scale;
     __shared__ float s_x[PREP_STAGE];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
     const bool staged = p.n <= PREP_STAGE;
@@ -315,9 +363,7 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) prep(PrepParams p) {
     }
     if (p.weight) {
         __syncthreads();
-        if (threadIdx.x == 0) s_scale = rms_scale_seq(staged ? s_x : p.out, p.n, p.eps);
-        __syncthreads();
-        const float scale = s_scale;
+        const float scale = rms_scale_block(staged ? s_x : p.out, p.n, p.eps);
         for (int i = threadIdx.x; i < p.n; i += blockDim.x)
             p.out[i] = __fmul_rn(__fmul_rn(p.out[i], scale), p.weight[i]);
     }
@@ -590,6 +636,283 @@ __device__ __noinline__ void row_dot8(int type, const uint8_t* w, int cols, cons
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// The lane form with the whole warp (decode step, one activation row): R rows of one weight
+// type against x. A row is cut into units (a 32-block of Q8_0 / Q4_0 / Q4_1, a 256-block of
+// Q4_K / Q6_K, an 8-column chunk of F32 / F16 / BF16); lane l of `row_dot8` adds, unit after
+// unit in order, acc = fma(a_u, b_u, acc) and ext = fma(c_u, d_u, ext) (Q4_K / Q6_K: c_u the
+// minimums' term, d_u = 1, i.e. ext + c_u; fma(c, 1, e) is the rounded c + e). The terms of a
+// unit depend on nothing else, so the warp's four 8-lane groups compute them for units g,
+// g + 4, g + 8, ... (all their loads in flight at once), and every group then walks all units
+// in order, taking each unit's terms from the lane l of the group that made them (shuffles):
+// the same chains as `row_dot8`'s, with four times the loads in flight and one row per warp
+// instead of four. out[r] (every lane) is row r's dot product. All 32 lanes call it.
+// ---------------------------------------------------------------------------------------
+template <int TYPE>
+__device__ __forceinline__ int units_of(int cols) {
+    return TYPE == T_Q4_K || TYPE == T_Q6_K ? cols / QK_K
+           : (TYPE == T_F32 || TYPE == T_F16 || TYPE == T_BF16) ? cols / 8
+                                                                  : cols / QK;
+}
+
+// The raw words of 32-block u of a Q8_0 / Q4_0 / Q4_1 row for lane l: dm the f16 scale (and
+// Q4_1's f16 minimum above it), v the 4 bytes of quants lane l reads.
+template <int TYPE>
+__device__ __forceinline__ void q32_raw(const uint8_t* w, int u, int l, uint32_t* dm, uint32_t* v) {
+    const int bb = TYPE == T_Q8_0 ? 34 : (TYPE == T_Q4_0 ? 18 : 20);
+    const uint8_t* blk = w + (size_t)u * bb;
+    if (TYPE == T_Q4_1) {
+        *dm = *(const uint32_t*)blk;  // blocks of 20 bytes stay 4-aligned
+        *v = *(const uint32_t*)(blk + 4 + 4 * (l & 3));
+    } else {
+        *dm = *(const uint16_t*)blk;
+        const uint16_t* q = (const uint16_t*)(blk + 2 + 4 * (TYPE == T_Q8_0 ? l : (l & 3)));
+        *v = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+    }
+}
+
+// Block u's terms for lane l from its raw words (`row_dot8`'s per-block arithmetic).
+template <int TYPE>
+__device__ __forceinline__ void q32_terms(uint32_t dm, uint32_t v, int u, int l, const BlockQ8* q8,
+                                          float* a, float* b, float* c, float* d) {
+    int wq;
+    if (TYPE == T_Q8_0) wq = (int)v;
+    else if (TYPE == T_Q4_1) wq = (int)((l < 4 ? v : v >> 4) & 0x0F0F0F0Fu);
+    else wq = (int)__vsub4((l < 4 ? v : v >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+    const BlockQ8& xa = q8[u];
+    *a = __fmul_rn(h2f((uint16_t)(dm & 0xFFFFu)), xa.d);
+    *b = (float)__dp4a(wq, *(const int*)(xa.qs + 4 * l), 0);
+    *c = TYPE == T_Q4_1 ? h2f((uint16_t)(dm >> 16)) : 0.0f;
+    *d = xa.s;
+}
+
+// Unit u's terms for lane l (`row_dot8`'s per-block arithmetic, unchanged).
+template <int TYPE>
+__device__ __forceinline__ void unit_terms(const uint8_t* w, int u, int l, const float* x,
+                                           const BlockQ8* q8, const BlockQ8K* q8k, float* a,
+                                           float* b, float* c, float* d) {
+    if (TYPE == T_Q8_0 || TYPE == T_Q4_0 || TYPE == T_Q4_1) {
+        uint32_t dm, v;
+        q32_raw<TYPE>(w, u, l, &dm, &v);
+        q32_terms<TYPE>(dm, v, u, l, q8, a, b, c, d);
+    } else if (TYPE == T_Q4_K) {
+        const uint8_t* blk = w + (size_t)u * 144;
+        const float dd = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+        int sc[8], mn[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) q4k_scale_min(blk + 4, k, &sc[k], &mn[k]);
+        const BlockQ8K& xa = q8k[u];
+        int sumi = 0, summ = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t v = (uint32_t)ld32_2(blk + 16 + 32 * k + 4 * l);
+            const int lo = __dp4a((int)(v & 0x0F0F0F0Fu), *(const int*)(xa.qs + 64 * k + 4 * l), 0);
+            const int hi =
+                __dp4a((int)((v >> 4) & 0x0F0F0F0Fu), *(const int*)(xa.qs + 64 * k + 32 + 4 * l), 0);
+            sumi += lo * sc[2 * k] + hi * sc[2 * k + 1];
+        }
+#pragma unroll
+        for (int k = 0; k < 8; ++k) summ += mn[k] * ((int)xa.bsums[2 * k] + (int)xa.bsums[2 * k + 1]);
+        *a = __fmul_rn(xa.d, dd);
+        *b = (float)sumi;
+        *c = __fmul_rn(__fmul_rn(xa.d, dmin), (float)summ);
+        *d = 1.0f;
+    } else if (TYPE == T_Q6_K) {
+        const uint8_t* blk = w + (size_t)u * 210;
+        const BlockQ8K& xa = q8k[u];
+        int sumi = 0, off = 0;
+#pragma unroll
+        for (int g = 0; g < 8; ++g) {
+            const int h = g / 4, k = g % 4;
+            const uint32_t lo4 =
+                ((uint32_t)ld32_2(blk + 64 * h + (k & 1) * 32 + 4 * l) >> (k >= 2 ? 4 : 0)) & 0x0F0F0F0Fu;
+            const uint32_t hi2 = (((uint32_t)ld32_2(blk + 128 + 32 * h + 4 * l) >> (2 * k)) & 0x03030303u) << 4;
+            sumi += __dp4a((int)(lo4 | hi2), *(const int*)(xa.qs + 32 * g + 4 * l), 0) *
+                    (int)(int8_t)blk[192 + 2 * g + (l >> 2)];
+        }
+#pragma unroll
+        for (int k = 0; k < 16; ++k) off += (int)(int8_t)blk[192 + k] * (int)xa.bsums[k];
+        const float dd = __fmul_rn(xa.d, h2f(ld16(blk + 208)));
+        *a = dd;
+        *b = (float)sumi;
+        *c = __fmul_rn(dd, (float)(32 * off));
+        *d = 1.0f;
+    } else {
+        const int i = 8 * u + l;
+        *a = TYPE == T_F32 ? ((const float*)w)[i]
+             : TYPE == T_F16 ? h2f(*(const uint16_t*)(w + 2 * i))
+                             : bf2f(*(const uint16_t*)(w + 2 * i));
+        *b = x[i];
+        *c = 0.0f;
+        *d = 0.0f;
+    }
+}
+
+template <int TYPE, int R>
+__device__ __noinline__ void row_dot_warp_t(const uint8_t* const* w, int cols, const float* x,
+                                            const BlockQ8* q8, const BlockQ8K* q8k, float* out) {
+    const int lane = threadIdx.x % 32, g = lane >> 3, l = lane & 7;
+    constexpr bool EXT = TYPE == T_Q4_1 || TYPE == T_Q4_K || TYPE == T_Q6_K;
+    constexpr bool FLOAT = TYPE == T_F32 || TYPE == T_F16 || TYPE == T_BF16;
+    // Units per group and turn: a 576-wide Q4_1 row (18 blocks) in one turn, 1,536 in two.
+    constexpr int CH = (TYPE == T_Q4_K || TYPE == T_Q6_K) ? 2 : 8;
+    const int nu = units_of<TYPE>(cols);
+    float acc[R], ext[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = ext[r] = 0.0f;
+    for (int u0 = 0; u0 < nu; u0 += 4 * CH) {
+        float ta[CH][R], tb[CH][R], tc[CH][R], td[CH][R];
+#pragma unroll
+        for (int k = 0; k < CH; ++k) {
+            const int u = min(u0 + g + 4 * k, nu - 1);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                unit_terms<TYPE>(w[r], u, l, x, q8, q8k, &ta[k][r], &tb[k][r], &tc[k][r], &td[k][r]);
+        }
+#pragma unroll
+        for (int k = 0; k < CH; ++k) {
+#pragma unroll
+            for (int gg = 0; gg < 4; ++gg) {
+                if (u0 + gg + 4 * k >= nu) break;  // the same for the whole warp
+                const int src = gg * 8 + l;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const float a = __shfl_sync(0xffffffffu, ta[k][r], src);
+                    const float b = __shfl_sync(0xffffffffu, tb[k][r], src);
+                    acc[r] = __fmaf_rn(a, b, acc[r]);
+                    if (EXT) {
+                        const float c = __shfl_sync(0xffffffffu, tc[k][r], src);
+                        const float d = __shfl_sync(0xffffffffu, td[k][r], src);
+                        ext[r] = __fmaf_rn(c, d, ext[r]);
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        float h = hsum8_group(acc[r]);
+        if (TYPE == T_Q4_1) h = __fadd_rn(h, ext[r]);
+        else if (TYPE == T_Q4_K || TYPE == T_Q6_K) h = __fsub_rn(h, ext[r]);
+        else if (FLOAT) {
+            for (int i = nu * 8; i < cols; ++i) {
+                const float wv = TYPE == T_F32   ? ((const float*)w[r])[i]
+                                 : TYPE == T_F16 ? h2f(ld16(w[r] + 2 * i))
+                                                 : bf2f(ld16(w[r] + 2 * i));
+                h = __fadd_rn(h, __fmul_rn(wv, x[i]));
+            }
+        }
+        out[r] = h;
+    }
+}
+
+// The first turn of a fused product with its weights loaded BEFORE `dependency_wait`: a
+// warp's row (or pair of rows) of Q8_0 / Q4_0 / Q4_1, the raw words of the first CH32 blocks
+// of each group in registers while the previous kernel finishes and the prologue runs, then
+// `row_dot_warp`'s chains (the same terms, the same order). Other types take `row_dot_warp`.
+#define CH32 8
+__device__ __forceinline__ bool is_q32(int type) {
+    return type == T_Q8_0 || type == T_Q4_0 || type == T_Q4_1;
+}
+
+template <int TYPE, int R>
+__device__ __forceinline__ void q32_load_round(const uint8_t* const* w, int nu, int u0,
+                                               uint32_t dm[CH32][R], uint32_t v[CH32][R]) {
+    const int lane = threadIdx.x % 32, g = lane >> 3, l = lane & 7;
+#pragma unroll
+    for (int k = 0; k < CH32; ++k) {
+        const int u = min(u0 + g + 4 * k, nu - 1);
+#pragma unroll
+        for (int r = 0; r < R; ++r) q32_raw<TYPE>(w[r], u, l, &dm[k][r], &v[k][r]);
+    }
+}
+
+template <int TYPE, int R>
+__device__ __forceinline__ void q32_chain(const uint8_t* const* w, int nu, const BlockQ8* q8,
+                                          uint32_t dm[CH32][R], uint32_t v[CH32][R], float* out) {
+    const int lane = threadIdx.x % 32, g = lane >> 3, l = lane & 7;
+    float acc[R], ext[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = ext[r] = 0.0f;
+    for (int u0 = 0; u0 < nu; u0 += 4 * CH32) {
+        if (u0 > 0) q32_load_round<TYPE, R>(w, nu, u0, dm, v);
+        // Round k's terms (units u0 + 4k .. u0 + 4k + 4, one per group), then their chains:
+        // only one round's terms live at a time.
+#pragma unroll
+        for (int k = 0; k < CH32; ++k) {
+            if (u0 + 4 * k >= nu) break;  // the same for the whole warp
+            const int u = min(u0 + g + 4 * k, nu - 1);
+            float ta[R], tb[R], tc[R], td[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                q32_terms<TYPE>(dm[k][r], v[k][r], u, l, q8, &ta[r], &tb[r], &tc[r], &td[r]);
+#pragma unroll
+            for (int gg = 0; gg < 4; ++gg) {
+                if (u0 + gg + 4 * k >= nu) break;
+                const int src = gg * 8 + l;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    acc[r] = __fmaf_rn(__shfl_sync(0xffffffffu, ta[r], src),
+                                       __shfl_sync(0xffffffffu, tb[r], src), acc[r]);
+                    if (TYPE == T_Q4_1)
+                        ext[r] = __fmaf_rn(__shfl_sync(0xffffffffu, tc[r], src),
+                                           __shfl_sync(0xffffffffu, td[r], src), ext[r]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const float h = hsum8_group(acc[r]);
+        out[r] = TYPE == T_Q4_1 ? __fadd_rn(h, ext[r]) : h;
+    }
+}
+
+// The first round's raw words of rows w[0 .. R) of type `type` (nothing for other types).
+template <int R>
+__device__ __forceinline__ void q32_preload(int type, const uint8_t* const* w, int cols,
+                                            uint32_t dm[CH32][R], uint32_t v[CH32][R]) {
+    switch (type) {
+        case T_Q8_0: q32_load_round<T_Q8_0, R>(w, cols / QK, 0, dm, v); break;
+        case T_Q4_0: q32_load_round<T_Q4_0, R>(w, cols / QK, 0, dm, v); break;
+        case T_Q4_1: q32_load_round<T_Q4_1, R>(w, cols / QK, 0, dm, v); break;
+        default: break;
+    }
+}
+
+// `row_dot_warp` of rows whose first round `q32_preload` loaded (Q8_0 / Q4_0 / Q4_1 only).
+template <int R>
+__device__ __forceinline__ void q32_dot_preloaded(int type, const uint8_t* const* w, int cols,
+                                                  const BlockQ8* q8, uint32_t dm[CH32][R],
+                                                  uint32_t v[CH32][R], float* out) {
+    switch (type) {
+        case T_Q8_0: q32_chain<T_Q8_0, R>(w, cols / QK, q8, dm, v, out); break;
+        case T_Q4_0: q32_chain<T_Q4_0, R>(w, cols / QK, q8, dm, v, out); break;
+        default: q32_chain<T_Q4_1, R>(w, cols / QK, q8, dm, v, out); break;
+    }
+}
+
+// `row_dot_warp_t` for the weight type `type` (the same for the R rows).
+template <int R>
+__device__ __forceinline__ void row_dot_warp(int type, const uint8_t* const* w, int cols,
+                                             const float* x, const BlockQ8* q8,
+                                             const BlockQ8K* q8k, float* out) {
+    switch (type) {
+        case T_Q8_0: row_dot_warp_t<T_Q8_0, R>(w, cols, x, q8, q8k, out); break;
+        case T_Q4_0: row_dot_warp_t<T_Q4_0, R>(w, cols, x, q8, q8k, out); break;
+        case T_Q4_1: row_dot_warp_t<T_Q4_1, R>(w, cols, x, q8, q8k, out); break;
+        case T_Q4_K: row_dot_warp_t<T_Q4_K, R>(w, cols, x, q8, q8k, out); break;
+        case T_Q6_K: row_dot_warp_t<T_Q6_K, R>(w, cols, x, q8, q8k, out); break;
+        case T_F32: row_dot_warp_t<T_F32, R>(w, cols, x, q8, q8k, out); break;
+        case T_F16: row_dot_warp_t<T_F16, R>(w, cols, x, q8, q8k, out); break;
+        case T_BF16: row_dot_warp_t<T_BF16, R>(w, cols, x, q8, q8k, out); break;
+        default:
+#pragma unroll
+            for (int r = 0; r < R; ++r) out[r] = __int_as_float(0x7fc00000);
+            break;
+    }
+}
+
 // `row_dot8` of one row of a projection against the step's one activation row.
 __device__ __forceinline__ float row_dot(const MatVecParams& p, const Proj& pr, const uint8_t* w,
                                          int l) {
@@ -644,8 +967,7 @@ extern "C" __global__ void __launch_bounds__(128) head_norm(HeadNormParams p) {
     const int h = blockIdx.x * 4 + threadIdx.x / 32;
     if (h >= p.heads) return;
     float* x = p.x + h * p.head_dim;
-    float scale = lane == 0 ? rms_scale_seq(x, p.head_dim, p.eps) : 0.0f;
-    scale = __shfl_sync(0xffffffffu, scale, 0);
+    const float scale = rms_scale_warp(x, p.head_dim, p.eps);
     for (int i = lane; i < p.head_dim; i += 32) x[i] = __fmul_rn(__fmul_rn(x[i], scale), p.weight[i]);
 }
 
@@ -734,6 +1056,7 @@ struct AttnShared {
     float cs[ATT_TILE / 8];    // the 8-sums of a tile
     float q[MAX_HEAD_DIM];     // the query, lane order, f16 values
     float red[ATT_THREADS / 32];
+    double red64[ATT_THREADS / 32];
     float mx, inv;
 };
 
@@ -935,7 +1258,8 @@ __device__ __noinline__ void attend(const float* qh, const uint16_t* kb, const u
     }
     __syncthreads();
     mx = sm.mx;
-    // 2. The numerators and their sum: 8-sums in f32, added in f64 in order (one thread).
+    // 2. The numerators and their sum: 8-sums in f32, added in f64 in order (one thread; for
+    // one tile, a tree proved to give the same 1 / sum).
     double sum = 0.0;
     for (int tt = 0; tt < tiles; ++tt) {
         const int t0 = tt * ATT_TILE, n = min(len - t0, ATT_TILE);
@@ -956,12 +1280,39 @@ __device__ __noinline__ void attend(const float* qh, const uint16_t* kb, const u
             sm.cs[c] = hsum8_arr(a);
         }
         __syncthreads();
+        if (tiles == 1) {
+            // One tile: the 8-sums (>= 0) by a tree, the chain's 1 / sum proved equal as in
+            // `rms_scale_from` (1 / x and the rounding to f32 are monotone), else the chain.
+            double part = 0.0;
+            for (int c = tid; c < nch; c += ATT_THREADS) part = __dadd_rn(part, (double)sm.cs[c]);
+            for (int o = 16; o > 0; o >>= 1)
+                part = __dadd_rn(part, __shfl_xor_sync(0xffffffffu, part, o));
+            if ((tid & 31) == 0) sm.red64[tid >> 5] = part;
+            __syncthreads();
+            if (tid == 0) {
+                double t = 0.0;
+                for (int w = 0; w < ATT_THREADS / 32; ++w) t = __dadd_rn(t, sm.red64[w]);
+                const double rel = (double)nch * 0x1p-50;
+                const float lo = __double2float_rn(__ddiv_rn(1.0, __dmul_ru(t, 1.0 + rel)));
+                const float hi = __double2float_rn(__ddiv_rn(1.0, __dmul_rd(t, 1.0 - rel)));
+                if (isfinite(t) && t > 0.0 && lo == hi) {
+                    sm.inv = lo;
+                } else {
+                    for (int c = 0; c < nch; ++c) sum = __dadd_rn(sum, (double)sm.cs[c]);
+                    sm.inv = __double2float_rn(__ddiv_rn(1.0, sum));
+                }
+            }
+            __syncthreads();
+            break;
+        }
         if (tid == 0)
             for (int c = 0; c < nch; ++c) sum = __dadd_rn(sum, (double)sm.cs[c]);
         __syncthreads();
     }
-    if (tid == 0) sm.inv = __double2float_rn(__ddiv_rn(1.0, sum));
-    __syncthreads();
+    if (tiles > 1) {
+        if (tid == 0) sm.inv = __double2float_rn(__ddiv_rn(1.0, sum));
+        __syncthreads();
+    }
     // 3. The probabilities and their weighted sum of the value rows.
     attend_weighted<8, 4>(sm, kb, vb, kv_dim, hd, len, scale, gdot, gsum, vec, out);
 }
@@ -1001,7 +1352,11 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(AttnParams p
 // ---------------------------------------------------------------------------------------
 #define FUSE_WARPS 8
 #define PROLOGUE_REGS 8
-#define PREFETCH_ROWS 4
+// Blocks of `prep_matvec` resident per SM at least (registers <= 80): the 384 blocks of a
+// 1,536-row gate/up pair in one wave on 132 SMs. The decoder launches at most this many
+// blocks per SM (one wave; wider products take several turns per warp, each asking L2 for
+// the next turn's row first). Mirrored in src/gpu/kernels.rs.
+#define FUSE_MIN_BLOCKS 3
 
 // Programmatic dependent launch (sm_90 and later; PTX ISA 7.8 `griddepcontrol`). A fused
 // kernel launched with the programmatic stream serialization attribute may start while the
@@ -1023,8 +1378,9 @@ __device__ __forceinline__ void dependents_launch() {
 }
 
 // Ask L2 for the `bytes` bytes at `w` (one 128-byte line per lane and turn): the weight rows
-// a warp will read, requested before the input's preparation so that their HBM latency
-// overlaps it (and, with a dependent launch, the previous kernel). Changes no value.
+// a warp will read first, requested before `dependency_wait` so that their HBM latency
+// overlaps the previous kernel and the input's preparation. Changes no value. (Loading them
+// into L1 instead, one `ld.global.nc` per line, measured 3 % slower per token.)
 __device__ __forceinline__ void prefetch_l2(const uint8_t* w, int bytes, int lane) {
     for (int o = lane * 128; o < bytes; o += 32 * 128)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(w + o));
@@ -1046,11 +1402,9 @@ struct PrologueParams {
 };
 
 // Fills the shared memory at `smem` (layout above). The input is first staged in shared
-// memory (all its loads in flight at once), then normalised in place; the RMSNorm sum of
-// squares is summed in `prep`'s order: PREP_THREADS virtual threads (thread t adds values
-// t, t + PREP_THREADS, ... in turn), each virtual warp's 32 sums by warp_sum, then the 32
-// warp sums by warp_sum; the block's FUSE_WARPS warps play the 32 virtual ones (blocks of
-// FUSE_WARPS warps only). The 8-bit blocks are `prep`'s arithmetic on the same values.
+// memory (all its loads in flight at once), then normalised in place with `prep`'s scale
+// (`rms_scale_block`: the CPU engine's chained f64 sum, reached through a tree and a bound).
+// The 8-bit blocks are `prep`'s arithmetic on the same values.
 __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8** q8,
                          BlockQ8K** q8k, float** x) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
@@ -1074,10 +1428,7 @@ __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8**
     }
     __syncthreads();
     if (p.norm) {
-        __shared__ float s_scale;
-        if (threadIdx.x == 0) s_scale = rms_scale_seq(sx, p.n, p.eps);
-        __syncthreads();
-        const float scale = s_scale;
+        const float scale = rms_scale_block(sx, p.n, p.eps);
 #pragma unroll
         for (int k = 0; k < PROLOGUE_REGS; ++k) {
             const int i = threadIdx.x + k * blockDim.x;
@@ -1169,8 +1520,8 @@ __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8**
 // ---------------------------------------------------------------------------------------
 // prep_matvec: `prep` + `matvec` in one launch: each block prepares the input in its shared
 // memory (prologue above), then each warp takes rows r = block * FUSE_WARPS + warp, then
-// + gridDim.x * FUSE_WARPS, ...; the row's dot product and epilogue (bias, residual
-// accumulation) are `matvec`'s. Blocks of FUSE_WARPS warps; dynamic shared memory: the
+// + gridDim.x * FUSE_WARPS, ...; the row's dot product is `row_dot_warp` (the lane form's
+// chains, as `matvec`'s `row_dot8`), its epilogue (bias, residual accumulation) `matvec`'s. Blocks of FUSE_WARPS warps; dynamic shared memory: the
 // prologue's formats.
 // ---------------------------------------------------------------------------------------
 struct PrepMatVecParams {
@@ -1180,39 +1531,49 @@ struct PrepMatVecParams {
     int rows_total;
 };
 
-extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) prep_matvec(PrepMatVecParams p) {
+// The epilogue of row r of projection pr: bias, then store or residual accumulation.
+__device__ __forceinline__ void store_row(const Proj& pr, int r, float v) {
+    if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
+    pr.out[r] = pr.accumulate ? __fadd_rn(pr.out[r], v) : v;
+}
+
+extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, FUSE_MIN_BLOCKS) prep_matvec(PrepMatVecParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* x;
-    const int lane = threadIdx.x % 32, l = lane & 7;
-    // Rows of warp w: 4 per turn, one per 8-lane group (`row_dot8`).
-    const int first = (blockIdx.x * FUSE_WARPS + threadIdx.x / 32) * 4;
-    const int step = gridDim.x * FUSE_WARPS * 4;
-    for (int n = 0; n < PREFETCH_ROWS && first + n < p.rows_total; ++n) {
+    const int lane = threadIdx.x % 32;
+    // Rows of warp w: one per turn (`row_dot_warp`).
+    const int first = blockIdx.x * FUSE_WARPS + threadIdx.x / 32;
+    const int step = gridDim.x * FUSE_WARPS;
+    // The first row's weights: in registers (8-bit block types) or asked of L2.
+    uint32_t dm0[CH32][1], v0[CH32][1];
+    bool pre = false;
+    if (first < p.rows_total) {
         int r;
-        const int k = proj_of(p.p, p.nproj, p.rows_total, first + n, &r);
-        prefetch_l2(p.p[k].w + (size_t)r * p.p[k].row_bytes, p.p[k].row_bytes, lane);
+        const Proj& pr = p.p[proj_of(p.p, p.nproj, p.rows_total, first, &r)];
+        const uint8_t* w[1] = {pr.w + (size_t)r * pr.row_bytes};
+        pre = is_q32(pr.type);
+        if (pre) q32_preload<1>(pr.type, w, p.in.n, dm0, v0);
+        else prefetch_l2(w[0], pr.row_bytes, lane);
     }
     dependency_wait();
     dependents_launch();
     prologue(p.in, smem, &q8, &q8k, &x);
-    MatVecParams mp;
-    mp.x = x;
-    mp.q8 = q8;
-    mp.q8k = q8k;
-    mp.cols = p.in.n;
-    for (int base = first; base < p.rows_total; base += step) {
-        const int r0 = base + lane / 8;
+    for (int r0 = first; r0 < p.rows_total; r0 += step) {
         int r;
         const int k = proj_of(p.p, p.nproj, p.rows_total, r0, &r);
         const Proj& pr = p.p[k];
-        const float dot = row_dot(mp, pr, pr.w + (size_t)r * pr.row_bytes, l);
-        if (r0 < p.rows_total && l == 0) {
-            float v = dot;
-            if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
-            pr.out[r] = pr.accumulate ? __fadd_rn(pr.out[r], v) : v;
+        const uint8_t* w[1] = {pr.w + (size_t)r * pr.row_bytes};
+        if (r0 + step < p.rows_total) {  // the next turn's row, asked of L2 now
+            int rn;
+            const Proj& pn = p.p[proj_of(p.p, p.nproj, p.rows_total, r0 + step, &rn)];
+            prefetch_l2(pn.w + (size_t)rn * pn.row_bytes, pn.row_bytes, lane);
         }
+        float dot[1];
+        if (pre && r0 == first) q32_dot_preloaded<1>(pr.type, w, p.in.n, q8, dm0, v0, dot);
+        else row_dot_warp<1>(pr.type, w, p.in.n, x, q8, q8k, dot);
+        if (lane == 0) store_row(pr, r, dot[0]);
     }
 }
 
@@ -1221,8 +1582,8 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) prep_matvec(PrepMa
 // 8-bit blocks) in the prologue and `rope`'s epilogue: work item i is a rotated pair of Q
 // (i < n_head * half: rows (h, j) and (h, j + half)), then a pair of K (rotated, written to
 // K and, f16, to the cache at the state's position), then a row of V (written to V and the
-// cache). One warp per item, as `prep_matvec`; the two rows of a pair are `matvec`'s dot
-// products, the rotation and the f16 stores `rope`'s.
+// cache). One warp per item and turn, as `prep_matvec`; the two rows of an item are one
+// `row_dot_warp`, the rotation and the f16 stores `rope`'s.
 // ---------------------------------------------------------------------------------------
 struct QkvRopeParams {
     PrologueParams in;
@@ -1244,62 +1605,60 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopePa
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* x;
-    const int lane = threadIdx.x % 32, l = lane & 7;
+    const int lane = threadIdx.x % 32;
     const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
     const int q_pairs = p.n_head * half, k_pairs = p.n_kv * half;
-    // Items of warp w: 4 per turn, one per 8-lane group.
-    const int first = (blockIdx.x * FUSE_WARPS + threadIdx.x / 32) * 4;
-    const int step = gridDim.x * FUSE_WARPS * 4;
-    for (int n = 0; n < PREFETCH_ROWS && first + n < p.items; ++n) {
-        const int it = first + n;
-        if (it < q_pairs + k_pairs) {
-            const bool is_k = it >= q_pairs;
-            const int t = is_k ? it - q_pairs : it;
-            const int ra = (t / half) * p.head_dim + t % half;
-            const Proj& pr = is_k ? p.p[1] : p.p[0];
-            prefetch_l2(pr.w + (size_t)ra * pr.row_bytes, pr.row_bytes, lane);
-            prefetch_l2(pr.w + (size_t)(ra + half) * pr.row_bytes, pr.row_bytes, lane);
+    // Items of warp w: one per turn.
+    const int first = blockIdx.x * FUSE_WARPS + threadIdx.x / 32;
+    const int step = gridDim.x * FUSE_WARPS;
+    // Item it: its projection and its two rows (a rotated pair of Q or K, or V rows 2v, 2v + 1).
+    auto rows_of = [&](int it, int* ra, int* rb, int* h, int* i) -> const Proj& {
+        const bool is_v = it >= q_pairs + k_pairs;
+        const bool is_k = !is_v && it >= q_pairs;
+        if (is_v) {
+            *ra = 2 * (it - q_pairs - k_pairs);
+            *rb = *ra + 1;
+            return p.p[2];
+        }
+        const int t = is_k ? it - q_pairs : it;
+        *h = t / half;
+        *i = t % half;
+        *ra = *h * p.head_dim + *i;
+        *rb = *ra + half;
+        return is_k ? p.p[1] : p.p[0];
+    };
+    // The first item's weights: in registers (8-bit block types) or asked of L2.
+    uint32_t dm0[CH32][2], v0[CH32][2];
+    bool pre = false;
+    if (first < p.items) {
+        int ra, rb, h, i;
+        const Proj& pr = rows_of(first, &ra, &rb, &h, &i);
+        const uint8_t* w[2] = {pr.w + (size_t)ra * pr.row_bytes, pr.w + (size_t)rb * pr.row_bytes};
+        pre = is_q32(pr.type);
+        if (pre) {
+            q32_preload<2>(pr.type, w, p.in.n, dm0, v0);
         } else {
-            const Proj& pr = p.p[2];
-            const int r = 2 * (it - q_pairs - k_pairs);
-            prefetch_l2(pr.w + (size_t)r * pr.row_bytes, 2 * pr.row_bytes, lane);
+            prefetch_l2(w[0], pr.row_bytes, lane);
+            prefetch_l2(w[1], pr.row_bytes, lane);
         }
     }
     dependency_wait();
     dependents_launch();
     prologue(p.in, smem, &q8, &q8k, &x);
-    MatVecParams mp;
-    mp.x = x;
-    mp.q8 = q8;
-    mp.q8k = q8k;
-    mp.cols = p.in.n;
     const uint32_t pos = p.state->pos;
     const float* ang = p.angles + (size_t)pos * p.head_dim;
     const int il = p.form & ROPE_INTERLEAVED;
-    for (int base = first; base < p.items; base += step) {
-        const int it0 = base + lane / 8;
-        const bool on = it0 < p.items;
-        const int it = on ? it0 : p.items - 1;
-        // Every item is two rows (a rotated pair of Q or K, or V rows 2v, 2v + 1), so every
-        // group computes two dot products at the same place (their trees shuffle).
+    for (int it = first; it < p.items; it += step) {
         const bool is_v = it >= q_pairs + k_pairs;
         const bool is_k = !is_v && it >= q_pairs;
         int ra, rb, h = 0, i = 0;
-        if (is_v) {
-            ra = 2 * (it - q_pairs - k_pairs);
-            rb = ra + 1;
-        } else {
-            const int t = is_k ? it - q_pairs : it;
-            h = t / half;
-            i = t % half;
-            ra = h * p.head_dim + i;
-            rb = ra + half;
-        }
-        const Proj& pr = is_v ? p.p[2] : (is_k ? p.p[1] : p.p[0]);
-        const float da = row_dot(mp, pr, pr.w + (size_t)ra * pr.row_bytes, l);
-        const float db = row_dot(mp, pr, pr.w + (size_t)rb * pr.row_bytes, l);
-        if (on && l == 0) {
-            float a = da, b = db;
+        const Proj& pr = rows_of(it, &ra, &rb, &h, &i);
+        const uint8_t* w[2] = {pr.w + (size_t)ra * pr.row_bytes, pr.w + (size_t)rb * pr.row_bytes};
+        float dots[2];
+        if (pre && it == first) q32_dot_preloaded<2>(pr.type, w, p.in.n, q8, dm0, v0, dots);
+        else row_dot_warp<2>(pr.type, w, p.in.n, x, q8, q8k, dots);
+        if (lane == 0) {
+            float a = dots[0], b = dots[1];
             if (pr.bias) {
                 a = __fadd_rn(a, pr.bias[ra]);
                 b = __fadd_rn(b, pr.bias[rb]);
@@ -1978,7 +2337,6 @@ struct PrepChunkParams {
 // The body of `prep` for one row (the same operations in the same order).
 __device__ void prep_row(const float* in, const float* in2, const float* weight, float* out,
                          BlockQ8* q8, BlockQ8K* q8k, int n, float eps, int swiglu) {
-    __shared__ float s_scale;
     __shared__ float s_x[PREP_STAGE];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
     const bool staged = n <= PREP_STAGE;
@@ -1990,9 +2348,7 @@ __device__ void prep_row(const float* in, const float* in2, const float* weight,
     }
     if (weight) {
         __syncthreads();
-        if (threadIdx.x == 0) s_scale = rms_scale_seq(staged ? s_x : out, n, eps);
-        __syncthreads();
-        const float scale = s_scale;
+        const float scale = rms_scale_block(staged ? s_x : out, n, eps);
         for (int i = threadIdx.x; i < n; i += blockDim.x)
             out[i] = __fmul_rn(__fmul_rn(out[i], scale), weight[i]);
     }
@@ -2158,8 +2514,7 @@ extern "C" __global__ void __launch_bounds__(128) head_norm_chunk(HeadNormChunkP
     const int h = blockIdx.x * 4 + threadIdx.x / 32;
     if (h >= p.heads) return;
     float* x = p.x + (size_t)t * p.stride + h * p.head_dim;
-    float scale = lane == 0 ? rms_scale_seq(x, p.head_dim, p.eps) : 0.0f;
-    scale = __shfl_sync(0xffffffffu, scale, 0);
+    const float scale = rms_scale_warp(x, p.head_dim, p.eps);
     for (int i = lane; i < p.head_dim; i += 32) x[i] = __fmul_rn(__fmul_rn(x[i], scale), p.weight[i]);
 }
 

@@ -440,10 +440,12 @@ impl GpuDecoder {
             }
             (out, projs.iter().flatten().count(), rows)
         };
-        // Each warp of the fused kernels takes 4 rows (or items) per turn.
+        // Each warp of the fused kernels takes one row (or item) per turn; at most one wave
+        // of blocks (FUSE_MIN_BLOCKS per SM), the head's rows in several turns.
+        let max_blocks = (ctx.properties().multiprocessors * kernels::FUSE_MIN_BLOCKS)
+            .clamp(1, kernels::FUSE_MAX_BLOCKS);
         let fused_grid = |items: usize| {
-            (items.div_ceil(4 * kernels::FUSE_WARPS as usize) as u32)
-                .clamp(1, kernels::FUSE_MAX_BLOCKS)
+            (items.div_ceil(kernels::FUSE_WARPS as usize) as u32).clamp(1, max_blocks)
         };
         let attn_params = |layer: usize| AttnParams {
             q: bp(Buf::Q),

@@ -59,12 +59,15 @@ pub const ROPE_FUSED: i32 = 1;
 /// See [`ROPE_FUSED`].
 pub const ROPE_INTERLEAVED: i32 = 2;
 
-/// Warps per block of `prep_matvec` and `qkv_rope` (`FUSE_WARPS`); each warp takes 4 rows or
-/// work items per turn (one per 8-lane group).
+/// Warps per block of `prep_matvec` and `qkv_rope` (`FUSE_WARPS`); each warp takes one row
+/// (or work item of two rows) per turn, its four 8-lane groups sharing the row's blocks.
 pub const FUSE_WARPS: u32 = 8;
 /// Most blocks of one `prep_matvec` / `qkv_rope` launch: wider products give each warp
 /// several rows (each block prepares the input once).
 pub const FUSE_MAX_BLOCKS: u32 = 1024;
+/// Blocks of `prep_matvec` resident per SM (`FUSE_MIN_BLOCKS`, its launch bounds): a fused
+/// launch has at most this many blocks per SM, one wave.
+pub const FUSE_MIN_BLOCKS: u32 = 3;
 
 /// `struct DecodeState`: the request state in device memory.
 #[repr(C)]
