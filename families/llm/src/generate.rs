@@ -472,21 +472,64 @@ impl Generator {
         sync: tether_runtime::cuda::SyncPolicy,
         prefill_chunk: usize,
     ) -> Result<(), GenerateError> {
-        let context = self.state.cache().shape().context;
         let d = crate::gpu::GpuDecoder::new(
             &self.model,
-            crate::gpu::GpuOptions {
-                ordinal,
-                context,
-                sync,
-                fused: true,
-                prefill_chunk,
-                dependent_launch: true,
-                prompt_batch: self.state.max_batch(),
-            },
+            self.gpu_options(ordinal, sync, prefill_chunk),
         )?;
         self.gpu = Some(Box::new(d));
         Ok(())
+    }
+
+    /// [`use_gpu`](Self::use_gpu) on the device of `other`'s GPU decoder, reading the weights
+    /// `other` uploaded instead of uploading them again: two generators of one model (two
+    /// requests served at once, each with its own cache, state and graphs) hold one copy of
+    /// the weights. `other` must have been opened from the same model (its weights' CRC-32 is
+    /// compared); the upload lives until the last generator using it is dropped.
+    ///
+    /// # Errors
+    /// [`GenerateError::Gpu`]: `other` has no GPU decoder ([`GpuError::SharedWeights`]),
+    /// another model, a longer context than `other`'s; as [`use_gpu`](Self::use_gpu).
+    ///
+    /// [`GpuError::SharedWeights`]: crate::gpu::GpuError::SharedWeights
+    #[cfg(feature = "cuda")]
+    pub fn use_gpu_sharing(
+        &mut self,
+        other: &Generator,
+        sync: tether_runtime::cuda::SyncPolicy,
+    ) -> Result<(), GenerateError> {
+        let Some(o) = other.gpu() else {
+            return Err(crate::gpu::GpuError::SharedWeights {
+                reason: "the other generator has no GPU decoder (use_gpu first)".into(),
+            }
+            .into());
+        };
+        let options = self.gpu_options(
+            o.device_weights().ordinal(),
+            sync,
+            crate::gpu::PREFILL_CHUNK,
+        );
+        let d = crate::gpu::GpuDecoder::new_sharing(&self.model, options, o)?;
+        self.gpu = Some(Box::new(d));
+        Ok(())
+    }
+
+    /// The GPU options of this generator (its context and prompt batch).
+    #[cfg(feature = "cuda")]
+    fn gpu_options(
+        &self,
+        ordinal: usize,
+        sync: tether_runtime::cuda::SyncPolicy,
+        prefill_chunk: usize,
+    ) -> crate::gpu::GpuOptions {
+        crate::gpu::GpuOptions {
+            ordinal,
+            context: self.state.cache().shape().context,
+            sync,
+            fused: true,
+            prefill_chunk,
+            dependent_launch: true,
+            prompt_batch: self.state.max_batch(),
+        }
     }
 
     /// The GPU decoder, when one is attached.

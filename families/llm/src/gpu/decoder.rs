@@ -1,6 +1,7 @@
 //! The GPU decoder: weights uploaded once, buffers placed once, the decode step captured as
 //! one CUDA graph at load and checked against an eager run (see the [module docs](super)).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tether_runtime::cuda::{
@@ -103,6 +104,14 @@ pub enum GpuError {
         /// The option and its value.
         what: String,
     },
+    /// A decoder asked to share another decoder's weights ([`GpuDecoder::new_sharing`])
+    /// that cannot: another device, a longer context than the other's RoPE table, or other
+    /// weights (their CRC-32 differs, or a matrix the step reads was not uploaded).
+    #[error("cannot share the weights already on the GPU: {reason}")]
+    SharedWeights {
+        /// What differs, with the values seen.
+        reason: String,
+    },
     /// A token id the embedding refused (reported by the device).
     #[error("token id {token} is beyond the vocabulary of {n_vocab}")]
     TokenOutOfRange {
@@ -192,6 +201,47 @@ impl Launch {
     }
 }
 
+/// A model's weights on one device, uploaded once: every matrix and vector the decode step
+/// reads (as stored) and the RoPE table. Decoders made by [`GpuDecoder::new_sharing`] hold
+/// the same upload (an `Arc`); it is freed with the last of them.
+pub struct DeviceWeights {
+    arena: DeviceArena,
+    mats: Vec<(MatId, RegionId)>,
+    vecs: Vec<(VecId, RegionId)>,
+    angles: RegionId,
+    /// Positions the RoPE table covers.
+    positions: usize,
+    /// CRC-32 (crc32fast) of the uploaded matrices and vectors, in upload order.
+    crc: u32,
+    ordinal: usize,
+}
+
+impl DeviceWeights {
+    /// Bytes on the device.
+    pub fn bytes(&self) -> usize {
+        self.arena.plan().total_bytes()
+    }
+
+    /// The device (CUDA ordinal) they are on.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+}
+
+/// CRC-32 of the matrices and vectors named, in that order (what `new_sharing` compares).
+fn weights_crc(model: &Model<'_>, mats: &[(MatId, RegionId)], vecs: &[(VecId, RegionId)]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for (id, _) in mats {
+        h.update(model.matrix(*id).data);
+    }
+    for (id, _) in vecs {
+        for v in model.vector(*id) {
+            h.update(&v.to_le_bytes());
+        }
+    }
+    h.finalize()
+}
+
 /// A model's decode step on one GPU (see the [module docs](super)).
 pub struct GpuDecoder {
     // Declared before the arenas and the module they launch from: dropped first.
@@ -200,7 +250,7 @@ pub struct GpuDecoder {
     launches: Vec<Launch>,
     stream: Stream,
     work: DeviceArena,
-    _weights: DeviceArena,
+    weights: Arc<DeviceWeights>,
     _module: KernelModule,
     state: DevicePtr,
     seq: DevicePtr,
@@ -257,6 +307,36 @@ impl GpuDecoder {
     /// [`GpuError`]: CUDA (no driver or device, out of memory, capture), lowering, weight
     /// types, [`GpuError::ReplayMismatch`] / [`GpuError::NonFinite`] from the load check.
     pub fn new(model: &Model<'_>, options: GpuOptions) -> Result<GpuDecoder, GpuError> {
+        Self::build(model, options, None)
+    }
+
+    /// A second decoder of the same model on the same device that reads `other`'s weights
+    /// instead of uploading its own: its own cache (`options.context` positions), activations,
+    /// request state and graphs, checked at load as [`new`](Self::new) checks. Two
+    /// generators on one model then hold one copy of the weights ([`MemoryPlan::shared_weights`]).
+    ///
+    /// # Errors
+    /// [`GpuError::SharedWeights`]: `options.ordinal` is not `other`'s device, the context is
+    /// longer than the RoPE table `other` uploaded, or `model`'s weights are not `other`'s
+    /// (CRC-32 of every matrix and vector compared); otherwise as [`new`](Self::new).
+    pub fn new_sharing(
+        model: &Model<'_>,
+        options: GpuOptions,
+        other: &GpuDecoder,
+    ) -> Result<GpuDecoder, GpuError> {
+        Self::build(model, options, Some(other.weights.clone()))
+    }
+
+    /// The weights this decoder reads (shared with the decoders made from it).
+    pub fn device_weights(&self) -> &Arc<DeviceWeights> {
+        &self.weights
+    }
+
+    fn build(
+        model: &Model<'_>,
+        options: GpuOptions,
+        shared: Option<Arc<DeviceWeights>>,
+    ) -> Result<GpuDecoder, GpuError> {
         let hp = model.hparams();
         if hp.head_dim > 256 || !hp.head_dim.is_multiple_of(8) {
             return Err(GpuError::HeadDim(hp.head_dim));
@@ -339,11 +419,6 @@ impl GpuDecoder {
                 _ => {}
             }
         }
-        // The RoPE table: the CPU engine's angles of every position (Model::rope_angles).
-        let mut angles = vec![0f32; options.context * hp.head_dim];
-        for (pos, row) in angles.chunks_exact_mut(hp.head_dim).enumerate() {
-            model.rope_angles(pos, row);
-        }
         let (rope_fused, rope_interleaved) = model.rope().form();
         let rope_form = if rope_fused { kernels::ROPE_FUSED } else { 0 }
             | if rope_interleaved {
@@ -351,41 +426,112 @@ impl GpuDecoder {
             } else {
                 0
             };
-        let angles_r = wplan.add("rope angles", angles.len() * 4)?;
-        let weight_bytes = wplan.total_bytes();
-        let weights = DeviceArena::new(&ctx, wplan)?;
-        for (id, r) in &mats {
-            let m = model.matrix(*id);
-            // SAFETY: the region holds exactly m.data.len() bytes; the source outlives the
-            // copy (synchronised below).
-            unsafe { stream.memcpy_htod(weights.ptr(*r), m.data.as_ptr(), m.data.len()) }?;
-        }
-        for (id, r) in &vecs {
-            let v = model.vector(*id);
-            // SAFETY: as above.
-            unsafe { stream.memcpy_htod(weights.ptr(*r), v.as_ptr() as *const u8, v.len() * 4) }?;
-        }
-        // SAFETY: as above.
-        unsafe {
-            stream.memcpy_htod(
-                weights.ptr(angles_r),
-                angles.as_ptr() as *const u8,
-                angles.len() * 4,
-            )
-        }?;
-        stream.synchronize()?;
+        let shared_weights = shared.is_some();
+        let weights = match shared {
+            Some(w) => {
+                let refuse = |reason: String| Err(GpuError::SharedWeights { reason });
+                if w.ordinal != options.ordinal {
+                    return refuse(format!(
+                        "they are on device {}, this decoder on device {}",
+                        w.ordinal, options.ordinal
+                    ));
+                }
+                if options.context > w.positions {
+                    return refuse(format!(
+                        "a context of {} positions is longer than the {} of their RoPE table",
+                        options.context, w.positions
+                    ));
+                }
+                let same_ids = mats.len() == w.mats.len()
+                    && vecs.len() == w.vecs.len()
+                    && mats.iter().all(|(m, _)| w.mats.iter().any(|(o, _)| o == m))
+                    && vecs.iter().all(|(v, _)| w.vecs.iter().any(|(o, _)| o == v));
+                if !same_ids {
+                    return refuse(format!(
+                        "this step reads {} matrices and {} vectors, the upload holds {} and {} (another model)",
+                        mats.len(),
+                        vecs.len(),
+                        w.mats.len(),
+                        w.vecs.len()
+                    ));
+                }
+                let crc = weights_crc(model, &w.mats, &w.vecs);
+                if crc != w.crc {
+                    return refuse(format!(
+                        "this model's weights have CRC-32 {crc:08x}, the uploaded ones {:08x} (another model)",
+                        w.crc
+                    ));
+                }
+                w
+            }
+            None => {
+                // The RoPE table: the CPU engine's angles of every position
+                // (Model::rope_angles).
+                let mut angles = vec![0f32; options.context * hp.head_dim];
+                for (pos, row) in angles.chunks_exact_mut(hp.head_dim).enumerate() {
+                    model.rope_angles(pos, row);
+                }
+                let angles_r = wplan.add("rope angles", angles.len() * 4)?;
+                let arena = DeviceArena::new(&ctx, wplan)?;
+                for (id, r) in &mats {
+                    let m = model.matrix(*id);
+                    // SAFETY: the region holds exactly m.data.len() bytes; the source outlives
+                    // the copy (synchronised below).
+                    unsafe { stream.memcpy_htod(arena.ptr(*r), m.data.as_ptr(), m.data.len()) }?;
+                }
+                for (id, r) in &vecs {
+                    let v = model.vector(*id);
+                    // SAFETY: as above.
+                    unsafe {
+                        stream.memcpy_htod(arena.ptr(*r), v.as_ptr() as *const u8, v.len() * 4)
+                    }?;
+                }
+                // SAFETY: as above.
+                unsafe {
+                    stream.memcpy_htod(
+                        arena.ptr(angles_r),
+                        angles.as_ptr() as *const u8,
+                        angles.len() * 4,
+                    )
+                }?;
+                stream.synchronize()?;
+                let crc = weights_crc(model, &mats, &vecs);
+                Arc::new(DeviceWeights {
+                    arena,
+                    mats,
+                    vecs,
+                    angles: angles_r,
+                    positions: options.context,
+                    crc,
+                    ordinal: options.ordinal,
+                })
+            }
+        };
+        let weight_bytes = weights.bytes();
+        let angles_ptr = weights.arena.ptr(weights.angles);
         let mat_ptr = |id: MatId| {
-            let r = mats.iter().find(|(m, _)| *m == id).expect("uploaded").1;
-            weights.ptr(r)
+            let r = weights
+                .mats
+                .iter()
+                .find(|(m, _)| *m == id)
+                .expect("uploaded")
+                .1;
+            weights.arena.ptr(r)
         };
         let vec_ptr = |id: VecId| {
-            let r = vecs.iter().find(|(v, _)| *v == id).expect("uploaded").1;
-            weights.ptr(r)
+            let r = weights
+                .vecs
+                .iter()
+                .find(|(v, _)| *v == id)
+                .expect("uploaded")
+                .1;
+            weights.arena.ptr(r)
         };
 
         // Work memory: activations, 8-bit blocks, token sequence, state, sampler
         // configuration, cache.
-        let memory = MemoryPlan::new(hp, options.context, weight_bytes);
+        let mut memory = MemoryPlan::new(hp, options.context, weight_bytes);
+        memory.shared_weights = shared_weights;
         let mut plan = ArenaPlan::new();
         let mut buf_r = Vec::new();
         for b in Buf::ALL {
@@ -562,7 +708,7 @@ impl GpuDecoder {
                         block: 128,
                         params: Params::Rope(RopeParams {
                             x: bp(buf),
-                            angles: weights.ptr(angles_r),
+                            angles: angles_ptr,
                             state,
                             kcache: kc,
                             vcache: vc,
@@ -608,7 +754,7 @@ impl GpuDecoder {
                         params: Params::QkvRope(QkvRopeParams {
                             input: prologue_of(&prologue),
                             p,
-                            angles: weights.ptr(angles_r),
+                            angles: angles_ptr,
                             state,
                             kcache: work.ptr(cache_r[layer].0),
                             vcache: work.ptr(cache_r[layer].1),
@@ -766,7 +912,7 @@ impl GpuDecoder {
             let side = DecodeSide {
                 mat_ptr: &mat_ptr,
                 vec_ptr: &vec_ptr,
-                angles: weights.ptr(angles_r),
+                angles: angles_ptr,
                 rope_form,
                 prompt_batch: options.prompt_batch,
                 state,
@@ -791,7 +937,7 @@ impl GpuDecoder {
             launches,
             stream,
             work,
-            _weights: weights,
+            weights,
             image: module.image.clone(),
             _module: module,
             state,

@@ -573,6 +573,9 @@ pub struct MemoryPlan {
     pub activations: usize,
     /// The logits, `n_vocab` f32.
     pub logits: usize,
+    /// `weights` were uploaded by another decoder and are shared with it
+    /// (`GpuDecoder::new_sharing`): this decoder added `total() - weights` bytes.
+    pub shared_weights: bool,
 }
 
 impl MemoryPlan {
@@ -601,6 +604,7 @@ impl MemoryPlan {
             cache: hp.n_layer * 2 * context * hp.kv_dim() * 2,
             activations: act,
             logits: hp.n_vocab * 4,
+            shared_weights: false,
         }
     }
 }

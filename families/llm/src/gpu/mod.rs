@@ -44,7 +44,7 @@ mod prefill_graph;
 mod sampler;
 
 #[cfg(feature = "cuda")]
-pub use decoder::{GpuDecoder, GpuError, GpuOptions, check_sampling};
+pub use decoder::{DeviceWeights, GpuDecoder, GpuError, GpuOptions, check_sampling};
 pub use lower::{
     LowerError, MemoryPlan, Prologue, SampleConfig, Step, UnsupportedSampling, lower, lower_fused,
 };
