@@ -14,8 +14,9 @@
 // Arithmetic mirrors the CPU engine's scalar references (src/quant.rs `dot_ref`,
 // `quantize_block_q8`, `quantize_block_q8k`, `dequantize_row`; src/forward.rs RMSNorm, RoPE,
 // SwiGLU): activations are quantised to 8-bit blocks exactly as ggml / the CPU engine do
-// (ties to even, scales through f16), the integer block sums are exact, only the order of
-// the f32 additions across blocks and positions differs (warp reductions).
+// (ties to even, scales through f16), the integer block sums are exact, and every f32 and f64
+// addition is the CPU engine's, in its order (or, for the norms' f64 sums, a tree proved to
+// give the same result: `rms_scale_from`), so the logits are the CPU engine's bit for bit.
 //
 // Every kernel takes ONE parameter struct by value, mirrored `#[repr(C)]` in
 // src/gpu/kernels.rs.
@@ -191,7 +192,7 @@ __device__ float rms_scale_seq(const float* x, int n, float eps) {
 // the chain when that is provably the same. Both sums are of n >= 0 terms in f64 (no
 // underflow: an f32 square is >= 2^-298), so each is within gamma_(n-1) * S of the exact sum S
 // (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., eq. 4.4), hence
-// |chain - t| <= 2 gamma_(n-1) S / (1 - gamma_(n-1)) < n * 2^-50 * t. Division by n and the
+// |chain - t| <= 2 gamma_(n-1) S <= 2 gamma_(n-1) t / (1 - gamma_(n-1)) < n * 2^-50 * t. Division by n and the
 // rounding to f32 are monotone, so when both ends of [t (1 - n 2^-50), t (1 + n 2^-50)] give
 // the same f32 mean, the chain's mean is that one too. Otherwise (about n * 2^-26 of the
 // time) and for a sum that is not finite, the chain itself runs. One thread calls it.
@@ -1521,7 +1522,8 @@ __device__ void prologue(const PrologueParams& p, unsigned char* smem, BlockQ8**
 // prep_matvec: `prep` + `matvec` in one launch: each block prepares the input in its shared
 // memory (prologue above), then each warp takes rows r = block * FUSE_WARPS + warp, then
 // + gridDim.x * FUSE_WARPS, ...; the row's dot product is `row_dot_warp` (the lane form's
-// chains, as `matvec`'s `row_dot8`), its epilogue (bias, residual accumulation) `matvec`'s. Blocks of FUSE_WARPS warps; dynamic shared memory: the
+// chains, as `matvec`'s `row_dot8`), its epilogue (bias, residual accumulation) `matvec`'s.
+// Blocks of FUSE_WARPS warps; dynamic shared memory: the
 // prologue's formats.
 // ---------------------------------------------------------------------------------------
 struct PrepMatVecParams {
