@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Session 35 (as session 34s runtime/gpu/s34-final-tests-h200.sh, with .device/s35-tests, no gpu_fuse); session 34s real-model test call on the H200 (issue 26), after runtime/gpu/s34-peers-h200.sh
-# in the previous call (which left the GGUF, the bundle and `tether` in /tmp/h15real). Carries
-# .device/s34-tests: the stripped, xz-compressed test binaries gpu_numerics, gpu_decode,
-# gpu_ahead, gpu_fuse of the commit in .device/s34-bin/COMMIT
+# Session 35's real-model test call on the H200 (issue 26), right after
+# runtime/gpu/s35-peers-h200.sh (which left the GGUF, the bundle and `tether` in /tmp/h15real).
+# Session 34's script (runtime/gpu/s34-final-tests-h200.sh) with .device/s35-tests, without
+# gpu_fuse: the stripped, xz-compressed test binaries gpu_numerics, gpu_decode, gpu_ahead
 # (`cargo test --release -p tether-llm --features cuda,build,cli --no-run`).
-#   bash runtime/gpu/s34-final-tests-h200.sh      (logs under $OUT)
+#   bash runtime/gpu/s35-final-tests-h200.sh      (logs under $OUT)
 set -u
 W=/tmp/h15real; B=$(pwd)/.device/s35-tests; T0=$(date +%s)
 SP=$(python3 -c "import site;print(site.getsitepackages()[0])")

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Session 35 (as session 34s, runtime/gpu/s34-peers-h200.sh, with .device/s35-bin); session 34s side-by-side LLM run on the H200 (issue 26): in ONE device call, tether's GPU
+# Session 35's side-by-side LLM run on the H200 (issue 26): in ONE device call, tether's GPU
 # decoder (`tether bench --device cuda`), llama.cpp's CUDA build (llama-bench) and the PyTorch
-# peers (transformers eager `generate`, static KV cache + its compile), SmolLM2-135M-Instruct
-# Q4_1. Calls made before it, back to back while the host stays warm:
-#   1. carry .device/s34-g1: `mkdir -p /tmp/h15real && cp .device/s34-g1/part00 /tmp/h15real/ &&
-#      bash runtime/gpu/llamacpp-cuda.sh build .device/s34-g1/llama-src.tar.xz`
-#   2-4. carry .device/s33-gN, `bash .device/s33-gN/fetch.sh` (N = 2..4: the GGUF's other parts)
-#   5. carry .device/s34-bin: `bash runtime/gpu/s34-peers-h200.sh` (this script)
-# .device/s34-bin holds tether.xz (stripped release build of the commit under test) and the
+# peer (static KV cache + its compile), SmolLM2-135M-Instruct Q4_1. Session 34's script
+# (runtime/gpu/s34-peers-h200.sh) with .device/s35-bin. Calls made before it, back to back
+# while the host stays warm (docs/evidence/llm-gpu.md, last section):
+#   1. carry .device/s35-ll: `SECONDS_LEFT=380 bash runtime/gpu/llamacpp-cuda.sh build
+#      $(pwd)/.device/s35-ll/llama-src.tar.xz`
+#   2-8. carry .device/s35-gN (N = 0..6, the GGUF split in seven 14 MB parts):
+#      `mkdir -p /tmp/h15real && cp .device/s35-gN/part0N /tmp/h15real/`; the last one also
+#      `cd /tmp/h15real && mkdir -p assets && cat part0? > assets/SmolLM2-135M-Instruct.Q4_1.gguf`
+#   9. carry .device/s35-bin: `FORMS=static_compile bash runtime/gpu/s35-peers-h200.sh`
+# .device/s35-bin holds tether.xz (stripped release build of the commit under test) and the
 # gguf wheel (gguf==0.19.0, for transformers' GGUF loader). Logs under $OUT.
 set -u
 W=/tmp/h15real; B=$(pwd)/.device/s35-bin; R=$(pwd)
@@ -15,7 +18,7 @@ SP=$(python3 -c "import site;print(site.getsitepackages()[0])")
 export LD_LIBRARY_PATH=$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
 mkdir -p $W/assets
 G=$W/assets/SmolLM2-135M-Instruct.Q4_1.gguf
-[ -f $G ] || cat $W/part00 $W/part01 $W/part02 $W/part03 | xz -dc > $G
+[ -f $G ] || cat $W/part0? > $G
 (cd $W/assets && echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c) > $OUT/host.log 2>&1 || { cat $OUT/host.log; exit 3; }
 xz -dc $B/tether.xz > $W/tether && chmod +x $W/tether
 { date -u; hostname; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; nproc; sha256sum $W/tether; } >> $OUT/host.log 2>&1

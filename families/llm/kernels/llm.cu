@@ -189,12 +189,13 @@ __device__ float rms_scale_seq(const float* x, int n, float eps) {
 }
 
 // `rms_scale_seq`'s result from `t`, the same squares summed in ANY order (a tree), without
-// the chain when that is provably the same. Both sums are of n >= 0 terms in f64 (no
-// underflow: an f32 square is >= 2^-298), so each is within gamma_(n-1) * S of the exact sum S
-// (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., eq. 4.4), hence
+// the chain when that is provably the same. Both sums are of n terms >= 0 in f64 (no
+// underflow: an f32 square is 0 or >= 2^-149), so each is within gamma_(n-1) * S of the exact sum S
+// (each term passes through at most n - 1 roundings, in any order of summation: Higham,
+// "Accuracy and Stability of Numerical Algorithms", 2nd ed., section 4.2, Lemma 3.1), hence
 // |chain - t| <= 2 gamma_(n-1) S <= 2 gamma_(n-1) t / (1 - gamma_(n-1)) < n * 2^-50 * t. Division by n and the
 // rounding to f32 are monotone, so when both ends of [t (1 - n 2^-50), t (1 + n 2^-50)] give
-// the same f32 mean, the chain's mean is that one too. Otherwise (about n * 2^-26 of the
+// the same f32 mean, the chain's mean is that one too. Otherwise (roughly n * 2^-25 of the
 // time) and for a sum that is not finite, the chain itself runs. One thread calls it.
 __device__ float rms_scale_from(double t, const float* x, int n, float eps) {
     const double rel = (double)n * 0x1p-50;
@@ -1347,9 +1348,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(AttnParams p
 // =======================================================================================
 // Fused decode kernels (issue 26: fewer launches per token). Each is a product with the
 // preparation of its input in the block's prologue (what `prep` did in a launch of its own),
-// RoPE and the f16 cache write in the epilogue of the Q/K/V product, and the combine of the
-// attention splits done by the last block of each head. Same arithmetic as the unfused
-// kernels, operation for operation and sum for sum: the same logits, bit for bit.
+// RoPE and the f16 cache write in the epilogue of the Q/K/V product, and the attention as a
+// dependent launch. Same arithmetic as the unfused kernels, operation for operation and sum
+// for sum: the same logits, bit for bit.
 // ---------------------------------------------------------------------------------------
 #define FUSE_WARPS 8
 #define PROLOGUE_REGS 8
