@@ -105,8 +105,9 @@ pub enum GpuError {
         what: String,
     },
     /// A decoder asked to share another decoder's weights ([`GpuDecoder::new_sharing`])
-    /// that cannot: another device, a longer context than the other's RoPE table, or other
-    /// weights (their CRC-32 differs, or a matrix the step reads was not uploaded).
+    /// that cannot: another device, a longer context than the other's RoPE table, other
+    /// weights (their CRC-32 differs, or a matrix the step reads was not uploaded), or the
+    /// same weights with other RoPE angles.
     #[error("cannot share the weights already on the GPU: {reason}")]
     SharedWeights {
         /// What differs, with the values seen.
@@ -209,6 +210,8 @@ pub struct DeviceWeights {
     mats: Vec<(MatId, RegionId)>,
     vecs: Vec<(VecId, RegionId)>,
     angles: RegionId,
+    /// The RoPE table as uploaded (`positions * head_dim` f32), compared by a sharing decoder.
+    angles_host: Vec<f32>,
     /// Positions the RoPE table covers.
     positions: usize,
     /// CRC-32 (crc32fast) of the uploaded matrices and vectors, in upload order.
@@ -317,8 +320,9 @@ impl GpuDecoder {
     ///
     /// # Errors
     /// [`GpuError::SharedWeights`]: `options.ordinal` is not `other`'s device, the context is
-    /// longer than the RoPE table `other` uploaded, or `model`'s weights are not `other`'s
-    /// (CRC-32 of every matrix and vector compared); otherwise as [`new`](Self::new).
+    /// longer than the RoPE table `other` uploaded, `model`'s weights are not `other`'s
+    /// (CRC-32 of every matrix and vector compared) or its RoPE angles differ (compared
+    /// bit for bit); otherwise as [`new`](Self::new).
     pub fn new_sharing(
         model: &Model<'_>,
         options: GpuOptions,
@@ -426,6 +430,11 @@ impl GpuDecoder {
             } else {
                 0
             };
+        // The RoPE table: the CPU engine's angles of every position (Model::rope_angles).
+        let mut angles = vec![0f32; options.context * hp.head_dim];
+        for (pos, row) in angles.chunks_exact_mut(hp.head_dim).enumerate() {
+            model.rope_angles(pos, row);
+        }
         let shared_weights = shared.is_some();
         let weights = match shared {
             Some(w) => {
@@ -462,15 +471,19 @@ impl GpuDecoder {
                         w.crc
                     ));
                 }
+                let same_rope = angles
+                    .iter()
+                    .zip(&w.angles_host)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                if !same_rope {
+                    return refuse(
+                        "the same weights with another RoPE configuration (the angles differ)"
+                            .into(),
+                    );
+                }
                 w
             }
             None => {
-                // The RoPE table: the CPU engine's angles of every position
-                // (Model::rope_angles).
-                let mut angles = vec![0f32; options.context * hp.head_dim];
-                for (pos, row) in angles.chunks_exact_mut(hp.head_dim).enumerate() {
-                    model.rope_angles(pos, row);
-                }
                 let angles_r = wplan.add("rope angles", angles.len() * 4)?;
                 let arena = DeviceArena::new(&ctx, wplan)?;
                 for (id, r) in &mats {
@@ -501,6 +514,7 @@ impl GpuDecoder {
                     mats,
                     vecs,
                     angles: angles_r,
+                    angles_host: angles,
                     positions: options.context,
                     crc,
                     ordinal: options.ordinal,
