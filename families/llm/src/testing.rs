@@ -234,6 +234,20 @@ pub fn typed_gguf(cfg: &LlmConfig, ty: TensorType) -> crate::gguf::GgufWriter {
     synthetic_gguf(cfg, &|_, _| ty)
 }
 
+/// A generator over the in-memory GGUF `gguf` (the tests' synthetic models), CPU engine,
+/// `options` as given.
+///
+/// # Panics
+/// When the file, the checkpoint or the options are refused (a test helper).
+pub fn generator_of(
+    gguf: &crate::gguf::GgufWriter,
+    options: &crate::generate::GeneratorOptions,
+) -> crate::generate::Generator {
+    let file = crate::gguf::GgufFile::from_vec(gguf.to_bytes()).expect("gguf");
+    let ckpt = crate::checkpoint::Checkpoint::from_gguf_file(file).expect("checkpoint");
+    crate::generate::Generator::from_checkpoint(ckpt, options).expect("generator")
+}
+
 /// A GGUF of `cfg` as [`tiny_gguf`], but each matrix stored as `ty(name, cols)` gives with
 /// [`random_matrix`] values (Q/K rows not permuted: the values are random), and the
 /// vocabulary padded to `cfg.n_vocab` with tokens `x96`, `x97`, ...: a checkpoint of any

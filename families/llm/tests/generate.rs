@@ -8,25 +8,20 @@ use tether_llm::generate::{
 };
 use tether_llm::gguf::GgufFile;
 use tether_llm::sample::SamplerParams;
-use tether_llm::testing::{tiny_config, tiny_gguf};
+use tether_llm::testing::{generator_of, tiny_config, tiny_gguf};
 
 #[path = "common/mod.rs"]
 mod common;
 
 fn tiny(context: usize) -> Generator {
-    let cfg = tiny_config();
-    let bytes = tiny_gguf(&cfg).to_bytes();
-    let ckpt =
-        Checkpoint::from_gguf_file(GgufFile::from_vec(bytes).expect("gguf")).expect("checkpoint");
-    Generator::from_checkpoint(
-        ckpt,
+    generator_of(
+        &tiny_gguf(&tiny_config()),
         &GeneratorOptions {
             context: Some(context),
             threads: Some(2),
             ..GeneratorOptions::default()
         },
     )
-    .expect("generator")
 }
 
 fn sampled(max_tokens: usize, seed: u64) -> GenerateParams {
@@ -354,20 +349,15 @@ fn smollm2_logits_do_not_depend_on_context_threads_or_chunking() {
 
 #[test]
 fn cancelling_during_a_long_prompt_stops_between_its_chunks() {
-    let cfg = tiny_config();
-    let bytes = tiny_gguf(&cfg).to_bytes();
-    let ckpt =
-        Checkpoint::from_gguf_file(GgufFile::from_vec(bytes).expect("gguf")).expect("checkpoint");
-    let mut g = Generator::from_checkpoint(
-        ckpt,
+    let mut g = generator_of(
+        &tiny_gguf(&tiny_config()),
         &GeneratorOptions {
             context: Some(128),
             threads: Some(1),
             max_batch: 4,
             ..GeneratorOptions::default()
         },
-    )
-    .expect("generator");
+    );
     let cancel = g.cancel_handle();
     let prompt: Vec<u32> = (0..40).map(|i| 3 + i % 90).collect();
     let mut run = g

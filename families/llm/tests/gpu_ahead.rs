@@ -7,32 +7,26 @@
 //! where there is no GPU (`tether_testkit::GpuTests`).
 
 use tether_llm::cache::ContextFull;
-use tether_llm::checkpoint::Checkpoint;
 use tether_llm::config::LlmConfig;
 use tether_llm::generate::{GenerateParams, Generator, GeneratorOptions, Prompt};
-use tether_llm::gguf::GgufFile;
 use tether_llm::gpu::{GpuDecoder, GpuError};
 use tether_llm::quant::TensorType;
 use tether_llm::sample::SamplerParams;
-use tether_llm::testing::{tiny_config, typed_gguf};
+use tether_llm::testing::{generator_of, tiny_config, typed_gguf};
 use tether_runtime::cuda::{SyncPolicy, skip_reason};
 use tether_testkit::GpuTests;
 
 const CONTEXT: usize = 96;
 
 fn generator(cfg: &LlmConfig, sync: SyncPolicy) -> Generator {
-    let gguf = typed_gguf(cfg, TensorType::Q4_1);
-    let ckpt = Checkpoint::from_gguf_file(GgufFile::from_vec(gguf.to_bytes()).expect("gguf"))
-        .expect("checkpoint");
-    let mut g = Generator::from_checkpoint(
-        ckpt,
+    let mut g = generator_of(
+        &typed_gguf(cfg, TensorType::Q4_1),
         &GeneratorOptions {
             context: Some(CONTEXT),
             threads: Some(1),
             ..GeneratorOptions::default()
         },
-    )
-    .expect("generator");
+    );
     g.use_gpu_chunked(0, sync, 16).expect("gpu decoder");
     g
 }

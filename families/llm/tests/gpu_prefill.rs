@@ -21,13 +21,11 @@
 
 use std::time::Instant;
 
-use tether_llm::checkpoint::Checkpoint;
 use tether_llm::config::LlmConfig;
 use tether_llm::generate::{Generator, GeneratorOptions};
-use tether_llm::gguf::GgufFile;
 use tether_llm::quant::TensorType;
 use tether_llm::sample::SamplerParams;
-use tether_llm::testing::{tiny_config, tiny_gguf, typed_gguf};
+use tether_llm::testing::{generator_of, tiny_config, tiny_gguf, typed_gguf};
 use tether_runtime::cuda::{SyncPolicy, skip_reason};
 use tether_testkit::GpuTests;
 
@@ -44,10 +42,8 @@ fn generator(
         None => tiny_gguf(cfg),
         Some(t) => typed_gguf(cfg, t),
     };
-    let ckpt = Checkpoint::from_gguf_file(GgufFile::from_vec(gguf.to_bytes()).expect("gguf"))
-        .expect("checkpoint");
-    let mut g = Generator::from_checkpoint(
-        ckpt,
+    let mut g = generator_of(
+        &gguf,
         &GeneratorOptions {
             context: Some(context),
             threads: Some(2),
@@ -58,8 +54,7 @@ fn generator(
             },
             ..GeneratorOptions::default()
         },
-    )
-    .expect("generator");
+    );
     g.use_gpu_chunked(0, SyncPolicy::Spin, chunk)
         .expect("gpu decoder with a prefill graph");
     g

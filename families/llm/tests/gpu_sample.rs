@@ -21,12 +21,10 @@
 //! <= 1,024 or a small vocabulary: the CPU's order of sums) at most 1 % of draws may differ
 //! (0 measured).
 
-use tether_llm::checkpoint::Checkpoint;
 use tether_llm::generate::{GenerateParams, Generator, GeneratorOptions, Prompt};
-use tether_llm::gguf::GgufFile;
 use tether_llm::gpu::DeviceSampler;
 use tether_llm::sample::{MAX_PENALTY_WINDOW, Sampler, SamplerParams, argmax, uniform};
-use tether_llm::testing::{tiny_config, tiny_gguf, values};
+use tether_llm::testing::{generator_of, tiny_config, tiny_gguf, values};
 use tether_runtime::cuda::{SyncPolicy, skip_reason};
 use tether_testkit::GpuTests;
 
@@ -285,19 +283,14 @@ fn device_sampler_time_on_a_large_vocabulary() {
 }
 
 fn tiny(context: usize) -> Generator {
-    let ckpt = Checkpoint::from_gguf_file(
-        GgufFile::from_vec(tiny_gguf(&tiny_config()).to_bytes()).expect("gguf"),
-    )
-    .expect("checkpoint");
-    Generator::from_checkpoint(
-        ckpt,
+    generator_of(
+        &tiny_gguf(&tiny_config()),
         &GeneratorOptions {
             context: Some(context),
             threads: Some(2),
             ..GeneratorOptions::default()
         },
     )
-    .expect("generator")
 }
 
 fn sampled(seed: u64) -> GenerateParams {

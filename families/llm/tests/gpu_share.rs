@@ -7,32 +7,26 @@
 //! GPU decoder. Synthetic models (`src/testing.rs`); reported ignored where there is no GPU
 //! (`tether_testkit::GpuTests`).
 
-use tether_llm::checkpoint::Checkpoint;
 use tether_llm::config::LlmConfig;
 use tether_llm::generate::{GenerateError, GenerateParams, Generator, GeneratorOptions, Prompt};
-use tether_llm::gguf::GgufFile;
 use tether_llm::gpu::GpuError;
 use tether_llm::quant::TensorType;
 use tether_llm::sample::SamplerParams;
-use tether_llm::testing::{tiny_config, typed_gguf};
+use tether_llm::testing::{generator_of, tiny_config, typed_gguf};
 use tether_runtime::cuda::{Context, SyncPolicy, skip_reason};
 use tether_testkit::GpuTests;
 
 const CONTEXT: usize = 96;
 
 fn generator(cfg: &LlmConfig, ty: TensorType, context: usize) -> Generator {
-    let gguf = typed_gguf(cfg, ty);
-    let ckpt = Checkpoint::from_gguf_file(GgufFile::from_vec(gguf.to_bytes()).expect("gguf"))
-        .expect("checkpoint");
-    Generator::from_checkpoint(
-        ckpt,
+    generator_of(
+        &typed_gguf(cfg, ty),
         &GeneratorOptions {
             context: Some(context),
             threads: Some(1),
             ..GeneratorOptions::default()
         },
     )
-    .expect("generator")
 }
 
 fn config() -> LlmConfig {
