@@ -5,8 +5,11 @@
 # gpu_ahead, gpu_fuse of the commit in .device/s34-bin/COMMIT
 # (`cargo test --release -p tether-llm --features cuda,build,cli --no-run`).
 #   bash runtime/gpu/s34-final-tests-h200.sh      (logs under $OUT)
+# BIN=DIR takes the test binaries from another folder; gpu_fuse's step runs when it is there.
+# Session 35 ran `BIN=.device/s35-tests bash runtime/gpu/s34-final-tests-h200.sh` after
+# `BIN=.device/s35-bin ... s34-peers-h200.sh`, with gpu_numerics, gpu_decode, gpu_ahead.
 set -u
-W=/tmp/h15real; B=$(pwd)/.device/s34-tests; T0=$(date +%s)
+W=/tmp/h15real; B=$(realpath ${BIN:-.device/s34-tests}); T0=$(date +%s)
 SP=$(python3 -c "import site;print(site.getsitepackages()[0])")
 export LD_LIBRARY_PATH=$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
 cd $W || exit 3
@@ -17,7 +20,7 @@ export TETHER_ASSETS=$W/assets
 step gpu_numerics 120 ./gpu_numerics --test-threads 1 --nocapture
 step gpu_ahead 90 ./gpu_ahead --test-threads 1 --nocapture
 step gpu_decode 200 ./gpu_decode --test-threads 1 --nocapture --include-ignored --skip decode_is_allocation_free_and_device_memory_flat
-TETHER_FUSE_REAL=1 step gpu_fuse_real 120 ./gpu_fuse --test-threads 1 --nocapture real_model
+[ -x gpu_fuse ] && TETHER_FUSE_REAL=1 step gpu_fuse_real 120 ./gpu_fuse --test-threads 1 --nocapture real_model
 step cli 60 ./tether verify $W/smollm2.bundle --self-test --device cuda
 for p in "Where is Paris?" "Write a haiku about robots." "What is 17 * 23? Answer with the number only."; do
   for d in cuda cpu; do step text_$d 60 ./tether run $W/smollm2.bundle --device $d --prompt "$p" --temperature 0 --max-tokens 32 --json; done

@@ -9,13 +9,21 @@
 #   5. carry .device/s34-bin: `bash runtime/gpu/s34-peers-h200.sh` (this script)
 # .device/s34-bin holds tether.xz (stripped release build of the commit under test) and the
 # gguf wheel (gguf==0.19.0, for transformers' GGUF loader). Logs under $OUT.
+# BIN=DIR takes tether.xz and the wheel from another folder. Session 35 (docs/evidence/
+# llm-gpu.md, last section) ran it as `BIN=.device/s35-bin FORMS=static_compile bash
+# runtime/gpu/s34-peers-h200.sh` after calls 1. carry .device/s35-ll: `SECONDS_LEFT=380 bash
+# runtime/gpu/llamacpp-cuda.sh build $(pwd)/.device/s35-ll/llama-src.tar.xz`; 2-8. carry
+# .device/s35-gN (N = 0..6, the GGUF split raw in seven 14 MB parts): `mkdir -p /tmp/h15real
+# && cp .device/s35-gN/part0N /tmp/h15real/`, the seventh also `cd /tmp/h15real && mkdir -p
+# assets && cat part0? > assets/SmolLM2-135M-Instruct.Q4_1.gguf`.
 set -u
-W=/tmp/h15real; B=$(pwd)/.device/s34-bin; R=$(pwd)
+W=/tmp/h15real; R=$(pwd); B=$(realpath ${BIN:-.device/s34-bin})
 SP=$(python3 -c "import site;print(site.getsitepackages()[0])")
 export LD_LIBRARY_PATH=$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64
 mkdir -p $W/assets
 G=$W/assets/SmolLM2-135M-Instruct.Q4_1.gguf
-[ -f $G ] || cat $W/part00 $W/part01 $W/part02 $W/part03 | xz -dc > $G
+# The parts as carried: xz-compressed (session 34) or raw (xz -dcf copies those through).
+[ -f $G ] || cat $W/part0? | xz -dcf > $G
 (cd $W/assets && echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c) > $OUT/host.log 2>&1 || { cat $OUT/host.log; exit 3; }
 xz -dc $B/tether.xz > $W/tether && chmod +x $W/tether
 { date -u; hostname; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; nproc; sha256sum $W/tether; } >> $OUT/host.log 2>&1
