@@ -210,8 +210,6 @@ pub struct DeviceWeights {
     mats: Vec<(MatId, RegionId)>,
     vecs: Vec<(VecId, RegionId)>,
     angles: RegionId,
-    /// The RoPE table as uploaded (`positions * head_dim` f32), compared by a sharing decoder.
-    angles_host: Vec<f32>,
     /// Positions the RoPE table covers.
     positions: usize,
     /// CRC-32 (crc32fast) of the uploaded matrices and vectors, in upload order.
@@ -229,6 +227,17 @@ impl DeviceWeights {
     pub fn ordinal(&self) -> usize {
         self.ordinal
     }
+}
+
+/// The CPU engine's RoPE angles of positions `0 .. positions` (`Model::rope_angles`),
+/// `positions * head_dim` f32: the table the decoder uploads.
+fn rope_table(model: &Model<'_>, positions: usize) -> Vec<f32> {
+    let head_dim = model.hparams().head_dim;
+    let mut angles = vec![0f32; positions * head_dim];
+    for (pos, row) in angles.chunks_exact_mut(head_dim).enumerate() {
+        model.rope_angles(pos, row);
+    }
+    angles
 }
 
 /// CRC-32 of the matrices and vectors named, in that order (what `new_sharing` compares).
@@ -322,7 +331,7 @@ impl GpuDecoder {
     /// [`GpuError::SharedWeights`]: `options.ordinal` is not `other`'s device, the context is
     /// longer than the RoPE table `other` uploaded, `model`'s weights are not `other`'s
     /// (CRC-32 of every matrix and vector compared) or its RoPE angles differ (compared
-    /// bit for bit); otherwise as [`new`](Self::new).
+    /// bit for bit with the uploaded table, read back); otherwise as [`new`](Self::new).
     pub fn new_sharing(
         model: &Model<'_>,
         options: GpuOptions,
@@ -430,11 +439,6 @@ impl GpuDecoder {
             } else {
                 0
             };
-        // The RoPE table: the CPU engine's angles of every position (Model::rope_angles).
-        let mut angles = vec![0f32; options.context * hp.head_dim];
-        for (pos, row) in angles.chunks_exact_mut(hp.head_dim).enumerate() {
-            model.rope_angles(pos, row);
-        }
         let shared_weights = shared.is_some();
         let weights = match shared {
             Some(w) => {
@@ -471,11 +475,25 @@ impl GpuDecoder {
                         w.crc
                     ));
                 }
-                let same_rope = angles
+                // The RoPE table this decoder needs, against the uploaded one read back (the
+                // same weights under another RoPE configuration are another model).
+                let angles = rope_table(model, options.context);
+                let mut uploaded = vec![0f32; angles.len()];
+                // SAFETY: the region holds `w.positions * head_dim` >= angles.len() f32 (the
+                // context was checked above); `uploaded` outlives the copy (synchronised below).
+                unsafe {
+                    stream.memcpy_dtoh(
+                        uploaded.as_mut_ptr() as *mut u8,
+                        w.arena.ptr(w.angles),
+                        angles.len() * 4,
+                    )
+                }?;
+                stream.synchronize()?;
+                if angles
                     .iter()
-                    .zip(&w.angles_host)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                if !same_rope {
+                    .zip(&uploaded)
+                    .any(|(a, b)| a.to_bits() != b.to_bits())
+                {
                     return refuse(
                         "the same weights with another RoPE configuration (the angles differ)"
                             .into(),
@@ -484,6 +502,8 @@ impl GpuDecoder {
                 w
             }
             None => {
+                // The RoPE table: the CPU engine's angles of every position.
+                let angles = rope_table(model, options.context);
                 let angles_r = wplan.add("rope angles", angles.len() * 4)?;
                 let arena = DeviceArena::new(&ctx, wplan)?;
                 for (id, r) in &mats {
@@ -514,7 +534,6 @@ impl GpuDecoder {
                     mats,
                     vecs,
                     angles: angles_r,
-                    angles_host: angles,
                     positions: options.context,
                     crc,
                     ordinal: options.ordinal,
