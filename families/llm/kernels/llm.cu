@@ -2423,9 +2423,11 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) prep_chunk(PrepChunkP
 
 // ---------------------------------------------------------------------------------------
 // matmul_chunk: up to three projections of the chunk's rows. Grid (ceil(rows_total /
-// MM_ROWS), ceil(rows / tok_per_warp)); one 8-lane group per output row (4 per warp) and
-// tok_per_warp tokens, in groups of MM_TOK: each weight block is read once for the MM_TOK
-// tokens of a group, each token's sum formed exactly as the decode step's (`row_dot8`).
+// (MM_WARPS * 4 * group_rows)), ceil(rows / tok_per_warp)); group_rows output rows per 8-lane
+// group (4 groups per warp) and tok_per_warp tokens, in groups of MM_TOK: each weight block
+// is read once for the MM_TOK tokens of a group, and with group_rows = MM_R (32-value block
+// types) each token's activation block once for MM_R rows; each token's sum formed exactly as
+// the decode step's (`row_dot8`).
 // ---------------------------------------------------------------------------------------
 struct ProjChunk {
     const uint8_t* w;
@@ -2454,40 +2456,158 @@ struct MatMulChunkParams {
     int chunk;
     int last;
     int tok_per_warp;  // a multiple of MM_TOK
-    int pad;
+    int group_rows;    // rows per 8-lane group: MM_R (all projections Q8_0/Q4_0/Q4_1) or 1
 };
 
-#define MM_ROWS (MM_WARPS * 4)
+// R consecutive weight rows of one projection of 32-value blocks (TYPE: Q8_0, Q4_0 or Q4_1)
+// against NT activation rows: for each row and token exactly `row_dot8<NT>`'s operations in
+// its order (lane l = lane & 7 of an 8-lane group: block after block, the exact integer sum of
+// elements 4l .. 4l + 4 by one `__dp4a`, one fused multiply-add by the product of the scales;
+// Q4_1's chain of m * s; the fixed 8-lane tree; Q4_1's correction), so each sum has the same
+// bits as `row_dot8`'s. What differs is only the reading: each block's activations of the NT
+// tokens are loaded once for R rows, and each weight block once for NT tokens. Row i starts
+// at w + i * row_bytes; tokens j >= cnt repeat row cnt - 1 (not to be stored). out[i][j] (in
+// every lane of the group) is row i's sum for token j. All 32 lanes of the warp call it.
+template <int TYPE, int R, int NT>
+__device__ __noinline__ void rows_dot8_q32(const uint8_t* w, int row_bytes, int cols,
+                                           const BlockQ8* q8, size_t q8s, int l, int cnt,
+                                           float out[R][NT]) {
+    constexpr int bb = TYPE == T_Q8_0 ? 34 : (TYPE == T_Q4_0 ? 18 : 20);
+    float acc[R][NT], ext[R][NT];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) acc[i][j] = ext[i][j] = 0.0f;
+    const int nb = cols / QK;
+#pragma unroll 1
+    for (int b = 0; b < nb; ++b) {
+        int aq[NT];
+        float ad[NT], as[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const BlockQ8& a = q8[(j < cnt ? j : cnt - 1) * q8s + b];
+            aq[j] = *(const int*)(a.qs + 4 * l);
+            ad[j] = a.d;
+            if (TYPE == T_Q4_1) as[j] = a.s;
+        }
+        uint16_t d16[R], m16[R];
+        uint32_t v32[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const uint8_t* blk = w + (size_t)i * row_bytes + (size_t)b * bb;
+            d16[i] = *(const uint16_t*)blk;
+            m16[i] = TYPE == T_Q4_1 ? *(const uint16_t*)(blk + 2) : 0;
+            if (TYPE == T_Q4_1) {
+                v32[i] = *(const uint32_t*)(blk + 4 + 4 * (l & 3));
+            } else {
+                const uint16_t* q = (const uint16_t*)(blk + 2 + 4 * (TYPE == T_Q8_0 ? l : (l & 3)));
+                v32[i] = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            int wq;
+            if (TYPE == T_Q8_0) {
+                wq = (int)v32[i];
+            } else {
+                uint32_t q = (l < 4 ? v32[i] : v32[i] >> 4) & 0x0F0F0F0Fu;
+                if (TYPE == T_Q4_0) q = __vsub4(q, 0x08080808u);
+                wq = (int)q;
+            }
+            const float dw = h2f(d16[i]), mw = h2f(m16[i]);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int si = __dp4a(wq, aq[j], 0);
+                acc[i][j] = __fmaf_rn(__fmul_rn(dw, ad[j]), (float)si, acc[i][j]);
+                if (TYPE == T_Q4_1) ext[i][j] = __fmaf_rn(mw, as[j], ext[i][j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            float h = hsum8_group(acc[i][j]);
+            if (TYPE == T_Q4_1) h = __fadd_rn(h, ext[i][j]);
+            out[i][j] = h;
+        }
+}
+
+// Rows per 8-lane group when every projection of a launch has 32-value blocks
+// (`MatMulChunkParams::group_rows`; 1 otherwise).
+#define MM_R 4
+
+// Stores out = sum (+ bias) or out += sum (+ bias) for token t of row r of projection pr.
+__device__ __forceinline__ void mm_store(const ProjChunk& pr, int r, int t, float v) {
+    if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
+    float* out = pr.out + (size_t)t * pr.out_stride + r;
+    *out = pr.accumulate ? __fadd_rn(*out, v) : v;
+}
+
 extern "C" __global__ void __launch_bounds__(MM_WARPS * 32) matmul_chunk(MatMulChunkParams p) {
     int lo, hi;
     if (!chunk_rows(p.state, p.chunk, p.last, &lo, &hi)) return;
     const int tw = lo + blockIdx.y * p.tok_per_warp;
     if (tw >= hi) return;
     const int tend = min(hi, tw + p.tok_per_warp);
-    const int l = threadIdx.x & 7;
-    if (blockIdx.x * MM_ROWS + (threadIdx.x / 32) * 4 >= p.rows_total) return;  // whole warps
-    const int r0 = blockIdx.x * MM_ROWS + threadIdx.x / 8;
-    int r = r0 < p.rows_total ? r0 : p.rows_total - 1, k = 0;
-    while (k + 1 < p.nproj && r >= p.p[k].rows) {
-        r -= p.p[k].rows;
-        ++k;
+    const int l = threadIdx.x & 7, g = (threadIdx.x & 31) / 8;
+    // group_rows (R) consecutive rows per 8-lane group, 4 R per warp: warp-uniform from here.
+    const int R = p.group_rows == MM_R ? MM_R : 1;
+    const int w0 = blockIdx.x * (MM_WARPS * 4 * R) + (threadIdx.x / 32) * 4 * R;
+    if (w0 >= p.rows_total) return;  // whole warps
+    int rw = w0, kw = 0;
+    while (kw + 1 < p.nproj && rw >= p.p[kw].rows) {
+        rw -= p.p[kw].rows;
+        ++kw;
     }
-    const ProjChunk& pr = p.p[k];
-    const uint8_t* w = pr.w + (size_t)r * pr.row_bytes;
-    for (int t0 = tw; t0 < tend; t0 += MM_TOK) {
-        const int cnt = min(MM_TOK, tend - t0);
-        float o[MM_TOK];
-        row_dot8<MM_TOK>(pr.type, w, p.cols, p.x + (size_t)t0 * p.x_stride, p.x_stride,
-                         p.q8 + (size_t)t0 * p.q8_stride, p.q8_stride,
-                         p.q8k + (size_t)t0 * p.q8k_stride, p.q8k_stride, l, cnt, o);
-        if (r0 < p.rows_total && l == 0) {
+    const ProjChunk& pw = p.p[kw];
+    // The warp's 4 R rows in one projection of 32-value blocks: R rows per group at once.
+    if (R == MM_R && rw + 4 * MM_R <= pw.rows &&
+        (pw.type == T_Q8_0 || pw.type == T_Q4_0 || pw.type == T_Q4_1)) {
+        const int r = rw + g * MM_R;
+        const uint8_t* w = pw.w + (size_t)r * pw.row_bytes;
+        for (int t0 = tw; t0 < tend; t0 += MM_TOK) {
+            const int cnt = min(MM_TOK, tend - t0);
+            const BlockQ8* q8 = p.q8 + (size_t)t0 * p.q8_stride;
+            float o[MM_R][MM_TOK];
+            if (pw.type == T_Q4_1)
+                rows_dot8_q32<T_Q4_1, MM_R, MM_TOK>(w, pw.row_bytes, p.cols, q8, p.q8_stride, l, cnt, o);
+            else if (pw.type == T_Q4_0)
+                rows_dot8_q32<T_Q4_0, MM_R, MM_TOK>(w, pw.row_bytes, p.cols, q8, p.q8_stride, l, cnt, o);
+            else
+                rows_dot8_q32<T_Q8_0, MM_R, MM_TOK>(w, pw.row_bytes, p.cols, q8, p.q8_stride, l, cnt, o);
+            // Lane l stores token l's sums (every lane of the group holds all of them).
 #pragma unroll
             for (int j = 0; j < MM_TOK; ++j) {
-                if (j >= cnt) break;
-                float v = o[j];
-                if (pr.bias) v = __fadd_rn(v, pr.bias[r]);
-                float* out = pr.out + (size_t)(t0 + j) * pr.out_stride + r;
-                *out = pr.accumulate ? __fadd_rn(*out, v) : v;
+                if (j != l || j >= cnt) continue;
+#pragma unroll
+                for (int i = 0; i < MM_R; ++i) mm_store(pw, r + i, t0 + j, o[i][j]);
+            }
+        }
+        return;
+    }
+    // Otherwise row after row, one per group at a time (`row_dot8`).
+    for (int i = 0; i < R; ++i) {
+        const int r0 = w0 + g * R + i;
+        int r = r0 < p.rows_total ? r0 : p.rows_total - 1, k = 0;
+        while (k + 1 < p.nproj && r >= p.p[k].rows) {
+            r -= p.p[k].rows;
+            ++k;
+        }
+        const ProjChunk& pr = p.p[k];
+        const uint8_t* w = pr.w + (size_t)r * pr.row_bytes;
+        for (int t0 = tw; t0 < tend; t0 += MM_TOK) {
+            const int cnt = min(MM_TOK, tend - t0);
+            float o[MM_TOK];
+            row_dot8<MM_TOK>(pr.type, w, p.cols, p.x + (size_t)t0 * p.x_stride, p.x_stride,
+                             p.q8 + (size_t)t0 * p.q8_stride, p.q8_stride,
+                             p.q8k + (size_t)t0 * p.q8k_stride, p.q8k_stride, l, cnt, o);
+            if (r0 < p.rows_total && l == 0) {
+#pragma unroll
+                for (int j = 0; j < MM_TOK; ++j) {
+                    if (j >= cnt) break;
+                    mm_store(pr, r, t0 + j, o[j]);
+                }
             }
         }
     }

@@ -352,10 +352,12 @@ const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 24
 // Prefill (section PREFILL of llm.cu): one struct per chunk kernel.
 // ---------------------------------------------------------------------------------------
 
-/// Warps per block of `matmul_chunk` (`MM_WARPS`), 4 rows each (one per 8-lane group).
+/// Warps per block of `matmul_chunk` (`MM_WARPS`), four 8-lane groups each.
 pub const MM_WARPS: u32 = 4;
-/// Rows per block of `matmul_chunk` (`MM_ROWS`).
-pub const MM_ROWS: u32 = MM_WARPS * 4;
+/// Rows per 8-lane group of `matmul_chunk` (`MM_R`) when every projection of the launch has
+/// 32-value blocks (Q8_0, Q4_0, Q4_1): each activation block is then read once for this many
+/// rows. Other launches take one row per group.
+pub const MM_R: u32 = 4;
 
 /// `struct EmbedChunkParams` of `embed_chunk`.
 #[repr(C)]
@@ -475,8 +477,9 @@ pub struct MatMulChunkParams {
     pub last: i32,
     /// Tokens per warp (the grid's y covers the chunk in these), a multiple of `MM_TOK`.
     pub tok_per_warp: i32,
-    /// Padding.
-    pub pad: i32,
+    /// Rows per 8-lane group: [`MM_R`] when every projection is Q8_0, Q4_0 or Q4_1, else 1;
+    /// a block covers `MM_WARPS * 4 * group_rows` rows.
+    pub group_rows: i32,
 }
 
 /// `struct HeadNormChunkParams` of `head_norm_chunk`.

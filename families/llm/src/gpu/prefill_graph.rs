@@ -14,6 +14,7 @@ use super::kernels::{
 use super::lower::{BLOCK_Q8_BYTES, BLOCK_Q8K_BYTES, STATE_BYTES, SampleConfig};
 use super::prefill::{ChunkStep, MM_TOK, PrefillError, chunk_lengths, lower_chunk};
 use crate::forward::{Buf, MatId, Model, VecId};
+use crate::quant::TensorType;
 use crate::sample::SamplerParams;
 
 /// What the prefill graph shares with the decode step: weights, cache, request state,
@@ -234,6 +235,7 @@ impl PrefillGraph {
                         ..MatMulChunkParams::default()
                     };
                     let mut total = 0usize;
+                    let mut blocks32 = true;
                     for (k, pr) in projs.iter().flatten().enumerate() {
                         let m = model.matrix(pr.weight);
                         let (out, out_stride) = if pr.out == Buf::Logits {
@@ -254,13 +256,17 @@ impl PrefillGraph {
                         };
                         p.nproj = k as i32 + 1;
                         total += m.rows;
+                        blocks32 &=
+                            matches!(m.ty, TensorType::Q8_0 | TensorType::Q4_0 | TensorType::Q4_1);
                     }
                     p.rows_total = i32_of(total);
+                    let group_rows = if blocks32 { kernels::MM_R } else { 1 };
+                    p.group_rows = group_rows as i32;
                     let tiles = if last { 1 } else { chunk.div_ceil(MM_TOK) };
                     Launch {
                         f: f_mm,
                         grid: (
-                            u32_of(total.div_ceil(kernels::MM_ROWS as usize)),
+                            u32_of(total.div_ceil((kernels::MM_WARPS * 4 * group_rows) as usize)),
                             u32_of(tiles),
                             1,
                         ),
