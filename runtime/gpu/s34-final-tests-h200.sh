@@ -8,6 +8,8 @@
 # BIN=DIR takes the test binaries from another folder; gpu_fuse's step runs when it is there.
 # Session 35 ran `BIN=.device/s35-tests bash runtime/gpu/s34-final-tests-h200.sh` after
 # `BIN=.device/s35-bin ... s34-peers-h200.sh`, with gpu_numerics, gpu_decode, gpu_ahead.
+# gpu_prefill's step runs when its binary is there; SKIP_ALLOC=1 leaves out the 100,000-token
+# allocation run (session 36: `BIN=.device/s36-tests SKIP_ALLOC=1`, after its peers call).
 set -u
 W=/tmp/h15real; B=$(realpath ${BIN:-.device/s34-tests}); T0=$(date +%s)
 SP=$(python3 -c "import site;print(site.getsitepackages()[0])")
@@ -20,15 +22,18 @@ export TETHER_ASSETS=$W/assets
 step gpu_numerics 120 ./gpu_numerics --test-threads 1 --nocapture
 step gpu_ahead 90 ./gpu_ahead --test-threads 1 --nocapture
 step gpu_decode 200 ./gpu_decode --test-threads 1 --nocapture --include-ignored --skip decode_is_allocation_free_and_device_memory_flat
+[ -x gpu_prefill ] && step gpu_prefill 120 ./gpu_prefill --test-threads 1 --nocapture
 [ -x gpu_fuse ] && TETHER_FUSE_REAL=1 step gpu_fuse_real 120 ./gpu_fuse --test-threads 1 --nocapture real_model
 step cli 60 ./tether verify $W/smollm2.bundle --self-test --device cuda
 for p in "Where is Paris?" "Write a haiku about robots." "What is 17 * 23? Answer with the number only."; do
   for d in cuda cpu; do step text_$d 60 ./tether run $W/smollm2.bundle --device $d --prompt "$p" --temperature 0 --max-tokens 32 --json; done
 done
 left=$(( 560 - ($(date +%s) - T0) ))
-if [ $left -gt 150 ]; then
+if [ "${SKIP_ALLOC:-0}" = 1 ]; then
+  echo "skipped: SKIP_ALLOC=1" > $OUT/gpu_decode_alloc.log
+elif [ $left -gt 150 ]; then
   step gpu_decode_alloc $left ./gpu_decode --test-threads 1 --nocapture --include-ignored decode_is_allocation_free_and_device_memory_flat
 else
   echo "skipped: $left s left in the call" > $OUT/gpu_decode_alloc.log
 fi
-grep -hE "^test |differ|greedy|top-1|GPU =|equal|host time|allocations|rc=|result|\"text\"|host_us" $OUT/*.log | cut -c1-300 | head -90
+grep -hE "^test |pp128|pp512|pp2048|differ|greedy|top-1|GPU =|equal|host time|allocations|rc=|result|\"text\"|host_us" $OUT/*.log | cut -c1-300 | head -90
