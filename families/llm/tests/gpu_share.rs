@@ -3,8 +3,8 @@
 //! first one's weights and adds only its own cache, activations and graphs; both give the
 //! tokens a generator alone gives, interleaved request by request, and the second keeps
 //! working after the first is dropped. Sharing is refused, with the reason, for another
-//! model's weights, a longer context than the upload's RoPE table, and a generator without a
-//! GPU decoder. Synthetic models (`src/testing.rs`); reported ignored where there is no GPU
+//! model's weights, a longer context than the upload's RoPE table, the same weights under
+//! another RoPE rule, and a generator without a GPU decoder. Synthetic models (`src/testing.rs`); reported ignored where there is no GPU
 //! (`tether_testkit::GpuTests`).
 
 use tether_llm::config::LlmConfig;
@@ -155,8 +155,18 @@ fn sharing_is_refused_with_the_reason() {
     let mut longer = generator(&cfg, TensorType::Q4_1, 2 * short);
     let e = shared_weights_error(longer.use_gpu_sharing(&a, SyncPolicy::Spin));
     assert!(e.contains("longer"), "{e}");
-    assert!(other.gpu().is_none() && longer.gpu().is_none());
     println!("refused: {e}");
+    // The same weights under another RoPE rule (twice the base frequency): same CRC-32, but
+    // the uploaded table read back differs from the one this model needs.
+    let rope = LlmConfig {
+        rope_theta: 2.0 * cfg.rope_theta,
+        ..cfg.clone()
+    };
+    let mut other_rope = generator(&rope, TensorType::Q4_1, short);
+    let e = shared_weights_error(other_rope.use_gpu_sharing(&a, SyncPolicy::Spin));
+    assert!(e.contains("angles differ"), "{e}");
+    println!("refused: {e}");
+    assert!(other.gpu().is_none() && longer.gpu().is_none() && other_rope.gpu().is_none());
 }
 
 fn main() {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use tether_runtime::cuda::{
     ArenaPlan, Context, CudaError, DeviceArena, DevicePtr, DriverError, Event, Function, Graph,
-    KernelModule, PinnedBuffer, RegionId, Stream, SyncPolicy,
+    KernelModule, PinnedBuffer, Stream, SyncPolicy,
 };
 
 use super::kernels::{
@@ -19,6 +19,7 @@ use super::lower::{
 };
 use super::prefill::PrefillError;
 use super::prefill_graph::{DecodeSide, PrefillGraph};
+use super::weights::{DeviceWeights, WeightRegions};
 use crate::cache::ContextFull;
 use crate::forward::{Buf, MatId, Model, VecId};
 use crate::quant::TensorType;
@@ -202,58 +203,6 @@ impl Launch {
     }
 }
 
-/// A model's weights on one device, uploaded once: every matrix and vector the decode step
-/// reads (as stored) and the RoPE table. Decoders made by [`GpuDecoder::new_sharing`] hold
-/// the same upload (an `Arc`); it is freed with the last of them.
-pub struct DeviceWeights {
-    arena: DeviceArena,
-    mats: Vec<(MatId, RegionId)>,
-    vecs: Vec<(VecId, RegionId)>,
-    angles: RegionId,
-    /// Positions the RoPE table covers.
-    positions: usize,
-    /// CRC-32 (crc32fast) of the uploaded matrices and vectors, in upload order.
-    crc: u32,
-    ordinal: usize,
-}
-
-impl DeviceWeights {
-    /// Bytes on the device.
-    pub fn bytes(&self) -> usize {
-        self.arena.plan().total_bytes()
-    }
-
-    /// The device (CUDA ordinal) they are on.
-    pub fn ordinal(&self) -> usize {
-        self.ordinal
-    }
-}
-
-/// The CPU engine's RoPE angles of positions `0 .. positions` (`Model::rope_angles`),
-/// `positions * head_dim` f32: the table the decoder uploads.
-fn rope_table(model: &Model<'_>, positions: usize) -> Vec<f32> {
-    let head_dim = model.hparams().head_dim;
-    let mut angles = vec![0f32; positions * head_dim];
-    for (pos, row) in angles.chunks_exact_mut(head_dim).enumerate() {
-        model.rope_angles(pos, row);
-    }
-    angles
-}
-
-/// CRC-32 of the matrices and vectors named, in that order (what `new_sharing` compares).
-fn weights_crc(model: &Model<'_>, mats: &[(MatId, RegionId)], vecs: &[(VecId, RegionId)]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    for (id, _) in mats {
-        h.update(model.matrix(*id).data);
-    }
-    for (id, _) in vecs {
-        for v in model.vector(*id) {
-            h.update(&v.to_le_bytes());
-        }
-    }
-    h.finalize()
-}
-
 /// A model's decode step on one GPU (see the [module docs](super)).
 pub struct GpuDecoder {
     // Declared before the arenas and the module they launch from: dropped first.
@@ -363,75 +312,8 @@ impl GpuDecoder {
         let ctx = Context::new(options.ordinal, options.sync)?;
         let stream = Stream::new(&ctx, options.sync)?;
         let module = KernelModule::load(&ctx, kernels::module_source())?;
-        let func = |n: &str| module.function(n);
-        let (f_embed, f_prep, f_mv, f_hn, f_rope, f_attn, f_sample) = (
-            func("embed")?,
-            func("prep")?,
-            func("matvec")?,
-            func("head_norm")?,
-            func("rope")?,
-            func("attention")?,
-            func("sample_advance")?,
-        );
-        let (f_pmv, f_qkv, f_attn_fused) = (
-            func("prep_matvec")?,
-            func("qkv_rope")?,
-            func("attention_fused")?,
-        );
+        let kernels = DecodeKernels::of(&module)?;
 
-        // Weights: every matrix and vector the steps name, once.
-        let mut wplan = ArenaPlan::new();
-        let mut mats: Vec<(MatId, RegionId)> = Vec::new();
-        let mut vecs: Vec<(VecId, RegionId)> = Vec::new();
-        let mut add_mat = |id: MatId, plan: &mut ArenaPlan| -> Result<(), GpuError> {
-            if mats.iter().any(|(m, _)| *m == id) {
-                return Ok(());
-            }
-            let m = model.matrix(id);
-            if !crate::forward::MATRIX_TYPES.contains(&m.ty) {
-                return Err(GpuError::MatrixType { id: id.0, ty: m.ty });
-            }
-            let r = plan.add(format!("mat{}", id.0), m.data.len())?;
-            mats.push((id, r));
-            Ok(())
-        };
-        let mut add_vec = |id: VecId, plan: &mut ArenaPlan| -> Result<(), GpuError> {
-            if !vecs.iter().any(|(v, _)| *v == id) {
-                let r = plan.add(format!("vec{}", id.0), model.vector(id).len() * 4)?;
-                vecs.push((id, r));
-            }
-            Ok(())
-        };
-        for s in &steps {
-            match *s {
-                Step::Embed { table } => add_mat(table, &mut wplan)?,
-                Step::Prep { norm: Some(w), .. } => add_vec(w, &mut wplan)?,
-                Step::MatVec { projs, .. } => {
-                    for p in projs.iter().flatten() {
-                        add_mat(p.weight, &mut wplan)?;
-                        if let Some(b) = p.bias {
-                            add_vec(b, &mut wplan)?;
-                        }
-                    }
-                }
-                Step::PrepMatVec { prologue, projs }
-                | Step::QkvRope {
-                    prologue, projs, ..
-                } => {
-                    if let Some(w) = prologue.norm {
-                        add_vec(w, &mut wplan)?;
-                    }
-                    for p in projs.iter().flatten() {
-                        add_mat(p.weight, &mut wplan)?;
-                        if let Some(b) = p.bias {
-                            add_vec(b, &mut wplan)?;
-                        }
-                    }
-                }
-                Step::HeadNorm { weight, .. } => add_vec(weight, &mut wplan)?,
-                _ => {}
-            }
-        }
         let (rope_fused, rope_interleaved) = model.rope().form();
         let rope_form = if rope_fused { kernels::ROPE_FUSED } else { 0 }
             | if rope_interleaved {
@@ -440,388 +322,37 @@ impl GpuDecoder {
                 0
             };
         let shared_weights = shared.is_some();
+        let regions = WeightRegions::of_steps(model, &steps)?;
         let weights = match shared {
             Some(w) => {
-                let refuse = |reason: String| Err(GpuError::SharedWeights { reason });
-                if w.ordinal != options.ordinal {
-                    return refuse(format!(
-                        "they are on device {}, this decoder on device {}",
-                        w.ordinal, options.ordinal
-                    ));
-                }
-                if options.context > w.positions {
-                    return refuse(format!(
-                        "a context of {} positions is longer than the {} of their RoPE table",
-                        options.context, w.positions
-                    ));
-                }
-                let same_ids = mats.len() == w.mats.len()
-                    && vecs.len() == w.vecs.len()
-                    && mats.iter().all(|(m, _)| w.mats.iter().any(|(o, _)| o == m))
-                    && vecs.iter().all(|(v, _)| w.vecs.iter().any(|(o, _)| o == v));
-                if !same_ids {
-                    return refuse(format!(
-                        "this step reads {} matrices and {} vectors, the upload holds {} and {} (another model)",
-                        mats.len(),
-                        vecs.len(),
-                        w.mats.len(),
-                        w.vecs.len()
-                    ));
-                }
-                let crc = weights_crc(model, &w.mats, &w.vecs);
-                if crc != w.crc {
-                    return refuse(format!(
-                        "this model's weights have CRC-32 {crc:08x}, the uploaded ones {:08x} (another model)",
-                        w.crc
-                    ));
-                }
-                // The RoPE table this decoder needs, against the uploaded one read back (the
-                // same weights under another RoPE configuration are another model).
-                let angles = rope_table(model, options.context);
-                let mut uploaded = vec![0f32; angles.len()];
-                // SAFETY: the region holds `w.positions * head_dim` >= angles.len() f32 (the
-                // context was checked above); `uploaded` outlives the copy (synchronised below).
-                unsafe {
-                    stream.memcpy_dtoh(
-                        uploaded.as_mut_ptr() as *mut u8,
-                        w.arena.ptr(w.angles),
-                        angles.len() * 4,
-                    )
-                }?;
-                stream.synchronize()?;
-                if angles
-                    .iter()
-                    .zip(&uploaded)
-                    .any(|(a, b)| a.to_bits() != b.to_bits())
-                {
-                    return refuse(
-                        "the same weights with another RoPE configuration (the angles differ)"
-                            .into(),
-                    );
-                }
+                w.check_shareable(model, &regions, options.context, options.ordinal, &stream)?;
                 w
             }
-            None => {
-                // The RoPE table: the CPU engine's angles of every position.
-                let angles = rope_table(model, options.context);
-                let angles_r = wplan.add("rope angles", angles.len() * 4)?;
-                let arena = DeviceArena::new(&ctx, wplan)?;
-                for (id, r) in &mats {
-                    let m = model.matrix(*id);
-                    // SAFETY: the region holds exactly m.data.len() bytes; the source outlives
-                    // the copy (synchronised below).
-                    unsafe { stream.memcpy_htod(arena.ptr(*r), m.data.as_ptr(), m.data.len()) }?;
-                }
-                for (id, r) in &vecs {
-                    let v = model.vector(*id);
-                    // SAFETY: as above.
-                    unsafe {
-                        stream.memcpy_htod(arena.ptr(*r), v.as_ptr() as *const u8, v.len() * 4)
-                    }?;
-                }
-                // SAFETY: as above.
-                unsafe {
-                    stream.memcpy_htod(
-                        arena.ptr(angles_r),
-                        angles.as_ptr() as *const u8,
-                        angles.len() * 4,
-                    )
-                }?;
-                stream.synchronize()?;
-                let crc = weights_crc(model, &mats, &vecs);
-                Arc::new(DeviceWeights {
-                    arena,
-                    mats,
-                    vecs,
-                    angles: angles_r,
-                    positions: options.context,
-                    crc,
-                    ordinal: options.ordinal,
-                })
-            }
+            None => DeviceWeights::upload(
+                &ctx,
+                &stream,
+                model,
+                regions,
+                options.context,
+                options.ordinal,
+            )?,
         };
-        let weight_bytes = weights.bytes();
-        let angles_ptr = weights.arena.ptr(weights.angles);
-        let mat_ptr = |id: MatId| {
-            let r = weights
-                .mats
-                .iter()
-                .find(|(m, _)| *m == id)
-                .expect("uploaded")
-                .1;
-            weights.arena.ptr(r)
-        };
-        let vec_ptr = |id: VecId| {
-            let r = weights
-                .vecs
-                .iter()
-                .find(|(v, _)| *v == id)
-                .expect("uploaded")
-                .1;
-            weights.arena.ptr(r)
-        };
-
-        // Work memory: activations, 8-bit blocks, token sequence, state, sampler
-        // configuration, cache.
-        let mut memory = MemoryPlan::new(hp, options.context, weight_bytes);
+        let mut memory = MemoryPlan::new(hp, options.context, weights.bytes());
         memory.shared_weights = shared_weights;
-        let mut plan = ArenaPlan::new();
-        let mut buf_r = Vec::new();
-        for b in Buf::ALL {
-            buf_r.push(plan.add(format!("{b:?}"), hp.width(b) * 4)?);
-        }
-        let widest = hp.n_embd.max(hp.q_dim()).max(hp.n_ff);
-        let q8_r = plan.add("q8", widest.div_ceil(32) * super::lower::BLOCK_Q8_BYTES)?;
-        let q8k_r = plan.add("q8k", widest.div_ceil(256) * super::lower::BLOCK_Q8K_BYTES)?;
-        let seq_r = plan.add("sequence", (options.context + 1) * 4)?;
-        let state_r = plan.add("state", super::lower::STATE_BYTES)?;
-        let config_r = plan.add("sampler configuration", CONFIG_BYTES)?;
-        let layer_cache = options.context * hp.kv_dim() * 2;
-        let mut cache_r = Vec::new();
-        for l in 0..hp.n_layer {
-            cache_r.push((
-                plan.add(format!("k{l}"), layer_cache)?,
-                plan.add(format!("v{l}"), layer_cache)?,
-            ));
-        }
-        let work = DeviceArena::new(&ctx, plan)?;
-        let bp = |b: Buf| work.ptr(buf_r[b.index()]);
-        let (q8, q8k) = (work.ptr(q8_r), work.ptr(q8k_r));
-        let state = work.ptr(state_r);
-        let seq = work.ptr(seq_r);
-        let config = work.ptr(config_r);
-        let prologue_of = |pr: &Prologue| PrologueParams {
-            input: bp(pr.input),
-            in2: if pr.swiglu { bp(Buf::Up) } else { DevicePtr(0) },
-            norm: pr.norm.map_or(DevicePtr(0), vec_ptr),
-            n: i32_of(hp.width(pr.input)),
-            eps: hp.norm_eps,
-            swiglu: i32::from(pr.swiglu),
-            q8: i32::from(pr.q8),
-            q8k: i32::from(pr.q8k),
-            pad: 0,
-        };
-        let proj_params = |projs: &[Option<crate::forward::Proj>; 3]| {
-            let mut out = [ProjParams::default(); 3];
-            let mut rows = 0usize;
-            for (k, pr) in projs.iter().flatten().enumerate() {
-                let m = model.matrix(pr.weight);
-                out[k] = ProjParams {
-                    w: mat_ptr(pr.weight),
-                    bias: pr.bias.map_or(DevicePtr(0), vec_ptr),
-                    out: bp(pr.out),
-                    ty: m.ty.ggml_id() as i32,
-                    rows: i32_of(m.rows),
-                    row_bytes: i32_of(m.row_bytes()),
-                    accumulate: i32::from(pr.accumulate),
-                };
-                rows += m.rows;
-            }
-            (out, projs.iter().flatten().count(), rows)
-        };
-        // Each warp of the fused kernels takes one row (or item) per turn; at most one wave
-        // of blocks (FUSE_MIN_BLOCKS per SM), the head's rows in several turns.
+        let work = Work::place(&ctx, model, options.context)?;
         let max_blocks = (ctx.properties().multiprocessors * kernels::FUSE_MIN_BLOCKS)
             .clamp(1, kernels::FUSE_MAX_BLOCKS);
-        let fused_grid = |items: usize| {
-            (items.div_ceil(kernels::FUSE_WARPS as usize) as u32).clamp(1, max_blocks)
+        let binding = Binding {
+            model,
+            weights: &weights,
+            kernels,
+            work: &work,
+            rope_form,
+            rope_interleaved,
+            max_blocks,
+            context: options.context,
         };
-        let attn_params = |layer: usize| AttnParams {
-            q: bp(Buf::Q),
-            kcache: work.ptr(cache_r[layer].0),
-            vcache: work.ptr(cache_r[layer].1),
-            out: bp(Buf::Attn),
-            state,
-            n_head: i32_of(hp.n_head),
-            n_kv: i32_of(hp.n_head_kv),
-            head_dim: i32_of(hp.head_dim),
-            kv_dim: i32_of(hp.kv_dim()),
-            scale: 1.0 / (hp.head_dim as f32).sqrt(),
-            interleaved: i32::from(rope_interleaved),
-        };
-
-        // The launch list.
-        let mut launches = Vec::with_capacity(steps.len());
-        for s in &steps {
-            let l = match *s {
-                Step::Embed { table } => {
-                    let m = model.matrix(table);
-                    Launch {
-                        f: f_embed,
-                        grid: (1, 1),
-                        block: 256,
-                        params: Params::Embed(EmbedParams {
-                            table: mat_ptr(table),
-                            prompt: seq,
-                            state,
-                            out: bp(Buf::Residual),
-                            ty: m.ty.ggml_id() as i32,
-                            cols: i32_of(m.cols),
-                            row_bytes: i32_of(m.row_bytes()),
-                            n_vocab: i32_of(m.rows),
-                        }),
-                    }
-                }
-                Step::Prep {
-                    input,
-                    swiglu,
-                    norm,
-                    out,
-                    q8: want8,
-                    q8k: want8k,
-                } => Launch {
-                    f: f_prep,
-                    grid: (1, 1),
-                    block: kernels::PREP_THREADS,
-                    params: Params::Prep(PrepParams {
-                        input: bp(input),
-                        in2: if swiglu { bp(Buf::Up) } else { DevicePtr(0) },
-                        weight: norm.map_or(DevicePtr(0), vec_ptr),
-                        out: bp(out),
-                        q8: if want8 { q8 } else { DevicePtr(0) },
-                        q8k: if want8k { q8k } else { DevicePtr(0) },
-                        n: i32_of(hp.width(input)),
-                        eps: hp.norm_eps,
-                        swiglu: i32::from(swiglu),
-                        pad: 0,
-                    }),
-                },
-                Step::MatVec { input, projs } => {
-                    let mut p = MatVecParams {
-                        x: bp(input),
-                        q8,
-                        q8k,
-                        cols: i32_of(hp.width(input)),
-                        ..MatVecParams::default()
-                    };
-                    let mut total = 0usize;
-                    for (k, pr) in projs.iter().flatten().enumerate() {
-                        let m = model.matrix(pr.weight);
-                        p.p[k] = ProjParams {
-                            w: mat_ptr(pr.weight),
-                            bias: pr.bias.map_or(DevicePtr(0), vec_ptr),
-                            out: bp(pr.out),
-                            ty: m.ty.ggml_id() as i32,
-                            rows: i32_of(m.rows),
-                            row_bytes: i32_of(m.row_bytes()),
-                            accumulate: i32::from(pr.accumulate),
-                        };
-                        p.nproj = k as i32 + 1;
-                        total += m.rows;
-                    }
-                    p.rows_total = i32_of(total);
-                    Launch {
-                        f: f_mv,
-                        grid: (total.div_ceil(kernels::MV_ROWS as usize) as u32, 1),
-                        block: kernels::MV_WARPS * 32,
-                        params: Params::MatVec(p),
-                    }
-                }
-                Step::HeadNorm { buf, heads, weight } => Launch {
-                    f: f_hn,
-                    grid: (heads.div_ceil(4) as u32, 1),
-                    block: 128,
-                    params: Params::HeadNorm(HeadNormParams {
-                        x: bp(buf),
-                        weight: vec_ptr(weight),
-                        heads: i32_of(heads),
-                        head_dim: i32_of(hp.head_dim),
-                        eps: hp.norm_eps,
-                        pad: 0,
-                    }),
-                },
-                Step::Rope { buf, heads, store } => {
-                    let (kc, vc) = match store {
-                        Some(l) => (work.ptr(cache_r[l].0), work.ptr(cache_r[l].1)),
-                        None => (DevicePtr(0), DevicePtr(0)),
-                    };
-                    Launch {
-                        f: f_rope,
-                        grid: ((heads * hp.head_dim / 2).div_ceil(128) as u32, 1),
-                        block: 128,
-                        params: Params::Rope(RopeParams {
-                            x: bp(buf),
-                            angles: angles_ptr,
-                            state,
-                            kcache: kc,
-                            vcache: vc,
-                            v: bp(Buf::V),
-                            heads: i32_of(heads),
-                            head_dim: i32_of(hp.head_dim),
-                            kv_dim: i32_of(hp.kv_dim()),
-                            form: rope_form,
-                        }),
-                    }
-                }
-                Step::Attention { layer } => Launch {
-                    f: f_attn,
-                    grid: (hp.n_head as u32, 1),
-                    block: kernels::ATTN_WARPS * 32,
-                    params: Params::Attention(attn_params(layer)),
-                },
-                Step::PrepMatVec { prologue, projs } => {
-                    let (p, nproj, rows) = proj_params(&projs);
-                    Launch {
-                        f: f_pmv,
-                        grid: (fused_grid(rows), 1),
-                        block: kernels::FUSE_WARPS * 32,
-                        params: Params::PrepMatVec(PrepMatVecParams {
-                            input: prologue_of(&prologue),
-                            p,
-                            nproj: i32_of(nproj),
-                            rows_total: i32_of(rows),
-                        }),
-                    }
-                }
-                Step::QkvRope {
-                    prologue,
-                    projs,
-                    layer,
-                } => {
-                    let (p, _, _) = proj_params(&projs);
-                    let items = (hp.n_head + hp.n_head_kv) * hp.head_dim / 2 + hp.kv_dim() / 2;
-                    Launch {
-                        f: f_qkv,
-                        grid: (fused_grid(items), 1),
-                        block: kernels::FUSE_WARPS * 32,
-                        params: Params::QkvRope(QkvRopeParams {
-                            input: prologue_of(&prologue),
-                            p,
-                            angles: angles_ptr,
-                            state,
-                            kcache: work.ptr(cache_r[layer].0),
-                            vcache: work.ptr(cache_r[layer].1),
-                            n_head: i32_of(hp.n_head),
-                            n_kv: i32_of(hp.n_head_kv),
-                            head_dim: i32_of(hp.head_dim),
-                            items: i32_of(items),
-                            form: rope_form,
-                            pad: 0,
-                        }),
-                    }
-                }
-                Step::AttentionFused { layer } => Launch {
-                    f: f_attn_fused,
-                    grid: (hp.n_head as u32, 1),
-                    block: kernels::ATTN_WARPS * 32,
-                    params: Params::AttnFused(attn_params(layer)),
-                },
-                Step::Sample => Launch {
-                    f: f_sample,
-                    grid: (1, 1),
-                    block: kernels::SAMPLE_THREADS,
-                    params: Params::Sample(SampleParams {
-                        logits: bp(Buf::Logits),
-                        seq,
-                        state,
-                        config,
-                        n: i32_of(hp.n_vocab),
-                        seq_cap: i32_of(options.context + 1),
-                    }),
-                },
-            };
-            launches.push(l);
-        }
+        let launches: Vec<Launch> = steps.iter().map(|s| binding.launch(s)).collect();
         // Programmatic dependent launches only where the image has the SASS of this device
         // (built for sm_90, sm_100, sm_110, each with `griddepcontrol`); not from PTX.
         let dependent = options.fused
@@ -830,130 +361,30 @@ impl GpuDecoder {
 
         // Pinned staging: [0, 16) state out, [16, 32) state in, [32, 36) token in,
         // [64, 128) sampler configuration out.
-        let pinned = PinnedBuffer::new(&ctx, 128, false)?;
-        let greedy = config_of(&SamplerParams::greedy(), hp.n_vocab)?;
-        let logits = bp(Buf::Logits);
-
-        // Eager run on poisoned buffers (also the warm-up), capture, replay on poisoned
-        // buffers, compare.
-        let check_prompt: Vec<u32> = (0..4u32)
-            .map(|i| (i * 7919 + 1) % hp.n_vocab as u32)
-            .collect();
-        let check_steps = check_prompt.len() + 2;
-        let run_check = |graph: Option<&Graph>,
-                         pinned: &mut PinnedBuffer|
-         -> Result<(Vec<f32>, DecodeState), GpuError> {
-            // SAFETY: the whole work arena; NaN bit patterns everywhere.
-            unsafe { stream.memset_u8(work.base(), 0xFF, work.plan().total_bytes()) }?;
-            // SAFETY: sequence region holds context + 1 >= 4 ids; source lives until the sync.
-            unsafe {
-                stream.memcpy_htod(
-                    seq,
-                    check_prompt.as_ptr() as *const u8,
-                    check_prompt.len() * 4,
-                )
-            }?;
-            let st = DecodeState {
-                token: 0,
-                pos: 0,
-                prompt_len: check_prompt.len() as u32,
-                bad_token: 0,
-            };
-            pinned.as_mut_slice()[..16].copy_from_slice(&state_bytes(&st));
-            pinned.as_mut_slice()[64..128].copy_from_slice(&greedy.to_bytes());
-            // SAFETY: 16 pinned bytes into the 16-byte state region, 64 into the
-            // configuration's.
-            unsafe {
-                stream.memcpy_htod(state, pinned.as_ptr(), 16)?;
-                stream.memcpy_htod(config, pinned.as_ptr().wrapping_add(64), CONFIG_BYTES)
-            }?;
-            for _ in 0..check_steps {
-                match graph {
-                    Some(g) => g.launch(&stream)?,
-                    None => {
-                        for l in &launches {
-                            l.enqueue(&stream, dependent)?;
-                        }
-                    }
-                }
-            }
-            let mut out = vec![0f32; hp.n_vocab];
-            // SAFETY: logits region holds n_vocab f32.
-            unsafe { stream.memcpy_dtoh(out.as_mut_ptr() as *mut u8, logits, hp.n_vocab * 4) }?;
-            // SAFETY: 16 bytes of state into the pinned buffer.
-            unsafe { stream.memcpy_dtoh(pinned.as_mut_ptr().wrapping_add(16), state, 16) }?;
-            stream.synchronize()?;
-            let s = &pinned.as_slice()[16..32];
-            let w =
-                |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
-            Ok((
-                out,
-                DecodeState {
-                    token: w(0),
-                    pos: w(1),
-                    prompt_len: w(2),
-                    bad_token: w(3),
-                },
-            ))
-        };
-        let mut pinned = pinned;
-        let (eager, eager_state) = run_check(None, &mut pinned)?;
-        let bad: Vec<usize> = (0..eager.len())
-            .filter(|&i| !eager[i].is_finite())
-            .collect();
-        if let Some(&first) = bad.first() {
-            return Err(GpuError::NonFinite {
-                count: bad.len(),
-                n_vocab: hp.n_vocab,
-                first,
-            });
-        }
-        let graph = Graph::capture(&stream, |s| -> Result<(), DriverError> {
-            for l in &launches {
-                l.enqueue(s, dependent)?;
-            }
-            Ok(())
-        })?;
-        let (replay, replay_state) = run_check(Some(&graph), &mut pinned)?;
-        if replay_state != eager_state {
-            return Err(GpuError::ReplayMismatch(format!(
-                "state after {check_steps} steps: eager {eager_state:?}, graph {replay_state:?}"
-            )));
-        }
-        if let Some(i) = (0..eager.len()).find(|&i| eager[i].to_bits() != replay[i].to_bits()) {
-            return Err(GpuError::ReplayMismatch(format!(
-                "logit {i}: eager {}, graph {}",
-                eager[i], replay[i]
-            )));
-        }
-        let mut check = format!(
-            "graph of {} nodes{} replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
-            graph.nodes(),
-            if dependent {
-                " (dependent launches)"
-            } else {
-                ""
-            },
-            eager_state.token,
-            eager_state.pos
-        );
-        let cache: Vec<(DevicePtr, DevicePtr)> = cache_r
-            .iter()
-            .map(|&(k, v)| (work.ptr(k), work.ptr(v)))
-            .collect();
+        let mut pinned = PinnedBuffer::new(&ctx, 128, false)?;
+        let (graph, mut check) = check_and_capture(
+            &stream,
+            &work,
+            &launches,
+            dependent,
+            hp.n_vocab,
+            &mut pinned,
+        )?;
         let prefill = if options.prefill_chunk > 0 {
+            let mat_ptr = |id: MatId| weights.mat_ptr(id);
+            let vec_ptr = |id: VecId| weights.vec_ptr(id);
             let side = DecodeSide {
                 mat_ptr: &mat_ptr,
                 vec_ptr: &vec_ptr,
-                angles: angles_ptr,
+                angles: weights.angles_ptr(),
                 rope_form,
                 prompt_batch: options.prompt_batch,
-                state,
-                seq,
-                config,
-                logits,
-                cache: &cache,
-                work: (work.base(), work.plan().total_bytes()),
+                state: work.state,
+                seq: work.seq,
+                config: work.config,
+                logits: work.buf(Buf::Logits),
+                cache: &work.cache,
+                work: (work.arena.base(), work.arena.plan().total_bytes()),
                 context: options.context,
             };
             let p = PrefillGraph::new(&stream, &module, model, &side, options.prefill_chunk)?;
@@ -964,19 +395,28 @@ impl GpuDecoder {
         };
         let device = ctx.properties().name.clone();
         let marks = [stream.completion_event()?, stream.completion_event()?];
+        let Work {
+            arena,
+            bufs,
+            state,
+            seq,
+            config,
+            cache,
+            ..
+        } = work;
         Ok(GpuDecoder {
             prefill,
             graph,
             launches,
             stream,
-            work,
+            work: arena,
             weights,
             image: module.image.clone(),
             _module: module,
             state,
             seq,
             config,
-            logits,
+            logits: bufs[Buf::Logits.index()],
             marks,
             ahead: 0,
             slot: 0,
@@ -1428,6 +868,482 @@ impl GpuDecoder {
     #[doc(hidden)]
     pub fn work_base(&self) -> DevicePtr {
         self.work.base()
+    }
+}
+
+/// The load check: the step run eagerly for a short greedy request on poisoned buffers (also
+/// the warm-up), captured as one graph, the graph replayed on poisoned buffers, and the
+/// logits and request state of both compared bit for bit. Returns the graph and a summary
+/// line. `pinned` is the decoder's 128-byte staging.
+///
+/// # Errors
+/// [`GpuError::NonFinite`] (the eager run left non-finite logits: a buffer read before it
+/// was written), [`GpuError::ReplayMismatch`], CUDA (capture included).
+fn check_and_capture(
+    stream: &Stream,
+    work: &Work,
+    launches: &[Launch],
+    dependent: bool,
+    n_vocab: usize,
+    pinned: &mut PinnedBuffer,
+) -> Result<(Graph, String), GpuError> {
+    let greedy = config_of(&SamplerParams::greedy(), n_vocab)?;
+    // Eager run on poisoned buffers (also the warm-up), capture, replay on poisoned
+    // buffers, compare.
+    let check_prompt: Vec<u32> = (0..4u32).map(|i| (i * 7919 + 1) % n_vocab as u32).collect();
+    let check_steps = check_prompt.len() + 2;
+    let run_check = |graph: Option<&Graph>,
+                     pinned: &mut PinnedBuffer|
+     -> Result<(Vec<f32>, DecodeState), GpuError> {
+        // SAFETY: the whole work arena; NaN bit patterns everywhere.
+        unsafe { stream.memset_u8(work.arena.base(), 0xFF, work.arena.plan().total_bytes()) }?;
+        // SAFETY: sequence region holds context + 1 >= 4 ids; source lives until the sync.
+        unsafe {
+            stream.memcpy_htod(
+                work.seq,
+                check_prompt.as_ptr() as *const u8,
+                check_prompt.len() * 4,
+            )
+        }?;
+        let st = DecodeState {
+            token: 0,
+            pos: 0,
+            prompt_len: check_prompt.len() as u32,
+            bad_token: 0,
+        };
+        pinned.as_mut_slice()[..16].copy_from_slice(&state_bytes(&st));
+        pinned.as_mut_slice()[64..128].copy_from_slice(&greedy.to_bytes());
+        // SAFETY: 16 pinned bytes into the 16-byte state region, 64 into the
+        // configuration's.
+        unsafe {
+            stream.memcpy_htod(work.state, pinned.as_ptr(), 16)?;
+            stream.memcpy_htod(work.config, pinned.as_ptr().wrapping_add(64), CONFIG_BYTES)
+        }?;
+        for _ in 0..check_steps {
+            match graph {
+                Some(g) => g.launch(stream)?,
+                None => {
+                    for l in launches {
+                        l.enqueue(stream, dependent)?;
+                    }
+                }
+            }
+        }
+        let mut out = vec![0f32; n_vocab];
+        // SAFETY: logits region holds n_vocab f32.
+        unsafe {
+            stream.memcpy_dtoh(
+                out.as_mut_ptr() as *mut u8,
+                work.buf(Buf::Logits),
+                n_vocab * 4,
+            )
+        }?;
+        // SAFETY: 16 bytes of state into the pinned buffer.
+        unsafe { stream.memcpy_dtoh(pinned.as_mut_ptr().wrapping_add(16), work.state, 16) }?;
+        stream.synchronize()?;
+        let s = &pinned.as_slice()[16..32];
+        let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+        Ok((
+            out,
+            DecodeState {
+                token: w(0),
+                pos: w(1),
+                prompt_len: w(2),
+                bad_token: w(3),
+            },
+        ))
+    };
+    let (eager, eager_state) = run_check(None, pinned)?;
+    let bad: Vec<usize> = (0..eager.len())
+        .filter(|&i| !eager[i].is_finite())
+        .collect();
+    if let Some(&first) = bad.first() {
+        return Err(GpuError::NonFinite {
+            count: bad.len(),
+            n_vocab,
+            first,
+        });
+    }
+    let graph = Graph::capture(stream, |s| -> Result<(), DriverError> {
+        for l in launches {
+            l.enqueue(s, dependent)?;
+        }
+        Ok(())
+    })?;
+    let (replay, replay_state) = run_check(Some(&graph), pinned)?;
+    if replay_state != eager_state {
+        return Err(GpuError::ReplayMismatch(format!(
+            "state after {check_steps} steps: eager {eager_state:?}, graph {replay_state:?}"
+        )));
+    }
+    if let Some(i) = (0..eager.len()).find(|&i| eager[i].to_bits() != replay[i].to_bits()) {
+        return Err(GpuError::ReplayMismatch(format!(
+            "logit {i}: eager {}, graph {}",
+            eager[i], replay[i]
+        )));
+    }
+    let check = format!(
+        "graph of {} nodes{} replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
+        graph.nodes(),
+        if dependent {
+            " (dependent launches)"
+        } else {
+            ""
+        },
+        eager_state.token,
+        eager_state.pos
+    );
+    Ok((graph, check))
+}
+
+/// The kernels of the decode step.
+#[derive(Clone, Copy)]
+struct DecodeKernels {
+    embed: Function,
+    prep: Function,
+    matvec: Function,
+    head_norm: Function,
+    rope: Function,
+    attention: Function,
+    sample: Function,
+    prep_matvec: Function,
+    qkv_rope: Function,
+    attention_fused: Function,
+}
+
+impl DecodeKernels {
+    fn of(module: &KernelModule) -> Result<Self, GpuError> {
+        let f = |n: &str| module.function(n);
+        Ok(DecodeKernels {
+            embed: f("embed")?,
+            prep: f("prep")?,
+            matvec: f("matvec")?,
+            head_norm: f("head_norm")?,
+            rope: f("rope")?,
+            attention: f("attention")?,
+            sample: f("sample_advance")?,
+            prep_matvec: f("prep_matvec")?,
+            qkv_rope: f("qkv_rope")?,
+            attention_fused: f("attention_fused")?,
+        })
+    }
+}
+
+/// The decoder's work memory, placed once: the activations ([`Buf`]), the 8-bit blocks of
+/// the widest input, the token sequence (`context + 1` ids), the request state, the sampler
+/// configuration and each layer's f16 key and value cache (`context * kv_dim` each).
+struct Work {
+    arena: DeviceArena,
+    /// Each [`Buf`] at its index.
+    bufs: Vec<DevicePtr>,
+    q8: DevicePtr,
+    q8k: DevicePtr,
+    seq: DevicePtr,
+    state: DevicePtr,
+    config: DevicePtr,
+    /// Keys and values of each layer.
+    cache: Vec<(DevicePtr, DevicePtr)>,
+}
+
+impl Work {
+    /// Places the work memory of `model` with a cache of `context` positions.
+    ///
+    /// # Errors
+    /// CUDA (out of memory), the arena's layout errors.
+    fn place(ctx: &Context, model: &Model<'_>, context: usize) -> Result<Work, GpuError> {
+        let hp = model.hparams();
+        let mut plan = ArenaPlan::new();
+        let mut buf_r = Vec::new();
+        for b in Buf::ALL {
+            buf_r.push(plan.add(format!("{b:?}"), hp.width(b) * 4)?);
+        }
+        let widest = hp.n_embd.max(hp.q_dim()).max(hp.n_ff);
+        let q8_r = plan.add("q8", widest.div_ceil(32) * super::lower::BLOCK_Q8_BYTES)?;
+        let q8k_r = plan.add("q8k", widest.div_ceil(256) * super::lower::BLOCK_Q8K_BYTES)?;
+        let seq_r = plan.add("sequence", (context + 1) * 4)?;
+        let state_r = plan.add("state", super::lower::STATE_BYTES)?;
+        let config_r = plan.add("sampler configuration", CONFIG_BYTES)?;
+        let layer_cache = context * hp.kv_dim() * 2;
+        let mut cache_r = Vec::new();
+        for l in 0..hp.n_layer {
+            cache_r.push((
+                plan.add(format!("k{l}"), layer_cache)?,
+                plan.add(format!("v{l}"), layer_cache)?,
+            ));
+        }
+        let arena = DeviceArena::new(ctx, plan)?;
+        Ok(Work {
+            bufs: buf_r.iter().map(|&r| arena.ptr(r)).collect(),
+            q8: arena.ptr(q8_r),
+            q8k: arena.ptr(q8k_r),
+            seq: arena.ptr(seq_r),
+            state: arena.ptr(state_r),
+            config: arena.ptr(config_r),
+            cache: cache_r
+                .iter()
+                .map(|&(k, v)| (arena.ptr(k), arena.ptr(v)))
+                .collect(),
+            arena,
+        })
+    }
+
+    fn buf(&self, b: Buf) -> DevicePtr {
+        self.bufs[b.index()]
+    }
+}
+
+/// What a decode step's launches are bound to: the model's shapes, the uploaded weights,
+/// the work memory and the kernels.
+struct Binding<'m, 'a> {
+    model: &'a Model<'m>,
+    weights: &'a DeviceWeights,
+    kernels: DecodeKernels,
+    work: &'a Work,
+    /// [`kernels::ROPE_FUSED`] | [`kernels::ROPE_INTERLEAVED`] of the model's rule.
+    rope_form: i32,
+    rope_interleaved: bool,
+    /// Blocks of one wave of the fused kernels (`FUSE_MIN_BLOCKS` per SM).
+    max_blocks: u32,
+    context: usize,
+}
+
+impl Binding<'_, '_> {
+    /// The launch of step `s`.
+    fn launch(&self, s: &Step) -> Launch {
+        let hp = self.model.hparams();
+        match *s {
+            Step::Embed { table } => {
+                let m = self.model.matrix(table);
+                Launch {
+                    f: self.kernels.embed,
+                    grid: (1, 1),
+                    block: 256,
+                    params: Params::Embed(EmbedParams {
+                        table: self.weights.mat_ptr(table),
+                        prompt: self.work.seq,
+                        state: self.work.state,
+                        out: self.work.buf(Buf::Residual),
+                        ty: m.ty.ggml_id() as i32,
+                        cols: i32_of(m.cols),
+                        row_bytes: i32_of(m.row_bytes()),
+                        n_vocab: i32_of(m.rows),
+                    }),
+                }
+            }
+            Step::Prep {
+                input,
+                swiglu,
+                norm,
+                out,
+                q8: want8,
+                q8k: want8k,
+            } => Launch {
+                f: self.kernels.prep,
+                grid: (1, 1),
+                block: kernels::PREP_THREADS,
+                params: Params::Prep(PrepParams {
+                    input: self.work.buf(input),
+                    in2: if swiglu {
+                        self.work.buf(Buf::Up)
+                    } else {
+                        DevicePtr(0)
+                    },
+                    weight: norm.map_or(DevicePtr(0), |v| self.weights.vec_ptr(v)),
+                    out: self.work.buf(out),
+                    q8: if want8 { self.work.q8 } else { DevicePtr(0) },
+                    q8k: if want8k { self.work.q8k } else { DevicePtr(0) },
+                    n: i32_of(hp.width(input)),
+                    eps: hp.norm_eps,
+                    swiglu: i32::from(swiglu),
+                    pad: 0,
+                }),
+            },
+            Step::MatVec { input, projs } => {
+                let (p, nproj, total) = self.projs(&projs);
+                let p = MatVecParams {
+                    x: self.work.buf(input),
+                    q8: self.work.q8,
+                    q8k: self.work.q8k,
+                    p,
+                    nproj: i32_of(nproj),
+                    cols: i32_of(hp.width(input)),
+                    rows_total: i32_of(total),
+                    ..MatVecParams::default()
+                };
+                Launch {
+                    f: self.kernels.matvec,
+                    grid: (total.div_ceil(kernels::MV_ROWS as usize) as u32, 1),
+                    block: kernels::MV_WARPS * 32,
+                    params: Params::MatVec(p),
+                }
+            }
+            Step::HeadNorm { buf, heads, weight } => Launch {
+                f: self.kernels.head_norm,
+                grid: (heads.div_ceil(4) as u32, 1),
+                block: 128,
+                params: Params::HeadNorm(HeadNormParams {
+                    x: self.work.buf(buf),
+                    weight: self.weights.vec_ptr(weight),
+                    heads: i32_of(heads),
+                    head_dim: i32_of(hp.head_dim),
+                    eps: hp.norm_eps,
+                    pad: 0,
+                }),
+            },
+            Step::Rope { buf, heads, store } => {
+                let (kc, vc) = match store {
+                    Some(l) => self.work.cache[l],
+                    None => (DevicePtr(0), DevicePtr(0)),
+                };
+                Launch {
+                    f: self.kernels.rope,
+                    grid: ((heads * hp.head_dim / 2).div_ceil(128) as u32, 1),
+                    block: 128,
+                    params: Params::Rope(RopeParams {
+                        x: self.work.buf(buf),
+                        angles: self.weights.angles_ptr(),
+                        state: self.work.state,
+                        kcache: kc,
+                        vcache: vc,
+                        v: self.work.buf(Buf::V),
+                        heads: i32_of(heads),
+                        head_dim: i32_of(hp.head_dim),
+                        kv_dim: i32_of(hp.kv_dim()),
+                        form: self.rope_form,
+                    }),
+                }
+            }
+            Step::Attention { layer } => Launch {
+                f: self.kernels.attention,
+                grid: (hp.n_head as u32, 1),
+                block: kernels::ATTN_WARPS * 32,
+                params: Params::Attention(self.attn(layer)),
+            },
+            Step::PrepMatVec { prologue, projs } => {
+                let (p, nproj, rows) = self.projs(&projs);
+                Launch {
+                    f: self.kernels.prep_matvec,
+                    grid: (self.fused_grid(rows), 1),
+                    block: kernels::FUSE_WARPS * 32,
+                    params: Params::PrepMatVec(PrepMatVecParams {
+                        input: self.prologue(&prologue),
+                        p,
+                        nproj: i32_of(nproj),
+                        rows_total: i32_of(rows),
+                    }),
+                }
+            }
+            Step::QkvRope {
+                prologue,
+                projs,
+                layer,
+            } => {
+                let (p, _, _) = self.projs(&projs);
+                let items = (hp.n_head + hp.n_head_kv) * hp.head_dim / 2 + hp.kv_dim() / 2;
+                Launch {
+                    f: self.kernels.qkv_rope,
+                    grid: (self.fused_grid(items), 1),
+                    block: kernels::FUSE_WARPS * 32,
+                    params: Params::QkvRope(QkvRopeParams {
+                        input: self.prologue(&prologue),
+                        p,
+                        angles: self.weights.angles_ptr(),
+                        state: self.work.state,
+                        kcache: self.work.cache[layer].0,
+                        vcache: self.work.cache[layer].1,
+                        n_head: i32_of(hp.n_head),
+                        n_kv: i32_of(hp.n_head_kv),
+                        head_dim: i32_of(hp.head_dim),
+                        items: i32_of(items),
+                        form: self.rope_form,
+                        pad: 0,
+                    }),
+                }
+            }
+            Step::AttentionFused { layer } => Launch {
+                f: self.kernels.attention_fused,
+                grid: (hp.n_head as u32, 1),
+                block: kernels::ATTN_WARPS * 32,
+                params: Params::AttnFused(self.attn(layer)),
+            },
+            Step::Sample => Launch {
+                f: self.kernels.sample,
+                grid: (1, 1),
+                block: kernels::SAMPLE_THREADS,
+                params: Params::Sample(SampleParams {
+                    logits: self.work.buf(Buf::Logits),
+                    seq: self.work.seq,
+                    state: self.work.state,
+                    config: self.work.config,
+                    n: i32_of(hp.n_vocab),
+                    seq_cap: i32_of(self.context + 1),
+                }),
+            },
+        }
+    }
+
+    /// The parameters of a fused kernel's prologue `pr`.
+    fn prologue(&self, pr: &Prologue) -> PrologueParams {
+        let hp = self.model.hparams();
+        PrologueParams {
+            input: self.work.buf(pr.input),
+            in2: if pr.swiglu {
+                self.work.buf(Buf::Up)
+            } else {
+                DevicePtr(0)
+            },
+            norm: pr.norm.map_or(DevicePtr(0), |v| self.weights.vec_ptr(v)),
+            n: i32_of(hp.width(pr.input)),
+            eps: hp.norm_eps,
+            swiglu: i32::from(pr.swiglu),
+            q8: i32::from(pr.q8),
+            q8k: i32::from(pr.q8k),
+            pad: 0,
+        }
+    }
+
+    /// The parameters of up to three projections, how many there are, and their rows.
+    fn projs(&self, projs: &[Option<crate::forward::Proj>; 3]) -> ([ProjParams; 3], usize, usize) {
+        let mut out = [ProjParams::default(); 3];
+        let mut rows = 0usize;
+        for (k, pr) in projs.iter().flatten().enumerate() {
+            let m = self.model.matrix(pr.weight);
+            out[k] = ProjParams {
+                w: self.weights.mat_ptr(pr.weight),
+                bias: pr.bias.map_or(DevicePtr(0), |v| self.weights.vec_ptr(v)),
+                out: self.work.buf(pr.out),
+                ty: m.ty.ggml_id() as i32,
+                rows: i32_of(m.rows),
+                row_bytes: i32_of(m.row_bytes()),
+                accumulate: i32::from(pr.accumulate),
+            };
+            rows += m.rows;
+        }
+        (out, projs.iter().flatten().count(), rows)
+    }
+
+    /// Blocks of a fused kernel over `items` rows or items: each warp takes one per turn, at
+    /// most one wave of blocks (the head's rows in several turns).
+    fn fused_grid(&self, items: usize) -> u32 {
+        (items.div_ceil(kernels::FUSE_WARPS as usize) as u32).clamp(1, self.max_blocks)
+    }
+
+    /// The attention parameters of `layer`.
+    fn attn(&self, layer: usize) -> AttnParams {
+        let hp = self.model.hparams();
+        AttnParams {
+            q: self.work.buf(Buf::Q),
+            kcache: self.work.cache[layer].0,
+            vcache: self.work.cache[layer].1,
+            out: self.work.buf(Buf::Attn),
+            state: self.work.state,
+            n_head: i32_of(hp.n_head),
+            n_kv: i32_of(hp.n_head_kv),
+            head_dim: i32_of(hp.head_dim),
+            kv_dim: i32_of(hp.kv_dim()),
+            scale: 1.0 / (hp.head_dim as f32).sqrt(),
+            interleaved: i32::from(self.rope_interleaved),
+        }
     }
 }
 

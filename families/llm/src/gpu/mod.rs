@@ -42,12 +42,16 @@ pub mod kernels;
 mod prefill_graph;
 #[cfg(feature = "cuda")]
 mod sampler;
+#[cfg(feature = "cuda")]
+mod weights;
 
 #[cfg(feature = "cuda")]
-pub use decoder::{DeviceWeights, GpuDecoder, GpuError, GpuOptions, check_sampling};
+pub use decoder::{GpuDecoder, GpuError, GpuOptions, check_sampling};
 pub use lower::{
     LowerError, MemoryPlan, Prologue, SampleConfig, Step, UnsupportedSampling, lower, lower_fused,
 };
 pub use prefill::{ChunkStep, PREFILL_CHUNK, PrefillError, chunk_lengths, lower_chunk};
 #[cfg(feature = "cuda")]
 pub use sampler::DeviceSampler;
+#[cfg(feature = "cuda")]
+pub use weights::DeviceWeights;
