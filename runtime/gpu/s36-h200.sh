@@ -6,6 +6,7 @@
 #   gpu_share     two generators on one upload, the RoPE table compared on the device
 #   gpu_numerics  decode step, fused step and prefill graph against the CPU engine, bit for bit
 #   gpu_prefill   prefill graph = token by token (every weight type), TTFT on the SmolLM2 shape
+#   gpu_sample    the device sampler against the CPU engine's, requests prefilled by the graph
 # then (PROFILE=1, the default) ncu over the first eager 128-token chunk of the prefill load
 # check (SmolLM2 shape, 30 layers): kernel time by kernel name and grid (ncu_sum.py).
 # Run from the checkout: DIR=s36a bash runtime/gpu/s36-h200.sh (logs under $OUT).
@@ -26,6 +27,7 @@ for V in ${VARIANTS:-_}; do
   [ -x ./gpu_share ] && run ${P}share 120 ./gpu_share
   [ -x ./gpu_numerics ] && run ${P}numerics 200 ./gpu_numerics
   [ -x ./gpu_prefill ] && run ${P}prefill 150 ./gpu_prefill
+  [ -x ./gpu_sample ] && run ${P}sample 150 ./gpu_sample
   echo "=== variant $V"; grep -hE "^test |differ|refus|pp128|pp512|pp2048|panicked|rc=|result|MiB|prefill chunk" $OUT/${P}*.log | cut -c1-240 | head -40
   if [ "${PROFILE:-1}" = 1 ] && [ -x ./gpu_prefill ]; then
     NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
