@@ -7,6 +7,7 @@
 #   gpu_numerics  decode step, fused step and prefill graph against the CPU engine, bit for bit
 #   gpu_prefill   prefill graph = token by token (every weight type), TTFT on the SmolLM2 shape
 #   gpu_sample    the device sampler against the CPU engine's, requests prefilled by the graph
+#   gpu_ahead     steps launched ahead give the tokens of one step at a time
 # then (PROFILE=1, the default) ncu over the first eager 128-token chunk of the prefill load
 # check (SmolLM2 shape, 30 layers): kernel time by kernel name and grid (ncu_sum.py).
 # Run from the checkout: DIR=s36a bash runtime/gpu/s36-h200.sh (logs under $OUT).
@@ -28,7 +29,8 @@ for V in ${VARIANTS:-_}; do
   [ -x ./gpu_numerics ] && run ${P}numerics 200 ./gpu_numerics
   [ -x ./gpu_prefill ] && run ${P}prefill 150 ./gpu_prefill
   [ -x ./gpu_sample ] && run ${P}sample 150 ./gpu_sample
-  echo "=== variant $V"; grep -hE "^test |differ|refus|pp128|pp512|pp2048|panicked|rc=|result|MiB|prefill chunk" $OUT/${P}*.log | cut -c1-240 | head -40
+  [ -x ./gpu_ahead ] && run ${P}ahead 120 ./gpu_ahead
+  echo "=== variant $V"; grep -hE "^test |differ|refus|pp128|pp512|pp2048|per call|panicked|rc=|result|MiB|prefill chunk" $OUT/${P}*.log | cut -c1-240 | head -40
   if [ "${PROFILE:-1}" = 1 ] && [ -x ./gpu_prefill ]; then
     NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     TETHER_LLM_PREFILL_LOAD_ONLY=1 timeout -s INT 200 $NCU -k 'regex:(_chunk|chunk_advance)$' --launch-count 320 --cache-control none --clock-control none --metrics gpu__time_duration.sum,launch__grid_size --csv --page raw ./gpu_prefill prefill_graph_on_a_model_of_smollm2_shape --test-threads 1 > $OUT/${P}ncu-prefill.csv 2> $OUT/${P}prof.log

@@ -1887,13 +1887,40 @@ __device__ uint32_t radix_select(const float* logits, int n, unsigned long long 
         const int shift = 24 - 8 * pass;
         if (t < 256) { sh.hcount[t] = 0; sh.hmass[t] = 0; }
         __syncthreads();
-        for (int i = t; i < n; i += SAMPLE_THREADS) {
-            const float l = logits[i];
-            const uint32_t k = order_key(l);
-            if ((k & mask) != prefix || rank_of(k, (uint32_t)i) < thr) continue;
-            const uint32_t b = (k >> shift) & 255u;
-            atomicAdd(&sh.hcount[b], 1u);
-            if (by_mass) atomicAdd(&sh.hmass[b], mass_fx(l, mx));
+        if (!by_mass) {
+            for (int i = t; i < n; i += SAMPLE_THREADS) {
+                const uint32_t k = order_key(logits[i]);
+                if ((k & mask) != prefix || rank_of(k, (uint32_t)i) < thr) continue;
+                atomicAdd(&sh.hcount[(k >> shift) & 255u], 1u);
+            }
+        } else {
+            // By mass, warp-aggregated: the lanes of a warp that fall in one bin add their
+            // count and masses (integers: any order gives the same sum) through one lane, so
+            // the few bins most logits share do not take a 64-bit atomic from every lane in
+            // turn (top-p alone over 151,936 logits: 2.7 -> 0.7 ms). `sh.red` (free here)
+            // holds each lane's mass for its bin's leader. The count-only pass keeps one
+            // 32-bit atomic per element, which was faster there than `__match_any_sync`.
+            for (int i0 = 0; i0 < n; i0 += SAMPLE_THREADS) {
+                const int i = i0 + t;
+                float l = 0.0f;
+                uint32_t b = 256u;  // no bin
+                if (i < n) {
+                    l = logits[i];
+                    const uint32_t k = order_key(l);
+                    if ((k & mask) == prefix && rank_of(k, (uint32_t)i) >= thr) b = (k >> shift) & 255u;
+                }
+                if (__ballot_sync(0xffffffffu, b < 256u) == 0) continue;  // the whole warp
+                const unsigned peers = __match_any_sync(0xffffffffu, b);
+                sh.red[t] = b < 256u ? mass_fx(l, mx) : 0ull;
+                __syncwarp();
+                if (b < 256u && (t & 31) == __ffs(peers) - 1) {
+                    unsigned long long sum = 0;
+                    for (unsigned m = peers; m != 0; m &= m - 1) sum += sh.red[(t & ~31) + __ffs(m) - 1];
+                    atomicAdd(&sh.hcount[b], (uint32_t)__popc(peers));
+                    atomicAdd(&sh.hmass[b], sum);
+                }
+                __syncwarp();
+            }
         }
         __syncthreads();
         if (t == 0) {
