@@ -8,6 +8,7 @@
 #   gpu_prefill   prefill graph = token by token (every weight type), TTFT on the SmolLM2 shape
 #   gpu_sample    the device sampler against the CPU engine's, requests prefilled by the graph
 #   gpu_ahead     steps launched ahead give the tokens of one step at a time
+#   gpu_fuse      the fused step equals the unfused one bit for bit; their speeds
 # then (PROFILE=1, the default) ncu over the first eager 128-token chunk of the prefill load
 # check (SmolLM2 shape, 30 layers): kernel time by kernel name and grid (ncu_sum.py).
 # Run from the checkout: DIR=s36a bash runtime/gpu/s36-h200.sh (logs under $OUT).
@@ -30,6 +31,7 @@ for V in ${VARIANTS:-_}; do
   [ -x ./gpu_prefill ] && run ${P}prefill 150 ./gpu_prefill
   [ -x ./gpu_sample ] && run ${P}sample 150 ./gpu_sample
   [ -x ./gpu_ahead ] && run ${P}ahead 120 ./gpu_ahead
+  [ -x ./gpu_fuse ] && run ${P}fuse 150 ./gpu_fuse
   echo "=== variant $V"; grep -hE "^test |differ|refus|pp128|pp512|pp2048|per call|panicked|rc=|result|MiB|prefill chunk" $OUT/${P}*.log | cut -c1-240 | head -40
   if [ "${PROFILE:-1}" = 1 ] && [ -x ./gpu_prefill ]; then
     NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
