@@ -371,6 +371,15 @@ fn bad_inputs_are_one_line_errors() {
         "{}",
         stderr(&o)
     );
+    // The same with no INPUT but a family's own input option (`--prompt`): still the missing
+    // file, not a missing INPUT.
+    let o = tether(&["run", "/nonexistent/x.bundle", "--prompt", "hi"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("/nonexistent/x.bundle") && !stderr(&o).contains("INPUT"),
+        "{}",
+        stderr(&o)
+    );
     // Not an image.
     let o = tether(&["run", &b, &b]);
     assert_eq!(o.status.code(), Some(1));
@@ -2834,6 +2843,17 @@ fn run_help_lists_only_the_bundles_family_options() {
                 own.contains(&opt),
                 "{family}: {opt} in run --help:\n{help}"
             );
+        }
+    }
+    // Without a bundle, `run --help` lists every family's options but those only `bench`
+    // takes; `bench --help` lists them.
+    for (cmd, bench_only_listed) in [("run", false), ("bench", true)] {
+        let o = tether(&[cmd, "--help"]);
+        assert!(o.status.success(), "{cmd}: {}", stderr(&o));
+        let help = stdout(&o);
+        for opt in ["--n-prompt", "--n-gen"] {
+            let listed = help.lines().any(|l| l.split_whitespace().any(|w| w == opt));
+            assert_eq!(listed, bench_only_listed, "{opt} in {cmd} --help:\n{help}");
         }
     }
     // Refused before any work, naming the option and the family.

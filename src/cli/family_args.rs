@@ -112,8 +112,18 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
         }
         "run" | "bench" => match bundle_family(argv, pos + 1) {
             Some(f) => cmd.mut_subcommand(name, |c| for_family(add_args(c, f.run_args()), name, f)),
+            // No bundle (or one that does not open): every family's options, less on `run`
+            // those only `bench` takes.
             None => cmd.mut_subcommand(name, |c| {
-                add_args(c, REGISTRY.iter().flat_map(|f| f.run_args()).collect())
+                let mut c = add_args(c, REGISTRY.iter().flat_map(|f| f.run_args()).collect());
+                if name == "run" {
+                    for id in REGISTRY.iter().flat_map(|f| f.bench_only_args()) {
+                        if c.get_arguments().any(|a| a.get_id() == *id) {
+                            c = c.mut_arg(*id, |a| a.hide(true));
+                        }
+                    }
+                }
+                c
             }),
         },
         _ => cmd,

@@ -240,9 +240,11 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         if let Some(f) = model_format(&a.bundle) {
             return Err(model_not_bundle(&a.bundle, f, "run model.bundle ..."));
         }
-        // A file that is there but does not open (truncated, corrupt): say that, not that an
-        // input is missing (the family may take its input from `--prompt`).
-        if a.bundle.is_file() {
+        // A file that is there but does not open (truncated, corrupt), or no file at all:
+        // say that, not that an input is missing (the family may take its input from
+        // `--prompt`). Only a bundle path that exists but is no file (a folder) is the usage
+        // error.
+        if a.bundle.is_file() || !a.bundle.exists() {
             return Err(anyhow::Error::new(e).context(format!("loading {}", a.bundle.display())));
         }
         crate::usage!("{no_input}");
