@@ -136,16 +136,23 @@ fn print(
         "cv %"
     )?;
     for t in &r.tests {
+        // One timed run has no sample deviation: "n/a", not a 0 that reads as no spread.
+        let (rate, cv) = if t.runs.len() < 2 {
+            (format!("{:.2} ± n/a", t.mean), "n/a".to_string())
+        } else if t.mean > 0.0 {
+            (
+                format!("{:.2} ± {:.2}", t.mean, t.stddev),
+                format!("{:.2}", t.stddev / t.mean * 100.0),
+            )
+        } else {
+            (format!("{:.2} ± {:.2}", t.mean, t.stddev), "0.00".into())
+        };
         outln!(
-            "  {:<14} {:>12} {:>24} {:>8.2}",
+            "  {:<14} {:>12} {:>24} {:>8}",
             escape(&t.name),
             format!("{} {}", t.per_run, t.unit),
-            format!("{:.2} ± {:.2}", t.mean, t.stddev),
-            if t.mean > 0.0 {
-                t.stddev / t.mean * 100.0
-            } else {
-                0.0
-            }
+            rate,
+            cv
         )?;
     }
     if !r.latencies_ms.is_empty() {
