@@ -115,15 +115,15 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
             // No bundle (or one that does not open): every family's options, less on `run`
             // those only `bench` takes.
             None => cmd.mut_subcommand(name, |c| {
-                let mut c = add_args(c, REGISTRY.iter().flat_map(|f| f.run_args()).collect());
+                let c = add_args(c, REGISTRY.iter().flat_map(|f| f.run_args()).collect());
                 if name == "run" {
-                    for id in REGISTRY.iter().flat_map(|f| f.bench_only_args()) {
-                        if c.get_arguments().any(|a| a.get_id() == *id) {
-                            c = c.mut_arg(*id, |a| a.hide(true));
-                        }
-                    }
+                    hide(
+                        c,
+                        REGISTRY.iter().flat_map(|f| f.bench_only_args()).copied(),
+                    )
+                } else {
+                    c
                 }
-                c
             }),
         },
         _ => cmd,
@@ -157,7 +157,12 @@ fn for_family(cmd: Command, command: &str, family: &dyn Family) -> Command {
             cmd = cmd.mut_arg("inputs", |a| a.help(family.inputs_help()));
         }
     }
-    for id in hidden {
+    hide(cmd, hidden)
+}
+
+/// `cmd` with the options `ids` (those it has) left out of its help.
+fn hide<'a>(mut cmd: Command, ids: impl IntoIterator<Item = &'a str>) -> Command {
+    for id in ids {
         if cmd.get_arguments().any(|a| a.get_id() == id) {
             cmd = cmd.mut_arg(id, |a| a.hide(true));
         }

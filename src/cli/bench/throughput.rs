@@ -137,21 +137,21 @@ fn print(
     )?;
     for t in &r.tests {
         // One timed run has no sample deviation: "n/a", not a 0 that reads as no spread.
-        let (rate, cv) = if t.runs.len() < 2 {
-            (format!("{:.2} ± n/a", t.mean), "n/a".to_string())
-        } else if t.mean > 0.0 {
-            (
-                format!("{:.2} ± {:.2}", t.mean, t.stddev),
-                format!("{:.2}", t.stddev / t.mean * 100.0),
-            )
+        let (sd, cv) = if t.runs.len() < 2 {
+            ("n/a".to_string(), "n/a".to_string())
         } else {
-            (format!("{:.2} ± {:.2}", t.mean, t.stddev), "0.00".into())
+            let cv = if t.mean > 0.0 {
+                t.stddev / t.mean * 100.0
+            } else {
+                0.0
+            };
+            (format!("{:.2}", t.stddev), format!("{cv:.2}"))
         };
         outln!(
             "  {:<14} {:>12} {:>24} {:>8}",
             escape(&t.name),
             format!("{} {}", t.per_run, t.unit),
-            rate,
+            format!("{:.2} ± {sd}", t.mean),
             cv
         )?;
     }
