@@ -21,7 +21,7 @@ use super::prefill::PrefillError;
 use super::prefill_graph::{DecodeSide, PrefillGraph};
 use super::weights::{DeviceWeights, WeightRegions};
 use crate::cache::ContextFull;
-use crate::forward::{Buf, MatId, Model, VecId};
+use crate::forward::{Buf, MatId, Model};
 use crate::quant::TensorType;
 use crate::sample::SamplerParams;
 
@@ -371,12 +371,8 @@ impl GpuDecoder {
             &mut pinned,
         )?;
         let prefill = if options.prefill_chunk > 0 {
-            let mat_ptr = |id: MatId| weights.mat_ptr(id);
-            let vec_ptr = |id: VecId| weights.vec_ptr(id);
             let side = DecodeSide {
-                mat_ptr: &mat_ptr,
-                vec_ptr: &vec_ptr,
-                angles: weights.angles_ptr(),
+                weights: &weights,
                 rope_form,
                 prompt_batch: options.prompt_batch,
                 state: work.state,

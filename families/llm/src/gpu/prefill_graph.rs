@@ -13,19 +13,17 @@ use super::kernels::{
 };
 use super::lower::{BLOCK_Q8_BYTES, BLOCK_Q8K_BYTES, STATE_BYTES, SampleConfig};
 use super::prefill::{ChunkStep, MM_TOK, PrefillError, chunk_lengths, lower_chunk};
-use crate::forward::{Buf, MatId, Model, VecId};
+use super::weights::DeviceWeights;
+use crate::forward::{Buf, Model};
 use crate::quant::TensorType;
 use crate::sample::SamplerParams;
 
 /// What the prefill graph shares with the decode step: weights, cache, request state,
 /// token sequence, sampler configuration and logits, all placed by the decoder.
 pub(super) struct DecodeSide<'a> {
-    /// Device address of each uploaded matrix.
-    pub mat_ptr: &'a dyn Fn(MatId) -> DevicePtr,
-    /// Device address of each uploaded vector.
-    pub vec_ptr: &'a dyn Fn(VecId) -> DevicePtr,
-    /// The RoPE table, f32 `[context, head_dim]` (see [`super::kernels::RopeParams::angles`]).
-    pub angles: DevicePtr,
+    /// The uploaded weights and RoPE table, f32 `[context, head_dim]` (see
+    /// [`super::kernels::RopeParams::angles`]).
+    pub weights: &'a DeviceWeights,
     /// [`kernels::ROPE_FUSED`] | [`kernels::ROPE_INTERLEAVED`] of the model's rule.
     pub rope_form: i32,
     /// The CPU engine's prompt tokens per forward chunk ([`super::GpuOptions::prompt_batch`]).
@@ -395,7 +393,7 @@ impl ChunkBinding<'_, '_> {
                     block: 256,
                     shared: 0,
                     params: Params::Embed(EmbedChunkParams {
-                        table: (side.mat_ptr)(table),
+                        table: side.weights.mat_ptr(table),
                         prompt: side.seq,
                         state,
                         out: bp(Buf::Residual),
@@ -434,7 +432,7 @@ impl ChunkBinding<'_, '_> {
                     params: Params::Prep(PrepChunkParams {
                         input: bp(input),
                         in2: if swiglu { bp(Buf::Up) } else { DevicePtr(0) },
-                        weight: norm.map_or(DevicePtr(0), side.vec_ptr),
+                        weight: norm.map_or(DevicePtr(0), |v| side.weights.vec_ptr(v)),
                         out: bp(out),
                         q8: if want8 { q8 } else { DevicePtr(0) },
                         q8k: if want8k { q8k } else { DevicePtr(0) },
@@ -475,8 +473,8 @@ impl ChunkBinding<'_, '_> {
                         (bp(pr.out), hp.width(pr.out))
                     };
                     p.p[k] = ProjChunkParams {
-                        w: (side.mat_ptr)(pr.weight),
-                        bias: pr.bias.map_or(DevicePtr(0), side.vec_ptr),
+                        w: side.weights.mat_ptr(pr.weight),
+                        bias: pr.bias.map_or(DevicePtr(0), |v| side.weights.vec_ptr(v)),
                         out,
                         ty: m.ty.ggml_id() as i32,
                         rows: i32_of(m.rows),
@@ -513,7 +511,7 @@ impl ChunkBinding<'_, '_> {
                 shared: 0,
                 params: Params::HeadNorm(HeadNormChunkParams {
                     x: bp(buf),
-                    weight: (side.vec_ptr)(weight),
+                    weight: side.weights.vec_ptr(weight),
                     state,
                     heads: i32_of(heads),
                     head_dim: i32_of(hp.head_dim),
@@ -536,7 +534,7 @@ impl ChunkBinding<'_, '_> {
                     shared: 0,
                     params: Params::Rope(RopeChunkParams {
                         x: bp(buf),
-                        angles: side.angles,
+                        angles: side.weights.angles_ptr(),
                         state,
                         kcache: kc,
                         vcache: vc,
