@@ -2848,6 +2848,24 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     assert!(stdout(&o).contains("cpu threads"), "{}", stdout(&o));
     let o = tether(&["bench", &b, "--rate", "10"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // Generation options the throughput tests do not use are refused (exit 2), named, before
+    // any test runs: --max-tokens (the tests generate --n-gen), --stop, and on the CPU the
+    // sampler's (its tests sample nothing, as llama-bench's).
+    for (args, want) in [
+        (vec!["--max-tokens", "4"], "--max-tokens: not used"),
+        (vec!["--stop", "x"], "--stop: not used"),
+        (
+            vec!["--temperature", "0.5", "--seed", "3"],
+            "--temperature, --seed: not used",
+        ),
+    ] {
+        let mut a = vec!["bench", &b, "--runs", "1", "--n-prompt", "8", "--n-gen", "4"];
+        a.extend(args.iter().copied());
+        let o = tether(&a);
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{a:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{a:?}: {}", stdout(&o));
+    }
 }
 
 /// `tether run BUNDLE --help` lists the options of the bundle's family only (issue 28: the

@@ -316,6 +316,7 @@ impl Family for LlmFamily {
     ) -> Result<Box<dyn Runner>> {
         let gpu = check_device(options)?;
         let params = params_of(args)?;
+        let given = params.clone();
         let threads = options
             .threads
             .or_else(|| value::<u64>(args, "threads").map(|n| n as usize));
@@ -365,6 +366,7 @@ impl Family for LlmFamily {
             generator,
             ordinal: gpu,
             params,
+            given,
             raw: args.get_flag("raw"),
             system: value::<String>(args, "system"),
             prompt: value::<String>(args, "prompt"),
@@ -506,6 +508,34 @@ fn params_of(args: &ArgMatches) -> Result<ParamArgs> {
 }
 
 impl ParamArgs {
+    /// The options given that a throughput benchmark on the CPU does not use (`--NAME`):
+    /// its tests decode pseudo-random ids and sample nothing (llama-bench's method), and
+    /// generate `--n-gen` tokens, not `--max-tokens`. `sampled`: the benchmark samples on
+    /// the device with the sampler options (the GPU decoder's graph), so only
+    /// `--max-tokens` and `--stop` go unused.
+    fn unused_by_throughput(&self, sampled: bool) -> Vec<&'static str> {
+        let sampler = [
+            ("temperature", self.temperature.is_some()),
+            ("top-k", self.top_k.is_some()),
+            ("top-p", self.top_p.is_some()),
+            ("min-p", self.min_p.is_some()),
+            ("repeat-penalty", self.repeat_penalty.is_some()),
+            ("repeat-last-n", self.repeat_last_n.is_some()),
+            ("seed", self.seed.is_some()),
+        ];
+        let mut unused = Vec::new();
+        if self.max_tokens.is_some() {
+            unused.push("max-tokens");
+        }
+        if !self.stop.is_empty() {
+            unused.push("stop");
+        }
+        if !sampled {
+            unused.extend(sampler.iter().filter(|(_, given)| *given).map(|(n, _)| *n));
+        }
+        unused
+    }
+
     /// `base` (the checkpoint's defaults over llama.cpp's) with the options given; out of
     /// range values are usage errors naming the option.
     fn apply(self, mut p: GenerateParams) -> Result<GenerateParams> {
@@ -684,6 +714,9 @@ struct LlmRunner {
     #[allow(dead_code)]
     ordinal: Option<usize>,
     params: GenerateParams,
+    /// The generation options as given (`None`: not given), for the options a
+    /// throughput benchmark refuses.
+    given: ParamArgs,
     raw: bool,
     system: Option<String>,
     prompt: Option<String>,
@@ -1055,6 +1088,7 @@ impl LlmRunner {
                     ),
                 ),
                 ("context".into(), d.context().to_string()),
+                ("sampler".into(), sampler_line(&self.params.sampler)),
                 ("slowest steps (run.step ms)".into(), slowest.join("; ")),
             ],
         })
@@ -1074,7 +1108,26 @@ impl LlmRunner {
             .into());
         }
         #[cfg(feature = "cuda")]
-        if self.generator.gpu().is_some() {
+        let sampled = self.generator.gpu().is_some();
+        #[cfg(not(feature = "cuda"))]
+        let sampled = false;
+        let unused = self.given.unused_by_throughput(sampled);
+        if !unused.is_empty() {
+            let names: Vec<String> = unused.iter().map(|n| format!("--{n}")).collect();
+            return Err(UsageError(format!(
+                "{}: not used by the throughput tests (bench without an INPUT), which {}; give {} to `tether run`, or to `tether bench` with an INPUT (latency of whole requests)",
+                names.join(", "),
+                if sampled {
+                    "generate --n-gen tokens (default 128) and stop at none"
+                } else {
+                    "decode --n-gen pseudo-random ids on the CPU (default 128) and sample nothing (llama-bench's method; on a GPU the decoder samples with the sampler options)"
+                },
+                if names.len() == 1 { "it" } else { "them" }
+            ))
+            .into());
+        }
+        #[cfg(feature = "cuda")]
+        if sampled {
             return self.gpu_bench(options, stop);
         }
         let n_prompt = self
@@ -1153,6 +1206,29 @@ impl LlmRunner {
     }
 }
 
+/// The sampler chain as the options name it: `greedy`, or each filter's value (`off` when
+/// it is off), e.g. `temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty off,
+/// seed 0`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn sampler_line(p: &crate::sample::SamplerParams) -> String {
+    if p.temperature <= 0.0 {
+        return "greedy (argmax)".into();
+    }
+    let off = |on: bool, v: String| if on { v } else { "off".into() };
+    format!(
+        "temperature {}, top-k {}, top-p {}, min-p {}, repeat-penalty {}, seed {}",
+        p.temperature,
+        off(p.top_k > 0, p.top_k.to_string()),
+        off(p.top_p < 1.0, p.top_p.to_string()),
+        off(p.min_p > 0.0, p.min_p.to_string()),
+        off(
+            p.repeat_penalty != 1.0 && p.repeat_last_n > 0,
+            format!("{} over the last {}", p.repeat_penalty, p.repeat_last_n)
+        ),
+        p.seed
+    )
+}
+
 /// The `k` longest of `steps` (runs of `per_run` steps, back to back) as `run.step ms`,
 /// longest first: where a latency tail falls (the same step of every run, or one run).
 fn slowest_steps(steps: &[f64], per_run: usize, k: usize) -> String {
@@ -1174,7 +1250,45 @@ fn slowest_steps(steps: &[f64], per_run: usize, k: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::slowest_steps;
+    use super::{ParamArgs, sampler_line, slowest_steps};
+    use crate::sample::SamplerParams;
+
+    #[test]
+    fn throughput_refuses_what_it_does_not_use() {
+        let given = ParamArgs {
+            max_tokens: Some(4),
+            top_p: Some(0.5),
+            seed: Some(1),
+            ..ParamArgs::default()
+        };
+        assert_eq!(
+            given.unused_by_throughput(false),
+            ["max-tokens", "top-p", "seed"]
+        );
+        assert_eq!(given.unused_by_throughput(true), ["max-tokens"]);
+        assert!(ParamArgs::default().unused_by_throughput(false).is_empty());
+    }
+
+    #[test]
+    fn sampler_line_names_each_filter_or_off() {
+        assert_eq!(sampler_line(&SamplerParams::greedy()), "greedy (argmax)");
+        assert_eq!(
+            sampler_line(&SamplerParams::default()),
+            "temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty off, seed 0"
+        );
+        let p = SamplerParams {
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.1,
+            seed: 7,
+            ..SamplerParams::default()
+        };
+        assert_eq!(
+            sampler_line(&p),
+            "temperature 0.8, top-k off, top-p off, min-p off, repeat-penalty 1.1 over the last 64, seed 7"
+        );
+    }
 
     #[test]
     fn slowest_steps_name_the_run_and_the_step() {
