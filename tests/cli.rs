@@ -2859,7 +2859,16 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
             "--temperature, --seed: not used",
         ),
     ] {
-        let mut a = vec!["bench", &b, "--runs", "1", "--n-prompt", "8", "--n-gen", "4"];
+        let mut a = vec![
+            "bench",
+            &b,
+            "--runs",
+            "1",
+            "--n-prompt",
+            "8",
+            "--n-gen",
+            "4",
+        ];
         a.extend(args.iter().copied());
         let o = tether(&a);
         assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
