@@ -801,6 +801,16 @@ fn bench_staged_runs_skip_the_copy_in() {
         "{}",
         stdout(&o)
     );
+    // So does --eager (the run is the host's, not labelled eager), and --sync has its line.
+    let o = cpu_bench(&b, 1, &["--eager", "--sync", "block"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("host (--eager asked, but this bundle runs on the CPU")
+            && !stdout(&o).contains("[eager]")
+            && stdout(&o).contains("block asked, but this bundle runs on the CPU: no GPU"),
+        "{}",
+        stdout(&o)
+    );
     // So does --staging: nothing is staged on the CPU; the default says nothing.
     let o = cpu_bench(&b, 1, &["--staging", "mapped-outputs", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -343,11 +343,26 @@ fn open_variants(
         variants.push(variant("eager", second));
         variants[1].prepare(input.as_ref())?;
     }
-    if !variants[0].env.execution.on_gpu() && first_name == "graph" {
+    if !variants[0].env.execution.on_gpu() {
+        // On the host there is neither a graph nor an eager launch: the run is named for
+        // where it ran, and --graph / --eager are said to have no effect, not dropped
+        // silently (--sync and --staging: the header's lines, `Machine::probe`).
         variants[0].name = "host";
-        if a.graph && variants[0].env.execution_note.is_empty() {
-            variants[0].env.execution_note =
-                "--graph asked, but this bundle runs on the CPU: nothing to capture".into();
+        let asked = if a.graph {
+            Some("--graph")
+        } else if a.eager {
+            Some("--eager")
+        } else {
+            None
+        };
+        if let Some(opt) = asked {
+            let note = format!("{opt} asked, but this bundle runs on the CPU: nothing to capture");
+            let env = &mut variants[0].env;
+            env.execution_note = if env.execution_note.is_empty() {
+                note
+            } else {
+                format!("{}; {note}", env.execution_note)
+            };
         }
     }
     if a.floor {
