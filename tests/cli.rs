@@ -739,6 +739,20 @@ fn bench_usage_errors_exit_2() {
         (vec!["--precision", "fp8"], "fp32, tf32 or fp16"),
         (vec!["--graph", "--eager"], "cannot be used with"),
         (vec!["--threads", "0"], "--threads"),
+        // A negative or fractional count names the range, as one too large does.
+        (
+            vec!["--threads", "-1"],
+            "'--threads <N>': accepted 1 to 1024",
+        ),
+        (vec!["--runs", "-5"], "accepted 1 to 1000000000"),
+        (
+            vec!["--warmup", "1.5"],
+            "not a whole number (accepted 0 to 1000000)",
+        ),
+        (
+            vec!["--duration", "a"],
+            "not a number (accepted 1 to 86400)",
+        ),
         (vec!["--deadline", "-1"], "deadline"),
         (
             vec!["--device", "cpu", "--compare", "--runs", "1"],
@@ -2770,6 +2784,20 @@ fn llm_bad_options_and_other_families_options_are_named() {
     let o = tether(&["run", &b, f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("not UTF-8"), "{}", stderr(&o));
+    // A negative count names the option and its range, not clap's "invalid digit".
+    for (opt, v, says) in [
+        ("--max-tokens", "-3", "accepted 1 to 1000000"),
+        ("--seed", "-1", "accepted 0 to 18446744073709551615"),
+        ("--top-k", "2.5", "not a whole number"),
+    ] {
+        let o = tether(&["run", &b, "-p", "hi", opt, v]);
+        assert_eq!(o.status.code(), Some(2), "{opt} {v}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(opt) && stderr(&o).contains(says),
+            "{opt} {v}: {}",
+            stderr(&o)
+        );
+    }
     // No prompt at all.
     let o = tether(&["run", &b]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

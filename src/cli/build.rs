@@ -40,7 +40,7 @@ pub struct BuildArgs {
     #[arg(long)]
     no_fp16: bool,
     /// Builder workspace limit in MiB.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    #[arg(long, default_value_t = 1024, allow_negative_numbers = true, value_parser = tether_family::args::whole(1, 1 << 20))]
     workspace_mib: u64,
     /// Build version-compatible plans (run on later TensorRT versions; need host code allowed).
     #[arg(long)]

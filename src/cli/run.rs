@@ -59,7 +59,7 @@ pub struct RunArgs {
 pub struct ThreadsArg {
     /// Threads of the CPU engine. Default: the cores this process may run on, or 1 when it
     /// runs under a real-time scheduling policy or only on isolated cores (`isolcpus`).
-    #[arg(long = "threads", value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    #[arg(long = "threads", value_name = "N", allow_negative_numbers = true, value_parser = tether_family::args::whole(1, 1024))]
     threads: Option<u64>,
 }
 

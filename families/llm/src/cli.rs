@@ -22,7 +22,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, value_parser};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
-use tether_family::args::{flag_arg, number_arg, path_arg, read_file, utf8_text, value};
+use tether_family::args::{flag_arg, number_arg, path_arg, read_file, utf8_text, value, whole};
 use tether_family::family::{
     BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource,
     LatencySummary, Outcome, Report, RunOptions, Runner, SelfTest, ThroughputOptions,
@@ -198,7 +198,7 @@ impl Family for LlmFamily {
             number_arg(
                 "max-tokens",
                 "N",
-                value_parser!(u64).range(1..=1_000_000),
+                whole(1, 1_000_000),
                 "Most tokens to generate (llm; default 256, or the checkpoint's max_new_tokens)",
             ),
             number_arg(
@@ -211,7 +211,7 @@ impl Family for LlmFamily {
             number_arg(
                 "top-k",
                 "K",
-                value_parser!(u64).range(0..=1_000_000),
+                whole(0, 1_000_000),
                 "Keep the K most likely tokens; 0: off (llm; default 40)",
             ),
             number_arg(
@@ -235,13 +235,13 @@ impl Family for LlmFamily {
             number_arg(
                 "repeat-last-n",
                 "N",
-                value_parser!(u64).range(0..=4096),
+                whole(0, 4096),
                 "Tokens the repetition penalty looks back over (llm; default 64)",
             ),
             number_arg(
                 "seed",
                 "S",
-                value_parser!(u64),
+                whole(0, u64::MAX),
                 "Random seed of the sampler: the same seed, prompt and options give the same text (llm; default 0)",
             ),
             Arg::new("stop")
@@ -252,26 +252,26 @@ impl Family for LlmFamily {
             number_arg(
                 "context",
                 "N",
-                value_parser!(u64).range(1..=1 << 24),
+                whole(1, 1 << 24),
                 "KV cache positions (llm; default and maximum: the model's training context)",
             )
             .visible_alias("ctx-size"),
             number_arg(
                 "threads",
                 "N",
-                value_parser!(u64).range(1..=1024),
+                whole(1, 1024),
                 "Threads of the forward pass (llm; default: the cores available)",
             ),
             Arg::new("n-prompt")
                 .long("n-prompt")
                 .value_name("N,N,...")
                 .value_delimiter(',')
-                .value_parser(value_parser!(u64).range(1..=1 << 20))
+                .value_parser(whole(1, 1 << 20))
                 .help("bench (llm): prompt-processing tests, tokens each (default 128,512)"),
             number_arg(
                 "n-gen",
                 "N",
-                value_parser!(u64).range(0..=1 << 20),
+                whole(0, 1 << 20),
                 "bench (llm): generation test, tokens (default 128; 0 skips it)",
             ),
         ]

@@ -60,14 +60,14 @@ pub struct BenchArgs {
     text: Option<String>,
     /// Timed runs (1 to 1,000,000,000; with --compare, runs of each). Default 200, or no
     /// limit with --duration; a family's throughput tests (no INPUT): 5 of each test.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    #[arg(long, allow_negative_numbers = true, value_parser = tether_family::args::whole(1, 1_000_000_000))]
     runs: Option<u64>,
     /// Stop after this many whole seconds, 1 to 86,400 (whichever comes first with --runs).
-    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, value_name = "S", allow_negative_numbers = true, value_parser = tether_family::args::whole(1, 86_400))]
     duration: Option<u64>,
     /// Untimed warm-up runs (of each, with --compare), after the first run, which prepares
     /// the session (on a GPU: captures the graph) and is never timed.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = tether_family::args::whole(0, 1_000_000))]
     warmup: u64,
     /// Open loop at a fixed rate (frames per second): frames are released on a fixed
     /// schedule with idle gaps between them, where latency after idle shows. A frame
