@@ -2263,11 +2263,11 @@ fn embed_builds_inspects_embeds_texts_and_self_tests() {
     let o = tether(&["run", &b, "--text", "  "]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("holds no text"), "{}", stderr(&o));
-    // An empty one is named by its option, not by an empty label ("input : ...").
+    // An empty one is named by its option, once, not by an empty label ("input : ...").
     let o = tether(&["run", &b, "--text", ""]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("input --text: --text \"\" holds no text"),
+        stderr(&o).contains("error: --text \"\" holds no text"),
         "{}",
         stderr(&o)
     );

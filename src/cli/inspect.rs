@@ -286,6 +286,33 @@ fn manifest_doc(b: &Bundle) -> InspectDoc<'_> {
 
 // ----- text ----------------------------------------------------------------------
 
+/// When a bundle was built, from its `created_unix_s`: `on 2026-12-04 21:17:03 UTC`, or
+/// `(no build time: unix time 0)` for a reproducible build that recorded none
+/// (`SOURCE_DATE_EPOCH=0`). The date is the proleptic Gregorian calendar's
+/// (`days_from_civil`'s inverse, H. Hinnant, "chrono-Compatible Low-Level Date
+/// Algorithms").
+fn built_at(unix_s: u64) -> String {
+    if unix_s == 0 {
+        return "(no build time: unix time 0)".into();
+    }
+    let (days, secs) = ((unix_s / 86_400) as i64, unix_s % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "on {year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
 fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Result<()> {
     let id = b.identity();
     let (major, minor) = b.format_version();
@@ -294,9 +321,9 @@ fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Resul
     writeln!(out, "model      {}", Escaped(id.model_version))?;
     writeln!(
         out,
-        "built by   {} (unix time {})",
+        "built by   {} {}",
         Escaped(id.tool_version),
-        id.created_unix_s
+        built_at(id.created_unix_s)
     )?;
     writeln!(out, "format     {major}.{minor}, {} bytes", b.file_len())?;
     writeln!(out, "digest     sha256:{}", id.content_digest_hex())?;
@@ -321,18 +348,22 @@ fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Resul
         writeln!(out, "targets")?;
     }
     for t in b.targets() {
-        let sm =
-            t.sm.map_or("any".to_string(), |(a, b)| format!("sm_{a}{b}"));
+        // `any` (no constraint) is said in words; a target without an SM runs on any GPU
+        // or none, which needs no mention.
+        let arch = match t.arch.to_string() {
+            a if a == "any" => "any architecture".to_string(),
+            a => a,
+        };
+        let sm = t.sm.map_or(String::new(), |(a, b)| format!(", sm_{a}{b}"));
         let trt = t
             .tensorrt_version_parts()
             .map_or(String::new(), |(a, b, c)| format!(", TensorRT {a}.{b}.{c}"));
         writeln!(
             out,
-            "  [{}] {:<12} {} on {}, {sm}{trt}",
+            "  [{}] {:<12} {} on {arch}{sm}{trt}",
             t.index,
             Escaped(t.name),
             t.engine,
-            t.arch
         )?;
     }
     let count = b.sections().count();
@@ -598,5 +629,20 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::from(3))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::built_at;
+
+    #[test]
+    fn built_at_is_the_utc_date_and_time() {
+        // Values checked against `date -u -d @N`.
+        assert_eq!(built_at(1), "on 1970-01-01 00:00:01 UTC");
+        assert_eq!(built_at(951_782_400), "on 2000-02-29 00:00:00 UTC");
+        assert_eq!(built_at(1_796_413_203), "on 2026-12-04 19:40:03 UTC");
+        assert_eq!(built_at(4_107_542_399), "on 2100-02-28 23:59:59 UTC");
+        assert_eq!(built_at(0), "(no build time: unix time 0)");
     }
 }

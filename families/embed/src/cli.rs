@@ -244,7 +244,7 @@ impl Family for EmbedFamily {
                 .unwrap_or(f32::NAN);
             (
                 format!(
-                    "{text:?}, cosine >= {min_cosine} (expected values from {})",
+                    "{text:?}, cosine >= {min_cosine}; expected values from {}",
                     t.source
                 ),
                 json!({ "text": text, "min_cosine": min_cosine }),

@@ -300,7 +300,7 @@ impl Family for LlmFamily {
             let (p, g) = (n(Role::Input, PROMPT_IDS), n(Role::Expected, GENERATED_IDS));
             (
                 format!(
-                    "{p} prompt tokens, {g} greedy tokens expected (from {})",
+                    "{p} prompt tokens, {g} greedy tokens expected; from {}",
                     t.source
                 ),
                 json!({ "prompt_token_count": p, "generated_token_count": g }),
