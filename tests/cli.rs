@@ -1023,7 +1023,13 @@ fn doctor_reports_this_machine() {
     for lib in ["cudnn", "cublas"] {
         assert!(v["libraries"][lib]["found"].is_boolean(), "{lib}: {v}");
     }
-    assert_eq!(v["schema_version"], 1, "{v}");
+    assert_eq!(v["schema_version"], 2, "{v}");
+    // Enumerations are spelled as the text report's words, not as Rust names.
+    assert_eq!(
+        v["probe"]["cuda"]["search"]["library"], "cuda-driver",
+        "{v}"
+    );
+    assert_eq!(v["probe"]["host"]["arch"], std::env::consts::ARCH, "{v}");
     // Every compiled engine in selection order, each with whether it can run here: the CPU
     // engine always, GPU engines only with a device.
     let engines = v["engines"].as_array().expect("engines list");
@@ -1104,7 +1110,7 @@ fn doctor_takes_a_tensorrt_path() {
     assert_eq!(trt["found"], false, "{trt}");
     let tried = trt["search"]["tried"].as_array().unwrap();
     assert_eq!(tried.len(), 1, "{trt}");
-    assert_eq!(tried[0]["kind"], "Explicit");
+    assert_eq!(tried[0]["kind"], "explicit");
     assert_eq!(tried[0]["place"], "/nonexistent/libnvinfer.so.10");
 }
 
