@@ -2892,6 +2892,36 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     assert!(stdout(&o).contains("cpu threads"), "{}", stdout(&o));
     let o = tether(&["bench", &b, "--rate", "10"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // A test whose runs spread more than 2.5 % (cv) is warned about under the table, as the
+    // latency benchmark warns of its total; one that does not is not.
+    let o = tether(&[
+        "bench",
+        &b,
+        "--runs",
+        "3",
+        "--n-prompt",
+        "8",
+        "--n-gen",
+        "4",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for test in ["pp8", "tg4"] {
+        let row = stdout(&o)
+            .lines()
+            .find(|l| l.trim_start().starts_with(test))
+            .map(str::to_owned)
+            .unwrap_or_default();
+        let cv: f64 = row
+            .split_whitespace()
+            .last()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("{test}: no cv in {row:?}"));
+        let warned = stdout(&o).contains(&format!("warning: {test}'s coefficient of variation"));
+        // (The table rounds to 0.01: at 2.50 either is right.)
+        if (cv - 2.5).abs() > 0.005 {
+            assert_eq!(warned, cv > 2.5, "{test} cv {cv}: {}", stdout(&o));
+        }
+    }
     // Generation options the throughput tests do not use are refused (exit 2), named, before
     // any test runs: --max-tokens (the tests generate --n-gen), --stop, and on the CPU the
     // sampler's (its tests sample nothing, as llama-bench's).

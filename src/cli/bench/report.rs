@@ -236,10 +236,11 @@ impl Summary<'_> {
                     beyond.mean() * 1e3
                 )?;
             }
-            if v.total.cv() > 0.025 {
+            if v.total.cv() > super::stats::NOISY_CV {
                 outln!(
-                    "  warning: the total's coefficient of variation is {:.1} % (> 2.5 %): the figures are noisy",
-                    v.total.cv() * 100.0
+                    "  warning: the total's coefficient of variation is {:.1} % (> {} %): the figures are noisy",
+                    v.total.cv() * 100.0,
+                    super::stats::NOISY_CV * 100.0
                 )?;
             }
             if let Some(d) = self.deadline {

@@ -18,6 +18,10 @@ pub(super) struct Stage {
     sum_ms: f64,
 }
 
+/// A coefficient of variation (sd / mean) above which a benchmark's figures are called noisy
+/// (2.5 %, a warning under the table of either benchmark).
+pub(super) const NOISY_CV: f64 = 0.025;
+
 /// The offset of the `beyond-floor` histogram: paired differences down to -50 us are
 /// recorded as they are (lower ones at -50 us), at a resolution of 32 to 64 ns where the
 /// differences lie (0 to 50 us: 50 to 100 us recorded, three significant digits).

@@ -167,6 +167,17 @@ fn print(
             cv
         )?;
     }
+    // As the latency benchmark warns of its total: a test whose runs spread widely.
+    for t in &r.tests {
+        if t.runs.len() >= 2 && t.mean > 0.0 && t.stddev / t.mean > super::stats::NOISY_CV {
+            outln!(
+                "  warning: {}'s coefficient of variation is {:.1} % (> {} %): the figures are noisy",
+                escape(&t.name),
+                t.stddev / t.mean * 100.0,
+                super::stats::NOISY_CV * 100.0
+            )?;
+        }
+    }
     if !r.latencies_ms.is_empty() {
         outln!()?;
         outln!(
