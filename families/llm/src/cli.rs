@@ -508,11 +508,11 @@ fn params_of(args: &ArgMatches) -> Result<ParamArgs> {
 }
 
 impl ParamArgs {
-    /// The options given that a throughput benchmark on the CPU does not use (`--NAME`):
-    /// its tests decode pseudo-random ids and sample nothing (llama-bench's method), and
-    /// generate `--n-gen` tokens, not `--max-tokens`. `sampled`: the benchmark samples on
-    /// the device with the sampler options (the GPU decoder's graph), so only
-    /// `--max-tokens` and `--stop` go unused.
+    /// The options given (`NAME` of `--NAME`) that the throughput tests do not use: they
+    /// generate `--n-gen` tokens, not `--max-tokens`, and stop at no `--stop` text; on the
+    /// CPU they decode pseudo-random ids and sample nothing (llama-bench's method), so the
+    /// sampler's options go unused too, unless `sampled` (the GPU decoder's graph samples
+    /// with them).
     fn unused_by_throughput(&self, sampled: bool) -> Vec<&'static str> {
         let sampler = [
             ("temperature", self.temperature.is_some()),
