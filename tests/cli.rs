@@ -2790,8 +2790,16 @@ fn llm_bad_options_and_other_families_options_are_named() {
     let o = tether(&["run", &b, f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("not UTF-8"), "{}", stderr(&o));
-    // A negative count names the option and its range, not clap's "invalid digit".
+    // A negative count names the option and its range, not clap's "invalid digit"; a
+    // temperature or penalty that would overflow the scaled logits is refused, not sampled
+    // into a wrong answer.
     for (opt, v, says) in [
+        (
+            "--temperature",
+            "1e-38",
+            "accepted <= 0 for greedy, or a finite number >= 1e-6",
+        ),
+        ("--repeat-penalty", "1e-40", "accepted 1e-6 to 1e6"),
         ("--max-tokens", "-3", "accepted 1 to 1000000"),
         ("--seed", "-1", "accepted 0 to 18446744073709551615"),
         ("--top-k", "2.5", "not a whole number"),

@@ -205,7 +205,7 @@ impl Family for LlmFamily {
                 "temperature",
                 "T",
                 value_parser!(f32),
-                "Sampling temperature; 0 or below: greedy (llm; default 0.8)",
+                "Sampling temperature; 0 or below: greedy, else at least 1e-6 (llm; default 0.8)",
             )
             .visible_alias("temp"),
             number_arg(
@@ -230,7 +230,7 @@ impl Family for LlmFamily {
                 "repeat-penalty",
                 "R",
                 value_parser!(f32),
-                "Repetition penalty over the last --repeat-last-n tokens; 1: off (llm; default 1.0)",
+                "Repetition penalty over the last --repeat-last-n tokens, 1e-6 to 1e6; 1: off (llm; default 1.0)",
             ),
             number_arg(
                 "repeat-last-n",

@@ -39,6 +39,19 @@ use crate::forward::Hparams;
 /// larger `repeat_last_n` covers this many.
 pub const MAX_PENALTY_WINDOW: usize = 4096;
 
+/// The smallest positive temperature (below it, and above 0, is refused): the sampler
+/// scales the logits by `1 / temperature`, and a scale above 1e6 would overflow `f32` for
+/// logits beyond 3.4e32 / 1e6, which no sane model emits but a smaller bound could not rule
+/// out (at 1e-38 a logit of 4 already overflows, and the draw would be NaN). As the
+/// temperature falls the draw tends to the greedy one; give 0 for that.
+pub const MIN_TEMPERATURE: f32 = 1e-6;
+
+/// The repetition penalty's bounds: a penalised logit is divided by it (positive logits) or
+/// multiplied by it (negative ones), so outside `[1e-6, 1e6]` a logit could overflow `f32`
+/// as [`MIN_TEMPERATURE`] says (at 1e-40 a logit of 1 already becomes infinite and wins
+/// every draw).
+pub const REPEAT_PENALTY_RANGE: (f32, f32) = (1e-6, 1e6);
+
 /// Philox4x32 multipliers and Weyl key increments (Salmon et al. 2011, Random123
 /// `philox.h`: `PHILOX_M4x32_0/1`, `PHILOX_W32_0/1`).
 const PHILOX_M0: u32 = 0xD251_1F53;
@@ -138,11 +151,13 @@ impl SamplerParams {
                 accepted,
             })
         };
-        if !self.temperature.is_finite() {
+        if !self.temperature.is_finite()
+            || (self.temperature > 0.0 && self.temperature < MIN_TEMPERATURE)
+        {
             return bad(
                 "temperature",
                 self.temperature,
-                "a finite number (<= 0 for greedy)",
+                "<= 0 for greedy, or a finite number >= 1e-6",
             );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
@@ -151,8 +166,13 @@ impl SamplerParams {
         if !(self.min_p >= 0.0 && self.min_p < 1.0) {
             return bad("min_p", self.min_p, "0 <= min_p < 1");
         }
-        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
-            return bad("repeat_penalty", self.repeat_penalty, "a finite number > 0");
+        let (lo, hi) = REPEAT_PENALTY_RANGE;
+        if !(self.repeat_penalty >= lo && self.repeat_penalty <= hi) {
+            return bad(
+                "repeat_penalty",
+                self.repeat_penalty,
+                "1e-6 to 1e6 (1: off)",
+            );
         }
         Ok(())
     }
@@ -578,6 +598,34 @@ mod tests {
             ..SamplerParams::default()
         };
         assert!(p.validate().is_err());
+        // A positive temperature so small that 1 / T overflows the scaled logits, and a
+        // penalty that overflows a penalised logit, are refused; 0 and below stay greedy.
+        for (t, ok) in [
+            (1e-38, false),
+            (1e-7, false),
+            (MIN_TEMPERATURE, true),
+            (0.0, true),
+            (-1.0, true),
+        ] {
+            p = SamplerParams {
+                temperature: t,
+                ..SamplerParams::default()
+            };
+            assert_eq!(p.validate().is_ok(), ok, "temperature {t}");
+        }
+        for (r, ok) in [
+            (1e-40, false),
+            (0.0, false),
+            (1e-6, true),
+            (1e6, true),
+            (1e7, false),
+        ] {
+            p = SamplerParams {
+                repeat_penalty: r,
+                ..SamplerParams::default()
+            };
+            assert_eq!(p.validate().is_ok(), ok, "repeat_penalty {r}");
+        }
         assert!(
             SamplerParams::default().validate().is_ok()
                 && SamplerParams::greedy().validate().is_ok()
