@@ -572,7 +572,7 @@ impl ParamArgs {
             return Err(UsageError(format!(
                 "--{} {}: accepted {}",
                 e.name.replace('_', "-"),
-                e.value,
+                crate::sample::shown(e.value),
                 e.accepted
             ))
             .into());

@@ -180,7 +180,7 @@ impl SamplerParams {
 
 /// A sampler parameter out of range.
 #[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
-#[error("sampling parameter `{name}` = {value}: accepted {accepted}")]
+#[error("sampling parameter `{name}` = {}: accepted {accepted}", shown(*value))]
 pub struct SamplerError {
     /// The parameter.
     pub name: &'static str,
@@ -188,6 +188,15 @@ pub struct SamplerError {
     pub value: f32,
     /// The accepted range.
     pub accepted: &'static str,
+}
+
+/// `v` as a person reads it: `0.8`, `1e-38` (not 38 zeros), `1e30`.
+pub fn shown(v: f32) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e9).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -576,6 +585,15 @@ mod tests {
         };
         assert_eq!(run(5), run(5));
         assert_ne!(run(5), run(6));
+    }
+
+    #[test]
+    fn values_are_shown_as_read() {
+        assert_eq!(shown(0.8), "0.8");
+        assert_eq!(shown(0.0), "0");
+        assert_eq!(shown(1e-38), "1e-38");
+        assert_eq!(shown(-1e30), "-1e30");
+        assert_eq!(shown(f32::NAN), "NaN");
     }
 
     #[test]
