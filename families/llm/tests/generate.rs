@@ -369,6 +369,10 @@ fn cancelling_during_a_long_prompt_stops_between_its_chunks() {
     let done = run.finish();
     assert_eq!(done.finish_reason, FinishReason::Cancelled);
     assert!(done.tokens.is_empty(), "{:?}", done.tokens);
+    // The timings count the tokens that ran (one chunk of 4), not the whole prompt: the
+    // rate is the rate they ran at.
+    assert_eq!(done.timings.prompt_tokens, 4, "{:?}", done.timings);
+    assert_eq!(done.prompt_tokens.len(), 40);
 }
 
 #[test]
