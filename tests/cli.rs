@@ -2695,6 +2695,32 @@ fn llm_run_prompt_greedy_gives_llama_cpp_text() {
     assert_eq!(r["prompt_tokens"], chat["prompt_ids"]);
     assert_eq!(r["finish_reason"], "stop");
     assert!(r["timings"]["generation_tokens_per_s"].as_f64().unwrap() > 0.0);
+    // One token: no interval between tokens, so no rate and no percentiles (null, not 0),
+    // and the summary says "1 token".
+    let v = json(&tether(&[
+        "run",
+        &b,
+        "--prompt",
+        prompt,
+        "--temp",
+        "0",
+        "--max-tokens",
+        "1",
+        "--json",
+    ]));
+    let t = &v["results"][0]["result"]["timings"];
+    assert_eq!(t["generated_token_count"], 1, "{t}");
+    assert_eq!(t["generation_ms"], 0.0, "{t}");
+    assert!(
+        t["generation_tokens_per_s"].is_null() && t["inter_token_ms"].is_null(),
+        "{t}"
+    );
+    let o = tether(&["run", &b, "-p", prompt, "--temp", "0", "--max-tokens", "1"]);
+    assert!(
+        stderr(&o).contains("; 1 token generated; first token"),
+        "{}",
+        stderr(&o)
+    );
     // --raw bypasses the template (the text's own 5 tokens); --max-tokens ends with `length`.
     let v = json(&tether(&[
         "run",

@@ -916,17 +916,25 @@ impl Runner for LlmRunner {
         };
         let t = &f.timings;
         let itl = Latency::of(&t.inter_token_ms);
-        // No token (cancelled during the prompt, or a stop at once): no first-token time.
+        // No token (cancelled during the prompt, or a stop at once): no first-token time;
+        // fewer than two: no interval between tokens, so no generation rate or percentiles.
         let ttft = (t.generated_tokens > 0).then_some(t.time_to_first_token_ms);
+        let intervals = !t.inter_token_ms.is_empty();
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         Ok(Outcome {
             summary: format!(
-                "{} ({} prompt tokens in {:.1} ms, {:.1} tok/s; {} tokens generated, {:.1} tok/s; {})",
+                "{} ({} in {:.1} ms, {:.1} tok/s; {}{}; {})",
                 f.finish_reason.as_str(),
-                t.prompt_tokens,
+                plural(t.prompt_tokens, "prompt token", "prompt tokens"),
                 t.prompt_ms,
                 t.prompt_tokens_per_s(),
-                t.generated_tokens,
-                t.generation_tokens_per_s(),
+                plural(t.generated_tokens, "token generated", "tokens generated"),
+                if intervals {
+                    format!(", {:.1} tok/s", t.generation_tokens_per_s())
+                } else {
+                    String::new()
+                },
                 match ttft {
                     Some(ms) => format!("first token after {ms:.1} ms"),
                     None => "no token generated".to_string(),
@@ -945,9 +953,10 @@ impl Runner for LlmRunner {
                     "prompt_tokens_per_s": t.prompt_tokens_per_s(),
                     "time_to_first_token_ms": ttft,
                     "generated_token_count": t.generated_tokens,
-                    "generation_ms": t.generation_ms,
-                    "generation_tokens_per_s": t.generation_tokens_per_s(),
-                    "inter_token_ms": { "p50": itl.p50, "p99": itl.p99, "max": itl.max, "mean": itl.mean },
+                    // First token to last: 0 for one token (never -0), null for none.
+                    "generation_ms": (t.generated_tokens > 0).then_some(t.generation_ms.max(0.0) + 0.0),
+                    "generation_tokens_per_s": intervals.then(|| t.generation_tokens_per_s()),
+                    "inter_token_ms": intervals.then(|| json!({ "p50": itl.p50, "p99": itl.p99, "max": itl.max, "mean": itl.mean })),
                     "host_us_per_token": t.host_us_per_token(),
                 },
             }),
