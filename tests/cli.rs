@@ -2956,6 +2956,24 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
             assert_eq!(warned, cv > 2.5, "{test} cv {cv}: {}", stdout(&o));
         }
     }
+    // Tests beyond the context are refused before any runs (exit 2), naming the option.
+    for (args, says) in [
+        (
+            vec!["--n-prompt", "8", "--n-gen", "40", "--context", "32"],
+            "--n-gen 40: the test needs 40 positions, beyond the context of 32",
+        ),
+        (
+            vec!["--n-prompt", "8,64", "--n-gen", "4", "--context", "32"],
+            "--n-prompt 64: the test needs 64 positions",
+        ),
+    ] {
+        let mut a = vec!["bench", &b, "--runs", "1"];
+        a.extend(args.iter().copied());
+        let o = tether(&a);
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{a:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{a:?}: {}", stdout(&o));
+    }
     // Generation options the throughput tests do not use are refused (exit 2), named, before
     // any test runs: --max-tokens (the tests generate --n-gen), --stop, and on the CPU the
     // sampler's (its tests sample nothing, as llama-bench's).

@@ -1103,6 +1103,42 @@ impl LlmRunner {
         })
     }
 
+    /// The throughput tests' positions checked against the context before any test runs
+    /// (a usage error naming the option, as any value out of range): on the CPU each `ppN`
+    /// and the `tg` test start from an empty cache (N, and `--n-gen`, positions); on the GPU
+    /// (`gpu`) `tgG@N` decodes G tokens after a prompt of N (N + G positions).
+    fn check_bench_fits(&self, gpu: bool) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        let context = match self.generator.gpu() {
+            Some(d) if gpu => d.context(),
+            _ => self.generator.state().cache().shape().context,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let context = self.generator.state().cache().shape().context;
+        let n_prompt = self
+            .n_prompt
+            .clone()
+            .unwrap_or_else(|| DEFAULT_N_PROMPT.to_vec());
+        let n_gen = self.n_gen.unwrap_or(DEFAULT_N_GEN);
+        let why = |what: String, needed: usize| {
+            Err(UsageError(format!(
+                "{what}: the test needs {needed} positions, beyond the context of {context} (--context, at most the model's training context)"
+            ))
+            .into())
+        };
+        if let Some(&n) = n_prompt.iter().find(|&&n| n > context) {
+            return why(format!("--n-prompt {n}"), n);
+        }
+        if gpu {
+            if let Some(&n) = n_prompt.iter().find(|&&n| n + n_gen > context) {
+                return why(format!("--n-gen {n_gen} after --n-prompt {n}"), n + n_gen);
+            }
+        } else if n_gen > context {
+            return why(format!("--n-gen {n_gen}"), n_gen);
+        }
+        Ok(())
+    }
+
     /// llama-bench's tests, one at a time so that Ctrl-C ends the benchmark between them.
     fn bench(
         &mut self,
@@ -1135,6 +1171,7 @@ impl LlmRunner {
             ))
             .into());
         }
+        self.check_bench_fits(sampled)?;
         #[cfg(feature = "cuda")]
         if sampled {
             return self.gpu_bench(options, stop);

@@ -150,7 +150,7 @@ fn a_full_context_ends_with_length_and_a_long_prompt_is_an_error() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "17 tokens do not fit the context of 16 tokens (0 already in the cache)"
+        "17 tokens do not fit the context of 16 tokens"
     );
     assert!(matches!(
         g.generate(Prompt::Text(""), &sampled(4, 3)),
