@@ -2265,13 +2265,14 @@ fn embed_builds_inspects_embeds_texts_and_self_tests() {
     assert!(o.status.success(), "build failed: {}", stderr(&o));
     assert!(stdout(&o).contains("family embed: 384-d"), "{}", stdout(&o));
     let b = out.to_string_lossy().into_owned();
-    // An empty text is refused as an empty file is, not embedded as [CLS][SEP].
+    // An empty text is refused, not embedded as [CLS][SEP]: the option's value is wrong, so
+    // a usage error (exit 2); an empty file is an input that failed (exit 1).
     let o = tether(&["run", &b, "--text", "  "]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("holds no text"), "{}", stderr(&o));
     // An empty one is named by its option, once, not by an empty label ("input : ...").
     let o = tether(&["run", &b, "--text", ""]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("error: --text \"\" holds no text"),
         "{}",
@@ -2841,11 +2842,12 @@ fn llm_bad_options_and_other_families_options_are_named() {
     // No prompt at all.
     let o = tether(&["run", &b]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    // The prompt's text where a prompt file belongs: a usage error pointing at --prompt.
+    // The prompt's text where a prompt file belongs: an input that failed (exit 1, as any
+    // unreadable input), pointing at --text (which run and bench both take).
     let o = tether(&["run", &b, "Where is Paris?"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("no such prompt file") && stderr(&o).contains("--prompt"),
+        stderr(&o).contains("no such prompt file") && stderr(&o).contains("--text"),
         "{}",
         stderr(&o)
     );

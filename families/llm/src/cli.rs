@@ -656,11 +656,11 @@ fn read_text(path: &Path) -> Result<String> {
         b
     } else if !path.exists() {
         // `tether run smollm2.bundle "Where is Paris?"`: text where a prompt file belongs.
-        // (The caller names the input.)
-        return Err(UsageError(
-            "no such prompt file; to give the prompt itself, use --prompt \"...\" (or - to read standard input)".into(),
-        )
-        .into());
+        // (The caller names the input.) An input that failed, as any unreadable file (exit
+        // 1); `--text` gives a prompt to `run` and to `bench` alike.
+        bail!(
+            "no such prompt file; to give the prompt itself, use --text \"...\" (or - to read standard input)"
+        );
     } else {
         read_file(path)?
     };
@@ -840,12 +840,17 @@ impl Runner for LlmRunner {
     }
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
+        // An empty option value is a usage error (exit 2), as an empty --prompt is; an empty
+        // file is an input that failed (exit 1). The caller names the input.
         let (label, text) = match source {
+            InputSource::Text(t) if t.trim().is_empty() => {
+                return Err(UsageError(format!("--text {t:?}: an empty prompt")).into());
+            }
             InputSource::Text(t) => (t.to_string(), t.to_string()),
             InputSource::File(p) => (p.display().to_string(), read_text(p)?),
         };
         if text.trim().is_empty() {
-            bail!("{label:?}: the prompt holds no text");
+            bail!("the prompt file holds no text");
         }
         Ok(Box::new(self.prompt_input(label, text)))
     }
