@@ -2784,6 +2784,44 @@ fn llm_bad_options_and_other_families_options_are_named() {
         "{}",
         stderr(&o)
     );
+    // --system is refused where it would be dropped (--raw has no template) or doubled (a
+    // chat file with its own system message); bench refuses run's --prompt (and its help
+    // leaves it out), and with an INPUT the throughput tests' --n-gen.
+    let chat = scratch().join("sys-chat.json");
+    std::fs::write(
+        &chat,
+        r#"[{"role":"system","content":"terse"},{"role":"user","content":"hi"}]"#,
+    )
+    .unwrap();
+    let chat = chat.to_str().unwrap();
+    for (args, says) in [
+        (
+            vec!["run", &b, "-p", "hi", "--raw", "--system", "s"],
+            "--system with --raw",
+        ),
+        (
+            vec!["run", &b, "--chat-file", chat, "--system", "s"],
+            "has a system message of its own",
+        ),
+        (
+            vec!["bench", &b, "--text", "hi", "--runs", "1", "--n-gen", "4"],
+            "--n-prompt and --n-gen set the throughput tests",
+        ),
+        (
+            vec!["bench", &b, "--runs", "1", "--n-gen", "4", "--raw"],
+            "--raw: not used by the throughput tests",
+        ),
+    ] {
+        let o = tether(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    let o = tether(&["bench", &b, "--help"]);
+    assert!(
+        !stdout(&o).contains("--prompt") && !stdout(&o).contains("--chat-file"),
+        "{}",
+        stdout(&o)
+    );
     // A chat file that is not there is named.
     let o = tether(&["run", &b, "--chat-file", "no-such-chat.json"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));

@@ -135,7 +135,10 @@ pub fn report(e: &anyhow::Error) {
         let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
         let _ = match family_args::help_command(&argv) {
             Some(cmd) if line.contains(&cmd) => Ok(()),
-            Some(cmd) => writeln!(err, "hint: `{cmd}` lists the accepted values"),
+            Some(cmd) => writeln!(
+                err,
+                "hint: `{cmd}` describes every option and the values it accepts"
+            ),
             None => writeln!(err, "hint: `tether --help` lists the commands"),
         };
     }

@@ -593,6 +593,12 @@ pub trait Family: Send + Sync {
     fn bench_only_args(&self) -> &'static [&'static str] {
         &[]
     }
+    /// Ids of [`Family::run_args`] that only `tether run` takes (a text generator's
+    /// `--prompt`, whose bench times an INPUT or `--text` instead): `bench --help` leaves
+    /// them out, and the family refuses them there.
+    fn run_only_args(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Run `test`, the self-test `bundle` carries ([`crate::selftest`]), on
     /// `options.device`: the family's pipeline on the reference input, its output compared
     /// with the recorded one within the recorded tolerances.

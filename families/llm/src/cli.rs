@@ -80,6 +80,10 @@ impl Family for LlmFamily {
         &["n-prompt", "n-gen"]
     }
 
+    fn run_only_args(&self) -> &'static [&'static str] {
+        &["prompt", "chat-file"]
+    }
+
     fn own_engines(&self) -> Vec<String> {
         let isa = crate::kernels::Isa::detect();
         let all: Vec<&str> = crate::kernels::Isa::available()
@@ -729,6 +733,17 @@ struct LlmRunner {
 }
 
 impl LlmRunner {
+    /// `--system` needs the chat template, which `--raw` leaves out: refused, not dropped.
+    fn check_raw_system(&self) -> Result<()> {
+        if self.raw && self.system.is_some() {
+            return Err(UsageError(
+                "--system with --raw: a system message needs the chat template".into(),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     /// A prompt text as this runner's options make it: raw, or the user message of a chat.
     fn prompt_input(&self, label: String, text: String) -> PromptInput {
         let what = if self.raw {
@@ -840,6 +855,15 @@ impl Runner for LlmRunner {
     }
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
+        // `run` refuses them before any input (`arg_inputs`); this is `bench` timing an
+        // INPUT, whose runs are whole requests, not the throughput tests.
+        if self.n_prompt.is_some() || self.n_gen.is_some() {
+            return Err(UsageError(
+                "--n-prompt and --n-gen set the throughput tests (`tether bench` without an INPUT); with an INPUT each run is one whole request (--max-tokens bounds it)".into(),
+            )
+            .into());
+        }
+        self.check_raw_system()?;
         // An empty option value is a usage error (exit 2), as an empty --prompt is; an empty
         // file is an input that failed (exit 1). The caller names the input.
         let (label, text) = match source {
@@ -862,6 +886,7 @@ impl Runner for LlmRunner {
             )
             .into());
         }
+        self.check_raw_system()?;
         let mut out: Vec<Box<dyn Input>> = Vec::new();
         if let Some(p) = &self.prompt {
             if p.trim().is_empty() {
@@ -880,7 +905,15 @@ impl Runner for LlmRunner {
             if let Some(s) = &self.system {
                 m.push(ChatMessage::new("system", s));
             }
-            m.extend(read_chat(f)?);
+            let chat = read_chat(f)?;
+            if self.system.is_some() && chat.iter().any(|c| c.role == "system") {
+                return Err(UsageError(format!(
+                    "--system with --chat-file {}: the file has a system message of its own (give one or the other)",
+                    f.display()
+                ))
+                .into());
+            }
+            m.extend(chat);
             out.push(Box::new(PromptInput {
                 label: f.display().to_string(),
                 what: PromptKind::Chat(m),
@@ -1161,16 +1194,23 @@ impl LlmRunner {
         let sampled = self.generator.gpu().is_some();
         #[cfg(not(feature = "cuda"))]
         let sampled = false;
-        let unused = self.given.unused_by_throughput(sampled);
+        let mut unused = self.given.unused_by_throughput(sampled);
+        // No prompt is shaped: the tests feed token ids.
+        if self.raw {
+            unused.push("raw");
+        }
+        if self.system.is_some() {
+            unused.push("system");
+        }
         if !unused.is_empty() {
             let names: Vec<String> = unused.iter().map(|n| format!("--{n}")).collect();
             return Err(UsageError(format!(
-                "{}: not used by the throughput tests (bench without an INPUT), which {}; give {} to `tether run`, or to `tether bench` with an INPUT (latency of whole requests)",
+                "{}: not used by the throughput tests (bench without an INPUT): they feed pseudo-random token ids (no prompt, no template) and generate --n-gen tokens (default 128) with no stop text{}; give {} to `tether run`, or to `tether bench` with an INPUT (whole requests)",
                 names.join(", "),
                 if sampled {
-                    "generate --n-gen tokens (default 128) and stop at none"
+                    ""
                 } else {
-                    "decode --n-gen pseudo-random ids on the CPU (default 128) and sample nothing (llama-bench's method; on a GPU the decoder samples with the sampler options)"
+                    ", sampling nothing on the CPU (llama-bench's method; the GPU decoder samples with the sampler options)"
                 },
                 if names.len() == 1 { "it" } else { "them" }
             ))
