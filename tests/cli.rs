@@ -965,6 +965,33 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
         stderr(&o)
     );
     assert!(!none.exists());
+    // TensorRT's options without --engine tensorrt are refused, not ignored; so is
+    // --engine tensorrt for the llm family, which has no networks for it.
+    let o = build_320n(&none, &["--hardware-compat", "ampere+", "--no-fp16"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--no-fp16, --hardware-compat: options of the TensorRT plans"),
+        "{}",
+        stderr(&o)
+    );
+    let o = tether(&[
+        "build",
+        "--family",
+        "llm",
+        "--gguf",
+        &asset("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        "-o",
+        none.to_str().unwrap(),
+        "--engine",
+        "tensorrt",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the llm family has no networks for TensorRT"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!none.exists());
 }
 
 /// `tether doctor` works on any machine: with no GPU/TensorRT it says so and

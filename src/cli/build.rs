@@ -100,6 +100,31 @@ pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let Some(family) = find(REGISTRY, &a.family) else {
         crate::usage!("unknown family `{}` (known: {})", a.family, names(REGISTRY));
     };
+    // TensorRT's options are refused where no plan will be built, not ignored: without
+    // `--engine tensorrt`, or for a family with no networks for it (llm).
+    let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    let trt_options: Vec<&str> = [
+        ("--trtexec", "trtexec"),
+        ("--no-fp16", "no_fp16"),
+        ("--workspace-mib", "workspace_mib"),
+        ("--version-compatible", "version_compatible"),
+        ("--hardware-compat", "hardware_compat"),
+    ]
+    .into_iter()
+    .filter_map(|(name, id)| given(id).then_some(name))
+    .collect();
+    if a.engine == EngineChoice::Tensorrt && !family.has_networks() {
+        crate::usage!(
+            "--engine tensorrt: the {} family has no networks for TensorRT (it runs on its own CPU and GPU kernels)",
+            family.name()
+        );
+    }
+    if a.engine != EngineChoice::Tensorrt && !trt_options.is_empty() {
+        crate::usage!(
+            "{}: options of the TensorRT plans, which only --engine tensorrt builds",
+            trt_options.join(", ")
+        );
+    }
     // Refuse an output that cannot be written (a device, a FIFO, a missing folder) before any work.
     tether_bundle::files::check_destination(&a.output)?;
     let common = BuildCommon {

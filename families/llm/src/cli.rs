@@ -80,6 +80,10 @@ impl Family for LlmFamily {
         &["n-prompt", "n-gen"]
     }
 
+    fn has_networks(&self) -> bool {
+        false
+    }
+
     fn run_only_args(&self) -> &'static [&'static str] {
         &["prompt", "chat-file"]
     }
