@@ -95,9 +95,17 @@ impl Family for LlmFamily {
             .map(crate::kernels::Isa::name)
             .collect();
         let cpu = format!(
-            "CPU engine: {} kernels (this CPU runs {}; TETHER_LLM_ISA picks another)",
+            "CPU engine: {} kernels (this CPU runs {}; {})",
             isa.name(),
-            all.join(", ")
+            all.join(", "),
+            match crate::kernels::Isa::forced() {
+                Ok(None) => "TETHER_LLM_ISA picks another".to_string(),
+                Ok(Some(i)) => format!("TETHER_LLM_ISA={} chose it", i.name()),
+                Err(_) => format!(
+                    "TETHER_LLM_ISA={} is not one of them: ignored",
+                    std::env::var("TETHER_LLM_ISA").unwrap_or_default()
+                ),
+            }
         );
         #[cfg(feature = "cuda")]
         let gpu = if tether_runtime::cuda::gpu_present() {
