@@ -1097,9 +1097,23 @@ fn doctor_reports_this_machine() {
         .output()
         .expect("spawn tether");
     assert!(
-        stdout(&forced).contains("llm           CPU engine: scalar kernels"),
+        stdout(&forced).contains("llm           CPU engine: scalar kernels")
+            && stdout(&forced).contains("TETHER_LLM_ISA=scalar chose it"),
         "{}",
         stdout(&forced)
+    );
+    // A set this CPU cannot run is not dropped silently: warned about, and doctor says so.
+    let bogus = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["doctor"])
+        .env("TETHER_LLM_ISA", "no-such-isa")
+        .output()
+        .expect("spawn tether");
+    assert!(
+        stdout(&bogus).contains("TETHER_LLM_ISA=no-such-isa is not one of them: ignored")
+            && stderr(&bogus).contains("not an instruction set this CPU runs"),
+        "{}{}",
+        stdout(&bogus),
+        stderr(&bogus)
     );
 
     let text = tether(&["doctor"]);

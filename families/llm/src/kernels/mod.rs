@@ -89,13 +89,17 @@ impl Isa {
             None | Some("") => Ok(None),
             Some(name) => {
                 let all = Self::available();
-                all.iter().copied().find(|i| i.name() == name).map(Some).ok_or_else(|| {
-                    let names: Vec<&str> = all.iter().map(|i| i.name()).collect();
-                    format!(
-                        "TETHER_LLM_ISA={name}: not an instruction set this CPU runs ({})",
-                        names.join(", ")
-                    )
-                })
+                all.iter()
+                    .copied()
+                    .find(|i| i.name() == name)
+                    .map(Some)
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = all.iter().map(|i| i.name()).collect();
+                        format!(
+                            "TETHER_LLM_ISA={name}: not an instruction set this CPU runs ({})",
+                            names.join(", ")
+                        )
+                    })
             }
         }
     }
