@@ -2781,6 +2781,27 @@ fn llm_run_prompt_greedy_gives_llama_cpp_text() {
     assert_eq!(r["tokens"].as_array().unwrap().len(), 3);
     assert_eq!(r["prompt_tokens"].as_array().unwrap().len(), 5);
     assert!(r["text"].as_str().unwrap().starts_with(" Paris"), "{r}");
+    // The same prompt as a file with a byte-order mark and `echo`'s final line end: both
+    // dropped (as llama.cpp's -f drops the line end), so the same 5 tokens and answer.
+    let f = scratch().join("france.txt");
+    std::fs::write(&f, "\u{feff}The capital of France is\n").unwrap();
+    let v = json(&tether(&[
+        "run",
+        &b,
+        f.to_str().unwrap(),
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "3",
+        "--raw",
+        "--json",
+    ]));
+    let from_file = &v["results"][0]["result"];
+    assert_eq!(
+        from_file["prompt_tokens"], r["prompt_tokens"],
+        "{from_file}"
+    );
+    assert_eq!(from_file["text"], r["text"], "{from_file}");
     // Same seed, same sampled text.
     let sampled = |seed: &str| {
         json(&tether(&[

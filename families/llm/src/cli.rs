@@ -686,7 +686,24 @@ fn read_text(path: &Path) -> Result<String> {
             path.display()
         );
     }
-    utf8_text(path, bytes)
+    Ok(prompt_text(utf8_text(path, bytes)?))
+}
+
+/// A prompt file's text as the prompt: without a leading byte-order mark (U+FEFF, which
+/// Windows editors write) and without one final line end (`\n` or `\r\n`), which `echo` and
+/// editors add and llama.cpp's `-f` drops too (`common/arg.cpp`: `params.prompt.pop_back()`
+/// of a last `'\n'`); a raw prompt "The capital of France is\n" would otherwise be continued
+/// after a line break.
+fn prompt_text(mut text: String) -> String {
+    if text.starts_with('\u{feff}') {
+        text.drain(..'\u{feff}'.len_utf8());
+    }
+    if text.ends_with("\r\n") {
+        text.truncate(text.len() - 2);
+    } else if text.ends_with('\n') {
+        text.pop();
+    }
+    text
 }
 
 /// Chat messages from a `--chat-file` document.
@@ -1355,6 +1372,20 @@ fn slowest_steps(steps: &[f64], per_run: usize, k: usize) -> String {
 mod tests {
     use super::{ParamArgs, sampler_line, slowest_steps};
     use crate::sample::SamplerParams;
+
+    #[test]
+    fn a_prompt_file_loses_its_bom_and_one_final_line_end() {
+        use super::prompt_text;
+        assert_eq!(
+            prompt_text("The capital of France is\n".into()),
+            "The capital of France is"
+        );
+        assert_eq!(prompt_text("\u{feff}Hello\r\n".into()), "Hello");
+        // Only one line end, and only at the end: a blank last line stays one line end.
+        assert_eq!(prompt_text("a\n\n".into()), "a\n");
+        assert_eq!(prompt_text("a\nb".into()), "a\nb");
+        assert_eq!(prompt_text("x\u{feff}".into()), "x\u{feff}");
+    }
 
     #[test]
     fn throughput_refuses_what_it_does_not_use() {
