@@ -377,6 +377,19 @@ impl Family for LlmFamily {
         }
         #[cfg(not(feature = "cuda"))]
         let _ = gpu;
+        if gpu.is_none() {
+            // The load log of `-v`, as the GPU decoder's above and the shared engines' choice.
+            let state = generator.state();
+            log::info!(
+                "llm on the CPU: {} kernels, {} threads, context {} positions; host memory {} B (KV cache {} B), weights mapped from the bundle ({} B read per token)",
+                generator.model().isa().name(),
+                state.threads(),
+                state.cache().shape().context,
+                state.bytes(),
+                state.cache().shape().bytes(),
+                generator.model().weight_bytes_per_token()
+            );
+        }
         let cancel = generator.cancel_handle();
         Ok(Box::new(LlmRunner {
             generator,
