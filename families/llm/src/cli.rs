@@ -1364,6 +1364,7 @@ fn sampler_line(p: &crate::sample::SamplerParams) -> String {
 
 /// The `k` longest of `steps` (runs of `per_run` steps, back to back) as `run.step ms`,
 /// longest first: where a latency tail falls (the same step of every run, or one run).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn slowest_steps(steps: &[f64], per_run: usize, k: usize) -> String {
     let mut idx: Vec<usize> = (0..steps.len()).collect();
     idx.sort_by(|&a, &b| steps[b].total_cmp(&steps[a]));
