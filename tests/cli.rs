@@ -132,7 +132,7 @@ fn json(o: &Output) -> Value {
 fn inspect_json_describes_the_manifest() {
     let b = nudenet_bundle();
     let v = json(&tether(&["inspect", &b, "--json"]));
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["identity"]["family"], "detect");
     assert_eq!(v["identity"]["name"], "320n");
     assert_eq!(v["format_version"], "1.1");

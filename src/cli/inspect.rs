@@ -25,7 +25,7 @@ use super::text::Escaped;
 /// any change that can break a reader of the previous version (a key
 /// removed or renamed, a value's meaning or spelling changed); adding keys
 /// does not raise it.
-pub const INSPECT_SCHEMA_VERSION: u32 = 1;
+pub const INSPECT_SCHEMA_VERSION: u32 = 2;
 
 /// Arguments of `tether inspect`.
 #[derive(Args, Debug)]
