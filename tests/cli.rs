@@ -2951,9 +2951,32 @@ fn llm_bad_options_and_other_families_options_are_named() {
         "{}",
         stderr(&o)
     );
-    // The overflow hint names the limit of --context.
+    // The overflow hint names the limit of --context; the error names the --prompt input by
+    // its first words, not its whole text.
     let o = tether(&["run", &b, "--prompt", &long, "--context", "64"]);
     assert!(stderr(&o).contains("training context"), "{}", stderr(&o));
+    let line = stderr(&o)
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(line.len() < 300 && line.contains(" characters)"), "{line}");
+    // A checkpoint that is not there is a path to check, not a corrupt file.
+    let o = tether(&[
+        "build",
+        "--family",
+        "llm",
+        "--gguf",
+        "/no/such.gguf",
+        "-o",
+        "/tmp/x.bundle",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("hint: check the path of the checkpoint file"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

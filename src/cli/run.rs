@@ -337,8 +337,9 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             break;
         }
         let mut from_args = None;
-        // A literal text is its own label: the text output shows a long one shortened.
-        let is_text = matches!(src, Some(InputSource::Text(_)));
+        // A literal text is its own label: the text output shows a long one shortened. So
+        // may an input of the family's own options be (llm's `--prompt` text).
+        let is_text = matches!(src, Some(InputSource::Text(_)) | None);
         let label = match src {
             Some(InputSource::File(p)) => p.display().to_string(),
             Some(InputSource::Text(t)) => (*t).to_string(),

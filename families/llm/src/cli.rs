@@ -450,6 +450,9 @@ impl Family for LlmFamily {
                 });
         if let Some(e) = llm {
             return Some(match e {
+                E::Gguf(_) | E::Safetensors(_) if io_not_found(error) => {
+                    "check the path of the checkpoint file"
+                }
                 E::Gguf(_) | E::Safetensors(_) => {
                     "the checkpoint file is truncated, corrupt or uses a tensor type this build does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"
                 }
@@ -467,7 +470,7 @@ impl Family for LlmFamily {
                 "--context accepts 1 to the model's training context (`tether inspect` shows it)",
             ),
             GenerateError::Forward(_) => Some(
-                "a prompt longer than the context is an error, never cut: shorten it, or raise --context up to the model's training context (`tether inspect` shows it)",
+                "a prompt longer than the context is an error, never cut: shorten it, or raise --context if it is below the model's training context (`tether inspect` shows it)",
             ),
             GenerateError::NoChatTemplate => Some("give --raw: this model has no chat template"),
             #[cfg(feature = "cuda")]
@@ -481,6 +484,20 @@ impl Family for LlmFamily {
             _ => None,
         }
     }
+}
+
+/// Whether `error` or one of its sources is an I/O error of a path that is not there.
+fn io_not_found(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut e = Some(error);
+    while let Some(x) = e {
+        if x.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+        {
+            return true;
+        }
+        e = x.source();
+    }
+    false
 }
 
 /// The device of `--device`: `None` for the CPU (`auto`, `cpu`), `Some(ordinal)` for

@@ -27,6 +27,15 @@ pub const MAX_DIMS: usize = 4;
 /// Deepest nesting of arrays accepted (arrays of arrays of ...).
 pub const MAX_ARRAY_DEPTH: u32 = 4;
 
+/// `bytes` as `0x5b 0x7b ...`.
+fn hex_bytes(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:#04x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// A malformed GGUF file, or one using something this build does not read.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
@@ -44,7 +53,10 @@ pub enum GgufError {
     #[error(transparent)]
     File(#[from] tether_bundle::files::FileError),
     /// The first four bytes are not `GGUF`.
-    #[error("not a GGUF file: magic {found:02x?} (expected \"GGUF\")")]
+    #[error(
+        "not a GGUF file: it starts with the bytes {} (a GGUF file with `GGUF`, 0x47 0x47 0x55 0x46)",
+        hex_bytes(found)
+    )]
     Magic {
         /// The bytes seen.
         found: Vec<u8>,
