@@ -316,34 +316,45 @@ fn built_at(unix_s: u64) -> String {
 fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Result<()> {
     let id = b.identity();
     let (major, minor) = b.format_version();
-    writeln!(out, "bundle     {}", Escaped(id.name))?;
-    writeln!(out, "family     {}", Escaped(id.family))?;
-    writeln!(out, "model      {}", Escaped(id.model_version))?;
+    let family = family_description(b);
+    // One label column, as wide as the longest label (a family's own, e.g. llm's
+    // `context length`, may be longer than the common ones).
+    let w = family
+        .iter()
+        .flat_map(|d| d.lines.iter().map(|(k, _)| Escaped(k).to_string().chars().count()))
+        .chain([10])
+        .max()
+        .unwrap_or(10);
+    writeln!(out, "{:<w$} {}", "bundle", Escaped(id.name))?;
+    writeln!(out, "{:<w$} {}", "family", Escaped(id.family))?;
+    writeln!(out, "{:<w$} {}", "model", Escaped(id.model_version))?;
     writeln!(
         out,
-        "built by   {} {}",
+        "{:<w$} {} {}",
+        "built by",
         Escaped(id.tool_version),
         built_at(id.created_unix_s)
     )?;
-    writeln!(out, "format     {major}.{minor}, {} bytes", b.file_len())?;
-    writeln!(out, "digest     sha256:{}", id.content_digest_hex())?;
-    if let Some(d) = family_description(b) {
+    writeln!(out, "{:<w$} {major}.{minor}, {} bytes", "format", b.file_len())?;
+    writeln!(out, "{:<w$} sha256:{}", "digest", id.content_digest_hex())?;
+    if let Some(d) = &family {
         for (k, v) in &d.lines {
-            writeln!(out, "{:<10} {}", Escaped(k), Escaped(v))?;
+            writeln!(out, "{:<w$} {}", Escaped(k).to_string(), Escaped(v))?;
         }
     }
     for n in networks(b) {
         let secs: Vec<String> = n.sections.iter().map(|i| format!("[{i}]")).collect();
         writeln!(
             out,
-            "network    {} (sections {})",
+            "{:<w$} {} (sections {})",
+            "network",
             Escaped(&n.name),
             secs.join(" ")
         )?;
     }
     if b.targets().next().is_none() {
         // No engine sections: the family runs its own code on every device (e.g. llm).
-        writeln!(out, "targets    none")?;
+        writeln!(out, "{:<w$} none", "targets")?;
     } else {
         writeln!(out, "targets")?;
     }
@@ -372,7 +383,7 @@ fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Resul
     } else {
         SECTIONS_SHOWN
     };
-    writeln!(out, "sections   {count}")?;
+    writeln!(out, "{:<w$} {count}", "sections")?;
     let width = b
         .sections()
         .take(shown)
