@@ -2685,7 +2685,9 @@ fn llm_builds_inspects_and_self_tests() {
     let n = v["sections"].as_array().unwrap().len();
     assert!(n > 32, "{n}");
     let listed = |t: &str| t.lines().filter(|l| l.starts_with("  [")).count();
-    assert!(text.contains(&format!("sections   {n}\n")), "{text}");
+    // (The llm labels are wider than the others: one column for all.)
+    assert!(text.contains(&format!("sections       {n}\n")), "{text}");
+    assert!(text.contains("context length 8192\n"), "{text}");
     assert_eq!(listed(&text), 8, "{text}");
     assert!(
         text.contains(&format!(
@@ -2694,7 +2696,7 @@ fn llm_builds_inspects_and_self_tests() {
         )),
         "{text}"
     );
-    assert!(text.contains("targets    none"), "{text}");
+    assert!(text.contains("targets        none"), "{text}");
     let all = stdout(&tether(&["inspect", &b, "--sections"]));
     assert_eq!(listed(&all), n, "{all}");
     assert!(!all.contains("more (`tether inspect"), "{all}");
