@@ -754,6 +754,7 @@ fn bench_usage_errors_exit_2() {
             "not a number (accepted 1 to 86400)",
         ),
         (vec!["--deadline", "-1"], "deadline"),
+        (vec!["--rate", "1e-9"], "a rate must be 1/86400"),
         (
             vec!["--device", "cpu", "--compare", "--runs", "1"],
             "needs a GPU session",
@@ -2941,6 +2942,31 @@ fn llm_bad_options_and_other_families_options_are_named() {
             stderr(&o)
         );
     }
+    // Standard input twice: refused, not read empty the second time.
+    let o = tether(&["run", &b, "-", "-"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("given more than once"),
+        "{}",
+        stderr(&o)
+    );
+    // llama-cli's --n-predict is --max-tokens.
+    let v = json(&tether(&[
+        "run",
+        &b,
+        "-p",
+        "hi",
+        "--temp",
+        "0",
+        "--n-predict",
+        "2",
+        "--json",
+    ]));
+    assert_eq!(
+        v["results"][0]["result"]["tokens"].as_array().map(Vec::len),
+        Some(2),
+        "{v}"
+    );
     // No prompt at all.
     let o = tether(&["run", &b]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

@@ -321,7 +321,11 @@ fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Resul
     // `context length`, may be longer than the common ones).
     let w = family
         .iter()
-        .flat_map(|d| d.lines.iter().map(|(k, _)| Escaped(k).to_string().chars().count()))
+        .flat_map(|d| {
+            d.lines
+                .iter()
+                .map(|(k, _)| Escaped(k).to_string().chars().count())
+        })
         .chain([10])
         .max()
         .unwrap_or(10);
@@ -335,7 +339,12 @@ fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Resul
         Escaped(id.tool_version),
         built_at(id.created_unix_s)
     )?;
-    writeln!(out, "{:<w$} {major}.{minor}, {} bytes", "format", b.file_len())?;
+    writeln!(
+        out,
+        "{:<w$} {major}.{minor}, {} bytes",
+        "format",
+        b.file_len()
+    )?;
     writeln!(out, "{:<w$} sha256:{}", "digest", id.content_digest_hex())?;
     if let Some(d) = &family {
         for (k, v) in &d.lines {

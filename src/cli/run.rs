@@ -230,6 +230,10 @@ fn annotate_path(arg: &Path, input: &str, index: usize, dir_mode: bool) -> PathB
 
 /// Run `tether run`.
 pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
+    // Standard input can be read once: a second `-` would find it empty.
+    if a.inputs.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
+        crate::usage!("- (standard input) is given more than once: it can be read only once");
+    }
     let count = a.inputs.len() + a.text.len();
     // Without INPUTs the family may take its input from its own options (`--prompt`): known
     // only once the bundle opens; a bundle that does not even open is the usage error.

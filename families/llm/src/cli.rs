@@ -216,7 +216,8 @@ impl Family for LlmFamily {
                 "N",
                 whole(1, 1_000_000),
                 "Most tokens to generate (llm; default 256, or the checkpoint's max_new_tokens)",
-            ),
+            )
+            .visible_alias("n-predict"),
             number_arg(
                 "temperature",
                 "T",

@@ -131,10 +131,14 @@ pub struct BenchArgs {
 
 fn parse_rate(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
-    if v.is_finite() && v > 0.0 && v <= 100_000.0 {
+    // At least one frame a day (a period of at most --duration's bound, 86,400 s): a
+    // smaller rate would wait years for its second frame.
+    if v.is_finite() && (1.0 / 86_400.0..=100_000.0).contains(&v) {
         Ok(v)
     } else {
-        Err(format!("`{s}`: a rate must be in (0, 100000] Hz"))
+        Err(format!(
+            "`{s}`: a rate must be 1/86400 (one frame a day, 1.16e-5) to 100000 Hz"
+        ))
     }
 }
 

@@ -177,9 +177,10 @@ impl Summary<'_> {
                 None => String::new(),
             };
             outln!(
-                "  [{}] {} runs, {:.1} runs/s{units}{}",
+                "  [{}] {} run{}, {:.1} runs/s{units}{}",
                 v.name,
                 v.runs,
+                if v.runs == 1 { "" } else { "s" },
                 fps,
                 if self.variants.len() > 1 {
                     " (interleaved)"
