@@ -29,6 +29,9 @@ pub const MAX_ARRAY_DEPTH: u32 = 4;
 
 /// `bytes` as `0x5b 0x7b ...`.
 fn hex_bytes(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return "nothing (an empty file)".into();
+    }
     bytes
         .iter()
         .map(|b| format!("{b:#04x}"))
@@ -54,7 +57,7 @@ pub enum GgufError {
     File(#[from] tether_bundle::files::FileError),
     /// The first four bytes are not `GGUF`.
     #[error(
-        "not a GGUF file: it starts with the bytes {} (a GGUF file with `GGUF`, 0x47 0x47 0x55 0x46)",
+        "not a GGUF file: its magic (first bytes) is {} where a GGUF file has `GGUF` (0x47 0x47 0x55 0x46)",
         hex_bytes(found)
     )]
     Magic {
