@@ -58,8 +58,15 @@ impl Stage {
     pub(super) fn to_ms(&self, ns: f64) -> f64 {
         (ns - self.offset_ns as f64) / 1e6
     }
+    /// The `q` quantile, from the histogram (to 0.1 %), kept within the exact least and
+    /// greatest values (a bucket's bound may lie beyond them).
     pub(super) fn ms(&self, q: f64) -> f64 {
-        self.to_ms(self.hist.value_at_quantile(q) as f64)
+        let v = self.to_ms(self.hist.value_at_quantile(q) as f64);
+        if self.hist.is_empty() {
+            v
+        } else {
+            v.clamp(self.min_ms, self.max_ms)
+        }
     }
     /// The least value recorded (exact); 0 when none was.
     pub(super) fn min(&self) -> f64 {
@@ -141,7 +148,7 @@ mod tests {
         let mut one = Stage::new();
         one.record_ms(197.591);
         let v = one.stats();
-        for k in ["min", "max", "mean"] {
+        for k in ["min", "p50", "p99.9", "max", "mean"] {
             assert_eq!(v[k], 197.591, "{k}: {v}");
         }
     }
