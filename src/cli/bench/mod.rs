@@ -353,14 +353,14 @@ fn open_variants(
         // silently (--sync and --staging: the header's lines, `Machine::probe`).
         variants[0].name = "host";
         let asked = if a.graph {
-            Some("--graph")
+            Some(("--graph", "nothing to capture"))
         } else if a.eager {
-            Some("--eager")
+            Some(("--eager", "no GPU launches"))
         } else {
             None
         };
-        if let Some(opt) = asked {
-            let note = format!("{opt} asked, but this bundle runs on the CPU: nothing to capture");
+        if let Some((opt, why)) = asked {
+            let note = format!("{opt} asked, but this bundle runs on the CPU: {why}");
             let env = &mut variants[0].env;
             env.execution_note = if env.execution_note.is_empty() {
                 note
