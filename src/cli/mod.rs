@@ -252,9 +252,10 @@ fn runtime_hint(r: &tether_runtime::Error) -> Option<&'static str> {
     })
 }
 
-/// A file tether could not write: names the path and the cause.
+/// A file tether could not write: names the path and the cause (the cause alone when it
+/// names the path itself: `refusing to write `/tmp`: it is a directory ...`).
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write {path}: {source}")]
+#[error("{}", self.describe())]
 pub struct OutputError {
     /// The file.
     pub path: std::path::PathBuf,
@@ -264,6 +265,16 @@ pub struct OutputError {
 }
 
 impl OutputError {
+    fn describe(&self) -> String {
+        let path = self.path.display().to_string();
+        let cause = self.source.to_string();
+        if cause.contains(&format!("`{path}`")) {
+            cause
+        } else {
+            format!("cannot write {path}: {cause}")
+        }
+    }
+
     fn hint(&self) -> &'static str {
         use std::io::ErrorKind as K;
         match self.source.kind() {
@@ -271,8 +282,8 @@ impl OutputError {
                 "the folder is not writable: choose another output path"
             }
             K::StorageFull | K::QuotaExceeded => "the disk is full: free space or write elsewhere",
-            K::NotFound => "the folder does not exist: create it first",
-            K::InvalidInput => "check the output path and its extension",
+            K::NotFound => "create the folder first, or write elsewhere",
+            K::InvalidInput => "give the path of a regular file in a folder that exists",
             _ => "check the output path",
         }
     }

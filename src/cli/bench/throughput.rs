@@ -46,7 +46,7 @@ pub(super) fn bench(
         .find(|n| matches.value_source(n) == Some(ValueSource::CommandLine))
     {
         crate::usage!(
-            "--{name} times runs on an INPUT (`tether bench BUNDLE INPUT`); without one, bench runs the family's throughput tests, where it has no meaning"
+            "--{name} is an option of the latency benchmark, which times runs on an INPUT (`tether bench BUNDLE INPUT`); without one, bench runs the family's throughput tests, which do not take it"
         );
     }
     let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &options)?;
