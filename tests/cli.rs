@@ -26,6 +26,16 @@ fn cpu_bench(b: &str, runs: u32, extra: &[&str]) -> Output {
     tether(&args)
 }
 
+/// `tether ARGS` refused: exit status `code`, `says` in the error, nothing on stdout (no work
+/// done before the refusal).
+fn refused(args: &[&str], code: i32, says: &str) -> Output {
+    let o = tether(args);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+    assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    assert!(o.stdout.is_empty(), "{args:?}: {}", stdout(&o));
+    o
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -975,23 +985,12 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
         "{}",
         stderr(&o)
     );
-    let o = tether(&[
-        "build",
-        "--family",
-        "llm",
-        "--gguf",
-        &asset("SmolLM2-135M-Instruct.Q4_1.gguf"),
-        "-o",
-        none.to_str().unwrap(),
-        "--engine",
-        "tensorrt",
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("the llm family has no networks for TensorRT"),
-        "{}",
-        stderr(&o)
-    );
+    let gguf = asset("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let none_s = none.to_str().unwrap();
+    let args = [
+        "build", "--family", "llm", "--gguf", &gguf, "-o", none_s, "--engine", "tensorrt",
+    ];
+    refused(&args, 2, "the llm family has no networks for TensorRT");
     assert!(!none.exists());
 }
 
@@ -1092,11 +1091,14 @@ fn doctor_reports_this_machine() {
         devices.is_empty(),
         "{gpu_line}"
     );
-    let forced = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(["doctor"])
-        .env("TETHER_LLM_ISA", "scalar")
-        .output()
-        .expect("spawn tether");
+    let doctor_with_isa = |isa: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["doctor"])
+            .env("TETHER_LLM_ISA", isa)
+            .output()
+            .expect("spawn tether")
+    };
+    let forced = doctor_with_isa("scalar");
     assert!(
         stdout(&forced).contains("llm           CPU engine: scalar kernels")
             && stdout(&forced).contains("TETHER_LLM_ISA=scalar chose it"),
@@ -1104,11 +1106,7 @@ fn doctor_reports_this_machine() {
         stdout(&forced)
     );
     // A set this CPU cannot run is not dropped silently: warned about, and doctor says so.
-    let bogus = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(["doctor"])
-        .env("TETHER_LLM_ISA", "no-such-isa")
-        .output()
-        .expect("spawn tether");
+    let bogus = doctor_with_isa("no-such-isa");
     assert!(
         stdout(&bogus).contains("TETHER_LLM_ISA=no-such-isa is not one of them: ignored")
             && stderr(&bogus).contains("not an instruction set this CPU runs"),
@@ -2877,9 +2875,7 @@ fn llm_bad_options_and_other_families_options_are_named() {
             "--raw: not used by the throughput tests",
         ),
     ] {
-        let o = tether(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        refused(&args, 2, says);
     }
     let o = tether(&["bench", &b, "--help"]);
     assert!(
@@ -2934,22 +2930,11 @@ fn llm_bad_options_and_other_families_options_are_named() {
         ("--seed", "-1", "accepted 0 to 18446744073709551615"),
         ("--top-k", "2.5", "not a whole number"),
     ] {
-        let o = tether(&["run", &b, "-p", "hi", opt, v]);
-        assert_eq!(o.status.code(), Some(2), "{opt} {v}: {}", stderr(&o));
-        assert!(
-            stderr(&o).contains(opt) && stderr(&o).contains(says),
-            "{opt} {v}: {}",
-            stderr(&o)
-        );
+        let o = refused(&["run", &b, "-p", "hi", opt, v], 2, says);
+        assert!(stderr(&o).contains(opt), "{opt} {v}: {}", stderr(&o));
     }
     // Standard input twice: refused, not read empty the second time.
-    let o = tether(&["run", &b, "-", "-"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("given more than once"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&["run", &b, "-", "-"], 2, "given more than once");
     // llama-cli's --n-predict is --max-tokens.
     let v = json(&tether(&[
         "run",
@@ -2990,21 +2975,19 @@ fn llm_bad_options_and_other_families_options_are_named() {
         .to_string();
     assert!(line.len() < 300 && line.contains(" characters)"), "{line}");
     // A checkpoint that is not there is a path to check, not a corrupt file.
-    let o = tether(&[
+    let out = scratch().join("never-built.bundle");
+    let out_s = out.to_str().unwrap();
+    let args = [
         "build",
         "--family",
         "llm",
         "--gguf",
         "/no/such.gguf",
         "-o",
-        "/tmp/x.bundle",
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("hint: check the path of the checkpoint file"),
-        "{}",
-        stderr(&o)
-    );
+        out_s,
+    ];
+    refused(&args, 1, "hint: check the path of the checkpoint file");
+    assert!(!out.exists());
 }
 
 #[test]
@@ -3122,10 +3105,7 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     ] {
         let mut a = vec!["bench", &b, "--runs", "1"];
         a.extend(args.iter().copied());
-        let o = tether(&a);
-        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(says), "{a:?}: {}", stderr(&o));
-        assert!(stdout(&o).is_empty(), "{a:?}: {}", stdout(&o));
+        refused(&a, 2, says);
     }
     // Generation options the throughput tests do not use are refused (exit 2), named, before
     // any test runs: --max-tokens (the tests generate --n-gen), --stop, and on the CPU the
@@ -3149,10 +3129,7 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
             "4",
         ];
         a.extend(args.iter().copied());
-        let o = tether(&a);
-        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(want), "{a:?}: {}", stderr(&o));
-        assert!(stdout(&o).is_empty(), "{a:?}: {}", stdout(&o));
+        refused(&a, 2, want);
     }
 }
 
