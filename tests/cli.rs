@@ -210,7 +210,7 @@ fn run_json_and_annotation() {
         "--annotate",
         png.to_str().unwrap(),
     ]));
-    assert_eq!(v["schema_version"], 3);
+    assert_eq!(v["schema_version"], 4);
     assert_eq!(v["family"], "detect");
     assert_eq!(v["engines"]["model"], "tract-cpu");
     let r = &v["results"][0];
@@ -608,7 +608,7 @@ fn bench_reports_percentiles() {
         "1",
         "--json",
     ]));
-    assert_eq!(v["schema_version"], 3);
+    assert_eq!(v["schema_version"], 4);
     assert_eq!(v["runs"], 3);
     let total = &v["total_ms"];
     let (p50, p99) = (
@@ -2874,6 +2874,12 @@ fn llm_bad_options_and_other_families_options_are_named() {
             vec!["bench", &b, "--runs", "1", "--n-gen", "4", "--raw"],
             "--raw: not used by the throughput tests",
         ),
+        (
+            vec![
+                "bench", &b, "--text", "hi", "--runs", "1", "--prompt", "other",
+            ],
+            "--prompt and --chat-file are options of `tether run`",
+        ),
     ] {
         refused(&args, 2, says);
     }
@@ -3101,6 +3107,11 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
         (
             vec!["--n-prompt", "8,64", "--n-gen", "4", "--context", "32"],
             "--n-prompt 64: the test needs 64 positions",
+        ),
+        // A default is named as one, and a larger context is offered up to the model's.
+        (
+            vec!["--n-gen", "4", "--context", "256"],
+            "--n-prompt 512 (the default): the test needs 512 positions, beyond the context of 256; give smaller tests or a larger --context (at most 8192",
         ),
     ] {
         let mut a = vec!["bench", &b, "--runs", "1"];
