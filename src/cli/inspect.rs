@@ -288,29 +288,15 @@ fn manifest_doc(b: &Bundle) -> InspectDoc<'_> {
 
 /// When a bundle was built, from its `created_unix_s`: `on 2026-12-04 21:17:03 UTC`, or
 /// `(no build time: unix time 0)` for a reproducible build that recorded none
-/// (`SOURCE_DATE_EPOCH=0`). The date is the proleptic Gregorian calendar's
-/// (`days_from_civil`'s inverse, H. Hinnant, "chrono-Compatible Low-Level Date
-/// Algorithms").
+/// (`SOURCE_DATE_EPOCH=0`), or `(unix time N)` beyond the dates `jiff` represents.
 fn built_at(unix_s: u64) -> String {
     if unix_s == 0 {
         return "(no build time: unix time 0)".into();
     }
-    let (days, secs) = ((unix_s / 86_400) as i64, unix_s % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "on {year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    match i64::try_from(unix_s).map(jiff::Timestamp::from_second) {
+        Ok(Ok(t)) => format!("on {}", t.strftime("%Y-%m-%d %H:%M:%S UTC")),
+        _ => format!("(unix time {unix_s})"),
+    }
 }
 
 fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Result<()> {
@@ -664,5 +650,6 @@ mod tests {
         assert_eq!(built_at(1_796_413_203), "on 2026-12-04 19:40:03 UTC");
         assert_eq!(built_at(4_107_542_399), "on 2100-02-28 23:59:59 UTC");
         assert_eq!(built_at(0), "(no build time: unix time 0)");
+        assert_eq!(built_at(u64::MAX), "(unix time 18446744073709551615)");
     }
 }
