@@ -334,7 +334,7 @@ impl Family for LlmFamily {
     ) -> Result<Box<dyn Runner>> {
         let gpu = check_device(options)?;
         let params = params_of(args)?;
-        let given = params.clone();
+        let given = params.given();
         let threads = options
             .threads
             .or_else(|| value::<u64>(args, "threads").map(|n| n as usize));
@@ -557,13 +557,11 @@ fn params_of(args: &ArgMatches) -> Result<ParamArgs> {
 }
 
 impl ParamArgs {
-    /// The options given (`NAME` of `--NAME`) that the throughput tests do not use: they
-    /// generate `--n-gen` tokens, not `--max-tokens`, and stop at no `--stop` text; on the
-    /// CPU they decode pseudo-random ids and sample nothing (llama-bench's method), so the
-    /// sampler's options go unused too, unless `sampled` (the GPU decoder's graph samples
-    /// with them).
-    fn unused_by_throughput(&self, sampled: bool) -> Vec<&'static str> {
-        let sampler = [
+    /// The options given (`NAME` of `--NAME`), in their order of declaration.
+    fn given(&self) -> Vec<&'static str> {
+        [
+            ("max-tokens", self.max_tokens.is_some()),
+            ("stop", !self.stop.is_empty()),
             ("temperature", self.temperature.is_some()),
             ("top-k", self.top_k.is_some()),
             ("top-p", self.top_p.is_some()),
@@ -571,18 +569,10 @@ impl ParamArgs {
             ("repeat-penalty", self.repeat_penalty.is_some()),
             ("repeat-last-n", self.repeat_last_n.is_some()),
             ("seed", self.seed.is_some()),
-        ];
-        let mut unused = Vec::new();
-        if self.max_tokens.is_some() {
-            unused.push("max-tokens");
-        }
-        if !self.stop.is_empty() {
-            unused.push("stop");
-        }
-        if !sampled {
-            unused.extend(sampler.iter().filter(|(_, given)| *given).map(|(n, _)| *n));
-        }
-        unused
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
     }
 
     /// `base` (the checkpoint's defaults over llama.cpp's) with the options given; out of
@@ -614,7 +604,7 @@ impl ParamArgs {
             s.seed = v;
         }
         // The options given, to tell a bad option from a bad checkpoint default.
-        let given = self.unused_by_throughput(false);
+        let given = self.given();
         p.stop = self.stop;
         if p.stop.iter().any(String::is_empty) {
             return Err(UsageError("--stop: an empty text".into()).into());
@@ -788,9 +778,9 @@ struct LlmRunner {
     #[allow(dead_code)]
     ordinal: Option<usize>,
     params: GenerateParams,
-    /// The generation options as given (`None`: not given), for the options a
-    /// throughput benchmark refuses.
-    given: ParamArgs,
+    /// The generation options given ([`ParamArgs::given`]), for those a throughput
+    /// benchmark refuses.
+    given: Vec<&'static str>,
     raw: bool,
     system: Option<String>,
     prompt: Option<String>,
@@ -1301,7 +1291,7 @@ impl LlmRunner {
         let sampled = self.generator.gpu().is_some();
         #[cfg(not(feature = "cuda"))]
         let sampled = false;
-        let mut unused = self.given.unused_by_throughput(sampled);
+        let mut unused = unused_by_throughput(&self.given, sampled);
         // No prompt is shaped: the tests feed token ids.
         if self.raw {
             unused.push("raw");
@@ -1427,6 +1417,19 @@ fn sampler_line(p: &crate::sample::SamplerParams) -> String {
     )
 }
 
+/// Of the generation options `given` ([`ParamArgs::given`]), those the throughput tests do
+/// not use: they generate `--n-gen` tokens, not `--max-tokens`, and stop at no `--stop`
+/// text; on the CPU they decode pseudo-random ids and sample nothing (llama-bench's method),
+/// so the sampler's options go unused too, unless `sampled` (the GPU decoder's graph samples
+/// with them).
+fn unused_by_throughput(given: &[&'static str], sampled: bool) -> Vec<&'static str> {
+    given
+        .iter()
+        .copied()
+        .filter(|name| !sampled || matches!(*name, "max-tokens" | "stop"))
+        .collect()
+}
+
 /// The `k` longest of `steps` (runs of `per_run` steps, back to back) as `run.step ms`,
 /// longest first: where a latency tail falls (the same step of every run, or one run).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -1449,7 +1452,7 @@ fn slowest_steps(steps: &[f64], per_run: usize, k: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{ParamArgs, sampler_line, slowest_steps};
+    use super::{ParamArgs, sampler_line, slowest_steps, unused_by_throughput};
     use crate::sample::SamplerParams;
 
     #[test]
@@ -1475,11 +1478,11 @@ mod tests {
             ..ParamArgs::default()
         };
         assert_eq!(
-            given.unused_by_throughput(false),
+            unused_by_throughput(&given.given(), false),
             ["max-tokens", "top-p", "seed"]
         );
-        assert_eq!(given.unused_by_throughput(true), ["max-tokens"]);
-        assert!(ParamArgs::default().unused_by_throughput(false).is_empty());
+        assert_eq!(unused_by_throughput(&given.given(), true), ["max-tokens"]);
+        assert!(unused_by_throughput(&ParamArgs::default().given(), false).is_empty());
     }
 
     #[test]
