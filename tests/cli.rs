@@ -571,10 +571,7 @@ fn first_mistakes_name_what_to_do() {
         ),
         (vec!["inspect", gguf.as_str()], "--family llm --gguf"),
     ] {
-        let o = tether(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
-        assert!(stdout(&o).is_empty(), "{args:?}: {}", stdout(&o));
+        refused(&args, 2, says);
     }
     // An input where the bundle belongs (the arguments swapped): the hint says which comes
     // first, not "damaged copy".
@@ -777,9 +774,7 @@ fn bench_usage_errors_exit_2() {
     ] {
         let mut all = vec!["bench", b.as_str(), img.as_str()];
         all.extend(args.iter().copied());
-        let o = tether(&all);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        refused(&all, 2, says);
     }
 }
 
@@ -2899,17 +2894,18 @@ fn llm_bad_options_and_other_families_options_are_named() {
     );
     // An option that two other families take names both.
     let det = nudenet_bundle();
-    let o = tether(&["run", &det, &asset("astronaut.png"), "--top-k", "3"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("--top-k is an option of the embed and llm families"),
-        "{}",
-        stderr(&o)
+    let img = asset("astronaut.png");
+    refused(
+        &["run", &det, &img, "--top-k", "3"],
+        2,
+        "--top-k is an option of the embed and llm families",
     );
     // verify refuses a malformed --device before any work (no checksum line).
-    let o = tether(&["verify", &b, "--self-test", "--device", "gpu7"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    refused(
+        &["verify", &b, "--self-test", "--device", "gpu7"],
+        2,
+        "gpu7",
+    );
     // A prompt longer than the context is an error, never cut; nothing was streamed, so
     // stdout stays empty (no stray line end).
     let long = "word ".repeat(200);
@@ -3278,14 +3274,7 @@ fn run_help_lists_only_the_bundles_family_options() {
             "options of `tether bench`",
         ),
     ] {
-        let o = tether(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
-        assert!(
-            stdout(&o).is_empty(),
-            "{args:?}: ran before refusing: {}",
-            stdout(&o)
-        );
+        refused(&args, 2, want);
     }
 }
 
