@@ -2995,6 +2995,17 @@ fn llm_bad_options_and_other_families_options_are_named() {
 #[test]
 fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     let b = smollm2_bundle();
+    // The smallest throughput run: one pp8 and one tg4.
+    let quick = [
+        "bench",
+        &b,
+        "--runs",
+        "1",
+        "--n-prompt",
+        "8",
+        "--n-gen",
+        "4",
+    ];
     let o = tether(&[
         "bench",
         &b,
@@ -3024,16 +3035,7 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     }
     assert_eq!(v["notes"]["threads"], "2");
     // Text report; an option of the latency benchmark is refused, not ignored.
-    let o = tether(&[
-        "bench",
-        &b,
-        "--runs",
-        "1",
-        "--n-prompt",
-        "8",
-        "--n-gen",
-        "4",
-    ]);
+    let o = tether(&quick);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stdout(&o).contains("pp8") && stdout(&o).contains("tg4"),
@@ -3125,16 +3127,7 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
             "--temperature, --seed: not used",
         ),
     ] {
-        let mut a = vec![
-            "bench",
-            &b,
-            "--runs",
-            "1",
-            "--n-prompt",
-            "8",
-            "--n-gen",
-            "4",
-        ];
+        let mut a = quick.to_vec();
         a.extend(args.iter().copied());
         refused(&a, 2, want);
     }
