@@ -1540,8 +1540,8 @@ __device__ __forceinline__ void store_row(const Proj& pr, int r, float v) {
     pr.out[r] = pr.accumulate ? __fadd_rn(pr.out[r], v) : v;
 }
 
-extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, FUSE_MIN_BLOCKS) prep_matvec(PrepMatVecParams p) {
-    extern __shared__ __align__(16) unsigned char smem[];
+// The body of `prep_matvec` and `prep_matvec_wide` (below).
+__device__ __forceinline__ void prep_matvec_body(const PrepMatVecParams& p, unsigned char* smem) {
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* x;
@@ -1578,6 +1578,21 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, FUSE_MIN_BLOCKS) p
         else row_dot_warp<1>(pr.type, w, p.in.n, x, q8, q8k, dot);
         if (lane == 0) store_row(pr, r, dot[0]);
     }
+}
+
+// A grid of up to FUSE_MIN_BLOCKS blocks per SM (gate/up, the head): at most 80 registers a
+// thread, so that the blocks of one wave are resident at once.
+extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, FUSE_MIN_BLOCKS) prep_matvec(PrepMatVecParams p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    prep_matvec_body(p, smem);
+}
+
+// A grid of at most one block per SM (the 576-row O and down projections of a small model):
+// the same arithmetic without the register cap, which spills (ptxas: 34 bytes stored and 76
+// loaded a thread under it).
+extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) prep_matvec_wide(PrepMatVecParams p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    prep_matvec_body(p, smem);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1693,6 +1708,183 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_fused(AttnPa
     dependency_wait();
     dependents_launch();
     attention_step(p);
+}
+
+// ---------------------------------------------------------------------------------------
+// attention_cluster: `attention_fused`'s values (the same operations on the same values, so
+// the same bits) from a thread block cluster of ATTN_CLUSTER blocks per query head instead
+// of one block (compute capability 9.0 and later; launched with the cluster dimension, grid
+// n_head * ATTN_CLUSTER; spans of at most ATT_TILE positions). Block b of head h:
+//  1. scores of positions [b * chunk, (b + 1) * chunk) (chunk: len / ATTN_CLUSTER rounded up
+//     to a multiple of 8, so each 8-sum lies in one block), their maximum written into every
+//     block's shared memory (distributed shared memory); cluster barrier; the maximum of the
+//     ATTN_CLUSTER maxima (order-free);
+//  2. numerators and 8-sums of its positions, the 8-sums written into every block, their
+//     f64 sum (a tree) written into every block; cluster barrier; each block adds the
+//     ATTN_CLUSTER partial sums in rank order and proves, as `attend`, that the chain's
+//     1 / sum rounds to that f32 (else runs the chain over every 8-sum in position order);
+//  3. probabilities of its positions written into every block; cluster barrier;
+//  4. the weighted sums of dims [b * hd / ATTN_CLUSTER, ...) for all 32 slots: slot sl of
+//     dim d is `weighted_tile`'s chain fma(v_j[d], p_j, acc) over j = sl, sl + 32, ... in
+//     order; then `reduce_gemv` of the 32 slots per dim.
+// After the third barrier no block touches another's shared memory, so blocks may exit.
+// ---------------------------------------------------------------------------------------
+#define ATTN_CLUSTER 8
+
+struct AttnClusterShared {
+    float p[ATT_TILE];                    // every position's probability
+    float cs[ATT_TILE / 8];               // every 8-sum
+    float e[ATT_TILE / ATTN_CLUSTER];     // this block's scores, then numerators
+    float acc[32 * (MAX_HEAD_DIM / ATTN_CLUSTER)];  // [slot][dim of this block]
+    float q[MAX_HEAD_DIM];
+    double psum[ATTN_CLUSTER];
+    float pmax[ATTN_CLUSTER];
+    double red64[ATT_THREADS / 32];
+    float red[ATT_THREADS / 32];
+    float inv;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// Every thread of every block of the cluster: arrive (release) and wait (acquire).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The address of `p` (this block's shared memory) in block `rank`'s shared memory.
+__device__ __forceinline__ uint32_t cluster_addr(const void* p, uint32_t rank) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    return r;
+}
+
+// v into every block's copy of `*p`.
+__device__ __forceinline__ void st_all(const float* p, float v) {
+#pragma unroll
+    for (uint32_t r = 0; r < ATTN_CLUSTER; ++r)
+        asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr(p, r)), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_all(const double* p, double v) {
+#pragma unroll
+    for (uint32_t r = 0; r < ATTN_CLUSTER; ++r)
+        asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(cluster_addr(p, r)), "d"(v) : "memory");
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(AttnParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ AttnClusterShared sm;
+    // Every block of the cluster has started before any writes into another's memory.
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    dependency_wait();
+    dependents_launch();
+    const int tid = threadIdx.x, hd = p.head_dim, kv_dim = p.kv_dim;
+    const int h = blockIdx.x / ATTN_CLUSTER;
+    const uint32_t rank = cluster_rank();
+    const int kvh = h / (p.n_head / p.n_kv);
+    const uint16_t* kb = p.kcache + kvh * hd;
+    const uint16_t* vb = p.vcache + kvh * hd;
+    const int len = (int)p.state->pos + 1;
+    const int chunk = ((len + ATTN_CLUSTER - 1) / ATTN_CLUSTER + 7) / 8 * 8;
+    const int lo = (int)rank * chunk, n = max(0, min(len, lo + chunk) - lo);
+    for (int i = tid; i < hd; i += ATT_THREADS)
+        sm.q[lane_slot(i, hd / 2, p.interleaved)] = round_f16(p.q[h * hd + i]);
+    __syncthreads();
+    // 1. Scores and their maximum.
+    float mx = NEG_INF;
+    for (int j = tid; j < n; j += ATT_THREADS) {
+        const float sc = __fmul_rn(score_dot(sm.q, kb + (size_t)(lo + j) * kv_dim, hd, false, true), p.scale);
+        sm.e[j] = sc;
+        mx = fmaxf(mx, sc);
+    }
+    mx = warp_max(mx);
+    if ((tid & 31) == 0) sm.red[tid >> 5] = mx;
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    __syncthreads();
+    if (tid == 0) {
+        float m = sm.red[0];
+        for (int w = 1; w < ATT_THREADS / 32; ++w) m = fmaxf(m, sm.red[w]);
+        st_all(&sm.pmax[rank], m);
+    }
+    cluster_sync();
+    mx = sm.pmax[0];
+#pragma unroll
+    for (int r = 1; r < ATTN_CLUSTER; ++r) mx = fmaxf(mx, sm.pmax[r]);
+    // 2. Numerators, 8-sums, their sum.
+    for (int j = tid; j < n; j += ATT_THREADS) sm.e[j] = ggml_exp(__fsub_rn(sm.e[j], mx));
+    __syncthreads();
+    double part = 0.0;
+    for (int c = tid; c < (n + 7) / 8; c += ATT_THREADS) {
+        float a[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) a[k] = 8 * c + k < n ? sm.e[8 * c + k] : 0.0f;
+        const float s8 = hsum8_arr(a);
+        st_all(&sm.cs[lo / 8 + c], s8);
+        part = __dadd_rn(part, (double)s8);
+    }
+    for (int o = 16; o > 0; o >>= 1) part = __dadd_rn(part, __shfl_xor_sync(0xffffffffu, part, o));
+    if ((tid & 31) == 0) sm.red64[tid >> 5] = part;
+    __syncthreads();
+    if (tid == 0) {
+        double t = 0.0;
+        for (int w = 0; w < ATT_THREADS / 32; ++w) t = __dadd_rn(t, sm.red64[w]);
+        st_all(&sm.psum[rank], t);
+    }
+    cluster_sync();
+    if (tid == 0) {
+        double t = 0.0;
+        for (int r = 0; r < ATTN_CLUSTER; ++r) t = __dadd_rn(t, sm.psum[r]);
+        const int nch = (len + 7) / 8;
+        const double rel = (double)nch * 0x1p-50;
+        const float flo = __double2float_rn(__ddiv_rn(1.0, __dmul_ru(t, 1.0 + rel)));
+        const float fhi = __double2float_rn(__ddiv_rn(1.0, __dmul_rd(t, 1.0 - rel)));
+        if (isfinite(t) && t > 0.0 && flo == fhi) {
+            sm.inv = flo;
+        } else {
+            double sum = 0.0;
+            for (int c = 0; c < nch; ++c) sum = __dadd_rn(sum, (double)sm.cs[c]);
+            sm.inv = __double2float_rn(__ddiv_rn(1.0, sum));
+        }
+    }
+    __syncthreads();
+    // 3. Probabilities.
+    const float inv = sm.inv;
+    for (int j = tid; j < n; j += ATT_THREADS) st_all(&sm.p[lo + j], round_f16(__fmul_rn(sm.e[j], inv)));
+    cluster_sync();
+    // 4. The weighted sums of this block's dims, then the 32 slots' sum per dim.
+    const int dpb = hd / ATTN_CLUSTER, d0 = (int)rank * dpb;
+    for (int u = tid; u < 32 * dpb; u += ATT_THREADS) {
+        const int sl = u / dpb, dl = u % dpb;
+        const uint16_t* col = vb + d0 + dl;
+        float acc = 0.0f;
+        int j = sl;
+        for (; j + 15 * 32 < len; j += 16 * 32) {
+            float v[16];
+#pragma unroll
+            for (int r = 0; r < 16; ++r) v[r] = h2f(col[(size_t)(j + 32 * r) * kv_dim]);
+#pragma unroll
+            for (int r = 0; r < 16; ++r) acc = __fmaf_rn(v[r], sm.p[j + 32 * r], acc);
+        }
+        for (; j < len; j += 32) acc = __fmaf_rn(h2f(col[(size_t)j * kv_dim]), sm.p[j], acc);
+        sm.acc[sl * dpb + dl] = acc;
+    }
+    __syncthreads();
+    for (int dl = tid; dl < dpb; dl += ATT_THREADS) {
+        float s[32];
+#pragma unroll
+        for (int l = 0; l < 32; ++l) s[l] = sm.acc[l * dpb + dl];
+        p.out[h * hd + d0 + dl] = reduce_gemv_arr(s);
+    }
+#else
+    __trap();  // launched only on compute capability 9.0 and later
+#endif
 }
 
 // ---------------------------------------------------------------------------------------

@@ -185,6 +185,20 @@ fn fused_step_with_head_norms_equals_the_unfused_step() {
     same_logits(&mut u, &mut f, &tokens(200, 4096, 21), 4096);
 }
 
+/// Long spans: the fused step's attention (on SM 9.0 and later a cluster of blocks per head,
+/// each a share of the positions) against the unfused step's (one block per head), teacher
+/// forced over 2,100 positions: every split of the span over the cluster's blocks, from
+/// blocks with no position at all to shares of 264, gives the same logits bit for bit.
+fn fused_attention_equals_the_unfused_over_long_spans() {
+    let mut cfg = smollm2_shape(2, false);
+    cfg.n_vocab = 4096;
+    let w = tether_llm::testing::random_weights(&cfg, &mixed_types);
+    let m = model(&cfg, &w);
+    let (mut u, mut f) = (decoder(&m, 2176, false), decoder(&m, 2176, true));
+    eprintln!("fused: {}", f.check_summary());
+    same_logits(&mut u, &mut f, &tokens(2100, 4096, 41), 4096);
+}
+
 /// Median of the per-step milliseconds of `runs` timed requests at position `at`.
 fn median_step_ms(d: &mut GpuDecoder, at: usize, n: usize, runs: usize) -> f64 {
     let mut all = Vec::new();
@@ -270,6 +284,10 @@ fn real_model_fused_equals_unfused() {
 
 fn main() {
     let mut tests = GpuTests::new(skip_reason())
+        .test(
+            "fused_attention_equals_the_unfused_over_long_spans",
+            fused_attention_equals_the_unfused_over_long_spans,
+        )
         .test(
             "fused_step_equals_the_unfused_step_bit_for_bit",
             fused_step_equals_the_unfused_step_bit_for_bit,

@@ -69,6 +69,13 @@ pub const FUSE_MAX_BLOCKS: u32 = 1024;
 /// launch has at most this many blocks per SM, one wave.
 pub const FUSE_MIN_BLOCKS: u32 = 3;
 
+/// Blocks of the thread block cluster of `attention_cluster` (`ATTN_CLUSTER`): one cluster
+/// per query head, each block a share of the positions and of the head's dims.
+pub const ATTN_CLUSTER: u32 = 8;
+/// Most positions `attention_cluster` attends over (`ATT_TILE`): a longer context takes
+/// `attention_fused` (one block per head).
+pub const ATT_TILE: usize = 8192;
+
 /// `struct DecodeState`: the request state in device memory.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
