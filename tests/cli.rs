@@ -1017,6 +1017,34 @@ fn doctor_reports_this_machine() {
         }
     }
 
+    // The text generator's own engines: the CPU kernels' instruction set (one this CPU
+    // runs, `TETHER_LLM_ISA` forcing a slower one) and whether the GPU decoder has a device.
+    let llm = v["family_engines"]["llm"].as_array().expect("llm engines");
+    assert_eq!(llm.len(), 2, "{llm:?}");
+    let cpu_line = llm[0].as_str().unwrap();
+    assert!(
+        ["scalar", "avx2", "avx-vnni", "neon", "neon-dot"]
+            .iter()
+            .any(|i| cpu_line.starts_with(&format!("CPU engine: {i} kernels"))),
+        "{cpu_line}"
+    );
+    let gpu_line = llm[1].as_str().unwrap();
+    assert_eq!(
+        gpu_line.contains("none here"),
+        devices.is_empty(),
+        "{gpu_line}"
+    );
+    let forced = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["doctor"])
+        .env("TETHER_LLM_ISA", "scalar")
+        .output()
+        .expect("spawn tether");
+    assert!(
+        stdout(&forced).contains("llm           CPU engine: scalar kernels"),
+        "{}",
+        stdout(&forced)
+    );
+
     let text = tether(&["doctor"]);
     assert!(text.status.success());
     let out = stdout(&text);
@@ -1754,6 +1782,18 @@ fn ocr_builds_inspects_and_reads_page_png_like_the_reference() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("self-test passed on cpu: text"), "{out}");
+    // The summary says where it ran (every family's does); `--device auto` is named as the
+    // option it is, not as a place ("passed on auto").
+    assert!(
+        out.contains("\") on tract CPU, worst score deviation"),
+        "{out}"
+    );
+    let o = tether(&["verify", &b, "--self-test"]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("self-test passed (--device auto): text"),
+        "{out}"
+    );
     // A bundle built without its self-test says so (exit 1), after the checksums.
     let bare = scratch().join("ppocr-bare.bundle");
     let o = tether(&[
@@ -2762,6 +2802,17 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
         "{}",
         stdout(&o)
     );
+    // The thread count and the kernels are said once, in the header (`cpu threads`,
+    // `engine`), not again among the family's notes (the JSON keeps both notes).
+    let lines_starting = |w: &str| {
+        stdout(&o)
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some(w))
+            .count()
+    };
+    assert_eq!(lines_starting("threads"), 0, "{}", stdout(&o));
+    assert_eq!(lines_starting("kernels"), 0, "{}", stdout(&o));
+    assert!(stdout(&o).contains("cpu threads"), "{}", stdout(&o));
     let o = tether(&["bench", &b, "--rate", "10"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
@@ -2857,7 +2908,8 @@ fn run_help_lists_only_the_bundles_family_options() {
         }
     }
     // Without a bundle, `run --help` lists every family's options but those only `bench`
-    // takes; `bench --help` lists them.
+    // takes; `bench --help` lists them. An option two families define says what it means to
+    // each (`--top-k`: embed's neighbours, llm's sampler), not only the first family's sense.
     for (cmd, bench_only_listed) in [("run", false), ("bench", true)] {
         let o = tether(&[cmd, "--help"]);
         assert!(o.status.success(), "{cmd}: {}", stderr(&o));
@@ -2866,6 +2918,14 @@ fn run_help_lists_only_the_bundles_family_options() {
             let listed = help.lines().any(|l| l.split_whitespace().any(|w| w == opt));
             assert_eq!(listed, bench_only_listed, "{opt} in {cmd} --help:\n{help}");
         }
+        let top_k = help
+            .lines()
+            .find(|l| l.split_whitespace().any(|w| w == "--top-k"))
+            .unwrap_or_else(|| panic!("no --top-k in {cmd} --help:\n{help}"));
+        assert!(
+            top_k.contains("embed: For each text") && top_k.contains("llm: Keep the K most likely"),
+            "{cmd} --help: {top_k}"
+        );
     }
     // Refused before any work, naming the option and the family.
     let img = asset("astronaut.png");

@@ -100,10 +100,18 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
             .iter()
             .map(|(k, usable)| json!({ "engine": k.id(), "usable": usable }))
             .collect();
+        let family_engines: serde_json::Map<String, Value> = tether::families::REGISTRY
+            .iter()
+            .filter_map(|f| {
+                let lines = f.own_engines();
+                (!lines.is_empty()).then(|| (f.name().to_string(), json!(lines)))
+            })
+            .collect();
         let mut doc = json!({
             "schema_version": DOCTOR_SCHEMA_VERSION,
             "tether": env!("CARGO_PKG_VERSION"),
             "engines": engines,
+            "family_engines": family_engines,
             "probe": serde_json::to_value(&report)?,
             "cpu": { "model": cpu_model, "cores_available": cores },
             "tensorrt": tensorrt,
@@ -156,6 +164,11 @@ pub fn run(a: &DoctorArgs, verbose: u8) -> Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ");
         crate::outln!("engines       {engines}")?;
+        for f in tether::families::REGISTRY {
+            for line in f.own_engines() {
+                crate::outln!("{:<14}{line}", f.name())?;
+            }
+        }
         if verbose > 0 {
             for s in searches {
                 crate::outln!("{} search ({}):", s.library, s.files.join(", "))?;

@@ -4,7 +4,8 @@
 //! - `build`: the value of `--family` (when it names a known family);
 //! - `run` / `bench`: the family recorded in the bundle (the first argument after the
 //!   subcommand that opens as a bundle); when none does, every family's arguments (each
-//!   once), so that parsing and `--help` still work and the bundle error surfaces later.
+//!   once, the help of one that several families define giving each family's meaning), so
+//!   that parsing and `--help` still work and the bundle error surfaces later.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -91,6 +92,40 @@ fn add_args(cmd: Command, args: Vec<Arg>) -> Command {
     cmd
 }
 
+/// Every family's arguments of one kind (`of`), each id once: an id that several families
+/// define (`--top-k`: embed's neighbours, llm's sampler) keeps the first family's definition,
+/// and its help gives each family's meaning ("embed: ...; llm: ...").
+fn every_family_args(of: impl Fn(&dyn Family) -> Vec<Arg>) -> Vec<Arg> {
+    let mut args: Vec<(Arg, Vec<(&str, String)>)> = Vec::new();
+    for f in REGISTRY {
+        for a in of(*f) {
+            let help = a.get_help().map(ToString::to_string).unwrap_or_default();
+            match args.iter_mut().find(|(x, _)| x.get_id() == a.get_id()) {
+                Some((_, helps)) => helps.push((f.name(), help)),
+                None => args.push((a, vec![(f.name(), help)])),
+            }
+        }
+    }
+    args.into_iter()
+        .map(|(a, helps)| {
+            if helps.len() < 2 {
+                return a;
+            }
+            // The family's own tag in its help ("(llm; default 40)") is said once, in front.
+            let joined: Vec<String> = helps
+                .iter()
+                .map(|(f, h)| {
+                    let h = h
+                        .replace(&format!("({f}; "), "(")
+                        .replace(&format!(" ({f})"), "");
+                    format!("{f}: {h}")
+                })
+                .collect();
+            a.help(joined.join("; "))
+        })
+        .collect()
+}
+
 /// Add the arguments of the family `argv` is about to the matching subcommand of `cmd`.
 pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
     let Some((pos, name)) = subcommand_position(argv) else {
@@ -105,7 +140,7 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
                 // `--family` value (refused naming the known families) instead of stopping
                 // at the first family argument ("unexpected argument '--onnx'").
                 Some(None) => cmd.mut_subcommand("build", |b| {
-                    add_args(b, REGISTRY.iter().flat_map(|f| f.build_args()).collect())
+                    add_args(b, every_family_args(|f| f.build_args()))
                 }),
                 None => cmd,
             }
@@ -115,7 +150,7 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
             // No bundle (or one that does not open): every family's options, less on `run`
             // those only `bench` takes.
             None => cmd.mut_subcommand(name, |c| {
-                let c = add_args(c, REGISTRY.iter().flat_map(|f| f.run_args()).collect());
+                let c = add_args(c, every_family_args(|f| f.run_args()));
                 if name == "run" {
                     hide(
                         c,

@@ -554,19 +554,25 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
                 }
                 d["self_test"] = self_test_json(&a.device, (threads, threads_why), &t, ms);
                 crate::outln!("{}", serde_json::to_string_pretty(&crate::cli::tidy(d))?)?;
-            } else if t.passed {
-                crate::outln!(
-                    "self-test passed on {}: {} in {ms:.1} ms (CPU engine threads: {threads}, {threads_why})",
-                    a.device,
-                    Escaped(&t.summary)
-                )?;
             } else {
-                eprintln!(
-                    "self-test FAILED on {}: {}: {} (CPU engine threads: {threads}, {threads_why})",
-                    a.device,
-                    Escaped(&shown),
-                    Escaped(&t.summary)
-                );
+                // `--device auto` is a choice, not a place: the summary says where it ran.
+                let on = if a.device == "auto" {
+                    " (--device auto)".to_string()
+                } else {
+                    format!(" on {}", a.device)
+                };
+                if t.passed {
+                    crate::outln!(
+                        "self-test passed{on}: {} in {ms:.1} ms (CPU engine threads: {threads}, {threads_why})",
+                        Escaped(&t.summary)
+                    )?;
+                } else {
+                    eprintln!(
+                        "self-test FAILED{on}: {}: {} (CPU engine threads: {threads}, {threads_why})",
+                        Escaped(&shown),
+                        Escaped(&t.summary)
+                    );
+                }
             }
             Ok(code)
         }

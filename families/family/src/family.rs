@@ -622,6 +622,12 @@ pub trait Family: Send + Sync {
         };
         self.run_self_test(bundle, options, &test).map(Some)
     }
+    /// The family's own engines (those beyond the shared network engines) as this machine
+    /// offers them, one line each, for `tether doctor`: a text generator's CPU kernels and
+    /// GPU decoder. Empty (the default) for a family that runs only on the shared engines.
+    fn own_engines(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// A one-line hint for `error` (one link of a failed command's error chain) when it is
     /// one of this family's own errors and a hint fits; the CLI prints it as `hint:`. The
     /// bundle's and the runtime's errors are not the family's to explain: a family error

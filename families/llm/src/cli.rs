@@ -80,6 +80,29 @@ impl Family for LlmFamily {
         &["n-prompt", "n-gen"]
     }
 
+    fn own_engines(&self) -> Vec<String> {
+        let isa = crate::kernels::Isa::detect();
+        let all: Vec<&str> = crate::kernels::Isa::available()
+            .into_iter()
+            .map(crate::kernels::Isa::name)
+            .collect();
+        let cpu = format!(
+            "CPU engine: {} kernels (this CPU runs {}; TETHER_LLM_ISA picks another)",
+            isa.name(),
+            all.join(", ")
+        );
+        #[cfg(feature = "cuda")]
+        let gpu = if tether_runtime::cuda::gpu_present() {
+            "GPU decoder (one CUDA graph per token, --device cuda): usable"
+        } else {
+            "GPU decoder: needs a CUDA device (none here)"
+        }
+        .to_string();
+        #[cfg(not(feature = "cuda"))]
+        let gpu = "GPU decoder: not in this build (the `cuda` feature)".to_string();
+        vec![cpu, gpu]
+    }
+
     fn build_args(&self) -> Vec<Arg> {
         vec![
             path_arg(

@@ -222,9 +222,18 @@ pub fn run_test(ocr: &mut crate::Ocr, test: &SelfTest) -> Result<Report, OcrErro
         ));
     }
     let worst = checks.iter().map(|c| c.value).fold(0.0, f64::max);
+    // Where it ran: the engines of the bundle's networks on this device, each once.
+    let mut engines: Vec<String> = Vec::new();
+    for (_, kind) in ocr.engines() {
+        let name = kind.to_string();
+        if !engines.contains(&name) {
+            engines.push(name);
+        }
+    }
     let summary = format!(
-        "text {:?} (expected {want_text:?}){}, worst score deviation {worst:.2e} (tolerance {tolerance:.0e})",
+        "text {:?} (expected {want_text:?}) on {}{}, worst score deviation {worst:.2e} (tolerance {tolerance:.0e})",
         got.text,
+        engines.join(", "),
         if labels_equal {
             ""
         } else {

@@ -106,6 +106,16 @@ pub(super) fn bench(
     })
 }
 
+/// Whether the family's note `k: v` only repeats a line of the machine header (the text
+/// form prints it once; the JSON keeps every note): its thread count under `cpu threads`, its
+/// kernels named in the `engine` line.
+fn repeats_header(k: &str, v: &str, machine: &Machine) -> bool {
+    machine.lines.iter().any(|(mk, mv)| {
+        (mk.ends_with(k) && mv.split_whitespace().next() == Some(v))
+            || (k == "kernels" && *mk == "engine" && mv.contains(v))
+    })
+}
+
 /// Timed repetitions of each test without `--runs` (llama-bench's `-r 5`).
 const DEFAULT_REPETITIONS: u64 = 5;
 
@@ -125,7 +135,9 @@ fn print(
         outln!("  {:<13} {}", k, escape(v))?;
     }
     for (k, v) in &r.notes {
-        outln!("  {:<13} {}", escape(k), escape(v))?;
+        if !repeats_header(k, v, machine) {
+            outln!("  {:<13} {}", escape(k), escape(v))?;
+        }
     }
     outln!()?;
     outln!(
