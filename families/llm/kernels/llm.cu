@@ -813,35 +813,39 @@ __device__ __noinline__ void row_dot_warp_t(const uint8_t* const* w, int cols, c
 // of each group in registers while the previous kernel finishes and the prologue runs, then
 // `row_dot_warp`'s chains (the same terms, the same order). Other types take `row_dot_warp`.
 #define CH32 8
+// Blocks per group in the first round of `prep_matvec_wide` (no register cap): 64 blocks of
+// 32, so a 1,536-wide row (the down projection of a small model) is loaded whole before the
+// wait instead of its last 16 blocks after the first round's chain.
+#define CH32_WIDE 16
 __device__ __forceinline__ bool is_q32(int type) {
     return type == T_Q8_0 || type == T_Q4_0 || type == T_Q4_1;
 }
 
-template <int TYPE, int R>
+template <int TYPE, int R, int CH>
 __device__ __forceinline__ void q32_load_round(const uint8_t* const* w, int nu, int u0,
-                                               uint32_t dm[CH32][R], uint32_t v[CH32][R]) {
+                                               uint32_t dm[CH][R], uint32_t v[CH][R]) {
     const int lane = threadIdx.x % 32, g = lane >> 3, l = lane & 7;
 #pragma unroll
-    for (int k = 0; k < CH32; ++k) {
+    for (int k = 0; k < CH; ++k) {
         const int u = min(u0 + g + 4 * k, nu - 1);
 #pragma unroll
         for (int r = 0; r < R; ++r) q32_raw<TYPE>(w[r], u, l, &dm[k][r], &v[k][r]);
     }
 }
 
-template <int TYPE, int R>
+template <int TYPE, int R, int CH>
 __device__ __forceinline__ void q32_chain(const uint8_t* const* w, int nu, const BlockQ8* q8,
-                                          uint32_t dm[CH32][R], uint32_t v[CH32][R], float* out) {
+                                          uint32_t dm[CH][R], uint32_t v[CH][R], float* out) {
     const int lane = threadIdx.x % 32, g = lane >> 3, l = lane & 7;
     float acc[R], ext[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = ext[r] = 0.0f;
-    for (int u0 = 0; u0 < nu; u0 += 4 * CH32) {
-        if (u0 > 0) q32_load_round<TYPE, R>(w, nu, u0, dm, v);
+    for (int u0 = 0; u0 < nu; u0 += 4 * CH) {
+        if (u0 > 0) q32_load_round<TYPE, R, CH>(w, nu, u0, dm, v);
         // Round k's terms (units u0 + 4k .. u0 + 4k + 4, one per group), then their chains:
         // only one round's terms live at a time.
 #pragma unroll
-        for (int k = 0; k < CH32; ++k) {
+        for (int k = 0; k < CH; ++k) {
             if (u0 + 4 * k >= nu) break;  // the same for the whole warp
             const int u = min(u0 + g + 4 * k, nu - 1);
             float ta[R], tb[R], tc[R], td[R];
@@ -871,26 +875,26 @@ __device__ __forceinline__ void q32_chain(const uint8_t* const* w, int nu, const
 }
 
 // The first round's raw words of rows w[0 .. R) of type `type` (nothing for other types).
-template <int R>
+template <int R, int CH>
 __device__ __forceinline__ void q32_preload(int type, const uint8_t* const* w, int cols,
-                                            uint32_t dm[CH32][R], uint32_t v[CH32][R]) {
+                                            uint32_t dm[CH][R], uint32_t v[CH][R]) {
     switch (type) {
-        case T_Q8_0: q32_load_round<T_Q8_0, R>(w, cols / QK, 0, dm, v); break;
-        case T_Q4_0: q32_load_round<T_Q4_0, R>(w, cols / QK, 0, dm, v); break;
-        case T_Q4_1: q32_load_round<T_Q4_1, R>(w, cols / QK, 0, dm, v); break;
+        case T_Q8_0: q32_load_round<T_Q8_0, R, CH>(w, cols / QK, 0, dm, v); break;
+        case T_Q4_0: q32_load_round<T_Q4_0, R, CH>(w, cols / QK, 0, dm, v); break;
+        case T_Q4_1: q32_load_round<T_Q4_1, R, CH>(w, cols / QK, 0, dm, v); break;
         default: break;
     }
 }
 
 // `row_dot_warp` of rows whose first round `q32_preload` loaded (Q8_0 / Q4_0 / Q4_1 only).
-template <int R>
+template <int R, int CH>
 __device__ __forceinline__ void q32_dot_preloaded(int type, const uint8_t* const* w, int cols,
-                                                  const BlockQ8* q8, uint32_t dm[CH32][R],
-                                                  uint32_t v[CH32][R], float* out) {
+                                                  const BlockQ8* q8, uint32_t dm[CH][R],
+                                                  uint32_t v[CH][R], float* out) {
     switch (type) {
-        case T_Q8_0: q32_chain<T_Q8_0, R>(w, cols / QK, q8, dm, v, out); break;
-        case T_Q4_0: q32_chain<T_Q4_0, R>(w, cols / QK, q8, dm, v, out); break;
-        default: q32_chain<T_Q4_1, R>(w, cols / QK, q8, dm, v, out); break;
+        case T_Q8_0: q32_chain<T_Q8_0, R, CH>(w, cols / QK, q8, dm, v, out); break;
+        case T_Q4_0: q32_chain<T_Q4_0, R, CH>(w, cols / QK, q8, dm, v, out); break;
+        default: q32_chain<T_Q4_1, R, CH>(w, cols / QK, q8, dm, v, out); break;
     }
 }
 
@@ -1532,6 +1536,9 @@ struct PrepMatVecParams {
     Proj p[3];
     int nproj;
     int rows_total;
+    int ahead;   // turns whose rows are asked of L2 ahead of their turn (>= 1; the host sizes
+                 // them to a third of the L2 cache: the head's rows all at once on an H200)
+    int pad;
 };
 
 // The epilogue of row r of projection pr: bias, then store or residual accumulation.
@@ -1541,6 +1548,7 @@ __device__ __forceinline__ void store_row(const Proj& pr, int r, float v) {
 }
 
 // The body of `prep_matvec` and `prep_matvec_wide` (below).
+template <int CH>
 __device__ __forceinline__ void prep_matvec_body(const PrepMatVecParams& p, unsigned char* smem) {
     BlockQ8* q8;
     BlockQ8K* q8k;
@@ -1550,15 +1558,22 @@ __device__ __forceinline__ void prep_matvec_body(const PrepMatVecParams& p, unsi
     const int first = blockIdx.x * FUSE_WARPS + threadIdx.x / 32;
     const int step = gridDim.x * FUSE_WARPS;
     // The first row's weights: in registers (8-bit block types) or asked of L2.
-    uint32_t dm0[CH32][1], v0[CH32][1];
+    uint32_t dm0[CH][1], v0[CH][1];
     bool pre = false;
     if (first < p.rows_total) {
         int r;
         const Proj& pr = p.p[proj_of(p.p, p.nproj, p.rows_total, first, &r)];
         const uint8_t* w[1] = {pr.w + (size_t)r * pr.row_bytes};
         pre = is_q32(pr.type);
-        if (pre) q32_preload<1>(pr.type, w, p.in.n, dm0, v0);
+        if (pre) q32_preload<1, CH>(pr.type, w, p.in.n, dm0, v0);
         else prefetch_l2(w[0], pr.row_bytes, lane);
+    }
+    // The rows of turns 1 .. ahead - 1 asked of L2 now too (weights only: before the wait).
+    const int ahead = max(1, p.ahead);
+    for (int t = 1; t < ahead && first + t * step < p.rows_total; ++t) {
+        int rt;
+        const Proj& pt = p.p[proj_of(p.p, p.nproj, p.rows_total, first + t * step, &rt)];
+        prefetch_l2(pt.w + (size_t)rt * pt.row_bytes, pt.row_bytes, lane);
     }
     dependency_wait();
     dependents_launch();
@@ -1568,13 +1583,13 @@ __device__ __forceinline__ void prep_matvec_body(const PrepMatVecParams& p, unsi
         const int k = proj_of(p.p, p.nproj, p.rows_total, r0, &r);
         const Proj& pr = p.p[k];
         const uint8_t* w[1] = {pr.w + (size_t)r * pr.row_bytes};
-        if (r0 + step < p.rows_total) {  // the next turn's row, asked of L2 now
+        if (r0 + ahead * step < p.rows_total) {  // the row `ahead` turns on, asked of L2 now
             int rn;
-            const Proj& pn = p.p[proj_of(p.p, p.nproj, p.rows_total, r0 + step, &rn)];
+            const Proj& pn = p.p[proj_of(p.p, p.nproj, p.rows_total, r0 + ahead * step, &rn)];
             prefetch_l2(pn.w + (size_t)rn * pn.row_bytes, pn.row_bytes, lane);
         }
         float dot[1];
-        if (pre && r0 == first) q32_dot_preloaded<1>(pr.type, w, p.in.n, q8, dm0, v0, dot);
+        if (pre && r0 == first) q32_dot_preloaded<1, CH>(pr.type, w, p.in.n, q8, dm0, v0, dot);
         else row_dot_warp<1>(pr.type, w, p.in.n, x, q8, q8k, dot);
         if (lane == 0) store_row(pr, r, dot[0]);
     }
@@ -1584,7 +1599,7 @@ __device__ __forceinline__ void prep_matvec_body(const PrepMatVecParams& p, unsi
 // thread, so that the blocks of one wave are resident at once.
 extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, FUSE_MIN_BLOCKS) prep_matvec(PrepMatVecParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    prep_matvec_body(p, smem);
+    prep_matvec_body<CH32>(p, smem);
 }
 
 // A grid of at most one block per SM (the 576-row O and down projections of a small model):
@@ -1592,7 +1607,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, FUSE_MIN_BLOCKS) p
 // loaded a thread under it).
 extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) prep_matvec_wide(PrepMatVecParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    prep_matvec_body(p, smem);
+    prep_matvec_body<CH32_WIDE>(p, smem);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1654,7 +1669,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopePa
         const uint8_t* w[2] = {pr.w + (size_t)ra * pr.row_bytes, pr.w + (size_t)rb * pr.row_bytes};
         pre = is_q32(pr.type);
         if (pre) {
-            q32_preload<2>(pr.type, w, p.in.n, dm0, v0);
+            q32_preload<2, CH32>(pr.type, w, p.in.n, dm0, v0);
         } else {
             prefetch_l2(w[0], pr.row_bytes, lane);
             prefetch_l2(w[1], pr.row_bytes, lane);
@@ -1673,7 +1688,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopePa
         const Proj& pr = rows_of(it, &ra, &rb, &h, &i);
         const uint8_t* w[2] = {pr.w + (size_t)ra * pr.row_bytes, pr.w + (size_t)rb * pr.row_bytes};
         float dots[2];
-        if (pre && it == first) q32_dot_preloaded<2>(pr.type, w, p.in.n, q8, dm0, v0, dots);
+        if (pre && it == first) q32_dot_preloaded<2, CH32>(pr.type, w, p.in.n, q8, dm0, v0, dots);
         else row_dot_warp<2>(pr.type, w, p.in.n, x, q8, q8k, dots);
         if (lane == 0) {
             float a = dots[0], b = dots[1];

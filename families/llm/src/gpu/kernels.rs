@@ -288,6 +288,10 @@ pub struct PrepMatVecParams {
     pub nproj: i32,
     /// Rows of all projections.
     pub rows_total: i32,
+    /// Turns whose rows a warp asks of L2 ahead of their turn (at least 1).
+    pub ahead: i32,
+    /// Padding (0).
+    pub pad: i32,
 }
 
 /// `struct QkvRopeParams` of `qkv_rope`.
@@ -352,7 +356,7 @@ const _: () = assert!(std::mem::size_of::<RopeParams>() == 48 + 16);
 const _: () = assert!(std::mem::size_of::<AttnParams>() == 40 + 24);
 const _: () = assert!(std::mem::size_of::<SampleParams>() == 40);
 const _: () = assert!(std::mem::size_of::<PrologueParams>() == 24 + 24);
-const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 8);
+const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 16);
 const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 24);
 
 // ---------------------------------------------------------------------------------------
