@@ -1796,8 +1796,6 @@ __device__ __forceinline__ void st_all(const double* p, double v) {
 extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(AttnParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     __shared__ AttnClusterShared sm;
-    // Every block of the cluster has started before any writes into another's memory.
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     dependency_wait();
     dependents_launch();
     const int tid = threadIdx.x, hd = p.head_dim, kv_dim = p.kv_dim;
@@ -1807,6 +1805,17 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(Attn
     const uint16_t* kb = p.kcache + kvh * hd;
     const uint16_t* vb = p.vcache + kvh * hd;
     const int len = (int)p.state->pos + 1;
+    // The host launches this kernel only for a context of at most ATT_TILE positions; a
+    // longer span (the same for every block, before any cluster barrier) gives NaN, not a
+    // write past the shared arrays.
+    if (len > ATT_TILE) {
+        for (int d = (int)rank * (hd / ATTN_CLUSTER) + tid; d < ((int)rank + 1) * (hd / ATTN_CLUSTER);
+             d += ATT_THREADS)
+            p.out[h * hd + d] = __int_as_float(0x7fc00000);
+        return;
+    }
+    // Every block of the cluster has started before any writes into another's memory.
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     const int chunk = ((len + ATTN_CLUSTER - 1) / ATTN_CLUSTER + 7) / 8 * 8;
     const int lo = (int)rank * chunk, n = max(0, min(len, lo + chunk) - lo);
     for (int i = tid; i < hd; i += ATT_THREADS)

@@ -66,7 +66,8 @@ pub const FUSE_WARPS: u32 = 8;
 /// several rows (each block prepares the input once).
 pub const FUSE_MAX_BLOCKS: u32 = 1024;
 /// Blocks of `prep_matvec` resident per SM (`FUSE_MIN_BLOCKS`, its launch bounds): a fused
-/// launch has at most this many blocks per SM, one wave.
+/// launch has at most this many blocks per SM, one wave. A launch of at most one block per
+/// SM takes `prep_matvec_wide` (the same arithmetic without the register cap).
 pub const FUSE_MIN_BLOCKS: u32 = 3;
 
 /// Blocks of the thread block cluster of `attention_cluster` (`ATTN_CLUSTER`): one cluster
@@ -224,7 +225,7 @@ pub struct RopeParams {
     pub form: i32,
 }
 
-/// `struct AttnParams` of `attention` and `attention_fused`.
+/// `struct AttnParams` of `attention`, `attention_fused` and `attention_cluster`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AttnParams {
@@ -276,7 +277,7 @@ pub struct PrologueParams {
     pub pad: i32,
 }
 
-/// `struct PrepMatVecParams` of `prep_matvec`.
+/// `struct PrepMatVecParams` of `prep_matvec` and `prep_matvec_wide`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PrepMatVecParams {
