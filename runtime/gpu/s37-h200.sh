@@ -13,9 +13,10 @@
 # fused-step launches of `fused_step_equals_the_unfused_step_bit_for_bit` (4 layers; the load
 # check's eager steps and the teacher-forced positions) for main and the branch, summed by
 # kernel and grid (ncu_sum.py).
-# The checkout travels with the call: with the kernel images the tree is ~53 MB, so carry
-# at most ~10 MB (move the llm.cu12.*.cubin out of the tree for the call if need be).
-# Run from the checkout: DIR=s37a bash runtime/gpu/s37-h200.sh (logs under $OUT).
+# The checkout travels with the call: on this branch (compressed fatbins) the tracked tree is
+# ~34 MB, so up to ~29 MB can be carried (.device/s37b: 15.8 MB). The binaries also check
+# that the driver loads the compressed llm image (any module load error says it does not).
+# Run from the checkout: DIR=s37b bash runtime/gpu/s37-h200.sh (logs under $OUT).
 set -u
 R=$(pwd); S=$R/.device/${DIR:?}; B=/tmp/s37bin; mkdir -p $B
 { date -u; hostname; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; nproc; } > $OUT/host.log 2>&1
