@@ -578,7 +578,7 @@ fn first_mistakes_name_what_to_do() {
         let e = stderr(&o);
         assert_ne!(o.status.code(), Some(0), "{args:?}: {e}");
         assert!(
-            e.contains("this file is an input, not a bundle: the bundle comes first"),
+            e.contains("this file is an input, not a bundle: a command takes the bundle first"),
             "{args:?}: {e}"
         );
         assert!(!e.contains("corrupted"), "{args:?}: {e}");
@@ -2239,6 +2239,14 @@ fn embed_builds_inspects_embeds_texts_and_self_tests() {
     let o = tether(&["run", &b, "--text", "  "]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("holds no text"), "{}", stderr(&o));
+    // An empty one is named by its option, not by an empty label ("input : ...").
+    let o = tether(&["run", &b, "--text", ""]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("input --text: --text \"\" holds no text"),
+        "{}",
+        stderr(&o)
+    );
     let v = json(&tether(&["inspect", &b, "--json"]));
     assert_eq!(v["identity"]["family"], "embed");
     assert_eq!(v["family_config"]["dim"], 384);
@@ -2709,14 +2717,37 @@ fn llm_bad_options_and_other_families_options_are_named() {
     let o = tether(&["run", &b, "--prompt", "hi", "--top-p", "1.5"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--top-p 1.5"), "{}", stderr(&o));
-    // A context beyond the model's.
+    // A context beyond the model's: a value out of range, so a usage error (exit 2, as
+    // docs/cli.md says), naming the option, the value and the model's bound once.
     let o = tether(&["run", &b, "--prompt", "hi", "--context", "100000"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("context of 100000 tokens"),
+        stderr(&o).contains("--context 100000: accepted 1 to 8192 (the model's training context)")
+            && stderr(&o).matches("training context").count() == 1,
         "{}",
         stderr(&o)
     );
+    // A chat file that is not there is named.
+    let o = tether(&["run", &b, "--chat-file", "no-such-chat.json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--chat-file no-such-chat.json: no such file"),
+        "{}",
+        stderr(&o)
+    );
+    // An option that two other families take names both.
+    let det = nudenet_bundle();
+    let o = tether(&["run", &det, &asset("astronaut.png"), "--top-k", "3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--top-k is an option of the embed and llm families"),
+        "{}",
+        stderr(&o)
+    );
+    // verify refuses a malformed --device before any work (no checksum line).
+    let o = tether(&["verify", &b, "--self-test", "--device", "gpu7"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
     // A prompt longer than the context is an error, never cut.
     let long = "word ".repeat(200);
     let o = tether(&["run", &b, "--prompt", &long, "--context", "64"]);

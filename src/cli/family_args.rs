@@ -230,12 +230,18 @@ pub fn foreign_option(argv: &[OsString]) -> Option<String> {
         if opt.is_empty() || has(family, opt) {
             return None;
         }
-        let other = REGISTRY
+        let others: Vec<&str> = REGISTRY
             .iter()
-            .find(|f| f.name() != family.name() && has(**f, opt))?;
+            .filter(|f| f.name() != family.name() && has(**f, opt))
+            .map(|f| f.name())
+            .collect();
+        let owners = match others.as_slice() {
+            [] => return None,
+            [one] => format!("the {one} family"),
+            [rest @ .., last] => format!("the {} and {last} families", rest.join(", ")),
+        };
         Some(format!(
-            "--{opt} is an option of the {} family; this bundle is of the {f} family, which does not take it (`tether {name} {bundle} --help` lists its options)",
-            other.name(),
+            "--{opt} is an option of {owners}; this bundle is of the {f} family, which does not take it (`tether {name} {bundle} --help` lists its options)",
             f = family.name()
         ))
     })

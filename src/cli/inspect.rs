@@ -424,10 +424,6 @@ fn self_test(
     bundle: Bundle,
     threads: usize,
 ) -> Result<(tether_family::selftest::Report, f64)> {
-    // A malformed --device is a usage error (exit 2), as in `run` and `bench`.
-    if let Err(e) = a.device.parse::<tether_runtime::Device>() {
-        crate::usage!("--device {e}");
-    }
     let shown = a.bundle.display().to_string();
     let family_name = bundle.identity().family.to_string();
     let family = tether_family::family::find(tether::families::REGISTRY, &family_name)
@@ -494,6 +490,10 @@ fn self_test_json(
 pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
     if a.threads.given() && !a.self_test {
         crate::usage!("--threads is for --self-test (the checksums run on one thread)");
+    }
+    // A malformed --device is a usage error before any work, as in `run` and `bench`.
+    if let Err(e) = a.device.parse::<tether_runtime::Device>() {
+        crate::usage!("--device {e}");
     }
     let t0 = Instant::now();
     let opened = Bundle::open(&a.bundle, Verify::Lazy);

@@ -142,7 +142,7 @@ pub(crate) fn known_format(head: &[u8; 8]) -> Option<&'static str> {
         || head.starts_with(&[0xff, 0xd8, 0xff])
         || head.starts_with(b"RIFF");
     input.then_some(
-        "this file is an input, not a bundle: the bundle comes first, then the inputs (`tether run model.bundle INPUT...`)",
+        "this file is an input, not a bundle: a command takes the bundle first (`tether run model.bundle INPUT...`, `tether verify model.bundle`)",
     )
 }
 

@@ -428,14 +428,19 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
                     docs.push(json!({ "input": label, "error": crate::cli::message(&e) }));
                 } else {
                     bar.suspend(|| {
-                        crate::cli::report(&e.context(format!(
-                            "input {}",
-                            if is_text {
-                                shortened(&label)
-                            } else {
-                                escape(&label).into_owned()
-                            }
-                        )))
+                        crate::cli::report(&e.context(if is_text && label.is_empty() {
+                            // An empty literal text: the error names the option itself.
+                            "input --text".to_string()
+                        } else {
+                            format!(
+                                "input {}",
+                                if is_text {
+                                    shortened(&label)
+                                } else {
+                                    escape(&label).into_owned()
+                                }
+                            )
+                        }))
                     });
                 }
             }

@@ -326,7 +326,16 @@ impl Family for LlmFamily {
                 threads,
                 ..GeneratorOptions::default()
             },
-        )?;
+        )
+        .map_err(|e| match e {
+            // A --context out of the model's range is a usage error (exit 2), as any other
+            // option out of range; its bound is the model's, so it is known only here.
+            GenerateError::Context { asked, max } => UsageError(format!(
+                "--context {asked}: accepted 1 to {max} (the model's training context)"
+            ))
+            .into(),
+            e => anyhow::Error::from(e),
+        })?;
         let params = params.apply(GenerateParams::with_defaults(
             generator.generation_defaults(),
         ))?;
@@ -636,6 +645,9 @@ fn read_text(path: &Path) -> Result<String> {
 
 /// Chat messages from a `--chat-file` document.
 fn read_chat(path: &Path) -> Result<Vec<ChatMessage>> {
+    if path.as_os_str() != "-" && !path.exists() {
+        bail!("--chat-file {}: no such file", path.display());
+    }
     let text = read_text(path)?;
     let doc: Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
@@ -781,8 +793,13 @@ impl Runner for LlmRunner {
             engine_choice: vec![(
                 FAMILY.to_string(),
                 format!(
-                    "the llm family's own CPU kernels ({}; the only engine of this family in this build)",
-                    self.generator.model().isa().name()
+                    "the llm family's own CPU kernels ({}){}",
+                    self.generator.model().isa().name(),
+                    if cfg!(feature = "cuda") {
+                        "; its GPU decoder runs with --device cuda"
+                    } else {
+                        "; this build has no GPU decoder (the `cuda` feature)"
+                    }
                 ),
             )],
             ..Environment::default()

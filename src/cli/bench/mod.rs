@@ -59,7 +59,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "TEXT", conflicts_with = "input")]
     text: Option<String>,
     /// Timed runs (1 to 1,000,000,000; with --compare, runs of each). Default 200, or no
-    /// limit with --duration.
+    /// limit with --duration; a family's throughput tests (no INPUT): 5 of each test.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     runs: Option<u64>,
     /// Stop after this many whole seconds, 1 to 86,400 (whichever comes first with --runs).
