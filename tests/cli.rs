@@ -2748,10 +2748,12 @@ fn llm_bad_options_and_other_families_options_are_named() {
     let o = tether(&["verify", &b, "--self-test", "--device", "gpu7"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stdout(&o).is_empty(), "{}", stdout(&o));
-    // A prompt longer than the context is an error, never cut.
+    // A prompt longer than the context is an error, never cut; nothing was streamed, so
+    // stdout stays empty (no stray line end).
     let long = "word ".repeat(200);
     let o = tether(&["run", &b, "--prompt", &long, "--context", "64"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(o.stdout.is_empty(), "{:?}", stdout(&o));
     // A prompt file that is not UTF-8.
     let f = scratch().join("latin1.txt");
     std::fs::write(&f, b"caf\xe9").unwrap();

@@ -1007,8 +1007,10 @@ impl Bundle {
         }
         b.ensure_not_faulted()?;
         log::debug!(
-            "opened bundle {:?}: format {}.{}, {} bytes, {} sections, {} targets",
-            b.path,
+            "opened bundle {}: format {}.{}, {} bytes, {} sections, {} targets",
+            b.path
+                .as_deref()
+                .map_or_else(|| "(in memory)".into(), |p| p.display().to_string()),
             b.p.major,
             b.p.minor,
             b.file_len(),

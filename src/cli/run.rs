@@ -357,11 +357,18 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             };
             let t0 = Instant::now();
             let streamed = if stream {
-                let mut sink = |piece: &str| write_piece(piece);
+                let mut wrote = false;
+                let mut sink = |piece: &str| {
+                    wrote |= !piece.is_empty();
+                    write_piece(piece)
+                };
                 match runner.run_streaming(input.as_ref(), &mut sink) {
                     Some(r) => {
-                        // End the streamed text's line whatever happened.
-                        outln!()?;
+                        // End the streamed text's line whatever happened after it began (a
+                        // request refused before its first piece leaves stdout empty).
+                        if wrote {
+                            outln!()?;
+                        }
                         r?;
                         true
                     }
