@@ -219,31 +219,42 @@ pub fn foreign_option(argv: &[OsString]) -> Option<String> {
         return None;
     }
     let (bundle, family) = bundle_and_family(argv, pos + 1)?;
+    let (opt, others) = first_foreign(&argv[pos + 1..], family, |f| f.run_args())?;
+    let owners = match others.as_slice() {
+        [] => return None,
+        [one] => format!("the {one} family"),
+        [rest @ .., last] => format!("the {} and {last} families", rest.join(", ")),
+    };
+    Some(format!(
+        "--{opt} is an option of {owners}; this bundle is of the {f} family, which does not take it (`tether {name} {bundle} --help` lists its options)",
+        f = family.name()
+    ))
+}
+
+/// The first `--OPT` of `args` that `family` does not define (among `of`'s arguments, by
+/// long name or alias) but other families do, with those families' names (at least one).
+fn first_foreign<'a>(
+    args: &'a [OsString],
+    family: &dyn Family,
+    of: impl Fn(&dyn Family) -> Vec<Arg>,
+) -> Option<(&'a str, Vec<&'static str>)> {
     let has = |f: &dyn Family, opt: &str| {
-        f.run_args().iter().any(|a| {
+        of(f).iter().any(|a| {
             a.get_long() == Some(opt) || a.get_all_aliases().is_some_and(|v| v.contains(&opt))
         })
     };
-    argv[pos + 1..].iter().find_map(|a| {
+    args.iter().find_map(|a| {
         let opt = a.to_str()?.strip_prefix("--")?;
         let opt = opt.split_once('=').map_or(opt, |(o, _)| o);
         if opt.is_empty() || has(family, opt) {
             return None;
         }
-        let others: Vec<&str> = REGISTRY
+        let others: Vec<&'static str> = REGISTRY
             .iter()
             .filter(|f| f.name() != family.name() && has(**f, opt))
             .map(|f| f.name())
             .collect();
-        let owners = match others.as_slice() {
-            [] => return None,
-            [one] => format!("the {one} family"),
-            [rest @ .., last] => format!("the {} and {last} families", rest.join(", ")),
-        };
-        Some(format!(
-            "--{opt} is an option of {owners}; this bundle is of the {f} family, which does not take it (`tether {name} {bundle} --help` lists its options)",
-            f = family.name()
-        ))
+        (!others.is_empty()).then_some((opt, others))
     })
 }
 
@@ -260,29 +271,10 @@ fn foreign_build_option(argv: &[OsString], pos: usize) -> Option<String> {
         ));
     };
     let family = find(REGISTRY, &flag)?;
-    let has = |f: &dyn Family, opt: &str| {
-        f.build_args().iter().any(|a| {
-            a.get_long() == Some(opt) || a.get_all_aliases().is_some_and(|v| v.contains(&opt))
-        })
-    };
-    argv[pos + 1..].iter().find_map(|a| {
-        let opt = a.to_str()?.strip_prefix("--")?;
-        let opt = opt.split_once('=').map_or(opt, |(o, _)| o);
-        if opt.is_empty() || has(family, opt) {
-            return None;
-        }
-        let others: Vec<&str> = REGISTRY
-            .iter()
-            .filter(|f| f.name() != family.name() && has(**f, opt))
-            .map(|f| f.name())
-            .collect();
-        if others.is_empty() {
-            return None;
-        }
-        Some(format!(
-            "--{opt} is an option of the {} build; the {f} family does not take it (`tether build --family {f} --help` lists its options)",
-            others.join(" / "),
-            f = family.name()
-        ))
-    })
+    let (opt, others) = first_foreign(&argv[pos + 1..], family, |f| f.build_args())?;
+    Some(format!(
+        "--{opt} is an option of the {} build; the {f} family does not take it (`tether build --family {f} --help` lists its options)",
+        others.join(" / "),
+        f = family.name()
+    ))
 }
