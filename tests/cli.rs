@@ -132,7 +132,7 @@ fn json(o: &Output) -> Value {
 fn inspect_json_describes_the_manifest() {
     let b = nudenet_bundle();
     let v = json(&tether(&["inspect", &b, "--json"]));
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["identity"]["family"], "detect");
     assert_eq!(v["identity"]["name"], "320n");
     assert_eq!(v["format_version"], "1.1");
@@ -739,7 +739,22 @@ fn bench_usage_errors_exit_2() {
         (vec!["--precision", "fp8"], "fp32, tf32 or fp16"),
         (vec!["--graph", "--eager"], "cannot be used with"),
         (vec!["--threads", "0"], "--threads"),
+        // A negative or fractional count names the range, as one too large does.
+        (
+            vec!["--threads", "-1"],
+            "'--threads <N>': accepted 1 to 1024",
+        ),
+        (vec!["--runs", "-5"], "accepted 1 to 1000000000"),
+        (
+            vec!["--warmup", "1.5"],
+            "not a whole number (accepted 0 to 1000000)",
+        ),
+        (
+            vec!["--duration", "a"],
+            "not a number (accepted 1 to 86400)",
+        ),
         (vec!["--deadline", "-1"], "deadline"),
+        (vec!["--rate", "1e-9"], "a rate must be 1/86400"),
         (
             vec!["--device", "cpu", "--compare", "--runs", "1"],
             "needs a GPU session",
@@ -798,6 +813,16 @@ fn bench_staged_runs_skip_the_copy_in() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stdout(&o).contains("host (--graph asked, but this bundle runs on the CPU"),
+        "{}",
+        stdout(&o)
+    );
+    // So does --eager (the run is the host's, not labelled eager), and --sync has its line.
+    let o = cpu_bench(&b, 1, &["--eager", "--sync", "block"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("host (--eager asked, but this bundle runs on the CPU")
+            && !stdout(&o).contains("[eager]")
+            && stdout(&o).contains("block asked, but this bundle runs on the CPU: no GPU"),
         "{}",
         stdout(&o)
     );
@@ -941,6 +966,33 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
         stderr(&o)
     );
     assert!(!none.exists());
+    // TensorRT's options without --engine tensorrt are refused, not ignored; so is
+    // --engine tensorrt for the llm family, which has no networks for it.
+    let o = build_320n(&none, &["--hardware-compat", "ampere+", "--no-fp16"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--no-fp16, --hardware-compat: options of the TensorRT plans"),
+        "{}",
+        stderr(&o)
+    );
+    let o = tether(&[
+        "build",
+        "--family",
+        "llm",
+        "--gguf",
+        &asset("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        "-o",
+        none.to_str().unwrap(),
+        "--engine",
+        "tensorrt",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the llm family has no networks for TensorRT"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!none.exists());
 }
 
 /// `tether doctor` works on any machine: with no GPU/TensorRT it says so and
@@ -999,7 +1051,13 @@ fn doctor_reports_this_machine() {
     for lib in ["cudnn", "cublas"] {
         assert!(v["libraries"][lib]["found"].is_boolean(), "{lib}: {v}");
     }
-    assert_eq!(v["schema_version"], 1, "{v}");
+    assert_eq!(v["schema_version"], 2, "{v}");
+    // Enumerations are spelled as the text report's words, not as Rust names.
+    assert_eq!(
+        v["probe"]["cuda"]["search"]["library"], "cuda-driver",
+        "{v}"
+    );
+    assert_eq!(v["probe"]["host"]["arch"], std::env::consts::ARCH, "{v}");
     // Every compiled engine in selection order, each with whether it can run here: the CPU
     // engine always, GPU engines only with a device.
     let engines = v["engines"].as_array().expect("engines list");
@@ -1040,9 +1098,23 @@ fn doctor_reports_this_machine() {
         .output()
         .expect("spawn tether");
     assert!(
-        stdout(&forced).contains("llm           CPU engine: scalar kernels"),
+        stdout(&forced).contains("llm           CPU engine: scalar kernels")
+            && stdout(&forced).contains("TETHER_LLM_ISA=scalar chose it"),
         "{}",
         stdout(&forced)
+    );
+    // A set this CPU cannot run is not dropped silently: warned about, and doctor says so.
+    let bogus = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["doctor"])
+        .env("TETHER_LLM_ISA", "no-such-isa")
+        .output()
+        .expect("spawn tether");
+    assert!(
+        stdout(&bogus).contains("TETHER_LLM_ISA=no-such-isa is not one of them: ignored")
+            && stderr(&bogus).contains("not an instruction set this CPU runs"),
+        "{}{}",
+        stdout(&bogus),
+        stderr(&bogus)
     );
 
     let text = tether(&["doctor"]);
@@ -1080,7 +1152,7 @@ fn doctor_takes_a_tensorrt_path() {
     assert_eq!(trt["found"], false, "{trt}");
     let tried = trt["search"]["tried"].as_array().unwrap();
     assert_eq!(tried.len(), 1, "{trt}");
-    assert_eq!(tried[0]["kind"], "Explicit");
+    assert_eq!(tried[0]["kind"], "explicit");
     assert_eq!(tried[0]["place"], "/nonexistent/libnvinfer.so.10");
 }
 
@@ -2235,15 +2307,16 @@ fn embed_builds_inspects_embeds_texts_and_self_tests() {
     assert!(o.status.success(), "build failed: {}", stderr(&o));
     assert!(stdout(&o).contains("family embed: 384-d"), "{}", stdout(&o));
     let b = out.to_string_lossy().into_owned();
-    // An empty text is refused as an empty file is, not embedded as [CLS][SEP].
+    // An empty text is refused, not embedded as [CLS][SEP]: the option's value is wrong, so
+    // a usage error (exit 2); an empty file is an input that failed (exit 1).
     let o = tether(&["run", &b, "--text", "  "]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("holds no text"), "{}", stderr(&o));
-    // An empty one is named by its option, not by an empty label ("input : ...").
+    // An empty one is named by its option, once, not by an empty label ("input : ...").
     let o = tether(&["run", &b, "--text", ""]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("input --text: --text \"\" holds no text"),
+        stderr(&o).contains("error: --text \"\" holds no text"),
         "{}",
         stderr(&o)
     );
@@ -2613,7 +2686,9 @@ fn llm_builds_inspects_and_self_tests() {
     let n = v["sections"].as_array().unwrap().len();
     assert!(n > 32, "{n}");
     let listed = |t: &str| t.lines().filter(|l| l.starts_with("  [")).count();
-    assert!(text.contains(&format!("sections   {n}\n")), "{text}");
+    // (The llm labels are wider than the others: one column for all.)
+    assert!(text.contains(&format!("sections       {n}\n")), "{text}");
+    assert!(text.contains("context length 8192\n"), "{text}");
     assert_eq!(listed(&text), 8, "{text}");
     assert!(
         text.contains(&format!(
@@ -2622,7 +2697,7 @@ fn llm_builds_inspects_and_self_tests() {
         )),
         "{text}"
     );
-    assert!(text.contains("targets    none"), "{text}");
+    assert!(text.contains("targets        none"), "{text}");
     let all = stdout(&tether(&["inspect", &b, "--sections"]));
     assert_eq!(listed(&all), n, "{all}");
     assert!(!all.contains("more (`tether inspect"), "{all}");
@@ -2665,6 +2740,32 @@ fn llm_run_prompt_greedy_gives_llama_cpp_text() {
     assert_eq!(r["prompt_tokens"], chat["prompt_ids"]);
     assert_eq!(r["finish_reason"], "stop");
     assert!(r["timings"]["generation_tokens_per_s"].as_f64().unwrap() > 0.0);
+    // One token: no interval between tokens, so no rate and no percentiles (null, not 0),
+    // and the summary says "1 token".
+    let v = json(&tether(&[
+        "run",
+        &b,
+        "--prompt",
+        prompt,
+        "--temp",
+        "0",
+        "--max-tokens",
+        "1",
+        "--json",
+    ]));
+    let t = &v["results"][0]["result"]["timings"];
+    assert_eq!(t["generated_token_count"], 1, "{t}");
+    assert_eq!(t["generation_ms"], 0.0, "{t}");
+    assert!(
+        t["generation_tokens_per_s"].is_null() && t["inter_token_ms"].is_null(),
+        "{t}"
+    );
+    let o = tether(&["run", &b, "-p", prompt, "--temp", "0", "--max-tokens", "1"]);
+    assert!(
+        stderr(&o).contains("; 1 token generated; first token"),
+        "{}",
+        stderr(&o)
+    );
     // --raw bypasses the template (the text's own 5 tokens); --max-tokens ends with `length`.
     let v = json(&tether(&[
         "run",
@@ -2683,6 +2784,27 @@ fn llm_run_prompt_greedy_gives_llama_cpp_text() {
     assert_eq!(r["tokens"].as_array().unwrap().len(), 3);
     assert_eq!(r["prompt_tokens"].as_array().unwrap().len(), 5);
     assert!(r["text"].as_str().unwrap().starts_with(" Paris"), "{r}");
+    // The same prompt as a file with a byte-order mark and `echo`'s final line end: both
+    // dropped (as llama.cpp's -f drops the line end), so the same 5 tokens and answer.
+    let f = scratch().join("france.txt");
+    std::fs::write(&f, "\u{feff}The capital of France is\n").unwrap();
+    let v = json(&tether(&[
+        "run",
+        &b,
+        f.to_str().unwrap(),
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "3",
+        "--raw",
+        "--json",
+    ]));
+    let from_file = &v["results"][0]["result"];
+    assert_eq!(
+        from_file["prompt_tokens"], r["prompt_tokens"],
+        "{from_file}"
+    );
+    assert_eq!(from_file["text"], r["text"], "{from_file}");
     // Same seed, same sampled text.
     let sampled = |seed: &str| {
         json(&tether(&[
@@ -2727,6 +2849,44 @@ fn llm_bad_options_and_other_families_options_are_named() {
         "{}",
         stderr(&o)
     );
+    // --system is refused where it would be dropped (--raw has no template) or doubled (a
+    // chat file with its own system message); bench refuses run's --prompt (and its help
+    // leaves it out), and with an INPUT the throughput tests' --n-gen.
+    let chat = scratch().join("sys-chat.json");
+    std::fs::write(
+        &chat,
+        r#"[{"role":"system","content":"terse"},{"role":"user","content":"hi"}]"#,
+    )
+    .unwrap();
+    let chat = chat.to_str().unwrap();
+    for (args, says) in [
+        (
+            vec!["run", &b, "-p", "hi", "--raw", "--system", "s"],
+            "--system with --raw",
+        ),
+        (
+            vec!["run", &b, "--chat-file", chat, "--system", "s"],
+            "has a system message of its own",
+        ),
+        (
+            vec!["bench", &b, "--text", "hi", "--runs", "1", "--n-gen", "4"],
+            "--n-prompt and --n-gen set the throughput tests",
+        ),
+        (
+            vec!["bench", &b, "--runs", "1", "--n-gen", "4", "--raw"],
+            "--raw: not used by the throughput tests",
+        ),
+    ] {
+        let o = tether(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    let o = tether(&["bench", &b, "--help"]);
+    assert!(
+        !stdout(&o).contains("--prompt") && !stdout(&o).contains("--chat-file"),
+        "{}",
+        stdout(&o)
+    );
     // A chat file that is not there is named.
     let o = tether(&["run", &b, "--chat-file", "no-such-chat.json"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
@@ -2760,20 +2920,91 @@ fn llm_bad_options_and_other_families_options_are_named() {
     let o = tether(&["run", &b, f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("not UTF-8"), "{}", stderr(&o));
-    // No prompt at all.
-    let o = tether(&["run", &b]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    // The prompt's text where a prompt file belongs: a usage error pointing at --prompt.
-    let o = tether(&["run", &b, "Where is Paris?"]);
+    // A negative count names the option and its range, not clap's "invalid digit"; a
+    // temperature or penalty that would overflow the scaled logits is refused, not sampled
+    // into a wrong answer.
+    for (opt, v, says) in [
+        (
+            "--temperature",
+            "1e-38",
+            "accepted <= 0 for greedy, or a finite number >= 1e-6",
+        ),
+        ("--repeat-penalty", "1e-40", "accepted 1e-6 to 1e6"),
+        ("--max-tokens", "-3", "accepted 1 to 1000000"),
+        ("--seed", "-1", "accepted 0 to 18446744073709551615"),
+        ("--top-k", "2.5", "not a whole number"),
+    ] {
+        let o = tether(&["run", &b, "-p", "hi", opt, v]);
+        assert_eq!(o.status.code(), Some(2), "{opt} {v}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(opt) && stderr(&o).contains(says),
+            "{opt} {v}: {}",
+            stderr(&o)
+        );
+    }
+    // Standard input twice: refused, not read empty the second time.
+    let o = tether(&["run", &b, "-", "-"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("no such prompt file") && stderr(&o).contains("--prompt"),
+        stderr(&o).contains("given more than once"),
         "{}",
         stderr(&o)
     );
-    // The overflow hint names the limit of --context.
+    // llama-cli's --n-predict is --max-tokens.
+    let v = json(&tether(&[
+        "run",
+        &b,
+        "-p",
+        "hi",
+        "--temp",
+        "0",
+        "--n-predict",
+        "2",
+        "--json",
+    ]));
+    assert_eq!(
+        v["results"][0]["result"]["tokens"].as_array().map(Vec::len),
+        Some(2),
+        "{v}"
+    );
+    // No prompt at all.
+    let o = tether(&["run", &b]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // The prompt's text where a prompt file belongs: an input that failed (exit 1, as any
+    // unreadable input), pointing at --text (which run and bench both take).
+    let o = tether(&["run", &b, "Where is Paris?"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no such prompt file") && stderr(&o).contains("--text"),
+        "{}",
+        stderr(&o)
+    );
+    // The overflow hint names the limit of --context; the error names the --prompt input by
+    // its first words, not its whole text.
     let o = tether(&["run", &b, "--prompt", &long, "--context", "64"]);
     assert!(stderr(&o).contains("training context"), "{}", stderr(&o));
+    let line = stderr(&o)
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(line.len() < 300 && line.contains(" characters)"), "{line}");
+    // A checkpoint that is not there is a path to check, not a corrupt file.
+    let o = tether(&[
+        "build",
+        "--family",
+        "llm",
+        "--gguf",
+        "/no/such.gguf",
+        "-o",
+        "/tmp/x.bundle",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("hint: check the path of the checkpoint file"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -2848,6 +3079,81 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     assert!(stdout(&o).contains("cpu threads"), "{}", stdout(&o));
     let o = tether(&["bench", &b, "--rate", "10"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // A test whose runs spread more than 2.5 % (cv) is warned about under the table, as the
+    // latency benchmark warns of its total; one that does not is not.
+    let o = tether(&[
+        "bench",
+        &b,
+        "--runs",
+        "3",
+        "--n-prompt",
+        "8",
+        "--n-gen",
+        "4",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for test in ["pp8", "tg4"] {
+        let row = stdout(&o)
+            .lines()
+            .find(|l| l.trim_start().starts_with(test))
+            .map(str::to_owned)
+            .unwrap_or_default();
+        let cv: f64 = row
+            .split_whitespace()
+            .last()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("{test}: no cv in {row:?}"));
+        let warned = stdout(&o).contains(&format!("warning: {test}'s coefficient of variation"));
+        // (The table rounds to 0.01: at 2.50 either is right.)
+        if (cv - 2.5).abs() > 0.005 {
+            assert_eq!(warned, cv > 2.5, "{test} cv {cv}: {}", stdout(&o));
+        }
+    }
+    // Tests beyond the context are refused before any runs (exit 2), naming the option.
+    for (args, says) in [
+        (
+            vec!["--n-prompt", "8", "--n-gen", "40", "--context", "32"],
+            "--n-gen 40: the test needs 40 positions, beyond the context of 32",
+        ),
+        (
+            vec!["--n-prompt", "8,64", "--n-gen", "4", "--context", "32"],
+            "--n-prompt 64: the test needs 64 positions",
+        ),
+    ] {
+        let mut a = vec!["bench", &b, "--runs", "1"];
+        a.extend(args.iter().copied());
+        let o = tether(&a);
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{a:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{a:?}: {}", stdout(&o));
+    }
+    // Generation options the throughput tests do not use are refused (exit 2), named, before
+    // any test runs: --max-tokens (the tests generate --n-gen), --stop, and on the CPU the
+    // sampler's (its tests sample nothing, as llama-bench's).
+    for (args, want) in [
+        (vec!["--max-tokens", "4"], "--max-tokens: not used"),
+        (vec!["--stop", "x"], "--stop: not used"),
+        (
+            vec!["--temperature", "0.5", "--seed", "3"],
+            "--temperature, --seed: not used",
+        ),
+    ] {
+        let mut a = vec![
+            "bench",
+            &b,
+            "--runs",
+            "1",
+            "--n-prompt",
+            "8",
+            "--n-gen",
+            "4",
+        ];
+        a.extend(args.iter().copied());
+        let o = tether(&a);
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{a:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{a:?}: {}", stdout(&o));
+    }
 }
 
 /// `tether run BUNDLE --help` lists the options of the bundle's family only (issue 28: the

@@ -2,6 +2,8 @@
 # llama.cpp's CUDA build on the GPU host, the peer of tether's GPU decoder (issue 26).
 #
 #   bash runtime/gpu/llamacpp-cuda.sh build SRC.tar.xz   # unpack + build llama-bench (~minutes)
+#   bash runtime/gpu/llamacpp-cuda.sh prebuilt BIN.xz    # or unpack one built off the host
+#                                                       # (llamacpp-cuda-offline.sh; seconds)
 #   bash runtime/gpu/llamacpp-cuda.sh bench MODEL.gguf   # llama-bench, logs under $OUT
 #
 # SRC.tar.xz is llama.cpp as vendored in the llama-cpp-python 0.3.36 sdist (the reference the
@@ -36,6 +38,10 @@ build)
   echo "build rc=$rc after $(( $(date +%s) - t0 )) s in this call"; tail -2 $L/build.log
   exit $rc
   ;;
+prebuilt)
+  mkdir -p $L/build/bin && xz -dc "$2" > $L/build/bin/llama-bench && chmod +x $L/build/bin/llama-bench
+  { date -u; hostname; sha256sum $L/build/bin/llama-bench; } 2>&1
+  ;;
 bench)
   G=$2
   SP=$(python3 -c "import site;print(site.getsitepackages()[0])")
@@ -47,5 +53,5 @@ bench)
   $B -m "$G" -ngl 99 -fa off,on -p 0 -n 128 -d 0,128,2048 -r 5 -o md
   $B -m "$G" -ngl 99 -fa off,on -p 128,512,2048 -n 0 -r 5 -o md
   ;;
-*) echo "usage: $0 build SRC.tar.xz | bench MODEL.gguf" >&2; exit 2 ;;
+*) echo "usage: $0 build SRC.tar.xz | prebuilt BIN.xz | bench MODEL.gguf" >&2; exit 2 ;;
 esac

@@ -40,7 +40,7 @@ pub struct BuildArgs {
     #[arg(long)]
     no_fp16: bool,
     /// Builder workspace limit in MiB.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    #[arg(long, default_value_t = 1024, allow_negative_numbers = true, value_parser = tether_family::args::whole(1, 1 << 20))]
     workspace_mib: u64,
     /// Build version-compatible plans (run on later TensorRT versions; need host code allowed).
     #[arg(long)]
@@ -100,6 +100,31 @@ pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let Some(family) = find(REGISTRY, &a.family) else {
         crate::usage!("unknown family `{}` (known: {})", a.family, names(REGISTRY));
     };
+    // TensorRT's options are refused where no plan will be built, not ignored: without
+    // `--engine tensorrt`, or for a family with no networks for it (llm).
+    let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    let trt_options: Vec<&str> = [
+        ("--trtexec", "trtexec"),
+        ("--no-fp16", "no_fp16"),
+        ("--workspace-mib", "workspace_mib"),
+        ("--version-compatible", "version_compatible"),
+        ("--hardware-compat", "hardware_compat"),
+    ]
+    .into_iter()
+    .filter_map(|(name, id)| given(id).then_some(name))
+    .collect();
+    if a.engine == EngineChoice::Tensorrt && !family.has_networks() {
+        crate::usage!(
+            "--engine tensorrt: the {} family has no networks for TensorRT (it runs on its own CPU and GPU kernels)",
+            family.name()
+        );
+    }
+    if a.engine != EngineChoice::Tensorrt && !trt_options.is_empty() {
+        crate::usage!(
+            "{}: options of the TensorRT plans, which only --engine tensorrt builds",
+            trt_options.join(", ")
+        );
+    }
     // Refuse an output that cannot be written (a device, a FIFO, a missing folder) before any work.
     tether_bundle::files::check_destination(&a.output)?;
     let common = BuildCommon {

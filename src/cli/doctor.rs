@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 /// Version of the `doctor --json` document (`schema_version`; docs/cli-json.md). Raised when a
 /// key is removed or renamed or a value changes meaning; keys may be added without it.
-pub const DOCTOR_SCHEMA_VERSION: u32 = 1;
+pub const DOCTOR_SCHEMA_VERSION: u32 = 2;
 use tether_runtime::tensorrt::{LoadOptions, TensorRt};
 use tether_targets::libs::{self, Library, LibraryInfo, SearchReport};
 

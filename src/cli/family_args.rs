@@ -157,7 +157,7 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
                         REGISTRY.iter().flat_map(|f| f.bench_only_args()).copied(),
                     )
                 } else {
-                    c
+                    hide(c, REGISTRY.iter().flat_map(|f| f.run_only_args()).copied())
                 }
             }),
         },
@@ -167,8 +167,8 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
 
 /// `run`/`bench` (`command`) for a bundle of `family`: its help lists only the options the
 /// family takes (no `--text` for an image family, no `--annotate` where there is no image, no
-/// `--precision` where the engines have no choice, no bench-only option on `run`), and `run`
-/// says what the family's INPUTs are.
+/// `--precision` where the engines have no choice, no bench-only option on `run`, no
+/// run-only option on `bench`), and `run` says what the family's INPUTs are.
 fn for_family(cmd: Command, command: &str, family: &dyn Family) -> Command {
     let mut hidden: Vec<&str> = Vec::new();
     if !family.takes_text() {
@@ -191,6 +191,9 @@ fn for_family(cmd: Command, command: &str, family: &dyn Family) -> Command {
         if cmd.get_arguments().any(|a| a.get_id() == "inputs") {
             cmd = cmd.mut_arg("inputs", |a| a.help(family.inputs_help()));
         }
+    }
+    if command == "bench" {
+        hidden.extend(family.run_only_args());
     }
     hide(cmd, hidden)
 }

@@ -25,7 +25,7 @@ use super::text::Escaped;
 /// any change that can break a reader of the previous version (a key
 /// removed or renamed, a value's meaning or spelling changed); adding keys
 /// does not raise it.
-pub const INSPECT_SCHEMA_VERSION: u32 = 1;
+pub const INSPECT_SCHEMA_VERSION: u32 = 2;
 
 /// Arguments of `tether inspect`.
 #[derive(Args, Debug)]
@@ -286,53 +286,104 @@ fn manifest_doc(b: &Bundle) -> InspectDoc<'_> {
 
 // ----- text ----------------------------------------------------------------------
 
+/// When a bundle was built, from its `created_unix_s`: `on 2026-12-04 21:17:03 UTC`, or
+/// `(no build time: unix time 0)` for a reproducible build that recorded none
+/// (`SOURCE_DATE_EPOCH=0`). The date is the proleptic Gregorian calendar's
+/// (`days_from_civil`'s inverse, H. Hinnant, "chrono-Compatible Low-Level Date
+/// Algorithms").
+fn built_at(unix_s: u64) -> String {
+    if unix_s == 0 {
+        return "(no build time: unix time 0)".into();
+    }
+    let (days, secs) = ((unix_s / 86_400) as i64, unix_s % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "on {year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
 fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Result<()> {
     let id = b.identity();
     let (major, minor) = b.format_version();
-    writeln!(out, "bundle     {}", Escaped(id.name))?;
-    writeln!(out, "family     {}", Escaped(id.family))?;
-    writeln!(out, "model      {}", Escaped(id.model_version))?;
+    let family = family_description(b);
+    // One label column, as wide as the longest label (a family's own, e.g. llm's
+    // `context length`, may be longer than the common ones).
+    let w = family
+        .iter()
+        .flat_map(|d| {
+            d.lines
+                .iter()
+                .map(|(k, _)| Escaped(k).to_string().chars().count())
+        })
+        .chain([10])
+        .max()
+        .unwrap_or(10);
+    writeln!(out, "{:<w$} {}", "bundle", Escaped(id.name))?;
+    writeln!(out, "{:<w$} {}", "family", Escaped(id.family))?;
+    writeln!(out, "{:<w$} {}", "model", Escaped(id.model_version))?;
     writeln!(
         out,
-        "built by   {} (unix time {})",
+        "{:<w$} {} {}",
+        "built by",
         Escaped(id.tool_version),
-        id.created_unix_s
+        built_at(id.created_unix_s)
     )?;
-    writeln!(out, "format     {major}.{minor}, {} bytes", b.file_len())?;
-    writeln!(out, "digest     sha256:{}", id.content_digest_hex())?;
-    if let Some(d) = family_description(b) {
+    writeln!(
+        out,
+        "{:<w$} {major}.{minor}, {} bytes",
+        "format",
+        b.file_len()
+    )?;
+    writeln!(out, "{:<w$} sha256:{}", "digest", id.content_digest_hex())?;
+    if let Some(d) = &family {
         for (k, v) in &d.lines {
-            writeln!(out, "{:<10} {}", Escaped(k), Escaped(v))?;
+            writeln!(out, "{:<w$} {}", Escaped(k).to_string(), Escaped(v))?;
         }
     }
     for n in networks(b) {
         let secs: Vec<String> = n.sections.iter().map(|i| format!("[{i}]")).collect();
         writeln!(
             out,
-            "network    {} (sections {})",
+            "{:<w$} {} (sections {})",
+            "network",
             Escaped(&n.name),
             secs.join(" ")
         )?;
     }
     if b.targets().next().is_none() {
         // No engine sections: the family runs its own code on every device (e.g. llm).
-        writeln!(out, "targets    none")?;
+        writeln!(out, "{:<w$} none", "targets")?;
     } else {
         writeln!(out, "targets")?;
     }
     for t in b.targets() {
-        let sm =
-            t.sm.map_or("any".to_string(), |(a, b)| format!("sm_{a}{b}"));
+        // `any` (no constraint) is said in words; a target without an SM runs on any GPU
+        // or none, which needs no mention.
+        let arch = match t.arch.to_string() {
+            a if a == "any" => "any architecture".to_string(),
+            a => a,
+        };
+        let sm = t.sm.map_or(String::new(), |(a, b)| format!(", sm_{a}{b}"));
         let trt = t
             .tensorrt_version_parts()
             .map_or(String::new(), |(a, b, c)| format!(", TensorRT {a}.{b}.{c}"));
         writeln!(
             out,
-            "  [{}] {:<12} {} on {}, {sm}{trt}",
+            "  [{}] {:<12} {} on {arch}{sm}{trt}",
             t.index,
             Escaped(t.name),
             t.engine,
-            t.arch
         )?;
     }
     let count = b.sections().count();
@@ -341,7 +392,7 @@ fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Resul
     } else {
         SECTIONS_SHOWN
     };
-    writeln!(out, "sections   {count}")?;
+    writeln!(out, "{:<w$} {count}", "sections")?;
     let width = b
         .sections()
         .take(shown)
@@ -598,5 +649,20 @@ pub fn verify(a: &VerifyArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::from(3))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::built_at;
+
+    #[test]
+    fn built_at_is_the_utc_date_and_time() {
+        // Values checked against `date -u -d @N`.
+        assert_eq!(built_at(1), "on 1970-01-01 00:00:01 UTC");
+        assert_eq!(built_at(951_782_400), "on 2000-02-29 00:00:00 UTC");
+        assert_eq!(built_at(1_796_413_203), "on 2026-12-04 19:40:03 UTC");
+        assert_eq!(built_at(4_107_542_399), "on 2100-02-28 23:59:59 UTC");
+        assert_eq!(built_at(0), "(no build time: unix time 0)");
     }
 }

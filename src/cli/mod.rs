@@ -72,6 +72,11 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
 /// An error as one line: its causes joined with `: `, each piece once (a wrapper often
 /// repeats its source's text, an OS error in particular). Used for the `error:` line and for
 /// the `error` entries of JSON output.
+///
+/// A context that only says which thing was at work (`input X`, `reading X`, `opening X`: one
+/// word, then the thing) is left out when a later cause names the same thing, so that a
+/// path is said once (`I/O error opening `x.wav`: No such file or directory`, not
+/// `input x.wav: reading x.wav: ...`).
 pub fn message(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
@@ -82,7 +87,38 @@ pub fn message(e: &anyhow::Error) -> String {
         }
         parts.push(s);
     }
-    parts.join(": ")
+    let keep: Vec<bool> = (0..parts.len())
+        .map(|i| {
+            thing_named(&parts[i])
+                .is_none_or(|thing| !parts[i + 1..].iter().any(|later| names(later, thing)))
+        })
+        .collect();
+    parts
+        .iter()
+        .zip(keep)
+        .filter_map(|(p, k)| k.then_some(p.as_str()))
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// The thing a context of the form `WORD THING` names (`reading x.wav` -> `x.wav`): one
+/// lowercase word, a space, then a thing without `: ` (a path, a label).
+fn thing_named(context: &str) -> Option<&str> {
+    let (word, thing) = context.split_once(' ')?;
+    (!word.is_empty()
+        && word.chars().all(|c| c.is_ascii_lowercase())
+        && thing.len() >= 2
+        && !thing.contains(": "))
+    .then_some(thing)
+}
+
+/// Whether `text` names `thing` as a whole: bounded by the text's ends, white space,
+/// quotes, backticks, a colon or a comma.
+fn names(text: &str, thing: &str) -> bool {
+    let bound = |c: Option<char>| c.is_none_or(|c| c.is_whitespace() || "`'\":,".contains(c));
+    text.match_indices(thing).any(|(at, _)| {
+        bound(text[..at].chars().next_back()) && bound(text[at + thing.len()..].chars().next())
+    })
 }
 
 /// Print an error as one `error:` line (its causes joined with `: `, each OS error once),
@@ -99,7 +135,10 @@ pub fn report(e: &anyhow::Error) {
         let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
         let _ = match family_args::help_command(&argv) {
             Some(cmd) if line.contains(&cmd) => Ok(()),
-            Some(cmd) => writeln!(err, "hint: `{cmd}` lists the accepted values"),
+            Some(cmd) => writeln!(
+                err,
+                "hint: `{cmd}` describes every option and the values it accepts"
+            ),
             None => writeln!(err, "hint: `tether --help` lists the commands"),
         };
     }
@@ -213,9 +252,10 @@ fn runtime_hint(r: &tether_runtime::Error) -> Option<&'static str> {
     })
 }
 
-/// A file tether could not write: names the path and the cause.
+/// A file tether could not write: names the path and the cause (the cause alone when it
+/// names the path itself: `refusing to write `/tmp`: it is a directory ...`).
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write {path}: {source}")]
+#[error("{}", self.describe())]
 pub struct OutputError {
     /// The file.
     pub path: std::path::PathBuf,
@@ -225,6 +265,16 @@ pub struct OutputError {
 }
 
 impl OutputError {
+    fn describe(&self) -> String {
+        let path = self.path.display().to_string();
+        let cause = self.source.to_string();
+        if cause.contains(&format!("`{path}`")) {
+            cause
+        } else {
+            format!("cannot write {path}: {cause}")
+        }
+    }
+
     fn hint(&self) -> &'static str {
         use std::io::ErrorKind as K;
         match self.source.kind() {
@@ -232,8 +282,8 @@ impl OutputError {
                 "the folder is not writable: choose another output path"
             }
             K::StorageFull | K::QuotaExceeded => "the disk is full: free space or write elsewhere",
-            K::NotFound => "the folder does not exist: create it first",
-            K::InvalidInput => "check the output path and its extension",
+            K::NotFound => "create the folder first, or write elsewhere",
+            K::InvalidInput => "give the path of a regular file in a folder that exists",
             _ => "check the output path",
         }
     }
@@ -259,3 +309,32 @@ pub fn write_out(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
 }
 
 pub use text::escape_control as escape;
+
+#[cfg(test)]
+mod tests {
+    use super::message;
+    use anyhow::anyhow;
+
+    #[test]
+    fn message_says_a_path_once() {
+        let e = anyhow!("I/O error opening `a/x.wav`: No such file or directory")
+            .context("reading a/x.wav")
+            .context("input a/x.wav");
+        assert_eq!(
+            message(&e),
+            "I/O error opening `a/x.wav`: No such file or directory"
+        );
+        // A context whose thing the causes do not name stays, and so does one that is
+        // more than `WORD THING`.
+        let e = anyhow!("file truncated").context("opening b.bundle");
+        assert_eq!(message(&e), "opening b.bundle: file truncated");
+        let e = anyhow!("x.png: bad").context("detecting in x.png at 2x");
+        assert_eq!(message(&e), "detecting in x.png at 2x: x.png: bad");
+        // Only a whole name counts: `a.png` is not named by `aa.png`.
+        let e = anyhow!("aa.png: bad").context("input a.png");
+        assert_eq!(message(&e), "input a.png: aa.png: bad");
+        // A cause that repeats an earlier one's text is left out, as before.
+        let e = anyhow!("No such file").context("reading c: No such file");
+        assert_eq!(message(&e), "reading c: No such file");
+    }
+}

@@ -59,7 +59,7 @@ pub struct RunArgs {
 pub struct ThreadsArg {
     /// Threads of the CPU engine. Default: the cores this process may run on, or 1 when it
     /// runs under a real-time scheduling policy or only on isolated cores (`isolcpus`).
-    #[arg(long = "threads", value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    #[arg(long = "threads", value_name = "N", allow_negative_numbers = true, value_parser = tether_family::args::whole(1, 1024))]
     threads: Option<u64>,
 }
 
@@ -230,6 +230,10 @@ fn annotate_path(arg: &Path, input: &str, index: usize, dir_mode: bool) -> PathB
 
 /// Run `tether run`.
 pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
+    // Standard input can be read once: a second `-` would find it empty.
+    if a.inputs.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
+        crate::usage!("- (standard input) is given more than once: it can be read only once");
+    }
     let count = a.inputs.len() + a.text.len();
     // Without INPUTs the family may take its input from its own options (`--prompt`): known
     // only once the bundle opens; a bundle that does not even open is the usage error.
@@ -337,8 +341,9 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             break;
         }
         let mut from_args = None;
-        // A literal text is its own label: the text output shows a long one shortened.
-        let is_text = matches!(src, Some(InputSource::Text(_)));
+        // A literal text is its own label: the text output shows a long one shortened. So
+        // may an input of the family's own options be (llm's `--prompt` text).
+        let is_text = matches!(src, Some(InputSource::Text(_)) | None);
         let label = match src {
             Some(InputSource::File(p)) => p.display().to_string(),
             Some(InputSource::Text(t)) => (*t).to_string(),

@@ -156,6 +156,7 @@ impl PlanRecord {
 /// Which rule admits a plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum PlanRule {
     /// Built on this compute capability by this TensorRT version.
     Exact,
@@ -186,6 +187,7 @@ pub struct PlanVerdict {
 /// `Copy` and allocation-free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Reject {
     /// Built for another CPU architecture.
     ArchMismatch {

@@ -14,6 +14,7 @@ use crate::vocab::{CpuArch, CudaVersion, GpuFacts, Sm, TrtLibrary, TrtVersion};
 /// The family a target belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Platform {
     /// A discrete NVIDIA GPU in a server or workstation.
     DataCenter,
@@ -26,6 +27,7 @@ pub enum Platform {
 /// How the GPU reaches memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum MemoryModel {
     /// The GPU is part of the SoC and shares one DRAM with the CPU
     /// (`CU_DEVICE_ATTRIBUTE_INTEGRATED` = 1 on Orin). Host and device
@@ -40,6 +42,7 @@ pub enum MemoryModel {
 /// A TensorRT version as a software release fixes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum TrtSpec {
     /// An exact version.
     Exact(TrtVersion),

@@ -236,6 +236,7 @@ pub static JETPACK_RELEASES: &[JetPackRelease] = &[
 /// How well an L4T version is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum JetPackMatch {
     /// The exact L4T revision is in [`JETPACK_RELEASES`].
     Exact(&'static JetPackRelease),

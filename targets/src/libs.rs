@@ -41,8 +41,11 @@ use crate::vocab::{CpuArch, LibraryFlavor};
 /// A library tether loads at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum Library {
-    /// The CUDA driver, `libcuda.so.1`.
+    /// The CUDA driver, `libcuda.so.1` (serialised `cuda-driver`; the others lowercase:
+    /// `tensorrt`, `cudnn`, `cublas`).
+    #[cfg_attr(feature = "serde", serde(rename = "cuda-driver"))]
     CudaDriver,
     /// TensorRT: `libnvinfer`, `libnvinfer_lean` or `libnvinfer_dispatch`,
     /// major 11 or 10 (the flavors searched are [`SearchEnv::tensorrt_flavors`]).
@@ -377,6 +380,7 @@ fn l4t_userspace_dir(root: &Path) -> Option<PathBuf> {
 /// Why a place is in the list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum PlaceKind {
     /// A path the caller gave.
     Explicit,
@@ -384,7 +388,9 @@ pub enum PlaceKind {
     Env,
     /// The dynamic loader's own search, by file name.
     Loader,
-    /// The user-space driver directory of `/etc/nv_tegra_release`.
+    /// The user-space driver directory of `/etc/nv_tegra_release` (serialised `l4t`, as
+    /// [`PlaceKind::as_str`]).
+    #[cfg_attr(feature = "serde", serde(rename = "l4t"))]
     L4tUserspace,
     /// A directory of the platform's packages.
     System,
@@ -962,6 +968,34 @@ fn cublas_version(lib: &libloading::Library) -> Result<Option<String>, String> {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// `tether doctor --json` names libraries and places in lowercase words, the place
+    /// kinds as the text report does ([`PlaceKind::as_str`]), never as Rust spells them.
+    #[cfg(feature = "serde")]
+    #[test]
+    fn serialised_names_are_the_reports_words() {
+        let names: Vec<String> = Library::ALL
+            .iter()
+            .map(|l| {
+                serde_json::to_value(l)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(names, ["cuda-driver", "tensorrt", "cudnn", "cublas"]);
+        for k in [
+            PlaceKind::Explicit,
+            PlaceKind::Env,
+            PlaceKind::Loader,
+            PlaceKind::L4tUserspace,
+            PlaceKind::System,
+            PlaceKind::Python,
+        ] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+    }
 
     /// A scratch directory removed on drop.
     struct Scratch(PathBuf);

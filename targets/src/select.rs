@@ -207,6 +207,7 @@ impl fmt::Display for DeviceFacts {
 /// Why the chosen engine was allowed to run, best first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Rule {
     /// Same compute capability and same TensorRT version.
     ExactPlan,

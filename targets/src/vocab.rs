@@ -155,7 +155,6 @@ impl fmt::Display for CudaVersion {
 /// (an ONNX model for the tract CPU engine). As a *device* architecture,
 /// `Any` means "neither x86_64 nor aarch64" and only matches `Any` offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum CpuArch {
     /// No architecture requirement (offer) / another architecture (device).
     Any,
@@ -205,7 +204,6 @@ impl fmt::Display for CpuArch {
 
 /// How an engine runs a network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum EngineKind {
     /// A serialized TensorRT plan.
     TensorRt,
@@ -259,6 +257,7 @@ impl fmt::Display for EngineKind {
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum HardwareCompat {
     /// `kNONE`: only GPUs of the compute capability it was built on.
     None = 0,
@@ -323,7 +322,6 @@ pub const KNOWN_FLAGS: u32 = FLAG_VERSION_COMPATIBLE | FLAG_EXCLUDE_LEAN_RUNTIME
 /// libraries (and as the pip wheels `tensorrt-cuXX-libs`,
 /// `tensorrt-lean-cuXX-libs`, `tensorrt-dispatch-cuXX-libs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum LibraryFlavor {
     /// The full (standard) library, `libnvinfer.so.<major>`: builder and
     /// runtime; deserializes every plan of its own version, and
@@ -548,4 +546,24 @@ mod tests {
         assert!(!CpuArch::X86_64.runs_on(CpuArch::Aarch64));
         assert!(!CpuArch::Aarch64.runs_on(CpuArch::Any));
     }
+}
+
+/// Serialised as the words the reports print (`x86_64`, `tensorrt`, `lean`), never as Rust
+/// spells the variant: [`CpuArch::as_str`], [`EngineKind::id`], [`LibraryFlavor::as_str`].
+#[cfg(feature = "serde")]
+mod serialise_as_words {
+    use super::{CpuArch, EngineKind, LibraryFlavor};
+
+    macro_rules! as_word {
+        ($t:ty, $word:ident) => {
+            impl serde::Serialize for $t {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    s.serialize_str(self.$word())
+                }
+            }
+        };
+    }
+    as_word!(CpuArch, as_str);
+    as_word!(EngineKind, id);
+    as_word!(LibraryFlavor, as_str);
 }

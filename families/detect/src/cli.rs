@@ -249,7 +249,8 @@ impl Family for Detect {
             let threshold = crate::selftest::score_threshold(t).ok().flatten();
             (
                 format!(
-                    "{w}x{h} {format} image, expects {n} detections{} (expected values from {})",
+                    "{w}x{h} {format} image, expects {n} detection{}{}; expected values from {}",
+                    if n == 1 { "" } else { "s" },
                     threshold.map_or(String::new(), |v| format!(" at score threshold {v}")),
                     t.source
                 ),

@@ -244,7 +244,7 @@ impl Family for EmbedFamily {
                 .unwrap_or(f32::NAN);
             (
                 format!(
-                    "{text:?}, cosine >= {min_cosine} (expected values from {})",
+                    "{text:?}, cosine >= {min_cosine}; expected values from {}",
                     t.source
                 ),
                 json!({ "text": text, "min_cosine": min_cosine }),
@@ -443,7 +443,8 @@ impl Runner for EmbedRunner {
                 // As for a file: a text with nothing but white space is refused, not embedded
                 // as an empty sentence ([CLS][SEP]).
                 if t.trim().is_empty() {
-                    bail!("--text {t:?} holds no text");
+                    // The option's value, not an input's content: a usage error (exit 2).
+                    return Err(UsageError(format!("--text {t:?} holds no text")).into());
                 }
                 (t.to_string(), vec![t.to_string()], vec![Origin::Argument])
             }

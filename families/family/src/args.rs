@@ -32,6 +32,21 @@ pub fn number_arg(
         .help(help)
 }
 
+/// A value parser of whole numbers in `[lo, hi]`: a value out of range, negative ones
+/// included, is refused as `accepted LO to HI` (clap's own `u64` parser calls `-3` an
+/// "invalid digit"), anything else that is not a whole number as `not a whole number`.
+/// clap prints either after `invalid value 'V' for '--NAME <N>'` (exit status 2).
+pub fn whole(lo: u64, hi: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync {
+    move |s: &str| match s.trim().parse::<i128>() {
+        Ok(v) if (i128::from(lo)..=i128::from(hi)).contains(&v) => Ok(v as u64),
+        Ok(_) => Err(format!("accepted {lo} to {hi}")),
+        Err(_) if s.trim().parse::<f64>().is_ok() => {
+            Err(format!("not a whole number (accepted {lo} to {hi})"))
+        }
+        Err(_) => Err(format!("not a number (accepted {lo} to {hi})")),
+    }
+}
+
 /// `--NAME VALUE_NAME`, a file or folder path.
 pub fn path_arg(name: &'static str, value_name: &'static str, help: &'static str) -> Arg {
     Arg::new(name)
@@ -114,4 +129,30 @@ pub fn utf8_text(path: &Path, bytes: Vec<u8>) -> anyhow::Result<String> {
             e.utf8_error().valid_up_to()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole;
+
+    #[test]
+    fn whole_names_the_range_for_any_number_outside_it() {
+        let p = whole(1, 1024);
+        assert_eq!(p("1"), Ok(1));
+        assert_eq!(p(" 1024 "), Ok(1024));
+        assert_eq!(p("0"), Err("accepted 1 to 1024".into()));
+        assert_eq!(p("-3"), Err("accepted 1 to 1024".into()));
+        assert_eq!(
+            p("99999999999999999999999"),
+            Err("accepted 1 to 1024".into())
+        );
+        assert_eq!(
+            p("2.5"),
+            Err("not a whole number (accepted 1 to 1024)".into())
+        );
+        assert_eq!(p("ten"), Err("not a number (accepted 1 to 1024)".into()));
+        let all = whole(0, u64::MAX);
+        assert_eq!(all("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(all("-1"), Err(format!("accepted 0 to {}", u64::MAX)));
+    }
 }

@@ -593,6 +593,19 @@ pub trait Family: Send + Sync {
     fn bench_only_args(&self) -> &'static [&'static str] {
         &[]
     }
+    /// Whether the family's bundles hold ONNX networks for the shared engines (and so can
+    /// carry TensorRT plans of them): `false` for a family that runs only on engines of its
+    /// own (a text generator's weights and kernels), where `build --engine tensorrt` is
+    /// refused instead of ignored.
+    fn has_networks(&self) -> bool {
+        true
+    }
+    /// Ids of [`Family::run_args`] that only `tether run` takes (a text generator's
+    /// `--prompt`, whose bench times an INPUT or `--text` instead): `bench --help` leaves
+    /// them out, and the family refuses them there.
+    fn run_only_args(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Run `test`, the self-test `bundle` carries ([`crate::selftest`]), on
     /// `options.device`: the family's pipeline on the reference input, its output compared
     /// with the recorded one within the recorded tolerances.

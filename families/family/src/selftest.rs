@@ -726,7 +726,7 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} self-test {}: {} (expected values from {})",
+            "{} self-test {}: {}; expected values from {}",
             self.family,
             if self.passed { "passed" } else { "FAILED" },
             self.summary,
@@ -907,7 +907,7 @@ mod tests {
         assert!(r.passed);
         assert_eq!(
             r.to_string(),
-            "x self-test passed: ok (expected values from a reference pipeline 1.0)"
+            "x self-test passed: ok; expected values from a reference pipeline 1.0"
         );
         assert!(!Report::new("x", &t, false, Vec::new(), String::new()).passed);
     }

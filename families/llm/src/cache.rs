@@ -7,9 +7,11 @@
 //! block). Storage is IEEE f16 (llama.cpp's default cache type): half the memory of f32,
 //! converted with F16C / `fcvtl` on the fly.
 
-/// A prompt or generation that does not fit the context.
+/// A prompt or generation that does not fit the context. Displayed as the tokens that were
+/// to be added: `17 tokens do not fit the context of 16 tokens` on an empty cache, `7 more
+/// tokens do not fit the context of 16 tokens (10 already in the cache)` after others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{needed} tokens do not fit the context of {context} tokens ({used} already in the cache)")]
+#[error("{}", self.describe())]
 pub struct ContextFull {
     /// Positions the request needs in total (cached + new).
     pub needed: usize,
@@ -17,6 +19,25 @@ pub struct ContextFull {
     pub context: usize,
     /// Positions already used.
     pub used: usize,
+}
+
+impl ContextFull {
+    fn describe(&self) -> String {
+        let new = self.needed.saturating_sub(self.used);
+        if self.used == 0 {
+            format!(
+                "{new} tokens do not fit the context of {} tokens",
+                self.context
+            )
+        } else {
+            format!(
+                "{new} more token{} not fit the context of {} tokens ({} already in the cache)",
+                if new == 1 { " does" } else { "s do" },
+                self.context,
+                self.used
+            )
+        }
+    }
 }
 
 /// Shape of a cache: layers, KV heads, head dimension, context (positions).
@@ -189,8 +210,14 @@ mod tests {
         );
         assert_eq!(
             e.to_string(),
-            "17 tokens do not fit the context of 16 tokens (10 already in the cache)"
+            "7 more tokens do not fit the context of 16 tokens (10 already in the cache)"
         );
+        c.advance(6);
+        assert_eq!(
+            c.check_room(1).unwrap_err().to_string(),
+            "1 more token does not fit the context of 16 tokens (16 already in the cache)"
+        );
+        c.truncate(10);
         c.truncate(4);
         assert_eq!(c.len(), 4);
         c.reset();

@@ -22,7 +22,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, value_parser};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
-use tether_family::args::{flag_arg, number_arg, path_arg, read_file, utf8_text, value};
+use tether_family::args::{flag_arg, number_arg, path_arg, read_file, utf8_text, value, whole};
 use tether_family::family::{
     BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource,
     LatencySummary, Outcome, Report, RunOptions, Runner, SelfTest, ThroughputOptions,
@@ -80,6 +80,14 @@ impl Family for LlmFamily {
         &["n-prompt", "n-gen"]
     }
 
+    fn has_networks(&self) -> bool {
+        false
+    }
+
+    fn run_only_args(&self) -> &'static [&'static str] {
+        &["prompt", "chat-file"]
+    }
+
     fn own_engines(&self) -> Vec<String> {
         let isa = crate::kernels::Isa::detect();
         let all: Vec<&str> = crate::kernels::Isa::available()
@@ -87,9 +95,17 @@ impl Family for LlmFamily {
             .map(crate::kernels::Isa::name)
             .collect();
         let cpu = format!(
-            "CPU engine: {} kernels (this CPU runs {}; TETHER_LLM_ISA picks another)",
+            "CPU engine: {} kernels (this CPU runs {}; {})",
             isa.name(),
-            all.join(", ")
+            all.join(", "),
+            match crate::kernels::Isa::forced() {
+                Ok(None) => "TETHER_LLM_ISA picks another".to_string(),
+                Ok(Some(i)) => format!("TETHER_LLM_ISA={} chose it", i.name()),
+                Err(_) => format!(
+                    "TETHER_LLM_ISA={} is not one of them: ignored",
+                    std::env::var("TETHER_LLM_ISA").unwrap_or_default()
+                ),
+            }
         );
         #[cfg(feature = "cuda")]
         let gpu = if tether_runtime::cuda::gpu_present() {
@@ -198,20 +214,21 @@ impl Family for LlmFamily {
             number_arg(
                 "max-tokens",
                 "N",
-                value_parser!(u64).range(1..=1_000_000),
+                whole(1, 1_000_000),
                 "Most tokens to generate (llm; default 256, or the checkpoint's max_new_tokens)",
-            ),
+            )
+            .visible_alias("n-predict"),
             number_arg(
                 "temperature",
                 "T",
                 value_parser!(f32),
-                "Sampling temperature; 0 or below: greedy (llm; default 0.8)",
+                "Sampling temperature; 0 or below: greedy, else at least 1e-6 (llm; default 0.8)",
             )
             .visible_alias("temp"),
             number_arg(
                 "top-k",
                 "K",
-                value_parser!(u64).range(0..=1_000_000),
+                whole(0, 1_000_000),
                 "Keep the K most likely tokens; 0: off (llm; default 40)",
             ),
             number_arg(
@@ -230,18 +247,18 @@ impl Family for LlmFamily {
                 "repeat-penalty",
                 "R",
                 value_parser!(f32),
-                "Repetition penalty over the last --repeat-last-n tokens; 1: off (llm; default 1.0)",
+                "Repetition penalty over the last --repeat-last-n tokens, 1e-6 to 1e6; 1: off (llm; default 1.0)",
             ),
             number_arg(
                 "repeat-last-n",
                 "N",
-                value_parser!(u64).range(0..=4096),
+                whole(0, 4096),
                 "Tokens the repetition penalty looks back over (llm; default 64)",
             ),
             number_arg(
                 "seed",
                 "S",
-                value_parser!(u64),
+                whole(0, u64::MAX),
                 "Random seed of the sampler: the same seed, prompt and options give the same text (llm; default 0)",
             ),
             Arg::new("stop")
@@ -252,26 +269,26 @@ impl Family for LlmFamily {
             number_arg(
                 "context",
                 "N",
-                value_parser!(u64).range(1..=1 << 24),
+                whole(1, 1 << 24),
                 "KV cache positions (llm; default and maximum: the model's training context)",
             )
             .visible_alias("ctx-size"),
             number_arg(
                 "threads",
                 "N",
-                value_parser!(u64).range(1..=1024),
+                whole(1, 1024),
                 "Threads of the forward pass (llm; default: the cores available)",
             ),
             Arg::new("n-prompt")
                 .long("n-prompt")
                 .value_name("N,N,...")
                 .value_delimiter(',')
-                .value_parser(value_parser!(u64).range(1..=1 << 20))
+                .value_parser(whole(1, 1 << 20))
                 .help("bench (llm): prompt-processing tests, tokens each (default 128,512)"),
             number_arg(
                 "n-gen",
                 "N",
-                value_parser!(u64).range(0..=1 << 20),
+                whole(0, 1 << 20),
                 "bench (llm): generation test, tokens (default 128; 0 skips it)",
             ),
         ]
@@ -300,7 +317,7 @@ impl Family for LlmFamily {
             let (p, g) = (n(Role::Input, PROMPT_IDS), n(Role::Expected, GENERATED_IDS));
             (
                 format!(
-                    "{p} prompt tokens, {g} greedy tokens expected (from {})",
+                    "{p} prompt tokens, {g} greedy tokens expected; from {}",
                     t.source
                 ),
                 json!({ "prompt_token_count": p, "generated_token_count": g }),
@@ -316,6 +333,7 @@ impl Family for LlmFamily {
     ) -> Result<Box<dyn Runner>> {
         let gpu = check_device(options)?;
         let params = params_of(args)?;
+        let given = params.clone();
         let threads = options
             .threads
             .or_else(|| value::<u64>(args, "threads").map(|n| n as usize));
@@ -360,11 +378,25 @@ impl Family for LlmFamily {
         }
         #[cfg(not(feature = "cuda"))]
         let _ = gpu;
+        if gpu.is_none() {
+            // The load log of `-v`, as the GPU decoder's above and the shared engines' choice.
+            let state = generator.state();
+            log::info!(
+                "llm on the CPU: {} kernels, {} threads, context {} positions; host memory {} B (KV cache {} B), weights mapped from the bundle ({} B read per token)",
+                generator.model().isa().name(),
+                state.threads(),
+                state.cache().shape().context,
+                state.bytes(),
+                state.cache().shape().bytes(),
+                generator.model().weight_bytes_per_token()
+            );
+        }
         let cancel = generator.cancel_handle();
         Ok(Box::new(LlmRunner {
             generator,
             ordinal: gpu,
             params,
+            given,
             raw: args.get_flag("raw"),
             system: value::<String>(args, "system"),
             prompt: value::<String>(args, "prompt"),
@@ -419,6 +451,9 @@ impl Family for LlmFamily {
                 });
         if let Some(e) = llm {
             return Some(match e {
+                E::Gguf(_) | E::Safetensors(_) if io_not_found(error) => {
+                    "check the path of the checkpoint file"
+                }
                 E::Gguf(_) | E::Safetensors(_) => {
                     "the checkpoint file is truncated, corrupt or uses a tensor type this build does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"
                 }
@@ -436,7 +471,7 @@ impl Family for LlmFamily {
                 "--context accepts 1 to the model's training context (`tether inspect` shows it)",
             ),
             GenerateError::Forward(_) => Some(
-                "a prompt longer than the context is an error, never cut: shorten it, or raise --context up to the model's training context (`tether inspect` shows it)",
+                "a prompt longer than the context is an error, never cut: shorten it, or raise --context if it is below the model's training context (`tether inspect` shows it)",
             ),
             GenerateError::NoChatTemplate => Some("give --raw: this model has no chat template"),
             #[cfg(feature = "cuda")]
@@ -450,6 +485,20 @@ impl Family for LlmFamily {
             _ => None,
         }
     }
+}
+
+/// Whether `error` or one of its sources is an I/O error of a path that is not there.
+fn io_not_found(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut e = Some(error);
+    while let Some(x) = e {
+        if x.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+        {
+            return true;
+        }
+        e = x.source();
+    }
+    false
 }
 
 /// The device of `--device`: `None` for the CPU (`auto`, `cpu`), `Some(ordinal)` for
@@ -506,6 +555,34 @@ fn params_of(args: &ArgMatches) -> Result<ParamArgs> {
 }
 
 impl ParamArgs {
+    /// The options given (`NAME` of `--NAME`) that the throughput tests do not use: they
+    /// generate `--n-gen` tokens, not `--max-tokens`, and stop at no `--stop` text; on the
+    /// CPU they decode pseudo-random ids and sample nothing (llama-bench's method), so the
+    /// sampler's options go unused too, unless `sampled` (the GPU decoder's graph samples
+    /// with them).
+    fn unused_by_throughput(&self, sampled: bool) -> Vec<&'static str> {
+        let sampler = [
+            ("temperature", self.temperature.is_some()),
+            ("top-k", self.top_k.is_some()),
+            ("top-p", self.top_p.is_some()),
+            ("min-p", self.min_p.is_some()),
+            ("repeat-penalty", self.repeat_penalty.is_some()),
+            ("repeat-last-n", self.repeat_last_n.is_some()),
+            ("seed", self.seed.is_some()),
+        ];
+        let mut unused = Vec::new();
+        if self.max_tokens.is_some() {
+            unused.push("max-tokens");
+        }
+        if !self.stop.is_empty() {
+            unused.push("stop");
+        }
+        if !sampled {
+            unused.extend(sampler.iter().filter(|(_, given)| *given).map(|(n, _)| *n));
+        }
+        unused
+    }
+
     /// `base` (the checkpoint's defaults over llama.cpp's) with the options given; out of
     /// range values are usage errors naming the option.
     fn apply(self, mut p: GenerateParams) -> Result<GenerateParams> {
@@ -542,7 +619,7 @@ impl ParamArgs {
             return Err(UsageError(format!(
                 "--{} {}: accepted {}",
                 e.name.replace('_', "-"),
-                e.value,
+                crate::sample::shown(e.value),
                 e.accepted
             ))
             .into());
@@ -626,11 +703,11 @@ fn read_text(path: &Path) -> Result<String> {
         b
     } else if !path.exists() {
         // `tether run smollm2.bundle "Where is Paris?"`: text where a prompt file belongs.
-        // (The caller names the input.)
-        return Err(UsageError(
-            "no such prompt file; to give the prompt itself, use --prompt \"...\" (or - to read standard input)".into(),
-        )
-        .into());
+        // (The caller names the input.) An input that failed, as any unreadable file (exit
+        // 1); `--text` gives a prompt to `run` and to `bench` alike.
+        bail!(
+            "no such prompt file; to give the prompt itself, use --text \"...\" (or - to read standard input)"
+        );
     } else {
         read_file(path)?
     };
@@ -640,7 +717,24 @@ fn read_text(path: &Path) -> Result<String> {
             path.display()
         );
     }
-    utf8_text(path, bytes)
+    Ok(prompt_text(utf8_text(path, bytes)?))
+}
+
+/// A prompt file's text as the prompt: without a leading byte-order mark (U+FEFF, which
+/// Windows editors write) and without one final line end (`\n` or `\r\n`), which `echo` and
+/// editors add and llama.cpp's `-f` drops too (`common/arg.cpp`: `params.prompt.pop_back()`
+/// of a last `'\n'`); a raw prompt "The capital of France is\n" would otherwise be continued
+/// after a line break.
+fn prompt_text(mut text: String) -> String {
+    if text.starts_with('\u{feff}') {
+        text.drain(..'\u{feff}'.len_utf8());
+    }
+    if text.ends_with("\r\n") {
+        text.truncate(text.len() - 2);
+    } else if text.ends_with('\n') {
+        text.pop();
+    }
+    text
 }
 
 /// Chat messages from a `--chat-file` document.
@@ -684,6 +778,9 @@ struct LlmRunner {
     #[allow(dead_code)]
     ordinal: Option<usize>,
     params: GenerateParams,
+    /// The generation options as given (`None`: not given), for the options a
+    /// throughput benchmark refuses.
+    given: ParamArgs,
     raw: bool,
     system: Option<String>,
     prompt: Option<String>,
@@ -696,6 +793,17 @@ struct LlmRunner {
 }
 
 impl LlmRunner {
+    /// `--system` needs the chat template, which `--raw` leaves out: refused, not dropped.
+    fn check_raw_system(&self) -> Result<()> {
+        if self.raw && self.system.is_some() {
+            return Err(UsageError(
+                "--system with --raw: a system message needs the chat template".into(),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     /// A prompt text as this runner's options make it: raw, or the user message of a chat.
     fn prompt_input(&self, label: String, text: String) -> PromptInput {
         let what = if self.raw {
@@ -807,12 +915,26 @@ impl Runner for LlmRunner {
     }
 
     fn load(&self, source: InputSource<'_>) -> Result<Box<dyn Input>> {
+        // `run` refuses them before any input (`arg_inputs`); this is `bench` timing an
+        // INPUT, whose runs are whole requests, not the throughput tests.
+        if self.n_prompt.is_some() || self.n_gen.is_some() {
+            return Err(UsageError(
+                "--n-prompt and --n-gen set the throughput tests (`tether bench` without an INPUT); with an INPUT each run is one whole request (--max-tokens bounds it)".into(),
+            )
+            .into());
+        }
+        self.check_raw_system()?;
+        // An empty option value is a usage error (exit 2), as an empty --prompt is; an empty
+        // file is an input that failed (exit 1). The caller names the input.
         let (label, text) = match source {
+            InputSource::Text(t) if t.trim().is_empty() => {
+                return Err(UsageError(format!("--text {t:?}: an empty prompt")).into());
+            }
             InputSource::Text(t) => (t.to_string(), t.to_string()),
             InputSource::File(p) => (p.display().to_string(), read_text(p)?),
         };
         if text.trim().is_empty() {
-            bail!("{label:?}: the prompt holds no text");
+            bail!("the prompt file holds no text");
         }
         Ok(Box::new(self.prompt_input(label, text)))
     }
@@ -824,6 +946,7 @@ impl Runner for LlmRunner {
             )
             .into());
         }
+        self.check_raw_system()?;
         let mut out: Vec<Box<dyn Input>> = Vec::new();
         if let Some(p) = &self.prompt {
             if p.trim().is_empty() {
@@ -842,7 +965,15 @@ impl Runner for LlmRunner {
             if let Some(s) = &self.system {
                 m.push(ChatMessage::new("system", s));
             }
-            m.extend(read_chat(f)?);
+            let chat = read_chat(f)?;
+            if self.system.is_some() && chat.iter().any(|c| c.role == "system") {
+                return Err(UsageError(format!(
+                    "--system with --chat-file {}: the file has a system message of its own (give one or the other)",
+                    f.display()
+                ))
+                .into());
+            }
+            m.extend(chat);
             out.push(Box::new(PromptInput {
                 label: f.display().to_string(),
                 what: PromptKind::Chat(m),
@@ -883,17 +1014,25 @@ impl Runner for LlmRunner {
         };
         let t = &f.timings;
         let itl = Latency::of(&t.inter_token_ms);
-        // No token (cancelled during the prompt, or a stop at once): no first-token time.
+        // No token (cancelled during the prompt, or a stop at once): no first-token time;
+        // fewer than two: no interval between tokens, so no generation rate or percentiles.
         let ttft = (t.generated_tokens > 0).then_some(t.time_to_first_token_ms);
+        let intervals = !t.inter_token_ms.is_empty();
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         Ok(Outcome {
             summary: format!(
-                "{} ({} prompt tokens in {:.1} ms, {:.1} tok/s; {} tokens generated, {:.1} tok/s; {})",
+                "{} ({} in {:.1} ms, {:.1} tok/s; {}{}; {})",
                 f.finish_reason.as_str(),
-                t.prompt_tokens,
+                plural(t.prompt_tokens, "prompt token", "prompt tokens"),
                 t.prompt_ms,
                 t.prompt_tokens_per_s(),
-                t.generated_tokens,
-                t.generation_tokens_per_s(),
+                plural(t.generated_tokens, "token generated", "tokens generated"),
+                if intervals {
+                    format!(", {:.1} tok/s", t.generation_tokens_per_s())
+                } else {
+                    String::new()
+                },
                 match ttft {
                     Some(ms) => format!("first token after {ms:.1} ms"),
                     None => "no token generated".to_string(),
@@ -912,9 +1051,10 @@ impl Runner for LlmRunner {
                     "prompt_tokens_per_s": t.prompt_tokens_per_s(),
                     "time_to_first_token_ms": ttft,
                     "generated_token_count": t.generated_tokens,
-                    "generation_ms": t.generation_ms,
-                    "generation_tokens_per_s": t.generation_tokens_per_s(),
-                    "inter_token_ms": { "p50": itl.p50, "p99": itl.p99, "max": itl.max, "mean": itl.mean },
+                    // First token to last: 0 for one token (never -0), null for none.
+                    "generation_ms": (t.generated_tokens > 0).then_some(t.generation_ms.max(0.0) + 0.0),
+                    "generation_tokens_per_s": intervals.then(|| t.generation_tokens_per_s()),
+                    "inter_token_ms": intervals.then(|| json!({ "p50": itl.p50, "p99": itl.p99, "max": itl.max, "mean": itl.mean })),
                     "host_us_per_token": t.host_us_per_token(),
                 },
             }),
@@ -1055,9 +1195,46 @@ impl LlmRunner {
                     ),
                 ),
                 ("context".into(), d.context().to_string()),
+                ("sampler".into(), sampler_line(&self.params.sampler)),
                 ("slowest steps (run.step ms)".into(), slowest.join("; ")),
             ],
         })
+    }
+
+    /// The throughput tests' positions checked against the context before any test runs
+    /// (a usage error naming the option, as any value out of range): on the CPU each `ppN`
+    /// and the `tg` test start from an empty cache (N, and `--n-gen`, positions); on the GPU
+    /// (`gpu`) `tgG@N` decodes G tokens after a prompt of N (N + G positions).
+    fn check_bench_fits(&self, gpu: bool) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        let context = match self.generator.gpu() {
+            Some(d) if gpu => d.context(),
+            _ => self.generator.state().cache().shape().context,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let context = self.generator.state().cache().shape().context;
+        let n_prompt = self
+            .n_prompt
+            .clone()
+            .unwrap_or_else(|| DEFAULT_N_PROMPT.to_vec());
+        let n_gen = self.n_gen.unwrap_or(DEFAULT_N_GEN);
+        let why = |what: String, needed: usize| {
+            Err(UsageError(format!(
+                "{what}: the test needs {needed} positions, beyond the context of {context} (--context, at most the model's training context)"
+            ))
+            .into())
+        };
+        if let Some(&n) = n_prompt.iter().find(|&&n| n > context) {
+            return why(format!("--n-prompt {n}"), n);
+        }
+        if gpu {
+            if let Some(&n) = n_prompt.iter().find(|&&n| n + n_gen > context) {
+                return why(format!("--n-gen {n_gen} after --n-prompt {n}"), n + n_gen);
+            }
+        } else if n_gen > context {
+            return why(format!("--n-gen {n_gen}"), n_gen);
+        }
+        Ok(())
     }
 
     /// llama-bench's tests, one at a time so that Ctrl-C ends the benchmark between them.
@@ -1074,7 +1251,34 @@ impl LlmRunner {
             .into());
         }
         #[cfg(feature = "cuda")]
-        if self.generator.gpu().is_some() {
+        let sampled = self.generator.gpu().is_some();
+        #[cfg(not(feature = "cuda"))]
+        let sampled = false;
+        let mut unused = self.given.unused_by_throughput(sampled);
+        // No prompt is shaped: the tests feed token ids.
+        if self.raw {
+            unused.push("raw");
+        }
+        if self.system.is_some() {
+            unused.push("system");
+        }
+        if !unused.is_empty() {
+            let names: Vec<String> = unused.iter().map(|n| format!("--{n}")).collect();
+            return Err(UsageError(format!(
+                "{}: not used by the throughput tests (bench without an INPUT): they feed pseudo-random token ids (no prompt, no template) and generate --n-gen tokens (default 128) with no stop text{}; give {} to `tether run`, or to `tether bench` with an INPUT (whole requests)",
+                names.join(", "),
+                if sampled {
+                    ""
+                } else {
+                    ", sampling nothing on the CPU (llama-bench's method; the GPU decoder samples with the sampler options)"
+                },
+                if names.len() == 1 { "it" } else { "them" }
+            ))
+            .into());
+        }
+        self.check_bench_fits(sampled)?;
+        #[cfg(feature = "cuda")]
+        if sampled {
             return self.gpu_bench(options, stop);
         }
         let n_prompt = self
@@ -1153,8 +1357,32 @@ impl LlmRunner {
     }
 }
 
+/// The sampler chain as the options name it: `greedy`, or each filter's value (`off` when
+/// it is off), e.g. `temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty off,
+/// seed 0`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn sampler_line(p: &crate::sample::SamplerParams) -> String {
+    if p.temperature <= 0.0 {
+        return "greedy (argmax)".into();
+    }
+    let off = |on: bool, v: String| if on { v } else { "off".into() };
+    format!(
+        "temperature {}, top-k {}, top-p {}, min-p {}, repeat-penalty {}, seed {}",
+        p.temperature,
+        off(p.top_k > 0, p.top_k.to_string()),
+        off(p.top_p < 1.0, p.top_p.to_string()),
+        off(p.min_p > 0.0, p.min_p.to_string()),
+        off(
+            p.repeat_penalty != 1.0 && p.repeat_last_n > 0,
+            format!("{} over the last {}", p.repeat_penalty, p.repeat_last_n)
+        ),
+        p.seed
+    )
+}
+
 /// The `k` longest of `steps` (runs of `per_run` steps, back to back) as `run.step ms`,
 /// longest first: where a latency tail falls (the same step of every run, or one run).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn slowest_steps(steps: &[f64], per_run: usize, k: usize) -> String {
     let mut idx: Vec<usize> = (0..steps.len()).collect();
     idx.sort_by(|&a, &b| steps[b].total_cmp(&steps[a]));
@@ -1174,7 +1402,59 @@ fn slowest_steps(steps: &[f64], per_run: usize, k: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::slowest_steps;
+    use super::{ParamArgs, sampler_line, slowest_steps};
+    use crate::sample::SamplerParams;
+
+    #[test]
+    fn a_prompt_file_loses_its_bom_and_one_final_line_end() {
+        use super::prompt_text;
+        assert_eq!(
+            prompt_text("The capital of France is\n".into()),
+            "The capital of France is"
+        );
+        assert_eq!(prompt_text("\u{feff}Hello\r\n".into()), "Hello");
+        // Only one line end, and only at the end: a blank last line stays one line end.
+        assert_eq!(prompt_text("a\n\n".into()), "a\n");
+        assert_eq!(prompt_text("a\nb".into()), "a\nb");
+        assert_eq!(prompt_text("x\u{feff}".into()), "x\u{feff}");
+    }
+
+    #[test]
+    fn throughput_refuses_what_it_does_not_use() {
+        let given = ParamArgs {
+            max_tokens: Some(4),
+            top_p: Some(0.5),
+            seed: Some(1),
+            ..ParamArgs::default()
+        };
+        assert_eq!(
+            given.unused_by_throughput(false),
+            ["max-tokens", "top-p", "seed"]
+        );
+        assert_eq!(given.unused_by_throughput(true), ["max-tokens"]);
+        assert!(ParamArgs::default().unused_by_throughput(false).is_empty());
+    }
+
+    #[test]
+    fn sampler_line_names_each_filter_or_off() {
+        assert_eq!(sampler_line(&SamplerParams::greedy()), "greedy (argmax)");
+        assert_eq!(
+            sampler_line(&SamplerParams::default()),
+            "temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty off, seed 0"
+        );
+        let p = SamplerParams {
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.1,
+            seed: 7,
+            ..SamplerParams::default()
+        };
+        assert_eq!(
+            sampler_line(&p),
+            "temperature 0.8, top-k off, top-p off, min-p off, repeat-penalty 1.1 over the last 64, seed 7"
+        );
+    }
 
     #[test]
     fn slowest_steps_name_the_run_and_the_step() {

@@ -172,7 +172,8 @@ impl FinishReason {
 /// Timings of one request (wall clock, milliseconds).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Timings {
-    /// Prompt tokens processed.
+    /// Prompt tokens processed (all of the prompt's, unless the request was cancelled
+    /// between its chunks).
     pub prompt_tokens: usize,
     /// Prompt processing (all chunks of the prompt's forward pass).
     pub prompt_ms: f64,
@@ -764,25 +765,29 @@ impl Generation<'_> {
     /// The prompt through the CPU forward pass in the chunks the forward pass itself cuts
     /// ([`State::max_batch`](crate::forward::State::max_batch) tokens, llama.cpp's `n_ubatch`:
     /// the same arithmetic as one call), the cancel flag read between chunks so that a long
-    /// prompt stops within one chunk. `Ok(true)`: cancelled before the last chunk.
-    fn prefill(&mut self, prompt: &[u32]) -> Result<bool, GenerateError> {
+    /// prompt stops within one chunk. Returns the prompt tokens processed: fewer than the
+    /// prompt's when cancelled before the last chunk.
+    fn prefill(&mut self, prompt: &[u32]) -> Result<usize, GenerateError> {
         self.state
             .cache()
             .check_room(prompt.len())
             .map_err(ForwardError::from)?;
         let chunks = prompt.chunks(self.state.max_batch().max(1));
         let n = chunks.len();
+        let mut done = 0;
         for (i, chunk) in chunks.enumerate() {
             if i + 1 < n {
                 self.model.forward(self.state, chunk, LogitsFor::None)?;
+                done += chunk.len();
                 if self.cancel.load(Ordering::Acquire) {
-                    return Ok(true);
+                    return Ok(done);
                 }
             } else {
                 self.model.forward(self.state, chunk, LogitsFor::Last)?;
+                done += chunk.len();
             }
         }
-        Ok(false)
+        Ok(done)
     }
 
     /// The next piece, or `None` when the request has ended (then call
@@ -851,10 +856,12 @@ impl Generation<'_> {
             let prompt = std::mem::take(&mut self.finished.prompt_tokens);
             let r = self.prefill(&prompt);
             self.finished.prompt_tokens = prompt;
-            let cancelled = r?;
-            self.finished.timings.prompt_tokens = self.finished.prompt_tokens.len();
+            let processed = r?;
+            // A request cancelled during its prompt counts the tokens it processed, so that
+            // its rate is the rate they ran at.
+            self.finished.timings.prompt_tokens = processed;
             self.finished.timings.prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
-            if cancelled {
+            if processed < self.finished.prompt_tokens.len() {
                 return Ok(self.end(FinishReason::Cancelled));
             }
         } else if let Some(token) = self.pending.take() {

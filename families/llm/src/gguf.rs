@@ -27,6 +27,18 @@ pub const MAX_DIMS: usize = 4;
 /// Deepest nesting of arrays accepted (arrays of arrays of ...).
 pub const MAX_ARRAY_DEPTH: u32 = 4;
 
+/// `bytes` as `0x5b 0x7b ...`.
+fn hex_bytes(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return "nothing (an empty file)".into();
+    }
+    bytes
+        .iter()
+        .map(|b| format!("{b:#04x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// A malformed GGUF file, or one using something this build does not read.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
@@ -44,7 +56,10 @@ pub enum GgufError {
     #[error(transparent)]
     File(#[from] tether_bundle::files::FileError),
     /// The first four bytes are not `GGUF`.
-    #[error("not a GGUF file: magic {found:02x?} (expected \"GGUF\")")]
+    #[error(
+        "not a GGUF file: its magic (first bytes) is {} where a GGUF file has `GGUF` (0x47 0x47 0x55 0x46)",
+        hex_bytes(found)
+    )]
     Magic {
         /// The bytes seen.
         found: Vec<u8>,

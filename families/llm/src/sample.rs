@@ -39,6 +39,19 @@ use crate::forward::Hparams;
 /// larger `repeat_last_n` covers this many.
 pub const MAX_PENALTY_WINDOW: usize = 4096;
 
+/// The smallest positive temperature (below it, and above 0, is refused): the sampler
+/// scales the logits by `1 / temperature`, and a scale above 1e6 would overflow `f32` for
+/// logits beyond 3.4e32 / 1e6, which no sane model emits but a smaller bound could not rule
+/// out (at 1e-38 a logit of 4 already overflows, and the draw would be NaN). As the
+/// temperature falls the draw tends to the greedy one; give 0 for that.
+pub const MIN_TEMPERATURE: f32 = 1e-6;
+
+/// The repetition penalty's bounds: a penalised logit is divided by it (positive logits) or
+/// multiplied by it (negative ones), so outside `[1e-6, 1e6]` a logit could overflow `f32`
+/// as [`MIN_TEMPERATURE`] says (at 1e-40 a logit of 1 already becomes infinite and wins
+/// every draw).
+pub const REPEAT_PENALTY_RANGE: (f32, f32) = (1e-6, 1e6);
+
 /// Philox4x32 multipliers and Weyl key increments (Salmon et al. 2011, Random123
 /// `philox.h`: `PHILOX_M4x32_0/1`, `PHILOX_W32_0/1`).
 const PHILOX_M0: u32 = 0xD251_1F53;
@@ -138,11 +151,13 @@ impl SamplerParams {
                 accepted,
             })
         };
-        if !self.temperature.is_finite() {
+        if !self.temperature.is_finite()
+            || (self.temperature > 0.0 && self.temperature < MIN_TEMPERATURE)
+        {
             return bad(
                 "temperature",
                 self.temperature,
-                "a finite number (<= 0 for greedy)",
+                "<= 0 for greedy, or a finite number >= 1e-6",
             );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
@@ -151,8 +166,13 @@ impl SamplerParams {
         if !(self.min_p >= 0.0 && self.min_p < 1.0) {
             return bad("min_p", self.min_p, "0 <= min_p < 1");
         }
-        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
-            return bad("repeat_penalty", self.repeat_penalty, "a finite number > 0");
+        let (lo, hi) = REPEAT_PENALTY_RANGE;
+        if !(self.repeat_penalty >= lo && self.repeat_penalty <= hi) {
+            return bad(
+                "repeat_penalty",
+                self.repeat_penalty,
+                "1e-6 to 1e6 (1: off)",
+            );
         }
         Ok(())
     }
@@ -160,7 +180,7 @@ impl SamplerParams {
 
 /// A sampler parameter out of range.
 #[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
-#[error("sampling parameter `{name}` = {value}: accepted {accepted}")]
+#[error("sampling parameter `{name}` = {}: accepted {accepted}", shown(*value))]
 pub struct SamplerError {
     /// The parameter.
     pub name: &'static str,
@@ -168,6 +188,15 @@ pub struct SamplerError {
     pub value: f32,
     /// The accepted range.
     pub accepted: &'static str,
+}
+
+/// `v` as a person reads it: `0.8`, `1e-38` (not 38 zeros), `1e30`.
+pub fn shown(v: f32) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e9).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -559,6 +588,15 @@ mod tests {
     }
 
     #[test]
+    fn values_are_shown_as_read() {
+        assert_eq!(shown(0.8), "0.8");
+        assert_eq!(shown(0.0), "0");
+        assert_eq!(shown(1e-38), "1e-38");
+        assert_eq!(shown(-1e30), "-1e30");
+        assert_eq!(shown(f32::NAN), "NaN");
+    }
+
+    #[test]
     fn parameters_are_checked() {
         let mut p = SamplerParams {
             top_p: 0.0,
@@ -578,6 +616,34 @@ mod tests {
             ..SamplerParams::default()
         };
         assert!(p.validate().is_err());
+        // A positive temperature so small that 1 / T overflows the scaled logits, and a
+        // penalty that overflows a penalised logit, are refused; 0 and below stay greedy.
+        for (t, ok) in [
+            (1e-38, false),
+            (1e-7, false),
+            (MIN_TEMPERATURE, true),
+            (0.0, true),
+            (-1.0, true),
+        ] {
+            p = SamplerParams {
+                temperature: t,
+                ..SamplerParams::default()
+            };
+            assert_eq!(p.validate().is_ok(), ok, "temperature {t}");
+        }
+        for (r, ok) in [
+            (1e-40, false),
+            (0.0, false),
+            (1e-6, true),
+            (1e6, true),
+            (1e7, false),
+        ] {
+            p = SamplerParams {
+                repeat_penalty: r,
+                ..SamplerParams::default()
+            };
+            assert_eq!(p.validate().is_ok(), ok, "repeat_penalty {r}");
+        }
         assert!(
             SamplerParams::default().validate().is_ok()
                 && SamplerParams::greedy().validate().is_ok()

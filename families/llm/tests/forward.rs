@@ -462,7 +462,7 @@ fn bad_input_is_a_typed_error_and_runs_nothing() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "17 tokens do not fit the context of 16 tokens (0 already in the cache)"
+        "17 tokens do not fit the context of 16 tokens"
     );
     assert_eq!(state.cache().len(), 0);
     model

@@ -150,7 +150,7 @@ fn a_full_context_ends_with_length_and_a_long_prompt_is_an_error() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "17 tokens do not fit the context of 16 tokens (0 already in the cache)"
+        "17 tokens do not fit the context of 16 tokens"
     );
     assert!(matches!(
         g.generate(Prompt::Text(""), &sampled(4, 3)),
@@ -369,6 +369,10 @@ fn cancelling_during_a_long_prompt_stops_between_its_chunks() {
     let done = run.finish();
     assert_eq!(done.finish_reason, FinishReason::Cancelled);
     assert!(done.tokens.is_empty(), "{:?}", done.tokens);
+    // The timings count the tokens that ran (one chunk of 4), not the whole prompt: the
+    // rate is the rate they ran at.
+    assert_eq!(done.timings.prompt_tokens, 4, "{:?}", done.timings);
+    assert_eq!(done.prompt_tokens.len(), 40);
 }
 
 #[test]

@@ -266,7 +266,7 @@ impl Family for VadFamily {
             let tolerance = t.tolerance(MAX_ABS_DIFF).unwrap_or(f32::NAN);
             (
                 format!(
-                    "{chunks} chunks, tolerance {tolerance:.0e} (expected values from {})",
+                    "{chunks} chunks, tolerance {tolerance:.0e}; expected values from {}",
                     t.source
                 ),
                 json!({ "chunks": chunks, "tolerance": tolerance }),

@@ -160,14 +160,25 @@ impl Machine {
                 },
             ));
             lines.push(("precision", precision.as_str().to_string()));
-        } else if staging != MappedIo::Auto && env.execution == Execution::Host {
-            lines.push((
-                "staging",
-                format!(
-                    "{} asked, but this bundle runs on the CPU: nothing is staged",
-                    staging.as_str()
-                ),
-            ));
+        } else if env.execution == Execution::Host {
+            if sync != SyncPolicy::Spin {
+                lines.push((
+                    "sync",
+                    format!(
+                        "{} asked, but this bundle runs on the CPU: no GPU to wait for",
+                        sync.as_str()
+                    ),
+                ));
+            }
+            if staging != MappedIo::Auto {
+                lines.push((
+                    "staging",
+                    format!(
+                        "{} asked, but this bundle runs on the CPU: nothing is staged",
+                        staging.as_str()
+                    ),
+                ));
+            }
         }
         lines.push((
             "cpu threads",

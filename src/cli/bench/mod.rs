@@ -60,14 +60,14 @@ pub struct BenchArgs {
     text: Option<String>,
     /// Timed runs (1 to 1,000,000,000; with --compare, runs of each). Default 200, or no
     /// limit with --duration; a family's throughput tests (no INPUT): 5 of each test.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    #[arg(long, allow_negative_numbers = true, value_parser = tether_family::args::whole(1, 1_000_000_000))]
     runs: Option<u64>,
     /// Stop after this many whole seconds, 1 to 86,400 (whichever comes first with --runs).
-    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, value_name = "S", allow_negative_numbers = true, value_parser = tether_family::args::whole(1, 86_400))]
     duration: Option<u64>,
     /// Untimed warm-up runs (of each, with --compare), after the first run, which prepares
     /// the session (on a GPU: captures the graph) and is never timed.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = tether_family::args::whole(0, 1_000_000))]
     warmup: u64,
     /// Open loop at a fixed rate (frames per second): frames are released on a fixed
     /// schedule with idle gaps between them, where latency after idle shows. A frame
@@ -131,10 +131,14 @@ pub struct BenchArgs {
 
 fn parse_rate(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
-    if v.is_finite() && v > 0.0 && v <= 100_000.0 {
+    // At least one frame a day (a period of at most --duration's bound, 86,400 s): a
+    // smaller rate would wait years for its second frame.
+    if v.is_finite() && (1.0 / 86_400.0..=100_000.0).contains(&v) {
         Ok(v)
     } else {
-        Err(format!("`{s}`: a rate must be in (0, 100000] Hz"))
+        Err(format!(
+            "`{s}`: a rate must be 1/86400 (one frame a day, 1.16e-5) to 100000 Hz"
+        ))
     }
 }
 
@@ -343,11 +347,26 @@ fn open_variants(
         variants.push(variant("eager", second));
         variants[1].prepare(input.as_ref())?;
     }
-    if !variants[0].env.execution.on_gpu() && first_name == "graph" {
+    if !variants[0].env.execution.on_gpu() {
+        // On the host there is neither a graph nor an eager launch: the run is named for
+        // where it ran, and --graph / --eager are said to have no effect, not dropped
+        // silently (--sync and --staging: the header's lines, `Machine::probe`).
         variants[0].name = "host";
-        if a.graph && variants[0].env.execution_note.is_empty() {
-            variants[0].env.execution_note =
-                "--graph asked, but this bundle runs on the CPU: nothing to capture".into();
+        let asked = if a.graph {
+            Some(("--graph", "nothing to capture"))
+        } else if a.eager {
+            Some(("--eager", "no GPU launches"))
+        } else {
+            None
+        };
+        if let Some((opt, why)) = asked {
+            let note = format!("{opt} asked, but this bundle runs on the CPU: {why}");
+            let env = &mut variants[0].env;
+            env.execution_note = if env.execution_note.is_empty() {
+                note
+            } else {
+                format!("{}; {note}", env.execution_note)
+            };
         }
     }
     if a.floor {

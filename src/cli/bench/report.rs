@@ -177,9 +177,10 @@ impl Summary<'_> {
                 None => String::new(),
             };
             outln!(
-                "  [{}] {} runs, {:.1} runs/s{units}{}",
+                "  [{}] {} run{}, {:.1} runs/s{units}{}",
                 v.name,
                 v.runs,
+                if v.runs == 1 { "" } else { "s" },
                 fps,
                 if self.variants.len() > 1 {
                     " (interleaved)"
@@ -236,10 +237,11 @@ impl Summary<'_> {
                     beyond.mean() * 1e3
                 )?;
             }
-            if v.total.cv() > 0.025 {
+            if v.total.cv() > super::stats::NOISY_CV {
                 outln!(
-                    "  warning: the total's coefficient of variation is {:.1} % (> 2.5 %): the figures are noisy",
-                    v.total.cv() * 100.0
+                    "  warning: the total's coefficient of variation is {:.1} % (> {} %): the figures are noisy",
+                    v.total.cv() * 100.0,
+                    super::stats::NOISY_CV * 100.0
                 )?;
             }
             if let Some(d) = self.deadline {

@@ -13,10 +13,18 @@ pub(super) struct Stage {
     /// Nanoseconds added before recording, so that a difference down to `-offset_ns` can be
     /// recorded (0 for times; [`BEYOND_FLOOR_OFFSET_NS`] for `beyond-floor`).
     pub(super) offset_ns: u64,
-    /// The exact sum of what was recorded, in ms: with an offset the mean comes from it (the
-    /// histogram saturates below `-offset_ns`).
+    /// The exact sum of what was recorded, in ms: the mean comes from it (the histogram's
+    /// would be of its buckets, and saturates below `-offset_ns`).
     sum_ms: f64,
+    /// The exact least and greatest values recorded, in ms (the histogram's are its
+    /// buckets' bounds, up to 0.1 % off: one run's min and max would differ).
+    min_ms: f64,
+    max_ms: f64,
 }
+
+/// A coefficient of variation (sd / mean) above which a benchmark's figures are called noisy
+/// (2.5 %, a warning under the table of either benchmark).
+pub(super) const NOISY_CV: f64 = 0.025;
 
 /// The offset of the `beyond-floor` histogram: paired differences down to -50 us are
 /// recorded as they are (lower ones at -50 us), at a resolution of 32 to 64 ns where the
@@ -33,10 +41,14 @@ impl Stage {
             hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("static bounds"),
             offset_ns,
             sum_ms: 0.0,
+            min_ms: f64::INFINITY,
+            max_ms: f64::NEG_INFINITY,
         }
     }
     pub(super) fn record_ms(&mut self, ms: f64) {
         self.sum_ms += ms;
+        self.min_ms = self.min_ms.min(ms);
+        self.max_ms = self.max_ms.max(ms);
         let ns = (ms * 1e6 + self.offset_ns as f64)
             .round()
             .clamp(1.0, 3.6e12) as u64;
@@ -46,19 +58,37 @@ impl Stage {
     pub(super) fn to_ms(&self, ns: f64) -> f64 {
         (ns - self.offset_ns as f64) / 1e6
     }
+    /// The `q` quantile, from the histogram (to 0.1 %), kept within the exact least and
+    /// greatest values (a bucket's bound may lie beyond them).
     pub(super) fn ms(&self, q: f64) -> f64 {
-        self.to_ms(self.hist.value_at_quantile(q) as f64)
+        let v = self.to_ms(self.hist.value_at_quantile(q) as f64);
+        if self.hist.is_empty() {
+            v
+        } else {
+            v.clamp(self.min_ms, self.max_ms)
+        }
     }
+    /// The least value recorded (exact); 0 when none was.
     pub(super) fn min(&self) -> f64 {
-        self.to_ms(self.hist.min() as f64)
+        if self.hist.is_empty() {
+            0.0
+        } else {
+            self.min_ms
+        }
     }
+    /// The greatest value recorded (exact); 0 when none was.
     pub(super) fn max(&self) -> f64 {
-        self.to_ms(self.hist.max() as f64)
+        if self.hist.is_empty() {
+            0.0
+        } else {
+            self.max_ms
+        }
     }
+    /// The mean of the values recorded (exact); 0 when none was.
     pub(super) fn mean(&self) -> f64 {
         match self.hist.len() {
-            n if self.offset_ns != 0 && n > 0 => self.sum_ms / n as f64,
-            _ => self.to_ms(self.hist.mean()),
+            0 => 0.0,
+            n => self.sum_ms / n as f64,
         }
     }
     pub(super) fn stddev(&self) -> f64 {
@@ -114,5 +144,12 @@ mod tests {
         // Population standard deviation of 0.01..10 step 0.01: sqrt((n^2 - 1) / 12) * 0.01.
         close("stddev", ((1000.0f64 * 1000.0 - 1.0) / 12.0).sqrt() * 0.01);
         assert_eq!(v["count"], 1000);
+        // One run: min, max and mean are that run's value exactly, not bucket bounds.
+        let mut one = Stage::new();
+        one.record_ms(197.591);
+        let v = one.stats();
+        for k in ["min", "p50", "p99.9", "max", "mean"] {
+            assert_eq!(v[k], 197.591, "{k}: {v}");
+        }
     }
 }

@@ -46,7 +46,7 @@ pub(super) fn bench(
         .find(|n| matches.value_source(n) == Some(ValueSource::CommandLine))
     {
         crate::usage!(
-            "--{name} times runs on an INPUT (`tether bench BUNDLE INPUT`); without one, bench runs the family's throughput tests, where it has no meaning"
+            "--{name} is an option of the latency benchmark, which times runs on an INPUT (`tether bench BUNDLE INPUT`); without one, bench runs the family's throughput tests, which do not take it"
         );
     }
     let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &options)?;
@@ -166,6 +166,17 @@ fn print(
             format!("{:.2} ± {sd}", t.mean),
             cv
         )?;
+    }
+    // As the latency benchmark warns of its total: a test whose runs spread widely.
+    for t in &r.tests {
+        if t.runs.len() >= 2 && t.mean > 0.0 && t.stddev / t.mean > super::stats::NOISY_CV {
+            outln!(
+                "  warning: {}'s coefficient of variation is {:.1} % (> {} %): the figures are noisy",
+                escape(&t.name),
+                t.stddev / t.mean * 100.0,
+                super::stats::NOISY_CV * 100.0
+            )?;
+        }
     }
     if !r.latencies_ms.is_empty() {
         outln!()?;

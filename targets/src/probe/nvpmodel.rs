@@ -34,6 +34,7 @@ impl NvpModelConf {
 /// Where the active power mode was read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum PowerModeSource {
     /// `/var/lib/nvpmodel/status` (the mode nvpmodel last set).
     Status,

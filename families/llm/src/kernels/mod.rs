@@ -66,15 +66,41 @@ pub enum Isa {
 impl Isa {
     /// The fastest instruction set this CPU runs, detected at run time. `TETHER_LLM_ISA=scalar`
     /// (or `avx2` on a CPU with AVX-VNNI, `neon` on one with `sdot`) forces a slower one, for
-    /// tests and comparisons.
+    /// tests and comparisons; a value that names no set this CPU runs is warned about (once
+    /// per process, through `log`) and the fastest is used.
     pub fn detect() -> Isa {
         let best = Self::available().into_iter().last().unwrap_or(Isa::Scalar);
+        match Self::forced() {
+            Ok(Some(isa)) => isa,
+            Ok(None) => best,
+            Err(why) => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| log::warn!("{why}; using {}", best.name()));
+                best
+            }
+        }
+    }
+
+    /// The set `TETHER_LLM_ISA` asks for: `Ok(None)` when it is not set (or empty), `Err`
+    /// saying why when it names no set this CPU runs (`TETHER_LLM_ISA=neon: not an
+    /// instruction set this CPU runs (scalar, avx2, avx-vnni)`).
+    pub fn forced() -> Result<Option<Isa>, String> {
         match std::env::var("TETHER_LLM_ISA").ok().as_deref() {
-            Some(name) => Self::available()
-                .into_iter()
-                .find(|i| i.name() == name)
-                .unwrap_or(best),
-            None => best,
+            None | Some("") => Ok(None),
+            Some(name) => {
+                let all = Self::available();
+                all.iter()
+                    .copied()
+                    .find(|i| i.name() == name)
+                    .map(Some)
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = all.iter().map(|i| i.name()).collect();
+                        format!(
+                            "TETHER_LLM_ISA={name}: not an instruction set this CPU runs ({})",
+                            names.join(", ")
+                        )
+                    })
+            }
         }
     }
 
