@@ -26,6 +26,16 @@ fn cpu_bench(b: &str, runs: u32, extra: &[&str]) -> Output {
     tether(&args)
 }
 
+/// `tether ARGS` refused: exit status `code`, `says` in the error, nothing on stdout (no work
+/// done before the refusal).
+fn refused(args: &[&str], code: i32, says: &str) -> Output {
+    let o = tether(args);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+    assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    assert!(o.stdout.is_empty(), "{args:?}: {}", stdout(&o));
+    o
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -200,7 +210,7 @@ fn run_json_and_annotation() {
         "--annotate",
         png.to_str().unwrap(),
     ]));
-    assert_eq!(v["schema_version"], 3);
+    assert_eq!(v["schema_version"], 4);
     assert_eq!(v["family"], "detect");
     assert_eq!(v["engines"]["model"], "tract-cpu");
     let r = &v["results"][0];
@@ -598,7 +608,7 @@ fn bench_reports_percentiles() {
         "1",
         "--json",
     ]));
-    assert_eq!(v["schema_version"], 3);
+    assert_eq!(v["schema_version"], 4);
     assert_eq!(v["runs"], 3);
     let total = &v["total_ms"];
     let (p50, p99) = (
@@ -975,23 +985,12 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
         "{}",
         stderr(&o)
     );
-    let o = tether(&[
-        "build",
-        "--family",
-        "llm",
-        "--gguf",
-        &asset("SmolLM2-135M-Instruct.Q4_1.gguf"),
-        "-o",
-        none.to_str().unwrap(),
-        "--engine",
-        "tensorrt",
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("the llm family has no networks for TensorRT"),
-        "{}",
-        stderr(&o)
-    );
+    let gguf = asset("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let none_s = none.to_str().unwrap();
+    let args = [
+        "build", "--family", "llm", "--gguf", &gguf, "-o", none_s, "--engine", "tensorrt",
+    ];
+    refused(&args, 2, "the llm family has no networks for TensorRT");
     assert!(!none.exists());
 }
 
@@ -1092,11 +1091,14 @@ fn doctor_reports_this_machine() {
         devices.is_empty(),
         "{gpu_line}"
     );
-    let forced = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(["doctor"])
-        .env("TETHER_LLM_ISA", "scalar")
-        .output()
-        .expect("spawn tether");
+    let doctor_with_isa = |isa: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["doctor"])
+            .env("TETHER_LLM_ISA", isa)
+            .output()
+            .expect("spawn tether")
+    };
+    let forced = doctor_with_isa("scalar");
     assert!(
         stdout(&forced).contains("llm           CPU engine: scalar kernels")
             && stdout(&forced).contains("TETHER_LLM_ISA=scalar chose it"),
@@ -1104,11 +1106,7 @@ fn doctor_reports_this_machine() {
         stdout(&forced)
     );
     // A set this CPU cannot run is not dropped silently: warned about, and doctor says so.
-    let bogus = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(["doctor"])
-        .env("TETHER_LLM_ISA", "no-such-isa")
-        .output()
-        .expect("spawn tether");
+    let bogus = doctor_with_isa("no-such-isa");
     assert!(
         stdout(&bogus).contains("TETHER_LLM_ISA=no-such-isa is not one of them: ignored")
             && stderr(&bogus).contains("not an instruction set this CPU runs"),
@@ -2876,10 +2874,14 @@ fn llm_bad_options_and_other_families_options_are_named() {
             vec!["bench", &b, "--runs", "1", "--n-gen", "4", "--raw"],
             "--raw: not used by the throughput tests",
         ),
+        (
+            vec![
+                "bench", &b, "--text", "hi", "--runs", "1", "--prompt", "other",
+            ],
+            "--prompt and --chat-file are options of `tether run`",
+        ),
     ] {
-        let o = tether(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        refused(&args, 2, says);
     }
     let o = tether(&["bench", &b, "--help"]);
     assert!(
@@ -2934,22 +2936,11 @@ fn llm_bad_options_and_other_families_options_are_named() {
         ("--seed", "-1", "accepted 0 to 18446744073709551615"),
         ("--top-k", "2.5", "not a whole number"),
     ] {
-        let o = tether(&["run", &b, "-p", "hi", opt, v]);
-        assert_eq!(o.status.code(), Some(2), "{opt} {v}: {}", stderr(&o));
-        assert!(
-            stderr(&o).contains(opt) && stderr(&o).contains(says),
-            "{opt} {v}: {}",
-            stderr(&o)
-        );
+        let o = refused(&["run", &b, "-p", "hi", opt, v], 2, says);
+        assert!(stderr(&o).contains(opt), "{opt} {v}: {}", stderr(&o));
     }
     // Standard input twice: refused, not read empty the second time.
-    let o = tether(&["run", &b, "-", "-"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("given more than once"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&["run", &b, "-", "-"], 2, "given more than once");
     // llama-cli's --n-predict is --max-tokens.
     let v = json(&tether(&[
         "run",
@@ -2990,21 +2981,19 @@ fn llm_bad_options_and_other_families_options_are_named() {
         .to_string();
     assert!(line.len() < 300 && line.contains(" characters)"), "{line}");
     // A checkpoint that is not there is a path to check, not a corrupt file.
-    let o = tether(&[
+    let out = scratch().join("never-built.bundle");
+    let out_s = out.to_str().unwrap();
+    let args = [
         "build",
         "--family",
         "llm",
         "--gguf",
         "/no/such.gguf",
         "-o",
-        "/tmp/x.bundle",
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("hint: check the path of the checkpoint file"),
-        "{}",
-        stderr(&o)
-    );
+        out_s,
+    ];
+    refused(&args, 1, "hint: check the path of the checkpoint file");
+    assert!(!out.exists());
 }
 
 #[test]
@@ -3119,13 +3108,15 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
             vec!["--n-prompt", "8,64", "--n-gen", "4", "--context", "32"],
             "--n-prompt 64: the test needs 64 positions",
         ),
+        // A default is named as one, and a larger context is offered up to the model's.
+        (
+            vec!["--n-gen", "4", "--context", "256"],
+            "--n-prompt 512 (the default): the test needs 512 positions, beyond the context of 256; give smaller tests or a larger --context (at most 8192",
+        ),
     ] {
         let mut a = vec!["bench", &b, "--runs", "1"];
         a.extend(args.iter().copied());
-        let o = tether(&a);
-        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(says), "{a:?}: {}", stderr(&o));
-        assert!(stdout(&o).is_empty(), "{a:?}: {}", stdout(&o));
+        refused(&a, 2, says);
     }
     // Generation options the throughput tests do not use are refused (exit 2), named, before
     // any test runs: --max-tokens (the tests generate --n-gen), --stop, and on the CPU the
@@ -3149,10 +3140,7 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
             "4",
         ];
         a.extend(args.iter().copied());
-        let o = tether(&a);
-        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(want), "{a:?}: {}", stderr(&o));
-        assert!(stdout(&o).is_empty(), "{a:?}: {}", stdout(&o));
+        refused(&a, 2, want);
     }
 }
 

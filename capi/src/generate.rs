@@ -47,7 +47,8 @@ pub struct tether_generate_params {
     pub struct_size: u32,
     /// Most tokens to generate (at least 1).
     pub max_tokens: u32,
-    /// Softmax temperature; 0 or below: greedy decoding.
+    /// Softmax temperature; 0 or below: greedy decoding; otherwise at least 1e-6 (a smaller
+    /// one would overflow the scaled logits: refused).
     pub temperature: f32,
     /// Top-k (0: off).
     pub top_k: u32,
@@ -55,7 +56,7 @@ pub struct tether_generate_params {
     pub top_p: f32,
     /// Min-p in [0, 1) (0: off).
     pub min_p: f32,
-    /// Repetition penalty (1: none).
+    /// Repetition penalty, 1e-6 to 1e6 (1: none).
     pub repeat_penalty: f32,
     /// Tokens the repetition penalty looks back over.
     pub repeat_last_n: u32,

@@ -112,13 +112,17 @@ fn thing_named(context: &str) -> Option<&str> {
     .then_some(thing)
 }
 
-/// Whether `text` names `thing` as a whole: bounded by the text's ends, white space,
-/// quotes, backticks, a colon or a comma.
+/// Whether `text` names `thing` as the subject of its message: quoted (`` `x` ``, `'x'`,
+/// `"x"`), or at its start followed by `:` or a space (`x.png: ...`, `x.txt is not UTF-8`).
+/// A bare word inside a sentence does not count: an input labelled `prompt` is not named by
+/// "no such prompt file".
 fn names(text: &str, thing: &str) -> bool {
-    let bound = |c: Option<char>| c.is_none_or(|c| c.is_whitespace() || "`'\":,".contains(c));
-    text.match_indices(thing).any(|(at, _)| {
-        bound(text[..at].chars().next_back()) && bound(text[at + thing.len()..].chars().next())
-    })
+    ['`', '\'', '"']
+        .iter()
+        .any(|q| text.contains(&format!("{q}{thing}{q}")))
+        || text
+            .strip_prefix(thing)
+            .is_some_and(|rest| rest.starts_with(':') || rest.starts_with(' '))
 }
 
 /// Print an error as one `error:` line (its causes joined with `: `, each OS error once),
@@ -324,15 +328,20 @@ mod tests {
             message(&e),
             "I/O error opening `a/x.wav`: No such file or directory"
         );
-        // A context whose thing the causes do not name stays, and so does one that is
-        // more than `WORD THING`.
+        // A context whose thing the causes do not name stays, and so does one whose thing
+        // is more than a name (`in x.png at 2x`).
         let e = anyhow!("file truncated").context("opening b.bundle");
         assert_eq!(message(&e), "opening b.bundle: file truncated");
         let e = anyhow!("x.png: bad").context("detecting in x.png at 2x");
         assert_eq!(message(&e), "detecting in x.png at 2x: x.png: bad");
-        // Only a whole name counts: `a.png` is not named by `aa.png`.
+        // Only a whole name counts: `a.png` is not named by `aa.png`; nor is a word inside a
+        // sentence (an input labelled `prompt`).
         let e = anyhow!("aa.png: bad").context("input a.png");
         assert_eq!(message(&e), "input a.png: aa.png: bad");
+        let e = anyhow!("no such prompt file").context("input prompt");
+        assert_eq!(message(&e), "input prompt: no such prompt file");
+        let e = anyhow!("x.txt is not UTF-8 text").context("input x.txt");
+        assert_eq!(message(&e), "x.txt is not UTF-8 text");
         // A cause that repeats an earlier one's text is left out, as before.
         let e = anyhow!("No such file").context("reading c: No such file");
         assert_eq!(message(&e), "reading c: No such file");

@@ -412,7 +412,8 @@ typedef struct {
   uint32_t struct_size;
   // Most tokens to generate (at least 1).
   uint32_t max_tokens;
-  // Softmax temperature; 0 or below: greedy decoding.
+  // Softmax temperature; 0 or below: greedy decoding; otherwise at least 1e-6 (a smaller
+  // one would overflow the scaled logits: refused).
   float temperature;
   // Top-k (0: off).
   uint32_t top_k;
@@ -420,7 +421,7 @@ typedef struct {
   float top_p;
   // Min-p in [0, 1) (0: off).
   float min_p;
-  // Repetition penalty (1: none).
+  // Repetition penalty, 1e-6 to 1e6 (1: none).
   float repeat_penalty;
   // Tokens the repetition penalty looks back over.
   uint32_t repeat_last_n;

@@ -32,10 +32,11 @@ pub fn number_arg(
         .help(help)
 }
 
-/// A value parser of whole numbers in `[lo, hi]`: a value out of range, negative ones
-/// included, is refused as `accepted LO to HI` (clap's own `u64` parser calls `-3` an
-/// "invalid digit"), anything else that is not a whole number as `not a whole number`.
-/// clap prints either after `invalid value 'V' for '--NAME <N>'` (exit status 2).
+/// A value parser of whole numbers in `[lo, hi]`, written as decimal digits: a value out of
+/// range, negative ones included, is refused as `accepted LO to HI` (clap's own `u64` parser
+/// calls `-3` an "invalid digit"), another number (`2.5`, `1e3`) as `not a whole number`,
+/// anything else as `not a number`, each with the range. clap prints the reason after
+/// `invalid value 'V' for '--NAME <N>'` (exit status 2).
 pub fn whole(lo: u64, hi: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync {
     move |s: &str| match s.trim().parse::<i128>() {
         Ok(v) if (i128::from(lo)..=i128::from(hi)).contains(&v) => Ok(v as u64),

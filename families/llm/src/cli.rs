@@ -281,6 +281,7 @@ impl Family for LlmFamily {
             ),
             Arg::new("n-prompt")
                 .long("n-prompt")
+                .allow_negative_numbers(true)
                 .value_name("N,N,...")
                 .value_delimiter(',')
                 .value_parser(whole(1, 1 << 20))
@@ -405,6 +406,7 @@ impl Family for LlmFamily {
                 .get_many::<u64>("n-prompt")
                 .map(|v| v.map(|&n| n as usize).collect()),
             n_gen: value::<u64>(args, "n-gen").map(|n| n as usize),
+            args_taken: std::cell::Cell::new(false),
             cancel,
             last: None,
         }))
@@ -611,18 +613,26 @@ impl ParamArgs {
         if let Some(v) = self.seed {
             s.seed = v;
         }
+        // The options given, to tell a bad option from a bad checkpoint default.
+        let given = self.unused_by_throughput(false);
         p.stop = self.stop;
         if p.stop.iter().any(String::is_empty) {
             return Err(UsageError("--stop: an empty text".into()).into());
         }
         if let Err(e) = s.validate() {
-            return Err(UsageError(format!(
-                "--{} {}: accepted {}",
-                e.name.replace('_', "-"),
-                crate::sample::shown(e.value),
+            let name = e.name.replace('_', "-");
+            let value = crate::sample::shown(e.value);
+            if given.contains(&name.as_str()) {
+                return Err(
+                    UsageError(format!("--{name} {value}: accepted {}", e.accepted)).into(),
+                );
+            }
+            // Not given: the checkpoint's own default (generation_config.json) is out of
+            // range; an input error of the bundle, which the option can override.
+            bail!(
+                "the checkpoint's default {name} {value} (its generation_config.json) is out of range: accepted {}; give --{name} to override it",
                 e.accepted
-            ))
-            .into());
+            );
         }
         Ok(p)
     }
@@ -787,6 +797,9 @@ struct LlmRunner {
     chat_file: Option<PathBuf>,
     n_prompt: Option<Vec<usize>>,
     n_gen: Option<usize>,
+    /// Whether `arg_inputs` took `--prompt` / `--chat-file` (`run` does, before any INPUT;
+    /// `bench` never does, so an INPUT loaded without it is bench's, which refuses them).
+    args_taken: std::cell::Cell<bool>,
     cancel: CancelHandle,
     /// The last run's text and outcome.
     last: Option<(String, Finished)>,
@@ -923,6 +936,12 @@ impl Runner for LlmRunner {
             )
             .into());
         }
+        if !self.args_taken.get() && (self.prompt.is_some() || self.chat_file.is_some()) {
+            return Err(UsageError(
+                "--prompt and --chat-file are options of `tether run`: bench times its INPUT (a prompt file, or --text)".into(),
+            )
+            .into());
+        }
         self.check_raw_system()?;
         // An empty option value is a usage error (exit 2), as an empty --prompt is; an empty
         // file is an input that failed (exit 1). The caller names the input.
@@ -934,12 +953,18 @@ impl Runner for LlmRunner {
             InputSource::File(p) => (p.display().to_string(), read_text(p)?),
         };
         if text.trim().is_empty() {
-            bail!("the prompt file holds no text");
+            match source {
+                InputSource::File(p) if p.as_os_str() == "-" => {
+                    bail!("standard input holds no prompt text")
+                }
+                _ => bail!("{label}: the prompt file holds no text"),
+            }
         }
         Ok(Box::new(self.prompt_input(label, text)))
     }
 
     fn arg_inputs(&self) -> Result<Vec<Box<dyn Input>>> {
+        self.args_taken.set(true);
         if self.n_prompt.is_some() || self.n_gen.is_some() {
             return Err(UsageError(
                 "--n-prompt and --n-gen are options of `tether bench`, not of `run`".into(),
@@ -1218,21 +1243,43 @@ impl LlmRunner {
             .clone()
             .unwrap_or_else(|| DEFAULT_N_PROMPT.to_vec());
         let n_gen = self.n_gen.unwrap_or(DEFAULT_N_GEN);
+        // A value not given is named as the default it is.
+        let opt = |name: &str, given: bool, v: usize| {
+            if given {
+                format!("--{name} {v}")
+            } else {
+                format!("--{name} {v} (the default)")
+            }
+        };
+        let (p_given, g_given) = (self.n_prompt.is_some(), self.n_gen.is_some());
+        let trained = self.generator.config().n_ctx_train as usize;
         let why = |what: String, needed: usize| {
             Err(UsageError(format!(
-                "{what}: the test needs {needed} positions, beyond the context of {context} (--context, at most the model's training context)"
+                "{what}: the test needs {needed} positions, beyond the context of {context}; give smaller tests{}",
+                if context < trained {
+                    format!(" or a larger --context (at most {trained}, the model's training context)")
+                } else {
+                    " (the context is the model's training context)".to_string()
+                }
             ))
             .into())
         };
         if let Some(&n) = n_prompt.iter().find(|&&n| n > context) {
-            return why(format!("--n-prompt {n}"), n);
+            return why(opt("n-prompt", p_given, n), n);
         }
         if gpu {
             if let Some(&n) = n_prompt.iter().find(|&&n| n + n_gen > context) {
-                return why(format!("--n-gen {n_gen} after --n-prompt {n}"), n + n_gen);
+                return why(
+                    format!(
+                        "{} after {}",
+                        opt("n-gen", g_given, n_gen),
+                        opt("n-prompt", p_given, n)
+                    ),
+                    n + n_gen,
+                );
             }
         } else if n_gen > context {
-            return why(format!("--n-gen {n_gen}"), n_gen);
+            return why(opt("n-gen", g_given, n_gen), n_gen);
         }
         Ok(())
     }

@@ -61,12 +61,12 @@ impl Stage {
     /// The `q` quantile, from the histogram (to 0.1 %), kept within the exact least and
     /// greatest values (a bucket's bound may lie beyond them).
     pub(super) fn ms(&self, q: f64) -> f64 {
-        let v = self.to_ms(self.hist.value_at_quantile(q) as f64);
         if self.hist.is_empty() {
-            v
-        } else {
-            v.clamp(self.min_ms, self.max_ms)
+            // Nothing recorded: 0, as min, max and mean say (not the offset's negative).
+            return 0.0;
         }
+        let v = self.to_ms(self.hist.value_at_quantile(q) as f64);
+        v.clamp(self.min_ms, self.max_ms)
     }
     /// The least value recorded (exact); 0 when none was.
     pub(super) fn min(&self) -> f64 {
