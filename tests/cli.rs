@@ -3266,6 +3266,10 @@ fn run_help_lists_only_the_bundles_family_options() {
             "--text: the vad family takes no literal text",
         ),
         (
+            vec!["run", &vad, "--n-gen", "3", "x.wav"],
+            "--n-gen is an option of the llm family's `tether bench`",
+        ),
+        (
             vec!["run", &llm, "--precision", "fp16", "-p", "hi"],
             "--precision: the llm family",
         ),

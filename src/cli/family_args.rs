@@ -225,6 +225,10 @@ pub fn foreign_option(argv: &[OsString]) -> Option<String> {
     let (opt, others) = first_foreign(&argv[pos + 1..], family, |f| f.run_args())?;
     let owners = match others.as_slice() {
         [] => return None,
+        // An option only another family's `bench` takes (llm's `--n-gen`) is named so.
+        [one] if find(REGISTRY, one).is_some_and(|f| f.bench_only_args().contains(&opt)) => {
+            format!("the {one} family's `tether bench`")
+        }
         [one] => format!("the {one} family"),
         [rest @ .., last] => format!("the {} and {last} families", rest.join(", ")),
     };

@@ -167,6 +167,10 @@ fn print(
             cv
         )?;
     }
+    if interrupted {
+        // The family checks for Ctrl-C between tests: a test listed ran all its runs.
+        outln!("  interrupted by Ctrl-C: the tests above ran in full, the others not at all")?;
+    }
     // As the latency benchmark warns of its total: a test whose runs spread widely.
     for t in &r.tests {
         if t.runs.len() >= 2 && t.mean > 0.0 && t.stddev / t.mean > super::stats::NOISY_CV {
