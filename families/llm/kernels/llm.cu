@@ -813,35 +813,39 @@ __device__ __noinline__ void row_dot_warp_t(const uint8_t* const* w, int cols, c
 // of each group in registers while the previous kernel finishes and the prologue runs, then
 // `row_dot_warp`'s chains (the same terms, the same order). Other types take `row_dot_warp`.
 #define CH32 8
+// Blocks per group in the first round of `prep_matvec_wide` (no register cap): 64 blocks of
+// 32, so a 1,536-wide row (the down projection of a small model) is loaded whole before the
+// wait instead of its last 16 blocks after the first round's chain.
+#define CH32_WIDE 16
 __device__ __forceinline__ bool is_q32(int type) {
     return type == T_Q8_0 || type == T_Q4_0 || type == T_Q4_1;
 }
 
-template <int TYPE, int R>
+template <int TYPE, int R, int CH>
 __device__ __forceinline__ void q32_load_round(const uint8_t* const* w, int nu, int u0,
-                                               uint32_t dm[CH32][R], uint32_t v[CH32][R]) {
+                                               uint32_t dm[CH][R], uint32_t v[CH][R]) {
     const int lane = threadIdx.x % 32, g = lane >> 3, l = lane & 7;
 #pragma unroll
-    for (int k = 0; k < CH32; ++k) {
+    for (int k = 0; k < CH; ++k) {
         const int u = min(u0 + g + 4 * k, nu - 1);
 #pragma unroll
         for (int r = 0; r < R; ++r) q32_raw<TYPE>(w[r], u, l, &dm[k][r], &v[k][r]);
     }
 }
 
-template <int TYPE, int R>
+template <int TYPE, int R, int CH>
 __device__ __forceinline__ void q32_chain(const uint8_t* const* w, int nu, const BlockQ8* q8,
-                                          uint32_t dm[CH32][R], uint32_t v[CH32][R], float* out) {
+                                          uint32_t dm[CH][R], uint32_t v[CH][R], float* out) {
     const int lane = threadIdx.x % 32, g = lane >> 3, l = lane & 7;
     float acc[R], ext[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = ext[r] = 0.0f;
-    for (int u0 = 0; u0 < nu; u0 += 4 * CH32) {
-        if (u0 > 0) q32_load_round<TYPE, R>(w, nu, u0, dm, v);
+    for (int u0 = 0; u0 < nu; u0 += 4 * CH) {
+        if (u0 > 0) q32_load_round<TYPE, R, CH>(w, nu, u0, dm, v);
         // Round k's terms (units u0 + 4k .. u0 + 4k + 4, one per group), then their chains:
         // only one round's terms live at a time.
 #pragma unroll
-        for (int k = 0; k < CH32; ++k) {
+        for (int k = 0; k < CH; ++k) {
             if (u0 + 4 * k >= nu) break;  // the same for the whole warp
             const int u = min(u0 + g + 4 * k, nu - 1);
             float ta[R], tb[R], tc[R], td[R];
@@ -871,26 +875,26 @@ __device__ __forceinline__ void q32_chain(const uint8_t* const* w, int nu, const
 }
 
 // The first round's raw words of rows w[0 .. R) of type `type` (nothing for other types).
-template <int R>
+template <int R, int CH>
 __device__ __forceinline__ void q32_preload(int type, const uint8_t* const* w, int cols,
-                                            uint32_t dm[CH32][R], uint32_t v[CH32][R]) {
+                                            uint32_t dm[CH][R], uint32_t v[CH][R]) {
     switch (type) {
-        case T_Q8_0: q32_load_round<T_Q8_0, R>(w, cols / QK, 0, dm, v); break;
-        case T_Q4_0: q32_load_round<T_Q4_0, R>(w, cols / QK, 0, dm, v); break;
-        case T_Q4_1: q32_load_round<T_Q4_1, R>(w, cols / QK, 0, dm, v); break;
+        case T_Q8_0: q32_load_round<T_Q8_0, R, CH>(w, cols / QK, 0, dm, v); break;
+        case T_Q4_0: q32_load_round<T_Q4_0, R, CH>(w, cols / QK, 0, dm, v); break;
+        case T_Q4_1: q32_load_round<T_Q4_1, R, CH>(w, cols / QK, 0, dm, v); break;
         default: break;
     }
 }
 
 // `row_dot_warp` of rows whose first round `q32_preload` loaded (Q8_0 / Q4_0 / Q4_1 only).
-template <int R>
+template <int R, int CH>
 __device__ __forceinline__ void q32_dot_preloaded(int type, const uint8_t* const* w, int cols,
-                                                  const BlockQ8* q8, uint32_t dm[CH32][R],
-                                                  uint32_t v[CH32][R], float* out) {
+                                                  const BlockQ8* q8, uint32_t dm[CH][R],
+                                                  uint32_t v[CH][R], float* out) {
     switch (type) {
-        case T_Q8_0: q32_chain<T_Q8_0, R>(w, cols / QK, q8, dm, v, out); break;
-        case T_Q4_0: q32_chain<T_Q4_0, R>(w, cols / QK, q8, dm, v, out); break;
-        default: q32_chain<T_Q4_1, R>(w, cols / QK, q8, dm, v, out); break;
+        case T_Q8_0: q32_chain<T_Q8_0, R, CH>(w, cols / QK, q8, dm, v, out); break;
+        case T_Q4_0: q32_chain<T_Q4_0, R, CH>(w, cols / QK, q8, dm, v, out); break;
+        default: q32_chain<T_Q4_1, R, CH>(w, cols / QK, q8, dm, v, out); break;
     }
 }
 
@@ -1532,6 +1536,9 @@ struct PrepMatVecParams {
     Proj p[3];
     int nproj;
     int rows_total;
+    int ahead;   // turns whose rows are asked of L2 ahead of their turn (>= 1; the host sizes
+                 // them to a third of the L2 cache: the head's rows all at once on an H200)
+    int pad;
 };
 
 // The epilogue of row r of projection pr: bias, then store or residual accumulation.
@@ -1540,8 +1547,9 @@ __device__ __forceinline__ void store_row(const Proj& pr, int r, float v) {
     pr.out[r] = pr.accumulate ? __fadd_rn(pr.out[r], v) : v;
 }
 
-extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, FUSE_MIN_BLOCKS) prep_matvec(PrepMatVecParams p) {
-    extern __shared__ __align__(16) unsigned char smem[];
+// The body of `prep_matvec` and `prep_matvec_wide` (below).
+template <int CH>
+__device__ __forceinline__ void prep_matvec_body(const PrepMatVecParams& p, unsigned char* smem) {
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* x;
@@ -1550,15 +1558,22 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, FUSE_MIN_BLOCKS) p
     const int first = blockIdx.x * FUSE_WARPS + threadIdx.x / 32;
     const int step = gridDim.x * FUSE_WARPS;
     // The first row's weights: in registers (8-bit block types) or asked of L2.
-    uint32_t dm0[CH32][1], v0[CH32][1];
+    uint32_t dm0[CH][1], v0[CH][1];
     bool pre = false;
     if (first < p.rows_total) {
         int r;
         const Proj& pr = p.p[proj_of(p.p, p.nproj, p.rows_total, first, &r)];
         const uint8_t* w[1] = {pr.w + (size_t)r * pr.row_bytes};
         pre = is_q32(pr.type);
-        if (pre) q32_preload<1>(pr.type, w, p.in.n, dm0, v0);
+        if (pre) q32_preload<1, CH>(pr.type, w, p.in.n, dm0, v0);
         else prefetch_l2(w[0], pr.row_bytes, lane);
+    }
+    // The rows of turns 1 .. ahead - 1 asked of L2 now too (weights only: before the wait).
+    const int ahead = max(1, p.ahead);
+    for (int t = 1; t < ahead && first + t * step < p.rows_total; ++t) {
+        int rt;
+        const Proj& pt = p.p[proj_of(p.p, p.nproj, p.rows_total, first + t * step, &rt)];
+        prefetch_l2(pt.w + (size_t)rt * pt.row_bytes, pt.row_bytes, lane);
     }
     dependency_wait();
     dependents_launch();
@@ -1568,16 +1583,31 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, FUSE_MIN_BLOCKS) p
         const int k = proj_of(p.p, p.nproj, p.rows_total, r0, &r);
         const Proj& pr = p.p[k];
         const uint8_t* w[1] = {pr.w + (size_t)r * pr.row_bytes};
-        if (r0 + step < p.rows_total) {  // the next turn's row, asked of L2 now
+        if (r0 + ahead * step < p.rows_total) {  // the row `ahead` turns on, asked of L2 now
             int rn;
-            const Proj& pn = p.p[proj_of(p.p, p.nproj, p.rows_total, r0 + step, &rn)];
+            const Proj& pn = p.p[proj_of(p.p, p.nproj, p.rows_total, r0 + ahead * step, &rn)];
             prefetch_l2(pn.w + (size_t)rn * pn.row_bytes, pn.row_bytes, lane);
         }
         float dot[1];
-        if (pre && r0 == first) q32_dot_preloaded<1>(pr.type, w, p.in.n, q8, dm0, v0, dot);
+        if (pre && r0 == first) q32_dot_preloaded<1, CH>(pr.type, w, p.in.n, q8, dm0, v0, dot);
         else row_dot_warp<1>(pr.type, w, p.in.n, x, q8, q8k, dot);
         if (lane == 0) store_row(pr, r, dot[0]);
     }
+}
+
+// A grid of up to FUSE_MIN_BLOCKS blocks per SM (gate/up, the head): at most 80 registers a
+// thread, so that the blocks of one wave are resident at once.
+extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, FUSE_MIN_BLOCKS) prep_matvec(PrepMatVecParams p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    prep_matvec_body<CH32>(p, smem);
+}
+
+// A grid of at most one block per SM (the 576-row O and down projections of a small model):
+// the same arithmetic without the register cap, which spills (ptxas: 34 bytes stored and 76
+// loaded a thread under it).
+extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) prep_matvec_wide(PrepMatVecParams p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    prep_matvec_body<CH32_WIDE>(p, smem);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1639,7 +1669,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopePa
         const uint8_t* w[2] = {pr.w + (size_t)ra * pr.row_bytes, pr.w + (size_t)rb * pr.row_bytes};
         pre = is_q32(pr.type);
         if (pre) {
-            q32_preload<2>(pr.type, w, p.in.n, dm0, v0);
+            q32_preload<2, CH32>(pr.type, w, p.in.n, dm0, v0);
         } else {
             prefetch_l2(w[0], pr.row_bytes, lane);
             prefetch_l2(w[1], pr.row_bytes, lane);
@@ -1658,7 +1688,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32) qkv_rope(QkvRopePa
         const Proj& pr = rows_of(it, &ra, &rb, &h, &i);
         const uint8_t* w[2] = {pr.w + (size_t)ra * pr.row_bytes, pr.w + (size_t)rb * pr.row_bytes};
         float dots[2];
-        if (pre && it == first) q32_dot_preloaded<2>(pr.type, w, p.in.n, q8, dm0, v0, dots);
+        if (pre && it == first) q32_dot_preloaded<2, CH32>(pr.type, w, p.in.n, q8, dm0, v0, dots);
         else row_dot_warp<2>(pr.type, w, p.in.n, x, q8, q8k, dots);
         if (lane == 0) {
             float a = dots[0], b = dots[1];
@@ -1693,6 +1723,192 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_fused(AttnPa
     dependency_wait();
     dependents_launch();
     attention_step(p);
+}
+
+// ---------------------------------------------------------------------------------------
+// attention_cluster: `attention_fused`'s values (the same operations on the same values, so
+// the same bits) from a thread block cluster of ATTN_CLUSTER blocks per query head instead
+// of one block (compute capability 9.0 and later; launched with the cluster dimension, grid
+// n_head * ATTN_CLUSTER; spans of at most ATT_TILE positions). Block b of head h:
+//  1. scores of positions [b * chunk, (b + 1) * chunk) (chunk: len / ATTN_CLUSTER rounded up
+//     to a multiple of 8, so each 8-sum lies in one block), their maximum written into every
+//     block's shared memory (distributed shared memory); cluster barrier; the maximum of the
+//     ATTN_CLUSTER maxima (order-free);
+//  2. numerators and 8-sums of its positions, the 8-sums written into every block, their
+//     f64 sum (a tree) written into every block; cluster barrier; each block adds the
+//     ATTN_CLUSTER partial sums in rank order and proves, as `attend`, that the chain's
+//     1 / sum rounds to that f32 (else runs the chain over every 8-sum in position order);
+//  3. probabilities of its positions written into every block; cluster barrier;
+//  4. the weighted sums of dims [b * hd / ATTN_CLUSTER, ...) for all 32 slots: slot sl of
+//     dim d is `weighted_tile`'s chain fma(v_j[d], p_j, acc) over j = sl, sl + 32, ... in
+//     order; then `reduce_gemv` of the 32 slots per dim.
+// After the third barrier no block touches another's shared memory, so blocks may exit.
+// ---------------------------------------------------------------------------------------
+#define ATTN_CLUSTER 8
+
+struct AttnClusterShared {
+    float p[ATT_TILE];                    // every position's probability
+    float cs[ATT_TILE / 8];               // every 8-sum
+    float e[ATT_TILE / ATTN_CLUSTER];     // this block's scores, then numerators
+    float acc[32 * (MAX_HEAD_DIM / ATTN_CLUSTER)];  // [slot][dim of this block]
+    float q[MAX_HEAD_DIM];
+    double psum[ATTN_CLUSTER];
+    float pmax[ATTN_CLUSTER];
+    double red64[ATT_THREADS / 32];
+    float red[ATT_THREADS / 32];
+    float inv;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// Every thread of every block of the cluster: arrive (release) and wait (acquire).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The address of `p` (this block's shared memory) in block `rank`'s shared memory.
+__device__ __forceinline__ uint32_t cluster_addr(const void* p, uint32_t rank) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    return r;
+}
+
+// v into every block's copy of `*p`.
+__device__ __forceinline__ void st_all(const float* p, float v) {
+#pragma unroll
+    for (uint32_t r = 0; r < ATTN_CLUSTER; ++r)
+        asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr(p, r)), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_all(const double* p, double v) {
+#pragma unroll
+    for (uint32_t r = 0; r < ATTN_CLUSTER; ++r)
+        asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(cluster_addr(p, r)), "d"(v) : "memory");
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(AttnParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ AttnClusterShared sm;
+    dependency_wait();
+    dependents_launch();
+    const int tid = threadIdx.x, hd = p.head_dim, kv_dim = p.kv_dim;
+    const int h = blockIdx.x / ATTN_CLUSTER;
+    const uint32_t rank = cluster_rank();
+    const int kvh = h / (p.n_head / p.n_kv);
+    const uint16_t* kb = p.kcache + kvh * hd;
+    const uint16_t* vb = p.vcache + kvh * hd;
+    const int len = (int)p.state->pos + 1;
+    // The host launches this kernel only for a context of at most ATT_TILE positions; a
+    // longer span (the same for every block, before any cluster barrier) gives NaN, not a
+    // write past the shared arrays.
+    if (len > ATT_TILE) {
+        for (int d = (int)rank * (hd / ATTN_CLUSTER) + tid; d < ((int)rank + 1) * (hd / ATTN_CLUSTER);
+             d += ATT_THREADS)
+            p.out[h * hd + d] = __int_as_float(0x7fc00000);
+        return;
+    }
+    // Every block of the cluster has started before any writes into another's memory.
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    const int chunk = ((len + ATTN_CLUSTER - 1) / ATTN_CLUSTER + 7) / 8 * 8;
+    const int lo = (int)rank * chunk, n = max(0, min(len, lo + chunk) - lo);
+    for (int i = tid; i < hd; i += ATT_THREADS)
+        sm.q[lane_slot(i, hd / 2, p.interleaved)] = round_f16(p.q[h * hd + i]);
+    __syncthreads();
+    // 1. Scores and their maximum.
+    float mx = NEG_INF;
+    for (int j = tid; j < n; j += ATT_THREADS) {
+        const float sc = __fmul_rn(score_dot(sm.q, kb + (size_t)(lo + j) * kv_dim, hd, false, true), p.scale);
+        sm.e[j] = sc;
+        mx = fmaxf(mx, sc);
+    }
+    mx = warp_max(mx);
+    if ((tid & 31) == 0) sm.red[tid >> 5] = mx;
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    __syncthreads();
+    if (tid == 0) {
+        float m = sm.red[0];
+        for (int w = 1; w < ATT_THREADS / 32; ++w) m = fmaxf(m, sm.red[w]);
+        st_all(&sm.pmax[rank], m);
+    }
+    cluster_sync();
+    mx = sm.pmax[0];
+#pragma unroll
+    for (int r = 1; r < ATTN_CLUSTER; ++r) mx = fmaxf(mx, sm.pmax[r]);
+    // 2. Numerators, 8-sums, their sum.
+    for (int j = tid; j < n; j += ATT_THREADS) sm.e[j] = ggml_exp(__fsub_rn(sm.e[j], mx));
+    __syncthreads();
+    double part = 0.0;
+    for (int c = tid; c < (n + 7) / 8; c += ATT_THREADS) {
+        float a[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) a[k] = 8 * c + k < n ? sm.e[8 * c + k] : 0.0f;
+        const float s8 = hsum8_arr(a);
+        st_all(&sm.cs[lo / 8 + c], s8);
+        part = __dadd_rn(part, (double)s8);
+    }
+    for (int o = 16; o > 0; o >>= 1) part = __dadd_rn(part, __shfl_xor_sync(0xffffffffu, part, o));
+    if ((tid & 31) == 0) sm.red64[tid >> 5] = part;
+    __syncthreads();
+    if (tid == 0) {
+        double t = 0.0;
+        for (int w = 0; w < ATT_THREADS / 32; ++w) t = __dadd_rn(t, sm.red64[w]);
+        st_all(&sm.psum[rank], t);
+    }
+    cluster_sync();
+    if (tid == 0) {
+        double t = 0.0;
+        for (int r = 0; r < ATTN_CLUSTER; ++r) t = __dadd_rn(t, sm.psum[r]);
+        const int nch = (len + 7) / 8;
+        const double rel = (double)nch * 0x1p-50;
+        const float flo = __double2float_rn(__ddiv_rn(1.0, __dmul_ru(t, 1.0 + rel)));
+        const float fhi = __double2float_rn(__ddiv_rn(1.0, __dmul_rd(t, 1.0 - rel)));
+        if (isfinite(t) && t > 0.0 && flo == fhi) {
+            sm.inv = flo;
+        } else {
+            double sum = 0.0;
+            for (int c = 0; c < nch; ++c) sum = __dadd_rn(sum, (double)sm.cs[c]);
+            sm.inv = __double2float_rn(__ddiv_rn(1.0, sum));
+        }
+    }
+    __syncthreads();
+    // 3. Probabilities.
+    const float inv = sm.inv;
+    for (int j = tid; j < n; j += ATT_THREADS) st_all(&sm.p[lo + j], round_f16(__fmul_rn(sm.e[j], inv)));
+    cluster_sync();
+    // 4. The weighted sums of this block's dims, then the 32 slots' sum per dim.
+    const int dpb = hd / ATTN_CLUSTER, d0 = (int)rank * dpb;
+    for (int u = tid; u < 32 * dpb; u += ATT_THREADS) {
+        const int sl = u / dpb, dl = u % dpb;
+        const uint16_t* col = vb + d0 + dl;
+        float acc = 0.0f;
+        int j = sl;
+        for (; j + 15 * 32 < len; j += 16 * 32) {
+            float v[16];
+#pragma unroll
+            for (int r = 0; r < 16; ++r) v[r] = h2f(col[(size_t)(j + 32 * r) * kv_dim]);
+#pragma unroll
+            for (int r = 0; r < 16; ++r) acc = __fmaf_rn(v[r], sm.p[j + 32 * r], acc);
+        }
+        for (; j < len; j += 32) acc = __fmaf_rn(h2f(col[(size_t)j * kv_dim]), sm.p[j], acc);
+        sm.acc[sl * dpb + dl] = acc;
+    }
+    __syncthreads();
+    for (int dl = tid; dl < dpb; dl += ATT_THREADS) {
+        float s[32];
+#pragma unroll
+        for (int l = 0; l < 32; ++l) s[l] = sm.acc[l * dpb + dl];
+        p.out[h * hd + d0 + dl] = reduce_gemv_arr(s);
+    }
+#else
+    __trap();  // launched only on compute capability 9.0 and later
+#endif
 }
 
 // ---------------------------------------------------------------------------------------

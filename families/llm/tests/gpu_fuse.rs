@@ -185,6 +185,37 @@ fn fused_step_with_head_norms_equals_the_unfused_step() {
     same_logits(&mut u, &mut f, &tokens(200, 4096, 21), 4096);
 }
 
+/// Long spans: the fused step's attention (on SM 9.0 and later a cluster of blocks per head,
+/// each a share of the positions and of the head's dims) against the unfused step's (one
+/// block per head), teacher forced: every split of the span over the cluster's blocks, from
+/// blocks with no position at all (the first 56 positions) to shares of 1,024 (the whole
+/// 8,192-position context), gives the same logits bit for bit; head_dim 64 (SmolLM2's
+/// shape, 2,100 positions) and 128 (8 dims per block, then 16; 8,192 positions).
+fn fused_attention_equals_the_unfused_over_long_spans() {
+    let mut cfg = smollm2_shape(2, false);
+    cfg.n_vocab = 4096;
+    let w = tether_llm::testing::random_weights(&cfg, &mixed_types);
+    let m = model(&cfg, &w);
+    let (mut u, mut f) = (decoder(&m, 2176, false), decoder(&m, 2176, true));
+    eprintln!("fused: {}", f.check_summary());
+    same_logits(&mut u, &mut f, &tokens(2100, 4096, 41), 4096);
+    let wide = LlmConfig {
+        n_layer: 2,
+        n_embd: 1024,
+        n_head: 8,
+        n_head_kv: 2,
+        head_dim: 128,
+        n_ff: 1536,
+        n_vocab: 1024,
+        n_ctx_train: 8192,
+        ..tether_llm::testing::tiny_config()
+    };
+    let w = tether_llm::testing::random_weights(&wide, &mixed_types);
+    let m = model(&wide, &w);
+    let (mut u, mut f) = (decoder(&m, 8192, false), decoder(&m, 8192, true));
+    same_logits(&mut u, &mut f, &tokens(8192, 1024, 43), 1024);
+}
+
 /// Median of the per-step milliseconds of `runs` timed requests at position `at`.
 fn median_step_ms(d: &mut GpuDecoder, at: usize, n: usize, runs: usize) -> f64 {
     let mut all = Vec::new();
@@ -270,6 +301,10 @@ fn real_model_fused_equals_unfused() {
 
 fn main() {
     let mut tests = GpuTests::new(skip_reason())
+        .test(
+            "fused_attention_equals_the_unfused_over_long_spans",
+            fused_attention_equals_the_unfused_over_long_spans,
+        )
         .test(
             "fused_step_equals_the_unfused_step_bit_for_bit",
             fused_step_equals_the_unfused_step_bit_for_bit,

@@ -502,12 +502,52 @@ impl Stream {
         shared_bytes: u32,
         params: &P,
     ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { self.launch_params_ex(f, grid, block, shared_bytes, params, true, 1) }
+    }
+
+    /// [`Stream::launch_params`] through `cuLaunchKernelEx` with optional attributes:
+    /// `dependent` as [`Stream::launch_params_dependent`], and `cluster` > 1 groups the grid's
+    /// blocks along x into thread block clusters of that many blocks
+    /// (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`, compute capability 9.0 and later; grid.0 a
+    /// multiple of `cluster`, at most 8 blocks per cluster portably). The blocks of a cluster
+    /// run at the same time and may read and write each other's shared memory. Errors as
+    /// `cuLaunchKernelEx`'s (e.g. `CUDA_ERROR_CLUSTER_*`, or a driver older than CUDA 12.0
+    /// for clusters).
+    ///
+    /// # Safety
+    /// As [`Stream::launch_params_dependent`] when `dependent`; with `cluster` > 1 the image
+    /// must be one for SM 9.0 or later whose kernel expects that cluster size.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub unsafe fn launch_params_ex<P: Copy>(
+        &self,
+        f: Function,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        params: &P,
+        dependent: bool,
+        cluster: u32,
+    ) -> Result<(), DriverError> {
         let mut arg = params as *const P as *mut c_void;
         // SAFETY: an all-zero attribute is a valid bit pattern (plain integers and a union of
-        // plain data); the id and the value set below select the one member read.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        // plain data); the ids and the values set below select the members read.
+        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut n = 0;
+        if dependent {
+            attrs[n].id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        if cluster > 1 {
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim.x = cluster;
+            attrs[n].value.clusterDim.y = 1;
+            attrs[n].value.clusterDim.z = 1;
+            n += 1;
+        }
         let config = sys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,
@@ -517,10 +557,10 @@ impl Stream {
             blockDimZ: block.2,
             sharedMemBytes: shared_bytes,
             hStream: self.raw,
-            attrs: &mut attr,
-            numAttrs: 1,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
         };
-        // SAFETY: the caller's contract; `config` and `attr` outlive the call, one argument
+        // SAFETY: the caller's contract; `config` and `attrs` outlive the call, one argument
         // pointing at a value of the kernel's parameter type, copied by the driver.
         unsafe {
             check(

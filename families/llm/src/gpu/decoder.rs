@@ -41,7 +41,8 @@ pub struct GpuOptions {
     /// [`PREFILL_CHUNK`](super::PREFILL_CHUNK)); 0: no prefill graph, the prompt runs
     /// through the decode graph one token at a time.
     pub prefill_chunk: usize,
-    /// Launch the fused kernels (`prep_matvec`, `qkv_rope`, `attention_fused`) as
+    /// Launch the fused kernels (`prep_matvec` / `prep_matvec_wide`, `qkv_rope`,
+    /// `attention_fused` / `attention_cluster`) as
     /// programmatic dependent launches ([`Stream::launch_params_dependent`]): each starts
     /// while the previous kernel finishes and requests its weight rows from L2 before waiting
     /// for it. Only where the kernel image has SASS with `griddepcontrol` (compute capability
@@ -169,6 +170,8 @@ struct Launch {
     grid: (u32, u32),
     block: u32,
     params: Params,
+    /// Blocks per thread block cluster along x (1: no cluster).
+    cluster: u32,
 }
 
 impl Launch {
@@ -193,6 +196,9 @@ impl Launch {
                 }
                 Params::QkvRope(p) if dependent => {
                     s.launch_params_dependent(self.f, g, b, prologue_bytes(&p.input), p)
+                }
+                Params::AttnFused(p) if self.cluster > 1 => {
+                    s.launch_params_ex(self.f, g, b, 0, p, dependent, self.cluster)
                 }
                 Params::AttnFused(p) if dependent => s.launch_params_dependent(self.f, g, b, 0, p),
                 Params::PrepMatVec(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
@@ -342,6 +348,9 @@ impl GpuDecoder {
         let work = Work::place(&ctx, model, options.context)?;
         let max_blocks = (ctx.properties().multiprocessors * kernels::FUSE_MIN_BLOCKS)
             .clamp(1, kernels::FUSE_MAX_BLOCKS);
+        // SASS built for these (sm_90, sm_100, sm_110) has `griddepcontrol` and clusters;
+        // PTX JIT-compiled for another device is not relied on for either.
+        let sm90_sass = [90, 100, 110].contains(&ctx.properties().sm());
         let binding = Binding {
             model,
             weights: &weights,
@@ -350,14 +359,15 @@ impl GpuDecoder {
             rope_form,
             rope_interleaved,
             max_blocks,
+            sms: ctx.properties().multiprocessors,
+            l2_bytes: ctx.properties().l2_bytes as usize,
+            attn_cluster: sm90_sass && options.context <= kernels::ATT_TILE,
             context: options.context,
         };
         let launches: Vec<Launch> = steps.iter().map(|s| binding.launch(s)).collect();
         // Programmatic dependent launches only where the image has the SASS of this device
         // (built for sm_90, sm_100, sm_110, each with `griddepcontrol`); not from PTX.
-        let dependent = options.fused
-            && options.dependent_launch
-            && [90, 100, 110].contains(&ctx.properties().sm());
+        let dependent = options.fused && options.dependent_launch && sm90_sass;
 
         // Pinned staging: [0, 16) state out, [16, 32) state in, [32, 36) token in,
         // [64, 128) sampler configuration out.
@@ -981,10 +991,11 @@ fn check_and_capture(
     let check = format!(
         "graph of {} nodes{} replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
         graph.nodes(),
-        if dependent {
-            " (dependent launches)"
-        } else {
-            ""
+        match (dependent, launches.iter().any(|l| l.cluster > 1)) {
+            (true, true) => " (dependent launches, attention in clusters)",
+            (true, false) => " (dependent launches)",
+            (false, true) => " (attention in clusters)",
+            (false, false) => "",
         },
         eager_state.token,
         eager_state.pos
@@ -1003,8 +1014,10 @@ struct DecodeKernels {
     attention: Function,
     sample: Function,
     prep_matvec: Function,
+    prep_matvec_wide: Function,
     qkv_rope: Function,
     attention_fused: Function,
+    attention_cluster: Function,
 }
 
 impl DecodeKernels {
@@ -1019,8 +1032,10 @@ impl DecodeKernels {
             attention: f("attention")?,
             sample: f("sample_advance")?,
             prep_matvec: f("prep_matvec")?,
+            prep_matvec_wide: f("prep_matvec_wide")?,
             qkv_rope: f("qkv_rope")?,
             attention_fused: f("attention_fused")?,
+            attention_cluster: f("attention_cluster")?,
         })
     }
 }
@@ -1100,6 +1115,14 @@ struct Binding<'m, 'a> {
     rope_interleaved: bool,
     /// Blocks of one wave of the fused kernels (`FUSE_MIN_BLOCKS` per SM).
     max_blocks: u32,
+    /// The device's L2 cache (bytes): a third of it bounds the rows asked for ahead.
+    l2_bytes: usize,
+    /// The device's SMs: a fused product of at most this many blocks takes
+    /// `prep_matvec_wide` (one block per SM, no register cap).
+    sms: u32,
+    /// The fused step's attention as `attention_cluster` (SM 9.0 and later, a context of at
+    /// most [`kernels::ATT_TILE`] positions).
+    attn_cluster: bool,
     context: usize,
 }
 
@@ -1124,6 +1147,7 @@ impl Binding<'_, '_> {
                         row_bytes: i32_of(m.row_bytes()),
                         n_vocab: i32_of(m.rows),
                     }),
+                    cluster: 1,
                 }
             }
             Step::Prep {
@@ -1153,6 +1177,7 @@ impl Binding<'_, '_> {
                     swiglu: i32::from(swiglu),
                     pad: 0,
                 }),
+                cluster: 1,
             },
             Step::MatVec { input, projs } => {
                 let (p, nproj, total) = self.projs(&projs);
@@ -1171,6 +1196,7 @@ impl Binding<'_, '_> {
                     grid: (total.div_ceil(kernels::MV_ROWS as usize) as u32, 1),
                     block: kernels::MV_WARPS * 32,
                     params: Params::MatVec(p),
+                    cluster: 1,
                 }
             }
             Step::HeadNorm { buf, heads, weight } => Launch {
@@ -1185,6 +1211,7 @@ impl Binding<'_, '_> {
                     eps: hp.norm_eps,
                     pad: 0,
                 }),
+                cluster: 1,
             },
             Step::Rope { buf, heads, store } => {
                 let (kc, vc) = match store {
@@ -1207,6 +1234,7 @@ impl Binding<'_, '_> {
                         kv_dim: i32_of(hp.kv_dim()),
                         form: self.rope_form,
                     }),
+                    cluster: 1,
                 }
             }
             Step::Attention { layer } => Launch {
@@ -1214,19 +1242,28 @@ impl Binding<'_, '_> {
                 grid: (hp.n_head as u32, 1),
                 block: kernels::ATTN_WARPS * 32,
                 params: Params::Attention(self.attn(layer)),
+                cluster: 1,
             },
             Step::PrepMatVec { prologue, projs } => {
                 let (p, nproj, rows) = self.projs(&projs);
+                let grid = self.fused_grid(rows);
                 Launch {
-                    f: self.kernels.prep_matvec,
-                    grid: (self.fused_grid(rows), 1),
+                    f: if grid <= self.sms {
+                        self.kernels.prep_matvec_wide
+                    } else {
+                        self.kernels.prep_matvec
+                    },
+                    grid: (grid, 1),
                     block: kernels::FUSE_WARPS * 32,
                     params: Params::PrepMatVec(PrepMatVecParams {
                         input: self.prologue(&prologue),
                         p,
                         nproj: i32_of(nproj),
                         rows_total: i32_of(rows),
+                        ahead: self.turns_ahead(&p[..nproj], rows, grid),
+                        pad: 0,
                     }),
+                    cluster: 1,
                 }
             }
             Step::QkvRope {
@@ -1254,13 +1291,22 @@ impl Binding<'_, '_> {
                         form: self.rope_form,
                         pad: 0,
                     }),
+                    cluster: 1,
                 }
             }
+            Step::AttentionFused { layer } if self.attn_cluster => Launch {
+                f: self.kernels.attention_cluster,
+                grid: (hp.n_head as u32 * kernels::ATTN_CLUSTER, 1),
+                block: kernels::ATTN_WARPS * 32,
+                params: Params::AttnFused(self.attn(layer)),
+                cluster: kernels::ATTN_CLUSTER,
+            },
             Step::AttentionFused { layer } => Launch {
                 f: self.kernels.attention_fused,
                 grid: (hp.n_head as u32, 1),
                 block: kernels::ATTN_WARPS * 32,
                 params: Params::AttnFused(self.attn(layer)),
+                cluster: 1,
             },
             Step::Sample => Launch {
                 f: self.kernels.sample,
@@ -1274,6 +1320,7 @@ impl Binding<'_, '_> {
                     n: i32_of(hp.n_vocab),
                     seq_cap: i32_of(self.context + 1),
                 }),
+                cluster: 1,
             },
         }
     }
@@ -1322,6 +1369,24 @@ impl Binding<'_, '_> {
     /// most one wave of blocks (the head's rows in several turns).
     fn fused_grid(&self, items: usize) -> u32 {
         (items.div_ceil(kernels::FUSE_WARPS as usize) as u32).clamp(1, self.max_blocks)
+    }
+
+    /// Turns of a fused product whose rows each warp asks of L2 ahead of their turn: as many
+    /// as a third of the L2 cache holds (the rows of one turn of the whole grid at the widest
+    /// row), at least 1 (the next turn), at most the turns there are. The head of a 49,152 x
+    /// 576 Q4_1 model (16 turns of 1.1 MB on an H200's 396 blocks) asks for 15 turns at once
+    /// with 50 MB of L2; a Jetson AGX Orin (4 MB of L2, 16 SMs: 48 blocks, 138 KB a turn)
+    /// about 10.
+    fn turns_ahead(&self, projs: &[ProjParams], rows: usize, grid: u32) -> i32 {
+        let warps = grid as usize * kernels::FUSE_WARPS as usize;
+        let turns = rows.div_ceil(warps.max(1));
+        let row_bytes = projs
+            .iter()
+            .map(|p| p.row_bytes as usize)
+            .max()
+            .unwrap_or(1);
+        let fit = self.l2_bytes / 3 / (warps * row_bytes).max(1);
+        i32_of(fit.clamp(1, turns.max(1)))
     }
 
     /// The attention parameters of `layer`.

@@ -66,8 +66,16 @@ pub const FUSE_WARPS: u32 = 8;
 /// several rows (each block prepares the input once).
 pub const FUSE_MAX_BLOCKS: u32 = 1024;
 /// Blocks of `prep_matvec` resident per SM (`FUSE_MIN_BLOCKS`, its launch bounds): a fused
-/// launch has at most this many blocks per SM, one wave.
+/// launch has at most this many blocks per SM, one wave. A launch of at most one block per
+/// SM takes `prep_matvec_wide` (the same arithmetic without the register cap).
 pub const FUSE_MIN_BLOCKS: u32 = 3;
+
+/// Blocks of the thread block cluster of `attention_cluster` (`ATTN_CLUSTER`): one cluster
+/// per query head, each block a share of the positions and of the head's dims.
+pub const ATTN_CLUSTER: u32 = 8;
+/// Most positions `attention_cluster` attends over (`ATT_TILE`): a longer context takes
+/// `attention_fused` (one block per head).
+pub const ATT_TILE: usize = 8192;
 
 /// `struct DecodeState`: the request state in device memory.
 #[repr(C)]
@@ -217,7 +225,7 @@ pub struct RopeParams {
     pub form: i32,
 }
 
-/// `struct AttnParams` of `attention` and `attention_fused`.
+/// `struct AttnParams` of `attention`, `attention_fused` and `attention_cluster`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AttnParams {
@@ -269,7 +277,7 @@ pub struct PrologueParams {
     pub pad: i32,
 }
 
-/// `struct PrepMatVecParams` of `prep_matvec`.
+/// `struct PrepMatVecParams` of `prep_matvec` and `prep_matvec_wide`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PrepMatVecParams {
@@ -281,6 +289,10 @@ pub struct PrepMatVecParams {
     pub nproj: i32,
     /// Rows of all projections.
     pub rows_total: i32,
+    /// Turns whose rows a warp asks of L2 ahead of their turn (at least 1).
+    pub ahead: i32,
+    /// Padding (0).
+    pub pad: i32,
 }
 
 /// `struct QkvRopeParams` of `qkv_rope`.
@@ -345,7 +357,7 @@ const _: () = assert!(std::mem::size_of::<RopeParams>() == 48 + 16);
 const _: () = assert!(std::mem::size_of::<AttnParams>() == 40 + 24);
 const _: () = assert!(std::mem::size_of::<SampleParams>() == 40);
 const _: () = assert!(std::mem::size_of::<PrologueParams>() == 24 + 24);
-const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 8);
+const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 16);
 const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 24);
 
 // ---------------------------------------------------------------------------------------

@@ -107,7 +107,8 @@ pub enum Step {
         layer: usize,
     },
     /// [`Step::Attention`] as a programmatic dependent launch of the fused step
-    /// (`attention_fused`).
+    /// (`attention_fused`; `attention_cluster`, a cluster of blocks per head, on SM 9.0 and
+    /// later with a context of at most 8,192 positions).
     AttentionFused {
         /// Block index.
         layer: usize,
@@ -352,7 +353,7 @@ fn is_qkv(projs: &[Option<Proj>; 3]) -> bool {
 
 /// [`lower`], then its steps merged into fewer launches (see the [module docs](self)):
 /// each `Prep` with the product reading it, the Q/K/V product with the RoPE of Q and K and
-/// the cache store after it, each attention as `attention_fused`. A `Prep` stays its own launch
+/// the cache store after it, each attention as `attention_fused` (or `attention_cluster`). A `Prep` stays its own launch
 /// where merging would change a value: its output read by a later step, a product writing
 /// the prologue's input, or an input wider than [`FUSE_SHARED_MAX`] allows.
 ///
