@@ -987,6 +987,19 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
     ];
     refused(&args, 2, "the llm family has no networks for TensorRT");
     assert!(!none.exists());
+    // A name or version the manifest cannot store is a usage error before any work.
+    let long = "v".repeat(256);
+    for (opt, value, says) in [
+        ("--name", "", "empty: a bundle name has 1 to 255 bytes"),
+        ("--name", long.as_str(), "256 bytes, more than the 255 a bundle stores"),
+        ("--model-version", long.as_str(), "256 bytes, more than the 255"),
+    ] {
+        let args = [
+            "build", "--family", "llm", "--gguf", &gguf, "-o", none_s, opt, value,
+        ];
+        refused(&args, 2, says);
+        assert!(!none.exists());
+    }
 }
 
 /// `tether doctor` works on any machine: with no GPU/TensorRT it says so and

@@ -23,11 +23,12 @@ pub struct BuildArgs {
     /// Output bundle path (written atomically; only a regular file is ever replaced).
     #[arg(short, long, value_name = "OUT.bundle")]
     output: PathBuf,
-    /// Bundle name (default: the model file's stem).
-    #[arg(long)]
+    /// Bundle name, 1 to 255 bytes (default: the model file's stem).
+    #[arg(long, value_parser = bundle_string(false))]
     name: Option<String>,
-    /// Model version recorded in the manifest (default: from the model's metadata).
-    #[arg(long)]
+    /// Model version recorded in the manifest, at most 255 bytes (default: from the model's
+    /// metadata).
+    #[arg(long, value_parser = bundle_string(true))]
     model_version: Option<String>,
     /// Engines to put in the bundle: `portable` (the ONNX networks, run by tether's engines)
     /// or `tensorrt` (also a TensorRT plan per network for this machine's GPU, by `trtexec`).
@@ -48,6 +49,25 @@ pub struct BuildArgs {
     /// Hardware-compatibility level of the plans.
     #[arg(long, value_enum, default_value = "none")]
     hardware_compat: HwCompat,
+}
+
+/// A name or version the manifest stores: at most `MAX_NAME_LEN` (255) bytes of UTF-8, and
+/// not empty unless `may_be_empty` (the bundle writer's rules, checked before any work so that
+/// a bad value is a usage error, not a failure after the model was read).
+fn bundle_string(may_be_empty: bool) -> impl Fn(&str) -> Result<String, String> + Clone {
+    move |s: &str| {
+        if s.is_empty() && !may_be_empty {
+            return Err("empty: a bundle name has 1 to 255 bytes".into());
+        }
+        if s.len() > tether_bundle::MAX_NAME_LEN {
+            return Err(format!(
+                "{} bytes, more than the {} a bundle stores",
+                s.len(),
+                tether_bundle::MAX_NAME_LEN
+            ));
+        }
+        Ok(s.to_owned())
+    }
 }
 
 /// The families `--family` accepts (every family of the registry): an unknown name is
