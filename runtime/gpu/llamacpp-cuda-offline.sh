@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp's llama-bench with CUDA 13.0 for sm_90 (the H200), built on a machine with no GPU
 # and no CUDA install (the development VM), so that the device call only unpacks and runs it
-# (`llamacpp-cuda.sh prebuilt`) instead of spending ~380 s of device time compiling it there
+# (`llamacpp-cuda.sh prebuilt`) instead of spending 206-246 s of device time compiling it there (sessions 34-36)
 # (`llamacpp-cuda.sh build`). Same source and cmake options as `llamacpp-cuda.sh build`, plus:
 #   - the CUDA toolkit is assembled from NVIDIA's pip wheels (nvcc 13.0.88, cuBLAS 13.0.0.19 =
 #     CUDA 13.0 GA, CCCL 13.0.85), and the driver library is a link-time stub exporting the 11

@@ -10,8 +10,9 @@
 #                 layers Q4_1) at positions 128 and 2048
 # Speed runs alternate main / branch (ROUNDS, default 2), only the speed test. With PROFILE=1
 # (the default) ncu's kernel times (--cache-control none --clock-control none) of the first 330
-# fused-step launches of `fused_step_equals_the_unfused_step_bit_for_bit` (4 layers; the load
-# check's eager steps and the teacher-forced positions) for main and the branch, summed by
+# launches of `fused_step_equals_the_unfused_step_bit_for_bit` (4 layers; the load check's 6
+# eager steps and 6 replays at positions 0-5, and the unfused run's embed and sampler
+# launches; session 39's profiles) for main and the branch, summed by
 # kernel and grid (ncu_sum.py).
 # The checkout travels with the call: on this branch (compressed fatbins) the tracked tree is
 # ~34 MB, so up to ~29 MB can be carried (.device/s37b: 15.8 MB). The binaries also check

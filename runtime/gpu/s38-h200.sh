@@ -2,7 +2,7 @@
 # Issue 26 on the H200 in few calls (prepared in session 38, which had no device): branch
 # s37-cluster's kernels checked and timed, then the real-model comparison with llama.cpp's
 # CUDA build prebuilt off the host (runtime/gpu/llamacpp-cuda-offline.sh) instead of
-# compiled there (~380 s of device time saved).
+# compiled there (206-246 s of device time saved).
 #
 # The checkout travels with every call (34 MB on this branch). Make it sparse first, so that a
 # call can carry ~63 MB of .device (the device needs only these scripts; every binary is
