@@ -991,8 +991,16 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
     let long = "v".repeat(256);
     for (opt, value, says) in [
         ("--name", "", "empty: a bundle name has 1 to 255 bytes"),
-        ("--name", long.as_str(), "256 bytes, more than the 255 a bundle stores"),
-        ("--model-version", long.as_str(), "256 bytes, more than the 255"),
+        (
+            "--name",
+            long.as_str(),
+            "256 bytes, more than the 255 a bundle stores",
+        ),
+        (
+            "--model-version",
+            long.as_str(),
+            "256 bytes, more than the 255",
+        ),
     ] {
         let args = [
             "build", "--family", "llm", "--gguf", &gguf, "-o", none_s, opt, value,
