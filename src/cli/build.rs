@@ -56,14 +56,14 @@ pub struct BuildArgs {
 /// a bad value is a usage error, not a failure after the model was read).
 fn bundle_string(may_be_empty: bool) -> impl Fn(&str) -> Result<String, String> + Clone {
     move |s: &str| {
+        let max = tether_bundle::MAX_NAME_LEN;
         if s.is_empty() && !may_be_empty {
-            return Err("empty: a bundle name has 1 to 255 bytes".into());
+            return Err(format!("empty: a bundle name has 1 to {max} bytes"));
         }
-        if s.len() > tether_bundle::MAX_NAME_LEN {
+        if s.len() > max {
             return Err(format!(
-                "{} bytes, more than the {} a bundle stores",
-                s.len(),
-                tether_bundle::MAX_NAME_LEN
+                "{} bytes, more than the {max} a bundle stores",
+                s.len()
             ));
         }
         Ok(s.to_owned())
