@@ -2733,6 +2733,36 @@ fn llm_builds_inspects_and_self_tests() {
     );
 }
 
+/// Each command maps its bundle once: `-vv`'s reader line ("opened bundle") appears once for
+/// inspect (whose llm description reads the checkpoint), run without INPUT (`--prompt`),
+/// bench and verify. (Before, inspect and run opened the file a second time.)
+#[test]
+fn each_command_opens_its_bundle_once() {
+    let b = smollm2_bundle();
+    for args in [
+        vec!["inspect", &b],
+        vec!["run", &b, "--prompt", "Hi", "--max-tokens", "1"],
+        vec![
+            "bench",
+            &b,
+            "--n-prompt",
+            "4",
+            "--n-gen",
+            "2",
+            "--runs",
+            "1",
+        ],
+        vec!["verify", &b],
+    ] {
+        let mut with_log = args.clone();
+        with_log.push("-vv");
+        let o = tether(&with_log);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let opened = stderr(&o).matches("opened bundle").count();
+        assert_eq!(opened, 1, "{args:?}: {}", stderr(&o));
+    }
+}
+
 #[test]
 fn llm_run_prompt_greedy_gives_llama_cpp_text() {
     let b = smollm2_bundle();
@@ -3358,12 +3388,20 @@ fn usage_errors_name_the_option_once_without_loading() {
     let wav = asset("Front_Center.wav");
     let o = tether(&["run", &b, &wav, "--threshold", "1.5"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // Every range reads as `whole`'s refusals do: `accepted LO to HI`.
     assert!(
-        stderr(&o).starts_with("error: --threshold 1.5"),
+        stderr(&o).starts_with("error: --threshold 1.5: accepted 0 to 1\n"),
         "{}",
         stderr(&o)
     );
     assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
+    let o = tether(&["run", &b, &wav, "--min-speech-ms", "-4"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("error: --min-speech-ms -4: accepted 0 to 3600000\n"),
+        "{}",
+        stderr(&o)
+    );
     let o = tether(&["run", &b, &wav, "--text-score", "0.5"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let help = format!("`tether run {b} --help`");

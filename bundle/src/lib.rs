@@ -112,7 +112,7 @@ pub use types::{
     ArchCode, CpuArch, DType, EngineCode, EngineKind, IoMode, Layout, ParseEnumError, SectionKind,
     arch_code, engine_code,
 };
-pub use writer::{BundleWriter, IdentityDesc, TargetDesc, TensorDesc, WriteSummary};
+pub use writer::{BundleWriter, IdentityDesc, TargetDesc, TensorDesc, WriteSummary, check_name};
 
 /// The first 8 bytes of every bundle (PNG-style: a high-bit byte, `TBND`,
 /// CR LF, and ^Z, so text-mode transfers and `type` on DOS are detected).

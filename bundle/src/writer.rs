@@ -162,7 +162,14 @@ struct Sections {
     digest: [u8; 32],
 }
 
-fn check_name(what: &'static str, name: &str, required: bool) -> Result<(), BundleError> {
+/// The rule every name the writer stores obeys (bundle, model, version, section, tensor and
+/// target names): at most [`crate::MAX_NAME_LEN`] bytes, and not empty where `required`.
+/// Public so that a tool can refuse a name before any work with the writer's own rule.
+///
+/// # Errors
+/// [`BundleError::EmptyName`] (`required` and empty) or [`BundleError::NameTooLong`], each
+/// naming `what` (`"bundle name"`).
+pub fn check_name(what: &'static str, name: &str, required: bool) -> Result<(), BundleError> {
     if required && name.is_empty() {
         return Err(BundleError::EmptyName { what });
     }

@@ -53,20 +53,21 @@ pub struct BuildArgs {
 
 /// A name or version the manifest stores: at most `MAX_NAME_LEN` (255) bytes of UTF-8, and
 /// not empty unless `may_be_empty` (the bundle writer's rules, checked before any work so that
-/// a bad value is a usage error, not a failure after the model was read).
+/// a bad value is a usage error, not a failure after the model was read): [`tether_bundle::check_name`].
 fn bundle_string(may_be_empty: bool) -> impl Fn(&str) -> Result<String, String> + Clone {
     move |s: &str| {
         let max = tether_bundle::MAX_NAME_LEN;
-        if s.is_empty() && !may_be_empty {
-            return Err(format!("empty: a bundle name has 1 to {max} bytes"));
+        // The bundle writer's own rule, told in the command line's words.
+        match tether_bundle::check_name("bundle name", s, !may_be_empty) {
+            Ok(()) => Ok(s.to_owned()),
+            Err(tether_bundle::BundleError::EmptyName { .. }) => {
+                Err(format!("empty: a bundle name has 1 to {max} bytes"))
+            }
+            Err(tether_bundle::BundleError::NameTooLong { len, .. }) => {
+                Err(format!("{len} bytes, more than the {max} a bundle stores"))
+            }
+            Err(e) => Err(e.to_string()),
         }
-        if s.len() > max {
-            return Err(format!(
-                "{} bytes, more than the {max} a bundle stores",
-                s.len()
-            ));
-        }
-        Ok(s.to_owned())
     }
 }
 

@@ -10,6 +10,7 @@ use std::fmt::Display;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -123,7 +124,7 @@ fn networks(b: &Bundle) -> Vec<NetworkDoc> {
 }
 
 /// The family's description of the bundle, when the family is known and its sections read.
-fn family_description(b: &Bundle) -> Option<tether_family::family::Description> {
+fn family_description(b: &Arc<Bundle>) -> Option<tether_family::family::Description> {
     let family = tether_family::family::find(tether::families::REGISTRY, b.identity().family)?;
     match family.describe(b) {
         Ok(d) => Some(d),
@@ -257,7 +258,7 @@ impl Serialize for DimsDoc<'_> {
     }
 }
 
-fn manifest_doc(b: &Bundle) -> InspectDoc<'_> {
+fn manifest_doc(b: &Arc<Bundle>) -> InspectDoc<'_> {
     let id = b.identity();
     let (major, minor) = b.format_version();
     InspectDoc {
@@ -299,7 +300,7 @@ fn built_at(unix_s: u64) -> String {
     }
 }
 
-fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Result<()> {
+fn write_text(b: &Arc<Bundle>, all_sections: bool, out: &mut impl Write) -> io::Result<()> {
     let id = b.identity();
     let (major, minor) = b.format_version();
     let family = family_description(b);
@@ -424,7 +425,7 @@ fn write_text(b: &Bundle, all_sections: bool, out: &mut impl Write) -> io::Resul
 /// Run `tether inspect`.
 pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
     let b = match Bundle::open(&a.bundle, Verify::Lazy) {
-        Ok(b) => b,
+        Ok(b) => Arc::new(b),
         Err(_) if let Some(f) = crate::cli::run::model_format(&a.bundle) => {
             return Err(crate::cli::run::model_not_bundle(
                 &a.bundle,

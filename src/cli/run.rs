@@ -107,18 +107,43 @@ pub(crate) fn open_runner(
     if let Err(e) = options.device() {
         crate::usage!("--device {e}");
     }
-    let bundle = match Bundle::open(path, Verify::Lazy) {
-        Ok(b) => Arc::new(b),
+    let bundle = loaded(path, Bundle::open(path, Verify::Lazy), options)?;
+    runner_on(bundle, path, matches, options)
+}
+
+/// The bundle `Bundle::open(path)` gave, or the error to report: a model file named where a
+/// bundle belongs is said to be one (with the command to type), anything else is the
+/// bundle's error in the context "loading PATH".
+fn loaded(
+    path: &Path,
+    opened: std::result::Result<Bundle, tether_bundle::BundleError>,
+    options: &RunOptions,
+) -> Result<Arc<Bundle>> {
+    match opened {
+        Ok(b) => Ok(Arc::new(b)),
         Err(_) if let Some(format) = model_format(path) => {
             let command = if options.step_timing { "bench" } else { "run" };
-            return Err(model_not_bundle(
+            Err(model_not_bundle(
                 path,
                 format,
                 &format!("{command} model.bundle INPUT"),
-            ));
+            ))
         }
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("loading {}", path.display()))),
-    };
+        Err(e) => Err(anyhow::Error::new(e).context(format!("loading {}", path.display()))),
+    }
+}
+
+/// The family's runner on an opened bundle (`path`: the file it was opened from, for
+/// messages). Options the family does not take are usage errors before any work.
+pub(crate) fn runner_on(
+    bundle: Arc<Bundle>,
+    path: &Path,
+    matches: &ArgMatches,
+    options: &RunOptions,
+) -> Result<Opened> {
+    if let Err(e) = options.device() {
+        crate::usage!("--device {e}");
+    }
     let fam = bundle.identity().family.to_string();
     let Some(family) = find(REGISTRY, &fam) else {
         anyhow::bail!(
@@ -238,9 +263,10 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     // Without INPUTs the family may take its input from its own options (`--prompt`): known
     // only once the bundle opens; a bundle that does not even open is the usage error.
     let no_input = "give at least one INPUT (or --text for text families; `tether run BUNDLE --help` lists the family's own)";
-    if count == 0
-        && let Err(e) = Bundle::open(&a.bundle, Verify::Lazy)
-    {
+    // The bundle is opened once (mapped, lazy): its family answers the checks below, and
+    // the runner is made on it.
+    let opened = Bundle::open(&a.bundle, Verify::Lazy);
+    if count == 0 && opened.is_err() {
         if let Some(f) = model_format(&a.bundle) {
             return Err(model_not_bundle(&a.bundle, f, "run model.bundle ..."));
         }
@@ -248,15 +274,17 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         // say that, not that an input is missing (the family may take its input from
         // `--prompt`). Only a bundle path that exists but is no file (a folder) is the usage
         // error.
-        if a.bundle.is_file() || !a.bundle.exists() {
+        if (a.bundle.is_file() || !a.bundle.exists())
+            && let Err(e) = opened
+        {
             return Err(anyhow::Error::new(e).context(format!("loading {}", a.bundle.display())));
         }
         crate::usage!("{no_input}");
     }
     // A family without images has nothing to annotate: refuse the option, never ignore it
-    // (the family is read from the mapped manifest; opening for real comes later).
+    // (the family is read from the mapped manifest; the runner comes later).
     if a.annotate.is_some()
-        && let Ok(b) = Bundle::open(&a.bundle, Verify::Lazy)
+        && let Ok(b) = &opened
         && let Some(f) = find(REGISTRY, b.identity().family)
         && !f.annotates()
     {
@@ -300,7 +328,12 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         threads: Some(threads),
         ..RunOptions::default()
     };
-    let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &options)?;
+    let (bundle, family, mut runner) = runner_on(
+        loaded(&a.bundle, opened, &options)?,
+        &a.bundle,
+        matches,
+        &options,
+    )?;
     let mut arg_inputs = runner.arg_inputs()?.into_iter();
     let count = count + arg_inputs.len();
     if count == 0 {

@@ -192,7 +192,7 @@ impl Family for Detect {
         v
     }
 
-    fn describe(&self, bundle: &Bundle) -> Result<Description> {
+    fn describe(&self, bundle: &Arc<Bundle>) -> Result<Description> {
         let config =
             DetectConfig::from_section(bundle.section_bytes(&bundle.section(CONFIG_SECTION)?)?)?;
         let labels =

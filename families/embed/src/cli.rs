@@ -200,7 +200,7 @@ impl Family for EmbedFamily {
         ]
     }
 
-    fn describe(&self, bundle: &Bundle) -> Result<Description> {
+    fn describe(&self, bundle: &Arc<Bundle>) -> Result<Description> {
         let c = EmbedConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
         let seq = c.seq_buckets();
         let batch = c.batch_buckets();

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use clap::builder::{IntoResettable, ValueParser};
 use clap::{Arg, ArgAction, ArgMatches};
 
-use crate::family::{UsageError, check_range};
+use crate::family::{UsageError, check_range, out_of_range};
 
 /// `--NAME VALUE_NAME`, a number parsed by `parser`. A negative value is taken as the
 /// option's value (`--top-k -1` is then a range error naming the option, not clap's
@@ -81,12 +81,14 @@ pub fn value<T: Clone + Send + Sync + 'static>(args: &ArgMatches, name: &str) ->
 /// lies in `[lo, hi]`; `None` when not given.
 ///
 /// # Errors
-/// [`UsageError`] `--NAME V: must be between LO and HI`.
+/// [`UsageError`] `--NAME V: accepted LO to HI` ([`out_of_range`]).
+///
+/// An option declared once for several families with different ranges (`--top-k`: embed's
+/// neighbours, llm's sampler) is read here, after parsing, with the running family's range;
+/// an option with one range has it in its parser ([`whole`]).
 pub fn int_in(args: &ArgMatches, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, UsageError> {
     match value::<i64>(args, name) {
-        Some(v) if !(lo..=hi).contains(&v) => Err(UsageError(format!(
-            "--{name} {v}: must be between {lo} and {hi}"
-        ))),
+        Some(v) if !(lo..=hi).contains(&v) => Err(out_of_range(name, v, lo, hi)),
         v => Ok(v),
     }
 }

@@ -8,6 +8,7 @@
 //! adding it to the registry (`src/families.rs` in the facade crate).
 
 use std::any::Any;
+use std::fmt::Display;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -21,15 +22,24 @@ pub use crate::selftest::{Report, SelfTest};
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// The usage error of a `--NAME` value outside `[lo, hi]`: `--NAME V: accepted LO to HI`,
+/// the wording of [`crate::args::whole`]'s refusals, so that every range reads alike.
+pub fn out_of_range(
+    name: &str,
+    value: impl Display,
+    lo: impl Display,
+    hi: impl Display,
+) -> UsageError {
+    UsageError(format!("--{name} {value}: accepted {lo} to {hi}"))
+}
+
 /// Check that an optional `--NAME` value lies in `[lo, hi]`.
 ///
 /// # Errors
-/// [`UsageError`] naming the option, the value and the range.
+/// [`UsageError`] naming the option, the value and the range ([`out_of_range`]).
 pub fn check_range(name: &str, value: Option<f32>, lo: f32, hi: f32) -> Result<(), UsageError> {
     match value {
-        Some(v) if !(lo..=hi).contains(&v) => Err(UsageError(format!(
-            "--{name} {v}: must be between {lo} and {hi}"
-        ))),
+        Some(v) if !(lo..=hi).contains(&v) => Err(out_of_range(name, v, lo, hi)),
         _ => Ok(()),
     }
 }
@@ -551,11 +561,13 @@ pub trait Family: Send + Sync {
     ) -> anyhow::Result<Built>;
     /// Arguments of `tether run`/`bench` beyond the common ones.
     fn run_args(&self) -> Vec<clap::Arg>;
-    /// Describe a bundle of this family (its configuration and assets).
+    /// Describe a bundle of this family (its configuration and assets). The bundle is shared
+    /// (`Arc`) so that a description that needs the family's own reader (a checkpoint that
+    /// holds its bundle) takes it without opening the file again.
     ///
     /// # Errors
     /// A bundle whose family sections are unreadable.
-    fn describe(&self, bundle: &Bundle) -> anyhow::Result<Description>;
+    fn describe(&self, bundle: &std::sync::Arc<Bundle>) -> anyhow::Result<Description>;
     /// Open a runner.
     ///
     /// # Errors

@@ -89,22 +89,24 @@ impl Family for LlmFamily {
     }
 
     fn own_engines(&self) -> Vec<String> {
-        let isa = crate::kernels::Isa::detect();
-        let all: Vec<&str> = crate::kernels::Isa::available()
-            .into_iter()
+        use crate::kernels::IsaReason;
+        let choice = crate::kernels::Isa::choice();
+        let all: Vec<&str> = choice
+            .available
+            .iter()
+            .copied()
             .map(crate::kernels::Isa::name)
             .collect();
         let cpu = format!(
             "CPU engine: {} kernels (this CPU runs {}; {})",
-            isa.name(),
+            choice.isa.name(),
             all.join(", "),
-            match crate::kernels::Isa::forced() {
-                Ok(None) => "TETHER_LLM_ISA picks another".to_string(),
-                Ok(Some(i)) => format!("TETHER_LLM_ISA={} chose it", i.name()),
-                Err(_) => format!(
-                    "TETHER_LLM_ISA={} is not one of them: ignored",
-                    std::env::var("TETHER_LLM_ISA").unwrap_or_default()
-                ),
+            match &choice.reason {
+                IsaReason::Fastest => "TETHER_LLM_ISA picks another".to_string(),
+                IsaReason::Forced => format!("TETHER_LLM_ISA={} chose it", choice.isa.name()),
+                IsaReason::Ignored { value, .. } => {
+                    format!("TETHER_LLM_ISA={value} is not one of them: ignored")
+                }
             }
         );
         #[cfg(feature = "cuda")]
@@ -295,13 +297,8 @@ impl Family for LlmFamily {
         ]
     }
 
-    fn describe(&self, bundle: &Bundle) -> Result<Description> {
-        // The checkpoint holds its bundle shared (`Arc`): open the file again (mapped, lazy).
-        let path = bundle
-            .path()
-            .context("describing an llm bundle needs its file (this one was read from memory)")?;
-        let ckpt =
-            Checkpoint::from_bundle(Arc::new(Bundle::open(path, tether_bundle::Verify::Lazy)?))?;
+    fn describe(&self, bundle: &Arc<Bundle>) -> Result<Description> {
+        let ckpt = Checkpoint::from_bundle(Arc::clone(bundle))?;
         let d = ckpt.describe();
         let lines: Vec<(String, String)> = d
             .to_string()

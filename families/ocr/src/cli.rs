@@ -242,7 +242,7 @@ impl Family for OcrFamily {
         ]
     }
 
-    fn describe(&self, bundle: &Bundle) -> Result<Description> {
+    fn describe(&self, bundle: &Arc<Bundle>) -> Result<Description> {
         let c = OcrConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
         let dict = Dictionary::from_section(bundle.section_data(DICT_SECTION)?)?;
         let has_cls = bundle.sections().any(|s| {

@@ -69,7 +69,7 @@ fn config_of(args: &ArgMatches, base: VadConfig) -> Result<VadConfig> {
     let threshold = value::<f64>(args, "threshold");
     let mut c = match threshold {
         Some(t) if !(0.0..=1.0).contains(&t) => {
-            return Err(UsageError(format!("--threshold {t}: must be between 0 and 1")).into());
+            return Err(tether_family::family::out_of_range("threshold", t, 0, 1).into());
         }
         Some(t) => {
             let mut c = VadConfig::with_threshold(t);
@@ -209,7 +209,7 @@ impl Family for VadFamily {
         v
     }
 
-    fn describe(&self, bundle: &Bundle) -> Result<Description> {
+    fn describe(&self, bundle: &Arc<Bundle>) -> Result<Description> {
         let c = VadConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
         let lines = vec![
             (

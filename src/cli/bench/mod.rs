@@ -35,7 +35,7 @@ use tether_family::family::{
 };
 
 use crate::cli::run::ThreadsArg;
-use crate::cli::run::{open_runner, write_atomic};
+use crate::cli::run::{open_runner, runner_on, write_atomic};
 use crate::cli::{OutputError, escape};
 use crate::outln;
 use machine::Machine;
@@ -343,7 +343,7 @@ fn open_variants(
                 variants[0].env.execution
             );
         }
-        let (_, _, second) = open_runner(&a.bundle, matches, &options(false))?;
+        let (_, _, second) = runner_on(Arc::clone(&bundle), &a.bundle, matches, &options(false))?;
         variants.push(variant("eager", second));
         variants[1].prepare(input.as_ref())?;
     }

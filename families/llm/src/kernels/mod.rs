@@ -67,40 +67,47 @@ impl Isa {
     /// The fastest instruction set this CPU runs, detected at run time. `TETHER_LLM_ISA=scalar`
     /// (or `avx2` on a CPU with AVX-VNNI, `neon` on one with `sdot`) forces a slower one, for
     /// tests and comparisons; a value that names no set this CPU runs is warned about (once
-    /// per process, through `log`) and the fastest is used.
+    /// per process, through `log`) and the fastest is used. The same choice as
+    /// [`Isa::choice`].
     pub fn detect() -> Isa {
-        let best = Self::available().into_iter().last().unwrap_or(Isa::Scalar);
-        match Self::forced() {
-            Ok(Some(isa)) => isa,
-            Ok(None) => best,
-            Err(why) => {
-                static WARNED: std::sync::Once = std::sync::Once::new();
-                WARNED.call_once(|| log::warn!("{why}; using {}", best.name()));
-                best
-            }
+        let choice = Self::choice();
+        if let IsaReason::Ignored { why, .. } = &choice.reason {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| log::warn!("{why}; using {}", choice.isa.name()));
         }
+        choice.isa
     }
 
-    /// The set `TETHER_LLM_ISA` asks for: `Ok(None)` when it is not set (or empty), `Err`
-    /// saying why when it names no set this CPU runs (`TETHER_LLM_ISA=neon: not an
-    /// instruction set this CPU runs (scalar, avx2, avx-vnni)`).
-    pub fn forced() -> Result<Option<Isa>, String> {
-        match std::env::var("TETHER_LLM_ISA").ok().as_deref() {
-            None | Some("") => Ok(None),
-            Some(name) => {
-                let all = Self::available();
-                all.iter()
-                    .copied()
-                    .find(|i| i.name() == name)
-                    .map(Some)
-                    .ok_or_else(|| {
-                        let names: Vec<&str> = all.iter().map(|i| i.name()).collect();
-                        format!(
-                            "TETHER_LLM_ISA={name}: not an instruction set this CPU runs ({})",
-                            names.join(", ")
-                        )
-                    })
-            }
+    /// The set [`Isa::detect`] uses, every set this CPU runs and why that one: the
+    /// environment variable `TETHER_LLM_ISA` is read once, so the three agree.
+    pub fn choice() -> IsaChoice {
+        let available = Self::available();
+        let best = available.last().copied().unwrap_or(Isa::Scalar);
+        let value = std::env::var_os("TETHER_LLM_ISA").map(|v| v.to_string_lossy().into_owned());
+        let (isa, reason) = match value.as_deref() {
+            None | Some("") => (best, IsaReason::Fastest),
+            Some(name) => match available.iter().copied().find(|i| i.name() == name) {
+                Some(isa) => (isa, IsaReason::Forced),
+                None => {
+                    let names: Vec<&str> = available.iter().map(|i| i.name()).collect();
+                    let why = format!(
+                        "TETHER_LLM_ISA={name}: not an instruction set this CPU runs ({})",
+                        names.join(", ")
+                    );
+                    (
+                        best,
+                        IsaReason::Ignored {
+                            value: name.to_string(),
+                            why,
+                        },
+                    )
+                }
+            },
+        };
+        IsaChoice {
+            isa,
+            available,
+            reason,
         }
     }
 
@@ -140,6 +147,34 @@ impl Isa {
             Isa::NeonDot => "neon-dot",
         }
     }
+}
+
+/// What [`Isa::choice`] found: the set the kernels use, every set this CPU runs (slowest
+/// first) and why that one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IsaChoice {
+    /// The set the kernels use.
+    pub isa: Isa,
+    /// Every set this CPU runs, slowest first ([`Isa::available`]).
+    pub available: Vec<Isa>,
+    /// Why `isa`.
+    pub reason: IsaReason,
+}
+
+/// Why [`IsaChoice::isa`] is the set it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IsaReason {
+    /// `TETHER_LLM_ISA` is not set (or empty): the fastest set this CPU runs.
+    Fastest,
+    /// `TETHER_LLM_ISA` names it.
+    Forced,
+    /// `TETHER_LLM_ISA` names no set this CPU runs: the fastest is used.
+    Ignored {
+        /// The variable's value (lossily decoded when it is not UTF-8).
+        value: String,
+        /// The sentence [`Isa::detect`] warns with: the value and the sets this CPU runs.
+        why: String,
+    },
 }
 
 /// A weight matrix `[rows, cols]`, row-major, each row `cols` elements of `ty` (GGUF's
