@@ -2108,6 +2108,16 @@ fn vad_bench_reports_per_chunk_latency() {
     let text = stdout(&bench("2", &[]));
     assert!(text.contains(&format!("{} chunks", 2 * chunks)), "{text}");
     assert!(text.contains("per chunk"), "{text}");
+    // Without an INPUT: a family benchmarked per input says so before its model is loaded
+    // (`-v` would log the load: "vad `NAME`: Silero VAD ...").
+    let o = tether(&["bench", &b, "-v"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("give an INPUT: the vad family is benchmarked on an input"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("Silero VAD"), "{}", stderr(&o));
 }
 
 /// Ctrl-C in `bench` on a long recording stops the run in flight between chunks (it does

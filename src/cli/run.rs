@@ -114,7 +114,7 @@ pub(crate) fn open_runner(
 /// The bundle `Bundle::open(path)` gave, or the error to report: a model file named where a
 /// bundle belongs is said to be one (with the command to type), anything else is the
 /// bundle's error in the context "loading PATH".
-fn loaded(
+pub(crate) fn loaded(
     path: &Path,
     opened: std::result::Result<Bundle, tether_bundle::BundleError>,
     options: &RunOptions,

@@ -600,6 +600,12 @@ pub trait Family: Send + Sync {
     fn has_precision(&self) -> bool {
         true
     }
+    /// Whether the family's runners have a [`Runner::throughput_bench`] (`tether bench B`
+    /// without an INPUT): known before the model is loaded, so that `bench B` of a family
+    /// benchmarked per input is a usage error before any work.
+    fn has_throughput_bench(&self) -> bool {
+        false
+    }
     /// Ids of [`Family::run_args`] that only `tether bench` takes (a text generator's
     /// throughput tests): `run --help` leaves them out.
     fn bench_only_args(&self) -> &'static [&'static str] {

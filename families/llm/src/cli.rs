@@ -84,6 +84,10 @@ impl Family for LlmFamily {
         false
     }
 
+    fn has_throughput_bench(&self) -> bool {
+        true
+    }
+
     fn run_only_args(&self) -> &'static [&'static str] {
         &["prompt", "chat-file"]
     }

@@ -11,13 +11,15 @@ use anyhow::Result;
 use clap::ArgMatches;
 use clap::parser::ValueSource;
 use serde_json::json;
-use tether_family::family::{RunOptions, ThroughputOptions, ThroughputReport};
+use tether_bundle::{Bundle, Verify};
+use tether_family::family::{RunOptions, ThroughputOptions, ThroughputReport, find};
 
 use super::BenchArgs;
 use super::machine::Machine;
 use crate::cli::escape;
-use crate::cli::run::{JSON_SCHEMA_VERSION, open_runner, write_atomic};
+use crate::cli::run::{JSON_SCHEMA_VERSION, loaded, runner_on, write_atomic};
 use crate::outln;
+use tether::families::REGISTRY;
 
 /// Options of the latency benchmark that have no meaning for throughput tests: given
 /// explicitly, they are refused rather than ignored.
@@ -49,15 +51,28 @@ pub(super) fn bench(
             "--{name} is an option of the latency benchmark, which times runs on an INPUT (`tether bench BUNDLE INPUT`); without one, bench runs the family's throughput tests, which do not take it"
         );
     }
-    let (bundle, family, mut runner) = open_runner(&a.bundle, matches, &options)?;
+    if let Err(e) = options.device() {
+        crate::usage!("--device {e}");
+    }
+    // The family is read from the mapped manifest: one benchmarked per input is told so
+    // before its model is loaded.
+    let bundle = loaded(&a.bundle, Bundle::open(&a.bundle, Verify::Lazy), &options)?;
+    let no_input = |family: &str| -> Result<ExitCode> {
+        crate::usage!(
+            "give an INPUT: the {family} family is benchmarked on an input (`tether bench BUNDLE INPUT`, or `--text TEXT` for a text family)"
+        );
+    };
+    if let Some(f) = find(REGISTRY, bundle.identity().family)
+        && !f.has_throughput_bench()
+    {
+        return no_input(f.name());
+    }
+    let (bundle, family, mut runner) = runner_on(bundle, &a.bundle, matches, &options)?;
     // The throughput tests look at the flag between tests; no runner to cancel.
     let (stop, _) = super::stop_on_ctrl_c();
     let repetitions = a.runs.unwrap_or(DEFAULT_REPETITIONS) as usize;
     let Some(report) = runner.throughput_bench(&ThroughputOptions { repetitions }, &stop) else {
-        crate::usage!(
-            "give an INPUT: the {} family is benchmarked on an input (`tether bench BUNDLE INPUT`, or `--text TEXT` for a text family)",
-            family.name()
-        );
+        return no_input(family.name());
     };
     let report = report?;
     let interrupted = stop.load(Ordering::SeqCst);
