@@ -456,6 +456,32 @@ fn run_and_bench_share_threads() {
     let v = json(&o);
     assert_eq!(v["cpu_threads"], 2);
     assert_eq!(v["cpu_threads_why"], "--threads");
+    // More threads than cores are capped at the cores, said on stderr and in the JSON.
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let o = tether(&[
+        "run",
+        &b,
+        &img,
+        "--device",
+        "cpu",
+        "--json",
+        "--threads",
+        "1024",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["cpu_threads"], cores as u64, "{v}");
+    assert_eq!(
+        v["cpu_threads_why"],
+        "--threads capped at the cores available"
+    );
+    assert!(
+        stderr(&o).contains(&format!(
+            "--threads 1024 is more than the {cores} cores this process may run on: using {cores}"
+        )),
+        "{}",
+        stderr(&o)
+    );
     // The default is bench's default (the same function), and both print it.
     let o = tether(&["run", &b, &img, "--device", "cpu"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
