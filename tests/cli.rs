@@ -787,7 +787,7 @@ fn bench_usage_errors_exit_2() {
             "not a number (accepted 1 to 86400)",
         ),
         (vec!["--deadline", "-1"], "deadline"),
-        (vec!["--rate", "1e-9"], "a rate must be 1/86400"),
+        (vec!["--rate", "1e-9"], "accepted 1/86400 (one frame a day"),
         (
             vec!["--device", "cpu", "--compare", "--runs", "1"],
             "needs a GPU session",
@@ -1147,14 +1147,33 @@ fn doctor_reports_this_machine() {
         "{}",
         stdout(&forced)
     );
-    // A set this CPU cannot run is not dropped silently: warned about, and doctor says so.
+    // A set this CPU cannot run is not dropped silently: warned about, and doctor says so;
+    // a name that is no set at all is told apart from one this CPU lacks.
     let bogus = doctor_with_isa("no-such-isa");
     assert!(
         stdout(&bogus).contains("TETHER_LLM_ISA=no-such-isa is not one of them: ignored")
-            && stderr(&bogus).contains("not an instruction set this CPU runs"),
+            && stderr(&bogus).contains(
+                "TETHER_LLM_ISA=no-such-isa: no such instruction set (accepted scalar, avx2, avx-vnni, neon, neon-dot; this CPU runs scalar"
+            ),
         "{}{}",
         stdout(&bogus),
         stderr(&bogus)
+    );
+    let other = if cfg!(target_arch = "x86_64") {
+        "neon"
+    } else {
+        "avx2"
+    };
+    let lacking = doctor_with_isa(other);
+    assert!(
+        stdout(&lacking).contains(&format!(
+            "TETHER_LLM_ISA={other} is not one of them: ignored"
+        )) && stderr(&lacking).contains(&format!(
+            "TETHER_LLM_ISA={other}: not an instruction set this CPU runs (scalar"
+        )),
+        "{}{}",
+        stdout(&lacking),
+        stderr(&lacking)
     );
 
     let text = tether(&["doctor"]);
@@ -2479,14 +2498,29 @@ fn detect_build_ranges_exit_2_before_any_work() {
     for (extra, says) in [
         (
             vec!["--input-size", "100000"],
-            "multiple of 32 from 32 to 8192",
+            "the width 100000 is not one of the accepted 32 to 8192 in steps of 32",
         ),
-        (vec!["--input-size", "333"], "multiple of 32"),
+        (
+            vec!["--input-size", "333"],
+            "accepted 32 to 8192 in steps of 32",
+        ),
         (vec!["--input-size", "8192"], "anchors"),
-        (vec!["--max-detections", "301"], "between 1 and 300"),
-        (vec!["--max-detections", "0"], "between 1 and 300"),
-        (vec!["--score-threshold", "2"], "between 0 and 1"),
-        (vec!["--iou-threshold", "-0.5"], "between 0 and 1"),
+        (
+            vec!["--max-detections", "301"],
+            "--max-detections 301: accepted 1 to 300",
+        ),
+        (
+            vec!["--max-detections", "0"],
+            "--max-detections 0: accepted 1 to 300",
+        ),
+        (
+            vec!["--score-threshold", "2"],
+            "--score-threshold 2: accepted 0 to 1",
+        ),
+        (
+            vec!["--iou-threshold", "-0.5"],
+            "--iou-threshold -0.5: accepted 0 to 1",
+        ),
     ] {
         let mut args = vec!["build", "--family", "detect", "--onnx", &onnx, "-o"];
         let o_path = out.to_str().unwrap();

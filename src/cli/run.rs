@@ -269,20 +269,16 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     // The bundle is opened once (mapped, lazy): its family answers the checks below, and
     // the runner is made on it.
     let opened = Bundle::open(&a.bundle, Verify::Lazy);
-    if count == 0 && opened.is_err() {
+    // Without INPUTs a bundle that does not open is the error to report (truncated,
+    // corrupt, missing, a folder or a device): not that an input is missing, since the family
+    // may take its input from `--prompt`.
+    if count == 0
+        && let Err(e) = opened
+    {
         if let Some(f) = model_format(&a.bundle) {
             return Err(model_not_bundle(&a.bundle, f, "run model.bundle ..."));
         }
-        // A file that is there but does not open (truncated, corrupt), or no file at all:
-        // say that, not that an input is missing (the family may take its input from
-        // `--prompt`). Only a bundle path that exists but is no file (a folder) is the usage
-        // error.
-        if (a.bundle.is_file() || !a.bundle.exists())
-            && let Err(e) = opened
-        {
-            return Err(anyhow::Error::new(e).context(format!("loading {}", a.bundle.display())));
-        }
-        crate::usage!("{no_input}");
+        return Err(anyhow::Error::new(e).context(format!("loading {}", a.bundle.display())));
     }
     // A family without images has nothing to annotate: refuse the option, never ignore it
     // (the family is read from the mapped manifest; the runner comes later).

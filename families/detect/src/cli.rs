@@ -311,7 +311,7 @@ fn check_input_size(w: u32, h: u32) -> Result<(), UsageError> {
     for (side, v) in [("width", w), ("height", h)] {
         if v == 0 || v % 32 != 0 || v > max {
             return Err(UsageError(format!(
-                "--input-size {w}x{h}: the {side} must be a multiple of 32 from 32 to {max}"
+                "--input-size {w}x{h}: the {side} {v} is not one of the accepted 32 to {max} in steps of 32"
             )));
         }
     }

@@ -108,7 +108,8 @@ impl Family for LlmFamily {
             match &choice.reason {
                 IsaReason::Fastest => "TETHER_LLM_ISA picks another".to_string(),
                 IsaReason::Forced => format!("TETHER_LLM_ISA={} chose it", choice.isa.name()),
-                IsaReason::Ignored { value, .. } => {
+                IsaReason::Ignored { value, why } => {
+                    log::warn!("{why}; using {}", choice.isa.name());
                     format!("TETHER_LLM_ISA={value} is not one of them: ignored")
                 }
             }

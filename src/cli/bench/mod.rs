@@ -137,7 +137,7 @@ fn parse_rate(s: &str) -> Result<f64, String> {
         Ok(v)
     } else {
         Err(format!(
-            "`{s}`: a rate must be 1/86400 (one frame a day, 1.16e-5) to 100000 Hz"
+            "`{s}`: accepted 1/86400 (one frame a day, 1.16e-5) to 100000 Hz"
         ))
     }
 }
@@ -147,7 +147,7 @@ fn parse_deadline(s: &str) -> Result<f64, String> {
     if v.is_finite() && v > 0.0 && v <= 3_600_000.0 {
         Ok(v)
     } else {
-        Err(format!("`{s}`: a deadline must be in (0, 3600000] ms"))
+        Err(format!("`{s}`: accepted more than 0 to 3600000 ms"))
     }
 }
 

@@ -76,8 +76,9 @@ impl Summary<'_> {
         }
         let v0 = &self.variants[0];
         parts.push(format!(
-            "{} timed runs after {} warm-up{}",
+            "{} timed run{} after {} warm-up{}",
             v0.runs,
+            if v0.runs == 1 { "" } else { "s" },
             self.args.warmup,
             if self.interrupted {
                 " (interrupted)"

@@ -142,8 +142,9 @@ fn print(
     interrupted: bool,
 ) -> Result<()> {
     outln!(
-        "{} (throughput tests; {repetitions} timed runs each{})",
+        "{} (throughput tests; {repetitions} timed run{} each{})",
         a.bundle.display(),
+        if repetitions == 1 { "" } else { "s" },
         if interrupted { "; interrupted" } else { "" }
     )?;
     for (k, v) in &machine.lines {

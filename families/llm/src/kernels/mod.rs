@@ -64,6 +64,15 @@ pub enum Isa {
 }
 
 impl Isa {
+    /// Every instruction set tether's kernels have, in [`Isa::name`] order of the docs.
+    pub const ALL: [Isa; 5] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::AvxVnni,
+        Isa::Neon,
+        Isa::NeonDot,
+    ];
+
     /// The fastest instruction set this CPU runs, detected at run time. `TETHER_LLM_ISA=scalar`
     /// (or `avx2` on a CPU with AVX-VNNI, `neon` on one with `sdot`) forces a slower one, for
     /// tests and comparisons; a value that names no set this CPU runs is warned about (once
@@ -90,10 +99,19 @@ impl Isa {
                 Some(isa) => (isa, IsaReason::Forced),
                 None => {
                     let names: Vec<&str> = available.iter().map(|i| i.name()).collect();
-                    let why = format!(
-                        "TETHER_LLM_ISA={name}: not an instruction set this CPU runs ({})",
-                        names.join(", ")
-                    );
+                    let why = if Isa::ALL.iter().any(|i| i.name() == name) {
+                        format!(
+                            "TETHER_LLM_ISA={name}: not an instruction set this CPU runs ({})",
+                            names.join(", ")
+                        )
+                    } else {
+                        let all: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
+                        format!(
+                            "TETHER_LLM_ISA={name}: no such instruction set (accepted {}; this CPU runs {})",
+                            all.join(", "),
+                            names.join(", ")
+                        )
+                    };
                     (
                         best,
                         IsaReason::Ignored {
