@@ -2898,6 +2898,32 @@ fn llm_run_prompt_greedy_gives_llama_cpp_text() {
     assert_eq!(r["tokens"].as_array().unwrap().len(), 3);
     assert_eq!(r["prompt_tokens"].as_array().unwrap().len(), 5);
     assert!(r["text"].as_str().unwrap().starts_with(" Paris"), "{r}");
+    // The text says which limit ended it: --max-tokens, or a context the prompt and the
+    // answer filled (5 prompt tokens in a context of 8: 4 more positions, so 4 tokens).
+    let limit = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            &b,
+            "--prompt",
+            "The capital of France is",
+            "--temperature",
+            "0",
+            "--raw",
+        ];
+        args.extend_from_slice(extra);
+        let o = tether(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        // The text streams to stdout, the request's summary to stderr.
+        stderr(&o)
+    };
+    let out = limit(&["--max-tokens", "3"]);
+    assert!(out.contains(": length: --max-tokens 3 reached ("), "{out}");
+    let out = limit(&["--context", "8", "--max-tokens", "100"]);
+    assert!(
+        out.contains(": length: the context of 8 tokens is full (")
+            && out.contains("4 tokens generated"),
+        "{out}"
+    );
     // The same prompt as a file with a byte-order mark and `echo`'s final line end: both
     // dropped (as llama.cpp's -f drops the line end), so the same 5 tokens and answer.
     let f = scratch().join("france.txt");

@@ -33,7 +33,8 @@ use tether_family::selftest::Role;
 use crate::bench::{BenchOptions, Latency};
 use crate::bundle::Description as LlmDescription;
 use crate::generate::{
-    CancelHandle, Finished, GenerateError, GenerateParams, Generator, GeneratorOptions, Prompt,
+    CancelHandle, FinishReason, Finished, GenerateError, GenerateParams, Generator,
+    GeneratorOptions, Prompt,
 };
 use crate::recipe::{self, BuildOptions};
 use crate::selftest::{GENERATED_IDS, PROMPT_IDS};
@@ -1037,10 +1038,20 @@ impl Runner for LlmRunner {
         let intervals = !t.inter_token_ms.is_empty();
         let plural =
             |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        // "length" is either limit: say which (the JSON keeps the OpenAI-style name).
+        let reason = match f.finish_reason {
+            FinishReason::Length if t.generated_tokens >= self.params.max_tokens => {
+                format!("length: --max-tokens {} reached", self.params.max_tokens)
+            }
+            FinishReason::Length => format!(
+                "length: the context of {} tokens is full",
+                self.generator.state().cache().shape().context
+            ),
+            r => r.as_str().to_string(),
+        };
         Ok(Outcome {
             summary: format!(
-                "{} ({} in {:.1} ms, {:.1} tok/s; {}{}; {})",
-                f.finish_reason.as_str(),
+                "{reason} ({} in {:.1} ms, {:.1} tok/s; {}{}; {})",
                 plural(t.prompt_tokens, "prompt token", "prompt tokens"),
                 t.prompt_ms,
                 t.prompt_tokens_per_s(),
