@@ -277,6 +277,54 @@ fn run_json_and_annotation() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    // The file's name picks the format: JPEG for .jpg; a name of neither is refused, and so
+    // is one image file for several inputs (before any work, exit 2).
+    let jpg = scratch().join("page.annotated.JPG");
+    let o = tether(&[
+        "run",
+        &b,
+        &asset("page.png"),
+        "--annotate",
+        jpg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(&jpg).unwrap();
+    assert_eq!(&bytes[..3], &[0xFF, 0xD8, 0xFF], "not a JPEG");
+    assert_eq!(
+        image::guess_format(&bytes).unwrap(),
+        image::ImageFormat::Jpeg
+    );
+    let txt = scratch().join("page.annotated.txt");
+    let o = tether(&[
+        "run",
+        &b,
+        &asset("page.png"),
+        "--annotate",
+        txt.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("name it .png, .jpg or .jpeg"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!txt.exists());
+    let one_png = scratch().join("both.png");
+    let o = tether(&[
+        "run",
+        &b,
+        &asset("page.png"),
+        &asset("astronaut.png"),
+        "--annotate",
+        one_png.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("2 inputs write one image each: give a folder"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!one_png.exists());
 
     // A failing input among others: the others' results and one error entry (its OS error
     // said once), exit 1.

@@ -37,8 +37,9 @@ pub struct RunArgs {
     /// Print JSON (one document with every input) instead of text.
     #[arg(long)]
     json: bool,
-    /// Write an annotated image per input: a file for one input; a folder for several, or
-    /// when the argument ends in `/` (created if missing; `NNN-NAME.annotated.png` each,
+    /// Write an annotated image per input: a file for one input (`.png`, or `.jpg` / `.jpeg`
+    /// for JPEG); a folder for several, or when the argument ends in `/` (created if missing;
+    /// `NNN-NAME.annotated.png` each,
     /// numbered in input order so that two inputs of the same name never collide).
     #[arg(long, value_name = "OUT.png|DIR/")]
     annotate: Option<PathBuf>,
@@ -243,6 +244,21 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
+/// The image format an annotated image named `path` is written in: PNG for `.png`, JPEG for
+/// `.jpg` / `.jpeg` (any case); `None` for another name.
+fn annotate_format(path: &Path) -> Option<image::ImageFormat> {
+    match path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        Some("png") => Some(image::ImageFormat::Png),
+        Some("jpg" | "jpeg") => Some(image::ImageFormat::Jpeg),
+        _ => None,
+    }
+}
+
 /// Where the annotated image of `input` goes (see `--annotate`).
 fn annotate_path(arg: &Path, input: &str, index: usize, dir_mode: bool) -> PathBuf {
     if !dir_mode {
@@ -298,6 +314,19 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         .as_ref()
         .is_some_and(|p| count > 1 || p.is_dir() || p.as_os_str().to_string_lossy().ends_with('/'));
     if let Some(p) = &a.annotate {
+        let format = annotate_format(p);
+        if dir_mode && format.is_some() && !p.is_dir() {
+            crate::usage!(
+                "--annotate {}: {count} inputs write one image each: give a folder (end the argument with `/`)",
+                p.display()
+            );
+        }
+        if !dir_mode && format.is_none() {
+            crate::usage!(
+                "--annotate {}: an annotated image is a PNG or JPEG file: name it .png, .jpg or .jpeg (or end the argument with `/` for a folder)",
+                p.display()
+            );
+        }
         if dir_mode {
             std::fs::create_dir_all(p).map_err(|source| OutputError {
                 path: p.clone(),
@@ -440,10 +469,11 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             let mut doc = json!({ "input": input.label(), "latency_ms": ms, "result": out.json });
             if let (Some(arg), Some(img)) = (&a.annotate, &out.annotated) {
                 let path = annotate_path(arg, input.label(), i, dir_mode);
-                let mut png = Vec::new();
-                img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
-                    .context("encoding the annotated PNG")?;
-                write_atomic(&path, &png)?;
+                let format = annotate_format(&path).unwrap_or(image::ImageFormat::Png);
+                let mut bytes = Vec::new();
+                img.write_to(&mut std::io::Cursor::new(&mut bytes), format)
+                    .with_context(|| format!("encoding the annotated image as {format:?}"))?;
+                write_atomic(&path, &bytes)?;
                 text.push(format!("  annotated image: {}", path.display()));
                 doc["annotated"] = json!(path.display().to_string());
             }
