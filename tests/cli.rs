@@ -3079,6 +3079,19 @@ fn llm_bad_options_and_other_families_options_are_named() {
         "{}",
         stdout(&o)
     );
+    // A role no chat template knows is refused, naming the message and the accepted roles
+    // (rendered, it would derail the answer).
+    let bogus = scratch().join("bogus-role.json");
+    std::fs::write(
+        &bogus,
+        r#"[{"role":"user","content":"hi"},{"role":"bogus\n","content":"x"}]"#,
+    )
+    .unwrap();
+    refused(
+        &["run", &b, "--chat-file", bogus.to_str().unwrap()],
+        1,
+        "message 1 has the role `bogus\\n`: accepted system, user, assistant, tool",
+    );
     // A chat file that is not there is named.
     let o = tether(&["run", &b, "--chat-file", "no-such-chat.json"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));

@@ -770,9 +770,32 @@ fn read_chat(path: &Path) -> Result<Vec<ChatMessage>> {
                     anyhow::anyhow!("{}: message {i} has no text `{k}`", path.display())
                 })
             };
-            Ok(ChatMessage::new(field("role")?, field("content")?))
+            let role = field("role")?;
+            // A role the chat templates do not know would be rendered as text (`<|im_start|>
+            // bogus`) and derail the answer: refused.
+            if !CHAT_ROLES.contains(&role) {
+                bail!(
+                    "{}: message {i} has the role `{}`: accepted {}",
+                    path.display(),
+                    escape_role(role),
+                    CHAT_ROLES.join(", ")
+                );
+            }
+            Ok(ChatMessage::new(role, field("content")?))
         })
         .collect()
+}
+
+/// The roles a `--chat-file` message may have: those of the chat format Hugging Face chat
+/// templates are written for (`transformers`' chat templating: system, user, assistant, and
+/// tool for tool results).
+const CHAT_ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+
+/// A role as a message quotes it: at most 40 characters, control characters escaped.
+fn escape_role(role: &str) -> String {
+    let short: String = role.chars().take(40).collect();
+    let tail = if role.chars().count() > 40 { "..." } else { "" };
+    format!("{}{tail}", short.escape_debug())
 }
 
 struct LlmRunner {
