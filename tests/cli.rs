@@ -3588,3 +3588,76 @@ fn embed_text_output_shortens_a_long_text_and_json_keeps_it() {
     let text = &v["results"][0]["result"]["texts"][0]["text"];
     assert_eq!(text.as_str(), Some(long), "{v}");
 }
+
+/// A model file of the wrong kind is named with what was expected (a fresh user's reports,
+/// session 40): a PNG as embed's tokenizer, an empty folder as a Hugging Face directory, a
+/// bundle or a PNG given to `--gguf`.
+#[test]
+fn build_names_a_wrong_model_file_and_what_it_should_be() {
+    let out = scratch().join("never-built.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "embed",
+        "--onnx",
+        &asset("all-minilm-l6-v2-int8.onnx"),
+        "--tokenizer",
+        &asset("page.png"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("--tokenizer {}: ", asset("page.png")))
+            && stderr(&o).contains("(the tokenizer.json of a Hugging Face model is expected)"),
+        "{}",
+        stderr(&o)
+    );
+    let empty = scratch().join("empty-hf-dir");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = tether(&[
+        "build",
+        "--family",
+        "llm",
+        "--hf-dir",
+        empty.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("config.json`: no such file (a Hugging Face model directory holds"),
+        "{}",
+        stderr(&o)
+    );
+    let (vad, _) = vad_bundle();
+    for (file, says, hint) in [
+        (
+            vad.clone(),
+            "0x89 0x54 0x42 0x4e (a tether bundle's) where a GGUF file has `GGUF`",
+            "hint: this is a bundle `tether build` wrote already",
+        ),
+        (
+            asset("page.png"),
+            "0x89 0x50 0x4e 0x47 where a GGUF file has `GGUF`",
+            "hint: --gguf takes a GGUF file",
+        ),
+    ] {
+        let o = tether(&[
+            "build",
+            "--family",
+            "llm",
+            "--gguf",
+            &file,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(says) && stderr(&o).contains(hint),
+            "{}",
+            stderr(&o)
+        );
+    }
+    assert!(!out.exists());
+}

@@ -161,6 +161,15 @@ impl Family for EmbedFamily {
             },
             progress,
         )
+        .map_err(|e| match e {
+            // The tokenizer's parse error alone ("expected value at line 1 column 1") names
+            // neither the file nor what it should be.
+            crate::EmbedError::Tokenizer(why) => anyhow::anyhow!(
+                "--tokenizer {}: {why} (the tokenizer.json of a Hugging Face model is expected)",
+                tok_path.display()
+            ),
+            e => e.into(),
+        })
         .context("building the embed bundle")?;
         let c = &report.config;
         Ok(Built {

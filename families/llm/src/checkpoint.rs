@@ -394,7 +394,11 @@ impl Checkpoint {
         let cfg_json = read_json(dir, "config.json")?.ok_or_else(|| LlmError::Io {
             path: dir.join("config.json"),
             op: "reading",
-            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no such file (a Hugging Face model directory holds config.json, the \
+                 model.safetensors weights and tokenizer.json)",
+            ),
         })?;
         let tok_cfg = read_json(dir, "tokenizer_config.json")?.unwrap_or_default();
         let gen_cfg = read_json(dir, "generation_config.json")?.unwrap_or_default();

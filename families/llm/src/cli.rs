@@ -459,6 +459,14 @@ impl Family for LlmFamily {
                 E::Gguf(_) | E::Safetensors(_) if io_not_found(error) => {
                     "check the path of the checkpoint file"
                 }
+                E::Gguf(crate::gguf::GgufError::Magic { found })
+                    if found.starts_with(&tether_bundle::MAGIC[..4]) =>
+                {
+                    "this is a bundle `tether build` wrote already: run it with `tether run BUNDLE`, or give --gguf the model's .gguf file"
+                }
+                E::Gguf(crate::gguf::GgufError::Magic { .. }) => {
+                    "--gguf takes a GGUF file (llama.cpp's format; `--hf-dir` takes a Hugging Face directory)"
+                }
                 E::Gguf(_) | E::Safetensors(_) => {
                     "the checkpoint file is truncated, corrupt or uses a tensor type this build does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"
                 }

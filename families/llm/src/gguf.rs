@@ -57,8 +57,9 @@ pub enum GgufError {
     File(#[from] tether_bundle::files::FileError),
     /// The first four bytes are not `GGUF`.
     #[error(
-        "not a GGUF file: its magic (first bytes) is {} where a GGUF file has `GGUF` (0x47 0x47 0x55 0x46)",
-        hex_bytes(found)
+        "not a GGUF file: its magic (first bytes) is {}{} where a GGUF file has `GGUF` (0x47 0x47 0x55 0x46)",
+        hex_bytes(found),
+        if found.starts_with(&tether_bundle::MAGIC[..4]) { " (a tether bundle's)" } else { "" }
     )]
     Magic {
         /// The bytes seen.
