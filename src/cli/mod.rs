@@ -113,7 +113,8 @@ fn thing_named(context: &str) -> Option<&str> {
 }
 
 /// Whether `text` names `thing` as the subject of its message: quoted (`` `x` ``, `'x'`,
-/// `"x"`), or at its start followed by `:` or a space (`x.png: ...`, `x.txt is not UTF-8`).
+/// `"x"`), at its start followed by `:` or a space (`x.png: ...`, `x.txt is not UTF-8`), or
+/// after one leading word and followed by `:` (`WAV x.wav: not a WAV file`).
 /// A bare word inside a sentence does not count: an input labelled `prompt` is not named by
 /// "no such prompt file".
 fn names(text: &str, thing: &str) -> bool {
@@ -123,6 +124,11 @@ fn names(text: &str, thing: &str) -> bool {
         || text
             .strip_prefix(thing)
             .is_some_and(|rest| rest.starts_with(':') || rest.starts_with(' '))
+        || text.split_once(' ').is_some_and(|(word, rest)| {
+            !word.is_empty()
+                && word.chars().all(|c| c.is_ascii_alphanumeric())
+                && rest.strip_prefix(thing).is_some_and(|r| r.starts_with(':'))
+        })
 }
 
 /// Print an error as one `error:` line (its causes joined with `: `, each OS error once),
@@ -342,6 +348,13 @@ mod tests {
         assert_eq!(message(&e), "input prompt: no such prompt file");
         let e = anyhow!("x.txt is not UTF-8 text").context("input x.txt");
         assert_eq!(message(&e), "x.txt is not UTF-8 text");
+        // A cause that names the path after its format (`WAV x.png: ...`).
+        let e = anyhow!("WAV x.png: not a WAV file")
+            .context("reading x.png")
+            .context("input x.png");
+        assert_eq!(message(&e), "WAV x.png: not a WAV file");
+        let e = anyhow!("WAV x.png is odd").context("input x.png");
+        assert_eq!(message(&e), "input x.png: WAV x.png is odd");
         // A cause that repeats an earlier one's text is left out, as before.
         let e = anyhow!("No such file").context("reading c: No such file");
         assert_eq!(message(&e), "reading c: No such file");
