@@ -3661,3 +3661,38 @@ fn build_names_a_wrong_model_file_and_what_it_should_be() {
     }
     assert!(!out.exists());
 }
+
+/// An image family given a file that is no image says what the file looks like (as the vad
+/// family does for a file that is no WAV), instead of the decoder's "The image format could
+/// not be determined"; and the vad family recognises a tether bundle.
+#[test]
+fn a_file_of_the_wrong_kind_is_named_by_what_it_looks_like() {
+    let b = nudenet_bundle();
+    let (vad, _) = vad_bundle();
+    let empty = scratch().join("empty-input.png");
+    std::fs::write(&empty, b"").unwrap();
+    for (input, looks) in [
+        (asset("Noise.wav"), "WAV audio"),
+        (vad.clone(), "a tether bundle"),
+        (empty.to_str().unwrap().to_string(), "an empty file"),
+    ] {
+        let o = tether(&["run", &b, &input, "--device", "cpu"]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!(
+                "{input}: not an image this build decodes (it looks like {looks}); PNG and JPEG are read"
+            )),
+            "{}",
+            stderr(&o)
+        );
+    }
+    let o = tether(&["run", &vad, &b]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "error: WAV {b}: not a WAV file (it looks like a tether bundle)"
+        )),
+        "{}",
+        stderr(&o)
+    );
+}

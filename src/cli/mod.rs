@@ -223,7 +223,9 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
                 D::TooLarge { .. } => "downscale the image, or split it into tiles",
                 D::NotAFile { .. } => "inputs must be regular files",
                 D::Io { .. } => "check the path and its permissions",
-                D::Format { .. } => "inputs must be readable PNG or JPEG images",
+                D::Format { .. } | D::NotAnImage { .. } => {
+                    "inputs must be readable PNG or JPEG images"
+                }
             });
         }
         if cause.downcast_ref::<tether_build::OnnxError>().is_some() {

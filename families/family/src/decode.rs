@@ -93,6 +93,16 @@ pub enum DecodeError {
         /// The limit.
         max: u32,
     },
+    /// A file whose first bytes are no image format this build decodes.
+    #[error(
+        "{path}: not an image this build decodes (it looks like {looks_like}); PNG and JPEG are read"
+    )]
+    NotAnImage {
+        /// The file.
+        path: PathBuf,
+        /// What its first bytes look like ([`crate::sniff::looks_like`]).
+        looks_like: &'static str,
+    },
     /// Not a PNG/JPEG (or other supported format) the decoder can read.
     #[error("{path}: cannot decode: {source}")]
     Format {
@@ -101,6 +111,20 @@ pub enum DecodeError {
         /// The decoder's error.
         source: image::ImageError,
     },
+}
+
+/// Up to `head.len()` first bytes of `f` (fewer when the file is shorter): their count.
+fn read_head(f: &mut impl std::io::Read, head: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// A decoded image in a layout the pipelines read directly.
@@ -198,6 +222,21 @@ pub fn decode_file(path: &Path, orientation: Orientation) -> Result<DecodedImage
             path: path.to_path_buf(),
             source,
         })?;
+    if reader.format().is_none() {
+        // No format's signature: say what the file looks like instead of the decoder's
+        // "The image format could not be determined".
+        let mut head = [0u8; 12];
+        let n = open_regular(path).and_then(|mut f| {
+            read_head(&mut f, &mut head).map_err(|source| DecodeError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        })?;
+        return Err(DecodeError::NotAnImage {
+            path: path.to_path_buf(),
+            looks_like: crate::sniff::looks_like(&head[..n]),
+        });
+    }
     let mut decoder = reader.into_decoder().map_err(fmt)?;
     let (width, height) = decoder.dimensions();
     if width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE || width == 0 || height == 0 {

@@ -25,6 +25,7 @@ pub mod io;
 pub mod model;
 pub mod recipe;
 pub mod selftest;
+pub mod sniff;
 pub mod vision;
 
 #[cfg(feature = "cli")]

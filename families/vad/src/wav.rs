@@ -178,59 +178,6 @@ pub enum WavError {
     },
 }
 
-/// What the first bytes of a file that is not RIFF/WAVE look like.
-pub fn sniff(head: &[u8]) -> &'static str {
-    let starts = |m: &[u8]| head.starts_with(m);
-    let riff_form = |form: &[u8]| head.len() >= 12 && &head[8..12] == form;
-    if starts(b"\x89PNG\r\n\x1a\n") {
-        "a PNG image"
-    } else if starts(&[0xFF, 0xD8, 0xFF]) {
-        "a JPEG image"
-    } else if starts(b"GIF8") {
-        "a GIF image"
-    } else if starts(b"BM") && head.len() >= 14 {
-        "a BMP image"
-    } else if (starts(b"RIFF") || starts(b"RIFX")) && riff_form(b"WEBP") {
-        "a WebP image"
-    } else if (starts(b"RIFF") || starts(b"RIFX")) && riff_form(b"AVI ") {
-        "an AVI video"
-    } else if starts(b"RIFF") || starts(b"RIFX") {
-        "a RIFF file of another form than WAVE"
-    } else if starts(b"fLaC") {
-        "FLAC audio"
-    } else if starts(b"OggS") {
-        "Ogg audio (Vorbis or Opus)"
-    } else if starts(b"ID3") || (head.len() >= 2 && head[0] == 0xFF && head[1] & 0xE0 == 0xE0) {
-        "MP3 audio"
-    } else if starts(b"FORM")
-        && head.len() >= 12
-        && (&head[8..12] == b"AIFF" || &head[8..12] == b"AIFC")
-    {
-        "AIFF audio"
-    } else if starts(b".snd") {
-        "Sun/NeXT AU audio"
-    } else if head.len() >= 8 && &head[4..8] == b"ftyp" {
-        "an MP4/M4A/MOV file"
-    } else if starts(b"\x1a\x45\xdf\xa3") {
-        "a Matroska/WebM file"
-    } else if starts(b"TBND") || starts(b"TETHER") {
-        "a tether bundle"
-    } else if starts(b"PK\x03\x04") {
-        "a ZIP archive"
-    } else if starts(b"%PDF") {
-        "a PDF document"
-    } else if head.is_empty() {
-        "an empty file"
-    } else if head
-        .iter()
-        .all(|&b| b == b'\n' || b == b'\r' || b == b'\t' || (0x20..0x7F).contains(&b))
-    {
-        "text"
-    } else {
-        "data of an unknown kind"
-    }
-}
-
 /// Name of a known `wFormatTag` (the registered codes of RFC 2361 / mmreg.h that files
 /// in the field carry).
 fn tag_name(tag: u16) -> &'static str {
@@ -379,13 +326,13 @@ impl<R: Read> WavReader<R> {
             b"RF64" | b"BW64" => Container::Rf64,
             _ => {
                 return Err(WavError::NotWav {
-                    looks_like: sniff(&head[..n]),
+                    looks_like: tether_family::sniff::looks_like(&head[..n]),
                 });
             }
         };
         if n < 12 || &head[8..12] != b"WAVE" {
             return Err(WavError::NotWav {
-                looks_like: sniff(&head[..n]),
+                looks_like: tether_family::sniff::looks_like(&head[..n]),
             });
         }
         let big = container == Container::Rifx;
