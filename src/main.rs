@@ -36,8 +36,9 @@ enum Command {
     /// Run a bundle's family pipeline on inputs (`tether run BUNDLE --help` lists the family's
     /// own options).
     Run(cli::run::RunArgs),
-    /// Measure a bundle's latency on one input: closed or open loop, graphs vs eager,
-    /// percentiles per stage, a plot.
+    /// Measure a bundle's latency on one input (closed or open loop, graphs vs eager,
+    /// percentiles per stage, a plot) or, for a text generator without an input, its
+    /// prompt and generation throughput (llama-bench's pp / tg tests).
     Bench(cli::bench::BenchArgs),
     /// Describe this machine: CPU, Jetson/L4T, power mode, CUDA driver, GPUs, TensorRT.
     Doctor(cli::doctor::DoctorArgs),
