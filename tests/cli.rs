@@ -2881,6 +2881,45 @@ fn each_command_opens_its_bundle_once() {
     }
 }
 
+/// A weight section of an llm bundle with a flipped byte: the CRC error names the section,
+/// and the hint is the bundle's (the llm errors carry the bundle error inside).
+#[test]
+fn a_corrupt_llm_weight_section_is_named_with_the_bundle_hint() {
+    let b = smollm2_bundle();
+    let v = json(&tether(&["inspect", &b, "--json"]));
+    let section = v["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "llm/blk.0.ffn_down.weight")
+        .expect("a weight section")
+        .clone();
+    let at = section["offset"].as_u64().unwrap() + 100;
+    let mut bytes = std::fs::read(&b).unwrap();
+    bytes[at as usize] ^= 0xFF;
+    let corrupt = scratch().join("smollm2-corrupt.bundle");
+    std::fs::write(&corrupt, &bytes).unwrap();
+    drop(bytes);
+    let o = tether(&[
+        "run",
+        corrupt.to_str().unwrap(),
+        "--prompt",
+        "hi",
+        "--max-tokens",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "section `llm/blk.0.ffn_down.weight` (#{}) CRC mismatch",
+            section["index"]
+        )) && stderr(&o).contains("hint: the file is not a valid tether bundle"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::remove_file(&corrupt).unwrap();
+}
+
 #[test]
 fn llm_run_prompt_greedy_gives_llama_cpp_text() {
     let b = smollm2_bundle();
