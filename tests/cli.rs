@@ -143,6 +143,7 @@ fn inspect_json_describes_the_manifest() {
     let b = nudenet_bundle();
     let v = json(&tether(&["inspect", &b, "--json"]));
     assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["command"], "inspect");
     assert_eq!(v["identity"]["family"], "detect");
     assert_eq!(v["identity"]["name"], "320n");
     assert_eq!(v["format_version"], "1.1");
@@ -211,6 +212,7 @@ fn run_json_and_annotation() {
         png.to_str().unwrap(),
     ]));
     assert_eq!(v["schema_version"], 4);
+    assert_eq!(v["command"], "run");
     assert_eq!(v["family"], "detect");
     assert_eq!(v["engines"]["model"], "tract-cpu");
     let r = &v["results"][0];

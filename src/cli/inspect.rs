@@ -84,6 +84,8 @@ fn format_name<T: Display>(name: Option<&'static str>, value: T) -> Cow<'static,
 #[derive(Serialize)]
 struct InspectDoc<'a> {
     schema_version: u32,
+    /// `inspect`, as run's, verify's and bench's documents name their command.
+    command: &'static str,
     path: Option<String>,
     file_len: u64,
     format_version: String,
@@ -263,6 +265,7 @@ fn manifest_doc(b: &Arc<Bundle>) -> InspectDoc<'_> {
     let (major, minor) = b.format_version();
     InspectDoc {
         schema_version: INSPECT_SCHEMA_VERSION,
+        command: "inspect",
         path: b.path().map(|p| p.display().to_string()),
         file_len: b.file_len(),
         format_version: format!("{major}.{minor}"),
