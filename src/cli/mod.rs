@@ -195,30 +195,13 @@ pub(crate) fn known_format(head: &[u8; 8]) -> Option<&'static str> {
     )
 }
 
-/// The bundle error `cause` is or carries: the llm family's errors wrap it transparently
-/// (its display is the bundle error's, but the error chain skips it).
-fn bundle_error_of<'e>(cause: &'e (dyn std::error::Error + 'static)) -> Option<&'e BundleError> {
-    use tether_llm::LlmError;
-    use tether_llm::generate::GenerateError;
-    cause
-        .downcast_ref::<BundleError>()
-        .or_else(|| match cause.downcast_ref::<LlmError>() {
-            Some(LlmError::Bundle(b)) => Some(b),
-            _ => None,
-        })
-        .or_else(|| match cause.downcast_ref::<GenerateError>() {
-            Some(GenerateError::Checkpoint(LlmError::Bundle(b))) => Some(b),
-            _ => None,
-        })
-}
-
 fn hint(e: &anyhow::Error) -> Option<&'static str> {
     for cause in e.chain() {
         // Usage errors: `report` prints the real help command.
         if cause.downcast_ref::<UsageError>().is_some() {
             return None;
         }
-        if let Some(b) = bundle_error_of(cause) {
+        if let Some(b) = cause.downcast_ref::<BundleError>() {
             return Some(bundle_hint(b));
         }
         // A family's own errors: the family explains them (the CLI names no family).

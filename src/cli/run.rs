@@ -41,7 +41,7 @@ pub struct RunArgs {
     /// for JPEG); a folder for several, or when the argument ends in `/` (created if missing;
     /// `NNN-NAME.annotated.png` each,
     /// numbered in input order so that two inputs of the same name never collide).
-    #[arg(long, value_name = "OUT.png|DIR/")]
+    #[arg(long, value_name = "OUT.png|OUT.jpg|DIR/")]
     annotate: Option<PathBuf>,
     /// Where to run: `auto` (a CUDA GPU when one answers, else the CPU), `cpu`, `cuda`, `cuda:N`.
     #[arg(long, default_value = "auto")]
@@ -278,9 +278,13 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     if a.inputs.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
         crate::usage!("- (standard input) is given more than once: it can be read only once");
     }
+    // A malformed --device is a usage error before the bundle is looked at.
+    if let Err(e) = a.device.parse::<tether_runtime::Device>() {
+        crate::usage!("--device {e}");
+    }
     let count = a.inputs.len() + a.text.len();
     // Without INPUTs the family may take its input from its own options (`--prompt`): known
-    // only once the bundle opens; a bundle that does not even open is the usage error.
+    // only once the bundle opens (a bundle that does not open is its own error, below).
     let no_input = "give at least one INPUT (or --text for text families; `tether run BUNDLE --help` lists the family's own)";
     // The bundle is opened once (mapped, lazy): its family answers the checks below, and
     // the runner is made on it.
@@ -309,13 +313,15 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         );
     }
     // Validate the annotation destination before any work.
+    let ends_in_slash = |p: &Path| p.as_os_str().to_string_lossy().ends_with('/');
     let dir_mode = a
         .annotate
         .as_ref()
-        .is_some_and(|p| count > 1 || p.is_dir() || p.as_os_str().to_string_lossy().ends_with('/'));
+        .is_some_and(|p| count > 1 || p.is_dir() || ends_in_slash(p));
     if let Some(p) = &a.annotate {
-        let format = annotate_format(p);
-        if dir_mode && format.is_some() && !p.is_dir() {
+        // (`Path::extension` ignores a trailing `/`: `shots.png/` is a folder.)
+        let format = annotate_format(p).filter(|_| !ends_in_slash(p));
+        if count > 1 && format.is_some() && !p.is_dir() {
             crate::usage!(
                 "--annotate {}: {count} inputs write one image each: give a folder (end the argument with `/`)",
                 p.display()

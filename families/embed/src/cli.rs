@@ -135,12 +135,17 @@ impl Family for EmbedFamily {
         common: &BuildCommon,
         progress: &mut dyn FnMut(&str),
     ) -> Result<Built> {
-        let get = |name: &str, default: u32, max: u32| -> Result<u32> {
-            Ok(int_in(args, name, 1, i64::from(max))?.map_or(default, |v| v as u32))
+        let get = |name: &str, default: u32, min: u32, max: u32| -> Result<u32> {
+            Ok(int_in(args, name, i64::from(min), i64::from(max))?.map_or(default, |v| v as u32))
         };
         let config = EmbedConfig {
-            max_seq_len: get("max-seq-len", DEFAULT_MAX_SEQ_LEN, MAX_SEQ_LEN)?,
-            max_batch: get("max-batch", DEFAULT_MAX_BATCH, MAX_BATCH)?,
+            max_seq_len: get(
+                "max-seq-len",
+                DEFAULT_MAX_SEQ_LEN,
+                crate::config::MIN_SEQ_LEN,
+                MAX_SEQ_LEN,
+            )?,
+            max_batch: get("max-batch", DEFAULT_MAX_BATCH, 1, MAX_BATCH)?,
         };
         if let Err(EmbedError::Config { field, value }) = config.validate() {
             return Err(UsageError(format!(
@@ -152,6 +157,21 @@ impl Family for EmbedFamily {
         let onnx_path = required_path(args, "onnx")?;
         let tok_path = required_path(args, "tokenizer")?;
         let (onnx, tokenizer) = (read_file(&onnx_path)?, read_file(&tok_path)?);
+        // A file that is no tokenizer is named with what it should be (the tokenizer's parse
+        // error alone, "expected value at line 1 column 1", names neither); the build's other
+        // tokenizer errors (encoding the self-test's texts) keep their own words.
+        crate::tokenize::WordPiece::from_json(&tokenizer, config.max_seq_len as usize).map_err(
+            |e| {
+                let why = match e {
+                    EmbedError::Tokenizer(why) => why,
+                    e => e.to_string(),
+                };
+                anyhow::anyhow!(
+                    "--tokenizer {}: {why} (the tokenizer.json of a Hugging Face model is expected)",
+                    tok_path.display()
+                )
+            },
+        )?;
         let (writer, report) = recipe::build(
             &onnx,
             &tokenizer,
@@ -161,15 +181,6 @@ impl Family for EmbedFamily {
             },
             progress,
         )
-        .map_err(|e| match e {
-            // The tokenizer's parse error alone ("expected value at line 1 column 1") names
-            // neither the file nor what it should be.
-            crate::EmbedError::Tokenizer(why) => anyhow::anyhow!(
-                "--tokenizer {}: {why} (the tokenizer.json of a Hugging Face model is expected)",
-                tok_path.display()
-            ),
-            e => e.into(),
-        })
         .context("building the embed bundle")?;
         let c = &report.config;
         Ok(Built {

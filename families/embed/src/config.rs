@@ -20,6 +20,8 @@ pub const CONFIG_VERSION: u16 = 1;
 pub const POOLING_MEAN: u16 = 1;
 /// Largest maximum sequence length (BERT's 512 position embeddings).
 pub const MAX_SEQ_LEN: u32 = 512;
+/// Smallest maximum sequence length the embedder accepts (`[CLS]` and `[SEP]` included).
+pub const MIN_SEQ_LEN: u32 = 4;
 /// Largest maximum batch.
 pub const MAX_BATCH: u32 = 64;
 /// Smallest sequence bucket; buckets double from here up to the maximum.
@@ -63,7 +65,7 @@ pub struct EmbedConfigRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EmbedConfig {
     /// Maximum sequence length in tokens, `[CLS]` and `[SEP]` included
-    /// (4 to [`MAX_SEQ_LEN`]); longer texts are truncated (sentence-transformers
+    /// ([`MIN_SEQ_LEN`] to [`MAX_SEQ_LEN`]); longer texts are truncated (sentence-transformers
     /// truncates the same way).
     pub max_seq_len: u32,
     /// Largest batch run at once (1 to [`MAX_BATCH`]).
@@ -85,10 +87,10 @@ impl EmbedConfig {
     /// # Errors
     /// [`EmbedError::Config`].
     pub fn validate(&self) -> Result<(), EmbedError> {
-        if !(4..=MAX_SEQ_LEN).contains(&self.max_seq_len) {
+        if !(MIN_SEQ_LEN..=MAX_SEQ_LEN).contains(&self.max_seq_len) {
             return Err(EmbedError::Config {
                 field: "max_seq_len",
-                value: format!("{} (4 to {MAX_SEQ_LEN})", self.max_seq_len),
+                value: format!("{} ({MIN_SEQ_LEN} to {MAX_SEQ_LEN})", self.max_seq_len),
             });
         }
         if !(1..=MAX_BATCH).contains(&self.max_batch) {

@@ -226,12 +226,13 @@ pub fn decode_file(path: &Path, orientation: Orientation) -> Result<DecodedImage
         // No format's signature: say what the file looks like instead of the decoder's
         // "The image format could not be determined".
         let mut head = [0u8; 12];
-        let n = open_regular(path).and_then(|mut f| {
-            read_head(&mut f, &mut head).map_err(|source| DecodeError::Io {
+        let mut file = reader.into_inner();
+        let n = std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))
+            .and_then(|_| read_head(&mut file, &mut head))
+            .map_err(|source| DecodeError::Io {
                 path: path.to_path_buf(),
                 source,
-            })
-        })?;
+            })?;
         return Err(DecodeError::NotAnImage {
             path: path.to_path_buf(),
             looks_like: crate::sniff::looks_like(&head[..n]),

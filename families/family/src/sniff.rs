@@ -15,11 +15,15 @@ pub fn looks_like(head: &[u8]) -> &'static str {
         "a JPEG image"
     } else if starts(b"GIF8") {
         "a GIF image"
-    } else if starts(b"BM") && head.len() >= 14 {
+    } else if starts(b"BM") && head.len() >= 12 {
         "a BMP image"
     } else if (starts(b"RIFF") || starts(b"RIFX")) && riff_form(b"WEBP") {
         "a WebP image"
-    } else if (starts(b"RIFF") || starts(b"RIFX") || starts(b"RF64")) && riff_form(b"WAVE") {
+    } else if ["RIFF", "RIFX", "RF64", "BW64"]
+        .iter()
+        .any(|m| starts(m.as_bytes()))
+        && riff_form(b"WAVE")
+    {
         "WAV audio"
     } else if (starts(b"RIFF") || starts(b"RIFX")) && riff_form(b"AVI ") {
         "an AVI video"
@@ -72,6 +76,8 @@ mod tests {
             (&b"\x89PNG\r\n\x1a\n\0\0\0\r"[..], "a PNG image"),
             (&[0xFF, 0xD8, 0xFF, 0xE0][..], "a JPEG image"),
             (&b"RIFF\x24\0\0\0WAVEfmt "[..], "WAV audio"),
+            (&b"BW64\xff\xff\xff\xffWAVE"[..], "WAV audio"),
+            (&b"BM\x36\x10\0\0\0\0\0\0\x36\0"[..], "a BMP image"),
             (&b"RIFF\x24\0\0\0WEBPVP8 "[..], "a WebP image"),
             (&b"RIFF\x24\0\0\0AVI LIST"[..], "an AVI video"),
             (&bundle[..], "a tether bundle"),

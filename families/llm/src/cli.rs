@@ -1071,9 +1071,15 @@ impl Runner for LlmRunner {
             |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         // "length" is either limit: say which (the JSON keeps the OpenAI-style name).
         let reason = match f.finish_reason {
-            FinishReason::Length if t.generated_tokens >= self.params.max_tokens => {
-                format!("length: --max-tokens {} reached", self.params.max_tokens)
-            }
+            FinishReason::Length if t.generated_tokens >= self.params.max_tokens => format!(
+                "length: --max-tokens {} reached{}",
+                self.params.max_tokens,
+                if self.given.contains(&"max-tokens") {
+                    ""
+                } else {
+                    " (the default)"
+                }
+            ),
             FinishReason::Length => format!(
                 "length: the context of {} tokens is full",
                 self.generator.state().cache().shape().context
@@ -1229,8 +1235,9 @@ impl LlmRunner {
                 (
                     "method".into(),
                     format!(
-                        "pseudo-random token ids; ppN: prompt of N ids, prefill = one prefill-graph replay per chunk of {} prompt tokens (0: one decode-graph replay per token) up to the first token on the host (= time to first token); tgG@N: G decode steps after it, each one graph launch + a 4-byte read-back, the next step launched before the token is taken (as `run` does), timed token in hand to token in hand; 1 warm-up and {repetitions} timed runs",
-                        d.prefill_chunk()
+                        "pseudo-random token ids; ppN: prompt of N ids, prefill = one prefill-graph replay per chunk of {} prompt tokens (0: one decode-graph replay per token) up to the first token on the host (= time to first token); tgG@N: G decode steps after it, each one graph launch + a 4-byte read-back, the next step launched before the token is taken (as `run` does), timed token in hand to token in hand; 1 warm-up and {repetitions} timed run{}",
+                        d.prefill_chunk(),
+                        if repetitions == 1 { "" } else { "s" }
                     ),
                 ),
                 (
@@ -1427,7 +1434,8 @@ impl LlmRunner {
                 (
                     "method".into(),
                     format!(
-                        "llama-bench's: pseudo-random token ids, an empty KV cache per run, 1 warm-up and {repetitions} timed runs per test; t/s = tokens / run time, mean ± sample sd"
+                        "llama-bench's: pseudo-random token ids, an empty KV cache per run, 1 warm-up and {repetitions} timed run{} per test; t/s = tokens / run time, mean ± sample sd",
+                        if repetitions == 1 { "" } else { "s" }
                     ),
                 ),
                 ("threads".into(), threads.to_string()),

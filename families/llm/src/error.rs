@@ -17,8 +17,9 @@ pub enum LlmError {
     /// A safetensors file (or its sharded index) is malformed.
     #[error(transparent)]
     Safetensors(#[from] crate::safetensors::SafetensorsError),
-    /// The bundle could not be read or written.
-    #[error(transparent)]
+    /// The bundle could not be read or written. (Its own words, and the bundle error as the
+    /// source, so that a tool walking the error chain finds it: `tether`'s hints do.)
+    #[error("{0}")]
     Bundle(#[from] tether_bundle::BundleError),
     /// A file of a checkpoint could not be read.
     #[error("{op} `{path}`: {source}")]

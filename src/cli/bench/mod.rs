@@ -130,24 +130,27 @@ pub struct BenchArgs {
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
+    // (clap's message names the value: `invalid value 'V' for '--rate <HZ>': ...`.)
+    let v: f64 = s
+        .parse()
+        .map_err(|e| format!("{e} (accepted 1/86400 to 100000 Hz)"))?;
     // At least one frame a day (a period of at most --duration's bound, 86,400 s): a
     // smaller rate would wait years for its second frame.
     if v.is_finite() && (1.0 / 86_400.0..=100_000.0).contains(&v) {
         Ok(v)
     } else {
-        Err(format!(
-            "`{s}`: accepted 1/86400 (one frame a day, 1.16e-5) to 100000 Hz"
-        ))
+        Err("accepted 1/86400 (one frame a day, 1.16e-5) to 100000 Hz".to_string())
     }
 }
 
 fn parse_deadline(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
+    let v: f64 = s
+        .parse()
+        .map_err(|e| format!("{e} (accepted above 0 up to 3600000 ms)"))?;
     if v.is_finite() && v > 0.0 && v <= 3_600_000.0 {
         Ok(v)
     } else {
-        Err(format!("`{s}`: accepted more than 0 to 3600000 ms"))
+        Err("accepted above 0 up to 3600000 ms".to_string())
     }
 }
 

@@ -43,6 +43,24 @@ pub(super) fn bench(
         staging: a.staging,
         ..RunOptions::default()
     };
+    if let Err(e) = options.device() {
+        crate::usage!("--device {e}");
+    }
+    // The family is read from the mapped manifest: one benchmarked per input is told so
+    // before its model is loaded (and before any option of the latency benchmark is
+    // refused as the throughput tests'; the family has none).
+    let opened = Bundle::open(&a.bundle, Verify::Lazy);
+    let no_input = |family: &str| -> Result<ExitCode> {
+        crate::usage!(
+            "give an INPUT: the {family} family is benchmarked on an input (`tether bench BUNDLE INPUT`, or `--text TEXT` for a text family)"
+        );
+    };
+    if let Ok(b) = &opened
+        && let Some(f) = find(REGISTRY, b.identity().family)
+        && !f.has_throughput_bench()
+    {
+        return no_input(f.name());
+    }
     if let Some(name) = LATENCY_ONLY
         .iter()
         .find(|n| matches.value_source(n) == Some(ValueSource::CommandLine))
@@ -51,22 +69,7 @@ pub(super) fn bench(
             "--{name} is an option of the latency benchmark, which times runs on an INPUT (`tether bench BUNDLE INPUT`); without one, bench runs the family's throughput tests, which do not take it"
         );
     }
-    if let Err(e) = options.device() {
-        crate::usage!("--device {e}");
-    }
-    // The family is read from the mapped manifest: one benchmarked per input is told so
-    // before its model is loaded.
-    let bundle = loaded(&a.bundle, Bundle::open(&a.bundle, Verify::Lazy), &options)?;
-    let no_input = |family: &str| -> Result<ExitCode> {
-        crate::usage!(
-            "give an INPUT: the {family} family is benchmarked on an input (`tether bench BUNDLE INPUT`, or `--text TEXT` for a text family)"
-        );
-    };
-    if let Some(f) = find(REGISTRY, bundle.identity().family)
-        && !f.has_throughput_bench()
-    {
-        return no_input(f.name());
-    }
+    let bundle = loaded(&a.bundle, opened, &options)?;
     let (bundle, family, mut runner) = runner_on(bundle, &a.bundle, matches, &options)?;
     // The throughput tests look at the flag between tests; no runner to cancel.
     let (stop, _) = super::stop_on_ctrl_c();
