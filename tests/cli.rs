@@ -2886,9 +2886,11 @@ fn llm_builds_inspects_and_self_tests() {
     );
 }
 
-/// Each command maps its bundle once: `-vv`'s reader line ("opened bundle") appears once for
-/// inspect (whose llm description reads the checkpoint), run without INPUT (`--prompt`),
-/// bench and verify. (Before, inspect and run opened the file a second time.)
+/// Each command maps its bundle once after its arguments are parsed: `-vv`'s reader line
+/// ("opened bundle") appears once for inspect (whose llm description reads the checkpoint),
+/// run without INPUT (`--prompt`), bench and verify. (Before, inspect and run opened the file
+/// a second time. The argument pre-scan, before logging starts, also maps it to learn the
+/// family's options: not counted here.)
 #[test]
 fn each_command_opens_its_bundle_once() {
     let b = smollm2_bundle();

@@ -41,7 +41,7 @@ pub struct RunArgs {
     /// for JPEG); a folder for several, or when the argument ends in `/` (created if missing;
     /// `NNN-NAME.annotated.png` each,
     /// numbered in input order so that two inputs of the same name never collide).
-    #[arg(long, value_name = "OUT.png|OUT.jpg|DIR/")]
+    #[arg(long, value_name = "OUT.png|DIR/")]
     annotate: Option<PathBuf>,
     /// Where to run: `auto` (a CUDA GPU when one answers, else the CPU), `cpu`, `cuda`, `cuda:N`.
     #[arg(long, default_value = "auto")]
