@@ -3527,6 +3527,20 @@ fn run_help_lists_only_the_bundles_family_options() {
             "{cmd} --help: {top_k}"
         );
     }
+    // A BUNDLE that is a file but does not open: the help says so under every family's
+    // options (it cannot list the bundle's).
+    let empty = scratch().join("empty-for-help.bundle");
+    std::fs::write(&empty, b"").unwrap();
+    let o = tether(&["run", empty.to_str().unwrap(), "--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!(
+            "note: {} does not open as a bundle (file truncated",
+            empty.display()
+        )) && stdout(&o).contains("the options above are every family's"),
+        "{}",
+        stdout(&o)
+    );
     // Refused before any work, naming the option and the family.
     let img = asset("astronaut.png");
     for (args, want) in [

@@ -80,6 +80,25 @@ fn bundle_and_family(argv: &[OsString], from: usize) -> Option<(&str, &'static d
     None
 }
 
+/// The first argument after `from` that is a regular file but does not open as a bundle,
+/// with the reader's error (one line, control characters escaped).
+fn unopened_file(argv: &[OsString], from: usize) -> Option<(String, String)> {
+    argv[from..].iter().find_map(|a| {
+        let s = a.to_str()?;
+        if s.starts_with('-') || !Path::new(s).is_file() {
+            return None;
+        }
+        tether_bundle::Bundle::open(Path::new(s), tether_bundle::Verify::Lazy)
+            .err()
+            .map(|e| {
+                (
+                    crate::cli::text::escape_control(s).into_owned(),
+                    crate::cli::text::escape_control(&e.to_string()).into_owned(),
+                )
+            })
+    })
+}
+
 fn add_args(cmd: Command, args: Vec<Arg>) -> Command {
     let mut cmd = cmd;
     for a in args {
@@ -151,6 +170,14 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
             // those only `bench` takes.
             None => cmd.mut_subcommand(name, |c| {
                 let c = add_args(c, every_family_args(|f| f.run_args()));
+                // `run B --help` where B is a file that does not open: say so (the help
+                // lists every family's options, not B's).
+                let c = match unopened_file(argv, pos + 1) {
+                    Some((path, why)) => c.after_help(format!(
+                        "note: {path} does not open as a bundle ({why}): the options above are every family's"
+                    )),
+                    None => c,
+                };
                 if name == "run" {
                     hide(
                         c,
