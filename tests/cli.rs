@@ -296,37 +296,23 @@ fn run_json_and_annotation() {
         image::guess_format(&bytes).unwrap(),
         image::ImageFormat::Jpeg
     );
+    let (page, astronaut) = (asset("page.png"), asset("astronaut.png"));
     let txt = scratch().join("page.annotated.txt");
-    let o = tether(&[
-        "run",
-        &b,
-        &asset("page.png"),
-        "--annotate",
-        txt.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("name it .png, .jpg or .jpeg"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(!txt.exists());
     let one_png = scratch().join("both.png");
-    let o = tether(&[
-        "run",
-        &b,
-        &asset("page.png"),
-        &asset("astronaut.png"),
-        "--annotate",
-        one_png.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("2 inputs write one image each: give a folder"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(!one_png.exists());
+    for (inputs, out, says) in [
+        (vec![&page], &txt, "name it .png, .jpg or .jpeg"),
+        (
+            vec![&page, &astronaut],
+            &one_png,
+            "2 inputs write one image each: give a folder",
+        ),
+    ] {
+        let mut args = vec!["run", b.as_str()];
+        args.extend(inputs.iter().map(|s| s.as_str()));
+        args.extend(["--annotate", out.to_str().unwrap()]);
+        refused(&args, 2, says);
+        assert!(!out.exists(), "{}", out.display());
+    }
     // ... but a name ending in `/` is a folder whatever it looks like.
     let shots = scratch().join("shots.png");
     let o = tether(&[

@@ -138,16 +138,14 @@ pub(crate) fn loaded(
 }
 
 /// The family's runner on an opened bundle (`path`: the file it was opened from, for
-/// messages). Options the family does not take are usage errors before any work.
+/// messages). Options the family does not take are usage errors before any work; the caller
+/// has refused a malformed `--device` already (before looking at the bundle).
 pub(crate) fn runner_on(
     bundle: Arc<Bundle>,
     path: &Path,
     matches: &ArgMatches,
     options: &RunOptions,
 ) -> Result<Opened> {
-    if let Err(e) = options.device() {
-        crate::usage!("--device {e}");
-    }
     let fam = bundle.identity().family.to_string();
     let Some(family) = find(REGISTRY, &fam) else {
         anyhow::bail!(
