@@ -490,33 +490,17 @@ fn bad_inputs_are_one_line_errors() {
 fn run_and_bench_share_threads() {
     let b = nudenet_bundle();
     let img = asset("astronaut.png");
-    let o = tether(&[
-        "run",
-        &b,
-        &img,
-        "--device",
-        "cpu",
-        "--json",
-        "--threads",
-        "2",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v = json(&o);
+    let with_threads = |n: &str| {
+        let o = tether(&["run", &b, &img, "--device", "cpu", "--json", "--threads", n]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        o
+    };
+    let v = json(&with_threads("2"));
     assert_eq!(v["cpu_threads"], 2);
     assert_eq!(v["cpu_threads_why"], "--threads");
     // More threads than cores are capped at the cores, said on stderr and in the JSON.
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let o = tether(&[
-        "run",
-        &b,
-        &img,
-        "--device",
-        "cpu",
-        "--json",
-        "--threads",
-        "1024",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = with_threads("1024");
     let v = json(&o);
     assert_eq!(v["cpu_threads"], cores as u64, "{v}");
     assert_eq!(

@@ -113,20 +113,6 @@ pub enum DecodeError {
     },
 }
 
-/// Up to `head.len()` first bytes of `f` (fewer when the file is shorter): their count.
-fn read_head(f: &mut impl std::io::Read, head: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < head.len() {
-        match f.read(&mut head[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
-
 /// A decoded image in a layout the pipelines read directly.
 #[derive(Clone, Debug)]
 pub struct DecodedImage {
@@ -225,17 +211,18 @@ pub fn decode_file(path: &Path, orientation: Orientation) -> Result<DecodedImage
     if reader.format().is_none() {
         // No format's signature: say what the file looks like instead of the decoder's
         // "The image format could not be determined".
-        let mut head = [0u8; 12];
+        use std::io::{Read, Seek};
         let mut file = reader.into_inner();
-        let n = std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))
-            .and_then(|_| read_head(&mut file, &mut head))
+        let mut head = Vec::with_capacity(12);
+        file.seek(std::io::SeekFrom::Start(0))
+            .and_then(|_| (&mut file).take(12).read_to_end(&mut head))
             .map_err(|source| DecodeError::Io {
                 path: path.to_path_buf(),
                 source,
             })?;
         return Err(DecodeError::NotAnImage {
             path: path.to_path_buf(),
-            looks_like: crate::sniff::looks_like(&head[..n]),
+            looks_like: crate::sniff::looks_like(&head),
         });
     }
     let mut decoder = reader.into_decoder().map_err(fmt)?;
