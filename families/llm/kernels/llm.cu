@@ -1912,6 +1912,307 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(Attn
 }
 
 // ---------------------------------------------------------------------------------------
+// layer: a whole Llama-style layer of the decode step in one launch of one thread block
+// cluster of LAYER_CLUSTER blocks (compute capability 9.0 and later; launched with the
+// cluster dimension, a grid of LAYER_CLUSTER blocks, programmatic dependent launches; the
+// host takes it only where every matrix of the layer is Q8_0 / Q4_0 / Q4_1, no projection
+// has a bias and the block's slice of the weights fits its shared memory). The layer's five
+// fused launches (`qkv_rope`, `attention_fused`, `prep_matvec` x 3) become phases of one
+// kernel separated by cluster barriers; what a kernel boundary handed on through global
+// memory (Q, the attention output, the residual after the output projection, the SwiGLU
+// product) is written into every block's shared memory (distributed shared memory) instead.
+// Every value is computed by the same device functions in the same order as the fused
+// kernels (`prologue`, `row_dot_warp`, `rope_pair`, `attend`, `silu_mul`, the epilogues'
+// additions), so the logits stay the CPU engine's bit for bit.
+//
+// Block b's rows of each phase (n / LAYER_CLUSTER rounded up, the last block fewer): items
+// [b * per, ...) of `qkv_rope` (rotated pairs of Q, of K, pairs of V rows), output rows,
+// gate and up rows, down rows. Before `griddepcontrol.wait` the block copies all of them
+// into its shared memory (`cp.async`, 4 bytes a copy: rows are only 4-byte aligned), so a
+// layer's weights load while the earlier layers run; `griddepcontrol.launch_dependents`
+// comes first of all, so the next layers start (and load theirs) as soon as SMs are free.
+// Phases after the wait:
+//  A. prologue of the residual (RMSNorm, Q8 blocks); the block's Q/K/V items, rotated; Q
+//     into every block's `q`, K and V (f16) into the cache at the state's position
+//     (global memory, visible to the cluster after the barrier); cluster barrier;
+//  B. attention of heads b, b + LAYER_CLUSTER, ... (`attend`, one block per head, reading
+//     the cache as `attention_fused`), each head's output into every block's `att`;
+//     cluster barrier;
+//  C. prologue of `att`; the block's output rows: x1[r] = x[r] + dot (the residual) into
+//     every block's `x1`; cluster barrier;
+//  D. prologue of `x1` with the FFN norm; the block's gate and up rows, silu(g) * u
+//     (`silu_mul`) into every block's `hbuf`; cluster barrier;
+//  E. prologue of `hbuf`; the block's down rows: x[r] = x1[r] + dot into the residual.
+// No block touches another's shared memory after the fourth barrier, so blocks may exit.
+// ---------------------------------------------------------------------------------------
+#define LAYER_CLUSTER 16
+
+// One matrix of the layer: `[rows, cols]` rows of `row_bytes` bytes of ggml type `type`.
+struct LayerMat {
+    const uint8_t* w;
+    int type;
+    int row_bytes;
+};
+
+struct LayerParams {
+    float* x;                   // the residual [width]: read in A, written in E
+    const float* attn_norm;     // [width]
+    const float* ffn_norm;      // [width]
+    LayerMat m[7];              // q, k, v, o, gate, up, down
+    const float* angles;        // as `qkv_rope`'s
+    const DecodeState* state;
+    uint16_t* kcache;           // [n_ctx, kv_dim] f16 of this layer
+    uint16_t* vcache;
+    int width;                  // n_embd (= n_head * head_dim)
+    int ffn;                    // n_ff
+    int n_head;
+    int n_kv;
+    int head_dim;
+    int form;                   // ROPE_FUSED | ROPE_INTERLEAVED
+    float eps;                  // RMSNorm epsilon
+    float scale;                // 1 / sqrt(head_dim), as `AttnParams::scale`
+    int slice_bytes;            // the weight slice of the largest block (layer_slice)
+    int pad;
+};
+
+#define LM_Q 0
+#define LM_K 1
+#define LM_V 2
+#define LM_O 3
+#define LM_GATE 4
+#define LM_UP 5
+#define LM_DOWN 6
+
+// Where block b's rows of each phase lie in its weight slice (byte offsets, each region
+// 16-byte aligned) and how many there are. Mirrored by `layer_slice` in src/gpu/kernels.rs.
+struct LayerSlice {
+    int items, item0, n_items;   // Q/K/V items of all blocks, this block's first and count
+    int o0, n_o;                 // output rows
+    int f0, n_f;                 // gate rows = up rows
+    int d0, n_d;                 // down rows
+    int off_item, off_o, off_gate, off_up, off_down, bytes;
+    int item_stride;             // bytes of one item's two rows (the widest of Q, K, V)
+};
+
+__device__ __forceinline__ int align16(int v) { return (v + 15) & ~15; }
+
+__device__ __forceinline__ void layer_range(int n, int b, int* r0, int* count) {
+    const int per = (n + LAYER_CLUSTER - 1) / LAYER_CLUSTER;
+    *r0 = min(n, b * per);
+    *count = min(n, *r0 + per) - *r0;
+}
+
+__device__ LayerSlice layer_slice(const LayerParams& p, int b) {
+    LayerSlice s;
+    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+    s.items = (p.n_head + p.n_kv) * half + kv_dim / 2;
+    layer_range(s.items, b, &s.item0, &s.n_items);
+    layer_range(p.width, b, &s.o0, &s.n_o);
+    layer_range(p.ffn, b, &s.f0, &s.n_f);
+    layer_range(p.width, b, &s.d0, &s.n_d);
+    s.item_stride = 2 * max(p.m[LM_Q].row_bytes, max(p.m[LM_K].row_bytes, p.m[LM_V].row_bytes));
+    s.off_item = 0;
+    s.off_o = align16(s.off_item + s.n_items * s.item_stride);
+    s.off_gate = align16(s.off_o + s.n_o * p.m[LM_O].row_bytes);
+    s.off_up = align16(s.off_gate + s.n_f * p.m[LM_GATE].row_bytes);
+    s.off_down = align16(s.off_up + s.n_f * p.m[LM_UP].row_bytes);
+    s.bytes = align16(s.off_down + s.n_d * p.m[LM_DOWN].row_bytes);
+    return s;
+}
+
+// Item it of `qkv_rope`: its matrix (LM_Q, LM_K, LM_V) and its two rows (a rotated pair
+// (h, i), (h, i + half) of Q or K; V rows 2v, 2v + 1).
+__device__ __forceinline__ int layer_item(const LayerParams& p, int it, int* ra, int* rb, int* h, int* i) {
+    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+    const int q_pairs = p.n_head * half, k_pairs = p.n_kv * half;
+    (void)kv_dim;
+    if (it >= q_pairs + k_pairs) {
+        *ra = 2 * (it - q_pairs - k_pairs);
+        *rb = *ra + 1;
+        *h = 0;
+        *i = 0;
+        return LM_V;
+    }
+    const bool is_k = it >= q_pairs;
+    const int t = is_k ? it - q_pairs : it;
+    *h = t / half;
+    *i = t % half;
+    *ra = *h * p.head_dim + *i;
+    *rb = *ra + half;
+    return is_k ? LM_K : LM_Q;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// `bytes` bytes (a multiple of 4, both addresses 4-aligned) from global memory into this
+// block's shared memory, asynchronously (`cp.async`, completed by `cp_async_wait_all`).
+__device__ __forceinline__ void cp_async_bytes(uint8_t* dst, const uint8_t* src, int bytes) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    for (int o = threadIdx.x * 4; o < bytes; o += blockDim.x * 4)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d + o), "l"(src + o) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_all;" ::: "memory");
+}
+
+// v into every block's copy of `*p`, lane l (< LAYER_CLUSTER) writing block l's: all 32
+// lanes call it with the same v.
+__device__ __forceinline__ void st_cluster_lanes(const float* p, float v, int lane) {
+    if (lane < LAYER_CLUSTER)
+        asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr(p, (uint32_t)lane)), "f"(v) : "memory");
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const uint32_t rank = cluster_rank();
+    const LayerSlice sl = layer_slice(p, (int)rank);
+    // Dynamic shared memory: the weight slice, the prologue's area (the widest input), then
+    // the values handed between phases.
+    uint8_t* wsl = smem;
+    unsigned char* pro = smem + p.slice_bytes;
+    const int widest = max(p.width, p.ffn);
+    float* qv = (float*)(pro + align16(widest / QK * (int)sizeof(BlockQ8)) + align16(widest * 4));
+    float* att = qv + p.n_head * p.head_dim;
+    float* x1 = att + p.width;
+    float* hbuf = x1 + p.width;
+    dependents_launch();
+    // The weights (constant during the step) before the wait.
+    for (int k = 0; k < sl.n_items; ++k) {
+        int ra, rb, h, i;
+        const LayerMat& m = p.m[layer_item(p, sl.item0 + k, &ra, &rb, &h, &i)];
+        uint8_t* dst = wsl + sl.off_item + k * sl.item_stride;
+        cp_async_bytes(dst, m.w + (size_t)ra * m.row_bytes, m.row_bytes);
+        cp_async_bytes(dst + sl.item_stride / 2, m.w + (size_t)rb * m.row_bytes, m.row_bytes);
+    }
+    cp_async_bytes(wsl + sl.off_o, p.m[LM_O].w + (size_t)sl.o0 * p.m[LM_O].row_bytes,
+                   sl.n_o * p.m[LM_O].row_bytes);
+    cp_async_bytes(wsl + sl.off_gate, p.m[LM_GATE].w + (size_t)sl.f0 * p.m[LM_GATE].row_bytes,
+                   sl.n_f * p.m[LM_GATE].row_bytes);
+    cp_async_bytes(wsl + sl.off_up, p.m[LM_UP].w + (size_t)sl.f0 * p.m[LM_UP].row_bytes,
+                   sl.n_f * p.m[LM_UP].row_bytes);
+    cp_async_bytes(wsl + sl.off_down, p.m[LM_DOWN].w + (size_t)sl.d0 * p.m[LM_DOWN].row_bytes,
+                   sl.n_d * p.m[LM_DOWN].row_bytes);
+    // Every block of the cluster has started before any writes into another's memory.
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    dependency_wait();
+    BlockQ8* q8;
+    BlockQ8K* q8k;
+    float* xs;
+    // A. Q/K/V with RoPE and the cache write.
+    {
+        PrologueParams in = {p.x, nullptr, p.attn_norm, p.width, p.eps, 0, 1, 0, 0};
+        prologue(in, pro, &q8, &q8k, &xs);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    const uint32_t pos = p.state->pos;
+    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+    const float* ang = p.angles + (size_t)pos * p.head_dim;
+    const int il = p.form & ROPE_INTERLEAVED;
+    for (int k = warp; k < sl.n_items; k += FUSE_WARPS) {
+        int ra, rb, h, i;
+        const int which = layer_item(p, sl.item0 + k, &ra, &rb, &h, &i);
+        const LayerMat& m = p.m[which];
+        const uint8_t* row = wsl + sl.off_item + k * sl.item_stride;
+        const uint8_t* w[2] = {row, row + sl.item_stride / 2};
+        float dots[2];
+        row_dot_warp<2>(m.type, w, p.width, xs, q8, q8k, dots);
+        // The epilogue of `qkv_rope` (lane 0's values, every lane computes the same).
+        float a = __shfl_sync(0xffffffffu, dots[0], 0), b = __shfl_sync(0xffffffffu, dots[1], 0);
+        if (which == LM_V) {
+            if (lane == 0) {
+                p.vcache[(size_t)pos * kv_dim + ra] = f2h(a);
+                p.vcache[(size_t)pos * kv_dim + rb] = f2h(b);
+            }
+        } else {
+            float na, nb;
+            rope_pair(a, b, ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb);
+            if (which == LM_Q) {
+                st_cluster_lanes(&qv[ra], na, lane);
+                st_cluster_lanes(&qv[rb], nb, lane);
+            } else if (lane == 0) {
+                const size_t at = (size_t)pos * kv_dim + h * p.head_dim;
+                p.kcache[at + lane_slot(i, half, il)] = f2h(na);
+                p.kcache[at + lane_slot(i + half, half, il)] = f2h(nb);
+            }
+        }
+    }
+    cluster_sync();
+    // B. Attention, one block per head (`attention_fused`'s `attend` on the same values).
+    const int len = (int)pos + 1;
+    const int group = p.n_head / p.n_kv;
+    for (int h = (int)rank; h < p.n_head; h += LAYER_CLUSTER) {
+        const int kvh = h / group;
+        attend(qv + h * p.head_dim, p.kcache + kvh * p.head_dim, p.vcache + kvh * p.head_dim,
+               kv_dim, p.head_dim, len, p.scale, false, il, xs);
+        __syncthreads();
+        for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+            const float v = xs[d];
+#pragma unroll
+            for (uint32_t r = 0; r < LAYER_CLUSTER; ++r)
+                asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr(&att[h * p.head_dim + d], r)),
+                             "f"(v) : "memory");
+        }
+        __syncthreads();
+    }
+    cluster_sync();
+    // C. The output projection and the residual.
+    {
+        PrologueParams in = {att, nullptr, nullptr, p.width, p.eps, 0, 1, 0, 0};
+        prologue(in, pro, &q8, &q8k, &xs);
+    }
+    for (int k = warp; k < sl.n_o; k += FUSE_WARPS) {
+        const int r = sl.o0 + k;
+        const uint8_t* w[1] = {wsl + sl.off_o + k * p.m[LM_O].row_bytes};
+        float dot[1];
+        row_dot_warp<1>(p.m[LM_O].type, w, p.width, xs, q8, q8k, dot);
+        const float v = __fadd_rn(p.x[r], __shfl_sync(0xffffffffu, dot[0], 0));
+        st_cluster_lanes(&x1[r], v, lane);
+    }
+    cluster_sync();
+    // D. The FFN norm, gate and up, and their SwiGLU product.
+    {
+        PrologueParams in = {x1, nullptr, p.ffn_norm, p.width, p.eps, 0, 1, 0, 0};
+        prologue(in, pro, &q8, &q8k, &xs);
+    }
+    const bool same = p.m[LM_GATE].type == p.m[LM_UP].type;
+    for (int k = warp; k < sl.n_f; k += FUSE_WARPS) {
+        const int r = sl.f0 + k;
+        const uint8_t* w[2] = {wsl + sl.off_gate + k * p.m[LM_GATE].row_bytes,
+                               wsl + sl.off_up + k * p.m[LM_UP].row_bytes};
+        float dots[2];
+        if (same) {
+            row_dot_warp<2>(p.m[LM_GATE].type, w, p.width, xs, q8, q8k, dots);
+        } else {
+            row_dot_warp<1>(p.m[LM_GATE].type, w, p.width, xs, q8, q8k, dots);
+            row_dot_warp<1>(p.m[LM_UP].type, w + 1, p.width, xs, q8, q8k, dots + 1);
+        }
+        const float g = __shfl_sync(0xffffffffu, dots[0], 0), u = __shfl_sync(0xffffffffu, dots[1], 0);
+        st_cluster_lanes(&hbuf[r], silu_mul(g, u), lane);
+    }
+    cluster_sync();
+    // E. The down projection and the residual.
+    {
+        PrologueParams in = {hbuf, nullptr, nullptr, p.ffn, p.eps, 0, 1, 0, 0};
+        prologue(in, pro, &q8, &q8k, &xs);
+    }
+    for (int k = warp; k < sl.n_d; k += FUSE_WARPS) {
+        const int r = sl.d0 + k;
+        const uint8_t* w[1] = {wsl + sl.off_down + k * p.m[LM_DOWN].row_bytes};
+        float dot[1];
+        row_dot_warp<1>(p.m[LM_DOWN].type, w, p.ffn, xs, q8, q8k, dot);
+        if (lane == 0) p.x[r] = __fadd_rn(x1[r], dot[0]);
+    }
+#else
+    __trap();  // launched only on compute capability 9.0 and later
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
 // sample_advance: the next token of the request into state.token and seq[pos + 1], then
 // state.pos += 1. One block of SAMPLE_THREADS; the last kernel of a step. While the step is
 // inside the prompt (pos + 1 < prompt_len) it only advances the position.
