@@ -198,7 +198,9 @@ fn fused_step_with_head_norms_equals_the_unfused_step() {
     same_logits(&mut u, &mut f, &tokens(200, 4096, 21), 4096);
 }
 
-/// Layers 0-2 of 8-bit block weights (Q4_1, Q4_0, Q8_0), layer 3 BF16 with an F16 down.
+/// Layers 0-2 of 8-bit block weights (Q4_1; Q4_0; Q8_0 Q/K/V with Q4_0 output and FFN, as
+/// a slice of all-Q8_0 rows would not fit a block's shared memory at this shape), layer 3
+/// BF16 with an F16 down.
 fn block_types(name: &str, _cols: usize) -> TensorType {
     let layer: usize = name
         .strip_prefix("blk.")
@@ -211,7 +213,14 @@ fn block_types(name: &str, _cols: usize) -> TensorType {
         match (layer % 4, name.contains("ffn_down")) {
             (0, _) => TensorType::Q4_1,
             (1, _) => TensorType::Q4_0,
-            (2, _) => TensorType::Q8_0,
+            (2, _)
+                if ["attn_q", "attn_k", "attn_v"]
+                    .iter()
+                    .any(|m| name.contains(m)) =>
+            {
+                TensorType::Q8_0
+            }
+            (2, _) => TensorType::Q4_0,
             (_, false) => TensorType::Bf16,
             (_, true) => TensorType::F16,
         }

@@ -1501,9 +1501,10 @@ fn layer_slice_max(model: &Model<'_>, mats: &[MatId; 7]) -> usize {
         .unwrap_or(0)
 }
 
-/// `steps` with each layer [`lower_layers`] accepts as one `layer` launch, where the
-/// layer's dynamic shared memory and the kernel's static shared memory fit `optin` (the
-/// device's per-block limit) and the device runs at least one such cluster; the dynamic
+/// `steps` with each layer [`lower_layers`] accepts as one `layer` launch, where the model's
+/// query width is its width, its rows are multiples of 4 bytes, the layer's dynamic shared
+/// memory and the kernel's static shared memory fit `optin` (the device's per-block limit)
+/// and the device runs at least one such cluster; the dynamic
 /// shared memory every `layer` launch asks for (0: no layer merged, the steps unchanged).
 ///
 /// # Errors
@@ -1529,7 +1530,15 @@ fn merge_layers(
     };
     let shape =
         hp.q_dim() == hp.n_embd && hp.n_head_kv > 0 && hp.n_head.is_multiple_of(hp.n_head_kv);
-    let fits = |s: &Step| shape && static_bytes + dynamic(s) <= optin as usize;
+    // The kernel copies rows 4 bytes at a time (`cp.async`): every row a multiple of 4
+    // bytes (a Q8_0 or Q4_0 row of an odd number of blocks is not).
+    let aligned = |s: &Step| match s {
+        Step::Layer { mats, .. } => mats
+            .iter()
+            .all(|&m| model.matrix(m).row_bytes().is_multiple_of(4)),
+        _ => false,
+    };
+    let fits = |s: &Step| shape && aligned(s) && static_bytes + dynamic(s) <= optin as usize;
     let merged = lower_layers(steps, &ty, &fits);
     let bytes = merged.iter().map(dynamic).max().unwrap_or(0);
     if bytes == 0 {
