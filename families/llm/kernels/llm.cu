@@ -1233,6 +1233,10 @@ __device__ void attend_weighted(AttnShared& sm, const uint16_t* kb, const uint16
 // (Hugging Face lane order); kb, vb: the cache rows' first element of the head's KV head;
 // `gemm`: the order of a multi-token forward chunk; `interleaved`: llama.cpp's lane order.
 // Every thread of the block calls it.
+// `kb` / `vb` are read with plain (coherent) loads, never `__ldg` / `ld.global.nc` nor through
+// `__restrict__` pointers: `layer` reads rows of the cache that other blocks of its cluster
+// wrote in the same launch (ordered by a cluster barrier), which the non-coherent path may
+// not see.
 __device__ __noinline__ void attend(const float* qh, const uint16_t* kb, const uint16_t* vb, int kv_dim,
                        int hd, int len, float scale, bool gemm, int interleaved, float* out) {
     __shared__ AttnShared sm;
@@ -1946,6 +1950,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(Attn
 // No block touches another's shared memory after the fourth barrier, so blocks may exit.
 // ---------------------------------------------------------------------------------------
 #define LAYER_CLUSTER 16
+// `attend` strides over ATT_THREADS threads and sizes its reductions by them; `layer` runs it
+// in blocks of FUSE_WARPS warps. `st_cluster_lanes` writes block l's copy from lane l.
+static_assert(FUSE_WARPS * 32 == ATT_THREADS, "layer runs attend: one block size");
+static_assert(LAYER_CLUSTER <= 32, "st_cluster_lanes: one lane per block of the cluster");
 
 // One matrix of the layer: `[rows, cols]` rows of `row_bytes` bytes of ggml type `type`.
 struct LayerMat {

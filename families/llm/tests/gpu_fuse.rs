@@ -268,7 +268,62 @@ fn layer_kernel_equals_the_fused_step_bit_for_bit() {
         decoder_opts(&m, 2176, true, true, false),
         decoder_opts(&m, 2176, true, true, true),
     );
+    if has_layer_clusters(&l) {
+        assert_eq!(l.launches(), 1 + 2 + 2);
+    }
     same_logits(&mut f, &mut l, &tokens(2100, 4096, 53), 4096);
+    // Other shapes: 20 query heads (blocks 0-3 attend over two heads each, `attend`'s shared
+    // memory reused), and a head_dim of 40 (200 Q/K/V items: blocks of 13, the last of 5)
+    // with gate and up of different types (two one-row chains instead of one two-row).
+    let heads20 = LlmConfig {
+        n_layer: 2,
+        n_embd: 640,
+        n_head: 20,
+        n_head_kv: 4,
+        head_dim: 32,
+        n_ff: 1024,
+        n_vocab: 4096,
+        n_ctx_train: 512,
+        ..tether_llm::testing::tiny_config()
+    };
+    let hd40 = LlmConfig {
+        n_layer: 2,
+        n_embd: 320,
+        n_head: 8,
+        n_head_kv: 1,
+        head_dim: 40,
+        n_ff: 1024,
+        n_vocab: 4096,
+        n_ctx_train: 512,
+        ..tether_llm::testing::tiny_config()
+    };
+    let gate_up_apart = |name: &str, _cols: usize| {
+        if name.contains("ffn_up") {
+            TensorType::Q4_0
+        } else if name == "token_embd.weight" {
+            TensorType::Q8_0
+        } else {
+            TensorType::Q4_1
+        }
+    };
+    for cfg in [heads20, hd40] {
+        let w = tether_llm::testing::random_weights(&cfg, &gate_up_apart);
+        let m = model(&cfg, &w);
+        let (mut f, mut l) = (
+            decoder_opts(&m, 512, true, true, false),
+            decoder_opts(&m, 512, true, true, true),
+        );
+        if has_layer_clusters(&l) {
+            assert_eq!(
+                l.launches(),
+                1 + 2 + 2,
+                "{} heads of {}",
+                cfg.n_head,
+                cfg.head_dim
+            );
+        }
+        same_logits(&mut f, &mut l, &tokens(300, 4096, 54), 4096);
+    }
 }
 
 /// Long spans: the fused step's attention (on SM 9.0 and later a cluster of blocks per head,
@@ -373,6 +428,9 @@ fn real_model_fused_equals_unfused() {
     let (m, _) = g.model_and_state();
     let (mut u, mut f) = (decoder(m, 512, false), decoder(m, 512, true));
     let mut l = decoder_opts(m, 512, true, true, true);
+    if has_layer_clusters(&l) {
+        assert_eq!(l.launches(), 1 + 30 + 2);
+    }
     eprintln!(
         "real model: {} launches unfused, {} fused, {} with the layer kernel; {}",
         u.launches(),

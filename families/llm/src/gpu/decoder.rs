@@ -1545,12 +1545,22 @@ fn merge_layers(
         return Ok((steps.to_vec(), 0));
     }
     let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-    kernels.layer.set_launch_limits(bytes, true)?;
-    let clusters = kernels.layer.max_active_clusters(
-        kernels::LAYER_CLUSTER,
-        kernels::FUSE_WARPS * 32,
-        bytes,
-    )?;
+    // A device or driver that refuses the limits or the cluster size keeps the five launches
+    // per layer (said in the log), as one where no cluster fits.
+    let clusters = kernels
+        .layer
+        .set_launch_limits(bytes, true)
+        .and_then(|()| {
+            kernels.layer.max_active_clusters(
+                kernels::LAYER_CLUSTER,
+                kernels::FUSE_WARPS * 32,
+                bytes,
+            )
+        })
+        .unwrap_or_else(|e| {
+            log::info!("layer kernel: {e}; 5 launches per layer");
+            0
+        });
     if clusters == 0 {
         log::info!(
             "layer kernel: no cluster of {} blocks with {bytes} bytes of shared memory fits this GPU; 5 launches per layer",
