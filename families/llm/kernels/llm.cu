@@ -1926,8 +1926,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(Attn
 // memory (Q, the attention output, the residual after the output projection, the SwiGLU
 // product) is written into every block's shared memory (distributed shared memory) instead.
 // Every value is computed by the same device functions in the same order as the fused
-// kernels (`prologue`, `row_dot_warp`, `rope_pair`, `attend`, `silu_mul`, the epilogues'
-// additions), so the logits stay the CPU engine's bit for bit.
+// kernels (`prologue`, `rope_pair`, `attend`, `silu_mul`, the epilogues' additions); a row's
+// dot product is `row_dot8`'s lane form (8 lanes a row, each lane its own chain over the
+// blocks, then the fixed 8-lane tree), the chains `row_dot_warp` reproduces with shuffles.
+// The weights are in shared memory here, so the plain form, with no shuffle per block, is
+// the fast one (the shuffles bound `row_dot_warp` when 16 SMs do a layer's rows); the logits
+// stay the CPU engine's bit for bit.
 //
 // Block b's rows of each phase (n / LAYER_CLUSTER rounded up, the last block fewer): items
 // [b * per, ...) of `qkv_rope` (rotated pairs of Q, of K, pairs of V rows), output rows,
@@ -1951,9 +1955,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(Attn
 // ---------------------------------------------------------------------------------------
 #define LAYER_CLUSTER 16
 // `attend` strides over ATT_THREADS threads and sizes its reductions by them; `layer` runs it
-// in blocks of FUSE_WARPS warps. `st_cluster_lanes` writes block l's copy from lane l.
+// in blocks of FUSE_WARPS warps.
 static_assert(FUSE_WARPS * 32 == ATT_THREADS, "layer runs attend: one block size");
-static_assert(LAYER_CLUSTER <= 32, "st_cluster_lanes: one lane per block of the cluster");
 
 // One matrix of the layer: `[rows, cols]` rows of `row_bytes` bytes of ggml type `type`.
 struct LayerMat {
@@ -2063,11 +2066,52 @@ __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.commit_group;\n\tcp.async.wait_all;" ::: "memory");
 }
 
-// v into every block's copy of `*p`, lane l (< LAYER_CLUSTER) writing block l's: all 32
-// lanes call it with the same v.
-__device__ __forceinline__ void st_cluster_lanes(const float* p, float v, int lane) {
-    if (lane < LAYER_CLUSTER)
-        asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr(p, (uint32_t)lane)), "f"(v) : "memory");
+// v into every block's copy of `*p`: lane l of an 8-lane group writes the copies of blocks
+// l, l + 8, ... (all 8 lanes call it with the same v).
+__device__ __forceinline__ void st_cluster_group(const float* p, float v, int l) {
+#pragma unroll
+    for (uint32_t r = (uint32_t)l; r < LAYER_CLUSTER; r += 8)
+        asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr(p, r)), "f"(v) : "memory");
+}
+
+// Lane l's chains of R rows of one Q8_0 / Q4_0 / Q4_1 type (`row_dot8`'s lane form: block
+// after block in order, acc = fma(a_u, b_u, acc), Q4_1's ext = fma(c_u, d_u, ext), each block's
+// terms `q32_terms`), the rows read from shared memory. No shuffles: the 8 lanes of a group
+// may run it while other groups of the warp take another type; `group_finish` then sums.
+template <int TYPE, int R>
+__device__ __forceinline__ void q32_lane_chain(const uint8_t* const* w, int nu, const BlockQ8* q8,
+                                               int l, float* acc, float* ext) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = ext[r] = 0.0f;
+#pragma unroll 6
+    for (int u = 0; u < nu; ++u) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            uint32_t dm, v;
+            float a, b, c, d;
+            q32_raw<TYPE>(w[r], u, l, &dm, &v);
+            q32_terms<TYPE>(dm, v, u, l, q8, &a, &b, &c, &d);
+            acc[r] = __fmaf_rn(a, b, acc[r]);
+            if (TYPE == T_Q4_1) ext[r] = __fmaf_rn(c, d, ext[r]);
+        }
+    }
+}
+
+template <int R>
+__device__ __forceinline__ void q32_lane(int type, const uint8_t* const* w, int cols,
+                                         const BlockQ8* q8, int l, float* acc, float* ext) {
+    switch (type) {
+        case T_Q8_0: q32_lane_chain<T_Q8_0, R>(w, cols / QK, q8, l, acc, ext); break;
+        case T_Q4_0: q32_lane_chain<T_Q4_0, R>(w, cols / QK, q8, l, acc, ext); break;
+        default: q32_lane_chain<T_Q4_1, R>(w, cols / QK, q8, l, acc, ext); break;
+    }
+}
+
+// The row's dot product from its lane chains (every lane of the group gets it): the fixed
+// 8-lane tree (`hsum8_group`), then Q4_1's + ext, as `row_dot_warp_t`. All 32 lanes call it.
+__device__ __forceinline__ float group_finish(int type, float acc, float ext) {
+    const float h = hsum8_group(acc);
+    return type == T_Q4_1 ? __fadd_rn(h, ext) : h;
 }
 #endif
 
@@ -2121,18 +2165,25 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
     const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
     const float* ang = p.angles + (size_t)pos * p.head_dim;
     const int il = p.form & ROPE_INTERLEAVED;
-    for (int k = warp; k < sl.n_items; k += FUSE_WARPS) {
+    // Every phase's rows go to the block's 8-lane groups, one row (or pair) a group and turn;
+    // the turns are the same for the whole warp (the last turn's idle groups repeat the last
+    // row and store nothing), so the shuffles of `group_finish` see all 32 lanes.
+    const int g = lane >> 3, l = lane & 7;
+    for (int k0 = warp * 4; k0 < sl.n_items; k0 += FUSE_WARPS * 4) {
+        const bool on = k0 + g < sl.n_items;
+        const int k = min(k0 + g, sl.n_items - 1);
         int ra, rb, h, i;
         const int which = layer_item(p, sl.item0 + k, &ra, &rb, &h, &i);
         const LayerMat& m = p.m[which];
         const uint8_t* row = wsl + sl.off_item + k * sl.item_stride;
         const uint8_t* w[2] = {row, row + sl.item_stride / 2};
-        float dots[2];
-        row_dot_warp<2>(m.type, w, p.width, xs, q8, q8k, dots);
-        // The epilogue of `qkv_rope` (lane 0's values, every lane computes the same).
-        float a = __shfl_sync(0xffffffffu, dots[0], 0), b = __shfl_sync(0xffffffffu, dots[1], 0);
+        float acc[2], ext[2];
+        q32_lane<2>(m.type, w, p.width, q8, l, acc, ext);
+        // The epilogue of `qkv_rope` (every lane of the group holds the same values).
+        const float a = group_finish(m.type, acc[0], ext[0]), b = group_finish(m.type, acc[1], ext[1]);
+        if (!on) continue;
         if (which == LM_V) {
-            if (lane == 0) {
+            if (l == 0) {
                 p.vcache[(size_t)pos * kv_dim + ra] = f2h(a);
                 p.vcache[(size_t)pos * kv_dim + rb] = f2h(b);
             }
@@ -2140,9 +2191,9 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
             float na, nb;
             rope_pair(a, b, ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb);
             if (which == LM_Q) {
-                st_cluster_lanes(&qv[ra], na, lane);
-                st_cluster_lanes(&qv[rb], nb, lane);
-            } else if (lane == 0) {
+                st_cluster_group(&qv[ra], na, l);
+                st_cluster_group(&qv[rb], nb, l);
+            } else if (l == 0) {
                 const size_t at = (size_t)pos * kv_dim + h * p.head_dim;
                 p.kcache[at + lane_slot(i, half, il)] = f2h(na);
                 p.kcache[at + lane_slot(i + half, half, il)] = f2h(nb);
@@ -2173,13 +2224,13 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         PrologueParams in = {att, nullptr, nullptr, p.width, p.eps, 0, 1, 0, 0};
         prologue(in, pro, &q8, &q8k, &xs);
     }
-    for (int k = warp; k < sl.n_o; k += FUSE_WARPS) {
-        const int r = sl.o0 + k;
+    for (int k0 = warp * 4; k0 < sl.n_o; k0 += FUSE_WARPS * 4) {
+        const int k = min(k0 + g, sl.n_o - 1), r = sl.o0 + k, type = p.m[LM_O].type;
         const uint8_t* w[1] = {wsl + sl.off_o + k * p.m[LM_O].row_bytes};
-        float dot[1];
-        row_dot_warp<1>(p.m[LM_O].type, w, p.width, xs, q8, q8k, dot);
-        const float v = __fadd_rn(p.x[r], __shfl_sync(0xffffffffu, dot[0], 0));
-        st_cluster_lanes(&x1[r], v, lane);
+        float acc[1], ext[1];
+        q32_lane<1>(type, w, p.width, q8, l, acc, ext);
+        const float dot = group_finish(type, acc[0], ext[0]);
+        if (k0 + g < sl.n_o) st_cluster_group(&x1[r], __fadd_rn(p.x[r], dot), l);
     }
     cluster_sync();
     // D. The FFN norm, gate and up, and their SwiGLU product.
@@ -2187,20 +2238,20 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         PrologueParams in = {x1, nullptr, p.ffn_norm, p.width, p.eps, 0, 1, 0, 0};
         prologue(in, pro, &q8, &q8k, &xs);
     }
-    const bool same = p.m[LM_GATE].type == p.m[LM_UP].type;
-    for (int k = warp; k < sl.n_f; k += FUSE_WARPS) {
-        const int r = sl.f0 + k;
+    const int tg = p.m[LM_GATE].type, tu = p.m[LM_UP].type;
+    for (int k0 = warp * 4; k0 < sl.n_f; k0 += FUSE_WARPS * 4) {
+        const int k = min(k0 + g, sl.n_f - 1), r = sl.f0 + k;
         const uint8_t* w[2] = {wsl + sl.off_gate + k * p.m[LM_GATE].row_bytes,
                                wsl + sl.off_up + k * p.m[LM_UP].row_bytes};
-        float dots[2];
-        if (same) {
-            row_dot_warp<2>(p.m[LM_GATE].type, w, p.width, xs, q8, q8k, dots);
+        float acc[2], ext[2];
+        if (tg == tu) {
+            q32_lane<2>(tg, w, p.width, q8, l, acc, ext);
         } else {
-            row_dot_warp<1>(p.m[LM_GATE].type, w, p.width, xs, q8, q8k, dots);
-            row_dot_warp<1>(p.m[LM_UP].type, w + 1, p.width, xs, q8, q8k, dots + 1);
+            q32_lane<1>(tg, w, p.width, q8, l, acc, ext);
+            q32_lane<1>(tu, w + 1, p.width, q8, l, acc + 1, ext + 1);
         }
-        const float g = __shfl_sync(0xffffffffu, dots[0], 0), u = __shfl_sync(0xffffffffu, dots[1], 0);
-        st_cluster_lanes(&hbuf[r], silu_mul(g, u), lane);
+        const float gv = group_finish(tg, acc[0], ext[0]), uv = group_finish(tu, acc[1], ext[1]);
+        if (k0 + g < sl.n_f) st_cluster_group(&hbuf[r], silu_mul(gv, uv), l);
     }
     cluster_sync();
     // E. The down projection and the residual.
@@ -2208,12 +2259,13 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         PrologueParams in = {hbuf, nullptr, nullptr, p.ffn, p.eps, 0, 1, 0, 0};
         prologue(in, pro, &q8, &q8k, &xs);
     }
-    for (int k = warp; k < sl.n_d; k += FUSE_WARPS) {
-        const int r = sl.d0 + k;
+    for (int k0 = warp * 4; k0 < sl.n_d; k0 += FUSE_WARPS * 4) {
+        const int k = min(k0 + g, sl.n_d - 1), r = sl.d0 + k, type = p.m[LM_DOWN].type;
         const uint8_t* w[1] = {wsl + sl.off_down + k * p.m[LM_DOWN].row_bytes};
-        float dot[1];
-        row_dot_warp<1>(p.m[LM_DOWN].type, w, p.ffn, xs, q8, q8k, dot);
-        if (lane == 0) p.x[r] = __fadd_rn(x1[r], dot[0]);
+        float acc[1], ext[1];
+        q32_lane<1>(type, w, p.ffn, q8, l, acc, ext);
+        const float dot = group_finish(type, acc[0], ext[0]);
+        if (k0 + g < sl.n_d && l == 0) p.x[r] = __fadd_rn(x1[r], dot);
     }
 #else
     __trap();  // launched only on compute capability 9.0 and later
