@@ -2115,12 +2115,34 @@ __device__ __forceinline__ float group_finish(int type, float acc, float ext) {
 }
 #endif
 
+#if defined(LAYER_PROFILE)
+// Timing harness only (runtime/gpu/s41-layer-prof.cu defines LAYER_PROFILE; the images
+// never do): thread 0 of each block stamps %globaltimer and clock64 at the phase
+// boundaries, layer p.pad, 16 stamps a block.
+__device__ unsigned long long layer_prof[64 * LAYER_CLUSTER * 16][2];
+#define LAYER_STAMP(k)                                                                        \
+    do {                                                                                      \
+        if (threadIdx.x == 0) {                                                               \
+            unsigned long long t_;                                                            \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                            \
+            const int at_ = ((p.pad & 63) * LAYER_CLUSTER + (int)rank) * 16 + (k);            \
+            layer_prof[at_][0] = t_;                                                          \
+            layer_prof[at_][1] = (unsigned long long)clock64();                               \
+        }                                                                                     \
+    } while (0)
+#else
+#define LAYER_STAMP(k) \
+    do {               \
+    } while (0)
+#endif
+
 extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(16) unsigned char smem[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const uint32_t rank = cluster_rank();
     const LayerSlice sl = layer_slice(p, (int)rank);
+    LAYER_STAMP(0);
     // Dynamic shared memory: the weight slice, the prologue's area (the widest input), then
     // the values handed between phases.
     uint8_t* wsl = smem;
@@ -2150,6 +2172,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
     // Every block of the cluster has started before any writes into another's memory.
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     dependency_wait();
+    LAYER_STAMP(1);
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* xs;
@@ -2158,10 +2181,12 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         PrologueParams in = {p.x, nullptr, p.attn_norm, p.width, p.eps, 0, 1, 0, 0};
         prologue(in, pro, &q8, &q8k, &xs);
     }
+    LAYER_STAMP(3);
     cp_async_wait_all();
     __syncthreads();
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     const uint32_t pos = p.state->pos;
+    LAYER_STAMP(2);
     const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
     const float* ang = p.angles + (size_t)pos * p.head_dim;
     const int il = p.form & ROPE_INTERLEAVED;
@@ -2200,7 +2225,9 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
             }
         }
     }
+    LAYER_STAMP(4);
     cluster_sync();
+    LAYER_STAMP(5);
     // B. Attention, one block per head (`attention_fused`'s `attend` on the same values).
     const int len = (int)pos + 1;
     const int group = p.n_head / p.n_kv;
@@ -2218,12 +2245,15 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         }
         __syncthreads();
     }
+    LAYER_STAMP(6);
     cluster_sync();
+    LAYER_STAMP(7);
     // C. The output projection and the residual.
     {
         PrologueParams in = {att, nullptr, nullptr, p.width, p.eps, 0, 1, 0, 0};
         prologue(in, pro, &q8, &q8k, &xs);
     }
+    LAYER_STAMP(8);
     for (int k0 = warp * 4; k0 < sl.n_o; k0 += FUSE_WARPS * 4) {
         const int k = min(k0 + g, sl.n_o - 1), r = sl.o0 + k, type = p.m[LM_O].type;
         const uint8_t* w[1] = {wsl + sl.off_o + k * p.m[LM_O].row_bytes};
@@ -2232,12 +2262,15 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         const float dot = group_finish(type, acc[0], ext[0]);
         if (k0 + g < sl.n_o) st_cluster_group(&x1[r], __fadd_rn(p.x[r], dot), l);
     }
+    LAYER_STAMP(9);
     cluster_sync();
+    LAYER_STAMP(10);
     // D. The FFN norm, gate and up, and their SwiGLU product.
     {
         PrologueParams in = {x1, nullptr, p.ffn_norm, p.width, p.eps, 0, 1, 0, 0};
         prologue(in, pro, &q8, &q8k, &xs);
     }
+    LAYER_STAMP(11);
     const int tg = p.m[LM_GATE].type, tu = p.m[LM_UP].type;
     for (int k0 = warp * 4; k0 < sl.n_f; k0 += FUSE_WARPS * 4) {
         const int k = min(k0 + g, sl.n_f - 1), r = sl.f0 + k;
@@ -2253,12 +2286,15 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         const float gv = group_finish(tg, acc[0], ext[0]), uv = group_finish(tu, acc[1], ext[1]);
         if (k0 + g < sl.n_f) st_cluster_group(&hbuf[r], silu_mul(gv, uv), l);
     }
+    LAYER_STAMP(12);
     cluster_sync();
+    LAYER_STAMP(13);
     // E. The down projection and the residual.
     {
         PrologueParams in = {hbuf, nullptr, nullptr, p.ffn, p.eps, 0, 1, 0, 0};
         prologue(in, pro, &q8, &q8k, &xs);
     }
+    LAYER_STAMP(14);
     for (int k0 = warp * 4; k0 < sl.n_d; k0 += FUSE_WARPS * 4) {
         const int k = min(k0 + g, sl.n_d - 1), r = sl.d0 + k, type = p.m[LM_DOWN].type;
         const uint8_t* w[1] = {wsl + sl.off_down + k * p.m[LM_DOWN].row_bytes};
@@ -2267,6 +2303,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         const float dot = group_finish(type, acc[0], ext[0]);
         if (k0 + g < sl.n_d && l == 0) p.x[r] = __fadd_rn(x1[r], dot);
     }
+    LAYER_STAMP(15);
 #else
     __trap();  // launched only on compute capability 9.0 and later
 #endif
