@@ -85,6 +85,71 @@ static T* upload(const std::vector<T>& v) {
     return dev;
 }
 
+
+// Micro-benchmarks of the prologue's parts on the values `x` holds (one block of
+// FUSE_WARPS warps, 64 repetitions, clock64 ticks a call): rms_scale_block, rms_scale_seq,
+// the bound of rms_scale_from (whether it needs the chain), prologue with a norm, and
+// attend at two spans.
+__global__ void __launch_bounds__(FUSE_WARPS * 32) micro(const float* x, const float* norm, int n,
+                                                         const uint16_t* kc, const uint16_t* vc,
+                                                         long long* out) {
+    extern __shared__ __align__(16) unsigned char sm_[];
+    float* xs = (float*)sm_;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = x[i];
+    __syncthreads();
+    volatile float sink = 0.0f;
+    long long t0 = clock64();
+    for (int r = 0; r < 64; ++r) sink = sink + rms_scale_block(xs, n, 1e-5f);
+    long long t1 = clock64();
+    if (threadIdx.x == 0) out[0] = (t1 - t0) / 64;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        t0 = clock64();
+        for (int r = 0; r < 64; ++r) sink = sink + rms_scale_seq(xs, n, 1e-5f);
+        t1 = clock64();
+        out[1] = (t1 - t0) / 64;
+        double t = 0.0;
+        for (int i = 0; i < n; ++i) t = __dadd_rn(t, (double)__fmul_rn(xs[i], xs[i]));
+        const double rel = (double)n * 0x1p-50;
+        const float lo = __double2float_rn(__ddiv_rn(__dmul_rd(t, 1.0 - rel), (double)n));
+        const float hi = __double2float_rn(__ddiv_rn(__dmul_ru(t, 1.0 + rel), (double)n));
+        out[2] = isfinite(t) ? (lo == hi ? 1 : 2) : 3;
+        out[7] = __double_as_longlong(t);
+    }
+    __syncthreads();
+    unsigned char* pro = sm_ + 16384;
+    BlockQ8* q8;
+    BlockQ8K* q8k;
+    float* px;
+    t0 = clock64();
+    for (int r = 0; r < 16; ++r) {
+        PrologueParams in = {x, nullptr, norm, n, 1e-5f, 0, 1, 0, 0};
+        prologue(in, pro, &q8, &q8k, &px);
+    }
+    t1 = clock64();
+    if (threadIdx.x == 0) out[3] = (t1 - t0) / 16;
+    t0 = clock64();
+    for (int r = 0; r < 16; ++r) {
+        PrologueParams in = {x, nullptr, nullptr, n, 1e-5f, 0, 1, 0, 0};
+        prologue(in, pro, &q8, &q8k, &px);
+    }
+    t1 = clock64();
+    if (threadIdx.x == 0) out[4] = (t1 - t0) / 16;
+    __syncthreads();
+    float* q = xs;
+    float* o = xs + 1024;
+    for (int len : {129, 2048}) {
+        t0 = clock64();
+        for (int r = 0; r < 8; ++r) {
+            attend(q, kc, vc, KV, HD, len, 0.125f, false, 0, o);
+            __syncthreads();
+        }
+        t1 = clock64();
+        if (threadIdx.x == 0) out[len == 129 ? 5 : 6] = (t1 - t0) / 8;
+    }
+    if (threadIdx.x == 0 && sink == 12345.0f) out[8] = 1;
+}
+
 int main() {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -243,6 +308,30 @@ int main() {
             }
             if (l < 8 || l % 5 == 0 || l == LAYERS - 1)
                 printf("%5d %12.2f %17.2f %9.2f\n", l, (en - t0) / 1e3, (wr - t0) / 1e3, (end - t0) / 1e3);
+        }
+    }
+    {
+        long long* out;
+        CK(cudaMalloc(&out, 16 * sizeof(long long)));
+        CK(cudaMemset(out, 0, 16 * sizeof(long long)));
+        CK(cudaFuncSetAttribute(micro, cudaFuncAttributeMaxDynamicSharedMemorySize, 65536));
+        for (int which = 0; which < 2; ++which) {
+            // which 0: the residual the layers left; 1: fresh values of unit scale.
+            if (which == 1) CK(cudaMemcpy(x, xs.data(), D * sizeof(float), cudaMemcpyHostToDevice));
+            std::vector<float> hx(D);
+            CK(cudaMemcpy(hx.data(), x, D * sizeof(float), cudaMemcpyDeviceToHost));
+            micro<<<1, FUSE_WARPS * 32, 65536, s>>>(x, norm, D, lp[0].kcache, lp[0].vcache, out);
+            CK(cudaStreamSynchronize(s));
+            long long h[16];
+            CK(cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost));
+            double t;
+            memcpy(&t, &h[7], 8);
+            printf("\nmicro (%s; x[0..3] %g %g %g, sum of squares %g): ticks a call\n",
+                   which == 0 ? "the residual after the replays" : "fresh x", hx[0], hx[1], hx[2], t);
+            printf("  rms_scale_block %lld, rms_scale_seq %lld, bound: %s\n", h[0], h[1],
+                   h[2] == 1 ? "tree suffices" : h[2] == 2 ? "needs the chain" : "not finite: the chain");
+            printf("  prologue with norm %lld, without %lld\n", h[3], h[4]);
+            printf("  attend len 129: %lld, len 2048: %lld\n", h[5], h[6]);
         }
     }
     return 0;
