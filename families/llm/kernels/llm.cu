@@ -1233,6 +1233,10 @@ __device__ void attend_weighted(AttnShared& sm, const uint16_t* kb, const uint16
 // (Hugging Face lane order); kb, vb: the cache rows' first element of the head's KV head;
 // `gemm`: the order of a multi-token forward chunk; `interleaved`: llama.cpp's lane order.
 // Every thread of the block calls it.
+// `kb` / `vb` are read with plain (coherent) loads, never `__ldg` / `ld.global.nc` nor through
+// `__restrict__` pointers: `layer` reads rows of the cache that other blocks of its cluster
+// wrote in the same launch (ordered by a cluster barrier), which the non-coherent path may
+// not see.
 __device__ __noinline__ void attend(const float* qh, const uint16_t* kb, const uint16_t* vb, int kv_dim,
                        int hd, int len, float scale, bool gemm, int interleaved, float* out) {
     __shared__ AttnShared sm;
@@ -1906,6 +1910,400 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(Attn
         for (int l = 0; l < 32; ++l) s[l] = sm.acc[l * dpb + dl];
         p.out[h * hd + d0 + dl] = reduce_gemv_arr(s);
     }
+#else
+    __trap();  // launched only on compute capability 9.0 and later
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// layer: a whole Llama-style layer of the decode step in one launch of one thread block
+// cluster of LAYER_CLUSTER blocks (compute capability 9.0 and later; launched with the
+// cluster dimension, a grid of LAYER_CLUSTER blocks, programmatic dependent launches; the
+// host takes it only where every matrix of the layer is Q8_0 / Q4_0 / Q4_1, no projection
+// has a bias and the block's slice of the weights fits its shared memory). The layer's five
+// fused launches (`qkv_rope`, `attention_fused`, `prep_matvec` x 3) become phases of one
+// kernel separated by cluster barriers; what a kernel boundary handed on through global
+// memory (Q, the attention output, the residual after the output projection, the SwiGLU
+// product) is written into every block's shared memory (distributed shared memory) instead.
+// Every value is computed by the same device functions in the same order as the fused
+// kernels (`prologue`, `rope_pair`, `attend`, `silu_mul`, the epilogues' additions); a row's
+// dot product is `row_dot8`'s lane form (8 lanes a row, each lane its own chain over the
+// blocks, then the fixed 8-lane tree), the chains `row_dot_warp` reproduces with shuffles.
+// The weights are in shared memory here, so the plain form, with no shuffle per block, is
+// the fast one (the shuffles bound `row_dot_warp` when 16 SMs do a layer's rows); the logits
+// stay the CPU engine's bit for bit.
+//
+// Block b's rows of each phase (n / LAYER_CLUSTER rounded up, the last block fewer): items
+// [b * per, ...) of `qkv_rope` (rotated pairs of Q, of K, pairs of V rows), output rows,
+// gate and up rows, down rows. Before `griddepcontrol.wait` the block copies all of them
+// into its shared memory (`cp.async`, 4 bytes a copy: rows are only 4-byte aligned), so a
+// layer's weights load while the earlier layers run; `griddepcontrol.launch_dependents`
+// comes first of all, so the next layers start (and load theirs) as soon as SMs are free.
+// Phases after the wait:
+//  A. prologue of the residual (RMSNorm, Q8 blocks); the block's Q/K/V items, rotated; Q
+//     into every block's `q`, K and V (f16) into the cache at the state's position
+//     (global memory, visible to the cluster after the barrier); cluster barrier;
+//  B. attention of heads b, b + LAYER_CLUSTER, ... (`attend`, one block per head, reading
+//     the cache as `attention_fused`), each head's output into every block's `att`;
+//     cluster barrier;
+//  C. prologue of `att`; the block's output rows: x1[r] = x[r] + dot (the residual) into
+//     every block's `x1`; cluster barrier;
+//  D. prologue of `x1` with the FFN norm; the block's gate and up rows, silu(g) * u
+//     (`silu_mul`) into every block's `hbuf`; cluster barrier;
+//  E. prologue of `hbuf`; the block's down rows: x[r] = x1[r] + dot into the residual.
+// No block touches another's shared memory after the fourth barrier, so blocks may exit.
+// ---------------------------------------------------------------------------------------
+#define LAYER_CLUSTER 16
+// `attend` strides over ATT_THREADS threads and sizes its reductions by them; `layer` runs it
+// in blocks of FUSE_WARPS warps.
+static_assert(FUSE_WARPS * 32 == ATT_THREADS, "layer runs attend: one block size");
+
+// One matrix of the layer: `[rows, cols]` rows of `row_bytes` bytes of ggml type `type`.
+struct LayerMat {
+    const uint8_t* w;
+    int type;
+    int row_bytes;
+};
+
+struct LayerParams {
+    float* x;                   // the residual [width]: read in A, written in E
+    const float* attn_norm;     // [width]
+    const float* ffn_norm;      // [width]
+    LayerMat m[7];              // q, k, v, o, gate, up, down
+    const float* angles;        // as `qkv_rope`'s
+    const DecodeState* state;
+    uint16_t* kcache;           // [n_ctx, kv_dim] f16 of this layer
+    uint16_t* vcache;
+    int width;                  // n_embd (= n_head * head_dim)
+    int ffn;                    // n_ff
+    int n_head;
+    int n_kv;
+    int head_dim;
+    int form;                   // ROPE_FUSED | ROPE_INTERLEAVED
+    float eps;                  // RMSNorm epsilon
+    float scale;                // 1 / sqrt(head_dim), as `AttnParams::scale`
+    int slice_bytes;            // the weight slice of the largest block (layer_slice)
+    int pad;
+};
+
+#define LM_Q 0
+#define LM_K 1
+#define LM_V 2
+#define LM_O 3
+#define LM_GATE 4
+#define LM_UP 5
+#define LM_DOWN 6
+
+// Where block b's rows of each phase lie in its weight slice (byte offsets, each region
+// 16-byte aligned) and how many there are. Mirrored by `layer_slice` in src/gpu/kernels.rs.
+struct LayerSlice {
+    int items, item0, n_items;   // Q/K/V items of all blocks, this block's first and count
+    int o0, n_o;                 // output rows
+    int f0, n_f;                 // gate rows = up rows
+    int d0, n_d;                 // down rows
+    int off_item, off_o, off_gate, off_up, off_down, bytes;
+    int item_stride;             // bytes of one item's two rows (the widest of Q, K, V)
+};
+
+__device__ __forceinline__ int align16(int v) { return (v + 15) & ~15; }
+
+__device__ __forceinline__ void layer_range(int n, int b, int* r0, int* count) {
+    const int per = (n + LAYER_CLUSTER - 1) / LAYER_CLUSTER;
+    *r0 = min(n, b * per);
+    *count = min(n, *r0 + per) - *r0;
+}
+
+__device__ LayerSlice layer_slice(const LayerParams& p, int b) {
+    LayerSlice s;
+    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+    s.items = (p.n_head + p.n_kv) * half + kv_dim / 2;
+    layer_range(s.items, b, &s.item0, &s.n_items);
+    layer_range(p.width, b, &s.o0, &s.n_o);
+    layer_range(p.ffn, b, &s.f0, &s.n_f);
+    layer_range(p.width, b, &s.d0, &s.n_d);
+    s.item_stride = 2 * max(p.m[LM_Q].row_bytes, max(p.m[LM_K].row_bytes, p.m[LM_V].row_bytes));
+    s.off_item = 0;
+    s.off_o = align16(s.off_item + s.n_items * s.item_stride);
+    s.off_gate = align16(s.off_o + s.n_o * p.m[LM_O].row_bytes);
+    s.off_up = align16(s.off_gate + s.n_f * p.m[LM_GATE].row_bytes);
+    s.off_down = align16(s.off_up + s.n_f * p.m[LM_UP].row_bytes);
+    s.bytes = align16(s.off_down + s.n_d * p.m[LM_DOWN].row_bytes);
+    return s;
+}
+
+// Item it of `qkv_rope`: its matrix (LM_Q, LM_K, LM_V) and its two rows (a rotated pair
+// (h, i), (h, i + half) of Q or K; V rows 2v, 2v + 1).
+__device__ __forceinline__ int layer_item(const LayerParams& p, int it, int* ra, int* rb, int* h, int* i) {
+    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+    const int q_pairs = p.n_head * half, k_pairs = p.n_kv * half;
+    (void)kv_dim;
+    if (it >= q_pairs + k_pairs) {
+        *ra = 2 * (it - q_pairs - k_pairs);
+        *rb = *ra + 1;
+        *h = 0;
+        *i = 0;
+        return LM_V;
+    }
+    const bool is_k = it >= q_pairs;
+    const int t = is_k ? it - q_pairs : it;
+    *h = t / half;
+    *i = t % half;
+    *ra = *h * p.head_dim + *i;
+    *rb = *ra + half;
+    return is_k ? LM_K : LM_Q;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// `bytes` bytes (a multiple of 4, both addresses 4-aligned) from global memory into this
+// block's shared memory, asynchronously (`cp.async`, completed by `cp_async_wait_all`).
+__device__ __forceinline__ void cp_async_bytes(uint8_t* dst, const uint8_t* src, int bytes) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    for (int o = threadIdx.x * 4; o < bytes; o += blockDim.x * 4)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d + o), "l"(src + o) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_all;" ::: "memory");
+}
+
+// v into every block's copy of `*p`: lane l of an 8-lane group writes the copies of blocks
+// l, l + 8, ... (all 8 lanes call it with the same v).
+__device__ __forceinline__ void st_cluster_group(const float* p, float v, int l) {
+#pragma unroll
+    for (uint32_t r = (uint32_t)l; r < LAYER_CLUSTER; r += 8)
+        asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr(p, r)), "f"(v) : "memory");
+}
+
+// Lane l's chains of R rows of one Q8_0 / Q4_0 / Q4_1 type (`row_dot8`'s lane form: block
+// after block in order, acc = fma(a_u, b_u, acc), Q4_1's ext = fma(c_u, d_u, ext), each block's
+// terms `q32_terms`), the rows read from shared memory. No shuffles: the 8 lanes of a group
+// may run it while other groups of the warp take another type; `group_finish` then sums.
+template <int TYPE, int R>
+__device__ __forceinline__ void q32_lane_chain(const uint8_t* const* w, int nu, const BlockQ8* q8,
+                                               int l, float* acc, float* ext) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = ext[r] = 0.0f;
+#pragma unroll 6
+    for (int u = 0; u < nu; ++u) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            uint32_t dm, v;
+            float a, b, c, d;
+            q32_raw<TYPE>(w[r], u, l, &dm, &v);
+            q32_terms<TYPE>(dm, v, u, l, q8, &a, &b, &c, &d);
+            acc[r] = __fmaf_rn(a, b, acc[r]);
+            if (TYPE == T_Q4_1) ext[r] = __fmaf_rn(c, d, ext[r]);
+        }
+    }
+}
+
+template <int R>
+__device__ __forceinline__ void q32_lane(int type, const uint8_t* const* w, int cols,
+                                         const BlockQ8* q8, int l, float* acc, float* ext) {
+    switch (type) {
+        case T_Q8_0: q32_lane_chain<T_Q8_0, R>(w, cols / QK, q8, l, acc, ext); break;
+        case T_Q4_0: q32_lane_chain<T_Q4_0, R>(w, cols / QK, q8, l, acc, ext); break;
+        default: q32_lane_chain<T_Q4_1, R>(w, cols / QK, q8, l, acc, ext); break;
+    }
+}
+
+// The row's dot product from its lane chains (every lane of the group gets it): the fixed
+// 8-lane tree (`hsum8_group`), then Q4_1's + ext, as `row_dot_warp_t`. All 32 lanes call it.
+__device__ __forceinline__ float group_finish(int type, float acc, float ext) {
+    const float h = hsum8_group(acc);
+    return type == T_Q4_1 ? __fadd_rn(h, ext) : h;
+}
+#endif
+
+#if defined(LAYER_PROFILE)
+// Timing harness only (runtime/gpu/s41-layer-prof.cu defines LAYER_PROFILE; the images
+// never do): thread 0 of each block stamps %globaltimer and clock64 at the phase
+// boundaries, layer p.pad, 16 stamps a block.
+__device__ unsigned long long layer_prof[64 * LAYER_CLUSTER * 16][2];
+#define LAYER_STAMP(k)                                                                        \
+    do {                                                                                      \
+        if (threadIdx.x == 0) {                                                               \
+            unsigned long long t_;                                                            \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                            \
+            const int at_ = ((p.pad & 63) * LAYER_CLUSTER + (int)rank) * 16 + (k);            \
+            layer_prof[at_][0] = t_;                                                          \
+            layer_prof[at_][1] = (unsigned long long)clock64();                               \
+        }                                                                                     \
+    } while (0)
+#else
+#define LAYER_STAMP(k) \
+    do {               \
+    } while (0)
+#endif
+
+extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const uint32_t rank = cluster_rank();
+    const LayerSlice sl = layer_slice(p, (int)rank);
+    LAYER_STAMP(0);
+    // Dynamic shared memory: the weight slice, the prologue's area (the widest input), then
+    // the values handed between phases.
+    uint8_t* wsl = smem;
+    unsigned char* pro = smem + p.slice_bytes;
+    const int widest = max(p.width, p.ffn);
+    float* qv = (float*)(pro + align16(widest / QK * (int)sizeof(BlockQ8)) + align16(widest * 4));
+    float* att = qv + p.n_head * p.head_dim;
+    float* x1 = att + p.width;
+    float* hbuf = x1 + p.width;
+    dependents_launch();
+    // The weights (constant during the step) before the wait.
+    for (int k = 0; k < sl.n_items; ++k) {
+        int ra, rb, h, i;
+        const LayerMat& m = p.m[layer_item(p, sl.item0 + k, &ra, &rb, &h, &i)];
+        uint8_t* dst = wsl + sl.off_item + k * sl.item_stride;
+        cp_async_bytes(dst, m.w + (size_t)ra * m.row_bytes, m.row_bytes);
+        cp_async_bytes(dst + sl.item_stride / 2, m.w + (size_t)rb * m.row_bytes, m.row_bytes);
+    }
+    cp_async_bytes(wsl + sl.off_o, p.m[LM_O].w + (size_t)sl.o0 * p.m[LM_O].row_bytes,
+                   sl.n_o * p.m[LM_O].row_bytes);
+    cp_async_bytes(wsl + sl.off_gate, p.m[LM_GATE].w + (size_t)sl.f0 * p.m[LM_GATE].row_bytes,
+                   sl.n_f * p.m[LM_GATE].row_bytes);
+    cp_async_bytes(wsl + sl.off_up, p.m[LM_UP].w + (size_t)sl.f0 * p.m[LM_UP].row_bytes,
+                   sl.n_f * p.m[LM_UP].row_bytes);
+    cp_async_bytes(wsl + sl.off_down, p.m[LM_DOWN].w + (size_t)sl.d0 * p.m[LM_DOWN].row_bytes,
+                   sl.n_d * p.m[LM_DOWN].row_bytes);
+    // Every block of the cluster has started before any writes into another's memory.
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    dependency_wait();
+    LAYER_STAMP(1);
+    BlockQ8* q8;
+    BlockQ8K* q8k;
+    float* xs;
+    // A. Q/K/V with RoPE and the cache write.
+    {
+        PrologueParams in = {p.x, nullptr, p.attn_norm, p.width, p.eps, 0, 1, 0, 0};
+        prologue(in, pro, &q8, &q8k, &xs);
+    }
+    LAYER_STAMP(3);
+    cp_async_wait_all();
+    __syncthreads();
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    const uint32_t pos = p.state->pos;
+    LAYER_STAMP(2);
+    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+    const float* ang = p.angles + (size_t)pos * p.head_dim;
+    const int il = p.form & ROPE_INTERLEAVED;
+    // Every phase's rows go to the block's 8-lane groups, one row (or pair) a group and turn;
+    // the turns are the same for the whole warp (the last turn's idle groups repeat the last
+    // row and store nothing), so the shuffles of `group_finish` see all 32 lanes.
+    const int g = lane >> 3, l = lane & 7;
+    for (int k0 = warp * 4; k0 < sl.n_items; k0 += FUSE_WARPS * 4) {
+        const bool on = k0 + g < sl.n_items;
+        const int k = min(k0 + g, sl.n_items - 1);
+        int ra, rb, h, i;
+        const int which = layer_item(p, sl.item0 + k, &ra, &rb, &h, &i);
+        const LayerMat& m = p.m[which];
+        const uint8_t* row = wsl + sl.off_item + k * sl.item_stride;
+        const uint8_t* w[2] = {row, row + sl.item_stride / 2};
+        float acc[2], ext[2];
+        q32_lane<2>(m.type, w, p.width, q8, l, acc, ext);
+        // The epilogue of `qkv_rope` (every lane of the group holds the same values).
+        const float a = group_finish(m.type, acc[0], ext[0]), b = group_finish(m.type, acc[1], ext[1]);
+        if (!on) continue;
+        if (which == LM_V) {
+            if (l == 0) {
+                p.vcache[(size_t)pos * kv_dim + ra] = f2h(a);
+                p.vcache[(size_t)pos * kv_dim + rb] = f2h(b);
+            }
+        } else {
+            float na, nb;
+            rope_pair(a, b, ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb);
+            if (which == LM_Q) {
+                st_cluster_group(&qv[ra], na, l);
+                st_cluster_group(&qv[rb], nb, l);
+            } else if (l == 0) {
+                const size_t at = (size_t)pos * kv_dim + h * p.head_dim;
+                p.kcache[at + lane_slot(i, half, il)] = f2h(na);
+                p.kcache[at + lane_slot(i + half, half, il)] = f2h(nb);
+            }
+        }
+    }
+    LAYER_STAMP(4);
+    cluster_sync();
+    LAYER_STAMP(5);
+    // B. Attention, one block per head (`attention_fused`'s `attend` on the same values).
+    const int len = (int)pos + 1;
+    const int group = p.n_head / p.n_kv;
+    for (int h = (int)rank; h < p.n_head; h += LAYER_CLUSTER) {
+        const int kvh = h / group;
+        attend(qv + h * p.head_dim, p.kcache + kvh * p.head_dim, p.vcache + kvh * p.head_dim,
+               kv_dim, p.head_dim, len, p.scale, false, il, xs);
+        __syncthreads();
+        for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+            const float v = xs[d];
+#pragma unroll
+            for (uint32_t r = 0; r < LAYER_CLUSTER; ++r)
+                asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr(&att[h * p.head_dim + d], r)),
+                             "f"(v) : "memory");
+        }
+        __syncthreads();
+    }
+    LAYER_STAMP(6);
+    cluster_sync();
+    LAYER_STAMP(7);
+    // C. The output projection and the residual.
+    {
+        PrologueParams in = {att, nullptr, nullptr, p.width, p.eps, 0, 1, 0, 0};
+        prologue(in, pro, &q8, &q8k, &xs);
+    }
+    LAYER_STAMP(8);
+    for (int k0 = warp * 4; k0 < sl.n_o; k0 += FUSE_WARPS * 4) {
+        const int k = min(k0 + g, sl.n_o - 1), r = sl.o0 + k, type = p.m[LM_O].type;
+        const uint8_t* w[1] = {wsl + sl.off_o + k * p.m[LM_O].row_bytes};
+        float acc[1], ext[1];
+        q32_lane<1>(type, w, p.width, q8, l, acc, ext);
+        const float dot = group_finish(type, acc[0], ext[0]);
+        if (k0 + g < sl.n_o) st_cluster_group(&x1[r], __fadd_rn(p.x[r], dot), l);
+    }
+    LAYER_STAMP(9);
+    cluster_sync();
+    LAYER_STAMP(10);
+    // D. The FFN norm, gate and up, and their SwiGLU product.
+    {
+        PrologueParams in = {x1, nullptr, p.ffn_norm, p.width, p.eps, 0, 1, 0, 0};
+        prologue(in, pro, &q8, &q8k, &xs);
+    }
+    LAYER_STAMP(11);
+    const int tg = p.m[LM_GATE].type, tu = p.m[LM_UP].type;
+    for (int k0 = warp * 4; k0 < sl.n_f; k0 += FUSE_WARPS * 4) {
+        const int k = min(k0 + g, sl.n_f - 1), r = sl.f0 + k;
+        const uint8_t* w[2] = {wsl + sl.off_gate + k * p.m[LM_GATE].row_bytes,
+                               wsl + sl.off_up + k * p.m[LM_UP].row_bytes};
+        float acc[2], ext[2];
+        if (tg == tu) {
+            q32_lane<2>(tg, w, p.width, q8, l, acc, ext);
+        } else {
+            q32_lane<1>(tg, w, p.width, q8, l, acc, ext);
+            q32_lane<1>(tu, w + 1, p.width, q8, l, acc + 1, ext + 1);
+        }
+        const float gv = group_finish(tg, acc[0], ext[0]), uv = group_finish(tu, acc[1], ext[1]);
+        if (k0 + g < sl.n_f) st_cluster_group(&hbuf[r], silu_mul(gv, uv), l);
+    }
+    LAYER_STAMP(12);
+    cluster_sync();
+    LAYER_STAMP(13);
+    // E. The down projection and the residual.
+    {
+        PrologueParams in = {hbuf, nullptr, nullptr, p.ffn, p.eps, 0, 1, 0, 0};
+        prologue(in, pro, &q8, &q8k, &xs);
+    }
+    LAYER_STAMP(14);
+    for (int k0 = warp * 4; k0 < sl.n_d; k0 += FUSE_WARPS * 4) {
+        const int k = min(k0 + g, sl.n_d - 1), r = sl.d0 + k, type = p.m[LM_DOWN].type;
+        const uint8_t* w[1] = {wsl + sl.off_down + k * p.m[LM_DOWN].row_bytes};
+        float acc[1], ext[1];
+        q32_lane<1>(type, w, p.ffn, q8, l, acc, ext);
+        const float dot = group_finish(type, acc[0], ext[0]);
+        if (k0 + g < sl.n_d && l == 0) p.x[r] = __fadd_rn(x1[r], dot);
+    }
+    LAYER_STAMP(15);
 #else
     __trap();  // launched only on compute capability 9.0 and later
 #endif

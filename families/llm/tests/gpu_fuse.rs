@@ -70,6 +70,18 @@ fn decoder_with(
     fused: bool,
     dependent_launch: bool,
 ) -> GpuDecoder {
+    decoder_opts(model, context, fused, dependent_launch, false)
+}
+
+/// [`decoder_with`], with `layer_kernel` (each layer of 8-bit block weights one cluster
+/// launch, on compute capability 9.0 and later).
+fn decoder_opts(
+    model: &Model<'_>,
+    context: usize,
+    fused: bool,
+    dependent_launch: bool,
+    layer_kernel: bool,
+) -> GpuDecoder {
     GpuDecoder::new(
         model,
         GpuOptions {
@@ -80,6 +92,7 @@ fn decoder_with(
             // Decode only: teacher forcing runs the decode step per position.
             prefill_chunk: 0,
             dependent_launch,
+            layer_kernel,
             prompt_batch: 512,
         },
     )
@@ -185,6 +198,134 @@ fn fused_step_with_head_norms_equals_the_unfused_step() {
     same_logits(&mut u, &mut f, &tokens(200, 4096, 21), 4096);
 }
 
+/// Layers 0-2 of 8-bit block weights (Q4_1; Q4_0; Q8_0 Q/K/V with Q4_0 output and FFN, as
+/// a slice of all-Q8_0 rows would not fit a block's shared memory at this shape), layer 3
+/// BF16 with an F16 down.
+fn block_types(name: &str, _cols: usize) -> TensorType {
+    let layer: usize = name
+        .strip_prefix("blk.")
+        .and_then(|r| r.split('.').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    if name == "token_embd.weight" {
+        TensorType::Q8_0
+    } else {
+        match (layer % 4, name.contains("ffn_down")) {
+            (0, _) => TensorType::Q4_1,
+            (1, _) => TensorType::Q4_0,
+            (2, _)
+                if ["attn_q", "attn_k", "attn_v"]
+                    .iter()
+                    .any(|m| name.contains(m)) =>
+            {
+                TensorType::Q8_0
+            }
+            (2, _) => TensorType::Q4_0,
+            (_, false) => TensorType::Bf16,
+            (_, true) => TensorType::F16,
+        }
+    }
+}
+
+/// Whether this GPU runs the layer kernel (a 16-block cluster: compute capability 9.0 and
+/// later); judged by name for the data-center parts the evidence runs on.
+fn has_layer_clusters(d: &GpuDecoder) -> bool {
+    ["H100", "H200", "GH200", "B200", "B100", "GB200"]
+        .iter()
+        .any(|n| d.device_name().contains(n))
+}
+
+/// The layer kernel (each layer of 8-bit block weights one launch of a 16-block cluster)
+/// against the fused step: the same logits bit for bit, teacher forced over 300 positions and
+/// over 2,100 (the attention's longer spans), and the same greedy and sampled tokens; layers
+/// 0-2 merged (Q4_1, Q4_0, Q8_0), layer 3 (BF16) keeping its five launches.
+fn layer_kernel_equals_the_fused_step_bit_for_bit() {
+    let cfg = smollm2_shape(4, false);
+    let w = tether_llm::testing::random_weights(&cfg, &block_types);
+    let m = model(&cfg, &w);
+    let (mut f, mut l) = (
+        decoder_opts(&m, 2176, true, true, false),
+        decoder_opts(&m, 2176, true, true, true),
+    );
+    eprintln!(
+        "fused {} launches, layer kernel {}: {}",
+        f.launches(),
+        l.launches(),
+        l.check_summary()
+    );
+    assert_eq!(f.launches(), 1 + 5 * 4 + 2);
+    if has_layer_clusters(&l) {
+        assert_eq!(l.launches(), 1 + 3 + 5 + 2);
+    }
+    let n_vocab = cfg.n_vocab as usize;
+    same_logits(&mut f, &mut l, &tokens(300, n_vocab, 51), n_vocab);
+    same_tokens(&mut f, &mut l, &tokens(9, n_vocab, 52), 120);
+    let mut long = smollm2_shape(2, false);
+    long.n_vocab = 4096;
+    let w = tether_llm::testing::random_weights(&long, &|_, _| TensorType::Q4_1);
+    let m = model(&long, &w);
+    let (mut f, mut l) = (
+        decoder_opts(&m, 2176, true, true, false),
+        decoder_opts(&m, 2176, true, true, true),
+    );
+    if has_layer_clusters(&l) {
+        assert_eq!(l.launches(), 1 + 2 + 2);
+    }
+    same_logits(&mut f, &mut l, &tokens(2100, 4096, 53), 4096);
+    // Other shapes: 20 query heads (blocks 0-3 attend over two heads each, `attend`'s shared
+    // memory reused), and a head_dim of 40 (200 Q/K/V items: blocks of 13, the last of 5)
+    // with gate and up of different types (two one-row chains instead of one two-row).
+    let heads20 = LlmConfig {
+        n_layer: 2,
+        n_embd: 640,
+        n_head: 20,
+        n_head_kv: 4,
+        head_dim: 32,
+        n_ff: 1024,
+        n_vocab: 4096,
+        n_ctx_train: 512,
+        ..tether_llm::testing::tiny_config()
+    };
+    let hd40 = LlmConfig {
+        n_layer: 2,
+        n_embd: 320,
+        n_head: 8,
+        n_head_kv: 1,
+        head_dim: 40,
+        n_ff: 1024,
+        n_vocab: 4096,
+        n_ctx_train: 512,
+        ..tether_llm::testing::tiny_config()
+    };
+    let gate_up_apart = |name: &str, _cols: usize| {
+        if name.contains("ffn_up") {
+            TensorType::Q4_0
+        } else if name == "token_embd.weight" {
+            TensorType::Q8_0
+        } else {
+            TensorType::Q4_1
+        }
+    };
+    for cfg in [heads20, hd40] {
+        let w = tether_llm::testing::random_weights(&cfg, &gate_up_apart);
+        let m = model(&cfg, &w);
+        let (mut f, mut l) = (
+            decoder_opts(&m, 512, true, true, false),
+            decoder_opts(&m, 512, true, true, true),
+        );
+        if has_layer_clusters(&l) {
+            assert_eq!(
+                l.launches(),
+                1 + 2 + 2,
+                "{} heads of {}",
+                cfg.n_head,
+                cfg.head_dim
+            );
+        }
+        same_logits(&mut f, &mut l, &tokens(300, 4096, 54), 4096);
+    }
+}
+
 /// Long spans: the fused step's attention (on SM 9.0 and later a cluster of blocks per head,
 /// each a share of the positions and of the head's dims) against the unfused step's (one
 /// block per head), teacher forced: every split of the span over the cluster's blocks, from
@@ -251,8 +392,12 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
             1e3 / mu[i]
         );
     }
-    for (name, dependent) in [("fused", false), ("fused + dependent launches", true)] {
-        let mut f = decoder_with(&m, context, true, dependent);
+    for (name, dependent, layer) in [
+        ("fused", false, false),
+        ("fused + dependent launches", true, false),
+        ("fused + dependent launches + layer kernel", true, true),
+    ] {
+        let mut f = decoder_opts(&m, context, true, dependent, layer);
         eprintln!("{name}: {}", f.check_summary());
         same_logits(&mut u, &mut f, &seq, n_vocab);
         for (i, at) in [128, 2048].into_iter().enumerate() {
@@ -267,8 +412,9 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
     }
 }
 
-/// The real model: both decoders' teacher-forced logits over the four golden chats (prompt
-/// and llama.cpp's answer) equal bit for bit.
+/// The real model: the three decoders' (unfused, fused, fused with the layer kernel)
+/// teacher-forced logits over the four golden chats (prompt and llama.cpp's answer) equal
+/// bit for bit.
 fn real_model_fused_equals_unfused() {
     let mut g = tether_llm::generate::Generator::open(
         tether_testkit::asset(REAL_MODEL),
@@ -281,11 +427,16 @@ fn real_model_fused_equals_unfused() {
     let n_vocab = g.config().n_vocab as usize;
     let (m, _) = g.model_and_state();
     let (mut u, mut f) = (decoder(m, 512, false), decoder(m, 512, true));
+    let mut l = decoder_opts(m, 512, true, true, true);
+    if has_layer_clusters(&l) {
+        assert_eq!(l.launches(), 1 + 30 + 2);
+    }
     eprintln!(
-        "real model: {} launches unfused, {} fused; {}",
+        "real model: {} launches unfused, {} fused, {} with the layer kernel; {}",
         u.launches(),
         f.launches(),
-        f.check_summary()
+        l.launches(),
+        l.check_summary()
     );
     let v: serde_json::Value =
         serde_json::from_str(include_str!("../golden/chat.json")).expect("json");
@@ -296,6 +447,7 @@ fn real_model_fused_equals_unfused() {
             .map(|i| i.as_u64().expect("id") as u32)
             .collect();
         same_logits(&mut u, &mut f, &seq, n_vocab);
+        same_logits(&mut u, &mut l, &seq, n_vocab);
     }
 }
 
@@ -312,6 +464,10 @@ fn main() {
         .test(
             "fused_step_with_head_norms_equals_the_unfused_step",
             fused_step_with_head_norms_equals_the_unfused_step,
+        )
+        .test(
+            "layer_kernel_equals_the_fused_step_bit_for_bit",
+            layer_kernel_equals_the_fused_step_bit_for_bit,
         )
         .test(
             "fused_and_unfused_step_speeds_on_the_smollm2_shape",

@@ -84,6 +84,7 @@ fn decoder(m: &Model<'_>, context: usize, fused: bool, prefill_chunk: usize) -> 
             fused,
             prefill_chunk,
             dependent_launch: fused,
+            layer_kernel: false,
             prompt_batch: PROMPT_BATCH,
         },
     )

@@ -43,6 +43,9 @@ pub struct DeviceProperties {
     pub multiprocessors: u32,
     /// L2 cache in bytes.
     pub l2_bytes: u32,
+    /// Shared memory one block may use when its kernel opts in, bytes
+    /// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`: 227 KiB on an H100 / H200).
+    pub shared_per_block_optin: u32,
     /// The device can map page-locked host memory into its address space.
     pub can_map_host_memory: bool,
     /// The device can access pageable host memory coherently (e.g. Grace Hopper, Thor).
@@ -138,6 +141,10 @@ pub fn properties(ordinal: usize) -> Result<DeviceProperties, CudaError> {
         total_memory: total,
         multiprocessors: attr(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
         l2_bytes: attr(dev, A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u32,
+        shared_per_block_optin: attr(
+            dev,
+            A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )? as u32,
         can_map_host_memory: attr(dev, A::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)? != 0,
         pageable_memory_access: attr(dev, A::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS)? != 0,
         driver_version: drv.version,

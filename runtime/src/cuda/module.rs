@@ -12,7 +12,7 @@ use std::ffi::{CString, c_void};
 use cudarc::driver::sys;
 
 use super::device::Context;
-use super::error::{CudaError, check};
+use super::error::{CudaError, DriverError, check};
 
 /// One embedded kernel image.
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +64,105 @@ impl Function {
     /// The raw handle.
     pub fn raw(self) -> sys::CUfunction {
         self.0
+    }
+
+    /// Static shared memory of the kernel, bytes (`CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub fn static_shared_bytes(self) -> Result<u32, DriverError> {
+        let mut v = 0;
+        // SAFETY: writes one int; the function handle is valid while its module lives.
+        unsafe {
+            check(
+                "cuFuncGetAttribute",
+                sys::cuFuncGetAttribute(
+                    &mut v,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                    self.0,
+                ),
+            )
+        }?;
+        Ok(u32::try_from(v).unwrap_or(0))
+    }
+
+    /// Let launches of the kernel ask for up to `bytes` of dynamic shared memory (beyond the
+    /// 48 KiB every kernel may take; at most the device's opt-in limit less the static
+    /// shared memory) and, with `non_portable_cluster`, thread block clusters of more than 8
+    /// blocks (16 on compute capability 9.0). Set once at load, before any launch.
+    ///
+    /// # Errors
+    /// The driver's error (e.g. `CUDA_ERROR_INVALID_VALUE` for more than the device allows).
+    pub fn set_launch_limits(
+        self,
+        bytes: u32,
+        non_portable_cluster: bool,
+    ) -> Result<(), DriverError> {
+        let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+        // SAFETY: sets attributes of a valid function handle.
+        unsafe {
+            check(
+                "cuFuncSetAttribute",
+                sys::cuFuncSetAttribute(
+                    self.0,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes,
+                ),
+            )?;
+            if non_portable_cluster {
+                check(
+                    "cuFuncSetAttribute",
+                    sys::cuFuncSetAttribute(
+                        self.0,
+                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                        1,
+                    ),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// How many clusters of `cluster` blocks of `block` threads with `shared_bytes` of
+    /// dynamic shared memory the device can run at once (`cuOccupancyMaxActiveClusters`): 0
+    /// when not even one fits (a launch would fail).
+    ///
+    /// # Errors
+    /// The driver's error (e.g. a cluster size the kernel does not allow).
+    pub fn max_active_clusters(
+        self,
+        cluster: u32,
+        block: u32,
+        shared_bytes: u32,
+    ) -> Result<u32, DriverError> {
+        // SAFETY: an all-zero attribute is a valid bit pattern (plain integers and a union of
+        // plain data); the id and the value set below select the member read.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim.x = cluster;
+        attr.value.clusterDim.y = 1;
+        attr.value.clusterDim.z = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cluster,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared_bytes,
+            hStream: std::ptr::null_mut(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut n = 0;
+        // SAFETY: `config` and `attr` outlive the call, which writes one int.
+        unsafe {
+            check(
+                "cuOccupancyMaxActiveClusters",
+                sys::cuOccupancyMaxActiveClusters(&mut n, self.0, &config),
+            )
+        }?;
+        Ok(u32::try_from(n).unwrap_or(0))
     }
 }
 

@@ -10,12 +10,13 @@ use tether_runtime::cuda::{
 };
 
 use super::kernels::{
-    self, AttnParams, DecodeState, EmbedParams, HeadNormParams, MatVecParams, PrepMatVecParams,
-    PrepParams, ProjParams, PrologueParams, QkvRopeParams, RopeParams, SampleParams,
+    self, AttnParams, DecodeState, EmbedParams, HeadNormParams, LayerMat, LayerParams,
+    MatVecParams, PrepMatVecParams, PrepParams, ProjParams, PrologueParams, QkvRopeParams,
+    RopeParams, SampleParams,
 };
 use super::lower::{
     CONFIG_BYTES, LowerError, MemoryPlan, Prologue, SampleConfig, Step, lower, lower_fused,
-    prologue_shared_bytes,
+    lower_layers, prologue_shared_bytes,
 };
 use super::prefill::PrefillError;
 use super::prefill_graph::{DecodeSide, PrefillGraph};
@@ -48,6 +49,12 @@ pub struct GpuOptions {
     /// for it. Only where the kernel image has SASS with `griddepcontrol` (compute capability
     /// 9.0, 10.0, 11.0; elsewhere, and without `fused`, plain launches). The same values.
     pub dependent_launch: bool,
+    /// With `fused` and `dependent_launch` on compute capability 9.0 and later: each
+    /// Llama-style layer whose matrices are all Q8_0 / Q4_0 / Q4_1 (no biases) and whose
+    /// weight slices fit a block's shared memory as ONE launch of a 16-block thread block
+    /// cluster (`layer` in `kernels/llm.cu`, [`lower_layers`]): 1 launch per layer instead of
+    /// 5, the same values. Off by default until measured on a GPU.
+    pub layer_kernel: bool,
     /// The CPU engine's prompt tokens per forward chunk
     /// ([`GeneratorOptions::max_batch`](crate::generate::GeneratorOptions::max_batch), 512 by
     /// default): the prefill graph computes each prompt token's attention in the order the
@@ -157,6 +164,8 @@ enum Params {
     PrepMatVec(PrepMatVecParams),
     QkvRope(QkvRopeParams),
     AttnFused(AttnParams),
+    /// A whole layer; with the dynamic shared memory of its launch.
+    Layer(LayerParams, u32),
 }
 
 /// Dynamic shared memory of a kernel whose input is prepared by `p` (its prologue).
@@ -204,6 +213,10 @@ impl Launch {
                 Params::PrepMatVec(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
                 Params::QkvRope(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
                 Params::AttnFused(p) => s.launch_params(self.f, g, b, 0, p),
+                // A cluster launch; dependent whenever the step is (the merge needs it).
+                Params::Layer(p, bytes) => {
+                    s.launch_params_ex(self.f, g, b, *bytes, p, dependent, self.cluster)
+                }
             }
         }
     }
@@ -319,6 +332,20 @@ impl GpuDecoder {
         let stream = Stream::new(&ctx, options.sync)?;
         let module = KernelModule::load(&ctx, kernels::module_source())?;
         let kernels = DecodeKernels::of(&module)?;
+        // SASS built for these (sm_90, sm_100, sm_110) has `griddepcontrol` and clusters;
+        // PTX JIT-compiled for another device is not relied on for either.
+        let sm90_sass = [90, 100, 110].contains(&ctx.properties().sm());
+        let (steps, layer_shared) =
+            if options.fused && options.dependent_launch && options.layer_kernel && sm90_sass {
+                merge_layers(
+                    model,
+                    &steps,
+                    &kernels,
+                    ctx.properties().shared_per_block_optin,
+                )?
+            } else {
+                (steps, 0)
+            };
 
         let (rope_fused, rope_interleaved) = model.rope().form();
         let rope_form = if rope_fused { kernels::ROPE_FUSED } else { 0 }
@@ -348,9 +375,6 @@ impl GpuDecoder {
         let work = Work::place(&ctx, model, options.context)?;
         let max_blocks = (ctx.properties().multiprocessors * kernels::FUSE_MIN_BLOCKS)
             .clamp(1, kernels::FUSE_MAX_BLOCKS);
-        // SASS built for these (sm_90, sm_100, sm_110) has `griddepcontrol` and clusters;
-        // PTX JIT-compiled for another device is not relied on for either.
-        let sm90_sass = [90, 100, 110].contains(&ctx.properties().sm());
         let binding = Binding {
             model,
             weights: &weights,
@@ -362,6 +386,7 @@ impl GpuDecoder {
             sms: ctx.properties().multiprocessors,
             l2_bytes: ctx.properties().l2_bytes as usize,
             attn_cluster: sm90_sass && options.context <= kernels::ATT_TILE,
+            layer_shared,
             context: options.context,
         };
         let launches: Vec<Launch> = steps.iter().map(|s| binding.launch(s)).collect();
@@ -1018,6 +1043,7 @@ struct DecodeKernels {
     qkv_rope: Function,
     attention_fused: Function,
     attention_cluster: Function,
+    layer: Function,
 }
 
 impl DecodeKernels {
@@ -1036,6 +1062,7 @@ impl DecodeKernels {
             qkv_rope: f("qkv_rope")?,
             attention_fused: f("attention_fused")?,
             attention_cluster: f("attention_cluster")?,
+            layer: f("layer")?,
         })
     }
 }
@@ -1123,6 +1150,8 @@ struct Binding<'m, 'a> {
     /// The fused step's attention as `attention_cluster` (SM 9.0 and later, a context of at
     /// most [`kernels::ATT_TILE`] positions).
     attn_cluster: bool,
+    /// Dynamic shared memory of every `layer` launch ([`merge_layers`]; 0: none).
+    layer_shared: u32,
     context: usize,
 }
 
@@ -1308,6 +1337,50 @@ impl Binding<'_, '_> {
                 params: Params::AttnFused(self.attn(layer)),
                 cluster: 1,
             },
+            Step::Layer {
+                layer,
+                attn_norm,
+                ffn_norm,
+                mats,
+            } => {
+                let m = mats.map(|id| {
+                    let mm = self.model.matrix(id);
+                    LayerMat {
+                        w: self.weights.mat_ptr(id),
+                        ty: mm.ty.ggml_id() as i32,
+                        row_bytes: i32_of(mm.row_bytes()),
+                    }
+                });
+                Launch {
+                    f: self.kernels.layer,
+                    grid: (kernels::LAYER_CLUSTER, 1),
+                    block: kernels::FUSE_WARPS * 32,
+                    params: Params::Layer(
+                        LayerParams {
+                            x: self.work.buf(Buf::Residual),
+                            attn_norm: self.weights.vec_ptr(attn_norm),
+                            ffn_norm: self.weights.vec_ptr(ffn_norm),
+                            m,
+                            angles: self.weights.angles_ptr(),
+                            state: self.work.state,
+                            kcache: self.work.cache[layer].0,
+                            vcache: self.work.cache[layer].1,
+                            width: i32_of(hp.n_embd),
+                            ffn: i32_of(hp.n_ff),
+                            n_head: i32_of(hp.n_head),
+                            n_kv: i32_of(hp.n_head_kv),
+                            head_dim: i32_of(hp.head_dim),
+                            form: self.rope_form,
+                            eps: hp.norm_eps,
+                            scale: 1.0 / (hp.head_dim as f32).sqrt(),
+                            slice_bytes: i32_of(layer_slice_max(self.model, &mats)),
+                            pad: 0,
+                        },
+                        self.layer_shared,
+                    ),
+                    cluster: kernels::LAYER_CLUSTER,
+                }
+            }
             Step::Sample => Launch {
                 f: self.kernels.sample,
                 grid: (1, 1),
@@ -1406,6 +1479,104 @@ impl Binding<'_, '_> {
             interleaved: i32::from(self.rope_interleaved),
         }
     }
+}
+
+/// The largest weight slice a block of `layer` copies for matrices `mats` (bytes).
+fn layer_slice_max(model: &Model<'_>, mats: &[MatId; 7]) -> usize {
+    let hp = model.hparams();
+    let row_bytes = mats.map(|id| model.matrix(id).row_bytes());
+    (0..kernels::LAYER_CLUSTER as usize)
+        .map(|b| {
+            kernels::layer_slice_bytes(
+                b,
+                hp.n_embd,
+                hp.n_ff,
+                hp.n_head,
+                hp.n_head_kv,
+                hp.head_dim,
+                row_bytes,
+            )
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// `steps` with each layer [`lower_layers`] accepts as one `layer` launch, where the model's
+/// query width is its width, its rows are multiples of 4 bytes, the layer's dynamic shared
+/// memory and the kernel's static shared memory fit `optin` (the device's per-block limit)
+/// and the device runs at least one such cluster; the dynamic
+/// shared memory every `layer` launch asks for (0: no layer merged, the steps unchanged).
+///
+/// # Errors
+/// The driver's errors setting the kernel's launch limits or asking its occupancy.
+fn merge_layers(
+    model: &Model<'_>,
+    steps: &[Step],
+    kernels: &DecodeKernels,
+    optin: u32,
+) -> Result<(Vec<Step>, u32), GpuError> {
+    let hp = model.hparams();
+    let ty = |id: MatId| model.matrix(id).ty;
+    let static_bytes = kernels.layer.static_shared_bytes()? as usize;
+    let dynamic = |s: &Step| match s {
+        Step::Layer { mats, .. } => kernels::layer_dynamic_bytes(
+            layer_slice_max(model, mats),
+            hp.n_embd,
+            hp.n_ff,
+            hp.n_head,
+            hp.head_dim,
+        ),
+        _ => 0,
+    };
+    let shape =
+        hp.q_dim() == hp.n_embd && hp.n_head_kv > 0 && hp.n_head.is_multiple_of(hp.n_head_kv);
+    // The kernel copies rows 4 bytes at a time (`cp.async`): every row a multiple of 4
+    // bytes (a Q8_0 or Q4_0 row of an odd number of blocks is not).
+    let aligned = |s: &Step| match s {
+        Step::Layer { mats, .. } => mats
+            .iter()
+            .all(|&m| model.matrix(m).row_bytes().is_multiple_of(4)),
+        _ => false,
+    };
+    let fits = |s: &Step| shape && aligned(s) && static_bytes + dynamic(s) <= optin as usize;
+    let merged = lower_layers(steps, &ty, &fits);
+    let bytes = merged.iter().map(dynamic).max().unwrap_or(0);
+    if bytes == 0 {
+        return Ok((steps.to_vec(), 0));
+    }
+    let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+    // A device or driver that refuses the limits or the cluster size keeps the five launches
+    // per layer (said in the log), as one where no cluster fits.
+    let clusters = kernels
+        .layer
+        .set_launch_limits(bytes, true)
+        .and_then(|()| {
+            kernels.layer.max_active_clusters(
+                kernels::LAYER_CLUSTER,
+                kernels::FUSE_WARPS * 32,
+                bytes,
+            )
+        })
+        .unwrap_or_else(|e| {
+            log::info!("layer kernel: {e}; 5 launches per layer");
+            0
+        });
+    if clusters == 0 {
+        log::info!(
+            "layer kernel: no cluster of {} blocks with {bytes} bytes of shared memory fits this GPU; 5 launches per layer",
+            kernels::LAYER_CLUSTER
+        );
+        return Ok((steps.to_vec(), 0));
+    }
+    log::debug!(
+        "layer kernel: {} of {} layers in one launch each ({bytes} bytes of dynamic shared memory a block, {clusters} clusters resident at most)",
+        merged
+            .iter()
+            .filter(|s| matches!(s, Step::Layer { .. }))
+            .count(),
+        hp.n_layer
+    );
+    Ok((merged, bytes))
 }
 
 fn state_bytes(s: &DecodeState) -> [u8; 16] {

@@ -326,6 +326,113 @@ pub struct QkvRopeParams {
     pub pad: i32,
 }
 
+/// Blocks of the thread block cluster of `layer` (`LAYER_CLUSTER`): one cluster runs a whole
+/// layer (a non-portable cluster size: compute capability 9.0 and later allow 16 with
+/// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`).
+pub const LAYER_CLUSTER: u32 = 16;
+
+/// `struct LayerMat`: one matrix of a layer for `layer`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LayerMat {
+    /// Rows (ggml blocks).
+    pub w: DevicePtr,
+    /// ggml type id.
+    pub ty: i32,
+    /// Bytes per row.
+    pub row_bytes: i32,
+}
+
+/// `struct LayerParams` of `layer`: a whole Llama-style layer in one cluster launch.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LayerParams {
+    /// f32 `[width]` residual (read, then written).
+    pub x: DevicePtr,
+    /// f32 `[width]` RMSNorm weight before attention.
+    pub attn_norm: DevicePtr,
+    /// f32 `[width]` RMSNorm weight before the feed-forward.
+    pub ffn_norm: DevicePtr,
+    /// Q, K, V, output, gate, up, down.
+    pub m: [LayerMat; 7],
+    /// f32 `[context, head_dim]` RoPE table (as [`RopeParams::angles`]).
+    pub angles: DevicePtr,
+    /// The request state.
+    pub state: DevicePtr,
+    /// f16 `[context, kv_dim]` keys of the layer.
+    pub kcache: DevicePtr,
+    /// f16 values of the layer.
+    pub vcache: DevicePtr,
+    /// `n_embd` (= `n_head * head_dim`).
+    pub width: i32,
+    /// `n_ff`.
+    pub ffn: i32,
+    /// Query heads.
+    pub n_head: i32,
+    /// Key/value heads.
+    pub n_kv: i32,
+    /// Lanes per head.
+    pub head_dim: i32,
+    /// [`ROPE_FUSED`] | [`ROPE_INTERLEAVED`].
+    pub form: i32,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// `1 / sqrt(head_dim)` ([`AttnParams::scale`]).
+    pub scale: f32,
+    /// Bytes of the largest block's weight slice ([`layer_slice_bytes`]).
+    pub slice_bytes: i32,
+    /// Padding.
+    pub pad: i32,
+}
+
+/// Bytes of the weight slice block `b` of a `layer` cluster copies into its shared memory:
+/// its rows of each phase (`layer_slice` of `kernels/llm.cu`, which this mirrors: each
+/// phase's rows split into [`LAYER_CLUSTER`] runs of `ceil(n / LAYER_CLUSTER)`, Q/K/V work
+/// items of two rows at the widest of the three row sizes, each region 16-byte aligned).
+/// `row_bytes`: Q, K, V, output, gate, up, down.
+pub fn layer_slice_bytes(
+    b: usize,
+    width: usize,
+    ffn: usize,
+    n_head: usize,
+    n_kv: usize,
+    head_dim: usize,
+    row_bytes: [usize; 7],
+) -> usize {
+    let count = |n: usize| {
+        let per = n.div_ceil(LAYER_CLUSTER as usize);
+        let r0 = n.min(b * per);
+        n.min(r0 + per) - r0
+    };
+    let a16 = |v: usize| v.next_multiple_of(16);
+    let items = (n_head + n_kv) * head_dim / 2 + n_kv * head_dim / 2;
+    let item_stride = 2 * row_bytes[0].max(row_bytes[1]).max(row_bytes[2]);
+    let mut off = a16(count(items) * item_stride);
+    off = a16(off + count(width) * row_bytes[3]);
+    off = a16(off + count(ffn) * row_bytes[4]);
+    off = a16(off + count(ffn) * row_bytes[5]);
+    a16(off + count(width) * row_bytes[6])
+}
+
+/// Dynamic shared memory of a `layer` block: the largest weight slice (`slice_bytes`), the
+/// prologue's area for the widest input (its Q8 blocks and f32 values, each 16-byte
+/// aligned), then Q, the attention output, the residual after the output projection and the
+/// SwiGLU product (f32).
+pub fn layer_dynamic_bytes(
+    slice_bytes: usize,
+    width: usize,
+    ffn: usize,
+    n_head: usize,
+    head_dim: usize,
+) -> usize {
+    let widest = width.max(ffn);
+    let a16 = |v: usize| v.next_multiple_of(16);
+    slice_bytes
+        + a16(widest / 32 * super::lower::BLOCK_Q8_BYTES)
+        + a16(widest * 4)
+        + (n_head * head_dim + 2 * width + ffn) * 4
+}
+
 /// `struct SampleParams` of `sample_advance`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -359,6 +466,8 @@ const _: () = assert!(std::mem::size_of::<SampleParams>() == 40);
 const _: () = assert!(std::mem::size_of::<PrologueParams>() == 24 + 24);
 const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 16);
 const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 24);
+const _: () = assert!(std::mem::size_of::<LayerMat>() == 16);
+const _: () = assert!(std::mem::size_of::<LayerParams>() == 24 + 112 + 32 + 24 + 8 + 8);
 
 // ---------------------------------------------------------------------------------------
 // Prefill (section PREFILL of llm.cu): one struct per chunk kernel.
@@ -609,3 +718,30 @@ const _: () = assert!(std::mem::size_of::<HeadNormChunkParams>() == 24 + 24);
 const _: () = assert!(std::mem::size_of::<RopeChunkParams>() == 48 + 32);
 const _: () = assert!(std::mem::size_of::<AttnChunkParams>() == 40 + 40);
 const _: () = assert!(std::mem::size_of::<ChunkAdvanceParams>() == 16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SmolLM2-135M at Q4_1 (width 576, 9 heads / 3 KV heads of 64, FFN 1,536; rows of 18 or
+    /// 48 blocks of 20 bytes): block 0 takes 30 Q/K/V items (two 360-byte rows each), 36
+    /// output rows, 96 gate and 96 up rows and 36 down rows (960 bytes):
+    /// 21,600 + 12,960 + 34,560 + 34,560 + 34,560 = 138,240 bytes, every region a multiple
+    /// of 16 already. The last block takes what is left of each phase.
+    #[test]
+    fn a_layer_slice_holds_its_blocks_rows_of_each_phase() {
+        let rb = [360, 360, 360, 360, 360, 360, 960];
+        assert_eq!(layer_slice_bytes(0, 576, 1536, 9, 3, 64, rb), 138_240);
+        assert_eq!(layer_slice_bytes(15, 576, 1536, 9, 3, 64, rb), 138_240);
+        // 100 rows over 16 blocks: 7 each, block 14 takes 2 and block 15 none.
+        assert_eq!(layer_slice_bytes(15, 100, 100, 1, 1, 4, [4; 7]), 0);
+        // Regions are 16-byte aligned: one 4-byte row of each kind in block 0.
+        assert_eq!(layer_slice_bytes(0, 16, 16, 1, 1, 4, [4; 7]), 16 * 5);
+        // The dynamic shared memory adds the prologue's area and the values handed on.
+        let dynamic = layer_dynamic_bytes(138_240, 576, 1536, 9, 64);
+        assert_eq!(
+            dynamic,
+            138_240 + 48 * 40 + 1536 * 4 + (576 + 2 * 576 + 1536) * 4
+        );
+    }
+}

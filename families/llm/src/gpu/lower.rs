@@ -25,7 +25,10 @@
 //!
 //! A layer of a Llama-style model is then 5 launches (Q/K/V + RoPE + cache, attention, o
 //! with the residual, gate/up, down with SwiGLU and the residual) instead of 11; a step
-//! `1 + 5 * n_layer + 2` instead of `1 + 11 * n_layer + 3`.
+//! `1 + 5 * n_layer + 2` instead of `1 + 11 * n_layer + 3`. With
+//! `GpuOptions::layer_kernel` (feature `cuda`) on a GPU with 16-block
+//! clusters, [`lower_layers`] merges each layer of Q8_0 / Q4_0 / Q4_1 weights into one
+//! [`Step::Layer`]: `1 + n_layer + 2` launches.
 
 use crate::forward::{Buf, Hparams, MatId, Op, Program, Proj, VecId};
 use crate::quant::{ActFormat, TensorType};
@@ -112,6 +115,20 @@ pub enum Step {
     AttentionFused {
         /// Block index.
         layer: usize,
+    },
+    /// A whole Llama-style layer in one launch of one thread block cluster (`layer`, SM 9.0
+    /// and later): the five fused steps `QkvRope`, `AttentionFused`, `PrepMatVec` of the
+    /// output projection, of gate/up, of down, as phases separated by cluster barriers
+    /// ([`lower_layers`]). Reads and writes only the residual (and the layer's cache).
+    Layer {
+        /// Block index.
+        layer: usize,
+        /// RMSNorm weight before attention.
+        attn_norm: VecId,
+        /// RMSNorm weight before the feed-forward.
+        ffn_norm: VecId,
+        /// Q, K, V, output, gate, up, down weights (no biases).
+        mats: [MatId; 7],
     },
 }
 
@@ -314,6 +331,7 @@ fn reads(s: &Step, b: Buf) -> bool {
         Step::Rope { buf, store, .. } => buf == b || (store.is_some() && b == Buf::V),
         Step::Attention { .. } | Step::AttentionFused { .. } => b == Buf::Q,
         Step::Sample => b == Buf::Logits,
+        Step::Layer { .. } => b == Buf::Residual,
     }
 }
 
@@ -329,6 +347,7 @@ fn writes(s: &Step, b: Buf) -> bool {
         Step::HeadNorm { buf, .. } | Step::Rope { buf, .. } => buf == b,
         Step::Attention { .. } | Step::AttentionFused { .. } => b == Buf::Attn,
         Step::Sample => false,
+        Step::Layer { .. } => b == Buf::Residual,
     }
 }
 
@@ -428,6 +447,108 @@ pub fn lower_fused(
         i += 1;
     }
     Ok(fused)
+}
+
+/// The five fused steps of a Llama-style layer (`steps[i..i + 5]` of [`lower_fused`]) as one
+/// [`Step::Layer`], when they are exactly: `QkvRope` of the residual with its norm (Q, K, V,
+/// no biases), `AttentionFused` of the same layer, `PrepMatVec` of `Attn` into the residual
+/// (accumulated), `PrepMatVec` of the residual with a norm into `Gate` and `Up`, `PrepMatVec`
+/// of SwiGLU(`Gate`, `Up`) into the residual (accumulated); every matrix Q8_0 / Q4_0 / Q4_1
+/// (`ty`); and no later step reads `Q`, `K`, `V`, `Attn`, `Gate` or `Up` before writing it
+/// (the layer kernel keeps them in shared memory). `None` otherwise.
+fn layer_of(steps: &[Step], i: usize, ty: &dyn Fn(MatId) -> TensorType) -> Option<Step> {
+    let plain = |p: &Option<Proj>, out: Buf, accumulate: bool| {
+        p.filter(|p| p.out == out && p.accumulate == accumulate && p.bias.is_none())
+            .map(|p| p.weight)
+    };
+    let q8_only = |pr: &Prologue| pr.q8 && !pr.q8k;
+    let Some(
+        &[
+            Step::QkvRope {
+                prologue: pa,
+                projs: qkv,
+                layer,
+            },
+            Step::AttentionFused { layer: la },
+            Step::PrepMatVec {
+                prologue: po,
+                projs: o,
+            },
+            Step::PrepMatVec {
+                prologue: pf,
+                projs: gu,
+            },
+            Step::PrepMatVec {
+                prologue: pd,
+                projs: d,
+            },
+        ],
+    ) = steps.get(i..i + 5)
+    else {
+        return None;
+    };
+    let attn_norm = pa
+        .norm
+        .filter(|_| pa.input == Buf::Residual && !pa.swiglu)?;
+    let ffn_norm = pf
+        .norm
+        .filter(|_| pf.input == Buf::Residual && !pf.swiglu)?;
+    let o_in = po.input == Buf::Attn && !po.swiglu && po.norm.is_none();
+    let d_in = pd.input == Buf::Gate && pd.swiglu && pd.norm.is_none();
+    if la != layer || !o_in || !d_in || ![pa, po, pf, pd].iter().all(q8_only) {
+        return None;
+    }
+    let mats = [
+        plain(&qkv[0], Buf::Q, false)?,
+        plain(&qkv[1], Buf::K, false)?,
+        plain(&qkv[2], Buf::V, false)?,
+        plain(&o[0], Buf::Residual, true)?,
+        plain(&gu[0], Buf::Gate, false)?,
+        plain(&gu[1], Buf::Up, false)?,
+        plain(&d[0], Buf::Residual, true)?,
+    ];
+    let single =
+        o[1].is_none() && o[2].is_none() && gu[2].is_none() && d[1].is_none() && d[2].is_none();
+    let q32 = mats.iter().all(|&m| {
+        matches!(
+            ty(m),
+            TensorType::Q8_0 | TensorType::Q4_0 | TensorType::Q4_1
+        )
+    });
+    let rest = &steps[i + 5..];
+    let internal = [Buf::Q, Buf::K, Buf::V, Buf::Attn, Buf::Gate, Buf::Up]
+        .iter()
+        .all(|&b| !read_before_written(rest, b));
+    (single && q32 && internal).then_some(Step::Layer {
+        layer,
+        attn_norm,
+        ffn_norm,
+        mats,
+    })
+}
+
+/// [`lower_fused`]'s steps with every layer that [`layer_of`] accepts (and `fits`, the
+/// decoder's test that the layer's weight slices fit a block's shared memory) merged into one
+/// [`Step::Layer`]: a Llama-style layer of Q8_0 / Q4_0 / Q4_1 weights becomes 1 launch
+/// instead of 5, the same values (every phase runs the fused kernels' device functions in
+/// their order). Other layers keep their five steps.
+pub fn lower_layers(
+    fused: &[Step],
+    ty: &dyn Fn(MatId) -> TensorType,
+    fits: &dyn Fn(&Step) -> bool,
+) -> Vec<Step> {
+    let mut out = Vec::with_capacity(fused.len());
+    let mut i = 0;
+    while i < fused.len() {
+        if let Some(l) = layer_of(fused, i, ty).filter(|l| fits(l)) {
+            out.push(l);
+            i += 5;
+        } else {
+            out.push(fused[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// Bytes of one ggml Q8 activation block on the device (`BlockQ8` in `kernels/llm.cu`).
@@ -791,6 +912,79 @@ mod tests {
             assert_eq!(unfused, (prologue.input, prologue.swiglu, prologue.norm));
         }
         assert_eq!(products, 4 * n + 1);
+    }
+
+    #[test]
+    fn a_layer_of_8_bit_block_weights_is_one_cluster_launch_and_others_keep_five() {
+        let q32 = |id: MatId| match id.0 % 3 {
+            0 => TensorType::Q4_1,
+            1 => TensorType::Q8_0,
+            _ => TensorType::Q4_0,
+        };
+        let (hp, _, fused) = tiny_model_steps(false, &q32);
+        let n = hp.n_layer;
+        assert!(n >= 2, "{n}");
+        let all = lower_layers(&fused, &q32, &|_| true);
+        // embed + one launch per layer + (norm + head) + sample.
+        assert_eq!(launches(&all), 1 + n + 2);
+        for l in 0..n {
+            let Step::QkvRope { projs: qkv, .. } = fused[1 + 5 * l] else {
+                panic!("{:?}", fused[1 + 5 * l]);
+            };
+            let weight = |s: &Step, k: usize| match s {
+                Step::PrepMatVec { projs, .. } => projs[k].map(|p| p.weight),
+                _ => None,
+            };
+            let want = Step::Layer {
+                layer: l,
+                attn_norm: match fused[1 + 5 * l] {
+                    Step::QkvRope { prologue, .. } => prologue.norm.unwrap(),
+                    _ => unreachable!(),
+                },
+                ffn_norm: match fused[4 + 5 * l] {
+                    Step::PrepMatVec { prologue, .. } => prologue.norm.unwrap(),
+                    _ => unreachable!(),
+                },
+                mats: [
+                    qkv[0].unwrap().weight,
+                    qkv[1].unwrap().weight,
+                    qkv[2].unwrap().weight,
+                    weight(&fused[3 + 5 * l], 0).unwrap(),
+                    weight(&fused[4 + 5 * l], 0).unwrap(),
+                    weight(&fused[4 + 5 * l], 1).unwrap(),
+                    weight(&fused[5 + 5 * l], 0).unwrap(),
+                ],
+            };
+            assert_eq!(all[1 + l], want, "layer {l}");
+        }
+        assert_eq!(&all[1 + n..], &fused[1 + 5 * n..]);
+        // Layer 1's down projection Q6_K: layer 1 keeps its five launches, layer 0 merges.
+        let Step::Layer { mats, .. } = all[2] else {
+            panic!("{:?}", all[2]);
+        };
+        let k_down = mats[6];
+        let mixed = |id: MatId| {
+            if id == k_down {
+                TensorType::Q6K
+            } else {
+                q32(id)
+            }
+        };
+        let (_, _, fused_mixed) = tiny_model_steps(false, &mixed);
+        let some = lower_layers(&fused_mixed, &mixed, &|_| true);
+        assert_eq!(launches(&some), 1 + 1 + 5 * (n - 1) + 2);
+        assert!(matches!(some[1], Step::Layer { layer: 0, .. }));
+        assert_eq!(some[2], fused_mixed[6]);
+        // Nothing merges where the slices do not fit, nor with Qwen3's head norms.
+        assert_eq!(lower_layers(&fused, &q32, &|_| false), fused);
+        let (_, _, qwen) = tiny_model_steps(true, &q32);
+        assert_eq!(lower_layers(&qwen, &q32, &|_| true), qwen);
+        // The layer kernel keeps Q, K, V, Attn, Gate and Up in shared memory: none is read
+        // after it, and it reads and writes only the residual.
+        for b in Buf::ALL {
+            assert_eq!(reads(&all[1], b), b == Buf::Residual, "{b:?}");
+            assert_eq!(writes(&all[1], b), b == Buf::Residual, "{b:?}");
+        }
     }
 
     #[test]

@@ -49,6 +49,7 @@ mod weights;
 pub use decoder::{GpuDecoder, GpuError, GpuOptions, check_sampling};
 pub use lower::{
     LowerError, MemoryPlan, Prologue, SampleConfig, Step, UnsupportedSampling, lower, lower_fused,
+    lower_layers,
 };
 pub use prefill::{ChunkStep, PREFILL_CHUNK, PrefillError, chunk_lengths, lower_chunk};
 #[cfg(feature = "cuda")]

@@ -73,6 +73,18 @@ impl WeightRegions {
                     }
                 }
                 Step::HeadNorm { weight, .. } => w.add_vec(model, weight)?,
+                Step::Layer {
+                    attn_norm,
+                    ffn_norm,
+                    mats,
+                    ..
+                } => {
+                    w.add_vec(model, attn_norm)?;
+                    w.add_vec(model, ffn_norm)?;
+                    for m in mats {
+                        w.add_mat(model, m)?;
+                    }
+                }
                 _ => {}
             }
         }
