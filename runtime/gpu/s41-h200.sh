@@ -62,9 +62,9 @@ real)
   cd $B
   step real-fuse 200 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse real_model --test-threads 1 --nocapture
   step build 60 ./tether build --family llm --gguf $G -o $W/smollm2.bundle
-  for i in 1 2; do
-    step bench 150 ./tether bench $W/smollm2.bundle --device cuda --n-prompt 128 --n-gen 128 --runs 5
-    step bench-layer 150 env TETHER_LLM_LAYER_KERNEL=1 RUST_LOG=tether_llm::gpu::decoder=debug ./tether bench $W/smollm2.bundle --device cuda --n-prompt 128 --n-gen 128 --runs 5
+  for i in $(seq ${ROUNDS:-2}); do
+    step bench 150 ./tether bench $W/smollm2.bundle --device cuda --n-prompt 128,2048 --n-gen 128 --runs 5
+    step bench-layer 150 env TETHER_LLM_LAYER_KERNEL=1 RUST_LOG=tether_llm::gpu::decoder=debug ./tether bench $W/smollm2.bundle --device cuda --n-prompt 128,2048 --n-gen 128 --runs 5
   done
   step run-layer 60 env TETHER_LLM_LAYER_KERNEL=1 ./tether run $W/smollm2.bundle --device cuda --prompt "What is the capital of France?" --max-tokens 32
   step llamacpp 150 bash $R/runtime/gpu/llamacpp-cuda.sh bench $G

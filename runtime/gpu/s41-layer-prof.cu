@@ -296,8 +296,9 @@ int main() {
             printf("  %-28s %8.2f us  (max %8.2f)\n", names[ph], sum / n / mhz, mx / mhz);
         }
         // Layer timeline from %globaltimer (ns): the first entry, the last wait return and the
-        // last end of each layer, relative to layer 0's first entry.
-        const unsigned long long t0 = at(0, 0, 0, 0);
+        // last end of each layer, relative to layer 0's first entry (of any block).
+        unsigned long long t0 = ~0ull;
+        for (int b = 0; b < LAYER_CLUSTER; ++b) t0 = std::min(t0, at(0, b, 0, 0));
         printf("layer  first entry  last wait-return  last end   (us from layer 0's entry)\n");
         for (int l = 0; l < LAYERS; ++l) {
             unsigned long long en = ~0ull, wr = 0, end = 0;
