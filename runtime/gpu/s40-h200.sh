@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 26 on the H200, session 40 (built with no device lent; not run yet): branch
+# Issue 26 on the H200, session 40 (built with no device lent; run in session 41 on an H100:
+# `kernels` only, docs/evidence/llm-gpu.md "The layer kernel on a GPU"): branch
 # s40-layer's layer kernel (a whole Llama-style layer of Q8_0/Q4_0/Q4_1 weights as one launch
 # of a 16-block thread block cluster, `layer` in families/llm/kernels/llm.cu) checked bit for
 # bit against the fused step and timed beside main's fused step, with s39-layer.cu (the

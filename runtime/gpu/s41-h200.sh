@@ -4,7 +4,7 @@
 # parts ride with them: 1. carry .device/s41a .device/s37-g0 .device/s37-g1 `kernels`;
 # 2. carry .device/s37-g2 .device/s37-g3 .device/s41t `part`; 3. carry .device/s39b `real`
 # (tether.xz is in s41t). What follows is s40-h200.sh's description.
-# Issue 26 on the H200, session 40 (built with no device lent; not run yet): branch
+# Issue 26 on the H200, session 40 (built with no device lent; ran in session 41 as call 1): branch
 # s40-layer's layer kernel (a whole Llama-style layer of Q8_0/Q4_0/Q4_1 weights as one launch
 # of a 16-block thread block cluster, `layer` in families/llm/kernels/llm.cu) checked bit for
 # bit against the fused step and timed beside main's fused step, with s39-layer.cu (the
