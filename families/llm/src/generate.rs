@@ -530,7 +530,7 @@ impl Generator {
             prefill_chunk,
             dependent_launch: true,
             // Off by default (bit-equal; on an H100 faster at short spans, slower at 2,048
-            // positions; not yet run on a real model): `TETHER_LLM_LAYER_KERNEL=1` asks for
+            // positions, on synthetic and real models): `TETHER_LLM_LAYER_KERNEL=1` asks for
             // one cluster launch per layer ([`crate::gpu::GpuOptions::layer_kernel`]).
             layer_kernel: std::env::var_os("TETHER_LLM_LAYER_KERNEL").is_some_and(|v| v == "1"),
             prompt_batch: self.state.max_batch(),
