@@ -2,8 +2,10 @@
 # Issue 26, session 42 (ran on an H100: docs/evidence/llm-gpu.md, the sections of session 42).
 # Call 1 (`unpack kernels`, carry .device/s42a .device/s37-g0): branch s42-load's `gpu_fuse`
 # (bit-equality, then the speed test beside main's binary) and the layer profile built on
-# the branch's, main's and a variant's llm.cu. Calls 2-4 (`unpack`; `unpack`; `unpack real`)
-# ran main's `gpu_fuse` and `tether` (.device/s42m) on the real model beside llama.cpp.
+# the branch's, main's and a variant's llm.cu. Calls 2-4 (`unpack`, carry .device/s42m
+# .device/s37-g0; `unpack`, carry .device/s37-g1 .device/s37-g2; `ROUNDS=2 ... unpack real`,
+# carry .device/s37-g3 .device/s39b) ran main's `gpu_fuse` and `tether` (.device/s42m) on
+# the real model beside llama.cpp.
 # Takes whatever `.device` folders the call carries (named in `carry`), so one script serves
 # calls that split the files differently:
 #   - any `*.xz` in a carried folder is unpacked into $B (/tmp/s42-bin; kept while the host
