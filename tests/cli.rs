@@ -106,22 +106,33 @@ fn nudenet_bundle() -> String {
     .clone()
 }
 
+/// `tether build --family embed` of the MiniLM int8 model and its tokenizer into `out`,
+/// with `extra` options before `-o`.
+fn build_minilm(out: &Path, extra: &[&str]) -> Output {
+    let (onnx, tokenizer) = (
+        asset("all-minilm-l6-v2-int8.onnx"),
+        asset("all-minilm-l6-v2-tokenizer.json"),
+    );
+    let mut args = vec![
+        "build",
+        "--family",
+        "embed",
+        "--onnx",
+        &onnx,
+        "--tokenizer",
+        &tokenizer,
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-o", out.to_str().unwrap()]);
+    tether(&args)
+}
+
 /// A MiniLM int8 embed bundle built once for the tests that only run it.
 fn minilm_bundle() -> String {
     static B: OnceLock<String> = OnceLock::new();
     B.get_or_init(|| {
         let out = scratch().join("shared-minilm.bundle");
-        let o = tether(&[
-            "build",
-            "--family",
-            "embed",
-            "--onnx",
-            &asset("all-minilm-l6-v2-int8.onnx"),
-            "--tokenizer",
-            &asset("all-minilm-l6-v2-tokenizer.json"),
-            "-o",
-            out.to_str().unwrap(),
-        ]);
+        let o = build_minilm(&out, &[]);
         assert!(o.status.success(), "build failed: {}", stderr(&o));
         out.to_string_lossy().into_owned()
     })
@@ -2408,17 +2419,7 @@ fn vad_builds_inspects_runs_a_wav_like_the_package_and_self_tests() {
 #[test]
 fn embed_builds_inspects_embeds_texts_and_self_tests() {
     let out = scratch().join("minilm.bundle");
-    let o = tether(&[
-        "build",
-        "--family",
-        "embed",
-        "--onnx",
-        &asset("all-minilm-l6-v2-int8.onnx"),
-        "--tokenizer",
-        &asset("all-minilm-l6-v2-tokenizer.json"),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = build_minilm(&out, &[]);
     assert!(o.status.success(), "build failed: {}", stderr(&o));
     assert!(stdout(&o).contains("family embed: 384-d"), "{}", stdout(&o));
     let b = out.to_string_lossy().into_owned();
@@ -2512,19 +2513,7 @@ fn embed_builds_inspects_embeds_texts_and_self_tests() {
     assert!(stderr(&o).contains("not UTF-8"), "{}", stderr(&o));
     // Out-of-range build options are usage errors naming the range (4 to 512 tokens).
     for len in ["4096", "2"] {
-        let o = tether(&[
-            "build",
-            "--family",
-            "embed",
-            "--onnx",
-            &asset("all-minilm-l6-v2-int8.onnx"),
-            "--tokenizer",
-            &asset("all-minilm-l6-v2-tokenizer.json"),
-            "--max-seq-len",
-            len,
-            "-o",
-            scratch().join("never.bundle").to_str().unwrap(),
-        ]);
+        let o = build_minilm(&scratch().join("never.bundle"), &["--max-seq-len", len]);
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
         assert!(
             stderr(&o).contains(&format!("--max-seq-len {len}: accepted 4 to 512")),
