@@ -226,18 +226,21 @@ int main() {
     }
     cfg.numAttrs = 2;
     auto launch = [&](const LayerParams& p) { CK(cudaLaunchKernelEx(&cfg, layer, p)); };
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    static unsigned long long prof[64 * LAYER_CLUSTER * 16][2];
+    // Without (kv_rows 0) and with the cache rows asked of L2 before the wait (session 43).
+    for (int kv_rows : {0, CTX}) {
+    for (int l = 0; l < LAYERS; ++l) lp[l].kv_rows = kv_rows;
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     for (int l = 0; l < LAYERS; ++l) launch(lp[l]);
     CK(cudaStreamEndCapture(s, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-
-    static unsigned long long prof[64 * LAYER_CLUSTER * 16][2];
-    for (uint32_t pos : {128u, 2047u}) {
+    printf("\n== kv_rows %d (%s)\n", kv_rows, kv_rows ? "cache rows asked of L2 before the wait" : "no cache prefetch");
+    for (uint32_t pos : {128u, 1024u, 2047u}) {
         st.pos = pos;
         CK(cudaMemcpy(state, &st, sizeof st, cudaMemcpyHostToDevice));
         for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(ge, s));
@@ -296,6 +299,9 @@ int main() {
             if (l < 8 || l % 5 == 0 || l == LAYERS - 1)
                 printf("%5d %12.2f %17.2f %9.2f\n", l, (en - t0) / 1e3, (wr - t0) / 1e3, (end - t0) / 1e3);
         }
+    }
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
     }
     {
         long long* out;

@@ -1984,6 +1984,9 @@ struct LayerParams {
     float scale;                // 1 / sqrt(head_dim), as `AttnParams::scale`
     int slice_bytes;            // the weight slice of the largest block (layer_slice)
     int pad;
+    int kv_rows;                // the cache's positions (n_ctx): rows [0, min(pos, kv_rows))
+                                // of K and V are asked of L2 before the wait; 0: none
+    int pad2;
 };
 
 #define LM_Q 0
@@ -2169,6 +2172,20 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
                    sl.n_f * p.m[LM_UP].row_bytes);
     cp_async_bytes(wsl + sl.off_down, p.m[LM_DOWN].w + (size_t)sl.d0 * p.m[LM_DOWN].row_bytes,
                    sl.n_d * p.m[LM_DOWN].row_bytes);
+    // The cache rows of the earlier positions, which phase B reads, asked of L2 (one 128-byte
+    // line a thread and turn over the cluster): earlier steps wrote them and only the step's
+    // last kernel (the sampler) changes the position, so neither is written by a kernel this
+    // launch may overlap. A hint: it changes no value.
+    if (p.kv_rows > 0) {
+        const size_t bytes = (size_t)min(p.state->pos, (uint32_t)p.kv_rows) * p.n_kv * p.head_dim * 2;
+        const uint8_t* kb = (const uint8_t*)p.kcache;
+        const uint8_t* vb = (const uint8_t*)p.vcache;
+        for (size_t o = ((size_t)rank * blockDim.x + threadIdx.x) * 128; o < bytes;
+             o += (size_t)LAYER_CLUSTER * blockDim.x * 128) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(kb + o));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(vb + o));
+        }
+    }
     // Every block of the cluster has started before any writes into another's memory.
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     dependency_wait();

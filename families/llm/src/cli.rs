@@ -374,7 +374,7 @@ impl Family for LlmFamily {
                     "llm on {} ({}): {} launches per step, {}; device memory {:?}",
                     d.device_name(),
                     d.kernel_image(),
-                    d.launches(),
+                    d.launches_summary(),
                     d.check_summary(),
                     d.memory()
                 );
@@ -917,7 +917,7 @@ impl Runner for LlmRunner {
                 execution: Execution::Graph,
                 execution_note: format!(
                     "one CUDA graph of {} launches per token, prompts in graphs of 128-token chunks",
-                    gpu.launches()
+                    gpu.launches_summary()
                 ),
                 cpu_threads: self.generator.state().threads(),
                 engine_choice: vec![(
@@ -1251,7 +1251,7 @@ impl LlmRunner {
                 ),
                 ("device".into(), d.device_name().to_string()),
                 ("kernels".into(), d.kernel_image().to_string()),
-                ("launches per step".into(), d.launches().to_string()),
+                ("launches per step".into(), d.launches_summary()),
                 ("load check".into(), d.check_summary().to_string()),
                 (
                     "device memory".into(),

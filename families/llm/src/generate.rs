@@ -529,10 +529,9 @@ impl Generator {
             fused: true,
             prefill_chunk,
             dependent_launch: true,
-            // Off by default (bit-equal; on an H100 faster at short spans, slower at 2,048
-            // positions, on synthetic and real models): `TETHER_LLM_LAYER_KERNEL=1` asks for
-            // one cluster launch per layer ([`crate::gpu::GpuOptions::layer_kernel`]).
-            layer_kernel: std::env::var_os("TETHER_LLM_LAYER_KERNEL").is_some_and(|v| v == "1"),
+            // One cluster launch per layer below a position, the fused step from there (the
+            // same values; `crate::gpu::layer_kernel_below` reads the environment's choice).
+            layer_kernel_below: crate::gpu::layer_kernel_below(),
             prompt_batch: self.state.max_batch(),
         }
     }

@@ -70,17 +70,21 @@ fn decoder_with(
     fused: bool,
     dependent_launch: bool,
 ) -> GpuDecoder {
-    decoder_opts(model, context, fused, dependent_launch, false)
+    decoder_opts(model, context, fused, dependent_launch, NEVER)
 }
 
-/// [`decoder_with`], with `layer_kernel` (each layer of 8-bit block weights one cluster
-/// launch, on compute capability 9.0 and later).
+/// `GpuOptions::layer_kernel_below`: never, always.
+const NEVER: usize = 0;
+const ALWAYS: usize = usize::MAX;
+
+/// [`decoder_with`], with the layer kernel (each layer of 8-bit block weights one cluster
+/// launch, on compute capability 9.0 and later) at the positions below `layer_kernel_below`.
 fn decoder_opts(
     model: &Model<'_>,
     context: usize,
     fused: bool,
     dependent_launch: bool,
-    layer_kernel: bool,
+    layer_kernel_below: usize,
 ) -> GpuDecoder {
     GpuDecoder::new(
         model,
@@ -92,7 +96,7 @@ fn decoder_opts(
             // Decode only: teacher forcing runs the decode step per position.
             prefill_chunk: 0,
             dependent_launch,
-            layer_kernel,
+            layer_kernel_below,
             prompt_batch: 512,
         },
     )
@@ -244,8 +248,8 @@ fn layer_kernel_equals_the_fused_step_bit_for_bit() {
     let w = tether_llm::testing::random_weights(&cfg, &block_types);
     let m = model(&cfg, &w);
     let (mut f, mut l) = (
-        decoder_opts(&m, 2176, true, true, false),
-        decoder_opts(&m, 2176, true, true, true),
+        decoder_opts(&m, 2176, true, true, NEVER),
+        decoder_opts(&m, 2176, true, true, ALWAYS),
     );
     eprintln!(
         "fused {} launches, layer kernel {}: {}",
@@ -265,8 +269,8 @@ fn layer_kernel_equals_the_fused_step_bit_for_bit() {
     let w = tether_llm::testing::random_weights(&long, &|_, _| TensorType::Q4_1);
     let m = model(&long, &w);
     let (mut f, mut l) = (
-        decoder_opts(&m, 2176, true, true, false),
-        decoder_opts(&m, 2176, true, true, true),
+        decoder_opts(&m, 2176, true, true, NEVER),
+        decoder_opts(&m, 2176, true, true, ALWAYS),
     );
     if has_layer_clusters(&l) {
         assert_eq!(l.launches(), 1 + 2 + 2);
@@ -310,8 +314,8 @@ fn layer_kernel_equals_the_fused_step_bit_for_bit() {
         let w = tether_llm::testing::random_weights(&cfg, &gate_up_apart);
         let m = model(&cfg, &w);
         let (mut f, mut l) = (
-            decoder_opts(&m, 512, true, true, false),
-            decoder_opts(&m, 512, true, true, true),
+            decoder_opts(&m, 512, true, true, NEVER),
+            decoder_opts(&m, 512, true, true, ALWAYS),
         );
         if has_layer_clusters(&l) {
             assert_eq!(
@@ -393,9 +397,14 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
         );
     }
     for (name, dependent, layer) in [
-        ("fused", false, false),
-        ("fused + dependent launches", true, false),
-        ("fused + dependent launches + layer kernel", true, true),
+        ("fused", false, NEVER),
+        ("fused + dependent launches", true, NEVER),
+        ("fused + dependent launches + layer kernel", true, ALWAYS),
+        (
+            "fused + dependent launches + layer kernel below the default position",
+            true,
+            tether_llm::gpu::LAYER_KERNEL_BELOW,
+        ),
     ] {
         let mut f = decoder_opts(&m, context, true, dependent, layer);
         eprintln!("{name}: {}", f.check_summary());
@@ -410,6 +419,45 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
             );
         }
     }
+}
+
+/// A decoder taking the layer kernel's graph below position 150 and the fused step's from
+/// there: both graphs captured and checked at load (their launch counts reported), and the
+/// same logits bit for bit as the fused step's alone, teacher forced over 300 positions,
+/// and the same greedy and sampled tokens over a request that crosses position 150, token by
+/// token and through steps launched ahead.
+fn layer_kernel_below_a_position_switches_graphs() {
+    let cfg = smollm2_shape(4, false);
+    let w = tether_llm::testing::random_weights(&cfg, &block_types);
+    let m = model(&cfg, &w);
+    let (mut f, mut s) = (
+        decoder_opts(&m, 512, true, true, NEVER),
+        decoder_opts(&m, 512, true, true, 150),
+    );
+    eprintln!("switching decoder: {:?}; {}", s, s.check_summary());
+    assert_eq!(f.layer_kernel_below(), None);
+    assert_eq!(s.launches(), f.launches());
+    if has_layer_clusters(&s) {
+        assert_eq!(s.layer_kernel_below(), Some((150, 1 + 3 + 5 + 2)));
+        assert!(s.check_summary().contains("below position 150"));
+    }
+    let n_vocab = cfg.n_vocab as usize;
+    same_logits(&mut f, &mut s, &tokens(300, n_vocab, 61), n_vocab);
+    same_tokens(&mut f, &mut s, &tokens(140, n_vocab, 62), 40);
+    // Steps launched ahead cross the switch as well.
+    let prompt = tokens(120, n_vocab, 63);
+    let run = |d: &mut GpuDecoder| {
+        let mut out = vec![
+            d.prefill(&prompt, &SamplerParams::greedy())
+                .expect("prefill"),
+        ];
+        d.launch_ahead().expect("launch ahead");
+        for i in 0..60 {
+            out.push(d.step_ahead(i + 1 < 60).expect("step"));
+        }
+        out
+    };
+    assert_eq!(run(&mut f), run(&mut s));
 }
 
 /// The real model: the three decoders' (unfused, fused, fused with the layer kernel)
@@ -427,7 +475,7 @@ fn real_model_fused_equals_unfused() {
     let n_vocab = g.config().n_vocab as usize;
     let (m, _) = g.model_and_state();
     let (mut u, mut f) = (decoder(m, 512, false), decoder(m, 512, true));
-    let mut l = decoder_opts(m, 512, true, true, true);
+    let mut l = decoder_opts(m, 512, true, true, ALWAYS);
     if has_layer_clusters(&l) {
         assert_eq!(l.launches(), 1 + 30 + 2);
     }
@@ -468,6 +516,10 @@ fn main() {
         .test(
             "layer_kernel_equals_the_fused_step_bit_for_bit",
             layer_kernel_equals_the_fused_step_bit_for_bit,
+        )
+        .test(
+            "layer_kernel_below_a_position_switches_graphs",
+            layer_kernel_below_a_position_switches_graphs,
         )
         .test(
             "fused_and_unfused_step_speeds_on_the_smollm2_shape",

@@ -84,7 +84,7 @@ fn decoder(m: &Model<'_>, context: usize, fused: bool, prefill_chunk: usize) -> 
             fused,
             prefill_chunk,
             dependent_launch: fused,
-            layer_kernel: false,
+            layer_kernel_below: 0,
             prompt_batch: PROMPT_BATCH,
         },
     )

@@ -49,20 +49,49 @@ pub struct GpuOptions {
     /// for it. Only where the kernel image has SASS with `griddepcontrol` (compute capability
     /// 9.0, 10.0, 11.0; elsewhere, and without `fused`, plain launches). The same values.
     pub dependent_launch: bool,
-    /// With `fused` and `dependent_launch` on compute capability 9.0 and later: each
-    /// Llama-style layer whose matrices are all Q8_0 / Q4_0 / Q4_1 (no biases) and whose
-    /// weight slices fit a block's shared memory as ONE launch of a 16-block thread block
-    /// cluster (`layer` in `kernels/llm.cu`, [`lower_layers`]): 1 launch per layer instead of
-    /// 5, the same values. Off by default: on an H100 (docs/evidence/llm-gpu.md) it decodes
-    /// SmolLM2-135M Q4_1 1.16x faster than the fused step at position 128 and 0.91x at 2,048
-    /// (one block per head attends).
-    pub layer_kernel: bool,
+    /// With `fused` and `dependent_launch` on compute capability 9.0 and later, the steps at
+    /// positions below this one run each Llama-style layer whose matrices are all Q8_0 /
+    /// Q4_0 / Q4_1 (no biases) and whose weight slices fit a block's shared memory as ONE
+    /// launch of a 16-block thread block cluster (`layer` in `kernels/llm.cu`,
+    /// [`lower_layers`]): 1 launch per layer instead of 5, the same values. Where the steps
+    /// of later positions take the fused step (the layer kernel attends with one block per
+    /// head, slower at long spans), the decoder captures both graphs at load, checks each
+    /// against its eager run and the two against each other bit for bit, and launches the one
+    /// of the step's position. 0: never (one graph); at least `context`: always (one graph).
+    /// [`LAYER_KERNEL_BELOW`] by default ([`layer_kernel_below`]).
+    pub layer_kernel_below: usize,
     /// The CPU engine's prompt tokens per forward chunk
     /// ([`GeneratorOptions::max_batch`](crate::generate::GeneratorOptions::max_batch), 512 by
     /// default): the prefill graph computes each prompt token's attention in the order the
     /// CPU engine uses for it (the one-token order only for a last token alone in its
     /// chunk), so that a prompt's logits equal the CPU engine's whatever `prefill_chunk` is.
     pub prompt_batch: usize,
+}
+
+/// The default [`GpuOptions::layer_kernel_below`]: the last position measured at which the
+/// layer kernel's step was at least as fast as the fused step's (H100, SmolLM2-135M Q4_1,
+/// `tether bench` at 128, 1,024, 1,536, 1,792 and 2,048: 827.6 against 822.8 tok/s at 1,536,
+/// 784.5 against 798.4 at 1,792; docs/evidence/llm-gpu.md, session 43).
+pub const LAYER_KERNEL_BELOW: usize = 1536;
+
+/// [`GpuOptions::layer_kernel_below`] as the environment asks: `TETHER_LLM_LAYER_KERNEL=0`
+/// never, `=1` always, `TETHER_LLM_LAYER_KERNEL_BELOW=N` below position N, else
+/// [`LAYER_KERNEL_BELOW`]. A value that is not a number is ignored (said in the log).
+pub fn layer_kernel_below() -> usize {
+    match std::env::var("TETHER_LLM_LAYER_KERNEL").as_deref() {
+        Ok("0") => return 0,
+        Ok("1") => return usize::MAX,
+        _ => {}
+    }
+    match std::env::var("TETHER_LLM_LAYER_KERNEL_BELOW") {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            log::warn!(
+                "TETHER_LLM_LAYER_KERNEL_BELOW={v:?} is not a position; {LAYER_KERNEL_BELOW} taken"
+            );
+            LAYER_KERNEL_BELOW
+        }),
+        Err(_) => LAYER_KERNEL_BELOW,
+    }
 }
 
 /// Errors of the GPU decoder.
@@ -94,6 +123,9 @@ pub enum GpuError {
     /// The replayed graph did not reproduce the eager run (never handed out).
     #[error("decode graph replay differs from the eager run: {0}")]
     ReplayMismatch(String),
+    /// The layer kernel's step graph did not reproduce the fused step's (never handed out).
+    #[error("the layer kernel's step differs from the fused step: {0}")]
+    LayerMismatch(String),
     /// The load-time check step produced non-finite logits (a buffer read before written).
     #[error(
         "the load-time check step left {count} non-finite logits of {n_vocab} (first at {first})"
@@ -228,8 +260,10 @@ impl Launch {
 pub struct GpuDecoder {
     // Declared before the arenas and the module they launch from: dropped first.
     prefill: Option<PrefillGraph>,
-    graph: Graph,
-    launches: Vec<Launch>,
+    /// The step of positions `below.1` and later (of every position without `below`).
+    graph: StepGraph,
+    /// The layer kernel's step and the position below which it runs instead of `graph`.
+    below: Option<(StepGraph, usize)>,
     stream: Stream,
     work: DeviceArena,
     weights: Arc<DeviceWeights>,
@@ -268,11 +302,21 @@ impl std::fmt::Debug for GpuDecoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GpuDecoder")
             .field("device", &self.device)
-            .field("launches", &self.launches.len())
-            .field("graph_nodes", &self.graph.nodes())
+            .field("launches", &self.graph.launches.len())
+            .field("graph_nodes", &self.graph.graph.nodes())
+            .field(
+                "below",
+                &self.below.as_ref().map(|(g, at)| (*at, g.launches.len())),
+            )
             .field("memory", &self.memory)
             .finish()
     }
+}
+
+/// One captured step: its graph and the launches it was captured from.
+struct StepGraph {
+    graph: Graph,
+    launches: Vec<Launch>,
 }
 
 fn i32_of(v: usize) -> i32 {
@@ -325,7 +369,7 @@ impl GpuDecoder {
             return Err(GpuError::HeadDim(hp.head_dim));
         }
         let ty = |id: MatId| model.matrix(id).ty;
-        let steps = if options.fused {
+        let fused_steps = if options.fused {
             lower_fused(model.program(), hp, &ty)?
         } else {
             lower(model.program(), &ty)?
@@ -337,17 +381,29 @@ impl GpuDecoder {
         // SASS built for these (sm_90, sm_100, sm_110) has `griddepcontrol` and clusters;
         // PTX JIT-compiled for another device is not relied on for either.
         let sm90_sass = [90, 100, 110].contains(&ctx.properties().sm());
-        let (steps, layer_shared) =
-            if options.fused && options.dependent_launch && options.layer_kernel && sm90_sass {
-                merge_layers(
-                    model,
-                    &steps,
-                    &kernels,
-                    ctx.properties().shared_per_block_optin,
-                )?
-            } else {
-                (steps, 0)
-            };
+        let (layer_steps, layer_shared) = if options.fused
+            && options.dependent_launch
+            && options.layer_kernel_below > 0
+            && sm90_sass
+        {
+            merge_layers(
+                model,
+                &fused_steps,
+                &kernels,
+                ctx.properties().shared_per_block_optin,
+            )?
+        } else {
+            (Vec::new(), 0)
+        };
+        // The step lists to capture: (all positions or those from `below`), and the layer
+        // kernel's for positions below `below` where both run.
+        let (steps, below_steps) = if layer_shared == 0 {
+            (fused_steps, None)
+        } else if options.layer_kernel_below >= options.context {
+            (layer_steps, None)
+        } else {
+            (fused_steps, Some(layer_steps))
+        };
 
         let (rope_fused, rope_interleaved) = model.rope().form();
         let rope_form = if rope_fused { kernels::ROPE_FUSED } else { 0 }
@@ -357,7 +413,12 @@ impl GpuDecoder {
                 0
             };
         let shared_weights = shared.is_some();
-        let regions = WeightRegions::of_steps(model, &steps)?;
+        let all_steps: Vec<Step> = steps
+            .iter()
+            .chain(below_steps.iter().flatten())
+            .cloned()
+            .collect();
+        let regions = WeightRegions::of_steps(model, &all_steps)?;
         let weights = match shared {
             Some(w) => {
                 w.check_shareable(model, &regions, options.context, options.ordinal, &stream)?;
@@ -389,6 +450,7 @@ impl GpuDecoder {
             l2_bytes: ctx.properties().l2_bytes as usize,
             attn_cluster: sm90_sass && options.context <= kernels::ATT_TILE,
             layer_shared,
+            kv_prefetch: std::env::var_os("TETHER_LLM_KV_PREFETCH").is_none_or(|v| v != "0"),
             context: options.context,
         };
         let launches: Vec<Launch> = steps.iter().map(|s| binding.launch(s)).collect();
@@ -399,7 +461,7 @@ impl GpuDecoder {
         // Pinned staging: [0, 16) state out, [16, 32) state in, [32, 36) token in,
         // [64, 128) sampler configuration out.
         let mut pinned = PinnedBuffer::new(&ctx, 128, false)?;
-        let (graph, mut check) = check_and_capture(
+        let (graph, mut check, outcome) = check_and_capture(
             &stream,
             &work,
             &launches,
@@ -407,6 +469,33 @@ impl GpuDecoder {
             hp.n_vocab,
             &mut pinned,
         )?;
+        let graph = StepGraph { graph, launches };
+        let below = match below_steps {
+            None => None,
+            Some(layer_steps) => {
+                let launches: Vec<Launch> = layer_steps.iter().map(|s| binding.launch(s)).collect();
+                let (layer_graph, layer_check, layer_outcome) = check_and_capture(
+                    &stream,
+                    &work,
+                    &launches,
+                    dependent,
+                    hp.n_vocab,
+                    &mut pinned,
+                )?;
+                same_outcome(&outcome, &layer_outcome)?;
+                let at = options.layer_kernel_below;
+                check = format!(
+                    "{check}; below position {at}: {layer_check}, equal to the fused step's bit for bit"
+                );
+                Some((
+                    StepGraph {
+                        graph: layer_graph,
+                        launches,
+                    },
+                    at,
+                ))
+            }
+        };
         let prefill = if options.prefill_chunk > 0 {
             let side = DecodeSide {
                 weights: &weights,
@@ -440,7 +529,7 @@ impl GpuDecoder {
         Ok(GpuDecoder {
             prefill,
             graph,
-            launches,
+            below,
             stream,
             work: arena,
             weights,
@@ -481,9 +570,35 @@ impl GpuDecoder {
         &self.image
     }
 
-    /// Launches of one step (graph nodes).
+    /// Launches of one step (graph nodes): of every position, or of the positions from
+    /// [`layer_kernel_below`](Self::layer_kernel_below)'s position on where the layer
+    /// kernel's step runs below it.
     pub fn launches(&self) -> usize {
-        self.launches.len()
+        self.graph.launches.len()
+    }
+
+    /// Where the decoder switches graphs by position: `(position, launches)`, the layer
+    /// kernel's step of `launches` launches running below `position` and the one of
+    /// [`launches`](Self::launches) from there. None: one graph for every position.
+    pub fn layer_kernel_below(&self) -> Option<(usize, usize)> {
+        self.below.as_ref().map(|(g, at)| (*at, g.launches.len()))
+    }
+
+    /// The launches of one step in words: `"153"`, or `"33 below position 1024, 153 from
+    /// there"` where the decoder switches graphs ([`layer_kernel_below`](Self::layer_kernel_below)).
+    pub fn launches_summary(&self) -> String {
+        match self.layer_kernel_below() {
+            Some((at, n)) => format!("{n} below position {at}, {} from there", self.launches()),
+            None => self.launches().to_string(),
+        }
+    }
+
+    /// The step graph of position `pos`.
+    fn graph_at(&self, pos: usize) -> &Graph {
+        match &self.below {
+            Some((g, at)) if pos < *at => &g.graph,
+            _ => &self.graph.graph,
+        }
     }
 
     /// What the load-time replay check found.
@@ -606,8 +721,8 @@ impl GpuDecoder {
         match &self.prefill {
             Some(p) if chunked => p.run(&self.stream, prompt.len())?,
             _ => {
-                for _ in 0..prompt.len() {
-                    self.graph.launch(&self.stream)?;
+                for pos in 0..prompt.len() {
+                    self.graph_at(pos).launch(&self.stream)?;
                 }
             }
         }
@@ -674,7 +789,7 @@ impl GpuDecoder {
     /// free slot, then records that slot's event.
     fn launch_step(&mut self) -> Result<(), GpuError> {
         let s = (self.slot + self.ahead) % 2;
-        self.graph.launch(&self.stream)?;
+        self.graph_at(self.pos).launch(&self.stream)?;
         // SAFETY: 4 bytes of the state (the token) into pinned slot s, which is read only
         // after its event completes and not written again before it is read.
         unsafe {
@@ -767,7 +882,7 @@ impl GpuDecoder {
         let greedy = config_of(&SamplerParams::greedy(), n)?;
         self.prefill_state(tokens, &greedy)?;
         for (t, row) in out.chunks_exact_mut(n).take(tokens.len()).enumerate() {
-            self.graph.launch(&self.stream)?;
+            self.graph_at(t).launch(&self.stream)?;
             // SAFETY: n f32 of the logits region into this row, synchronised below.
             unsafe {
                 self.stream
@@ -904,10 +1019,14 @@ impl GpuDecoder {
     }
 }
 
+/// What the load check's replay left: the logits (`n_vocab` f32) and the request state.
+type CheckOutcome = (Vec<f32>, DecodeState);
+
 /// The load check: the step run eagerly for a short greedy request on poisoned buffers (also
 /// the warm-up), captured as one graph, the graph replayed on poisoned buffers, and the
-/// logits and request state of both compared bit for bit. Returns the graph and a summary
-/// line. `pinned` is the decoder's 128-byte staging.
+/// logits and request state of both compared bit for bit. Returns the graph, a summary
+/// line and what the replay left (logits, state). `pinned` is the decoder's 128-byte
+/// staging.
 ///
 /// # Errors
 /// [`GpuError::NonFinite`] (the eager run left non-finite logits: a buffer read before it
@@ -919,7 +1038,7 @@ fn check_and_capture(
     dependent: bool,
     n_vocab: usize,
     pinned: &mut PinnedBuffer,
-) -> Result<(Graph, String), GpuError> {
+) -> Result<(Graph, String, CheckOutcome), GpuError> {
     let greedy = config_of(&SamplerParams::greedy(), n_vocab)?;
     // Eager run on poisoned buffers (also the warm-up), capture, replay on poisoned
     // buffers, compare.
@@ -1027,7 +1146,28 @@ fn check_and_capture(
         eager_state.token,
         eager_state.pos
     );
-    Ok((graph, check))
+    Ok((graph, check, (replay, replay_state)))
+}
+
+/// The layer kernel's load check against the fused step's: the same request state and the
+/// same logits bit for bit after the same check request (both from [`check_and_capture`]).
+///
+/// # Errors
+/// [`GpuError::LayerMismatch`] naming the first difference.
+fn same_outcome(fused: &CheckOutcome, layer: &CheckOutcome) -> Result<(), GpuError> {
+    if fused.1 != layer.1 {
+        return Err(GpuError::LayerMismatch(format!(
+            "state after the check request: fused {:?}, layer kernel {:?}",
+            fused.1, layer.1
+        )));
+    }
+    match (0..fused.0.len()).find(|&i| fused.0[i].to_bits() != layer.0[i].to_bits()) {
+        Some(i) => Err(GpuError::LayerMismatch(format!(
+            "logit {i}: fused {}, layer kernel {}",
+            fused.0[i], layer.0[i]
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The kernels of the decode step.
@@ -1154,6 +1294,9 @@ struct Binding<'m, 'a> {
     attn_cluster: bool,
     /// Dynamic shared memory of every `layer` launch ([`merge_layers`]; 0: none).
     layer_shared: u32,
+    /// `layer` asks L2 for the cache rows it attends over before its dependency wait
+    /// (`LayerParams::kv_rows`; `TETHER_LLM_KV_PREFETCH=0` turns it off, for comparisons).
+    kv_prefetch: bool,
     context: usize,
 }
 
@@ -1377,6 +1520,12 @@ impl Binding<'_, '_> {
                             scale: 1.0 / (hp.head_dim as f32).sqrt(),
                             slice_bytes: i32_of(layer_slice_max(self.model, &mats)),
                             pad: 0,
+                            kv_rows: if self.kv_prefetch {
+                                i32_of(self.context)
+                            } else {
+                                0
+                            },
+                            pad2: 0,
                         },
                         self.layer_shared,
                     ),

@@ -381,8 +381,14 @@ pub struct LayerParams {
     pub scale: f32,
     /// Bytes of the largest block's weight slice ([`layer_slice_bytes`]).
     pub slice_bytes: i32,
-    /// Padding.
+    /// Padding (the profiling harness's layer index).
     pub pad: i32,
+    /// The cache's positions (`n_ctx`): the launch asks L2 for the K and V rows of the
+    /// positions before the state's (at most `kv_rows`) before its dependency wait; 0: it
+    /// does not.
+    pub kv_rows: i32,
+    /// Padding.
+    pub pad2: i32,
 }
 
 /// Bytes of the weight slice block `b` of a `layer` cluster copies into its shared memory:
@@ -467,7 +473,7 @@ const _: () = assert!(std::mem::size_of::<PrologueParams>() == 24 + 24);
 const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 16);
 const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 24);
 const _: () = assert!(std::mem::size_of::<LayerMat>() == 16);
-const _: () = assert!(std::mem::size_of::<LayerParams>() == 24 + 112 + 32 + 24 + 8 + 8);
+const _: () = assert!(std::mem::size_of::<LayerParams>() == 24 + 112 + 32 + 24 + 8 + 8 + 8);
 
 // ---------------------------------------------------------------------------------------
 // Prefill (section PREFILL of llm.cu): one struct per chunk kernel.

@@ -46,7 +46,9 @@ mod sampler;
 mod weights;
 
 #[cfg(feature = "cuda")]
-pub use decoder::{GpuDecoder, GpuError, GpuOptions, check_sampling};
+pub use decoder::{
+    GpuDecoder, GpuError, GpuOptions, LAYER_KERNEL_BELOW, check_sampling, layer_kernel_below,
+};
 pub use lower::{
     LowerError, MemoryPlan, Prologue, SampleConfig, Step, UnsupportedSampling, lower, lower_fused,
     lower_layers,
