@@ -8,8 +8,11 @@
 # Files, built on the development VM (untracked, stripped):
 #   gpu_fuse.xz       `cargo test --release -p tether-llm --features cuda,build,cli --no-run`
 #   tether.xz         `cargo build --release --bin tether`
-#   layer-prof.xz     runtime/gpu/s41-layer-prof.cu (nvcc -arch=sm_90 -O3), without and with
-#                     the cache prefetch; layer-prof-el.xz the same with `::evict_last`
+#   layer-prof*.xz    runtime/gpu/s41-layer-prof.cu (nvcc -arch=sm_90 -O3; each run without
+#                     and with the cache prefetch) on variants of llm.cu: call 1 the session's
+#                     first change (layer-prof) and the same with `::evict_last` (layer-prof-el);
+#                     call 5 commit 0bc2d26's (layer-prof-head) and the batched attention loads
+#                     (layer-prof-rows)
 #   llama-bench-sm90.xz  llamacpp-cuda-offline.sh's llama-bench
 #   COMMIT            the commit the binaries are of
 # Steps (any order, several per call):
@@ -37,7 +40,7 @@ kernels)
   cd $B
   sha256sum gpu_fuse tether layer-prof* >> $OUT/host.log 2>&1
   step fuse 330 ./gpu_fuse --test-threads 1 --nocapture
-  for p in layer-prof layer-prof-el; do step $p 90 ./$p; done
+  for p in $(ls layer-prof* | grep -v '[.]xz$'); do step $p 90 ./$p; done
   grep -hE "^test |differ|launches|switching|layer kernel|tg128|rc=|panicked" $OUT/fuse.log | cut -c1-220
   grep -E "==|position|attention|rc=" $OUT/layer-prof*.log
   cd $R

@@ -1134,6 +1134,93 @@ __device__ __forceinline__ float score_dot(const float* q, const uint16_t* k, in
     return __double2float_rn(sum);
 }
 
+// `score_dot`'s Gemv order (head_dim HD, a multiple of 32) for R key rows at once: every
+// 16-byte load of the R rows issued before the first fma, then each row's 32 slots and
+// `reduce_gemv_arr` exactly as `score_dot` adds them, so the same value per row. A row's
+// loads wait for memory once instead of once per 32 columns (HD = 64: two rows, 16 loads in
+// flight a thread; HD = 128: one row, 16 loads).
+template <int HD, int R>
+__device__ __forceinline__ void score_gemv_rows(const float* q, const uint16_t* const (&k)[R],
+                                                float (&out)[R]) {
+    uint4 raw[R][HD / 8];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < HD / 8; ++c) raw[r][c] = *(const uint4*)(k[r] + 8 * c);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        float s[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < HD; c += 32) {
+#pragma unroll
+            for (int g = 0; g < 4; ++g) {
+                const uint4 u = raw[r][(c + 8 * g) / 8];
+                const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                for (int l = 0; l < 8; ++l) {
+                    const float kv = h2f((uint16_t)(l % 2 ? w[l / 2] >> 16 : w[l / 2] & 0xFFFFu));
+                    s[8 * g + l] = __fmaf_rn(q[c + 8 * g + l], kv, s[8 * g + l]);
+                }
+            }
+        }
+        out[r] = reduce_gemv_arr(s);
+    }
+}
+
+// The scores of the key rows j = j0, j0 + stride, ... below n (row j at kb + (base + j) *
+// kv_dim), each `score_dot(...) * scale` into e[j]; returns their maximum. The one-token
+// (Gemv) order at head_dim 64 or 128 goes through `score_gemv_rows`, every other case
+// through `score_dot` row by row: the same values either way. `attention_cluster`'s scores
+// (decode on SM 9.0+: 2.9 % more tokens per second at position 2,048 on SmolLM2-135M Q4_1,
+// H100, session 43). `attend` keeps `score_dot` row by row: in the `layer` kernel the batched
+// loads (these and sixteen-row turns of the weighted sums) cost 1.5-4.6 % at positions
+// 128-1,536 (docs/evidence/llm-gpu.md, session 43).
+__device__ __forceinline__ float score_rows(const float* q, const uint16_t* kb, size_t base,
+                                            int kv_dim, int hd, bool gdot, int j0, int n,
+                                            int stride, float scale, float* e) {
+    float mx = NEG_INF;
+    int j = j0;
+    const auto row = [&](int i) { return kb + (base + (size_t)i) * kv_dim; };
+    if (!gdot && hd == 64) {
+        for (; j + stride < n; j += 2 * stride) {
+            const uint16_t* k[2] = {row(j), row(j + stride)};
+            float sc[2];
+            score_gemv_rows<64, 2>(q, k, sc);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float v = __fmul_rn(sc[r], scale);
+                e[j + r * stride] = v;
+                mx = fmaxf(mx, v);
+            }
+        }
+        for (; j < n; j += stride) {
+            const uint16_t* k[1] = {row(j)};
+            float sc[1];
+            score_gemv_rows<64, 1>(q, k, sc);
+            const float v = __fmul_rn(sc[0], scale);
+            e[j] = v;
+            mx = fmaxf(mx, v);
+        }
+    } else if (!gdot && hd == 128) {
+        for (; j < n; j += stride) {
+            const uint16_t* k[1] = {row(j)};
+            float sc[1];
+            score_gemv_rows<128, 1>(q, k, sc);
+            const float v = __fmul_rn(sc[0], scale);
+            e[j] = v;
+            mx = fmaxf(mx, v);
+        }
+    }
+    for (; j < n; j += stride) {
+        const float v = __fmul_rn(score_dot(q, row(j), hd, gdot, true), scale);
+        e[j] = v;
+        mx = fmaxf(mx, v);
+    }
+    return mx;
+}
+
 // The weighted sum's chains of one tile (positions t0 .. t0 + n, t0 a multiple of `lanes`):
 // unit u = (slot sl, dims dg * VW ..) of this thread accumulates the rows j = sl (mod lanes)
 // in order, fma(v, p, acc) (scalar.rs `weighted_sum_gemv` / `_gemm`).
@@ -1826,12 +1913,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(Attn
         sm.q[lane_slot(i, hd / 2, p.interleaved)] = round_f16(p.q[h * hd + i]);
     __syncthreads();
     // 1. Scores and their maximum.
-    float mx = NEG_INF;
-    for (int j = tid; j < n; j += ATT_THREADS) {
-        const float sc = __fmul_rn(score_dot(sm.q, kb + (size_t)(lo + j) * kv_dim, hd, false, true), p.scale);
-        sm.e[j] = sc;
-        mx = fmaxf(mx, sc);
-    }
+    float mx = score_rows(sm.q, kb, (size_t)lo, kv_dim, hd, false, tid, n, ATT_THREADS, p.scale, sm.e);
     mx = warp_max(mx);
     if ((tid & 31) == 0) sm.red[tid >> 5] = mx;
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
