@@ -78,19 +78,28 @@ pub const LAYER_KERNEL_BELOW: usize = 1536;
 /// never, `=1` always, `TETHER_LLM_LAYER_KERNEL_BELOW=N` below position N, else
 /// [`LAYER_KERNEL_BELOW`]. A value that is not a number is ignored (said in the log).
 pub fn layer_kernel_below() -> usize {
-    match std::env::var("TETHER_LLM_LAYER_KERNEL").as_deref() {
-        Ok("0") => return 0,
-        Ok("1") => return usize::MAX,
+    let var = |name: &str| std::env::var(name).ok();
+    layer_kernel_below_of(
+        var("TETHER_LLM_LAYER_KERNEL").as_deref(),
+        var("TETHER_LLM_LAYER_KERNEL_BELOW").as_deref(),
+    )
+}
+
+/// [`layer_kernel_below`] of the two variables' values.
+fn layer_kernel_below_of(kernel: Option<&str>, below: Option<&str>) -> usize {
+    match kernel {
+        Some("0") => return 0,
+        Some("1") => return usize::MAX,
         _ => {}
     }
-    match std::env::var("TETHER_LLM_LAYER_KERNEL_BELOW") {
-        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+    match below {
+        Some(v) => v.trim().parse().unwrap_or_else(|_| {
             log::warn!(
                 "TETHER_LLM_LAYER_KERNEL_BELOW={v:?} is not a position; {LAYER_KERNEL_BELOW} taken"
             );
             LAYER_KERNEL_BELOW
         }),
-        Err(_) => LAYER_KERNEL_BELOW,
+        None => LAYER_KERNEL_BELOW,
     }
 }
 
@@ -1739,4 +1748,23 @@ fn state_bytes(s: &DecodeState) -> [u8; 16] {
         b[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
     }
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_kernel_below_reads_the_two_variables() {
+        assert_eq!(layer_kernel_below_of(None, None), LAYER_KERNEL_BELOW);
+        assert_eq!(layer_kernel_below_of(Some("0"), Some("900")), 0);
+        assert_eq!(layer_kernel_below_of(Some("1"), None), usize::MAX);
+        assert_eq!(layer_kernel_below_of(None, Some(" 900 ")), 900);
+        assert_eq!(layer_kernel_below_of(Some("yes"), Some("0")), 0);
+        assert_eq!(
+            layer_kernel_below_of(None, Some("soon")),
+            LAYER_KERNEL_BELOW
+        );
+        assert_eq!(layer_kernel_below_of(None, Some("-5")), LAYER_KERNEL_BELOW);
+    }
 }
