@@ -470,27 +470,16 @@ impl GpuDecoder {
         // Pinned staging: [0, 16) state out, [16, 32) state in, [32, 36) token in,
         // [64, 128) sampler configuration out.
         let mut pinned = PinnedBuffer::new(&ctx, 128, false)?;
-        let (graph, mut check, outcome) = check_and_capture(
-            &stream,
-            &work,
-            &launches,
-            dependent,
-            hp.n_vocab,
-            &mut pinned,
-        )?;
+        let mut capture = |launches: &[Launch]| {
+            check_and_capture(&stream, &work, launches, dependent, hp.n_vocab, &mut pinned)
+        };
+        let (graph, mut check, outcome) = capture(&launches)?;
         let graph = StepGraph { graph, launches };
         let below = match below_steps {
             None => None,
             Some(layer_steps) => {
                 let launches: Vec<Launch> = layer_steps.iter().map(|s| binding.launch(s)).collect();
-                let (layer_graph, layer_check, layer_outcome) = check_and_capture(
-                    &stream,
-                    &work,
-                    &launches,
-                    dependent,
-                    hp.n_vocab,
-                    &mut pinned,
-                )?;
+                let (layer_graph, layer_check, layer_outcome) = capture(&launches)?;
                 same_outcome(&outcome, &layer_outcome)?;
                 let at = options.layer_kernel_below;
                 check = format!(

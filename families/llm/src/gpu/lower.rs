@@ -25,9 +25,9 @@
 //!
 //! A layer of a Llama-style model is then 5 launches (Q/K/V + RoPE + cache, attention, o
 //! with the residual, gate/up, down with SwiGLU and the residual) instead of 11; a step
-//! `1 + 5 * n_layer + 2` instead of `1 + 11 * n_layer + 3`. With
-//! `GpuOptions::layer_kernel` (feature `cuda`) on a GPU with 16-block
-//! clusters, [`lower_layers`] merges each layer of Q8_0 / Q4_0 / Q4_1 weights into one
+//! `1 + 5 * n_layer + 2` instead of `1 + 11 * n_layer + 3`. On a GPU with 16-block
+//! clusters (feature `cuda`; the steps at positions below `GpuOptions::layer_kernel_below`),
+//! [`lower_layers`] merges each layer of Q8_0 / Q4_0 / Q4_1 weights into one
 //! [`Step::Layer`]: `1 + n_layer + 2` launches.
 
 use crate::forward::{Buf, Hparams, MatId, Op, Program, Proj, VecId};
