@@ -231,7 +231,13 @@ int main() {
     CK(cudaEventCreate(&e1));
     static unsigned long long prof[64 * LAYER_CLUSTER * 16][2];
     // Without (kv_rows 0) and with the cache rows asked of L2 before the wait (session 43).
-    for (int kv_rows : {0, CTX}) {
+    // LAYER_PROF_ONE=<position> (for a profiler): with the L2 requests, that position, two
+    // replays and one timed.
+    const char* one = getenv("LAYER_PROF_ONE");
+    const std::vector<int> kv_list = one ? std::vector<int>{CTX} : std::vector<int>{0, CTX};
+    const std::vector<uint32_t> pos_list =
+        one ? std::vector<uint32_t>{(uint32_t)atoi(one)} : std::vector<uint32_t>{128u, 1024u, 2047u};
+    for (int kv_rows : kv_list) {
     for (int l = 0; l < LAYERS; ++l) lp[l].kv_rows = kv_rows;
     cudaGraph_t g;
     cudaGraphExec_t ge;
@@ -240,12 +246,12 @@ int main() {
     CK(cudaStreamEndCapture(s, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     printf("\n== kv_rows %d (%s)\n", kv_rows, kv_rows ? "cache rows asked of L2 before the wait" : "no cache prefetch");
-    for (uint32_t pos : {128u, 1024u, 2047u}) {
+    for (uint32_t pos : pos_list) {
         st.pos = pos;
         CK(cudaMemcpy(state, &st, sizeof st, cudaMemcpyHostToDevice));
-        for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(ge, s));
+        for (int i = 0; i < (one ? 2 : 20); ++i) CK(cudaGraphLaunch(ge, s));
         CK(cudaStreamSynchronize(s));
-        const int reps = 300;
+        const int reps = one ? 1 : 300;
         CK(cudaEventRecord(e0, s));
         for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, s));
         CK(cudaEventRecord(e1, s));
