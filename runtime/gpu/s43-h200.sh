@@ -23,7 +23,8 @@
 #            bench` at positions 128, 512, 1024, 1536, 2048 with the fused step alone
 #            (TETHER_LLM_LAYER_KERNEL=0), the layer kernel alone with and without the cache
 #            prefetch (=1, TETHER_LLM_KV_PREFETCH=0) and the default (the layer kernel below
-#            position 1024), alternating, ROUNDS rounds; a chat run with the default; llama.cpp's
+#            position 1,536; the first call's binaries, before 0bc2d26: 1,024), alternating,
+#            ROUNDS rounds; a chat run with the default; llama.cpp's
 #            llama-bench (prebuilt) with flash attention at depths 128, 512, 1024, 1536, 2048
 # e.g. carry .device/s43 .device/s37-g0:  bash runtime/gpu/s43-h200.sh unpack kernels
 # Logs under $OUT (`real` tars all of them into real-logs.tgz).

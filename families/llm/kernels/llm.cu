@@ -1173,9 +1173,9 @@ __device__ __forceinline__ void score_gemv_rows(const float* q, const uint16_t* 
 // kv_dim), each `score_dot(...) * scale` into e[j]; returns their maximum. The one-token
 // (Gemv) order at head_dim 64 or 128 goes through `score_gemv_rows`, every other case
 // through `score_dot` row by row: the same values either way. `attention_cluster`'s scores
-// (decode on SM 9.0+: 3-4 % more tokens per second at position 2,048 on SmolLM2-135M Q4_1,
+// (decode on SM 9.0+: 3-4 % more tok/s at position 2,048, across calls; SmolLM2-135M Q4_1,
 // H100, session 43). `attend` keeps `score_dot` row by row: in the `layer` kernel the batched
-// loads (these and sixteen-row turns of the weighted sums) cost 1.5-4.6 % at positions
+// loads (these and sixteen-row turns of the weighted sums) cost 1.6-5.4 % at positions
 // 128-1,536 (docs/evidence/llm-gpu.md, session 43).
 __device__ __forceinline__ float score_rows(const float* q, const uint16_t* kb, size_t base,
                                             int kv_dim, int hd, bool gdot, int j0, int n,

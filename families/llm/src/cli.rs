@@ -371,7 +371,7 @@ impl Family for LlmFamily {
             generator.use_gpu(ordinal, options.sync)?;
             if let Some(d) = generator.gpu() {
                 log::info!(
-                    "llm on {} ({}): {} launches per step, {}; device memory {:?}",
+                    "llm on {} ({}): a step graph of {}; {}; device memory {:?}",
                     d.device_name(),
                     d.kernel_image(),
                     d.launches_summary(),
@@ -916,7 +916,7 @@ impl Runner for LlmRunner {
                 device: format!("cuda:{}", self.ordinal.unwrap_or(0)),
                 execution: Execution::Graph,
                 execution_note: format!(
-                    "one CUDA graph of {} launches per token, prompts in graphs of 128-token chunks",
+                    "one CUDA graph per token ({}), prompts in graphs of 128-token chunks",
                     gpu.launches_summary()
                 ),
                 cpu_threads: self.generator.state().threads(),

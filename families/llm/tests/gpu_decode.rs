@@ -68,10 +68,10 @@ fn greedy_tokens_equal_llama_cpp_and_the_cpu_engine() {
     g.use_gpu(0, SyncPolicy::Spin).expect("gpu decoder");
     let d = g.gpu().expect("attached");
     eprintln!(
-        "{} ({}): {} launches per step; {}; memory {:?}",
+        "{} ({}): a step graph of {}; {}; memory {:?}",
         d.device_name(),
         d.kernel_image(),
-        d.launches(),
+        d.launches_summary(),
         d.check_summary(),
         d.memory()
     );

@@ -412,8 +412,8 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
         for (i, at) in [128, 2048].into_iter().enumerate() {
             let ms = median_step_ms(&mut f, at, 128, 3);
             eprintln!(
-                "SmolLM2 shape, 30 layers Q4_1, tg128@{at}: {name} {} launches {ms:.4} ms/token ({:.0} tok/s), {:.2}x the unfused step",
-                f.launches(),
+                "SmolLM2 shape, 30 layers Q4_1, tg128@{at}: {name} {} {ms:.4} ms/token ({:.0} tok/s), {:.2}x the unfused step",
+                f.launches_summary(),
                 1e3 / ms,
                 mu[i] / ms
             );
@@ -422,10 +422,11 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
 }
 
 /// A decoder taking the layer kernel's graph below position 150 and the fused step's from
-/// there: both graphs captured and checked at load (their launch counts reported), and the
-/// same logits bit for bit as the fused step's alone, teacher forced over 300 positions,
-/// and the same greedy and sampled tokens over a request that crosses position 150, token by
-/// token and through steps launched ahead.
+/// there: both graphs captured and checked at load, the graph of each position the one its
+/// side of the switch names (by their launch counts), the same logits bit for bit as the
+/// fused step's alone, teacher forced over 300 positions, and the same greedy and sampled
+/// tokens over a request that crosses position 150, token by token and through steps
+/// launched ahead. A switch at the context or past it: the layer kernel's graph alone.
 fn layer_kernel_below_a_position_switches_graphs() {
     let cfg = smollm2_shape(4, false);
     let w = tether_llm::testing::random_weights(&cfg, &block_types);
@@ -438,8 +439,21 @@ fn layer_kernel_below_a_position_switches_graphs() {
     assert_eq!(f.layer_kernel_below(), None);
     assert_eq!(s.launches(), f.launches());
     if has_layer_clusters(&s) {
-        assert_eq!(s.layer_kernel_below(), Some((150, 1 + 3 + 5 + 2)));
+        let layer = 1 + 3 + 5 + 2;
+        assert_eq!(s.layer_kernel_below(), Some((150, layer)));
         assert!(s.check_summary().contains("below position 150"));
+        assert_eq!(
+            [0, 149, 150, 511].map(|p| s.launches_at(p)),
+            [layer, layer, f.launches(), f.launches()]
+        );
+        for below in [512, 600] {
+            let a = decoder_opts(&m, 512, true, true, below);
+            assert_eq!(a.layer_kernel_below(), None, "below {below}");
+            assert_eq!(a.launches_at(511), layer, "below {below}");
+        }
+    } else {
+        eprintln!("no 16-block clusters on {}: one graph", s.device_name());
+        assert_eq!(s.launches_at(0), f.launches());
     }
     let n_vocab = cfg.n_vocab as usize;
     same_logits(&mut f, &mut s, &tokens(300, n_vocab, 61), n_vocab);

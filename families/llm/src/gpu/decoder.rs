@@ -1,5 +1,6 @@
 //! The GPU decoder: weights uploaded once, buffers placed once, the decode step captured as
-//! one CUDA graph at load and checked against an eager run (see the [module docs](super)).
+//! one CUDA graph at load (two where the layer kernel's step runs below a position) and
+//! checked against an eager run (see the [module docs](super)).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -68,10 +69,10 @@ pub struct GpuOptions {
     pub prompt_batch: usize,
 }
 
-/// The default [`GpuOptions::layer_kernel_below`]: the last position measured at which the
-/// layer kernel's step was at least as fast as the fused step's (H100, SmolLM2-135M Q4_1,
-/// `tether bench` at 128, 1,024, 1,536, 1,792 and 2,048: 827.6 against 822.8 tok/s at 1,536,
-/// 784.5 against 798.4 at 1,792; docs/evidence/llm-gpu.md, session 43).
+/// The default [`GpuOptions::layer_kernel_below`]: where the layer kernel's step stops being
+/// the faster (H100, SmolLM2-135M Q4_1, `tether bench`'s 128-token windows: the layer kernel
+/// 6.2 % ahead at 1,024-1,151, 1.0 % behind at 1,536-1,663, equal near 1,530 by linear
+/// interpolation; docs/evidence/llm-gpu.md, session 43). One card's measurement.
 pub const LAYER_KERNEL_BELOW: usize = 1536;
 
 /// [`GpuOptions::layer_kernel_below`] as the environment asks: `TETHER_LLM_LAYER_KERNEL=0`
@@ -90,7 +91,8 @@ fn layer_kernel_below_of(kernel: Option<&str>, below: Option<&str>) -> usize {
     match kernel {
         Some("0") => return 0,
         Some("1") => return usize::MAX,
-        _ => {}
+        Some(other) => log::warn!("TETHER_LLM_LAYER_KERNEL={other:?} is neither 0 nor 1: ignored"),
+        None => {}
     }
     match below {
         Some(v) => v.trim().parse().unwrap_or_else(|_| {
@@ -336,11 +338,14 @@ impl GpuDecoder {
     /// Uploads `model`'s weights to device `options.ordinal`, places the cache (f16,
     /// `options.context` positions), the activations and the request state, lowers the
     /// program, runs the step eagerly on poisoned buffers, captures it as one graph and
-    /// checks that replaying the graph reproduces the eager run bit for bit.
+    /// checks that replaying the graph reproduces the eager run bit for bit; where the layer
+    /// kernel's step runs below a position ([`GpuOptions::layer_kernel_below`]) it does the same
+    /// for that step's graph and checks that the two graphs leave the same logits and state.
     ///
     /// # Errors
     /// [`GpuError`]: CUDA (no driver or device, out of memory, capture), lowering, weight
-    /// types, [`GpuError::ReplayMismatch`] / [`GpuError::NonFinite`] from the load check.
+    /// types, [`GpuError::ReplayMismatch`] / [`GpuError::NonFinite`] from the load check,
+    /// [`GpuError::LayerMismatch`] when the two graphs differ (a bug: never handed out).
     pub fn new(model: &Model<'_>, options: GpuOptions) -> Result<GpuDecoder, GpuError> {
         Self::build(model, options, None)
     }
@@ -582,21 +587,35 @@ impl GpuDecoder {
         self.below.as_ref().map(|(g, at)| (*at, g.launches.len()))
     }
 
-    /// The launches of one step in words: `"153"`, or `"33 below position 1024, 153 from
-    /// there"` where the decoder switches graphs ([`layer_kernel_below`](Self::layer_kernel_below)).
+    /// The launches of one step in words: `"153 launches"`, or `"33 launches below position
+    /// 1536, 153 from there"` where the decoder switches graphs
+    /// ([`layer_kernel_below`](Self::layer_kernel_below)).
     pub fn launches_summary(&self) -> String {
         match self.layer_kernel_below() {
-            Some((at, n)) => format!("{n} below position {at}, {} from there", self.launches()),
-            None => self.launches().to_string(),
+            Some((at, n)) => format!(
+                "{n} launches below position {at}, {} from there",
+                self.launches()
+            ),
+            None => format!("{} launches", self.launches()),
         }
     }
 
-    /// The step graph of position `pos`.
-    fn graph_at(&self, pos: usize) -> &Graph {
+    /// Launches of the step graph that runs at position `pos`.
+    pub fn launches_at(&self, pos: usize) -> usize {
+        self.step_at(pos).launches.len()
+    }
+
+    /// The step graph that runs at position `pos`.
+    fn step_at(&self, pos: usize) -> &StepGraph {
         match &self.below {
-            Some((g, at)) if pos < *at => &g.graph,
-            _ => &self.graph.graph,
+            Some((g, at)) if pos < *at => g,
+            _ => &self.graph,
         }
+    }
+
+    /// The CUDA graph of [`step_at`](Self::step_at).
+    fn graph_at(&self, pos: usize) -> &Graph {
+        &self.step_at(pos).graph
     }
 
     /// What the load-time replay check found.
@@ -1135,11 +1154,16 @@ fn check_and_capture(
     let check = format!(
         "graph of {} nodes{} replayed {check_steps} steps bit-identical to the eager run on poisoned buffers (token {}, position {})",
         graph.nodes(),
-        match (dependent, launches.iter().any(|l| l.cluster > 1)) {
-            (true, true) => " (dependent launches, attention in clusters)",
-            (true, false) => " (dependent launches)",
-            (false, true) => " (attention in clusters)",
-            (false, false) => "",
+        match (
+            dependent,
+            launches.iter().any(|l| l.cluster == kernels::LAYER_CLUSTER),
+            launches.iter().any(|l| l.cluster == kernels::ATTN_CLUSTER),
+        ) {
+            (true, true, _) => " (dependent launches, one cluster launch per layer)",
+            (true, false, true) => " (dependent launches, attention in clusters)",
+            (true, false, false) => " (dependent launches)",
+            (false, _, true) => " (attention in clusters)",
+            (false, _, false) => "",
         },
         eager_state.token,
         eager_state.pos

@@ -2,14 +2,17 @@
 //! forward pass's [`Program`](crate::forward::Program) lowered to the decode kernels of
 //! `kernels/llm.cu` ([`lower`]), every buffer placed at load, the decode step captured as ONE
 //! CUDA graph at load and checked against an eager run on poisoned buffers before the
-//! decoder is handed out. By default the launches are merged ([`lower_fused`]: a product
+//! decoder is handed out (on sm_90 and later two: one cluster launch per layer for the steps
+//! below `GpuOptions::layer_kernel_below`, the fused step from there, checked against each
+//! other bit for bit; each step launches one of them). By default the launches are merged ([`lower_fused`]: a product
 //! with its input's preparation, RoPE and the cache write in one launch, each attention with
 //! its combine; 5 launches per Llama-style layer instead of 12), the same logits bit for bit
 //! as the unfused list ([`lower()`], `GpuOptions::fused = false`).
 //!
 //! **Per token** the host launches the graph and reads back 4 bytes (the greedy token id);
 //! the position, the token and the prompt live in the request state on the device
-//! (`DecodeState`), so the same graph serves every position up to the context. Nothing is
+//! (`DecodeState`), so the same graph serves every position up to the context (or, with two,
+//! every position on its side of the switch). Nothing is
 //! allocated per token, on the host or on the device.
 //!
 //! **Prefill** ([`prefill`]): the prompt ids are copied to the device once, then a second
