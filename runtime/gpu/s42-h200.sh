@@ -25,6 +25,8 @@
 #   kernels  gpu_fuse's bit-equality tests (the layer kernel's among them), then the speed
 #            test alternating main's binary and the branch's (ROUNDS, default 2), then the
 #            layer profile
+#   model    the GGUF from its parts in $W, checked by sha256, and llama-bench unpacked
+#            (also the first thing `real` does; s43-h200.sh's `real` calls it)
 #   real     the real model: its three decoders equal bit for bit (TETHER_FUSE_REAL=1),
 #            `tether bench` without and with TETHER_LLM_LAYER_KERNEL=1 (alternating), a chat
 #            run with the layer kernel, llama.cpp's llama-bench (prebuilt) in the same call
@@ -32,6 +34,7 @@
 # Logs under $OUT (`real` tars all of them into real-logs.tgz).
 set -u
 R=$(pwd); W=/tmp/h15real; B=/tmp/s42-bin; mkdir -p $W $B
+G=$W/assets/SmolLM2-135M-Instruct.Q4_1.gguf
 step() { local name=$1 tmo=$2; shift 2; echo "\$ $*" >> $OUT/$name.log; local t0=$(date +%s); timeout -s INT $tmo "$@" >> $OUT/$name.log 2>&1; echo "rc=$? wall=$(( $(date +%s) - t0 )) s" >> $OUT/$name.log; }
 for s in "$@"; do
 case "$s" in
@@ -61,12 +64,14 @@ kernels)
   grep -E "SMs|position|attention|barrier B|prologue|rc=" $OUT/layer-prof*.log
   cd $R
   ;;
-real)
+model)
   mkdir -p $W/assets
-  G=$W/assets/SmolLM2-135M-Instruct.Q4_1.gguf
   cat $W/part0? > $G
   (cd $W/assets && echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c) >> $OUT/host.log 2>&1 || { cat $OUT/host.log; exit 3; }
   bash $R/runtime/gpu/llamacpp-cuda.sh prebuilt $B/llama-bench-sm90.xz > $OUT/llamacpp-prebuilt.log 2>&1
+  ;;
+real)
+  bash $R/runtime/gpu/s42-h200.sh model || exit $?
   cd $B
   step real-fuse 200 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse real_model --test-threads 1 --nocapture
   step build 60 ./tether build --family llm --gguf $G -o $W/smollm2.bundle
@@ -80,6 +85,6 @@ real)
   (cd $OUT && tar czf real-logs.tgz *.log)
   cd $R
   ;;
-*) echo "usage: $0 unpack | kernels | real ..." >&2; exit 2 ;;
+*) echo "usage: $0 unpack | kernels | model | real ..." >&2; exit 2 ;;
 esac
 done

@@ -47,11 +47,8 @@ kernels)
   cd $R
   ;;
 real)
-  mkdir -p $W/assets
+  bash $R/runtime/gpu/s42-h200.sh model || exit $?
   G=$W/assets/SmolLM2-135M-Instruct.Q4_1.gguf
-  cat $W/part0? > $G
-  (cd $W/assets && echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c) >> $OUT/host.log 2>&1 || { cat $OUT/host.log; exit 3; }
-  bash $R/runtime/gpu/llamacpp-cuda.sh prebuilt $B/llama-bench-sm90.xz > $OUT/llamacpp-prebuilt.log 2>&1
   cd $B
   step real-fuse 150 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse real_model --test-threads 1 --nocapture
   step build 60 ./tether build --family llm --gguf $G -o $W/smollm2.bundle
