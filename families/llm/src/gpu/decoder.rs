@@ -105,6 +105,20 @@ fn layer_kernel_below_of(kernel: Option<&str>, below: Option<&str>) -> usize {
     }
 }
 
+/// Whether the layer kernel asks L2 for the cache rows before its wait, as
+/// `TETHER_LLM_KV_PREFETCH` asks: `0` no, unset or `1` yes; another value is ignored (said in
+/// the log), as the other `TETHER_LLM_*` switches do.
+fn kv_prefetch_of(value: Option<&str>) -> bool {
+    match value {
+        Some("0") => false,
+        None | Some("1") => true,
+        Some(other) => {
+            log::warn!("TETHER_LLM_KV_PREFETCH={other:?} is neither 0 nor 1: ignored");
+            true
+        }
+    }
+}
+
 /// Errors of the GPU decoder.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -464,7 +478,7 @@ impl GpuDecoder {
             l2_bytes: ctx.properties().l2_bytes as usize,
             attn_cluster: sm90_sass && options.context <= kernels::ATT_TILE,
             layer_shared,
-            kv_prefetch: std::env::var_os("TETHER_LLM_KV_PREFETCH").is_none_or(|v| v != "0"),
+            kv_prefetch: kv_prefetch_of(std::env::var("TETHER_LLM_KV_PREFETCH").ok().as_deref()),
             context: options.context,
         };
         let launches: Vec<Launch> = steps.iter().map(|s| binding.launch(s)).collect();
@@ -1779,5 +1793,14 @@ mod tests {
             LAYER_KERNEL_BELOW
         );
         assert_eq!(layer_kernel_below_of(None, Some("-5")), LAYER_KERNEL_BELOW);
+    }
+
+    #[test]
+    fn kv_prefetch_is_off_only_for_zero() {
+        assert!(kv_prefetch_of(None));
+        assert!(kv_prefetch_of(Some("1")));
+        assert!(!kv_prefetch_of(Some("0")));
+        assert!(kv_prefetch_of(Some("off")));
+        assert!(kv_prefetch_of(Some(" 0")));
     }
 }
