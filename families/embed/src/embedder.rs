@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use tether_bundle::{Bundle, IoMode, Verify};
+use tether_bundle::{Bundle, IoMode};
 use tether_family::model::{check_family, open_bundle};
 use tether_family::selftest::{Report, SelfTest};
 use tether_runtime::{Device, EngineKind, Model, ModelOptions, ShapePolicy, ShapeSessions};
@@ -236,7 +236,7 @@ impl Embedder {
                 created_unix_s: 0,
             },
         )?;
-        let bundle = Bundle::from_vec(writer.to_bytes()?, Verify::Eager)?;
+        let bundle = Bundle::from_vec(writer.to_bytes()?, tether_bundle::Verify::Eager)?;
         Self::from_bundle(Arc::new(bundle), options)
     }
 
