@@ -86,12 +86,26 @@ pub fn layer_kernel_below() -> usize {
     )
 }
 
+/// A `0` / `1` switch of the environment named `name` with value `value`: `Some(false)`,
+/// `Some(true)`, or `None` when unset or any other value (which is said in the log and
+/// ignored).
+fn switch_of(name: &str, value: Option<&str>) -> Option<bool> {
+    match value {
+        Some("0") => Some(false),
+        Some("1") => Some(true),
+        Some(other) => {
+            log::warn!("{name}={other:?} is neither 0 nor 1: ignored");
+            None
+        }
+        None => None,
+    }
+}
+
 /// [`layer_kernel_below`] of the two variables' values.
 fn layer_kernel_below_of(kernel: Option<&str>, below: Option<&str>) -> usize {
-    match kernel {
-        Some("0") => return 0,
-        Some("1") => return usize::MAX,
-        Some(other) => log::warn!("TETHER_LLM_LAYER_KERNEL={other:?} is neither 0 nor 1: ignored"),
+    match switch_of("TETHER_LLM_LAYER_KERNEL", kernel) {
+        Some(false) => return 0,
+        Some(true) => return usize::MAX,
         None => {}
     }
     match below {
@@ -109,14 +123,7 @@ fn layer_kernel_below_of(kernel: Option<&str>, below: Option<&str>) -> usize {
 /// `TETHER_LLM_KV_PREFETCH` asks: `0` no, unset or `1` yes; another value is ignored (said in
 /// the log), as the other `TETHER_LLM_*` switches do.
 fn kv_prefetch_of(value: Option<&str>) -> bool {
-    match value {
-        Some("0") => false,
-        None | Some("1") => true,
-        Some(other) => {
-            log::warn!("TETHER_LLM_KV_PREFETCH={other:?} is neither 0 nor 1: ignored");
-            true
-        }
-    }
+    switch_of("TETHER_LLM_KV_PREFETCH", value).unwrap_or(true)
 }
 
 /// Errors of the GPU decoder.
