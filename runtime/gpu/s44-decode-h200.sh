@@ -7,8 +7,8 @@
 # heap allocations and the device's free memory flat.
 # Unpacks as runtime/gpu/s42-h200.sh does (`.device` folders carried: `*.xz` into $B,
 # `part0?` into $W), so the GGUF's four parts can come over several calls.
-# Not run yet: written in session 44, when no device time was left (the binary of 0365230
-# is in `.device/s44g` on that development VM).
+# Written in session 44, when no device time was left; run in session 45 on an H100 with the
+# binary of 0365230 (`.device/s44g`): 6 passed (docs/evidence/llm-gpu.md, session 45).
 # Files (untracked): gpu_decode.xz (`cargo test --release -p tether-llm --features
 # cuda,build,cli --no-run`, stripped), COMMIT.
 # Two calls back to back (each under the 64 MiB carry with a sparse checkout of runtime/gpu):
