@@ -3,7 +3,7 @@
 # Q4_1) with main's default decoder (the layer kernel's graph below position 1,536, the fused
 # step's from there): greedy tokens equal to llama.cpp's and the CPU engine's, teacher-forced
 # logits, sampled requests repeating with their seed, the context limit, and 100,000
-# generated tokens in 25 requests of 4,000 (positions up to 4,034, so both graphs run) with 0
+# generated tokens in 25 requests of 4,000 (positions up to 4,032, so both graphs run) with 0
 # heap allocations and the device's free memory flat.
 # Unpacks as runtime/gpu/s42-h200.sh does (`.device` folders carried: `*.xz` into $B,
 # `part0?` into $W), so the GGUF's four parts can come over several calls.
