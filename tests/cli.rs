@@ -2913,6 +2913,15 @@ fn a_corrupt_llm_weight_section_is_named_with_the_bundle_hint() {
         "{}",
         stderr(&o)
     );
+    // `inspect` still lists the sections, and its warning says the family's error once.
+    let o = tether(&["inspect", corrupt.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("family `llm` could not describe the bundle")
+            && stderr(&o).matches("CRC mismatch").count() == 1,
+        "{}",
+        stderr(&o)
+    );
     std::fs::remove_file(&corrupt).unwrap();
 }
 
@@ -3200,6 +3209,24 @@ fn llm_bad_options_and_other_families_options_are_named() {
     // No prompt at all.
     let o = tether(&["run", &b]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // An empty --text after a good one: refused before any request runs (nothing on stdout).
+    let o = tether(&[
+        "run",
+        &b,
+        "--text",
+        "hi",
+        "--text",
+        " ",
+        "--max-tokens",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--text \" \" holds no text"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
     // The prompt's text where a prompt file belongs: an input that failed (exit 1, as any
     // unreadable input), pointing at --text (which run and bench both take).
     let o = tether(&["run", &b, "Where is Paris?"]);

@@ -132,8 +132,9 @@ fn family_description(b: &Arc<Bundle>) -> Option<tether_family::family::Descript
         Ok(d) => Some(d),
         Err(e) => {
             log::warn!(
-                "family `{}` could not describe the bundle: {e:#}",
-                family.name()
+                "family `{}` could not describe the bundle: {}",
+                family.name(),
+                crate::cli::message(&e)
             );
             None
         }

@@ -165,6 +165,13 @@ pub(crate) fn runner_on(
             family.inputs_help()
         );
     }
+    // Every --text is checked before the first input runs (a family refuses an empty one
+    // as it loads it, and a run stops at a usage error): no request runs before the refusal.
+    if let Ok(Some(mut texts)) = matches.try_get_many::<String>("text")
+        && let Some(t) = texts.find(|t| t.trim().is_empty())
+    {
+        crate::usage!("--text {t:?} holds no text");
+    }
     if given("precision") && !family.has_precision() {
         crate::usage!(
             "--precision: the {} family's engines have no choice of arithmetic (the option is for the ONNX families' GPU engines)",

@@ -999,7 +999,7 @@ impl Runner for LlmRunner {
         let mut out: Vec<Box<dyn Input>> = Vec::new();
         if let Some(p) = &self.prompt {
             if p.trim().is_empty() {
-                return Err(UsageError("--prompt: an empty prompt".into()).into());
+                return Err(UsageError(format!("--prompt {p:?}: an empty prompt")).into());
             }
             out.push(Box::new(self.prompt_input(p.clone(), p.clone())));
         }
