@@ -3331,6 +3331,12 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     assert_eq!(lines_starting("threads"), 0, "{}", stdout(&o));
     assert_eq!(lines_starting("kernels"), 0, "{}", stdout(&o));
     assert!(stdout(&o).contains("cpu threads"), "{}", stdout(&o));
+    // Three inter-token intervals: their p99.9 is their maximum, and the report says so.
+    assert!(
+        stdout(&o).contains("note: in a line of fewer than 1000 samples p99.9 is the maximum"),
+        "{}",
+        stdout(&o)
+    );
     let o = tether(&["bench", &b, "--rate", "10"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     // A test whose runs spread more than 2.5 % (cv) is warned about under the table, as the

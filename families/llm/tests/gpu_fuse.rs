@@ -374,21 +374,36 @@ fn median_step_ms(d: &mut GpuDecoder, at: usize, n: usize, runs: usize) -> f64 {
     all[all.len() / 2]
 }
 
+/// The positions the speed test times: `TETHER_FUSE_AT` (comma-separated, e.g.
+/// `128,1024,1536,2048`), else 128 and 2048.
+fn speed_positions() -> Vec<usize> {
+    let given = std::env::var("TETHER_FUSE_AT").unwrap_or_default();
+    let at: Vec<usize> = given
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    if at.is_empty() { vec![128, 2048] } else { at }
+}
+
 /// SmolLM2-135M's full shape (30 layers, every matrix Q4_1): the unfused step, the fused
 /// step with plain launches and the fused step with dependent launches equal on 64
-/// teacher-forced positions, then decode timed at positions 128 and 2048 (128 steps, 3
-/// runs each, median step) and REPORTED: a speed target is a benchmark's, not a test's
-/// (docs/evidence/llm-gpu.md holds the measured numbers).
+/// teacher-forced positions, then decode timed at positions 128 and 2048 (or
+/// `TETHER_FUSE_AT`'s; 128 steps, 3 runs each, median step) and REPORTED: a speed target is
+/// a benchmark's, not a test's (docs/evidence/llm-gpu.md holds the measured numbers).
 fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
     let cfg = smollm2_shape(30, false);
     let w = tether_llm::testing::random_weights(&cfg, &|_, _| TensorType::Q4_1);
     let m = model(&cfg, &w);
-    let context = 2048 + 128 + 1;
+    let positions = speed_positions();
+    let context = positions.iter().max().copied().unwrap_or(2048) + 128 + 1;
     let n_vocab = cfg.n_vocab as usize;
     let seq = tokens(64, n_vocab, 31);
     let mut u = decoder_with(&m, context, false, false);
-    let mu = [128, 2048].map(|at| median_step_ms(&mut u, at, 128, 3));
-    for (i, at) in [128, 2048].into_iter().enumerate() {
+    let mu: Vec<f64> = positions
+        .iter()
+        .map(|&at| median_step_ms(&mut u, at, 128, 3))
+        .collect();
+    for (i, &at) in positions.iter().enumerate() {
         eprintln!(
             "SmolLM2 shape, 30 layers Q4_1, tg128@{at}: unfused {} launches {:.4} ms/token ({:.0} tok/s)",
             u.launches(),
@@ -409,7 +424,7 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
         let mut f = decoder_opts(&m, context, true, dependent, layer);
         eprintln!("{name}: {}", f.check_summary());
         same_logits(&mut u, &mut f, &seq, n_vocab);
-        for (i, at) in [128, 2048].into_iter().enumerate() {
+        for (i, &at) in positions.iter().enumerate() {
             let ms = median_step_ms(&mut f, at, 128, 3);
             eprintln!(
                 "SmolLM2 shape, 30 layers Q4_1, tg128@{at}: {name} {} {ms:.4} ms/token ({:.0} tok/s), {:.2}x the unfused step",

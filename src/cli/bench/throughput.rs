@@ -137,6 +137,9 @@ fn repeats_header(k: &str, v: &str, machine: &Machine) -> bool {
 /// Timed repetitions of each test without `--runs` (llama-bench's `-r 5`).
 const DEFAULT_REPETITIONS: u64 = 5;
 
+/// Samples a latency line needs before its p99.9 (nearest rank) is not simply its maximum.
+const TAIL_SAMPLES: usize = 1000;
+
 fn print(
     a: &BenchArgs,
     machine: &Machine,
@@ -223,6 +226,15 @@ fn print(
                 l.p999,
                 l.max,
                 l.mean
+            )?;
+        }
+        // Nearest rank: below 1,000 samples p99.9 is the largest sample, one slow step.
+        if r.latencies_ms
+            .iter()
+            .any(|l| l.count > 0 && l.count < TAIL_SAMPLES)
+        {
+            outln!(
+                "  note: in a line of fewer than {TAIL_SAMPLES} samples p99.9 is the maximum (nearest rank)"
             )?;
         }
     }
