@@ -21,7 +21,8 @@
 #            bit-equality tests (gpu_fuse without the speed test), one more speed round
 #   itl      main's `tether bench` at 128 with 40 runs (5,120 intervals), ROUNDS rounds and
 #            one pinned to a core; the usual depths once, llama-bench beside where carried
-#   prof     ncu --set full of main's attention_cluster at position 2,048 (gpu_fuse-main)
+#   prof     ncu --set full of main's attention_cluster at position 2,048 (gpu_fuse-main;
+#            not run: no device was lent for it)
 # e.g. carry .device/s46a:  bash runtime/gpu/s46-h200.sh unpack kernels
 # Logs under $OUT.
 set -u
