@@ -3337,6 +3337,29 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
         "{}",
         stdout(&o)
     );
+    // One token a run has no interval between tokens: the line says n/a, not 0 ms.
+    let o = tether(&[
+        "bench",
+        &b,
+        "--runs",
+        "1",
+        "--n-prompt",
+        "8",
+        "--n-gen",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let itl = stdout(&o)
+        .lines()
+        .find(|l| l.trim_start().starts_with("inter-token"))
+        .map(str::to_owned);
+    assert!(
+        itl.as_deref()
+            .is_some_and(|l| l.split_whitespace().skip(1).collect::<Vec<_>>()
+                == ["0", "n/a", "n/a", "n/a", "n/a", "n/a"]),
+        "{}",
+        stdout(&o)
+    );
     let o = tether(&["bench", &b, "--rate", "10"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     // A test whose runs spread more than 2.5 % (cv) is warned about under the table, as the

@@ -217,6 +217,21 @@ fn print(
             "mean ms"
         )?;
         for l in &r.latencies_ms {
+            if l.count == 0 {
+                // No samples (e.g. `--n-gen 1`: no interval between tokens): no figures,
+                // not zeros that read as no latency.
+                outln!(
+                    "  {:<30} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                    escape(&l.name),
+                    0,
+                    "n/a",
+                    "n/a",
+                    "n/a",
+                    "n/a",
+                    "n/a"
+                )?;
+                continue;
+            }
             outln!(
                 "  {:<30} {:>6} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
                 escape(&l.name),
