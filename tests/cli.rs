@@ -3309,11 +3309,15 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
         "{}",
         stdout(&o)
     );
+    // The report's line whose first word is `w`.
+    let line_of = |o: &std::process::Output, w: &str| {
+        stdout(o)
+            .lines()
+            .find(|l| l.trim_start().starts_with(w))
+            .map(str::to_owned)
+    };
     // One timed run has no sample deviation: the text says so instead of printing 0.
-    let pp8 = stdout(&o)
-        .lines()
-        .find(|l| l.trim_start().starts_with("pp8"))
-        .map(str::to_owned);
+    let pp8 = line_of(&o, "pp8");
     assert!(
         pp8.as_deref()
             .is_some_and(|l| l.contains("± n/a") && l.trim_end().ends_with("n/a")),
@@ -3338,21 +3342,10 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
         stdout(&o)
     );
     // One token a run has no interval between tokens: the line says n/a, not 0 ms.
-    let o = tether(&[
-        "bench",
-        &b,
-        "--runs",
-        "1",
-        "--n-prompt",
-        "8",
-        "--n-gen",
-        "1",
-    ]);
+    let one_token = [&quick[..6], &["--n-gen", "1"]].concat(); // quick with --n-gen 1
+    let o = tether(&one_token);
     assert!(o.status.success(), "{}", stderr(&o));
-    let itl = stdout(&o)
-        .lines()
-        .find(|l| l.trim_start().starts_with("inter-token"))
-        .map(str::to_owned);
+    let itl = line_of(&o, "inter-token");
     assert!(
         itl.as_deref()
             .is_some_and(|l| l.split_whitespace().skip(1).collect::<Vec<_>>()

@@ -217,30 +217,24 @@ fn print(
             "mean ms"
         )?;
         for l in &r.latencies_ms {
-            if l.count == 0 {
-                // No samples (e.g. `--n-gen 1`: no interval between tokens): no figures,
-                // not zeros that read as no latency.
-                outln!(
-                    "  {:<30} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                    escape(&l.name),
-                    0,
-                    "n/a",
-                    "n/a",
-                    "n/a",
-                    "n/a",
-                    "n/a"
-                )?;
-                continue;
-            }
+            // No samples (e.g. `--n-gen 1`: no interval between tokens): n/a, not zeros
+            // that read as no latency.
+            let ms = |v: f64| {
+                if l.count == 0 {
+                    "n/a".to_string()
+                } else {
+                    format!("{v:.3}")
+                }
+            };
             outln!(
-                "  {:<30} {:>6} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                "  {:<30} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
                 escape(&l.name),
                 l.count,
-                l.p50,
-                l.p99,
-                l.p999,
-                l.max,
-                l.mean
+                ms(l.p50),
+                ms(l.p99),
+                ms(l.p999),
+                ms(l.max),
+                ms(l.mean)
             )?;
         }
         // Nearest rank: below 1,000 samples p99.9 is the largest sample, one slow step.
