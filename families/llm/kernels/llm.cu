@@ -2092,20 +2092,21 @@ struct LayerSlice {
 
 __device__ __forceinline__ int align16(int v) { return (v + 15) & ~15; }
 
-__device__ __forceinline__ void layer_range(int n, int b, int* r0, int* count) {
-    const int per = (n + LAYER_CLUSTER - 1) / LAYER_CLUSTER;
+__device__ __forceinline__ void layer_range(int n, int b, int nb, int* r0, int* count) {
+    const int per = (n + nb - 1) / nb;
     *r0 = min(n, b * per);
     *count = min(n, *r0 + per) - *r0;
 }
 
-__device__ LayerSlice layer_slice(const LayerParams& p, int b) {
+// Block b of nb's slice (`layer`: nb = LAYER_CLUSTER; `layers_grid`: the grid's blocks).
+__device__ LayerSlice layer_slice(const LayerParams& p, int b, int nb) {
     LayerSlice s;
     const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
     s.items = (p.n_head + p.n_kv) * half + kv_dim / 2;
-    layer_range(s.items, b, &s.item0, &s.n_items);
-    layer_range(p.width, b, &s.o0, &s.n_o);
-    layer_range(p.ffn, b, &s.f0, &s.n_f);
-    layer_range(p.width, b, &s.d0, &s.n_d);
+    layer_range(s.items, b, nb, &s.item0, &s.n_items);
+    layer_range(p.width, b, nb, &s.o0, &s.n_o);
+    layer_range(p.ffn, b, nb, &s.f0, &s.n_f);
+    layer_range(p.width, b, nb, &s.d0, &s.n_d);
     s.item_stride = 2 * max(p.m[LM_Q].row_bytes, max(p.m[LM_K].row_bytes, p.m[LM_V].row_bytes));
     s.off_item = 0;
     s.off_o = align16(s.off_item + s.n_items * s.item_stride);
@@ -2226,7 +2227,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
     extern __shared__ __align__(16) unsigned char smem[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const uint32_t rank = cluster_rank();
-    const LayerSlice sl = layer_slice(p, (int)rank);
+    const LayerSlice sl = layer_slice(p, (int)rank, LAYER_CLUSTER);
     LAYER_STAMP(0);
     // Dynamic shared memory: the weight slice, the prologue's area (the widest input), then
     // the values handed between phases.
@@ -2403,6 +2404,408 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         if (k0 + g < sl.n_d && l == 0) p.x[r] = __fadd_rn(x1[r], dot);
     }
     LAYER_STAMP(15);
+#else
+    __trap();  // launched only on compute capability 9.0 and later
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// layers_grid: every merged layer of the decode step in one launch of one block per SM
+// (compute capability 9.0 and later; the same phases, rows and arithmetic as `layer`, so the
+// same values). Where `layer` gives a layer 16 SMs and hands values on through distributed
+// shared memory and cluster barriers, this kernel gives every layer all the grid's blocks:
+// block b of nb takes rows [b * ceil(n / nb), ...) of each phase (`layer_slice(p, b, nb)`)
+// and hands its values on through global memory, each value tagged with the launch: a
+// 64-bit word (value bits low, tag high) stored at once, so a reader that sees this
+// launch's tag sees the value. There is no barrier: a block reads a phase's input by
+// spinning on each word until its tag is this launch's (`xch_read`), one L2 round trip
+// after the last writer. Every (layer, phase) has its own words (`grid_xch`), written once
+// a launch, so no block overwrites what a slower one has still to read. The tag is the
+// number of launches before this one plus one: each block counts its own launches
+// (`GridParams::seq[b]`, read at its start, written at its end), so all agree.
+//
+// The cache row of the step's position: the attention block of head h reads the K and V
+// values of its KV head from phase A's words and writes them into the cache itself (the
+// group's blocks write the same bytes), so it reads the whole span from its own writes and
+// earlier launches'. The blocks' weight slices stream through a ring of GRID_RING slots in
+// shared memory (`cp.async`), GRID_RING - 1 layers ahead of the one computed.
+//
+// Every block must be resident at once (a reader spins until its writers have run): the
+// host launches at most one block per SM with shared memory that lets one fit, a block with
+// no rows and no head returns at once, and `griddepcontrol.launch_dependents` comes at the
+// last layer, when every block has run.
+// ---------------------------------------------------------------------------------------
+#define GRID_RING 4
+
+struct GridParams {
+    const LayerParams* layers;   // [n_layers], device memory, constant
+    unsigned long long* xch;     // [n_layers][xch_words] tagged words, zero at load
+    unsigned int* seq;           // [nb] launches each block completed (zero at load)
+    int n_layers;
+    int slot_bytes;              // one ring slot: the largest slice of any block and layer
+    int xch_words;               // words a layer: q_dim + 2 kv_dim + 3 width + ffn
+    int stage_rows;              // cache rows of a head the attention blocks stage in shared
+                                 // memory (K then V, f16, after the SwiGLU product's area)
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// A layer's words: Q (rotated, f32) [q_dim], K (rotated, f16 bits, the cache row's order)
+// [kv_dim], V (f16 bits) [kv_dim], the attention output [width], x1 [width], the SwiGLU
+// product [ffn], the residual out [width].
+struct GridXch {
+    unsigned long long *q, *k, *v, *att, *x1, *h, *x;
+};
+
+__device__ __forceinline__ GridXch grid_xch(const GridParams& gp, const LayerParams& p, int L) {
+    const int q_dim = p.n_head * p.head_dim, kv_dim = p.n_kv * p.head_dim;
+    GridXch x;
+    x.q = gp.xch + (size_t)L * gp.xch_words;
+    x.k = x.q + q_dim;
+    x.v = x.k + kv_dim;
+    x.att = x.v + kv_dim;
+    x.x1 = x.att + p.width;
+    x.h = x.x1 + p.width;
+    x.x = x.h + p.ffn;
+    return x;
+}
+
+__device__ __forceinline__ void xch_put(unsigned long long* w, uint32_t bits, uint32_t tag) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(w),
+                 "l"(((unsigned long long)tag << 32) | bits) : "memory");
+}
+
+// The value bits of the word at `w`, read again until its tag is `tag`.
+__device__ __forceinline__ uint32_t xch_get(const unsigned long long* w, uint32_t tag) {
+    unsigned long long v;
+    for (;;) {
+        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(w) : "memory");
+        if ((uint32_t)(v >> 32) == tag) return (uint32_t)v;
+    }
+}
+
+// Block-wide: n words of `src` into dst (their value bits). All threads call it; dst is
+// complete on return.
+__device__ void xch_read(const unsigned long long* src, int n, uint32_t tag, uint32_t* dst) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = xch_get(src + i, tag);
+    __syncthreads();
+}
+
+// Block b of nb's slice of layer p in a ring slot (mirrored by `grid_slice_bytes` in
+// src/gpu/kernels.rs): `layer_slice`'s rows, each region (an item's row, the output rows,
+// the gate, up and down rows) copied as one bulk copy of the 16-byte-aligned bytes around
+// it, so each region has 32 bytes more than its rows and its rows start `grid_shift` bytes
+// in. (The weights' regions are 256-byte aligned and padded to 256 bytes: the aligned bytes
+// around a matrix's rows lie in its region.)
+__device__ LayerSlice grid_slice(const LayerParams& p, int b, int nb) {
+    LayerSlice s = layer_slice(p, b, nb);
+    const int widest = max(p.m[LM_Q].row_bytes, max(p.m[LM_K].row_bytes, p.m[LM_V].row_bytes));
+    s.item_stride = 2 * (align16(widest) + 32);
+    s.off_item = 0;
+    s.off_o = s.n_items * s.item_stride;
+    s.off_gate = s.off_o + align16(s.n_o * p.m[LM_O].row_bytes) + 32;
+    s.off_up = s.off_gate + align16(s.n_f * p.m[LM_GATE].row_bytes) + 32;
+    s.off_down = s.off_up + align16(s.n_f * p.m[LM_UP].row_bytes) + 32;
+    s.bytes = s.off_down + align16(s.n_d * p.m[LM_DOWN].row_bytes) + 32;
+    return s;
+}
+
+// Where the bytes at global address `g` lie after their region's bulk copy: this far past
+// the region's start.
+__device__ __forceinline__ int grid_shift(const uint8_t* g) { return (int)((size_t)g & 15); }
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// One region: the 16-byte-aligned bytes around [g, g + bytes) into dst (16-byte aligned),
+// completing on `bar`; returns the bytes copied.
+__device__ __forceinline__ uint32_t grid_bulk(uint8_t* dst, const uint8_t* g, int bytes, unsigned long long* bar) {
+    if (bytes <= 0) return 0;
+    const size_t a = (size_t)g & ~(size_t)15, e = ((size_t)g + bytes + 15) & ~(size_t)15;
+    const uint32_t n = (uint32_t)(e - a);
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+        "l"(a), "r"(n), "r"(smem_u32(bar))
+        : "memory");
+    return n;
+}
+
+// Block b's slice of layer p into ring slot `dst` (one thread; completes on `bar`).
+__device__ void grid_slice_load(const LayerParams& p, const LayerSlice& sl, uint8_t* dst, unsigned long long* bar) {
+    // The bytes first (expect_tx), then the copies.
+    uint32_t total = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1)
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(total)
+                         : "memory");
+        uint32_t n = 0;
+        for (int k = 0; k < sl.n_items; ++k) {
+            int ra, rb, h, i;
+            const LayerMat& m = p.m[layer_item(p, sl.item0 + k, &ra, &rb, &h, &i)];
+            uint8_t* d = dst + sl.off_item + k * sl.item_stride;
+            const uint8_t *ga = m.w + (size_t)ra * m.row_bytes, *gb = m.w + (size_t)rb * m.row_bytes;
+            if (pass == 0) {
+                n += (uint32_t)((((size_t)ga + m.row_bytes + 15) & ~(size_t)15) - ((size_t)ga & ~(size_t)15));
+                n += (uint32_t)((((size_t)gb + m.row_bytes + 15) & ~(size_t)15) - ((size_t)gb & ~(size_t)15));
+            } else {
+                n += grid_bulk(d, ga, m.row_bytes, bar);
+                n += grid_bulk(d + sl.item_stride / 2, gb, m.row_bytes, bar);
+            }
+        }
+        const uint8_t* g[4] = {p.m[LM_O].w + (size_t)sl.o0 * p.m[LM_O].row_bytes,
+                               p.m[LM_GATE].w + (size_t)sl.f0 * p.m[LM_GATE].row_bytes,
+                               p.m[LM_UP].w + (size_t)sl.f0 * p.m[LM_UP].row_bytes,
+                               p.m[LM_DOWN].w + (size_t)sl.d0 * p.m[LM_DOWN].row_bytes};
+        const int len[4] = {sl.n_o * p.m[LM_O].row_bytes, sl.n_f * p.m[LM_GATE].row_bytes,
+                            sl.n_f * p.m[LM_UP].row_bytes, sl.n_d * p.m[LM_DOWN].row_bytes};
+        const int off[4] = {sl.off_o, sl.off_gate, sl.off_up, sl.off_down};
+        for (int r = 0; r < 4; ++r) {
+            if (len[r] <= 0) continue;
+            if (pass == 0)
+                n += (uint32_t)((((size_t)g[r] + len[r] + 15) & ~(size_t)15) - ((size_t)g[r] & ~(size_t)15));
+            else
+                n += grid_bulk(dst + off[r], g[r], len[r], bar);
+        }
+        total = n;
+    }
+}
+
+// Wait until the copies completing on `bar` in its phase `parity` have landed.
+__device__ __forceinline__ void grid_bar_wait(unsigned long long* bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+            "selp.u32 %0, 1, 0, p;\n}"
+            : "=r"(done)
+            : "r"(smem_u32(bar)), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layers_grid(GridParams gp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ LayerParams P;
+    __shared__ uint32_t tag_s;
+    __shared__ __align__(8) unsigned long long bars[GRID_RING];  // a ring slot's copies landed
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int nb = (int)gridDim.x, b = (int)blockIdx.x;
+    const LayerParams& p0 = gp.layers[0];
+    {
+        // A block with no rows in any phase and no head has nothing to hand on.
+        const LayerSlice s0 = layer_slice(p0, b, nb);
+        if (s0.n_items == 0 && s0.n_o == 0 && s0.n_f == 0 && s0.n_d == 0 && b >= p0.n_head) return;
+    }
+    uint8_t* ring = smem;
+    unsigned char* pro = smem + GRID_RING * gp.slot_bytes;
+    const int widest = max(p0.width, p0.ffn);
+    // Beside the prologue's area: the residual, the attention output, x1, the SwiGLU product.
+    float* xr = (float*)(pro + align16(widest / QK * (int)sizeof(BlockQ8)) + align16(widest * 4));
+    float* att = xr + p0.n_head * p0.head_dim;
+    float* x1 = att + p0.width;
+    float* hbuf = x1 + p0.width;
+    uint16_t* ks = (uint16_t*)(hbuf + align16(p0.ffn));
+    uint16_t* vs = ks + (size_t)gp.stage_rows * p0.head_dim;
+    // The first GRID_RING layers' slices before the wait (the weights are constant).
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < GRID_RING; ++k)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bars[k])) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int k = 0; k < GRID_RING && k < gp.n_layers; ++k) {
+            const LayerParams& pk = gp.layers[k];
+            grid_slice_load(pk, grid_slice(pk, b, nb), ring + k * gp.slot_bytes, &bars[k]);
+        }
+    }
+    dependency_wait();
+    if (threadIdx.x == 0) {
+        uint32_t s;
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(s) : "l"(gp.seq + b) : "memory");
+        tag_s = s + 1;
+    }
+    BlockQ8* q8;
+    BlockQ8K* q8k;
+    float* xs;
+    const int g = lane >> 3, l = lane & 7;
+    for (int L = 0; L < gp.n_layers; ++L) {
+        if (threadIdx.x < (int)(sizeof(LayerParams) / 4))
+            ((int*)&P)[threadIdx.x] = ((const int*)(gp.layers + L))[threadIdx.x];
+        __syncthreads();
+        const uint32_t tag = tag_s;
+        if (L == gp.n_layers - 1 && L > 0) dependents_launch();
+        const LayerParams& p = P;
+        const LayerSlice sl = grid_slice(p, b, nb);
+        const GridXch xc = grid_xch(gp, p, L);
+        const uint8_t* wsl = ring + (L % GRID_RING) * gp.slot_bytes;
+        // The attention block's cache rows before this position (earlier launches wrote
+        // them) into shared memory while phase A runs, where they fit (one head a block).
+        const uint32_t pos = p.state->pos;
+        const bool stage = nb >= p.n_head && b < p.n_head && (int)pos < gp.stage_rows;
+        if (stage) {
+            const int kvh = b / (p.n_head / p.n_kv), kv_dim = p.n_kv * p.head_dim, c = p.head_dim / 8;
+            for (int t = threadIdx.x; t < (int)pos * c; t += blockDim.x) {
+                const int j = t / c, o = (t % c) * 8;
+                const size_t gofs = (size_t)j * kv_dim + kvh * p.head_dim + o;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(ks + j * p.head_dim + o)),
+                             "l"(p.kcache + gofs) : "memory");
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(vs + j * p.head_dim + o)),
+                             "l"(p.vcache + gofs) : "memory");
+            }
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
+        const int so = grid_shift(p.m[LM_O].w + (size_t)sl.o0 * p.m[LM_O].row_bytes);
+        const int sg = grid_shift(p.m[LM_GATE].w + (size_t)sl.f0 * p.m[LM_GATE].row_bytes);
+        const int su = grid_shift(p.m[LM_UP].w + (size_t)sl.f0 * p.m[LM_UP].row_bytes);
+        const int sd = grid_shift(p.m[LM_DOWN].w + (size_t)sl.d0 * p.m[LM_DOWN].row_bytes);
+        // A. The residual (the previous layer's words; layer 0: the residual buffer, written
+        // by the kernel before this one), Q/K/V with RoPE.
+        if (L == 0) {
+            for (int i = threadIdx.x; i < p.width; i += blockDim.x) xr[i] = p.x[i];
+            __syncthreads();
+        } else {
+            xch_read(grid_xch(gp, p, L - 1).x, p.width, tag, (uint32_t*)xr);
+        }
+        {
+            PrologueParams in = {xr, nullptr, p.attn_norm, p.width, p.eps, 0, 1, 0, 0};
+            prologue(in, pro, &q8, &q8k, &xs);
+        }
+        grid_bar_wait(&bars[L % GRID_RING], (uint32_t)(L / GRID_RING) & 1u);
+        const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+        const float* ang = p.angles + (size_t)pos * p.head_dim;
+        const int il = p.form & ROPE_INTERLEAVED;
+        for (int k0 = warp * 4; k0 < sl.n_items; k0 += FUSE_WARPS * 4) {
+            const bool on = k0 + g < sl.n_items;
+            const int k = min(k0 + g, sl.n_items - 1);
+            int ra, rb, h, i;
+            const int which = layer_item(p, sl.item0 + k, &ra, &rb, &h, &i);
+            const LayerMat& m = p.m[which];
+            const uint8_t* row = wsl + sl.off_item + k * sl.item_stride;
+            const uint8_t* w[2] = {row + grid_shift(m.w + (size_t)ra * m.row_bytes),
+                                   row + sl.item_stride / 2 + grid_shift(m.w + (size_t)rb * m.row_bytes)};
+            float acc[2], ext[2];
+            q32_lane<2>(m.type, w, p.width, q8, l, acc, ext);
+            const float a = group_finish(m.type, acc[0], ext[0]), bv = group_finish(m.type, acc[1], ext[1]);
+            if (!on || l != 0) continue;
+            if (which == LM_V) {
+                xch_put(xc.v + ra, f2h(a), tag);
+                xch_put(xc.v + rb, f2h(bv), tag);
+            } else {
+                float na, nb2;
+                rope_pair(a, bv, ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb2);
+                if (which == LM_Q) {
+                    xch_put(xc.q + ra, __float_as_uint(na), tag);
+                    xch_put(xc.q + rb, __float_as_uint(nb2), tag);
+                } else {
+                    const int at = h * p.head_dim;
+                    xch_put(xc.k + at + lane_slot(i, half, il), f2h(na), tag);
+                    xch_put(xc.k + at + lane_slot(i + half, half, il), f2h(nb2), tag);
+                }
+            }
+        }
+        // B. Attention, one block per head: its KV head's row of this position into the
+        // cache (the group's blocks write the same bytes), then `attend` over the span.
+        const int len = (int)pos + 1;
+        const int group = p.n_head / p.n_kv;
+        for (int h = b; h < p.n_head; h += nb) {
+            const int kvh = h / group;
+            // In the areas of the attention output, x1 and the SwiGLU product (free until C;
+            // the host checks 3 * head_dim <= 2 * width + ffn).
+            uint32_t* qkv = (uint32_t*)att;
+            const size_t row = (size_t)pos * kv_dim + kvh * p.head_dim;
+            // Q, K and V of the head, all in flight at once.
+            for (int i = threadIdx.x; i < 3 * p.head_dim; i += blockDim.x) {
+                const int part = i / p.head_dim, d = i % p.head_dim;
+                const unsigned long long* w = part == 0 ? xc.q + h * p.head_dim + d
+                                              : part == 1 ? xc.k + kvh * p.head_dim + d
+                                                          : xc.v + kvh * p.head_dim + d;
+                const uint32_t v = xch_get(w, tag);
+                qkv[i] = v;
+                if (part == 1) {
+                    p.kcache[row + d] = (uint16_t)v;
+                    if (stage) ks[(size_t)pos * p.head_dim + d] = (uint16_t)v;
+                }
+                if (part == 2) {
+                    p.vcache[row + d] = (uint16_t)v;
+                    if (stage) vs[(size_t)pos * p.head_dim + d] = (uint16_t)v;
+                }
+            }
+            if (stage) asm volatile("cp.async.wait_all;" ::: "memory");
+            __syncthreads();
+            if (stage)
+                attend((const float*)qkv, ks, vs, p.head_dim, p.head_dim, len, p.scale, false, il, xs);
+            else
+                attend((const float*)qkv, p.kcache + kvh * p.head_dim, p.vcache + kvh * p.head_dim,
+                       kv_dim, p.head_dim, len, p.scale, false, il, xs);
+            __syncthreads();
+            for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x)
+                xch_put(xc.att + h * p.head_dim + d, __float_as_uint(xs[d]), tag);
+            __syncthreads();
+        }
+        // C. The output projection and the residual.
+        xch_read(xc.att, p.width, tag, (uint32_t*)att);
+        {
+            PrologueParams in = {att, nullptr, nullptr, p.width, p.eps, 0, 1, 0, 0};
+            prologue(in, pro, &q8, &q8k, &xs);
+        }
+        for (int k0 = warp * 4; k0 < sl.n_o; k0 += FUSE_WARPS * 4) {
+            const int k = min(k0 + g, sl.n_o - 1), r = sl.o0 + k, type = p.m[LM_O].type;
+            const uint8_t* w[1] = {wsl + sl.off_o + so + k * p.m[LM_O].row_bytes};
+            float acc[1], ext[1];
+            q32_lane<1>(type, w, p.width, q8, l, acc, ext);
+            const float dot = group_finish(type, acc[0], ext[0]);
+            if (k0 + g < sl.n_o && l == 0) xch_put(xc.x1 + r, __float_as_uint(__fadd_rn(xr[r], dot)), tag);
+        }
+        // D. The FFN norm, gate and up, and their SwiGLU product.
+        xch_read(xc.x1, p.width, tag, (uint32_t*)x1);
+        {
+            PrologueParams in = {x1, nullptr, p.ffn_norm, p.width, p.eps, 0, 1, 0, 0};
+            prologue(in, pro, &q8, &q8k, &xs);
+        }
+        const int tg = p.m[LM_GATE].type, tu = p.m[LM_UP].type;
+        for (int k0 = warp * 4; k0 < sl.n_f; k0 += FUSE_WARPS * 4) {
+            const int k = min(k0 + g, sl.n_f - 1), r = sl.f0 + k;
+            const uint8_t* w[2] = {wsl + sl.off_gate + sg + k * p.m[LM_GATE].row_bytes,
+                                   wsl + sl.off_up + su + k * p.m[LM_UP].row_bytes};
+            float acc[2], ext[2];
+            if (tg == tu) {
+                q32_lane<2>(tg, w, p.width, q8, l, acc, ext);
+            } else {
+                q32_lane<1>(tg, w, p.width, q8, l, acc, ext);
+                q32_lane<1>(tu, w + 1, p.width, q8, l, acc + 1, ext + 1);
+            }
+            const float gv = group_finish(tg, acc[0], ext[0]), uv = group_finish(tu, acc[1], ext[1]);
+            if (k0 + g < sl.n_f && l == 0) xch_put(xc.h + r, __float_as_uint(silu_mul(gv, uv)), tag);
+        }
+        // E. The down projection and the residual: into the next layer's words, and after
+        // the last layer into the residual buffer (the head reads it after this kernel).
+        xch_read(xc.h, p.ffn, tag, (uint32_t*)hbuf);
+        {
+            PrologueParams in = {hbuf, nullptr, nullptr, p.ffn, p.eps, 0, 1, 0, 0};
+            prologue(in, pro, &q8, &q8k, &xs);
+        }
+        const bool last = L + 1 == gp.n_layers;
+        for (int k0 = warp * 4; k0 < sl.n_d; k0 += FUSE_WARPS * 4) {
+            const int k = min(k0 + g, sl.n_d - 1), r = sl.d0 + k, type = p.m[LM_DOWN].type;
+            const uint8_t* w[1] = {wsl + sl.off_down + sd + k * p.m[LM_DOWN].row_bytes};
+            float acc[1], ext[1];
+            q32_lane<1>(type, w, p.ffn, q8, l, acc, ext);
+            const float dot = group_finish(type, acc[0], ext[0]);
+            if (k0 + g < sl.n_d && l == 0) {
+                const float v = __fadd_rn(x1[r], dot);
+                if (last) p.x[r] = v;
+                else xch_put(xc.x + r, __float_as_uint(v), tag);
+            }
+        }
+        // This slot's rows are read: the slice GRID_RING layers on into it (the generic
+        // proxy's reads ordered before the bulk copies' writes).
+        __syncthreads();
+        if (threadIdx.x == 0 && L + GRID_RING < gp.n_layers) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            const LayerParams& pn = gp.layers[L + GRID_RING];
+            grid_slice_load(pn, grid_slice(pn, b, nb), ring + (L % GRID_RING) * gp.slot_bytes,
+                            &bars[L % GRID_RING]);
+        }
+    }
+    if (threadIdx.x == 0) gp.seq[b] = tag_s;
 #else
     __trap();  // launched only on compute capability 9.0 and later
 #endif

@@ -530,7 +530,6 @@ impl Stream {
         dependent: bool,
         cluster: u32,
     ) -> Result<(), DriverError> {
-        let mut arg = params as *const P as *mut c_void;
         // SAFETY: an all-zero attribute is a valid bit pattern (plain integers and a union of
         // plain data); the ids and the values set below select the members read.
         let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
@@ -548,6 +547,58 @@ impl Stream {
             attrs[n].value.clusterDim.z = 1;
             n += 1;
         }
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { self.launch_attrs(f, grid, block, shared_bytes, params, &mut attrs[..n]) }
+    }
+
+    /// [`Stream::launch_params`] as a cooperative launch (`CU_LAUNCH_ATTRIBUTE_COOPERATIVE`):
+    /// the driver runs every block of the grid at once or fails the launch
+    /// (`CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`), so the blocks may wait for each other;
+    /// `dependent` as [`Stream::launch_params_dependent`].
+    ///
+    /// # Safety
+    /// As [`Stream::launch_params_dependent`] when `dependent`, else as
+    /// [`Stream::launch_params`].
+    #[inline]
+    pub unsafe fn launch_params_cooperative<P: Copy>(
+        &self,
+        f: Function,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        params: &P,
+        dependent: bool,
+    ) -> Result<(), DriverError> {
+        // SAFETY: an all-zero attribute is a valid bit pattern (plain integers and a union of
+        // plain data); the ids and the values set below select the members read.
+        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        attrs[0].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+        attrs[0].value.cooperative = 1;
+        let mut n = 1;
+        if dependent {
+            attrs[n].id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { self.launch_attrs(f, grid, block, shared_bytes, params, &mut attrs[..n]) }
+    }
+
+    /// `cuLaunchKernelEx` with `attrs`.
+    ///
+    /// # Safety
+    /// As the public launch functions that call it.
+    unsafe fn launch_attrs<P: Copy>(
+        &self,
+        f: Function,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        params: &P,
+        attrs: &mut [sys::CUlaunchAttribute],
+    ) -> Result<(), DriverError> {
+        let mut arg = params as *const P as *mut c_void;
         let config = sys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,
@@ -558,7 +609,7 @@ impl Stream {
             sharedMemBytes: shared_bytes,
             hStream: self.raw,
             attrs: attrs.as_mut_ptr(),
-            numAttrs: n as u32,
+            numAttrs: attrs.len() as u32,
         };
         // SAFETY: the caller's contract; `config` and `attrs` outlive the call, one argument
         // pointing at a value of the kernel's parameter type, copied by the driver.

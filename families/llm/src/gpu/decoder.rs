@@ -11,7 +11,7 @@ use tether_runtime::cuda::{
 };
 
 use super::kernels::{
-    self, AttnParams, DecodeState, EmbedParams, HeadNormParams, LayerMat, LayerParams,
+    self, AttnParams, DecodeState, EmbedParams, GridParams, HeadNormParams, LayerMat, LayerParams,
     MatVecParams, PrepMatVecParams, PrepParams, ProjParams, PrologueParams, QkvRopeParams,
     RopeParams, SampleParams,
 };
@@ -232,6 +232,9 @@ enum Params {
     AttnFused(AttnParams),
     /// A whole layer; with the dynamic shared memory of its launch.
     Layer(LayerParams, u32),
+    /// Every merged layer, one block per SM; with the dynamic shared memory of its launch
+    /// and whether it is a cooperative launch.
+    Grid(GridParams, u32, bool),
 }
 
 /// Dynamic shared memory of a kernel whose input is prepared by `p` (its prologue).
@@ -283,6 +286,13 @@ impl Launch {
                 Params::Layer(p, bytes) => {
                     s.launch_params_ex(self.f, g, b, *bytes, p, dependent, self.cluster)
                 }
+                // Every block at once (they wait for each other's values).
+                Params::Grid(p, bytes, true) => {
+                    s.launch_params_cooperative(self.f, g, b, *bytes, p, dependent)
+                }
+                Params::Grid(p, bytes, false) => {
+                    s.launch_params_ex(self.f, g, b, *bytes, p, dependent, 1)
+                }
             }
         }
     }
@@ -298,6 +308,8 @@ pub struct GpuDecoder {
     below: Option<(StepGraph, usize)>,
     stream: Stream,
     work: DeviceArena,
+    /// `layers_grid`'s memory (its layers' parameters, barrier counter, handed-on values).
+    _grid: Option<DeviceArena>,
     weights: Arc<DeviceWeights>,
     _module: KernelModule,
     state: DevicePtr,
@@ -488,7 +500,25 @@ impl GpuDecoder {
             kv_prefetch: kv_prefetch_of(std::env::var("TETHER_LLM_KV_PREFETCH").ok().as_deref()),
             context: options.context,
         };
+        let grid_on = layer_shared > 0
+            && std::env::var("TETHER_LLM_GRID").ok().as_deref() == Some("1");
+        let mut grid_mem = None;
+        let mut fold = |launches: Vec<Launch>| -> Result<Vec<Launch>, GpuError> {
+            if !grid_on {
+                return Ok(launches);
+            }
+            let (out, mem) = fold_grid(&ctx, &stream, &binding.kernels, launches, model, options.context)?;
+            if mem.is_some() {
+                grid_mem = mem;
+            }
+            Ok(out)
+        };
         let launches: Vec<Launch> = steps.iter().map(|s| binding.launch(s)).collect();
+        let launches = if below_steps.is_none() {
+            fold(launches)?
+        } else {
+            launches
+        };
         // Programmatic dependent launches only where the image has the SASS of this device
         // (built for sm_90, sm_100, sm_110, each with `griddepcontrol`); not from PTX.
         let dependent = options.fused && options.dependent_launch && sm90_sass;
@@ -505,6 +535,7 @@ impl GpuDecoder {
             None => None,
             Some(layer_steps) => {
                 let launches: Vec<Launch> = layer_steps.iter().map(|s| binding.launch(s)).collect();
+                let launches = fold(launches)?;
                 let (layer_graph, layer_check, layer_outcome) = capture(&launches)?;
                 same_outcome(&outcome, &layer_outcome)?;
                 let at = options.layer_kernel_below;
@@ -556,6 +587,7 @@ impl GpuDecoder {
             below,
             stream,
             work: arena,
+            _grid: grid_mem,
             weights,
             image: module.image.clone(),
             _module: module,
@@ -1229,6 +1261,7 @@ struct DecodeKernels {
     attention_fused: Function,
     attention_cluster: Function,
     layer: Function,
+    layers_grid: Function,
 }
 
 impl DecodeKernels {
@@ -1248,6 +1281,7 @@ impl DecodeKernels {
             attention_fused: f("attention_fused")?,
             attention_cluster: f("attention_cluster")?,
             layer: f("layer")?,
+            layers_grid: f("layers_grid")?,
         })
     }
 }
@@ -1683,6 +1717,7 @@ fn layer_slice_max(model: &Model<'_>, mats: &[MatId; 7]) -> usize {
         .map(|b| {
             kernels::layer_slice_bytes(
                 b,
+                kernels::LAYER_CLUSTER as usize,
                 hp.n_embd,
                 hp.n_ff,
                 hp.n_head,
@@ -1693,6 +1728,129 @@ fn layer_slice_max(model: &Model<'_>, mats: &[MatId; 7]) -> usize {
         })
         .max()
         .unwrap_or(0)
+}
+
+/// `launches` with their run of `layer` launches replaced by one `layers_grid` launch of
+/// one block per SM, and the memory it reads (unchanged, `None`, where no run exists or
+/// the device cannot hold a block on every SM at once).
+fn fold_grid(
+    ctx: &Context,
+    stream: &Stream,
+    kernels: &DecodeKernels,
+    launches: Vec<Launch>,
+    model: &Model<'_>,
+    context: usize,
+) -> Result<(Vec<Launch>, Option<DeviceArena>), GpuError> {
+    let hp = model.hparams();
+    let Some(first) = launches
+        .iter()
+        .position(|l| matches!(l.params, Params::Layer(..)))
+    else {
+        return Ok((launches, None));
+    };
+    let layers: Vec<LayerParams> = launches[first..]
+        .iter()
+        .map_while(|l| match l.params {
+            Params::Layer(p, _) => Some(p),
+            _ => None,
+        })
+        .collect();
+    let n = layers.len();
+    if launches[first + n..]
+        .iter()
+        .any(|l| matches!(l.params, Params::Layer(..)))
+    {
+        return Ok((launches, None));
+    }
+    let nb = ctx.properties().multiprocessors as usize;
+    let slot = layers
+        .iter()
+        .flat_map(|p| {
+            let rb = p.m.map(|m| m.row_bytes as usize);
+            (0..nb).map(move |b| {
+                kernels::grid_slice_bytes(
+                    b,
+                    nb,
+                    hp.n_embd,
+                    hp.n_ff,
+                    hp.n_head,
+                    hp.n_head_kv,
+                    hp.head_dim,
+                    rb,
+                )
+            })
+        })
+        .max()
+        .unwrap_or(0);
+    let bytes = kernels::layer_dynamic_bytes(
+        kernels::GRID_RING * slot,
+        hp.n_embd,
+        hp.n_ff,
+        hp.n_head,
+        hp.head_dim,
+    );
+    // The attention blocks' staged cache rows (K and V of one head, f16) in what the
+    // device's per-block limit leaves, up to the context.
+    let bytes = bytes.next_multiple_of(16) + hp.n_ff.next_multiple_of(16) * 4 - hp.n_ff * 4;
+    let static_bytes = kernels.layers_grid.static_shared_bytes()? as usize;
+    let optin = ctx.properties().shared_per_block_optin as usize;
+    let stage_rows = (optin.saturating_sub(static_bytes + bytes) / (4 * hp.head_dim)).min(context);
+    let bytes = bytes + stage_rows * 4 * hp.head_dim;
+    let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+    let block = kernels::FUSE_WARPS * 32;
+    let resident = kernels
+        .layers_grid
+        .set_launch_limits(bytes, false)
+        .and_then(|()| kernels.layers_grid.max_active_clusters(1, block, bytes))
+        .unwrap_or(0) as usize;
+    if resident < nb {
+        log::info!("layers_grid: {resident} blocks of {bytes} bytes resident, {nb} SMs; one launch per layer");
+        return Ok((launches, None));
+    }
+    if 3 * hp.head_dim > 2 * hp.n_embd + hp.n_ff {
+        return Ok((launches, None));
+    }
+    let words = kernels::grid_xch_words(hp.q_dim(), hp.kv_dim(), hp.n_embd, hp.n_ff);
+    let mut plan = ArenaPlan::new();
+    let table_r = plan.add("grid layers", n * std::mem::size_of::<LayerParams>())?;
+    let xch_r = plan.add("grid exchange", n * words * 8)?;
+    let seq_r = plan.add("grid launches", nb * 4)?;
+    let arena = DeviceArena::new(ctx, plan)?;
+    // SAFETY: the arena's bytes; the table's source lives until the synchronisation below,
+    // and LayerParams is plain data (repr(C), integers and addresses).
+    unsafe {
+        stream.memset_u8(arena.base(), 0, arena.plan().total_bytes())?;
+        stream.memcpy_htod(
+            arena.ptr(table_r),
+            layers.as_ptr() as *const u8,
+            n * std::mem::size_of::<LayerParams>(),
+        )?;
+    }
+    stream.synchronize()?;
+    let launch = Launch {
+        f: kernels.layers_grid,
+        grid: (nb as u32, 1),
+        block,
+        params: Params::Grid(
+            GridParams {
+                layers: arena.ptr(table_r),
+                xch: arena.ptr(xch_r),
+                seq: arena.ptr(seq_r),
+                n_layers: n as i32,
+                slot_bytes: slot as i32,
+                xch_words: words as i32,
+                stage_rows: stage_rows as i32,
+            },
+            bytes,
+            std::env::var("TETHER_LLM_GRID_COOP").ok().as_deref() != Some("0"),
+        ),
+        cluster: 1,
+    };
+    log::debug!("layers_grid: {n} layers in one launch of {nb} blocks, {bytes} bytes of shared memory a block");
+    let mut out = launches[..first].to_vec();
+    out.push(launch);
+    out.extend_from_slice(&launches[first + n..]);
+    Ok((out, Some(arena)))
 }
 
 /// `steps` with each layer [`lower_layers`] accepts as one `layer` launch, where the model's

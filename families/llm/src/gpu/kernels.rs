@@ -398,6 +398,7 @@ pub struct LayerParams {
 /// `row_bytes`: Q, K, V, output, gate, up, down.
 pub fn layer_slice_bytes(
     b: usize,
+    blocks: usize,
     width: usize,
     ffn: usize,
     n_head: usize,
@@ -406,7 +407,7 @@ pub fn layer_slice_bytes(
     row_bytes: [usize; 7],
 ) -> usize {
     let count = |n: usize| {
-        let per = n.div_ceil(LAYER_CLUSTER as usize);
+        let per = n.div_ceil(blocks);
         let r0 = n.min(b * per);
         n.min(r0 + per) - r0
     };
@@ -418,6 +419,72 @@ pub fn layer_slice_bytes(
     off = a16(off + count(ffn) * row_bytes[4]);
     off = a16(off + count(ffn) * row_bytes[5]);
     a16(off + count(width) * row_bytes[6])
+}
+
+/// Slots of `layers_grid`'s ring of weight slices (`GRID_RING`): the layer computed and the
+/// `GRID_RING - 1` after it in flight.
+pub const GRID_RING: usize = 4;
+
+/// `struct GridParams` of `layers_grid`: every merged layer of a step in one launch of one
+/// block per SM, the phases' values handed on as tagged 64-bit words.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GridParams {
+    /// `[n_layers]` [`LayerParams`] in device memory.
+    pub layers: DevicePtr,
+    /// u64 `[n_layers, xch_words]` tagged words (value bits low, tag high), zero at load,
+    /// outside the poisoned work arena.
+    pub xch: DevicePtr,
+    /// u32 `[blocks]` launches each block completed, zero at load.
+    pub seq: DevicePtr,
+    /// Layers.
+    pub n_layers: i32,
+    /// Bytes of one ring slot (the largest slice of any block and layer).
+    pub slot_bytes: i32,
+    /// Words a layer ([`grid_xch_words`]).
+    pub xch_words: i32,
+    /// Cache rows of a head (K and V, f16) the attention blocks stage in shared memory: the
+    /// steps at positions below it read the span from there.
+    pub stage_rows: i32,
+}
+
+/// Bytes of block `b` of `blocks`' weight slice of one layer in a `layers_grid` ring slot
+/// (`grid_slice` of `kernels/llm.cu`, which this mirrors): [`layer_slice_bytes`]'s rows, each
+/// region (an item's row, the output, gate, up and down rows) copied with the 16-byte-aligned
+/// bytes around it, so 32 bytes more than its rows (16-byte aligned). `row_bytes`: Q, K, V,
+/// output, gate, up, down.
+#[allow(clippy::too_many_arguments)]
+pub fn grid_slice_bytes(
+    b: usize,
+    blocks: usize,
+    width: usize,
+    ffn: usize,
+    n_head: usize,
+    n_kv: usize,
+    head_dim: usize,
+    row_bytes: [usize; 7],
+) -> usize {
+    let count = |n: usize| {
+        let per = n.div_ceil(blocks);
+        let r0 = n.min(b * per);
+        n.min(r0 + per) - r0
+    };
+    let a16 = |v: usize| v.next_multiple_of(16);
+    let items = (n_head + n_kv) * head_dim / 2 + n_kv * head_dim / 2;
+    let item_stride = 2 * (a16(row_bytes[0].max(row_bytes[1]).max(row_bytes[2])) + 32);
+    count(items) * item_stride
+        + a16(count(width) * row_bytes[3])
+        + a16(count(ffn) * row_bytes[4])
+        + a16(count(ffn) * row_bytes[5])
+        + a16(count(width) * row_bytes[6])
+        + 4 * 32
+}
+
+/// Tagged words of one layer in `layers_grid`'s exchange: Q `[q_dim]`, K and V `[kv_dim]`
+/// each, the attention output, x1 and the residual `[width]` each, the SwiGLU product
+/// `[ffn]`.
+pub fn grid_xch_words(q_dim: usize, kv_dim: usize, width: usize, ffn: usize) -> usize {
+    q_dim + 2 * kv_dim + 3 * width + ffn
 }
 
 /// Dynamic shared memory of a `layer` block: the largest weight slice (`slice_bytes`), the
@@ -473,6 +540,7 @@ const _: () = assert!(std::mem::size_of::<PrologueParams>() == 24 + 24);
 const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 16);
 const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 24);
 const _: () = assert!(std::mem::size_of::<LayerMat>() == 16);
+const _: () = assert!(std::mem::size_of::<GridParams>() == 40);
 const _: () = assert!(std::mem::size_of::<LayerParams>() == 24 + 112 + 32 + 24 + 8 + 8 + 8);
 
 // ---------------------------------------------------------------------------------------
@@ -737,12 +805,12 @@ mod tests {
     #[test]
     fn a_layer_slice_holds_its_blocks_rows_of_each_phase() {
         let rb = [360, 360, 360, 360, 360, 360, 960];
-        assert_eq!(layer_slice_bytes(0, 576, 1536, 9, 3, 64, rb), 138_240);
-        assert_eq!(layer_slice_bytes(15, 576, 1536, 9, 3, 64, rb), 138_240);
+        assert_eq!(layer_slice_bytes(0, 16, 576, 1536, 9, 3, 64, rb), 138_240);
+        assert_eq!(layer_slice_bytes(15, 16, 576, 1536, 9, 3, 64, rb), 138_240);
         // 100 rows over 16 blocks: 7 each, block 14 takes 2 and block 15 none.
-        assert_eq!(layer_slice_bytes(15, 100, 100, 1, 1, 4, [4; 7]), 0);
+        assert_eq!(layer_slice_bytes(15, 16, 100, 100, 1, 1, 4, [4; 7]), 0);
         // Regions are 16-byte aligned: one 4-byte row of each kind in block 0.
-        assert_eq!(layer_slice_bytes(0, 16, 16, 1, 1, 4, [4; 7]), 16 * 5);
+        assert_eq!(layer_slice_bytes(0, 16, 16, 16, 1, 1, 4, [4; 7]), 16 * 5);
         // The dynamic shared memory adds the prologue's area and the values handed on.
         let dynamic = layer_dynamic_bytes(138_240, 576, 1536, 9, 64);
         assert_eq!(

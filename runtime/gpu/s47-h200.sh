@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Issue 26, session 47: the decode step's merged layers in one launch of one block per SM
+# (`layers_grid`, branch s47-grid, TETHER_LLM_GRID=1), beside main's layer kernel.
+# Files (built on the development VM, stripped, xz) in .device folders:
+#   tether-grid.xz    the branch's tether (`cargo build --release --bin tether`)
+#   part0?            SmolLM2-135M-Instruct.Q4_1.gguf in parts (`split -b 34000000`)
+#   gpu_fuse-grid.xz  the branch's gpu_fuse (`cargo test --release -p tether-llm --features
+#                     cuda,build,cli --no-run`); gpu_fuse-main.xz main's (37ad988)
+#   s47-grid          runtime/gpu/s47-grid.cu (nvcc -arch=sm_90 -O3 -std=c++17)
+# Steps:
+#   unpack  as s46-h200.sh's
+#   grid    the barrier microbenchmark
+#   equal   the branch's bit-equality tests with TETHER_LLM_GRID=1
+#   speed   the speed tests: the branch without TETHER_LLM_GRID (main's layer kernel), then with
+#   real    the real model: equality, tether bench main / grid, inter-token latency
+#   prof    ncu of one layers_grid launch: warp stalls by source line
+set -u
+R=$(pwd); B=/tmp/s46b
+T0=$(date +%s)
+left() { echo $(( ${LIMIT:-560} - ($(date +%s) - T0) )); }
+step() { local name=$1 tmo=$2; shift 2; local l; l=$(left); [ "$l" -lt 30 ] && { echo "skipped (time): $*" >> $OUT/$name.log; return; }; [ "$tmo" -gt "$l" ] && tmo=$l; echo "\$ $*" >> $OUT/$name.log; local t0=$(date +%s); timeout -s INT $tmo "$@" >> $OUT/$name.log 2>&1; echo "rc=$? wall=$(( $(date +%s) - t0 )) s" >> $OUT/$name.log; }
+export TETHER_FUSE_AT=${TETHER_FUSE_AT:-128,1024,2048}
+for s in "$@"; do
+case "$s" in
+unpack) bash $R/runtime/gpu/s46-h200.sh unpack ;;
+grid) step grid 60 $B/s47-grid ;;
+equal)
+  cd $B
+  step equal 90 env TETHER_LLM_GRID=1 ./gpu_fuse-grid layer_kernel --test-threads 1 --nocapture
+  step equal 90 env TETHER_LLM_GRID=1 TETHER_LLM_GRID_COOP=0 ./gpu_fuse-grid layer_kernel_equals --test-threads 1 --nocapture
+  grep -hE "^test |differ|launches|rc=|panicked|error" $OUT/equal.log | cut -c1-220
+  cd $R ;;
+speed)
+  cd $B
+  step speed-main 150 ./gpu_fuse-grid fused_and_unfused_step_speeds --test-threads 1 --nocapture
+  step speed-grid 150 env TETHER_LLM_GRID=1 ./gpu_fuse-grid fused_and_unfused_step_speeds --test-threads 1 --nocapture
+  [ -n "${PLAIN:-}" ] && step speed-plain 150 env TETHER_LLM_GRID=1 TETHER_LLM_GRID_COOP=0 ./gpu_fuse-grid fused_and_unfused_step_speeds --test-threads 1 --nocapture
+  for v in main grid plain; do [ -f $OUT/speed-$v.log ] || continue; echo "== $v"; grep -hE "tg128@|rc=" $OUT/speed-$v.log | sed -E 's/SmolLM2 shape, 30 layers Q4_1, //; s/launches per token.*\) //' | cut -c1-160; done
+  cd $R ;;
+real)
+  # The real model (SmolLM2-135M-Instruct Q4_1): its parts into the GGUF, the three decoders
+  # and layers_grid's equal bit for bit, `tether bench` alternating main's default decoder
+  # and TETHER_LLM_GRID=1 over the usual depths, then each at 128 with 40 runs (5,120
+  # intervals: inter-token p99.9 / p50).
+  W=/tmp/s46w; G=$W/assets/SmolLM2-135M-Instruct.Q4_1.gguf; AT=128,512,1024,1536,2048
+  cat $W/part0? > $G
+  (cd $W/assets && echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c) >> $OUT/host.log 2>&1 || { cat $OUT/host.log; exit 3; }
+  cd $B
+  step realeq 150 env TETHER_FUSE_REAL=1 TETHER_LLM_GRID=1 TETHER_ASSETS=$W/assets ./gpu_fuse-grid real_model --test-threads 1 --nocapture
+  step build 60 ./tether-grid build --family llm --gguf $G -o $W/smollm2.bundle
+  for i in $(seq ${ROUNDS:-2}); do
+    step bench-main 100 ./tether-grid bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+    step bench-grid 100 env TETHER_LLM_GRID=1 ./tether-grid bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+  done
+  step itl-grid 60 env TETHER_LLM_GRID=1 ./tether-grid bench $W/smollm2.bundle --device cuda --n-prompt 128 --n-gen 128 --runs 40
+  step itl-main 60 ./tether-grid bench $W/smollm2.bundle --device cuda --n-prompt 128 --n-gen 128 --runs 40
+  grep -hE "^test |differ|launches|rc=|panicked" $OUT/realeq.log | cut -c1-200
+  for f in bench-main bench-grid itl-grid itl-main; do echo "== $f"; grep -E "tg128|pp128|inter-token|p99|rc=" $OUT/$f.log | cut -c1-200; done
+  cd $R ;;
+prof)
+  # Nsight Compute on one layers_grid launch (the layer kernel's variant of the speed test,
+  # teacher forcing near position 30; --launch-skip 30): warp stalls by source line. The
+  # images' line info names /work/main/families/llm/kernels/llm.cu: linked to this tree.
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu | head -1)
+  mkdir -p /work; [ -e /work/main ] || ln -s $R /work/main
+  cd $B
+  step prof 300 env TETHER_FUSE_AT=128 TETHER_LLM_GRID=1 $NCU --graph-profiling node -k regex:^layers_grid$ --launch-skip ${SKIP:-30} --launch-count 1 --section WarpStateStats --section SourceCounters --section SpeedOfLight --section LaunchStats --section Occupancy --import-source yes -o $OUT/g128 ./gpu_fuse-grid fused_and_unfused_step_speeds --test-threads 1
+  $NCU -i $OUT/g128.ncu-rep --page source --csv --print-source cuda > $OUT/g128-cuda.csv 2>&1
+  $NCU -i $OUT/g128.ncu-rep --page source --csv --print-source sass > $OUT/g128-sass.csv 2>&1
+  $NCU -i $OUT/g128.ncu-rep --page details > $OUT/g128-details.txt 2>&1
+  xz -9 $OUT/g128-sass.csv
+  xz -9 $OUT/g128-cuda.csv
+  tail -3 $OUT/prof.log; grep -E "Duration|Registers|Warp Cycles Per Issued|Elapsed Cycles" $OUT/g128-details.txt | head
+  cd $R ;;
+*) echo "usage: $0 unpack | grid | equal | speed | prof ..." >&2; exit 2 ;;
+esac
+done
