@@ -13,6 +13,7 @@
 #   equal   the branch's bit-equality tests with TETHER_LLM_GRID=1
 #   speed   the speed tests: the branch without TETHER_LLM_GRID (main's layer kernel), then with
 #   real    the real model: equality, tether bench main / grid, inter-token latency
+#   stage   the speed of layers_grid with 0, 192, 320 staged cache rows beside main's
 #   prof    ncu of one layers_grid launch: warp stalls by source line
 set -u
 R=$(pwd); B=/tmp/s46b
@@ -56,6 +57,16 @@ real)
   step itl-main 60 ./tether-grid bench $W/smollm2.bundle --device cuda --n-prompt 128 --n-gen 128 --runs 40
   grep -hE "^test |differ|launches|rc=|panicked" $OUT/realeq.log | cut -c1-200
   for f in bench-main bench-grid itl-grid itl-main; do echo "== $f"; grep -E "tg128|pp128|inter-token|p99|rc=" $OUT/$f.log | cut -c1-200; done
+  cd $R ;;
+stage)
+  # layers_grid's staged cache rows: main's layer kernel, then TETHER_LLM_GRID_STAGE rows of
+  # 0, 192 (the default) and 320; the layer kernel's variant of the speed test alone.
+  cd $B
+  export TETHER_FUSE_AT=128,512,1024,1536 TETHER_FUSE_VARIANTS=2
+  step stage-main 100 ./gpu_fuse-grid fused_and_unfused_step_speeds --test-threads 1 --nocapture
+  for r in 0 192 320; do step stage-$r 100 env TETHER_LLM_GRID=1 TETHER_LLM_GRID_STAGE=$r ./gpu_fuse-grid fused_and_unfused_step_speeds --test-threads 1 --nocapture; done
+  step stage-main 100 ./gpu_fuse-grid fused_and_unfused_step_speeds --test-threads 1 --nocapture
+  for v in main 0 192 320; do echo "== $v"; grep -hE "tg128@|rc=" $OUT/stage-$v.log | grep -v unfused | sed -E 's/SmolLM2 shape, 30 layers Q4_1, //; s/launches per token.*\) //' | cut -c1-160; done
   cd $R ;;
 prof)
   # Nsight Compute on one layers_grid launch (the layer kernel's variant of the speed test,

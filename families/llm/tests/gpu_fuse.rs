@@ -421,7 +421,11 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
             1e3 / mu[i]
         );
     }
-    for (name, dependent, layer) in [
+    // TETHER_FUSE_VARIANTS: the variants to time (indices into the list below; all by default).
+    let only: Option<Vec<usize>> = std::env::var("TETHER_FUSE_VARIANTS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect());
+    for (i, (name, dependent, layer)) in [
         ("fused", false, NEVER),
         ("fused + dependent launches", true, NEVER),
         ("fused + dependent launches + layer kernel", true, ALWAYS),
@@ -430,7 +434,13 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
             true,
             tether_llm::gpu::LAYER_KERNEL_BELOW,
         ),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if only.as_ref().is_some_and(|o| !o.contains(&i)) {
+            continue;
+        }
         let mut f = decoder_opts(&m, context, true, dependent, layer);
         eprintln!("{name}: {}", f.check_summary());
         same_logits(&mut u, &mut f, &seq, n_vocab);

@@ -1730,6 +1730,10 @@ fn layer_slice_max(model: &Model<'_>, mats: &[MatId; 7]) -> usize {
         .unwrap_or(0)
 }
 
+/// Cache rows a `layers_grid` attention block stages in shared memory at most (K and V of
+/// one head; 48 KiB at head_dim 64).
+const GRID_STAGE_ROWS: usize = 192;
+
 /// `launches` with their run of `layer` launches replaced by one `layers_grid` launch of
 /// one block per SM, and the memory it reads (unchanged, `None`, where no run exists or
 /// the device cannot hold a block on every SM at once).
@@ -1794,7 +1798,15 @@ fn fold_grid(
     let bytes = bytes.next_multiple_of(16) + hp.n_ff.next_multiple_of(16) * 4 - hp.n_ff * 4;
     let static_bytes = kernels.layers_grid.static_shared_bytes()? as usize;
     let optin = ctx.properties().shared_per_block_optin as usize;
-    let stage_rows = (optin.saturating_sub(static_bytes + bytes) / (4 * hp.head_dim)).min(context);
+    // At most TETHER_LLM_GRID_STAGE rows (default GRID_STAGE_ROWS): the rest of the unified
+    // memory stays L1 for the steps whose span does not fit.
+    let cap = std::env::var("TETHER_LLM_GRID_STAGE")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(GRID_STAGE_ROWS);
+    let stage_rows = (optin.saturating_sub(static_bytes + bytes) / (4 * hp.head_dim))
+        .min(context)
+        .min(cap);
     let bytes = bytes + stage_rows * 4 * hp.head_dim;
     let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
     let block = kernels::FUSE_WARPS * 32;
