@@ -2414,7 +2414,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
 // (compute capability 9.0 and later; the same phases, rows and arithmetic as `layer`, so the
 // same values). Where `layer` gives a layer 16 SMs and hands values on through distributed
 // shared memory and cluster barriers, this kernel gives every layer all the grid's blocks:
-// block b of nb takes rows [b * ceil(n / nb), ...) of each phase (`layer_slice(p, b, nb)`)
+// block b of nb takes rows [b * ceil(n / nb), ...) of each phase (`grid_slice(p, b, nb)`)
 // and hands its values on through global memory, each value tagged with the launch: a
 // 64-bit word (value bits low, tag high) stored at once, so a reader that sees this
 // launch's tag sees the value. There is no barrier: a block reads a phase's input by
@@ -2427,8 +2427,11 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
 // The cache row of the step's position: the attention block of head h reads the K and V
 // values of its KV head from phase A's words and writes them into the cache itself (the
 // group's blocks write the same bytes), so it reads the whole span from its own writes and
-// earlier launches'. The blocks' weight slices stream through a ring of GRID_RING slots in
-// shared memory (`cp.async`), GRID_RING - 1 layers ahead of the one computed.
+// earlier launches'. Where the span fits `stage_rows`, that block first copies its KV head's
+// rows of the earlier positions into shared memory (`cp.async`, while phase A runs) and
+// attends from there. The blocks' weight slices stream through a ring of GRID_RING slots in
+// shared memory (one bulk copy a region, completing on the slot's mbarrier), GRID_RING - 1
+// layers ahead of the one computed.
 //
 // Every block must be resident at once (a reader spins until its writers have run): the
 // host launches at most one block per SM with shared memory that lets one fit, a block with
@@ -2490,7 +2493,7 @@ __device__ void xch_read(const unsigned long long* src, int n, uint32_t tag, uin
     __syncthreads();
 }
 
-// Block b of nb's slice of layer p in a ring slot (mirrored by `grid_slice_bytes` in
+// Block b of nb's slice of layer p in a ring slot (mirrored by `SliceShape::grid_bytes` in
 // src/gpu/kernels.rs): `layer_slice`'s rows, each region (an item's row, the output rows,
 // the gate, up and down rows) copied as one bulk copy of the 16-byte-aligned bytes around
 // it, so each region has 32 bytes more than its rows and its rows start `grid_shift` bytes

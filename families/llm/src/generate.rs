@@ -532,6 +532,7 @@ impl Generator {
             // One cluster launch per layer below a position, the fused step from there (the
             // same values; `crate::gpu::layer_kernel_below` reads the environment's choice).
             layer_kernel_below: crate::gpu::layer_kernel_below(),
+            grid_layers: crate::gpu::grid_layers(),
             prompt_batch: self.state.max_batch(),
         }
     }

@@ -97,6 +97,8 @@ fn decoder_opts(
             prefill_chunk: 0,
             dependent_launch,
             layer_kernel_below,
+            // TETHER_LLM_GRID=1: the layer kernel's step as one `layers_grid` launch.
+            grid_layers: tether_llm::gpu::grid_layers(),
             prompt_batch: 512,
         },
     )
@@ -234,13 +236,9 @@ fn block_types(name: &str, _cols: usize) -> TensorType {
 /// Whether this GPU runs the layer kernel (a 16-block cluster: compute capability 9.0 and
 /// later); judged by name for the data-center parts the evidence runs on.
 /// Launches of `n` merged layers: one each, or one for all with `TETHER_LLM_GRID=1`
-/// (`layers_grid`).
+/// (`GpuOptions::grid_layers`: one `layers_grid` launch).
 fn merged(n: usize) -> usize {
-    if std::env::var("TETHER_LLM_GRID").ok().as_deref() == Some("1") {
-        1
-    } else {
-        n
-    }
+    if tether_llm::gpu::grid_layers() { 1 } else { n }
 }
 
 fn has_layer_clusters(d: &GpuDecoder) -> bool {

@@ -85,6 +85,7 @@ fn decoder(m: &Model<'_>, context: usize, fused: bool, prefill_chunk: usize) -> 
             prefill_chunk,
             dependent_launch: fused,
             layer_kernel_below: 0,
+            grid_layers: false,
             prompt_batch: PROMPT_BATCH,
         },
     )

@@ -23,7 +23,7 @@ use super::prefill::PrefillError;
 use super::prefill_graph::{DecodeSide, PrefillGraph};
 use super::weights::{DeviceWeights, WeightRegions};
 use crate::cache::ContextFull;
-use crate::forward::{Buf, MatId, Model};
+use crate::forward::{Buf, Hparams, MatId, Model};
 use crate::quant::TensorType;
 use crate::sample::SamplerParams;
 
@@ -61,6 +61,15 @@ pub struct GpuOptions {
     /// of the step's position. 0: never (one graph); at least `context`: always (one graph).
     /// [`LAYER_KERNEL_BELOW`] by default ([`layer_kernel_below`]).
     pub layer_kernel_below: usize,
+    /// Where the layer kernel's step runs (above), run all its merged layers as ONE launch of
+    /// one block per SM (`layers_grid` in `kernels/llm.cu`, a cooperative launch) instead of
+    /// one cluster launch per layer: each phase's rows spread over every SM, the values
+    /// handed on through tagged words in global memory instead of cluster barriers; the same
+    /// values, checked at load like the other graphs. Where the device cannot hold a block
+    /// on every SM at once, the layer kernel's launches stay. Off by default ([`grid_layers`]:
+    /// `TETHER_LLM_GRID=1`): measured only on the synthetic SmolLM2 shape (H100, session 47:
+    /// faster than the layer kernel below about 900 positions, slower from 1,024).
+    pub grid_layers: bool,
     /// The CPU engine's prompt tokens per forward chunk
     /// ([`GeneratorOptions::max_batch`](crate::generate::GeneratorOptions::max_batch), 512 by
     /// default): the prefill graph computes each prompt token's attention in the order the
@@ -84,6 +93,29 @@ pub fn layer_kernel_below() -> usize {
         var("TETHER_LLM_LAYER_KERNEL").as_deref(),
         var("TETHER_LLM_LAYER_KERNEL_BELOW").as_deref(),
     )
+}
+
+/// [`GpuOptions::grid_layers`] as the environment asks: `TETHER_LLM_GRID=1` on, unset or
+/// `0` off; another value is ignored (said in the log).
+pub fn grid_layers() -> bool {
+    switch_of(
+        "TETHER_LLM_GRID",
+        std::env::var("TETHER_LLM_GRID").ok().as_deref(),
+    )
+    .unwrap_or(false)
+}
+
+/// Cache rows a `layers_grid` attention block stages in shared memory at most:
+/// `TETHER_LLM_GRID_STAGE=N` (for comparisons), else [`GRID_STAGE_ROWS`]; a value that is not
+/// a number is ignored (said in the log).
+fn grid_stage_rows_of(value: Option<&str>) -> usize {
+    match value {
+        Some(v) => v.trim().parse().unwrap_or_else(|_| {
+            log::warn!("TETHER_LLM_GRID_STAGE={v:?} is not a number; {GRID_STAGE_ROWS} taken");
+            GRID_STAGE_ROWS
+        }),
+        None => GRID_STAGE_ROWS,
+    }
 }
 
 /// A `0` / `1` switch of the environment named `name` with value `value`: `Some(false)`,
@@ -232,9 +264,8 @@ enum Params {
     AttnFused(AttnParams),
     /// A whole layer; with the dynamic shared memory of its launch.
     Layer(LayerParams, u32),
-    /// Every merged layer, one block per SM; with the dynamic shared memory of its launch
-    /// and whether it is a cooperative launch.
-    Grid(GridParams, u32, bool),
+    /// Every merged layer, one block per SM; with the dynamic shared memory of its launch.
+    Grid(GridParams, u32),
 }
 
 /// Dynamic shared memory of a kernel whose input is prepared by `p` (its prologue).
@@ -287,11 +318,8 @@ impl Launch {
                     s.launch_params_ex(self.f, g, b, *bytes, p, dependent, self.cluster)
                 }
                 // Every block at once (they wait for each other's values).
-                Params::Grid(p, bytes, true) => {
+                Params::Grid(p, bytes) => {
                     s.launch_params_cooperative(self.f, g, b, *bytes, p, dependent)
-                }
-                Params::Grid(p, bytes, false) => {
-                    s.launch_params_ex(self.f, g, b, *bytes, p, dependent, 1)
                 }
             }
         }
@@ -500,14 +528,20 @@ impl GpuDecoder {
             kv_prefetch: kv_prefetch_of(std::env::var("TETHER_LLM_KV_PREFETCH").ok().as_deref()),
             context: options.context,
         };
-        let grid_on = layer_shared > 0
-            && std::env::var("TETHER_LLM_GRID").ok().as_deref() == Some("1");
+        let grid_on = layer_shared > 0 && options.grid_layers;
         let mut grid_mem = None;
         let mut fold = |launches: Vec<Launch>| -> Result<Vec<Launch>, GpuError> {
             if !grid_on {
                 return Ok(launches);
             }
-            let (out, mem) = fold_grid(&ctx, &stream, &binding.kernels, launches, model, options.context)?;
+            let (out, mem) = fold_grid(
+                &ctx,
+                &stream,
+                &binding.kernels,
+                launches,
+                model,
+                options.context,
+            )?;
             if mem.is_some() {
                 grid_mem = mem;
             }
@@ -1712,27 +1746,29 @@ impl Binding<'_, '_> {
 /// The largest weight slice a block of `layer` copies for matrices `mats` (bytes).
 fn layer_slice_max(model: &Model<'_>, mats: &[MatId; 7]) -> usize {
     let hp = model.hparams();
-    let row_bytes = mats.map(|id| model.matrix(id).row_bytes());
+    let shape = slice_shape(hp, mats.map(|id| model.matrix(id).row_bytes()));
     (0..kernels::LAYER_CLUSTER as usize)
-        .map(|b| {
-            kernels::layer_slice_bytes(
-                b,
-                kernels::LAYER_CLUSTER as usize,
-                hp.n_embd,
-                hp.n_ff,
-                hp.n_head,
-                hp.n_head_kv,
-                hp.head_dim,
-                row_bytes,
-            )
-        })
+        .map(|b| shape.layer_bytes(b))
         .max()
         .unwrap_or(0)
 }
 
+/// The slices' view of a layer of `hp` with these row sizes.
+fn slice_shape(hp: &Hparams, row_bytes: [usize; 7]) -> kernels::SliceShape {
+    kernels::SliceShape {
+        width: hp.n_embd,
+        ffn: hp.n_ff,
+        n_head: hp.n_head,
+        n_kv: hp.n_head_kv,
+        head_dim: hp.head_dim,
+        row_bytes,
+    }
+}
+
 /// Cache rows a `layers_grid` attention block stages in shared memory at most (K and V of
-/// one head; 48 KiB at head_dim 64).
-const GRID_STAGE_ROWS: usize = 192;
+/// one head; 48 KiB at head_dim 64): staged, the step at position 128 took 0.736 ms against
+/// 0.787 without (H100, synthetic SmolLM2 shape, session 47).
+pub const GRID_STAGE_ROWS: usize = 192;
 
 /// `launches` with their run of `layer` launches replaced by one `layers_grid` launch of
 /// one block per SM, and the memory it reads (unchanged, `None`, where no run exists or
@@ -1770,19 +1806,8 @@ fn fold_grid(
     let slot = layers
         .iter()
         .flat_map(|p| {
-            let rb = p.m.map(|m| m.row_bytes as usize);
-            (0..nb).map(move |b| {
-                kernels::grid_slice_bytes(
-                    b,
-                    nb,
-                    hp.n_embd,
-                    hp.n_ff,
-                    hp.n_head,
-                    hp.n_head_kv,
-                    hp.head_dim,
-                    rb,
-                )
-            })
+            let shape = slice_shape(hp, p.m.map(|m| m.row_bytes as usize));
+            (0..nb).map(move |b| shape.grid_bytes(b, nb))
         })
         .max()
         .unwrap_or(0);
@@ -1798,12 +1823,10 @@ fn fold_grid(
     let bytes = bytes.next_multiple_of(16) + hp.n_ff.next_multiple_of(16) * 4 - hp.n_ff * 4;
     let static_bytes = kernels.layers_grid.static_shared_bytes()? as usize;
     let optin = ctx.properties().shared_per_block_optin as usize;
-    // At most TETHER_LLM_GRID_STAGE rows (default GRID_STAGE_ROWS): the rest of the unified
-    // memory stays L1 for the steps whose span does not fit.
-    let cap = std::env::var("TETHER_LLM_GRID_STAGE")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(GRID_STAGE_ROWS);
+    // At most GRID_STAGE_ROWS rows: the rest of the unified memory stays L1, which the
+    // attention of the steps whose span does not fit reads through (320 rows measured
+    // slower than 192 from 512 positions on, session 47).
+    let cap = grid_stage_rows_of(std::env::var("TETHER_LLM_GRID_STAGE").ok().as_deref());
     let stage_rows = (optin.saturating_sub(static_bytes + bytes) / (4 * hp.head_dim))
         .min(context)
         .min(cap);
@@ -1816,7 +1839,9 @@ fn fold_grid(
         .and_then(|()| kernels.layers_grid.max_active_clusters(1, block, bytes))
         .unwrap_or(0) as usize;
     if resident < nb {
-        log::info!("layers_grid: {resident} blocks of {bytes} bytes resident, {nb} SMs; one launch per layer");
+        log::info!(
+            "layers_grid: {resident} blocks of {bytes} bytes resident, {nb} SMs; one launch per layer"
+        );
         return Ok((launches, None));
     }
     if 3 * hp.head_dim > 2 * hp.n_embd + hp.n_ff {
@@ -1854,11 +1879,12 @@ fn fold_grid(
                 stage_rows: stage_rows as i32,
             },
             bytes,
-            std::env::var("TETHER_LLM_GRID_COOP").ok().as_deref() != Some("0"),
         ),
         cluster: 1,
     };
-    log::debug!("layers_grid: {n} layers in one launch of {nb} blocks, {bytes} bytes of shared memory a block");
+    log::debug!(
+        "layers_grid: {n} layers in one launch of {nb} blocks, {bytes} bytes of shared memory a block"
+    );
     let mut out = launches[..first].to_vec();
     out.push(launch);
     out.extend_from_slice(&launches[first + n..]);
@@ -1957,6 +1983,15 @@ fn state_bytes(s: &DecodeState) -> [u8; 16] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grid_stage_rows_reads_its_variable() {
+        assert_eq!(grid_stage_rows_of(None), GRID_STAGE_ROWS);
+        assert_eq!(grid_stage_rows_of(Some("0")), 0);
+        assert_eq!(grid_stage_rows_of(Some(" 320 ")), 320);
+        assert_eq!(grid_stage_rows_of(Some("many")), GRID_STAGE_ROWS);
+        assert_eq!(grid_stage_rows_of(Some("-1")), GRID_STAGE_ROWS);
+    }
 
     #[test]
     fn layer_kernel_below_reads_the_two_variables() {

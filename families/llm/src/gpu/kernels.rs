@@ -379,7 +379,7 @@ pub struct LayerParams {
     pub eps: f32,
     /// `1 / sqrt(head_dim)` ([`AttnParams::scale`]).
     pub scale: f32,
-    /// Bytes of the largest block's weight slice ([`layer_slice_bytes`]).
+    /// Bytes of the largest block's weight slice ([`SliceShape::layer_bytes`]).
     pub slice_bytes: i32,
     /// Padding (the profiling harness's layer index).
     pub pad: i32,
@@ -391,34 +391,75 @@ pub struct LayerParams {
     pub pad2: i32,
 }
 
-/// Bytes of the weight slice block `b` of a `layer` cluster copies into its shared memory:
-/// its rows of each phase (`layer_slice` of `kernels/llm.cu`, which this mirrors: each
-/// phase's rows split into [`LAYER_CLUSTER`] runs of `ceil(n / LAYER_CLUSTER)`, Q/K/V work
-/// items of two rows at the widest of the three row sizes, each region 16-byte aligned).
-/// `row_bytes`: Q, K, V, output, gate, up, down.
-pub fn layer_slice_bytes(
-    b: usize,
-    blocks: usize,
-    width: usize,
-    ffn: usize,
-    n_head: usize,
-    n_kv: usize,
-    head_dim: usize,
-    row_bytes: [usize; 7],
-) -> usize {
-    let count = |n: usize| {
-        let per = n.div_ceil(blocks);
-        let r0 = n.min(b * per);
-        n.min(r0 + per) - r0
-    };
-    let a16 = |v: usize| v.next_multiple_of(16);
-    let items = (n_head + n_kv) * head_dim / 2 + n_kv * head_dim / 2;
-    let item_stride = 2 * row_bytes[0].max(row_bytes[1]).max(row_bytes[2]);
-    let mut off = a16(count(items) * item_stride);
-    off = a16(off + count(width) * row_bytes[3]);
-    off = a16(off + count(ffn) * row_bytes[4]);
-    off = a16(off + count(ffn) * row_bytes[5]);
-    a16(off + count(width) * row_bytes[6])
+/// A layer's shape as the weight slices of `layer` and `layers_grid` see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SliceShape {
+    /// `n_embd`.
+    pub width: usize,
+    /// `n_ff`.
+    pub ffn: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_kv: usize,
+    /// Lanes per head.
+    pub head_dim: usize,
+    /// Bytes per row of Q, K, V, output, gate, up, down.
+    pub row_bytes: [usize; 7],
+}
+
+impl SliceShape {
+    /// Block `b` of `blocks`' rows of each phase: Q/K/V work items (`qkv_rope`'s: a rotated
+    /// pair of Q or K rows, or two V rows), output rows, gate (= up) rows, down rows; each
+    /// phase's n split into runs of `ceil(n / blocks)`, the last block fewer (`layer_range`
+    /// of `kernels/llm.cu`).
+    pub fn rows(&self, b: usize, blocks: usize) -> [usize; 4] {
+        let count = |n: usize| {
+            let per = n.div_ceil(blocks);
+            let r0 = n.min(b * per);
+            n.min(r0 + per) - r0
+        };
+        let items = (self.n_head + self.n_kv) * self.head_dim / 2 + self.n_kv * self.head_dim / 2;
+        [
+            count(items),
+            count(self.width),
+            count(self.ffn),
+            count(self.width),
+        ]
+    }
+
+    /// Bytes of the weight slice block `b` of a `layer` cluster copies into its shared memory
+    /// (`layer_slice` of `kernels/llm.cu`, which this mirrors: [`rows`](Self::rows) of
+    /// [`LAYER_CLUSTER`] blocks, items of two rows at the widest of Q, K, V, each region
+    /// 16-byte aligned).
+    pub fn layer_bytes(&self, b: usize) -> usize {
+        let [items, o, f, d] = self.rows(b, LAYER_CLUSTER as usize);
+        let rb = self.row_bytes;
+        let a16 = |v: usize| v.next_multiple_of(16);
+        let item_stride = 2 * rb[0].max(rb[1]).max(rb[2]);
+        let mut off = a16(items * item_stride);
+        off = a16(off + o * rb[3]);
+        off = a16(off + f * rb[4]);
+        off = a16(off + f * rb[5]);
+        a16(off + d * rb[6])
+    }
+
+    /// Bytes of block `b` of `blocks`' weight slice in a `layers_grid` ring slot
+    /// (`grid_slice` of `kernels/llm.cu`, which this mirrors): the same rows, each region
+    /// (an item's row; the output, gate, up, down rows) one bulk copy of the 16-byte-aligned
+    /// bytes around it, so 32 bytes more than its rows, 16-byte aligned.
+    pub fn grid_bytes(&self, b: usize, blocks: usize) -> usize {
+        let [items, o, f, d] = self.rows(b, blocks);
+        let rb = self.row_bytes;
+        let a16 = |v: usize| v.next_multiple_of(16);
+        let item_stride = 2 * (a16(rb[0].max(rb[1]).max(rb[2])) + 32);
+        items * item_stride
+            + a16(o * rb[3])
+            + a16(f * rb[4])
+            + a16(f * rb[5])
+            + a16(d * rb[6])
+            + 4 * 32
+    }
 }
 
 /// Slots of `layers_grid`'s ring of weight slices (`GRID_RING`): the layer computed and the
@@ -446,38 +487,6 @@ pub struct GridParams {
     /// Cache rows of a head (K and V, f16) the attention blocks stage in shared memory: the
     /// steps at positions below it read the span from there.
     pub stage_rows: i32,
-}
-
-/// Bytes of block `b` of `blocks`' weight slice of one layer in a `layers_grid` ring slot
-/// (`grid_slice` of `kernels/llm.cu`, which this mirrors): [`layer_slice_bytes`]'s rows, each
-/// region (an item's row, the output, gate, up and down rows) copied with the 16-byte-aligned
-/// bytes around it, so 32 bytes more than its rows (16-byte aligned). `row_bytes`: Q, K, V,
-/// output, gate, up, down.
-#[allow(clippy::too_many_arguments)]
-pub fn grid_slice_bytes(
-    b: usize,
-    blocks: usize,
-    width: usize,
-    ffn: usize,
-    n_head: usize,
-    n_kv: usize,
-    head_dim: usize,
-    row_bytes: [usize; 7],
-) -> usize {
-    let count = |n: usize| {
-        let per = n.div_ceil(blocks);
-        let r0 = n.min(b * per);
-        n.min(r0 + per) - r0
-    };
-    let a16 = |v: usize| v.next_multiple_of(16);
-    let items = (n_head + n_kv) * head_dim / 2 + n_kv * head_dim / 2;
-    let item_stride = 2 * (a16(row_bytes[0].max(row_bytes[1]).max(row_bytes[2])) + 32);
-    count(items) * item_stride
-        + a16(count(width) * row_bytes[3])
-        + a16(count(ffn) * row_bytes[4])
-        + a16(count(ffn) * row_bytes[5])
-        + a16(count(width) * row_bytes[6])
-        + 4 * 32
 }
 
 /// Tagged words of one layer in `layers_grid`'s exchange: Q `[q_dim]`, K and V `[kv_dim]`
@@ -804,18 +813,63 @@ mod tests {
     /// of 16 already. The last block takes what is left of each phase.
     #[test]
     fn a_layer_slice_holds_its_blocks_rows_of_each_phase() {
-        let rb = [360, 360, 360, 360, 360, 360, 960];
-        assert_eq!(layer_slice_bytes(0, 16, 576, 1536, 9, 3, 64, rb), 138_240);
-        assert_eq!(layer_slice_bytes(15, 16, 576, 1536, 9, 3, 64, rb), 138_240);
+        let smollm2 = SliceShape {
+            width: 576,
+            ffn: 1536,
+            n_head: 9,
+            n_kv: 3,
+            head_dim: 64,
+            row_bytes: [360, 360, 360, 360, 360, 360, 960],
+        };
+        assert_eq!(smollm2.layer_bytes(0), 138_240);
+        assert_eq!(smollm2.layer_bytes(15), 138_240);
+        let small = |width, ffn, head_dim| SliceShape {
+            width,
+            ffn,
+            n_head: 1,
+            n_kv: 1,
+            head_dim,
+            row_bytes: [4; 7],
+        };
         // 100 rows over 16 blocks: 7 each, block 14 takes 2 and block 15 none.
-        assert_eq!(layer_slice_bytes(15, 16, 100, 100, 1, 1, 4, [4; 7]), 0);
+        assert_eq!(small(100, 100, 4).layer_bytes(15), 0);
         // Regions are 16-byte aligned: one 4-byte row of each kind in block 0.
-        assert_eq!(layer_slice_bytes(0, 16, 16, 16, 1, 1, 4, [4; 7]), 16 * 5);
+        assert_eq!(small(16, 16, 4).layer_bytes(0), 16 * 5);
         // The dynamic shared memory adds the prologue's area and the values handed on.
         let dynamic = layer_dynamic_bytes(138_240, 576, 1536, 9, 64);
         assert_eq!(
             dynamic,
             138_240 + 48 * 40 + 1536 * 4 + (576 + 2 * 576 + 1536) * 4
+        );
+    }
+
+    /// SmolLM2-135M at Q4_1 over 132 blocks (an H100's or H200's SMs): block 0 takes 4 of
+    /// the 480 Q/K/V items (ceil(480 / 132)), 5 output rows (ceil(576 / 132)), 12 gate and
+    /// 12 up rows (ceil(1,536 / 132)) and 5 down rows; each item row sits in 360 rounded to
+    /// 16 (368) + 32 bytes, each other region in its rows rounded to 16 + 32:
+    /// 4 * 2 * 400 + (1,808 + 32) + 2 * (4,320 + 32) + (4,800 + 32) = 18,576 bytes. Blocks
+    /// 0-119 take the items, 0-114 five output and down rows each and 115 the last one, 0-127
+    /// the gate rows; block 131 none of them: the paddings alone.
+    #[test]
+    fn a_grid_slice_pads_each_region_for_its_bulk_copy() {
+        let smollm2 = SliceShape {
+            width: 576,
+            ffn: 1536,
+            n_head: 9,
+            n_kv: 3,
+            head_dim: 64,
+            row_bytes: [360, 360, 360, 360, 360, 360, 960],
+        };
+        assert_eq!(smollm2.rows(0, 132), [4, 5, 12, 5]);
+        assert_eq!(smollm2.rows(115, 132), [4, 1, 12, 1]);
+        assert_eq!(smollm2.rows(119, 132), [4, 0, 12, 0]);
+        assert_eq!(smollm2.rows(131, 132), [0, 0, 0, 0]);
+        assert_eq!(smollm2.grid_bytes(0, 132), 18_576);
+        assert_eq!(smollm2.grid_bytes(131, 132), 4 * 32);
+        assert_eq!(smollm2.rows(0, 16), [30, 36, 96, 36]);
+        assert_eq!(
+            grid_xch_words(576, 192, 576, 1536),
+            576 + 2 * 192 + 3 * 576 + 1536
         );
     }
 }

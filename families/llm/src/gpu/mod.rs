@@ -4,7 +4,8 @@
 //! CUDA graph at load and checked against an eager run on poisoned buffers before the
 //! decoder is handed out (on sm_90 and later two: one cluster launch per layer for the steps
 //! below `GpuOptions::layer_kernel_below`, the fused step from there, checked against each
-//! other bit for bit; each step launches one of them). By default the launches are merged ([`lower_fused`]: a product
+//! other bit for bit; each step launches one of them; with `GpuOptions::grid_layers` the
+//! first graph's layers are one cooperative launch of one block per SM instead). By default the launches are merged ([`lower_fused`]: a product
 //! with its input's preparation, RoPE and the cache write in one launch, each attention with
 //! its combine; 5 launches per Llama-style layer instead of 12), the same logits bit for bit
 //! as the unfused list ([`lower()`], `GpuOptions::fused = false`).
@@ -50,7 +51,8 @@ mod weights;
 
 #[cfg(feature = "cuda")]
 pub use decoder::{
-    GpuDecoder, GpuError, GpuOptions, LAYER_KERNEL_BELOW, check_sampling, layer_kernel_below,
+    GRID_STAGE_ROWS, GpuDecoder, GpuError, GpuOptions, LAYER_KERNEL_BELOW, check_sampling,
+    grid_layers, layer_kernel_below,
 };
 pub use lower::{
     LowerError, MemoryPlan, Prologue, SampleConfig, Step, UnsupportedSampling, lower, lower_fused,
