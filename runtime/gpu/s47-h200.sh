@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
-# Issue 26, session 47: the decode step's merged layers in one launch of one block per SM
-# (`layers_grid`, branch s47-grid, TETHER_LLM_GRID=1), beside main's layer kernel.
+# Issue 26, session 47 (docs/evidence/llm-gpu.md, last section): the decode step's merged
+# layers in one launch of one block per SM (`layers_grid`, `TETHER_LLM_GRID=1`) beside the
+# layer kernel. Calls that ran (all from a sparse checkout of runtime/gpu/):
+#   2 (H100)  carry .device/s46i1 .device/s47g:  bash runtime/gpu/s46-h200.sh unpack;
+#             /tmp/s46b/s47-grid                    (the step `grid` runs the same)
+#   3 (H200)  the first version (barriers) and main's gpu_fuse:  unpack equal speed
+#   8 (H100)  the second (tagged words) and main's gpu_fuse:    unpack equal speed prof
+#   12 (H100) 7793f5b's gpu_fuse (carry .device/s47b):          unpack equal speed
+#   13 (H100) e52e015's gpu_fuse (carry .device/s47d):          unpack stage
+# (steps `equal` and `speed` as of each call: call 12's ran `equal` a second time with
+# TETHER_LLM_GRID_COOP=0, a switch of that build; calls 3 and 8 timed main's gpu_fuse-main
+# where `speed` now times the branch's binary without TETHER_LLM_GRID.) The step `real` (the
+# GGUF in parts, tether bench and inter-token latency) did not run: no device time was left.
 # Files (built on the development VM, stripped, xz) in .device folders:
+#   gpu_fuse-grid.xz  the branch's gpu_fuse (`cargo test --release -p tether-llm --features
+#                     cuda,build,cli --no-run`)
 #   tether-grid.xz    the branch's tether (`cargo build --release --bin tether`)
 #   part0?            SmolLM2-135M-Instruct.Q4_1.gguf in parts (`split -b 34000000`)
-#   gpu_fuse-grid.xz  the branch's gpu_fuse (`cargo test --release -p tether-llm --features
-#                     cuda,build,cli --no-run`); gpu_fuse-main.xz main's (37ad988)
 #   s47-grid          runtime/gpu/s47-grid.cu (nvcc -arch=sm_90 -O3 -std=c++17)
 # Steps:
 #   unpack  as s46-h200.sh's
 #   grid    the barrier microbenchmark
-#   equal   the branch's bit-equality tests with TETHER_LLM_GRID=1
-#   speed   the speed tests: the branch without TETHER_LLM_GRID (main's layer kernel), then with
+#   equal   the bit-equality tests with TETHER_LLM_GRID=1
+#   speed   the speed tests: the binary without TETHER_LLM_GRID (the layer kernel), then with
+#   stage   the speed of layers_grid with 0, 192, 320 staged cache rows beside the layer kernel
 #   real    the real model: equality, tether bench main / grid, inter-token latency
-#   stage   the speed of layers_grid with 0, 192, 320 staged cache rows beside main's
 #   prof    ncu of one layers_grid launch: warp stalls by source line
 set -u
 R=$(pwd); B=/tmp/s46b
@@ -28,15 +39,13 @@ grid) step grid 60 $B/s47-grid ;;
 equal)
   cd $B
   step equal 90 env TETHER_LLM_GRID=1 ./gpu_fuse-grid layer_kernel --test-threads 1 --nocapture
-  step equal 90 env TETHER_LLM_GRID=1 TETHER_LLM_GRID_COOP=0 ./gpu_fuse-grid layer_kernel_equals --test-threads 1 --nocapture
   grep -hE "^test |differ|launches|rc=|panicked|error" $OUT/equal.log | cut -c1-220
   cd $R ;;
 speed)
   cd $B
   step speed-main 150 ./gpu_fuse-grid fused_and_unfused_step_speeds --test-threads 1 --nocapture
   step speed-grid 150 env TETHER_LLM_GRID=1 ./gpu_fuse-grid fused_and_unfused_step_speeds --test-threads 1 --nocapture
-  [ -n "${PLAIN:-}" ] && step speed-plain 150 env TETHER_LLM_GRID=1 TETHER_LLM_GRID_COOP=0 ./gpu_fuse-grid fused_and_unfused_step_speeds --test-threads 1 --nocapture
-  for v in main grid plain; do [ -f $OUT/speed-$v.log ] || continue; echo "== $v"; grep -hE "tg128@|rc=" $OUT/speed-$v.log | sed -E 's/SmolLM2 shape, 30 layers Q4_1, //; s/launches per token.*\) //' | cut -c1-160; done
+  for v in main grid; do echo "== $v"; grep -hE "tg128@|rc=" $OUT/speed-$v.log | sed -E 's/SmolLM2 shape, 30 layers Q4_1, //; s/launches per token.*\) //' | cut -c1-160; done
   cd $R ;;
 real)
   # The real model (SmolLM2-135M-Instruct Q4_1): its parts into the GGUF, the three decoders

@@ -2434,9 +2434,10 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
 // layers ahead of the one computed.
 //
 // Every block must be resident at once (a reader spins until its writers have run): the
-// host launches at most one block per SM with shared memory that lets one fit, a block with
-// no rows and no head returns at once, and `griddepcontrol.launch_dependents` comes at the
-// last layer, when every block has run.
+// host launches one block per SM as a cooperative launch (the driver starts all blocks at
+// once or refuses), a block with no rows and no head returns at once, and
+// `griddepcontrol.launch_dependents` comes at the last layer, when every block has run (with
+// one layer, implicitly at the kernel's end).
 // ---------------------------------------------------------------------------------------
 #define GRID_RING 4
 
@@ -2496,9 +2497,10 @@ __device__ void xch_read(const unsigned long long* src, int n, uint32_t tag, uin
 // Block b of nb's slice of layer p in a ring slot (mirrored by `SliceShape::grid_bytes` in
 // src/gpu/kernels.rs): `layer_slice`'s rows, each region (an item's row, the output rows,
 // the gate, up and down rows) copied as one bulk copy of the 16-byte-aligned bytes around
-// it, so each region has 32 bytes more than its rows and its rows start `grid_shift` bytes
-// in. (The weights' regions are 256-byte aligned and padded to 256 bytes: the aligned bytes
-// around a matrix's rows lie in its region.)
+// it, so each region takes align16(its rows' bytes) + 32 (the copy needs at most + 16) and
+// its rows start `grid_shift` bytes in. (Each weight region starts 256-byte aligned and the
+// next one, or the arena's rounded end, at the next multiple of 256: the aligned bytes
+// around a matrix's rows lie in its allocation.)
 __device__ LayerSlice grid_slice(const LayerParams& p, int b, int nb) {
     LayerSlice s = layer_slice(p, b, nb);
     const int widest = max(p.m[LM_Q].row_bytes, max(p.m[LM_K].row_bytes, p.m[LM_V].row_bytes));

@@ -6,8 +6,12 @@
 //! with head norms, Qwen3's; then the speeds of both (fused with and without dependent
 //! launches) on the 30-layer shape, reported (a benchmark's number, not asserted). With
 //! `TETHER_FUSE_REAL=1` and the SmolLM2-135M-Instruct Q4_1 GGUF among the test assets, also
-//! the real model's teacher-forced logits over the golden chats. Reported ignored where
-//! there is no GPU (`tether_testkit::GpuTests`).
+//! the real model's teacher-forced logits over the golden chats. With `TETHER_LLM_GRID=1`
+//! every decoder that runs the layer kernel runs `layers_grid` instead (all its layers in one
+//! launch; the launch counts asserted accordingly), so the layer kernel's tests check that
+//! kernel against the fused step. `TETHER_FUSE_AT` (positions) and `TETHER_FUSE_VARIANTS`
+//! (indices of the fused variants) narrow the speed test. Reported ignored where there is no
+//! GPU (`tether_testkit::GpuTests`).
 
 use tether_llm::config::LlmConfig;
 use tether_llm::forward::{Hparams, Model, ModelParts};
@@ -233,14 +237,14 @@ fn block_types(name: &str, _cols: usize) -> TensorType {
     }
 }
 
-/// Whether this GPU runs the layer kernel (a 16-block cluster: compute capability 9.0 and
-/// later); judged by name for the data-center parts the evidence runs on.
 /// Launches of `n` merged layers: one each, or one for all with `TETHER_LLM_GRID=1`
 /// (`GpuOptions::grid_layers`: one `layers_grid` launch).
 fn merged(n: usize) -> usize {
     if tether_llm::gpu::grid_layers() { 1 } else { n }
 }
 
+/// Whether this GPU runs the layer kernel (a 16-block cluster: compute capability 9.0 and
+/// later); judged by name for the data-center parts the evidence runs on.
 fn has_layer_clusters(d: &GpuDecoder) -> bool {
     ["H100", "H200", "GH200", "B200", "B100", "GB200"]
         .iter()

@@ -535,9 +535,7 @@ impl Stream {
         let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
         let mut n = 0;
         if dependent {
-            attrs[n].id =
-                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            attrs[n] = programmatic_serialization();
             n += 1;
         }
         if cluster > 1 {
@@ -576,9 +574,7 @@ impl Stream {
         attrs[0].value.cooperative = 1;
         let mut n = 1;
         if dependent {
-            attrs[n].id =
-                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            attrs[n] = programmatic_serialization();
             n += 1;
         }
         // SAFETY: the caller's contract, forwarded.
@@ -636,6 +632,17 @@ impl Stream {
         }?;
         Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
+}
+
+/// The launch attribute of a programmatic dependent launch
+/// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`, allowed).
+fn programmatic_serialization() -> sys::CUlaunchAttribute {
+    // SAFETY: an all-zero attribute is a valid bit pattern (plain integers and a union of
+    // plain data); the id and the value set below select the member read.
+    let mut a: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    a.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
+    a
 }
 
 impl Drop for Stream {

@@ -68,7 +68,7 @@ pub struct GpuOptions {
     /// values, checked at load like the other graphs. Where the device cannot hold a block
     /// on every SM at once, the layer kernel's launches stay. Off by default ([`grid_layers`]:
     /// `TETHER_LLM_GRID=1`): measured only on the synthetic SmolLM2 shape (H100, session 47:
-    /// faster than the layer kernel below about 900 positions, slower from 1,024).
+    /// faster than the layer kernel at 128 and 512 positions, slower at 1,024 and 1,536).
     pub grid_layers: bool,
     /// The CPU engine's prompt tokens per forward chunk
     /// ([`GeneratorOptions::max_batch`](crate::generate::GeneratorOptions::max_batch), 512 by
@@ -604,6 +604,11 @@ impl GpuDecoder {
         } else {
             None
         };
+        // `layers_grid`'s memory (its layers' parameters, the words its phases hand on, the
+        // blocks' launch counts) counts as activations.
+        if let Some(g) = &grid_mem {
+            memory.activations += g.plan().total_bytes();
+        }
         let device = ctx.properties().name.clone();
         let marks = [stream.completion_event()?, stream.completion_event()?];
         let Work {
@@ -1771,8 +1776,11 @@ fn slice_shape(hp: &Hparams, row_bytes: [usize; 7]) -> kernels::SliceShape {
 pub const GRID_STAGE_ROWS: usize = 192;
 
 /// `launches` with their run of `layer` launches replaced by one `layers_grid` launch of
-/// one block per SM, and the memory it reads (unchanged, `None`, where no run exists or
-/// the device cannot hold a block on every SM at once).
+/// one block per SM, and the memory it reads; unchanged, with `None` (said in the log), where
+/// there is no `layer` launch, where they are not one run (a layer that keeps its five
+/// launches between merged ones), where `3 * head_dim > 2 * width + ffn` (the attention
+/// blocks' staging of Q, K and V would not fit the areas it borrows) or where the device
+/// cannot hold a block on every SM at once.
 fn fold_grid(
     ctx: &Context,
     stream: &Stream,
@@ -1800,6 +1808,7 @@ fn fold_grid(
         .iter()
         .any(|l| matches!(l.params, Params::Layer(..)))
     {
+        log::info!("layers_grid: the layer launches are not one run; one launch per layer");
         return Ok((launches, None));
     }
     let nb = ctx.properties().multiprocessors as usize;
@@ -1827,9 +1836,14 @@ fn fold_grid(
     // attention of the steps whose span does not fit reads through (320 rows measured
     // slower than 192 from 512 positions on, session 47).
     let cap = grid_stage_rows_of(std::env::var("TETHER_LLM_GRID_STAGE").ok().as_deref());
-    let stage_rows = (optin.saturating_sub(static_bytes + bytes) / (4 * hp.head_dim))
-        .min(context)
-        .min(cap);
+    // Only where each head has a block of its own (the kernel's condition).
+    let stage_rows = if nb >= hp.n_head {
+        (optin.saturating_sub(static_bytes + bytes) / (4 * hp.head_dim))
+            .min(context)
+            .min(cap)
+    } else {
+        0
+    };
     let bytes = bytes + stage_rows * 4 * hp.head_dim;
     let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
     let block = kernels::FUSE_WARPS * 32;
@@ -1845,6 +1859,7 @@ fn fold_grid(
         return Ok((launches, None));
     }
     if 3 * hp.head_dim > 2 * hp.n_embd + hp.n_ff {
+        log::info!("layers_grid: 3 * head_dim > 2 * width + ffn; one launch per layer");
         return Ok((launches, None));
     }
     let words = kernels::grid_xch_words(hp.q_dim(), hp.kv_dim(), hp.n_embd, hp.n_ff);

@@ -447,7 +447,7 @@ impl SliceShape {
     /// Bytes of block `b` of `blocks`' weight slice in a `layers_grid` ring slot
     /// (`grid_slice` of `kernels/llm.cu`, which this mirrors): the same rows, each region
     /// (an item's row; the output, gate, up, down rows) one bulk copy of the 16-byte-aligned
-    /// bytes around it, so 32 bytes more than its rows, 16-byte aligned.
+    /// bytes around it, so each region its rows' bytes rounded up to 16, plus 32.
     pub fn grid_bytes(&self, b: usize, blocks: usize) -> usize {
         let [items, o, f, d] = self.rows(b, blocks);
         let rb = self.row_bytes;
@@ -806,6 +806,18 @@ const _: () = assert!(std::mem::size_of::<ChunkAdvanceParams>() == 16);
 mod tests {
     use super::*;
 
+    /// SmolLM2-135M at Q4_1: rows of 18 blocks of 20 bytes (576 columns), down rows of 48.
+    fn smollm2_q4_1() -> SliceShape {
+        SliceShape {
+            width: 576,
+            ffn: 1536,
+            n_head: 9,
+            n_kv: 3,
+            head_dim: 64,
+            row_bytes: [360, 360, 360, 360, 360, 360, 960],
+        }
+    }
+
     /// SmolLM2-135M at Q4_1 (width 576, 9 heads / 3 KV heads of 64, FFN 1,536; rows of 18 or
     /// 48 blocks of 20 bytes): block 0 takes 30 Q/K/V items (two 360-byte rows each), 36
     /// output rows, 96 gate and 96 up rows and 36 down rows (960 bytes):
@@ -813,14 +825,7 @@ mod tests {
     /// of 16 already. The last block takes what is left of each phase.
     #[test]
     fn a_layer_slice_holds_its_blocks_rows_of_each_phase() {
-        let smollm2 = SliceShape {
-            width: 576,
-            ffn: 1536,
-            n_head: 9,
-            n_kv: 3,
-            head_dim: 64,
-            row_bytes: [360, 360, 360, 360, 360, 360, 960],
-        };
+        let smollm2 = smollm2_q4_1();
         assert_eq!(smollm2.layer_bytes(0), 138_240);
         assert_eq!(smollm2.layer_bytes(15), 138_240);
         let small = |width, ffn, head_dim| SliceShape {
@@ -852,14 +857,7 @@ mod tests {
     /// the gate rows; block 131 none of them: the paddings alone.
     #[test]
     fn a_grid_slice_pads_each_region_for_its_bulk_copy() {
-        let smollm2 = SliceShape {
-            width: 576,
-            ffn: 1536,
-            n_head: 9,
-            n_kv: 3,
-            head_dim: 64,
-            row_bytes: [360, 360, 360, 360, 360, 360, 960],
-        };
+        let smollm2 = smollm2_q4_1();
         assert_eq!(smollm2.rows(0, 132), [4, 5, 12, 5]);
         assert_eq!(smollm2.rows(115, 132), [4, 1, 12, 1]);
         assert_eq!(smollm2.rows(119, 132), [4, 0, 12, 0]);

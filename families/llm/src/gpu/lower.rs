@@ -691,7 +691,9 @@ pub struct MemoryPlan {
     pub cache: usize,
     /// Activations (f32 buffers but the logits, their 8-bit blocks), the request's token
     /// sequence (`context + 1` ids: the prompt, then each chosen token, read by the embedding
-    /// and the penalty window), the request state and the sampler configuration.
+    /// and the penalty window), the request state and the sampler configuration; with
+    /// `GpuOptions::grid_layers`, `layers_grid`'s memory too (its layers' parameters, the
+    /// 64-bit words its phases hand on, a count per block).
     pub activations: usize,
     /// The logits, `n_vocab` f32.
     pub logits: usize,
