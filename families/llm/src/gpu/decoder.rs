@@ -336,7 +336,8 @@ pub struct GpuDecoder {
     below: Option<(StepGraph, usize)>,
     stream: Stream,
     work: DeviceArena,
-    /// `layers_grid`'s memory (its layers' parameters, barrier counter, handed-on values).
+    /// `layers_grid`'s memory (its layers' parameters, the tagged words its phases hand on,
+    /// the blocks' launch counts).
     _grid: Option<DeviceArena>,
     weights: Arc<DeviceWeights>,
     _module: KernelModule,
