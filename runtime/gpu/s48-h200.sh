@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Issue 26, session 48 (docs/evidence/llm-gpu.md, session 48): the device sampler's top-k
+# by `topk_bound` (one pass and a sort of 1,024 ranks, then the survivors gathered) beside
+# the radix select it replaces, on the real model, with llama.cpp's decode in the same call.
+# Files (built on the development VM, stripped, xz), carried in .device folders over
+# consecutive calls while the host is warm (all unpacked by s46-h200.sh's `unpack`):
+#   tether-grid.xz     main's tether before the change (1e0f9ba; `cargo build --release --bin tether`)
+#   tether-new.xz      the change's tether
+#   gpu_sample-old.xz  gpu_sample (`cargo test --release -p tether-llm --features
+#                      cuda,build,cli --no-run`) with main's kernels, timing both vocabularies
+#   gpu_sample-new.xz  the same with the change's kernels
+#   gpu_decode-new.xz  gpu_decode with the change's kernels
+#   part0?             SmolLM2-135M-Instruct.Q4_1.gguf in parts (`split -b 34000000`)
+#   llama-bench-sm90.xz  runtime/gpu/llamacpp-cuda-offline.sh's llama-bench
+# Steps:
+#   unpack    as s46-h200.sh's
+#   sample-old / sample-new   gpu_sample's timing test (49,152 and 151,936 logits); -new
+#             also the whole test binary (the device sampler equal to the CPU's)
+#   decode    gpu_decode on the real model but the 100,000-token allocation test
+#   real      the real model: `tether bench` old / new alternating (2 rounds), llama-bench
+#             beside, inter-token latency of the new one (5,120 intervals), sampled text twice
+#   prof      nsys: per-kernel times of a short decode run of each tether
+set -u
+R=$(pwd); W=/tmp/s46w; B=/tmp/s46b; mkdir -p $W/assets $B
+G=$W/assets/SmolLM2-135M-Instruct.Q4_1.gguf
+T0=$(date +%s)
+left() { echo $(( ${LIMIT:-560} - ($(date +%s) - T0) )); }
+step() { local name=$1 tmo=$2; shift 2; local l; l=$(left); [ "$l" -lt 30 ] && { echo "skipped (time): $*" >> $OUT/$name.log; return; }; [ "$tmo" -gt "$l" ] && tmo=$l; echo "\$ $*" >> $OUT/$name.log; local t0=$(date +%s); timeout -s INT $tmo "$@" >> $OUT/$name.log 2>&1; echo "rc=$? wall=$(( $(date +%s) - t0 )) s" >> $OUT/$name.log; }
+AT=128,512,1024,1536,2048
+for s in "$@"; do
+case "$s" in
+unpack) bash $R/runtime/gpu/s46-h200.sh unpack ;;
+sample-old|sample-new)
+  v=${s#sample-}
+  cd $B
+  step $s 60 ./gpu_sample-$v device_sampler_time --test-threads 1 --nocapture
+  [ $v = new ] && step sample-all 120 ./gpu_sample-new --skip device_sampler_time --test-threads 1 --nocapture
+  grep -hE "^n |^test |rc=|panicked|differ" $OUT/$s.log | cut -c1-160
+  [ $v = new ] && grep -hE "^test |rc=|panicked|test result" $OUT/sample-all.log | cut -c1-200
+  cd $R ;;
+decode)
+  cat $W/part0? > $G
+  (cd $W/assets && echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c) >> $OUT/host.log 2>&1 || { cat $OUT/host.log; exit 3; }
+  cd $B
+  step decode 200 env TETHER_ASSETS=$W/assets ./gpu_decode-new --skip allocation_free --test-threads 1 --nocapture
+  grep -hE "^test |chat |top-1|rc=|panicked|test result" $OUT/decode.log | cut -c1-220
+  cd $R ;;
+real)
+  [ -f $G ] || cat $W/part0? > $G
+  cd $B
+  sha256sum tether-grid tether-new >> $OUT/host.log 2>&1
+  step build 60 ./tether-new build --family llm --gguf $G -o $W/smollm2.bundle
+  for i in 1 2; do
+    step bench-old 100 ./tether-grid bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+    step bench-new 100 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+  done
+  step bench-greedy 100 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3 --temperature 0
+  step itl-new 60 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt 128 --n-gen 128 --runs 40
+  for i in 1 2; do step text 30 ./tether-new run $W/smollm2.bundle --device cuda --prompt "Write a haiku about the sea." --seed 7 --max-tokens 48 --json; done
+  if [ -f $B/llama-bench-sm90.xz ]; then
+    bash $R/runtime/gpu/llamacpp-cuda.sh prebuilt $B/llama-bench-sm90.xz > $OUT/llamacpp-prebuilt.log 2>&1
+    SP=$(python3 -c "import site;print(site.getsitepackages()[0])")
+    step llamacpp 150 env LD_LIBRARY_PATH=$(ls -d $SP/nvidia/*/lib 2>/dev/null | tr '\n' ':')/usr/local/cuda/lib64 /tmp/llamacpp/build/bin/llama-bench -m $G -ngl 99 -fa on -p 0 -n 128 -d $AT -r 5 -o md
+  fi
+  for f in bench-old bench-new bench-greedy itl-new; do echo "== $f"; grep -E "tg128|inter-token|rc=" $OUT/$f.log | grep -v "no step" | cut -c1-200; done
+  grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
+  grep -hoE '"text": *"[^"]{0,120}' $OUT/text.log
+  cd $R ;;
+prof)
+  NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null | head -1)
+  [ -n "$NSYS" ] || { echo "no nsys" > $OUT/prof.log; continue; }
+  cd $W
+  for b in tether-grid tether-new; do
+    step prof-$b 60 "$NSYS" profile --cuda-graph-trace=node -t cuda -o prof-$b --force-overwrite true $B/$b bench $W/smollm2.bundle --device cuda --n-prompt 128 --n-gen 128 --runs 1
+    step prof-$b 30 "$NSYS" stats --report cuda_gpu_kern_sum prof-$b.nsys-rep
+    grep -E "sample_advance|layer|prep_matvec|embed|Time" $OUT/prof-$b.log | head -12 | cut -c1-200
+  done
+  cd $R ;;
+*) echo "usage: $0 unpack | sample-old | sample-new | decode | real | prof ..." >&2; exit 2 ;;
+esac
+done
