@@ -16,6 +16,7 @@
 #   unpack    as s46-h200.sh's
 #   sample-old / sample-new   gpu_sample's timing test (49,152 and 151,936 logits); -new
 #             also the whole test binary (the device sampler equal to the CPU's)
+#   samples   the timing test of gpu_sample-old / -new / -new2 twice, then -new2's tests
 #   decode    gpu_decode on the real model but the 100,000-token allocation test
 #   real      the real model: `tether bench` old / new alternating (2 rounds), llama-bench
 #             beside, inter-token latency of the new one (5,120 intervals), sampled text twice
@@ -37,6 +38,16 @@ sample-old|sample-new)
   [ $v = new ] && step sample-all 120 ./gpu_sample-new --skip device_sampler_time --test-threads 1 --nocapture
   grep -hE "^n |^test |rc=|panicked|differ" $OUT/$s.log | cut -c1-160
   [ $v = new ] && grep -hE "^test |rc=|panicked|test result" $OUT/sample-all.log | cut -c1-200
+  cd $R ;;
+samples)
+  # gpu_sample's timing test of the kernels before (old), after the first change (new:
+  # topk_bound) and after the second (new2: warp sorts, coalesced gather, shuffle
+  # reductions), two rounds; then new2's whole binary.
+  cd $B
+  for i in 1 2; do for v in old new new2; do step times-$v 60 ./gpu_sample-$v device_sampler_time --test-threads 1 --nocapture; done; done
+  step sample-all 120 ./gpu_sample-new2 --skip device_sampler_time --test-threads 1 --nocapture
+  for v in old new new2; do echo "== $v"; grep -hE "^n (49152|151936) (greedy|defaults|k1|k5|k40)[: ]|rc=" $OUT/times-$v.log | cut -c1-100; done
+  grep -hE "^test |^vocabulary|rc=|panicked|test result" $OUT/sample-all.log | cut -c1-200
   cd $R ;;
 decode)
   cat $W/part0? > $G

@@ -2921,16 +2921,23 @@ __device__ __forceinline__ unsigned long long mass_fx(float l, float mx) {
     return w > 0.0f ? __float2ull_rz(w) : 0ull;
 }
 
-// Block-wide helpers: every thread calls them; `red` holds SAMPLE_THREADS u64.
+// Block-wide helpers: every thread calls them; `red` holds SAMPLE_THREADS u64. Each warp
+// reduces or scans its 32 values by shuffles, then warp 0 the 32 warps' (SAMPLE_THREADS is
+// 32 warps): integer sums are exact and fmaxf's largest value is the same in any order.
+#define SAMPLE_WARPS (SAMPLE_THREADS / 32)
+#define FULL_MASK 0xffffffffu
 __device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long long* red) {
-    const int t = threadIdx.x;
-    red[t] = v;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    if (lane == 0) red[w] = v;
     __syncthreads();
-    for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
-        if (t < s) red[t] += red[t + s];
-        __syncthreads();
+    if (w == 0) {
+        unsigned long long x = lane < SAMPLE_WARPS ? red[lane] : 0ull;
+        for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(FULL_MASK, x, o);
+        if (lane == 0) red[32] = x;
     }
-    const unsigned long long r = red[0];
+    __syncthreads();
+    const unsigned long long r = red[32];
     __syncthreads();
     return r;
 }
@@ -2938,14 +2945,17 @@ __device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long 
 // Largest value, NaN ignored (fmaxf), as f32::max folds.
 __device__ float block_max(float v, unsigned long long* red) {
     float* a = (float*)red;
-    const int t = threadIdx.x;
-    a[t] = v;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    if (lane == 0) a[w] = v;
     __syncthreads();
-    for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
-        if (t < s) a[t] = fmaxf(a[t], a[t + s]);
-        __syncthreads();
+    if (w == 0) {
+        float x = lane < SAMPLE_WARPS ? a[lane] : NEG_INF;
+        for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, o));
+        if (lane == 0) a[32] = x;
     }
-    const float r = a[0];
+    __syncthreads();
+    const float r = a[32];
     __syncthreads();
     return r;
 }
@@ -2953,33 +2963,77 @@ __device__ float block_max(float v, unsigned long long* red) {
 // Exclusive prefix sum over the threads (in thread order); *total gets the sum.
 __device__ uint32_t block_scan(uint32_t v, unsigned long long* red, uint32_t* total) {
     uint32_t* a = (uint32_t*)red;
-    uint32_t* b = a + SAMPLE_THREADS;
-    const int t = threadIdx.x;
-    a[t] = v;
-    __syncthreads();
-    for (int off = 1; off < SAMPLE_THREADS; off <<= 1) {
-        const uint32_t x = t >= off ? a[t] + a[t - off] : a[t];
-        b[t] = x;
-        __syncthreads();
-        uint32_t* tmp = a; a = b; b = tmp;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    uint32_t x = v;  // inclusive within the warp
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(FULL_MASK, x, o);
+        if (lane >= o) x += y;
     }
-    const uint32_t incl = a[t];
-    *total = a[SAMPLE_THREADS - 1];
+    if (lane == 31) a[w] = x;
     __syncthreads();
-    return incl - v;
+    if (w == 0) {
+        uint32_t s = lane < SAMPLE_WARPS ? a[lane] : 0u;  // inclusive over the warps
+        for (int o = 1; o < 32; o <<= 1) {
+            const uint32_t y = __shfl_up_sync(FULL_MASK, s, o);
+            if (lane >= o) s += y;
+        }
+        a[32 + lane] = s;
+    }
+    __syncthreads();
+    const uint32_t before = w > 0 ? a[32 + w - 1] : 0u;
+    *total = a[63];
+    __syncthreads();
+    return before + x - v;
 }
 
-// Sorts SAMPLE_POOL rank keys descending (by the whole key, or by its low 32 bits: id
-// ascending); zeros (dead entries) go last. Called after a __syncthreads.
-__device__ void pool_sort_desc(unsigned long long* a, int by_id) {
+__device__ __forceinline__ unsigned long long sort_key(unsigned long long x, int by_id) {
+    return by_id ? (x & 0xFFFFFFFFull) : x;
+}
+
+// Sorts the rank keys pool[0, live) descending (by the whole key, or by its low 32 bits: id
+// ascending), where pool[live, SAMPLE_POOL) are zeros (dead entries, which sort last by
+// either key). The keys of live entries differ (their ids do), so every sort gives the same
+// order. Up to 64: warp 0 alone, two keys a lane, by shuffles; else a block-wide bitonic
+// sort of the next power of two. Called after a __syncthreads; synchronises at the end.
+__device__ void pool_sort_desc(unsigned long long* a, int by_id, uint32_t live = SAMPLE_POOL) {
     const int t = threadIdx.x;
-    for (int k = 2; k <= SAMPLE_POOL; k <<= 1) {
+    if (live <= 64) {
+        if (t < 32) {
+            unsigned long long v[2] = {a[t], a[t + 32]};  // elements t and t + 32
+            for (int k = 2; k <= 64; k <<= 1) {
+                for (int j = k >> 1; j > 0; j >>= 1) {
+                    if (j == 32) {  // k == 64: the pair is a lane's own, descending
+                        if (sort_key(v[0], by_id) < sort_key(v[1], by_id)) {
+                            const unsigned long long x = v[0];
+                            v[0] = v[1];
+                            v[1] = x;
+                        }
+                        continue;
+                    }
+                    for (int r = 0; r < 2; ++r) {
+                        const int e = r * 32 + t;
+                        const unsigned long long o = __shfl_xor_sync(FULL_MASK, v[r], j);
+                        const bool first = (e & j) == 0, desc = (e & k) == 0;
+                        const bool mine_big = sort_key(v[r], by_id) > sort_key(o, by_id);
+                        // The first of the pair keeps the larger when descending.
+                        if (first == desc ? !mine_big : mine_big) v[r] = o;
+                    }
+                }
+            }
+            a[t] = v[0];
+            a[t + 32] = v[1];
+        }
+        __syncthreads();
+        return;
+    }
+    int span = 128;
+    while (span < (int)live) span <<= 1;
+    for (int k = 2; k <= span; k <<= 1) {
         for (int j = k >> 1; j > 0; j >>= 1) {
             const int o = t ^ j;
-            if (o > t) {
+            if (o > t && o < span) {
                 const unsigned long long x = a[t], y = a[o];
-                const unsigned long long kx = by_id ? (x & 0xFFFFFFFFull) : x;
-                const unsigned long long ky = by_id ? (y & 0xFFFFFFFFull) : y;
+                const unsigned long long kx = sort_key(x, by_id), ky = sort_key(y, by_id);
                 const bool desc = (t & k) == 0;
                 if (desc ? kx < ky : kx > ky) { a[t] = y; a[o] = x; }
             }
@@ -3114,44 +3168,79 @@ __device__ __forceinline__ bool survives(float l, int i, unsigned long long thr,
 
 // Copies the survivors, in ascending id, into pool[0..m) (m <= SAMPLE_POOL) and zeroes the
 // rest of the pool. Returns m; *all gets the survivors' count, which may exceed the pool.
+// Warp w takes ids [w * span, (w + 1) * span) (span a multiple of 32), 32 consecutive ids
+// a turn: each lane's place is the survivors before it (the warp's, then the lanes' below
+// it by ballot), so reads are coalesced and the order is the ids'.
 __device__ uint32_t pool_gather(const float* logits, int n, unsigned long long thr, int minp,
                                 float min_logit, unsigned long long* pool, SampleShared& sh,
                                 uint32_t* all = nullptr) {
-    const int t = threadIdx.x;
-    const int chunk = (n + SAMPLE_THREADS - 1) / SAMPLE_THREADS;
-    const int lo = min(n, t * chunk), hi = min(n, lo + chunk);
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5;
+    const int span = (n + SAMPLE_THREADS - 1) / SAMPLE_THREADS * 32;
+    const int lo = min(n, w * span), hi = min(n, lo + span);
     uint32_t c = 0;
-    for (int i = lo; i < hi; ++i)
-        if (survives(logits[i], i, thr, minp, min_logit)) ++c;
-    uint32_t m;
-    uint32_t at = block_scan(c, sh.red, &m);
+    for (int i0 = lo; i0 < hi; i0 += 32) {
+        const int i = i0 + lane;
+        c += __popc(__ballot_sync(FULL_MASK, i < hi && survives(logits[i], i, thr, minp, min_logit)));
+    }
     pool[t] = 0;  // SAMPLE_POOL == SAMPLE_THREADS
-    __syncthreads();
-    for (int i = lo; i < hi && at < SAMPLE_POOL; ++i) {
-        const float l = logits[i];
-        if (survives(l, i, thr, minp, min_logit)) pool[at++] = rank_of(order_key(l), (uint32_t)i);
+    uint32_t m;
+    uint32_t at = block_scan(lane == 0 ? c : 0u, sh.red, &m);  // the warps' before w
+    at = __shfl_sync(FULL_MASK, at, 0);
+    const unsigned below = (1u << lane) - 1u;
+    for (int i0 = lo; i0 < hi && at < SAMPLE_POOL; i0 += 32) {
+        const int i = i0 + lane;
+        float l = 0.0f;
+        bool keep = false;
+        if (i < hi) {
+            l = logits[i];
+            keep = survives(l, i, thr, minp, min_logit);
+        }
+        const unsigned bal = __ballot_sync(FULL_MASK, keep);
+        const uint32_t to = at + (uint32_t)__popc(bal & below);
+        if (keep && to < SAMPLE_POOL) pool[to] = rank_of(order_key(l), (uint32_t)i);
+        at += (uint32_t)__popc(bal);
     }
     __syncthreads();
     if (all) *all = m;
     return m < SAMPLE_POOL ? m : SAMPLE_POOL;
 }
 
-// A lower bound of top-k's threshold rank that few elements pass (k <= SAMPLE_THREADS): the
-// k-th largest of the threads' own largest ranks, thread t taking ids t, t + SAMPLE_THREADS,
-// ... These k maxima are k distinct elements of rank >= the bound, so the k-th largest
-// element is too: every element of the top k passes. 0 (all pass) when fewer than k threads
-// have an element. Uses the pool as scratch.
+__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long x = __shfl_xor_sync(FULL_MASK, v, o);
+        v = x > v ? x : v;
+    }
+    return v;
+}
+
+// A lower bound of top-k's threshold rank that few elements pass (k <= SAMPLE_POOL / 2):
+// any k distinct elements' smallest rank (the k-th element's rank is at least it, so every
+// element of the top k passes). The elements are the threads' own largest ranks (thread t
+// takes ids t, t + SAMPLE_THREADS, ...): up to k = 64 each warp's two largest of them, the
+// bound the k-th of those 64; above, the k-th largest of all SAMPLE_THREADS. 0 (all pass)
+// when fewer than k such elements exist. Uses the pool as scratch.
 __device__ unsigned long long topk_bound(const float* logits, int n, uint32_t k,
                                          unsigned long long* pool) {
-    const int t = threadIdx.x;
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5;
     unsigned long long best = 0;
     for (int i = t; i < n; i += SAMPLE_THREADS) {
         const unsigned long long r = rank_of(order_key(logits[i]), (uint32_t)i);
         best = r > best ? r : best;
     }
-    pool[t] = best;  // SAMPLE_POOL == SAMPLE_THREADS
-    __syncthreads();
-    pool_sort_desc(pool, 0);
+    if (k <= 2 * SAMPLE_WARPS) {
+        const unsigned long long m1 = warp_max_u64(best);
+        const unsigned long long m2 = warp_max_u64(best == m1 ? 0ull : best);
+        if (lane == 0) {
+            pool[2 * w] = m1;
+            pool[2 * w + 1] = m2;
+        }
+        __syncthreads();
+        pool_sort_desc(pool, 0, 2 * SAMPLE_WARPS);
+    } else {
+        pool[t] = best;  // SAMPLE_POOL == SAMPLE_THREADS
+        __syncthreads();
+        pool_sort_desc(pool, 0);
+    }
     const unsigned long long r = pool[k - 1];
     __syncthreads();
     return r;
@@ -3216,27 +3305,32 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_advance(Samp
 
     uint32_t token;
     if (c.greedy) {
-        // 2. Greedy (sample.rs argmax).
+        // 2. Greedy (sample.rs argmax): the largest logit, the lowest id among equal ones
+        // (the same pick in any order of comparison), by shuffles within each warp, then
+        // over the warps'.
         float* rv = (float*)sh.red;
         int* ri = (int*)(rv + SAMPLE_THREADS);
+        const int lane = t & 31, w = t >> 5;
         float best = NEG_INF;
         int at = 0x7fffffff;
         for (int i = t; i < n; i += SAMPLE_THREADS) {
             const float v = logits[i];
             if (v > best) { best = v; at = i; }
         }
-        rv[t] = best;
-        ri[t] = at;
-        __syncthreads();
-        for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
-            if (t < s) {
-                const float v2 = rv[t + s];
-                const int i2 = ri[t + s];
-                if (v2 > rv[t] || (v2 == rv[t] && i2 < ri[t])) { rv[t] = v2; ri[t] = i2; }
+        for (int round = 0; round < 2; ++round) {
+            for (int o = 16; o > 0; o >>= 1) {
+                const float v2 = __shfl_xor_sync(FULL_MASK, best, o);
+                const int i2 = __shfl_xor_sync(FULL_MASK, at, o);
+                if (v2 > best || (v2 == best && i2 < at)) { best = v2; at = i2; }
             }
-            __syncthreads();
+            if (round == 0) {
+                if (lane == 0) { rv[w] = best; ri[w] = at; }
+                __syncthreads();
+                best = lane < SAMPLE_WARPS ? rv[lane] : NEG_INF;
+                at = lane < SAMPLE_WARPS ? ri[lane] : 0x7fffffff;
+            }
         }
-        token = ri[0] == 0x7fffffff ? 0u : (uint32_t)ri[0];
+        token = at == 0x7fffffff ? 0u : (uint32_t)at;
         __syncthreads();
     } else {
         uint32_t ctr[4] = {pos + 1 - plen, 0u, c.request_lo, c.request_hi};
@@ -3272,7 +3366,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_advance(Samp
             if (!gathered) m = pool_gather(logits, n, thr, 0, 0.0f, pool, sh);
             bool sorted = topk;
             if (topk) {
-                pool_sort_desc(pool, 0);
+                pool_sort_desc(pool, 0, m);
                 if (m > c.top_k) {
                     m = c.top_k;
                     if ((uint32_t)t >= m) pool[t] = 0;
@@ -3292,7 +3386,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_advance(Samp
                 }
                 __syncthreads();
                 if (!sorted) {
-                    pool_sort_desc(pool, 0);
+                    pool_sort_desc(pool, 0, m);
                     sorted = true;
                     pw[t] = (uint32_t)t < m ? expf(__fsub_rn(rank_logit(pool[t]), mx)) : 0.0f;
                     __syncthreads();
@@ -3312,6 +3406,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_advance(Samp
                 if ((uint32_t)t >= m) pool[t] = 0;
                 __syncthreads();
             }
+            const uint32_t live = m;  // no live entry at or after it from here on
             if (minp) {
                 // 5. Min-p over the candidates left (pool[0..m), all alive).
                 const float mx = block_max((uint32_t)t < m ? rank_logit(pool[t]) : NEG_INF, sh.red);
@@ -3325,7 +3420,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_advance(Samp
                 m = kept > 0 ? kept : 1;
             }
             // 6.-7. Ascending id, temperature, draw.
-            pool_sort_desc(pool, 1);
+            pool_sort_desc(pool, 1, live);
             token = pool_draw(pool, pw, m, c.inv_temp, u, sh);
         } else {
             // 4. Top-p by a radix select on fixed-point masses.
