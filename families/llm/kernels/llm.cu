@@ -2829,10 +2829,11 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layers_grid(Gri
 //  3.-5. top-k, top-p, min-p: each keeps a prefix of the order (logit descending in IEEE
 //     total order, i.e. Rust's f32::total_cmp, then id ascending), so the survivors are the
 //     elements whose 64-bit rank key (order key << 32 | ~id) is at least a threshold.
-//     Top-k up to SAMPLE_POOL / 2: the elements of rank at least a bound that the top k
-//     pass (`topk_bound`, one pass over the logits and a sort of SAMPLE_THREADS ranks)
-//     gathered and sorted, the first k kept, when no more than SAMPLE_POOL pass; else
-//     top-k's threshold is found by a radix select on the 32-bit order key (4 passes of
+//     Top-k up to SAMPLE_POOL / 2: the elements of rank at least a bound that the whole
+//     top k passes (`topk_bound`: one pass over the logits, the k-th largest of 64 or
+//     1,024 of the threads' maxima) gathered and sorted and the first k kept, when no more
+//     than SAMPLE_POOL pass; else top-k's threshold is found by a radix select on the
+//     32-bit order key (4 passes of
 //     256-bin counts) and the tie resolved by id. When at most SAMPLE_POOL tokens survive
 //     top-k (top-k <= 1024, or a vocabulary of <= 1024), they are copied to shared memory
 //     in id order and the rest runs exactly as the CPU code: the same sums in the same
@@ -3342,10 +3343,11 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_advance(Samp
         const int minp = c.min_p > 0.0f;
 
         // 3. Top-k. Up to SAMPLE_POOL / 2: the elements passing `topk_bound` into the pool,
-        // sorted, and the first k kept, where they fit the pool (they do unless the logits
-        // have many ties or k is large: about 700 pass for k = 512 over i.i.d. logits, and
-        // 40 to 60 for llama.cpp's k = 40). Otherwise the threshold rank of the k-th
-        // element by radix select. Either way the pool ends with the top k in rank order.
+        // sorted, and the first k kept, where they fit the pool (they do unless many logits
+        // tie or k is large: over 49,152 i.i.d. logits the bound at k = 512 is the median
+        // of 1,024 maxima of 48, which about 700 pass). Otherwise the threshold rank of the
+        // k-th element by radix select (the gathered pool is dropped). Either way the pool
+        // ends with the top k in rank order: every later step sees the same pool.
         unsigned long long thr = 0;
         bool gathered = false;
         uint32_t m = 0;
