@@ -9,7 +9,7 @@
 #   gpu_sample-old.xz  gpu_sample (`cargo test --release -p tether-llm --features
 #                      cuda,build,cli --no-run`) with main's kernels, timing both vocabularies
 #   gpu_sample-new.xz  the same with the change's kernels
-#   gpu_decode-new.xz  gpu_decode with the change's kernels
+#   gpu_decode-new.xz  gpu_decode with the change's kernels (gpu_ahead-new.xz: gpu_ahead)
 #   part0?             SmolLM2-135M-Instruct.Q4_1.gguf in parts (`split -b 34000000`)
 #   llama-bench-sm90.xz  runtime/gpu/llamacpp-cuda-offline.sh's llama-bench
 # Steps:
@@ -17,10 +17,11 @@
 #   sample-old / sample-new   gpu_sample's timing test (49,152 and 151,936 logits); -new
 #             also the whole test binary (the device sampler equal to the CPU's)
 #   samples   the timing test of gpu_sample-old / -new / -new2 twice, then -new2's tests
-#   decode    gpu_decode on the real model but the 100,000-token allocation test
+#   decode    gpu_decode on the real model but the 100,000-token allocation test; gpu_ahead
 #   real      the real model: `tether bench` old / new alternating (2 rounds), llama-bench
 #             beside, inter-token latency of the new one (5,120 intervals), sampled text twice
-#   prof      nsys: per-kernel times of a short decode run of each tether
+#   pack      the logs into logs.tar.xz
+#   prof      nsys (not on the host in session 48): per-kernel times of a short decode run of each tether
 set -u
 R=$(pwd); W=/tmp/s46w; B=/tmp/s46b; mkdir -p $W/assets $B
 G=$W/assets/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -54,7 +55,8 @@ decode)
   (cd $W/assets && echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c) >> $OUT/host.log 2>&1 || { cat $OUT/host.log; exit 3; }
   cd $B
   step decode 200 env TETHER_ASSETS=$W/assets ./gpu_decode-new --skip allocation_free --test-threads 1 --nocapture
-  grep -hE "^test |chat |top-1|rc=|panicked|test result" $OUT/decode.log | cut -c1-220
+  step ahead 100 ./gpu_ahead-new --test-threads 1 --nocapture
+  grep -hE "^test |chat |top-1|rc=|panicked|test result" $OUT/decode.log $OUT/ahead.log | cut -c1-220
   cd $R ;;
 real)
   [ -f $G ] || cat $W/part0? > $G
@@ -77,6 +79,9 @@ real)
   grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
   grep -hoE '"text": *"[^"]{0,120}' $OUT/text.log
   cd $R ;;
+pack)
+  # The logs in one file (a call brings back at most a few files).
+  (cd $OUT && tar cJf logs.tar.xz *.log && rm -f *.log) ;;
 prof)
   NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null | head -1)
   [ -n "$NSYS" ] || { echo "no nsys" > $OUT/prof.log; continue; }
