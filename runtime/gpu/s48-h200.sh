@@ -17,6 +17,7 @@
 #   sample-old / sample-new   gpu_sample's timing test (49,152 and 151,936 logits); -new
 #             also the whole test binary (the device sampler equal to the CPU's)
 #   samples   the timing test of gpu_sample-old / -new / -new2 twice, then -new2's tests
+#   samples3  gpu_sample-new2 against -new3 (loads batched), then -new3's tests
 #   decode    gpu_decode on the real model but the 100,000-token allocation test; gpu_ahead
 #   real      the real model: `tether bench` old / new alternating (2 rounds), llama-bench
 #             beside, inter-token latency of the new one (5,120 intervals), sampled text twice
@@ -48,6 +49,14 @@ samples)
   for i in 1 2; do for v in old new new2; do step times-$v 60 ./gpu_sample-$v device_sampler_time --test-threads 1 --nocapture; done; done
   step sample-all 120 ./gpu_sample-new2 --skip device_sampler_time --test-threads 1 --nocapture
   for v in old new new2; do echo "== $v"; grep -hE "^n (49152|151936) (greedy|defaults|k1|k5|k40)[: ]|rc=" $OUT/times-$v.log | cut -c1-100; done
+  grep -hE "^test |^vocabulary|rc=|panicked|test result" $OUT/sample-all.log | cut -c1-200
+  cd $R ;;
+samples3)
+  # new2 against new3 (the passes over the logits load SAMPLE_UNROLL values at a time).
+  cd $B
+  for i in 1 2; do for v in new2 new3; do step times-$v 60 ./gpu_sample-$v device_sampler_time --test-threads 1 --nocapture; done; done
+  step sample-all 120 ./gpu_sample-new3 --skip device_sampler_time --test-threads 1 --nocapture
+  for v in new2 new3; do echo "== $v"; sed 's/^test .*\.\.\. //' $OUT/times-$v.log | grep -hE "^n (49152|151936) (greedy|defaults|k1|k5|k40)[: ]|rc=" | cut -c1-60; done
   grep -hE "^test |^vocabulary|rc=|panicked|test result" $OUT/sample-all.log | cut -c1-200
   cd $R ;;
 decode)
