@@ -18,7 +18,8 @@
 #             also the whole test binary (the device sampler equal to the CPU's)
 #   samples   the timing test of gpu_sample-old / -new / -new2 twice, then -new2's tests
 #   samples3  gpu_sample-new2 against -new3 (loads batched), then -new3's tests
-#   decode    gpu_decode on the real model but the 100,000-token allocation test; gpu_ahead
+#   decode    gpu_decode on the real model but the 100,000-token allocation test; gpu_ahead;
+#             gpu_fuse (gpu_fuse-new.xz) but its speed test, the real model's case included
 #   real      the real model: `tether bench` old / new alternating (2 rounds), llama-bench
 #             beside, inter-token latency of the new one (5,120 intervals), sampled text twice
 #   pack      the logs into logs.tar.xz
@@ -65,7 +66,8 @@ decode)
   cd $B
   step decode 200 env TETHER_ASSETS=$W/assets ./gpu_decode-new --skip allocation_free --test-threads 1 --nocapture
   step ahead 100 ./gpu_ahead-new --test-threads 1 --nocapture
-  grep -hE "^test |chat |top-1|rc=|panicked|test result" $OUT/decode.log $OUT/ahead.log | cut -c1-220
+  [ -x ./gpu_fuse-new ] && step fuse 200 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse-new --skip speeds --test-threads 1 --nocapture
+  grep -hE "^test |chat |top-1|rc=|panicked|test result" $OUT/decode.log $OUT/ahead.log $OUT/fuse.log 2>/dev/null | cut -c1-220
   cd $R ;;
 real)
   [ -f $G ] || cat $W/part0? > $G
