@@ -22,6 +22,7 @@
 #             gpu_fuse (gpu_fuse-new.xz) but its speed test, the real model's case included
 #   real      the real model: `tether bench` old / new alternating (2 rounds), llama-bench
 #             beside, inter-token latency of the new one (5,120 intervals), sampled text twice
+#   sprof     ncu: sample_advance's durations (greedy + penalty, defaults) and stalls by SASS line
 #   pack      the logs into logs.tar.xz
 #   prof      nsys (not on the host in session 48): per-kernel times of a short decode run of each tether
 set -u
@@ -89,6 +90,20 @@ real)
   for f in bench-old bench-new bench-greedy itl-new; do echo "== $f"; grep -E "tg128|inter-token|rc=" $OUT/$f.log | grep -v "no step" | cut -c1-200; done
   grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
   grep -hoE '"text": *"[^"]{0,120}' $OUT/text.log
+  cd $R ;;
+sprof)
+  # Nsight Compute on sample_advance (gpu_sample-new's timing test: at 49,152 logits 50
+  # greedy, 50 greedy + penalty, then 50 with llama.cpp's defaults): the durations of the
+  # last 5 greedy + penalty launches and the first 5 with the defaults, then warp stalls by
+  # SASS line of one launch with the defaults.
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu | head -1)
+  cd $B
+  step sprof 120 $NCU -k regex:^sample_advance$ --launch-skip 95 --launch-count 10 --section SpeedOfLight ./gpu_sample-new device_sampler_time --test-threads 1
+  step sprof 200 $NCU -k regex:^sample_advance$ --launch-skip 102 --launch-count 1 --section WarpStateStats --section SourceCounters --section LaunchStats --import-source yes -o $OUT/s102 ./gpu_sample-new device_sampler_time --test-threads 1
+  $NCU -i $OUT/s102.ncu-rep --page source --csv --print-source sass > $OUT/s102-sass.csv 2>&1; xz -9 $OUT/s102-sass.csv
+  $NCU -i $OUT/s102.ncu-rep --page details > $OUT/s102-details.txt 2>&1
+  grep -E "Duration|sample_advance" $OUT/sprof.log | head -24
+  grep -E "Duration|Registers|Warp Cycles Per Issued" $OUT/s102-details.txt | head
   cd $R ;;
 pack)
   # The logs in one file (a call brings back at most a few files).
