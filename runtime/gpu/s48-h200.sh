@@ -18,6 +18,7 @@
 #             also the whole test binary (the device sampler equal to the CPU's)
 #   samples   the timing test of gpu_sample-old / -new / -new2 twice, then -new2's tests
 #   samples3  gpu_sample-new2 against -new3 (loads batched), then -new3's tests
+#   samples4  gpu_sample-new3 against -new4 (16 loads a turn, a one-pass gather), ncu durations
 #   decode    gpu_decode on the real model but the 100,000-token allocation test; gpu_ahead;
 #             gpu_fuse (gpu_fuse-new.xz) but its speed test, the real model's case included
 #   real      the real model: `tether bench` old / new alternating (2 rounds), llama-bench
@@ -59,6 +60,17 @@ samples3)
   for i in 1 2; do for v in new2 new3; do step times-$v 60 ./gpu_sample-$v device_sampler_time --test-threads 1 --nocapture; done; done
   step sample-all 120 ./gpu_sample-new3 --skip device_sampler_time --test-threads 1 --nocapture
   for v in new2 new3; do echo "== $v"; sed 's/^test .*\.\.\. //' $OUT/times-$v.log | grep -hE "^n (49152|151936) (greedy|defaults|k1|k5|k40)[: ]|rc=" | cut -c1-60; done
+  grep -hE "^test |^vocabulary|rc=|panicked|test result" $OUT/sample-all.log | cut -c1-200
+  cd $R ;;
+samples4)
+  # new3 against new4 (16 loads at a time; one pass of the gather where no warp has more
+  # than 32 survivors); the durations of sample_advance under ncu for new4 as `sprof`.
+  cd $B
+  for i in 1 2; do for v in new3 new4; do step times-$v 60 ./gpu_sample-$v device_sampler_time --test-threads 1 --nocapture; done; done
+  step sample-all 120 ./gpu_sample-new4 --skip device_sampler_time --test-threads 1 --nocapture
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu | head -1)
+  for v in new3 new4; do step sprof-$v 120 $NCU -k regex:^sample_advance$ --launch-skip 95 --launch-count 10 --section SpeedOfLight ./gpu_sample-$v device_sampler_time --test-threads 1; done
+  for v in new3 new4; do echo "== $v"; sed 's/^test .*\.\.\. //' $OUT/times-$v.log | grep -hE "^n (49152|151936) (greedy|defaults|k1|k5|k40)[: ]|rc=" | cut -c1-60; grep -E "Duration" $OUT/sprof-$v.log | tr -s ' ' | tr '\n' ' '; echo; done
   grep -hE "^test |^vocabulary|rc=|panicked|test result" $OUT/sample-all.log | cut -c1-200
   cd $R ;;
 decode)

@@ -2927,9 +2927,9 @@ __device__ __forceinline__ unsigned long long mass_fx(float l, float mx) {
 // 32 warps): integer sums are exact and fmaxf's largest value is the same in any order.
 #define SAMPLE_WARPS (SAMPLE_THREADS / 32)
 #define FULL_MASK 0xffffffffu
-// Loads a thread issues before it uses them in the passes over the logits (8 of the 48 a
-// thread reads over 49,152 logits), so a pass waits for about 6 round trips, not 48.
-#define SAMPLE_UNROLL 8
+// Loads a thread issues before it uses them in the passes over the logits (16 of the 48 a
+// thread reads over 49,152 logits), so a pass waits for about 3 round trips, not 48.
+#define SAMPLE_UNROLL 16
 __device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long long* red) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
@@ -3174,14 +3174,18 @@ __device__ __forceinline__ bool survives(float l, int i, unsigned long long thr,
 // rest of the pool. Returns m; *all gets the survivors' count, which may exceed the pool.
 // Warp w takes ids [w * span, (w + 1) * span) (span a multiple of 32), 32 consecutive ids
 // a turn: each lane's place is the survivors before it (the warp's, then the lanes' below
-// it by ballot), so reads are coalesced and the order is the ids'.
+// it by ballot), so reads are coalesced and the order is the ids'. The first pass counts
+// and keeps each warp's first 32 survivors in its 32 entries of the pool; where no warp has
+// more, they move to their places and there is no second pass.
 __device__ uint32_t pool_gather(const float* logits, int n, unsigned long long thr, int minp,
                                 float min_logit, unsigned long long* pool, SampleShared& sh,
                                 uint32_t* all = nullptr) {
     const int t = threadIdx.x, lane = t & 31, w = t >> 5;
     const int span = (n + SAMPLE_THREADS - 1) / SAMPLE_THREADS * 32;
     const int lo = min(n, w * span), hi = min(n, lo + span);
-    uint32_t c = 0;
+    const unsigned below = (1u << lane) - 1u;
+    unsigned long long* own = pool + 32 * w;  // SAMPLE_POOL == SAMPLE_THREADS
+    uint32_t c = 0;  // the warp's survivors so far (the same in every lane)
     float v[SAMPLE_UNROLL];
     for (int i0 = lo; i0 < hi; i0 += 32 * SAMPLE_UNROLL) {
 #pragma unroll
@@ -3192,28 +3196,40 @@ __device__ uint32_t pool_gather(const float* logits, int n, unsigned long long t
 #pragma unroll
         for (int u = 0; u < SAMPLE_UNROLL; ++u) {
             const int i = i0 + 32 * u + lane;
-            c += __popc(__ballot_sync(FULL_MASK, i < hi && survives(v[u], i, thr, minp, min_logit)));
+            const bool keep = i < hi && survives(v[u], i, thr, minp, min_logit);
+            const unsigned bal = __ballot_sync(FULL_MASK, keep);
+            const uint32_t to = c + (uint32_t)__popc(bal & below);
+            if (keep && to < 32) own[to] = rank_of(order_key(v[u]), (uint32_t)i);
+            c += (uint32_t)__popc(bal);
         }
     }
-    pool[t] = 0;  // SAMPLE_POOL == SAMPLE_THREADS
     uint32_t m;
     uint32_t at = block_scan(lane == 0 ? c : 0u, sh.red, &m);  // the warps' before w
     at = __shfl_sync(FULL_MASK, at, 0);
-    const unsigned below = (1u << lane) - 1u;
-    for (int i0 = lo; i0 < hi && at < SAMPLE_POOL; i0 += 32 * SAMPLE_UNROLL) {
+    if (!__syncthreads_or(c > 32)) {
+        // m <= SAMPLE_POOL: every survivor to its place, zeros after them.
+        const unsigned long long e = (uint32_t)lane < c ? own[lane] : 0ull;
+        __syncthreads();
+        if ((uint32_t)t >= m) pool[t] = 0;
+        if ((uint32_t)lane < c) pool[at + lane] = e;
+    } else {
+        pool[t] = 0;
+        __syncthreads();
+        for (int i0 = lo; i0 < hi && at < SAMPLE_POOL; i0 += 32 * SAMPLE_UNROLL) {
 #pragma unroll
-        for (int u = 0; u < SAMPLE_UNROLL; ++u) {
-            const int i = i0 + 32 * u + lane;
-            v[u] = i < hi ? logits[i] : 0.0f;
-        }
+            for (int u = 0; u < SAMPLE_UNROLL; ++u) {
+                const int i = i0 + 32 * u + lane;
+                v[u] = i < hi ? logits[i] : 0.0f;
+            }
 #pragma unroll
-        for (int u = 0; u < SAMPLE_UNROLL; ++u) {
-            const int i = i0 + 32 * u + lane;
-            const bool keep = i < hi && survives(v[u], i, thr, minp, min_logit);
-            const unsigned bal = __ballot_sync(FULL_MASK, keep);
-            const uint32_t to = at + (uint32_t)__popc(bal & below);
-            if (keep && to < SAMPLE_POOL) pool[to] = rank_of(order_key(v[u]), (uint32_t)i);
-            at += (uint32_t)__popc(bal);
+            for (int u = 0; u < SAMPLE_UNROLL; ++u) {
+                const int i = i0 + 32 * u + lane;
+                const bool keep = i < hi && survives(v[u], i, thr, minp, min_logit);
+                const unsigned bal = __ballot_sync(FULL_MASK, keep);
+                const uint32_t to = at + (uint32_t)__popc(bal & below);
+                if (keep && to < SAMPLE_POOL) pool[to] = rank_of(order_key(v[u]), (uint32_t)i);
+                at += (uint32_t)__popc(bal);
+            }
         }
     }
     __syncthreads();
