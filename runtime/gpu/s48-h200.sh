@@ -2,6 +2,20 @@
 # Issue 26, session 48 (docs/evidence/llm-gpu.md, session 48): the device sampler's top-k
 # by `topk_bound` (one pass and a sort of 1,024 ranks, then the survivors gathered) beside
 # the radix select it replaces, on the real model, with llama.cpp's decode in the same call.
+# Calls that ran (H100 from call 3 on; the carried folder's binaries of the commit named):
+#   1-2 (H200)  runtime/gpu/s47-h200.sh unpack equal speed / unpack real (1e0f9ba)
+#   3, 7, 11, 14, 17   the GGUF's part01 + part02 (`unpack`)
+#   4     part00 + main's tether + gpu_sample-old: unpack sample-old
+#   5     c340029: unpack sample-new decode real prof (no nsys on the host; logs not back)
+#   6     old / new (c340029) / new2 (680fd90): unpack samples
+#   8, 12, 18   part00 + main's tether (+ gpu_sample-new)
+#   9     099cc08: unpack sample-new decode real pack
+#   10    new2 / new3 (905b006): unpack samples3
+#   13    59d2add (kernels of 905b006): unpack sample-new decode real pack
+#   15    59d2add: unpack sprof          16   new3 / new4 (ed993cc): unpack samples4
+#   19    ed993cc: unpack sample-new decode real pack
+#   20    gpu_sample with the six logit shapes: unpack sample-final
+# (samples, samples3 and samples4 name their binaries gpu_sample-<version>.)
 # Files (built on the development VM, stripped, xz), carried in .device folders over
 # consecutive calls while the host is warm (all unpacked by s46-h200.sh's `unpack`):
 #   tether-grid.xz     main's tether before the change (1e0f9ba; `cargo build --release --bin tether`)
@@ -19,6 +33,7 @@
 #   samples   the timing test of gpu_sample-old / -new / -new2 twice, then -new2's tests
 #   samples3  gpu_sample-new2 against -new3 (loads batched), then -new3's tests
 #   samples4  gpu_sample-new3 against -new4 (16 loads a turn, a one-pass gather), ncu durations
+#   sample-final  gpu_sample-new whole (six logit shapes, top-k 100 and 500 too)
 #   decode    gpu_decode on the real model but the 100,000-token allocation test; gpu_ahead;
 #             gpu_fuse (gpu_fuse-new.xz) but its speed test, the real model's case included
 #   real      the real model: `tether bench` old / new alternating (2 rounds), llama-bench
@@ -72,6 +87,13 @@ samples4)
   for v in new3 new4; do step sprof-$v 120 $NCU -k regex:^sample_advance$ --launch-skip 95 --launch-count 10 --section SpeedOfLight ./gpu_sample-$v device_sampler_time --test-threads 1; done
   for v in new3 new4; do echo "== $v"; sed 's/^test .*\.\.\. //' $OUT/times-$v.log | grep -hE "^n (49152|151936) (greedy|defaults|k1|k5|k40)[: ]|rc=" | cut -c1-60; grep -E "Duration" $OUT/sprof-$v.log | tr -s ' ' | tr '\n' ' '; echo; done
   grep -hE "^test |^vocabulary|rc=|panicked|test result" $OUT/sample-all.log | cut -c1-200
+  cd $R ;;
+sample-final)
+  # gpu_sample with the six logit shapes and the top-k 100 / 500 sets, whole, then timed.
+  cd $B
+  step sample-final 200 ./gpu_sample-new --test-threads 1 --nocapture
+  grep -hE "^test |^vocabulary|^n [0-9]+ kind|rc=|panicked|test result" $OUT/sample-final.log | cut -c1-200
+  sed 's/^test .*\.\.\. //' $OUT/sample-final.log | grep -hE "^n (49152|151936) (greedy|defaults|k100|k500)" | cut -c1-60
   cd $R ;;
 decode)
   cat $W/part0? > $G

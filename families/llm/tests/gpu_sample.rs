@@ -47,8 +47,8 @@ fn penalised(mut p: SamplerParams, penalty: f32, last_n: usize) -> SamplerParams
     p
 }
 
-/// The parameter sets: greedy, llama.cpp's defaults, each filter alone, top-k beyond the
-/// device's 1,024-candidate pool, top-p without top-k, temperature only, penalties.
+/// The parameter sets: greedy, llama.cpp's defaults, each filter alone, top-k of up to 64,
+/// up to 512 and beyond the device's 1,024-candidate pool, top-p without top-k, temperature only, penalties.
 fn parameter_sets() -> Vec<(&'static str, SamplerParams)> {
     vec![
         ("greedy", SamplerParams::greedy()),
@@ -63,6 +63,8 @@ fn parameter_sets() -> Vec<(&'static str, SamplerParams)> {
         ),
         ("k1", params(1.0, 1, 1.0, 0.0)),
         ("k5 t1.2", params(1.2, 5, 1.0, 0.0)),
+        ("k100 p0.9", params(1.0, 100, 0.9, 0.0)),
+        ("k500 t1", params(1.0, 500, 1.0, 0.0)),
         ("k1000 p0.9 t0.7", params(0.7, 1000, 0.9, 0.0)),
         ("k2000 t1", params(1.0, 2000, 1.0, 0.0)),
         ("k3000 p0.95", params(1.0, 3000, 0.95, 0.0)),
@@ -77,8 +79,12 @@ fn parameter_sets() -> Vec<(&'static str, SamplerParams)> {
     ]
 }
 
-/// Logits of four shapes: spread, peaked (a few tokens far ahead), tied (multiples of 0.5:
-/// many exact ties) and flat (the nucleus holds thousands of tokens).
+/// Logits of six shapes: spread, peaked (a few tokens far ahead), tied (multiples of 0.5:
+/// many exact ties), flat (the nucleus holds thousands of tokens), rising with the id (the
+/// top k among the last ids: more than 32 survivors of the device's top-k bound in one
+/// warp's ids, its gather's second pass) and a sawtooth over each run of 1,024 ids (each
+/// device thread's logits equal, so nearly all pass the bound: its radix select after the
+/// gather).
 fn logits(kind: usize, n: usize, seed: u64) -> Vec<f32> {
     let v = values(n, seed);
     match kind {
@@ -92,7 +98,9 @@ fn logits(kind: usize, n: usize, seed: u64) -> Vec<f32> {
             l
         }
         2 => v.iter().map(|x| (x * 12.0).round() / 2.0).collect(),
-        _ => v.iter().map(|x| x * 0.5).collect(),
+        3 => v.iter().map(|x| x * 0.5).collect(),
+        4 => (0..n).map(|i| i as f32 * 12.0 / n as f32 - 6.0).collect(),
+        _ => (0..n).map(|i| -((i % 1024) as f32) / 64.0).collect(),
     }
 }
 
@@ -189,7 +197,7 @@ fn device_sampler_equals_the_cpu_sampler_on_identical_logits() {
     for &n in vocabs {
         let mut dev = DeviceSampler::new(0, n, 256).expect("device sampler");
         let (mut draws, mut differ, mut pool_draws, mut pool_differ) = (0usize, 0, 0usize, 0);
-        for kind in 0..4 {
+        for kind in 0..6 {
             let l = logits(kind, n, 11 + kind as u64 + n as u64);
             let hist = history(n, 5 + kind as u64);
             for (name, base) in &sets {
