@@ -2,7 +2,7 @@
 # Issue 26, session 48 (docs/evidence/llm-gpu.md, session 48): the device sampler's top-k
 # by `topk_bound` (one pass and a sort of 1,024 ranks, then the survivors gathered) beside
 # the radix select it replaces, on the real model, with llama.cpp's decode in the same call.
-# Calls that ran (H100 from call 3 on; the carried folder's binaries of the commit named):
+# Calls that ran (H100 for calls 3-19; the carried folder's binaries of the commit named):
 #   1-2 (H200)  runtime/gpu/s47-h200.sh unpack equal speed / unpack real (1e0f9ba)
 #   3, 7, 11, 14, 17   the GGUF's part01 + part02 (`unpack`)
 #   4     part00 + main's tether + gpu_sample-old: unpack sample-old
@@ -14,7 +14,8 @@
 #   13    59d2add (kernels of 905b006): unpack sample-new decode real pack
 #   15    59d2add: unpack sprof          16   new3 / new4 (ed993cc): unpack samples4
 #   19    ed993cc: unpack sample-new decode real pack
-#   20    gpu_sample with the six logit shapes: unpack sample-final
+#   20 (H200)   gpu_sample with the six logit shapes (built at ef6db51): unpack sample-final
+#   21-22 (H200) the GGUF's parts, main's tether;  23 (H200) ed993cc: unpack decode real pack
 # (samples, samples3 and samples4 name their binaries gpu_sample-<version>.)
 # Files (built on the development VM, stripped, xz), carried in .device folders over
 # consecutive calls while the host is warm (all unpacked by s46-h200.sh's `unpack`):
