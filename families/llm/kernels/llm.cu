@@ -2995,10 +2995,10 @@ __device__ __forceinline__ unsigned long long sort_key(unsigned long long x, int
 }
 
 // Sorts the rank keys pool[0, live) descending (by the whole key, or by its low 32 bits: id
-// ascending), where pool[live, SAMPLE_POOL) are zeros (dead entries, which sort last by
-// either key). The keys of live entries differ (their ids do), so every sort gives the same
-// order. Up to 64: warp 0 alone, two keys a lane, by shuffles; else a block-wide bitonic
-// sort of the next power of two. Called after a __syncthreads; synchronises at the end.
+// ascending); the entries from `live` to the end of the span sorted (64, or the next power
+// of two) are zeros (dead, last by either key), later ones untouched. Live keys differ (by
+// id), so every sort gives the same order. Up to 64: warp 0 alone, two keys a lane, by
+// shuffles; else a block-wide bitonic sort. Called after a __syncthreads; syncs at the end.
 __device__ void pool_sort_desc(unsigned long long* a, int by_id, uint32_t live = SAMPLE_POOL) {
     const int t = threadIdx.x;
     if (live <= 64) {
