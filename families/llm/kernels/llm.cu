@@ -2930,6 +2930,17 @@ __device__ __forceinline__ unsigned long long mass_fx(float l, float mx) {
 // Loads a thread issues before it uses them in the passes over the logits (16 of the 48 a
 // thread reads over 49,152 logits), so a pass waits for about 3 round trips, not 48.
 #define SAMPLE_UNROLL 16
+
+// One turn of a pass: v[u] = logits[i0 + stride * u] where that is below `end`, else `fill`
+// (the loads issued together, used after).
+__device__ __forceinline__ void load_turn(const float* logits, int i0, int stride, int end,
+                                          float fill, float (&v)[SAMPLE_UNROLL]) {
+#pragma unroll
+    for (int u = 0; u < SAMPLE_UNROLL; ++u) {
+        const int i = i0 + stride * u;
+        v[u] = i < end ? logits[i] : fill;
+    }
+}
 __device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long long* red) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
@@ -2950,12 +2961,11 @@ __device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long 
 __device__ float block_max(float v, unsigned long long* red) {
     float* a = (float*)red;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    v = warp_max(v);
     if (lane == 0) a[w] = v;
     __syncthreads();
     if (w == 0) {
-        float x = lane < SAMPLE_WARPS ? a[lane] : NEG_INF;
-        for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, o));
+        const float x = warp_max(lane < SAMPLE_WARPS ? a[lane] : NEG_INF);
         if (lane == 0) a[32] = x;
     }
     __syncthreads();
@@ -3188,11 +3198,7 @@ __device__ uint32_t pool_gather(const float* logits, int n, unsigned long long t
     uint32_t c = 0;  // the warp's survivors so far (the same in every lane)
     float v[SAMPLE_UNROLL];
     for (int i0 = lo; i0 < hi; i0 += 32 * SAMPLE_UNROLL) {
-#pragma unroll
-        for (int u = 0; u < SAMPLE_UNROLL; ++u) {
-            const int i = i0 + 32 * u + lane;
-            v[u] = i < hi ? logits[i] : 0.0f;
-        }
+        load_turn(logits, i0 + lane, 32, hi, 0.0f, v);
 #pragma unroll
         for (int u = 0; u < SAMPLE_UNROLL; ++u) {
             const int i = i0 + 32 * u + lane;
@@ -3216,11 +3222,7 @@ __device__ uint32_t pool_gather(const float* logits, int n, unsigned long long t
         pool[t] = 0;
         __syncthreads();
         for (int i0 = lo; i0 < hi && at < SAMPLE_POOL; i0 += 32 * SAMPLE_UNROLL) {
-#pragma unroll
-            for (int u = 0; u < SAMPLE_UNROLL; ++u) {
-                const int i = i0 + 32 * u + lane;
-                v[u] = i < hi ? logits[i] : 0.0f;
-            }
+            load_turn(logits, i0 + lane, 32, hi, 0.0f, v);
 #pragma unroll
             for (int u = 0; u < SAMPLE_UNROLL; ++u) {
                 const int i = i0 + 32 * u + lane;
@@ -3257,11 +3259,7 @@ __device__ unsigned long long topk_bound(const float* logits, int n, uint32_t k,
     unsigned long long best = 0;
     float v[SAMPLE_UNROLL];
     for (int i0 = t; i0 < n; i0 += SAMPLE_THREADS * SAMPLE_UNROLL) {
-#pragma unroll
-        for (int u = 0; u < SAMPLE_UNROLL; ++u) {
-            const int i = i0 + SAMPLE_THREADS * u;
-            v[u] = i < n ? logits[i] : 0.0f;
-        }
+        load_turn(logits, i0, SAMPLE_THREADS, n, 0.0f, v);
 #pragma unroll
         for (int u = 0; u < SAMPLE_UNROLL; ++u) {
             const int i = i0 + SAMPLE_THREADS * u;
@@ -3357,11 +3355,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_advance(Samp
         int at = 0x7fffffff;
         float v[SAMPLE_UNROLL];
         for (int i0 = t; i0 < n; i0 += SAMPLE_THREADS * SAMPLE_UNROLL) {
-#pragma unroll
-            for (int u = 0; u < SAMPLE_UNROLL; ++u) {
-                const int i = i0 + SAMPLE_THREADS * u;
-                v[u] = i < n ? logits[i] : NEG_INF;
-            }
+            load_turn(logits, i0, SAMPLE_THREADS, n, NEG_INF, v);
 #pragma unroll
             for (int u = 0; u < SAMPLE_UNROLL; ++u)
                 if (v[u] > best) { best = v[u]; at = i0 + SAMPLE_THREADS * u; }
