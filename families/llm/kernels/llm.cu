@@ -2069,6 +2069,9 @@ struct LayerParams {
     int kv_rows;                // the cache's positions (n_ctx): rows [0, min(pos, kv_rows))
                                 // of K and V are asked of L2 before the wait; 0: none
     int pad2;
+    const float* att;           // the layer's tail only (`layer`; null in `layers_grid`):
+                                // the attention output [width] that `attention_cluster`
+                                // wrote; phases A and B are skipped and C reads it
 };
 
 #define LM_Q 0
@@ -2239,8 +2242,11 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
     float* x1 = att + p.width;
     float* hbuf = x1 + p.width;
     dependents_launch();
+    // The layer's tail (p.att set): phases C-E only, after the fused step's QKV and attention
+    // launches; its Q/K/V rows are neither loaded nor used.
+    const bool tail = p.att != nullptr;
     // The weights (constant during the step) before the wait.
-    for (int k = 0; k < sl.n_items; ++k) {
+    for (int k = 0; k < (tail ? 0 : sl.n_items); ++k) {
         int ra, rb, h, i;
         const LayerMat& m = p.m[layer_item(p, sl.item0 + k, &ra, &rb, &h, &i)];
         uint8_t* dst = wsl + sl.off_item + k * sl.item_stride;
@@ -2276,77 +2282,85 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* xs;
-    // A. Q/K/V with RoPE and the cache write.
-    {
-        PrologueParams in = {p.x, nullptr, p.attn_norm, p.width, p.eps, 0, 1, 0, 0};
-        prologue(in, pro, &q8, &q8k, &xs);
-    }
-    LAYER_STAMP(3);
-    cp_async_wait_all();
-    __syncthreads();
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-    const uint32_t pos = p.state->pos;
-    LAYER_STAMP(2);
-    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
-    const float* ang = p.angles + (size_t)pos * p.head_dim;
-    const int il = p.form & ROPE_INTERLEAVED;
     // Every phase's rows go to the block's 8-lane groups, one row (or pair) a group and turn;
     // the turns are the same for the whole warp (the last turn's idle groups repeat the last
     // row and store nothing), so the shuffles of `group_finish` see all 32 lanes.
     const int g = lane >> 3, l = lane & 7;
-    for (int k0 = warp * 4; k0 < sl.n_items; k0 += FUSE_WARPS * 4) {
-        const bool on = k0 + g < sl.n_items;
-        const int k = min(k0 + g, sl.n_items - 1);
-        int ra, rb, h, i;
-        const int which = layer_item(p, sl.item0 + k, &ra, &rb, &h, &i);
-        const LayerMat& m = p.m[which];
-        const uint8_t* row = wsl + sl.off_item + k * sl.item_stride;
-        const uint8_t* w[2] = {row, row + sl.item_stride / 2};
-        float acc[2], ext[2];
-        q32_lane<2>(m.type, w, p.width, q8, l, acc, ext);
-        // The epilogue of `qkv_rope` (every lane of the group holds the same values).
-        const float a = group_finish(m.type, acc[0], ext[0]), b = group_finish(m.type, acc[1], ext[1]);
-        if (!on) continue;
-        if (which == LM_V) {
-            if (l == 0) {
-                p.vcache[(size_t)pos * kv_dim + ra] = f2h(a);
-                p.vcache[(size_t)pos * kv_dim + rb] = f2h(b);
-            }
-        } else {
-            float na, nb;
-            rope_pair(a, b, ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb);
-            if (which == LM_Q) {
-                st_cluster_group(&qv[ra], na, l);
-                st_cluster_group(&qv[rb], nb, l);
-            } else if (l == 0) {
-                const size_t at = (size_t)pos * kv_dim + h * p.head_dim;
-                p.kcache[at + lane_slot(i, half, il)] = f2h(na);
-                p.kcache[at + lane_slot(i + half, half, il)] = f2h(nb);
+    if (tail) {
+        // Every block's copy of the attention output, where phase B would have left it.
+        for (int i = threadIdx.x; i < p.width; i += blockDim.x) att[i] = p.att[i];
+        cp_async_wait_all();
+        __syncthreads();
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    } else {
+        // A. Q/K/V with RoPE and the cache write.
+        {
+            PrologueParams in = {p.x, nullptr, p.attn_norm, p.width, p.eps, 0, 1, 0, 0};
+            prologue(in, pro, &q8, &q8k, &xs);
+        }
+        LAYER_STAMP(3);
+        cp_async_wait_all();
+        __syncthreads();
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+        const uint32_t pos = p.state->pos;
+        LAYER_STAMP(2);
+        const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+        const float* ang = p.angles + (size_t)pos * p.head_dim;
+        const int il = p.form & ROPE_INTERLEAVED;
+        for (int k0 = warp * 4; k0 < sl.n_items; k0 += FUSE_WARPS * 4) {
+            const bool on = k0 + g < sl.n_items;
+            const int k = min(k0 + g, sl.n_items - 1);
+            int ra, rb, h, i;
+            const int which = layer_item(p, sl.item0 + k, &ra, &rb, &h, &i);
+            const LayerMat& m = p.m[which];
+            const uint8_t* row = wsl + sl.off_item + k * sl.item_stride;
+            const uint8_t* w[2] = {row, row + sl.item_stride / 2};
+            float acc[2], ext[2];
+            q32_lane<2>(m.type, w, p.width, q8, l, acc, ext);
+            // The epilogue of `qkv_rope` (every lane of the group holds the same values).
+            const float a = group_finish(m.type, acc[0], ext[0]), b = group_finish(m.type, acc[1], ext[1]);
+            if (!on) continue;
+            if (which == LM_V) {
+                if (l == 0) {
+                    p.vcache[(size_t)pos * kv_dim + ra] = f2h(a);
+                    p.vcache[(size_t)pos * kv_dim + rb] = f2h(b);
+                }
+            } else {
+                float na, nb;
+                rope_pair(a, b, ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb);
+                if (which == LM_Q) {
+                    st_cluster_group(&qv[ra], na, l);
+                    st_cluster_group(&qv[rb], nb, l);
+                } else if (l == 0) {
+                    const size_t at = (size_t)pos * kv_dim + h * p.head_dim;
+                    p.kcache[at + lane_slot(i, half, il)] = f2h(na);
+                    p.kcache[at + lane_slot(i + half, half, il)] = f2h(nb);
+                }
             }
         }
-    }
-    LAYER_STAMP(4);
-    cluster_sync();
-    LAYER_STAMP(5);
-    // B. Attention, one block per head (`attention_fused`'s `attend` on the same values).
-    const int len = (int)pos + 1;
-    const int group = p.n_head / p.n_kv;
-    for (int h = (int)rank; h < p.n_head; h += LAYER_CLUSTER) {
-        const int kvh = h / group;
-        attend(qv + h * p.head_dim, p.kcache + kvh * p.head_dim, p.vcache + kvh * p.head_dim,
-               kv_dim, p.head_dim, len, p.scale, false, il, xs);
-        __syncthreads();
-        for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-            const float v = xs[d];
+        LAYER_STAMP(4);
+        cluster_sync();
+        LAYER_STAMP(5);
+        // B. Attention, one block per head (`attention_fused`'s `attend` on the same values).
+        const int len = (int)pos + 1;
+        const int group = p.n_head / p.n_kv;
+        for (int h = (int)rank; h < p.n_head; h += LAYER_CLUSTER) {
+            const int kvh = h / group;
+            attend(qv + h * p.head_dim, p.kcache + kvh * p.head_dim, p.vcache + kvh * p.head_dim,
+                   kv_dim, p.head_dim, len, p.scale, false, il, xs);
+            __syncthreads();
+            for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+                const float v = xs[d];
 #pragma unroll
-            for (uint32_t r = 0; r < LAYER_CLUSTER; ++r)
-                asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr(&att[h * p.head_dim + d], r)),
-                             "f"(v) : "memory");
+                for (uint32_t r = 0; r < LAYER_CLUSTER; ++r)
+                    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_addr(&att[h * p.head_dim + d], r)),
+                                 "f"(v) : "memory");
+            }
+            __syncthreads();
         }
-        __syncthreads();
-    }
-    LAYER_STAMP(6);
-    cluster_sync();
+        LAYER_STAMP(6);
+        cluster_sync();
+    }  // phases A and B
     LAYER_STAMP(7);
     // C. The output projection and the residual.
     {

@@ -533,6 +533,7 @@ impl Generator {
             // same values; `crate::gpu::layer_kernel_below` reads the environment's choice).
             layer_kernel_below: crate::gpu::layer_kernel_below(),
             grid_layers: crate::gpu::grid_layers(),
+            layer_tail: crate::gpu::layer_tail(),
             prompt_batch: self.state.max_batch(),
         }
     }

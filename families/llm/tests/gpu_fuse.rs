@@ -74,7 +74,7 @@ fn decoder_with(
     fused: bool,
     dependent_launch: bool,
 ) -> GpuDecoder {
-    decoder_opts(model, context, fused, dependent_launch, NEVER)
+    decoder_opts(model, context, fused, dependent_launch, NEVER, false)
 }
 
 /// `GpuOptions::layer_kernel_below`: never, always.
@@ -82,13 +82,16 @@ const NEVER: usize = 0;
 const ALWAYS: usize = usize::MAX;
 
 /// [`decoder_with`], with the layer kernel (each layer of 8-bit block weights one cluster
-/// launch, on compute capability 9.0 and later) at the positions below `layer_kernel_below`.
+/// launch, on compute capability 9.0 and later) at the positions below `layer_kernel_below`,
+/// and with `layer_tail` the same layers' output projection and FFN as one cluster launch
+/// where the fused step runs (`GpuOptions::layer_tail`).
 fn decoder_opts(
     model: &Model<'_>,
     context: usize,
     fused: bool,
     dependent_launch: bool,
     layer_kernel_below: usize,
+    layer_tail: bool,
 ) -> GpuDecoder {
     GpuDecoder::new(
         model,
@@ -103,6 +106,7 @@ fn decoder_opts(
             layer_kernel_below,
             // TETHER_LLM_GRID=1: the layer kernel's step as one `layers_grid` launch.
             grid_layers: tether_llm::gpu::grid_layers(),
+            layer_tail,
             prompt_batch: 512,
         },
     )
@@ -251,43 +255,54 @@ fn has_layer_clusters(d: &GpuDecoder) -> bool {
         .any(|n| d.device_name().contains(n))
 }
 
-/// The layer kernel (each layer of 8-bit block weights one launch of a 16-block cluster)
-/// against the fused step: the same logits bit for bit, teacher forced over 300 positions and
-/// over 2,100 (the attention's longer spans), and the same greedy and sampled tokens; layers
-/// 0-2 merged (Q4_1, Q4_0, Q8_0), layer 3 (BF16) keeping its five launches.
+/// The layer kernel (each layer of 8-bit block weights one launch of a 16-block cluster) and
+/// the fused step with those layers' tails (output projection and FFN in one cluster launch
+/// after the fused QKV and attention launches) against the fused step: the same logits bit
+/// for bit, teacher forced over 300 positions and over 2,100 (the attention's longer spans),
+/// and the same greedy and sampled tokens; layers 0-2 merged (Q4_1, Q4_0, Q8_0), layer 3
+/// (BF16) keeping its five launches.
 fn layer_kernel_equals_the_fused_step_bit_for_bit() {
     let cfg = smollm2_shape(4, false);
     let w = tether_llm::testing::random_weights(&cfg, &block_types);
     let m = model(&cfg, &w);
-    let (mut f, mut l) = (
-        decoder_opts(&m, 2176, true, true, NEVER),
-        decoder_opts(&m, 2176, true, true, ALWAYS),
+    let (mut f, mut l, mut t) = (
+        decoder_opts(&m, 2176, true, true, NEVER, false),
+        decoder_opts(&m, 2176, true, true, ALWAYS, false),
+        decoder_opts(&m, 2176, true, true, NEVER, true),
     );
     eprintln!(
-        "fused {} launches, layer kernel {}: {}",
+        "fused {} launches, layer kernel {}: {}; with the layers' tails {}: {}",
         f.launches(),
         l.launches(),
-        l.check_summary()
+        l.check_summary(),
+        t.launches(),
+        t.check_summary()
     );
     assert_eq!(f.launches(), 1 + 5 * 4 + 2);
     if has_layer_clusters(&l) {
         assert_eq!(l.launches(), 1 + merged(3) + 5 + 2);
+        assert_eq!(t.launches(), 1 + 3 * 3 + 5 + 2);
     }
     let n_vocab = cfg.n_vocab as usize;
     same_logits(&mut f, &mut l, &tokens(300, n_vocab, 51), n_vocab);
     same_tokens(&mut f, &mut l, &tokens(9, n_vocab, 52), 120);
+    same_logits(&mut f, &mut t, &tokens(300, n_vocab, 51), n_vocab);
+    same_tokens(&mut f, &mut t, &tokens(9, n_vocab, 52), 120);
     let mut long = smollm2_shape(2, false);
     long.n_vocab = 4096;
     let w = tether_llm::testing::random_weights(&long, &|_, _| TensorType::Q4_1);
     let m = model(&long, &w);
-    let (mut f, mut l) = (
-        decoder_opts(&m, 2176, true, true, NEVER),
-        decoder_opts(&m, 2176, true, true, ALWAYS),
+    let (mut f, mut l, mut t) = (
+        decoder_opts(&m, 2176, true, true, NEVER, false),
+        decoder_opts(&m, 2176, true, true, ALWAYS, false),
+        decoder_opts(&m, 2176, true, true, NEVER, true),
     );
     if has_layer_clusters(&l) {
         assert_eq!(l.launches(), 1 + merged(2) + 2);
+        assert_eq!(t.launches(), 1 + 3 * 2 + 2);
     }
     same_logits(&mut f, &mut l, &tokens(2100, 4096, 53), 4096);
+    same_logits(&mut f, &mut t, &tokens(2100, 4096, 53), 4096);
     // Other shapes: 20 query heads (blocks 0-3 attend over two heads each, `attend`'s shared
     // memory reused), and a head_dim of 40 (200 Q/K/V items: blocks of 13, the last of 5)
     // with gate and up of different types (two one-row chains instead of one two-row).
@@ -325,9 +340,10 @@ fn layer_kernel_equals_the_fused_step_bit_for_bit() {
     for cfg in [heads20, hd40] {
         let w = tether_llm::testing::random_weights(&cfg, &gate_up_apart);
         let m = model(&cfg, &w);
-        let (mut f, mut l) = (
-            decoder_opts(&m, 512, true, true, NEVER),
-            decoder_opts(&m, 512, true, true, ALWAYS),
+        let (mut f, mut l, mut t) = (
+            decoder_opts(&m, 512, true, true, NEVER, false),
+            decoder_opts(&m, 512, true, true, ALWAYS, false),
+            decoder_opts(&m, 512, true, true, NEVER, true),
         );
         if has_layer_clusters(&l) {
             assert_eq!(
@@ -337,8 +353,10 @@ fn layer_kernel_equals_the_fused_step_bit_for_bit() {
                 cfg.n_head,
                 cfg.head_dim
             );
+            assert_eq!(t.launches(), 1 + 3 * 2 + 2);
         }
         same_logits(&mut f, &mut l, &tokens(300, 4096, 54), 4096);
+        same_logits(&mut f, &mut t, &tokens(300, 4096, 54), 4096);
     }
 }
 
@@ -427,14 +445,22 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
     let only: Option<Vec<usize>> = std::env::var("TETHER_FUSE_VARIANTS")
         .ok()
         .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect());
-    for (i, (name, dependent, layer)) in [
-        ("fused", false, NEVER),
-        ("fused + dependent launches", true, NEVER),
-        ("fused + dependent launches + layer kernel", true, ALWAYS),
+    for (i, (name, dependent, layer, tail)) in [
+        ("fused", false, NEVER, false),
+        ("fused + dependent launches", true, NEVER, false),
+        ("fused + dependent launches + layer kernel", true, ALWAYS, false),
         (
             "fused + dependent launches + layer kernel below the default position",
             true,
             tether_llm::gpu::LAYER_KERNEL_BELOW,
+            false,
+        ),
+        ("fused + dependent launches + layers' tails", true, NEVER, true),
+        (
+            "fused + dependent launches + layer kernel below the default position, layers' tails from there",
+            true,
+            tether_llm::gpu::LAYER_KERNEL_BELOW,
+            true,
         ),
     ]
     .into_iter()
@@ -443,7 +469,7 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
         if only.as_ref().is_some_and(|o| !o.contains(&i)) {
             continue;
         }
-        let mut f = decoder_opts(&m, context, true, dependent, layer);
+        let mut f = decoder_opts(&m, context, true, dependent, layer, tail);
         eprintln!("{name}: {}", f.check_summary());
         same_logits(&mut u, &mut f, &seq, n_vocab);
         for (i, &at) in positions.iter().enumerate() {
@@ -458,38 +484,41 @@ fn fused_and_unfused_step_speeds_on_the_smollm2_shape() {
     }
 }
 
-/// A decoder taking the layer kernel's graph below position 150 and the fused step's from
-/// there: both graphs captured and checked at load, the graph of each position the one its
-/// side of the switch names (by their launch counts), the same logits bit for bit as the
-/// fused step's alone, teacher forced over 300 positions, and the same greedy and sampled
-/// tokens over a request that crosses position 150, token by token and through steps
-/// launched ahead. A switch at the context or past it: the layer kernel's graph alone.
+/// A decoder taking the layer kernel's graph below position 150 and the fused step's with
+/// the layers' tails from there (the default decoder's two graphs): both graphs captured and
+/// checked at load, the graph of each position the one its side of the switch names (by
+/// their launch counts), the same logits bit for bit as the fused step's alone, teacher
+/// forced over 300 positions, and the same greedy and sampled tokens over a request that
+/// crosses position 150, token by token and through steps launched ahead. A switch at the
+/// context or past it: the layer kernel's graph alone.
 fn layer_kernel_below_a_position_switches_graphs() {
     let cfg = smollm2_shape(4, false);
     let w = tether_llm::testing::random_weights(&cfg, &block_types);
     let m = model(&cfg, &w);
     let (mut f, mut s) = (
-        decoder_opts(&m, 512, true, true, NEVER),
-        decoder_opts(&m, 512, true, true, 150),
+        decoder_opts(&m, 512, true, true, NEVER, false),
+        decoder_opts(&m, 512, true, true, 150, true),
     );
     eprintln!("switching decoder: {:?}; {}", s, s.check_summary());
     assert_eq!(f.layer_kernel_below(), None);
-    assert_eq!(s.launches(), f.launches());
     if has_layer_clusters(&s) {
         let layer = 1 + merged(3) + 5 + 2;
+        let tails = 1 + 3 * 3 + 5 + 2;
+        assert_eq!(s.launches(), tails);
         assert_eq!(s.layer_kernel_below(), Some((150, layer)));
         assert!(s.check_summary().contains("below position 150"));
         assert_eq!(
             [0, 149, 150, 511].map(|p| s.launches_at(p)),
-            [layer, layer, f.launches(), f.launches()]
+            [layer, layer, tails, tails]
         );
         for below in [512, 600] {
-            let a = decoder_opts(&m, 512, true, true, below);
+            let a = decoder_opts(&m, 512, true, true, below, true);
             assert_eq!(a.layer_kernel_below(), None, "below {below}");
             assert_eq!(a.launches_at(511), layer, "below {below}");
         }
     } else {
         eprintln!("no 16-block clusters on {}: one graph", s.device_name());
+        assert_eq!(s.launches(), f.launches());
         assert_eq!(s.launches_at(0), f.launches());
     }
     let n_vocab = cfg.n_vocab as usize;
@@ -511,9 +540,9 @@ fn layer_kernel_below_a_position_switches_graphs() {
     assert_eq!(run(&mut f), run(&mut s));
 }
 
-/// The real model: the three decoders' (unfused, fused, fused with the layer kernel)
-/// teacher-forced logits over the four golden chats (prompt and llama.cpp's answer) equal
-/// bit for bit.
+/// The real model: the four decoders' (unfused, fused, fused with the layer kernel, fused
+/// with the layers' tails) teacher-forced logits over the four golden chats (prompt and
+/// llama.cpp's answer) equal bit for bit.
 fn real_model_fused_equals_unfused() {
     let mut g = tether_llm::generate::Generator::open(
         tether_testkit::asset(REAL_MODEL),
@@ -526,15 +555,18 @@ fn real_model_fused_equals_unfused() {
     let n_vocab = g.config().n_vocab as usize;
     let (m, _) = g.model_and_state();
     let (mut u, mut f) = (decoder(m, 512, false), decoder(m, 512, true));
-    let mut l = decoder_opts(m, 512, true, true, ALWAYS);
+    let mut l = decoder_opts(m, 512, true, true, ALWAYS, false);
+    let mut t = decoder_opts(m, 512, true, true, NEVER, true);
     if has_layer_clusters(&l) {
         assert_eq!(l.launches(), 1 + merged(30) + 2);
+        assert_eq!(t.launches(), 1 + 3 * 30 + 2);
     }
     eprintln!(
-        "real model: {} launches unfused, {} fused, {} with the layer kernel; {}",
+        "real model: {} launches unfused, {} fused, {} with the layer kernel, {} with the layers' tails; {}",
         u.launches(),
         f.launches(),
         l.launches(),
+        t.launches(),
         l.check_summary()
     );
     let v: serde_json::Value =
@@ -547,6 +579,7 @@ fn real_model_fused_equals_unfused() {
             .collect();
         same_logits(&mut u, &mut f, &seq, n_vocab);
         same_logits(&mut u, &mut l, &seq, n_vocab);
+        same_logits(&mut u, &mut t, &seq, n_vocab);
     }
 }
 

@@ -86,6 +86,7 @@ fn decoder(m: &Model<'_>, context: usize, fused: bool, prefill_chunk: usize) -> 
             dependent_launch: fused,
             layer_kernel_below: 0,
             grid_layers: false,
+            layer_tail: false,
             prompt_batch: PROMPT_BATCH,
         },
     )

@@ -17,7 +17,7 @@ use super::kernels::{
 };
 use super::lower::{
     CONFIG_BYTES, LowerError, MemoryPlan, Prologue, SampleConfig, Step, lower, lower_fused,
-    lower_layers, prologue_shared_bytes,
+    lower_layers, lower_tails, prologue_shared_bytes,
 };
 use super::prefill::PrefillError;
 use super::prefill_graph::{DecodeSide, PrefillGraph};
@@ -70,6 +70,14 @@ pub struct GpuOptions {
     /// `TETHER_LLM_GRID=1`): measured only on the synthetic SmolLM2 shape (H100, session 47:
     /// faster than the layer kernel at 128 and 512 positions, slower at 1,024 and 1,536).
     pub grid_layers: bool,
+    /// Where the fused step's graph runs (from [`layer_kernel_below`](Self::layer_kernel_below)
+    /// on, or at every position where the layer kernel is off) on compute capability 9.0 and
+    /// later, run each layer the layer kernel would take as 3 launches instead of 5: the fused
+    /// step's `qkv_rope` and `attention_cluster`, then the layer kernel's last three phases
+    /// (output projection, FFN norm, gate/up, SwiGLU, down) as one cluster launch
+    /// ([`lower_tails`]). The same values, checked at load against the other graph as the
+    /// layer kernel's. [`layer_tail`] (`TETHER_LLM_LAYER_TAIL=0|1`) by default.
+    pub layer_tail: bool,
     /// The CPU engine's prompt tokens per forward chunk
     /// ([`GeneratorOptions::max_batch`](crate::generate::GeneratorOptions::max_batch), 512 by
     /// default): the prefill graph computes each prompt token's attention in the order the
@@ -103,6 +111,16 @@ pub fn grid_layers() -> bool {
         std::env::var("TETHER_LLM_GRID").ok().as_deref(),
     )
     .unwrap_or(false)
+}
+
+/// [`GpuOptions::layer_tail`] as the environment asks: `TETHER_LLM_LAYER_TAIL=0` off, `1`
+/// on, unset on; another value is ignored (said in the log).
+pub fn layer_tail() -> bool {
+    switch_of(
+        "TETHER_LLM_LAYER_TAIL",
+        std::env::var("TETHER_LLM_LAYER_TAIL").ok().as_deref(),
+    )
+    .unwrap_or(true)
 }
 
 /// Cache rows a `layers_grid` attention block stages in shared memory at most:
@@ -457,9 +475,9 @@ impl GpuDecoder {
         // SASS built for these (sm_90, sm_100, sm_110) has `griddepcontrol` and clusters;
         // PTX JIT-compiled for another device is not relied on for either.
         let sm90_sass = [90, 100, 110].contains(&ctx.properties().sm());
-        let (layer_steps, layer_shared) = if options.fused
+        let (layer_steps, tail_steps, layer_shared) = if options.fused
             && options.dependent_launch
-            && options.layer_kernel_below > 0
+            && (options.layer_kernel_below > 0 || options.layer_tail)
             && sm90_sass
         {
             merge_layers(
@@ -469,11 +487,17 @@ impl GpuDecoder {
                 ctx.properties().shared_per_block_optin,
             )?
         } else {
-            (Vec::new(), 0)
+            (Vec::new(), Vec::new(), 0)
+        };
+        // The fused step, its layers' tails merged where asked.
+        let fused_steps = if layer_shared > 0 && options.layer_tail {
+            tail_steps
+        } else {
+            fused_steps
         };
         // The step lists to capture: (all positions or those from `below`), and the layer
         // kernel's for positions below `below` where both run.
-        let (steps, below_steps) = if layer_shared == 0 {
+        let (steps, below_steps) = if layer_shared == 0 || options.layer_kernel_below == 0 {
             (fused_steps, None)
         } else if options.layer_kernel_below >= options.context {
             (layer_steps, None)
@@ -575,7 +599,12 @@ impl GpuDecoder {
                 same_outcome(&outcome, &layer_outcome)?;
                 let at = options.layer_kernel_below;
                 check = format!(
-                    "{check}; below position {at}: {layer_check}, equal to the fused step's bit for bit"
+                    "{check}; below position {at}: {layer_check}, equal to the {}'s bit for bit",
+                    if options.layer_tail {
+                        "fused step with the layers' tails"
+                    } else {
+                        "fused step"
+                    }
                 );
                 Some((
                     StepGraph {
@@ -1604,6 +1633,7 @@ impl Binding<'_, '_> {
                 attn_norm,
                 ffn_norm,
                 mats,
+                tail,
             } => {
                 let m = mats.map(|id| {
                     let mm = self.model.matrix(id);
@@ -1637,12 +1667,18 @@ impl Binding<'_, '_> {
                             scale: 1.0 / (hp.head_dim as f32).sqrt(),
                             slice_bytes: i32_of(layer_slice_max(self.model, &mats)),
                             pad: 0,
-                            kv_rows: if self.kv_prefetch {
+                            // The tail does not attend: no cache rows asked of L2.
+                            kv_rows: if self.kv_prefetch && !tail {
                                 i32_of(self.context)
                             } else {
                                 0
                             },
                             pad2: 0,
+                            att: if tail {
+                                self.work.buf(Buf::Attn)
+                            } else {
+                                DevicePtr(0)
+                            },
                         },
                         self.layer_shared,
                     ),
@@ -1791,24 +1827,20 @@ fn fold_grid(
     context: usize,
 ) -> Result<(Vec<Launch>, Option<DeviceArena>), GpuError> {
     let hp = model.hparams();
-    let Some(first) = launches
-        .iter()
-        .position(|l| matches!(l.params, Params::Layer(..)))
-    else {
+    // Whole layers only (a layer's tail keeps its launch).
+    let whole = |l: &Launch| matches!(l.params, Params::Layer(p, _) if p.att == DevicePtr(0));
+    let Some(first) = launches.iter().position(whole) else {
         return Ok((launches, None));
     };
     let layers: Vec<LayerParams> = launches[first..]
         .iter()
         .map_while(|l| match l.params {
-            Params::Layer(p, _) => Some(p),
+            Params::Layer(p, _) if p.att == DevicePtr(0) => Some(p),
             _ => None,
         })
         .collect();
     let n = layers.len();
-    if launches[first + n..]
-        .iter()
-        .any(|l| matches!(l.params, Params::Layer(..)))
-    {
+    if launches[first + n..].iter().any(whole) {
         log::info!("layers_grid: the layer launches are not one run; one launch per layer");
         return Ok((launches, None));
     }
@@ -1910,8 +1942,9 @@ fn fold_grid(
 /// `steps` with each layer [`lower_layers`] accepts as one `layer` launch, where the model's
 /// query width is its width, its rows are multiples of 4 bytes, the layer's dynamic shared
 /// memory and the kernel's static shared memory fit `optin` (the device's per-block limit)
-/// and the device runs at least one such cluster; the dynamic
-/// shared memory every `layer` launch asks for (0: no layer merged, the steps unchanged).
+/// and the device runs at least one such cluster; the same layers' tails merged
+/// ([`lower_tails`]); the dynamic shared memory every `layer` launch asks for (0: no layer
+/// merged, both step lists `steps` unchanged).
 ///
 /// # Errors
 /// The driver's errors setting the kernel's launch limits or asking its occupancy.
@@ -1920,7 +1953,7 @@ fn merge_layers(
     steps: &[Step],
     kernels: &DecodeKernels,
     optin: u32,
-) -> Result<(Vec<Step>, u32), GpuError> {
+) -> Result<(Vec<Step>, Vec<Step>, u32), GpuError> {
     let hp = model.hparams();
     let ty = |id: MatId| model.matrix(id).ty;
     let static_bytes = kernels.layer.static_shared_bytes()? as usize;
@@ -1946,9 +1979,11 @@ fn merge_layers(
     };
     let fits = |s: &Step| shape && aligned(s) && static_bytes + dynamic(s) <= optin as usize;
     let merged = lower_layers(steps, &ty, &fits);
+    // A tail's launch asks for its whole layer's shared memory (the same slice layout).
+    let tails = lower_tails(steps, &ty, &fits);
     let bytes = merged.iter().map(dynamic).max().unwrap_or(0);
     if bytes == 0 {
-        return Ok((steps.to_vec(), 0));
+        return Ok((steps.to_vec(), steps.to_vec(), 0));
     }
     let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
     // A device or driver that refuses the limits or the cluster size keeps the five launches
@@ -1972,7 +2007,7 @@ fn merge_layers(
             "layer kernel: no cluster of {} blocks with {bytes} bytes of shared memory fits this GPU; 5 launches per layer",
             kernels::LAYER_CLUSTER
         );
-        return Ok((steps.to_vec(), 0));
+        return Ok((steps.to_vec(), steps.to_vec(), 0));
     }
     log::debug!(
         "layer kernel: {} of {} layers in one launch each ({bytes} bytes of dynamic shared memory a block, {clusters} clusters resident at most)",
@@ -1982,7 +2017,7 @@ fn merge_layers(
             .count(),
         hp.n_layer
     );
-    Ok((merged, bytes))
+    Ok((merged, tails, bytes))
 }
 
 fn state_bytes(s: &DecodeState) -> [u8; 16] {

@@ -389,6 +389,11 @@ pub struct LayerParams {
     pub kv_rows: i32,
     /// Padding.
     pub pad2: i32,
+    /// The layer's tail only ([`Step::Layer`](super::lower::Step::Layer) with `tail`): f32
+    /// `[width]` attention output (`Attn`, written by the launch before); the launch skips the
+    /// Q/K/V product and the attention and starts at the output projection. 0 (null): the
+    /// whole layer; always 0 in `layers_grid`'s table.
+    pub att: DevicePtr,
 }
 
 /// A layer's shape as the weight slices of `layer` and `layers_grid` see it.
@@ -550,7 +555,7 @@ const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 16);
 const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 24);
 const _: () = assert!(std::mem::size_of::<LayerMat>() == 16);
 const _: () = assert!(std::mem::size_of::<GridParams>() == 40);
-const _: () = assert!(std::mem::size_of::<LayerParams>() == 24 + 112 + 32 + 24 + 8 + 8 + 8);
+const _: () = assert!(std::mem::size_of::<LayerParams>() == 24 + 112 + 32 + 24 + 8 + 8 + 8 + 8);
 
 // ---------------------------------------------------------------------------------------
 // Prefill (section PREFILL of llm.cu): one struct per chunk kernel.

@@ -120,6 +120,11 @@ pub enum Step {
     /// and later): the five fused steps `QkvRope`, `AttentionFused`, `PrepMatVec` of the
     /// output projection, of gate/up, of down, as phases separated by cluster barriers
     /// ([`lower_layers`]). Reads and writes only the residual (and the layer's cache).
+    ///
+    /// With `tail`, only the layer's last three phases ([`lower_tails`]): the output
+    /// projection (+ residual), the FFN norm with gate/up and SwiGLU, and down (+ residual) in
+    /// one cluster launch after the layer's `QkvRope` and `AttentionFused`, reading the
+    /// attention output from `Attn` (the same values: the same phases on the same inputs).
     Layer {
         /// Block index.
         layer: usize,
@@ -129,6 +134,8 @@ pub enum Step {
         ffn_norm: VecId,
         /// Q, K, V, output, gate, up, down weights (no biases).
         mats: [MatId; 7],
+        /// Only the phases after the attention (reads `Attn`).
+        tail: bool,
     },
 }
 
@@ -331,7 +338,7 @@ fn reads(s: &Step, b: Buf) -> bool {
         Step::Rope { buf, store, .. } => buf == b || (store.is_some() && b == Buf::V),
         Step::Attention { .. } | Step::AttentionFused { .. } => b == Buf::Q,
         Step::Sample => b == Buf::Logits,
-        Step::Layer { .. } => b == Buf::Residual,
+        Step::Layer { tail, .. } => b == Buf::Residual || (tail && b == Buf::Attn),
     }
 }
 
@@ -524,6 +531,7 @@ fn layer_of(steps: &[Step], i: usize, ty: &dyn Fn(MatId) -> TensorType) -> Optio
         attn_norm,
         ffn_norm,
         mats,
+        tail: false,
     })
 }
 
@@ -546,6 +554,47 @@ pub fn lower_layers(
         } else {
             out.push(fused[i]);
             i += 1;
+        }
+    }
+    out
+}
+
+/// [`lower_fused`]'s steps with the last three launches of every layer that [`layer_of`]
+/// accepts (and `fits`, as for [`lower_layers`]) merged into one [`Step::Layer`] with `tail`:
+/// such a layer becomes 3 launches instead of 5 (`QkvRope`, `AttentionFused`, the layer
+/// kernel's output projection and FFN), keeping the fused step's attention (a cluster of
+/// blocks per head), which is faster than the layer kernel's one block per head at long
+/// spans. The same values. Other layers keep their five steps.
+pub fn lower_tails(
+    fused: &[Step],
+    ty: &dyn Fn(MatId) -> TensorType,
+    fits: &dyn Fn(&Step) -> bool,
+) -> Vec<Step> {
+    let mut out = Vec::with_capacity(fused.len());
+    let mut i = 0;
+    while i < fused.len() {
+        match layer_of(fused, i, ty).filter(|l| fits(l)) {
+            Some(Step::Layer {
+                layer,
+                attn_norm,
+                ffn_norm,
+                mats,
+                ..
+            }) => {
+                out.extend_from_slice(&fused[i..i + 2]);
+                out.push(Step::Layer {
+                    layer,
+                    attn_norm,
+                    ffn_norm,
+                    mats,
+                    tail: true,
+                });
+                i += 5;
+            }
+            _ => {
+                out.push(fused[i]);
+                i += 1;
+            }
         }
     }
     out
@@ -956,8 +1005,36 @@ mod tests {
                     weight(&fused[4 + 5 * l], 1).unwrap(),
                     weight(&fused[5 + 5 * l], 0).unwrap(),
                 ],
+                tail: false,
             };
             assert_eq!(all[1 + l], want, "layer {l}");
+            // The tail: the layer's QKV and attention launches, then the same layer step.
+            let tails = lower_tails(&fused, &q32, &|_| true);
+            assert_eq!(&tails[1 + 3 * l..3 + 3 * l], &fused[1 + 5 * l..3 + 5 * l]);
+            let (Step::Layer { tail, .. }, Step::Layer { mats, ffn_norm, .. }) =
+                (tails[3 + 3 * l], want)
+            else {
+                panic!("{:?}", tails[3 + 3 * l]);
+            };
+            assert!(tail, "layer {l}");
+            assert!(
+                matches!(tails[3 + 3 * l], Step::Layer { layer, mats: m, ffn_norm: f, .. }
+                    if layer == l && m == mats && f == ffn_norm),
+                "layer {l}"
+            );
+        }
+        let tails = lower_tails(&fused, &q32, &|_| true);
+        assert_eq!(launches(&tails), 1 + 3 * n + 2);
+        assert_eq!(&tails[1 + 3 * n..], &fused[1 + 5 * n..]);
+        assert_eq!(lower_tails(&fused, &q32, &|_| false), fused);
+        // The tail reads the attention output besides the residual, and writes the residual.
+        for b in Buf::ALL {
+            assert_eq!(
+                reads(&tails[3], b),
+                b == Buf::Residual || b == Buf::Attn,
+                "{b:?}"
+            );
+            assert_eq!(writes(&tails[3], b), b == Buf::Residual, "{b:?}");
         }
         assert_eq!(&all[1 + n..], &fused[1 + 5 * n..]);
         // Layer 1's down projection Q6_K: layer 1 keeps its five launches, layer 0 merges.

@@ -52,11 +52,11 @@ mod weights;
 #[cfg(feature = "cuda")]
 pub use decoder::{
     GRID_STAGE_ROWS, GpuDecoder, GpuError, GpuOptions, LAYER_KERNEL_BELOW, check_sampling,
-    grid_layers, layer_kernel_below,
+    grid_layers, layer_kernel_below, layer_tail,
 };
 pub use lower::{
     LowerError, MemoryPlan, Prologue, SampleConfig, Step, UnsupportedSampling, lower, lower_fused,
-    lower_layers,
+    lower_layers, lower_tails,
 };
 pub use prefill::{ChunkStep, PREFILL_CHUNK, PrefillError, chunk_lengths, lower_chunk};
 #[cfg(feature = "cuda")]
