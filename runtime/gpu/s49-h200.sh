@@ -21,10 +21,18 @@
 #   real      the real model: `tether bench` with the tails off (main's decoder) and on,
 #             alternating (2 rounds), greedy, the tails at every position, llama-bench beside,
 #             inter-token latency at 2,048 (5,120 intervals), sampled text twice
+#   fuse2     as fuse for the paired tails (each tail also computing the next layer's Q/K/V:
+#             2 launches a layer), the speed test with the tails paired and not
+#             (TETHER_LLM_TAIL_PAIR=0) at 128, 512, 768, 1,024, 2,048
+#   real2     as real with the paired tails: main's decoder (TETHER_LLM_LAYER_TAIL=0
+#             TETHER_LLM_LAYER_KERNEL_BELOW=1536), the tails unpaired, paired, each below
+#             the new default switch; the paired tails at every position; llama-bench beside
 #   pack      the logs into logs.tar.xz
+# Calls: 1 (H100) `unpack fuse`; 2 the GGUF's part01 + part02; 3 part00 + llama-bench:
+# `unpack decode real pack` (the tails of 3 launches, switch at 1,536).
 set -u
 source "$(dirname "$0")/lib.sh"
-AT=128,512,1024,1536,2048
+AT=128,256,512,768,1024,1536,2048
 for s in "$@"; do
 case "$s" in
 unpack) unpack ;;
@@ -61,8 +69,36 @@ real)
   grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
   grep -hoE '"text": *"[^"]{0,120}' $OUT/text.log
   cd $R ;;
+fuse2)
+  cd $B
+  step fuse 300 ./gpu_fuse-new --skip speeds --test-threads 1 --nocapture
+  for v in 0 1; do
+    step speed-pair$v 200 env TETHER_LLM_TAIL_PAIR=$v TETHER_FUSE_AT=128,512,768,1024,2048 TETHER_FUSE_VARIANTS=1,3,4 ./gpu_fuse-new fused_and_unfused_step_speeds --test-threads 1 --nocapture
+  done
+  grep -hE "^test |differ|launches|rc=|panicked|test result" $OUT/fuse.log | cut -c1-220
+  for v in 0 1; do echo "== pair $v"; grep -hE "tg128@|rc=" $OUT/speed-pair$v.log | sed -E 's/SmolLM2 shape, 30 layers Q4_1, //' | cut -c1-220; done
+  cd $R ;;
+real2)
+  gguf
+  cd $B
+  sha256sum tether-new >> $OUT/host.log 2>&1
+  [ -f $W/smollm2.bundle ] || step build 60 ./tether-new build --family llm --gguf $G -o $W/smollm2.bundle
+  for i in 1 2; do
+    step bench-main 100 env TETHER_LLM_LAYER_TAIL=0 TETHER_LLM_LAYER_KERNEL_BELOW=1536 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+    step bench-unpaired 100 env TETHER_LLM_TAIL_PAIR=0 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+    step bench-new 100 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+  done
+  step bench-greedy 100 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3 --temperature 0
+  step bench-tails 100 env TETHER_LLM_LAYER_KERNEL=0 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+  llamacpp $AT
+  step itl-new 90 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt 2048 --n-gen 128 --runs 40
+  for i in 1 2; do step text 30 ./tether-new run $W/smollm2.bundle --device cuda --prompt "Write a haiku about the sea." --seed 7 --max-tokens 48 --json; done
+  for f in bench-main bench-unpaired bench-new bench-greedy bench-tails itl-new; do echo "== $f"; grep -E "tg128|inter-token @2048|launches per|rc=" $OUT/$f.log | grep -v "no step" | cut -c1-200; done
+  grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
+  grep -hoE '"text": *"[^"]{0,120}' $OUT/text.log
+  cd $R ;;
 pack)
   (cd $OUT && tar cJf logs.tar.xz *.log && rm -f *.log) ;;
-*) echo "usage: $0 unpack | fuse | decode | real | pack ..." >&2; exit 2 ;;
+*) echo "usage: $0 unpack | fuse | decode | real | fuse2 | real2 | pack ..." >&2; exit 2 ;;
 esac
 done

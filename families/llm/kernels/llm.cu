@@ -2072,6 +2072,13 @@ struct LayerParams {
     const float* att;           // the layer's tail only (`layer`; null in `layers_grid`):
                                 // the attention output [width] that `attention_cluster`
                                 // wrote; phases A and B are skipped and C reads it
+    // The tail paired with the next layer's Q/K/V (`q_out` set; with `att`): after E, phase
+    // A of the next layer on the new residual, Q into `q_out` for its `attention_cluster`.
+    const float* next_norm;     // the next layer's attention norm [width]
+    LayerMat next_m[3];         // its Q, K, V (row bytes equal to this layer's)
+    uint16_t* next_k;           // its cache [n_ctx, kv_dim] f16
+    uint16_t* next_v;
+    float* q_out;               // its rotated Q [n_head * head_dim], f32
 };
 
 #define LM_Q 0
@@ -2202,6 +2209,58 @@ __device__ __forceinline__ float group_finish(int type, float acc, float ext) {
     const float h = hsum8_group(acc);
     return type == T_Q4_1 ? __fadd_rn(h, ext) : h;
 }
+
+// Phase A's rows (`qkv_rope`'s epilogue on the same values): the block's Q/K/V items of the
+// layer whose Q, K, V are `m` (their rows in the slice `wsl`), from the 8-bit blocks `q8` of
+// the normed input, RoPE at `pos`, K and V into the cache rows `kc`, `vc` of `pos`; Q into
+// every block's `qv` (distributed shared memory) or, with `q_out`, into global memory. Every
+// phase's rows go to the block's 8-lane groups (g, l), one row (or pair) a group and turn; the
+// turns are the same for the whole warp (the last turn's idle groups repeat the last row and
+// store nothing), so the shuffles of `group_finish` see all 32 lanes.
+__device__ __forceinline__ void layer_qkv(const LayerParams& p, const LayerMat* m, const LayerSlice& sl,
+                                          const uint8_t* wsl, const BlockQ8* q8, uint16_t* kc,
+                                          uint16_t* vc, float* qv, float* q_out, uint32_t pos,
+                                          int warp, int g, int l) {
+    const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
+    const float* ang = p.angles + (size_t)pos * p.head_dim;
+    const int il = p.form & ROPE_INTERLEAVED;
+    for (int k0 = warp * 4; k0 < sl.n_items; k0 += FUSE_WARPS * 4) {
+        const bool on = k0 + g < sl.n_items;
+        const int k = min(k0 + g, sl.n_items - 1);
+        int ra, rb, h, i;
+        const int which = layer_item(p, sl.item0 + k, &ra, &rb, &h, &i);
+        const LayerMat& mm = m[which];
+        const uint8_t* row = wsl + sl.off_item + k * sl.item_stride;
+        const uint8_t* w[2] = {row, row + sl.item_stride / 2};
+        float acc[2], ext[2];
+        q32_lane<2>(mm.type, w, p.width, q8, l, acc, ext);
+        // The epilogue of `qkv_rope` (every lane of the group holds the same values).
+        const float a = group_finish(mm.type, acc[0], ext[0]), b = group_finish(mm.type, acc[1], ext[1]);
+        if (!on) continue;
+        if (which == LM_V) {
+            if (l == 0) {
+                vc[(size_t)pos * kv_dim + ra] = f2h(a);
+                vc[(size_t)pos * kv_dim + rb] = f2h(b);
+            }
+        } else {
+            float na, nb;
+            rope_pair(a, b, ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb);
+            if (which == LM_Q) {
+                if (q_out == nullptr) {
+                    st_cluster_group(&qv[ra], na, l);
+                    st_cluster_group(&qv[rb], nb, l);
+                } else if (l == 0) {
+                    q_out[ra] = na;
+                    q_out[rb] = nb;
+                }
+            } else if (l == 0) {
+                const size_t at = (size_t)pos * kv_dim + h * p.head_dim;
+                kc[at + lane_slot(i, half, il)] = f2h(na);
+                kc[at + lane_slot(i + half, half, il)] = f2h(nb);
+            }
+        }
+    }
+}
 #endif
 
 #if defined(LAYER_PROFILE)
@@ -2243,12 +2302,14 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
     float* hbuf = x1 + p.width;
     dependents_launch();
     // The layer's tail (p.att set): phases C-E only, after the fused step's QKV and attention
-    // launches; its Q/K/V rows are neither loaded nor used.
-    const bool tail = p.att != nullptr;
+    // launches; its Q/K/V rows are neither loaded nor used. Paired (p.q_out set): then phase
+    // A of the next layer, whose Q/K/V rows take this layer's place in the slice.
+    const bool tail = p.att != nullptr, pair = tail && p.q_out != nullptr;
+    const LayerMat* qkv_m = pair ? p.next_m : p.m;
     // The weights (constant during the step) before the wait.
-    for (int k = 0; k < (tail ? 0 : sl.n_items); ++k) {
+    for (int k = 0; k < (tail && !pair ? 0 : sl.n_items); ++k) {
         int ra, rb, h, i;
-        const LayerMat& m = p.m[layer_item(p, sl.item0 + k, &ra, &rb, &h, &i)];
+        const LayerMat& m = qkv_m[layer_item(p, sl.item0 + k, &ra, &rb, &h, &i)];
         uint8_t* dst = wsl + sl.off_item + k * sl.item_stride;
         cp_async_bytes(dst, m.w + (size_t)ra * m.row_bytes, m.row_bytes);
         cp_async_bytes(dst + sl.item_stride / 2, m.w + (size_t)rb * m.row_bytes, m.row_bytes);
@@ -2282,9 +2343,7 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
     BlockQ8* q8;
     BlockQ8K* q8k;
     float* xs;
-    // Every phase's rows go to the block's 8-lane groups, one row (or pair) a group and turn;
-    // the turns are the same for the whole warp (the last turn's idle groups repeat the last
-    // row and store nothing), so the shuffles of `group_finish` see all 32 lanes.
+    // The 8-lane groups of every phase's rows (see `layer_qkv`).
     const int g = lane >> 3, l = lane & 7;
     if (tail) {
         // Every block's copy of the attention output, where phase B would have left it.
@@ -2304,40 +2363,9 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
         const uint32_t pos = p.state->pos;
         LAYER_STAMP(2);
-        const int half = p.head_dim / 2, kv_dim = p.n_kv * p.head_dim;
-        const float* ang = p.angles + (size_t)pos * p.head_dim;
+        const int kv_dim = p.n_kv * p.head_dim;
         const int il = p.form & ROPE_INTERLEAVED;
-        for (int k0 = warp * 4; k0 < sl.n_items; k0 += FUSE_WARPS * 4) {
-            const bool on = k0 + g < sl.n_items;
-            const int k = min(k0 + g, sl.n_items - 1);
-            int ra, rb, h, i;
-            const int which = layer_item(p, sl.item0 + k, &ra, &rb, &h, &i);
-            const LayerMat& m = p.m[which];
-            const uint8_t* row = wsl + sl.off_item + k * sl.item_stride;
-            const uint8_t* w[2] = {row, row + sl.item_stride / 2};
-            float acc[2], ext[2];
-            q32_lane<2>(m.type, w, p.width, q8, l, acc, ext);
-            // The epilogue of `qkv_rope` (every lane of the group holds the same values).
-            const float a = group_finish(m.type, acc[0], ext[0]), b = group_finish(m.type, acc[1], ext[1]);
-            if (!on) continue;
-            if (which == LM_V) {
-                if (l == 0) {
-                    p.vcache[(size_t)pos * kv_dim + ra] = f2h(a);
-                    p.vcache[(size_t)pos * kv_dim + rb] = f2h(b);
-                }
-            } else {
-                float na, nb;
-                rope_pair(a, b, ang[i], ang[half + i], p.form & ROPE_FUSED, &na, &nb);
-                if (which == LM_Q) {
-                    st_cluster_group(&qv[ra], na, l);
-                    st_cluster_group(&qv[rb], nb, l);
-                } else if (l == 0) {
-                    const size_t at = (size_t)pos * kv_dim + h * p.head_dim;
-                    p.kcache[at + lane_slot(i, half, il)] = f2h(na);
-                    p.kcache[at + lane_slot(i + half, half, il)] = f2h(nb);
-                }
-            }
-        }
+        layer_qkv(p, p.m, sl, wsl, q8, p.kcache, p.vcache, qv, nullptr, pos, warp, g, l);
         LAYER_STAMP(4);
         cluster_sync();
         LAYER_STAMP(5);
@@ -2415,9 +2443,24 @@ extern "C" __global__ void __launch_bounds__(FUSE_WARPS * 32, 1) layer(LayerPara
         float acc[1], ext[1];
         q32_lane<1>(type, w, p.ffn, q8, l, acc, ext);
         const float dot = group_finish(type, acc[0], ext[0]);
-        if (k0 + g < sl.n_d && l == 0) p.x[r] = __fadd_rn(x1[r], dot);
+        if (k0 + g < sl.n_d) {
+            const float v = __fadd_rn(x1[r], dot);
+            if (l == 0) p.x[r] = v;
+            // Paired: the new residual into every block's `qv` for the next layer's phase A.
+            if (pair) st_cluster_group(&qv[r], v, l);
+        }
     }
     LAYER_STAMP(15);
+    if (pair) {
+        // A of the next layer: its attention norm and Q/K/V with RoPE and the cache write, Q
+        // into global memory for the next launch (`attention_cluster`).
+        cluster_sync();
+        {
+            PrologueParams in = {qv, nullptr, p.next_norm, p.width, p.eps, 0, 1, 0, 0};
+            prologue(in, pro, &q8, &q8k, &xs);
+        }
+        layer_qkv(p, p.next_m, sl, wsl, q8, p.next_k, p.next_v, nullptr, p.q_out, p.state->pos, warp, g, l);
+    }
 #else
     __trap();  // launched only on compute capability 9.0 and later
 #endif

@@ -90,7 +90,7 @@ pub struct GpuOptions {
 /// the faster (H100, SmolLM2-135M Q4_1, `tether bench`'s 128-token windows: the layer kernel
 /// 6.2 % ahead at 1,024-1,151, 1.0 % behind at 1,536-1,663, equal near 1,530 by linear
 /// interpolation; docs/evidence/llm-gpu.md, session 43). One card's measurement.
-pub const LAYER_KERNEL_BELOW: usize = 1536;
+pub const LAYER_KERNEL_BELOW: usize = 768;
 
 /// [`GpuOptions::layer_kernel_below`] as the environment asks: `TETHER_LLM_LAYER_KERNEL=0`
 /// never, `=1` always, `TETHER_LLM_LAYER_KERNEL_BELOW=N` below position N, else
@@ -1634,15 +1634,9 @@ impl Binding<'_, '_> {
                 ffn_norm,
                 mats,
                 tail,
+                next,
             } => {
-                let m = mats.map(|id| {
-                    let mm = self.model.matrix(id);
-                    LayerMat {
-                        w: self.weights.mat_ptr(id),
-                        ty: mm.ty.ggml_id() as i32,
-                        row_bytes: i32_of(mm.row_bytes()),
-                    }
-                });
+                let m = mats.map(|id| self.layer_mat(id));
                 Launch {
                     f: self.kernels.layer,
                     grid: (kernels::LAYER_CLUSTER, 1),
@@ -1679,6 +1673,14 @@ impl Binding<'_, '_> {
                             } else {
                                 DevicePtr(0)
                             },
+                            next_norm: next
+                                .map_or(DevicePtr(0), |n| self.weights.vec_ptr(n.attn_norm)),
+                            next_m: next.map_or([LayerMat::default(); 3], |n| {
+                                n.mats.map(|id| self.layer_mat(id))
+                            }),
+                            next_k: next.map_or(DevicePtr(0), |n| self.work.cache[n.layer].0),
+                            next_v: next.map_or(DevicePtr(0), |n| self.work.cache[n.layer].1),
+                            q_out: next.map_or(DevicePtr(0), |_| self.work.buf(Buf::Q)),
                         },
                         self.layer_shared,
                     ),
@@ -1699,6 +1701,16 @@ impl Binding<'_, '_> {
                 }),
                 cluster: 1,
             },
+        }
+    }
+
+    /// Matrix `id` as the layer kernel reads it.
+    fn layer_mat(&self, id: MatId) -> LayerMat {
+        let mm = self.model.matrix(id);
+        LayerMat {
+            w: self.weights.mat_ptr(id),
+            ty: mm.ty.ggml_id() as i32,
+            row_bytes: i32_of(mm.row_bytes()),
         }
     }
 
@@ -1980,7 +1992,12 @@ fn merge_layers(
     let fits = |s: &Step| shape && aligned(s) && static_bytes + dynamic(s) <= optin as usize;
     let merged = lower_layers(steps, &ty, &fits);
     // A tail's launch asks for its whole layer's shared memory (the same slice layout).
-    let tails = lower_tails(steps, &ty, &fits);
+    let pair = switch_of(
+        "TETHER_LLM_TAIL_PAIR",
+        std::env::var("TETHER_LLM_TAIL_PAIR").ok().as_deref(),
+    )
+    .unwrap_or(true);
+    let tails = lower_tails(steps, &ty, &fits, pair);
     let bytes = merged.iter().map(dynamic).max().unwrap_or(0);
     if bytes == 0 {
         return Ok((steps.to_vec(), steps.to_vec(), 0));

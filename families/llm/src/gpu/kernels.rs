@@ -394,6 +394,17 @@ pub struct LayerParams {
     /// Q/K/V product and the attention and starts at the output projection. 0 (null): the
     /// whole layer; always 0 in `layers_grid`'s table.
     pub att: DevicePtr,
+    /// A tail paired with the next layer's Q/K/V (`q_out` not 0; with `att`): f32 `[width]`
+    /// attention norm of the next layer.
+    pub next_norm: DevicePtr,
+    /// The next layer's Q, K, V (rows of the same bytes as this layer's).
+    pub next_m: [LayerMat; 3],
+    /// f16 `[context, kv_dim]` keys of the next layer.
+    pub next_k: DevicePtr,
+    /// f16 values of the next layer.
+    pub next_v: DevicePtr,
+    /// f32 `[n_head * head_dim]`: the next layer's rotated Q (`Q`); 0: not paired.
+    pub q_out: DevicePtr,
 }
 
 /// A layer's shape as the weight slices of `layer` and `layers_grid` see it.
@@ -555,7 +566,8 @@ const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 16);
 const _: () = assert!(std::mem::size_of::<QkvRopeParams>() == 48 + 120 + 32 + 24);
 const _: () = assert!(std::mem::size_of::<LayerMat>() == 16);
 const _: () = assert!(std::mem::size_of::<GridParams>() == 40);
-const _: () = assert!(std::mem::size_of::<LayerParams>() == 24 + 112 + 32 + 24 + 8 + 8 + 8 + 8);
+const _: () =
+    assert!(std::mem::size_of::<LayerParams>() == 24 + 112 + 32 + 24 + 8 + 8 + 8 + 8 + 48 + 32);
 
 // ---------------------------------------------------------------------------------------
 // Prefill (section PREFILL of llm.cu): one struct per chunk kernel.

@@ -125,6 +125,8 @@ pub enum Step {
     /// projection (+ residual), the FFN norm with gate/up and SwiGLU, and down (+ residual) in
     /// one cluster launch after the layer's `QkvRope` and `AttentionFused`, reading the
     /// attention output from `Attn` (the same values: the same phases on the same inputs).
+    /// With `next` too, the same launch then computes the next layer's `QkvRope` (its norm,
+    /// Q/K/V, RoPE, cache write; Q into `Q`), which then has no launch of its own.
     Layer {
         /// Block index.
         layer: usize,
@@ -136,7 +138,22 @@ pub enum Step {
         mats: [MatId; 7],
         /// Only the phases after the attention (reads `Attn`).
         tail: bool,
+        /// With `tail`: the next layer's attention input, computed in the same launch.
+        next: Option<LayerNext>,
     },
+}
+
+/// The next layer's Q/K/V that a layer's tail computes in its launch ([`Step::Layer`]): its
+/// `QkvRope` of the residual with `attn_norm`, no biases, rows of the same types as the
+/// tail's layer's (so the same bytes: the tail's weight slice holds them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerNext {
+    /// Block index.
+    pub layer: usize,
+    /// RMSNorm weight before attention.
+    pub attn_norm: VecId,
+    /// Q, K, V weights.
+    pub mats: [MatId; 3],
 }
 
 /// The preparation of a product's input inside the product's launch: `input` (or
@@ -354,7 +371,7 @@ fn writes(s: &Step, b: Buf) -> bool {
         Step::HeadNorm { buf, .. } | Step::Rope { buf, .. } => buf == b,
         Step::Attention { .. } | Step::AttentionFused { .. } => b == Buf::Attn,
         Step::Sample => false,
-        Step::Layer { .. } => b == Buf::Residual,
+        Step::Layer { next, .. } => b == Buf::Residual || (next.is_some() && b == Buf::Q),
     }
 }
 
@@ -532,6 +549,7 @@ fn layer_of(steps: &[Step], i: usize, ty: &dyn Fn(MatId) -> TensorType) -> Optio
         ffn_norm,
         mats,
         tail: false,
+        next: None,
     })
 }
 
@@ -564,11 +582,14 @@ pub fn lower_layers(
 /// such a layer becomes 3 launches instead of 5 (`QkvRope`, `AttentionFused`, the layer
 /// kernel's output projection and FFN), keeping the fused step's attention (a cluster of
 /// blocks per head), which is faster than the layer kernel's one block per head at long
-/// spans. The same values. Other layers keep their five steps.
+/// spans. With `pair`, a tail followed by such a layer whose Q, K, V have the tail's layer's
+/// types also computes that layer's `QkvRope` (`next`): 2 launches a layer. The same values.
+/// Other layers keep their five steps.
 pub fn lower_tails(
     fused: &[Step],
     ty: &dyn Fn(MatId) -> TensorType,
     fits: &dyn Fn(&Step) -> bool,
+    pair: bool,
 ) -> Vec<Step> {
     let mut out = Vec::with_capacity(fused.len());
     let mut i = 0;
@@ -588,6 +609,7 @@ pub fn lower_tails(
                     ffn_norm,
                     mats,
                     tail: true,
+                    next: None,
                 });
                 i += 5;
             }
@@ -597,7 +619,50 @@ pub fn lower_tails(
             }
         }
     }
-    out
+    if !pair {
+        return out;
+    }
+    // A tail, then a merged layer's QkvRope, AttentionFused and tail: the QkvRope into the
+    // first tail's launch.
+    let mut paired: Vec<Step> = Vec::with_capacity(out.len());
+    let mut i = 0;
+    while i < out.len() {
+        let mut s = out[i];
+        if let Step::Layer {
+            tail: true,
+            next: None,
+            mats: m0,
+            ..
+        } = s
+            && let Some(
+                &[
+                    Step::QkvRope { .. },
+                    Step::AttentionFused { .. },
+                    Step::Layer {
+                        layer,
+                        attn_norm,
+                        mats: m1,
+                        tail: true,
+                        ..
+                    },
+                ],
+            ) = out.get(i + 1..i + 4)
+            && (0..3).all(|k| ty(m0[k]) == ty(m1[k]))
+            && let Step::Layer { ref mut next, .. } = s
+        {
+            *next = Some(LayerNext {
+                layer,
+                attn_norm,
+                mats: [m1[0], m1[1], m1[2]],
+            });
+            paired.push(s);
+            i += 2;
+            continue;
+        }
+        paired.push(s);
+        i += 1;
+    }
+    paired
 }
 
 /// Bytes of one ggml Q8 activation block on the device (`BlockQ8` in `kernels/llm.cu`).
@@ -1006,10 +1071,11 @@ mod tests {
                     weight(&fused[5 + 5 * l], 0).unwrap(),
                 ],
                 tail: false,
+                next: None,
             };
             assert_eq!(all[1 + l], want, "layer {l}");
             // The tail: the layer's QKV and attention launches, then the same layer step.
-            let tails = lower_tails(&fused, &q32, &|_| true);
+            let tails = lower_tails(&fused, &q32, &|_| true, false);
             assert_eq!(&tails[1 + 3 * l..3 + 3 * l], &fused[1 + 5 * l..3 + 5 * l]);
             let (Step::Layer { tail, .. }, Step::Layer { mats, ffn_norm, .. }) =
                 (tails[3 + 3 * l], want)
@@ -1023,10 +1089,52 @@ mod tests {
                 "layer {l}"
             );
         }
-        let tails = lower_tails(&fused, &q32, &|_| true);
+        let tails = lower_tails(&fused, &q32, &|_| true, false);
         assert_eq!(launches(&tails), 1 + 3 * n + 2);
         assert_eq!(&tails[1 + 3 * n..], &fused[1 + 5 * n..]);
-        assert_eq!(lower_tails(&fused, &q32, &|_| false), fused);
+        assert_eq!(lower_tails(&fused, &q32, &|_| false, false), fused);
+        assert_eq!(lower_tails(&fused, &q32, &|_| false, true), fused);
+        // Paired: layer 0's QkvRope, then each layer's attention and tail, every tail but the
+        // last carrying the next layer's QkvRope.
+        let paired = lower_tails(&fused, &q32, &|_| true, true);
+        assert_eq!(launches(&paired), 1 + 1 + 2 * n + 2);
+        assert_eq!(paired[1], fused[1]);
+        for l in 0..n {
+            assert_eq!(paired[2 + 2 * l], fused[2 + 5 * l], "layer {l}");
+            let Step::Layer {
+                layer,
+                tail: true,
+                next,
+                ..
+            } = paired[3 + 2 * l]
+            else {
+                panic!("{:?}", paired[3 + 2 * l]);
+            };
+            assert_eq!(layer, l);
+            let want = (l + 1 < n).then(|| {
+                let Step::QkvRope {
+                    prologue, projs, ..
+                } = fused[1 + 5 * (l + 1)]
+                else {
+                    unreachable!()
+                };
+                LayerNext {
+                    layer: l + 1,
+                    attn_norm: prologue.norm.unwrap(),
+                    mats: projs.map(|p| p.unwrap().weight),
+                }
+            });
+            assert_eq!(next, want, "layer {l}");
+        }
+        assert_eq!(&paired[2 + 2 * n..], &fused[1 + 5 * n..]);
+        // A paired tail writes Q besides the residual.
+        for b in Buf::ALL {
+            assert_eq!(
+                writes(&paired[3], b),
+                b == Buf::Residual || b == Buf::Q,
+                "{b:?}"
+            );
+        }
         // The tail reads the attention output besides the residual, and writes the residual.
         for b in Buf::ALL {
             assert_eq!(
