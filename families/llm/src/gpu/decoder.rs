@@ -55,8 +55,9 @@ pub struct GpuOptions {
     /// Q4_0 / Q4_1 (no biases) and whose weight slices fit a block's shared memory as ONE
     /// launch of a 16-block thread block cluster (`layer` in `kernels/llm.cu`,
     /// [`lower_layers`]): 1 launch per layer instead of 5, the same values. Where the steps
-    /// of later positions take the fused step (the layer kernel attends with one block per
-    /// head, slower at long spans), the decoder captures both graphs at load, checks each
+    /// of later positions take the fused step (with [`layer_tail`](Self::layer_tail), its
+    /// layers' tails; the layer kernel attends with one block per head, slower at long
+    /// spans), the decoder captures both graphs at load, checks each
     /// against its eager run and the two against each other bit for bit, and launches the one
     /// of the step's position. 0: never (one graph); at least `context`: always (one graph).
     /// [`LAYER_KERNEL_BELOW`] by default ([`layer_kernel_below`]).
@@ -72,11 +73,16 @@ pub struct GpuOptions {
     pub grid_layers: bool,
     /// Where the fused step's graph runs (from [`layer_kernel_below`](Self::layer_kernel_below)
     /// on, or at every position where the layer kernel is off) on compute capability 9.0 and
-    /// later, run each layer the layer kernel would take as 3 launches instead of 5: the fused
-    /// step's `qkv_rope` and `attention_cluster`, then the layer kernel's last three phases
-    /// (output projection, FFN norm, gate/up, SwiGLU, down) as one cluster launch
-    /// ([`lower_tails`]). The same values, checked at load against the other graph as the
-    /// layer kernel's. [`layer_tail`] (`TETHER_LLM_LAYER_TAIL=0|1`) by default.
+    /// later, run each layer the layer kernel would take as its "tail": the fused step's
+    /// `qkv_rope` and `attention_cluster` (a cluster of blocks per head), then the layer
+    /// kernel's last three phases (output projection, FFN norm, gate/up, SwiGLU, down) as one
+    /// cluster launch that also computes the next such layer's `qkv_rope` where its Q/K/V
+    /// have this layer's types ([`lower_tails`]): 2 launches a layer instead of 5 (64 a step
+    /// instead of 153 on SmolLM2-135M; `TETHER_LLM_TAIL_PAIR=0` keeps each `qkv_rope`, 3 a
+    /// layer, for comparisons). The same values, checked at load as the other graphs.
+    /// [`layer_tail`] (`TETHER_LLM_LAYER_TAIL=0|1`, on by default): on an H100 with
+    /// SmolLM2-135M Q4_1, 1,008 tok/s at position 2,048 against the fused step's 848
+    /// (docs/evidence/llm-gpu.md, session 49).
     pub layer_tail: bool,
     /// The CPU engine's prompt tokens per forward chunk
     /// ([`GeneratorOptions::max_batch`](crate::generate::GeneratorOptions::max_batch), 512 by
@@ -87,10 +93,12 @@ pub struct GpuOptions {
 }
 
 /// The default [`GpuOptions::layer_kernel_below`]: where the layer kernel's step stops being
-/// the faster (H100, SmolLM2-135M Q4_1, `tether bench`'s 128-token windows: the layer kernel
-/// 6.2 % ahead at 1,024-1,151, 1.0 % behind at 1,536-1,663, equal near 1,530 by linear
-/// interpolation; docs/evidence/llm-gpu.md, session 43). One card's measurement.
-pub const LAYER_KERNEL_BELOW: usize = 768;
+/// faster than the layers' tails ([`GpuOptions::layer_tail`]; H100, SmolLM2-135M Q4_1,
+/// `tether bench`'s 128-token windows, session 49: the layer kernel 2.4 % ahead at 512-639,
+/// 2.6 % behind at 768-895, equal near 640 by linear interpolation; the tails' rate is flat
+/// from 128 to 1,536; docs/evidence/llm-gpu.md). One card's measurement. (Before the tails,
+/// against the fused step: 1,536, session 43.)
+pub const LAYER_KERNEL_BELOW: usize = 640;
 
 /// [`GpuOptions::layer_kernel_below`] as the environment asks: `TETHER_LLM_LAYER_KERNEL=0`
 /// never, `=1` always, `TETHER_LLM_LAYER_KERNEL_BELOW=N` below position N, else
@@ -710,7 +718,7 @@ impl GpuDecoder {
     }
 
     /// The launches of one step in words: `"153 launches"`, or `"33 launches below position
-    /// 1536, 153 from there"` where the decoder switches graphs
+    /// 640, 64 from there"` where the decoder switches graphs
     /// ([`layer_kernel_below`](Self::layer_kernel_below)).
     pub fn launches_summary(&self) -> String {
         match self.layer_kernel_below() {

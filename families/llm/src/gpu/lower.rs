@@ -28,7 +28,10 @@
 //! `1 + 5 * n_layer + 2` instead of `1 + 11 * n_layer + 3`. On a GPU with 16-block
 //! clusters (feature `cuda`; the steps at positions below `GpuOptions::layer_kernel_below`),
 //! [`lower_layers`] merges each layer of Q8_0 / Q4_0 / Q4_1 weights into one
-//! [`Step::Layer`]: `1 + n_layer + 2` launches.
+//! [`Step::Layer`]: `1 + n_layer + 2` launches; for the steps from that position on,
+//! [`lower_tails`] keeps each such layer's `QkvRope` and `AttentionFused` and merges the rest
+//! into one [`Step::Layer`] with `tail`, which also computes the next layer's `QkvRope`
+//! where it can (`next`): `1 + 1 + 2 * n_layer + 2` launches.
 
 use crate::forward::{Buf, Hparams, MatId, Op, Program, Proj, VecId};
 use crate::quant::{ActFormat, TensorType};
@@ -1096,7 +1099,9 @@ mod tests {
         assert_eq!(lower_tails(&fused, &q32, &|_| false, true), fused);
         // Paired: layer 0's QkvRope, then each layer's attention and tail, every tail but the
         // last carrying the next layer's QkvRope.
-        let paired = lower_tails(&fused, &q32, &|_| true, true);
+        let one = |_: MatId| TensorType::Q4_1;
+        let (_, _, fused) = tiny_model_steps(false, &one);
+        let paired = lower_tails(&fused, &one, &|_| true, true);
         assert_eq!(launches(&paired), 1 + 1 + 2 * n + 2);
         assert_eq!(paired[1], fused[1]);
         for l in 0..n {
@@ -1127,6 +1132,28 @@ mod tests {
             assert_eq!(next, want, "layer {l}");
         }
         assert_eq!(&paired[2 + 2 * n..], &fused[1 + 5 * n..]);
+        // Layers whose Q/K/V types differ (`q32` cycles them by id): a tail carries the next
+        // layer's QkvRope exactly where the three types agree.
+        let (_, _, fused) = tiny_model_steps(false, &q32);
+        let mixed = lower_tails(&fused, &q32, &|_| true, true);
+        let qkv_types = |l: usize| match fused[1 + 5 * l] {
+            Step::QkvRope { projs, .. } => projs.map(|p| q32(p.unwrap().weight)),
+            _ => unreachable!(),
+        };
+        let pairs = (0..n - 1)
+            .filter(|&l| qkv_types(l) == qkv_types(l + 1))
+            .count();
+        assert_eq!(launches(&mixed), 1 + 3 * n + 2 - pairs);
+        let mut l = 0;
+        for s in &mixed {
+            if let Step::Layer { layer, next, .. } = *s {
+                assert_eq!(layer, l);
+                let want = l + 1 < n && qkv_types(l) == qkv_types(l + 1);
+                assert_eq!(next.map(|x| x.layer), want.then_some(l + 1), "layer {l}");
+                l += 1;
+            }
+        }
+        assert_eq!(l, n);
         // A paired tail writes Q besides the residual.
         for b in Buf::ALL {
             assert_eq!(

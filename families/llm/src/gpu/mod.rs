@@ -3,8 +3,9 @@
 //! `kernels/llm.cu` ([`lower`]), every buffer placed at load, the decode step captured as ONE
 //! CUDA graph at load and checked against an eager run on poisoned buffers before the
 //! decoder is handed out (on sm_90 and later two: one cluster launch per layer for the steps
-//! below `GpuOptions::layer_kernel_below`, the fused step from there, checked against each
-//! other bit for bit; each step launches one of them; with `GpuOptions::grid_layers` the
+//! below `GpuOptions::layer_kernel_below`, the fused step with its layers' tails
+//! (`GpuOptions::layer_tail`, [`lower_tails`]) from there, checked against each other bit
+//! for bit; each step launches one of them; with `GpuOptions::grid_layers` the
 //! first graph's layers are one cooperative launch of one block per SM instead). By default the launches are merged ([`lower_fused`]: a product
 //! with its input's preparation, RoPE and the cache write in one launch, each attention with
 //! its combine; 5 launches per Llama-style layer instead of 12), the same logits bit for bit
