@@ -27,6 +27,11 @@
 #   real2     as real with the paired tails: main's decoder (TETHER_LLM_LAYER_TAIL=0
 #             TETHER_LLM_LAYER_KERNEL_BELOW=1536), the tails unpaired, paired, each below
 #             the new default switch; the paired tails at every position; llama-bench beside
+#   final     the final commit's gpu_fuse (but its speed test; then the speed test of the
+#             fused step, the default decoder before the tails and the default decoder);
+#             with the GGUF: gpu_decode and gpu_ahead as in decode, then `tether bench` of
+#             main's decoder and the default decoder alternating, greedy, llama-bench beside,
+#             inter-token latency at 128 and 2,048 (5,120 intervals each), sampled text twice
 #   pack      the logs into logs.tar.xz
 # Calls: 1 (H100) `unpack fuse`; 2 the GGUF's part01 + part02; 3 part00 + llama-bench:
 # `unpack decode real pack` (the tails of 3 launches, switch at 1,536).
@@ -97,8 +102,34 @@ real2)
   grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
   grep -hoE '"text": *"[^"]{0,120}' $OUT/text.log
   cd $R ;;
+final)
+  cd $B
+  step fuse 300 ./gpu_fuse-new --skip speeds --test-threads 1 --nocapture
+  step speed 200 env TETHER_FUSE_AT=128,512,768,1024,2048 TETHER_FUSE_VARIANTS=1,3,5 ./gpu_fuse-new fused_and_unfused_step_speeds --test-threads 1 --nocapture
+  grep -hE "^test |differ|rc=|panicked|test result" $OUT/fuse.log | cut -c1-200
+  grep -hE "tg128@|rc=" $OUT/speed.log | sed -E 's/SmolLM2 shape, 30 layers Q4_1, //' | cut -c1-200
+  if [ -f $W/part00 ] && [ -f $W/part02 ]; then
+    gguf
+    step decode 200 env TETHER_ASSETS=$W/assets ./gpu_decode-new --skip allocation_free --test-threads 1 --nocapture
+    step ahead 100 ./gpu_ahead-new --test-threads 1 --nocapture
+    step fuse-real 200 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse-new real_model --test-threads 1 --nocapture
+    grep -hE "^test |chat |top-1|rc=|panicked|test result" $OUT/decode.log $OUT/ahead.log $OUT/fuse-real.log | cut -c1-200
+    [ -f $W/smollm2.bundle ] || step build 60 ./tether-new build --family llm --gguf $G -o $W/smollm2.bundle
+    for i in 1 2; do
+      step bench-main 100 env TETHER_LLM_LAYER_TAIL=0 TETHER_LLM_LAYER_KERNEL_BELOW=1536 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+      step bench-new 100 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+    done
+    step bench-greedy 100 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3 --temperature 0
+    llamacpp $AT
+    for at in 128 2048; do step itl-$at 90 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $at --n-gen 128 --runs 40; done
+    for i in 1 2; do step text 30 ./tether-new run $W/smollm2.bundle --device cuda --prompt "Write a haiku about the sea." --seed 7 --max-tokens 48 --json; done
+    for f in bench-main bench-new bench-greedy itl-128 itl-2048; do echo "== $f"; grep -E "tg128|inter-token @|launches per|rc=" $OUT/$f.log | grep -v "no step" | cut -c1-200; done
+    grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
+    grep -hoE '"text": *"[^"]{0,120}' $OUT/text.log
+  fi
+  cd $R ;;
 pack)
   (cd $OUT && tar cJf logs.tar.xz *.log && rm -f *.log) ;;
-*) echo "usage: $0 unpack | fuse | decode | real | fuse2 | real2 | pack ..." >&2; exit 2 ;;
+*) echo "usage: $0 unpack | fuse | decode | real | fuse2 | real2 | final | pack ..." >&2; exit 2 ;;
 esac
 done

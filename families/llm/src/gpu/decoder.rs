@@ -607,11 +607,11 @@ impl GpuDecoder {
                 same_outcome(&outcome, &layer_outcome)?;
                 let at = options.layer_kernel_below;
                 check = format!(
-                    "{check}; below position {at}: {layer_check}, equal to the {}'s bit for bit",
+                    "{check}; below position {at}: {layer_check}, equal to the {} bit for bit",
                     if options.layer_tail {
-                        "fused step with the layers' tails"
+                        "graph of the layers' tails"
                     } else {
-                        "fused step"
+                        "fused step's"
                     }
                 );
                 Some((
@@ -1289,6 +1289,13 @@ fn check_and_capture(
             launches.iter().any(|l| l.cluster == kernels::LAYER_CLUSTER),
             launches.iter().any(|l| l.cluster == kernels::ATTN_CLUSTER),
         ) {
+            (true, true, _)
+                if launches
+                    .iter()
+                    .any(|l| matches!(l.params, Params::Layer(p, _) if p.att != DevicePtr(0))) =>
+            {
+                " (dependent launches, attention in clusters, the layers' tails in cluster launches)"
+            }
             (true, true, _) => " (dependent launches, one cluster launch per layer)",
             (true, false, true) => " (dependent launches, attention in clusters)",
             (true, false, false) => " (dependent launches)",
