@@ -27,14 +27,16 @@
 #   real2     as real with the paired tails: main's decoder (TETHER_LLM_LAYER_TAIL=0
 #             TETHER_LLM_LAYER_KERNEL_BELOW=1536), the tails unpaired, paired, each below
 #             the new default switch; the paired tails at every position; llama-bench beside
-#   final     the final commit's gpu_fuse (but its speed test; then the speed test of the
+#   final     gpu_fuse (but its speed test; then the speed test of the
 #             fused step, the default decoder before the tails and the default decoder);
 #             with the GGUF: gpu_decode and gpu_ahead as in decode, then `tether bench` of
 #             main's decoder and the default decoder alternating, greedy, llama-bench beside,
 #             inter-token latency at 128 and 2,048 (5,120 intervals each), sampled text twice
 #   pack      the logs into logs.tar.xz
-# Calls: 1 (H100) `unpack fuse`; 2 the GGUF's part01 + part02; 3 part00 + llama-bench:
-# `unpack decode real pack` (the tails of 3 launches, switch at 1,536).
+# Calls (all on an H100; docs/evidence/llm-gpu.md, session 49): 1 `unpack fuse`; 2, 5, 8
+# the GGUF's part01 + part02; 3 part00 + llama-bench: `unpack decode real pack` (the tails
+# of 3 launches, switch at 1,536); 4 `unpack fuse2`; 6 `unpack decode real2 pack`; 7
+# `unpack final`, 9 `unpack final pack` (tether of 0845dfe, the test binaries of 42a0a9b).
 set -u
 source "$(dirname "$0")/lib.sh"
 AT=128,256,512,768,1024,1536,2048

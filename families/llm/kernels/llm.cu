@@ -2034,6 +2034,13 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(Attn
 //     (`silu_mul`) into every block's `hbuf`; cluster barrier;
 //  E. prologue of `hbuf`; the block's down rows: x[r] = x1[r] + dot into the residual.
 // No block touches another's shared memory after the fourth barrier, so blocks may exit.
+// The layer's tail (`LayerParams::att` set, the steps from `GpuOptions::layer_kernel_below`
+// on): A and B skipped, every block's `att` copied from the attention output the launch
+// before (`attention_cluster` or `attention_fused`) wrote, then C, D, E. Paired
+// (`LayerParams::q_out` set too): E also writes the new residual into every block's `qv`;
+// cluster barrier; then A of the next layer (its norm; its Q/K/V rows, in the slice's Q/K/V
+// region; K and V into its cache, Q into `q_out` in global memory): no shared memory of
+// another block is touched after that barrier.
 // ---------------------------------------------------------------------------------------
 #define LAYER_CLUSTER 16
 // `attend` strides over ATT_THREADS threads and sizes its reductions by them; `layer` runs it
@@ -2070,7 +2077,7 @@ struct LayerParams {
                                 // of K and V are asked of L2 before the wait; 0: none
     int pad2;
     const float* att;           // the layer's tail only (`layer`; null in `layers_grid`):
-                                // the attention output [width] that `attention_cluster`
+                                // the attention output [width] that the launch before
                                 // wrote; phases A and B are skipped and C reads it
     // The tail paired with the next layer's Q/K/V (`q_out` set; with `att`): after E, phase
     // A of the next layer on the new residual, Q into `q_out` for its `attention_cluster`.

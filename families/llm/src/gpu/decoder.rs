@@ -81,8 +81,8 @@ pub struct GpuOptions {
     /// instead of 153 on SmolLM2-135M; `TETHER_LLM_TAIL_PAIR=0` keeps each `qkv_rope`, 3 a
     /// layer, for comparisons). The same values, checked at load as the other graphs.
     /// [`layer_tail`] (`TETHER_LLM_LAYER_TAIL=0|1`, on by default): on an H100 with
-    /// SmolLM2-135M Q4_1, 1,008 tok/s at position 2,048 against the fused step's 848
-    /// (docs/evidence/llm-gpu.md, session 49).
+    /// SmolLM2-135M Q4_1, 1,000 tok/s at position 2,048 against the fused step's 842
+    /// (docs/evidence/llm-gpu.md, session 49, call 9).
     pub layer_tail: bool,
     /// The CPU engine's prompt tokens per forward chunk
     /// ([`GeneratorOptions::max_batch`](crate::generate::GeneratorOptions::max_batch), 512 by
@@ -95,9 +95,11 @@ pub struct GpuOptions {
 /// The default [`GpuOptions::layer_kernel_below`]: where the layer kernel's step stops being
 /// faster than the layers' tails ([`GpuOptions::layer_tail`]; H100, SmolLM2-135M Q4_1,
 /// `tether bench`'s 128-token windows, session 49: the layer kernel 2.4 % ahead at 512-639,
-/// 2.6 % behind at 768-895, equal near 640 by linear interpolation; the tails' rate is flat
-/// from 128 to 1,536; docs/evidence/llm-gpu.md). One card's measurement. (Before the tails,
-/// against the fused step: 1,536, session 43.)
+/// 2.6 % behind at 768-895; the rates cross near 635 interpolating between the windows'
+/// first positions, near 700 between their centres (session 43's way), and the two graphs
+/// differ by under 1 % in between; the tails' rate is flat from 128 to 1,536;
+/// docs/evidence/llm-gpu.md). One card's measurement. (Before the tails, against the fused
+/// step: 1,536, session 43.)
 pub const LAYER_KERNEL_BELOW: usize = 640;
 
 /// [`GpuOptions::layer_kernel_below`] as the environment asks: `TETHER_LLM_LAYER_KERNEL=0`
@@ -1289,12 +1291,16 @@ fn check_and_capture(
             launches.iter().any(|l| l.cluster == kernels::LAYER_CLUSTER),
             launches.iter().any(|l| l.cluster == kernels::ATTN_CLUSTER),
         ) {
-            (true, true, _)
+            (true, true, clusters)
                 if launches
                     .iter()
                     .any(|l| matches!(l.params, Params::Layer(p, _) if p.att != DevicePtr(0))) =>
             {
-                " (dependent launches, attention in clusters, the layers' tails in cluster launches)"
+                if clusters {
+                    " (dependent launches, attention in clusters, the layers' tails in cluster launches)"
+                } else {
+                    " (dependent launches, the layers' tails in cluster launches)"
+                }
             }
             (true, true, _) => " (dependent launches, one cluster launch per layer)",
             (true, false, true) => " (dependent launches, attention in clusters)",

@@ -73,6 +73,8 @@ impl WeightRegions {
                     }
                 }
                 Step::HeadNorm { weight, .. } => w.add_vec(model, weight)?,
+                // A paired tail's `next` names the next layer's norm and Q/K/V, which that
+                // layer's own tail step (with every matrix of its layer) adds.
                 Step::Layer {
                     attn_norm,
                     ffn_norm,
