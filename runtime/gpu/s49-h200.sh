@@ -32,6 +32,9 @@
 #             with the GGUF: gpu_decode and gpu_ahead as in decode, then `tether bench` of
 #             main's decoder and the default decoder alternating, greedy, llama-bench beside,
 #             inter-token latency at 128 and 2,048 (5,120 intervals each), sampled text twice
+#   alloc     the GGUF assembled, gpu_decode's 100,000-token allocation test (25 requests of
+#             4,000 tokens: positions up to 4,034, the tails' graph from 640 on), then gpu_fuse
+#             but its speed test
 #   pack      the logs into logs.tar.xz
 # Calls (all on an H100; docs/evidence/llm-gpu.md, session 49): 1 `unpack fuse`; 2, 5, 8
 # the GGUF's part01 + part02; 3 part00 + llama-bench: `unpack decode real pack` (the tails
@@ -130,8 +133,15 @@ final)
     grep -hoE '"text": *"[^"]{0,120}' $OUT/text.log
   fi
   cd $R ;;
+alloc)
+  gguf
+  cd $B
+  step alloc 400 env TETHER_ASSETS=$W/assets ./gpu_decode-new decode_is_allocation_free --test-threads 1 --nocapture
+  step fuse 150 ./gpu_fuse-new --skip speeds --test-threads 1 --nocapture
+  grep -hE "^test |tokens in|differ|rc=|panicked|test result" $OUT/alloc.log $OUT/fuse.log | cut -c1-260
+  cd $R ;;
 pack)
   (cd $OUT && tar cJf logs.tar.xz *.log && rm -f *.log) ;;
-*) echo "usage: $0 unpack | fuse | decode | real | fuse2 | real2 | final | pack ..." >&2; exit 2 ;;
+*) echo "usage: $0 unpack | fuse | decode | real | fuse2 | real2 | final | alloc | pack ..." >&2; exit 2 ;;
 esac
 done
