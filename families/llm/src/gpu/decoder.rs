@@ -74,7 +74,8 @@ pub struct GpuOptions {
     /// Where the fused step's graph runs (from [`layer_kernel_below`](Self::layer_kernel_below)
     /// on, or at every position where the layer kernel is off) on compute capability 9.0 and
     /// later, run each layer the layer kernel would take as its "tail": the fused step's
-    /// `qkv_rope` and `attention_cluster` (a cluster of blocks per head), then the layer
+    /// `qkv_rope` and attention (`attention_cluster`, a cluster of blocks per head, with a
+    /// context of at most 8,192 positions), then the layer
     /// kernel's last three phases (output projection, FFN norm, gate/up, SwiGLU, down) as one
     /// cluster launch that also computes the next such layer's `qkv_rope` where its Q/K/V
     /// have this layer's types ([`lower_tails`]): 2 launches a layer instead of 5 (64 a step
@@ -2012,7 +2013,8 @@ fn merge_layers(
     };
     let fits = |s: &Step| shape && aligned(s) && static_bytes + dynamic(s) <= optin as usize;
     let merged = lower_layers(steps, &ty, &fits);
-    // A tail's launch asks for its whole layer's shared memory (the same slice layout).
+    // The same layers' tails (paired unless TETHER_LLM_TAIL_PAIR=0, for comparisons); a
+    // tail's launch asks for its whole layer's shared memory (the same slice layout).
     let pair = switch_of(
         "TETHER_LLM_TAIL_PAIR",
         std::env::var("TETHER_LLM_TAIL_PAIR").ok().as_deref(),
