@@ -40,6 +40,8 @@
 # the GGUF's part01 + part02; 3 part00 + llama-bench: `unpack decode real pack` (the tails
 # of 3 launches, switch at 1,536); 4 `unpack fuse2`; 6 `unpack decode real2 pack`; 7
 # `unpack final`, 9 `unpack final pack` (tether of 0845dfe, the test binaries of 42a0a9b).
+# `alloc` (.device/s49g, d6df7b9's binaries, after the GGUF's parts) did not run: no machine
+# was lent after call 9.
 set -u
 source "$(dirname "$0")/lib.sh"
 AT=128,256,512,768,1024,1536,2048
