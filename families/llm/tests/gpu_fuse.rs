@@ -248,13 +248,13 @@ fn merged(n: usize) -> usize {
 }
 
 /// Launches of `n` merged layers of one type as tails: the first layer's `qkv_rope`, then
-/// each layer's attention and paired tail (`1 + 2 n`), or with `TETHER_LLM_TAIL_PAIR=0` (the
-/// tails not paired) three each.
+/// each layer's attention and paired tail (`1 + 2 n`), or, the tails not paired
+/// (`tether_llm::gpu::tail_pair`: `TETHER_LLM_TAIL_PAIR=0`), three each.
 fn tails(n: usize) -> usize {
-    if std::env::var("TETHER_LLM_TAIL_PAIR").as_deref() == Ok("0") {
-        3 * n
-    } else {
+    if tether_llm::gpu::tail_pair() {
         1 + 2 * n
+    } else {
+        3 * n
     }
 }
 

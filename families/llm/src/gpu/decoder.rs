@@ -134,6 +134,17 @@ pub fn layer_tail() -> bool {
     .unwrap_or(true)
 }
 
+/// Whether the layers' tails are paired with the next layer's Q/K/V ([`lower_tails`]'s
+/// `pair`): `TETHER_LLM_TAIL_PAIR=0` not (3 launches a layer, for comparisons), unset or `1`
+/// paired; another value is ignored (said in the log).
+pub fn tail_pair() -> bool {
+    switch_of(
+        "TETHER_LLM_TAIL_PAIR",
+        std::env::var("TETHER_LLM_TAIL_PAIR").ok().as_deref(),
+    )
+    .unwrap_or(true)
+}
+
 /// Cache rows a `layers_grid` attention block stages in shared memory at most:
 /// `TETHER_LLM_GRID_STAGE=N` (for comparisons), else [`GRID_STAGE_ROWS`]; a value that is not
 /// a number is ignored (said in the log).
@@ -2013,14 +2024,9 @@ fn merge_layers(
     };
     let fits = |s: &Step| shape && aligned(s) && static_bytes + dynamic(s) <= optin as usize;
     let merged = lower_layers(steps, &ty, &fits);
-    // The same layers' tails (paired unless TETHER_LLM_TAIL_PAIR=0, for comparisons); a
-    // tail's launch asks for its whole layer's shared memory (the same slice layout).
-    let pair = switch_of(
-        "TETHER_LLM_TAIL_PAIR",
-        std::env::var("TETHER_LLM_TAIL_PAIR").ok().as_deref(),
-    )
-    .unwrap_or(true);
-    let tails = lower_tails(steps, &ty, &fits, pair);
+    // The same layers' tails ([`tail_pair`]); a tail's launch asks for its whole layer's
+    // shared memory (the same slice layout).
+    let tails = lower_tails(steps, &ty, &fits, tail_pair());
     let bytes = merged.iter().map(dynamic).max().unwrap_or(0);
     if bytes == 0 {
         return Ok((steps.to_vec(), steps.to_vec(), 0));

@@ -1044,6 +1044,7 @@ mod tests {
         let n = hp.n_layer;
         assert!(n >= 2, "{n}");
         let all = lower_layers(&fused, &q32, &|_| true);
+        let tails = lower_tails(&fused, &q32, &|_| true, false);
         // embed + one launch per layer + (norm + head) + sample.
         assert_eq!(launches(&all), 1 + n + 2);
         for l in 0..n {
@@ -1054,7 +1055,8 @@ mod tests {
                 Step::PrepMatVec { projs, .. } => projs[k].map(|p| p.weight),
                 _ => None,
             };
-            let want = Step::Layer {
+            // The layer's step, whole or its tail.
+            let want = |tail: bool| Step::Layer {
                 layer: l,
                 attn_norm: match fused[1 + 5 * l] {
                     Step::QkvRope { prologue, .. } => prologue.norm.unwrap(),
@@ -1073,26 +1075,14 @@ mod tests {
                     weight(&fused[4 + 5 * l], 1).unwrap(),
                     weight(&fused[5 + 5 * l], 0).unwrap(),
                 ],
-                tail: false,
+                tail,
                 next: None,
             };
-            assert_eq!(all[1 + l], want, "layer {l}");
+            assert_eq!(all[1 + l], want(false), "layer {l}");
             // The tail: the layer's QKV and attention launches, then the same layer step.
-            let tails = lower_tails(&fused, &q32, &|_| true, false);
             assert_eq!(&tails[1 + 3 * l..3 + 3 * l], &fused[1 + 5 * l..3 + 5 * l]);
-            let (Step::Layer { tail, .. }, Step::Layer { mats, ffn_norm, .. }) =
-                (tails[3 + 3 * l], want)
-            else {
-                panic!("{:?}", tails[3 + 3 * l]);
-            };
-            assert!(tail, "layer {l}");
-            assert!(
-                matches!(tails[3 + 3 * l], Step::Layer { layer, mats: m, ffn_norm: f, .. }
-                    if layer == l && m == mats && f == ffn_norm),
-                "layer {l}"
-            );
+            assert_eq!(tails[3 + 3 * l], want(true), "layer {l}");
         }
-        let tails = lower_tails(&fused, &q32, &|_| true, false);
         assert_eq!(launches(&tails), 1 + 3 * n + 2);
         assert_eq!(&tails[1 + 3 * n..], &fused[1 + 5 * n..]);
         assert_eq!(lower_tails(&fused, &q32, &|_| false, false), fused);

@@ -53,7 +53,7 @@ mod weights;
 #[cfg(feature = "cuda")]
 pub use decoder::{
     GRID_STAGE_ROWS, GpuDecoder, GpuError, GpuOptions, LAYER_KERNEL_BELOW, check_sampling,
-    grid_layers, layer_kernel_below, layer_tail,
+    grid_layers, layer_kernel_below, layer_tail, tail_pair,
 };
 pub use lower::{
     LowerError, MemoryPlan, Prologue, SampleConfig, Step, UnsupportedSampling, lower, lower_fused,
