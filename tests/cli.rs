@@ -222,7 +222,7 @@ fn run_json_and_annotation() {
         "--annotate",
         png.to_str().unwrap(),
     ]));
-    assert_eq!(v["schema_version"], 4);
+    assert_eq!(v["schema_version"], 5);
     assert_eq!(v["command"], "run");
     assert_eq!(v["family"], "detect");
     assert_eq!(v["engines"]["model"], "tract-cpu");
@@ -674,7 +674,7 @@ fn bench_reports_percentiles() {
         "1",
         "--json",
     ]));
-    assert_eq!(v["schema_version"], 4);
+    assert_eq!(v["schema_version"], 5);
     assert_eq!(v["runs"], 3);
     let total = &v["total_ms"];
     let (p50, p99) = (
@@ -3259,6 +3259,64 @@ fn llm_bad_options_and_other_families_options_are_named() {
     assert!(!out.exists());
 }
 
+/// Ctrl-C during the llm throughput tests ends the test in progress after its current run
+/// (not after all its runs): exit 130, the JSON marked interrupted with the runs done, and
+/// the report naming the test cut short.
+#[test]
+fn llm_bench_ctrl_c_stops_between_runs() {
+    let b = smollm2_bundle();
+    let json_path = scratch().join("llm_interrupted.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "bench",
+            &b,
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--runs",
+            "100000",
+            "--n-prompt",
+            "8",
+            "--n-gen",
+            "0",
+            "--json",
+            json_path.to_str().unwrap(),
+        ])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tether");
+    // Past the load and the warm-up run (about a second here).
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let sent = std::time::Instant::now();
+    // SAFETY: kill(2) on our own child, alive (not yet waited on), with SIGINT.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let o = child.wait_with_output().expect("wait");
+    let after = sent.elapsed();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    // Before the fix the test ran all its runs first (100,000 here).
+    assert!(
+        after < std::time::Duration::from_secs(5),
+        "exited {after:?} after Ctrl-C"
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    assert_eq!(v["interrupted"], true);
+    let tests = v["tests"].as_array().unwrap();
+    assert_eq!(tests.len(), 1, "{v}");
+    let runs = tests[0]["runs_per_s"].as_array().unwrap().len();
+    assert!((1..100_000).contains(&runs), "{runs} runs");
+    assert!(
+        stdout(&o).contains(&format!("pp8 ran {runs} of 100000 runs")),
+        "{}",
+        stdout(&o)
+    );
+}
+
 #[test]
 fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     let b = smollm2_bundle();
@@ -3299,6 +3357,8 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     for t in v["tests"].as_array().unwrap() {
         assert!(t["mean_per_s"].as_f64().unwrap() > 0.0, "{t}");
         assert_eq!(t["runs_per_s"].as_array().unwrap().len(), 1);
+        // One run: no sample deviation (null, not a 0 that reads as no spread).
+        assert!(t["stddev_per_s"].is_null(), "{t}");
     }
     assert_eq!(v["notes"]["threads"], "2");
     // Text report; an option of the latency benchmark is refused, not ignored.

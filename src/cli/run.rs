@@ -20,7 +20,7 @@ use crate::outln;
 use tether::families::REGISTRY;
 
 /// Version of the JSON documents `run` and `bench` print (bumped on an incompatible change).
-pub const JSON_SCHEMA_VERSION: u32 = 4;
+pub const JSON_SCHEMA_VERSION: u32 = 5;
 
 /// Arguments of `tether run` shared by every family (each family adds its own).
 #[derive(Args, Debug)]

@@ -228,7 +228,8 @@ pub trait Runner {
     /// The family's own benchmark, for a family measured by throughput tests rather than
     /// the latency of a run on one input (a text generator: llama-bench's prompt-processing
     /// and generation tests); `tether bench B` without an INPUT runs it. `stop` is set on
-    /// Ctrl-C: the benchmark ends after the test in progress and reports what ran. `None`:
+    /// Ctrl-C: the benchmark ends after the run in progress and reports what ran (a test cut
+    /// short has fewer runs than `options.repetitions`; one with no run is left out). `None`:
     /// the family is benchmarked per input (`tether bench B INPUT`).
     fn throughput_bench(
         &mut self,

@@ -8,8 +8,10 @@
 //! tokens are pseudo-random ids (no sampling, no tokenizer); `pp` produces the last token's
 //! logits, `tg` each token's; the mean and standard deviation of the per-run tokens per
 //! second are reported. Time to first token is a `ppN` run plus the first decoded token.
-//! The CLI's `bench` and `examples/llm_bench.rs` call [`run`].
+//! `examples/llm_bench.rs` calls [`run`]; the CLI's `bench` calls [`run_until`], which ends
+//! after the run in progress on Ctrl-C.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::forward::{ForwardError, LogitsFor, Model, State};
@@ -134,13 +136,32 @@ pub fn run(
     state: &mut State,
     o: &BenchOptions,
 ) -> Result<BenchReport, ForwardError> {
+    run_until(model, state, o, &AtomicBool::new(false))
+}
+
+/// [`run`], ending early once `stop` is set (Ctrl-C): the run in progress finishes, the
+/// test it belongs to keeps the timed runs done so far (its `runs` then has fewer than
+/// `repetitions` entries; a test with none is left out), and the tests after it do not run.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_until(
+    model: &Model<'_>,
+    state: &mut State,
+    o: &BenchOptions,
+    stop: &AtomicBool,
+) -> Result<BenchReport, ForwardError> {
     let n_vocab = model.hparams().n_vocab;
     let reps = o.repetitions.max(1);
+    let stopped = || stop.load(Ordering::SeqCst);
     let mut throughput = Vec::new();
     for &n in &o.prompt {
         let prompt = tokens(n, n_vocab, n as u32);
         let mut runs = Vec::with_capacity(reps);
         for rep in 0..=reps {
+            if stopped() {
+                break;
+            }
             state.cache_mut().reset();
             let t0 = Instant::now();
             model.forward(state, &prompt, LogitsFor::Last)?;
@@ -148,6 +169,9 @@ pub fn run(
             if rep > 0 {
                 runs.push(n as f64 / s);
             }
+        }
+        if runs.is_empty() {
+            break;
         }
         let (mean, stddev) = mean_std(&runs);
         throughput.push(Throughput {
@@ -159,12 +183,15 @@ pub fn run(
         });
     }
     let mut itl = Vec::new();
-    if o.generate > 0 {
+    if o.generate > 0 && !stopped() {
         let n = o.generate;
         let decode = tokens(n, n_vocab, 0xabcd);
         let mut runs = Vec::with_capacity(reps);
         let mut times = Vec::with_capacity(n);
         for rep in 0..=reps {
+            if stopped() {
+                break;
+            }
             state.cache_mut().reset();
             times.clear();
             let t0 = Instant::now();
@@ -182,19 +209,24 @@ pub fn run(
                 itl.extend_from_slice(&times[1..]);
             }
         }
-        let (mean, stddev) = mean_std(&runs);
-        throughput.push(Throughput {
-            name: format!("tg{n}"),
-            tokens: n,
-            mean,
-            stddev,
-            runs,
-        });
+        if !runs.is_empty() {
+            let (mean, stddev) = mean_std(&runs);
+            throughput.push(Throughput {
+                name: format!("tg{n}"),
+                tokens: n,
+                mean,
+                stddev,
+                runs,
+            });
+        }
     }
     let mut ttft = Vec::new();
     if o.ttft_prompt > 0 {
         let prompt = tokens(o.ttft_prompt, n_vocab, 0x77);
         for rep in 0..=reps {
+            if stopped() {
+                break;
+            }
             state.cache_mut().reset();
             let t0 = Instant::now();
             model.forward(state, &prompt, LogitsFor::Last)?;

@@ -1175,11 +1175,15 @@ impl LlmRunner {
                 break;
             }
             // One warm-up run, then the timed ones, each step's successor launched before
-            // its token is taken (as the generator runs the GPU).
+            // its token is taken (as the generator runs the GPU). Ctrl-C ends the test after
+            // the run in progress, keeping the runs done (none: the test is left out).
             d.time_decode_with(n, n_gen.min(8), 0, &self.params.sampler, true)?;
             let (mut pp, mut tg, mut ttft, mut inter) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for r in 0..repetitions {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
                 let (prefill_ms, steps) =
                     d.time_decode_with(n, n_gen, 1 + r as u64, &self.params.sampler, true)?;
                 pp.push(n as f64 / (prefill_ms / 1e3));
@@ -1188,6 +1192,9 @@ impl LlmRunner {
                     tg.push(steps.len() as f64 / (steps.iter().sum::<f64>() / 1e3));
                 }
                 inter.extend(steps);
+            }
+            if pp.is_empty() {
+                break;
             }
             let (m, sd) = stats(&pp);
             tests.push(ThroughputTest {
@@ -1214,12 +1221,14 @@ impl LlmRunner {
                 ));
                 // Beside it, in the same run: each step launched only after the previous
                 // token is in hand (no step ahead), and where the slowest steps fell.
-                let (_, sync_steps) =
-                    d.time_decode_with(n, n_gen, 1, &self.params.sampler, false)?;
-                latencies.push(latency_summary(
-                    &format!("  same, no step ahead @{n}"),
-                    &Latency::of(&sync_steps),
-                ));
+                if !stop.load(Ordering::SeqCst) {
+                    let (_, sync_steps) =
+                        d.time_decode_with(n, n_gen, 1, &self.params.sampler, false)?;
+                    latencies.push(latency_summary(
+                        &format!("  same, no step ahead @{n}"),
+                        &Latency::of(&sync_steps),
+                    ));
+                }
                 slowest.push(format!("@{n}: {}", slowest_steps(&inter, n_gen, 3)));
             }
             latencies.push(latency_summary(
@@ -1392,7 +1401,7 @@ impl LlmRunner {
                    generate: usize,
                    ttft: usize,
                    state: &mut crate::forward::State| {
-            crate::bench::run(
+            crate::bench::run_until(
                 model,
                 state,
                 &BenchOptions {
@@ -1401,6 +1410,7 @@ impl LlmRunner {
                     repetitions,
                     ttft_prompt: ttft,
                 },
+                stop,
             )
         };
         for &n in &n_prompt {
@@ -1412,18 +1422,24 @@ impl LlmRunner {
         if n_gen > 0 && !stop.load(Ordering::SeqCst) {
             let r = one(Vec::new(), n_gen, 0, state)?;
             add(&r, &mut tests);
-            latencies.push(latency_summary("inter-token", &r.inter_token_ms));
+            // A tg test cut off before its first timed run: no line (one token a run: a
+            // line of no intervals, which the report prints as n/a).
+            if !r.throughput.is_empty() {
+                latencies.push(latency_summary("inter-token", &r.inter_token_ms));
+            }
         }
         let ttft = n_prompt.first().copied().unwrap_or(DEFAULT_N_PROMPT[0]);
         if !stop.load(Ordering::SeqCst) {
             let r = one(Vec::new(), 0, ttft, state)?;
-            latencies.insert(
-                0,
-                latency_summary(
-                    &format!("time to first token (pp{ttft})"),
-                    &r.time_to_first_token_ms,
-                ),
-            );
+            if r.time_to_first_token_ms.count > 0 {
+                latencies.insert(
+                    0,
+                    latency_summary(
+                        &format!("time to first token (pp{ttft})"),
+                        &r.time_to_first_token_ms,
+                    ),
+                );
+            }
         }
         let threads = state.threads();
         let context = state.cache().shape().context;

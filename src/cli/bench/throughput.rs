@@ -97,7 +97,8 @@ pub(super) fn bench(
             "per_run": t.per_run,
             "unit": t.unit,
             "mean_per_s": t.mean,
-            "stddev_per_s": t.stddev,
+            // One timed run has no sample deviation: null, as the text prints "n/a".
+            "stddev_per_s": (t.runs.len() >= 2).then_some(t.stddev),
             "runs_per_s": t.runs,
         })).collect::<Vec<_>>(),
         "latencies_ms": report.latencies_ms.iter().map(|l| json!({
@@ -190,8 +191,27 @@ fn print(
         )?;
     }
     if interrupted {
-        // The family checks for Ctrl-C between tests: a test listed ran all its runs.
-        outln!("  interrupted by Ctrl-C: the tests above ran in full, the others not at all")?;
+        // The family checks for Ctrl-C between runs: a test cut short has fewer runs.
+        let short: Vec<String> = r
+            .tests
+            .iter()
+            .filter(|t| t.runs.len() < repetitions)
+            .map(|t| {
+                format!(
+                    "{} ran {} of {repetitions} runs",
+                    escape(&t.name),
+                    t.runs.len()
+                )
+            })
+            .collect();
+        outln!(
+            "  interrupted by Ctrl-C after the run in progress: {}; the tests after it did not run",
+            if short.is_empty() {
+                "every test above ran in full".to_string()
+            } else {
+                short.join(", ")
+            }
+        )?;
     }
     // As the latency benchmark warns of its total: a test whose runs spread widely.
     for t in &r.tests {
