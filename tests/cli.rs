@@ -639,9 +639,29 @@ fn first_mistakes_name_what_to_do() {
             "is a GGUF model",
         ),
         (vec!["inspect", gguf.as_str()], "--family llm --gguf"),
+        // The throughput benchmark's hint names bench, not run.
+        (
+            vec!["bench", gguf.as_str()],
+            "then `tether bench model.bundle`",
+        ),
     ] {
         refused(&args, 2, says);
     }
+    // A missing path named like a model is a missing file, and a file named `.gguf` without
+    // the GGUF magic is not called a GGUF model.
+    let missing = scratch().join("no-such-model.gguf");
+    let o = tether(&["run", missing.to_str().unwrap(), "--prompt", "hi"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("No such file") && !stderr(&o).contains("GGUF model"),
+        "{}",
+        stderr(&o)
+    );
+    let text = scratch().join("notes.gguf");
+    std::fs::write(&text, "hello, not a model\n").unwrap();
+    let o = tether(&["run", text.to_str().unwrap(), "--prompt", "hi"]);
+    assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("GGUF model"), "{}", stderr(&o));
     // An input where the bundle belongs (the arguments swapped): the hint says which comes
     // first, not "damaged copy".
     let wav = asset("Front_Center.wav");
@@ -3405,6 +3425,29 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     let one_token = [&quick[..6], &["--n-gen", "1"]].concat(); // quick with --n-gen 1
     let o = tether(&one_token);
     assert!(o.status.success(), "{}", stderr(&o));
+    // In the JSON its figures are null (no samples), not 0.
+    let o_json = tether(&[&one_token[..], &["--json", "-"]].concat());
+    let v = json(&o_json);
+    let itl = v["latencies_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "inter-token")
+        .expect("an inter-token line");
+    assert_eq!(itl["count"], 0, "{itl}");
+    for k in ["p50", "p99", "p99.9", "max", "mean"] {
+        assert!(itl[k].is_null(), "{itl}");
+    }
+    // An output that cannot be written (a folder) is refused before any run.
+    let dir = scratch().join("bench-json-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let o_dir = tether(&[&quick[..], &["--json", dir.to_str().unwrap()]].concat());
+    assert_eq!(o_dir.status.code(), Some(1), "{}", stderr(&o_dir));
+    assert!(
+        stderr(&o_dir).contains("it is a directory") && stdout(&o_dir).is_empty(),
+        "{}",
+        stderr(&o_dir)
+    );
     let itl = line_of(&o, "inter-token");
     assert!(
         itl.as_deref()

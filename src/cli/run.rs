@@ -111,7 +111,12 @@ pub(crate) fn open_runner(
     if let Err(e) = options.device() {
         crate::usage!("--device {e}");
     }
-    let bundle = loaded(path, Bundle::open(path, Verify::Lazy), options)?;
+    let then = if options.step_timing {
+        "bench model.bundle INPUT"
+    } else {
+        "run model.bundle INPUT"
+    };
+    let bundle = loaded(path, Bundle::open(path, Verify::Lazy), then)?;
     runner_on(bundle, path, matches, options)
 }
 
@@ -121,17 +126,12 @@ pub(crate) fn open_runner(
 pub(crate) fn loaded(
     path: &Path,
     opened: std::result::Result<Bundle, tether_bundle::BundleError>,
-    options: &RunOptions,
+    then: &str,
 ) -> Result<Arc<Bundle>> {
     match opened {
         Ok(b) => Ok(Arc::new(b)),
         Err(_) if let Some(format) = model_format(path) => {
-            let command = if options.step_timing { "bench" } else { "run" };
-            Err(model_not_bundle(
-                path,
-                format,
-                &format!("{command} model.bundle INPUT"),
-            ))
+            Err(model_not_bundle(path, format, then))
         }
         Err(e) => Err(anyhow::Error::new(e).context(format!("loading {}", path.display()))),
     }
@@ -187,30 +187,29 @@ pub(crate) fn runner_on(
     Ok((bundle, family, runner))
 }
 
-/// The model format `path` holds when it is a model file rather than a bundle: `ONNX` (its
-/// extension, or a protobuf `ModelProto` start: field 1 `ir_version`, a varint, tag byte
-/// `0x08`, which no bundle starts with) or `GGUF` (its extension or the magic `GGUF`).
+/// The model format `path` holds when it is an existing regular file that is a model rather
+/// than a bundle: `GGUF` (the magic `GGUF`) or `ONNX` (its extension, or a protobuf
+/// `ModelProto` start: field 1 `ir_version`, a varint, tag byte `0x08`, which no bundle
+/// starts with).
 pub(crate) fn model_format(path: &Path) -> Option<&'static str> {
+    // Only an existing regular file is a model (a missing path keeps its "no such file"
+    // error), and only a regular file is read: opening a FIFO or a device would block or
+    // consume it.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
-    match ext.as_deref() {
-        Some("onnx") => return Some("ONNX"),
-        Some("gguf") => return Some("GGUF"),
-        _ => {}
-    }
-    // Only a regular file is read: opening a FIFO or a device would block or consume it.
-    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-        return None;
-    }
     let mut head = [0u8; 4];
     let n = std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
         .unwrap_or(0);
+    // GGUF has a magic: a `.gguf` file without it is neither a GGUF nor a bundle.
     if n == 4 && &head == b"GGUF" {
         Some("GGUF")
-    } else if n >= 1 && head[0] == 0x08 {
+    } else if ext.as_deref() == Some("onnx") || (n >= 1 && head[0] == 0x08) {
         Some("ONNX")
     } else {
         None
@@ -236,17 +235,25 @@ pub(crate) fn model_not_bundle(path: &Path, format: &str, then: &str) -> anyhow:
 /// Write `bytes` to `path` atomically (a temporary file in the same folder, renamed over
 /// the destination; only ever a regular file is replaced).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    tether_bundle::files::write_atomic(path, bytes).map_err(|e| {
-        let source = match e {
-            tether_bundle::files::FileError::Io { source, .. } => source,
-            other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
-        };
-        OutputError {
-            path: path.to_path_buf(),
-            source,
-        }
-        .into()
-    })
+    tether_bundle::files::write_atomic(path, bytes).map_err(|e| output_error(path, e))
+}
+
+/// Check, before any work, that [`write_atomic`] would accept `path` (its folder exists, it
+/// is not a folder, device or FIFO, ...): the same error it would give.
+pub fn check_destination(path: &Path) -> Result<()> {
+    tether_bundle::files::check_destination(path).map_err(|e| output_error(path, e))
+}
+
+fn output_error(path: &Path, e: tether_bundle::files::FileError) -> anyhow::Error {
+    let source = match e {
+        tether_bundle::files::FileError::Io { source, .. } => source,
+        other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
+    };
+    OutputError {
+        path: path.to_path_buf(),
+        source,
+    }
+    .into()
 }
 
 /// The image format an annotated image named `path` is written in: PNG for `.png`, JPEG for
@@ -368,7 +375,7 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         ..RunOptions::default()
     };
     let (bundle, family, mut runner) = runner_on(
-        loaded(&a.bundle, opened, &options)?,
+        loaded(&a.bundle, opened, "run model.bundle INPUT")?,
         &a.bundle,
         matches,
         &options,

@@ -34,9 +34,9 @@ use tether_family::family::{
     Execution, Family, Input, InputSource, MappedIo, Precision, RunOptions, Runner, SyncPolicy,
 };
 
+use crate::cli::escape;
 use crate::cli::run::ThreadsArg;
 use crate::cli::run::{open_runner, runner_on, write_atomic};
-use crate::cli::{OutputError, escape};
 use crate::outln;
 use machine::Machine;
 pub(crate) use machine::default_threads;
@@ -162,21 +162,11 @@ fn parse_staging(s: &str) -> Result<MappedIo, String> {
     s.parse::<MappedIo>().map_err(|e| format!("--staging {e}"))
 }
 
-/// Check that an output file's folder exists (before any work).
+/// Check that an output file can be written where it is named (its folder exists; it is
+/// not a folder, device or FIFO), before any work: a benchmark that ran for minutes must not
+/// lose its results to its output's name.
 fn check_output(path: &Path) -> Result<()> {
-    let parent = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if parent.is_dir() {
-        Ok(())
-    } else {
-        Err(OutputError {
-            path: path.to_path_buf(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "folder does not exist"),
-        }
-        .into())
-    }
+    crate::cli::run::check_destination(path)
 }
 
 /// Run `tether bench`: check the outputs, open the variants and prepare them on the input,

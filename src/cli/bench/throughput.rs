@@ -69,7 +69,7 @@ pub(super) fn bench(
             "--{name} is an option of the latency benchmark, which times runs on an INPUT (`tether bench BUNDLE INPUT`); without one, bench runs the family's throughput tests, which do not take it"
         );
     }
-    let bundle = loaded(&a.bundle, opened, &options)?;
+    let bundle = loaded(&a.bundle, opened, "bench model.bundle")?;
     let (bundle, family, mut runner) = runner_on(bundle, &a.bundle, matches, &options)?;
     // The throughput tests look at the flag between tests; no runner to cancel.
     let (stop, _) = super::stop_on_ctrl_c();
@@ -101,10 +101,14 @@ pub(super) fn bench(
             "stddev_per_s": (t.runs.len() >= 2).then_some(t.stddev),
             "runs_per_s": t.runs,
         })).collect::<Vec<_>>(),
-        "latencies_ms": report.latencies_ms.iter().map(|l| json!({
-            "name": l.name, "count": l.count, "p50": l.p50, "p99": l.p99, "p99.9": l.p999,
-            "max": l.max, "mean": l.mean,
-        })).collect::<Vec<_>>(),
+        // A line of no samples has no figures: null, as the text prints "n/a".
+        "latencies_ms": report.latencies_ms.iter().map(|l| {
+            let v = |x: f64| (l.count > 0).then_some(x);
+            json!({
+                "name": l.name, "count": l.count, "p50": v(l.p50), "p99": v(l.p99),
+                "p99.9": v(l.p999), "max": v(l.max), "mean": v(l.mean),
+            })
+        }).collect::<Vec<_>>(),
         "notes": report.notes.iter().cloned().collect::<BTreeMap<String, String>>(),
     });
     let show = a.json.as_ref().is_none_or(|p| p.as_os_str() != "-");
@@ -205,9 +209,9 @@ fn print(
             })
             .collect();
         outln!(
-            "  interrupted by Ctrl-C after the run in progress: {}; the tests after it did not run",
+            "  interrupted by Ctrl-C after the run in progress: {}; what came after did not run",
             if short.is_empty() {
-                "every test above ran in full".to_string()
+                "the tests listed ran in full".to_string()
             } else {
                 short.join(", ")
             }
