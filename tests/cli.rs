@@ -36,6 +36,27 @@ fn refused(args: &[&str], code: i32, says: &str) -> Output {
     o
 }
 
+/// Runs `tether ARGS`, sends it SIGINT (Ctrl-C) after `after`, and returns its output and how
+/// long it took to exit after the signal.
+fn interrupted(args: &[&str], after: std::time::Duration) -> (Output, std::time::Duration) {
+    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tether");
+    std::thread::sleep(after);
+    let sent = std::time::Instant::now();
+    // SAFETY: kill(2) on our own child, alive (not yet waited on), with SIGINT.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let o = child.wait_with_output().expect("wait");
+    (o, sent.elapsed())
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -946,8 +967,8 @@ fn bench_staged_runs_skip_the_copy_in() {
 fn bench_ctrl_c_reports_what_ran_and_exits_130() {
     let b = nudenet_bundle();
     let json_path = scratch().join("interrupted.json");
-    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
+    let (o, _) = interrupted(
+        &[
             "bench",
             &b,
             &asset("astronaut.png"),
@@ -959,19 +980,9 @@ fn bench_ctrl_c_reports_what_ran_and_exits_130() {
             "120",
             "--json",
             json_path.to_str().unwrap(),
-        ])
-        .env_remove("RUST_LOG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn tether");
-    std::thread::sleep(std::time::Duration::from_secs(4));
-    // SAFETY: kill(2) on our own child, alive (not yet waited on), with SIGINT.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
+        ],
+        std::time::Duration::from_secs(4),
     );
-    let o = child.wait_with_output().expect("wait");
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
     assert!(stdout(&o).contains("; interrupted)"), "{}", stdout(&o));
     let v: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
@@ -2281,8 +2292,8 @@ fn vad_bench_ctrl_c_stops_between_chunks() {
         std::fs::rename(&tmp, &wav).unwrap();
     }
     let json_path = scratch().join("vad_interrupted.json");
-    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
+    let (o, after) = interrupted(
+        &[
             "bench",
             &b,
             wav.to_str().unwrap(),
@@ -2296,21 +2307,9 @@ fn vad_bench_ctrl_c_stops_between_chunks() {
             "5",
             "--json",
             json_path.to_str().unwrap(),
-        ])
-        .env_remove("RUST_LOG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn tether");
-    std::thread::sleep(std::time::Duration::from_secs(3));
-    let sent = std::time::Instant::now();
-    // SAFETY: kill(2) on our own child, alive (not yet waited on), with SIGINT.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
+        ],
+        std::time::Duration::from_secs(3),
     );
-    let o = child.wait_with_output().expect("wait");
-    let after = sent.elapsed();
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
     // Before the fix a run finished its whole file first (99.7 s on a 10-hour WAV).
     assert!(
@@ -3286,8 +3285,9 @@ fn llm_bad_options_and_other_families_options_are_named() {
 fn llm_bench_ctrl_c_stops_between_runs() {
     let b = smollm2_bundle();
     let json_path = scratch().join("llm_interrupted.json");
-    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
+    // SIGINT past the load and the warm-up run (about a second here).
+    let (o, after) = interrupted(
+        &[
             "bench",
             &b,
             "--device",
@@ -3302,22 +3302,9 @@ fn llm_bench_ctrl_c_stops_between_runs() {
             "0",
             "--json",
             json_path.to_str().unwrap(),
-        ])
-        .env_remove("RUST_LOG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn tether");
-    // Past the load and the warm-up run (about a second here).
-    std::thread::sleep(std::time::Duration::from_secs(5));
-    let sent = std::time::Instant::now();
-    // SAFETY: kill(2) on our own child, alive (not yet waited on), with SIGINT.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
+        ],
+        std::time::Duration::from_secs(5),
     );
-    let o = child.wait_with_output().expect("wait");
-    let after = sent.elapsed();
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
     // Before the fix the test ran all its runs first (100,000 here).
     assert!(
