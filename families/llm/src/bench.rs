@@ -109,7 +109,8 @@ pub struct BenchReport {
     pub isa: &'static str,
 }
 
-fn mean_std(v: &[f64]) -> (f64, f64) {
+/// Mean and sample standard deviation (n - 1; 0 for one value) of per-run rates.
+pub(crate) fn mean_std(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;
     let mean = v.iter().sum::<f64>() / n.max(1.0);
     let var = if v.len() > 1 {
@@ -118,6 +119,22 @@ fn mean_std(v: &[f64]) -> (f64, f64) {
         0.0
     };
     (mean, var.sqrt())
+}
+
+/// A test's result from its timed runs' rates; `None` when no timed run finished (cut off
+/// by Ctrl-C in its warm-up).
+fn throughput_of(name: String, tokens: usize, runs: Vec<f64>) -> Option<Throughput> {
+    if runs.is_empty() {
+        return None;
+    }
+    let (mean, stddev) = mean_std(&runs);
+    Some(Throughput {
+        name,
+        tokens,
+        mean,
+        stddev,
+        runs,
+    })
 }
 
 /// Pseudo-random token ids (Philox of the index) below `n_vocab`.
@@ -170,17 +187,10 @@ pub fn run_until(
                 runs.push(n as f64 / s);
             }
         }
-        if runs.is_empty() {
-            break;
+        match throughput_of(format!("pp{n}"), n, runs) {
+            Some(t) => throughput.push(t),
+            None => break,
         }
-        let (mean, stddev) = mean_std(&runs);
-        throughput.push(Throughput {
-            name: format!("pp{n}"),
-            tokens: n,
-            mean,
-            stddev,
-            runs,
-        });
     }
     let mut itl = Vec::new();
     if o.generate > 0 && !stopped() {
@@ -209,16 +219,7 @@ pub fn run_until(
                 itl.extend_from_slice(&times[1..]);
             }
         }
-        if !runs.is_empty() {
-            let (mean, stddev) = mean_std(&runs);
-            throughput.push(Throughput {
-                name: format!("tg{n}"),
-                tokens: n,
-                mean,
-                stddev,
-                runs,
-            });
-        }
+        throughput.extend(throughput_of(format!("tg{n}"), n, runs));
     }
     let mut ttft = Vec::new();
     if o.ttft_prompt > 0 {

@@ -1161,15 +1161,6 @@ impl LlmRunner {
         let mut tests = Vec::new();
         let mut latencies = Vec::new();
         let mut slowest = Vec::new();
-        let stats = |runs: &[f64]| {
-            let mean = runs.iter().sum::<f64>() / runs.len() as f64;
-            let var = if runs.len() > 1 {
-                runs.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (runs.len() - 1) as f64
-            } else {
-                0.0
-            };
-            (mean, var.sqrt())
-        };
         for &n in &n_prompt {
             if stop.load(Ordering::SeqCst) {
                 break;
@@ -1196,7 +1187,7 @@ impl LlmRunner {
             if pp.is_empty() {
                 break;
             }
-            let (m, sd) = stats(&pp);
+            let (m, sd) = crate::bench::mean_std(&pp);
             tests.push(ThroughputTest {
                 name: format!("pp{n}"),
                 per_run: n as u64,
@@ -1206,7 +1197,7 @@ impl LlmRunner {
                 stddev: sd,
             });
             if !tg.is_empty() {
-                let (m, sd) = stats(&tg);
+                let (m, sd) = crate::bench::mean_std(&tg);
                 tests.push(ThroughputTest {
                     name: format!("tg{n_gen}@{n}"),
                     per_run: n_gen as u64,
