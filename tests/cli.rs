@@ -39,6 +39,12 @@ fn refused(args: &[&str], code: i32, says: &str) -> Output {
 /// Runs `tether ARGS`, sends it SIGINT (Ctrl-C) after `after`, and returns its output and how
 /// long it took to exit after the signal.
 fn interrupted(args: &[&str], after: std::time::Duration) -> (Output, std::time::Duration) {
+    interrupted_at(args, &[after])
+}
+
+/// [`interrupted`] with one SIGINT after each of `gaps` (each counted from the one before):
+/// the output, and the time from the last SIGINT to the exit.
+fn interrupted_at(args: &[&str], gaps: &[std::time::Duration]) -> (Output, std::time::Duration) {
     let child = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(args)
         .env_remove("RUST_LOG")
@@ -46,13 +52,17 @@ fn interrupted(args: &[&str], after: std::time::Duration) -> (Output, std::time:
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn tether");
-    std::thread::sleep(after);
-    let sent = std::time::Instant::now();
-    // SAFETY: kill(2) on our own child, alive (not yet waited on), with SIGINT.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
-    );
+    let mut sent = std::time::Instant::now();
+    for gap in gaps {
+        std::thread::sleep(*gap);
+        sent = std::time::Instant::now();
+        // SAFETY: kill(2) on our own child, not yet waited on (its pid is not reused), with
+        // SIGINT; a child already gone is a zombie until the wait below.
+        assert_eq!(
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+            0
+        );
+    }
     let o = child.wait_with_output().expect("wait");
     (o, sent.elapsed())
 }
@@ -3322,6 +3332,45 @@ fn llm_bench_ctrl_c_stops_between_runs() {
         "{}",
         stdout(&o)
     );
+}
+
+/// A second Ctrl-C ends the process at once (exit 130), without waiting for the run in
+/// flight as the first does; nothing is reported, and no JSON is written.
+#[test]
+fn second_ctrl_c_does_not_wait_for_the_run_in_flight() {
+    let b = smollm2_bundle();
+    let json_path = scratch().join("llm_second_ctrl_c.json");
+    // One pp4096 run on one thread takes far longer than the test waits (its warm-up run
+    // first): the first SIGINT comes inside the warm-up, the second 0.3 s later.
+    let (o, after) = interrupted_at(
+        &[
+            "bench",
+            &b,
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--runs",
+            "1",
+            "--n-prompt",
+            "4096",
+            "--n-gen",
+            "0",
+            "--json",
+            json_path.to_str().unwrap(),
+        ],
+        &[
+            std::time::Duration::from_secs(3),
+            std::time::Duration::from_millis(300),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(
+        after < std::time::Duration::from_secs(2),
+        "exited {after:?} after the second Ctrl-C"
+    );
+    assert!(stderr(&o).contains("second Ctrl-C"), "{}", stderr(&o));
+    assert!(!json_path.exists(), "a JSON report was written");
 }
 
 #[test]

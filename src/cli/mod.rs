@@ -52,6 +52,26 @@ pub const EXIT_USAGE: u8 = 2;
 /// A usage error found after parsing (a value out of range): exit status [`EXIT_USAGE`].
 pub use tether_family::family::UsageError;
 
+/// Exit status after Ctrl-C (128 + SIGINT), as shells report a process ended by it.
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Record a Ctrl-C in `flag`; a second one (the flag already set) ends the process at once
+/// with [`EXIT_INTERRUPTED`] and one line on stderr, without waiting for the run in flight
+/// (a long warm-up, a load) and without a report, as llama.cpp's CLI does on its second
+/// Ctrl-C. Called from the `ctrlc` handler's thread; `_exit` runs no exit handlers, so a
+/// GPU context in use on the main thread is not torn down under it.
+pub(crate) fn ctrl_c(flag: &std::sync::atomic::AtomicBool) {
+    if flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        let line = b"\nsecond Ctrl-C: stopped at once, without a report\n";
+        // SAFETY: write(2) of a static buffer to stderr and _exit(2) are async-signal-safe
+        // and need no state of this process; the buffer outlives the call.
+        unsafe {
+            libc::write(2, line.as_ptr().cast(), line.len());
+            libc::_exit(i32::from(EXIT_INTERRUPTED));
+        }
+    }
+}
+
 /// Bail out with a [`UsageError`].
 #[macro_export]
 macro_rules! usage {

@@ -402,7 +402,7 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         let flag = Arc::clone(&interrupted);
         // One handler per process; when one is already set (tests), Ctrl-C keeps it.
         let _ = ctrlc::set_handler(move || {
-            flag.store(true, Ordering::SeqCst);
+            crate::cli::ctrl_c(&flag);
             cancel();
         });
     }
@@ -556,7 +556,7 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         )?;
     }
     Ok(if interrupted.load(Ordering::SeqCst) {
-        ExitCode::from(130)
+        ExitCode::from(crate::cli::EXIT_INTERRUPTED)
     } else if failures == 0 {
         ExitCode::SUCCESS
     } else if usage_failure {

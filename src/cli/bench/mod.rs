@@ -237,7 +237,7 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
     };
     write_report(a, &summary, plot.as_ref(), schedule.show)?;
     Ok(if interrupted {
-        ExitCode::from(130)
+        ExitCode::from(crate::cli::EXIT_INTERRUPTED)
     } else {
         ExitCode::SUCCESS
     })
@@ -277,7 +277,7 @@ fn stop_on_ctrl_c() -> (Arc<AtomicBool>, Cancellers) {
     let cancel = Arc::clone(&cancellers);
     // A second handler cannot be installed in one process; ignore that case (tests).
     let _ = ctrlc::set_handler(move || {
-        flag.store(true, Ordering::SeqCst);
+        crate::cli::ctrl_c(&flag);
         if let Ok(c) = cancel.lock() {
             c.iter().for_each(|f| f());
         }

@@ -123,7 +123,7 @@ pub(super) fn bench(
         print(a, &machine, &report, repetitions, interrupted)?;
     }
     Ok(if interrupted {
-        ExitCode::from(130)
+        ExitCode::from(crate::cli::EXIT_INTERRUPTED)
     } else {
         ExitCode::SUCCESS
     })
