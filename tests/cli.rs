@@ -3484,11 +3484,39 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
         "{}",
         stderr(&o_dir)
     );
+    // So is a regular file in a folder that takes no new files (the temporary file of the
+    // atomic write cannot be made there), with a hint that fits.
+    let o_proc = tether(&[&quick[..], &["--json", "/proc/version"]].concat());
+    assert_eq!(o_proc.status.code(), Some(1), "{}", stderr(&o_proc));
+    assert!(
+        stderr(&o_proc).contains("creating a temporary file next to it")
+            && stderr(&o_proc).contains("the folder takes no new files")
+            && stdout(&o_proc).is_empty(),
+        "{}",
+        stderr(&o_proc)
+    );
     let itl = line_of(&o, "inter-token");
     assert!(
         itl.as_deref()
             .is_some_and(|l| l.split_whitespace().skip(1).collect::<Vec<_>>()
                 == ["0", "n/a", "n/a", "n/a", "n/a", "n/a"]),
+        "{}",
+        stdout(&o)
+    );
+    // One token a run is "1 token", four are "4 tokens".
+    let words = |l: Option<String>| -> Vec<String> {
+        l.map(|l| l.split_whitespace().take(3).map(str::to_owned).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        words(line_of(&o, "tg1")),
+        ["tg1", "1", "token"],
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        words(line_of(&o, "pp8")),
+        ["pp8", "8", "tokens"],
         "{}",
         stdout(&o)
     );

@@ -376,6 +376,33 @@ pub fn check_destination(path: impl AsRef<Path>) -> Result<(), FileError> {
     destination(path.as_ref()).map(|_| ())
 }
 
+/// [`check_destination`], then creates and removes one empty temporary file where
+/// [`AtomicFile::create`] would (same name form, same folder): a folder that accepts no new
+/// file (read-only, not permitted, a virtual file system such as `/proc`) is found before
+/// the work instead of after it. The destination itself is not touched.
+///
+/// # Errors
+/// As [`AtomicFile::create`]; [`FileError::Io`] with `op` "creating a temporary file next
+/// to" when the folder takes no new file.
+pub fn check_writable(path: impl AsRef<Path>) -> Result<(), FileError> {
+    static PROBES: AtomicU64 = AtomicU64::new(0);
+    let path = path.as_ref();
+    let dest = destination(path)?;
+    let dir = parent_dir(&dest.target);
+    let file_name = dest.target.file_name().unwrap_or(OsStr::new("file"));
+    // A name of the temporary form whose counter cannot meet AtomicFile's (its counter
+    // counts up from 0; this one down from u64::MAX).
+    let n = u64::MAX - PROBES.fetch_add(1, Ordering::Relaxed);
+    let probe = dir.join(temp_name(file_name, std::process::id(), n));
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&probe)
+        .map_err(io_err(path, "creating a temporary file next to"))?;
+    fs::remove_file(&probe).map_err(io_err(path, "removing a temporary file next to"))
+}
+
 /// Longest part of the destination's name kept in a temporary file's name
 /// (bytes), so that `.NAME.tmp-PID-N` stays within the usual 255-byte limit.
 const TEMP_NAME_KEEP: usize = 200;

@@ -114,6 +114,33 @@ fn special_files_are_refused_as_destinations_and_left_alone() {
     );
 }
 
+/// `check_writable` makes and removes its probe (nothing left, the destination untouched),
+/// and refuses a folder that takes no new file (`/proc`) with the operation named.
+#[test]
+fn check_writable_probes_the_folder_and_leaves_nothing() {
+    let dir = TempDir::new("dest-probe");
+    let new = dir.path().join("out.json");
+    files::check_writable(&new).unwrap();
+    assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+    let old = dir.path().join("old.json");
+    std::fs::write(&old, b"kept").unwrap();
+    files::check_writable(&old).unwrap();
+    assert_eq!(std::fs::read(&old).unwrap(), b"kept");
+    assert_eq!(names(dir.path()).len(), 1, "{:?}", names(dir.path()));
+    // /proc/version is a regular file, and check_destination accepts it; no file can be
+    // created beside it (ENOENT from procfs, even as root).
+    files::check_destination("/proc/version").unwrap();
+    let e = files::check_writable("/proc/version").unwrap_err();
+    assert!(
+        matches!(&e, FileError::Io { op, .. } if op.contains("temporary file")),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("/proc/version"), "{e}");
+    // What check_destination refuses, check_writable refuses the same way.
+    let e = files::check_writable("/dev/null").unwrap_err();
+    assert!(matches!(e, FileError::NotRegular { .. }), "{e:?}");
+}
+
 #[test]
 fn missing_directory_names_the_given_path() {
     let dir = TempDir::new("dest-missing");

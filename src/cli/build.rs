@@ -146,8 +146,9 @@ pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
             trt_options.join(", ")
         );
     }
-    // Refuse an output that cannot be written (a device, a FIFO, a missing folder) before any work.
-    tether_bundle::files::check_destination(&a.output)?;
+    // Refuse an output that cannot be written (a device, a FIFO, a missing folder, a folder
+    // that takes no new file) before any work.
+    tether_bundle::files::check_writable(&a.output)?;
     let common = BuildCommon {
         name: a.name.clone(),
         model_version: a.model_version.clone(),

@@ -314,6 +314,15 @@ impl OutputError {
                 "the folder is not writable: choose another output path"
             }
             K::StorageFull | K::QuotaExceeded => "the disk is full: free space or write elsewhere",
+            // The folder exists but a file cannot be made in it (`/proc`).
+            K::NotFound
+                if self
+                    .path
+                    .parent()
+                    .is_some_and(|d| d.as_os_str().is_empty() || d.is_dir()) =>
+            {
+                "the folder takes no new files: write elsewhere"
+            }
             K::NotFound => "create the folder first, or write elsewhere",
             K::InvalidInput => "give the path of a regular file in a folder that exists",
             _ => "check the output path",

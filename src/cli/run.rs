@@ -238,15 +238,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     tether_bundle::files::write_atomic(path, bytes).map_err(|e| output_error(path, e))
 }
 
-/// Check, before any work, that [`write_atomic`] would accept `path` (its folder exists, it
-/// is not a folder, device or FIFO, ...): the same error it would give.
+/// Check, before any work, that [`write_atomic`] would accept `path` (its folder exists and
+/// takes a new file, it is not a folder, device or FIFO, ...): the same error it would give.
 pub fn check_destination(path: &Path) -> Result<()> {
-    tether_bundle::files::check_destination(path).map_err(|e| output_error(path, e))
+    tether_bundle::files::check_writable(path).map_err(|e| output_error(path, e))
 }
 
 fn output_error(path: &Path, e: tether_bundle::files::FileError) -> anyhow::Error {
     let source = match e {
-        tether_bundle::files::FileError::Io { source, .. } => source,
+        // The OS error's kind (for the hint) with what was being done when it came.
+        tether_bundle::files::FileError::Io { source, op, .. } => {
+            std::io::Error::new(source.kind(), format!("{op} it: {source}"))
+        }
         other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
     };
     OutputError {

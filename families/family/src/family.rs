@@ -293,7 +293,8 @@ pub struct ThroughputTest {
     pub name: String,
     /// Units of work per repetition (tokens).
     pub per_run: u64,
-    /// The unit (`tokens`); rates are in units per second.
+    /// The unit, a plural noun ending in `s` (`tokens`); rates are in units per second. The
+    /// text report drops the `s` where `per_run` is 1.
     pub unit: &'static str,
     /// Each timed repetition's rate, units per second.
     pub runs: Vec<f64>,

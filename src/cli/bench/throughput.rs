@@ -189,7 +189,10 @@ fn print(
         outln!(
             "  {:<14} {:>12} {:>24} {:>8}",
             escape(&t.name),
-            format!("{} {}", t.per_run, t.unit),
+            match t.per_run {
+                1 => format!("1 {}", t.unit.strip_suffix('s').unwrap_or(t.unit)),
+                n => format!("{n} {}", t.unit),
+            },
             format!("{:.2} ± {sd}", t.mean),
             cv
         )?;
