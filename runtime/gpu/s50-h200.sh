@@ -22,13 +22,14 @@
 #             TETHER_LLM_GRID=1 alternating (2 rounds), the grid without staged cache rows
 #             (TETHER_LLM_GRID_STAGE=0) once; inter-token latency over 5,120 intervals at
 #             128 for the three and at 384 for the grid; llama-bench beside
-#   stage     `attention_cluster` staging its earlier cache rows in shared memory before its
-#             dependency wait (default) against TETHER_LLM_ATT_STAGE=0 (the same binaries):
+#   stage-syn `attention_cluster` staging its earlier cache rows in shared memory before its
+#             dependency wait (default) against TETHER_LLM_ATT_STAGE=0 (the same binary):
 #             gpu_fuse but its speed test (the fused step and the tails bit-equal to the
-#             unfused step, spans up to 8,192), its speed test at AT2 with and without; with
-#             the GGUF gpu_decode (but the allocation test), gpu_ahead, gpu_fuse's real-model
-#             case; `tether bench` with and without alternating (2 rounds), llama-bench
-#             beside, inter-token latency at 2,048 (5,120 intervals)
+#             unfused step, spans up to 8,192), its speed test at AT2 with and without
+#   stage     the same on the real model (the GGUF): gpu_decode (but the allocation test),
+#             gpu_ahead, gpu_fuse's real-model case; `tether bench` with and without
+#             alternating (2 rounds), llama-bench beside, inter-token latency at 2,048
+#             (5,120 intervals)
 #   final     on an H200 only: session 49's `final` (runtime/gpu/s49-h200.sh)
 #   pack      the logs into logs.tar.xz
 set -u
@@ -58,7 +59,7 @@ grid)
   for f in bench-default bench-grid bench-grid-nostage itl-default itl-grid itl-grid-nostage; do echo "== $f"; grep -E "tg128|inter-token @|launches per|rc=" $OUT/$f.log | grep -v "no step" | cut -c1-200; done
   grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
   cd $R ;;
-stage)
+stage-syn)
   cd $B
   step fuse 150 ./gpu_fuse-new --skip speeds --test-threads 1 --nocapture
   grep -hE "^test |differ|rc=|panicked|test result" $OUT/fuse.log | cut -c1-200
@@ -66,7 +67,10 @@ stage)
     step speed-stage$v 150 env TETHER_LLM_ATT_STAGE=$v TETHER_FUSE_AT=$AT2 TETHER_FUSE_VARIANTS=1,4,5 ./gpu_fuse-new fused_and_unfused_step_speeds --test-threads 1 --nocapture
     grep -hE "tg128@|rc=" $OUT/speed-stage$v.log | sed -E 's/SmolLM2 shape, 30 layers Q4_1, //' | cut -c1-200
   done
+  cd $R ;;
+stage)
   gguf
+  cd $B
   step decode 200 env TETHER_ASSETS=$W/assets ./gpu_decode-new --skip allocation_free --test-threads 1 --nocapture
   step ahead 100 ./gpu_ahead-new --test-threads 1 --nocapture
   step fuse-real 200 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse-new real_model --test-threads 1 --nocapture
@@ -90,6 +94,6 @@ final)
   fi ;;
 pack)
   (cd $OUT && tar cJf logs.tar.xz *.log && rm -f *.log) ;;
-*) echo "usage: $0 unpack | stage | grid | final | pack ..." >&2; exit 2 ;;
+*) echo "usage: $0 unpack | stage-syn | stage | grid | final | pack ..." >&2; exit 2 ;;
 esac
 done
