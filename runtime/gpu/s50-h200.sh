@@ -22,11 +22,20 @@
 #             TETHER_LLM_GRID=1 alternating (2 rounds), the grid without staged cache rows
 #             (TETHER_LLM_GRID_STAGE=0) once; inter-token latency over 5,120 intervals at
 #             128 for the three and at 384 for the grid; llama-bench beside
+#   stage-syn `attention_cluster` staging its earlier cache rows in shared memory before its
+#             dependency wait (default) against TETHER_LLM_ATT_STAGE=0 (the same binary):
+#             gpu_fuse but its speed test (the fused step and the tails bit-equal to the
+#             unfused step, spans up to 8,192), its speed test at AT2 with and without
+#   stage     the same on the real model (the GGUF): gpu_decode (but the allocation test),
+#             gpu_ahead, gpu_fuse's real-model case; `tether bench` with and without
+#             alternating (2 rounds), llama-bench beside, inter-token latency at 2,048
+#             (5,120 intervals)
 #   final     on an H200 only: session 49's `final` (runtime/gpu/s49-h200.sh)
 #   pack      the logs into logs.tar.xz
 set -u
 source "$(dirname "$0")/lib.sh"
 AT=128,256,384,512,640,1024,2048
+AT2=128,768,2048
 for s in "$@"; do
 case "$s" in
 unpack) unpack ;;
@@ -50,6 +59,33 @@ grid)
   for f in bench-default bench-grid bench-grid-nostage itl-default itl-grid itl-grid-nostage; do echo "== $f"; grep -E "tg128|inter-token @|launches per|rc=" $OUT/$f.log | grep -v "no step" | cut -c1-200; done
   grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
   cd $R ;;
+stage-syn)
+  cd $B
+  step fuse 150 ./gpu_fuse-new --skip speeds --test-threads 1 --nocapture
+  grep -hE "^test |differ|rc=|panicked|test result" $OUT/fuse.log | cut -c1-200
+  for v in 1 0; do
+    step speed-stage$v 150 env TETHER_LLM_ATT_STAGE=$v TETHER_FUSE_AT=$AT2 TETHER_FUSE_VARIANTS=1,4,5 ./gpu_fuse-new fused_and_unfused_step_speeds --test-threads 1 --nocapture
+    grep -hE "tg128@|rc=" $OUT/speed-stage$v.log | sed -E 's/SmolLM2 shape, 30 layers Q4_1, //' | cut -c1-200
+  done
+  cd $R ;;
+stage)
+  gguf
+  cd $B
+  step decode 200 env TETHER_ASSETS=$W/assets ./gpu_decode-new --skip allocation_free --test-threads 1 --nocapture
+  step ahead 100 ./gpu_ahead-new --test-threads 1 --nocapture
+  step fuse-real 200 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse-new real_model --test-threads 1 --nocapture
+  grep -hE "^test |chat |top-1|rc=|panicked|test result" $OUT/decode.log $OUT/ahead.log $OUT/fuse-real.log | cut -c1-200
+  [ -f $W/smollm2.bundle ] || step build 60 ./tether-new build --family llm --gguf $G -o $W/smollm2.bundle
+  for i in 1 2; do
+    step bench-nostage 100 env TETHER_LLM_ATT_STAGE=0 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+    step bench-stage 100 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+  done
+  step bench-stage-tails 100 env TETHER_LLM_LAYER_KERNEL=0 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+  llamacpp $AT
+  step itl-stage 60 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt 2048 --n-gen 128 --runs 40
+  for f in bench-nostage bench-stage bench-stage-tails itl-stage; do echo "== $f"; grep -E "tg128|inter-token @|launches per|rc=" $OUT/$f.log | grep -v "no step" | cut -c1-200; done
+  grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
+  cd $R ;;
 final)
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     LIMIT=$(left) bash $R/runtime/gpu/s49-h200.sh final
@@ -58,6 +94,6 @@ final)
   fi ;;
 pack)
   (cd $OUT && tar cJf logs.tar.xz *.log && rm -f *.log) ;;
-*) echo "usage: $0 unpack | grid | final | pack ..." >&2; exit 2 ;;
+*) echo "usage: $0 unpack | stage-syn | stage | grid | final | pack ..." >&2; exit 2 ;;
 esac
 done

@@ -1177,12 +1177,18 @@ __device__ __forceinline__ void score_gemv_rows(const float* q, const uint16_t* 
 // H100, session 43). `attend` keeps `score_dot` row by row: in the `layer` kernel the batched
 // loads (these and sixteen-row turns of the weighted sums) cost 1.6-5.4 % at positions
 // 128-1,536 (docs/evidence/llm-gpu.md, session 43).
+//
+// Rows i < nk are read from `ks` instead (row i at ks + i * hd, a copy of the same values in
+// shared memory: `attention_cluster`'s staged rows); nk = 0: every row from the cache.
 __device__ __forceinline__ float score_rows(const float* q, const uint16_t* kb, size_t base,
                                             int kv_dim, int hd, bool gdot, int j0, int n,
-                                            int stride, float scale, float* e) {
+                                            int stride, float scale, float* e,
+                                            const uint16_t* ks = nullptr, int nk = 0) {
     float mx = NEG_INF;
     int j = j0;
-    const auto row = [&](int i) { return kb + (base + (size_t)i) * kv_dim; };
+    const auto row = [&](int i) {
+        return i < nk ? ks + (size_t)i * hd : kb + (base + (size_t)i) * kv_dim;
+    };
     if (!gdot && hd == 64) {
         for (; j + stride < n; j += 2 * stride) {
             const uint16_t* k[2] = {row(j), row(j + stride)};
@@ -1426,6 +1432,12 @@ struct AttnParams {
     int kv_dim;
     float scale;             // 1 / sqrt(head_dim), as forward.rs computes it
     int interleaved;         // llama.cpp's interleaved lane order (forward.rs to_lane_order)
+    // `attention_cluster` only (0 elsewhere): cache rows of the earlier positions a block
+    // copies into its dynamic shared memory before its dependency wait, at most `stage_k`
+    // key rows of its chunk and `stage_v` value rows of its dims (the launch's dynamic
+    // shared memory holds stage_k * head_dim + stage_v * head_dim / ATTN_CLUSTER f16).
+    int stage_k;
+    int stage_v;
 };
 
 // The decode step: one token (the Gemv order) at the state's position. Grid (n_head).
@@ -1887,15 +1899,43 @@ __device__ __forceinline__ void st_all(const double* p, double v) {
 extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(AttnParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     __shared__ AttnClusterShared sm;
-    dependency_wait();
-    dependents_launch();
+    extern __shared__ __align__(16) unsigned char att_stage[];
     const int tid = threadIdx.x, hd = p.head_dim, kv_dim = p.kv_dim;
     const int h = blockIdx.x / ATTN_CLUSTER;
     const uint32_t rank = cluster_rank();
     const int kvh = h / (p.n_head / p.n_kv);
     const uint16_t* kb = p.kcache + kvh * hd;
     const uint16_t* vb = p.vcache + kvh * hd;
+    // The position: only the step's last kernel (the sampler) changes it, so it is read
+    // before the wait, as `layer` does.
     const int len = (int)p.state->pos + 1;
+    const int chunk = ((len + ATTN_CLUSTER - 1) / ATTN_CLUSTER + 7) / 8 * 8;
+    const int lo = (int)rank * chunk, n = max(0, min(len, lo + chunk) - lo);
+    const int dpb = hd / ATTN_CLUSTER, d0 = (int)rank * dpb;
+    // The cache rows of the earlier positions (rows 0 .. len - 1; earlier steps wrote them,
+    // nothing in this step does) into shared memory while the previous kernel runs: this
+    // block's key rows [lo, lo + nk) and its dims' value rows [0, nv), 16 bytes a copy. The
+    // row of this position (the previous kernel writes it) is read from the cache after the
+    // wait. The same values either way: the copies change where they are read, not what.
+    uint16_t* ks = (uint16_t*)att_stage;
+    uint16_t* vs = ks + (size_t)p.stage_k * hd;
+    const int nk = len <= ATT_TILE ? max(0, min(min(n, len - 1 - lo), p.stage_k)) : 0;
+    const int nv = len <= ATT_TILE && dpb % 8 == 0 ? min(len - 1, p.stage_v) : 0;
+    for (int t = tid; t < nk * (hd / 8); t += ATT_THREADS) {
+        const int j = t / (hd / 8), c = (t % (hd / 8)) * 8;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                         (uint32_t)__cvta_generic_to_shared(ks + (size_t)j * hd + c)),
+                     "l"(kb + (size_t)(lo + j) * kv_dim + c) : "memory");
+    }
+    for (int t = tid; t < nv * (dpb / 8); t += ATT_THREADS) {
+        const int j = t / (dpb / 8), c = (t % (dpb / 8)) * 8;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                         (uint32_t)__cvta_generic_to_shared(vs + (size_t)j * dpb + c)),
+                     "l"(vb + (size_t)j * kv_dim + d0 + c) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    dependency_wait();
+    dependents_launch();
     // The host launches this kernel only for a context of at most ATT_TILE positions; a
     // longer span (the same for every block, before any cluster barrier) gives NaN, not a
     // write past the shared arrays.
@@ -1907,13 +1947,13 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(Attn
     }
     // Every block of the cluster has started before any writes into another's memory.
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-    const int chunk = ((len + ATTN_CLUSTER - 1) / ATTN_CLUSTER + 7) / 8 * 8;
-    const int lo = (int)rank * chunk, n = max(0, min(len, lo + chunk) - lo);
     for (int i = tid; i < hd; i += ATT_THREADS)
         sm.q[lane_slot(i, hd / 2, p.interleaved)] = round_f16(p.q[h * hd + i]);
+    asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     // 1. Scores and their maximum.
-    float mx = score_rows(sm.q, kb, (size_t)lo, kv_dim, hd, false, tid, n, ATT_THREADS, p.scale, sm.e);
+    float mx = score_rows(sm.q, kb, (size_t)lo, kv_dim, hd, false, tid, n, ATT_THREADS, p.scale, sm.e,
+                          ks, nk);
     mx = warp_max(mx);
     if ((tid & 31) == 0) sm.red[tid >> 5] = mx;
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
@@ -1968,21 +2008,25 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_cluster(Attn
     const float inv = sm.inv;
     for (int j = tid; j < n; j += ATT_THREADS) st_all(&sm.p[lo + j], round_f16(__fmul_rn(sm.e[j], inv)));
     cluster_sync();
-    // 4. The weighted sums of this block's dims, then the 32 slots' sum per dim.
-    const int dpb = hd / ATTN_CLUSTER, d0 = (int)rank * dpb;
+    // 4. The weighted sums of this block's dims, then the 32 slots' sum per dim (rows below
+    // nv from the staged copy).
     for (int u = tid; u < 32 * dpb; u += ATT_THREADS) {
         const int sl = u / dpb, dl = u % dpb;
         const uint16_t* col = vb + d0 + dl;
+        const uint16_t* scol = vs + dl;
+        const auto value = [&](int i) {
+            return h2f(i < nv ? scol[(size_t)i * dpb] : col[(size_t)i * kv_dim]);
+        };
         float acc = 0.0f;
         int j = sl;
         for (; j + 15 * 32 < len; j += 16 * 32) {
             float v[16];
 #pragma unroll
-            for (int r = 0; r < 16; ++r) v[r] = h2f(col[(size_t)(j + 32 * r) * kv_dim]);
+            for (int r = 0; r < 16; ++r) v[r] = value(j + 32 * r);
 #pragma unroll
             for (int r = 0; r < 16; ++r) acc = __fmaf_rn(v[r], sm.p[j + 32 * r], acc);
         }
-        for (; j < len; j += 32) acc = __fmaf_rn(h2f(col[(size_t)j * kv_dim]), sm.p[j], acc);
+        for (; j < len; j += 32) acc = __fmaf_rn(value(j), sm.p[j], acc);
         sm.acc[sl * dpb + dl] = acc;
     }
     __syncthreads();

@@ -346,9 +346,15 @@ impl Launch {
                 Params::QkvRope(p) if dependent => {
                     s.launch_params_dependent(self.f, g, b, prologue_bytes(&p.input), p)
                 }
-                Params::AttnFused(p) if self.cluster > 1 => {
-                    s.launch_params_ex(self.f, g, b, 0, p, dependent, self.cluster)
-                }
+                Params::AttnFused(p) if self.cluster > 1 => s.launch_params_ex(
+                    self.f,
+                    g,
+                    b,
+                    kernels::attn_stage_bytes(p),
+                    p,
+                    dependent,
+                    self.cluster,
+                ),
                 Params::AttnFused(p) if dependent => s.launch_params_dependent(self.f, g, b, 0, p),
                 Params::PrepMatVec(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
                 Params::QkvRope(p) => s.launch_params(self.f, g, b, prologue_bytes(&p.input), p),
@@ -558,6 +564,7 @@ impl GpuDecoder {
         let mut memory = MemoryPlan::new(hp, options.context, weights.bytes());
         memory.shared_weights = shared_weights;
         let work = Work::place(&ctx, model, options.context)?;
+        let attn_cluster = sm90_sass && options.context <= kernels::ATT_TILE;
         let max_blocks = (ctx.properties().multiprocessors * kernels::FUSE_MIN_BLOCKS)
             .clamp(1, kernels::FUSE_MAX_BLOCKS);
         let binding = Binding {
@@ -570,7 +577,17 @@ impl GpuDecoder {
             max_blocks,
             sms: ctx.properties().multiprocessors,
             l2_bytes: ctx.properties().l2_bytes as usize,
-            attn_cluster: sm90_sass && options.context <= kernels::ATT_TILE,
+            attn_cluster,
+            attn_stage: if attn_cluster {
+                attn_stage(
+                    model,
+                    &kernels,
+                    options.context,
+                    ctx.properties().shared_per_block_optin,
+                )?
+            } else {
+                (0, 0)
+            },
             layer_shared,
             kv_prefetch: kv_prefetch_of(std::env::var("TETHER_LLM_KV_PREFETCH").ok().as_deref()),
             context: options.context,
@@ -1471,6 +1488,8 @@ struct Binding<'m, 'a> {
     /// The fused step's attention as `attention_cluster` (SM 9.0 and later, a context of at
     /// most [`kernels::ATT_TILE`] positions).
     attn_cluster: bool,
+    /// `attention_cluster`'s staged cache rows (key rows, value rows; [`attn_stage`]).
+    attn_stage: (usize, usize),
     /// Dynamic shared memory of every `layer` launch ([`merge_layers`]; 0: none).
     layer_shared: u32,
     /// `layer` asks L2 for the cache rows it attends over before its dependency wait
@@ -1651,7 +1670,11 @@ impl Binding<'_, '_> {
                 f: self.kernels.attention_cluster,
                 grid: (hp.n_head as u32 * kernels::ATTN_CLUSTER, 1),
                 block: kernels::ATTN_WARPS * 32,
-                params: Params::AttnFused(self.attn(layer)),
+                params: Params::AttnFused(AttnParams {
+                    stage_k: i32_of(self.attn_stage.0),
+                    stage_v: i32_of(self.attn_stage.1),
+                    ..self.attn(layer)
+                }),
                 cluster: kernels::ATTN_CLUSTER,
             },
             Step::AttentionFused { layer } => Launch {
@@ -1826,6 +1849,8 @@ impl Binding<'_, '_> {
             kv_dim: i32_of(hp.kv_dim()),
             scale: 1.0 / (hp.head_dim as f32).sqrt(),
             interleaved: i32::from(self.rope_interleaved),
+            stage_k: 0,
+            stage_v: 0,
         }
     }
 }
@@ -2064,6 +2089,61 @@ fn merge_layers(
         hp.n_layer
     );
     Ok((merged, tails, bytes))
+}
+
+/// The cache rows `attention_cluster` stages in shared memory before its dependency wait
+/// (key rows, value rows; [`kernels::attn_stage_rows`]): as many as
+/// [`kernels::ATT_STAGE_BYTES`] holds, halved until every head's cluster is resident at once
+/// (the launch stays one wave; none below 16 KiB). (0, 0) with `TETHER_LLM_ATT_STAGE=0` (for
+/// comparisons) or where the driver refuses the limit (said in the log). The same values
+/// either way: the staged rows are copies the kernel reads instead of the cache.
+///
+/// # Errors
+/// The driver's error reading the kernel's static shared memory.
+fn attn_stage(
+    model: &Model<'_>,
+    kernels: &DecodeKernels,
+    context: usize,
+    optin: u32,
+) -> Result<(usize, usize), GpuError> {
+    if !switch_of(
+        "TETHER_LLM_ATT_STAGE",
+        std::env::var("TETHER_LLM_ATT_STAGE").ok().as_deref(),
+    )
+    .unwrap_or(true)
+    {
+        return Ok((0, 0));
+    }
+    let hp = model.hparams();
+    let f = kernels.attention_cluster;
+    let room = (optin as usize).saturating_sub(f.static_shared_bytes()? as usize);
+    let mut budget = kernels::ATT_STAGE_BYTES.min(room);
+    while budget >= 16 * 1024 {
+        let (k, v) = kernels::attn_stage_rows(hp.head_dim, context, budget);
+        let bytes = kernels::attn_stage_bytes(&AttnParams {
+            head_dim: i32_of(hp.head_dim),
+            stage_k: i32_of(k),
+            stage_v: i32_of(v),
+            ..AttnParams::default()
+        });
+        let resident = f.set_launch_limits(bytes, false).and_then(|()| {
+            f.max_active_clusters(kernels::ATTN_CLUSTER, kernels::ATTN_WARPS * 32, bytes)
+        });
+        match resident {
+            Ok(n) if n as usize >= hp.n_head => {
+                log::debug!(
+                    "attention_cluster: {k} key and {v} value rows staged a block ({bytes} bytes of shared memory, {n} clusters resident)"
+                );
+                return Ok((k, v));
+            }
+            Ok(_) => budget /= 2,
+            Err(e) => {
+                log::info!("attention_cluster: {e}; no cache rows staged");
+                return Ok((0, 0));
+            }
+        }
+    }
+    Ok((0, 0))
 }
 
 fn state_bytes(s: &DecodeState) -> [u8; 16] {

@@ -251,6 +251,43 @@ pub struct AttnParams {
     pub scale: f32,
     /// 1: llama.cpp's interleaved lane order of a head (the key cache is stored in it).
     pub interleaved: i32,
+    /// `attention_cluster` only (0 elsewhere): key rows of its chunk a block copies into its
+    /// dynamic shared memory before its dependency wait ([`attn_stage_rows`]).
+    pub stage_k: i32,
+    /// `attention_cluster` only: value rows (of the block's `head_dim / ATTN_CLUSTER` dims)
+    /// it copies likewise; 0 where those dims are not a multiple of 8 f16 (16-byte copies).
+    pub stage_v: i32,
+}
+
+/// The most dynamic shared memory `attention_cluster` asks for to stage the cache rows of
+/// the earlier positions (bytes): half for key rows, half for value rows. With head_dim 64
+/// it holds every earlier row up to position 4,096 (512 key rows of a block's chunk, 4,096
+/// value rows of its 8 dims); longer spans read the rows past that from the cache.
+pub const ATT_STAGE_BYTES: usize = 128 * 1024;
+
+/// The staged rows of `attention_cluster` for `budget` bytes: (key rows, value rows), each
+/// no more than a context of `context` positions needs (a block's chunk: `context /
+/// ATTN_CLUSTER` rounded up to a multiple of 8; every earlier position). Mirrors the
+/// kernel's layout (`AttnParams::stage_k`): key rows of `head_dim` f16, value rows of
+/// `head_dim / ATTN_CLUSTER` f16, staged only where that is a multiple of 8.
+pub fn attn_stage_rows(head_dim: usize, context: usize, budget: usize) -> (usize, usize) {
+    let dpb = head_dim / ATTN_CLUSTER as usize;
+    let span = context.min(ATT_TILE);
+    let chunk = span.div_ceil(ATTN_CLUSTER as usize).div_ceil(8) * 8;
+    let k = (budget / 2 / (head_dim * 2).max(1)).min(chunk);
+    let v = if dpb > 0 && dpb.is_multiple_of(8) {
+        (budget / 2 / (dpb * 2)).min(span)
+    } else {
+        0
+    };
+    (k, v)
+}
+
+/// Dynamic shared memory of an `attention_cluster` launch staging `p.stage_k` key and
+/// `p.stage_v` value rows (bytes).
+pub fn attn_stage_bytes(p: &AttnParams) -> u32 {
+    let hd = p.head_dim.max(0) as u32;
+    p.stage_k.max(0) as u32 * hd * 2 + p.stage_v.max(0) as u32 * (hd / ATTN_CLUSTER) * 2
 }
 
 /// `struct PrologueParams`: the input preparation of `prep_matvec` and `qkv_rope`.
@@ -559,7 +596,7 @@ const _: () = assert!(std::mem::size_of::<ProjParams>() == 40);
 const _: () = assert!(std::mem::size_of::<MatVecParams>() == 24 + 120 + 16);
 const _: () = assert!(std::mem::size_of::<HeadNormParams>() == 32);
 const _: () = assert!(std::mem::size_of::<RopeParams>() == 48 + 16);
-const _: () = assert!(std::mem::size_of::<AttnParams>() == 40 + 24);
+const _: () = assert!(std::mem::size_of::<AttnParams>() == 40 + 32);
 const _: () = assert!(std::mem::size_of::<SampleParams>() == 40);
 const _: () = assert!(std::mem::size_of::<PrologueParams>() == 24 + 24);
 const _: () = assert!(std::mem::size_of::<PrepMatVecParams>() == 48 + 120 + 16);
@@ -822,6 +859,41 @@ const _: () = assert!(std::mem::size_of::<ChunkAdvanceParams>() == 16);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `attention_cluster`'s staged rows: half the budget each for key rows (at most a
+    /// block's chunk of the context) and value rows (at most the context), no value rows
+    /// where a block's dims are not whole 16-byte copies; the bytes of the layout.
+    #[test]
+    fn attention_stage_rows_fit_the_budget_and_the_context() {
+        let b = ATT_STAGE_BYTES;
+        // head_dim 64: 128-byte key rows, 8 dims (16 bytes) a block.
+        assert_eq!(attn_stage_rows(64, 8192, b), (512, 4096));
+        assert_eq!(attn_stage_rows(64, 2048, b), (256, 2048));
+        // A chunk is rounded up to a multiple of 8 rows.
+        assert_eq!(attn_stage_rows(64, 100, b), (16, 100));
+        assert_eq!(attn_stage_rows(128, 8192, b), (256, 2048));
+        // 5 or 4 dims a block: keys only.
+        assert_eq!(attn_stage_rows(40, 8192, b).1, 0);
+        assert_eq!(attn_stage_rows(32, 8192, b).1, 0);
+        // Past ATT_TILE the cluster kernel is not used; the rows stop there.
+        assert_eq!(attn_stage_rows(64, 1 << 20, b), (512, 4096));
+        let p = |hd: usize, (k, v): (usize, usize)| AttnParams {
+            head_dim: hd as i32,
+            stage_k: k as i32,
+            stage_v: v as i32,
+            ..AttnParams::default()
+        };
+        assert_eq!(
+            attn_stage_bytes(&p(64, attn_stage_rows(64, 8192, b))),
+            b as u32
+        );
+        assert_eq!(
+            attn_stage_bytes(&p(128, attn_stage_rows(128, 8192, b))),
+            b as u32
+        );
+        assert!(attn_stage_bytes(&p(64, attn_stage_rows(64, 2048, b))) < b as u32);
+        assert_eq!(attn_stage_bytes(&AttnParams::default()), 0);
+    }
 
     /// SmolLM2-135M at Q4_1: rows of 18 blocks of 20 bytes (576 columns), down rows of 48.
     fn smollm2_q4_1() -> SliceShape {
