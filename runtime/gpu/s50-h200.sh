@@ -5,8 +5,8 @@
 # the real model, with llama.cpp's decode in the same call; on an H200 also session 49's
 # `final` (the default decoder's evidence: gpu_fuse, gpu_decode, gpu_ahead, benches,
 # llama.cpp, inter-token latency, sampled text).
-# Not run yet: session 50's three calls (call 3's commands are in the evidence) came before
-# it, and no machine was lent after them. Branch `s50-stage` adds the steps for its change.
+# Run in session 51 (an H100): `stage-syn` and `stage` (its calls in docs/evidence/llm-gpu.md,
+# session 51); `grid` and `final` not run (session 50's call 3 measured the grid directly).
 # Files (built on the development VM, stripped, xz), carried in .device folders over
 # consecutive calls while the host is warm (all unpacked by lib.sh's `unpack`):
 #   gpu_fuse-new.xz, gpu_decode-new.xz, gpu_ahead-new.xz   `cargo test --release -p tether-llm
