@@ -3334,6 +3334,31 @@ fn llm_bench_ctrl_c_stops_between_runs() {
     );
 }
 
+/// Ctrl-C during `run` over many inputs of a family whose runs are not cancellable
+/// (detect): the input in flight finishes, no other starts, and the JSON lists the inputs
+/// done and says it was interrupted (exit 130; before, the process died of the signal with
+/// nothing printed).
+#[test]
+fn run_ctrl_c_reports_the_inputs_done() {
+    let b = nudenet_bundle();
+    let img = asset("astronaut.png");
+    const N: usize = 5000;
+    let mut args = vec!["run", b.as_str(), "--json"];
+    args.extend(std::iter::repeat_n(img.as_str(), N));
+    // Past the load (well under a second here), long before the 5,000 frames end.
+    let (o, after) = interrupted(&args, std::time::Duration::from_secs(3));
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(
+        after < std::time::Duration::from_secs(5),
+        "exited {after:?} after Ctrl-C"
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(v["interrupted"], true, "{v}");
+    let done = v["results"].as_array().unwrap();
+    assert!((1..N).contains(&done.len()), "{} results", done.len());
+    assert!(done.iter().all(|r| r["result"].is_object()), "{v}");
+}
+
 /// A second Ctrl-C ends the process at once (exit 130), without waiting for the run in
 /// flight as the first does; nothing is reported, and no JSON is written.
 #[test]

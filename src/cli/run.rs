@@ -398,15 +398,19 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     if !a.json {
         eprintln!("CPU engine threads: {threads} ({threads_why})");
     }
-    // Ctrl-C ends a cancellable run early with what it produced (exit 130); without a
-    // canceller the default disposition stays (the process ends).
+    // Ctrl-C: no input after the one in flight starts, a cancellable run (a VAD's chunks, a
+    // text generator's tokens) ends early with what it produced, and what was done is
+    // reported (exit 130); a second Ctrl-C ends the process at once.
     let interrupted = Arc::new(AtomicBool::new(false));
-    if let Some(cancel) = runner.canceller() {
+    {
+        let cancel = runner.canceller();
         let flag = Arc::clone(&interrupted);
         // One handler per process; when one is already set (tests), Ctrl-C keeps it.
         let _ = ctrlc::set_handler(move || {
             crate::cli::ctrl_c(&flag);
-            cancel();
+            if let Some(cancel) = &cancel {
+                cancel();
+            }
         });
     }
     // Streamed output (a text generator's tokens) goes to stdout as it comes, one input at
@@ -554,6 +558,7 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
                 "engines": engines,
                 "cpu_threads": threads,
                 "cpu_threads_why": threads_why,
+                "interrupted": interrupted.load(Ordering::SeqCst),
                 "results": docs,
             })))?
         )?;
