@@ -3334,6 +3334,86 @@ fn llm_bench_ctrl_c_stops_between_runs() {
     );
 }
 
+/// An output named as one of the command's inputs is refused before any work (exit 2) and
+/// the input is left as it was: `build -o` over its model, `run --annotate` over its image
+/// (also through a link), `bench --json` over its INPUT, and `bench --json FILE` over a
+/// file that is not a JSON report (a prompt taken as the option's FILE). An earlier report
+/// is replaced.
+#[test]
+fn outputs_never_replace_inputs() {
+    let dir = scratch().join("output-over-input");
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    let refused = |args: &[&str], file: &Path, what: &str| {
+        let before = std::fs::read(file).unwrap();
+        let o = tether(args);
+        assert_eq!(o.status.code(), Some(2), "{what}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("which writing there would destroy"),
+            "{what}: {}",
+            stderr(&o)
+        );
+        assert_eq!(
+            std::fs::read(file).unwrap(),
+            before,
+            "{what}: the input changed"
+        );
+    };
+    let model = dir.join("vad.onnx");
+    std::fs::copy(asset("silero_vad_op18_ifless.onnx"), &model).unwrap();
+    refused(
+        &[
+            "build",
+            "--family",
+            "vad",
+            "--onnx",
+            &s(&model),
+            "-o",
+            &s(&model),
+        ],
+        &model,
+        "build",
+    );
+    let b = nudenet_bundle();
+    let img = dir.join("photo.png");
+    std::fs::copy(asset("astronaut.png"), &img).unwrap();
+    refused(
+        &["run", &b, &s(&img), "--annotate", &s(&img)],
+        &img,
+        "annotate",
+    );
+    let link = dir.join("link.png");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&img, &link).unwrap();
+    refused(
+        &["run", &b, &s(&img), "--annotate", &s(&link)],
+        &img,
+        "a link",
+    );
+    refused(
+        &["bench", &b, &s(&img), "--runs", "1", "--json", &s(&img)],
+        &img,
+        "bench --json",
+    );
+    let prompt = dir.join("prompt.txt");
+    std::fs::write(&prompt, "What is the capital of France?\n").unwrap();
+    let llm = smollm2_bundle();
+    let o = tether(&["bench", &llm, "--json", &s(&prompt)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not a JSON report"), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(&prompt).unwrap(),
+        "What is the capital of France?\n"
+    );
+    // An earlier report is replaced.
+    let report = dir.join("report.json");
+    std::fs::write(&report, "{\"old\": true}\n").unwrap();
+    let o = tether(&["bench", &b, &s(&img), "--runs", "1", "--json", &s(&report)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(v["command"], "bench", "{v}");
+}
+
 /// Ctrl-C during `run` over many inputs of a family whose runs are not cancellable
 /// (detect): the input in flight finishes, no other starts, and the JSON lists the inputs
 /// done and says it was interrupted (exit 130; before, the process died of the signal with

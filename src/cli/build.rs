@@ -149,6 +149,21 @@ pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
     // Refuse an output that cannot be written (a device, a FIFO, a missing folder, a folder
     // that takes no new file) before any work.
     tether_bundle::files::check_writable(&a.output)?;
+    // Nor one that is an input of the build (`--onnx m.onnx -o m.onnx`): any value of any
+    // option, the family's own included, that names the output's file.
+    for id in matches.ids().filter(|id| id.as_str() != "output") {
+        let Ok(Some(values)) = matches.try_get_raw(id.as_str()) else {
+            continue;
+        };
+        for v in values {
+            crate::cli::refuse_output_over_input(
+                "-o",
+                &a.output,
+                &format!("--{}", id.as_str().replace('_', "-")),
+                std::path::Path::new(v),
+            )?;
+        }
+    }
     let common = BuildCommon {
         name: a.name.clone(),
         model_version: a.model_version.clone(),

@@ -72,6 +72,34 @@ pub(crate) fn ctrl_c(flag: &std::sync::atomic::AtomicBool) {
     }
 }
 
+/// Whether `a` and `b` name one existing file (the same device and inode, so links and
+/// other spellings of a path count); false when either cannot be read.
+pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// A usage error when the output `out` (given as `out_arg`) is the same file as an input
+/// (given as `in_arg`): writing it would destroy that input.
+pub(crate) fn refuse_output_over_input(
+    out_arg: &str,
+    out: &std::path::Path,
+    in_arg: &str,
+    input: &std::path::Path,
+) -> anyhow::Result<()> {
+    if same_file(out, input) {
+        crate::usage!(
+            "{out_arg} {}: the same file as {in_arg} {}, which writing there would destroy: choose another output path",
+            out.display(),
+            input.display()
+        );
+    }
+    Ok(())
+}
+
 /// Bail out with a [`UsageError`].
 #[macro_export]
 macro_rules! usage {

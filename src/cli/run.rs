@@ -370,6 +370,15 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             }
         }
     }
+    // An annotated image never replaces an input (`run b.bundle x.png --annotate x.png`),
+    // nor the bundle.
+    if let Some(arg) = &a.annotate {
+        for (i, p) in a.inputs.iter().enumerate() {
+            let out = annotate_path(arg, &p.to_string_lossy(), i, dir_mode);
+            crate::cli::refuse_output_over_input("--annotate", &out, "INPUT", p)?;
+            crate::cli::refuse_output_over_input("--annotate", &out, "BUNDLE", &a.bundle)?;
+        }
+    }
     let (threads, threads_why) = a.threads.resolve();
     let options = RunOptions {
         device: a.device.clone(),

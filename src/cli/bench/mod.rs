@@ -162,11 +162,33 @@ fn parse_staging(s: &str) -> Result<MappedIo, String> {
     s.parse::<MappedIo>().map_err(|e| format!("--staging {e}"))
 }
 
-/// Check that an output file can be written where it is named (its folder exists; it is
-/// not a folder, device or FIFO), before any work: a benchmark that ran for minutes must not
-/// lose its results to its output's name.
-fn check_output(path: &Path) -> Result<()> {
-    crate::cli::run::check_destination(path)
+/// Check that an output file (`--json` or `--plot`, named `option`) can be written where it
+/// is named (its folder exists and takes a new file; it is not a folder, device or FIFO),
+/// before any work: a benchmark that ran for minutes must not lose its results to its
+/// output's name. Nor may the output destroy something else: it is never the bundle or the
+/// INPUT, and `--json` replaces only a JSON document (an existing file that is not one, say
+/// a prompt given after `--json` as its FILE, is refused: a usage error).
+fn check_output(a: &BenchArgs, option: &str, path: &Path) -> Result<()> {
+    crate::cli::run::check_destination(path)?;
+    crate::cli::refuse_output_over_input(option, path, "BUNDLE", &a.bundle)?;
+    if let Some(input) = &a.input {
+        crate::cli::refuse_output_over_input(option, path, "INPUT", input)?;
+    }
+    if option == "--json" {
+        // The first bytes are enough to tell a JSON object (a report) from other text.
+        let mut head = [0u8; 64];
+        let n = std::fs::File::open(path)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+            .unwrap_or(0);
+        let first = head[..n].iter().find(|b| !b.is_ascii_whitespace());
+        if first.is_some_and(|&b| b != b'{') {
+            crate::usage!(
+                "--json {}: the file exists and is not a JSON report; refusing to replace it (to read a prompt or input from it, give it before --json, or write the report with `--json -` or to another file)",
+                escape(&path.display().to_string())
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Run `tether bench`: check the outputs, open the variants and prepare them on the input,
@@ -180,7 +202,7 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
     };
     let Some(input) = input else {
         if let Some(p) = a.json.as_ref().filter(|p| p.as_os_str() != "-") {
-            check_output(p)?;
+            check_output(a, "--json", p)?;
         }
         return throughput::bench(a, matches, threads, threads_why);
     };
@@ -247,7 +269,7 @@ pub fn bench(a: &BenchArgs, matches: &ArgMatches) -> Result<ExitCode> {
 /// format follows from its name (a usage error otherwise).
 fn check_outputs(a: &BenchArgs) -> Result<Option<(PathBuf, PlotFormat)>> {
     if let Some(p) = a.json.as_ref().filter(|p| p.as_os_str() != "-") {
-        check_output(p)?;
+        check_output(a, "--json", p)?;
     }
     match &a.plot {
         Some(p) => {
@@ -257,7 +279,7 @@ fn check_outputs(a: &BenchArgs) -> Result<Option<(PathBuf, PlotFormat)>> {
                     escape(&p.display().to_string())
                 );
             };
-            check_output(p)?;
+            check_output(a, "--plot", p)?;
             Ok(Some((p.clone(), f)))
         }
         None => Ok(None),
