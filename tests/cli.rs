@@ -3334,6 +3334,51 @@ fn llm_bench_ctrl_c_stops_between_runs() {
     );
 }
 
+/// Ctrl-C during the tg test keeps the time to first token of the pp test before it (its
+/// pass runs right after the first pp test; it ran after every test before, so any Ctrl-C
+/// dropped its line).
+#[test]
+fn llm_bench_ctrl_c_keeps_the_time_to_first_token() {
+    let b = smollm2_bundle();
+    let json_path = scratch().join("llm_interrupted_ttft.json");
+    // Load, pp8 and its time to first token take about a second; each tg500 run about 3 s
+    // on one thread here: the SIGINT comes inside the tg test.
+    let (o, _) = interrupted(
+        &[
+            "bench",
+            &b,
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--runs",
+            "3",
+            "--n-prompt",
+            "8",
+            "--n-gen",
+            "500",
+            "--json",
+            json_path.to_str().unwrap(),
+        ],
+        std::time::Duration::from_secs(4),
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    assert_eq!(v["interrupted"], true);
+    let names: Vec<&str> = v["latencies_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"time to first token (pp8)"), "{v}");
+    assert!(
+        stdout(&o).contains("time to first token (pp8)"),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// An output named as one of the command's inputs is refused before any work (exit 2) and
 /// the input is left as it was: `build -o` over its model, `run --annotate` over its image
 /// (also through a link), `bench --json` over its INPUT, and `bench --json FILE` over a

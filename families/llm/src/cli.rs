@@ -1404,11 +1404,24 @@ impl LlmRunner {
                 stop,
             )
         };
-        for &n in &n_prompt {
+        // The time to first token of the first prompt length right after its pp test, so
+        // that Ctrl-C later keeps its line (a pass cut off before its first timed run has
+        // none).
+        let ttft = n_prompt.first().copied().unwrap_or(DEFAULT_N_PROMPT[0]);
+        for (i, &n) in n_prompt.iter().enumerate() {
             if stop.load(Ordering::SeqCst) {
                 break;
             }
             add(&one(vec![n], 0, 0, state)?, &mut tests);
+            if i == 0 && !stop.load(Ordering::SeqCst) {
+                let r = one(Vec::new(), 0, ttft, state)?;
+                if r.time_to_first_token_ms.count > 0 {
+                    latencies.push(latency_summary(
+                        &format!("time to first token (pp{ttft})"),
+                        &r.time_to_first_token_ms,
+                    ));
+                }
+            }
         }
         if n_gen > 0 && !stop.load(Ordering::SeqCst) {
             let r = one(Vec::new(), n_gen, 0, state)?;
@@ -1417,19 +1430,6 @@ impl LlmRunner {
             // line of no intervals, which the report prints as n/a).
             if !r.throughput.is_empty() {
                 latencies.push(latency_summary("inter-token", &r.inter_token_ms));
-            }
-        }
-        let ttft = n_prompt.first().copied().unwrap_or(DEFAULT_N_PROMPT[0]);
-        if !stop.load(Ordering::SeqCst) {
-            let r = one(Vec::new(), 0, ttft, state)?;
-            if r.time_to_first_token_ms.count > 0 {
-                latencies.insert(
-                    0,
-                    latency_summary(
-                        &format!("time to first token (pp{ttft})"),
-                        &r.time_to_first_token_ms,
-                    ),
-                );
             }
         }
         let threads = state.threads();
