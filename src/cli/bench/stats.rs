@@ -103,7 +103,16 @@ impl Stage {
             0.0
         }
     }
+    /// The figures as JSON; with nothing recorded (Ctrl-C in the warm-up) every figure is
+    /// `null` and `count` 0, as the throughput tests' latency lines (schema 5), not a 0 that
+    /// reads as a measured time.
     pub(super) fn stats(&self) -> Value {
+        if self.hist.is_empty() {
+            return json!({
+                "min": null, "p50": null, "p90": null, "p99": null, "p99.9": null,
+                "max": null, "mean": null, "stddev": null, "cv": null, "count": 0,
+            });
+        }
         json!({
             "min": self.min(),
             "p50": self.ms(0.50),
@@ -150,6 +159,12 @@ mod tests {
         let v = one.stats();
         for k in ["min", "p50", "p99.9", "max", "mean"] {
             assert_eq!(v[k], 197.591, "{k}: {v}");
+        }
+        // Nothing recorded: null figures, count 0.
+        let v = Stage::new().stats();
+        assert_eq!(v["count"], 0);
+        for k in ["min", "p50", "p90", "p99", "p99.9", "max", "mean", "stddev", "cv"] {
+            assert!(v[k].is_null(), "{k}: {v}");
         }
     }
 }
