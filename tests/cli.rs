@@ -2044,7 +2044,8 @@ fn ocr_builds_inspects_and_reads_page_png_like_the_reference() {
     let o = tether(&["verify", &detect, "--self-test", "--device", "cpu"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("self-test passed on cpu: ") && stdout(&o).contains(" detections on "),
+        stdout(&o).contains("self-test passed on cpu: ")
+            && (stdout(&o).contains(" detections on ") || stdout(&o).contains(" detection on ")),
         "{}",
         stdout(&o)
     );
@@ -3379,6 +3380,31 @@ fn llm_bench_ctrl_c_keeps_the_time_to_first_token() {
     );
 }
 
+/// A GGUF given to `--onnx` is named as a GGUF with the llm build to use (exit 2), not
+/// reported as an ONNX parse error.
+#[test]
+fn a_gguf_given_as_onnx_names_the_llm_build() {
+    let gguf = asset("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let out = scratch().join("gguf-as-onnx.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "detect",
+        "--onnx",
+        &gguf,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is a GGUF model, not ONNX")
+            && stderr(&o).contains("--family llm --gguf"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+}
+
 /// An output named as one of the command's inputs is refused before any work (exit 2) and
 /// the input is left as it was: `build -o` over its model, `run --annotate` over its image
 /// (also through a link), `bench --json` over its INPUT, and `bench --json FILE` over a
@@ -3439,6 +3465,15 @@ fn outputs_never_replace_inputs() {
         &["bench", &b, &s(&img), "--runs", "1", "--json", &s(&img)],
         &img,
         "bench --json",
+    );
+    // `--annotate FILE/` where FILE is a file: named as such, the file left alone.
+    let not_dir = format!("{}/", s(&img));
+    let o = tether(&["run", &b, &s(&img), "--annotate", &not_dir]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is an existing file, not a folder"),
+        "{}",
+        stderr(&o)
     );
     let prompt = dir.join("prompt.txt");
     std::fs::write(&prompt, "What is the capital of France?\n").unwrap();

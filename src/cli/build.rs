@@ -149,6 +149,20 @@ pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
     // Refuse an output that cannot be written (a device, a FIFO, a missing folder, a folder
     // that takes no new file) before any work.
     tether_bundle::files::check_writable(&a.output)?;
+    // A GGUF given as an ONNX model (a text generator for a vision or audio family) is named
+    // as such, not left to the ONNX parser's wire-type error.
+    if let Ok(Some(onnx)) = matches.try_get_raw("onnx") {
+        for v in onnx {
+            let p = std::path::Path::new(v);
+            if crate::cli::run::model_format(p) == Some("GGUF") {
+                crate::usage!(
+                    "--onnx {}: the file is a GGUF model, not ONNX; a GGUF is built with `tether build --family llm --gguf {} -o model.bundle`",
+                    p.display(),
+                    p.display()
+                );
+            }
+        }
+    }
     // Nor one that is an input of the build (`--onnx m.onnx -o m.onnx`): any value of any
     // option, the family's own included, that names the output's file.
     for id in matches.ids().filter(|id| id.as_str() != "output") {

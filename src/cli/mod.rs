@@ -353,6 +353,9 @@ impl OutputError {
             }
             K::NotFound => "create the folder first, or write elsewhere",
             K::InvalidInput => "give the path of a regular file in a folder that exists",
+            K::NotADirectory => {
+                "name a folder (new or existing), or one .png / .jpg file for one input"
+            }
             _ => "check the output path",
         }
     }

@@ -349,6 +349,17 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             );
         }
         if dir_mode {
+            // `notadir/` naming an existing file: say so (mkdir's "File exists" does not).
+            if std::fs::metadata(p.components().as_path()).is_ok_and(|m| !m.is_dir()) {
+                return Err(OutputError {
+                    path: p.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotADirectory,
+                        "a folder of annotated images was asked for, and the path is an existing file, not a folder",
+                    ),
+                }
+                .into());
+            }
             std::fs::create_dir_all(p).map_err(|source| OutputError {
                 path: p.clone(),
                 source,

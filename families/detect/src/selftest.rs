@@ -239,8 +239,9 @@ pub fn compare(test: &SelfTest, got: &[Detection], engine: &str) -> Result<Repor
         }
     }
     let summary = format!(
-        "{} detections on {engine} (expected {}{}), worst |score diff| {worst_score:.2e} (tolerance {max_score_diff:.0e}), lowest IoU {lowest_iou:.4} (minimum {min_iou})",
+        "{} detection{} on {engine} (expected {}{}), worst |score diff| {worst_score:.2e} (tolerance {max_score_diff:.0e}), lowest IoU {lowest_iou:.4} (minimum {min_iou})",
         got.len(),
+        if got.len() == 1 { "" } else { "s" },
         classes.len(),
         if same_classes || got.len() != classes.len() {
             ""

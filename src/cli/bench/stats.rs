@@ -163,7 +163,9 @@ mod tests {
         // Nothing recorded: null figures, count 0.
         let v = Stage::new().stats();
         assert_eq!(v["count"], 0);
-        for k in ["min", "p50", "p90", "p99", "p99.9", "max", "mean", "stddev", "cv"] {
+        for k in [
+            "min", "p50", "p90", "p99", "p99.9", "max", "mean", "stddev", "cv",
+        ] {
             assert!(v[k].is_null(), "{k}: {v}");
         }
     }
