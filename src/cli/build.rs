@@ -163,10 +163,12 @@ pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
             }
         }
     }
-    // Nor one that is an input of the build (`--onnx m.onnx -o m.onnx`): any value of any
-    // option, the family's own included, that names the output's file.
+    // Nor one that is an input of the build (`--onnx m.onnx -o m.onnx`): any path option,
+    // the family's own included (declared with a `PathBuf` parser), that names the output's
+    // file. Other values (`--name`, `--family`) are not paths, whatever files share their
+    // spelling.
     for id in matches.ids().filter(|id| id.as_str() != "output") {
-        let Ok(Some(values)) = matches.try_get_raw(id.as_str()) else {
+        let Ok(Some(values)) = matches.try_get_many::<PathBuf>(id.as_str()) else {
             continue;
         };
         for v in values {
@@ -174,7 +176,7 @@ pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
                 "-o",
                 &a.output,
                 &format!("--{}", id.as_str().replace('_', "-")),
-                std::path::Path::new(v),
+                v,
             )?;
         }
     }

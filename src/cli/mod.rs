@@ -353,9 +353,7 @@ impl OutputError {
             }
             K::NotFound => "create the folder first, or write elsewhere",
             K::InvalidInput => "give the path of a regular file in a folder that exists",
-            K::NotADirectory => {
-                "name a folder (new or existing), or one .png / .jpg file for one input"
-            }
+            K::NotADirectory => "the path names a file where a folder is needed: name a folder",
             _ => "check the output path",
         }
     }
