@@ -333,6 +333,15 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         .annotate
         .as_ref()
         .is_some_and(|p| count > 1 || p.is_dir() || ends_in_slash(p));
+    // An annotated image never replaces an input (`run b.bundle x.png --annotate x.png`), nor
+    // the bundle; checked before a folder is made.
+    if let Some(arg) = &a.annotate {
+        for (i, p) in a.inputs.iter().enumerate() {
+            let out = annotate_path(arg, &p.to_string_lossy(), i, dir_mode);
+            crate::cli::refuse_output_over_input("--annotate", &out, "INPUT", p)?;
+            crate::cli::refuse_output_over_input("--annotate", &out, "BUNDLE", &a.bundle)?;
+        }
+    }
     if let Some(p) = &a.annotate {
         // (`Path::extension` ignores a trailing `/`: `shots.png/` is a folder.)
         let format = annotate_format(p).filter(|_| !ends_in_slash(p));
@@ -379,15 +388,6 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
                 }
                 .into());
             }
-        }
-    }
-    // An annotated image never replaces an input (`run b.bundle x.png --annotate x.png`),
-    // nor the bundle.
-    if let Some(arg) = &a.annotate {
-        for (i, p) in a.inputs.iter().enumerate() {
-            let out = annotate_path(arg, &p.to_string_lossy(), i, dir_mode);
-            crate::cli::refuse_output_over_input("--annotate", &out, "INPUT", p)?;
-            crate::cli::refuse_output_over_input("--annotate", &out, "BUNDLE", &a.bundle)?;
         }
     }
     let (threads, threads_why) = a.threads.resolve();
