@@ -3380,6 +3380,26 @@ fn llm_bench_ctrl_c_keeps_the_time_to_first_token() {
     );
 }
 
+/// `run` without any input names what this bundle's family takes instead: the llm family
+/// its `--prompt` and `--chat-file` beside INPUT and `--text`, a detector INPUT alone.
+#[test]
+fn run_without_input_names_the_familys_ways() {
+    let o = tether(&["run", &smollm2_bundle()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("give at least one INPUT, --text, --prompt or --chat-file"),
+        "{}",
+        stderr(&o)
+    );
+    let o = tether(&["run", &nudenet_bundle()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("give at least one INPUT (`tether run"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// A GGUF given to `--onnx` is named as a GGUF with the llm build to use (exit 2), not
 /// reported as an ONNX parse error.
 #[test]

@@ -300,7 +300,6 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let count = a.inputs.len() + a.text.len();
     // Without INPUTs the family may take its input from its own options (`--prompt`): known
     // only once the bundle opens (a bundle that does not open is its own error, below).
-    let no_input = "give at least one INPUT (or --text for text families; `tether run BUNDLE --help` lists the family's own)";
     // The bundle is opened once (mapped, lazy): its family answers the checks below, and
     // the runner is made on it.
     let opened = Bundle::open(&a.bundle, Verify::Lazy);
@@ -406,7 +405,21 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let mut arg_inputs = runner.arg_inputs()?.into_iter();
     let count = count + arg_inputs.len();
     if count == 0 {
-        crate::usage!("{no_input}");
+        // What this family takes: INPUT, and --text or its own input options where it has
+        // them.
+        let ways: Vec<String> = std::iter::once("INPUT".to_string())
+            .chain(family.takes_text().then(|| "--text".to_string()))
+            .chain(family.input_args().iter().map(|id| format!("--{id}")))
+            .collect();
+        let ways = match ways.as_slice() {
+            [one] => one.clone(),
+            [head @ .., last] => format!("{} or {last}", head.join(", ")),
+            [] => unreachable!("INPUT is always there"),
+        };
+        crate::usage!(
+            "give at least one {ways} (`tether run {} --help` describes them)",
+            a.bundle.display()
+        );
     }
     let sources: Vec<Option<InputSource<'_>>> = a
         .inputs

@@ -620,6 +620,12 @@ pub trait Family: Send + Sync {
     fn has_networks(&self) -> bool {
         true
     }
+    /// Ids of [`Family::run_args`] that give `tether run` its inputs in place of INPUT
+    /// arguments ([`Runner::arg_inputs`]: a text generator's `--prompt`); the CLI names them
+    /// when a run is given no input.
+    fn input_args(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Ids of [`Family::run_args`] that only `tether run` takes (a text generator's
     /// `--prompt`, whose bench times an INPUT or `--text` instead): `bench --help` leaves
     /// them out, and the family refuses them there.

@@ -93,6 +93,10 @@ impl Family for LlmFamily {
         &["prompt", "chat-file"]
     }
 
+    fn input_args(&self) -> &'static [&'static str] {
+        &["prompt", "chat-file"]
+    }
+
     fn own_engines(&self) -> Vec<String> {
         use crate::kernels::IsaReason;
         let choice = crate::kernels::Isa::choice();
