@@ -86,14 +86,15 @@ pub enum SelectError {
     },
     /// No tensor has the role's name or shape.
     #[error(
-        "no {kind} is {what} (named {names}, or the only one shaped {expected}); the {kind}s are {all}"
+        "no {kind} is {what} ({}the only one shaped {expected}); the {kind}s are {all}",
+        if names.is_empty() { String::new() } else { format!("named {names}, or ") }
     )]
     Missing {
         /// `input` or `output`.
         kind: &'static str,
         /// The role.
         what: String,
-        /// The names looked for.
+        /// The names looked for (empty: the role is found by its shape alone).
         names: String,
         /// The shape expected.
         expected: String,
@@ -102,7 +103,9 @@ pub enum SelectError {
     },
     /// Several tensors fit the role's shape and none has its name.
     #[error(
-        "{count} {kind}s could be {what} ({candidates}: each shaped {expected}, none named {names}); re-export the model with one such {kind}, or with it named {names}"
+        "{count} {kind}s could be {what} ({candidates}: each shaped {expected}{}); re-export the model with one such {kind}{}",
+        if names.is_empty() { String::new() } else { format!(", none named {names}") },
+        if names.is_empty() { String::new() } else { format!(", or with it named {names}") }
     )]
     Ambiguous {
         /// `input` or `output`.
@@ -115,7 +118,7 @@ pub enum SelectError {
         candidates: String,
         /// The shape expected.
         expected: String,
-        /// The names looked for.
+        /// The names looked for (empty: the role is found by its shape alone).
         names: String,
     },
 }
@@ -138,11 +141,7 @@ fn list(c: &[Candidate<'_>]) -> String {
 
 fn names_text(names: &[&str]) -> String {
     let parts: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
-    if parts.is_empty() {
-        "-".into()
-    } else {
-        parts.join(" or ")
-    }
+    parts.join(" or ")
 }
 
 /// The index in `tensors` of the one that plays `role` (see the module docs).
@@ -220,6 +219,42 @@ mod tests {
             expected: "[1, 84, anchors]",
             fits: &|d| d.len() == 3 && d[1] == 84,
         }
+    }
+
+    /// A role found by its shape alone (no names) says so, without an empty name list.
+    #[test]
+    fn a_role_without_names_is_described_by_its_shape() {
+        let role = Role {
+            names: &[],
+            ..head()
+        };
+        let small = [1i64, 4, 10];
+        let t = [Candidate {
+            name: "y",
+            dims: &small,
+        }];
+        let e = select(&role, &t).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "no output is the detection head (the only one shaped [1, 84, anchors]); the outputs are `y` [1, 4, 10]"
+        );
+        let a = [1i64, 84, 8400];
+        let t = [
+            Candidate {
+                name: "a",
+                dims: &a,
+            },
+            Candidate {
+                name: "b",
+                dims: &a,
+            },
+        ];
+        let e = select(&role, &t).unwrap_err().to_string();
+        assert!(!e.contains("named"), "{e}");
+        assert!(
+            e.ends_with("re-export the model with one such output"),
+            "{e}"
+        );
     }
 
     #[test]
