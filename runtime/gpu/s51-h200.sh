@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Issue 26, session 51 (docs/evidence/llm-gpu.md, session 51): where a decode step's time
+# Issue 26, session 51 (docs/evidence/llm-gpu.md, session 51; `prof` ran once, on an H100:
+# its summary printed ncu's nanoseconds as "us" then, since mended; the 2,048 window fell in
+# the unfused baseline's steps): where a decode step's time
 # goes with today's default decoder, kernel by kernel, on the synthetic SmolLM2 shape
 # (`gpu_fuse`'s speed test, one binary, no GGUF), and on an H200 session 49's `final`.
 # Files (built on the development VM, stripped, xz), carried in .device folders (lib.sh's
@@ -41,7 +43,7 @@ rows = [r for r in csv.reader(open(sys.argv[1])) if r]
 rows = rows[next(i for i, r in enumerate(rows) if "Kernel Name" in r):]  # after ==PROF== lines
 h = rows[0]; k = h.index("Kernel Name"); m = h.index("gpu__time_duration.sum")
 unit = rows[1][m] if len(rows) > 1 else ""   # --page raw: the units row follows the header
-scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, 1.0)
+scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}.get(unit, 1.0)
 t = collections.defaultdict(list)
 for r in rows[2:]:
     try:
