@@ -1085,7 +1085,7 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
     );
     assert!(!none.exists());
     // TensorRT's options without --engine tensorrt are refused, not ignored; so is
-    // --engine tensorrt for the llm family, which has no networks for it.
+    // --engine tensorrt for the families whose bundles carry no plans (llm, vad, embed).
     let o = build_320n(&none, &["--hardware-compat", "ampere+", "--no-fp16"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
@@ -1098,7 +1098,14 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
     let args = [
         "build", "--family", "llm", "--gguf", &gguf, "-o", none_s, "--engine", "tensorrt",
     ];
-    refused(&args, 2, "the llm family has no networks for TensorRT");
+    refused(&args, 2, "the llm family's bundles carry no TensorRT plans");
+    assert!(!none.exists());
+    // So is it for vad, whose plans would need its fixed sample-rate input (it was ignored).
+    let vad = asset("silero_vad_op18_ifless.onnx");
+    let args = [
+        "build", "--family", "vad", "--onnx", &vad, "-o", none_s, "--engine", "tensorrt",
+    ];
+    refused(&args, 2, "the vad family's bundles carry no TensorRT plans");
     assert!(!none.exists());
     // A name or version the manifest cannot store is a usage error before any work.
     let long = "v".repeat(256);
@@ -3428,8 +3435,8 @@ fn a_gguf_given_as_onnx_names_the_llm_build() {
 /// An output named as one of the command's inputs is refused before any work (exit 2) and
 /// the input is left as it was: `build -o` over its model, `run --annotate` over its image
 /// (also through a link), `bench --json` over its INPUT, and `bench --json FILE` over a
-/// file that is not a JSON report (a prompt taken as the option's FILE). An earlier report
-/// is replaced.
+/// file that is not an earlier bench report (a prompt taken as the option's FILE, a
+/// tokenizer). An earlier report is replaced.
 #[test]
 fn outputs_never_replace_inputs() {
     let dir = scratch().join("output-over-input");
@@ -3486,6 +3493,49 @@ fn outputs_never_replace_inputs() {
         &img,
         "bench --json",
     );
+    // A folder of annotations over a later input (an earlier run's annotated image given
+    // again): refused before the first input runs, so the later one is not destroyed.
+    let shots = dir.join("shots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let earlier = shots.join("000-photo.annotated.png");
+    std::fs::copy(asset("page.png"), &earlier).unwrap();
+    refused(
+        &[
+            "run",
+            &b,
+            &s(&img),
+            &s(&earlier),
+            "--annotate",
+            &format!("{}/", s(&shots)),
+        ],
+        &earlier,
+        "a later input",
+    );
+    // A folder that takes no new file is refused before any input runs.
+    for to in ["/proc/annotated.png", "/proc/"] {
+        let o = tether(&["run", &b, &s(&img), "--json", "--annotate", to]);
+        assert_eq!(o.status.code(), Some(1), "{to}: {}", stderr(&o));
+        assert!(
+            stdout(&o).is_empty() && stderr(&o).contains("creating a temporary file"),
+            "{to}: {}",
+            stderr(&o)
+        );
+    }
+    // --json and --plot in one file: refused.
+    let both = dir.join("both.svg");
+    let o = tether(&[
+        "bench",
+        &b,
+        &s(&img),
+        "--runs",
+        "1",
+        "--json",
+        &s(&both),
+        "--plot",
+        &s(&both),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("name the same file"), "{}", stderr(&o));
     // `--annotate FILE/` where FILE is a file: named as such, the file left alone.
     let not_dir = format!("{}/", s(&img));
     let o = tether(&["run", &b, &s(&img), "--annotate", &not_dir]);
@@ -3495,23 +3545,37 @@ fn outputs_never_replace_inputs() {
         "{}",
         stderr(&o)
     );
-    let prompt = dir.join("prompt.txt");
-    std::fs::write(&prompt, "What is the capital of France?\n").unwrap();
+    // `bench --json FILE` over a file that is not an earlier bench report: a prompt, also
+    // one that is JSON, and a tokenizer.
     let llm = smollm2_bundle();
-    let o = tether(&["bench", &llm, "--json", &s(&prompt)]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("not a JSON report"), "{}", stderr(&o));
-    assert_eq!(
-        std::fs::read_to_string(&prompt).unwrap(),
-        "What is the capital of France?\n"
-    );
-    // An earlier report is replaced.
+    for (name, text) in [
+        ("prompt.txt", "What is the capital of France?\n"),
+        (
+            "prompt.json",
+            "{\"instruction\": \"Summarise the robot log\"}\n",
+        ),
+        ("tokenizer.json", "{\"version\": \"1.0\", \"model\": {}}\n"),
+    ] {
+        let f = dir.join(name);
+        std::fs::write(&f, text).unwrap();
+        let o = tether(&["bench", &llm, "--runs", "1", "--json", &s(&f)]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("not an earlier `tether bench` report"),
+            "{name}: {}",
+            stderr(&o)
+        );
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), text, "{name} changed");
+    }
+    // An earlier report is replaced, and so is an empty file.
     let report = dir.join("report.json");
-    std::fs::write(&report, "{\"old\": true}\n").unwrap();
-    let o = tether(&["bench", &b, &s(&img), "--runs", "1", "--json", &s(&report)]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    assert_eq!(v["command"], "bench", "{v}");
+    std::fs::write(&report, "").unwrap();
+    for round in 0..2 {
+        let o = tether(&["bench", &b, &s(&img), "--runs", "1", "--json", &s(&report)]);
+        assert!(o.status.success(), "round {round}: {}", stderr(&o));
+        let v: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        assert_eq!(v["command"], "bench", "{v}");
+    }
 }
 
 /// Ctrl-C during `run` over many inputs of a family whose runs are not cancellable
@@ -3537,6 +3601,17 @@ fn run_ctrl_c_reports_the_inputs_done() {
     let done = v["results"].as_array().unwrap();
     assert!((1..N).contains(&done.len()), "{} results", done.len());
     assert!(done.iter().all(|r| r["result"].is_object()), "{v}");
+    // In text the results done are printed, and stderr says the rest did not run.
+    args.retain(|a| *a != "--json");
+    let (o, _) = interrupted(&args, std::time::Duration::from_secs(3));
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(stdout(&o).contains("FACE_FEMALE"), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("interrupted by Ctrl-C after ")
+            && stderr(&o).contains(" of 5000 inputs"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// A second Ctrl-C ends the process at once (exit 130), without waiting for the run in

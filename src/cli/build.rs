@@ -134,9 +134,11 @@ pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
     .into_iter()
     .filter_map(|(name, id)| given(id).then_some(name))
     .collect();
-    if a.engine == EngineChoice::Tensorrt && !family.has_networks() {
+    if a.engine == EngineChoice::Tensorrt
+        && let Some(why) = family.no_tensorrt_plans()
+    {
         crate::usage!(
-            "--engine tensorrt: the {} family has no networks for TensorRT (it runs on its own CPU and GPU kernels)",
+            "--engine tensorrt: the {} family's bundles carry no TensorRT plans ({why})",
             family.name()
         );
     }

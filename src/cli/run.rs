@@ -332,13 +332,24 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         .annotate
         .as_ref()
         .is_some_and(|p| count > 1 || p.is_dir() || ends_in_slash(p));
-    // An annotated image never replaces an input (`run b.bundle x.png --annotate x.png`), nor
-    // the bundle; checked before a folder is made.
+    // An annotated image never replaces an input, its own or a later one (`run b x.png
+    // --annotate x.png`; `run b a.png out/000-a.annotated.png --annotate out/`), nor the
+    // bundle; checked before a folder is made, by device and inode (links, other spellings).
     if let Some(arg) = &a.annotate {
+        use std::os::unix::fs::MetadataExt;
+        let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let inputs: std::collections::HashMap<(u64, u64), &PathBuf> = a
+            .inputs
+            .iter()
+            .chain(std::iter::once(&a.bundle))
+            .filter_map(|p| id(p).map(|k| (k, p)))
+            .collect();
         for (i, p) in a.inputs.iter().enumerate() {
             let out = annotate_path(arg, &p.to_string_lossy(), i, dir_mode);
-            crate::cli::refuse_output_over_input("--annotate", &out, "INPUT", p)?;
-            crate::cli::refuse_output_over_input("--annotate", &out, "BUNDLE", &a.bundle)?;
+            if let Some(hit) = id(&out).and_then(|k| inputs.get(&k)) {
+                let what = if **hit == a.bundle { "BUNDLE" } else { "INPUT" };
+                crate::cli::refuse_output_over_input("--annotate", &out, what, hit)?;
+            }
         }
     }
     if let Some(p) = &a.annotate {
@@ -372,6 +383,11 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
                 path: p.clone(),
                 source,
             })?;
+            // A folder that takes no new file (`/sys/...`): refused now, not after every
+            // input has run.
+            if let Some(first) = a.inputs.first() {
+                check_destination(&annotate_path(p, &first.to_string_lossy(), 0, true))?;
+            }
         } else {
             let parent = match p.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d,
@@ -387,6 +403,8 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
                 }
                 .into());
             }
+            // Writable there (not a folder, device or FIFO; the folder takes a new file).
+            check_destination(p)?;
         }
     }
     let (threads, threads_why) = a.threads.resolve();
@@ -452,6 +470,8 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let bar = progress(count as u64, !a.json && count > 1);
     let mut docs = Vec::new();
     let mut failures = 0usize;
+    // Inputs whose run ended (done or failed): fewer than given after Ctrl-C.
+    let mut ran = 0usize;
     // An input refused for how the command was given (`--all-pairs` over too many texts):
     // the exit status is the usage error's, as when the refusal comes before any input.
     let mut usage_failure = false;
@@ -538,6 +558,7 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
             Ok((doc, text))
         })();
         bar.inc(1);
+        ran += 1;
         match result {
             Ok((doc, text)) => {
                 if a.json {
@@ -579,6 +600,13 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
         }
     }
     bar.finish_and_clear();
+    if !a.json && interrupted.load(Ordering::SeqCst) {
+        // What was done is listed above; say that the rest did not run.
+        eprintln!(
+            "interrupted by Ctrl-C after {ran} of {} inputs",
+            sources.len()
+        );
+    }
     if a.json {
         let engines: BTreeMap<String, String> = runner.engines().into_iter().collect();
         outln!(

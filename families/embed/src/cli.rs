@@ -107,6 +107,11 @@ impl Family for EmbedFamily {
         true
     }
 
+    fn no_tensorrt_plans(&self) -> Option<&'static str> {
+        // README, "Not here yet".
+        Some("plans for its sequence-length buckets are not built yet")
+    }
+
     fn build_args(&self) -> Vec<Arg> {
         vec![
             path_arg(

@@ -613,12 +613,11 @@ pub trait Family: Send + Sync {
     fn bench_only_args(&self) -> &'static [&'static str] {
         &[]
     }
-    /// Whether the family's bundles hold ONNX networks for the shared engines (and so can
-    /// carry TensorRT plans of them): `false` for a family that runs only on engines of its
-    /// own (a text generator's weights and kernels), where `build --engine tensorrt` is
-    /// refused instead of ignored.
-    fn has_networks(&self) -> bool {
-        true
+    /// Why `tether build --engine tensorrt` makes no TensorRT plan for this family's
+    /// bundles (the option is then refused with this reason instead of ignored), or `None`
+    /// where it builds one for each network the recipe offers.
+    fn no_tensorrt_plans(&self) -> Option<&'static str> {
+        None
     }
     /// Ids of [`Family::run_args`] that give `tether run` its inputs in place of INPUT
     /// arguments ([`Runner::arg_inputs`]: a text generator's `--prompt`); the CLI names them

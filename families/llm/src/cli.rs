@@ -81,8 +81,8 @@ impl Family for LlmFamily {
         &["n-prompt", "n-gen"]
     }
 
-    fn has_networks(&self) -> bool {
-        false
+    fn no_tensorrt_plans(&self) -> Option<&'static str> {
+        Some("it runs on its own CPU and GPU kernels, not on ONNX networks")
     }
 
     fn has_throughput_bench(&self) -> bool {

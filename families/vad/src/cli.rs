@@ -139,6 +139,13 @@ impl Family for VadFamily {
         "WAV files (PCM, float, A-law or mu-law; any rate and channel count: mixed to mono, resampled to 16 kHz)"
     }
 
+    fn no_tensorrt_plans(&self) -> Option<&'static str> {
+        // README, "GPU": `sr` is fixed at load; the TensorRT backend refuses fixed inputs.
+        Some(
+            "its sample-rate input is fixed at load, and a TensorRT plan takes every input at run time",
+        )
+    }
+
     fn build_args(&self) -> Vec<Arg> {
         let mut v = vec![
             path_arg(
@@ -517,12 +524,13 @@ impl Runner for VadRunner {
         }
         Ok(Outcome {
             summary: format!(
-                "{} speech segment{} ({:.2} s of speech in {:.2} s, {} chunks){}{}",
+                "{} speech segment{} ({:.2} s of speech in {:.2} s, {} chunk{}){}{}",
                 d.segments.len(),
                 if d.segments.len() == 1 { "" } else { "s" },
                 s(speech),
                 s(d.samples),
                 d.probabilities.len(),
+                if d.probabilities.len() == 1 { "" } else { "s" },
                 if wav.truncation.is_some() {
                     "; the file is cut off (see the warning)"
                 } else {

@@ -166,29 +166,43 @@ fn parse_staging(s: &str) -> Result<MappedIo, String> {
 /// is named (its folder exists and takes a new file; it is not a folder, device or FIFO),
 /// before any work: a benchmark that ran for minutes must not lose its results to its
 /// output's name. Nor may the output destroy something else: it is never the bundle or the
-/// INPUT, and `--json` replaces only a JSON document (an existing file that is not one, say
-/// a prompt given after `--json` as its FILE, is refused: a usage error).
+/// INPUT, and `--json` replaces only an earlier report of `tether bench` (an empty file, or
+/// a JSON object whose `command` is `"bench"`); any other existing file (a prompt given
+/// after `--json` as its FILE, a tokenizer, a config) is refused: a usage error.
 fn check_output(a: &BenchArgs, option: &str, path: &Path) -> Result<()> {
     crate::cli::run::check_destination(path)?;
     crate::cli::refuse_output_over_input(option, path, "BUNDLE", &a.bundle)?;
     if let Some(input) = &a.input {
         crate::cli::refuse_output_over_input(option, path, "INPUT", input)?;
     }
-    if option == "--json" {
-        // The first bytes are enough to tell a JSON object (a report) from other text.
-        let mut head = [0u8; 64];
-        let n = std::fs::File::open(path)
-            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
-            .unwrap_or(0);
-        let first = head[..n].iter().find(|b| !b.is_ascii_whitespace());
-        if first.is_some_and(|&b| b != b'{') {
-            crate::usage!(
-                "--json {}: the file exists and is not a JSON report; refusing to replace it (to read a prompt or input from it, give it before --json, or write the report with `--json -` or to another file)",
-                escape(&path.display().to_string())
-            );
-        }
+    if option == "--json" && !replaceable_report(path) {
+        crate::usage!(
+            "--json {}: the file exists and is not an earlier `tether bench` report; refusing to replace it (to read a prompt or input from it, give it before --json, or write the report with `--json -` or to another file)",
+            escape(&path.display().to_string())
+        );
     }
     Ok(())
+}
+
+/// Whether `--json` may replace the file at `path`: none there, an empty (or blank) one, or
+/// an earlier report of `tether bench` (a JSON object with `"command": "bench"`, at most
+/// 64 MiB). A file that cannot be read is left to the writer's own error.
+fn replaceable_report(path: &Path) -> bool {
+    const MAX_REPORT: u64 = 64 << 20;
+    let Ok(m) = std::fs::metadata(path) else {
+        return true;
+    };
+    if m.len() > MAX_REPORT {
+        return false;
+    }
+    let Ok(bytes) = std::fs::read(path) else {
+        return true;
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return true;
+    }
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .is_ok_and(|v| v.get("command").and_then(|c| c.as_str()) == Some("bench"))
 }
 
 /// Run `tether bench`: check the outputs, open the variants and prepare them on the input,
@@ -280,6 +294,15 @@ fn check_outputs(a: &BenchArgs) -> Result<Option<(PathBuf, PlotFormat)>> {
                 );
             };
             check_output(a, "--plot", p)?;
+            // The two reports in one file: the second written would replace the first.
+            if let Some(j) = a.json.as_ref().filter(|j| j.as_os_str() != "-")
+                && (j == p || crate::cli::same_file(j, p))
+            {
+                crate::usage!(
+                    "--json and --plot name the same file {}: give each its own",
+                    escape(&p.display().to_string())
+                );
+            }
             Ok(Some((p.clone(), f)))
         }
         None => Ok(None),
