@@ -305,6 +305,17 @@ fn parent_dir(path: &Path) -> &Path {
 }
 
 fn destination(path: &Path) -> Result<Destination, FileError> {
+    // `out/` names a folder (`Path::file_name` would read it as `out`).
+    if path.as_os_str().as_bytes().ends_with(b"/") {
+        return Err(FileError::Io {
+            path: path.to_path_buf(),
+            op: "writing",
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the path ends in `/`, which names a folder, not a file",
+            ),
+        });
+    }
     if path.file_name().is_none() {
         return Err(FileError::Io {
             path: path.to_path_buf(),

@@ -136,6 +136,12 @@ fn check_writable_probes_the_folder_and_leaves_nothing() {
         "{e:?}"
     );
     assert!(e.to_string().contains("/proc/version"), "{e}");
+    // A path ending in `/` names a folder: refused, nothing made.
+    let slash = format!("{}/", dir.path().join("out").display());
+    let e = files::check_writable(&slash).unwrap_err();
+    assert!(e.to_string().contains("ends in `/`"), "{e}");
+    assert!(files::write_atomic(&slash, b"x").is_err());
+    assert_eq!(names(dir.path()).len(), 1, "{:?}", names(dir.path()));
     // What check_destination refuses, check_writable refuses the same way.
     let e = files::check_writable("/dev/null").unwrap_err();
     assert!(matches!(e, FileError::NotRegular { .. }), "{e:?}");
