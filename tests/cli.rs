@@ -3296,6 +3296,33 @@ fn llm_bad_options_and_other_families_options_are_named() {
     assert!(!out.exists());
 }
 
+/// `tether bench B --device cpu --threads 1` with the llm throughput tests' `--runs`,
+/// `--n-prompt`, `--n-gen` and a `--json` file: the Ctrl-C tests' command.
+fn cpu_llm_bench<'a>(
+    b: &'a str,
+    runs: &'a str,
+    n_prompt: &'a str,
+    n_gen: &'a str,
+    json: &'a Path,
+) -> Vec<&'a str> {
+    vec![
+        "bench",
+        b,
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--runs",
+        runs,
+        "--n-prompt",
+        n_prompt,
+        "--n-gen",
+        n_gen,
+        "--json",
+        json.to_str().unwrap(),
+    ]
+}
+
 /// Ctrl-C during the llm throughput tests ends the test in progress after its current run
 /// (not after all its runs): exit 130, the JSON marked interrupted with the runs done, and
 /// the report naming the test cut short.
@@ -3305,22 +3332,7 @@ fn llm_bench_ctrl_c_stops_between_runs() {
     let json_path = scratch().join("llm_interrupted.json");
     // SIGINT past the load and the warm-up run (about a second here).
     let (o, after) = interrupted(
-        &[
-            "bench",
-            &b,
-            "--device",
-            "cpu",
-            "--threads",
-            "1",
-            "--runs",
-            "100000",
-            "--n-prompt",
-            "8",
-            "--n-gen",
-            "0",
-            "--json",
-            json_path.to_str().unwrap(),
-        ],
+        &cpu_llm_bench(&b, "100000", "8", "0", &json_path),
         std::time::Duration::from_secs(5),
     );
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
@@ -3352,22 +3364,7 @@ fn llm_bench_ctrl_c_keeps_the_time_to_first_token() {
     // Load, pp8 and its time to first token take about a second; each tg500 run about 3 s
     // on one thread here: the SIGINT comes inside the tg test.
     let (o, _) = interrupted(
-        &[
-            "bench",
-            &b,
-            "--device",
-            "cpu",
-            "--threads",
-            "1",
-            "--runs",
-            "3",
-            "--n-prompt",
-            "8",
-            "--n-gen",
-            "500",
-            "--json",
-            json_path.to_str().unwrap(),
-        ],
+        &cpu_llm_bench(&b, "3", "8", "500", &json_path),
         std::time::Duration::from_secs(4),
     );
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
@@ -3623,22 +3620,7 @@ fn second_ctrl_c_does_not_wait_for_the_run_in_flight() {
     // One pp4096 run on one thread takes far longer than the test waits (its warm-up run
     // first): the first SIGINT comes inside the warm-up, the second 0.3 s later.
     let (o, after) = interrupted_at(
-        &[
-            "bench",
-            &b,
-            "--device",
-            "cpu",
-            "--threads",
-            "1",
-            "--runs",
-            "1",
-            "--n-prompt",
-            "4096",
-            "--n-gen",
-            "0",
-            "--json",
-            json_path.to_str().unwrap(),
-        ],
+        &cpu_llm_bench(&b, "1", "4096", "0", &json_path),
         &[
             std::time::Duration::from_secs(3),
             std::time::Duration::from_millis(300),
