@@ -72,14 +72,17 @@ pub(crate) fn ctrl_c(flag: &std::sync::atomic::AtomicBool) {
     }
 }
 
-/// Whether `a` and `b` name one existing file (the same device and inode, so links and
-/// other spellings of a path count); false when either cannot be read.
-pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+/// The existing file `p` names, as its device and inode (links followed, so links and
+/// other spellings of a path give the same pair); `None` when it cannot be read.
+pub(crate) fn file_id(p: &std::path::Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Whether `a` and `b` name one existing file ([`file_id`]); false when either cannot be
+/// read.
+pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    file_id(a).is_some_and(|x| file_id(b) == Some(x))
 }
 
 /// A usage error when the output `out` (given as `out_arg`) is the same file as an input

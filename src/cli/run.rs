@@ -336,17 +336,16 @@ pub fn run(a: &RunArgs, matches: &ArgMatches) -> Result<ExitCode> {
     // --annotate x.png`; `run b a.png out/000-a.annotated.png --annotate out/`), nor the
     // bundle; checked before a folder is made, by device and inode (links, other spellings).
     if let Some(arg) = &a.annotate {
-        use std::os::unix::fs::MetadataExt;
-        let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        use crate::cli::file_id;
         let inputs: std::collections::HashMap<(u64, u64), &PathBuf> = a
             .inputs
             .iter()
             .chain(std::iter::once(&a.bundle))
-            .filter_map(|p| id(p).map(|k| (k, p)))
+            .filter_map(|p| file_id(p).map(|k| (k, p)))
             .collect();
         for (i, p) in a.inputs.iter().enumerate() {
             let out = annotate_path(arg, &p.to_string_lossy(), i, dir_mode);
-            if let Some(hit) = id(&out).and_then(|k| inputs.get(&k)) {
+            if let Some(hit) = file_id(&out).and_then(|k| inputs.get(&k)) {
                 let what = if **hit == a.bundle { "BUNDLE" } else { "INPUT" };
                 crate::cli::refuse_output_over_input("--annotate", &out, what, hit)?;
             }
