@@ -191,6 +191,15 @@ fn layer_kernel_below_of(kernel: Option<&str>, below: Option<&str>) -> usize {
     }
 }
 
+/// Whether every projection of a fused product has the same 32-block type (Q8_0, Q4_0 or
+/// Q4_1: `prep_matvec_group` reads those).
+fn one_q32_type(projs: &[ProjParams]) -> bool {
+    let q32 = [TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1].map(|t| t.ggml_id() as i32);
+    projs.first().is_some_and(|first| {
+        q32.contains(&first.ty) && projs.iter().all(|p| p.ty == first.ty)
+    })
+}
+
 /// Whether the layer kernel asks L2 for the cache rows before its wait, as
 /// `TETHER_LLM_KV_PREFETCH` asks: `0` no, unset or `1` yes; another value is ignored (said in
 /// the log), as the other `TETHER_LLM_*` switches do.
@@ -590,6 +599,11 @@ impl GpuDecoder {
             },
             layer_shared,
             kv_prefetch: kv_prefetch_of(std::env::var("TETHER_LLM_KV_PREFETCH").ok().as_deref()),
+            matvec_group: switch_of(
+                "TETHER_LLM_MATVEC_GROUP",
+                std::env::var("TETHER_LLM_MATVEC_GROUP").ok().as_deref(),
+            )
+            .unwrap_or(true),
             context: options.context,
         };
         let grid_on = layer_shared > 0 && options.grid_layers;
@@ -1376,6 +1390,7 @@ struct DecodeKernels {
     sample: Function,
     prep_matvec: Function,
     prep_matvec_wide: Function,
+    prep_matvec_group: Function,
     qkv_rope: Function,
     attention_fused: Function,
     attention_cluster: Function,
@@ -1396,6 +1411,7 @@ impl DecodeKernels {
             sample: f("sample_advance")?,
             prep_matvec: f("prep_matvec")?,
             prep_matvec_wide: f("prep_matvec_wide")?,
+            prep_matvec_group: f("prep_matvec_group")?,
             qkv_rope: f("qkv_rope")?,
             attention_fused: f("attention_fused")?,
             attention_cluster: f("attention_cluster")?,
@@ -1495,6 +1511,10 @@ struct Binding<'m, 'a> {
     /// `layer` asks L2 for the cache rows it attends over before its dependency wait
     /// (`LayerParams::kv_rows`; `TETHER_LLM_KV_PREFETCH=0` turns it off, for comparisons).
     kv_prefetch: bool,
+    /// Products of several turns whose projections share one 32-block type take
+    /// `prep_matvec_group` (a row per 8-lane group; `TETHER_LLM_MATVEC_GROUP=0` turns it
+    /// off, for comparisons).
+    matvec_group: bool,
     context: usize,
 }
 
@@ -1619,8 +1639,14 @@ impl Binding<'_, '_> {
             Step::PrepMatVec { prologue, projs } => {
                 let (p, nproj, rows) = self.projs(&projs);
                 let grid = self.fused_grid(rows);
+                let group = self.matvec_group
+                    && grid > self.sms
+                    && rows > grid as usize * kernels::FUSE_WARPS as usize
+                    && one_q32_type(&p[..nproj]);
                 Launch {
-                    f: if grid <= self.sms {
+                    f: if group {
+                        self.kernels.prep_matvec_group
+                    } else if grid <= self.sms {
                         self.kernels.prep_matvec_wide
                     } else {
                         self.kernels.prep_matvec
@@ -1632,7 +1658,7 @@ impl Binding<'_, '_> {
                         p,
                         nproj: i32_of(nproj),
                         rows_total: i32_of(rows),
-                        ahead: self.turns_ahead(&p[..nproj], rows, grid),
+                        ahead: self.turns_ahead(&p[..nproj], rows, grid, if group { 4 } else { 1 }),
                         pad: 0,
                     }),
                     cluster: 1,
@@ -1818,12 +1844,12 @@ impl Binding<'_, '_> {
 
     /// Turns of a fused product whose rows each warp asks of L2 ahead of their turn: as many
     /// as a third of the L2 cache holds (the rows of one turn of the whole grid at the widest
-    /// row), at least 1 (the next turn), at most the turns there are. The head of a 49,152 x
-    /// 576 Q4_1 model (16 turns of 1.1 MB on an H200's 396 blocks) asks for 15 turns at once
-    /// with 50 MB of L2; a Jetson AGX Orin (4 MB of L2, 16 SMs: 48 blocks, 138 KB a turn)
-    /// about 10.
-    fn turns_ahead(&self, projs: &[ProjParams], rows: usize, grid: u32) -> i32 {
-        let warps = grid as usize * kernels::FUSE_WARPS as usize;
+    /// row), at least 1 (the next turn), at most the turns there are; `per_warp` rows a warp
+    /// and turn (4 for `prep_matvec_group`). The head of a 49,152 x 576 Q4_1 model (16 turns
+    /// of 1.1 MB on an H200's 396 blocks, one row a warp) asks for 15 turns at once with 50 MB
+    /// of L2; a Jetson AGX Orin (4 MB of L2, 16 SMs: 48 blocks, 138 KB a turn) about 10.
+    fn turns_ahead(&self, projs: &[ProjParams], rows: usize, grid: u32, per_warp: usize) -> i32 {
+        let warps = grid as usize * kernels::FUSE_WARPS as usize * per_warp;
         let turns = rows.div_ceil(warps.max(1));
         let row_bytes = projs
             .iter()
