@@ -2262,19 +2262,18 @@ __device__ __forceinline__ float group_finish(int type, float acc, float ext) {
 }
 
 // ---------------------------------------------------------------------------------------
-// prep_matvec_group: `prep_matvec` for products whose projections are all one 32-block type
+// prep_matvec_group: `prep_matvec` for a product of one projection of a 32-block type
 // (Q8_0 / Q4_0 / Q4_1; the head of most small models is Q8_0). Each 8-lane group takes a row
 // a turn, so a warp has four rows in flight instead of one: warp w of the grid's W takes rows
 // 4 (w + tW) .. 4 (w + tW) + 4 at turn t, group g the row 4 (w + tW) + g. Lane l of a group
 // runs its row's chain itself (`row_dot8`'s lane form, as `q32_lane_chain`: block after block
 // in order, acc = fma(a_u, b_u, acc) and Q4_1's ext = fma(c_u, d_u, ext), each block's terms
 // `q32_terms`), then `group_finish`'s 8-lane tree: the same operations in the same order as
-// `row_dot_warp`, without its shuffles of each block's terms (the shuffle unit, not memory,
-// bounded the head's 16 turns a warp). The blocks are read in rounds of GROUP_CH, the next
-// round's words (or the next turn's first) loaded before the current round's chain, so a
-// group always has a round in flight; the first round of the first turn before
-// `dependency_wait`. The last turn's idle groups repeat the last row and store nothing (the
-// tree's shuffles need every lane). Launch bounds as `prep_matvec`'s.
+// `row_dot_warp`, without its shuffles of each block's terms. The blocks are read in rounds
+// of GROUP_CH, the next round's words (or the next turn's first) loaded before the current
+// round's chain, so a group always has a round in flight; the first round of the first turn
+// before `dependency_wait`. The last turn's idle groups repeat the last row and store nothing
+// (the tree's shuffles need every lane). Launch bounds as `prep_matvec`'s.
 // ---------------------------------------------------------------------------------------
 #define GROUP_CH 8
 
@@ -2292,39 +2291,28 @@ __device__ __forceinline__ void prep_matvec_group_t(const PrepMatVecParams& p, u
     float* x;
     const int lane = threadIdx.x % 32, g = lane >> 3, l = lane & 7;
     const int wid = blockIdx.x * FUSE_WARPS + threadIdx.x / 32, nw = gridDim.x * FUSE_WARPS;
+    const int rows = p.rows_total, rb = p.p[0].row_bytes;
+    const uint8_t* const w0 = p.p[0].w;
     const int nu = p.in.n / QK, rounds = (nu + GROUP_CH - 1) / GROUP_CH;
-    // Row of turn t for this lane's group (clamped to the last row), whether it is one.
-    auto row_at = [&](int t, int* k, int* r) {
-        const int r0 = 4 * (wid + t * nw) + g;
-        *k = proj_of(p.p, p.nproj, p.rows_total, r0, r);
-        return r0 < p.rows_total;
-    };
-    auto w_of = [&](int t) {
-        int k, r;
-        row_at(t, &k, &r);
-        return p.p[k].w + (size_t)r * p.p[k].row_bytes;
-    };
-    const int turns = 4 * wid < p.rows_total ? (p.rows_total - 4 * wid + 4 * nw - 1) / (4 * nw) : 0;
+    // This group's row at turn t (the last row past the end).
+    auto w_of = [&](int t) { return w0 + (size_t)min(4 * (wid + t * nw) + g, rows - 1) * rb; };
+    const int turns = 4 * wid < rows ? (rows - 4 * wid + 4 * nw - 1) / (4 * nw) : 0;
     uint32_t dm[GROUP_CH], v[GROUP_CH], dn[GROUP_CH], vn[GROUP_CH];
     const int ahead = max(1, p.ahead);
     if (turns > 0) q32_round<TYPE>(w_of(0), nu, 0, l, dm, v);
-    // The rows of turns 1 .. ahead - 1 asked of L2 (each group its row: 8 lanes a line each).
+    // The rows of turns 1 .. ahead - 1 asked of L2 (each group its row, a line a lane).
     for (int t = 1; t < ahead && t < turns; ++t) {
         const uint8_t* wt = w_of(t);
-        for (int o = l * 128; o < p.p[0].row_bytes; o += 8 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(wt + o));
+        for (int o = l * 128; o < rb; o += 8 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(wt + o));
     }
     dependency_wait();
     dependents_launch();
     prologue(p.in, smem, &q8, &q8k, &x);
     for (int t = 0; t < turns; ++t) {
-        int k, r;
-        const bool mine = row_at(t, &k, &r);
-        const uint8_t* w = p.p[k].w + (size_t)r * p.p[k].row_bytes;
+        const uint8_t* w = w_of(t);
         if (t + ahead < turns) {
             const uint8_t* wa = w_of(t + ahead);
-            for (int o = l * 128; o < p.p[0].row_bytes; o += 8 * 128)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + o));
+            for (int o = l * 128; o < rb; o += 8 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + o));
         }
         float acc = 0.0f, ext = 0.0f;
         for (int j = 0; j < rounds; ++j) {
@@ -2347,7 +2335,8 @@ __device__ __forceinline__ void prep_matvec_group_t(const PrepMatVecParams& p, u
             }
         }
         const float h = group_finish(TYPE, acc, ext);
-        if (mine && l == 0) store_row(p.p[k], r, h);
+        const int r = 4 * (wid + t * nw) + g;
+        if (r < rows && l == 0) store_row(p.p[0], r, h);
     }
 }
 

@@ -191,13 +191,11 @@ fn layer_kernel_below_of(kernel: Option<&str>, below: Option<&str>) -> usize {
     }
 }
 
-/// Whether every projection of a fused product has the same 32-block type (Q8_0, Q4_0 or
-/// Q4_1: `prep_matvec_group` reads those).
-fn one_q32_type(projs: &[ProjParams]) -> bool {
+/// Whether a fused product is one projection of a 32-block type (Q8_0, Q4_0 or Q4_1: what
+/// `prep_matvec_group` reads).
+fn one_q32_projection(projs: &[ProjParams]) -> bool {
     let q32 = [TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1].map(|t| t.ggml_id() as i32);
-    projs.first().is_some_and(|first| {
-        q32.contains(&first.ty) && projs.iter().all(|p| p.ty == first.ty)
-    })
+    matches!(projs, [p] if q32.contains(&p.ty))
 }
 
 /// Whether the layer kernel asks L2 for the cache rows before its wait, as
@@ -1511,7 +1509,7 @@ struct Binding<'m, 'a> {
     /// `layer` asks L2 for the cache rows it attends over before its dependency wait
     /// (`LayerParams::kv_rows`; `TETHER_LLM_KV_PREFETCH=0` turns it off, for comparisons).
     kv_prefetch: bool,
-    /// Products of several turns whose projections share one 32-block type take
+    /// Products of several turns of one projection of a 32-block type (the head) take
     /// `prep_matvec_group` (a row per 8-lane group; `TETHER_LLM_MATVEC_GROUP=0` turns it
     /// off, for comparisons).
     matvec_group: bool,
@@ -1642,7 +1640,7 @@ impl Binding<'_, '_> {
                 let group = self.matvec_group
                     && grid > self.sms
                     && rows > grid as usize * kernels::FUSE_WARPS as usize
-                    && one_q32_type(&p[..nproj]);
+                    && one_q32_projection(&p[..nproj]);
                 Launch {
                     f: if group {
                         self.kernels.prep_matvec_group
