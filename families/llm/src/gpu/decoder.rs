@@ -2209,6 +2209,27 @@ mod tests {
     }
 
     #[test]
+    fn the_group_product_takes_one_projection_of_a_32_block_type() {
+        let p = |ty: TensorType| ProjParams {
+            ty: ty.ggml_id() as i32,
+            ..ProjParams::default()
+        };
+        for ty in [TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1] {
+            assert!(one_q32_projection(&[p(ty)]), "{ty:?}");
+            assert!(!one_q32_projection(&[p(ty), p(ty)]), "{ty:?} twice");
+        }
+        for ty in [
+            TensorType::Q4K,
+            TensorType::Q6K,
+            TensorType::F16,
+            TensorType::F32,
+        ] {
+            assert!(!one_q32_projection(&[p(ty)]), "{ty:?}");
+        }
+        assert!(!one_q32_projection(&[]));
+    }
+
+    #[test]
     fn kv_prefetch_is_off_only_for_zero() {
         assert!(kv_prefetch_of(None));
         assert!(kv_prefetch_of(Some("1")));
