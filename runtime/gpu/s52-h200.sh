@@ -17,7 +17,8 @@
 #   unpack  lib.sh's
 #   syn     gpu_fuse but its speed test (every decoder bit-equal to the unfused step, whose
 #           head is `prep` + `matvec`), gpu_ahead; the speed test at 128, 512, 1,024, 2,048
-#           for the default decoder and the fused step, the group head on and off, 2 rounds
+#           for the default decoder and the fused step, the group head on and off, ROUNDS
+#           rounds (2 by default)
 #   prof    Nsight Compute: the head alone (`--graph-profiling node`), 20 launches of each
 #           form, then one launch of each with `--set full` (stall reasons, memory)
 #   real    the GGUF: gpu_decode (but the allocation test), gpu_fuse's real-model case;
@@ -38,7 +39,7 @@ syn)
   cd $B
   step fuse 200 ./gpu_fuse-new --skip speeds --test-threads 1 --nocapture
   step ahead 100 ./gpu_ahead-new --test-threads 1 --nocapture
-  for i in 1 2; do
+  for i in $(seq ${ROUNDS:-2}); do
     for g in 0 1; do
       step speed-group$g 120 env TETHER_LLM_MATVEC_GROUP=$g TETHER_FUSE_AT=128,512,1024,2048 TETHER_FUSE_VARIANTS=1,5 ./gpu_fuse-new fused_and_unfused_step_speeds --test-threads 1 --nocapture
     done
