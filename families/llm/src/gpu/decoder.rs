@@ -1849,14 +1849,15 @@ impl Binding<'_, '_> {
     /// of 1.1 MB on an H200's 396 blocks, one row a warp) asks for 15 turns at once with 50 MB
     /// of L2; a Jetson AGX Orin (4 MB of L2, 16 SMs: 48 blocks, 138 KB a turn) about 10.
     fn turns_ahead(&self, projs: &[ProjParams], rows: usize, grid: u32, per_warp: usize) -> i32 {
-        let warps = grid as usize * kernels::FUSE_WARPS as usize * per_warp;
-        let turns = rows.div_ceil(warps.max(1));
+        // Rows of one turn of the whole grid.
+        let per_turn = grid as usize * kernels::FUSE_WARPS as usize * per_warp;
+        let turns = rows.div_ceil(per_turn.max(1));
         let row_bytes = projs
             .iter()
             .map(|p| p.row_bytes as usize)
             .max()
             .unwrap_or(1);
-        let fit = self.l2_bytes / 3 / (warps * row_bytes).max(1);
+        let fit = self.l2_bytes / 3 / (per_turn * row_bytes).max(1);
         i32_of(fit.clamp(1, turns.max(1)))
     }
 
