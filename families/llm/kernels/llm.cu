@@ -1486,12 +1486,14 @@ __device__ __forceinline__ void dependents_launch() {
 #endif
 }
 
-// Ask L2 for the `bytes` bytes at `w` (one 128-byte line per lane and turn): the weight rows
-// a warp will read first, requested before `dependency_wait` so that their HBM latency
-// overlaps the previous kernel and the input's preparation. Changes no value. (Loading them
-// into L1 instead, one `ld.global.nc` per line, measured 3 % slower per token.)
-__device__ __forceinline__ void prefetch_l2(const uint8_t* w, int bytes, int lane) {
-    for (int o = lane * 128; o < bytes; o += 32 * 128)
+// Ask L2 for the `bytes` bytes at `w`, one 128-byte line per lane and turn, `lanes` lanes
+// (`lane` in 0 .. lanes - 1) sharing the row: a whole warp (32), or an 8-lane group of
+// `prep_matvec_group`. The weight rows a warp will read first, requested before
+// `dependency_wait` so that their HBM latency overlaps the previous kernel and the input's
+// preparation. Changes no value. (Loading them into L1 instead, one `ld.global.nc` per line,
+// measured 3 % slower per token.)
+__device__ __forceinline__ void prefetch_l2(const uint8_t* w, int bytes, int lane, int lanes = 32) {
+    for (int o = lane * 128; o < bytes; o += lanes * 128)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(w + o));
 }
 
@@ -2302,19 +2304,13 @@ __device__ __forceinline__ void prep_matvec_group_t(const PrepMatVecParams& p, u
     const int ahead = max(1, p.ahead);
     if (turns > 0) q32_round<TYPE>(w_of(0), nu, 0, l, dm, v);
     // The rows of turns 1 .. ahead - 1 asked of L2 (each group its row, a line a lane).
-    for (int t = 1; t < ahead && t < turns; ++t) {
-        const uint8_t* wt = w_of(t);
-        for (int o = l * 128; o < rb; o += 8 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(wt + o));
-    }
+    for (int t = 1; t < ahead && t < turns; ++t) prefetch_l2(w_of(t), rb, l, 8);
     dependency_wait();
     dependents_launch();
     prologue(p.in, smem, &q8, &q8k, &x);
     for (int t = 0; t < turns; ++t) {
         const uint8_t* w = w_of(t);
-        if (t + ahead < turns) {
-            const uint8_t* wa = w_of(t + ahead);
-            for (int o = l * 128; o < rb; o += 8 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + o));
-        }
+        if (t + ahead < turns) prefetch_l2(w_of(t + ahead), rb, l, 8);
         float acc = 0.0f, ext = 0.0f;
         for (int j = 0; j < rounds; ++j) {
             // The next round's words: this row's, or the next turn's first.
