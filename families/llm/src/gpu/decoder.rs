@@ -198,6 +198,12 @@ fn one_q32_projection(projs: &[ProjParams]) -> bool {
     matches!(projs, [p] if q32.contains(&p.ty))
 }
 
+/// Rows a fused product's whole grid of `grid` blocks takes in one turn: `FUSE_WARPS` warps a
+/// block, `per_warp` rows a warp (1 for `prep_matvec`, 4 for `prep_matvec_group`).
+fn rows_per_turn(grid: u32, per_warp: usize) -> usize {
+    grid as usize * kernels::FUSE_WARPS as usize * per_warp
+}
+
 /// Whether the layer kernel asks L2 for the cache rows before its wait, as
 /// `TETHER_LLM_KV_PREFETCH` asks: `0` no, unset or `1` yes; another value is ignored (said in
 /// the log), as the other `TETHER_LLM_*` switches do.
@@ -1641,7 +1647,7 @@ impl Binding<'_, '_> {
                 let grid = self.fused_grid(rows);
                 let group = self.matvec_group
                     && grid > self.sms
-                    && rows > grid as usize * kernels::FUSE_WARPS as usize
+                    && rows > rows_per_turn(grid, 1)
                     && one_q32_projection(&p[..nproj]);
                 Launch {
                     f: if group {
@@ -1849,8 +1855,7 @@ impl Binding<'_, '_> {
     /// of 1.1 MB on an H200's 396 blocks, one row a warp) asks for 15 turns at once with 50 MB
     /// of L2; a Jetson AGX Orin (4 MB of L2, 16 SMs: 48 blocks, 138 KB a turn) about 10.
     fn turns_ahead(&self, projs: &[ProjParams], rows: usize, grid: u32, per_warp: usize) -> i32 {
-        // Rows of one turn of the whole grid.
-        let per_turn = grid as usize * kernels::FUSE_WARPS as usize * per_warp;
+        let per_turn = rows_per_turn(grid, per_warp);
         let turns = rows.div_ceil(per_turn.max(1));
         let row_bytes = projs
             .iter()
