@@ -2950,14 +2950,36 @@ fn a_corrupt_llm_weight_section_is_named_with_the_bundle_hint() {
         "{}",
         stderr(&o)
     );
-    // `inspect` still lists the sections, and its warning says the family's error once.
+    // `inspect` still lists the sections, says in its output that the family's sections
+    // cannot be read and why, and exits 1 with that error once on stderr.
     let o = tether(&["inspect", corrupt.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let crc = format!(
+        "section `llm/blk.0.ffn_down.weight` (#{}) CRC mismatch",
+        section["index"]
+    );
     assert!(
-        stderr(&o).contains("family `llm` could not describe the bundle")
-            && stderr(&o).matches("CRC mismatch").count() == 1,
+        stdout(&o).contains(&format!(
+            "unreadable: the llm family could not read the bundle: {crc}"
+        )) && stdout(&o).contains("llm/blk.0.ffn_down.weight"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).matches("CRC mismatch").count() == 1
+            && stderr(&o).contains("`tether verify` checks every section"),
         "{}",
         stderr(&o)
+    );
+    let o = tether(&["inspect", corrupt.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).expect("the JSON document");
+    assert!(v["family_config"].is_null(), "{v}");
+    assert!(
+        v["family_config_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&crc)),
+        "{v}"
     );
     std::fs::remove_file(&corrupt).unwrap();
 }

@@ -93,8 +93,12 @@ struct InspectDoc<'a> {
     targets: TargetsDoc<'a>,
     sections: SectionsDoc<'a>,
     networks: Vec<NetworkDoc>,
-    /// The family's own configuration (`null` for a family this tether does not know).
+    /// The family's own configuration (`null` for a family this tether does not know, or
+    /// whose sections cannot be read).
     family_config: serde_json::Value,
+    /// Why the family's sections cannot be read (`null` when they can, or the family is
+    /// not known).
+    family_config_error: Option<&'a str>,
 }
 
 /// One network: its engine sections (one per target), grouped by name (FORMAT.md 4.8).
@@ -125,20 +129,24 @@ fn networks(b: &Bundle) -> Vec<NetworkDoc> {
     out
 }
 
-/// The family's description of the bundle, when the family is known and its sections read.
-fn family_description(b: &Arc<Bundle>) -> Option<tether_family::family::Description> {
-    let family = tether_family::family::find(tether::families::REGISTRY, b.identity().family)?;
-    match family.describe(b) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            log::warn!(
-                "family `{}` could not describe the bundle: {}",
-                family.name(),
-                crate::cli::message(&e)
-            );
-            None
-        }
-    }
+/// What the bundle's family says of it: its description, nothing for a family this tether
+/// does not know, or the error that stopped it reading the family's sections (a section
+/// corrupt or of another version): `inspect` prints the rest of the bundle, names that error
+/// and exits 1.
+type FamilyDescription = std::result::Result<Option<tether_family::family::Description>, String>;
+
+fn family_description(b: &Arc<Bundle>) -> FamilyDescription {
+    let Some(family) = tether_family::family::find(tether::families::REGISTRY, b.identity().family)
+    else {
+        return Ok(None);
+    };
+    family.describe(b).map(Some).map_err(|e| {
+        format!(
+            "the {} family could not read the bundle: {}",
+            family.name(),
+            crate::cli::message(&e)
+        )
+    })
 }
 
 #[derive(Serialize)]
@@ -261,7 +269,7 @@ impl Serialize for DimsDoc<'_> {
     }
 }
 
-fn manifest_doc(b: &Arc<Bundle>) -> InspectDoc<'_> {
+fn manifest_doc<'a>(b: &'a Arc<Bundle>, family: &'a FamilyDescription) -> InspectDoc<'a> {
     let id = b.identity();
     let (major, minor) = b.format_version();
     InspectDoc {
@@ -281,11 +289,15 @@ fn manifest_doc(b: &Arc<Bundle>) -> InspectDoc<'_> {
         targets: TargetsDoc(b),
         sections: SectionsDoc(b),
         networks: networks(b),
-        family_config: family_description(b).map_or(serde_json::Value::Null, |d| {
-            let mut json = d.json;
-            super::shortest_f32(&mut json);
-            json
-        }),
+        family_config: match family {
+            Ok(Some(d)) => {
+                let mut json = d.json.clone();
+                super::shortest_f32(&mut json);
+                json
+            }
+            _ => serde_json::Value::Null,
+        },
+        family_config_error: family.as_ref().err().map(String::as_str),
     }
 }
 
@@ -304,13 +316,18 @@ fn built_at(unix_s: u64) -> String {
     }
 }
 
-fn write_text(b: &Arc<Bundle>, all_sections: bool, out: &mut impl Write) -> io::Result<()> {
+fn write_text(
+    b: &Arc<Bundle>,
+    family: &FamilyDescription,
+    all_sections: bool,
+    out: &mut impl Write,
+) -> io::Result<()> {
     let id = b.identity();
     let (major, minor) = b.format_version();
-    let family = family_description(b);
+    let described = family.as_ref().ok().and_then(Option::as_ref);
     // One label column, as wide as the longest label (a family's own, e.g. llm's
     // `context length`, may be longer than the common ones).
-    let w = family
+    let w = described
         .iter()
         .flat_map(|d| {
             d.lines
@@ -337,10 +354,14 @@ fn write_text(b: &Arc<Bundle>, all_sections: bool, out: &mut impl Write) -> io::
         b.file_len()
     )?;
     writeln!(out, "{:<w$} sha256:{}", "digest", id.content_digest_hex())?;
-    if let Some(d) = &family {
-        for (k, v) in &d.lines {
-            writeln!(out, "{:<w$} {}", Escaped(k).to_string(), Escaped(v))?;
+    match family {
+        Ok(Some(d)) => {
+            for (k, v) in &d.lines {
+                writeln!(out, "{:<w$} {}", Escaped(k).to_string(), Escaped(v))?;
+            }
         }
+        Ok(None) => {}
+        Err(e) => writeln!(out, "{:<w$} unreadable: {}", "config", Escaped(e))?,
     }
     for n in networks(b) {
         let secs: Vec<String> = n.sections.iter().map(|i| format!("[{i}]")).collect();
@@ -441,19 +462,28 @@ pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
             return Err(anyhow::Error::new(e).context(format!("opening {}", a.bundle.display())));
         }
     };
+    let family = family_description(&b);
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let written = if a.json {
-        serde_json::to_writer_pretty(&mut out, &manifest_doc(&b))
+        serde_json::to_writer_pretty(&mut out, &manifest_doc(&b, &family))
             .map_err(io::Error::from)
             .and_then(|()| writeln!(out))
     } else {
-        write_text(&b, a.sections, &mut out)
+        write_text(&b, &family, a.sections, &mut out)
     };
     written
         .and_then(|()| out.flush())
         .map_err(|e| anyhow::anyhow!("writing to stdout: {e}"))?;
     // The manifest was read from the mapping while printing.
     b.ensure_unchanged()?;
+    // What could be read was printed; a family section that could not be is an error of
+    // the bundle's content (exit 1), as `run` would meet it at load.
+    if let Err(e) = family {
+        anyhow::bail!(
+            "{}: {e} (`tether verify` checks every section)",
+            a.bundle.display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -120,15 +120,19 @@ pub fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
     tether_bundle::files::read_regular(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// `bytes`, read from `path`, as UTF-8 text.
+/// `bytes`, read from `path` (`-`: standard input), as UTF-8 text.
 ///
 /// # Errors
-/// `PATH is not UTF-8 text (invalid byte at offset N)`.
+/// `PATH is not UTF-8 text (invalid byte at offset N)`, `standard input is not ...` for `-`.
 pub fn utf8_text(path: &Path, bytes: Vec<u8>) -> anyhow::Result<String> {
     String::from_utf8(bytes).map_err(|e| {
+        let name = if path.as_os_str() == "-" {
+            "standard input".to_string()
+        } else {
+            path.display().to_string()
+        };
         anyhow::anyhow!(
-            "{} is not UTF-8 text (invalid byte at offset {})",
-            path.display(),
+            "{name} is not UTF-8 text (invalid byte at offset {})",
             e.utf8_error().valid_up_to()
         )
     })
@@ -137,6 +141,26 @@ pub fn utf8_text(path: &Path, bytes: Vec<u8>) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::whole;
+
+    #[test]
+    fn utf8_text_names_the_file_or_standard_input_and_the_offset() {
+        use std::path::Path;
+        let bad = b"ab\xc3\x28".to_vec();
+        let e = super::utf8_text(Path::new("p.txt"), bad.clone()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "p.txt is not UTF-8 text (invalid byte at offset 2)"
+        );
+        let e = super::utf8_text(Path::new("-"), bad).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "standard input is not UTF-8 text (invalid byte at offset 2)"
+        );
+        assert_eq!(
+            super::utf8_text(Path::new("-"), b"ok".to_vec()).unwrap(),
+            "ok"
+        );
+    }
 
     #[test]
     fn whole_names_the_range_for_any_number_outside_it() {
