@@ -2275,8 +2275,8 @@ __device__ __forceinline__ float group_finish(int type, float acc, float ext) {
 // of GROUP_CH, the next round's words (or the next turn's first) loaded before the current
 // round's chain, so a group always has a round in flight; the first round of the first turn
 // before `dependency_wait`. The last turn's idle groups repeat the last row and store nothing
-// (the tree's shuffles need every lane). Launch bounds as `prep_matvec`'s. Taken only with
-// TETHER_LLM_MATVEC_GROUP=1 (session 52: built, not yet run on a GPU).
+// (the tree's shuffles need every lane). Launch bounds as `prep_matvec`'s. The default since
+// session 54 (bit-equal, decode +2-3 %); TETHER_LLM_MATVEC_GROUP=0 takes `prep_matvec`.
 // ---------------------------------------------------------------------------------------
 #define GROUP_CH 8
 

@@ -607,7 +607,7 @@ impl GpuDecoder {
                 "TETHER_LLM_MATVEC_GROUP",
                 std::env::var("TETHER_LLM_MATVEC_GROUP").ok().as_deref(),
             )
-            .unwrap_or(false),
+            .unwrap_or(true),
             context: options.context,
         };
         let grid_on = layer_shared > 0 && options.grid_layers;
@@ -1516,10 +1516,10 @@ struct Binding<'m, 'a> {
     /// (`LayerParams::kv_rows`; `TETHER_LLM_KV_PREFETCH=0` turns it off, for comparisons).
     kv_prefetch: bool,
     /// Products of several turns of one projection of a 32-block type (the head) take
-    /// `prep_matvec_group` (a row per 8-lane group) where `TETHER_LLM_MATVEC_GROUP=1` asks
-    /// for it. Off by default: built in session 52 and not yet run on a GPU (no device was
-    /// lent; docs/evidence/llm-gpu.md, session 52), so neither its bits nor its speed are
-    /// measured.
+    /// `prep_matvec_group` (a row per 8-lane group, four rows a warp in flight). On by
+    /// default since session 54 (docs/evidence/llm-gpu.md: bit-equal to `prep` + `matvec`
+    /// in every `gpu_fuse` comparison, decode +2-3 % on the real model, H100);
+    /// `TETHER_LLM_MATVEC_GROUP=0` takes `prep_matvec`, one row a warp (for comparisons).
     matvec_group: bool,
     context: usize,
 }
