@@ -3997,6 +3997,18 @@ fn run_help_lists_only_the_bundles_family_options() {
         "{}",
         stdout(&o)
     );
+    // A BUNDLE path that names nothing: the same note, saying so.
+    let missing = scratch().join("no-such-for-help.bundle");
+    let o = tether(&["run", missing.to_str().unwrap(), "--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!(
+            "note: {} does not open as a bundle (no such file): the options above are every family's",
+            missing.display()
+        )),
+        "{}",
+        stdout(&o)
+    );
     // Refused before any work, naming the option and the family.
     let img = asset("astronaut.png");
     for (args, want) in [

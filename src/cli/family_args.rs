@@ -81,21 +81,30 @@ fn bundle_and_family(argv: &[OsString], from: usize) -> Option<(&str, &'static d
 }
 
 /// The first argument after `from` that is a regular file but does not open as a bundle,
-/// with the reader's error (one line, control characters escaped).
+/// with the reader's error, or a `.bundle` path that names nothing, with "no such file" (one
+/// line, control characters escaped).
 fn unopened_file(argv: &[OsString], from: usize) -> Option<(String, String)> {
     argv[from..].iter().find_map(|a| {
         let s = a.to_str()?;
-        if s.starts_with('-') || !Path::new(s).is_file() {
+        let p = Path::new(s);
+        let why = if s.starts_with('-') {
             return None;
-        }
-        tether_bundle::Bundle::open(Path::new(s), tether_bundle::Verify::Lazy)
-            .err()
-            .map(|e| {
-                (
-                    crate::cli::text::escape_control(s).into_owned(),
-                    crate::cli::text::escape_control(&e.to_string()).into_owned(),
-                )
-            })
+        } else if p.is_file() {
+            tether_bundle::Bundle::open(p, tether_bundle::Verify::Lazy)
+                .err()?
+                .to_string()
+        } else if s.ends_with(".bundle") && !p.exists() {
+            // A bundle's name that names nothing (a typo): said, rather than every family's
+            // options shown as if for it. Other arguments that are not files are option
+            // values (`--device cuda`) or inputs.
+            "no such file".to_string()
+        } else {
+            return None;
+        };
+        Some((
+            crate::cli::text::escape_control(s).into_owned(),
+            crate::cli::text::escape_control(&why).into_owned(),
+        ))
     })
 }
 
