@@ -2951,7 +2951,8 @@ fn a_corrupt_llm_weight_section_is_named_with_the_bundle_hint() {
         stderr(&o)
     );
     // `inspect` still lists the sections, says in its output that the family's sections
-    // cannot be read and why, and exits 1 with that error once on stderr.
+    // cannot be read and why, and exits 1 with that error once on stderr and the bundle's
+    // hint, as `run` gives.
     let o = tether(&["inspect", corrupt.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let crc = format!(
@@ -2967,7 +2968,8 @@ fn a_corrupt_llm_weight_section_is_named_with_the_bundle_hint() {
     );
     assert!(
         stderr(&o).matches("CRC mismatch").count() == 1
-            && stderr(&o).contains("`tether verify` checks every section"),
+            && stderr(&o).contains(&format!("could not read the bundle: {crc}"))
+            && stderr(&o).contains("hint: the file is not a valid tether bundle"),
         "{}",
         stderr(&o)
     );

@@ -133,7 +133,15 @@ fn networks(b: &Bundle) -> Vec<NetworkDoc> {
 /// does not know, or the error that stopped it reading the family's sections (a section
 /// corrupt or of another version): `inspect` prints the rest of the bundle, names that error
 /// and exits 1.
-type FamilyDescription = std::result::Result<Option<tether_family::family::Description>, String>;
+type FamilyDescription =
+    std::result::Result<Option<tether_family::family::Description>, Unreadable>;
+
+/// The family's sections could not be read: the error (its chain kept, so that the report
+/// gives the bundle's hint) and its one-line message, printed in the output.
+struct Unreadable {
+    error: anyhow::Error,
+    message: String,
+}
 
 fn family_description(b: &Arc<Bundle>) -> FamilyDescription {
     let Some(family) = tether_family::family::find(tether::families::REGISTRY, b.identity().family)
@@ -141,11 +149,12 @@ fn family_description(b: &Arc<Bundle>) -> FamilyDescription {
         return Ok(None);
     };
     family.describe(b).map(Some).map_err(|e| {
-        format!(
-            "the {} family could not read the bundle: {}",
-            family.name(),
-            crate::cli::message(&e)
-        )
+        let error = e.context(format!(
+            "the {} family could not read the bundle",
+            family.name()
+        ));
+        let message = crate::cli::message(&error);
+        Unreadable { error, message }
     })
 }
 
@@ -297,7 +306,7 @@ fn manifest_doc<'a>(b: &'a Arc<Bundle>, family: &'a FamilyDescription) -> Inspec
             }
             _ => serde_json::Value::Null,
         },
-        family_config_error: family.as_ref().err().map(String::as_str),
+        family_config_error: family.as_ref().err().map(|u| u.message.as_str()),
     }
 }
 
@@ -361,7 +370,7 @@ fn write_text(
             }
         }
         Ok(None) => {}
-        Err(e) => writeln!(out, "{:<w$} unreadable: {}", "config", Escaped(e))?,
+        Err(u) => writeln!(out, "{:<w$} unreadable: {}", "config", Escaped(&u.message))?,
     }
     for n in networks(b) {
         let secs: Vec<String> = n.sections.iter().map(|i| format!("[{i}]")).collect();
@@ -478,11 +487,8 @@ pub fn inspect(a: &InspectArgs) -> Result<ExitCode> {
     b.ensure_unchanged()?;
     // What could be read was printed; a family section that could not be is an error of
     // the bundle's content (exit 1), as `run` would meet it at load.
-    if let Err(e) = family {
-        anyhow::bail!(
-            "{}: {e} (`tether verify` checks every section)",
-            a.bundle.display()
-        );
+    if let Err(u) = family {
+        return Err(u.error.context(a.bundle.display().to_string()));
     }
     Ok(ExitCode::SUCCESS)
 }
