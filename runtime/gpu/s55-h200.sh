@@ -10,6 +10,7 @@
 #                                                                    `unpack real pack`
 #   3. .device/s55z (gpu_decode-new.xz, gpu_fuse-new.xz, gpu_ahead-new.xz, COMMIT)
 #                                                                    `unpack tests pack`
+#   4. .device/s55p (gpu_sample-new.xz)                             `unpack prof pack`
 # Steps:
 #   unpack  lib.sh's
 #   real    the GGUF from its xz parts (SHA-256 checked); `tether bench` of the default and
@@ -20,6 +21,18 @@
 #   tests   gpu_decode (llama.cpp's and the CPU engine's tokens and logits, 100,000 tokens),
 #           gpu_fuse (every fused decoder's logits against the unfused step; the real
 #           model's; the step speeds at 128 and 2,048), gpu_ahead (host time a token)
+#   prof    the device sampler alone under Nsight Compute (`gpu_sample`'s timing test, 49,152
+#           spread logits, llama.cpp's defaults, then greedy): warp states and each SASS
+#           instruction's executions and stall samples (a sample every 32 cycles; call 4
+#           ran without --warp-sampling-interval 0), for the sampler's cost over greedy
+#   sample  (calls 5-7, carrying .device/s55a: part00 of a 50,000,000-byte split + the new
+#           gpu_sample; s55b: part01 + main's tether as tether-old; s55c: the new tether as
+#           tether-s55 + main's gpu_sample as gpu_sample-old; `unpack sample`, `unpack`,
+#           `unpack ab`) the sampler's passes with fewer instructions: gpu_sample (the
+#           device sampler against the CPU sampler on six logit shapes) with the new kernels
+#   ab      gpu_sample's timing test, main's and the new alternating; `tether bench` of
+#           main's and the new alternating (2 rounds, llama.cpp's sampling defaults), greedy
+#           once each; three prompts' greedy text and the seeded text with the new
 #   pack    the logs into logs.tar.xz
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -65,8 +78,50 @@ tests)
   step ahead 60 env TETHER_ASSETS=$W/assets ./gpu_ahead-new --test-threads 1 --nocapture
   for f in decode fuse fuse-real speed ahead; do echo "== $f"; grep -E "test result|allocations|free memory|host time|differ|FAILED|panicked|rc=" $OUT/$f.log | cut -c1-200 | tail -12; done
   cd $R ;;
+prof)
+  cd $B
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  # gpu_sample's timing test: 50 calls a parameter set; set 3 (llama.cpp's defaults) is
+  # calls 100-149 at 49,152 logits, set 1 (greedy) calls 0-49.
+  for c in defaults:110 greedy:10; do
+    step ncu-${c%%:*} 150 $NCU --cache-control none --clock-control none -k 'regex:^sample_advance$' \
+      --launch-skip ${c##*:} --launch-count 1 --warp-sampling-interval 0 --section SpeedOfLight --section WarpStateStats \
+      --section SourceCounters --section LaunchStats --section Occupancy -o $OUT/sample-${c%%:*} \
+      ./gpu_sample-new device_sampler_time --test-threads 1 --nocapture
+    step src-${c%%:*} 60 $NCU --import $OUT/sample-${c%%:*}.ncu-rep --page source --csv --print-source sass
+    step details-${c%%:*} 60 $NCU --import $OUT/sample-${c%%:*}.ncu-rep --page details
+  done
+  for c in defaults greedy; do echo "== $c"; grep -E "Duration|Registers Per|Achieved Occ|Stall|Warp Cycles Per Issued" $OUT/details-$c.log | head -20; done
+  wc -l $OUT/src-*.log
+  cd $R ;;
+sample)
+  cd $B
+  step sample 200 ./gpu_sample-new --test-threads 1 --nocapture
+  grep -E "^test |test result|us per call|differ|rc=" $OUT/sample.log | cut -c1-200 | tail -40
+  cd $R ;;
+ab)
+  [ -f $G ] || cat $W/part0? | xz -dc > $G
+  gguf
+  cd $B
+  sha256sum tether-old tether-s55 >> $OUT/host.log 2>&1
+  [ -f $W/smollm2.bundle ] || step build 60 ./tether-s55 build --family llm --gguf $G -o $W/smollm2.bundle
+  for i in 1 2; do
+    for b in gpu_sample-old gpu_sample-new; do step time-$b 60 ./$b device_sampler_time --test-threads 1 --nocapture; done
+  done
+  for i in 1 2; do
+    for b in tether-old tether-s55; do step bench-$b 100 ./$b bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3; done
+  done
+  for b in tether-old tether-s55; do step greedy-$b 100 ./$b bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3 --temperature 0; done
+  for p in "Where is Paris?" "Write a haiku about the sea." "What is 2+2?"; do
+    step text-greedy 30 ./tether-s55 run $W/smollm2.bundle --device cuda --prompt "$p" --temperature 0 --max-tokens 64 --json
+  done
+  for b in tether-old tether-s55; do step text-$b 30 ./$b run $W/smollm2.bundle --device cuda --prompt "Write a haiku about the sea." --seed 7 --max-tokens 48 --json; done
+  for f in bench-tether-old bench-tether-s55 greedy-tether-old greedy-tether-s55; do echo "== $f"; grep -E "tg128@|rc=" $OUT/$f.log | awk '{print $1, $4}' | paste -sd' '; done
+  for b in gpu_sample-old gpu_sample-new; do echo "== $b"; grep -E "n 49152 (greedy|defaults):|n 151936 defaults:" $OUT/time-$b.log; done
+  grep -hoE '"text": *"[^"]{0,100}' $OUT/text-*.log
+  cd $R ;;
 pack)
   (cd $OUT && tar cJf logs.tar.xz *.log 2>/dev/null && rm -f *.log) ;;
-*) echo "usage: $0 unpack | real | tests | pack ..." >&2; exit 2 ;;
+*) echo "usage: $0 unpack | real | tests | prof | sample | ab | pack ..." >&2; exit 2 ;;
 esac
 done

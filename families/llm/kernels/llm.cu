@@ -3373,6 +3373,20 @@ __device__ __forceinline__ bool survives(float l, int i, unsigned long long thr,
     return rank_of(order_key(l), (uint32_t)i) >= thr && (!minp || l >= min_logit);
 }
 
+// Bit u set where element i + 32 * u of a gather's turn (values v) is below `end` and
+// survives.
+__device__ __forceinline__ uint32_t turn_survivors(const float (&v)[SAMPLE_UNROLL], int i, int end,
+                                                   unsigned long long thr, int minp,
+                                                   float min_logit) {
+    uint32_t bits = 0;
+#pragma unroll
+    for (int u = 0; u < SAMPLE_UNROLL; ++u) {
+        const int j = i + 32 * u;
+        if (j < end && survives(v[u], j, thr, minp, min_logit)) bits |= 1u << u;
+    }
+    return bits;
+}
+
 // Copies the survivors, in ascending id, into pool[0..m) (m <= SAMPLE_POOL) and zeroes the
 // rest of the pool. Returns m; *all gets the survivors' count, which may exceed the pool.
 // Warp w takes ids [w * span, (w + 1) * span) (span a multiple of 32), 32 consecutive ids
@@ -3392,10 +3406,14 @@ __device__ uint32_t pool_gather(const float* logits, int n, unsigned long long t
     float v[SAMPLE_UNROLL];
     for (int i0 = lo; i0 < hi; i0 += 32 * SAMPLE_UNROLL) {
         load_turn(logits, i0 + lane, 32, hi, 0.0f, v);
+        const uint32_t mine = turn_survivors(v, i0 + lane, hi, thr, minp, min_logit);
+        // Most of a warp's turns hold no survivor (a few dozen in 49,152 under top-k's
+        // bound): then nothing to place or count, and the ballots are skipped.
+        if (!__any_sync(FULL_MASK, mine != 0)) continue;
 #pragma unroll
         for (int u = 0; u < SAMPLE_UNROLL; ++u) {
             const int i = i0 + 32 * u + lane;
-            const bool keep = i < hi && survives(v[u], i, thr, minp, min_logit);
+            const bool keep = (mine >> u) & 1u;
             const unsigned bal = __ballot_sync(FULL_MASK, keep);
             const uint32_t to = c + (uint32_t)__popc(bal & below);
             if (keep && to < 32) own[to] = rank_of(order_key(v[u]), (uint32_t)i);
@@ -3416,10 +3434,12 @@ __device__ uint32_t pool_gather(const float* logits, int n, unsigned long long t
         __syncthreads();
         for (int i0 = lo; i0 < hi && at < SAMPLE_POOL; i0 += 32 * SAMPLE_UNROLL) {
             load_turn(logits, i0 + lane, 32, hi, 0.0f, v);
+            const uint32_t mine = turn_survivors(v, i0 + lane, hi, thr, minp, min_logit);
+            if (!__any_sync(FULL_MASK, mine != 0)) continue;
 #pragma unroll
             for (int u = 0; u < SAMPLE_UNROLL; ++u) {
                 const int i = i0 + 32 * u + lane;
-                const bool keep = i < hi && survives(v[u], i, thr, minp, min_logit);
+                const bool keep = (mine >> u) & 1u;
                 const unsigned bal = __ballot_sync(FULL_MASK, keep);
                 const uint32_t to = at + (uint32_t)__popc(bal & below);
                 if (keep && to < SAMPLE_POOL) pool[to] = rank_of(order_key(v[u]), (uint32_t)i);
@@ -3449,17 +3469,25 @@ __device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v)
 __device__ unsigned long long topk_bound(const float* logits, int n, uint32_t k,
                                          unsigned long long* pool) {
     const int t = threadIdx.x, lane = t & 31, w = t >> 5;
-    unsigned long long best = 0;
+    // The thread's largest rank as its key and id (32-bit compares: the pass is bound by the
+    // one SM's instruction issue). Its ids rise through the pass, so keeping the first of
+    // equal keys keeps the larger rank; `bi` NONE until the first element in range.
+    const uint32_t NONE = 0xFFFFFFFFu;
+    uint32_t bk = 0, bi = NONE;
     float v[SAMPLE_UNROLL];
     for (int i0 = t; i0 < n; i0 += SAMPLE_THREADS * SAMPLE_UNROLL) {
         load_turn(logits, i0, SAMPLE_THREADS, n, 0.0f, v);
 #pragma unroll
         for (int u = 0; u < SAMPLE_UNROLL; ++u) {
             const int i = i0 + SAMPLE_THREADS * u;
-            const unsigned long long r = i < n ? rank_of(order_key(v[u]), (uint32_t)i) : 0ull;
-            best = r > best ? r : best;
+            const uint32_t k = order_key(v[u]);
+            if (i < n && (k > bk || bi == NONE)) {
+                bk = k;
+                bi = (uint32_t)i;
+            }
         }
     }
+    const unsigned long long best = bi == NONE ? 0ull : rank_of(bk, bi);
     if (k <= 2 * SAMPLE_WARPS) {
         const unsigned long long m1 = warp_max_u64(best);
         const unsigned long long m2 = warp_max_u64(best == m1 ? 0ull : best);
