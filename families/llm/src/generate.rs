@@ -724,7 +724,7 @@ impl Generator {
 }
 
 /// Tokens between two checks that the bundle file did not change on disk during a request
-/// (each check one `fstat`; also after the prompt).
+/// (each check one `fstat`; also after the prompt and at the request's last token).
 pub const CHANGE_CHECK_EVERY: usize = 32;
 
 /// A request in progress: call [`next_piece`](Self::next_piece) until it returns `None`,
@@ -732,7 +732,7 @@ pub const CHANGE_CHECK_EVERY: usize = 32;
 pub struct Generation<'g> {
     model: &'g Model<'static>,
     /// The storage `model` reads, checked for a file changed on disk at the request's start,
-    /// after the prompt and every [`CHANGE_CHECK_EVERY`] tokens.
+    /// after the prompt, every [`CHANGE_CHECK_EVERY`] tokens and at its last token.
     weights: &'g Weights,
     state: &'g mut State,
     sampler: &'g mut Sampler,
@@ -912,6 +912,8 @@ impl Generation<'_> {
         self.last_token_at = Some(now);
         self.finished.timings.generated_tokens = self.finished.tokens.len();
         if self.eog.contains(&token) {
+            // The request's last token: the file must still be the one the whole request read.
+            self.weights.ensure_unchanged()?;
             return Ok(self.end_with(Some(token), FinishReason::Stop));
         }
         let piece = self.decoder.push(token);
@@ -925,6 +927,7 @@ impl Generation<'_> {
             .filter_map(|s| self.held.find(s.as_str()))
             .min()
         {
+            self.weights.ensure_unchanged()?;
             self.out.push_str(&self.held[..at]);
             self.held.clear();
             self.done = Some(FinishReason::Stop);
@@ -939,6 +942,7 @@ impl Generation<'_> {
         self.out.push_str(&self.held[..emit]);
         self.held.drain(..emit);
         if self.finished.tokens.len() >= self.params.max_tokens {
+            self.weights.ensure_unchanged()?;
             self.done = Some(FinishReason::Length);
             self.flush_into_out();
         } else {

@@ -376,6 +376,59 @@ fn cancelling_during_a_long_prompt_stops_between_its_chunks() {
 }
 
 #[test]
+fn a_bundle_rewritten_during_a_short_request_fails_it_at_its_last_token() {
+    use std::io::Write;
+    use tether_llm::recipe::{BuildOptions, Input, build};
+    let dir = std::env::temp_dir().join(format!("tether-llm-rewrite-mid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let gguf = dir.join("tiny.gguf");
+    std::fs::write(&gguf, tiny_gguf(&tiny_config()).to_bytes()).unwrap();
+    let (writer, _) = build(
+        &Input::detect(&gguf),
+        &BuildOptions {
+            name: "tiny".into(),
+            created_unix_s: 1,
+            ..BuildOptions::default()
+        },
+        &mut |_| {},
+    )
+    .expect("build");
+    let path = dir.join("tiny.bundle");
+    writer.write(&path).expect("write");
+    let bytes = std::fs::read(&path).unwrap();
+    let mut g = Generator::open(&path, &GeneratorOptions::default()).expect("open");
+    // 4 tokens, end-of-generation ids ignored: the request ends by its length.
+    let mut run = g
+        .generate(Prompt::Text("abc"), &sampled(4, 1))
+        .expect("start");
+    assert!(run.next_piece().expect("the first token").is_some());
+    assert!(!run.is_done(), "the request must outlive its first token");
+    // The same bytes written in place (`dd conv=notrunc`): the file's time changes, the
+    // request's remaining tokens (fewer than CHANGE_CHECK_EVERY) must not end it as if
+    // nothing happened.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all(&bytes)
+        .unwrap();
+    let e = loop {
+        match run.next_piece() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the request ended although its bundle was rewritten"),
+            Err(e) => break e,
+        }
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("rewritten in place") && msg.contains("tiny.bundle"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_bundle_rewritten_on_disk_is_refused_not_read() {
     use tether_llm::recipe::{BuildOptions, Input, build};
     let dir = std::env::temp_dir().join(format!("tether-llm-rewrite-{}", std::process::id()));
