@@ -672,8 +672,22 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<LlmConfig, LlmError> {
     let n_head_kv = opt("attention.head_count_kv")?.unwrap_or(n_head);
     let head_dim = match opt("attention.key_length")? {
         Some(d) => d,
-        None if n_head > 0 => n_embd / n_head,
-        None => 0,
+        // Without a key length the heads split the embedding evenly.
+        None if n_head > 0 && n_embd.is_multiple_of(n_head) => n_embd / n_head,
+        None if n_head > 0 => {
+            return Err(LlmError::config(
+                "n_head (attention.head_count)",
+                format!(
+                    "{n_head} does not divide embedding_length {n_embd} (and no attention.key_length gives the head size)"
+                ),
+            ));
+        }
+        None => {
+            return Err(LlmError::config(
+                "n_head (attention.head_count)",
+                "0 (accepted 1 or more)",
+            ));
+        }
     };
     if let Some(v) = opt("attention.value_length")?
         && v != head_dim

@@ -217,10 +217,12 @@ impl LlmConfig {
                 format!("{} is odd (RoPE rotates lane pairs)", self.head_dim),
             ));
         }
-        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+        // The rotary frequencies theta^(-2i/head_dim) fall with i only for theta > 1; below,
+        // they grow (to infinity for a tiny theta: NaN angles), which no model uses.
+        if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
             return Err(LlmError::config(
                 "rope_theta",
-                format!("{} (must be finite and > 0)", self.rope_theta),
+                format!("{:?} (accepted: finite and > 1)", self.rope_theta),
             ));
         }
         if let RopeScaling::Linear { factor } = self.rope_scaling

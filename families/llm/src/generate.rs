@@ -276,6 +276,19 @@ pub enum GenerateError {
     #[cfg(feature = "cuda")]
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
+    /// The forward pass gave NaN logits (CPU engine; checked before each draw): the model's
+    /// weights or hyper-parameters are broken, and any token drawn would be arbitrary.
+    #[error(
+        "the model's logits at position {position} hold {nan} NaN of {n}: its weights or hyper-parameters are broken"
+    )]
+    NanLogits {
+        /// Position (0-based) of the token the logits are for.
+        position: usize,
+        /// NaN values among them.
+        nan: usize,
+        /// Logits (the vocabulary).
+        n: usize,
+    },
     /// The thread pool could not start.
     #[error("starting {threads} forward-pass threads: {source}")]
     Threads {
@@ -891,9 +904,19 @@ impl Generation<'_> {
         let step = self.finished.tokens.len() as u64;
         let token = match chosen {
             Some(t) => t,
-            None => self
-                .sampler
-                .sample(self.state.logits_mut(), &self.params.sampler, step),
+            None => {
+                // NaN logits (a broken model) would give an arbitrary token, often an
+                // end-of-generation id: an empty answer reported as a normal stop.
+                let logits = self.state.logits_mut();
+                if logits.iter().any(|v| v.is_nan()) {
+                    return Err(GenerateError::NanLogits {
+                        position: self.finished.prompt_tokens.len() + self.finished.tokens.len(),
+                        nan: logits.iter().filter(|v| v.is_nan()).count(),
+                        n: logits.len(),
+                    });
+                }
+                self.sampler.sample(logits, &self.params.sampler, step)
+            }
         };
         self.sampler.accept(token);
         self.finished.tokens.push(token);

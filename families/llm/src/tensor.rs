@@ -387,6 +387,21 @@ impl Weights {
                 }
             }
             if let Some((name, _, _)) = self.infos().find(|(n, _, _)| !wanted.contains(*n)) {
+                // A layer the configuration does not have: its layer count is wrong.
+                if let Some(l) = name
+                    .strip_prefix("blk.")
+                    .and_then(|r| r.split('.').next())
+                    .and_then(|i| i.parse::<usize>().ok())
+                    .filter(|&l| l >= layers.len())
+                {
+                    return Err(LlmError::config(
+                        "n_layer (block_count)",
+                        format!(
+                            "{}, but tensor `{name}` is of layer {l}: the file holds more layers",
+                            layers.len()
+                        ),
+                    ));
+                }
                 return Err(LlmError::UnexpectedTensor {
                     name: name.to_owned(),
                 });

@@ -145,6 +145,39 @@ fn bad_hyper_parameters_and_architectures_are_named() {
     assert!(e.contains("`yarn` is not supported"), "{e}");
     let e = err(&with_kv("llama.attention.head_count_kv", Value::U32(3)));
     assert!(e.contains("3 does not divide n_head 4"), "{e}");
+    // A rotary base at or below 1: the frequencies would grow (NaN angles for a tiny one).
+    let e = err(&with_kv("llama.rope.freq_base", Value::F32(1e-45)));
+    assert!(
+        e.contains("rope_theta`: 1e-45 (accepted: finite and > 1)"),
+        "{e}"
+    );
+    // Heads that do not split the embedding, none given a key length: named as such.
+    let mut w = with_kv("llama.attention.head_count", Value::U32(7));
+    w.metadata
+        .retain(|(k, _)| k != "llama.attention.key_length");
+    w.metadata
+        .retain(|(k, _)| k != "llama.attention.head_count_kv");
+    let e = err(&w);
+    assert!(e.contains("7 does not divide embedding_length"), "{e}");
+    let mut w = with_kv("llama.attention.head_count", Value::U32(0));
+    w.metadata
+        .retain(|(k, _)| k != "llama.attention.key_length");
+    assert!(
+        err(&w).contains("head_count)`: 0 (accepted 1 or more)"),
+        "{}",
+        err(&w)
+    );
+    // One layer fewer than the tensors hold: the layer count is named, not the tensor.
+    let n = tiny_config().n_layer;
+    let e = err(&with_kv("llama.block_count", Value::U32(n - 1)));
+    assert!(
+        e.contains(&format!(
+            "block_count)`: {}, but tensor `blk.{}.",
+            n - 1,
+            n - 1
+        )),
+        "{e}"
+    );
     let e = err(&with_kv("llama.expert_count", Value::U32(8)));
     assert!(e.contains("expert_count` = 8 is not supported"), "{e}");
     let e = err(&with_kv("llama.block_count", Value::String("two".into())));

@@ -376,6 +376,39 @@ fn cancelling_during_a_long_prompt_stops_between_its_chunks() {
 }
 
 #[test]
+fn nan_logits_are_an_error_not_a_token() {
+    // One NaN in the final norm's weights: every logit is NaN. Drawn from, they would give
+    // an arbitrary token (argmax's first id, here or in a real model often an
+    // end-of-generation id: an empty answer reported as a normal stop).
+    let cfg = tiny_config();
+    let mut w = tiny_gguf(&cfg);
+    let t = w
+        .tensors
+        .iter_mut()
+        .find(|t| t.0 == "output_norm.weight")
+        .expect("output_norm");
+    t.3[..4].copy_from_slice(&f32::NAN.to_le_bytes());
+    for greedy in [true, false] {
+        let mut g = generator_of(&w, &GeneratorOptions::default());
+        let mut p = sampled(4, 1);
+        if greedy {
+            p.sampler.temperature = 0.0;
+        }
+        let e = g
+            .generate_text(Prompt::Text("abc"), &p)
+            .expect_err("NaN logits");
+        match &e {
+            GenerateError::NanLogits { position, nan, n } => {
+                assert_eq!((*nan, *n), (cfg.n_vocab as usize, cfg.n_vocab as usize));
+                assert!(*position > 0, "{e}");
+            }
+            other => panic!("{other}"),
+        }
+        assert!(e.to_string().contains("hyper-parameters are broken"), "{e}");
+    }
+}
+
+#[test]
 fn a_bundle_rewritten_during_a_short_request_fails_it_at_its_last_token() {
     use std::io::Write;
     use tether_llm::recipe::{BuildOptions, Input, build};
