@@ -693,19 +693,28 @@ fn first_mistakes_name_what_to_do() {
     let o = tether(&["run", text.to_str().unwrap(), "--prompt", "hi"]);
     assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(!stderr(&o).contains("GGUF model"), "{}", stderr(&o));
-    // An input where the bundle belongs (the arguments swapped): the hint says which comes
-    // first, not "damaged copy".
+    // An input where the bundle belongs (the arguments swapped): a usage error (exit 2, as
+    // for a model file) saying what the file is and which argument comes first, not
+    // "damaged copy".
     let wav = asset("Front_Center.wav");
-    for args in [
-        vec!["inspect", png.as_str()],
-        vec!["run", png.as_str(), b.as_str()],
-        vec!["verify", wav.as_str()],
+    for (args, kind) in [
+        (vec!["inspect", png.as_str()], "PNG image"),
+        (vec!["run", png.as_str(), b.as_str()], "PNG image"),
+        (vec!["verify", png.as_str()], "PNG image"),
+        (vec!["verify", wav.as_str()], "RIFF (WAV) audio file"),
+        (
+            vec!["run", wav.as_str(), "--prompt", "hi"],
+            "RIFF (WAV) audio file",
+        ),
     ] {
         let o = tether(&args);
         let e = stderr(&o);
-        assert_ne!(o.status.code(), Some(0), "{args:?}: {e}");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
         assert!(
-            e.contains("this file is an input, not a bundle: a command takes the bundle first"),
+            e.contains(&format!(
+                "is a {kind}, an input, not a tether bundle: a command takes the bundle first (`tether {} model.bundle",
+                args[0]
+            )),
             "{args:?}: {e}"
         );
         assert!(!e.contains("corrupted"), "{args:?}: {e}");

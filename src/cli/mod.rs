@@ -234,16 +234,27 @@ fn bundle_hint(b: &BundleError) -> &'static str {
     }
 }
 
-/// The hint for a file that is not a bundle but an input given where the bundle belongs,
-/// known by its first 8 bytes: PNG (ISO/IEC 15948 signature), JPEG (SOI + marker), RIFF (WAV).
-/// (Model files, ONNX and GGUF, are caught before opening: `run::model_format`.)
+/// What an input file given where the bundle belongs is, known by its first 8 bytes: PNG
+/// (ISO/IEC 15948 signature), JPEG (SOI + marker), RIFF (WAV).
+pub(crate) fn input_kind(head: &[u8; 8]) -> Option<&'static str> {
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("PNG image")
+    } else if head.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("JPEG image")
+    } else if head.starts_with(b"RIFF") {
+        Some("RIFF (WAV) audio file")
+    } else {
+        None
+    }
+}
+
+/// The hint for an input given where the bundle belongs ([`input_kind`]). (The commands
+/// catch model files and these inputs before opening, as usage errors:
+/// `run::model_format`.)
 pub(crate) fn known_format(head: &[u8; 8]) -> Option<&'static str> {
-    let input = head.starts_with(b"\x89PNG\r\n\x1a\n")
-        || head.starts_with(&[0xff, 0xd8, 0xff])
-        || head.starts_with(b"RIFF");
-    input.then_some(
-        "this file is an input, not a bundle: a command takes the bundle first (`tether run model.bundle INPUT...`, `tether verify model.bundle`)",
-    )
+    input_kind(head).map(|_| {
+        "this file is an input, not a bundle: a command takes the bundle first (`tether run model.bundle INPUT...`, `tether verify model.bundle`)"
+    })
 }
 
 fn hint(e: &anyhow::Error) -> Option<&'static str> {

@@ -187,10 +187,10 @@ pub(crate) fn runner_on(
     Ok((bundle, family, runner))
 }
 
-/// The model format `path` holds when it is an existing regular file that is a model rather
-/// than a bundle: `GGUF` (the magic `GGUF`) or `ONNX` (its extension, or a protobuf
-/// `ModelProto` start: field 1 `ir_version`, a varint, tag byte `0x08`, which no bundle
-/// starts with).
+/// What `path` holds when it is an existing regular file that is a model or an input rather
+/// than a bundle: `GGUF` (the magic `GGUF`), an input's kind ([`crate::cli::input_kind`]:
+/// `PNG image`, ...) or `ONNX` (its extension, or a protobuf `ModelProto` start: field 1
+/// `ir_version`, a varint, tag byte `0x08`, which no bundle starts with).
 pub(crate) fn model_format(path: &Path) -> Option<&'static str> {
     // Only an existing regular file is a model (a missing path keeps its "no such file"
     // error), and only a regular file is read: opening a FIFO or a device would block or
@@ -202,13 +202,20 @@ pub(crate) fn model_format(path: &Path) -> Option<&'static str> {
         .extension()
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
-    let mut head = [0u8; 4];
+    // The first 8 bytes (fewer in a shorter file).
+    let mut first = Vec::with_capacity(8);
     let n = std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 8), &mut first))
         .unwrap_or(0);
+    let mut head = [0u8; 8];
+    head[..n].copy_from_slice(&first[..n]);
     // GGUF has a magic: a `.gguf` file without it is neither a GGUF nor a bundle.
-    if n == 4 && &head == b"GGUF" {
+    if n >= 4 && &head[..4] == b"GGUF" {
         Some("GGUF")
+    } else if n == 8
+        && let Some(kind) = crate::cli::input_kind(&head)
+    {
+        Some(kind)
     } else if ext.as_deref() == Some("onnx") || (n >= 1 && head[0] == 0x08) {
         Some("ONNX")
     } else {
@@ -216,9 +223,16 @@ pub(crate) fn model_format(path: &Path) -> Option<&'static str> {
     }
 }
 
-/// The usage error for a model file given where a bundle belongs, saying what to do instead
-/// (`then`: the command to type with the bundle, e.g. `run model.bundle INPUT`).
+/// The usage error for a model file or an input (`format`: [`model_format`]'s) given where a
+/// bundle belongs, saying what to do instead (`then`: the command to type with the bundle,
+/// e.g. `run model.bundle INPUT`).
 pub(crate) fn model_not_bundle(path: &Path, format: &str, then: &str) -> anyhow::Error {
+    if format != "GGUF" && format != "ONNX" {
+        return anyhow::Error::new(crate::cli::UsageError(format!(
+            "{} is a {format}, an input, not a tether bundle: a command takes the bundle first (`tether {then}`)",
+            path.display(),
+        )));
+    }
     let family = if format == "GGUF" {
         "llm --gguf"
     } else {

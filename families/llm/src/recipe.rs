@@ -134,6 +134,7 @@ pub fn build(
     progress("checking the bundle as a load reads it");
     let mut writer = writer;
     let back = verify_bytes(writer.to_bytes()?)?;
+    check_template(&back)?;
     let description = back.describe();
     let tensors = back.weights.len();
     let self_test = if options.self_test {
@@ -162,6 +163,38 @@ pub fn build(
         self_test,
     };
     Ok((writer, report))
+}
+
+/// A chat template must render a one-message chat with the message in it: one that raises,
+/// fails or drops the message would fail (or silently empty) every chat the bundle is asked,
+/// so the build refuses it while the checkpoint can still be fixed. No template: fine (raw
+/// prompts only).
+///
+/// # Errors
+/// [`LlmError::Template`] naming what the template did.
+fn check_template(ckpt: &Checkpoint) -> Result<(), LlmError> {
+    let Some(t) = ckpt.compiled_chat_template()? else {
+        return Ok(());
+    };
+    const PROBE: &str = "Hello there";
+    let text = t
+        .render(&[crate::template::ChatMessage::new("user", PROBE)], true)
+        .map_err(|e| {
+            let why = match e {
+                LlmError::Template(m) => m,
+                other => other.to_string(),
+            };
+            LlmError::Template(format!(
+                "the checkpoint's template does not render a one-message chat ({why}): every chat would fail; fix the checkpoint's chat template (GGUF `tokenizer.chat_template`, or `chat_template.jinja`)"
+            ))
+        })?;
+    if !text.contains(PROBE) {
+        return Err(LlmError::Template(format!(
+            "the checkpoint's template renders a one-message chat without the message ({} bytes out): every prompt would be dropped; fix the checkpoint's chat template",
+            text.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Context of the generator the build-time self-test runs on (the reference needs 59
