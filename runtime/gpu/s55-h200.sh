@@ -33,12 +33,11 @@
 #   ab      gpu_sample's timing test, main's and the new alternating; `tether bench` of
 #           main's and the new alternating (2 rounds, llama.cpp's sampling defaults), greedy
 #           once each; three prompts' greedy text and the seeded text with the new
-#   syn     (calls 9-11: .device/s55f1 part00 + gpu_share + gpu_numerics, `unpack syn`;
-#           s55f2 part01 + gpu_prefill + gpu_sample, `unpack syn`; s55f3 gpu_decode, gpu_fuse,
-#           gpu_ahead, tether, COMMIT, `unpack final`; every binary named *-fin, built from
-#           main's head) the synthetic-model GPU tests carried and not yet run
-#   final   the real-model tests of main's head (gpu_decode with 100,000 tokens, gpu_fuse and
-#           its real-model case, gpu_ahead), `tether bench` and greedy text once
+#   syn     the synthetic-model GPU tests carried (*-fin: gpu_share, gpu_numerics,
+#           gpu_prefill, gpu_sample) and not yet run; binaries named *-fin are main's head
+#   final   the real-model tests of main's head carried (gpu_decode with 100,000 tokens,
+#           gpu_fuse and its real-model case, gpu_ahead), `tether bench` and greedy text once
+#           where tether-fin is carried
 #   pack    the logs into logs.tar.xz
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -137,18 +136,21 @@ final)
   [ -f $G ] || cat $W/part0? | xz -dc > $G
   gguf
   cd $B
-  step decode 300 env TETHER_ASSETS=$W/assets ./gpu_decode-fin --test-threads 1 --nocapture
-  step fuse 100 ./gpu_fuse-fin --skip speeds --test-threads 1 --nocapture
-  step fuse-real 60 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse-fin real_model --test-threads 1 --nocapture
-  step ahead 60 env TETHER_ASSETS=$W/assets ./gpu_ahead-fin --test-threads 1 --nocapture
-  [ -f $W/smollm2.bundle ] || step build 60 ./tether-fin build --family llm --gguf $G -o $W/smollm2.bundle
-  step bench 100 ./tether-fin bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
-  for p in "Where is Paris?" "Write a haiku about the sea." "What is 2+2?"; do
-    step greedy 30 ./tether-fin run $W/smollm2.bundle --device cuda --prompt "$p" --temperature 0 --max-tokens 64 --json
-  done
-  for f in decode fuse fuse-real ahead; do echo "== $f"; grep -E "test result|allocations|host time|differ|FAILED|panicked|rc=" $OUT/$f.log | cut -c1-200 | tail -8; done
-  grep -E "tg128@|rc=" $OUT/bench.log | awk '{print $1, $4}' | paste -sd' '
-  grep -hoE '"text": *"[^"]{0,80}' $OUT/greedy.log
+  # Each binary only where carried (the device time left may not carry them all).
+  [ -x ./gpu_decode-fin ] && step decode 300 env TETHER_ASSETS=$W/assets ./gpu_decode-fin --test-threads 1 --nocapture
+  [ -x ./gpu_fuse-fin ] && step fuse 100 ./gpu_fuse-fin --skip speeds --test-threads 1 --nocapture
+  [ -x ./gpu_fuse-fin ] && step fuse-real 60 env TETHER_FUSE_REAL=1 TETHER_ASSETS=$W/assets ./gpu_fuse-fin real_model --test-threads 1 --nocapture
+  [ -x ./gpu_ahead-fin ] && step ahead 60 env TETHER_ASSETS=$W/assets ./gpu_ahead-fin --test-threads 1 --nocapture
+  if [ -x ./tether-fin ]; then
+    [ -f $W/smollm2.bundle ] || step build 60 ./tether-fin build --family llm --gguf $G -o $W/smollm2.bundle
+    step bench 100 ./tether-fin bench $W/smollm2.bundle --device cuda --n-prompt $AT --n-gen 128 --runs 3
+    for p in "Where is Paris?" "Write a haiku about the sea." "What is 2+2?"; do
+      step greedy 30 ./tether-fin run $W/smollm2.bundle --device cuda --prompt "$p" --temperature 0 --max-tokens 64 --json
+    done
+  fi
+  for f in decode fuse fuse-real ahead; do echo "== $f"; grep -E "test result|allocations|host time|differ|FAILED|panicked|rc=" $OUT/$f.log 2>/dev/null | cut -c1-200 | tail -8; done
+  grep -E "tg128@|rc=" $OUT/bench.log 2>/dev/null | awk '{print $1, $4}' | paste -sd' '
+  grep -hoE '"text": *"[^"]{0,80}' $OUT/greedy.log 2>/dev/null
   cd $R ;;
 pack)
   (cd $OUT && tar cJf logs.tar.xz *.log 2>/dev/null && rm -f *.log) ;;
