@@ -375,6 +375,25 @@ fn cancelling_during_a_long_prompt_stops_between_its_chunks() {
     assert_eq!(done.prompt_tokens.len(), 40);
 }
 
+/// The tiny model built into a bundle (its GGUF written into `dir`, created), to write.
+fn tiny_bundle_writer(dir: &std::path::Path) -> tether_bundle::BundleWriter {
+    use tether_llm::recipe::{BuildOptions, Input, build};
+    std::fs::create_dir_all(dir).unwrap();
+    let gguf = dir.join("tiny.gguf");
+    std::fs::write(&gguf, tiny_gguf(&tiny_config()).to_bytes()).unwrap();
+    build(
+        &Input::detect(&gguf),
+        &BuildOptions {
+            name: "tiny".into(),
+            created_unix_s: 1,
+            ..BuildOptions::default()
+        },
+        &mut |_| {},
+    )
+    .expect("build")
+    .0
+}
+
 #[test]
 fn nan_logits_are_an_error_not_a_token() {
     // One NaN in the final norm's weights: every logit is NaN. Drawn from, they would give
@@ -411,21 +430,8 @@ fn nan_logits_are_an_error_not_a_token() {
 #[test]
 fn a_bundle_rewritten_during_a_short_request_fails_it_at_its_last_token() {
     use std::io::Write;
-    use tether_llm::recipe::{BuildOptions, Input, build};
     let dir = std::env::temp_dir().join(format!("tether-llm-rewrite-mid-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let gguf = dir.join("tiny.gguf");
-    std::fs::write(&gguf, tiny_gguf(&tiny_config()).to_bytes()).unwrap();
-    let (writer, _) = build(
-        &Input::detect(&gguf),
-        &BuildOptions {
-            name: "tiny".into(),
-            created_unix_s: 1,
-            ..BuildOptions::default()
-        },
-        &mut |_| {},
-    )
-    .expect("build");
+    let writer = tiny_bundle_writer(&dir);
     let path = dir.join("tiny.bundle");
     writer.write(&path).expect("write");
     let bytes = std::fs::read(&path).unwrap();
@@ -463,21 +469,8 @@ fn a_bundle_rewritten_during_a_short_request_fails_it_at_its_last_token() {
 
 #[test]
 fn a_bundle_rewritten_on_disk_is_refused_not_read() {
-    use tether_llm::recipe::{BuildOptions, Input, build};
     let dir = std::env::temp_dir().join(format!("tether-llm-rewrite-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let gguf = dir.join("tiny.gguf");
-    std::fs::write(&gguf, tiny_gguf(&tiny_config()).to_bytes()).unwrap();
-    let (writer, _) = build(
-        &Input::detect(&gguf),
-        &BuildOptions {
-            name: "tiny".into(),
-            created_unix_s: 1,
-            ..BuildOptions::default()
-        },
-        &mut |_| {},
-    )
-    .expect("build");
+    let writer = tiny_bundle_writer(&dir);
     let (path, copy) = (dir.join("tiny.bundle"), dir.join("copy.bundle"));
     writer.write(&path).expect("write");
     writer.write(&copy).expect("write copy");
