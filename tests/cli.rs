@@ -3086,6 +3086,20 @@ fn llm_run_prompt_greedy_gives_llama_cpp_text() {
             && out.contains("4 tokens generated"),
         "{out}"
     );
+    // llama.cpp's `--n-predict -1`: no limit but the context's (or the end of the answer).
+    let out = limit(&["--context", "8", "--n-predict", "-1"]);
+    assert!(
+        out.contains(": length: the context of 8 tokens is full (")
+            && out.contains("4 tokens generated"),
+        "{out}"
+    );
+    let o = tether(&["run", &b, "--prompt", "hi", "--max-tokens", "-2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("accepted 1 to 1000000, or -1"),
+        "{}",
+        stderr(&o)
+    );
     // The same prompt as a file with a byte-order mark and `echo`'s final line end: both
     // dropped (as llama.cpp's -f drops the line end), so the same 5 tokens and answer.
     let f = scratch().join("france.txt");

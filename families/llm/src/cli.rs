@@ -226,15 +226,15 @@ impl Family for LlmFamily {
             number_arg(
                 "max-tokens",
                 "N",
-                whole(1, 1_000_000),
-                "Most tokens to generate (llm; default 256, or the checkpoint's max_new_tokens)",
+                max_tokens,
+                "Most tokens to generate; -1: no limit but the context's, as llama.cpp's --n-predict -1 (llm; default 256, or the checkpoint's max_new_tokens)",
             )
             .visible_alias("n-predict"),
             number_arg(
                 "temperature",
                 "T",
                 value_parser!(f32),
-                "Sampling temperature; 0 or below: greedy, else at least 1e-6 (llm; default 0.8)",
+                "Sampling temperature, finite; 0 or below: greedy, else at least 1e-6 (llm; default 0.8)",
             )
             .visible_alias("temp"),
             number_arg(
@@ -641,6 +641,15 @@ impl ParamArgs {
         }
         Ok(p)
     }
+}
+
+/// `--max-tokens`: 1 to 1,000,000, or -1 (llama.cpp's "no limit"): `u64::MAX`, which the
+/// context bounds.
+fn max_tokens(s: &str) -> std::result::Result<u64, String> {
+    if s.trim() == "-1" {
+        return Ok(u64::MAX);
+    }
+    whole(1, 1_000_000)(s).map_err(|e| format!("{e}, or -1 (no limit but the context's)"))
 }
 
 /// The JSON of `inspect`'s `family_config`.

@@ -89,7 +89,7 @@ pub enum Prompt<'a> {
 pub struct GenerateParams {
     /// The sampler chain ([`crate::sample`]).
     pub sampler: SamplerParams,
-    /// Most tokens to generate.
+    /// Most tokens to generate (`usize::MAX`: no limit but the context's).
     pub max_tokens: usize,
     /// Texts that end generation when they appear in the output (not emitted).
     pub stop: Vec<String>,
@@ -687,6 +687,14 @@ impl Generator {
             self.config.special.eog.clone()
         };
         let decoder = self.tokenizer.stream(false);
+        // Room for the most tokens this request can make: a `max_tokens` beyond the context
+        // (up to `usize::MAX`, "no limit") ends when the context is full.
+        let room = self
+            .state
+            .cache()
+            .context()
+            .saturating_sub(prompt_tokens.len());
+        let cap = params.max_tokens.min(room + 1) + 1;
         Ok(Generation {
             model: &self.model,
             weights: &self.weights,
@@ -708,10 +716,10 @@ impl Generator {
             finished: Finished {
                 finish_reason: FinishReason::Length,
                 prompt_tokens,
-                tokens: Vec::with_capacity(params.max_tokens + 1),
+                tokens: Vec::with_capacity(cap),
                 seed: params.sampler.seed,
                 timings: Timings {
-                    inter_token_ms: Vec::with_capacity(params.max_tokens + 1),
+                    inter_token_ms: Vec::with_capacity(cap),
                     ..Timings::default()
                 },
             },
