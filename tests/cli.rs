@@ -698,21 +698,18 @@ fn first_mistakes_name_what_to_do() {
     // "damaged copy".
     let wav = asset("Front_Center.wav");
     for (args, kind) in [
-        (vec!["inspect", png.as_str()], "PNG image"),
-        (vec!["run", png.as_str(), b.as_str()], "PNG image"),
-        (vec!["verify", png.as_str()], "PNG image"),
-        (vec!["verify", wav.as_str()], "RIFF (WAV) audio file"),
-        (
-            vec!["run", wav.as_str(), "--prompt", "hi"],
-            "RIFF (WAV) audio file",
-        ),
+        (vec!["inspect", png.as_str()], "a PNG image"),
+        (vec!["run", png.as_str(), b.as_str()], "a PNG image"),
+        (vec!["verify", png.as_str()], "a PNG image"),
+        (vec!["verify", wav.as_str()], "WAV audio"),
+        (vec!["run", wav.as_str(), "--prompt", "hi"], "WAV audio"),
     ] {
         let o = tether(&args);
         let e = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
         assert!(
             e.contains(&format!(
-                "is a {kind}, an input, not a tether bundle: a command takes the bundle first (`tether {} model.bundle",
+                "is {kind}, an input, not a tether bundle: a command takes the bundle first (`tether {} model.bundle",
                 args[0]
             )),
             "{args:?}: {e}"

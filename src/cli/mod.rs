@@ -234,17 +234,14 @@ fn bundle_hint(b: &BundleError) -> &'static str {
     }
 }
 
-/// What an input file given where the bundle belongs is, known by its first 8 bytes: PNG
-/// (ISO/IEC 15948 signature), JPEG (SOI + marker), RIFF (WAV).
-pub(crate) fn input_kind(head: &[u8; 8]) -> Option<&'static str> {
-    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
-        Some("PNG image")
-    } else if head.starts_with(&[0xff, 0xd8, 0xff]) {
-        Some("JPEG image")
-    } else if head.starts_with(b"RIFF") {
-        Some("RIFF (WAV) audio file")
-    } else {
-        None
+/// What an input file given where the bundle belongs is, from its first bytes, as
+/// `tether_family::sniff` names it: the inputs the families take, `a PNG image`, `a JPEG
+/// image` or `WAV audio` (a RIFF file whose form lies beyond the bytes given taken as WAV).
+pub(crate) fn input_kind(head: &[u8]) -> Option<&'static str> {
+    match tether_family::sniff::looks_like(head) {
+        k @ ("a PNG image" | "a JPEG image" | "WAV audio") => Some(k),
+        "a RIFF file of another form than WAVE" if head.len() < 12 => Some("WAV audio"),
+        _ => None,
     }
 }
 

@@ -189,7 +189,7 @@ pub(crate) fn runner_on(
 
 /// What `path` holds when it is an existing regular file that is a model or an input rather
 /// than a bundle: `GGUF` (the magic `GGUF`), an input's kind ([`crate::cli::input_kind`]:
-/// `PNG image`, ...) or `ONNX` (its extension, or a protobuf `ModelProto` start: field 1
+/// `a PNG image`, ...) or `ONNX` (its extension, or a protobuf `ModelProto` start: field 1
 /// `ir_version`, a varint, tag byte `0x08`, which no bundle starts with).
 pub(crate) fn model_format(path: &Path) -> Option<&'static str> {
     // Only an existing regular file is a model (a missing path keeps its "no such file"
@@ -202,21 +202,16 @@ pub(crate) fn model_format(path: &Path) -> Option<&'static str> {
         .extension()
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
-    // The first 8 bytes (fewer in a shorter file).
-    let mut first = Vec::with_capacity(8);
-    let n = std::fs::File::open(path)
-        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 8), &mut first))
-        .unwrap_or(0);
-    let mut head = [0u8; 8];
-    head[..n].copy_from_slice(&first[..n]);
+    // The first 12 bytes (fewer in a shorter file).
+    let mut head = Vec::with_capacity(12);
+    let _ = std::fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 12), &mut head));
     // GGUF has a magic: a `.gguf` file without it is neither a GGUF nor a bundle.
-    if n >= 4 && &head[..4] == b"GGUF" {
+    if head.starts_with(b"GGUF") {
         Some("GGUF")
-    } else if n == 8
-        && let Some(kind) = crate::cli::input_kind(&head)
-    {
+    } else if let Some(kind) = crate::cli::input_kind(&head) {
         Some(kind)
-    } else if ext.as_deref() == Some("onnx") || (n >= 1 && head[0] == 0x08) {
+    } else if ext.as_deref() == Some("onnx") || head.first() == Some(&0x08) {
         Some("ONNX")
     } else {
         None
@@ -229,7 +224,7 @@ pub(crate) fn model_format(path: &Path) -> Option<&'static str> {
 pub(crate) fn model_not_bundle(path: &Path, format: &str, then: &str) -> anyhow::Error {
     if format != "GGUF" && format != "ONNX" {
         return anyhow::Error::new(crate::cli::UsageError(format!(
-            "{} is a {format}, an input, not a tether bundle: a command takes the bundle first (`tether {then}`)",
+            "{} is {format}, an input, not a tether bundle: a command takes the bundle first (`tether {then}`)",
             path.display(),
         )));
     }
