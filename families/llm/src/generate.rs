@@ -745,7 +745,7 @@ impl Generator {
 }
 
 /// Tokens between two checks that the bundle file did not change on disk during a request
-/// (each check one `fstat`; also after the prompt and at the request's last token).
+/// (each check one `fstat`; also after the prompt and when the request ends, unless cancelled).
 pub const CHANGE_CHECK_EVERY: usize = 32;
 
 /// A request in progress: call [`next_piece`](Self::next_piece) until it returns `None`,
@@ -753,7 +753,7 @@ pub const CHANGE_CHECK_EVERY: usize = 32;
 pub struct Generation<'g> {
     model: &'g Model<'static>,
     /// The storage `model` reads, checked for a file changed on disk at the request's start,
-    /// after the prompt, every [`CHANGE_CHECK_EVERY`] tokens and at its last token.
+    /// after the prompt, every [`CHANGE_CHECK_EVERY`] tokens and at its end.
     weights: &'g Weights,
     state: &'g mut State,
     sampler: &'g mut Sampler,
@@ -873,7 +873,7 @@ impl Generation<'_> {
             }
         }
         if gpu_full {
-            return Ok(self.end(FinishReason::Length));
+            return self.end(FinishReason::Length);
         }
         if chosen.is_some() {
             // The GPU ran the step.
@@ -888,16 +888,16 @@ impl Generation<'_> {
             self.finished.timings.prompt_tokens = processed;
             self.finished.timings.prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
             if processed < self.finished.prompt_tokens.len() {
-                return Ok(self.end(FinishReason::Cancelled));
+                return self.end(FinishReason::Cancelled);
             }
         } else if let Some(token) = self.pending.take() {
             if self.state.cache().check_room(1).is_err() {
-                return Ok(self.end(FinishReason::Length));
+                return self.end(FinishReason::Length);
             }
             self.model.forward(self.state, &[token], LogitsFor::Last)?;
         }
         if self.cancel.load(Ordering::Acquire) {
-            return Ok(self.end(FinishReason::Cancelled));
+            return self.end(FinishReason::Cancelled);
         }
         // A bundle rewritten under the memory map (e.g. `cp` over it) gives the model other
         // weights: refuse the request instead of streaming what they compute.
@@ -943,9 +943,7 @@ impl Generation<'_> {
         self.last_token_at = Some(now);
         self.finished.timings.generated_tokens = self.finished.tokens.len();
         if self.eog.contains(&token) {
-            // The request's last token: the file must still be the one the whole request read.
-            self.weights.ensure_unchanged()?;
-            return Ok(self.end_with(Some(token), FinishReason::Stop));
+            return self.end_with(Some(token), FinishReason::Stop);
         }
         let piece = self.decoder.push(token);
         self.held.push_str(piece);
@@ -958,10 +956,9 @@ impl Generation<'_> {
             .filter_map(|s| self.held.find(s.as_str()))
             .min()
         {
-            self.weights.ensure_unchanged()?;
+            self.mark_done(FinishReason::Stop)?;
             self.out.push_str(&self.held[..at]);
             self.held.clear();
-            self.done = Some(FinishReason::Stop);
             return Ok(Some(Piece {
                 token: Some(token),
                 text: &self.out,
@@ -973,8 +970,7 @@ impl Generation<'_> {
         self.out.push_str(&self.held[..emit]);
         self.held.drain(..emit);
         if self.finished.tokens.len() >= self.params.max_tokens {
-            self.weights.ensure_unchanged()?;
-            self.done = Some(FinishReason::Length);
+            self.mark_done(FinishReason::Length)?;
             self.flush_into_out();
         } else {
             self.pending = Some(token);
@@ -986,21 +982,36 @@ impl Generation<'_> {
     }
 
     /// Ends with `reason`; the returned piece flushes held text (if any).
-    fn end(&mut self, reason: FinishReason) -> Option<Piece<'_>> {
+    fn end(&mut self, reason: FinishReason) -> Result<Option<Piece<'_>>, GenerateError> {
         self.end_with(None, reason)
     }
 
-    fn end_with(&mut self, token: Option<u32>, reason: FinishReason) -> Option<Piece<'_>> {
-        self.done = Some(reason);
+    fn end_with(
+        &mut self,
+        token: Option<u32>,
+        reason: FinishReason,
+    ) -> Result<Option<Piece<'_>>, GenerateError> {
+        self.mark_done(reason)?;
         self.out.clear();
         self.flush_into_out();
         if token.is_none() && self.out.is_empty() {
-            return None;
+            return Ok(None);
         }
-        Some(Piece {
+        Ok(Some(Piece {
             token,
             text: &self.out,
-        })
+        }))
+    }
+
+    /// Marks the request ended with `reason`. One that ran to its end (not cancelled) first
+    /// checks that the bundle file is still the one the whole request read: a rewrite after
+    /// the last periodic check would otherwise end it as if nothing happened.
+    fn mark_done(&mut self, reason: FinishReason) -> Result<(), GenerateError> {
+        if reason != FinishReason::Cancelled {
+            self.weights.ensure_unchanged()?;
+        }
+        self.done = Some(reason);
+        Ok(())
     }
 
     /// Moves held text and the detokeniser's incomplete tail into `out`.
