@@ -109,6 +109,21 @@ fn a_chat_template_that_cannot_render_a_chat_is_refused_at_build() {
     use tether_llm::gguf::Value;
     let dir = std::env::temp_dir().join(format!("tether-llm-template-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // The recipe on the GGUF `w`, written into `dir` first.
+    let build_of = |w: &tether_llm::gguf::GgufWriter| {
+        let gguf = dir.join("t.gguf");
+        std::fs::write(&gguf, w.to_bytes()).unwrap();
+        build(
+            &Input::detect(&gguf),
+            &BuildOptions {
+                name: "t".into(),
+                created_unix_s: 1,
+                ..BuildOptions::default()
+            },
+            &mut |_| {},
+        )
+        .map(|_| ())
+    };
     for (template, want) in [
         (
             "{{ raise_exception('Conversation roles must alternate') }}",
@@ -126,41 +141,16 @@ fn a_chat_template_that_cannot_render_a_chat_is_refused_at_build() {
             .find(|(k, _)| k == "tokenizer.chat_template")
             .expect("template")
             .1 = Value::String(template.into());
-        let gguf = dir.join("t.gguf");
-        std::fs::write(&gguf, w.to_bytes()).unwrap();
-        let e = build(
-            &Input::detect(&gguf),
-            &BuildOptions {
-                name: "t".into(),
-                created_unix_s: 1,
-                ..BuildOptions::default()
-            },
-            &mut |_| {},
-        )
-        .map(|_| ())
-        .expect_err(template)
-        .to_string();
+        let e = build_of(&w).expect_err(template).to_string();
         assert!(
             e.starts_with("chat template: ") && e.contains(want),
             "{template}: {e}"
         );
     }
     // The tiny model's own template renders: it builds.
-    let gguf = dir.join("ok.gguf");
-    std::fs::write(
-        &gguf,
-        tether_llm::testing::tiny_gguf(&tether_llm::testing::tiny_config()).to_bytes(),
-    )
-    .unwrap();
-    build(
-        &Input::detect(&gguf),
-        &BuildOptions {
-            name: "ok".into(),
-            created_unix_s: 1,
-            ..BuildOptions::default()
-        },
-        &mut |_| {},
-    )
+    build_of(&tether_llm::testing::tiny_gguf(
+        &tether_llm::testing::tiny_config(),
+    ))
     .expect("a template that renders");
     let _ = std::fs::remove_dir_all(&dir);
 }
