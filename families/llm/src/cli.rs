@@ -624,7 +624,7 @@ impl ParamArgs {
         if p.stop.iter().any(String::is_empty) {
             return Err(UsageError("--stop: an empty text".into()).into());
         }
-        if let Err(e) = s.validate() {
+        while let Err(e) = s.validate() {
             let name = e.name.replace('_', "-");
             let value = crate::sample::shown(e.value);
             if given.contains(&name.as_str()) {
@@ -632,10 +632,25 @@ impl ParamArgs {
                     UsageError(format!("--{name} {value}: accepted {}", e.accepted)).into(),
                 );
             }
-            // Not given: the checkpoint's own default (generation_config.json) is out of
-            // range; an input error of the bundle, which the option can override.
+            // Not given: the bundle's stored default is out of range. Greedy decoding
+            // (temperature <= 0) does not use top-p or min-p, so such a default is set to
+            // "off" there (as `transformers` checks them only when sampling); otherwise it
+            // is an input error of the bundle, which the option can override.
+            if s.temperature <= 0.0 && s.temperature.is_finite() {
+                match e.name {
+                    "top_p" => {
+                        s.top_p = 1.0;
+                        continue;
+                    }
+                    "min_p" => {
+                        s.min_p = 0.0;
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
             bail!(
-                "the checkpoint's default {name} {value} (its generation_config.json) is out of range: accepted {}; give --{name} to override it",
+                "the bundle's default {name} {value} (from the checkpoint's generation_config.json at build) is out of range: accepted {}; give --{name} to override it",
                 e.accepted
             );
         }
@@ -1555,6 +1570,46 @@ mod tests {
         );
         assert_eq!(unused_by_throughput(&given.given(), true), ["max-tokens"]);
         assert!(unused_by_throughput(&ParamArgs::default().given(), false).is_empty());
+    }
+
+    #[test]
+    fn a_bad_stored_default_blocks_only_the_runs_that_use_it() {
+        use crate::generate::GenerateParams;
+        let mut base = GenerateParams::default();
+        base.sampler.top_p = 1.5;
+        base.sampler.min_p = -0.5;
+        // Sampling uses top-p: refused, naming the default and the option.
+        let e = ParamArgs::default().apply(base.clone()).unwrap_err();
+        let m = format!("{e:#}");
+        assert!(
+            m.contains("default top-p 1.5") && m.contains("give --top-p"),
+            "{m}"
+        );
+        assert!(e.downcast_ref::<super::UsageError>().is_none(), "{m}");
+        // Greedy does not: both defaults set to off, the run goes on.
+        let greedy = ParamArgs {
+            temperature: Some(0.0),
+            ..ParamArgs::default()
+        };
+        let p = greedy.apply(base.clone()).unwrap();
+        assert_eq!((p.sampler.top_p, p.sampler.min_p), (1.0, 0.0));
+        // A value given is the user's: still a usage error, greedy or not.
+        let given = ParamArgs {
+            temperature: Some(0.0),
+            top_p: Some(2.0),
+            ..ParamArgs::default()
+        };
+        let e = given.apply(base.clone()).unwrap_err();
+        assert!(e.downcast_ref::<super::UsageError>().is_some(), "{e:#}");
+        // A bad stored repeat penalty applies to greedy decoding too: refused.
+        base.sampler.top_p = 0.9;
+        base.sampler.repeat_penalty = -1.0;
+        let greedy = ParamArgs {
+            temperature: Some(0.0),
+            ..ParamArgs::default()
+        };
+        let m = format!("{:#}", greedy.apply(base).unwrap_err());
+        assert!(m.contains("default repeat-penalty -1"), "{m}");
     }
 
     #[test]
