@@ -116,6 +116,10 @@ pub enum LlmError {
     /// The self-test section is unreadable or lacks an entry ([`crate::selftest`]).
     #[error(transparent)]
     SelfTest(#[from] tether_family::selftest::SelfTestError),
+    /// The build-time self-test could not run on the build host's CPU engine (a context
+    /// too small for its chat, the thread pool): the message names the generator's error.
+    #[error("the build's self-test could not run on this CPU: {0}")]
+    SelfTestRun(String),
     /// The pinned model's greedy tokens differ from llama.cpp's at build time: the build
     /// host's CPU engine does not reproduce the reference (the bundle is not written).
     #[error("the CPU engine does not reproduce llama.cpp's greedy tokens: {0}")]

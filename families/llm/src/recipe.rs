@@ -202,13 +202,11 @@ fn check_template(ckpt: &Checkpoint) -> Result<(), LlmError> {
 const SELF_TEST_CONTEXT: usize = 1024;
 
 /// A generator error as the recipe's: the front end's as it is, the rest (a prompt longer
-/// than the context, the thread pool) as a self-test failure naming it.
+/// than the context, the thread pool) as [`LlmError::SelfTestRun`] naming it.
 fn generate_error(e: GenerateError) -> LlmError {
     match e {
         GenerateError::Checkpoint(e) => e,
-        other => LlmError::SelfTest(tether_family::selftest::SelfTestError::Malformed(format!(
-            "running it on this CPU: {other}"
-        ))),
+        other => LlmError::SelfTestRun(other.to_string()),
     }
 }
 

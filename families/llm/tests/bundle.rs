@@ -154,3 +154,35 @@ fn a_chat_template_that_cannot_render_a_chat_is_refused_at_build() {
     .expect("a template that renders");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_context_too_small_for_the_self_test_is_named_at_build() {
+    let dir = std::env::temp_dir().join(format!("tether-llm-ctx4-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cfg = tether_llm::testing::tiny_config();
+    cfg.n_ctx_train = 4;
+    let gguf = dir.join("t.gguf");
+    std::fs::write(&gguf, tether_llm::testing::tiny_gguf(&cfg).to_bytes()).unwrap();
+    let e = build(
+        &Input::detect(&gguf),
+        &BuildOptions {
+            name: "t".into(),
+            created_unix_s: 1,
+            self_test: true,
+            ..BuildOptions::default()
+        },
+        &mut |_| {},
+    )
+    .map(|_| ())
+    .expect_err("a 4-position context cannot hold the self-test's chat")
+    .to_string();
+    eprintln!("{e}");
+    // The generator's own error (the prompt against the context), not a malformed section.
+    assert!(
+        e.starts_with("the build's self-test could not run on this CPU: ")
+            && e.contains('4')
+            && !e.contains("malformed"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
