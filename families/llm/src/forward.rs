@@ -33,7 +33,7 @@
 //! as transformers' `LlamaRotaryEmbedding`).
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::cache::{CacheShape, ContextFull, KvCache};
 use crate::kernels::pool::{Ctx, ThreadPool, split_range};
@@ -827,6 +827,37 @@ impl<'w> Model<'w> {
         tokens: &[u32],
         logits: LogitsFor,
     ) -> Result<(), ForwardError> {
+        self.forward_until(state, tokens, logits, None).map(|_| ())
+    }
+
+    /// [`forward`](Self::forward) that stops early once `cancel` is set: the flag is read
+    /// between the engine's steps (a layer runs a few), so a long chunk of prompt stops within
+    /// a layer, as llama.cpp's abort callback stops its CPU graph between nodes. A chunk
+    /// stopped part-way is not appended to the cache (its rows past the cache's length are
+    /// left unused) and gives no logits.
+    ///
+    /// Returns the tokens run and appended to the cache: all of `tokens` unless cancelled
+    /// (then the tokens of the chunks completed before the flag was seen). Allocates nothing.
+    ///
+    /// # Errors
+    /// As [`forward`](Self::forward).
+    pub fn forward_cancellable(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        logits: LogitsFor,
+        cancel: &AtomicBool,
+    ) -> Result<usize, ForwardError> {
+        self.forward_until(state, tokens, logits, Some(cancel))
+    }
+
+    fn forward_until(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        logits: LogitsFor,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<usize, ForwardError> {
         if tokens.is_empty() {
             return Err(ForwardError::Empty);
         }
@@ -853,6 +884,7 @@ impl<'w> Model<'w> {
         let chunks = tokens.chunks(state.max_batch);
         let n_chunks = chunks.len();
         let mut logit_row = 0;
+        let mut run = 0;
         for (i, chunk) in chunks.enumerate() {
             let last = i + 1 == n_chunks;
             let (sel, n_sel) = match logits {
@@ -862,33 +894,58 @@ impl<'w> Model<'w> {
                 LogitsFor::None => (chunk.len()..chunk.len(), 0),
             };
             debug_assert_eq!(sel.len(), n_sel);
-            self.forward_chunk(state, chunk, sel, logit_row);
+            if !self.forward_chunk(state, chunk, sel, logit_row, cancel) {
+                break;
+            }
             logit_row += n_sel;
+            run += chunk.len();
         }
         state.n_logits = logit_row;
-        Ok(())
+        Ok(run)
     }
 
+    /// One chunk; false (and the cache not advanced) when `cancel` stopped it part-way.
     fn forward_chunk(
         &self,
         state: &mut State,
         tokens: &[u32],
         logit_tokens: Range<usize>,
         logit_row: usize,
-    ) {
+        cancel: Option<&AtomicBool>,
+    ) -> bool {
         let n = tokens.len();
         let pos0 = state.cache.len();
         state.tokens[..n].copy_from_slice(tokens);
         let frame = Frame::new(self, state, n, pos0, logit_tokens, logit_row);
+        // The first step not to run once cancelled. Only thread 0 reads the flag and writes
+        // this, once, before a barrier; every thread reads it after that barrier, so all
+        // stop at the same step (one reading a later step's value does not stop early).
+        let stop_at = AtomicUsize::new(usize::MAX);
+        let n_steps = self.steps.len();
         state.pool.run(&|ctx: &Ctx<'_>| {
             for (i, step) in self.steps.iter().enumerate() {
+                if i > 0 && stop_at.load(Ordering::Acquire) <= i {
+                    break;
+                }
                 frame.run_step(ctx, i, step);
-                if i + 1 < self.steps.len() {
+                if i + 1 < n_steps {
+                    if ctx.thread == 0 && cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
+                        let _ = stop_at.compare_exchange(
+                            usize::MAX,
+                            i + 1,
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        );
+                    }
                     ctx.barrier();
                 }
             }
         });
+        if stop_at.load(Ordering::Acquire) != usize::MAX {
+            return false;
+        }
         state.cache.advance(n);
+        true
     }
 }
 

@@ -790,30 +790,18 @@ impl std::fmt::Debug for Generation<'_> {
 impl Generation<'_> {
     /// The prompt through the CPU forward pass in the chunks the forward pass itself cuts
     /// ([`State::max_batch`](crate::forward::State::max_batch) tokens, llama.cpp's `n_ubatch`:
-    /// the same arithmetic as one call), the cancel flag read between chunks so that a long
-    /// prompt stops within one chunk. Returns the prompt tokens processed: fewer than the
-    /// prompt's when cancelled before the last chunk.
+    /// the same arithmetic as one call), the cancel flag read between the engine's steps
+    /// ([`Model::forward_cancellable`]) so that a long prompt stops within a layer. Returns
+    /// the prompt tokens processed: fewer than the prompt's when cancelled (the chunks
+    /// completed before the flag was seen).
     fn prefill(&mut self, prompt: &[u32]) -> Result<usize, GenerateError> {
         self.state
             .cache()
             .check_room(prompt.len())
             .map_err(ForwardError::from)?;
-        let chunks = prompt.chunks(self.state.max_batch().max(1));
-        let n = chunks.len();
-        let mut done = 0;
-        for (i, chunk) in chunks.enumerate() {
-            if i + 1 < n {
-                self.model.forward(self.state, chunk, LogitsFor::None)?;
-                done += chunk.len();
-                if self.cancel.load(Ordering::Acquire) {
-                    return Ok(done);
-                }
-            } else {
-                self.model.forward(self.state, chunk, LogitsFor::Last)?;
-                done += chunk.len();
-            }
-        }
-        Ok(done)
+        Ok(self
+            .model
+            .forward_cancellable(self.state, prompt, LogitsFor::Last, self.cancel)?)
     }
 
     /// The next piece, or `None` when the request has ended (then call

@@ -348,31 +348,41 @@ fn smollm2_logits_do_not_depend_on_context_threads_or_chunking() {
 }
 
 #[test]
-fn cancelling_during_a_long_prompt_stops_between_its_chunks() {
-    let mut g = generator_of(
-        &tiny_gguf(&tiny_config()),
-        &GeneratorOptions {
+fn cancelling_during_a_long_prompt_stops_within_a_chunk() {
+    for threads in [1, 3] {
+        let opts = GeneratorOptions {
             context: Some(128),
-            threads: Some(1),
-            max_batch: 4,
+            threads: Some(threads),
+            max_batch: 16,
             ..GeneratorOptions::default()
-        },
-    );
-    let cancel = g.cancel_handle();
-    let prompt: Vec<u32> = (0..40).map(|i| 3 + i % 90).collect();
-    let mut run = g
-        .generate(Prompt::Tokens(&prompt), &sampled(8, 5))
-        .expect("start");
-    // Cancelled before the prompt ran: the first of its 10 chunks runs, then it stops.
-    cancel.cancel();
-    assert!(run.next_piece().expect("step").is_none());
-    let done = run.finish();
-    assert_eq!(done.finish_reason, FinishReason::Cancelled);
-    assert!(done.tokens.is_empty(), "{:?}", done.tokens);
-    // The timings count the tokens that ran (one chunk of 4), not the whole prompt: the
-    // rate is the rate they ran at.
-    assert_eq!(done.timings.prompt_tokens, 4, "{:?}", done.timings);
-    assert_eq!(done.prompt_tokens.len(), 40);
+        };
+        let mut g = generator_of(&tiny_gguf(&tiny_config()), &opts);
+        let cancel = g.cancel_handle();
+        let prompt: Vec<u32> = (0..40).map(|i| 3 + i % 90).collect();
+        let mut run = g
+            .generate(Prompt::Tokens(&prompt), &sampled(8, 5))
+            .expect("start");
+        // Cancelled before the prompt ran: its first chunk of 16 stops after the engine's
+        // first step (all threads at the same step), before any chunk completes.
+        cancel.cancel();
+        assert!(run.next_piece().expect("step").is_none());
+        let done = run.finish();
+        assert_eq!(done.finish_reason, FinishReason::Cancelled);
+        assert!(done.tokens.is_empty(), "{:?}", done.tokens);
+        // The timings count the tokens that ran to the cache (none), not the whole prompt.
+        assert_eq!(done.timings.prompt_tokens, 0, "{:?}", done.timings);
+        assert_eq!(done.prompt_tokens.len(), 40);
+        // The stopped chunk left the generator whole: the next request's text is a fresh
+        // generator's.
+        let (text, _) = g
+            .generate_text(Prompt::Tokens(&prompt), &sampled(8, 5))
+            .expect("after a cancel");
+        let mut fresh = generator_of(&tiny_gguf(&tiny_config()), &opts);
+        let (want, _) = fresh
+            .generate_text(Prompt::Tokens(&prompt), &sampled(8, 5))
+            .expect("fresh");
+        assert_eq!(text, want, "threads {threads}");
+    }
 }
 
 /// The tiny model built into a bundle (its GGUF written into `dir`, created), to write.
