@@ -3264,6 +3264,9 @@ fn llm_bad_options_and_other_families_options_are_named() {
         ("--max-tokens", "-3", "accepted 1 to 1000000"),
         ("--seed", "-1", "accepted 0 to 18446744073709551615"),
         ("--top-k", "2.5", "not a whole number"),
+        // Beyond f32's range: the text given, not the infinity it would round to.
+        ("--temperature", "1e309", "'1e309'"),
+        ("--top-p", "NaN", "not a finite number"),
     ] {
         let o = refused(&["run", &b, "-p", "hi", opt, v], 2, says);
         assert!(stderr(&o).contains(opt), "{opt} {v}: {}", stderr(&o));

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context as _, Result, bail};
-use clap::{Arg, ArgAction, ArgMatches, value_parser};
+use clap::{Arg, ArgAction, ArgMatches};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
 use tether_family::args::{flag_arg, number_arg, path_arg, read_file, utf8_text, value, whole};
@@ -233,7 +233,7 @@ impl Family for LlmFamily {
             number_arg(
                 "temperature",
                 "T",
-                value_parser!(f32),
+                finite_f32,
                 "Sampling temperature, finite; 0 or below: greedy, else at least 1e-6 (llm; default 0.8)",
             )
             .visible_alias("temp"),
@@ -246,19 +246,19 @@ impl Family for LlmFamily {
             number_arg(
                 "top-p",
                 "P",
-                value_parser!(f32),
+                finite_f32,
                 "Nucleus sampling mass, 0 < P <= 1; 1: off (llm; default 0.95)",
             ),
             number_arg(
                 "min-p",
                 "P",
-                value_parser!(f32),
+                finite_f32,
                 "Minimum probability relative to the most likely token, 0 <= P < 1; 0: off (llm; default 0.05)",
             ),
             number_arg(
                 "repeat-penalty",
                 "R",
-                value_parser!(f32),
+                finite_f32,
                 "Repetition penalty over the last --repeat-last-n tokens, 1e-6 to 1e6; 1: off (llm; default 1.0)",
             ),
             number_arg(
@@ -655,6 +655,17 @@ impl ParamArgs {
             );
         }
         Ok(p)
+    }
+}
+
+/// A sampling option's number: an f32 that is finite, so that `1e309` (beyond f32's range,
+/// which Rust's parser rounds to infinity), `inf` and `NaN` are refused as the text given.
+fn finite_f32(s: &str) -> std::result::Result<f32, String> {
+    let v: f32 = s.trim().parse().map_err(|e| format!("{e}"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err("not a finite number (the largest 32-bit float is about 3.4e38)".into())
     }
 }
 
