@@ -3217,6 +3217,44 @@ fn llm_bad_options_and_other_families_options_are_named() {
         1,
         "message 1 has the role `bogus\\n`: accepted system, user, assistant, tool",
     );
+    // OpenAI-style content parts: the text parts joined by a line break (llama.cpp server's
+    // `concat_typed_text`), so the same prompt as that string; an image part is refused.
+    let parts = scratch().join("content-parts.json");
+    std::fs::write(
+        &parts,
+        r#"[{"role":"user","content":[{"type":"text","text":"Where is"},{"type":"text","text":"Paris?"}]}]"#,
+    )
+    .unwrap();
+    let joined = scratch().join("content-joined.json");
+    std::fs::write(&joined, r#"[{"role":"user","content":"Where is\nParis?"}]"#).unwrap();
+    let prompt_of = |f: &std::path::Path| {
+        json(&tether(&[
+            "run",
+            &b,
+            "--chat-file",
+            f.to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "1",
+            "--json",
+        ]))["results"][0]["result"]["prompt_tokens"]
+            .clone()
+    };
+    let got = prompt_of(&parts);
+    assert!(got.as_array().is_some_and(|a| a.len() > 4), "{got}");
+    assert_eq!(got, prompt_of(&joined));
+    let image = scratch().join("content-image.json");
+    std::fs::write(
+        &image,
+        r#"[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image_url","image_url":{"url":"x.png"}}]}]"#,
+    )
+    .unwrap();
+    refused(
+        &["run", &b, "--chat-file", image.to_str().unwrap()],
+        1,
+        "message 0: content part 1 is of type `image_url`: this model takes text parts only",
+    );
     // A chat file that is not there is named.
     let o = tether(&["run", &b, "--chat-file", "no-such-chat.json"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));

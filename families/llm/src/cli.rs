@@ -213,7 +213,7 @@ impl Family for LlmFamily {
             path_arg(
                 "chat-file",
                 "FILE.json",
-                "Chat messages (llm): a JSON array of {\"role\", \"content\"} objects (or {\"messages\": [...]})",
+                "Chat messages (llm): a JSON array of {\"role\", \"content\"} objects (or {\"messages\": [...]}); content a text or an array of {\"type\": \"text\", \"text\"} parts",
             ),
             Arg::new("system")
                 .long("system")
@@ -828,9 +828,45 @@ fn read_chat(path: &Path) -> Result<Vec<ChatMessage>> {
                     CHAT_ROLES.join(", ")
                 );
             }
-            Ok(ChatMessage::new(role, field("content")?))
+            Ok(ChatMessage::new(role, &message_text(m, i, path)?))
         })
         .collect()
+}
+
+/// A message's `content`: a string, or an OpenAI-style array of content parts whose text
+/// parts (`{"type": "text", "text": ...}`) are joined with a line break, as llama.cpp's
+/// server does for a template that takes string content (`concat_typed_text`). A part of
+/// another type (an image, audio) is refused: this family takes text only.
+fn message_text(m: &Value, i: usize, path: &Path) -> Result<String> {
+    let at = || format!("{}: message {i}", path.display());
+    match m.get("content") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = Vec::with_capacity(parts.len());
+            for (k, part) in parts.iter().enumerate() {
+                match part.get("type").and_then(Value::as_str) {
+                    Some("text") => match part.get("text").and_then(Value::as_str) {
+                        Some(t) => text.push(t),
+                        None => bail!("{}: content part {k} has no text `text`", at()),
+                    },
+                    Some(other) => bail!(
+                        "{}: content part {k} is of type `{}`: this model takes text parts only",
+                        at(),
+                        escape_role(other)
+                    ),
+                    None => bail!("{}: content part {k} has no text `type`", at()),
+                }
+            }
+            if text.is_empty() {
+                bail!("{}: a content array without parts", at());
+            }
+            Ok(text.join("\n"))
+        }
+        _ => bail!(
+            "{}: has no `content` (a text, or an array of text parts)",
+            at()
+        ),
+    }
 }
 
 /// The roles a `--chat-file` message may have: those of the chat format Hugging Face chat
