@@ -1106,6 +1106,29 @@ echo "&&&& PASSED TensorRT.trtexec [TensorRT v100300]"
     ];
     refused(&args, 2, "the llm family's bundles carry no TensorRT plans");
     assert!(!none.exists());
+    // Its help leaves the plans' options out; given, each is refused naming the family.
+    let help = stdout(&tether(&["build", "--family", "llm", "--help"]));
+    assert!(
+        help.contains("--gguf") && !help.contains("--trtexec") && !help.contains("--engine"),
+        "{help}"
+    );
+    let args = [
+        "build",
+        "--family",
+        "llm",
+        "--gguf",
+        &gguf,
+        "-o",
+        none_s,
+        "--workspace-mib",
+        "64",
+    ];
+    refused(
+        &args,
+        2,
+        "--workspace-mib: options of TensorRT plans, which the llm family's bundles do not carry",
+    );
+    assert!(!none.exists());
     // So is it for vad, whose plans would need its fixed sample-rate input (it was ignored).
     let vad = asset("silero_vad_op18_ifless.onnx");
     let args = [

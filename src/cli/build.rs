@@ -142,6 +142,15 @@ pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
             family.name()
         );
     }
+    if !trt_options.is_empty()
+        && let Some(why) = family.no_tensorrt_plans()
+    {
+        crate::usage!(
+            "{}: options of TensorRT plans, which the {} family's bundles do not carry ({why})",
+            trt_options.join(", "),
+            family.name()
+        );
+    }
     if a.engine != EngineChoice::Tensorrt && !trt_options.is_empty() {
         crate::usage!(
             "{}: options of the TensorRT plans, which only --engine tensorrt builds",

@@ -154,6 +154,16 @@ fn every_family_args(of: impl Fn(&dyn Family) -> Vec<Arg>) -> Vec<Arg> {
         .collect()
 }
 
+/// The ids of `tether build`'s options for TensorRT plans (`BuildArgs`).
+const TRT_BUILD_ARGS: [&str; 6] = [
+    "engine",
+    "trtexec",
+    "no_fp16",
+    "workspace_mib",
+    "version_compatible",
+    "hardware_compat",
+];
+
 /// Add the arguments of the family `argv` is about to the matching subcommand of `cmd`.
 pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
     let Some((pos, name)) = subcommand_position(argv) else {
@@ -163,7 +173,18 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
         "build" => {
             let flag = family_flag(argv, pos + 1);
             match flag.as_deref().map(|f| find(REGISTRY, f)) {
-                Some(Some(f)) => cmd.mut_subcommand("build", |b| add_args(b, f.build_args())),
+                Some(Some(f)) => cmd.mut_subcommand("build", |b| {
+                    let b = add_args(b, f.build_args());
+                    // A family whose bundles carry no TensorRT plans (llm) leaves the plans'
+                    // options out of its help; given, they are still refused by name.
+                    if f.no_tensorrt_plans().is_some() {
+                        TRT_BUILD_ARGS
+                            .iter()
+                            .fold(b, |b, id| b.mut_arg(*id, |a| a.hide(true)))
+                    } else {
+                        b
+                    }
+                }),
                 // An unknown family: every family's arguments, so that clap reaches the
                 // `--family` value (refused naming the known families) instead of stopping
                 // at the first family argument ("unexpected argument '--onnx'").
