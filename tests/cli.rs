@@ -3844,6 +3844,10 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     for k in ["p50", "p99", "p99.9", "max", "mean"] {
         assert!(itl[k].is_null(), "{itl}");
     }
+    // `--json /dev/stdout` into a pipe (as here): printed, as `--json -`, not refused as a
+    // FIFO that an atomic file write cannot replace.
+    let v = json(&tether(&[&quick[..], &["--json", "/dev/stdout"]].concat()));
+    assert_eq!(v["mode"], "throughput", "{v}");
     // An output that cannot be written (a folder) is refused before any run.
     let dir = scratch().join("bench-json-dir");
     std::fs::create_dir_all(&dir).unwrap();

@@ -105,8 +105,9 @@ pub struct BenchArgs {
     precision: Precision,
     #[command(flatten)]
     threads: ThreadsArg,
-    /// Print JSON to stdout, or write it to FILE (atomically).
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    /// Print JSON to stdout, or write it to FILE (atomically); `-`, `/dev/stdout` and
+    /// `/dev/fd/1` are stdout.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", value_parser = json_destination)]
     json: Option<PathBuf>,
     /// Draw the latency histogram and CDF of every stage to FILE (`.svg` or `.png`).
     #[arg(long, value_name = "FILE.svg|FILE.png")]
@@ -160,6 +161,15 @@ fn parse_sync(s: &str) -> Result<SyncPolicy, String> {
 
 fn parse_staging(s: &str) -> Result<MappedIo, String> {
     s.parse::<MappedIo>().map_err(|e| format!("--staging {e}"))
+}
+
+/// `--json`'s FILE: the names of standard output as `-` (printed, not an atomic file write,
+/// which a pipe or terminal cannot take), any other path as given.
+fn json_destination(s: &str) -> std::result::Result<PathBuf, String> {
+    Ok(PathBuf::from(match s {
+        "/dev/stdout" | "/dev/fd/1" | "/proc/self/fd/1" => "-",
+        other => other,
+    }))
 }
 
 /// Check that an output file (`--json` or `--plot`, named `option`) can be written where it
