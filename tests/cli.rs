@@ -3278,6 +3278,63 @@ fn llm_bad_options_and_other_families_options_are_named() {
         1,
         "message 0: content part 1 is of type `image_url`: this model takes text parts only",
     );
+    // A content of another type is named with the value seen.
+    let five = scratch().join("content-number.json");
+    std::fs::write(&five, r#"[{"role":"user","content":5}]"#).unwrap();
+    refused(
+        &["run", &b, "--chat-file", five.to_str().unwrap()],
+        1,
+        "message 0: `content` is a number (5): a text, or an array of text parts",
+    );
+    // Text values that begin with '-' are values, as llama-cli takes them (`-p -hello`):
+    // here the prompt reaches the context check, not clap's "a value is required".
+    for opt in ["--prompt", "--system"] {
+        let args = [
+            "run",
+            &b,
+            "-p",
+            "hi",
+            opt,
+            "-hello",
+            "--context",
+            "1",
+            "--stop",
+            "---",
+        ];
+        refused(&args, 1, "do not fit the context of 1");
+    }
+    // A prompt file that is a pipe (`<(printf ...)`) is read as standard input is.
+    let fifo = scratch().join("prompt.fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    if made {
+        let writer = {
+            let f = fifo.clone();
+            std::thread::spawn(move || std::fs::write(f, "Where is Paris?"))
+        };
+        let v = json(&tether(&[
+            "run",
+            &b,
+            "--raw",
+            fifo.to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "1",
+            "--json",
+        ]));
+        writer.join().unwrap().unwrap();
+        assert_eq!(
+            v["results"][0]["result"]["prompt_tokens"]
+                .as_array()
+                .map(Vec::len),
+            Some(4),
+            "{v}"
+        );
+    }
     // A chat file that is not there is named.
     let o = tether(&["run", &b, "--chat-file", "no-such-chat.json"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
@@ -3848,6 +3905,12 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     // FIFO that an atomic file write cannot replace.
     let v = json(&tether(&[&quick[..], &["--json", "/dev/stdout"]].concat()));
     assert_eq!(v["mode"], "throughput", "{v}");
+    // A report file ends with a line break, as the printed form does.
+    let rep = scratch().join("bench-newline.json");
+    let _ = std::fs::remove_file(&rep);
+    let o = tether(&[&quick[..], &["--json", rep.to_str().unwrap()]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&rep).unwrap().ends_with("}\n"));
     // An output that cannot be written (a folder) is refused before any run.
     let dir = scratch().join("bench-json-dir");
     std::fs::create_dir_all(&dir).unwrap();

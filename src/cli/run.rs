@@ -32,7 +32,7 @@ pub struct RunArgs {
     #[arg(value_name = "INPUT")]
     inputs: Vec<PathBuf>,
     /// Literal text inputs, for families that take text.
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     text: Vec<String>,
     /// Print JSON (one document with every input) instead of text.
     #[arg(long)]

@@ -136,7 +136,7 @@ impl Family for LlmFamily {
             path_arg(
                 "gguf",
                 "MODEL.gguf",
-                "A GGUF v3 file (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K tensors), e.g. SmolLM2-135M-Instruct.Q4_1.gguf",
+                "A GGUF v2 or v3 file (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K tensors), e.g. SmolLM2-135M-Instruct.Q4_1.gguf",
             )
             .conflicts_with("hf-dir"),
             path_arg(
@@ -209,6 +209,7 @@ impl Family for LlmFamily {
                 .long("prompt")
                 .short('p')
                 .value_name("TEXT")
+                .allow_hyphen_values(true)
                 .help("The prompt (llm): the user message of a chat in the model's template, or raw text with --raw"),
             path_arg(
                 "chat-file",
@@ -218,6 +219,7 @@ impl Family for LlmFamily {
             Arg::new("system")
                 .long("system")
                 .value_name("TEXT")
+                .allow_hyphen_values(true)
                 .help("System message before the prompt (llm)"),
             flag_arg(
                 "raw",
@@ -276,6 +278,7 @@ impl Family for LlmFamily {
             Arg::new("stop")
                 .long("stop")
                 .value_name("TEXT")
+                .allow_hyphen_values(true)
                 .action(ArgAction::Append)
                 .help("End generation when TEXT appears (not printed); repeatable (llm)"),
             number_arg(
@@ -743,6 +746,23 @@ fn prompt_of(input: &dyn Input) -> Result<&PromptInput> {
 }
 
 /// Read a prompt file (`-`: standard input) as UTF-8, at most [`MAX_PROMPT_BYTES`].
+/// Whether `path` is a FIFO or a character device (read as a stream, not as a file).
+fn is_stream(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::metadata(path).is_ok_and(|m| {
+            let t = m.file_type();
+            t.is_fifo() || t.is_char_device()
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
+}
+
 fn read_text(path: &Path) -> Result<String> {
     let bytes = if path.as_os_str() == "-" {
         let mut b = Vec::new();
@@ -758,6 +778,14 @@ fn read_text(path: &Path) -> Result<String> {
         bail!(
             "no such prompt file; to give the prompt itself, use --text \"...\" (or - to read standard input)"
         );
+    } else if is_stream(path) {
+        // A pipe or character device (`<(printf ...)`, /dev/stdin): read as standard input
+        // is, to the same bound (llama-cli's `-f` reads them too).
+        let mut b = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_PROMPT_BYTES + 1).read_to_end(&mut b))
+            .with_context(|| format!("reading {}", path.display()))?;
+        b
     } else {
         read_file(path)?
     };
@@ -845,9 +873,14 @@ fn message_text(m: &Value, i: usize, path: &Path) -> Result<String> {
             let mut text = Vec::with_capacity(parts.len());
             for (k, part) in parts.iter().enumerate() {
                 match part.get("type").and_then(Value::as_str) {
-                    Some("text") => match part.get("text").and_then(Value::as_str) {
-                        Some(t) => text.push(t),
-                        None => bail!("{}: content part {k} has no text `text`", at()),
+                    Some("text") => match part.get("text") {
+                        Some(Value::String(t)) => text.push(t.as_str()),
+                        None => bail!("{}: content part {k} has no `text`", at()),
+                        Some(other) => bail!(
+                            "{}: content part {k}'s `text` is {}, not a text",
+                            at(),
+                            json_kind(other)
+                        ),
                     },
                     Some(other) => bail!(
                         "{}: content part {k} is of type `{}`: this model takes text parts only",
@@ -862,10 +895,27 @@ fn message_text(m: &Value, i: usize, path: &Path) -> Result<String> {
             }
             Ok(text.join("\n"))
         }
-        _ => bail!(
+        None => bail!(
             "{}: has no `content` (a text, or an array of text parts)",
             at()
         ),
+        Some(other) => bail!(
+            "{}: `content` is {}: a text, or an array of text parts",
+            at(),
+            json_kind(other)
+        ),
+    }
+}
+
+/// What a JSON value is, for an error: `a number (5)`, `an object`, ...
+fn json_kind(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("a boolean ({b})"),
+        Value::Number(n) => format!("a number ({n})"),
+        Value::String(_) => "a text".into(),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
     }
 }
 

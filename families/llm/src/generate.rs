@@ -308,6 +308,12 @@ impl CancelHandle {
     pub fn cancel(&self) {
         self.0.store(true, Ordering::Release);
     }
+
+    /// Whether a cancel is pending: asked for and not yet cleared by the start of the next
+    /// request ([`Generator::generate`] clears it first of all).
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// A model opened for generation (see the [module docs](crate::generate)).
@@ -633,8 +639,9 @@ impl Generator {
         }
     }
 
-    /// Starts a request: tokenises the prompt, resets the cache, the sampler and the
-    /// cancel flag. The prompt runs on the first [`Generation::next_piece`].
+    /// Starts a request: resets the cancel flag (first: a cancel from then on, tokenising
+    /// included, stops this request), tokenises the prompt, resets the cache and the
+    /// sampler. The prompt runs on the first [`Generation::next_piece`].
     ///
     /// # Errors
     /// [`GenerateError::EmptyPrompt`]; [`GenerateError::Forward`] with
@@ -646,6 +653,9 @@ impl Generator {
         prompt: Prompt<'_>,
         params: &GenerateParams,
     ) -> Result<Generation<'_>, GenerateError> {
+        // Cleared first, so that a cancel while the prompt is tokenised and its template
+        // rendered (seconds for a long prompt) stops this request, not a later one.
+        self.cancel.store(false, Ordering::Release);
         params.sampler.validate()?;
         #[cfg(feature = "cuda")]
         if self.gpu.is_some() {
@@ -678,7 +688,6 @@ impl Generator {
             self.sampler.accept(t);
         }
         self.weights.ensure_unchanged()?;
-        self.cancel.store(false, Ordering::Release);
         let max_stop = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
         let piece_cap = 4 * (self.tokenizer.max_piece_len() + 4) + max_stop;
         let eog = if params.ignore_eos {

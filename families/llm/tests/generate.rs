@@ -385,6 +385,23 @@ fn cancelling_during_a_long_prompt_stops_within_a_chunk() {
     }
 }
 
+#[test]
+fn a_request_clears_the_cancel_flag_before_its_prompt_is_tokenised() {
+    // The flag is cleared first, so a cancel while a long prompt is tokenised (seconds) stops
+    // that request; cleared after the tokeniser, such a cancel was lost and the request ran
+    // to its end. Seen here through a request that fails in its tokenising (an empty
+    // prompt): the flag set before it is already cleared.
+    let mut g = generator_of(&tiny_gguf(&tiny_config()), &GeneratorOptions::default());
+    let cancel = g.cancel_handle();
+    cancel.cancel();
+    assert!(cancel.is_cancelled());
+    assert!(matches!(
+        g.generate(Prompt::Text(""), &sampled(4, 1)),
+        Err(GenerateError::EmptyPrompt)
+    ));
+    assert!(!cancel.is_cancelled());
+}
+
 /// The tiny model built into a bundle (its GGUF written into `dir`, created), to write.
 fn tiny_bundle_writer(dir: &std::path::Path) -> tether_bundle::BundleWriter {
     use tether_llm::recipe::{BuildOptions, Input, build};

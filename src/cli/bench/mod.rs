@@ -464,7 +464,10 @@ fn write_report(
     let doc = crate::cli::tidy(summary.json());
     match &a.json {
         Some(p) if p.as_os_str() != "-" => {
-            write_atomic(p, serde_json::to_string_pretty(&doc)?.as_bytes())?;
+            write_atomic(
+                p,
+                format!("{}\n", serde_json::to_string_pretty(&doc)?).as_bytes(),
+            )?;
         }
         Some(_) => outln!("{}", serde_json::to_string_pretty(&doc)?)?,
         None => {}
