@@ -3278,6 +3278,26 @@ fn llm_bad_options_and_other_families_options_are_named() {
         1,
         "message 0: content part 1 is of type `image_url`: this model takes text parts only",
     );
+    // An OpenAI-style request body: its keys other than `messages` are said to be unread.
+    let body = scratch().join("request-body.json");
+    std::fs::write(
+        &body,
+        r#"{"model":"m","temperature":0,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .unwrap();
+    let o = tether(&[
+        "run",
+        &b,
+        "--chat-file",
+        body.to_str().unwrap(),
+        "--context",
+        "1",
+    ]);
+    assert!(
+        stderr(&o).contains("only `messages` is read; `model`, `temperature` not"),
+        "{}",
+        stderr(&o)
+    );
     // A content of another type is named with the value seen.
     let five = scratch().join("content-number.json");
     std::fs::write(&five, r#"[{"role":"user","content":5}]"#).unwrap();

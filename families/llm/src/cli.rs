@@ -826,7 +826,27 @@ fn read_chat(path: &Path) -> Result<Vec<ChatMessage>> {
     let list = match &doc {
         Value::Array(a) => a,
         Value::Object(o) => match o.get("messages") {
-            Some(Value::Array(a)) => a,
+            Some(Value::Array(a)) => {
+                // An OpenAI-style request body: its other keys (temperature, max_tokens,
+                // stop, ...) are not read; said, so that they are not taken as applied.
+                let other: Vec<&str> = o
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|k| *k != "messages")
+                    .collect();
+                if !other.is_empty() {
+                    log::warn!(
+                        "{}: only `messages` is read; {} not (give the sampling options on the command line: --temperature, --max-tokens, --stop, ...)",
+                        path.display(),
+                        other
+                            .iter()
+                            .map(|k| format!("`{}`", escape_role(k)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
+                a
+            }
             _ => bail!("{}: an object without a `messages` array", path.display()),
         },
         _ => bail!(

@@ -1027,7 +1027,10 @@ impl Generation<'_> {
     /// reports [`FinishReason::Cancelled`].
     pub fn finish(mut self) -> Finished {
         self.finished.finish_reason = self.done.unwrap_or(FinishReason::Cancelled);
-        self.finished.timings.generation_ms = self.finished.timings.inter_token_ms.iter().sum();
+        // `+ 0.0`: Rust's float sum of nothing is -0.0 (a one-token request would report
+        // a generation time of "-0.000").
+        self.finished.timings.generation_ms =
+            self.finished.timings.inter_token_ms.iter().sum::<f64>() + 0.0;
         self.finished
     }
 }

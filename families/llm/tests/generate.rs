@@ -402,6 +402,18 @@ fn a_request_clears_the_cancel_flag_before_its_prompt_is_tokenised() {
     assert!(!cancel.is_cancelled());
 }
 
+#[test]
+fn a_one_token_request_reports_a_generation_time_of_plus_zero() {
+    // No interval between tokens: 0.0, not the -0.0 of an empty float sum (shown "-0.000").
+    let mut g = generator_of(&tiny_gguf(&tiny_config()), &GeneratorOptions::default());
+    let (_, done) = g
+        .generate_text(Prompt::Text("abc"), &sampled(1, 1))
+        .expect("one token");
+    assert_eq!(done.tokens.len(), 1);
+    let ms = done.timings.generation_ms;
+    assert!(ms == 0.0 && ms.is_sign_positive(), "{ms:?}");
+}
+
 /// The tiny model built into a bundle (its GGUF written into `dir`, created), to write.
 fn tiny_bundle_writer(dir: &std::path::Path) -> tether_bundle::BundleWriter {
     use tether_llm::recipe::{BuildOptions, Input, build};
