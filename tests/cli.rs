@@ -2854,6 +2854,32 @@ fn llm_golden_chat() -> Value {
 
 #[test]
 fn llm_builds_inspects_and_self_tests() {
+    // A GGUF of a version this build does not read: named, with how to re-save it (not the
+    // hint of a truncated file).
+    let v1 = scratch().join("version1.gguf");
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&[0; 16]);
+    std::fs::write(&v1, bytes).unwrap();
+    let out = scratch().join("version1.bundle");
+    let o = refused(
+        &[
+            "build",
+            "--family",
+            "llm",
+            "--gguf",
+            v1.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        1,
+        "GGUF version 1 is not supported",
+    );
+    assert!(
+        stderr(&o).contains("re-save the model as GGUF v3") && !stderr(&o).contains("truncated"),
+        "{}",
+        stderr(&o)
+    );
     let b = smollm2_bundle();
     let o = tether(&["inspect", &b]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -3308,19 +3334,11 @@ fn llm_bad_options_and_other_families_options_are_named() {
     );
     // Text values that begin with '-' are values, as llama-cli takes them (`-p -hello`):
     // here the prompt reaches the context check, not clap's "a value is required".
-    for opt in ["--prompt", "--system"] {
-        let args = [
-            "run",
-            &b,
-            "-p",
-            "hi",
-            opt,
-            "-hello",
-            "--context",
-            "1",
-            "--stop",
-            "---",
-        ];
+    for args in [
+        ["--prompt", "-hello", "--stop", "---"],
+        ["-p", "hi", "--system", "-hello"],
+    ] {
+        let args = [&["run", &b, "--context", "1"][..], &args[..]].concat();
         refused(&args, 1, "do not fit the context of 1");
     }
     // A prompt file that is a pipe (`<(printf ...)`) is read as standard input is.

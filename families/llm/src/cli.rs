@@ -474,6 +474,9 @@ impl Family for LlmFamily {
                 E::Gguf(crate::gguf::GgufError::Magic { .. }) => {
                     "--gguf takes a GGUF file (llama.cpp's format; `--hf-dir` takes a Hugging Face directory)"
                 }
+                E::Gguf(crate::gguf::GgufError::Version { .. }) => {
+                    "re-save the model as GGUF v3 with a current llama.cpp (`convert_hf_to_gguf.py`, or `llama-quantize` on the file)"
+                }
                 E::Gguf(_) | E::Safetensors(_) => {
                     "the checkpoint file is truncated, corrupt or uses a tensor type this build does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"
                 }
