@@ -163,6 +163,15 @@ fn parse_staging(s: &str) -> Result<MappedIo, String> {
     s.parse::<MappedIo>().map_err(|e| format!("--staging {e}"))
 }
 
+/// The `--json FILE` report: pretty JSON ending with a line break (as the printed form),
+/// written atomically.
+fn write_json_report(path: &std::path::Path, doc: &serde_json::Value) -> Result<()> {
+    write_atomic(
+        path,
+        format!("{}\n", serde_json::to_string_pretty(doc)?).as_bytes(),
+    )
+}
+
 /// `--json`'s FILE: the names of standard output as `-` (printed, not an atomic file write,
 /// which a pipe or terminal cannot take), any other path as given.
 fn json_destination(s: &str) -> std::result::Result<PathBuf, String> {
@@ -463,12 +472,7 @@ fn write_report(
 ) -> Result<()> {
     let doc = crate::cli::tidy(summary.json());
     match &a.json {
-        Some(p) if p.as_os_str() != "-" => {
-            write_atomic(
-                p,
-                format!("{}\n", serde_json::to_string_pretty(&doc)?).as_bytes(),
-            )?;
-        }
+        Some(p) if p.as_os_str() != "-" => write_json_report(p, &doc)?,
         Some(_) => outln!("{}", serde_json::to_string_pretty(&doc)?)?,
         None => {}
     }

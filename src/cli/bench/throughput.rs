@@ -17,7 +17,7 @@ use tether_family::family::{RunOptions, ThroughputOptions, ThroughputReport, fin
 use super::BenchArgs;
 use super::machine::Machine;
 use crate::cli::escape;
-use crate::cli::run::{JSON_SCHEMA_VERSION, loaded, runner_on, write_atomic};
+use crate::cli::run::{JSON_SCHEMA_VERSION, loaded, runner_on};
 use crate::outln;
 use tether::families::REGISTRY;
 
@@ -113,9 +113,7 @@ pub(super) fn bench(
     });
     let show = a.json.as_ref().is_none_or(|p| p.as_os_str() != "-");
     match &a.json {
-        Some(p) if p.as_os_str() != "-" => {
-            write_atomic(p, serde_json::to_string_pretty(&doc)?.as_bytes())?;
-        }
+        Some(p) if p.as_os_str() != "-" => super::write_json_report(p, &doc)?,
         Some(_) => outln!("{}", serde_json::to_string_pretty(&doc)?)?,
         None => {}
     }
