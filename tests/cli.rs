@@ -3946,8 +3946,8 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     // A report file ends with a line break, as the printed form does.
     let rep = scratch().join("bench-newline.json");
     let _ = std::fs::remove_file(&rep);
-    let o = tether(&[&quick[..], &["--json", rep.to_str().unwrap()]].concat());
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o_rep = tether(&[&quick[..], &["--json", rep.to_str().unwrap()]].concat());
+    assert_eq!(o_rep.status.code(), Some(0), "{}", stderr(&o_rep));
     assert!(std::fs::read_to_string(&rep).unwrap().ends_with("}\n"));
     // An output that cannot be written (a folder) is refused before any run.
     let dir = scratch().join("bench-json-dir");
