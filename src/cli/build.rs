@@ -116,6 +116,17 @@ fn created_unix_s() -> u64 {
         })
 }
 
+/// `tether build`'s options of the TensorRT plans beside `--engine` (flag, clap id): refused
+/// without `--engine tensorrt`, left out of the help of families without plans
+/// (`family_args::augment`).
+pub const TRT_PLAN_OPTIONS: [(&str, &str); 5] = [
+    ("--trtexec", "trtexec"),
+    ("--no-fp16", "no_fp16"),
+    ("--workspace-mib", "workspace_mib"),
+    ("--version-compatible", "version_compatible"),
+    ("--hardware-compat", "hardware_compat"),
+];
+
 /// Run `tether build`.
 pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
     let Some(family) = find(REGISTRY, &a.family) else {
@@ -124,16 +135,10 @@ pub fn run(a: &BuildArgs, matches: &ArgMatches) -> Result<ExitCode> {
     // TensorRT's options are refused where no plan will be built, not ignored: without
     // `--engine tensorrt`, or for a family with no networks for it (llm).
     let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
-    let trt_options: Vec<&str> = [
-        ("--trtexec", "trtexec"),
-        ("--no-fp16", "no_fp16"),
-        ("--workspace-mib", "workspace_mib"),
-        ("--version-compatible", "version_compatible"),
-        ("--hardware-compat", "hardware_compat"),
-    ]
-    .into_iter()
-    .filter_map(|(name, id)| given(id).then_some(name))
-    .collect();
+    let trt_options: Vec<&str> = TRT_PLAN_OPTIONS
+        .into_iter()
+        .filter_map(|(name, id)| given(id).then_some(name))
+        .collect();
     if a.engine == EngineChoice::Tensorrt
         && let Some(why) = family.no_tensorrt_plans()
     {

@@ -154,16 +154,6 @@ fn every_family_args(of: impl Fn(&dyn Family) -> Vec<Arg>) -> Vec<Arg> {
         .collect()
 }
 
-/// The ids of `tether build`'s options for TensorRT plans (`BuildArgs`).
-const TRT_BUILD_ARGS: [&str; 6] = [
-    "engine",
-    "trtexec",
-    "no_fp16",
-    "workspace_mib",
-    "version_compatible",
-    "hardware_compat",
-];
-
 /// Add the arguments of the family `argv` is about to the matching subcommand of `cmd`.
 pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
     let Some((pos, name)) = subcommand_position(argv) else {
@@ -178,9 +168,10 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
                     // A family whose bundles carry no TensorRT plans (llm) leaves the plans'
                     // options out of its help; given, they are still refused by name.
                     if f.no_tensorrt_plans().is_some() {
-                        TRT_BUILD_ARGS
+                        let b = b.mut_arg("engine", |a| a.hide(true));
+                        super::build::TRT_PLAN_OPTIONS
                             .iter()
-                            .fold(b, |b, id| b.mut_arg(*id, |a| a.hide(true)))
+                            .fold(b, |b, (_, id)| b.mut_arg(*id, |a| a.hide(true)))
                     } else {
                         b
                     }
