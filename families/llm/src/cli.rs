@@ -767,13 +767,14 @@ fn is_stream(path: &Path) -> bool {
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    let bytes = if path.as_os_str() == "-" {
+    // A stream read to one byte past the bound, so that a longer one is told from one at it.
+    let bounded = |r: &mut dyn std::io::Read| -> std::io::Result<Vec<u8>> {
         let mut b = Vec::new();
-        std::io::stdin()
-            .take(MAX_PROMPT_BYTES + 1)
-            .read_to_end(&mut b)
-            .context("reading the prompt from standard input")?;
-        b
+        r.take(MAX_PROMPT_BYTES + 1).read_to_end(&mut b)?;
+        Ok(b)
+    };
+    let bytes = if path.as_os_str() == "-" {
+        bounded(&mut std::io::stdin()).context("reading the prompt from standard input")?
     } else if !path.exists() {
         // `tether run smollm2.bundle "Where is Paris?"`: text where a prompt file belongs.
         // (The caller names the input.) An input that failed, as any unreadable file (exit
@@ -784,11 +785,9 @@ fn read_text(path: &Path) -> Result<String> {
     } else if is_stream(path) {
         // A pipe or character device (`<(printf ...)`, /dev/stdin): read as standard input
         // is, to the same bound (llama-cli's `-f` reads them too).
-        let mut b = Vec::new();
         std::fs::File::open(path)
-            .and_then(|f| f.take(MAX_PROMPT_BYTES + 1).read_to_end(&mut b))
-            .with_context(|| format!("reading {}", path.display()))?;
-        b
+            .and_then(|mut f| bounded(&mut f))
+            .with_context(|| format!("reading {}", path.display()))?
     } else {
         read_file(path)?
     };
