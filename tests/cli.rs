@@ -3423,6 +3423,11 @@ fn llm_bad_options_and_other_families_options_are_named() {
         // Beyond f32's range: the text given, not the infinity it would round to.
         ("--temperature", "1e309", "'1e309'"),
         ("--top-p", "NaN", "not a finite number"),
+        // Hyphen-led numbers of every form are the option's value, not an unknown option.
+        ("--temperature", "-inf", "not a finite number"),
+        ("--min-p", "-.5", "0 <= min_p < 1"),
+        // Below f32's smallest: the text given, not the 0 it would round to.
+        ("--top-p", "1e-46", "'1e-46'"),
     ] {
         let o = refused(&["run", &b, "-p", "hi", opt, v], 2, says);
         assert!(stderr(&o).contains(opt), "{opt} {v}: {}", stderr(&o));
@@ -4447,6 +4452,31 @@ fn a_file_of_the_wrong_kind_is_named_by_what_it_looks_like() {
 }
 
 /// Without an INPUT (the llm family takes `--prompt`), a bundle path that does not open is
+/// A checkpoint path that names a device or a pipe is reported as such (exit 1) with a hint
+/// to give the file itself, not the hint for a truncated or corrupt checkpoint.
+#[test]
+fn a_checkpoint_that_is_not_a_regular_file_gets_its_own_hint() {
+    let out = scratch().join("from-dev-null.bundle");
+    let o = tether(&[
+        "build",
+        "--family",
+        "llm",
+        "--gguf",
+        "/dev/null",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("it is a character device, not a regular file"),
+        "{e}"
+    );
+    assert!(e.contains("hint: give the checkpoint file itself"), "{e}");
+    assert!(!e.contains("truncated"), "{e}");
+    assert!(!out.exists());
+}
+
 /// reported as itself: a folder, a device, a missing file (exit 1), not as a missing INPUT.
 #[test]
 fn a_bundle_path_that_does_not_open_is_reported_without_an_input() {

@@ -232,10 +232,9 @@ impl Family for LlmFamily {
                 "Most tokens to generate; -1: no limit but the context's, as llama.cpp's --n-predict -1 (llm; default 256, or the checkpoint's max_new_tokens)",
             )
             .visible_alias("n-predict"),
-            number_arg(
+            float_arg(
                 "temperature",
                 "T",
-                finite_f32,
                 "Sampling temperature, finite; 0 or below: greedy, else at least 1e-6 (llm; default 0.8)",
             )
             .visible_alias("temp"),
@@ -245,22 +244,19 @@ impl Family for LlmFamily {
                 whole(0, 1_000_000),
                 "Keep the K most likely tokens; 0: off (llm; default 40)",
             ),
-            number_arg(
+            float_arg(
                 "top-p",
                 "P",
-                finite_f32,
                 "Nucleus sampling mass, 0 < P <= 1; 1: off (llm; default 0.95)",
             ),
-            number_arg(
+            float_arg(
                 "min-p",
                 "P",
-                finite_f32,
                 "Minimum probability relative to the most likely token, 0 <= P < 1; 0: off (llm; default 0.05)",
             ),
-            number_arg(
+            float_arg(
                 "repeat-penalty",
                 "R",
-                finite_f32,
                 "Repetition penalty over the last --repeat-last-n tokens, 1e-6 to 1e6; 1: off (llm; default 1.0)",
             ),
             number_arg(
@@ -454,6 +450,7 @@ impl Family for LlmFamily {
 
     fn hint(&self, error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
         use crate::LlmError as E;
+        use tether_bundle::files::FileError::NotRegular;
         let llm =
             error
                 .downcast_ref::<E>()
@@ -465,6 +462,12 @@ impl Family for LlmFamily {
             return Some(match e {
                 E::Gguf(_) | E::Safetensors(_) if io_not_found(error) => {
                     "check the path of the checkpoint file"
+                }
+                E::Gguf(crate::gguf::GgufError::File(NotRegular { .. }))
+                | E::Safetensors(crate::safetensors::SafetensorsError::File(NotRegular {
+                    ..
+                })) => {
+                    "give the checkpoint file itself (--gguf a .gguf file; --hf-dir a Hugging Face directory), not a device, pipe or socket"
                 }
                 E::Gguf(crate::gguf::GgufError::Magic { found })
                     if found.starts_with(&tether_bundle::MAGIC[..4]) =>
@@ -664,15 +667,27 @@ impl ParamArgs {
     }
 }
 
+/// A sampling option (`--NAME VALUE_NAME`, an f32 read by [`finite_f32`]) whose value may
+/// begin with `-` in any form a number can: `--temperature -.5` and `--temperature -inf` are
+/// the option's value (then accepted or refused as numbers), not options clap does not know
+/// (its negative-number rule wants a digit after the `-`).
+fn float_arg(name: &'static str, value_name: &'static str, help: &'static str) -> clap::Arg {
+    number_arg(name, value_name, finite_f32, help).allow_hyphen_values(true)
+}
+
 /// A sampling option's number: an f32 that is finite, so that `1e309` (beyond f32's range,
-/// which Rust's parser rounds to infinity), `inf` and `NaN` are refused as the text given.
+/// which Rust's parser rounds to infinity), `inf` and `NaN` are refused as the text given,
+/// and one that f32 can hold without rounding it to zero, so that `1e-46` is refused as the
+/// text given instead of being read (and later named) as `0`.
 fn finite_f32(s: &str) -> std::result::Result<f32, String> {
     let v: f32 = s.trim().parse().map_err(|e| format!("{e}"))?;
-    if v.is_finite() {
-        Ok(v)
-    } else {
-        Err("not a finite number (the largest 32-bit float is about 3.4e38)".into())
+    if !v.is_finite() {
+        return Err("not a finite number (the largest 32-bit float is about 3.4e38)".into());
     }
+    if v == 0.0 && s.trim().parse::<f64>().is_ok_and(|w| w != 0.0) {
+        return Err("too close to 0 for a 32-bit float (the smallest above 0 is about 1.4e-45); give 0 for zero".into());
+    }
+    Ok(v)
 }
 
 /// `--max-tokens`: 1 to 1,000,000, or -1 (llama.cpp's "no limit"): `u64::MAX`, which the
