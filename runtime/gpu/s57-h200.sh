@@ -3,9 +3,9 @@
 # comes (the evidence is asked of the H200), every figure of the evidence in
 # as few calls as the GGUF's two parts allow. From a sparse checkout of runtime/gpu/:
 #   1. .device/s57a (part00, gpu_decode-fin.xz)                           `unpack`
-#   2. .device/s57b (part01, tether-fin.xz, COMMIT)                       `unpack cli decode pack`
-#   3. .device/s57c (gpu_fuse-fin.xz, gpu_ahead-fin.xz, llama-bench-sm90.xz, gguf wheel, COMMIT)
-#                                                                         `unpack beside peers fuse pack`
+#   2. .device/s57b (part01, tether-fin.xz, gguf wheel, COMMIT)           `unpack cli peers pack`
+#   3. .device/s57c (gpu_fuse-fin.xz, gpu_ahead-fin.xz, llama-bench-sm90.xz, COMMIT)
+#                                                                         `unpack decode beside fuse pack`
 # Steps:
 #   unpack, pack  lib.sh's / s55-h200.sh's
 #   cli     the GGUF from its xz parts (SHA-256 checked), the bundle, `tether bench` at seven
