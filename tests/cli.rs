@@ -2280,6 +2280,32 @@ fn vad_bench_reports_per_chunk_latency() {
     let text = stdout(&bench("2", &[]));
     assert!(text.contains(&format!("{} chunks", 2 * chunks)), "{text}");
     assert!(text.contains("per chunk"), "{text}");
+    // A WAV without samples: no chunk timed, so no row of zeros and `units` null (as
+    // docs/cli-json.md says), not figures that read as measured.
+    let empty = scratch().join("no-samples.wav");
+    let mut w = b"RIFF".to_vec();
+    w.extend_from_slice(&36u32.to_le_bytes());
+    w.extend_from_slice(b"WAVEfmt ");
+    w.extend_from_slice(&16u32.to_le_bytes());
+    w.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    w.extend_from_slice(&1u16.to_le_bytes()); // mono
+    w.extend_from_slice(&16_000u32.to_le_bytes());
+    w.extend_from_slice(&32_000u32.to_le_bytes());
+    w.extend_from_slice(&2u16.to_le_bytes());
+    w.extend_from_slice(&16u16.to_le_bytes());
+    w.extend_from_slice(b"data");
+    w.extend_from_slice(&0u32.to_le_bytes());
+    std::fs::write(&empty, &w).unwrap();
+    let e = empty.to_str().unwrap();
+    let o = tether(&[
+        "bench", &b, e, "--device", "cpu", "--runs", "2", "--json", "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(json(&o)["units"].is_null(), "{}", stdout(&o));
+    let o = tether(&["bench", &b, e, "--device", "cpu", "--runs", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("0 chunks"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("per chunk"), "{}", stdout(&o));
     // Without an INPUT: a family benchmarked per input says so before its model is loaded
     // (`-v` would log the load: "vad `NAME`: Silero VAD ...").
     let o = tether(&["bench", &b, "-v"]);

@@ -41,7 +41,8 @@ pub enum tether_status {
     /// The handle is not in the state the call needs (the staging buffer asked for before
     /// a frame geometry was prepared).
     TETHER_ERR_STATE = 9,
-    /// The bundle's family is not one this C API runs yet (`ocr`, `llm`), a tensor's dtype
+    /// The bundle's family is not one `tether_model_open` runs (an `llm` bundle, which
+    /// `tether_generator_open` opens, or a family this library does not know), a tensor's dtype
     /// cannot be set or read through it, or the operation needs a device the handle does not
     /// run on (device buffers or a CUDA stream of a network on the CPU).
     TETHER_ERR_UNSUPPORTED = 10,

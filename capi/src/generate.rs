@@ -34,7 +34,9 @@ pub struct tether_generator_options {
     pub struct_size: u32,
     /// KV-cache positions; 0: the model's training context.
     pub context: u32,
-    /// Threads of the forward pass; 0: the CPUs this process may use.
+    /// Threads of the forward pass; 0: the CPUs this process may use. At most 1024
+    /// (`TETHER_ERR_INVALID_ARGUMENT` above), lowered to the cores this process may run on
+    /// (logged).
     pub threads: u32,
 }
 
@@ -227,7 +229,7 @@ pub unsafe extern "C" fn tether_generator_open(
         }
         let opts = GeneratorOptions {
             context: (o.context > 0).then_some(o.context as usize),
-            threads: (o.threads > 0).then_some(o.threads as usize),
+            threads: crate::options::thread_count("tether_generator_options::threads", o.threads)?,
             ..GeneratorOptions::default()
         };
         let generator = Generator::open(path, &opts)
@@ -321,8 +323,9 @@ pub unsafe extern "C" fn tether_generate_params_init(
 /// Returns `TETHER_OK` when the generation ended by itself (`TETHER_FINISH_STOP` or
 /// `_LENGTH`), `TETHER_ERR_CANCELLED` when the callback returned nonzero or
 /// `tether_generator_cancel` was called (`*result` is filled either way);
-/// `TETHER_ERR_INVALID_ARGUMENT` for a prompt that is not UTF-8, empty, or longer than the
-/// context (never cut), or parameters out of range (the message names the field).
+/// `TETHER_ERR_INVALID_ARGUMENT` for a prompt that is not UTF-8, empty or white space only
+/// (raw or chat, as `tether run` refuses it), or longer than the context (never cut), or
+/// parameters out of range (the message names the field).
 ///
 /// # Safety
 /// `generator` is an open handle used by no other thread (but `tether_generator_cancel`);
@@ -353,6 +356,13 @@ pub unsafe extern "C" fn tether_generate(
                 e.valid_up_to()
             ))
         })?;
+        // As `tether run` refuses an empty or blank prompt (raw or chat): the chat template
+        // would otherwise wrap nothing into a request the model answers anyway.
+        if text.trim().is_empty() {
+            return Err(Failure::invalid(format!(
+                "the prompt is empty or white space only ({prompt_size} bytes)"
+            )));
+        }
         let mut gp = GenerateParams::with_defaults(g.generation_defaults());
         let defaults = params_record(&gp, false);
         // SAFETY: forwarded contract (null: the defaults).

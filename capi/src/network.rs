@@ -222,7 +222,9 @@ fn output_buffer(n: &tether_network, name: &str) -> Result<(*const u8, usize)> {
 /// by the caller (`tether_network_close`); on failure null, and the last error names the
 /// path: `TETHER_ERR_IO`, `TETHER_ERR_BUNDLE`, `TETHER_ERR_RUNTIME`,
 /// `TETHER_ERR_INVALID_ARGUMENT` (no such network, or several and `network` null; the
-/// message lists them).
+/// message lists them), `TETHER_ERR_UNSUPPORTED` for a network whose inputs the bundle
+/// records with dynamic dimensions (OCR's and embeddings' networks: their family calls run
+/// them). Only the named network is prepared.
 ///
 /// On a GPU its inputs and outputs are also device buffers (`tether_network_device_buffer`)
 /// and a run may be ordered on the caller's CUDA stream (`tether_network_run_on_stream`).
@@ -258,10 +260,23 @@ pub unsafe extern "C" fn tether_network_open(
         let opts = ModelOptions {
             device: o.device,
             verify_eagerly: o.verify_eagerly,
+            // The named network alone: the bundle's others are neither prepared nor asked
+            // for shapes (an unknown name is refused listing the bundle's networks).
+            networks: name.map(|n| vec![n.to_string()]).unwrap_or_default(),
             ..o.model
         };
         let open = || -> Result<NetworkSession> {
-            let model = Model::open(path, &opts)?;
+            let model = Model::open(path, &opts).map_err(|e| match e {
+                // A network whose inputs the bundle records with dynamic dimensions: its
+                // family's call gives them shapes per input; this API has none to give.
+                tether_runtime::Error::DynamicInput { .. } => Failure::new(
+                    tether_status::TETHER_ERR_UNSUPPORTED,
+                    format!(
+                        "{e} (this API runs a network at the shapes its bundle records; run this family through its own call, such as tether_ocr or tether_embed)"
+                    ),
+                ),
+                e => Failure::from(e),
+            })?;
             Ok(match name {
                 Some(n) => model.network_session(n)?,
                 None => {

@@ -78,7 +78,8 @@ pub struct tether_options {
     /// A `tether_precision` value.
     pub precision: u32,
     /// Threads of the CPU engine: 0 or 1 runs on the calling thread (the default); N > 1
-    /// uses a pool of N threads. Ignored by the GPU engines.
+    /// uses a pool of N threads, N at most 1024 (`TETHER_ERR_INVALID_ARGUMENT` above) and
+    /// lowered to the cores this process may run on (logged). Ignored by the GPU engines.
     pub threads: u32,
     /// A `tether_sync` value (GPU only).
     pub sync: u32,
@@ -125,6 +126,33 @@ pub unsafe extern "C" fn tether_options_init(options: *mut tether_options) -> cr
         unsafe { options.write(tether_options::default()) };
         Ok(())
     })
+}
+
+/// The most CPU threads an options struct may ask for, as `tether run --threads` accepts.
+pub(crate) const MAX_THREADS: u32 = 1024;
+
+/// A `threads` field (`field` names it in messages): `None` for 0 (the caller's default),
+/// `TETHER_ERR_INVALID_ARGUMENT` above [`MAX_THREADS`], and a count above the cores this
+/// process may run on lowered to them with a warning through the `log` facade, as `tether
+/// run --threads` does: threads beyond the cores wait on each other at every step, and a
+/// count in the thousands takes minutes to start.
+pub(crate) fn thread_count(field: &str, n: u32) -> Result<Option<usize>> {
+    if n > MAX_THREADS {
+        return Err(Failure::invalid(format!(
+            "{field} is {n}; accepted 0 to {MAX_THREADS}"
+        )));
+    }
+    if n == 0 {
+        return Ok(None);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    if n as usize > cores {
+        log::warn!(
+            "{field} is {n}, more than the {cores} cores this process may run on: using {cores}"
+        );
+        return Ok(Some(cores));
+    }
+    Ok(Some(n as usize))
 }
 
 /// What the families' open calls need, read from a caller's options (null: defaults).
@@ -204,7 +232,7 @@ pub(crate) unsafe fn read(options: *const tether_options) -> Result<Opened> {
     let mut model = ModelOptions {
         device,
         verify_eagerly: o.verify_eagerly != 0,
-        cpu_threads: (o.threads as usize).max(1),
+        cpu_threads: thread_count("tether_options::threads", o.threads)?.unwrap_or(1),
         precision,
         ..ModelOptions::default()
     };

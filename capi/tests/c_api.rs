@@ -597,6 +597,11 @@ fn error_paths(v: Variant) {
         ("options_large_struct", "TETHER_ERR_INVALID_ARGUMENT", &["struct_size is 4096", "larger than this library's"]),
         ("options_bad_device", "TETHER_ERR_INVALID_ARGUMENT", &["device is 7"]),
         ("options_init_null", "TETHER_ERR_INVALID_ARGUMENT", &["`options` is null"]),
+        ("options_threads_huge", "TETHER_ERR_INVALID_ARGUMENT", &["tether_options::threads is 100000; accepted 0 to 1024"]),
+        ("network_open_dynamic", "TETHER_ERR_UNSUPPORTED", &["input `input_ids` has dynamic dimensions", "tether_embed"]),
+        ("network_open_unknown", "TETHER_ERR_INVALID_ARGUMENT", &["has no network `zzz`; it has: encoder"]),
+        ("options_threads_beyond_cores", "TETHER_OK", &[]),
+        ("generator_threads_huge", "TETHER_ERR_INVALID_ARGUMENT", &["tether_generator_options::threads is 100000; accepted 0 to 1024"]),
         ("detect_on_vad", "TETHER_ERR_WRONG_FAMILY", &["`tether_detect` needs a `detect` model", "`vad` bundle"]),
         ("vad_on_detect", "TETHER_ERR_WRONG_FAMILY", &["`tether_vad_push` needs a `vad` model", "`detect` bundle `320n`"]),
         ("embed_on_detect", "TETHER_ERR_WRONG_FAMILY", &["`tether_embed` needs a `embed` model"]),
@@ -639,9 +644,15 @@ fn error_paths(v: Variant) {
         "open_memory_truncated",
         "model_open_llm",
         "generator_open_detect",
+        "options_threads_huge",
+        "generator_threads_huge",
+        "network_open_dynamic",
+        "network_open_unknown",
     ] {
         assert_eq!(get(name)["extra"], 1, "{name}: *out not reset to null");
     }
+    // A count beyond the cores (within the bound) opens, lowered to the cores.
+    assert_eq!(get("options_threads_beyond_cores")["extra"], 1);
     // Opening errors name the file, as the CLI's do (`loading PATH: ...`).
     for (name, path) in [("open_truncated", &truncated), ("open_not_a_bundle", &junk)] {
         let msg = get(name)["message"].as_str().unwrap_or_default();
@@ -943,6 +954,9 @@ fn generate_cancel(v: Variant) {
     #[rustfmt::skip]
     let expect: &[(&str, &str, &str)] = &[
         ("not_utf8", "TETHER_ERR_INVALID_ARGUMENT", "prompt is not UTF-8: invalid byte at offset 0"),
+        ("empty_chat", "TETHER_ERR_INVALID_ARGUMENT", "the prompt is empty or white space only (0 bytes)"),
+        ("blank_chat", "TETHER_ERR_INVALID_ARGUMENT", "the prompt is empty or white space only (3 bytes)"),
+        ("blank_raw", "TETHER_ERR_INVALID_ARGUMENT", "the prompt is empty or white space only (3 bytes)"),
         ("zero_max_tokens", "TETHER_ERR_INVALID_ARGUMENT", "max_tokens is 0"),
         ("open_missing", "TETHER_ERR_IO", "loading /nonexistent/model.gguf: "),
         ("cancel_null", "TETHER_ERR_INVALID_ARGUMENT", "`generator` is null"),
@@ -1113,6 +1127,17 @@ fn cpp_wrapper() {
         c["net_output"],
         out[0]
     );
+    assert_eq!(
+        c["net_wrong_type"]["status"], "TETHER_ERR_INVALID_ARGUMENT",
+        "{c}"
+    );
+    assert!(
+        c["net_wrong_type"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tensor `output` is f32: not readable or writable as the element type asked for (8-byte elements)"),
+        "{c}"
+    );
     assert_eq!(c["net_wrong_size"]["status"], "TETHER_ERR_INVALID_ARGUMENT");
     assert!(
         c["net_wrong_size"]["message"]
@@ -1180,6 +1205,28 @@ fn cpp_detect_loop_sigint() {
     let c = json(&ok("detect_loop (SIGINT)", &o));
     assert_eq!(c["stopped_by_signal"], true, "{c}");
     assert!(c["frames"].as_u64().unwrap() > 0, "{c}");
+    // At 0.05 Hz (a 20 s period) Ctrl-C ends the wait for the next frame, not the period.
+    let child = Command::new(&exe)
+        .arg(&f.detect)
+        .args(["--hz", "0.05", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn detect_loop");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let asked = std::time::Instant::now();
+    ok(
+        "kill -INT",
+        &run(Command::new("kill").arg("-INT").arg(child.id().to_string())),
+    );
+    let o = child.wait_with_output().expect("wait detect_loop");
+    let waited = asked.elapsed();
+    let c = json(&ok("detect_loop --hz 0.05 (SIGINT)", &o));
+    assert_eq!(c["stopped_by_signal"], true, "{c}");
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "exited {waited:?} after SIGINT (the period is 20 s): {c}"
+    );
 }
 
 /// `tether run LLM --prompt PROMPT --temperature 0 --max-tokens N --threads 1 --json`: the

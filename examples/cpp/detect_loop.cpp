@@ -104,8 +104,14 @@ std::vector<uint8_t> load_frame(const Args &a) {
 void print_json_string(std::string_view s) {
     std::putchar('"');
     for (char c : s) {
-        if (c == '"' || c == '\\') std::putchar('\\');
-        std::putchar(c);
+        if (c == '"' || c == '\\') {
+            std::putchar('\\');
+            std::putchar(c);
+        } else if (static_cast<unsigned char>(c) < 0x20) {
+            std::printf("\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));  // JSON's control characters
+        } else {
+            std::putchar(c);
+        }
     }
     std::putchar('"');
 }
@@ -146,7 +152,11 @@ int main(int argc, char **argv) {
                 // Skip the periods already lost; the next frame starts a fresh period.
                 while (deadline < t1) deadline += period;
             }
-            std::this_thread::sleep_until(deadline);
+            // To the deadline in slices of at most 10 ms: std::this_thread::sleep_until
+            // resumes its sleep after a signal, so one long period would hold Ctrl-C back.
+            while (!g_stop && clock::now() < deadline) {
+                std::this_thread::sleep_until(std::min(deadline, clock::now() + std::chrono::milliseconds(10)));
+            }
             deadline += period;
         }
         double mean = frames ? total_ms / double(frames) : 0.0;

@@ -73,6 +73,11 @@ pub struct ModelOptions {
     /// variables over the defaults) with `session.allow_nvrtc`; `Some` is used as given.
     #[cfg(feature = "cuda-native")]
     pub native: Option<crate::native::NativeOptions>,
+    /// The networks to prepare, by name (empty, the default: every network of the bundle):
+    /// a caller that runs one network alone ([`Model::network_session`]) need not prepare
+    /// the others, nor give shapes for their dynamic inputs. A name the bundle does not
+    /// have is [`Error::NoSuchNetwork`] at open.
+    pub networks: Vec<String>,
 }
 
 /// One network of a model: its name, its plan and why that engine was chosen.
@@ -232,11 +237,13 @@ impl Model {
         Self::from_bundle(bundle, options)
     }
 
-    /// Prepare every network of `bundle` on the best engine for the device.
+    /// Prepare every network of `bundle` (or those [`ModelOptions::networks`] names) on the
+    /// best engine for the device.
     ///
     /// # Errors
     /// [`Error::DeviceUnavailable`] / [`Error::NotCompiledIn`] for a device that cannot be
-    /// used; [`Error::Refused`] when no offer of a network can run here;
+    /// used; [`Error::NoSuchNetwork`] for a name in [`ModelOptions::networks`] the bundle
+    /// lacks; [`Error::Refused`] when no offer of a network can run here;
     /// [`Error::NoEnginePrepared`] when every admissible engine failed to prepare it;
     /// [`Error::DynamicInput`] for dynamic inputs without a given shape; bundle errors.
     pub fn from_bundle(bundle: Arc<Bundle>, options: &ModelOptions) -> Result<Self, Error> {
@@ -260,7 +267,27 @@ impl Model {
             #[cfg(feature = "cuda-native")]
             native: options.native.clone(),
         };
-        for net in group_networks(&bundle) {
+        let groups = group_networks(&bundle);
+        if let Some(missing) = options
+            .networks
+            .iter()
+            .find(|n| !groups.iter().any(|g| g.name == **n))
+        {
+            let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+            return Err(Error::NoSuchNetwork {
+                bundle: bundle.identity().name.to_string(),
+                network: missing.clone(),
+                available: if names.is_empty() {
+                    "none".into()
+                } else {
+                    names.join(", ")
+                },
+            });
+        }
+        for net in groups {
+            if !options.networks.is_empty() && !options.networks.contains(&net.name) {
+                continue;
+            }
             let shapes = match options.input_shapes.iter().find(|(n, _)| *n == net.name) {
                 Some((_, s)) => s.clone(),
                 None => model.manifest_shapes(&net)?,

@@ -70,7 +70,8 @@ enum tether_status
   // The handle is not in the state the call needs (the staging buffer asked for before
   // a frame geometry was prepared).
   TETHER_ERR_STATE = 9,
-  // The bundle's family is not one this C API runs yet (`ocr`, `llm`), a tensor's dtype
+  // The bundle's family is not one `tether_model_open` runs (an `llm` bundle, which
+  // `tether_generator_open` opens, or a family this library does not know), a tensor's dtype
   // cannot be set or read through it, or the operation needs a device the handle does not
   // run on (device buffers or a CUDA stream of a network on the CPU).
   TETHER_ERR_UNSUPPORTED = 10,
@@ -401,7 +402,9 @@ typedef struct {
   uint32_t struct_size;
   // KV-cache positions; 0: the model's training context.
   uint32_t context;
-  // Threads of the forward pass; 0: the CPUs this process may use.
+  // Threads of the forward pass; 0: the CPUs this process may use. At most 1024
+  // (`TETHER_ERR_INVALID_ARGUMENT` above), lowered to the cores this process may run on
+  // (logged).
   uint32_t threads;
 } tether_generator_options;
 
@@ -475,7 +478,8 @@ typedef struct {
   // A `tether_precision` value.
   uint32_t precision;
   // Threads of the CPU engine: 0 or 1 runs on the calling thread (the default); N > 1
-  // uses a pool of N threads. Ignored by the GPU engines.
+  // uses a pool of N threads, N at most 1024 (`TETHER_ERR_INVALID_ARGUMENT` above) and
+  // lowered to the cores this process may run on (logged). Ignored by the GPU engines.
   uint32_t threads;
   // A `tether_sync` value (GPU only).
   uint32_t sync;
@@ -760,8 +764,9 @@ tether_status tether_generate_params_init(tether_generator *generator,
 // Returns `TETHER_OK` when the generation ended by itself (`TETHER_FINISH_STOP` or
 // `_LENGTH`), `TETHER_ERR_CANCELLED` when the callback returned nonzero or
 // `tether_generator_cancel` was called (`*result` is filled either way);
-// `TETHER_ERR_INVALID_ARGUMENT` for a prompt that is not UTF-8, empty, or longer than the
-// context (never cut), or parameters out of range (the message names the field).
+// `TETHER_ERR_INVALID_ARGUMENT` for a prompt that is not UTF-8, empty or white space only
+// (raw or chat, as `tether run` refuses it), or longer than the context (never cut), or
+// parameters out of range (the message names the field).
 //
 // # Safety
 // `generator` is an open handle used by no other thread (but `tether_generator_cancel`);
@@ -842,7 +847,9 @@ tether_status tether_model_engine(const tether_model *model, const char **engine
 // by the caller (`tether_network_close`); on failure null, and the last error names the
 // path: `TETHER_ERR_IO`, `TETHER_ERR_BUNDLE`, `TETHER_ERR_RUNTIME`,
 // `TETHER_ERR_INVALID_ARGUMENT` (no such network, or several and `network` null; the
-// message lists them).
+// message lists them), `TETHER_ERR_UNSUPPORTED` for a network whose inputs the bundle
+// records with dynamic dimensions (OCR's and embeddings' networks: their family calls run
+// them). Only the named network is prepared.
 //
 // On a GPU its inputs and outputs are also device buffers (`tether_network_device_buffer`)
 // and a run may be ordered on the caller's CUDA stream (`tether_network_run_on_stream`).

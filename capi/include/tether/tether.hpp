@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -378,11 +379,16 @@ public:
         return v;
     }
     /// Copy `count` elements into input `name` (their bytes must equal the input's size).
+    /// T must be the input's element type (float: f32, uint16_t: f16 bits, int64_t, int32_t,
+    /// int8_t, uint8_t: u8 or bool); another throws Error (TETHER_ERR_INVALID_ARGUMENT)
+    /// naming both, as do input() and output().
     template <class T> void set_input(const std::string &name, const T *data, std::size_t count) {
+        check_type<T>(TETHER_IO_INPUT, name);
         detail::check(tether_network_set_input(n_, name.c_str(), data, count * sizeof(T)));
     }
     /// Input `name`'s own buffer, to write in place (valid until the Network is destroyed).
     template <class T> T *input(const std::string &name, std::size_t &count) {
+        check_type<T>(TETHER_IO_INPUT, name);
         void *p = nullptr;
         std::size_t bytes = 0;
         detail::check(tether_network_input(n_, name.c_str(), &p, &bytes));
@@ -393,6 +399,7 @@ public:
     void run() { detail::check(tether_network_run(n_)); }
     /// Output `name` of the last run, borrowed until the next run() (count in elements).
     template <class T> const T *output(const std::string &name, std::size_t &count) const {
+        check_type<T>(TETHER_IO_OUTPUT, name);
         const void *p = nullptr;
         std::size_t bytes = 0;
         detail::check(tether_network_output(n_, name.c_str(), &p, &bytes));
@@ -423,6 +430,48 @@ public:
     tether_network *handle() const noexcept { return n_; }
 
 private:
+    static const char *dtype_name(uint32_t dtype) noexcept {
+        switch (dtype) {
+        case TETHER_DTYPE_F32: return "f32";
+        case TETHER_DTYPE_F16: return "f16";
+        case TETHER_DTYPE_BF16: return "bf16";
+        case TETHER_DTYPE_I8: return "i8";
+        case TETHER_DTYPE_U8: return "u8";
+        case TETHER_DTYPE_I32: return "i32";
+        case TETHER_DTYPE_I64: return "i64";
+        case TETHER_DTYPE_BOOL: return "bool";
+        default: return "of an unknown dtype";
+        }
+    }
+    /// Whether element type T reads and writes tensors of tether_dtype `dtype`.
+    template <class T> static constexpr bool type_fits(uint32_t dtype) noexcept {
+        if constexpr (std::is_same_v<T, float>) return dtype == TETHER_DTYPE_F32;
+        else if constexpr (std::is_same_v<T, uint16_t>) return dtype == TETHER_DTYPE_F16;
+        else if constexpr (std::is_same_v<T, int64_t>) return dtype == TETHER_DTYPE_I64;
+        else if constexpr (std::is_same_v<T, int32_t>) return dtype == TETHER_DTYPE_I32;
+        else if constexpr (std::is_same_v<T, int8_t>) return dtype == TETHER_DTYPE_I8;
+        else if constexpr (std::is_same_v<T, uint8_t>) return dtype == TETHER_DTYPE_U8 || dtype == TETHER_DTYPE_BOOL;
+        else return false;
+    }
+    /// Throw Error (TETHER_ERR_INVALID_ARGUMENT) when tensor `name` is not of T's element
+    /// type; an unknown name is left to the C call, whose message lists the tensors. No
+    /// allocation unless it throws.
+    template <class T> void check_type(tether_io io, const std::string &name) const {
+        std::size_t count = 0;
+        detail::check(tether_network_tensor_count(n_, io, &count));
+        for (std::size_t i = 0; i < count; i++) {
+            tether_tensor_info t;
+            detail::check(tether_network_tensor(n_, io, i, &t));
+            if (name != t.name) continue;
+            if (!type_fits<T>(t.dtype))
+                throw Error(TETHER_ERR_INVALID_ARGUMENT,
+                            "tensor `" + name + "` is " + dtype_name(t.dtype) +
+                                ": not readable or writable as the element type asked for (" +
+                                std::to_string(sizeof(T)) + "-byte elements)");
+            return;
+        }
+    }
+
     tether_network *n_ = nullptr;
 };
 

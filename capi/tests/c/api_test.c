@@ -328,6 +328,36 @@ static int cmd_errors(const char *detect, const char *vad, const char *embed, co
     report("options_bad_device", s, 0);
     s = tether_options_init(NULL);
     report("options_init_null", s, 0);
+    /* A thread count beyond the library's bound is refused before any thread starts; one
+     * beyond the cores (but within the bound) is lowered to them: the open returns. */
+    CHECK(tether_options_init(&options));
+    options.threads = 100000;
+    s = tether_model_open(detect, &options, &m);
+    report("options_threads_huge", s, m == NULL);
+    CHECK(tether_options_init(&options));
+    options.threads = 1000;
+    s = tether_model_open(detect, &options, &m);
+    report("options_threads_beyond_cores", s, m != NULL);
+    tether_model_close(m);
+    m = NULL;
+    {
+        tether_generator_options gopt;
+        CHECK(tether_generator_options_init(&gopt));
+        gopt.threads = 100000;
+        tether_generator *gh = (tether_generator *)(uintptr_t)1;
+        s = tether_generator_open(llm, &gopt, &gh);
+        report("generator_threads_huge", s, gh == NULL);
+    }
+
+    /* The named-tensor API on a bundle whose network has dynamic input dimensions: refused
+     * as unsupported (its family call runs it); an unknown name lists the bundle's. */
+    {
+        tether_network *nh = (tether_network *)(uintptr_t)1;
+        s = tether_network_open(embed, "encoder", NULL, &nh);
+        report("network_open_dynamic", s, nh == NULL);
+        s = tether_network_open(embed, "zzz", NULL, &nh);
+        report("network_open_unknown", s, nh == NULL);
+    }
 
     /* Each handle's family: an llm bundle is not a model, a detect bundle not a generator. */
     s = tether_model_open(llm, NULL, &m);
@@ -574,6 +604,15 @@ static int cmd_generate_cancel(const char *bundle, const char *prompt) {
     /* 4. Errors: a prompt that is not UTF-8, max_tokens 0, a missing file, null. */
     st = tether_generate(g, (const uint8_t *)"\xff", 1, &params, NULL, NULL, NULL);
     report_inline("not_utf8", st);
+    /* An empty or blank prompt, in chat mode (the default) and raw. */
+    st = tether_generate(g, (const uint8_t *)"", 0, &params, NULL, NULL, NULL);
+    report_inline("empty_chat", st);
+    st = tether_generate(g, (const uint8_t *)" \n\t", 3, &params, NULL, NULL, NULL);
+    report_inline("blank_chat", st);
+    params.raw = 1;
+    st = tether_generate(g, (const uint8_t *)"   ", 3, &params, NULL, NULL, NULL);
+    report_inline("blank_raw", st);
+    params.raw = 0;
     params.max_tokens = 0;
     st = tether_generate(g, (const uint8_t *)prompt, strlen(prompt), &params, NULL, NULL, NULL);
     report_inline("zero_max_tokens", st);

@@ -113,6 +113,14 @@ int main(int argc, char **argv) {
         } catch (const tether::Error &e) {
             print_error("net_wrong_size", e);
         }
+        // An element type other than the tensor's: thrown, not reinterpreted.
+        try {
+            std::size_t c = 0;
+            net.output<double>("output", c);
+            std::printf("\"net_wrong_type\":\"returned\",");
+        } catch (const tether::Error &e) {
+            print_error("net_wrong_type", e);
+        }
         // On the CPU: no device buffers, no CUDA stream (thrown, with the device named).
         try {
             net.device_buffer(TETHER_IO_INPUT, "input");

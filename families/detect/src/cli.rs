@@ -76,7 +76,7 @@ impl Family for Detect {
         Some(match error.downcast_ref::<D>()? {
             D::WrongFamily { .. } => "check the bundle's family with `tether inspect`",
             D::Labels(_) | D::Network(_) => {
-                "the ONNX file must be an Ultralytics YOLOv8 detection export (input [1,3,H,W] f32, output [1,4+C,N] f32, metadata `names`)"
+                "`tether build` takes an Ultralytics YOLOv8 detection export (input [1,3,H,W] f32, output [1,4+C,N] f32, metadata `names`); a bundle refused when loaded was altered or written by another tool: build it again from its ONNX file"
             }
             D::Config { .. } => "see `tether build --family detect --help` for the accepted ranges",
             _ => return None,

@@ -161,6 +161,8 @@ impl Detector {
         }
         let model = Model::from_bundle(Arc::clone(&bundle), &model_options)?;
         let net = model.single_network()?;
+        // The configuration and the network agree at open, not at the first frame.
+        crate::stages::check_io(&config, net.plan())?;
         log::info!(
             "detector `{bundle_name}`: {} classes, input {w}x{h}, {} anchors, score > {}, IoU > {}, {} engine on {}",
             config.num_classes,

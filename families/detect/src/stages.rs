@@ -345,6 +345,47 @@ impl Stage for PostStage {
     }
 }
 
+/// Check that `plan`'s I/O is the detector the configuration describes: one input `[1, 3,
+/// input_height, input_width]` and, at the configuration's head index, an output `[1, 4 +
+/// num_classes, num_anchors]` (the Ultralytics YOLOv8 head). Run at open
+/// ([`crate::Detector::from_bundle`]) and again for each pipeline.
+///
+/// # Errors
+/// [`DetectError::Network`] naming the engine, the shapes seen and the shapes expected.
+pub fn check_io(config: &DetectConfig, plan: &Plan) -> Result<(), DetectError> {
+    let io = plan.io();
+    let (c, n) = (config.num_classes as usize, config.num_anchors as usize);
+    let (w, h) = (config.input_width as usize, config.input_height as usize);
+    let want_in = [1, 3, h, w];
+    let want_out = [1, 4 + c, n];
+    // The head is the output the build chose (by name, shape and value range), never simply
+    // the first one listed.
+    let head = usize::from(config.head_output);
+    match (io.inputs.as_slice(), io.outputs.get(head)) {
+        ([i], Some(o)) if i.shape == want_in && o.shape == want_out => Ok(()),
+        (i, o) => {
+            let inputs: Vec<String> = i
+                .iter()
+                .map(|t| format!("`{}` {:?}", t.name, t.shape))
+                .collect();
+            let output = match o {
+                Some(t) => format!("`{}` {:?}", t.name, t.shape),
+                None => "none".into(),
+            };
+            Err(DetectError::Network(format!(
+                "the bundle's network on engine {} has input {} and output {head} {output} (of {} outputs); its configuration says input {want_in:?} and output {head} {want_out:?} ({c} classes, {n} anchors at {w}x{h})",
+                plan.kind(),
+                if inputs.is_empty() {
+                    "none".to_string()
+                } else {
+                    inputs.join(", ")
+                },
+                io.outputs.len()
+            )))
+        }
+    }
+}
+
 /// Declare the detection pipeline for frames of `spec` around `plan` (the model's network,
 /// input `[1, 3, h, w]`, output `[1, 4 + C, N]`): on a device plan the device flavour with
 /// its scratch regions and kernels, on a host plan the host flavour.
@@ -357,26 +398,11 @@ pub fn pipeline(
     plan: &Plan,
     spec: FrameSpec,
 ) -> Result<(PipelineSpec, DetectRegions), DetectError> {
+    check_io(config, plan)?;
     let io = plan.io();
+    let head = usize::from(config.head_output);
     let (c, n) = (config.num_classes as usize, config.num_anchors as usize);
     let (w, h) = (config.input_width as usize, config.input_height as usize);
-    let want_in = [1, 3, h, w];
-    let want_out = [1, 4 + c, n];
-    // The head is the output the build chose (by name, shape and value range), never simply
-    // the first one listed.
-    let head = usize::from(config.head_output);
-    match (io.inputs.as_slice(), io.outputs.get(head)) {
-        ([i], Some(o)) if i.shape == want_in && o.shape == want_out => {}
-        (i, o) => {
-            return Err(DetectError::Network(format!(
-                "engine {} I/O {:?} -> output {head} {:?} (of {}) does not match the configuration {want_in:?} -> {want_out:?}",
-                plan.kind(),
-                i.iter().map(|t| &t.shape).collect::<Vec<_>>(),
-                o.map(|t| (&t.name, &t.shape)),
-                io.outputs.len()
-            )));
-        }
-    }
     let mut s = PipelineSpec::new();
     let rt = |e: tether_runtime::session::SpecError| DetectError::Runtime(e.into());
     let frame = s

@@ -140,3 +140,53 @@ fn mutated_networks_in_valid_bundles_never_panic() {
     );
     assert_eq!(refused_open + refused_run + ran, cases);
 }
+
+/// A configuration that disagrees with its network (a bundle whose checksums are valid, its
+/// config record rewritten with another anchor count) is refused when the detector opens,
+/// naming the shapes seen and expected, not at its first frame.
+#[test]
+fn a_configuration_that_disagrees_with_its_network_is_refused_at_open() {
+    let onnx = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/field/dyn.onnx"),
+    )
+    .unwrap();
+    let (w, _) = tether_detect::recipe::build(
+        &onnx,
+        &tether_detect::recipe::BuildOptions {
+            common: tether_detect::recipe::BuildCommon::named("mismatch"),
+            input_size: Some((64, 64)),
+            ..Default::default()
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    let base = Bundle::from_vec(w.to_bytes().unwrap(), Verify::Eager).unwrap();
+    let section = base.section(tether_detect::config::CONFIG_SECTION).unwrap();
+    let mut config =
+        tether_detect::DetectConfig::from_section(base.section_bytes(&section).unwrap()).unwrap();
+    let anchors = config.num_anchors;
+    config.num_anchors = anchors + 1;
+    let record = config.to_record();
+    let mut payload = base.section_bytes(&section).unwrap().to_vec();
+    let r = zerocopy::IntoBytes::as_bytes(&record);
+    payload[..r.len()].copy_from_slice(r);
+    let bytes = with_section_payload(&base, section.index, &payload);
+    let bundle = Arc::new(Bundle::from_vec(bytes, Verify::Eager).unwrap());
+    let options = DetectorOptions {
+        device: Device::Cpu,
+        ..DetectorOptions::default()
+    };
+    match Detector::from_bundle(bundle, &options) {
+        Err(e @ tether_detect::DetectError::Network(_)) => {
+            let m = e.to_string();
+            assert!(m.contains(&format!("{anchors}]")), "{m}");
+            assert!(
+                m.contains(&format!("{} anchors at 64x64", anchors + 1)),
+                "{m}"
+            );
+            assert!(!m.contains("Some("), "{m}");
+        }
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("opened a detector whose configuration disagrees with its network"),
+    }
+}

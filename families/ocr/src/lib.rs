@@ -171,6 +171,27 @@ pub enum OcrError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// Scaling the image to one of RapidOCR's side limits (`max_side_len`, `min_side_len`)
+    /// leaves its other side at `other` pixels (truncated), which rounds to 0 at the
+    /// multiples of 32 the detector takes (`reduce_max_side` / `increase_min_side`, which
+    /// raise `ResizeImgError` there as well): a very long and thin image.
+    #[error(
+        "image {width}x{height}: scaling its {side} side to {limit_name} ({limit} px) leaves the other side {other} px, which rounds to 0 at the detector's multiples of 32"
+    )]
+    Scaled {
+        /// Width in pixels.
+        width: u32,
+        /// Height in pixels.
+        height: u32,
+        /// `long` or `short`.
+        side: &'static str,
+        /// `max_side_len` or `min_side_len` (the bundle's OCR configuration).
+        limit_name: &'static str,
+        /// Its value, pixels.
+        limit: u32,
+        /// The other side after the scaling, before the rounding, pixels.
+        other: u64,
+    },
     /// A network input buffer has the wrong length.
     #[error("{network} input buffer holds {actual} values, expected {expected}")]
     InputBuffer {

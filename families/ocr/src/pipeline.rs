@@ -515,15 +515,9 @@ impl Ocr {
     /// short or very wide image. Returns where the detector's image is and how it maps back.
     ///
     /// # Errors
-    /// [`OcrError::Image`] when a rescale leaves no pixels.
+    /// [`OcrError::Scaled`] when a rescale leaves a side of no pixels.
     fn preprocess(&mut self) -> Result<Geometry, OcrError> {
         let (raw_w, raw_h) = (self.image.width, self.image.height);
-        let bad = |reason: &'static str| OcrError::Image {
-            width: raw_w as u32,
-            height: raw_h as u32,
-            reason,
-        };
-
         // RapidOCR.preprocess: side limits (cur = the image the detector sees).
         let c = &self.config;
         let (mut ratio_w, mut ratio_h) = (1.0f64, 1.0f64);
@@ -536,8 +530,14 @@ impl Ocr {
             } else {
                 limit / w as f64
             };
-            let (rw, rh) = db::resize_to_multiple_of_32(w, h, r)
-                .ok_or_else(|| bad("scaling the long side to max_side_len leaves no pixels"))?;
+            let (rw, rh) = db::resize_to_multiple_of_32(w, h, r).ok_or(OcrError::Scaled {
+                width: raw_w as u32,
+                height: raw_h as u32,
+                side: "long",
+                limit_name: "max_side_len",
+                limit: c.max_side_len,
+                other: (w.min(h) as f64 * r) as u64,
+            })?;
             self.scaled.resize(rw, rh);
             resize_linear(
                 self.image.pixels(),
@@ -561,8 +561,14 @@ impl Ocr {
             } else {
                 limit / w as f64
             };
-            let (rw, rh) = db::resize_to_multiple_of_32(w, h, r)
-                .ok_or_else(|| bad("scaling the short side to min_side_len leaves no pixels"))?;
+            let (rw, rh) = db::resize_to_multiple_of_32(w, h, r).ok_or(OcrError::Scaled {
+                width: raw_w as u32,
+                height: raw_h as u32,
+                side: "short",
+                limit_name: "min_side_len",
+                limit: c.min_side_len,
+                other: (w.max(h) as f64 * r) as u64,
+            })?;
             self.turned.resize(rw, rh);
             let src = if use_scaled {
                 &self.scaled

@@ -127,8 +127,13 @@ fn degenerate_images_give_typed_errors_or_no_text() {
     let wide = vec![255u8; 5000];
     let view = ImageView::new(&wide, 5000, 1, PixelFormat::Gray8).expect("view");
     match ocr.detect_text(&view) {
-        Err(tether_ocr::OcrError::Image { width, height, .. }) => {
-            assert_eq!((width, height), (5000, 1))
+        Err(e @ tether_ocr::OcrError::Scaled { width, height, .. }) => {
+            assert_eq!((width, height), (5000, 1));
+            // The limit and the side it leaves are named (max_side_len 2000: 1 x 0.4 px).
+            assert_eq!(
+                e.to_string(),
+                "image 5000x1: scaling its long side to max_side_len (2000 px) leaves the other side 0 px, which rounds to 0 at the detector's multiples of 32"
+            );
         }
         other => panic!("expected an image error, got {other:?}"),
     }

@@ -192,6 +192,8 @@ impl Variant {
     /// `{name, count, per_second, ms}` of the runs' units, or null.
     pub(super) fn units_json(&self, wall_s: f64) -> Value {
         match &self.units {
+            // No unit timed (an input with none, as an empty WAV; Ctrl-C in the warm-up).
+            Some(u) if u.time.hist.is_empty() => Value::Null,
             None => Value::Null,
             Some(u) => json!({
                 "name": u.name,
