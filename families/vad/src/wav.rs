@@ -31,11 +31,13 @@
 //!
 //! Refused, each with a [`WavError`] naming the field and its value: compressed encodings
 //! (ADPCM, GSM 6.10, MPEG, ... in `wFormatTag`), an unknown SubFormat GUID, PCM wider than 32
-//! bits, float other than 32/64 bits, zero channels or sample rate, a `data` chunk before
-//! `fmt `. A file that is not RIFF/WAVE at all is named by what it looks like. A float
-//! sample that is NaN or infinite, or a 64-bit one beyond float32's range, is refused as it
-//! is read ([`WavError::NonFiniteSample`], naming its frame, channel and value), and so are
-//! finite samples whose channel mean overflows float32 ([`WavError::MeanOverflow`]).
+//! bits, float other than 32/64 bits, zero channels or sample rate, an `nBlockAlign` other
+//! than `nChannels` x the sample's container bytes ([`WavError::Inconsistent`], naming the
+//! value seen and the value expected), a `data` chunk before `fmt `. A file that is not
+//! RIFF/WAVE at all is named by what it looks like. A float sample that is NaN or infinite,
+//! or a 64-bit one beyond float32's range, is refused as it is read
+//! ([`WavError::NonFiniteSample`], naming its frame, channel and value), and so are finite
+//! samples whose channel mean overflows float32 ([`WavError::MeanOverflow`]).
 
 use std::io::Read;
 
@@ -177,6 +179,20 @@ pub enum WavError {
         /// Its value as stored.
         value: String,
         /// Why, and what to do.
+        reason: String,
+    },
+    /// A `fmt ` field disagrees with the others: `nBlockAlign` (bytes per frame) that is
+    /// not `nChannels` x the bytes of one sample's container (`ceil(wBitsPerSample / 8)`),
+    /// so the frame size, and with it the length and every sample, would be a guess.
+    #[error("`fmt ` field {field} = {value}, expected {expected} ({reason})")]
+    Inconsistent {
+        /// The field (`nBlockAlign`).
+        field: &'static str,
+        /// Its value as stored.
+        value: u64,
+        /// The value the other fields imply.
+        expected: u64,
+        /// Which fields imply it.
         reason: String,
     },
     /// A float sample that is not a finite float32: NaN, an infinity, or a 64-bit float
@@ -706,6 +722,21 @@ fn parse_fmt(b: &[u8], container: Container) -> Result<WavFormat, WavError> {
             ));
         }
     };
+    // Every encoding read here stores a frame as one container per channel: a block align
+    // that says otherwise leaves the frame size unknown (0 or 60000 for 16-bit mono, 2 for
+    // 24-bit mono were read as 2 and 3 bytes: a length and samples the file may not mean).
+    let block_align = u16_of(&b[12..14], big);
+    let expected = u32::from(channels) * u32::from(container_bytes);
+    if u32::from(block_align) != expected {
+        return Err(WavError::Inconsistent {
+            field: "nBlockAlign",
+            value: block_align.into(),
+            expected: expected.into(),
+            reason: format!(
+                "nChannels {channels} x {container_bytes} bytes per sample of wBitsPerSample {bits}; the header's fields disagree, so its frame size is unknown"
+            ),
+        });
+    }
     if valid_bits == 0 || valid_bits > container_bytes * 8 {
         return Err(unsupported(
             "wValidBitsPerSample",
@@ -975,6 +1006,61 @@ mod tests {
         let mut v = wav(&fmt(1, 1, 16_000, 16), &[], &data, Some(20));
         v.extend_from_slice(b"LIST\x02\0\0\0ab");
         assert_eq!(read_all(&v, None).unwrap().0.len(), 10);
+    }
+
+    #[test]
+    fn refuses_a_block_align_other_than_channels_times_container_bytes() {
+        let with_align = |mut f: Vec<u8>, align: u16| {
+            f[12..14].copy_from_slice(&align.to_le_bytes());
+            f
+        };
+        let data = [0u8; 32_000];
+        // (format, nBlockAlign stored, expected): before the fix the first three read as
+        // 1.00 s, 1.00 s and 0.67 s of audio.
+        for (f, align, expected) in [
+            (fmt(1, 1, 16_000, 16), 0u16, 2u64),
+            (fmt(1, 1, 16_000, 16), 60_000, 2),
+            (fmt(1, 1, 16_000, 24), 2, 3),
+            (fmt(1, 2, 16_000, 16), 2, 4),
+            (fmt(1, 1, 16_000, 12), 1, 2),
+            (fmt(3, 1, 16_000, 32), 8, 4),
+            (fmt(3, 2, 16_000, 64), 8, 16),
+            (fmt(6, 2, 8_000, 8), 1, 2),
+            // WAVE_FORMAT_EXTENSIBLE: the container is wBitsPerSample (32), not the 24
+            // valid bits.
+            (extensible(1, 1, 32, 24), 3, 4),
+            (extensible(3, 2, 32, 32), 4, 8),
+        ] {
+            let e = match read_all(&wav(&with_align(f, align), &[], &data, None), None) {
+                Err(e) => e,
+                Ok((s, f, _)) => panic!("nBlockAlign {align}: read {} frames of {f:?}", s.len()),
+            };
+            match &e {
+                WavError::Inconsistent {
+                    field: "nBlockAlign",
+                    value,
+                    expected: want,
+                    ..
+                } if *value == u64::from(align) && *want == expected => {}
+                other => panic!("nBlockAlign {align}: {other:?}"),
+            }
+            assert!(
+                e.to_string().contains(&format!(
+                    "`fmt ` field nBlockAlign = {align}, expected {expected} (nChannels "
+                )),
+                "{e}"
+            );
+        }
+        // The consistent value of each is read (the containers of 12 and 24 valid bits
+        // included).
+        for f in [
+            fmt(1, 1, 16_000, 24),
+            fmt(1, 2, 16_000, 16),
+            fmt(1, 1, 16_000, 12),
+            extensible(1, 1, 32, 24),
+        ] {
+            read_all(&wav(&f, &[], &data, None), None).expect("consistent nBlockAlign");
+        }
     }
 
     #[test]
