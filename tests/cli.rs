@@ -2394,6 +2394,54 @@ fn vad_bench_ctrl_c_stops_between_chunks() {
     assert!(v["runs"].as_u64().unwrap() < 5, "{}", v["runs"]);
 }
 
+/// A 32-bit float WAV whose samples are all NaN (or all +inf) is refused naming the file, the
+/// first sample's frame and channel and its value, exit 1; before the fix it ran, exit 0,
+/// every chunk given the same meaningless probability (0.3487 on this bundle; 0.5146 on the
+/// sequence-form v6 bundle, a full-length speech segment).
+#[test]
+fn vad_refuses_a_float_wav_of_non_finite_samples() {
+    let (b, _) = vad_bundle();
+    for (name, value, shown) in [("nan", f32::NAN, "NaN"), ("inf", f32::INFINITY, "inf")] {
+        let frames = 16_000u32;
+        let mut w = Vec::with_capacity(44 + 4 * frames as usize);
+        w.extend_from_slice(b"RIFF");
+        w.extend_from_slice(&(36 + 4 * frames).to_le_bytes());
+        w.extend_from_slice(b"WAVEfmt ");
+        w.extend_from_slice(&16u32.to_le_bytes());
+        w.extend_from_slice(&3u16.to_le_bytes()); // IEEE float
+        w.extend_from_slice(&1u16.to_le_bytes());
+        w.extend_from_slice(&16_000u32.to_le_bytes());
+        w.extend_from_slice(&(4 * 16_000u32).to_le_bytes());
+        w.extend_from_slice(&4u16.to_le_bytes());
+        w.extend_from_slice(&32u16.to_le_bytes());
+        w.extend_from_slice(b"data");
+        w.extend_from_slice(&(4 * frames).to_le_bytes());
+        for _ in 0..frames {
+            w.extend_from_slice(&value.to_le_bytes());
+        }
+        let wav = scratch().join(format!("vad_{name}.wav"));
+        std::fs::write(&wav, &w).unwrap();
+        let path = wav.to_str().unwrap();
+        let o = tether(&["run", &b, path, "--probabilities"]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{name}: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        let e = stderr(&o);
+        assert!(e.contains(path), "{e}");
+        assert!(
+            e.contains(&format!(
+                "the sample at frame 0, channel 0 is {shown}, not a finite number"
+            )),
+            "{e}"
+        );
+        assert!(!stdout(&o).contains("speech"), "{}", stdout(&o));
+    }
+}
+
 #[test]
 fn vad_builds_inspects_runs_a_wav_like_the_package_and_self_tests() {
     let (b, built) = vad_bundle();

@@ -14,8 +14,8 @@ pub enum tether_status {
     /// Success.
     TETHER_OK = 0,
     /// A null pointer where one is required, a size or value out of range, an image view
-    /// that does not fit its buffer, text that is not UTF-8, an options struct of an
-    /// unknown size.
+    /// that does not fit its buffer, text that is not UTF-8, a NaN or infinite audio
+    /// sample, an options struct of an unknown size.
     TETHER_ERR_INVALID_ARGUMENT = 1,
     /// An operating-system call failed (opening or mapping a file: missing, unreadable, not
     /// a regular file).
@@ -364,7 +364,9 @@ impl From<tether_vad::VadError> for Failure {
         let status = match &e {
             V::Model(m) => model_status(m),
             V::Config { .. } | V::Network(_) | V::SelfTest(_) => tether_status::TETHER_ERR_BUNDLE,
-            V::ChunkLength { .. } => tether_status::TETHER_ERR_INVALID_ARGUMENT,
+            V::ChunkLength { .. } | V::NonFiniteSample { .. } => {
+                tether_status::TETHER_ERR_INVALID_ARGUMENT
+            }
             V::PartialChunkPending { .. } => tether_status::TETHER_ERR_STATE,
             _ => tether_status::TETHER_ERR_RUNTIME,
         };

@@ -115,7 +115,11 @@ fn chunk_record(r: &ChunkResult) -> tether_vad_chunk {
 /// `sample_rate` must be 16000 (the network's rate; resample other rates first).
 /// `TETHER_ERR_CAPACITY` when `capacity` is smaller than the chunks these samples
 /// complete: then nothing is consumed or run, and `*written` is the capacity needed
-/// (`(pending + count) / 512`). No allocation in this layer.
+/// (`(pending + count) / 512`). `TETHER_ERR_INVALID_ARGUMENT` when a sample is NaN or
+/// infinite, the message naming its index in the stream (since its start or last reset)
+/// and its value: then nothing is consumed or run, the stream is unchanged and `*written`
+/// is 0. When a chunk's run fails (the engine, the device) the stream is reset. No
+/// allocation in this layer.
 ///
 /// # Safety
 /// `model` is a live handle used by no other thread during the call; `samples` points to
@@ -176,6 +180,8 @@ pub unsafe extern "C" fn tether_vad_push(
                 v.pending = (v.pending + count) % CHUNK_SAMPLES;
                 Ok(())
             }
+            // Refused before anything was consumed: the stream is as it was.
+            Err(e @ tether_vad::VadError::NonFiniteSample { .. }) => Err(e.into()),
             Err(e) => {
                 // The failing chunk is lost (the stream should be reset): keep the count
                 // consistent with what the stream holds.

@@ -622,6 +622,9 @@ fn error_paths(v: Variant) {
         ("vad_bad_rate", "TETHER_ERR_INVALID_ARGUMENT", &["48000 Hz", "16000 Hz"]),
         ("vad_small_array", "TETHER_ERR_CAPACITY", &["VAD chunks", "holds 2, 4 needed"]),
         ("vad_null_samples", "TETHER_ERR_INVALID_ARGUMENT", &["`samples` is null"]),
+        ("vad_nan_sample", "TETHER_ERR_INVALID_ARGUMENT", &["sample 605 of the stream is NaN", "not a finite number"]),
+        ("vad_inf_sample", "TETHER_ERR_INVALID_ARGUMENT", &["sample 607 of the stream is -inf", "not a finite number"]),
+        ("vad_after_refusal", "TETHER_OK", &[]),
         ("embed_not_utf8", "TETHER_ERR_INVALID_ARGUMENT", &["texts[1] is not UTF-8", "offset 4"]),
         ("embed_small_array", "TETHER_ERR_CAPACITY", &["holds 100, 384 needed"]),
         ("embed_dim_null", "TETHER_ERR_INVALID_ARGUMENT", &["`dim` is null"]),
@@ -663,6 +666,11 @@ fn error_paths(v: Variant) {
     }
     // The count query reports without writing; the too-small VAD array says how many.
     assert_eq!(get("vad_small_array")["extra"], 4);
+    // A refused non-finite sample writes no chunk and leaves the stream as it was: the next
+    // samples complete chunk 1 (before the fix: TETHER_OK, the NaN run through the network).
+    assert_eq!(get("vad_nan_sample")["extra"], 0);
+    assert_eq!(get("vad_inf_sample")["extra"], 0);
+    assert_eq!(get("vad_after_refusal")["extra"], 1);
     // The copy variant: cut to the buffer, the full length needed.
     let copy = get("last_error_copy");
     assert_eq!(copy["status"], "TETHER_ERR_CAPACITY");

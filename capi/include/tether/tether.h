@@ -43,8 +43,8 @@ enum tether_status
   // Success.
   TETHER_OK = 0,
   // A null pointer where one is required, a size or value out of range, an image view
-  // that does not fit its buffer, text that is not UTF-8, an options struct of an
-  // unknown size.
+  // that does not fit its buffer, text that is not UTF-8, a NaN or infinite audio
+  // sample, an options struct of an unknown size.
   TETHER_ERR_INVALID_ARGUMENT = 1,
   // An operating-system call failed (opening or mapping a file: missing, unreadable, not
   // a regular file).
@@ -1052,7 +1052,11 @@ tether_status tether_options_init(tether_options *options);
 // `sample_rate` must be 16000 (the network's rate; resample other rates first).
 // `TETHER_ERR_CAPACITY` when `capacity` is smaller than the chunks these samples
 // complete: then nothing is consumed or run, and `*written` is the capacity needed
-// (`(pending + count) / 512`). No allocation in this layer.
+// (`(pending + count) / 512`). `TETHER_ERR_INVALID_ARGUMENT` when a sample is NaN or
+// infinite, the message naming its index in the stream (since its start or last reset)
+// and its value: then nothing is consumed or run, the stream is unchanged and `*written`
+// is 0. When a chunk's run fails (the engine, the device) the stream is reset. No
+// allocation in this layer.
 //
 // # Safety
 // `model` is a live handle used by no other thread during the call; `samples` points to

@@ -297,7 +297,8 @@ public:
 
     /// Push `count` samples at `sample_rate` (16000); chunk results go to `out` (capacity
     /// `capacity`), their number is returned. Throws Error(TETHER_ERR_CAPACITY) when the
-    /// samples complete more chunks than `capacity` (then nothing is consumed).
+    /// samples complete more chunks than `capacity`, Error(TETHER_ERR_INVALID_ARGUMENT) when
+    /// a sample is NaN or infinite (then nothing is consumed either).
     std::size_t push(const float *samples, std::size_t count, uint32_t sample_rate,
                      tether_vad_chunk *out, std::size_t capacity) {
         std::size_t n = 0;

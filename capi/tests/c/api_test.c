@@ -16,6 +16,7 @@
  *   api_test network BUNDLE PCM.f32                  named tensors: list, set, run twice, errors
  *                                                    (device buffers and streams refused on the CPU)
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -442,6 +443,22 @@ static int cmd_errors(const char *detect, const char *vad, const char *embed, co
     report("vad_small_array", s, (long long)n);
     s = tether_vad_push(vm, NULL, 10, 16000, chunks, 2, &n);
     report("vad_null_samples", s, 0);
+    /* NaN and infinite samples: refused, naming the sample's index in the stream (600 + 5,
+     * 600 + 7) and its value; nothing is consumed, so 424 more samples complete chunk 1. */
+    CHECK(tether_vad_reset(vm));
+    float fine[600] = {0};
+    CHECK(tether_vad_push(vm, fine, 600, 16000, chunks, 2, &n));
+    float odd[10] = {0};
+    odd[5] = NAN;
+    n = 12345;
+    s = tether_vad_push(vm, odd, 10, 16000, chunks, 2, &n);
+    report("vad_nan_sample", s, (long long)n);
+    odd[5] = 0.0f;
+    odd[7] = -INFINITY;
+    s = tether_vad_push(vm, odd, 10, 16000, chunks, 2, &n);
+    report("vad_inf_sample", s, (long long)n);
+    CHECK(tether_vad_push(vm, fine, 424, 16000, chunks, 2, &n));
+    report("vad_after_refusal", TETHER_OK, n == 1 ? (long long)chunks[0].index : -1);
 
     tether_text texts[2] = {{(const uint8_t *)"fine", 4}, {(const uint8_t *)"bad \xff\xfe", 6}};
     float emb2[2 * 384];

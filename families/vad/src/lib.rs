@@ -74,7 +74,7 @@ pub const STATE_LEN: usize = 2 * 128;
 pub const CHUNK_MS: f64 = 32.0;
 
 /// Errors of the voice-activity family. The hot-path variants (`ChunkLength`,
-/// `Model`'s `Run` and `View`, `Output`) carry only numbers.
+/// `NonFiniteSample`, `Model`'s `Run` and `View`, `Output`) carry only numbers.
 #[derive(Debug, thiserror::Error)]
 pub enum VadError {
     /// Opening the bundle or running the network failed: the bundle, the runtime, an
@@ -99,6 +99,19 @@ pub enum VadError {
         expected: usize,
         /// Samples given.
         actual: usize,
+    },
+    /// A sample given to [`Vad::push`] or [`Vad::push_chunk`] is NaN or infinite: the
+    /// network's answer to it would mean nothing (onnxruntime gives 0 or NaN, the tract
+    /// engine a constant), so the call is refused before it consumes anything.
+    #[error(
+        "sample {index} of the stream is {value}, not a finite number: the VAD needs finite samples (nominally in [-1, 1])"
+    )]
+    NonFiniteSample {
+        /// The sample's index in the stream (counted from its start or last reset, at
+        /// 16 kHz).
+        index: u64,
+        /// The sample.
+        value: f32,
     },
     /// [`Vad::push_chunk`] was called while [`Vad::push`] holds a partial chunk.
     #[error(

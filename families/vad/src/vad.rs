@@ -288,12 +288,25 @@ impl Vad {
         Ok(probability)
     }
 
+    /// Refuse `pcm` when a sample is NaN or infinite; `first` is the stream index of
+    /// `pcm[0]`. One `is_finite` per sample, no allocation.
+    fn check_finite(pcm: &[f32], first: u64) -> Result<(), VadError> {
+        match pcm.iter().position(|v| !v.is_finite()) {
+            None => Ok(()),
+            Some(i) => Err(VadError::NonFiniteSample {
+                index: first + i as u64,
+                value: pcm[i],
+            }),
+        }
+    }
+
     /// Process exactly one 512-sample chunk (32 ms at 16 kHz).
     ///
     /// # Errors
     /// [`VadError::ChunkLength`], [`VadError::PartialChunkPending`] (after a
-    /// [`Vad::push`] that left a partial chunk), [`VadError::Run`] /
-    /// [`VadError::Output`] from the engine.
+    /// [`Vad::push`] that left a partial chunk), [`VadError::NonFiniteSample`] (a NaN or
+    /// infinite sample, named by its index in the stream and its value; the stream is
+    /// unchanged), [`VadError::Model`] / [`VadError::Output`] from the engine.
     pub fn push_chunk(&mut self, chunk: &[f32]) -> Result<ChunkResult, VadError> {
         if chunk.len() != CHUNK_SAMPLES {
             return Err(VadError::ChunkLength {
@@ -306,6 +319,7 @@ impl Vad {
                 pending: self.pending_len,
             });
         }
+        Self::check_finite(chunk, self.samples)?;
         self.window[CONTEXT_SAMPLES..].copy_from_slice(chunk);
         self.run_chunk(CHUNK_SAMPLES, false)
     }
@@ -333,13 +347,17 @@ impl Vad {
     /// (or [`Vad::finish`]).
     ///
     /// # Errors
-    /// As [`Vad::push_chunk`]; on an error the failing chunk is lost and the
-    /// stream should be reset.
+    /// [`VadError::NonFiniteSample`] when a sample is NaN or infinite (named by its index
+    /// in the stream and its value): checked before anything is consumed, so the stream is
+    /// unchanged and can go on with other samples. From the engine, as
+    /// [`Vad::push_chunk`]; on such an error the failing chunk is lost and the stream
+    /// should be reset.
     pub fn push(
         &mut self,
         mut pcm: &[f32],
         mut on_chunk: impl FnMut(&ChunkResult),
     ) -> Result<(), VadError> {
+        Self::check_finite(pcm, self.samples + self.pending_len as u64)?;
         while !pcm.is_empty() {
             let take = (CHUNK_SAMPLES - self.pending_len).min(pcm.len());
             self.pending[self.pending_len..self.pending_len + take].copy_from_slice(&pcm[..take]);

@@ -31,8 +31,13 @@
 //!
 //! Refused, each with a [`WavError`] naming the field and its value: compressed encodings
 //! (ADPCM, GSM 6.10, MPEG, ... in `wFormatTag`), an unknown SubFormat GUID, PCM wider than 32
-//! bits, float other than 32/64 bits, zero channels or sample rate, a `data` chunk before
-//! `fmt `. A file that is not RIFF/WAVE at all is named by what it looks like.
+//! bits, float other than 32/64 bits, zero channels or sample rate, an `nBlockAlign` other
+//! than `nChannels` x the sample's container bytes ([`WavError::Inconsistent`], naming the
+//! value seen and the value expected), a `data` chunk before `fmt `. A file that is not
+//! RIFF/WAVE at all is named by what it looks like. A float sample that is NaN or infinite,
+//! or a 64-bit one beyond float32's range, is refused as it is read
+//! ([`WavError::NonFiniteSample`], naming its frame, channel and value), and so are finite
+//! samples whose channel mean overflows float32 ([`WavError::MeanOverflow`]).
 
 use std::io::Read;
 
@@ -176,6 +181,45 @@ pub enum WavError {
         /// Why, and what to do.
         reason: String,
     },
+    /// A `fmt ` field disagrees with the others: `nBlockAlign` (bytes per frame) that is
+    /// not `nChannels` x the bytes of one sample's container (`ceil(wBitsPerSample / 8)`),
+    /// so the frame size, and with it the length and every sample, would be a guess.
+    #[error("`fmt ` field {field} = {value}, expected {expected} ({reason})")]
+    Inconsistent {
+        /// The field (`nBlockAlign`).
+        field: &'static str,
+        /// Its value as stored.
+        value: u64,
+        /// The value the other fields imply.
+        expected: u64,
+        /// Which fields imply it.
+        reason: String,
+    },
+    /// A float sample that is not a finite float32: NaN, an infinity, or a 64-bit float
+    /// beyond float32's range (+-3.4e38), which the float32 read would make infinite.
+    #[error(
+        "the sample at frame {frame}, channel {channel} is {value}, not a finite number: audio samples must be finite (nominally in [-1, 1])"
+    )]
+    NonFiniteSample {
+        /// Frame (sample per channel) index from the start of the data, 0-based.
+        frame: u64,
+        /// Channel, 0-based.
+        channel: u16,
+        /// The sample as stored (a 32-bit float widened losslessly).
+        value: f64,
+    },
+    /// Finite samples whose channel mean overflows float32 (samples beyond +-1.7e38).
+    #[error(
+        "the mean of the {channels} channels of frame {frame} is {mean}: the samples are too large for float32 (nominally in [-1, 1])"
+    )]
+    MeanOverflow {
+        /// Frame index from the start of the data, 0-based.
+        frame: u64,
+        /// `nChannels`.
+        channels: u16,
+        /// The mean computed in float32.
+        mean: f32,
+    },
 }
 
 /// Name of a known `wFormatTag` (the registered codes of RFC 2361 / mmreg.h that files
@@ -269,6 +313,8 @@ pub struct WavReader<R> {
     frame: Vec<f32>,
     truncation: Option<Truncation>,
     ended: bool,
+    /// Frames decoded so far.
+    frames_read: u64,
 }
 
 impl<R> std::fmt::Debug for WavReader<R> {
@@ -432,6 +478,7 @@ impl<R: Read> WavReader<R> {
                         frame: vec![0.0; usize::from(format.channels)],
                         truncation,
                         ended: false,
+                        frames_read: 0,
                     });
                 }
                 _ => {
@@ -477,7 +524,10 @@ impl<R: Read> WavReader<R> {
     /// data has ended. A partial frame at the end of the data is dropped.
     ///
     /// # Errors
-    /// [`WavError::Io`] when reading fails.
+    /// [`WavError::Io`] when reading fails; [`WavError::NonFiniteSample`] for a float
+    /// sample that is NaN or infinite (or a 64-bit one beyond float32's range), naming its
+    /// frame and channel; [`WavError::MeanOverflow`] when finite samples' channel mean
+    /// overflows float32. `out` may then hold the frames before that one.
     pub fn read_mono(&mut self, out: &mut Vec<f32>, max_frames: usize) -> Result<usize, WavError> {
         if self.ended || max_frames == 0 {
             return Ok(0);
@@ -519,17 +569,56 @@ impl<R: Read> WavReader<R> {
         let cb = usize::from(self.format.container_bytes);
         let frames = whole / fb;
         out.reserve(frames);
-        for frame in self.buf[..whole].chunks_exact(fb) {
+        for (i, frame) in self.buf[..whole].chunks_exact(fb).enumerate() {
             for (s, bytes) in self.frame.iter_mut().zip(frame.chunks_exact(cb)) {
                 *s = sample(self.format.encoding, bytes, big);
             }
-            out.push(if channels == 1 {
+            let mono = if channels == 1 {
                 self.frame[0]
             } else {
                 self.frame.iter().copied().sum::<f32>() / n
-            });
+            };
+            // One check per frame: a non-finite sample of any channel makes the mean
+            // non-finite too (NaN or infinite); which one it was is found on that path only.
+            if !mono.is_finite() {
+                return Err(self.non_finite(self.frames_read + i as u64, frame, mono));
+            }
+            out.push(mono);
         }
+        self.frames_read += frames as u64;
         Ok(frames)
+    }
+
+    /// The error for frame `index` (its bytes `frame`), whose mean `mono` is not finite.
+    fn non_finite(&self, index: u64, frame: &[u8], mono: f32) -> WavError {
+        let big = self.format.container == Container::Rifx;
+        let cb = usize::from(self.format.container_bytes);
+        for (channel, bytes) in frame.chunks_exact(cb).enumerate() {
+            let v = sample(self.format.encoding, bytes, big);
+            if !v.is_finite() {
+                return WavError::NonFiniteSample {
+                    frame: index,
+                    channel: channel as u16,
+                    // Only float samples can be non-finite; a 64-bit one as stored.
+                    value: match (self.format.encoding, bytes) {
+                        (Encoding::Float, &[a, b, c, d, e, f, g, h]) => {
+                            let x = [a, b, c, d, e, f, g, h];
+                            if big {
+                                f64::from_be_bytes(x)
+                            } else {
+                                f64::from_le_bytes(x)
+                            }
+                        }
+                        _ => f64::from(v),
+                    },
+                };
+            }
+        }
+        WavError::MeanOverflow {
+            frame: index,
+            channels: self.format.channels,
+            mean: mono,
+        }
     }
 }
 
@@ -633,6 +722,21 @@ fn parse_fmt(b: &[u8], container: Container) -> Result<WavFormat, WavError> {
             ));
         }
     };
+    // Every encoding read here stores a frame as one container per channel: a block align
+    // that says otherwise leaves the frame size unknown (0 or 60000 for 16-bit mono, 2 for
+    // 24-bit mono were read as 2 and 3 bytes: a length and samples the file may not mean).
+    let block_align = u16_of(&b[12..14], big);
+    let expected = u32::from(channels) * u32::from(container_bytes);
+    if u32::from(block_align) != expected {
+        return Err(WavError::Inconsistent {
+            field: "nBlockAlign",
+            value: block_align.into(),
+            expected: expected.into(),
+            reason: format!(
+                "nChannels {channels} x {container_bytes} bytes per sample of wBitsPerSample {bits}; the header's fields disagree, so its frame size is unknown"
+            ),
+        });
+    }
     if valid_bits == 0 || valid_bits > container_bytes * 8 {
         return Err(unsupported(
             "wValidBitsPerSample",
@@ -902,6 +1006,127 @@ mod tests {
         let mut v = wav(&fmt(1, 1, 16_000, 16), &[], &data, Some(20));
         v.extend_from_slice(b"LIST\x02\0\0\0ab");
         assert_eq!(read_all(&v, None).unwrap().0.len(), 10);
+    }
+
+    #[test]
+    fn refuses_a_block_align_other_than_channels_times_container_bytes() {
+        let with_align = |mut f: Vec<u8>, align: u16| {
+            f[12..14].copy_from_slice(&align.to_le_bytes());
+            f
+        };
+        let data = [0u8; 32_000];
+        // (format, nBlockAlign stored, expected): before the fix the first three read as
+        // 1.00 s, 1.00 s and 0.67 s of audio.
+        for (f, align, expected) in [
+            (fmt(1, 1, 16_000, 16), 0u16, 2u64),
+            (fmt(1, 1, 16_000, 16), 60_000, 2),
+            (fmt(1, 1, 16_000, 24), 2, 3),
+            (fmt(1, 2, 16_000, 16), 2, 4),
+            (fmt(1, 1, 16_000, 12), 1, 2),
+            (fmt(3, 1, 16_000, 32), 8, 4),
+            (fmt(3, 2, 16_000, 64), 8, 16),
+            (fmt(6, 2, 8_000, 8), 1, 2),
+            // WAVE_FORMAT_EXTENSIBLE: the container is wBitsPerSample (32), not the 24
+            // valid bits.
+            (extensible(1, 1, 32, 24), 3, 4),
+            (extensible(3, 2, 32, 32), 4, 8),
+        ] {
+            let e = match read_all(&wav(&with_align(f, align), &[], &data, None), None) {
+                Err(e) => e,
+                Ok((s, f, _)) => panic!("nBlockAlign {align}: read {} frames of {f:?}", s.len()),
+            };
+            match &e {
+                WavError::Inconsistent {
+                    field: "nBlockAlign",
+                    value,
+                    expected: want,
+                    ..
+                } if *value == u64::from(align) && *want == expected => {}
+                other => panic!("nBlockAlign {align}: {other:?}"),
+            }
+            assert!(
+                e.to_string().contains(&format!(
+                    "`fmt ` field nBlockAlign = {align}, expected {expected} (nChannels "
+                )),
+                "{e}"
+            );
+        }
+        // The consistent value of each is read (the containers of 12 and 24 valid bits
+        // included).
+        for f in [
+            fmt(1, 1, 16_000, 24),
+            fmt(1, 2, 16_000, 16),
+            fmt(1, 1, 16_000, 12),
+            extensible(1, 1, 32, 24),
+        ] {
+            read_all(&wav(&f, &[], &data, None), None).expect("consistent nBlockAlign");
+        }
+    }
+
+    #[test]
+    fn refuses_non_finite_float_samples_naming_frame_channel_and_value() {
+        let le32 = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>();
+        // Mono 32-bit float, NaN at frame 4 (read 3 frames per call: in the second).
+        let mut v = vec![0.25f32; 10];
+        v[4] = f32::NAN;
+        let e = read_all(&wav(&fmt(3, 1, 16_000, 32), &[], &le32(&v), None), None).unwrap_err();
+        assert!(
+            matches!(e, WavError::NonFiniteSample { frame: 4, channel: 0, value } if value.is_nan()),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains("the sample at frame 4, channel 0 is NaN, not a finite number"),
+            "{e}"
+        );
+        // Stereo, +inf in channel 1 of frame 7; -inf in channel 0 of frame 0.
+        let mut v = vec![0.5f32; 20];
+        v[15] = f32::INFINITY;
+        let e = read_all(&wav(&fmt(3, 2, 16_000, 32), &[], &le32(&v), None), None).unwrap_err();
+        assert!(e.to_string().contains("frame 7, channel 1 is inf"), "{e}");
+        v[0] = f32::NEG_INFINITY;
+        let e = read_all(&wav(&fmt(3, 2, 16_000, 32), &[], &le32(&v), None), None).unwrap_err();
+        assert!(e.to_string().contains("frame 0, channel 0 is -inf"), "{e}");
+        // 64-bit float beyond float32's range (infinite once read as float32): its value as
+        // stored; in an extensible header too.
+        let f64s = [0.5f64, 1e300]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<_>>();
+        for f in [fmt(3, 1, 16_000, 64), extensible(3, 1, 64, 64)] {
+            let e = read_all(&wav(&f, &[], &f64s, None), None).unwrap_err();
+            assert!(
+                matches!(e, WavError::NonFiniteSample { frame: 1, channel: 0, value } if value == 1e300),
+                "{e:?}"
+            );
+        }
+        // Finite samples whose channel mean overflows float32.
+        let e = read_all(
+            &wav(
+                &fmt(3, 2, 16_000, 32),
+                &[],
+                &le32(&[0.0, 0.0, f32::MAX, f32::MAX]),
+                None,
+            ),
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, WavError::MeanOverflow { frame: 1, channels: 2, mean } if mean == f32::INFINITY),
+            "{e:?}"
+        );
+        // The largest finite samples of a mono file are read as they are.
+        let (s, _, _) = read_all(
+            &wav(
+                &fmt(3, 1, 16_000, 32),
+                &[],
+                &le32(&[f32::MAX, f32::MIN]),
+                None,
+            ),
+            None,
+        )
+        .unwrap();
+        assert_eq!(s, [f32::MAX, f32::MIN]);
     }
 
     #[test]

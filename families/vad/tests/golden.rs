@@ -325,6 +325,66 @@ fn bad_chunks_are_typed_errors() {
     );
 }
 
+/// A NaN or infinite sample is refused with its index in the stream and its value, by
+/// `push`, `push_chunk` and `process`, before anything is consumed: the stream goes on as if
+/// the refused call had not been made. (Before the fix the network ran on it: tract gives
+/// a constant 0.5146 / 0.3487 per chunk, onnxruntime 0 or NaN.)
+#[test]
+fn non_finite_samples_are_refused_naming_index_and_value() {
+    let mut vad = Vad::from_onnx(&model(), VadConfig::default()).expect("vad");
+    let speech = read_wav(asset("Front_Center.wav")).expect("wav").samples;
+    let clean = vad.process(&speech[..5 * CHUNK_SAMPLES]).expect("clean");
+    let mut probs = Vec::new();
+    vad.push(&speech[..600], |r| probs.push(r.probability))
+        .expect("600 samples");
+    let mut bad = speech[600..610].to_vec();
+    for (at, value) in [(5, f32::NAN), (7, f32::INFINITY), (0, f32::NEG_INFINITY)] {
+        bad[at] = value;
+        match vad.push(&bad, |_| panic!("a chunk ran")) {
+            Err(VadError::NonFiniteSample { index, value: v })
+                if index == 600 + at as u64 && v.to_bits() == value.to_bits() => {}
+            other => panic!("{value} at {at}: {other:?}"),
+        }
+        bad[at] = speech[600 + at];
+    }
+    bad[5] = f32::NAN;
+    let e = vad.push(&bad, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("sample 605 of the stream is NaN"), "{e}");
+    // Nothing was consumed: the rest of the stream gives the clean run's chunks, bit for bit.
+    vad.push(&speech[600..4 * CHUNK_SAMPLES], |r| {
+        probs.push(r.probability)
+    })
+    .expect("the rest");
+    // push_chunk: the index counts the stream's samples (4 chunks so far).
+    let mut chunk = speech[4 * CHUNK_SAMPLES..5 * CHUNK_SAMPLES].to_vec();
+    chunk[3] = f32::NEG_INFINITY;
+    match vad.push_chunk(&chunk) {
+        Err(VadError::NonFiniteSample { index: 2051, value }) if value == f32::NEG_INFINITY => {}
+        other => panic!("{other:?}"),
+    }
+    chunk[3] = speech[4 * CHUNK_SAMPLES + 3];
+    let r = vad.push_chunk(&chunk).expect("chunk 4");
+    assert_eq!(r.index, 4);
+    probs.push(r.probability);
+    let bits = |v: &[f32]| v.iter().map(|p| p.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&probs), bits(&clean.probabilities));
+    // The whole-signal API refuses it too (and leaves the stream reset).
+    let mut signal = speech[..3000].to_vec();
+    signal[2999] = f32::NAN;
+    match vad.process(&signal) {
+        Err(VadError::NonFiniteSample { index: 2999, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        bits(
+            &vad.process(&speech[..5 * CHUNK_SAMPLES])
+                .expect("again")
+                .probabilities
+        ),
+        bits(&clean.probabilities)
+    );
+}
+
 #[test]
 fn bundle_round_trip_and_self_test() {
     let onnx = model();
