@@ -118,8 +118,9 @@ fn chunk_record(r: &ChunkResult) -> tether_vad_chunk {
 /// (`(pending + count) / 512`). `TETHER_ERR_INVALID_ARGUMENT` when a sample is NaN or
 /// infinite, the message naming its index in the stream (since its start or last reset)
 /// and its value: then nothing is consumed or run, the stream is unchanged and `*written`
-/// is 0. When a chunk's run fails (the engine, the device) the stream is reset. No
-/// allocation in this layer.
+/// is 0. `TETHER_ERR_INVALID_ARGUMENT` as well for a `count` above `PTRDIFF_MAX / 4` (more
+/// floats than a buffer can hold), before any sample is read. When a chunk's run fails
+/// (the engine, the device) the stream is reset. No allocation in this layer.
 ///
 /// # Safety
 /// `model` is a live handle used by no other thread during the call; `samples` points to
@@ -148,6 +149,13 @@ pub unsafe extern "C" fn tether_vad_push(
             if !samples.is_aligned() {
                 return Err(Failure::invalid("`samples` is not aligned to 4 bytes"));
             }
+        }
+        // No buffer of floats holds more than isize::MAX bytes: a larger count cannot be
+        // the caller's array (and `pending + count` would wrap past the capacity check).
+        if count > isize::MAX as usize / std::mem::size_of::<f32>() {
+            return Err(Failure::invalid(format!(
+                "count is {count}: more floats than any buffer can hold"
+            )));
         }
         let needed = (v.pending + count) / CHUNK_SAMPLES;
         // SAFETY: writable (contract; checked non-null).

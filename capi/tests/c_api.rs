@@ -625,6 +625,7 @@ fn error_paths(v: Variant) {
         ("vad_nan_sample", "TETHER_ERR_INVALID_ARGUMENT", &["sample 605 of the stream is NaN", "not a finite number"]),
         ("vad_inf_sample", "TETHER_ERR_INVALID_ARGUMENT", &["sample 607 of the stream is -inf", "not a finite number"]),
         ("vad_after_refusal", "TETHER_OK", &[]),
+        ("vad_count_huge", "TETHER_ERR_INVALID_ARGUMENT", &["count is 18446744073709551565: more floats than any buffer can hold"]),
         ("embed_not_utf8", "TETHER_ERR_INVALID_ARGUMENT", &["texts[1] is not UTF-8", "offset 4"]),
         ("embed_small_array", "TETHER_ERR_CAPACITY", &["holds 100, 384 needed"]),
         ("embed_dim_null", "TETHER_ERR_INVALID_ARGUMENT", &["`dim` is null"]),

@@ -1055,8 +1055,9 @@ tether_status tether_options_init(tether_options *options);
 // (`(pending + count) / 512`). `TETHER_ERR_INVALID_ARGUMENT` when a sample is NaN or
 // infinite, the message naming its index in the stream (since its start or last reset)
 // and its value: then nothing is consumed or run, the stream is unchanged and `*written`
-// is 0. When a chunk's run fails (the engine, the device) the stream is reset. No
-// allocation in this layer.
+// is 0. `TETHER_ERR_INVALID_ARGUMENT` as well for a `count` above `PTRDIFF_MAX / 4` (more
+// floats than a buffer can hold), before any sample is read. When a chunk's run fails
+// (the engine, the device) the stream is reset. No allocation in this layer.
 //
 // # Safety
 // `model` is a live handle used by no other thread during the call; `samples` points to

@@ -459,6 +459,11 @@ static int cmd_errors(const char *detect, const char *vad, const char *embed, co
     report("vad_inf_sample", s, (long long)n);
     CHECK(tether_vad_push(vm, fine, 424, 16000, chunks, 2, &n));
     report("vad_after_refusal", TETHER_OK, n == 1 ? (long long)chunks[0].index : -1);
+    /* A count no buffer can hold, with samples pending: refused before anything is read
+     * (the pending count plus it would wrap past the capacity check). */
+    CHECK(tether_vad_push(vm, fine, 100, 16000, chunks, 2, &n));
+    s = tether_vad_push(vm, fine, SIZE_MAX - 50, 16000, chunks, 2, &n);
+    report("vad_count_huge", s, 0);
 
     tether_text texts[2] = {{(const uint8_t *)"fine", 4}, {(const uint8_t *)"bad \xff\xfe", 6}};
     float emb2[2 * 384];
