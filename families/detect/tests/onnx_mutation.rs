@@ -57,8 +57,8 @@ fn mutate(rng: &mut Rng, onnx: &[u8]) -> Vec<u8> {
     m
 }
 
-#[test]
-fn mutated_networks_in_valid_bundles_never_panic() {
+/// A valid bundle built by the detect recipe from the field case `dyn.onnx` at 64x64.
+fn base_bundle(name: &str) -> Bundle {
     let onnx = std::fs::read(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/field/dyn.onnx"),
     )
@@ -66,14 +66,19 @@ fn mutated_networks_in_valid_bundles_never_panic() {
     let (w, _) = tether_detect::recipe::build(
         &onnx,
         &tether_detect::recipe::BuildOptions {
-            common: tether_detect::recipe::BuildCommon::named("mutation"),
+            common: tether_detect::recipe::BuildCommon::named(name),
             input_size: Some((64, 64)),
             ..Default::default()
         },
         &mut |_| {},
     )
     .unwrap();
-    let base = Bundle::from_vec(w.to_bytes().unwrap(), Verify::Eager).unwrap();
+    Bundle::from_vec(w.to_bytes().unwrap(), Verify::Eager).unwrap()
+}
+
+#[test]
+fn mutated_networks_in_valid_bundles_never_panic() {
+    let base = base_bundle("mutation");
     let network = base
         .sections()
         .find(|s| s.kind == SectionKind::Onnx)
@@ -146,21 +151,7 @@ fn mutated_networks_in_valid_bundles_never_panic() {
 /// naming the shapes seen and expected, not at its first frame.
 #[test]
 fn a_configuration_that_disagrees_with_its_network_is_refused_at_open() {
-    let onnx = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/field/dyn.onnx"),
-    )
-    .unwrap();
-    let (w, _) = tether_detect::recipe::build(
-        &onnx,
-        &tether_detect::recipe::BuildOptions {
-            common: tether_detect::recipe::BuildCommon::named("mismatch"),
-            input_size: Some((64, 64)),
-            ..Default::default()
-        },
-        &mut |_| {},
-    )
-    .unwrap();
-    let base = Bundle::from_vec(w.to_bytes().unwrap(), Verify::Eager).unwrap();
+    let base = base_bundle("mismatch");
     let section = base.section(tether_detect::config::CONFIG_SECTION).unwrap();
     let mut config =
         tether_detect::DetectConfig::from_section(base.section_bytes(&section).unwrap()).unwrap();
