@@ -128,25 +128,22 @@ pub unsafe extern "C" fn tether_options_init(options: *mut tether_options) -> cr
     })
 }
 
-/// The most CPU threads an options struct may ask for, as `tether run --threads` accepts.
-pub(crate) const MAX_THREADS: u32 = 1024;
-
 /// A `threads` field (`field` names it in messages): `None` for 0 (the caller's default),
-/// `TETHER_ERR_INVALID_ARGUMENT` above [`MAX_THREADS`], and a count above the cores this
-/// process may run on lowered to them with a warning through the `log` facade, as `tether
-/// run --threads` does: threads beyond the cores wait on each other at every step, and a
-/// count in the thousands takes minutes to start.
+/// `TETHER_ERR_INVALID_ARGUMENT` above [`tether_runtime::MAX_CPU_THREADS`] (as `tether run
+/// --threads`), and a count above the cores this process may run on lowered to them with a
+/// warning through the `log` facade ([`tether_runtime::threads_beyond_cores`], as `tether
+/// run --threads` does).
 pub(crate) fn thread_count(field: &str, n: u32) -> Result<Option<usize>> {
-    if n > MAX_THREADS {
+    let max = tether_runtime::MAX_CPU_THREADS;
+    if n as usize > max {
         return Err(Failure::invalid(format!(
-            "{field} is {n}; accepted 0 to {MAX_THREADS}"
+            "{field} is {n}; accepted 0 to {max}"
         )));
     }
     if n == 0 {
         return Ok(None);
     }
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    if n as usize > cores {
+    if let Some(cores) = tether_runtime::threads_beyond_cores(n as usize) {
         log::warn!(
             "{field} is {n}, more than the {cores} cores this process may run on: using {cores}"
         );

@@ -43,7 +43,9 @@ pub use backend::{
 pub use backend::{Bindings, DeviceExecutor, DevicePlan, Enqueue, StepTime};
 pub use device::{COMPILED_BACKENDS, Device};
 pub use error::Error;
-pub use model::{Model, ModelOptions, Network, NetworkSession};
+pub use model::{
+    MAX_CPU_THREADS, Model, ModelOptions, Network, NetworkSession, threads_beyond_cores,
+};
 pub use session::{DeviceBuffer, IoMemory, PipelineSpec, RegionId, RegionKind, Session, Stage};
 pub use shapes::{ShapePolicy, ShapeSessions};
 pub use tensor::{DType, Element, HostBuffer, IoMode, TensorSpec};

@@ -61,7 +61,7 @@ pub struct ThreadsArg {
     /// Threads of the CPU engine, at most the cores this process may run on (more are capped,
     /// with a warning). Default: those cores, or 1 when it runs under a real-time scheduling
     /// policy or only on isolated cores (`isolcpus`).
-    #[arg(long = "threads", value_name = "N", allow_negative_numbers = true, value_parser = tether_family::args::whole(1, 1024))]
+    #[arg(long = "threads", value_name = "N", allow_negative_numbers = true, value_parser = tether_family::args::whole(1, tether_runtime::MAX_CPU_THREADS as u64))]
     threads: Option<u64>,
 }
 
@@ -76,12 +76,7 @@ impl ThreadsArg {
     pub fn resolve(self) -> (usize, &'static str) {
         match self.threads {
             Some(n) => {
-                let cores = std::thread::available_parallelism().map_or(0, |c| c.get());
-                if cores > 0 && n as usize > cores {
-                    // More workers than cores take turns on the cores, and the barriers of
-                    // each step wait for the ones not running: measured on 2 cores (session
-                    // 40), text generation at --threads 3 ran at 71 tok/s against 336 at 2,
-                    // and at 1,000 at 0.1 tok/s. The cores are used instead.
+                if let Some(cores) = tether_runtime::threads_beyond_cores(n as usize) {
                     log::warn!(
                         "--threads {n} is more than the {cores} cores this process may run on: using {cores} (threads beyond the cores wait on each other at every step)"
                     );

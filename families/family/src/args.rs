@@ -15,6 +15,9 @@ use clap::{Arg, ArgAction, ArgMatches};
 
 use crate::family::{UsageError, check_range, out_of_range};
 
+/// The bound of every `--threads` option (the runtime's, shared with the C API).
+pub use tether_runtime::MAX_CPU_THREADS;
+
 /// `--NAME VALUE_NAME`, a number parsed by `parser`. A negative value is taken as the
 /// option's value (`--top-k -1` is then a range error naming the option, not clap's
 /// "unexpected argument").

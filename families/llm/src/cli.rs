@@ -22,7 +22,9 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches};
 use serde_json::{Value, json};
 use tether_bundle::Bundle;
-use tether_family::args::{flag_arg, number_arg, path_arg, read_file, utf8_text, value, whole};
+use tether_family::args::{
+    MAX_CPU_THREADS, flag_arg, number_arg, path_arg, read_file, utf8_text, value, whole,
+};
 use tether_family::family::{
     BuildCommon, Built, Description, Environment, Execution, Family, Input, InputSource,
     LatencySummary, Outcome, Report, RunOptions, Runner, SelfTest, ThroughputOptions,
@@ -287,7 +289,7 @@ impl Family for LlmFamily {
             number_arg(
                 "threads",
                 "N",
-                whole(1, 1024),
+                whole(1, MAX_CPU_THREADS as u64),
                 "Threads of the forward pass (llm; default: the cores available)",
             ),
             Arg::new("n-prompt")

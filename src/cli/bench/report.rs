@@ -207,12 +207,9 @@ impl Summary<'_> {
                 "sd ms",
                 "cv %"
             )?;
-            // A unit row only where units were timed: an input with none (an empty WAV)
-            // says so instead of a row of zeros that would read as measured times.
+            // A unit row only where units were timed, not a row of zeros.
             let unit_row = v
-                .units
-                .as_ref()
-                .filter(|u| !u.time.hist.is_empty())
+                .timed_units()
                 .map(|u| (format!("per {}", u.name), "host", &u.time));
             // A run Ctrl-C cut short is not a run: with none, only the units it measured.
             let rows = if v.runs == 0 { Vec::new() } else { v.rows() };

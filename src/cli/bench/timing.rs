@@ -189,11 +189,16 @@ impl Variant {
         })
     }
 
-    /// `{name, count, per_second, ms}` of the runs' units, or null.
+    /// The runs' units where some were timed: `None` for a family without units, an input
+    /// with none (an empty WAV) and Ctrl-C in the warm-up, whose figures would read as
+    /// measured zeros.
+    pub(super) fn timed_units(&self) -> Option<&UnitStats> {
+        self.units.as_ref().filter(|u| !u.time.hist.is_empty())
+    }
+
+    /// `{name, count, per_second, ms}` of the runs' units, or null ([`Variant::timed_units`]).
     pub(super) fn units_json(&self, wall_s: f64) -> Value {
-        match &self.units {
-            // No unit timed (an input with none, as an empty WAV; Ctrl-C in the warm-up).
-            Some(u) if u.time.hist.is_empty() => Value::Null,
+        match self.timed_units() {
             None => Value::Null,
             Some(u) => json!({
                 "name": u.name,
