@@ -4143,6 +4143,46 @@ fn llm_bench_reports_pp_and_tg_tokens_per_second() {
     }
 }
 
+/// `tether run BUNDLE --help` shows the values the bundle was built with beside the options
+/// that default to them (the help text gives the build-time default, which the bundle's
+/// values override at run time): a VAD bundle built with other segment parameters.
+#[test]
+fn run_help_shows_the_bundles_own_values() {
+    let out = scratch().join("silero-tuned.bundle");
+    let onnx = asset("silero_vad_op18_ifless.onnx");
+    let o = tether(&[
+        "build",
+        "--family",
+        "vad",
+        "--onnx",
+        &onnx,
+        "--threshold",
+        "0.6",
+        "--min-speech-ms",
+        "400",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "build failed: {}", stderr(&o));
+    let o = tether(&["run", out.to_str().unwrap(), "--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let help = stdout(&o);
+    // clap wraps long help lines: compare with the whitespace runs as single spaces.
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for want in [
+        "[this bundle: 0.6]",
+        "[this bundle: 400]",
+        "[this bundle: 100]",
+        "[this bundle: 30]",
+    ] {
+        assert!(flat.contains(want), "{want} not in:\n{help}");
+    }
+    assert!(flat.contains("(build default 0.5;"), "{help}");
+    // Without a bundle there is no bundle's value to show.
+    let o = tether(&["run", "--help"]);
+    assert!(!stdout(&o).contains("this bundle:"), "{}", stdout(&o));
+}
+
 /// `tether run BUNDLE --help` lists the options of the bundle's family only (issue 28: the
 /// llm bundle's help listed `--annotate`, `--precision` and bench's `--n-prompt`, which its
 /// `run` refuses or ignores), and says what the family's INPUTs are; an option the family

@@ -57,13 +57,16 @@ fn family_flag(argv: &[OsString], from: usize) -> Option<String> {
     None
 }
 
-/// The family of the first argument after `from` that opens as a bundle.
-fn bundle_family(argv: &[OsString], from: usize) -> Option<&'static dyn Family> {
-    bundle_and_family(argv, from).map(|(_, f)| f)
+/// The first argument after `from` that opens as a bundle, with its family.
+fn bundle_and_family(argv: &[OsString], from: usize) -> Option<(&str, &'static dyn Family)> {
+    opened_bundle(argv, from).map(|(s, _, f)| (s, f))
 }
 
-/// [`bundle_family`] with the bundle's argument.
-fn bundle_and_family(argv: &[OsString], from: usize) -> Option<(&str, &'static dyn Family)> {
+/// [`bundle_and_family`] with the bundle opened.
+fn opened_bundle(
+    argv: &[OsString],
+    from: usize,
+) -> Option<(&str, tether_bundle::Bundle, &'static dyn Family)> {
     for a in &argv[from..] {
         let Some(s) = a.to_str() else { continue };
         if s.starts_with('-') {
@@ -74,7 +77,8 @@ fn bundle_and_family(argv: &[OsString], from: usize) -> Option<(&str, &'static d
             continue;
         }
         if let Ok(b) = tether_bundle::Bundle::open(p, tether_bundle::Verify::Lazy) {
-            return find(REGISTRY, b.identity().family).map(|f| (s, f));
+            let f = find(REGISTRY, b.identity().family)?;
+            return Some((s, b, f));
         }
     }
     None
@@ -185,8 +189,11 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
                 None => cmd,
             }
         }
-        "run" | "bench" => match bundle_family(argv, pos + 1) {
-            Some(f) => cmd.mut_subcommand(name, |c| for_family(add_args(c, f.run_args()), name, f)),
+        "run" | "bench" => match opened_bundle(argv, pos + 1) {
+            Some((_, bundle, f)) => cmd.mut_subcommand(name, |c| {
+                let c = for_family(add_args(c, f.run_args()), name, f);
+                with_bundle_values(c, f.bundle_values(&bundle))
+            }),
             // No bundle (or one that does not open): every family's options, less on `run`
             // those only `bench` takes.
             None => cmd.mut_subcommand(name, |c| {
@@ -244,6 +251,24 @@ fn for_family(cmd: Command, command: &str, family: &dyn Family) -> Command {
         hidden.extend(family.run_only_args());
     }
     hide(cmd, hidden)
+}
+
+/// `cmd` with each option of `values` (argument id, the bundle's value) showing the
+/// bundle's value after its help (`[this bundle: 0.6]`), as clap shows a default, and the
+/// help's own default called the build default (which a bundle built with another value
+/// overrides at run time).
+fn with_bundle_values(mut cmd: Command, values: Vec<(&'static str, String)>) -> Command {
+    for (id, v) in values {
+        if cmd.get_arguments().any(|a| a.get_id() == id) {
+            cmd = cmd.mut_arg(id, |a| {
+                // "(default 0.5" is the build's default: said so beside the bundle's value.
+                let help = a.get_help().map(ToString::to_string).unwrap_or_default();
+                let help = help.replacen("(default ", "(build default ", 1);
+                a.help(format!("{help} [this bundle: {v}]"))
+            });
+        }
+    }
+    cmd
 }
 
 /// `cmd` with the options `ids` (those it has) left out of its help.

@@ -192,6 +192,19 @@ impl Family for Detect {
         v
     }
 
+    fn bundle_values(&self, bundle: &Bundle) -> Vec<(&'static str, String)> {
+        bundle
+            .section_data(CONFIG_SECTION)
+            .ok()
+            .and_then(|b| DetectConfig::from_section(b).ok())
+            .map_or_else(Vec::new, |c| {
+                vec![
+                    ("score-threshold", c.score_threshold.to_string()),
+                    ("iou-threshold", c.iou_threshold.to_string()),
+                ]
+            })
+    }
+
     fn describe(&self, bundle: &Arc<Bundle>) -> Result<Description> {
         let config =
             DetectConfig::from_section(bundle.section_bytes(&bundle.section(CONFIG_SECTION)?)?)?;

@@ -563,6 +563,15 @@ pub trait Family: Send + Sync {
     ) -> anyhow::Result<Built>;
     /// Arguments of `tether run`/`bench` beyond the common ones.
     fn run_args(&self) -> Vec<clap::Arg>;
+    /// The values `bundle` holds for those of [`Family::run_args`] that default to the
+    /// bundle's own (the thresholds a bundle was built with), as (argument id, value as
+    /// text): `tether run BUNDLE --help` shows them beside the options, whose help gives the
+    /// build-time default. Empty where no option defaults to the bundle (the default), or
+    /// where the bundle's configuration does not read (the run then reports it).
+    fn bundle_values(&self, bundle: &Bundle) -> Vec<(&'static str, String)> {
+        let _ = bundle;
+        Vec::new()
+    }
     /// Describe a bundle of this family (its configuration and assets). The bundle is shared
     /// (`Arc`) so that a description that needs the family's own reader (a checkpoint that
     /// holds its bundle) takes it without opening the file again.
