@@ -6,10 +6,11 @@
 //! with head norms, Qwen3's; then the speeds of both (fused with and without dependent
 //! launches) on the 30-layer shape, reported (a benchmark's number, not asserted). With
 //! `TETHER_FUSE_REAL=1` and the SmolLM2-135M-Instruct Q4_1 GGUF among the test assets, also
-//! the real model's teacher-forced logits over the golden chats. With `TETHER_LLM_GRID=1`
-//! every decoder that runs the layer kernel runs `layers_grid` instead (all its layers in one
-//! launch; the launch counts asserted accordingly), so the layer kernel's tests check that
-//! kernel against the fused step. `TETHER_FUSE_AT` (positions) and `TETHER_FUSE_VARIANTS`
+//! the real model's teacher-forced logits over the golden chats. Every decoder that runs the
+//! layer kernel runs `layers_grid` instead (the default: all its layers in one launch; the
+//! launch counts asserted accordingly), so the layer kernel's tests check that kernel
+//! against the fused step; with `TETHER_LLM_GRID=0` they check the layer kernel's launches
+//! one a layer. `TETHER_FUSE_AT` (positions) and `TETHER_FUSE_VARIANTS`
 //! (indices of the fused variants) narrow the speed test. Reported ignored where there is no
 //! GPU (`tether_testkit::GpuTests`).
 
@@ -104,7 +105,7 @@ fn decoder_opts(
             prefill_chunk: 0,
             dependent_launch,
             layer_kernel_below,
-            // TETHER_LLM_GRID=1: the layer kernel's step as one `layers_grid` launch.
+            // The layer kernel's step as one `layers_grid` launch (TETHER_LLM_GRID=0: not).
             grid_layers: tether_llm::gpu::grid_layers(),
             layer_tail,
             prompt_batch: 512,
@@ -241,8 +242,8 @@ fn block_types(name: &str, _cols: usize) -> TensorType {
     }
 }
 
-/// Launches of `n` merged layers: one each, or one for all with `TETHER_LLM_GRID=1`
-/// (`GpuOptions::grid_layers`: one `layers_grid` launch).
+/// Launches of `n` merged layers: one for all (`GpuOptions::grid_layers`, the default: one
+/// `layers_grid` launch), or one each with `TETHER_LLM_GRID=0`.
 fn merged(n: usize) -> usize {
     if tether_llm::gpu::grid_layers() { 1 } else { n }
 }

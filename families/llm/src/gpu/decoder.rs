@@ -67,9 +67,11 @@ pub struct GpuOptions {
     /// one cluster launch per layer: each phase's rows spread over every SM, the values
     /// handed on through tagged words in global memory instead of cluster barriers; the same
     /// values, checked at load like the other graphs. Where the device cannot hold a block
-    /// on every SM at once, the layer kernel's launches stay. Off by default ([`grid_layers`]:
-    /// `TETHER_LLM_GRID=1`): measured only on the synthetic SmolLM2 shape (H100, session 47:
-    /// faster than the layer kernel at 128 and 512 positions, slower at 1,024 and 1,536).
+    /// on every SM at once, the layer kernel's launches stay. On by default ([`grid_layers`]:
+    /// `TETHER_LLM_GRID=0` off): on the real SmolLM2-135M with [`GRID_STAGE_ROWS`] staged
+    /// rows, faster than the layer kernel at every position it runs (H200, session 58: 1,372
+    /// against 1,202 tok/s at 128, 1,306 / 1,190 at 192, 1,133 / 1,109 at 512, 1,090 / 1,084
+    /// at 576; H100, session 50, 192 rows: +9 % at 128, +3 % at 512).
     pub grid_layers: bool,
     /// Where the fused step's graph runs (from [`layer_kernel_below`](Self::layer_kernel_below)
     /// on, or at every position where the layer kernel is off) on compute capability 9.0 and
@@ -114,14 +116,14 @@ pub fn layer_kernel_below() -> usize {
     )
 }
 
-/// [`GpuOptions::grid_layers`] as the environment asks: `TETHER_LLM_GRID=1` on, unset or
-/// `0` off; another value is ignored (said in the log).
+/// [`GpuOptions::grid_layers`] as the environment asks: `TETHER_LLM_GRID=0` off, unset or
+/// `1` on; another value is ignored (said in the log).
 pub fn grid_layers() -> bool {
     switch_of(
         "TETHER_LLM_GRID",
         std::env::var("TETHER_LLM_GRID").ok().as_deref(),
     )
-    .unwrap_or(false)
+    .unwrap_or(true)
 }
 
 /// [`GpuOptions::layer_tail`] as the environment asks: `TETHER_LLM_LAYER_TAIL=0` off, `1`
@@ -1910,9 +1912,13 @@ fn slice_shape(hp: &Hparams, row_bytes: [usize; 7]) -> kernels::SliceShape {
 }
 
 /// Cache rows a `layers_grid` attention block stages in shared memory at most (K and V of
-/// one head; 48 KiB at head_dim 64): staged, the step at position 128 took 0.736 ms against
-/// 0.787 without (H100, synthetic SmolLM2 shape, session 47).
-pub const GRID_STAGE_ROWS: usize = 192;
+/// one head; 64 KiB at head_dim 64): staged, the step at position 128 took 0.736 ms against
+/// 0.787 without (H100, synthetic SmolLM2 shape, session 47). 256 rather than 192 (session
+/// 58, H200, the real SmolLM2-135M): a 128-token run from position 128 stays staged
+/// throughout, 1,372 against 1,306 tok/s, inter-token p99.9 / p50 1.04 against 1.13 (its
+/// steps no longer fall in two levels at position 192), the same speed from 256 on; 320
+/// and 384 rows were 5 % slower at 512 (less L1 for the steps not staged).
+pub const GRID_STAGE_ROWS: usize = 256;
 
 /// `launches` with their run of `layer` launches replaced by one `layers_grid` launch of
 /// one block per SM, and the memory it reads; unchanged, with `None` (said in the log), where

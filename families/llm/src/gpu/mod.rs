@@ -5,8 +5,9 @@
 //! decoder is handed out (on sm_90 and later two: one cluster launch per layer for the steps
 //! below `GpuOptions::layer_kernel_below`, the fused step with its layers' tails
 //! (`GpuOptions::layer_tail`, [`lower_tails`]) from there, checked against each other bit
-//! for bit; each step launches one of them; with `GpuOptions::grid_layers` the
-//! first graph's layers are one cooperative launch of one block per SM instead). By default the launches are merged ([`lower_fused`]: a product
+//! for bit; each step launches one of them; with `GpuOptions::grid_layers`, the default, the
+//! first graph's layers are one cooperative launch of one block per SM where the device
+//! holds one on every SM). By default the launches are merged ([`lower_fused`]: a product
 //! with its input's preparation, RoPE and the cache write in one launch, each attention with
 //! its combine; 5 launches per Llama-style layer instead of 12), the same logits bit for bit
 //! as the unfused list ([`lower()`], `GpuOptions::fused = false`).
