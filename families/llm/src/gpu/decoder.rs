@@ -69,9 +69,9 @@ pub struct GpuOptions {
     /// values, checked at load like the other graphs. Where the device cannot hold a block
     /// on every SM at once, the layer kernel's launches stay. On by default ([`grid_layers`]:
     /// `TETHER_LLM_GRID=0` off): on the real SmolLM2-135M with [`GRID_STAGE_ROWS`] staged
-    /// rows, faster than the layer kernel at every position it runs (H200, session 58: 1,372
-    /// against 1,202 tok/s at 128, 1,306 / 1,190 at 192, 1,133 / 1,109 at 512, 1,090 / 1,084
-    /// at 576; H100, session 50, 192 rows: +9 % at 128, +3 % at 512).
+    /// rows, faster than the layer kernel at every position it runs (H200, session 58, means
+    /// of one call: 1,374 against 1,202 tok/s at 128, 1,307 / 1,191 at 192, 1,132 / 1,110 at
+    /// 512, 1,090 / 1,084 at 576; H100, session 50, 192 rows: +9 % at 128, +3 % at 512).
     pub grid_layers: bool,
     /// Where the fused step's graph runs (from [`layer_kernel_below`](Self::layer_kernel_below)
     /// on, or at every position where the layer kernel is off) on compute capability 9.0 and
@@ -1915,9 +1915,10 @@ fn slice_shape(hp: &Hparams, row_bytes: [usize; 7]) -> kernels::SliceShape {
 /// one head; 64 KiB at head_dim 64): staged, the step at position 128 took 0.736 ms against
 /// 0.787 without (H100, synthetic SmolLM2 shape, session 47). 256 rather than 192 (session
 /// 58, H200, the real SmolLM2-135M): a 128-token run from position 128 stays staged
-/// throughout, 1,372 against 1,306 tok/s, inter-token p99.9 / p50 1.04 against 1.13 (its
-/// steps no longer fall in two levels at position 192), the same speed from 256 on; 320
-/// and 384 rows were 5 % slower at 512 (less L1 for the steps not staged).
+/// throughout, 1,374 against 1,306 tok/s (one call's means), inter-token p99.9 / p50 1.04
+/// against 1.13 (its steps no longer fall in two levels at position 192), the same speed
+/// from 256 on; 320 and 384 rows were 5 % slower at 512 (less L1 for the steps not staged;
+/// 384 rows 5 % faster at 256, where they still hold the whole span).
 pub const GRID_STAGE_ROWS: usize = 256;
 
 /// `launches` with their run of `layer` launches replaced by one `layers_grid` launch of
