@@ -4181,6 +4181,32 @@ fn run_help_shows_the_bundles_own_values() {
     // Without a bundle there is no bundle's value to show.
     let o = tether(&["run", "--help"]);
     assert!(!stdout(&o).contains("this bundle:"), "{}", stdout(&o));
+    // A bundle whose configuration does not read (a flipped byte: CRC mismatch): the help
+    // says so instead of leaving the build defaults to look like the values that apply.
+    let v = json(&tether(&["inspect", out.to_str().unwrap(), "--json"]));
+    let config = v["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "vad/config")
+        .expect("the config section")
+        .clone();
+    let mut bytes = std::fs::read(&out).unwrap();
+    bytes[config["offset"].as_u64().unwrap() as usize + 4] ^= 0xFF;
+    let corrupt = scratch().join("silero-tuned-corrupt.bundle");
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let o = tether(&["run", corrupt.to_str().unwrap(), "--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let flat = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(&format!(
+            "note: the configuration of {} does not read (",
+            corrupt.display()
+        )) && flat.contains("CRC mismatch")
+            && !flat.contains("this bundle:"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 /// `tether run BUNDLE --help` lists the options of the bundle's family only (issue 28: the

@@ -190,9 +190,18 @@ pub fn augment(cmd: Command, argv: &[OsString]) -> Command {
             }
         }
         "run" | "bench" => match opened_bundle(argv, pos + 1) {
-            Some((_, bundle, f)) => cmd.mut_subcommand(name, |c| {
+            Some((path, bundle, f)) => cmd.mut_subcommand(name, |c| {
                 let c = for_family(add_args(c, f.run_args()), name, f);
-                with_bundle_values(c, f.bundle_values(&bundle))
+                match f.bundle_values(&bundle) {
+                    Ok(values) => with_bundle_values(c, values),
+                    // The configuration does not read: said, rather than the build defaults
+                    // left to look like the values that apply (a run reports the error).
+                    Err(e) => c.after_help(format!(
+                        "note: the configuration of {} does not read ({}): the values it was built with cannot be shown, and a run will fail",
+                        crate::cli::text::escape_control(path),
+                        crate::cli::text::escape_control(&format!("{e:#}"))
+                    )),
+                }
             }),
             // No bundle (or one that does not open): every family's options, less on `run`
             // those only `bench` takes.

@@ -192,17 +192,12 @@ impl Family for Detect {
         v
     }
 
-    fn bundle_values(&self, bundle: &Bundle) -> Vec<(&'static str, String)> {
-        bundle
-            .section_data(CONFIG_SECTION)
-            .ok()
-            .and_then(|b| DetectConfig::from_section(b).ok())
-            .map_or_else(Vec::new, |c| {
-                vec![
-                    ("score-threshold", c.score_threshold.to_string()),
-                    ("iou-threshold", c.iou_threshold.to_string()),
-                ]
-            })
+    fn bundle_values(&self, bundle: &Bundle) -> Result<Vec<(&'static str, String)>> {
+        let c = DetectConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
+        Ok(vec![
+            ("score-threshold", c.score_threshold.to_string()),
+            ("iou-threshold", c.iou_threshold.to_string()),
+        ])
     }
 
     fn describe(&self, bundle: &Arc<Bundle>) -> Result<Description> {

@@ -566,11 +566,14 @@ pub trait Family: Send + Sync {
     /// The values `bundle` holds for those of [`Family::run_args`] that default to the
     /// bundle's own (the thresholds a bundle was built with), as (argument id, value as
     /// text): `tether run BUNDLE --help` shows them beside the options, whose help gives the
-    /// build-time default. Empty where no option defaults to the bundle (the default), or
-    /// where the bundle's configuration does not read (the run then reports it).
-    fn bundle_values(&self, bundle: &Bundle) -> Vec<(&'static str, String)> {
+    /// build-time default. Empty where no option defaults to the bundle (the default).
+    ///
+    /// # Errors
+    /// The bundle's configuration section does not read (a CRC mismatch, bad content): the
+    /// help says so instead of showing values.
+    fn bundle_values(&self, bundle: &Bundle) -> anyhow::Result<Vec<(&'static str, String)>> {
         let _ = bundle;
-        Vec::new()
+        Ok(Vec::new())
     }
     /// Describe a bundle of this family (its configuration and assets). The bundle is shared
     /// (`Arc`) so that a description that needs the family's own reader (a checkpoint that

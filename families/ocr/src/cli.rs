@@ -242,12 +242,9 @@ impl Family for OcrFamily {
         ]
     }
 
-    fn bundle_values(&self, bundle: &Bundle) -> Vec<(&'static str, String)> {
-        bundle
-            .section_data(CONFIG_SECTION)
-            .ok()
-            .and_then(|b| OcrConfig::from_section(b).ok())
-            .map_or_else(Vec::new, |c| vec![("text-score", c.text_score.to_string())])
+    fn bundle_values(&self, bundle: &Bundle) -> Result<Vec<(&'static str, String)>> {
+        let c = OcrConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
+        Ok(vec![("text-score", c.text_score.to_string())])
     }
 
     fn describe(&self, bundle: &Arc<Bundle>) -> Result<Description> {

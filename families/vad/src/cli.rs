@@ -216,19 +216,14 @@ impl Family for VadFamily {
         v
     }
 
-    fn bundle_values(&self, bundle: &Bundle) -> Vec<(&'static str, String)> {
-        bundle
-            .section_data(CONFIG_SECTION)
-            .ok()
-            .and_then(|b| VadConfig::from_section(b).ok())
-            .map_or_else(Vec::new, |c| {
-                vec![
-                    ("threshold", c.threshold.to_string()),
-                    ("min-speech-ms", c.min_speech_ms.to_string()),
-                    ("min-silence-ms", c.min_silence_ms.to_string()),
-                    ("speech-pad-ms", c.speech_pad_ms.to_string()),
-                ]
-            })
+    fn bundle_values(&self, bundle: &Bundle) -> Result<Vec<(&'static str, String)>> {
+        let c = VadConfig::from_section(bundle.section_data(CONFIG_SECTION)?)?;
+        Ok(vec![
+            ("threshold", c.threshold.to_string()),
+            ("min-speech-ms", c.min_speech_ms.to_string()),
+            ("min-silence-ms", c.min_silence_ms.to_string()),
+            ("speech-pad-ms", c.speech_pad_ms.to_string()),
+        ])
     }
 
     fn describe(&self, bundle: &Arc<Bundle>) -> Result<Description> {
