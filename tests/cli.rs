@@ -3043,25 +3043,42 @@ fn each_command_opens_its_bundle_once() {
     }
 }
 
+/// A copy of `bundle` in the scratch folder, named `name`, with the byte `skip` bytes into
+/// its section `section` flipped (its CRC then mismatches), and that section's entry in
+/// `inspect --json` (`index`, `offset`, ...).
+fn with_section_byte_flipped(
+    bundle: &str,
+    section: &str,
+    skip: u64,
+    name: &str,
+) -> (PathBuf, Value) {
+    let v = json(&tether(&["inspect", bundle, "--json"]));
+    let entry = v["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == section)
+        .unwrap_or_else(|| panic!("no section {section} in {bundle}"))
+        .clone();
+    let at = entry["offset"].as_u64().unwrap() + skip;
+    let mut bytes = std::fs::read(bundle).unwrap();
+    bytes[at as usize] ^= 0xFF;
+    let corrupt = scratch().join(name);
+    std::fs::write(&corrupt, &bytes).unwrap();
+    (corrupt, entry)
+}
+
 /// A weight section of an llm bundle with a flipped byte: the CRC error names the section,
 /// and the hint is the bundle's (the llm errors carry the bundle error inside).
 #[test]
 fn a_corrupt_llm_weight_section_is_named_with_the_bundle_hint() {
     let b = smollm2_bundle();
-    let v = json(&tether(&["inspect", &b, "--json"]));
-    let section = v["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "llm/blk.0.ffn_down.weight")
-        .expect("a weight section")
-        .clone();
-    let at = section["offset"].as_u64().unwrap() + 100;
-    let mut bytes = std::fs::read(&b).unwrap();
-    bytes[at as usize] ^= 0xFF;
-    let corrupt = scratch().join("smollm2-corrupt.bundle");
-    std::fs::write(&corrupt, &bytes).unwrap();
-    drop(bytes);
+    let (corrupt, section) = with_section_byte_flipped(
+        &b,
+        "llm/blk.0.ffn_down.weight",
+        100,
+        "smollm2-corrupt.bundle",
+    );
     let o = tether(&[
         "run",
         corrupt.to_str().unwrap(),
@@ -4183,18 +4200,12 @@ fn run_help_shows_the_bundles_own_values() {
     assert!(!stdout(&o).contains("this bundle:"), "{}", stdout(&o));
     // A bundle whose configuration does not read (a flipped byte: CRC mismatch): the help
     // says so instead of leaving the build defaults to look like the values that apply.
-    let v = json(&tether(&["inspect", out.to_str().unwrap(), "--json"]));
-    let config = v["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "vad/config")
-        .expect("the config section")
-        .clone();
-    let mut bytes = std::fs::read(&out).unwrap();
-    bytes[config["offset"].as_u64().unwrap() as usize + 4] ^= 0xFF;
-    let corrupt = scratch().join("silero-tuned-corrupt.bundle");
-    std::fs::write(&corrupt, &bytes).unwrap();
+    let (corrupt, _) = with_section_byte_flipped(
+        out.to_str().unwrap(),
+        "vad/config",
+        4,
+        "silero-tuned-corrupt.bundle",
+    );
     let o = tether(&["run", corrupt.to_str().unwrap(), "--help"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let flat = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
